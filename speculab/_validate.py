@@ -1,0 +1,102 @@
+"""Input checks shared by every public entry point.
+
+Each check returns a float64 (or int) array and raises a ``ValueError`` that
+names the argument and states what was expected. Nothing is clipped or
+renormalised silently: a vector that is not a distribution is refused.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+#: Tolerance on ``|sum(p) - 1|`` for a probability vector.
+SUM_ATOL = 1e-6
+
+
+def as_float_array(x, name: str) -> np.ndarray:
+    """``x`` as a float64 array with only finite entries."""
+    try:
+        arr = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be an array of numbers; got {type(x).__name__}") from exc
+    if arr.size and not np.all(np.isfinite(arr)):
+        bad = np.argwhere(~np.isfinite(arr))[0]
+        raise ValueError(
+            f"{name} must be finite; entry {tuple(int(i) for i in bad)} is {arr[tuple(bad)]}"
+        )
+    return arr
+
+
+def as_distribution(x, name: str, *, ndim: int | None = None, atol: float = SUM_ATOL) -> np.ndarray:
+    """Check that ``x`` holds probability vectors along its last axis.
+
+    Args:
+      x: array-like of shape ``(..., V)``.
+      name: the argument's name, used in error messages.
+      ndim: if given, the exact number of dimensions required.
+      atol: allowed ``|sum - 1|`` per vector.
+
+    Returns:
+      ``x`` as a float64 array (not renormalised).
+    """
+    arr = as_float_array(x, name)
+    if ndim is not None and arr.ndim != ndim:
+        raise ValueError(f"{name} must have {ndim} dimension(s); got shape {arr.shape}")
+    if arr.ndim == 0 or arr.shape[-1] == 0:
+        raise ValueError(f"{name} must be a non-empty probability vector; got shape {arr.shape}")
+    if np.any(arr < 0):
+        bad = np.argwhere(arr < 0)[0]
+        raise ValueError(
+            f"{name} must be non-negative; entry {tuple(int(i) for i in bad)} is {arr[tuple(bad)]:.6g}"
+        )
+    sums = arr.sum(axis=-1)
+    err = np.abs(sums - 1.0)
+    if np.any(err > atol):
+        worst = np.unravel_index(np.argmax(err), err.shape) if err.ndim else ()
+        where = f" (row {tuple(int(i) for i in worst)})" if err.ndim else ""
+        raise ValueError(
+            f"{name} must sum to 1 along its last axis (tolerance {atol:g}); "
+            f"a sum is {float(sums[worst]):.10g}{where}"
+        )
+    return arr
+
+
+def as_probability_array(x, name: str) -> np.ndarray:
+    """Check that every entry of ``x`` is a probability in ``[0, 1]``."""
+    arr = as_float_array(x, name)
+    if arr.size and (arr.min() < 0 or arr.max() > 1):
+        bad = np.argwhere((arr < 0) | (arr > 1))[0]
+        raise ValueError(
+            f"{name} must lie in [0, 1]; entry {tuple(int(i) for i in bad)} is {arr[tuple(bad)]:.6g}"
+        )
+    return arr
+
+
+def check_same_shape(a: np.ndarray, b: np.ndarray, name_a: str, name_b: str) -> None:
+    """Refuse two arrays whose shapes differ (e.g. vocabularies of different sizes)."""
+    if a.shape != b.shape:
+        raise ValueError(f"{name_a} and {name_b} must have the same shape; got {a.shape} and {b.shape}")
+
+
+def as_positive_int(x, name: str, *, minimum: int = 1) -> int:
+    """``x`` as a Python int ``>= minimum`` (booleans refused)."""
+    if isinstance(x, bool) or not isinstance(x, numbers.Integral):
+        raise ValueError(f"{name} must be an integer >= {minimum}; got {x!r}")
+    if x < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}; got {x}")
+    return int(x)
+
+
+def as_generator(key, name: str = "key") -> np.random.Generator:
+    """A numpy ``Generator`` from a seed or an existing generator.
+
+    Library code never seeds globally: the caller passes an int seed (turned
+    into a fresh ``np.random.default_rng(seed)``) or a ``Generator`` it owns.
+    """
+    if isinstance(key, np.random.Generator):
+        return key
+    if isinstance(key, numbers.Integral) and not isinstance(key, bool) and key >= 0:
+        return np.random.default_rng(int(key))
+    raise ValueError(f"{name} must be a non-negative int seed or a numpy Generator; got {key!r}")

@@ -1,0 +1,195 @@
+"""The ``speculab`` command line: theory, simulation and reproductions side by side.
+
+Every command takes ``--seed`` and ``--json`` (machine-readable output on stdout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import numpy as np
+
+from speculab.repro._io import _jsonable
+
+__all__ = ["main"]
+
+
+# -- instances ---------------------------------------------------------------
+def _add_instance_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("instance (a saved .npz, or a random one)")
+    g.add_argument("--instance", metavar="FILE", help="a Markov instance saved with MarkovInstance.save / `speculab instance`")
+    g.add_argument("--T", type=int, default=50, help="horizon (default 50)")
+    g.add_argument("--V", type=int, default=7, help="vocabulary size (default 7)")
+    g.add_argument("--rows", choices=["dirichlet", "uniform"], default="dirichlet", help="row generator (default dirichlet)")
+    g.add_argument("--concentration", type=float, default=1.0, help="Dirichlet concentration (default 1)")
+    g.add_argument("--instance-seed", type=int, default=None, help="seed of the random instance (default: --seed)")
+
+
+def _instance(args):
+    from speculab.theory import MarkovInstance
+
+    if args.instance:
+        return MarkovInstance.load(args.instance)
+    seed = args.seed if args.instance_seed is None else args.instance_seed
+    return MarkovInstance.random(args.T, args.V, seed, rows=args.rows, concentration=args.concentration)
+
+
+def _describe(args, inst) -> dict:
+    if args.instance:
+        return {"file": args.instance, "T": inst.T, "V": inst.V}
+    seed = args.seed if args.instance_seed is None else args.instance_seed
+    return {"T": inst.T, "V": inst.V, "rows": args.rows, "concentration": args.concentration, "seed": seed}
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
+    fmt = lambda r: "  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
+    return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])
+
+
+def _emit(args, payload: dict, text: str) -> None:
+    print(json.dumps(_jsonable(payload), indent=2) if args.json else text)
+
+
+# -- commands ------------------------------------------------------------------
+def cmd_theory_rejections(args) -> None:
+    from speculab.theory import sd_expected_rejections
+
+    inst = _instance(args)
+    prof = sd_expected_rejections(inst)
+    payload = {
+        "instance": _describe(args, inst),
+        "expected_rejections": prof.total,
+        "expected_oracle_calls": prof.oracle_calls,
+        "acceleration": prof.acceleration,
+        "per_position": prof.per_position,
+    }
+    rows = [
+        ["E[N_rej]  ([Yin] Thm 1)", f"{prof.total:.6f}"],
+        ["E[oracle calls]", f"{prof.oracle_calls:.6f}"],
+        ["acceleration T / E[N_rej]", f"{prof.acceleration:.4f}"],
+    ]
+    text = f"speculative decoding (K = ∞) on {inst!r}\n" + _table(rows, ["quantity", "value"])
+    if args.per_position:
+        text += "\n\n" + _table([[str(n + 1), f"{v:.6f}"] for n, v in enumerate(prof.per_position)], ["n", "E_q[TV(p_n, q_n)]"])
+    _emit(args, payload, text)
+
+
+def _method(args):
+    from speculab.methods import SD, Autoregressive
+
+    if args.method == "ar":
+        if args.K is not None:
+            raise ValueError("--K applies to --method sd only")
+        return Autoregressive()
+    return SD(K=args.K)
+
+
+def cmd_sim(args) -> None:
+    from speculab.sim import Autoregressive, simulate
+    from speculab.theory import sd_expected_rejections
+
+    inst = _instance(args)
+    method = _method(args)
+    counts = simulate(inst, method, args.n_runs, np.random.default_rng(args.seed), progress=not args.json)
+    theory: dict[str, float] = {}
+    if isinstance(method, Autoregressive):
+        theory = {"rejections": inst.T, "oracle_calls": inst.T}
+    elif method.K is None or method.K >= inst.T:
+        prof = sd_expected_rejections(inst)
+        theory = {"rejections": prof.total, "oracle_calls": prof.oracle_calls}
+    summary = counts.summary()
+    rows = []
+    for name, est in summary.items():
+        th = theory.get(name)
+        z = est.z(th) if th is not None else None
+        rows.append([name, f"{est.mean:.4f}", f"{est.se:.4f}", "" if th is None else f"{th:.4f}", "" if z is None else f"{z:+.2f}"])
+    payload = {
+        "instance": _describe(args, inst),
+        "method": repr(method),
+        "seed": args.seed,
+        "counts": counts.to_dict(),
+        "theory": theory,
+        "z": {k: summary[k].z(v) for k, v in theory.items()},
+    }
+    head = f"{method!r} on {inst!r}, {args.n_runs:,} runs, seed {args.seed}"
+    _emit(args, payload, head + "\n" + _table(rows, ["count", "mean", "s.e.", "theory", "z"]))
+
+
+def cmd_instance(args) -> None:
+    inst = _instance(args)
+    inst.save(args.out)
+    _emit(args, {"instance": _describe(args, inst), "file": args.out}, f"wrote {inst!r} to {args.out}")
+
+
+def cmd_repro(args) -> None:
+    from speculab import repro
+
+    if args.figure is None or args.list:
+        _emit(args, {k: v[1] for k, v in repro.FIGURES.items()},
+              "\n".join(f"{k:12s} {v[1]}" for k, v in repro.FIGURES.items()))
+        return
+    mod = repro.get(args.figure)
+    kwargs = {"out_dir": args.out, "progress": not args.json}
+    if args.seed is not None:
+        kwargs["seed"] = args.seed
+    if args.n_runs is not None:
+        kwargs["n_runs"] = args.n_runs
+    result = mod.run(**kwargs)
+    _emit(args, result, mod.summary(result) + f"\n  wrote {args.out}/")
+
+
+# -- parser --------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="speculab", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p, seed_default: int | None = 0):
+        p.add_argument("--seed", type=int, default=seed_default, help=f"random seed (default {seed_default})")
+        p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    th = sub.add_parser("theory", help="exact closed forms").add_subparsers(dest="quantity", required=True)
+    p = th.add_parser("rejections", help="[Yin] Thm 1: expected rejections, oracle calls, acceleration of SD")
+    common(p)
+    _add_instance_args(p)
+    p.add_argument("--per-position", action="store_true", help="also list E_q[TV(p_n, q_n)] per position")
+    p.set_defaults(func=cmd_theory_rejections)
+
+    p = sub.add_parser("sim", help="Monte-Carlo simulation, with theory and z-scores beside it")
+    common(p)
+    _add_instance_args(p)
+    p.add_argument("--method", choices=["sd", "ar"], default="sd", help="sd (Algorithm 1) or ar (Algorithm 3)")
+    p.add_argument("--K", type=int, default=None, help="lookahead for sd (default ∞)")
+    p.add_argument("--n-runs", type=int, default=10_000, help="number of runs (default 10000)")
+    p.set_defaults(func=cmd_sim)
+
+    p = sub.add_parser("instance", help="save a random Markov instance to .npz")
+    common(p)
+    _add_instance_args(p)
+    p.add_argument("--out", required=True, help="output .npz path")
+    p.set_defaults(func=cmd_instance)
+
+    p = sub.add_parser("repro", help="reproduce a paper figure (PNG + JSON)")
+    p.add_argument("figure", nargs="?", help="figure name; omit or --list to list them")
+    common(p, seed_default=None)
+    p.add_argument("--list", action="store_true", help="list the figures")
+    p.add_argument("--n-runs", type=int, default=None, help="override the number of simulated runs")
+    p.add_argument("--out", default="results", help="output folder (default ./results)")
+    p.set_defaults(func=cmd_repro)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except (ValueError, OSError) as exc:
+        print(f"speculab: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""Monte-Carlo simulators of speculative decoding on Markov instances.
+
+``simulate(inst, method, n_runs, key)`` returns :class:`Counts` with per-run
+counts, means and standard errors. Convention: ``p`` = draft, ``q`` = target.
+"""
+
+from __future__ import annotations
+
+from speculab._validate import as_generator, as_positive_int
+from speculab.methods import SD, Autoregressive, Method, RejectionDecoding
+from speculab.sim.counts import Counts, Estimate
+from speculab.theory.instance import MarkovInstance
+
+__all__ = ["simulate", "Counts", "Estimate", "SD", "Autoregressive", "RejectionDecoding"]
+
+
+def simulate(
+    inst: MarkovInstance,
+    method: Method,
+    n_runs: int,
+    key,
+    *,
+    engine: str = "numpy",
+    return_sequences: bool = False,
+    progress: bool = False,
+) -> Counts:
+    """Simulate independent runs of a decoding method on a Markov instance.
+
+    Args:
+      inst: the draft/target pair (:class:`~speculab.theory.MarkovInstance`).
+      method: ``Autoregressive()``, ``SD(K=None | int)`` or
+        ``RejectionDecoding(b, P=None, K=None)`` ([Yin] Alg. 3, 1, 2).
+      n_runs: number of independent runs (>= 1).
+      key: an int seed or a ``np.random.Generator`` (consumed, never reset).
+      engine: ``"numpy"`` (the reference engine).
+      return_sequences: also return the ``(n_runs, T + 1)`` sampled tokens.
+      progress: show a progress bar on long simulations.
+
+    Returns:
+      :class:`Counts` — per-run rejections, oracle calls, draft calls, accepted
+      and discarded drafts, bonus tokens and per-position rejection rates.
+
+    Example:
+      >>> inst = MarkovInstance.random(T=50, V=7, key=0)
+      >>> c = simulate(inst, SD(), n_runs=10_000, key=1)
+      >>> e = c.estimate("rejections")   # compare with sd_expected_rejections(inst).total
+    """
+    if not isinstance(inst, MarkovInstance):
+        raise ValueError(f"inst must be a MarkovInstance; got {type(inst).__name__}")
+    n_runs = as_positive_int(n_runs, "n_runs")
+    if engine != "numpy":
+        raise ValueError(f"engine must be 'numpy' (the only engine built so far); got {engine!r}")
+    from speculab.sim.numpy_engine import simulate_numpy
+
+    return simulate_numpy(inst, method, n_runs, as_generator(key), return_sequences=return_sequences, progress=progress)

@@ -1,0 +1,142 @@
+"""The numpy reference simulator of [Yin] Algorithm 2 on Markov instances.
+
+Runs are simulated **position by position, vectorised across runs**: at every
+position each run either verifies a fresh draft token, draws a bonus token, or
+(after a rejection) starts a new round. This *lazy drafting* is exact in law:
+a round's drafts beyond the first rejection are discarded unseen, so drawing
+each draft only when it is verified gives the same joint law of outputs and
+counts as drafting the whole chain up front (checked against a literal,
+enumerate-every-branch implementation in ``tests/``). The number of drafts a
+round samples, ``min(K, T − start)``, is known when the round starts.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from speculab.methods import SD, Autoregressive, RejectionDecoding
+from speculab.sim.counts import Counts
+from speculab.theory.instance import MarkovInstance
+from speculab.theory.rejections import acceptance_array, rejection_array, sd_arrays
+
+__all__ = ["simulate_numpy"]
+
+#: Runs per vectorised chunk (fixed, so a seed gives the same result with or without progress bars).
+CHUNK = 1 << 15
+
+
+def _sample(cum: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Inverse-CDF sampling of one token per row.
+
+    ``cum`` is ``(n, V)`` cumulative (unnormalised) weights and ``u ~ U[0, 1)``.
+    Returns the smallest ``i`` with ``cum[i] > u * cum[-1]``: zero-weight tokens
+    are never returned and the index never exceeds ``V − 1``.
+    """
+    return (cum <= (u * cum[:, -1])[:, None]).sum(axis=1)
+
+
+def _chunk_autoregressive(inst: MarkovInstance, n: int, rng: np.random.Generator, keep: bool) -> Counts:
+    T = inst.T
+    cQ = np.cumsum(inst.Q, axis=-1)
+    x = _sample(np.broadcast_to(np.cumsum(inst.rho), (n, inst.V)), rng.random(n))
+    seq = np.empty((n, T + 1), dtype=np.int64) if keep else None
+    if keep:
+        seq[:, 0] = x
+    for t in range(T):
+        x = _sample(cQ[t, x], rng.random(n))
+        if keep:
+            seq[:, t + 1] = x
+    full = np.full(n, T, dtype=np.int64)
+    zero = np.zeros(n, dtype=np.int64)
+    return Counts(
+        rejections=full, oracle_calls=full.copy(), draft_calls=zero, accepted=zero.copy(),
+        discarded=zero.copy(), bonus=zero.copy(), tokens=full.copy(),
+        rejection_rate=np.ones(T), sequences=seq,
+    )
+
+
+def _chunk_alg2(
+    inst: MarkovInstance, B: np.ndarray, cR: np.ndarray, K: int, n: int, rng: np.random.Generator, keep: bool
+) -> Counts:
+    """``n`` runs of Algorithm 2 with acceptance ``B``, cumulative rejection rows ``cR`` and lookahead ``K <= T``."""
+    T, V = inst.T, inst.V
+    cP = np.cumsum(inst.P, axis=-1)
+    cQ = np.cumsum(inst.Q, axis=-1)
+    runs = np.arange(n)
+
+    prev = _sample(np.broadcast_to(np.cumsum(inst.rho), (n, V)), rng.random(n))
+    start = np.zeros(n, dtype=np.int64)  # position index where the current round began
+    oracle = np.ones(n, dtype=np.int64)
+    drafts = np.full(n, min(K, T), dtype=np.int64)
+    accepted = np.zeros(n, dtype=np.int64)
+    rejections = np.zeros(n, dtype=np.int64)
+    bonus = np.zeros(n, dtype=np.int64)
+    rate = np.zeros(T)
+    seq = np.empty((n, T + 1), dtype=np.int64) if keep else None
+    if keep:
+        seq[:, 0] = prev
+
+    for t in range(T):
+        x = np.empty(n, dtype=np.int64)
+        is_bonus = (t - start) == K  # all K drafts of this round accepted
+        verify = ~is_bonus
+
+        if is_bonus.any():
+            x[is_bonus] = _sample(cQ[t, prev[is_bonus]], rng.random(int(is_bonus.sum())))
+            bonus += is_bonus
+
+        r = runs[verify]
+        a = prev[r]
+        draft = _sample(cP[t, a], rng.random(r.size))
+        ok = rng.random(r.size) < B[t, a, draft]
+        x[r[ok]] = draft[ok]
+        accepted[r[ok]] += 1
+        rej = r[~ok]
+        if rej.size:
+            x[rej] = _sample(cR[t, prev[rej]], rng.random(rej.size))
+            rejections[rej] += 1
+            rate[t] = rej.size / n
+
+        # A round ends at a rejection or a bonus token; the next one starts at t + 1.
+        ended = is_bonus.copy()
+        ended[rej] = True
+        if t + 1 < T and ended.any():
+            start[ended] = t + 1
+            oracle[ended] += 1
+            drafts[ended] += min(K, T - t - 1)
+        prev = x
+        if keep:
+            seq[:, t + 1] = x
+
+    return Counts(
+        rejections=rejections, oracle_calls=oracle, draft_calls=drafts, accepted=accepted,
+        discarded=drafts - accepted, bonus=bonus, tokens=np.full(n, T, dtype=np.int64),
+        rejection_rate=rate, sequences=seq,
+    )
+
+
+def simulate_numpy(inst, method, n_runs: int, rng: np.random.Generator, *, return_sequences=False, progress=False) -> Counts:
+    """Simulate ``n_runs`` independent runs of ``method`` on ``inst``; see :func:`speculab.sim.simulate`."""
+    if isinstance(method, Autoregressive):
+        chunk = lambda n: _chunk_autoregressive(inst, n, rng, return_sequences)  # noqa: E731
+    elif isinstance(method, (SD, RejectionDecoding)):
+        if isinstance(method, SD):
+            B, R = sd_arrays(inst)
+        else:
+            B = acceptance_array(inst, method.b)
+            R = rejection_array(inst, B, method.P)
+        cR = np.cumsum(R, axis=-1)
+        K = inst.T if method.K is None else min(method.K, inst.T)
+        chunk = lambda n: _chunk_alg2(inst, B, cR, K, n, rng, return_sequences)  # noqa: E731
+    else:
+        raise ValueError(
+            f"method must be Autoregressive, SD or RejectionDecoding for the numpy engine; got {method!r}"
+        )
+    sizes = [min(CHUNK, n_runs - i) for i in range(0, n_runs, CHUNK)]
+    if progress and len(sizes) > 1:
+        from tqdm.auto import tqdm
+
+        parts = [chunk(s) for s in tqdm(sizes, desc="simulating", unit="chunk", leave=False, disable=None)]
+    else:
+        parts = [chunk(s) for s in sizes]
+    return parts[0] if len(parts) == 1 else Counts.concatenate(parts)

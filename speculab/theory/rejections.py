@@ -1,0 +1,199 @@
+"""Expected rejections of speculative decoding and of [Yin] Algorithm 2 (T1, T2).
+
+Convention: ``p`` = draft, ``q`` = target. A *rejection* at position ``n`` is the
+event that the token there was drawn from the rejection distribution ``P_n``;
+an *oracle call* is one forward pass of the target, i.e. one round.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Union
+
+import numpy as np
+
+from speculab._validate import as_distribution, as_probability_array, check_same_shape
+from speculab.theory.divergences import _pair, _residual, _sd_acceptance
+from speculab.theory.instance import MarkovInstance, chain_marginals
+
+__all__ = [
+    "RejectionProfile",
+    "sd_expected_rejections",
+    "acceleration",
+    "acceptance_array",
+    "rejection_array",
+    "unbiased_rejection_distribution",
+    "output_law",
+    "expected_rejections",
+    "is_unbiased",
+]
+
+#: An acceptance rule: an array ``b[n-1, a, x]`` of shape ``(T, V, V)``, or a
+#: function ``b(p, q)`` applied elementwise to the ``(T, V, V)`` arrays ``P, Q``.
+Acceptance = Union[np.ndarray, Callable[[np.ndarray, np.ndarray], np.ndarray]]
+#: A rejection rule: ``(T, V, V)`` rows, or a function ``P(p, q, b)`` giving them.
+RejectionRule = Union[np.ndarray, Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray], None]
+
+_UNBIASED_ATOL = 1e-12
+
+
+@dataclass(frozen=True)
+class RejectionProfile:
+    """Exact expected rejections of a decoding algorithm with lookahead ``K = ∞``.
+
+    Attributes:
+      per_position: ``(T,)``, the probability that position ``n`` (index ``n-1``)
+        is produced by a rejection.
+    """
+
+    per_position: np.ndarray
+
+    @property
+    def T(self) -> int:
+        return self.per_position.shape[0]
+
+    @property
+    def total(self) -> float:
+        """:math:`E[N_{rej}]`."""
+        return float(self.per_position.sum())
+
+    @property
+    def oracle_calls(self) -> float:
+        """Expected rounds = rejections, plus one if the last round ends without one (SPEC T1)."""
+        return self.total + 1.0 - float(self.per_position[-1])
+
+    @property
+    def acceleration(self) -> float:
+        """``T / E[N_rej]`` — [Yin]'s oracle-call speed-up over autoregressive decoding (inf if 0)."""
+        return self.T / self.total if self.total > 0 else float("inf")
+
+
+def sd_expected_rejections(inst: MarkovInstance) -> RejectionProfile:
+    r"""Expected rejections of speculative decoding, [Yin] Thm 1 (``K = ∞``).
+
+    .. math:: E[N_{rej}] = \sum_{n=1}^{T} E_{x_{1:n-1} \sim q}
+              \big[\mathrm{TV}(p_n, q_n)(\cdot \mid x_{1:n-1})\big]
+              = \sum_n \sum_a \mu_{n-1}(a)\, \mathrm{TV}(P[n, a], Q[n, a])
+
+    on a Markov instance, with :math:`\mu` the target's marginals; ``O(T V^2)``.
+
+    Example:
+      >>> inst = MarkovInstance.context_free([0.5, 0.5], [0.8, 0.2], T=10)
+      >>> round(sd_expected_rejections(inst).total, 12)   # T * TV(p, q)
+      3.0
+    """
+    mu = inst.marginals()  # (T+1, V)
+    return RejectionProfile(per_position=np.einsum("na,na->n", mu[:-1], inst.tv()))
+
+
+def acceleration(inst: MarkovInstance) -> float:
+    """[Yin]'s acceleration ``T / E[N_rej]`` of speculative decoding (Thm 1)."""
+    return sd_expected_rejections(inst).acceleration
+
+
+def acceptance_array(inst: MarkovInstance, b: Acceptance) -> np.ndarray:
+    """Resolve an acceptance rule to a checked ``(T, V, V)`` array of probabilities."""
+    arr = b(inst.P, inst.Q) if callable(b) else b
+    arr = as_probability_array(arr, "b")
+    check_same_shape(arr, inst.P, "b", "P")
+    return arr
+
+
+def _unbiased_rejection(p: np.ndarray, q: np.ndarray, b: np.ndarray) -> np.ndarray:
+    mass = ((1.0 - b) * p).sum(axis=-1, keepdims=True)  # D = Σ (1 − b) p
+    excess = np.maximum(q - b * p, 0.0)  # ≥ 0 up to round-off when b ≤ q/p
+    return np.divide(excess, mass, out=np.zeros_like(excess), where=mass > 0)
+
+
+def _check_unbiased(p: np.ndarray, q: np.ndarray, b: np.ndarray, name: str = "b") -> None:
+    slack = b * p - q
+    if np.any(slack > _UNBIASED_ATOL):
+        bad = tuple(int(i) for i in np.argwhere(slack > _UNBIASED_ATOL)[0])
+        raise ValueError(
+            f"{name} must satisfy b <= min(1, q/p) for an unbiased algorithm ([Yin] Thm 2); "
+            f"at index {bad} b*p - q = {slack[bad]:.3g} > 0"
+        )
+
+
+def is_unbiased(inst: MarkovInstance, b: Acceptance) -> bool:
+    """Whether ``b <= min(1, q/p)`` wherever ``p > 0`` (necessary and sufficient, [Yin] Thm 2)."""
+    arr = acceptance_array(inst, b)
+    return bool(np.all(arr * inst.P - inst.Q <= _UNBIASED_ATOL))
+
+
+def unbiased_rejection_distribution(p, q, b) -> np.ndarray:
+    r"""The only rejection distribution that makes Algorithm 2 unbiased, [Yin] Thm 2.
+
+    .. math:: P(x) = \frac{q(x) - b(x) p(x)}{\sum_{x'} (1 - b(x')) p(x')}
+
+    Args:
+      p: draft distribution(s), shape ``(..., V)``.
+      q: target distribution(s), same shape.
+      b: acceptance probabilities, same shape, with ``b <= min(1, q/p)``.
+
+    Returns:
+      Rows of the same shape; all zeros where ``Σ (1 − b) p = 0`` (never sampled).
+      With ``b = min(1, q/p)`` this is the residual ``[q − p]_+``.
+    """
+    p, q = _pair(p, q)
+    b = as_probability_array(b, "b")
+    check_same_shape(b, p, "b", "p")
+    _check_unbiased(p, q, b)
+    return _unbiased_rejection(p, q, b)
+
+
+def rejection_array(inst: MarkovInstance, b: np.ndarray, P: RejectionRule = None) -> np.ndarray:
+    """Resolve a rejection rule to ``(T, V, V)`` rows, given the resolved acceptance array ``b``.
+
+    ``P=None`` means the unbiased choice of [Yin] Thm 2 (and requires an unbiased ``b``).
+    Rows that are used (``Σ (1 − b) p > 0``) must be distributions; unused rows may be anything.
+    """
+    if P is None:
+        _check_unbiased(inst.P, inst.Q, b)
+        return _unbiased_rejection(inst.P, inst.Q, b)
+    arr = P(inst.P, inst.Q, b) if callable(P) else P
+    arr = np.asarray(arr, dtype=np.float64)
+    check_same_shape(arr, inst.P, "P (rejection distribution)", "the instance's P")
+    used = ((1.0 - b) * inst.P).sum(axis=-1) > 0
+    as_distribution(arr[used], "P (rejection distribution) rows that can be sampled")
+    out = np.array(arr, copy=True)
+    out[~used] = 0.0
+    return out
+
+
+def output_law(inst: MarkovInstance, b: Acceptance, P: RejectionRule = None) -> np.ndarray:
+    r"""Per-position output law of [Yin] Algorithm 2 on a Markov instance.
+
+    .. math:: P_{A,n}(x) = b_n(x)\, p_n(x) + P_n(x) \sum_{\tilde x} (1 - b_n(\tilde x))\, p_n(\tilde x)
+
+    The output is itself a Markov chain with these transitions, whatever the
+    lookahead. Unbiased ``b`` with ``P=None`` gives exactly ``Q`` ([Yin] Thm 2).
+
+    Returns:
+      ``(T, V, V)`` transition array of the output chain.
+    """
+    b_arr = acceptance_array(inst, b)
+    R = rejection_array(inst, b_arr, P)
+    D = ((1.0 - b_arr) * inst.P).sum(axis=-1, keepdims=True)  # (T, V, 1)
+    return b_arr * inst.P + R * D
+
+
+def expected_rejections(inst: MarkovInstance, b: Acceptance, P: RejectionRule = None) -> RejectionProfile:
+    r"""Expected rejections of Algorithm 2 with acceptance ``b`` (``K = ∞``), [Yin] Thm 2.
+
+    .. math:: E[N_{rej}] = \sum_n E_{x_{1:n-1} \sim P_A}\Big[\sum_x (1 - b_n(x))\, p_n(x)\Big]
+
+    where the prefix follows the algorithm's own output chain (``= q`` when unbiased).
+    For every unbiased ``b`` this is at least :func:`sd_expected_rejections`
+    (Thm 2), with equality for ``b = min(1, q/p)``.
+    """
+    b_arr = acceptance_array(inst, b)
+    R = rejection_array(inst, b_arr, P)
+    D = ((1.0 - b_arr) * inst.P).sum(axis=-1)  # (T, V)
+    mu = chain_marginals(inst.rho, b_arr * inst.P + R * D[..., None])
+    return RejectionProfile(per_position=np.einsum("na,na->n", mu[:-1], D))
+
+
+def sd_arrays(inst: MarkovInstance) -> tuple[np.ndarray, np.ndarray]:
+    """Speculative decoding's acceptance ``min(1, q/p)`` and residual ``[q − p]_+`` as ``(T, V, V)`` arrays."""
+    return _sd_acceptance(inst.P, inst.Q), _residual(inst.Q, inst.P)

@@ -1,0 +1,150 @@
+"""The numpy simulator against exact enumeration and T1 (Monte Carlo, fixed seeds, |z| < 5)."""
+
+import numpy as np
+import pytest
+
+from _enumerate import enumerate_decoding
+from conftest import Z_BOUND
+from speculab.sim import SD, Autoregressive, Counts, RejectionDecoding, simulate
+from speculab.theory import (
+    MarkovInstance,
+    chain_marginals,
+    sd_acceptance,
+    sd_arrays,
+    sd_expected_rejections,
+    unbiased_rejection_distribution,
+)
+
+N = 40_000
+
+
+def _z(counts: Counts, name: str, expected: float) -> float:
+    return counts.estimate(name).z(expected)
+
+
+def _tiny(seed, T=4, V=3, c=0.7):
+    return MarkovInstance.random(T, V, seed, concentration=c)
+
+
+@pytest.mark.parametrize("K", [None, 1, 2, 3])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_sd_counts_match_enumeration(K, seed):
+    """Every expected count of Algorithm 1 (finite K with bonus, and K = ∞) vs the literal enumeration."""
+    inst = _tiny(seed)
+    B, R = sd_arrays(inst)
+    e = enumerate_decoding(inst.P, inst.Q, inst.rho, B, R, K)
+    c = simulate(inst, SD(K=K), N, key=100 + seed)
+    for name in ("rejections", "oracle_calls", "draft_calls", "accepted", "discarded", "bonus"):
+        assert abs(_z(c, name, getattr(e, name))) < Z_BOUND, name
+    # per position: binomial standard errors
+    p = e.rejections_per_position
+    se = np.sqrt(np.maximum(p * (1 - p), 1e-12) / N)
+    assert np.all(np.abs(c.rejection_rate - p) / se < Z_BOUND)
+    # exact identities, run by run
+    np.testing.assert_array_equal(c.accepted + c.rejections + c.bonus, inst.T)
+    np.testing.assert_array_equal(c.discarded, c.draft_calls - c.accepted)
+    # the standard error itself is right: the simulated variance matches the exact one
+    var = e.rejections_sq - e.rejections**2
+    assert c.estimate("rejections").se == pytest.approx(np.sqrt(var / N), rel=0.05)
+
+
+def test_alg2_with_user_acceptance_matches_enumeration():
+    inst = _tiny(3)
+    b = 0.6 * sd_acceptance(inst.P, inst.Q)
+    R = unbiased_rejection_distribution(inst.P, inst.Q, b)
+    e = enumerate_decoding(inst.P, inst.Q, inst.rho, b, R, 2)
+    c = simulate(inst, RejectionDecoding(b=b, K=2), N, key=5)
+    for name in ("rejections", "oracle_calls", "draft_calls", "bonus"):
+        assert abs(_z(c, name, getattr(e, name))) < Z_BOUND, name
+    # a callable b gives the very same runs
+    c2 = simulate(inst, RejectionDecoding(b=lambda p, q: 0.6 * sd_acceptance(p, q), K=2), N, key=5)
+    np.testing.assert_array_equal(c.rejections, c2.rejections)
+
+
+def test_sequence_law_matches_target_marginals():
+    """Sampled tokens of SD follow q: per-position marginals within |z| < 5 of μ_n."""
+    inst = MarkovInstance.random(12, 5, 8, rows="uniform")
+    c = simulate(inst, SD(K=3), N, key=9, return_sequences=True)
+    mu = inst.marginals()
+    assert c.sequences.shape == (N, inst.T + 1)
+    for n in range(inst.T + 1):
+        freq = np.bincount(c.sequences[:, n], minlength=inst.V) / N
+        se = np.sqrt(mu[n] * (1 - mu[n]) / N)
+        assert np.all(np.abs(freq - mu[n]) < Z_BOUND * se + 1e-12), n
+    # the target's pair law at (n, n+1) as well: checks the transitions, not only marginals
+    n = 6
+    joint = np.zeros((inst.V, inst.V))
+    np.add.at(joint, (c.sequences[:, n], c.sequences[:, n + 1]), 1.0 / N)
+    exact = mu[n][:, None] * inst.Q[n]
+    assert np.all(np.abs(joint - exact) < Z_BOUND * np.sqrt(exact * (1 - exact) / N) + 1e-12)
+
+
+def test_t1_on_the_paper_sized_instance():
+    """[Yin] Fig. 2(a) setting: T = 50, V = 7; the simulated mean agrees with T1."""
+    inst = MarkovInstance.random(50, 7, 10, rows="uniform")
+    t1 = sd_expected_rejections(inst)
+    c = simulate(inst, SD(), 20_000, key=11)
+    assert abs(_z(c, "rejections", t1.total)) < Z_BOUND
+    assert abs(_z(c, "oracle_calls", t1.oracle_calls)) < Z_BOUND
+    se = np.sqrt(t1.per_position * (1 - t1.per_position) / 20_000)
+    assert np.all(np.abs(c.rejection_rate - t1.per_position) < Z_BOUND * se)
+
+
+def test_a_wrong_formula_would_be_caught():
+    """Power check: the tolerance separates T1 from a plausible wrong answer (T1 under the draft's marginals)."""
+    inst = MarkovInstance.random(50, 7, 10, rows="uniform")
+    wrong = float(np.einsum("na,na->", chain_marginals(inst.rho, inst.P)[:-1], inst.tv()))
+    c = simulate(inst, SD(), 20_000, key=11)
+    assert abs(_z(c, "rejections", wrong)) > Z_BOUND
+
+
+def test_autoregressive_counts_and_law():
+    inst = _tiny(2, T=5)
+    c = simulate(inst, Autoregressive(), 20_000, key=1, return_sequences=True)
+    assert np.all(c.rejections == 5) and np.all(c.oracle_calls == 5) and np.all(c.draft_calls == 0)
+    mu = inst.marginals()
+    freq = np.bincount(c.sequences[:, -1], minlength=inst.V) / 20_000
+    assert np.all(np.abs(freq - mu[-1]) < Z_BOUND * np.sqrt(mu[-1] * (1 - mu[-1]) / 20_000) + 1e-12)
+
+
+def test_identical_models_never_reject():
+    inst = MarkovInstance(*(2 * [MarkovInstance.random(6, 4, 0).Q]), rho=np.full(4, 0.25))
+    c = simulate(inst, SD(), 1000, key=0)
+    assert np.all(c.rejections == 0) and np.all(c.oracle_calls == 1) and np.all(c.draft_calls == 6)
+    c = simulate(inst, SD(K=2), 1000, key=0)
+    assert np.all(c.oracle_calls == 2) and np.all(c.bonus == 2)  # rounds: 2+bonus, 2+bonus
+
+
+def test_same_seed_same_result_and_chunking_is_invisible(monkeypatch):
+    inst = _tiny(4)
+    a = simulate(inst, SD(K=2), 5000, key=42, return_sequences=True)
+    b = simulate(inst, SD(K=2), 5000, key=np.random.default_rng(42), return_sequences=True, progress=True)
+    np.testing.assert_array_equal(a.sequences, b.sequences)
+    np.testing.assert_array_equal(a.oracle_calls, b.oracle_calls)
+    c = simulate(inst, SD(K=2), 5000, key=43)
+    assert not np.array_equal(a.rejections, c.rejections)
+    import speculab.sim.numpy_engine as eng
+
+    monkeypatch.setattr(eng, "CHUNK", 1000)  # several chunks: same statistics, merged correctly
+    d = simulate(inst, SD(K=2), 5000, key=42, return_sequences=True)
+    assert d.n_runs == 5000 and d.sequences.shape == (5000, inst.T + 1)
+    for counts in (a, d):  # per-position rates add up to the mean count, also after merging chunks
+        assert counts.rejection_rate.sum() == pytest.approx(counts.rejections.mean(), rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda inst: simulate(inst, SD(), 0, key=0), "n_runs"),
+        (lambda inst: simulate(inst, SD(), 10, key="seed"), "key"),
+        (lambda inst: simulate(inst, SD(), 10, key=0, engine="torch"), "engine"),
+        (lambda inst: simulate(inst.P, SD(), 10, key=0), "MarkovInstance"),
+        (lambda inst: simulate(inst, "sd", 10, key=0), "method"),
+        (lambda inst: SD(K=0), "K must be an integer >= 1"),
+        (lambda inst: SD(K=2.5), "K must be an integer"),
+        (lambda inst: simulate(inst, RejectionDecoding(b=np.ones(inst.P.shape)), 10, key=0), "unbiased"),
+    ],
+)
+def test_bad_simulation_input(call, match):
+    with pytest.raises(ValueError, match=match):
+        call(_tiny(0))
