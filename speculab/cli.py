@@ -6,6 +6,7 @@ Every command takes ``--seed`` and ``--json`` (machine-readable output on stdout
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import sys
 
@@ -77,19 +78,54 @@ def cmd_theory_rejections(args) -> None:
     _emit(args, payload, text)
 
 
+def _parse_M(text: str) -> float:
+    """``--M``: a whole number >= 1, or ``inf`` for the limit."""
+    if text.strip().lower() in ("inf", "infinity", "∞"):
+        return float("inf")
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"M must be a whole number >= 1 or 'inf'; got {text!r}") from None
+
+
+def cmd_theory_batch(args) -> None:
+    from speculab.theory import batch_expected_rejections
+
+    inst = _instance(args)
+    rows, payload = [], {"instance": _describe(args, inst), "M": {}}
+    for M in args.M:
+        prof = batch_expected_rejections(inst, M)
+        payload["M"][str(M)] = {
+            "expected_rejections": prof.total, "sd_term": float(prof.sd_per_position.sum()),
+            "batch_improvement": prof.improvement, "expected_oracle_calls": prof.oracle_calls,
+            "acceleration": prof.acceleration, "per_position": prof.per_position,
+        }
+        rows.append([str(M), f"{prof.total:.6f}", f"{prof.sd_per_position.sum():.6f}", f"{prof.improvement:.6f}",
+                     f"{prof.oracle_calls:.6f}", f"{prof.acceleration:.4f}"])
+    text = f"batch speculative decoding ([Yin] Thm 3; M = inf is the exact limit) on {inst!r}\n" + _table(
+        rows, ["M", "E[N_rej]", "SD term (T1)", "batch improvement", "E[oracle calls]", "acceleration"])
+    _emit(args, payload, text)
+
+
 def _method(args):
-    from speculab.methods import SD, Autoregressive
+    from speculab.methods import SD, Autoregressive, BatchSD
 
     if args.method == "ar":
-        if args.K is not None:
-            raise ValueError("--K applies to --method sd only")
+        if args.K is not None or args.M is not None:
+            raise ValueError("--K and --M apply to --method sd / batch only")
         return Autoregressive()
+    if args.method == "batch":
+        if args.M is None:
+            raise ValueError("--method batch needs --M (number of drafts)")
+        return BatchSD(M=args.M, K=args.K)
+    if args.M is not None:
+        raise ValueError("--M applies to --method batch only")
     return SD(K=args.K)
 
 
 def cmd_sim(args) -> None:
-    from speculab.sim import Autoregressive, simulate
-    from speculab.theory import sd_expected_rejections
+    from speculab.sim import Autoregressive, BatchSD, simulate
+    from speculab.theory import batch_expected_rejections
 
     inst = _instance(args)
     method = _method(args)
@@ -98,7 +134,7 @@ def cmd_sim(args) -> None:
     if isinstance(method, Autoregressive):
         theory = {"rejections": inst.T, "oracle_calls": inst.T}
     elif method.K is None or method.K >= inst.T:
-        prof = sd_expected_rejections(inst)
+        prof = batch_expected_rejections(inst, method.M if isinstance(method, BatchSD) else 1)
         theory = {"rejections": prof.total, "oracle_calls": prof.oracle_calls}
     summary = counts.summary()
     rows = []
@@ -132,11 +168,17 @@ def cmd_repro(args) -> None:
               "\n".join(f"{k:12s} {v[1]}" for k, v in repro.FIGURES.items()))
         return
     mod = repro.get(args.figure)
-    kwargs = {"out_dir": args.out, "progress": not args.json}
-    if args.seed is not None:
-        kwargs["seed"] = args.seed
-    if args.n_runs is not None:
-        kwargs["n_runs"] = args.n_runs
+    accepted = inspect.signature(mod.run).parameters
+    kwargs = {"out_dir": args.out}
+    if "progress" in accepted:
+        kwargs["progress"] = not args.json
+    for name in ("seed", "n_runs"):
+        value = getattr(args, name)
+        if value is None:
+            continue
+        if name not in accepted:
+            raise ValueError(f"{args.figure} is exact (no sampling); --{name.replace('_', '-')} does not apply")
+        kwargs[name] = value
     result = mod.run(**kwargs)
     _emit(args, result, mod.summary(result) + f"\n  wrote {args.out}/")
 
@@ -157,11 +199,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--per-position", action="store_true", help="also list E_q[TV(p_n, q_n)] per position")
     p.set_defaults(func=cmd_theory_rejections)
 
+    p = th.add_parser("batch", help="[Yin] Thm 3: expected rejections of batch SD, SD term and batch improvement")
+    common(p)
+    _add_instance_args(p)
+    p.add_argument("--M", type=_parse_M, nargs="+", default=[1, 2, 4, 8, float("inf")],
+                   help="numbers of drafts (default 1 2 4 8 inf)")
+    p.set_defaults(func=cmd_theory_batch)
+
     p = sub.add_parser("sim", help="Monte-Carlo simulation, with theory and z-scores beside it")
     common(p)
     _add_instance_args(p)
-    p.add_argument("--method", choices=["sd", "ar"], default="sd", help="sd (Algorithm 1) or ar (Algorithm 3)")
-    p.add_argument("--K", type=int, default=None, help="lookahead for sd (default ∞)")
+    p.add_argument("--method", choices=["sd", "batch", "ar"], default="sd",
+                   help="sd (Algorithm 1), batch (Algorithm 4, needs --M) or ar (Algorithm 3)")
+    p.add_argument("--K", type=int, default=None, help="lookahead for sd / batch (default ∞)")
+    p.add_argument("--M", type=int, default=None, help="number of drafts for --method batch")
     p.add_argument("--n-runs", type=int, default=10_000, help="number of runs (default 10000)")
     p.set_defaults(func=cmd_sim)
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from speculab._validate import as_positive_int
 
-__all__ = ["Autoregressive", "SD", "RejectionDecoding", "Method"]
+__all__ = ["Autoregressive", "SD", "BatchSD", "RejectionDecoding", "Method"]
 
 
 def _check_K(K) -> None:
@@ -49,6 +49,31 @@ class SD:
         _check_K(self.K)
 
 
+@dataclass(frozen=True)
+class BatchSD:
+    """Batch speculative decoding with ``M`` drafts, [Yin] Algorithm 4 (SPEC §1, corrected).
+
+    Each round draws ``M`` independent draft continuations from the round's
+    first position (the root). The root token of draft ``m`` is checked against
+    the recursive residual ``q^m`` (``q^1 = q``, ``q^{m+1} = [q^m − p]_+``); the
+    first accepted draft is followed alone with ordinary SD checks. A root
+    rejection (all ``M`` refused) outputs ``x ~ q^{M+1}``. Unbiased; one oracle
+    call per round. ``M = 1`` is :class:`SD`.
+
+    Args:
+      M: number of drafts (>= 1).
+      K: draft length per round (``None`` = to the end, as in [Yin]); with finite
+        ``K`` an all-accepted draft earns a bonus token as in :class:`SD`.
+    """
+
+    M: int
+    K: int | None = None
+
+    def __post_init__(self):
+        as_positive_int(self.M, "M")
+        _check_K(self.K)
+
+
 @dataclass(frozen=True, eq=False)
 class RejectionDecoding:
     """[Yin] Algorithm 2 with a user-supplied acceptance ``b`` and rejection law ``P``.
@@ -72,4 +97,4 @@ class RejectionDecoding:
             object.__setattr__(self, "b", np.asarray(self.b, dtype=np.float64))
 
 
-Method = Autoregressive | SD | RejectionDecoding
+Method = Autoregressive | SD | BatchSD | RejectionDecoding

@@ -53,7 +53,7 @@ def test_sim_finite_K_and_autoregressive(capsys):
     [
         (["sim", "--K", "0"], "K must be an integer >= 1"),
         (["sim", "--n-runs", "0"], "n_runs"),
-        (["sim", "--method", "ar", "--K", "3"], "--K applies"),
+        (["sim", "--method", "ar", "--K", "3"], "--K and --M apply"),
         (["theory", "rejections", "--V", "1"], "V must be"),
         (["theory", "rejections", "--instance", "/nonexistent.npz"], "nonexistent"),
         (["repro", "no-such-figure"], "unknown figure"),
@@ -73,3 +73,34 @@ def test_repro_yin_fig2a_writes_png_and_json(capsys, tmp_path):
     assert sd_expected_rejections(inst).total == pytest.approx(out["theory"]["expected_rejections"])
     assert abs(out["simulation"]["z"]) < Z_BOUND
     assert main(["repro", "--list"]) == 0 and "yin-fig2a" in capsys.readouterr().out
+
+
+def test_theory_batch_json(capsys):
+    out = _json(capsys, ["theory", "batch", "--T", "20", "--V", "4", "--M", "1", "3", "inf"])
+    t1 = _json(capsys, ["theory", "rejections", "--T", "20", "--V", "4"])
+    assert out["M"]["1"]["expected_rejections"] == pytest.approx(t1["expected_rejections"], rel=1e-12)
+    assert out["M"]["inf"]["expected_rejections"] <= out["M"]["3"]["expected_rejections"] <= t1["expected_rejections"]
+
+
+def test_sim_batch_reports_t3(capsys):
+    out = _json(capsys, ["sim", "--method", "batch", "--M", "3", "--T", "30", "--V", "5", "--n-runs", "20000"])
+    assert abs(out["z"]["rejections"]) < Z_BOUND and out["method"] == "BatchSD(M=3, K=None)"
+    assert main(["sim", "--method", "batch"]) == 2 and "needs --M" in capsys.readouterr().err
+    assert main(["sim", "--M", "3"]) == 2 and "--M applies" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("figure, runs", [("yin-fig2b", 3000), ("yin-fig2c", 1000), ("yin-fig3", None), ("yin-fig5", 3000)])
+def test_batch_reproductions(capsys, tmp_path, figure, runs):
+    argv = ["repro", figure, "--out", str(tmp_path)] + (["--n-runs", str(runs)] if runs else [])
+    out = _json(capsys, argv)
+    stem = figure.replace("-", "_")
+    assert (tmp_path / f"{stem}.png").stat().st_size > 10_000
+    assert json.loads((tmp_path / f"{stem}.json").read_text())["figure"] == out["figure"]
+    if figure == "yin-fig3":
+        assert out["max_abs_gap"] < 1e-12
+        assert main(["repro", figure, "--n-runs", "5", "--out", str(tmp_path)]) == 2
+        assert "exact" in capsys.readouterr().err
+    if figure == "yin-fig2c":
+        gap = out["regimes"]["support_gap"]
+        assert gap["limit"] == pytest.approx(gap["theory"][0])  # no improvement at all
+        assert out["regimes"]["paper"]["limit"] < out["regimes"]["paper"]["theory"][-1]

@@ -15,10 +15,12 @@ from pathlib import Path
 import numpy as np
 
 from speculab.repro._io import new_figure, write_json
+from speculab.repro._plots import YIN_V as V
+from speculab.repro._plots import plot_running, yin_instance
 from speculab.sim import SD, simulate
-from speculab.theory import MarkovInstance, sd_expected_rejections
+from speculab.theory import sd_expected_rejections
 
-T, V = 50, 7
+T = 50
 PAPER = {"expected_rejections": 16.41, "acceleration": 3.05}
 
 
@@ -30,30 +32,17 @@ def run(seed: int = 10, n_runs: int = 500_000, out_dir: str | Path = "results", 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
-    inst = MarkovInstance.random(T, V, rng, rows="uniform")
+    inst = yin_instance(T, rng)
     theory = sd_expected_rejections(inst)
 
     t0 = time.perf_counter()
     counts = simulate(inst, SD(), n_runs, rng, progress=progress)
     seconds = time.perf_counter() - t0
 
-    x = counts.rejections.astype(np.float64)
-    k = np.arange(1, n_runs + 1)
-    running_mean = np.cumsum(x) / k
-    # running standard error of the mean (population s.d. of the first k runs / sqrt(k))
-    running_var = np.maximum(np.cumsum(x * x) / k - running_mean**2, 0.0)
-    running_se = np.sqrt(running_var / k)
-
     fig, (ax, ax2) = new_figure(ncols=2)
-    ax.plot(k, running_mean, color="tab:green", lw=1.2, label="simulation: running mean")
-    ax.fill_between(k, running_mean - 2 * running_se, running_mean + 2 * running_se,
-                    color="tab:green", alpha=0.25, lw=0, label="± 2 s.e.")
-    ax.axhline(theory.total, color="tab:orange", lw=1.5, label=f"Theorem 1: {theory.total:.3f}")
-    ax.set_xscale("log")
-    ax.set_xlim(10, n_runs)
+    running = plot_running(ax, counts.rejections, theory.total, color="tab:green", theory_color="tab:orange",
+                           label="simulation: running mean ± 2 s.e.", theory_label="Theorem 1")
     ax.set_ylim(theory.total - 1.5, theory.total + 1.5)
-    ax.set_xlabel("number of runs N")
-    ax.set_ylabel("average rejections")
     ax.set_title(f"SD, T={T}, {V} tokens (seed {seed})")
     ax.legend(loc="upper right", fontsize=8)
 
@@ -67,7 +56,6 @@ def run(seed: int = 10, n_runs: int = 500_000, out_dir: str | Path = "results", 
     fig.savefig(out / "yin_fig2a.png", dpi=130)
 
     est = counts.estimate("rejections")
-    checkpoints = [n for n in (10**i for i in range(1, 8)) if n <= n_runs] + ([n_runs] if n_runs not in (10**i for i in range(8)) else [])
     result = {
         "figure": "[Yin] Fig. 2(a)",
         "seed": seed,
@@ -83,7 +71,7 @@ def run(seed: int = 10, n_runs: int = 500_000, out_dir: str | Path = "results", 
             "rejections": {"mean": est.mean, "se": est.se},
             "z": est.z(theory.total),
             "oracle_calls": dict(zip(("mean", "se"), counts.estimate("oracle_calls")[:2])),
-            "running_mean": {str(n): running_mean[n - 1] for n in checkpoints},
+            "running_mean": running,
             "seconds": seconds,
             "runs_per_second": n_runs / seconds,
         },

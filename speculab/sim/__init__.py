@@ -7,11 +7,11 @@ counts, means and standard errors. Convention: ``p`` = draft, ``q`` = target.
 from __future__ import annotations
 
 from speculab._validate import as_generator, as_positive_int
-from speculab.methods import SD, Autoregressive, Method, RejectionDecoding
+from speculab.methods import SD, Autoregressive, BatchSD, Method, RejectionDecoding
 from speculab.sim.counts import Counts, Estimate
 from speculab.theory.instance import MarkovInstance
 
-__all__ = ["simulate", "Counts", "Estimate", "SD", "Autoregressive", "RejectionDecoding"]
+__all__ = ["simulate", "Counts", "Estimate", "SD", "BatchSD", "Autoregressive", "RejectionDecoding"]
 
 
 def simulate(
@@ -28,8 +28,8 @@ def simulate(
 
     Args:
       inst: the draft/target pair (:class:`~speculab.theory.MarkovInstance`).
-      method: ``Autoregressive()``, ``SD(K=None | int)`` or
-        ``RejectionDecoding(b, P=None, K=None)`` ([Yin] Alg. 3, 1, 2).
+      method: ``Autoregressive()``, ``SD(K=None | int)``, ``BatchSD(M, K=None)``
+        or ``RejectionDecoding(b, P=None, K=None)`` ([Yin] Alg. 3, 1, 4, 2).
       n_runs: number of independent runs (>= 1).
       key: an int seed or a ``np.random.Generator`` (consumed, never reset).
       engine: ``"numpy"`` (the reference engine).

@@ -8,13 +8,18 @@ each draft only when it is verified gives the same joint law of outputs and
 counts as drafting the whole chain up front (checked against a literal,
 enumerate-every-branch implementation in ``tests/``). The number of drafts a
 round samples, ``min(K, T − start)``, is known when the round starts.
+
+Batch SD ([Yin] Alg. 4) differs only at a round's first position (the root),
+where up to ``M`` draft tokens are tried against the recursive residuals; the
+followed draft's later tokens are drawn lazily like SD's. A round samples
+``M · min(K, T − start)`` draft tokens.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from speculab.methods import SD, Autoregressive, RejectionDecoding
+from speculab.methods import SD, Autoregressive, BatchSD, RejectionDecoding
 from speculab.sim.counts import Counts
 from speculab.theory.instance import MarkovInstance
 from speculab.theory.rejections import acceptance_array, rejection_array, sd_arrays
@@ -55,10 +60,45 @@ def _chunk_autoregressive(inst: MarkovInstance, n: int, rng: np.random.Generator
     )
 
 
+def _batch_root(P_t: np.ndarray, cP_t: np.ndarray, Q_t: np.ndarray, a: np.ndarray, M: int, rng: np.random.Generator):
+    """The root step of Algorithm 4 for runs whose previous token is ``a``.
+
+    Draft ``m`` is accepted with probability ``min(1, q^m(x)/p(x))``, written
+    without division as ``U · R_{m−1} p(x) < u_{m−1}(x)`` with the unnormalised
+    residuals ``u_{m−1} = R_{m−1} q^m`` of :func:`speculab.theory.root_residual_chain`.
+
+    Returns:
+      ``(x, rejected)``: the output tokens and which runs rejected all ``M`` drafts.
+    """
+    x = np.empty(a.size, dtype=np.int64)
+    pending = np.arange(a.size)
+    u = Q_t[a].copy()  # (n, V): u_0 = q
+    R = np.ones(a.size)
+    for _ in range(M):
+        pa = P_t[a[pending]]
+        draft = _sample(cP_t[a[pending]], rng.random(pending.size))
+        rows = np.arange(pending.size)
+        ok = rng.random(pending.size) * R[pending] * pa[rows, draft] < u[pending, draft]
+        x[pending[ok]] = draft[ok]
+        pending, pa = pending[~ok], pa[~ok]
+        if pending.size == 0:
+            break
+        u[pending] = np.maximum(u[pending] - R[pending, None] * pa, 0.0)
+        R[pending] = u[pending].sum(axis=1)
+        if np.any(R[pending] == 0):  # r_m = 0 means acceptance w.p. 1: only round-off gets here
+            raise FloatingPointError("batch root: a draft was rejected against a residual equal to p (round-off)")
+    rejected = np.zeros(a.size, dtype=bool)
+    rejected[pending] = True
+    if pending.size:
+        x[pending] = _sample(np.cumsum(u[pending], axis=1), rng.random(pending.size))  # x ~ q^{M+1}
+    return x, rejected
+
+
 def _chunk_alg2(
-    inst: MarkovInstance, B: np.ndarray, cR: np.ndarray, K: int, n: int, rng: np.random.Generator, keep: bool
+    inst: MarkovInstance, B: np.ndarray, cR: np.ndarray, K: int, M: int, n: int, rng: np.random.Generator, keep: bool
 ) -> Counts:
-    """``n`` runs of Algorithm 2 with acceptance ``B``, cumulative rejection rows ``cR`` and lookahead ``K <= T``."""
+    """``n`` runs of Algorithm 2 with acceptance ``B``, cumulative rejection rows ``cR``,
+    lookahead ``K <= T`` and ``M`` drafts at each root (``M = 1``: no batch)."""
     T, V = inst.T, inst.V
     cP = np.cumsum(inst.P, axis=-1)
     cQ = np.cumsum(inst.Q, axis=-1)
@@ -67,7 +107,7 @@ def _chunk_alg2(
     prev = _sample(np.broadcast_to(np.cumsum(inst.rho), (n, V)), rng.random(n))
     start = np.zeros(n, dtype=np.int64)  # position index where the current round began
     oracle = np.ones(n, dtype=np.int64)
-    drafts = np.full(n, min(K, T), dtype=np.int64)
+    drafts = np.full(n, M * min(K, T), dtype=np.int64)
     accepted = np.zeros(n, dtype=np.int64)
     rejections = np.zeros(n, dtype=np.int64)
     bonus = np.zeros(n, dtype=np.int64)
@@ -86,6 +126,13 @@ def _chunk_alg2(
             bonus += is_bonus
 
         r = runs[verify]
+        root_rej = np.empty(0, dtype=np.int64)
+        if M > 1:
+            at_root = start[r] == t
+            root, r = r[at_root], r[~at_root]
+            x[root], rejected = _batch_root(inst.P[t], cP[t], inst.Q[t], prev[root], M, rng)
+            accepted[root[~rejected]] += 1
+            root_rej = root[rejected]
         a = prev[r]
         draft = _sample(cP[t, a], rng.random(r.size))
         ok = rng.random(r.size) < B[t, a, draft]
@@ -94,8 +141,9 @@ def _chunk_alg2(
         rej = r[~ok]
         if rej.size:
             x[rej] = _sample(cR[t, prev[rej]], rng.random(rej.size))
-            rejections[rej] += 1
-            rate[t] = rej.size / n
+        rej = np.concatenate([rej, root_rej])
+        rejections[rej] += 1
+        rate[t] = rej.size / n
 
         # A round ends at a rejection or a bonus token; the next one starts at t + 1.
         ended = is_bonus.copy()
@@ -103,7 +151,7 @@ def _chunk_alg2(
         if t + 1 < T and ended.any():
             start[ended] = t + 1
             oracle[ended] += 1
-            drafts[ended] += min(K, T - t - 1)
+            drafts[ended] += M * min(K, T - t - 1)
         prev = x
         if keep:
             seq[:, t + 1] = x
@@ -119,18 +167,19 @@ def simulate_numpy(inst, method, n_runs: int, rng: np.random.Generator, *, retur
     """Simulate ``n_runs`` independent runs of ``method`` on ``inst``; see :func:`speculab.sim.simulate`."""
     if isinstance(method, Autoregressive):
         chunk = lambda n: _chunk_autoregressive(inst, n, rng, return_sequences)  # noqa: E731
-    elif isinstance(method, (SD, RejectionDecoding)):
-        if isinstance(method, SD):
+    elif isinstance(method, (SD, BatchSD, RejectionDecoding)):
+        if isinstance(method, (SD, BatchSD)):
             B, R = sd_arrays(inst)
         else:
             B = acceptance_array(inst, method.b)
             R = rejection_array(inst, B, method.P)
         cR = np.cumsum(R, axis=-1)
         K = inst.T if method.K is None else min(method.K, inst.T)
-        chunk = lambda n: _chunk_alg2(inst, B, cR, K, n, rng, return_sequences)  # noqa: E731
+        M = method.M if isinstance(method, BatchSD) else 1
+        chunk = lambda n: _chunk_alg2(inst, B, cR, K, M, n, rng, return_sequences)  # noqa: E731
     else:
         raise ValueError(
-            f"method must be Autoregressive, SD or RejectionDecoding for the numpy engine; got {method!r}"
+            f"method must be Autoregressive, SD, BatchSD or RejectionDecoding for the numpy engine; got {method!r}"
         )
     sizes = [min(CHUNK, n_runs - i) for i in range(0, n_runs, CHUNK)]
     if progress and len(sizes) > 1:

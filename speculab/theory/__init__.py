@@ -38,3 +38,23 @@ __all__ = [
     "tv",
     "unbiased_rejection_distribution",
 ]
+
+from speculab.theory.batch import (  # noqa: E402
+    BatchProfile,
+    batch_expected_rejections,
+    batch_improvement,
+    batch_rejection_probability,
+    bernoulli_batch_improvement,
+    root_residual_chain,
+    uniform_batch_improvement,
+)
+
+__all__ += [
+    "BatchProfile",
+    "batch_expected_rejections",
+    "batch_improvement",
+    "batch_rejection_probability",
+    "bernoulli_batch_improvement",
+    "root_residual_chain",
+    "uniform_batch_improvement",
+]

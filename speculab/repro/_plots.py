@@ -1,0 +1,46 @@
+"""Plot pieces shared by the reproductions."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from speculab.theory import MarkovInstance
+
+#: [Yin] App. F instances: 7 tokens, uniform prompt law, rows of normalised uniforms.
+YIN_V = 7
+
+
+def yin_instance(T: int, rng: np.random.Generator) -> MarkovInstance:
+    """A seeded instance of the kind used in [Yin] App. F (generator: see ``MarkovInstance.random``)."""
+    return MarkovInstance.random(T, YIN_V, rng, rows="uniform")
+
+
+def running_mean(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(k, mean of the first k runs, standard error of that mean)`` for ``k = 1..len(x)``."""
+    x = np.asarray(x, dtype=np.float64)
+    k = np.arange(1, x.size + 1)
+    mean = np.cumsum(x) / k
+    var = np.maximum(np.cumsum(x * x) / k - mean**2, 0.0)
+    return k, mean, np.sqrt(var / k)
+
+
+def checkpoints(mean: np.ndarray) -> dict[str, float]:
+    """The running mean at 10, 100, 1000, … runs and at the last run (for the JSON)."""
+    n = mean.size
+    at = [10**i for i in range(1, 9) if 10**i <= n]
+    if n not in at:
+        at.append(n)
+    return {str(i): float(mean[i - 1]) for i in at}
+
+
+def plot_running(ax, x: np.ndarray, theory: float, *, color: str, theory_color: str, label: str, theory_label: str) -> dict:
+    """Running mean of per-run counts with a ±2 s.e. band and the theory line; returns checkpoints."""
+    k, mean, se = running_mean(x)
+    ax.plot(k, mean, color=color, lw=1.2, label=label)
+    ax.fill_between(k, mean - 2 * se, mean + 2 * se, color=color, alpha=0.25, lw=0)
+    ax.axhline(theory, color=theory_color, lw=1.5, label=f"{theory_label}: {theory:.3f}")
+    ax.set_xscale("log")
+    ax.set_xlim(10, k[-1])
+    ax.set_xlabel("number of runs N")
+    ax.set_ylabel("average rejections")
+    return checkpoints(mean)

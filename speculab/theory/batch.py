@@ -1,0 +1,200 @@
+"""Batch speculative decoding with ``M`` drafts: [Yin] Thm 3, Prop. 1 and the Fig. 3 closed forms.
+
+Convention: ``p`` = draft, ``q`` = target. At a round's first position (the
+*root*) Algorithm 4 tries ``M`` independent drafts against the recursive
+residuals ``q^1 = q``, ``q^{m+1} = [q^m − p]_+``; it rejects there only if all
+``M`` first tokens are rejected, which happens with probability
+``R = Π_{m=1}^{M} r_m``, ``r_m = TV(q^m, p)``, and then outputs ``x ~ q^{M+1}``.
+
+Numerics: we never normalise a residual. With ``u_0 = q``, ``R_0 = 1``,
+
+    u_m = (u_{m−1} − R_{m−1} p)_+ ,    R_m = Σ_x u_m(x),
+
+one has ``u_m = R_m q^{m+1}`` and ``R_m = Π_{k≤m} r_k`` (because
+``r_m q^{m+1} = (q^m − p)_+``). No division occurs, so ``r_m = 0`` is harmless:
+every later ``u`` and ``R`` is exactly 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from speculab._validate import as_positive_int
+from speculab.theory.divergences import _pair, _tv
+from speculab.theory.instance import MarkovInstance
+from speculab.theory.rejections import RejectionProfile
+
+__all__ = [
+    "BatchProfile",
+    "batch_expected_rejections",
+    "batch_rejection_probability",
+    "batch_improvement",
+    "bernoulli_batch_improvement",
+    "uniform_batch_improvement",
+    "root_residual_chain",
+]
+
+
+def _check_M(M) -> float:
+    if M == np.inf:
+        return np.inf
+    return as_positive_int(M, "M")
+
+
+def root_residual_chain(q: np.ndarray, p: np.ndarray, M: float) -> tuple[np.ndarray, np.ndarray]:
+    r"""Unnormalised ``(u_M, R_M)`` of the root residual recursion (module docstring), batched.
+
+    ``u_M = R_M q^{M+1}`` is the sub-probability of outputting each token *by a
+    rejection at the root*, and ``R_M = Π_{m≤M} TV(q^m, p)`` the root rejection
+    probability. ``M = inf`` gives the exact limit (Prop. 1, corrected): the
+    mass of ``q`` off ``supp(p)`` is never removed — for ``x ∉ supp(p)``,
+    ``u_m(x) = q(x)`` for every ``m`` — while on ``supp(p)`` the residual is
+    drained in finitely many steps whenever that off-support mass ``o`` is positive
+    (each step subtracts at least ``o · p(x)``), and ``R_m → 0`` when ``o = 0``. So
+
+    .. math:: u_\infty = q \cdot 1\{p = 0\},\qquad R_\infty = q(\{x : p(x) = 0\}).
+
+    Args:
+      q, p: arrays of shape ``(..., V)`` (already validated).
+      M: number of drafts, a positive int or ``np.inf``.
+    """
+    if M == np.inf:
+        u = np.where(p > 0, 0.0, q)
+        return u, u.sum(axis=-1)
+    u = q.copy()
+    R = np.ones(q.shape[:-1])
+    for _ in range(int(M)):
+        u = np.maximum(u - R[..., None] * p, 0.0)
+        R = u.sum(axis=-1)
+    return u, R
+
+
+def batch_rejection_probability(q, p, M) -> np.ndarray:
+    r"""Probability that all ``M`` first draft tokens are rejected at a root: :math:`\prod_{m=1}^{M} \mathrm{TV}(q^m, p)`.
+
+    ``M = 1`` gives ``TV(p, q)``; ``M = np.inf`` gives the limit ``q(supp(p)^c)``.
+    """
+    p, q = _pair(p, q)
+    return root_residual_chain(q, p, _check_M(M))[1]
+
+
+def batch_improvement(q, p, M) -> np.ndarray:
+    r"""Single-token batch improvement, [Yin] Thm 3 / Fig. 3.
+
+    .. math:: \mathrm{BI}(q, p) = \mathrm{TV}(q, p) - \prod_{m=1}^{M} \mathrm{TV}(q^m, p),
+              \quad q^1 = q,\ q^{m+1} = [q^m - p]_+ .
+
+    Non-negative, non-decreasing in ``M``, 0 at ``M = 1``; ``M = np.inf`` gives
+    the limit ``TV(p, q) − q(supp(p)^c)`` (``= TV`` when ``supp(q) ⊆ supp(p)``).
+
+    Args:
+      q: target distribution(s), shape ``(..., V)``.
+      p: draft distribution(s), same shape.
+      M: number of drafts (int >= 1 or ``np.inf``).
+    """
+    p, q = _pair(p, q)
+    return _tv(p, q) - root_residual_chain(q, p, _check_M(M))[1]
+
+
+def _M_array(M) -> np.ndarray:
+    """``M`` as a float array of whole numbers >= 1 or ``inf`` (the closed forms broadcast over it)."""
+    arr = np.asarray(M, dtype=float)
+    ok = (arr >= 1) & ((arr == np.inf) | (arr == np.floor(arr)))
+    if not np.all(ok):
+        raise ValueError(f"M must be whole numbers >= 1 or inf; got {M!r}")
+    return arr
+
+
+def bernoulli_batch_improvement(u, v, M) -> np.ndarray:
+    r"""Closed form of BI for ``p = Ber(u)``, ``q = Ber(v)`` ([Yin] §3.2, Fig. 3 top).
+
+    For ``u ≥ v``: :math:`\mathrm{BI} = (u - v)(1 - u^{M-1})`; by the symmetry
+    ``0 ↔ 1``, for ``u < v``: :math:`(v - u)(1 - (1 - u)^{M-1})`. Broadcasts over
+    ``u``, ``v`` and ``M`` (``M = inf`` allowed).
+    """
+    u, v = np.asarray(u, dtype=float), np.asarray(v, dtype=float)
+    if np.any((u < 0) | (u > 1) | (v < 0) | (v > 1)) or np.any(np.isnan(u)) or np.any(np.isnan(v)):
+        raise ValueError(f"u and v must be probabilities in [0, 1]; got u={u}, v={v}")
+    M = _M_array(M)
+    keep = np.where(u >= v, u, 1.0 - u)  # probability p puts on the token q under-weights
+    # keep^∞ is 0 unless p is a point mass on that token (decided on u, not on 1 − u in floats)
+    point_mass = np.where(u >= v, u == 1.0, u == 0.0)
+    finite = np.where(M == np.inf, 1.0, M)
+    tail = np.where(M == np.inf, point_mass.astype(float), keep ** (finite - 1))
+    return np.abs(u - v) * (1.0 - tail)
+
+
+def uniform_batch_improvement(r, M) -> np.ndarray:
+    r"""Closed form of BI for ``p = Unif(V)``, ``q = Unif(V')``, ``V' ⊂ V``, ``r = |V|/|V'|`` ([Yin] Fig. 3 bottom).
+
+    .. math:: \mathrm{BI} = (1 - 1/r) - (1 - 1/r)^M .
+
+    Broadcasts over ``r`` and ``M`` (``M = inf`` gives ``1 − 1/r``).
+    """
+    r = np.asarray(r, dtype=float)
+    if np.any(~(r >= 1)):
+        raise ValueError(f"r = |V|/|V'| must be >= 1; got {r}")
+    M = _M_array(M)
+    a = 1.0 - 1.0 / r
+    return a - np.where(M == np.inf, 0.0, a ** np.where(M == np.inf, 1.0, M))
+
+
+@dataclass(frozen=True)
+class BatchProfile(RejectionProfile):
+    """Expected rejections of batch SD, split as in [Yin] Thm 3.
+
+    Attributes:
+      per_position: ``(T,)`` probability that position ``n`` is a rejection.
+      sd_per_position: ``(T,)`` the speculative decoding term ``E_q[TV(q_n, p_n)]``.
+      root_probability: ``(T,)`` probability that position ``n`` starts a round.
+      M: number of drafts (``inf`` for the limit).
+    """
+
+    sd_per_position: np.ndarray = None
+    root_probability: np.ndarray = None
+    M: float = 1
+
+    @property
+    def improvement_per_position(self) -> np.ndarray:
+        """``E_f[TV(q_n, p_n) − Π_m r_m]`` per position (≥ 0)."""
+        return self.sd_per_position - self.per_position
+
+    @property
+    def improvement(self) -> float:
+        """The batch improvement: T1 minus this algorithm's expected rejections."""
+        return float(self.improvement_per_position.sum())
+
+
+def batch_expected_rejections(inst: MarkovInstance, M) -> BatchProfile:
+    r"""Expected rejections of batch SD with ``M`` drafts on a Markov instance, [Yin] Thm 3.
+
+    .. math:: E[N_{rej}] = \sum_n E_q[\mathrm{TV}(q_n, p_n)]
+              - \sum_n \sum_a g_{n-1}(a)\,\big[\mathrm{TV}(q_n, p_n)(a) - R_n(a)\big]
+
+    where ``g_n(a) = P(x_n = a, position n produced by a rejection)`` is the
+    root mass (position ``n + 1`` starts a round), ``g_0 = rho``, propagated by
+
+    .. math:: g_n(b) = \sum_a (\mu_{n-1}(a) - g_{n-1}(a))\,(q_n - p_n)_+(b \mid a)
+              + g_{n-1}(a)\, R_n(a)\, q^{M+1}_n(b \mid a),
+
+    ``μ`` the target's marginals (Alg. 4 is unbiased). ``O(T M V^2)``; ``M = 1``
+    is T1 exactly; ``M = np.inf`` is the exact ``M → ∞`` limit (Prop. 1, valid
+    also when ``supp(q) ⊄ supp(p)``, where the paper's proof does not apply).
+    """
+    M = _check_M(M)
+    mu = inst.marginals()  # (T+1, V)
+    tv = inst.tv()  # (T, V)
+    excess = np.maximum(inst.Q - inst.P, 0.0)  # (T, V, V): (q − p)_+ (unnormalised)
+    u, R = root_residual_chain(inst.Q, inst.P, M)  # (T, V, V), (T, V)
+    g = inst.rho.copy()
+    per_position = np.empty(inst.T)
+    root = np.empty(inst.T)
+    for n in range(inst.T):
+        plain = mu[n] - g  # mass of prefixes where position n+1 is not a root
+        per_position[n] = plain @ tv[n] + g @ R[n]
+        root[n] = g.sum()
+        g = plain @ excess[n] + g @ u[n]
+    sd = np.einsum("na,na->n", mu[:-1], tv)
+    return BatchProfile(per_position=per_position, sd_per_position=sd, root_probability=root, M=M)

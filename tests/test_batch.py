@@ -1,0 +1,177 @@
+"""Batch SD ([Yin] Alg. 4, Thm 3, Prop. 1, Fig. 3 closed forms): enumeration, Monte Carlo, properties."""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from _enumerate import enumerate_batch, sequence_law
+from conftest import Z_BOUND
+from speculab.sim import BatchSD, simulate
+from speculab.testing import distribution_pairs, markov_instances
+from speculab.theory import (
+    MarkovInstance,
+    batch_expected_rejections,
+    batch_improvement,
+    batch_rejection_probability,
+    bernoulli_batch_improvement,
+    residual,
+    root_residual_chain,
+    sd_expected_rejections,
+    tv,
+    uniform_batch_improvement,
+)
+
+SUPPORT_GAP = (np.array([0.5, 0.5, 0.0]), np.array([0.2, 0.3, 0.5]))  # (p, q): supp(q) ⊄ supp(p)
+
+
+def _naive_product(q, p, M):
+    """Π r_m with explicitly normalised residuals (the paper's form), for comparison."""
+    prod, qm = 1.0, q
+    for _ in range(M):
+        r = tv(qm, p)
+        prod *= r
+        if r == 0:
+            return 0.0
+        qm = residual(qm, p)
+    return prod
+
+
+# -- single position ---------------------------------------------------------------
+@given(distribution_pairs(max_V=6), st.integers(1, 12))
+def test_bi_properties(pq, M):
+    p, q = pq
+    bi = batch_improvement(q, p, M)
+    assert bi >= -1e-12
+    assert batch_improvement(q, p, M + 1) >= bi - 1e-12
+    assert batch_improvement(q, p, 1) == pytest.approx(0, abs=1e-12)
+    assert batch_improvement(q, p, np.inf) >= batch_improvement(q, p, M) - 1e-12
+    assert batch_rejection_probability(q, p, M) == pytest.approx(_naive_product(q, p, M), abs=1e-9)
+
+
+@given(distribution_pairs(max_V=6))
+def test_limit_is_the_mass_off_the_draft_support(pq):
+    p, q = pq
+    off = q[p == 0].sum()
+    assert batch_rejection_probability(q, p, np.inf) == pytest.approx(off, abs=1e-15)
+    # approached from above, and reached for large M up to the slow geometric tails
+    assert batch_rejection_probability(q, p, 50) >= off - 1e-12
+
+
+@given(st.floats(0, 1), st.floats(0, 1), st.integers(1, 30))
+def test_bernoulli_closed_form(u, v, M):
+    p, q = np.array([1 - u, u]), np.array([1 - v, v])
+    assert bernoulli_batch_improvement(u, v, M) == pytest.approx(batch_improvement(q, p, M), abs=1e-12)
+    assert bernoulli_batch_improvement(u, v, np.inf) == pytest.approx(batch_improvement(q, p, np.inf), abs=1e-12)
+
+
+@pytest.mark.parametrize("V, Vsub", [(2, 1), (4, 2), (12, 8), (10, 1), (20, 7)])
+@pytest.mark.parametrize("M", [1, 2, 3, 7, 40])
+def test_uniform_closed_form(V, Vsub, M):
+    p = np.full(V, 1 / V)
+    q = np.zeros(V)
+    q[:Vsub] = 1 / Vsub
+    assert uniform_batch_improvement(V / Vsub, M) == pytest.approx(batch_improvement(q, p, M), abs=1e-12)
+
+
+def test_support_gap_gets_no_improvement():
+    p, q = SUPPORT_GAP
+    for M in (1, 2, 10, np.inf):
+        assert batch_improvement(q, p, M) == pytest.approx(0, abs=1e-15)
+        assert batch_rejection_probability(q, p, M) == pytest.approx(0.5)
+
+
+def test_zero_residual_is_safe():
+    p = np.array([0.5, 0.5])
+    u, R = root_residual_chain(p.copy(), p, 5)
+    assert R == 0 and np.all(u == 0)
+    assert batch_improvement(p, p, 5) == 0
+
+
+# -- Markov instances: Thm 3 -----------------------------------------------------------
+@given(markov_instances(max_T=3, max_V=3), st.integers(1, 3))
+def test_t3_matches_enumeration_and_alg4_is_unbiased(inst, M):
+    e = enumerate_batch(inst.P, inst.Q, inst.rho, M)
+    law = sequence_law(inst.Q, inst.rho)
+    for k in set(e.law) | set(law):
+        assert abs(e.law.get(k, 0) - law.get(k, 0)) < 1e-12
+    prof = batch_expected_rejections(inst, M)
+    np.testing.assert_allclose(prof.per_position, e.rejections_per_position, atol=1e-12)
+    assert prof.oracle_calls == pytest.approx(e.oracle_calls, abs=1e-12)
+
+
+@pytest.mark.parametrize("K", [1, 2])
+def test_alg4_with_finite_K_is_unbiased(K):
+    inst = MarkovInstance.random(3, 3, 5, concentration=0.5)
+    law = sequence_law(inst.Q, inst.rho)
+    e = enumerate_batch(inst.P, inst.Q, inst.rho, 2, K)
+    for k in set(e.law) | set(law):
+        assert abs(e.law.get(k, 0) - law.get(k, 0)) < 1e-12
+
+
+@given(markov_instances(max_T=6, max_V=4))
+def test_t3_at_M1_is_t1_and_decreases_to_the_limit(inst):
+    t1 = sd_expected_rejections(inst)
+    np.testing.assert_allclose(batch_expected_rejections(inst, 1).per_position, t1.per_position, atol=1e-13)
+    totals = [batch_expected_rejections(inst, M).total for M in (1, 2, 3, 5, 8, 200)]
+    limit = batch_expected_rejections(inst, np.inf)
+    assert all(b <= a + 1e-12 for a, b in zip(totals, totals[1:]))
+    assert limit.total <= totals[-1] + 1e-12
+    assert limit.total >= 0
+    prof = batch_expected_rejections(inst, 3)
+    assert np.all(prof.improvement_per_position >= -1e-12)
+    assert prof.root_probability[0] == pytest.approx(1.0)
+
+
+def test_limit_is_positive_on_the_paper_instance_and_reached():
+    inst = MarkovInstance.random(50, 7, 10, rows="uniform")
+    limit = batch_expected_rejections(inst, np.inf).total
+    assert 0 < limit < sd_expected_rejections(inst).total
+    assert batch_expected_rejections(inst, 20_000).total == pytest.approx(limit, abs=1e-3)
+
+
+def test_support_gap_instance_limit():
+    p, q = SUPPORT_GAP
+    inst = MarkovInstance.context_free(p, q, T=20)
+    for M in (1, 4, np.inf):
+        assert batch_expected_rejections(inst, M).total == pytest.approx(20 * 0.5)
+
+
+# -- Monte Carlo -------------------------------------------------------------------------
+@pytest.mark.parametrize("M", [1, 2, 4])
+def test_simulation_matches_t3(M):
+    inst = MarkovInstance.random(50, 7, 10, rows="uniform")
+    prof = batch_expected_rejections(inst, M)
+    c = simulate(inst, BatchSD(M), 20_000, key=M)
+    assert abs(c.estimate("rejections").z(prof.total)) < Z_BOUND
+    assert abs(c.estimate("oracle_calls").z(prof.oracle_calls)) < Z_BOUND
+    se = np.sqrt(prof.per_position * (1 - prof.per_position) / 20_000)
+    assert np.all(np.abs(c.rejection_rate - prof.per_position) < Z_BOUND * se)
+
+
+@pytest.mark.parametrize("K", [None, 1, 2])
+@pytest.mark.parametrize("M", [2, 3])
+def test_simulation_counts_match_enumeration(M, K):
+    inst = MarkovInstance.random(3, 3, 2, concentration=0.6)
+    e = enumerate_batch(inst.P, inst.Q, inst.rho, M, K)
+    c = simulate(inst, BatchSD(M, K=K), 40_000, key=10 * M + (K or 0))
+    for name in ("rejections", "oracle_calls", "draft_calls", "accepted", "discarded", "bonus"):
+        assert abs(c.estimate(name).z(getattr(e, name))) < Z_BOUND, name
+
+
+def test_simulation_support_gap_and_sequences():
+    p, q = SUPPORT_GAP
+    inst = MarkovInstance.context_free(p, q, T=10)
+    c = simulate(inst, BatchSD(5), 20_000, key=0, return_sequences=True)
+    assert abs(c.estimate("rejections").z(5.0)) < Z_BOUND
+    freq = np.bincount(c.sequences[:, 1:].ravel(), minlength=3) / c.sequences[:, 1:].size
+    se = np.sqrt(q * (1 - q) / (20_000 * 10)) * np.sqrt(10)  # conservative: ignore within-run independence
+    assert np.all(np.abs(freq - q) < Z_BOUND * se)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, None])
+def test_bad_M(bad):
+    with pytest.raises(ValueError, match="M"):
+        BatchSD(bad)
+    with pytest.raises(ValueError, match="M"):
+        batch_improvement([0.5, 0.5], [0.2, 0.8], bad)
