@@ -7,11 +7,23 @@ counts, means and standard errors. Convention: ``p`` = draft, ``q`` = target.
 from __future__ import annotations
 
 from speculab._validate import as_generator, as_positive_int
-from speculab.methods import SD, Autoregressive, BatchSD, Method, RejectionDecoding
+from speculab.methods import SD, Autoregressive, BatchSD, Biased, Fuzzy, Method, RejectionDecoding, SpecDecPP, Sprinter
 from speculab.sim.counts import Counts, Estimate
 from speculab.theory.instance import MarkovInstance
 
-__all__ = ["simulate", "Counts", "Estimate", "SD", "BatchSD", "Autoregressive", "RejectionDecoding"]
+__all__ = [
+    "simulate",
+    "Counts",
+    "Estimate",
+    "Autoregressive",
+    "SD",
+    "BatchSD",
+    "RejectionDecoding",
+    "Biased",
+    "Fuzzy",
+    "Sprinter",
+    "SpecDecPP",
+]
 
 
 def simulate(
@@ -28,8 +40,9 @@ def simulate(
 
     Args:
       inst: the draft/target pair (:class:`~speculab.theory.MarkovInstance`).
-      method: ``Autoregressive()``, ``SD(K=None | int)``, ``BatchSD(M, K=None)``
-        or ``RejectionDecoding(b, P=None, K=None)`` ([Yin] Alg. 3, 1, 4, 2).
+      method: ``Autoregressive()``, ``SD(K=None | int)``, ``BatchSD(M, K=None)``,
+        ``RejectionDecoding(b, P=None, K=None)`` ([Yin] Alg. 3, 1, 4, 2),
+        ``Biased(eps, "opt" | "uno")``, ``Fuzzy(theta, div)``, ``Sprinter(...)``, ``SpecDecPP(h, ...)``.
       n_runs: number of independent runs (>= 1).
       key: an int seed or a ``np.random.Generator`` (consumed, never reset).
       engine: ``"numpy"`` (the reference engine).
@@ -50,6 +63,11 @@ def simulate(
     n_runs = as_positive_int(n_runs, "n_runs")
     if engine != "numpy":
         raise ValueError(f"engine must be 'numpy' (the only engine built so far); got {engine!r}")
-    from speculab.sim.numpy_engine import simulate_numpy
-
-    return simulate_numpy(inst, method, n_runs, as_generator(key), return_sequences=return_sequences, progress=progress)
+    rng = as_generator(key)
+    if isinstance(method, Sprinter):
+        from speculab.sim.sprinter import simulate_sprinter as run
+    elif isinstance(method, SpecDecPP):
+        from speculab.sim.specdecpp import simulate_specdecpp as run
+    else:
+        from speculab.sim.numpy_engine import simulate_numpy as run
+    return run(inst, method, n_runs, rng, return_sequences=return_sequences, progress=progress)

@@ -19,18 +19,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from speculab.methods import SD, Autoregressive, BatchSD, RejectionDecoding
+from speculab.methods import SD, Autoregressive, BatchSD, Biased, Fuzzy, RejectionDecoding
 from speculab.sim.counts import Counts
 from speculab.theory.instance import MarkovInstance
+from speculab.theory.biased import biased_arrays
+from speculab.theory.fuzzy import fuzzy_arrays
 from speculab.theory.rejections import acceptance_array, rejection_array, sd_arrays
 
-__all__ = ["simulate_numpy"]
+__all__ = ["simulate_numpy", "run_chunks", "sample_rows", "CHUNK"]
 
 #: Runs per vectorised chunk (fixed, so a seed gives the same result with or without progress bars).
 CHUNK = 1 << 15
 
 
-def _sample(cum: np.ndarray, u: np.ndarray) -> np.ndarray:
+def sample_rows(cum: np.ndarray, u: np.ndarray) -> np.ndarray:
     """Inverse-CDF sampling of one token per row.
 
     ``cum`` is ``(n, V)`` cumulative (unnormalised) weights and ``u ~ U[0, 1)``.
@@ -43,12 +45,12 @@ def _sample(cum: np.ndarray, u: np.ndarray) -> np.ndarray:
 def _chunk_autoregressive(inst: MarkovInstance, n: int, rng: np.random.Generator, keep: bool) -> Counts:
     T = inst.T
     cQ = np.cumsum(inst.Q, axis=-1)
-    x = _sample(np.broadcast_to(np.cumsum(inst.rho), (n, inst.V)), rng.random(n))
+    x = sample_rows(np.broadcast_to(np.cumsum(inst.rho), (n, inst.V)), rng.random(n))
     seq = np.empty((n, T + 1), dtype=np.int64) if keep else None
     if keep:
         seq[:, 0] = x
     for t in range(T):
-        x = _sample(cQ[t, x], rng.random(n))
+        x = sample_rows(cQ[t, x], rng.random(n))
         if keep:
             seq[:, t + 1] = x
     full = np.full(n, T, dtype=np.int64)
@@ -76,7 +78,7 @@ def _batch_root(P_t: np.ndarray, cP_t: np.ndarray, Q_t: np.ndarray, a: np.ndarra
     R = np.ones(a.size)
     for _ in range(M):
         pa = P_t[a[pending]]
-        draft = _sample(cP_t[a[pending]], rng.random(pending.size))
+        draft = sample_rows(cP_t[a[pending]], rng.random(pending.size))
         rows = np.arange(pending.size)
         ok = rng.random(pending.size) * R[pending] * pa[rows, draft] < u[pending, draft]
         x[pending[ok]] = draft[ok]
@@ -90,7 +92,7 @@ def _batch_root(P_t: np.ndarray, cP_t: np.ndarray, Q_t: np.ndarray, a: np.ndarra
     rejected = np.zeros(a.size, dtype=bool)
     rejected[pending] = True
     if pending.size:
-        x[pending] = _sample(np.cumsum(u[pending], axis=1), rng.random(pending.size))  # x ~ q^{M+1}
+        x[pending] = sample_rows(np.cumsum(u[pending], axis=1), rng.random(pending.size))  # x ~ q^{M+1}
     return x, rejected
 
 
@@ -104,7 +106,7 @@ def _chunk_alg2(
     cQ = np.cumsum(inst.Q, axis=-1)
     runs = np.arange(n)
 
-    prev = _sample(np.broadcast_to(np.cumsum(inst.rho), (n, V)), rng.random(n))
+    prev = sample_rows(np.broadcast_to(np.cumsum(inst.rho), (n, V)), rng.random(n))
     start = np.zeros(n, dtype=np.int64)  # position index where the current round began
     oracle = np.ones(n, dtype=np.int64)
     drafts = np.full(n, M * min(K, T), dtype=np.int64)
@@ -122,7 +124,7 @@ def _chunk_alg2(
         verify = ~is_bonus
 
         if is_bonus.any():
-            x[is_bonus] = _sample(cQ[t, prev[is_bonus]], rng.random(int(is_bonus.sum())))
+            x[is_bonus] = sample_rows(cQ[t, prev[is_bonus]], rng.random(int(is_bonus.sum())))
             bonus += is_bonus
 
         r = runs[verify]
@@ -134,13 +136,13 @@ def _chunk_alg2(
             accepted[root[~rejected]] += 1
             root_rej = root[rejected]
         a = prev[r]
-        draft = _sample(cP[t, a], rng.random(r.size))
+        draft = sample_rows(cP[t, a], rng.random(r.size))
         ok = rng.random(r.size) < B[t, a, draft]
         x[r[ok]] = draft[ok]
         accepted[r[ok]] += 1
         rej = r[~ok]
         if rej.size:
-            x[rej] = _sample(cR[t, prev[rej]], rng.random(rej.size))
+            x[rej] = sample_rows(cR[t, prev[rej]], rng.random(rej.size))
         rej = np.concatenate([rej, root_rej])
         rejections[rej] += 1
         rate[t] = rej.size / n
@@ -167,9 +169,13 @@ def simulate_numpy(inst, method, n_runs: int, rng: np.random.Generator, *, retur
     """Simulate ``n_runs`` independent runs of ``method`` on ``inst``; see :func:`speculab.sim.simulate`."""
     if isinstance(method, Autoregressive):
         chunk = lambda n: _chunk_autoregressive(inst, n, rng, return_sequences)  # noqa: E731
-    elif isinstance(method, (SD, BatchSD, RejectionDecoding)):
+    elif isinstance(method, (SD, BatchSD, RejectionDecoding, Biased, Fuzzy)):
         if isinstance(method, (SD, BatchSD)):
             B, R = sd_arrays(inst)
+        elif isinstance(method, Biased):
+            B, R = biased_arrays(inst, method.eps, method.rejection)
+        elif isinstance(method, Fuzzy):
+            B, R = fuzzy_arrays(inst, method.theta, method.div)
         else:
             B = acceptance_array(inst, method.b)
             R = rejection_array(inst, B, method.P)
@@ -178,9 +184,16 @@ def simulate_numpy(inst, method, n_runs: int, rng: np.random.Generator, *, retur
         M = method.M if isinstance(method, BatchSD) else 1
         chunk = lambda n: _chunk_alg2(inst, B, cR, K, M, n, rng, return_sequences)  # noqa: E731
     else:
-        raise ValueError(
-            f"method must be Autoregressive, SD, BatchSD or RejectionDecoding for the numpy engine; got {method!r}"
-        )
+        raise ValueError(f"method {method!r} is not simulated by the Algorithm 2 engine")
+    return run_chunks(chunk, n_runs, progress)
+
+
+def run_chunks(chunk, n_runs: int, progress: bool = False) -> Counts:
+    """Call ``chunk(n) -> Counts`` on fixed-size chunks of ``n_runs`` and join the results.
+
+    The chunk size is fixed (:data:`CHUNK`), so a generator consumed inside
+    ``chunk`` gives the same runs with or without a progress bar.
+    """
     sizes = [min(CHUNK, n_runs - i) for i in range(0, n_runs, CHUNK)]
     if progress and len(sizes) > 1:
         from tqdm.auto import tqdm
