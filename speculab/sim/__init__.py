@@ -11,8 +11,14 @@ from speculab.methods import SD, Autoregressive, BatchSD, Biased, Fuzzy, Method,
 from speculab.sim.counts import Counts, Estimate
 from speculab.theory.instance import MarkovInstance
 
+from speculab.sim.specdecpp import TableHead, miscalibrated_head, noisy_head, oracle_head  # noqa: E402
+
 __all__ = [
     "simulate",
+    "TableHead",
+    "oracle_head",
+    "noisy_head",
+    "miscalibrated_head",
     "Counts",
     "Estimate",
     "Autoregressive",

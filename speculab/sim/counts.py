@@ -69,8 +69,9 @@ class Counts:
 
     @property
     def tokens_per_round(self) -> np.ndarray:
-        """Per-run output tokens per oracle call."""
-        return self.tokens / self.oracle_calls
+        """Per-run output tokens per oracle call (``inf`` for a run that made no oracle call)."""
+        calls = self.oracle_calls
+        return np.divide(self.tokens, calls, out=np.full(calls.shape, np.inf), where=calls > 0)
 
     def estimate(self, name: str) -> Estimate:
         """Mean and standard error of a per-run field (or ``"tokens_per_round"``)."""

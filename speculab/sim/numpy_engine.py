@@ -201,4 +201,4 @@ def run_chunks(chunk, n_runs: int, progress: bool = False) -> Counts:
         parts = [chunk(s) for s in tqdm(sizes, desc="simulating", unit="chunk", leave=False, disable=None)]
     else:
         parts = [chunk(s) for s in sizes]
-    return parts[0] if len(parts) == 1 else Counts.concatenate(parts)
+    return parts[0] if len(parts) == 1 else type(parts[0]).concatenate(parts)

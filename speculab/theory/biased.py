@@ -23,7 +23,9 @@ def _biased_acceptance(p: np.ndarray, q: np.ndarray, eps: float) -> np.ndarray:
 def _canonical_optimal_rejection(p: np.ndarray, q: np.ndarray, b: np.ndarray) -> np.ndarray:
     excess = np.maximum(q - b * p, 0.0)  # [A]_+ up to the factor 1/Σ(1 − b)p
     mass = excess.sum(axis=-1, keepdims=True)
-    return np.divide(excess, mass, out=np.zeros_like(excess), where=mass > 0)
+    # Σ(q − bp)_+ ≥ Σ(1 − b)p, so mass = 0 means nothing is ever rejected — up to
+    # round-off (e.g. p = (1, 3e-94), q = (1, 0)); fall back to q there, never to zeros.
+    return np.divide(excess, mass, out=np.broadcast_to(q, excess.shape).copy(), where=mass > 0)
 
 
 def biased_acceptance(p, q, eps: float) -> np.ndarray:
@@ -39,7 +41,7 @@ def canonical_optimal_rejection(p, q, b) -> np.ndarray:
 
     With ``A = (q − b p) / Σ (1 − b) p`` the normalisation cancels, so
     :math:`P^* \propto (q - b p)_+`. For ``b = min(1, (q+ε)/p)`` this is the SD
-    residual ``[q − p]_+``. Rows where ``(q − b p)_+ = 0`` are all zeros.
+    residual ``[q − p]_+``. Rows where ``(q − b p)_+ = 0`` (never rejected) are ``q``.
     """
     p, q = _pair(p, q)
     b = np.asarray(b, dtype=np.float64)

@@ -166,8 +166,11 @@ def output_law(inst: MarkovInstance, b: Acceptance, P: RejectionRule = None) -> 
 
     .. math:: P_{A,n}(x) = b_n(x)\, p_n(x) + P_n(x) \sum_{\tilde x} (1 - b_n(\tilde x))\, p_n(\tilde x)
 
-    The output is itself a Markov chain with these transitions, whatever the
-    lookahead. Unbiased ``b`` with ``P=None`` gives exactly ``Q`` ([Yin] Thm 2).
+    With ``K = ∞`` the output is itself a Markov chain with these transitions.
+    Unbiased ``b`` with ``P=None`` gives exactly ``Q`` ([Yin] Thm 2) whatever the
+    lookahead; a *biased* rule with finite ``K`` mixes in bonus tokens drawn from
+    ``q``, so its law then depends on the round phase (see
+    :func:`speculab.theory.fuzzy_profile` for an exact phase-tracking computation).
 
     Returns:
       ``(T, V, V)`` transition array of the output chain.

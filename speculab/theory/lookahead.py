@@ -1,0 +1,325 @@
+r"""Exact counts of speculative decoding with a fixed lookahead ``K`` (SPEC "L") and the [SDpp] cost model (SPEC "D").
+
+Convention: ``p`` = draft, ``q`` = target ([SDpp] writes ``q`` for the draft and
+``p`` for the target; every formula here is translated).
+
+**Counting semantics** (exactly those of ``simulate(inst, SD(K=K), ...)``): a
+round that starts at position index ``s`` (0-based, it produces ``x_{s+1}``
+first) drafts ``min(K, T − s)`` tokens and makes one target call. It ends at the
+first rejection (the token there comes from the residual ``[q − p]_+``), or after
+``K`` accepted drafts with a **bonus** token from ``q`` at the next position if
+that position exists (``s + K < T``), or at the end of the horizon. Drafts that
+are not accepted are *discarded*: ``discarded = drafts − accepted``. Every output
+token is an accepted draft, a rejection or a bonus: ``accepted + rejections + bonus = T``.
+
+**Position-major chain.** On a Markov instance the state that matters at
+position index ``t`` is the slot ``i = t − s`` inside the current round and the
+last output token ``y``. With ``D_t[i, y] = P(slot i at t, x_t = y)``,
+``D_0 = e_0 ⊗ ρ``, for ``i < K`` (a draft is verified at ``t``)
+
+.. math::
+    D_{t+1}[i+1] \mathrel{+}= D_t[i]\, \min(P_t, Q_t), \qquad
+    D_{t+1}[0] \mathrel{+}= D_t[i]\, (Q_t - P_t)_+ ,
+
+(accept: the draft's law times ``min(1, q/p)``, i.e. the kernel ``min(P, Q)``;
+reject: the residual mass ``(Q − P)_+``), and for ``i = K`` (bonus)
+``D_{t+1}[0] += D_t[K] Q_t``. Slot 0 is a round start, so
+
+* ``E[N_target] = Σ_t |D_t[0]|``, ``E[N_draft] = Σ_t |D_t[0]| min(K, T − t)``,
+* ``P(rejection at t) = Σ_{i<K} D_t[i] · TV(P_t, Q_t)``, ``P(bonus at t) = |D_t[K]|``.
+
+This is SPEC L's ``α_i(y) = P(first i drafts accepted, y_i = y)`` propagated for
+all round starts at once: ``O(T K V²)`` time, ``O(K V)`` memory.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+from speculab._validate import as_positive_int
+from speculab.theory.instance import MarkovInstance
+
+__all__ = [
+    "LookaheadCounts",
+    "LookaheadChoice",
+    "lookahead_counts",
+    "best_lookahead",
+    "latency_per_token",
+    "iid_tokens_per_round",
+    "iid_speedup",
+]
+
+
+def _check_time(x, name: str, *, positive: bool) -> float:
+    ok = isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
+    ok = ok and (x > 0 if positive else x >= 0)
+    if not ok:
+        raise ValueError(f"{name} must be a finite number {'> 0' if positive else '>= 0'}; got {x!r}")
+    return float(x)
+
+
+def _check_times(t_draft, t_target) -> tuple[float, float]:
+    return _check_time(t_draft, "t_draft", positive=False), _check_time(t_target, "t_target", positive=True)
+
+
+def latency_per_token(discard_rate, verification_rate, t_draft: float, t_target: float):
+    r"""Latency per output token, [SDpp] eq. (5.1) (SPEC D).
+
+    .. math:: \text{latency} = t_{draft}\,(1 + N_{discarded}/N) + (t_{target} - t_{draft})\, N_{target}/N
+
+    It is linear in the two rates, so a policy whose (discard rate, verification
+    rate) point is below-left of another's is faster on *every* hardware
+    (``t_target ≥ t_draft``) — the reason [SDpp] Fig. 3 plots only the rates.
+
+    Args:
+      discard_rate: ``N_discarded / N`` (array-like, broadcasts).
+      verification_rate: ``N_target / N`` (target calls per output token).
+      t_draft: time of one draft forward pass (``c_1`` of [SDpp] Thm 4.2), ``>= 0``.
+      t_target: time of one target forward pass (``c_1 + c_2``), ``> 0``.
+    """
+    t_draft, t_target = _check_times(t_draft, t_target)
+    d = np.asarray(discard_rate, dtype=np.float64)
+    v = np.asarray(verification_rate, dtype=np.float64)
+    out = t_draft * (1.0 + d) + (t_target - t_draft) * v
+    return float(out) if out.ndim == 0 else out
+
+
+@dataclass(frozen=True)
+class LookaheadCounts:
+    """Exact expected counts of SD with lookahead ``K`` and the bonus token on a Markov instance.
+
+    The count names match :class:`speculab.sim.Counts`: ``oracle_calls`` is
+    ``N_target`` (= rounds), ``draft_calls`` is ``N_draft``, ``tokens`` is ``N = T``.
+
+    Attributes:
+      K: the lookahead as given (``None`` = ∞); rounds draft ``min(K, T − s)`` tokens.
+      rejection_per_position: ``(T,)`` P(position ``n`` (index ``n − 1``) is a rejection).
+      bonus_per_position: ``(T,)`` P(position ``n`` is a bonus token).
+      accepted_per_position: ``(T,)`` P(position ``n`` is an accepted draft).
+      round_start_per_position: ``(T,)`` P(a round — one target call — starts at position ``n``).
+    """
+
+    K: int | None
+    rejection_per_position: np.ndarray
+    bonus_per_position: np.ndarray
+    accepted_per_position: np.ndarray
+    round_start_per_position: np.ndarray
+
+    # -- sizes -----------------------------------------------------------------
+    @property
+    def T(self) -> int:
+        return int(self.rejection_per_position.shape[0])
+
+    @property
+    def K_effective(self) -> int:
+        """``min(K, T)`` (``T`` for ``K = None``): what the simulator uses."""
+        return self.T if self.K is None else min(self.K, self.T)
+
+    # -- expected counts (same names as Counts) -----------------------------------
+    @property
+    def rejections(self) -> float:
+        """``E[N_rej]``; equals [Yin] Thm 1 (T1) when ``K ≥ T``."""
+        return float(self.rejection_per_position.sum())
+
+    @property
+    def bonus(self) -> float:
+        return float(self.bonus_per_position.sum())
+
+    @property
+    def accepted(self) -> float:
+        return float(self.accepted_per_position.sum())
+
+    @property
+    def oracle_calls(self) -> float:
+        """``E[N_target]``: target forward passes = rounds."""
+        return float(self.round_start_per_position.sum())
+
+    @property
+    def draft_calls(self) -> float:
+        """``E[N_draft] = Σ_s P(round starts at s) · min(K, T − s)``."""
+        drafts = np.minimum(self.K_effective, self.T - np.arange(self.T))
+        return float(self.round_start_per_position @ drafts)
+
+    @property
+    def discarded(self) -> float:
+        """``E[N_discarded] = E[N_draft] − E[accepted]``."""
+        return self.draft_calls - self.accepted
+
+    @property
+    def tokens(self) -> float:
+        """``N = T`` (every run outputs ``T`` tokens)."""
+        return float(self.T)
+
+    @property
+    def tokens_per_round(self) -> float:
+        r"""``T / E[N_target]`` — a ratio of expectations (the long-run tokens per round).
+
+        This is the quantity of Leviathan et al.'s ``(1 − α^{K+1})/(1 − α)``; it is
+        *not* ``E[T / N_target]``, the mean of per-run ratios that
+        ``Counts.estimate("tokens_per_round")`` reports.
+        """
+        return self.T / self.oracle_calls
+
+    @property
+    def final_round_all_accepted(self) -> float:
+        """P(the last round reaches the horizon with all drafts accepted), so it outputs no target token.
+
+        Equals ``E[N_draft] + E[N_target] − N − E[N_discarded]``: the only gap in
+        [SDpp]'s identity ``N_draft + N_target = N + N_discarded`` on a finite horizon.
+        """
+        return self.oracle_calls - self.rejections - self.bonus
+
+    # -- [SDpp] cost model ---------------------------------------------------------
+    @property
+    def discard_rate(self) -> float:
+        """``E[N_discarded] / N`` ([SDpp] §5.1; ``N = T`` is not random here)."""
+        return self.discarded / self.T
+
+    @property
+    def verification_rate(self) -> float:
+        """``E[N_target] / N`` ([SDpp] §5.1)."""
+        return self.oracle_calls / self.T
+
+    def total_time(self, t_draft: float, t_target: float) -> float:
+        r"""Expected total time, [SDpp] Lemma 3.1 / eq. (3.2) (SPEC D; the convention of this module).
+
+        .. math:: T_{total} = t_{draft} N + t_{draft} N_{discarded} + (t_{target} - t_{draft}) N_{target}
+
+        with ``N = T``. It charges every output token one draft pass; it is
+        :meth:`forward_pass_time` minus ``t_draft ·`` :attr:`final_round_all_accepted`.
+        """
+        t_draft, t_target = _check_times(t_draft, t_target)
+        return t_draft * (self.T + self.discarded) + (t_target - t_draft) * self.oracle_calls
+
+    def forward_pass_time(self, t_draft: float, t_target: float) -> float:
+        r"""Expected time counted pass by pass, [SDpp] eq. (3.1): :math:`t_{draft} N_{draft} + t_{target} N_{target}`."""
+        t_draft, t_target = _check_times(t_draft, t_target)
+        return t_draft * self.draft_calls + t_target * self.oracle_calls
+
+    def latency(self, t_draft: float, t_target: float) -> float:
+        """Expected time per output token, [SDpp] eq. (5.1): ``total_time / T`` (see :func:`latency_per_token`)."""
+        return latency_per_token(self.discard_rate, self.verification_rate, t_draft, t_target)
+
+
+def _check_K(K) -> int | None:
+    return None if K is None else as_positive_int(K, "K")
+
+
+def lookahead_counts(inst: MarkovInstance, K: int | None) -> LookaheadCounts:
+    r"""Exact expected counts of SD with lookahead ``K`` and the bonus token (SPEC L).
+
+    Propagates the position-major chain of the module docstring:
+    ``D_t[i, y] = P(position index t is slot i of its round, x_t = y)`` with the
+    acceptance kernel ``min(P, Q)``, the rejection mass ``(Q − P)_+`` and the
+    bonus kernel ``Q``. Matches ``simulate(inst, SD(K=K))`` in every count;
+    ``K ≥ T`` (or ``None``) is [Yin] Thm 1; on a stationary context-free instance
+    with ``α = 1 − TV(p, q)`` the rounds away from the horizon end output
+    ``(1 − α^{K+1})/(1 − α)`` tokens on average (Leviathan et al.).
+
+    Args:
+      inst: the Markov instance (``P`` = draft, ``Q`` = target).
+      K: lookahead (int ``>= 1``) or ``None`` for ``K = ∞``.
+
+    Returns:
+      :class:`LookaheadCounts`. Cost ``O(T K V²)``.
+
+    Example:
+      >>> inst = MarkovInstance.context_free([0.5, 0.5], [0.8, 0.2], T=1000)
+      >>> round(lookahead_counts(inst, 3).tokens_per_round, 2)   # α = 0.7: (1 − 0.7⁴)/0.3
+      2.53
+    """
+    if not isinstance(inst, MarkovInstance):
+        raise ValueError(f"inst must be a MarkovInstance; got {type(inst).__name__}")
+    K = _check_K(K)
+    T, V = inst.T, inst.V
+    k = T if K is None else min(K, T)
+    keep = np.minimum(inst.P, inst.Q)  # (T, V, V): draft y and accept it
+    excess = np.maximum(inst.Q - inst.P, 0.0)  # (T, V, V): reject, output ~ (q − p)_+
+    tv = inst.tv()  # (T, V)
+
+    rej, bonus, acc, start = (np.zeros(T) for _ in range(4))
+    D = np.zeros((k + 1, V))  # (slot, last token); slot k = bonus
+    D[0] = inst.rho
+    for t in range(T):
+        verify = D[:k]  # (k, V): slots that verify a draft at t
+        at_verify = verify.sum(axis=0)  # (V,)
+        start[t] = D[0].sum()
+        rej[t] = at_verify @ tv[t]
+        acc[t] = at_verify @ (1.0 - tv[t])
+        bonus[t] = D[k].sum()
+        nxt = np.zeros_like(D)
+        nxt[1:] = verify @ keep[t]  # (k, V)
+        nxt[0] = at_verify @ excess[t] + D[k] @ inst.Q[t]
+        D = nxt
+    return LookaheadCounts(
+        K=K, rejection_per_position=rej, bonus_per_position=bonus,
+        accepted_per_position=acc, round_start_per_position=start,
+    )
+
+
+@dataclass(frozen=True)
+class LookaheadChoice:
+    """The fixed lookahead with the lowest [SDpp] eq. (5.1) latency.
+
+    Attributes:
+      K: the best lookahead (the smallest on ties).
+      latency: its expected time per token.
+      latencies: ``(K_max,)`` latency of ``K = 1..K_max``.
+      counts: the :class:`LookaheadCounts` of the best ``K``.
+    """
+
+    K: int
+    latency: float
+    latencies: np.ndarray
+    counts: LookaheadCounts
+
+
+def best_lookahead(inst: MarkovInstance, t_draft: float, t_target: float, K_max: int = 20) -> LookaheadChoice:
+    r"""The fixed ``K ∈ {1..K_max}`` that minimises the exact latency per token, [SDpp] eq. (5.1).
+
+    .. math:: K^* = \arg\min_K\ t_{draft}(1 + E[N_{discarded}]/T) + (t_{target} - t_{draft}) E[N_{target}]/T
+
+    Args:
+      inst: the Markov instance.
+      t_draft, t_target: forward-pass times of the draft and target models.
+      K_max: largest lookahead tried (``>= 1``); cost ``O(T K_max² V²)``.
+    """
+    t_draft, t_target = _check_times(t_draft, t_target)
+    K_max = as_positive_int(K_max, "K_max")
+    all_counts = [lookahead_counts(inst, K) for K in range(1, K_max + 1)]
+    lat = np.array([c.latency(t_draft, t_target) for c in all_counts])
+    i = int(np.argmin(lat))
+    return LookaheadChoice(K=i + 1, latency=float(lat[i]), latencies=lat, counts=all_counts[i])
+
+
+def iid_tokens_per_round(alpha, K: int):
+    r"""Leviathan et al.'s expected tokens per round with i.i.d. acceptance ``α``, lookahead ``K`` and the bonus.
+
+    .. math:: E[\text{tokens}] = \sum_{i=0}^{K} \alpha^i = \frac{1 - \alpha^{K+1}}{1 - \alpha}
+              \quad (= K + 1 \text{ at } \alpha = 1)
+
+    Args:
+      alpha: acceptance probability ``1 − TV(p, q)``, in ``[0, 1]`` (broadcasts).
+      K: lookahead ``>= 1``.
+    """
+    K = as_positive_int(K, "K")
+    a = np.asarray(alpha, dtype=np.float64)
+    if np.any(~((a >= 0) & (a <= 1))):
+        raise ValueError(f"alpha must lie in [0, 1]; got {alpha!r}")
+    out = (a[..., None] ** np.arange(K + 1)).sum(axis=-1)  # no division: exact at α = 1
+    return float(out) if out.ndim == 0 else out
+
+
+def iid_speedup(alpha, K: int, c: float):
+    r"""Leviathan et al.'s walltime improvement factor (SPEC L).
+
+    .. math:: \frac{1 - \alpha^{K+1}}{(1 - \alpha)(K c + 1)}, \qquad c = t_{draft} / t_{target}
+
+    (rounds cost ``K c + 1`` target-pass units and output :func:`iid_tokens_per_round` tokens).
+    """
+    c = _check_time(c, "c", positive=False)
+    return iid_tokens_per_round(alpha, K) / (as_positive_int(K, "K") * c + 1.0)

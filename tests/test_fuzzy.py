@@ -1,0 +1,263 @@
+"""Fuzzy SD ([FSD] §4, App. B; SPEC F): exact laws, Monte Carlo (|z| < 5), enumeration, the bound."""
+
+import numpy as np
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from _enumerate import enumerate_decoding
+from _enumerate import sequence_law as brute_law
+from conftest import Z_BOUND
+from speculab.sim import Fuzzy, simulate
+from speculab.testing import markov_instances
+from speculab.theory import MarkovInstance, chain_marginals
+from speculab.theory.fuzzy import (
+    MAX_ENUMERATION,
+    chain_kl,
+    fuzzy_arrays,
+    fuzzy_bound_check,
+    fuzzy_divergence,
+    fuzzy_output_law,
+    fuzzy_profile,
+    fuzzy_sequence_law,
+    sequence_divergence,
+    sequence_law,
+)
+
+N = 40_000
+DIVS = ["js", "kl", "kl_reverse", "tv"]
+
+
+def _inst(seed=0, T=10, V=4):
+    return MarkovInstance.random(T, V, seed, concentration=0.7)
+
+
+def _above_max(inst, div):
+    d = fuzzy_divergence(inst, div)
+    return float(d[np.isfinite(d)].max()) + 1.0
+
+
+# -- brute force (independent of speculab.theory.fuzzy) --------------------------------------------
+def _kl(a: dict, b: dict) -> float:
+    total = 0.0
+    for k, w in a.items():
+        if b.get(k, 0.0) == 0.0:
+            return np.inf
+        total += w * np.log(w / b[k])
+    return total
+
+
+def _js(a: dict, b: dict) -> float:
+    m = {k: 0.5 * (a.get(k, 0.0) + b.get(k, 0.0)) for k in set(a) | set(b)}
+    return 0.5 * _kl(a, m) + 0.5 * _kl(b, m)
+
+
+def _tv(a: dict, b: dict) -> float:
+    return 0.5 * sum(abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in set(a) | set(b))
+
+
+# -- the two extremes --------------------------------------------------------------------
+@pytest.mark.parametrize("div", DIVS)
+def test_theta_zero_is_autoregressive_from_the_target(div):
+    inst = _inst(1)
+    np.testing.assert_array_equal(fuzzy_output_law(inst, 0.0, div), inst.Q)
+    prof = fuzzy_profile(inst, 0.0, div)
+    assert prof.draft_fraction == 0 and prof.expected_rejections == pytest.approx(inst.T, abs=1e-12)
+    np.testing.assert_allclose(prof.rejections_per_position, 1.0)
+    assert prof.kl_forward == 0 and prof.kl_reverse == 0 and prof.bound == 0
+    c = simulate(inst, Fuzzy(0.0, div), 2_000, key=2, return_sequences=True)
+    np.testing.assert_array_equal(c.rejections, inst.T)  # every token rejected
+    np.testing.assert_array_equal(c.oracle_calls, inst.T)
+    np.testing.assert_array_equal(c.accepted, 0)
+
+
+@pytest.mark.parametrize("div", DIVS)
+def test_theta_above_every_divergence_is_pure_draft_decoding(div):
+    inst = _inst(2)
+    theta = _above_max(inst, div)
+    np.testing.assert_array_equal(fuzzy_output_law(inst, theta, div), inst.P)
+    prof = fuzzy_profile(inst, theta, div)
+    assert prof.draft_fraction == 1 and prof.expected_rejections == 0
+    assert prof.kl_forward == pytest.approx(chain_kl(inst.rho, inst.Q, inst.P).sum())
+    c = simulate(inst, Fuzzy(theta, div), 2_000, key=3)
+    np.testing.assert_array_equal(c.rejections, 0)
+    np.testing.assert_array_equal(c.oracle_calls, 1)  # K = ∞: a single round
+
+
+# -- exact law vs simulation ----------------------------------------------------------------
+@pytest.mark.parametrize("div, K", [("js", None), ("kl", None), ("kl_reverse", None), ("tv", 100)])
+def test_exact_law_and_rejections_vs_simulation(div, K):
+    inst = _inst(4, T=12, V=4)
+    theta = float(np.median(fuzzy_divergence(inst, div)))  # about half the contexts accept
+    law = fuzzy_output_law(inst, theta, div)
+    prof = fuzzy_profile(inst, theta, div)
+    assert 0.1 < prof.draft_fraction < 0.9
+    c = simulate(inst, Fuzzy(theta, div, K=K), N, key=5, return_sequences=True)
+    mu = chain_marginals(inst.rho, law)
+    for n in range(inst.T + 1):
+        freq = np.bincount(c.sequences[:, n], minlength=inst.V) / N
+        se = np.sqrt(mu[n] * (1 - mu[n]) / N)
+        assert np.all(np.abs(freq - mu[n]) < Z_BOUND * se + 1e-12), n
+    n = 5
+    joint = np.zeros((inst.V, inst.V))
+    np.add.at(joint, (c.sequences[:, n], c.sequences[:, n + 1]), 1.0 / N)
+    exact = mu[n][:, None] * law[n]
+    assert np.all(np.abs(joint - exact) < Z_BOUND * np.sqrt(exact * (1 - exact) / N) + 1e-12)
+    assert abs(c.estimate("rejections").z(prof.expected_rejections)) < Z_BOUND
+    rate = prof.rejections_per_position
+    np.testing.assert_allclose(rate, 1 - prof.draft_per_position, atol=1e-12)  # K = ∞: no bonus
+    assert np.all(np.abs(c.rejection_rate - rate) < Z_BOUND * np.sqrt(rate * (1 - rate) / N) + 1e-12)
+    assert abs(c.estimate("accepted").z(inst.T * prof.draft_fraction)) < Z_BOUND
+
+
+@pytest.mark.parametrize("K", [None, 1, 2, 3])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_finite_lookahead_law_matches_literal_enumeration(K, seed):
+    """With finite K the bonus token comes from q: the phase-aware law and counts match a literal
+    enumeration of Algorithm 2 (tests/_enumerate.py), and differ from the K = ∞ chain."""
+    inst = MarkovInstance.random(4, 3, seed, concentration=0.7)
+    theta = float(np.quantile(fuzzy_divergence(inst, "js"), 0.7))
+    B, R = fuzzy_arrays(inst, theta, "js")
+    e = enumerate_decoding(inst.P, inst.Q, inst.rho, B, R, K)
+    joint = fuzzy_sequence_law(inst, theta, "js", K)
+    assert max(abs(joint[k] - w) for k, w in e.law.items()) < 1e-12
+    assert joint.sum() == pytest.approx(1.0)
+    prof = fuzzy_profile(inst, theta, "js", K)
+    assert prof.expected_rejections == pytest.approx(e.rejections, abs=1e-12)
+    assert prof.expected_bonus == pytest.approx(e.bonus, abs=1e-12)
+    assert inst.T * prof.draft_fraction == pytest.approx(e.accepted, abs=1e-12)
+    lq = brute_law(inst.Q, inst.rho)
+    assert prof.kl_forward == pytest.approx(_kl(lq, e.law), abs=1e-10)
+    assert prof.kl_reverse == pytest.approx(_kl(e.law, lq), abs=1e-10)
+    markov = sequence_law(inst.rho, fuzzy_output_law(inst, theta, "js"))
+    if K is None:
+        np.testing.assert_allclose(joint, markov, atol=1e-15)
+    elif K == 1 and prof.expected_bonus > 0.01:
+        assert np.abs(joint - markov).max() > 1e-3
+
+
+@pytest.mark.parametrize("K", [1, 3])
+def test_finite_lookahead_vs_simulation(K):
+    inst = MarkovInstance.random(7, 3, 6, concentration=0.7)
+    theta = float(np.quantile(fuzzy_divergence(inst, "kl"), 0.6))
+    joint = fuzzy_sequence_law(inst, theta, "kl", K)
+    prof = fuzzy_profile(inst, theta, "kl", K)
+    c = simulate(inst, Fuzzy(theta, "kl", K=K), N, key=8, return_sequences=True)
+    for n in range(inst.T + 1):
+        mu = joint.sum(axis=tuple(i for i in range(inst.T + 1) if i != n))
+        freq = np.bincount(c.sequences[:, n], minlength=inst.V) / N
+        assert np.all(np.abs(freq - mu) < Z_BOUND * np.sqrt(mu * (1 - mu) / N) + 1e-12), n
+    for name, exact in (("rejections", prof.expected_rejections), ("bonus", prof.expected_bonus),
+                        ("accepted", inst.T * prof.draft_fraction)):
+        assert abs(c.estimate(name).z(exact)) < Z_BOUND, name
+
+
+def test_the_simulation_check_can_fail():
+    """The same data are far from the law of a neighbouring threshold."""
+    inst = _inst(4, T=12, V=4)
+    d = np.sort(fuzzy_divergence(inst, "js").ravel())
+    theta = float(np.median(d))
+    c = simulate(inst, Fuzzy(theta, "js"), N, key=5)
+    other = fuzzy_profile(inst, float(d[int(0.8 * d.size)]), "js")
+    assert abs(c.estimate("rejections").z(other.expected_rejections)) > Z_BOUND
+
+
+# -- sequence level: chain rule vs enumeration ------------------------------------------------------
+def _not_subnormal(inst):
+    """Entries in (0, 1e-12) make products underflow in the brute-force reference."""
+    arrs = (inst.P, inst.Q, inst.rho)
+    return all(not np.any((a > 0) & (a < 1e-12)) for a in arrs)
+
+
+@given(markov_instances(max_T=3, max_V=3), st.floats(0.0, 1.5), st.sampled_from(DIVS))
+def test_sequence_divergences_match_enumeration(inst, theta, div):
+    assume(_not_subnormal(inst))
+    law = fuzzy_output_law(inst, theta, div)
+    lq, lf = brute_law(inst.Q, inst.rho), brute_law(law, inst.rho)
+    prof = fuzzy_profile(inst, theta, div)
+    for exact, brute in ((prof.kl_forward, _kl(lq, lf)), (prof.kl_reverse, _kl(lf, lq))):
+        assert (np.isinf(exact) and np.isinf(brute)) or exact == pytest.approx(brute, abs=1e-9)
+    assert sequence_divergence(inst.rho, inst.Q, law, "tv") == pytest.approx(_tv(lq, lf), abs=1e-12)
+    assert sequence_divergence(inst.rho, inst.Q, law, "js") == pytest.approx(_js(lq, lf), abs=1e-9)
+    kl_fwd = sequence_divergence(inst.rho, inst.Q, law, "kl")
+    assert (np.isinf(kl_fwd) and np.isinf(prof.kl_forward)) or kl_fwd == pytest.approx(prof.kl_forward)
+    # the joint law itself
+    joint = sequence_law(inst.rho, law)
+    for seq, w in lf.items():
+        assert joint[seq] == pytest.approx(w, abs=1e-15)
+    assert joint.sum() == pytest.approx(1.0)
+
+
+# -- the paper's bound --------------------------------------------------------------------------
+@given(markov_instances(max_T=4, max_V=3), st.floats(0.0, 1.5))
+def test_bounds_that_are_theorems(inst, theta):
+    """Chain rule: KL(P_FSD||P_q) <= N %draft θ under the reverse-KL threshold; KL(P_q||P_FSD) <= N %draft_q θ
+    under the forward one; sequence TV under the TV threshold with either %draft."""
+    assert fuzzy_bound_check(inst, theta, "kl_reverse").holds
+    assert fuzzy_bound_check(inst, theta, "kl").holds_target
+    tvc = fuzzy_bound_check(inst, theta, "tv")
+    assert tvc.holds and tvc.holds_target
+
+
+def _adversarial(T=8):
+    """State 0: q stays, p leaves w.p. 0.8 (accepted for θ > KL(q||p) = ln 5). State 1: always rejected."""
+    P = np.array([[0.2, 0.8], [0.0, 1.0]])
+    Q = np.array([[1.0, 0.0], [1.0, 0.0]])
+    return MarkovInstance.stationary(P, Q, T, rho=np.array([1.0, 0.0]))
+
+
+def test_bound_with_fsd_draft_fraction_fails_on_a_counterexample():
+    inst = _adversarial()
+    kl_check = fuzzy_bound_check(inst, 1.7, "kl")  # just above ln 5 = 1.609
+    assert kl_check.divergence == pytest.approx(inst.T * np.log(5))
+    assert kl_check.draft_fraction_target == 1.0 and kl_check.draft_fraction < 0.6
+    assert not kl_check.holds and kl_check.holds_target
+    short = _adversarial(T=2)  # sequence JS <= ln 2, so the linear bound can only fail for small N
+    js_row = float(fuzzy_divergence(short, "js")[0, 0])
+    js_check = fuzzy_bound_check(short, js_row + 1e-3, "js")
+    assert not js_check.holds and js_check.holds_target
+    # thresholding KL(q||p) leaves the reverse KL unbounded
+    assert fuzzy_profile(inst, 1.7, "kl").kl_reverse == np.inf
+
+
+def test_simulated_draft_fraction_of_the_counterexample():
+    inst = _adversarial()
+    prof = fuzzy_profile(inst, 1.7, "kl")
+    c = simulate(inst, Fuzzy(1.7, "kl"), N, key=9)
+    assert abs(c.estimate("accepted").z(inst.T * prof.draft_fraction)) < Z_BOUND
+
+
+# -- bad inputs ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda i: fuzzy_output_law(i, -0.1, "js"), "theta"),
+        (lambda i: fuzzy_profile(i, float("nan"), "js"), "theta"),
+        (lambda i: fuzzy_arrays(i, True, "js"), "theta"),
+        (lambda i: fuzzy_profile(i, 0.1, "hellinger"), "div must be"),
+        (lambda i: sequence_divergence(i.rho, i.Q, i.P, "l2"), "div must be"),
+        (lambda i: chain_kl(i.rho, i.Q, i.P[:-1]), "shape"),
+        (lambda i: chain_kl(i.rho[:-1], i.Q, i.P), "rho"),
+        (lambda i: fuzzy_profile(i, 0.1, "js", K=0), "K must be"),
+        (lambda i: fuzzy_output_law(i, 0.1, "jsd"), "div must be"),
+        (lambda i: sequence_law(i.rho, np.broadcast_to(i.Q[:1], (40, i.V, i.V))), "MAX_ENUMERATION"),
+        (lambda i: fuzzy_bound_check(MarkovInstance.random(30, 4, 0), 0.1, "js"), "MAX_ENUMERATION"),
+    ],
+)
+def test_bad_inputs(call, match):
+    with pytest.raises(ValueError, match=match):
+        call(_inst(0))
+    assert MAX_ENUMERATION >= 4**9
+
+
+def test_repro_fsd_bound(tmp_path):
+    from speculab.repro import fsd_bound
+
+    r = fsd_bound.run(seed=0, out_dir=tmp_path)
+    assert (tmp_path / "fsd_bound.png").stat().st_size > 0 and (tmp_path / "fsd_bound.json").exists()
+    s = r["seeded_summary"]
+    assert s["kl_reverse"]["fails"] == 0 and s["tv"]["fails"] == 0  # theorems
+    assert s["kl"]["fails_with_target_draft_fraction"] == 0 and s["tv"]["fails_with_target_draft_fraction"] == 0
+    assert r["adversarial_summary"]["kl"]["fails"] >= 1 and r["adversarial_summary"]["js_T2"]["fails"] >= 1
+    assert r["large"]["kl_reverse"]["fails"] == 0
+    assert "two-state counterexample" in fsd_bound.summary(r)

@@ -1,0 +1,290 @@
+"""SpecDec++ simulator ([SDpp] Alg. 1) and acceptance heads.
+
+References: a literal enumeration of every branch of SpecDec++ on tiny instances
+(below, independent of the simulator), the exact fixed-K counts at the two ends of
+the threshold (h = 1 is SD(K = cap); h = 0 is SD(K = 1) when no draft is ever
+certain), and the target's marginals (the output law is q whatever the head).
+Monte Carlo with fixed seeds and |z| < 5.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from _enumerate import sequence_law
+from conftest import Z_BOUND
+from speculab.sim import SD, SpecDecPP, simulate
+from speculab.sim.specdecpp import TableHead, miscalibrated_head, noisy_head, oracle_head
+from speculab.testing import markov_instances
+from speculab.theory import MarkovInstance, sd_arrays
+from speculab.theory.lookahead import lookahead_counts
+
+FIELDS = ("rejections", "oracle_calls", "draft_calls", "accepted", "discarded", "bonus")
+N = 40_000
+
+
+def enumerate_specdecpp(P, Q, rho, A, h, cap) -> dict:
+    """Exact law and expected counts of SpecDec++ with head table ``A[t, prev, x]``, run literally.
+
+    Each round (from prefix ``x_0..x_s``) drafts ``y_1, y_2, …`` one at a time from P,
+    multiplies the predictions ``A``, stops when ``1 − Π > h``, at ``cap`` drafts or at
+    the horizon; then scans the drafts with ``min(1, Q/P)``, draws ``[Q − P]_+`` at the
+    first rejection, or a bonus from Q after all drafts if a position is left.
+    """
+    T, V, _ = P.shape
+    B = np.divide(Q, P, out=np.ones_like(P), where=P > Q)
+    res = np.maximum(Q - P, 0.0)
+    R = np.divide(res, res.sum(-1, keepdims=True), out=np.zeros_like(res), where=res.sum(-1, keepdims=True) > 0)
+    out = {"law": {}, "rej_pos": np.zeros(T), **dict.fromkeys(FIELDS, 0.0)}
+
+    def leaf(seq, w, c):
+        out["law"][seq] = out["law"].get(seq, 0.0) + w
+        for name in ("rejections", "oracle_calls", "draft_calls", "accepted", "bonus"):
+            out[name] += w * c[name]
+        for t in c["rej_at"]:
+            out["rej_pos"][t] += w
+
+    def start(seq, w, c):
+        s = len(seq) - 1  # position index of the next token
+        if s == T:
+            return leaf(seq, w, c)
+        draft(seq, (), 1.0, w, {**c, "oracle_calls": c["oracle_calls"] + 1})
+
+    def draft(seq, chain, prod, w, c):
+        s = len(seq) - 1 + len(chain)
+        prev = chain[-1] if chain else seq[-1]
+        for y in range(V):
+            wy = w * P[s, prev, y]
+            if wy == 0:
+                continue
+            pr = prod * A[s, prev, y]
+            grown = chain + (y,)
+            if 1.0 - pr > h or len(grown) >= cap or s + 1 >= T:
+                scan(seq, grown, wy, {**c, "draft_calls": c["draft_calls"] + len(grown)})
+            else:
+                draft(seq, grown, pr, wy, c)
+
+    def scan(seq, chain, w, c):
+        if not chain:  # all drafts accepted
+            t = len(seq) - 1
+            if t == T:
+                return start(seq, w, c)
+            for y in range(V):
+                if w * Q[t, seq[-1], y] > 0:
+                    start(seq + (y,), w * Q[t, seq[-1], y], {**c, "bonus": c["bonus"] + 1})
+            return
+        t, x = len(seq) - 1, chain[0]
+        a = B[t, seq[-1], x]
+        if a > 0:
+            scan(seq + (x,), chain[1:], w * a, {**c, "accepted": c["accepted"] + 1})
+        if a < 1:
+            for y in range(V):
+                wr = w * (1 - a) * R[t, seq[-1], y]
+                if wr > 0:
+                    start(seq + (y,), wr, {**c, "rejections": c["rejections"] + 1, "rej_at": c["rej_at"] + (t,)})
+
+    zero = {"rejections": 0, "oracle_calls": 0, "draft_calls": 0, "accepted": 0, "bonus": 0, "rej_at": ()}
+    for x0 in range(V):
+        if rho[x0] > 0:
+            start((x0,), float(rho[x0]), zero)
+    out["discarded"] = out["draft_calls"] - out["accepted"]
+    return out
+
+
+def _tiny(seed, T=4, V=3):
+    return MarkovInstance.random(T, V, seed, concentration=0.7)
+
+
+def _check_identities(c, T):
+    np.testing.assert_array_equal(c.accepted + c.rejections + c.bonus, T)
+    np.testing.assert_array_equal(c.discarded, c.draft_calls - c.accepted)
+    assert np.all(c.oracle_calls >= 1) and np.all(c.discarded >= 0)
+
+
+# -- against the literal enumeration ---------------------------------------------------
+@pytest.mark.parametrize("h", [0.0, 0.25, 0.6, 1.0])
+@pytest.mark.parametrize("head", ["oracle", "noisy"])
+def test_counts_match_enumeration(h, head):
+    inst = _tiny(2)
+    table = oracle_head(inst) if head == "oracle" else noisy_head(inst, 1.5, key=3, eps=0.05)
+    e = enumerate_specdecpp(inst.P, inst.Q, inst.rho, table.table, h, cap=3)
+    c = simulate(inst, SpecDecPP(h, head=None if head == "oracle" else table, cap=3), N, key=17)
+    for name in FIELDS:
+        assert abs(c.estimate(name).z(e[name])) < Z_BOUND, name
+    p = e["rej_pos"]
+    assert np.all(np.abs(c.rejection_rate - p) < Z_BOUND * np.sqrt(np.maximum(p * (1 - p), 1e-12) / N))
+    _check_identities(c, inst.T)
+
+
+def test_a_wrong_stopping_rule_would_be_caught():
+    """Power check: the enumeration at a different threshold is far from the simulation."""
+    inst = _tiny(2)
+    A = oracle_head(inst).table
+    c = simulate(inst, SpecDecPP(0.6, cap=3), N, key=17)
+    wrong = enumerate_specdecpp(inst.P, inst.Q, inst.rho, A, 0.25, cap=3)
+    assert max(abs(c.estimate(f).z(wrong[f])) for f in FIELDS) > Z_BOUND
+
+
+@given(markov_instances(max_T=3, max_V=3), st.floats(0, 1), st.integers(1, 3), st.integers(0, 2**32 - 1))
+def test_literal_algorithm_is_unbiased_for_any_head(inst, h, cap, seed):
+    """Exact: for any head table, threshold and cap the output law is q (the stopping rule only sees drafts)."""
+    A = np.random.default_rng(seed).random(inst.P.shape)
+    e = enumerate_specdecpp(inst.P, inst.Q, inst.rho, A, h, cap)
+    target = sequence_law(inst.Q, inst.rho)
+    for k in set(e["law"]) | set(target):
+        assert abs(e["law"].get(k, 0.0) - target.get(k, 0.0)) < 1e-12, k
+    assert e["accepted"] + e["rejections"] + e["bonus"] == pytest.approx(inst.T, abs=1e-12)
+
+
+# -- the two ends of the threshold --------------------------------------------------------
+@pytest.mark.parametrize("cap", [1, 5, 20])
+def test_h_one_is_fixed_K_equal_to_cap(cap):
+    inst = MarkovInstance.random(50, 7, 31, rows="uniform")
+    exact = lookahead_counts(inst, cap)
+    c = simulate(inst, SpecDecPP(1.0, cap=cap), 20_000, key=cap)
+    for name in FIELDS:
+        assert abs(c.estimate(name).z(getattr(exact, name))) < Z_BOUND, name
+    p = exact.rejection_per_position
+    assert np.all(np.abs(c.rejection_rate - p) < Z_BOUND * np.sqrt(np.maximum(p * (1 - p), 1e-12) / 20_000))
+
+
+def _never_certain(T=50, V=7, seed=5):
+    """q = 0.9 p + 0.1 δ_{V−1} with p(V−1) = 0: every draftable token has q < p, so min(1, q/p) < 1."""
+    rng = np.random.default_rng(seed)
+    P = rng.dirichlet(np.ones(V - 1), size=(T, V))
+    P = np.concatenate([P, np.zeros((T, V, 1))], axis=-1)
+    Q = 0.9 * P
+    Q[..., -1] += 0.1
+    return MarkovInstance(P, Q, np.full(V, 1.0 / V))
+
+
+def test_h_zero_is_K_one_when_no_draft_is_certain():
+    inst = _never_certain()
+    assert np.all(sd_arrays(inst)[0][inst.P > 0] < 1)
+    exact = lookahead_counts(inst, 1)
+    c = simulate(inst, SpecDecPP(0.0), 20_000, key=2)
+    np.testing.assert_array_equal(c.draft_calls, c.oracle_calls)  # one draft per round, run by run
+    for name in FIELDS:
+        assert abs(c.estimate(name).z(getattr(exact, name))) < Z_BOUND, name
+
+
+def test_h_zero_drafts_through_certain_tokens():
+    """In general h = 0 keeps drafting while Π a_i = 1: never a draft after an uncertain one, so
+    discarded = rejections run by run, and fewer target calls than K = 1 (it is *not* SD(K=1))."""
+    inst = MarkovInstance.random(50, 7, 31, rows="uniform")
+    c = simulate(inst, SpecDecPP(0.0), 20_000, key=3)
+    np.testing.assert_array_equal(c.discarded, c.rejections)
+    k1 = lookahead_counts(inst, 1)
+    assert c.estimate("oracle_calls").z(k1.oracle_calls) < -Z_BOUND
+
+
+# -- output law and bookkeeping ----------------------------------------------------------
+@pytest.mark.parametrize("head", ["oracle", "noisy", "miscalibrated"])
+def test_output_law_is_q(head):
+    inst = MarkovInstance.random(12, 5, 8, rows="uniform")
+    heads = {"oracle": None, "noisy": noisy_head(inst, 2.0, key=1), "miscalibrated": miscalibrated_head(inst, 3.0)}
+    c = simulate(inst, SpecDecPP(0.5, head=heads[head], cap=6), N, key=9, return_sequences=True)
+    mu = inst.marginals()
+    for n in range(inst.T + 1):
+        freq = np.bincount(c.sequences[:, n], minlength=inst.V) / N
+        assert np.all(np.abs(freq - mu[n]) < Z_BOUND * np.sqrt(mu[n] * (1 - mu[n]) / N) + 1e-12), n
+    n = 6  # a pair law checks the transitions too
+    joint = np.zeros((inst.V, inst.V))
+    np.add.at(joint, (c.sequences[:, n], c.sequences[:, n + 1]), 1.0 / N)
+    exact = mu[n][:, None] * inst.Q[n]
+    assert np.all(np.abs(joint - exact) < Z_BOUND * np.sqrt(exact * (1 - exact) / N) + 1e-12)
+    _check_identities(c, inst.T)
+
+
+def test_oracle_head_object_is_head_none_and_seeds_reproduce():
+    inst = _tiny(4, T=10)
+    a = simulate(inst, SpecDecPP(0.4, cap=5), 3000, key=11, return_sequences=True)
+    b = simulate(inst, SpecDecPP(0.4, head=oracle_head(inst), cap=5), 3000, key=np.random.default_rng(11),
+                 return_sequences=True)
+    for name in FIELDS:
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+    np.testing.assert_array_equal(a.sequences, b.sequences)
+    c = simulate(inst, SpecDecPP(0.4, cap=5), 3000, key=12)
+    assert not np.array_equal(a.draft_calls, c.draft_calls)
+
+
+def test_larger_threshold_drafts_more():
+    """For a fixed draft chain the stopping time is non-decreasing in h, so are the mean drafts and discards."""
+    inst = MarkovInstance.random(30, 6, 12, rows="uniform")
+    runs = [simulate(inst, SpecDecPP(h, cap=12), 10_000, key=4) for h in (0.1, 0.5, 0.9)]
+    for name in ("draft_calls", "discarded"):
+        means = [c.estimate(name).mean for c in runs]
+        assert means[0] < means[1] < means[2], name
+    calls = [c.estimate("oracle_calls").mean for c in runs]
+    assert calls[0] > calls[1] > calls[2]
+
+
+# -- heads ------------------------------------------------------------------------------
+def test_heads():
+    inst = _tiny(6, T=5, V=4)
+    oracle = sd_arrays(inst)[0]
+    np.testing.assert_array_equal(oracle_head(inst).table, oracle)
+    np.testing.assert_allclose(noisy_head(inst, 0.0, key=0, eps=0.0).table, oracle, atol=1e-12)
+    np.testing.assert_allclose(miscalibrated_head(inst, 1.0).table, oracle, atol=1e-12)
+    np.testing.assert_array_equal(noisy_head(inst, 1.0, key=3).table, noisy_head(inst, 1.0, key=3).table)
+    assert not np.array_equal(noisy_head(inst, 1.0, key=3).table, noisy_head(inst, 1.0, key=4).table)
+    noisy = noisy_head(inst, 1.0, key=3, eps=0.01).table
+    assert np.all((noisy > 0) & (noisy < 1))
+    hot, cold = miscalibrated_head(inst, 4.0).table, miscalibrated_head(inst, 0.25).table
+    inner = (oracle > 0) & (oracle < 1)
+    assert np.all(np.abs(hot - 0.5)[inner] <= np.abs(oracle - 0.5)[inner] + 1e-15)  # under-confident
+    assert np.all(np.abs(cold - 0.5)[inner] >= np.abs(oracle - 0.5)[inner] - 1e-15)  # over-confident
+    np.testing.assert_array_equal(hot[~inner], oracle[~inner])  # certain predictions kept
+    t, prev, x = 2, np.array([0, 1, 3]), np.array([2, 2, 0])
+    np.testing.assert_array_equal(oracle_head(inst)(t, prev, x), oracle[t, prev, x])
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda inst: simulate(inst, SpecDecPP(0.5, head=lambda t, prev, x: np.ones(3)), 10, key=0), "shape"),
+        (lambda inst: simulate(inst, SpecDecPP(0.5, head=lambda t, prev, x: 2.0 + 0 * x), 10, key=0), r"\[0, 1\]"),
+        (lambda inst: simulate(inst, SpecDecPP(0.5, head=lambda t, prev, x: np.nan + 0 * x), 10, key=0), r"\[0, 1\]"),
+        (lambda inst: noisy_head(inst, -1.0, key=0), "noise"),
+        (lambda inst: noisy_head(inst, 1.0, key=0, eps=0.5), "eps"),
+        (lambda inst: noisy_head(inst, 1.0, key="a"), "key"),
+        (lambda inst: miscalibrated_head(inst, 0.0), "temperature"),
+        (lambda inst: miscalibrated_head(inst.P, 1.0), "MarkovInstance"),
+        (lambda inst: TableHead(np.ones((2, 3))), "shape"),
+        (lambda inst: TableHead(np.full((2, 3, 3), 1.5)), r"\[0, 1\]"),
+        (lambda inst: SpecDecPP(1.5), "h must be"),
+        (lambda inst: SpecDecPP(0.5, cap=0), "cap"),
+    ],
+)
+def test_bad_input(call, match):
+    with pytest.raises(ValueError, match=match):
+        call(_tiny(0))
+
+
+def test_simulate_specdecpp_refuses_other_methods():
+    from speculab.sim.specdecpp import simulate_specdecpp
+
+    with pytest.raises(ValueError, match="SpecDecPP"):
+        simulate_specdecpp(_tiny(0), SD(K=2), 10, np.random.default_rng(0))
+
+
+# -- the [SDpp] Fig. 3 reproduction ----------------------------------------------------------
+def test_fig3_reproduction_smoke(tmp_path):
+    """run() writes the figure, the JSON and the instance; its fixed-K points are the exact counts of that instance."""
+    import json
+
+    from speculab.repro import specdecpp_fig3 as fig3
+
+    result = fig3.run(seed=1, n_runs=200, out_dir=tmp_path)
+    for name in ("specdecpp_fig3.png", "specdecpp_fig3.json", "specdecpp_fig3_instance.npz"):
+        assert (tmp_path / name).stat().st_size > 0, name
+    saved = json.loads((tmp_path / "specdecpp_fig3.json").read_text())
+    assert saved["verdict"] == result["verdict"] and set(saved["best"]) == {"0.05", "0.2"}
+    inst = MarkovInstance.load(tmp_path / "specdecpp_fig3_instance.npz")
+    for K in (2, 9, 14):
+        exact = lookahead_counts(inst, K)
+        assert saved["fixed_K"][str(K)]["verification_rate"] == pytest.approx(exact.verification_rate, rel=1e-12)
+        assert saved["fixed_K"][str(K)]["latency"]["0.2"] == pytest.approx(exact.latency(0.2, 1.0), rel=1e-12)
+    assert saved["best"]["0.05"]["fixed_K"]["K"] == fig3.best_lookahead(inst, 0.05, 1.0, K_max=fig3.CAP).K
+    assert len(saved["thresholds"]) == 3 and "best latency, c = 0.05" in fig3.summary(result)

@@ -1,0 +1,368 @@
+"""SPRINTER ([SPR] Thm 3.1, 3.3, 3.4, A.4; SPEC S1–S4): literal enumeration, series, Monte Carlo (|z| < 5)."""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from _enumerate import sequence_law
+from conftest import Z_BOUND
+from speculab.sim import Sprinter, simulate
+from speculab.sim.sprinter import SprinterCounts, signed_tv_statistic, simulate_sprinter, simulate_stopping
+from speculab.testing import distribution_pairs, markov_instances
+from speculab.theory import MarkovInstance, chain_marginals, output_law, tv
+from speculab.theory.sprinter import (
+    sd_flops,
+    sprinter_acceptance_rate,
+    sprinter_arrays,
+    sprinter_distribution,
+    sprinter_expected_tokens,
+    sprinter_flops,
+    sprinter_output_law,
+    sprinter_profile,
+    sprinter_stopping_time,
+    sprinter_token_law,
+    sprinter_tokens_pmf,
+    sprinter_verifier_array,
+)
+
+N = 40_000
+probs = st.floats(0.0, 1.0)
+
+
+def _literal_step(p, q, v):
+    """One SPRINTER step enumerated branch by branch ([SPR] Alg. 2), independent of the library.
+
+    Returns (law of the output token, P(target call), P(target rejection)).
+    """
+    V = len(p)
+    res = np.maximum(q - p, 0.0)
+    res = res / res.sum() if res.sum() > 0 else res
+    law, call, rej = np.zeros(V), 0.0, 0.0
+    for x in range(V):
+        if p[x] == 0:
+            continue
+        law[x] += p[x] * v[x]  # verifier passes: keep x, no target call
+        stop = p[x] * (1 - v[x])
+        call += stop
+        keep = 1.0 if q[x] >= p[x] else q[x] / p[x]
+        law[x] += stop * keep
+        rej += stop * (1 - keep)
+        law += stop * (1 - keep) * res
+    return law, call, rej
+
+
+def _iid_v(p, q, eta_tp, eta_fp):
+    return np.where(p <= q, eta_tp, eta_fp)
+
+
+# -- S1 / S4: one token --------------------------------------------------------------------
+@given(distribution_pairs(max_V=6), probs, probs)
+def test_s1_s4_match_the_literal_algorithm(pq, eta_tp, eta_fp):
+    """Thm 3.1 (law, TV) and Thm A.4 (acceptance) hold exactly for the i.i.d. verifier, whatever η_TP."""
+    p, q = pq
+    law, _, rej = _literal_step(p, q, _iid_v(p, q, eta_tp, eta_fp))
+    s = sprinter_distribution(p, q, eta_fp)
+    np.testing.assert_allclose(s.law, law, atol=1e-12)
+    assert s.tv == pytest.approx(eta_fp * tv(p, q), abs=1e-12)
+    assert float(tv(q, law)) == pytest.approx(float(s.tv), abs=1e-12)
+    assert sprinter_acceptance_rate(p, q, eta_fp) == pytest.approx(1 - rej, abs=1e-12)
+    assert s.acceptance == pytest.approx(1 - (1 - eta_fp) * tv(p, q), abs=1e-12)
+    # the general (token-dependent) law reduces to S1
+    g = sprinter_token_law(p, q, _iid_v(p, q, eta_tp, eta_fp))
+    np.testing.assert_allclose(g.law, s.law, atol=1e-12)
+
+
+@given(distribution_pairs(max_V=6, allow_zeros=False), st.data())
+def test_token_dependent_verifier(pq, data):
+    """Any verifier: the derived law matches the literal algorithm; TV and β follow the
+    (p − q)_+-weighted pass rate η̄ (not the mixture law)."""
+    p, q = pq
+    v = np.array(data.draw(st.lists(probs, min_size=len(p), max_size=len(p))))
+    law, _, rej = _literal_step(p, q, v)
+    g = sprinter_token_law(p, q, v)
+    np.testing.assert_allclose(g.law, law, atol=1e-12)
+    d = float(tv(p, q))
+    eta_bar = (v * np.maximum(p - q, 0)).sum() / d if d > 0 else 0.0
+    assert g.tv == pytest.approx(eta_bar * d, abs=1e-12)
+    assert g.acceptance == pytest.approx(1 - rej, abs=1e-12)
+    assert g.acceptance == pytest.approx(1 - (1 - eta_bar) * d, abs=1e-12)
+
+
+def test_mixture_law_needs_a_constant_false_positive_rate():
+    """Two unacceptable tokens passed at different rates: not (1 − η̄) q + η̄ p for any η̄."""
+    p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.1, 0.7])  # tokens 0 and 1 are unacceptable
+    v = np.array([1.0, 0.0, 0.5])
+    g = sprinter_token_law(p, q, v)
+    # the best mixture weight fitted on token 0 misses token 1
+    eta0 = (g.law[0] - q[0]) / (p[0] - q[0])
+    assert abs(g.law[1] - ((1 - eta0) * q[1] + eta0 * p[1])) > 0.1
+
+
+# -- Markov instances: exact law and counts vs simulation -------------------------------------
+def _marginal_z(seq, mu):
+    n = seq.shape[0]
+    worst = 0.0
+    for k in range(mu.shape[0]):
+        freq = np.bincount(seq[:, k], minlength=mu.shape[1]) / n
+        se = np.sqrt(np.maximum(mu[k] * (1 - mu[k]), 1e-300) / n)
+        ok = mu[k] > 0
+        assert np.all(freq[~ok] == 0)
+        worst = max(worst, float(np.max(np.abs(freq[ok] - mu[k, ok]) / se[ok])))
+    return worst
+
+
+@pytest.mark.parametrize("eta_tp, eta_fp", [(0.8, 0.3), (0.0, 1.0), (1.0, 0.0), (0.5, 0.5)])
+def test_exact_law_and_counts_vs_simulation(eta_tp, eta_fp):
+    inst = MarkovInstance.random(12, 4, 3, concentration=0.6)
+    m = Sprinter(eta_tp, eta_fp)
+    law = sprinter_output_law(inst, m)
+    np.testing.assert_allclose(law, (1 - eta_fp) * inst.Q + eta_fp * inst.P, atol=1e-12)  # Thm 3.1 per context
+    np.testing.assert_allclose(output_law(inst, *sprinter_arrays(inst, m)), law, atol=1e-12)  # as [Yin] Alg. 2
+    c = simulate(inst, m, N, key=11, return_sequences=True)
+    assert isinstance(c, SprinterCounts)
+    mu = chain_marginals(inst.rho, law)
+    assert _marginal_z(c.sequences, mu) < Z_BOUND
+    # transition law at one position (pairs)
+    n = 6
+    joint = np.zeros((inst.V, inst.V))
+    np.add.at(joint, (c.sequences[:, n], c.sequences[:, n + 1]), 1.0 / N)
+    exact = mu[n][:, None] * law[n]
+    assert np.all(np.abs(joint - exact) < Z_BOUND * np.sqrt(exact * (1 - exact) / N) + 1e-12)
+    prof = sprinter_profile(inst, m)
+    assert abs(c.estimate("rejections").z(prof.expected_rejections)) < Z_BOUND
+    assert abs(c.estimate("oracle_calls").z(prof.expected_target_calls)) < Z_BOUND
+    assert abs(c.estimate("accepted").z(prof.expected_accepted)) < Z_BOUND
+    p_rej = prof.rejections
+    assert np.all(np.abs(c.rejection_rate - p_rej) < Z_BOUND * np.sqrt(p_rej * (1 - p_rej) / N) + 1e-12)
+    # exact identities, run by run
+    np.testing.assert_array_equal(c.accepted + c.rejections, inst.T)
+    np.testing.assert_array_equal(c.draft_calls, inst.T)
+    np.testing.assert_array_equal(c.verifier_calls, inst.T)
+    np.testing.assert_array_equal(c.discarded, c.rejections)
+    np.testing.assert_array_equal(c.bonus, 0)
+    assert np.all(c.rejections <= c.oracle_calls)
+    if eta_fp == 1.0 and eta_tp == 0.0:  # passes exactly the unacceptable tokens: target never rejects
+        np.testing.assert_array_equal(c.rejections, 0)
+
+
+def test_thm_3_1_tv_and_a_4_acceptance_by_simulation():
+    """The signed TV statistic estimates η_FP Σ_n E[TV_n]; accepted/T estimates mean β_SPR (Thm A.4)."""
+    inst = MarkovInstance.random(20, 5, 21, rows="uniform")
+    eta_fp = 0.4
+    m = Sprinter(0.7, eta_fp)
+    prof = sprinter_profile(inst, m)
+    c = simulate(inst, m, N, key=22, return_sequences=True)
+    stat = signed_tv_statistic(inst, c.sequences)
+    se = stat.std(ddof=1) / np.sqrt(N)
+    mu = chain_marginals(inst.rho, sprinter_output_law(inst, m))[:-1]
+    claimed = eta_fp * float(np.einsum("na,na->", mu, inst.tv()))
+    assert prof.tv.sum() == pytest.approx(claimed, rel=1e-12)
+    assert abs(stat.mean() - claimed) / se < Z_BOUND
+    beta = 1 - (1 - eta_fp) * np.einsum("na,na->n", mu, inst.tv())  # Thm A.4 per position, averaged
+    assert abs(c.estimate("accepted").z(beta.sum())) < Z_BOUND
+    assert prof.acceptance_rate == pytest.approx(beta.mean(), abs=1e-12)
+    # the statistic can fail: with the wrong η_FP the same data are rejected
+    wrong = 0.6 * float(np.einsum("na,na->", mu, inst.tv()))
+    assert abs(stat.mean() - wrong) / se > Z_BOUND
+
+
+def test_verifier_function_equals_iid_path():
+    """Same seed, same counts and tokens when the function returns η_TP/η_FP by acceptability."""
+    inst = MarkovInstance.random(15, 5, 4, concentration=0.8)
+    P, Q = inst.P, inst.Q
+    f = lambda t, prev, x: np.where(P[t, prev, x] <= Q[t, prev, x], 0.75, 0.2)  # noqa: E731
+    a = simulate(inst, Sprinter(0.75, 0.2), 5_000, key=7, return_sequences=True)
+    b = simulate(inst, Sprinter(verifier=f), 5_000, key=7, return_sequences=True)
+    for name in SprinterCounts.FIELDS:
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+    np.testing.assert_array_equal(a.sequences, b.sequences)
+    np.testing.assert_allclose(sprinter_verifier_array(inst, Sprinter(verifier=f)),
+                               sprinter_verifier_array(inst, Sprinter(0.75, 0.2)))
+
+
+def test_token_dependent_verifier_function_vs_simulation():
+    """A verifier whose pass rate depends on the token: exact law (not the mixture) vs simulation."""
+    inst = MarkovInstance.random(8, 4, 5, concentration=0.6)
+    f = lambda t, prev, x: (x + 1) / (inst.V + 1) * (t % 2 == 0) + 0.1 * (t % 2 == 1)  # noqa: E731
+    m = Sprinter(verifier=f)
+    law = sprinter_output_law(inst, m)
+    c = simulate(inst, m, N, key=3, return_sequences=True)
+    assert _marginal_z(c.sequences, chain_marginals(inst.rho, law)) < Z_BOUND
+    prof = sprinter_profile(inst, m)
+    assert abs(c.estimate("oracle_calls").z(prof.expected_target_calls)) < Z_BOUND
+    assert abs(c.estimate("rejections").z(prof.expected_rejections)) < Z_BOUND
+
+
+def test_many_chunks_keep_verifier_calls():
+    from speculab.sim.numpy_engine import CHUNK
+
+    inst = MarkovInstance.random(2, 3, 0)
+    c = simulate(inst, Sprinter(0.5, 0.5), CHUNK + 10, key=0)
+    assert isinstance(c, SprinterCounts) and c.verifier_calls.shape == (CHUNK + 10,)
+    assert c.to_dict()["verifier_calls"]["mean"] == 2.0
+    assert np.all(np.isfinite(c.tokens_per_round))
+
+
+@given(markov_instances(max_T=3, max_V=3), probs, probs)
+def test_sequence_kl_matches_enumeration(inst, eta_tp, eta_fp):
+    prof = sprinter_profile(inst, Sprinter(eta_tp, eta_fp))
+    law_q = sequence_law(inst.Q, inst.rho)
+    law_s = sequence_law(sprinter_output_law(inst, Sprinter(eta_tp, eta_fp)), inst.rho)
+
+    def kl(a, b):
+        total = 0.0
+        for k, w in a.items():
+            if b.get(k, 0.0) == 0.0:
+                return np.inf
+            total += w * np.log(w / b[k])
+        return total
+
+    for exact, brute in ((prof.kl_forward, kl(law_q, law_s)), (prof.kl_reverse, kl(law_s, law_q))):
+        if np.isinf(brute):
+            assert np.isinf(exact)
+        else:
+            assert exact == pytest.approx(brute, abs=1e-9)
+
+
+# -- S2 / S3: the stopping process -----------------------------------------------------------
+def _series_mean(eta_tp, eta_fp, r, terms=6000):
+    i = np.arange(terms)
+    return float((i * sprinter_tokens_pmf(i, eta_tp, eta_fp, r)).sum())
+
+
+@given(probs, st.floats(0.0, 0.99), st.integers(0, 30))
+def test_s2_closed_form_equals_series(eta_tp, eta_fp, r):
+    i = np.arange(6000)
+    pmf = sprinter_tokens_pmf(i, eta_tp, eta_fp, r)
+    assert pmf.sum() == pytest.approx(1.0, abs=1e-9)
+    e = sprinter_expected_tokens(eta_tp, eta_fp, r)
+    assert e == pytest.approx(_series_mean(eta_tp, eta_fp, r), rel=1e-9, abs=1e-9)
+    if eta_tp < 1 - 1e-3:  # the paper's printed form, away from its removable singularity
+        paper = (eta_tp - eta_tp**r) / (1 - eta_tp) + eta_tp**r / (1 - eta_fp)
+        assert e == pytest.approx(paper, rel=1e-9, abs=1e-9)
+    t_d = 0.1
+    stop = sprinter_stopping_time(eta_tp, eta_fp, r, t_d)
+    assert stop == pytest.approx(t_d * (e + 1), rel=1e-12)
+    if eta_tp < 1 - 1e-3:
+        paper = (1 - eta_tp**r) * t_d / (1 - eta_tp) + eta_tp**r * t_d / (1 - eta_fp)
+        assert stop == pytest.approx(paper, rel=1e-9)
+
+
+@given(st.floats(0.0, 0.99), st.integers(0, 40))
+def test_s2_limit_at_perfect_true_positive_rate(eta_fp, r):
+    exact = r - 1 + 1 / (1 - eta_fp)
+    assert sprinter_expected_tokens(1.0, eta_fp, r) == pytest.approx(exact, rel=1e-12)
+    assert sprinter_expected_tokens(1.0, eta_fp, r) == pytest.approx(_series_mean(1.0, eta_fp, r), rel=1e-9)
+    # continuous from below, without cancellation (the printed form loses digits here)
+    assert sprinter_expected_tokens(1 - 1e-12, eta_fp, r) == pytest.approx(exact, rel=1e-9)
+    assert sprinter_stopping_time(1.0, eta_fp, r, 0.1) == pytest.approx(0.1 * (r + 1 / (1 - eta_fp)), rel=1e-12)
+
+
+@given(st.floats(0.0, 1.0, exclude_min=True), st.integers(0, 20))
+def test_s2_infinite_when_false_positives_never_stop(eta_tp, r):
+    assert sprinter_expected_tokens(eta_tp, 1.0, r) == np.inf
+    assert sprinter_stopping_time(eta_tp, 1.0, r, 0.1) == np.inf
+    assert sprinter_expected_tokens(eta_tp, 1 - 1e-9, r) > 1e8 * eta_tp**r
+    # η_TP = 0 < r: the verifier stops at the first draft whatever η_FP
+    assert sprinter_expected_tokens(0.0, 1.0, r + 1) == 0.0
+
+
+def test_s2_arrays_and_plotted_values():
+    eta = np.array([0.0, 0.5, 0.9, 1.0])
+    np.testing.assert_allclose(sprinter_expected_tokens(eta, 0.5, 5), [0.0, 1.0, 4.27608, 6.0], rtol=1e-12)
+    np.testing.assert_allclose(sprinter_expected_tokens(1.0, np.array([0.1, 0.5]), 5), [4 + 1 / 0.9, 6.0])
+
+
+@pytest.mark.parametrize("eta_tp, eta_fp, r", [(0.9, 0.5, 5), (1.0, 0.1, 5), (0.3, 0.8, 2), (0.95, 0.0, 0)])
+def test_stopping_process_simulation(eta_tp, eta_fp, r):
+    n = simulate_stopping(eta_tp, eta_fp, r, 100_000, key=1)
+    se = n.std(ddof=1) / np.sqrt(n.size)
+    assert abs(n.mean() - sprinter_expected_tokens(eta_tp, eta_fp, r)) / max(se, 1e-12) < Z_BOUND
+    counts = np.bincount(n, minlength=8)[:8] / n.size
+    pmf = sprinter_tokens_pmf(np.arange(8), eta_tp, eta_fp, r)
+    assert np.all(np.abs(counts - pmf) < Z_BOUND * np.sqrt(pmf * (1 - pmf) / n.size) + 1e-12)
+
+
+# -- FLOPs -------------------------------------------------------------------------------
+def test_flops():
+    assert sd_flops(5, 2.0, 100.0) == 510.0
+    assert sprinter_flops(5, 2.0, 0.5, 100.0) == 112.5
+    # the saving of [SPR] App. A.8: (γ − 1) F_t − γ F_v
+    g, Fd, Fv, Ft = 20, 1.3, 0.01, 10.4
+    assert sd_flops(g, Fd, Ft) - sprinter_flops(g, Fd, Fv, Ft) == pytest.approx((g - 1) * Ft - g * Fv)
+    assert sprinter_flops(1, 1.0, 0.0, 3.0) == sd_flops(1, 1.0, 3.0)
+
+
+# -- bad inputs ----------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: sprinter_distribution([0.5, 0.5], [0.2, 0.8], 1.5), "eta_fp"),
+        (lambda: sprinter_distribution([0.5, 0.5], [0.2, 0.8, 0.0], 0.5), "same shape"),
+        (lambda: sprinter_distribution([0.5, 0.6], [0.2, 0.8], 0.5), "sum to 1"),
+        (lambda: sprinter_token_law([0.5, 0.5], [0.2, 0.8], [0.5]), "same shape"),
+        (lambda: sprinter_token_law([0.5, 0.5], [0.2, 0.8], [0.5, -0.1]), "v must lie"),
+        (lambda: sprinter_expected_tokens(-0.1, 0.5, 5), "eta_tp"),
+        (lambda: sprinter_expected_tokens(0.5, np.nan, 5), "eta_fp"),
+        (lambda: sprinter_expected_tokens(0.5, 0.5, -1), "r must be"),
+        (lambda: sprinter_expected_tokens(0.5, 0.5, 2.5), "r must be"),
+        (lambda: sprinter_tokens_pmf(-1, 0.5, 0.5, 3), "i must be"),
+        (lambda: sprinter_tokens_pmf(1.5, 0.5, 0.5, 3), "i must be"),
+        (lambda: sprinter_stopping_time(0.5, 0.5, 5, 0.0), "t_d"),
+        (lambda: sprinter_stopping_time(0.5, 0.5, 5, np.inf), "t_d"),
+        (lambda: sd_flops(0, 1.0, 1.0), "gamma"),
+        (lambda: sprinter_flops(3, 1.0, -1.0, 1.0), "F_v"),
+        (lambda: simulate_stopping(0.5, 1.0, 3, 10, 0), "infinite"),
+        (lambda: simulate_stopping(0.5, 0.5, 3, 0, 0), "n_runs"),
+        (lambda: Sprinter(1.2, 0.1), "eta_tp"),
+        (lambda: Sprinter(0.5), "eta_tp and eta_fp"),
+    ],
+)
+def test_bad_inputs(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_bad_verifier_and_method():
+    inst = MarkovInstance.random(3, 3, 0)
+    with pytest.raises(ValueError, match="one probability per token"):
+        simulate(inst, Sprinter(verifier=lambda t, prev, x: np.ones(2)), 10, key=0)
+    with pytest.raises(ValueError, match="verifier output must lie"):
+        sprinter_output_law(inst, Sprinter(verifier=lambda t, prev, x: 2.0 + 0 * x))
+    with pytest.raises(ValueError, match="method must be a Sprinter"):
+        sprinter_profile(inst, "sprinter")
+    from speculab.sim import SD
+
+    with pytest.raises(ValueError, match="method must be a Sprinter"):
+        simulate_sprinter(inst, SD(), 10, 0)
+    # a constant verifier function is accepted
+    law = sprinter_output_law(inst, Sprinter(verifier=lambda t, prev, x: 0.3))
+    np.testing.assert_allclose(law, 0.7 * inst.Q + 0.3 * inst.P, atol=1e-12)
+
+
+# -- reproductions -------------------------------------------------------------------------
+def test_repro_sprinter_fig5_and_fig6(tmp_path):
+    from speculab.repro import sprinter_fig5, sprinter_fig6
+
+    r5 = sprinter_fig5.run(seed=1, n_runs=4_000, out_dir=tmp_path)
+    assert (tmp_path / "sprinter_fig5.png").stat().st_size > 0 and (tmp_path / "sprinter_fig5.json").exists()
+    assert (tmp_path / "sprinter_fig5_instance.npz").exists()
+    for key, pts in r5["points"].items():
+        np.testing.assert_allclose(pts["closed_form"], sprinter_expected_tokens(np.array(pts["eta_tp"]), float(key), 5))
+        assert max(abs(z) for z in pts["z"]) < Z_BOUND
+        assert r5["limit_eta_tp_1"][key]["gap_over_r"] == pytest.approx(float(key) / (1 - float(key)))
+    for chk in r5["markov"].values():
+        assert chk["law_matches_mixture"] and chk["law_max_abs_z"] < Z_BOUND
+        for name in ("tv_sum", "acceptance_rate", "target_calls", "rejections"):
+            assert abs(chk[name]["z"]) < Z_BOUND, name
+    for cf in r5["context_free"].values():
+        assert cf["law_max_abs_z"] < Z_BOUND and abs(cf["tv"]["z"]) < Z_BOUND
+    assert "Fig. 5" in sprinter_fig5.summary(r5)
+
+    r6 = sprinter_fig6.run(seed=1, n_runs=4_000, out_dir=tmp_path)
+    assert (tmp_path / "sprinter_fig6.png").exists() and (tmp_path / "sprinter_fig6.json").exists()
+    for key, pts in r6["points"].items():
+        assert max(abs(z) for z in pts["z"]) < Z_BOUND
+    assert r6["limit_eta_tp_1"]["0.5"]["stopping_time"] == pytest.approx(0.7)
+    assert "Fig. 6" in sprinter_fig6.summary(r6)

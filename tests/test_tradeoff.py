@@ -1,0 +1,457 @@
+"""[Yin] Thm 4, Thm 5 and the sequence-level bias of biased decoding: LP, enumeration, Monte Carlo, properties."""
+
+import itertools
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.optimize import linprog
+
+from _enumerate import enumerate_decoding, sequence_law
+from conftest import Z_BOUND
+from speculab.sim import Biased, simulate
+from speculab.testing import distribution_pairs, distributions, markov_instances
+from speculab.theory import MarkovInstance, expected_rejections, output_law, sd_acceptance, tv
+from speculab.theory.biased import biased_arrays
+from speculab.theory.tradeoff import (
+    is_optimal_rejection,
+    log_likelihood_ratio,
+    markov_kl,
+    markov_tv,
+    optimal_loss,
+    optimal_loss_lp,
+    optimal_rejection,
+    pareto_acceptance,
+    pareto_gap,
+    pareto_loss,
+    rejection_loss,
+    rejection_probability,
+    sequence_bias,
+    tradeoff_profile,
+)
+
+unit_floats = st.floats(0.0, 1.0)
+
+
+@st.composite
+def triples(draw, kinds=("any", "pareto", "unbiased", "ones"), max_V=8, independent=False):
+    """``(p, q, b)``: ``b`` anywhere in ``[0, 1]`` ("any"), in Thm 5's range ``[min(1, q/p), 1]``
+    ("pareto"), below ``min(1, q/p)`` ("unbiased") or ``≡ 1``; endpoints included.
+    ``independent``: ``p, q`` drawn apart (else also equal and near-equal pairs)."""
+    if independent:
+        V = draw(st.integers(2, max_V))
+        p, q = draw(distributions(V)), draw(distributions(V))
+    else:
+        p, q = draw(distribution_pairs(max_V=max_V))
+    kind = draw(st.sampled_from(kinds))
+    u = np.array(draw(st.lists(unit_floats, min_size=p.size, max_size=p.size)))
+    s = sd_acceptance(p, q)
+    rules = {"any": u, "pareto": np.minimum(s + u * (1.0 - s), 1.0), "unbiased": u * s, "ones": np.ones(p.size)}
+    return p, q, rules[kind]
+
+
+def pareto_triples(**kw):
+    return triples(kinds=("pareto",), **kw)
+
+
+def any_triples(**kw):
+    return triples(**kw)
+
+
+def _output(p, b, P):
+    """P_A = b p + P Σ(1 − b)p, written out independently of the library."""
+    return b * p + P * np.sum((1 - b) * p)
+
+
+def _optimal_set_member(q, p, b, rng):
+    """A random member of {P = 0 on A−, 0 ≤ P ≤ A on A+, ΣP = 1}: a convex mix of greedy vertices and P*."""
+    D = np.sum((1 - b) * p)
+    A = np.maximum(q - b * p, 0.0) / D
+    members = [A / A.sum()]
+    for _ in range(3):  # fill up to A in a random order: a vertex of the polytope
+        v, left = np.zeros_like(A), 1.0
+        for x in rng.permutation(A.size):
+            v[x] = min(A[x], left)
+            left -= v[x]
+        members.append(v / v.sum())  # v.sum() = 1 up to round-off (ΣA_+ ≥ 1)
+    w = rng.dirichlet(np.ones(len(members)))
+    return np.einsum("k,kv->v", w, np.array(members))
+
+
+# -- single token: Thm 4 and Thm 5 ----------------------------------------------------------
+@given(pareto_triples())
+def test_thm5_identity_on_the_pareto_range(t):
+    p, q, b = t
+    rej, loss = rejection_probability(p, b), optimal_loss(p, q, b)
+    assert rej + loss == pytest.approx(float(tv(p, q)), abs=1e-12)  # [Yin] Thm 5
+    assert pareto_gap(p, q, b) == pytest.approx(0.0, abs=1e-14)
+    assert pareto_loss(p, q, rej) == pytest.approx(float(loss), abs=1e-12)
+    np.testing.assert_array_equal(pareto_acceptance(p, q, b), b)
+
+
+@given(any_triples())
+def test_thm5_general_form_and_projection_onto_the_front(t):
+    """P(reject) + Loss* = TV + Σ(min(p,q) − bp)_+ ≥ TV for every b; raising b to min(1, q/p) keeps Loss*."""
+    p, q, b = t
+    rej, loss, gap = rejection_probability(p, b), optimal_loss(p, q, b), pareto_gap(p, q, b)
+    assert rej + loss - tv(p, q) == pytest.approx(float(gap), abs=1e-12)
+    assert gap >= 0 and loss >= 0
+    assert loss >= pareto_loss(p, q, rej) - 1e-12  # nothing below the front
+    b2 = pareto_acceptance(p, q, b)
+    assert np.all(b2 >= b)
+    assert optimal_loss(p, q, b2) == pytest.approx(float(loss), abs=1e-12)
+    assert rejection_probability(p, b2) == pytest.approx(float(rej - gap), abs=1e-12)
+    assert pareto_gap(p, q, b2) == pytest.approx(0.0, abs=1e-14)
+
+
+@settings(max_examples=40)
+@given(any_triples())
+def test_optimal_loss_matches_the_paper_formula_and_the_lp(t):
+    p, q, b = t
+    loss = float(optimal_loss(p, q, b))
+    D = np.sum((1 - b) * p)
+    assert loss >= 0
+    assert loss == pytest.approx(0.5 * np.abs(q - b * p).sum() - 0.5 * D, abs=1e-12)  # [Yin] Thm 4, with the ½
+    assert loss == pytest.approx(optimal_loss_lp(p, q, b), abs=1e-7)
+
+
+@given(any_triples(), st.integers(0, 2**32 - 1))
+def test_the_optimal_set_attains_the_loss_and_nothing_else_does(t, seed):
+    p, q, b = t
+    res = optimal_rejection(p, q, b)
+    loss = float(res.loss)
+    assert res.P.sum() == pytest.approx(1.0, abs=1e-12) and np.all(res.P >= 0)
+    assert is_optimal_rejection(p, q, b, res.P)
+    assert rejection_loss(p, q, b, res.P) == pytest.approx(loss, abs=1e-12)
+    assert float(tv(_output(p, b, res.P), q)) == pytest.approx(loss, abs=1e-12)
+    assert rejection_loss(p, q, b, q) >= loss - 1e-12  # Decoding-UNO is never better
+    rng = np.random.default_rng(seed)
+    if res.rejection <= 1e-6:  # D = 0: every P is optimal; tiny D: the set is ill-conditioned
+        if res.rejection == 0:
+            P = rng.dirichlet(np.ones(p.size))
+            assert is_optimal_rejection(p, q, b, P)
+            assert rejection_loss(p, q, b, P) == pytest.approx(float(tv(p, q)), abs=1e-12)
+        return
+    member = _optimal_set_member(q, p, b, rng)
+    assert is_optimal_rejection(p, q, b, member)
+    assert rejection_loss(p, q, b, member) == pytest.approx(loss, abs=1e-12)
+    # leaving the set costs exactly D·P(A−) + Σ_{A+} (D P − (q − bp))_+
+    other = rng.dirichlet(np.ones(p.size))
+    r = q - b * p
+    excess = res.rejection * other[r < 0].sum() + np.maximum(res.rejection * other - r, 0)[r >= 0].sum()
+    assert rejection_loss(p, q, b, other) - loss == pytest.approx(excess, abs=1e-12)
+    if excess > 1e-6:
+        assert not is_optimal_rejection(p, q, b, other)
+
+
+def test_seeded_random_cases_with_substantial_loss():
+    """Thm 4/5 on well-conditioned random cases (Hypothesis favours degenerate ones): LP, identity, set, UNO."""
+    rng = np.random.default_rng(2024)
+    n_lossy = 0
+    for i in range(120):
+        V = int(rng.integers(2, 9))
+        p, q = rng.dirichlet(np.full(V, 0.5), size=2)
+        p[rng.random(V) < 0.15] = 0.0
+        p /= p.sum()
+        s, u = sd_acceptance(p, q), rng.random(V)
+        b = [u, np.minimum(s + u * (1 - s), 1.0), u * s][i % 3]
+        res = optimal_rejection(p, q, b)
+        assert res.loss == pytest.approx(optimal_loss_lp(p, q, b), abs=1e-7)
+        assert res.rejection + res.loss == pytest.approx(float(tv(p, q) + pareto_gap(p, q, b)), abs=1e-12)
+        assert is_optimal_rejection(p, q, b, res.P)
+        if res.rejection > 1e-6:
+            member = _optimal_set_member(q, p, b, rng)
+            assert is_optimal_rejection(p, q, b, member)
+            assert rejection_loss(p, q, b, member) == pytest.approx(float(res.loss), abs=1e-12)
+        n_lossy += bool(res.loss > 0.05)
+        assert rejection_loss(p, q, b, q) >= res.loss - 1e-12
+    assert n_lossy > 30  # the cases are not all trivial
+
+
+def _lp_range(p, q, b, loss, x, sense):
+    """min (sense=+1) or max (sense=−1) of P(x) over {P : TV(P_A, q) ≤ loss + 1e-10}, by LP."""
+    V, D, r = p.size, np.sum((1 - b) * p), q - b * p
+    eye = np.eye(V)
+    A_ub = np.block([[-D * eye, -eye], [D * eye, -eye], [np.zeros((1, V)), np.full((1, V), 0.5)]])
+    b_ub = np.concatenate([-r, r, [loss + 1e-10]])
+    c = np.zeros(2 * V)
+    c[x] = sense
+    res = linprog(c, A_ub=A_ub, b_ub=b_ub, A_eq=np.r_[np.ones(V), np.zeros(V)][None], b_eq=[1.0], bounds=(0, None))
+    assert res.status == 0, res.message
+    return sense * res.fun
+
+
+@settings(max_examples=20)
+@given(triples(kinds=("pareto", "any"), max_V=5, independent=True))
+def test_lp_recovers_the_box_of_the_optimal_set(t):
+    """Over all optimal P, P(x) spans exactly what {P = 0 on A−, 0 ≤ P ≤ A on A+, ΣP = 1} allows ([Yin] Thm 4)."""
+    p, q, b = t
+    res = optimal_rejection(p, q, b)
+    if res.rejection < 1e-3:
+        return
+    A_plus = np.maximum(res.A, 0.0)
+    for x in range(p.size):
+        hi = min(A_plus[x], 1.0)
+        lo = max(0.0, 1.0 - (A_plus.sum() - A_plus[x]))  # the other tokens can hold at most Σ A_+ − A_+(x)
+        assert _lp_range(p, q, b, float(res.loss), x, -1.0) == pytest.approx(hi, abs=1e-6)
+        assert _lp_range(p, q, b, float(res.loss), x, +1.0) == pytest.approx(lo, abs=1e-6)
+
+
+@given(distribution_pairs(), st.lists(unit_floats, min_size=8, max_size=8))
+def test_unbiased_b_has_zero_loss_and_P_star_is_A(pq, u):
+    """b ≤ min(1, q/p): Loss* = 0 and P* = A, the unbiased rejection law of [Yin] Thm 2."""
+    p, q = pq
+    b = np.array(u[: p.size]) * sd_acceptance(p, q)
+    res = optimal_rejection(p, q, b)
+    assert res.loss == pytest.approx(0.0, abs=1e-12)
+    np.testing.assert_allclose(res.P * res.rejection, q - b * p, atol=1e-12)  # D·P* = D·A
+    np.testing.assert_allclose(_output(p, b, res.P), q, atol=1e-12)
+    if res.rejection > 1e-6:
+        np.testing.assert_allclose(res.P, res.A, atol=1e-9)
+
+
+def test_always_accepting_loses_tv_whatever_P():
+    p, q = np.array([0.6, 0.4, 0.0]), np.array([0.3, 0.2, 0.5])
+    res = optimal_rejection(p, q, np.ones(3))
+    assert res.rejection == 0 and res.loss == pytest.approx(0.5) and np.all(np.isnan(res.A))
+    np.testing.assert_allclose(res.P, [0, 0, 1])  # the residual, a valid choice
+    for P in ([1, 0, 0], [0.2, 0.3, 0.5]):
+        assert is_optimal_rejection(p, q, np.ones(3), P)
+        assert rejection_loss(p, q, np.ones(3), P) == pytest.approx(0.5)
+    same = optimal_rejection(q, q, np.ones(3))  # p = q, nothing to reject: P* falls back to q
+    np.testing.assert_array_equal(same.P, q)
+    assert same.loss == 0
+
+
+def test_overacceptance_opt_is_the_residual_and_beats_uno():
+    p, q = np.array([0.5, 0.3, 0.15, 0.05]), np.array([0.1, 0.3, 0.2, 0.4])
+    from speculab.theory.biased import biased_acceptance
+
+    for eps in (0.01, 0.1, 0.3):
+        b = biased_acceptance(p, q, eps)
+        res = optimal_rejection(p, q, b)
+        np.testing.assert_allclose(res.P, np.maximum(q - p, 0) / tv(p, q))  # [Yin] App. G: P* = [q − p]_+
+        assert rejection_loss(p, q, b, q) > res.loss + 1e-3
+    # the batched form agrees with row-by-row calls
+    bs = np.stack([biased_acceptance(p, q, e) for e in (0.0, 0.05, 0.2)])
+    P3, Q3 = np.broadcast_to(p, bs.shape), np.broadcast_to(q, bs.shape)
+    np.testing.assert_allclose(optimal_loss(P3, Q3, bs), [optimal_loss(p, q, b) for b in bs])
+
+
+# -- Markov instances: per position -----------------------------------------------------------
+def _rules(inst, eps, rej):
+    """``Biased(eps, rej)``'s (b, P), with OPT's P from :func:`optimal_rejection`.
+
+    ``biased_arrays`` gives the same P* except on rows where round-off makes ``(q − bp)_+ = 0``
+    while ``D > 0`` (e.g. ``p = (1, 3e-94)``, ``q = (1, 0)``, ``ε = 0``): it leaves them all zero.
+    """
+    b, R = biased_arrays(inst, eps, rej)
+    if rej == "opt":
+        P_star = optimal_rejection(inst.P, inst.Q, b).P
+        ok = R.sum(axis=-1) > 0
+        np.testing.assert_array_equal(R[ok], P_star[ok])
+        R = P_star
+    return b, R
+
+
+@settings(max_examples=30)
+@given(markov_instances(max_T=3, max_V=3), st.floats(0.0, 1.0), st.sampled_from(["opt", "uno"]))
+def test_profile_matches_theory_and_enumeration(inst, eps, rej):
+    b, R = _rules(inst, eps, rej)
+    prof = tradeoff_profile(inst, b, R)
+    np.testing.assert_allclose(prof.rejection, expected_rejections(inst, b, R).per_position, atol=1e-12)
+    assert np.all(prof.loss >= prof.optimal_loss - 1e-12)
+    if rej == "opt":  # Thm 4 and Thm 5 per context, averaged under the algorithm's own prefixes
+        np.testing.assert_allclose(prof.loss, prof.optimal_loss, atol=1e-12)
+        assert prof.pareto_gap == pytest.approx(0.0, abs=1e-12)
+    e = enumerate_decoding(inst.P, inst.Q, inst.rho, b, R, None)  # the literal algorithm
+    law = sequence_law(prof.output, inst.rho)
+    for k in set(e.law) | set(law):
+        assert abs(e.law.get(k, 0.0) - law.get(k, 0.0)) < 1e-12
+    assert prof.expected_rejections == pytest.approx(e.rejections, abs=1e-12)
+
+
+def _log(x):
+    return math.log(x) if x > 0 else -math.inf
+
+
+def _brute_kl(rho, K, L):
+    """Σ over all V^(T+1) sequences of P^K (log P^K − log P^L), in log space (exact inf detection)."""
+    T, V = K.shape[0], K.shape[2]
+    total = 0.0
+    for s in itertools.product(range(V), repeat=T + 1):
+        lk = _log(rho[s[0]]) + sum(_log(K[n, s[n], s[n + 1]]) for n in range(T))
+        if lk == -math.inf:
+            continue
+        ll = _log(rho[s[0]]) + sum(_log(L[n, s[n], s[n + 1]]) for n in range(T))
+        if ll == -math.inf:
+            return math.inf
+        total += math.exp(lk) * (lk - ll)
+    return total
+
+
+@settings(max_examples=30)
+@given(markov_instances(max_T=3, max_V=3), st.floats(0.0, 0.6), st.sampled_from(["opt", "uno"]))
+def test_sequence_kl_and_tv_match_enumeration(inst, eps, rej):
+    b, R = _rules(inst, eps, rej)
+    K = output_law(inst, b, R)
+    d = sequence_bias(inst, b, R)
+    for got, want in ((d.kl, _brute_kl(inst.rho, K, inst.Q)), (d.kl_reverse, _brute_kl(inst.rho, inst.Q, K))):
+        assert got == want if math.isinf(want) else got == pytest.approx(want, rel=1e-12, abs=1e-12)
+    assert d.kl == markov_kl(inst.rho, K, inst.Q).sum()
+    # TV from the literal algorithm's enumerated law, independent of output_law
+    law, target = enumerate_decoding(inst.P, inst.Q, inst.rho, b, R, None).law, sequence_law(inst.Q, inst.rho)
+    brute_tv = sum(max(law.get(k, 0.0) - target.get(k, 0.0), 0.0) for k in set(law) | set(target))
+    assert d.tv == pytest.approx(brute_tv, abs=1e-12)
+    assert d.tv_lower - 1e-12 <= d.tv <= d.tv_upper + 1e-12
+    # the likelihood-ratio integrands are exact in expectation: weight every sequence by its probability
+    seqs = np.array([k for k in law if law[k] > 0])
+    w = np.array([law[tuple(s)] for s in seqs])
+    llr = log_likelihood_ratio(K, inst.Q, seqs)
+    assert w @ -np.expm1(-np.maximum(llr, 0)) == pytest.approx(brute_tv, abs=1e-12)
+
+
+def test_sequence_tv_bounds_and_refusal_on_the_paper_instance():
+    inst = MarkovInstance.random(50, 7, 10, rows="uniform")
+    b, R = biased_arrays(inst, 0.1, "opt")
+    d = sequence_bias(inst, b, R)
+    assert d.tv is None and 0 < d.tv_lower <= d.tv_upper <= 1
+    assert np.isfinite(d.kl) and np.isfinite(d.kl_reverse)
+    with pytest.raises(ValueError, match="max_sequences"):
+        markov_tv(inst.rho, inst.P, inst.Q)
+
+
+def test_opt_beats_uno_on_the_paper_instance():
+    """Same b, so nearly the same rejections; OPT has less per-token bias and, here, less sequence KL."""
+    inst = MarkovInstance.random(50, 7, 10, rows="uniform")
+    for eps in (0.05, 0.1, 0.2):
+        (bo, Ro), (bu, Ru) = biased_arrays(inst, eps, "opt"), biased_arrays(inst, eps, "uno")
+        po, pu = tradeoff_profile(inst, bo, Ro), tradeoff_profile(inst, bu, Ru)
+        assert po.token_loss < pu.token_loss - 1e-3
+        assert pu.pareto_gap > 1e-3 and po.pareto_gap == pytest.approx(0, abs=1e-12)
+        so, su = sequence_bias(inst, bo, Ro), sequence_bias(inst, bu, Ru)
+        assert so.kl < su.kl and so.kl_reverse < su.kl_reverse
+
+
+def test_per_token_optimal_is_not_sequence_optimal():
+    """[Yin] Remark 6 is a real gap: here UNO's sequence TV is below OPT's (T = 2, ε = 0.3; found by random search)."""
+    P = [[[0.34, 0.66, 0.0], [0.66, 0.02, 0.32], [0.01, 0.13, 0.86]],
+         [[0.48, 0.36, 0.16], [0.0, 0.9, 0.1], [0.82, 0.02, 0.16]]]
+    Q = [[[0.9, 0.07, 0.03], [0.99, 0.01, 0.0], [0.59, 0.4, 0.01]],
+         [[0.26, 0.11, 0.63], [0.04, 0.9, 0.06], [0.57, 0.43, 0.0]]]
+    inst = MarkovInstance(P, Q, np.full(3, 1 / 3))
+    target = sequence_law(inst.Q, inst.rho)
+    seq_tv = {}
+    for rej in ("opt", "uno"):
+        b, R = _rules(inst, 0.3, rej)
+        law = enumerate_decoding(inst.P, inst.Q, inst.rho, b, R, None).law
+        seq_tv[rej] = sum(max(law.get(k, 0.0) - target.get(k, 0.0), 0.0) for k in set(law) | set(target))
+        assert sequence_bias(inst, b, R).tv == pytest.approx(seq_tv[rej], abs=1e-12)
+    assert seq_tv["uno"] < seq_tv["opt"] - 5e-3  # 0.4636 vs 0.4720
+    b, _ = _rules(inst, 0.3, "opt")  # yet OPT is optimal at every context (n, x_{n-1}) ...
+    assert np.all(optimal_loss(inst.P, inst.Q, b) <= rejection_loss(inst.P, inst.Q, b, inst.Q) + 1e-12)
+    po, pu = (tradeoff_profile(inst, *_rules(inst, 0.3, r)) for r in ("opt", "uno"))
+    assert po.loss[1] > pu.loss[1]  # ... but steers position 2 toward contexts where the bias is larger
+
+
+# -- Monte Carlo ------------------------------------------------------------------------------
+N = 40_000
+
+
+@pytest.mark.parametrize("rej", ["opt", "uno"])
+def test_simulated_per_position_laws_match_the_exact_output_chain(rej):
+    inst = MarkovInstance.random(6, 4, 3, concentration=0.7)
+    b, R = biased_arrays(inst, 0.1, rej)
+    prof = tradeoff_profile(inst, b, R)
+    c = simulate(inst, Biased(0.1, rej), N, key=7, return_sequences=True)
+    other = tradeoff_profile(inst, *biased_arrays(inst, 0.1, "uno" if rej == "opt" else "opt"))
+    worst_other = 0.0
+    for n in range(inst.T):  # law of (x_{n-1}, x_n): ν_{n-1}(a) P_A,n(b | a)
+        joint = np.zeros((inst.V, inst.V))
+        np.add.at(joint, (c.sequences[:, n], c.sequences[:, n + 1]), 1.0 / N)
+        for law, check in ((prof, True), (other, False)):
+            exact = law.marginals[n][:, None] * law.output[n]
+            z = np.abs(joint - exact) / np.sqrt(np.maximum(exact * (1 - exact), 1e-12) / N)
+            if check:
+                assert np.all(z < Z_BOUND), (n, z.max())
+            else:
+                worst_other = max(worst_other, z.max())
+    assert worst_other > Z_BOUND  # power: the other method's law is rejected
+    assert abs(c.estimate("rejections").z(prof.expected_rejections)) < Z_BOUND
+
+
+@pytest.mark.parametrize("rej", ["opt", "uno"])
+def test_monte_carlo_sequence_law_kl_and_tv(rej):
+    inst = MarkovInstance.random(3, 2, 1, concentration=0.8)
+    b, R = biased_arrays(inst, 0.15, rej)
+    K = output_law(inst, b, R)
+    law = sequence_law(K, inst.rho)
+    c = simulate(inst, Biased(0.15, rej), N, key=11, return_sequences=True)
+    seqs, counts = np.unique(c.sequences, axis=0, return_counts=True)
+    seen = {tuple(int(x) for x in s): int(k) for s, k in zip(seqs, counts)}
+    assert set(seen) <= set(law)  # nothing off the support
+    for s, pr in law.items():  # every sequence of positive probability, seen or not
+        assert abs(seen.get(s, 0) / N - pr) < Z_BOUND * np.sqrt(pr * (1 - pr) / N), s
+    d = sequence_bias(inst, b, R)
+    llr = log_likelihood_ratio(K, inst.Q, c.sequences)
+    for x, exact in ((llr, d.kl), (-np.expm1(-np.maximum(llr, 0)), d.tv)):
+        assert abs(x.mean() - exact) < Z_BOUND * x.std(ddof=1) / np.sqrt(N)
+
+
+# -- bad input --------------------------------------------------------------------------------
+P2, Q2 = [0.5, 0.5], [0.2, 0.8]
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: optimal_loss(P2, Q2, [0.5, 1.5]), r"b must lie in \[0, 1\]"),
+        (lambda: optimal_rejection(P2, Q2, [-0.1, 1.0]), r"b must lie in \[0, 1\]"),
+        (lambda: optimal_loss(P2, Q2, [1.0, 1.0, 1.0]), "b and p must have the same shape"),
+        (lambda: optimal_loss(P2, [0.2, 0.3, 0.5], [1.0, 1.0]), "p and q must have the same shape"),
+        (lambda: optimal_loss([0.5, 0.6], Q2, [1.0, 1.0]), "p must sum to 1"),
+        (lambda: optimal_loss(P2, [1.2, -0.2], [1.0, 1.0]), "q must be non-negative"),
+        (lambda: optimal_loss(P2, [np.nan, 1.0], [1.0, 1.0]), "q must be finite"),
+        (lambda: rejection_loss(P2, Q2, [1.0, 1.0], [0.3, 0.3]), "P must sum to 1"),
+        (lambda: is_optimal_rejection(P2, Q2, [1.0, 1.0], [1.0]), "P and p must have the same shape"),
+        (lambda: rejection_probability(P2, [2.0, 1.0]), r"b must lie in \[0, 1\]"),
+        (lambda: pareto_loss(P2, Q2, 1.5), r"rejection must lie in \[0, 1\]"),
+        (lambda: optimal_loss_lp([P2, P2], [Q2, Q2], np.ones((2, 2))), "single vectors"),
+        (lambda: markov_kl([0.5, 0.5], np.full((2, 2, 2), 0.5), np.full((3, 2, 2), 0.5)), "L must have shape"),
+        (lambda: markov_tv([1.0], np.full((2, 2, 2), 0.5), np.full((2, 2, 2), 0.5)), "rho must have length"),
+        (lambda: log_likelihood_ratio(np.full((2, 2, 2), 0.5), np.full((2, 2, 2), 0.5), [[0, 1]]), "sequences must"),
+        (lambda: log_likelihood_ratio(np.full((2, 2, 2), 0.5), np.full((2, 2, 2), 0.5), [[0, 1, 2]]), "tokens in 0..1"),
+    ],
+)
+def test_bad_input(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_bad_markov_rules():
+    inst = MarkovInstance.random(3, 3, 0)
+    with pytest.raises(ValueError, match=r"b must lie in \[0, 1\]"):
+        tradeoff_profile(inst, np.full((3, 3, 3), 1.2), inst.Q)
+    with pytest.raises(ValueError, match="same shape"):
+        sequence_bias(inst, np.ones((3, 3, 2)), inst.Q)
+
+
+# -- the reproduction -------------------------------------------------------------------------
+def test_yin_fig4_runs_and_its_numbers_agree(tmp_path):
+    from speculab.repro import yin_fig4
+
+    res = yin_fig4.run(seed=10, n_runs=3000, out_dir=tmp_path)
+    assert (tmp_path / "yin_fig4.png").stat().st_size > 0
+    saved = json.loads((tmp_path / "yin_fig4.json").read_text())
+    assert len(saved["table"]) == 2 * len(yin_fig4.EPS_TABLE)
+    assert res["single_token"]["min_gap_random"] >= -1e-12  # no random (b, P) below the front
+    inst = MarkovInstance.load(tmp_path / "yin_fig4_instance.npz")
+    for row in res["table"]:
+        b, R = biased_arrays(inst, row["eps"], row["rejection"])
+        assert row["token_loss"] == pytest.approx(tradeoff_profile(inst, b, R).token_loss, rel=1e-12)
+        for name in ("rejection_rate", "token_loss", "kl"):
+            assert abs(row["z"][name]) < Z_BOUND, (row["eps"], row["rejection"], name)
+    assert "KL(P_A‖q)" in yin_fig4.summary(res)
