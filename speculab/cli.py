@@ -107,19 +107,34 @@ def cmd_theory_batch(args) -> None:
     _emit(args, payload, text)
 
 
-def _method(args):
-    from speculab.methods import SD, Autoregressive, BatchSD
+def _add_method_args(p: argparse.ArgumentParser, choices: tuple[str, ...]) -> None:
+    g = p.add_argument_group("method")
+    g.add_argument("--method", choices=choices, default="sd",
+                   help="sd (Alg. 1), batch (Alg. 4, needs --M), biased ([Yin] §4.2, needs --eps), ar (Alg. 3)")
+    g.add_argument("--K", type=int, default=None, help="lookahead for sd / batch / biased (default ∞)")
+    g.add_argument("--M", type=int, default=None, help="number of drafts for --method batch")
+    g.add_argument("--eps", type=float, default=None, help="over-acceptance ε for --method biased")
+    g.add_argument("--rejection", choices=["opt", "uno"], default="opt", help="biased: Decoding-OPT or -UNO")
 
+
+def _method(args):
+    from speculab.methods import SD, Autoregressive, BatchSD, Biased
+
+    used = {"--K": args.K is not None, "--M": args.M is not None, "--eps": args.eps is not None}
+    allowed = {"ar": (), "sd": ("--K",), "batch": ("--K", "--M"), "biased": ("--K", "--eps")}[args.method]
+    extra = [flag for flag, given in used.items() if given and flag not in allowed]
+    if extra:
+        raise ValueError(f"{', '.join(extra)} does not apply to --method {args.method}")
     if args.method == "ar":
-        if args.K is not None or args.M is not None:
-            raise ValueError("--K and --M apply to --method sd / batch only")
         return Autoregressive()
     if args.method == "batch":
         if args.M is None:
             raise ValueError("--method batch needs --M (number of drafts)")
         return BatchSD(M=args.M, K=args.K)
-    if args.M is not None:
-        raise ValueError("--M applies to --method batch only")
+    if args.method == "biased":
+        if args.eps is None:
+            raise ValueError("--method biased needs --eps (over-acceptance)")
+        return Biased(eps=args.eps, rejection=args.rejection, K=args.K)
     return SD(K=args.K)
 
 
@@ -165,22 +180,89 @@ def cmd_repro(args) -> None:
 
     if args.figure is None or args.list:
         _emit(args, {k: v[1] for k, v in repro.FIGURES.items()},
-              "\n".join(f"{k:12s} {v[1]}" for k, v in repro.FIGURES.items()))
+              "\n".join(f"{k:15s} {v[1]}" for k, v in repro.FIGURES.items()))
         return
     mod = repro.get(args.figure)
     accepted = inspect.signature(mod.run).parameters
     kwargs = {"out_dir": args.out}
     if "progress" in accepted:
         kwargs["progress"] = not args.json
-    for name in ("seed", "n_runs"):
+    for name in ("seed", "n_runs", "draft", "target"):
         value = getattr(args, name)
         if value is None:
             continue
         if name not in accepted:
-            raise ValueError(f"{args.figure} is exact (no sampling); --{name.replace('_', '-')} does not apply")
+            raise ValueError(f"--{name.replace('_', '-')} does not apply to {args.figure}")
         kwargs[name] = value
     result = mod.run(**kwargs)
     _emit(args, result, mod.summary(result) + f"\n  wrote {args.out}/")
+
+
+# -- real models ------------------------------------------------------------------
+def _add_pair_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("models")
+    g.add_argument("--pair", default="tiny", help="'tiny' (offline default) — or give --draft and --target")
+    g.add_argument("--draft", default=None, help="draft model: Hugging Face name or local path")
+    g.add_argument("--target", default=None, help="target model: Hugging Face name or local path")
+    g.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, …")
+    g.add_argument("--max-new-tokens", type=int, default=32, help="tokens generated per prompt (default 32)")
+    g.add_argument("--temperature", type=float, default=1.0, help="0 = greedy (default 1)")
+    g.add_argument("--top-k", type=int, default=None)
+    g.add_argument("--top-p", type=float, default=None)
+
+
+def _pair(args):
+    from speculab.backends import load_pair
+
+    if (args.draft is None) != (args.target is None):
+        raise ValueError("give both --draft and --target, or neither (then --pair is used)")
+    if args.draft is not None:
+        return load_pair(args.draft, args.target, device=args.device)
+    if args.pair != "tiny":
+        raise ValueError(f"--pair must be 'tiny' (or use --draft/--target); got {args.pair!r}")
+    return load_pair("tiny", device=args.device)
+
+
+def _sampling(args):
+    from speculab.backends import Sampling
+
+    return Sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+
+
+def cmd_run(args) -> None:
+    from speculab.backends import decode
+
+    pair = _pair(args)
+    method = _method(args)
+    prompts = args.prompt or ["Return the"]
+    res = decode(pair, prompts, method, max_new_tokens=args.max_new_tokens, sampling=_sampling(args), generator=args.seed)
+    payload = {"pair": pair.name, "method": repr(method), "seed": args.seed, "texts": res.texts,
+               "tokens": res.tokens, "counts": res.counts.to_dict()}
+    lines = [f"{method!r} on the {pair.name} pair, seed {args.seed}"]
+    c = res.counts
+    for i, (prompt, text) in enumerate(zip(prompts, res.texts)):
+        lines.append(f"\n[{prompt}]{text}\n  tokens {c.tokens[i]}, target calls {c.oracle_calls[i]}, "
+                     f"rejections {c.rejections[i]}, draft tokens {c.draft_calls[i]}, bonus {c.bonus[i]}")
+    _emit(args, payload, "\n".join(lines))
+
+
+def cmd_compare(args) -> None:
+    from speculab.compare import compare
+
+    pair = _pair(args)
+    comp = compare(pair, _method(args), args.prompt or None, runs_per_prompt=args.runs_per_prompt,
+                   max_new_tokens=args.max_new_tokens, sampling=_sampling(args), seed=args.seed)
+    _emit(args, comp.to_dict(), str(comp))
+
+
+def cmd_build_tiny(args) -> None:
+    from speculab.backends.tiny.build import BuildConfig, build
+
+    cfg = BuildConfig(target_steps=40, draft_steps=20, eval_tokens=4000) if args.quick else BuildConfig()
+    info = build(args.out, cfg, log=(lambda *_: None) if args.json else print)
+    m = info["metrics"]
+    _emit(args, info, f"wrote {args.out}: target ppl {m['target_perplexity']:.1f}, draft ppl "
+                      f"{m['draft_perplexity']:.1f}, mean TV(p, q) {m['mean_tv']:.3f}")
 
 
 # -- parser --------------------------------------------------------------------
@@ -209,10 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sim", help="Monte-Carlo simulation, with theory and z-scores beside it")
     common(p)
     _add_instance_args(p)
-    p.add_argument("--method", choices=["sd", "batch", "ar"], default="sd",
-                   help="sd (Algorithm 1), batch (Algorithm 4, needs --M) or ar (Algorithm 3)")
-    p.add_argument("--K", type=int, default=None, help="lookahead for sd / batch (default ∞)")
-    p.add_argument("--M", type=int, default=None, help="number of drafts for --method batch")
+    _add_method_args(p, ("sd", "batch", "biased", "ar"))
     p.add_argument("--n-runs", type=int, default=10_000, help="number of runs (default 10000)")
     p.set_defaults(func=cmd_sim)
 
@@ -222,12 +301,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output .npz path")
     p.set_defaults(func=cmd_instance)
 
+    p = sub.add_parser("run", help="decode prompts with a real draft/target pair")
+    common(p)
+    _add_pair_args(p)
+    _add_method_args(p, ("sd", "batch", "biased", "ar"))
+    p.add_argument("--prompt", action="append", help="a prompt (repeatable; default 'Return the')")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("compare", help="theory vs measured counts on a real draft/target pair")
+    common(p)
+    _add_pair_args(p)
+    _add_method_args(p, ("sd", "batch", "biased"))
+    p.add_argument("--prompt", action="append", help="a prompt (repeatable; default: the tiny pair's held-out prompts)")
+    p.add_argument("--runs-per-prompt", type=int, default=4, help="independent runs per prompt (default 4)")
+    p.set_defaults(func=cmd_compare)
+
+    models = sub.add_parser("models", help="the offline tiny model pair").add_subparsers(dest="action", required=True)
+    p = models.add_parser("build-tiny", help="train the tiny draft/target pair (deterministic; ~20 min on 2 CPUs)")
+    common(p)
+    p.add_argument("--out", required=True, help="output folder (the shipped pair lives in speculab/backends/tiny)")
+    p.add_argument("--quick", action="store_true", help="a few steps only (to check the pipeline)")
+    p.set_defaults(func=cmd_build_tiny)
+
     p = sub.add_parser("repro", help="reproduce a paper figure (PNG + JSON)")
     p.add_argument("figure", nargs="?", help="figure name; omit or --list to list them")
     common(p, seed_default=None)
     p.add_argument("--list", action="store_true", help="list the figures")
     p.add_argument("--n-runs", type=int, default=None, help="override the number of simulated runs")
     p.add_argument("--out", default="results", help="output folder (default ./results)")
+    p.add_argument("--draft", default=None, help="real-model reproductions: draft model name or path")
+    p.add_argument("--target", default=None, help="real-model reproductions: target model name or path")
     p.set_defaults(func=cmd_repro)
     return parser
 

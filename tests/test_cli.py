@@ -53,7 +53,8 @@ def test_sim_finite_K_and_autoregressive(capsys):
     [
         (["sim", "--K", "0"], "K must be an integer >= 1"),
         (["sim", "--n-runs", "0"], "n_runs"),
-        (["sim", "--method", "ar", "--K", "3"], "--K and --M apply"),
+        (["sim", "--method", "ar", "--K", "3"], "--K does not apply to --method ar"),
+        (["sim", "--method", "biased"], "needs --eps"),
         (["theory", "rejections", "--V", "1"], "V must be"),
         (["theory", "rejections", "--instance", "/nonexistent.npz"], "nonexistent"),
         (["repro", "no-such-figure"], "unknown figure"),
@@ -86,7 +87,7 @@ def test_sim_batch_reports_t3(capsys):
     out = _json(capsys, ["sim", "--method", "batch", "--M", "3", "--T", "30", "--V", "5", "--n-runs", "20000"])
     assert abs(out["z"]["rejections"]) < Z_BOUND and out["method"] == "BatchSD(M=3, K=None)"
     assert main(["sim", "--method", "batch"]) == 2 and "needs --M" in capsys.readouterr().err
-    assert main(["sim", "--M", "3"]) == 2 and "--M applies" in capsys.readouterr().err
+    assert main(["sim", "--M", "3"]) == 2 and "--M does not apply" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("figure, runs", [("yin-fig2b", 3000), ("yin-fig2c", 1000), ("yin-fig3", None), ("yin-fig5", 3000)])
@@ -99,7 +100,7 @@ def test_batch_reproductions(capsys, tmp_path, figure, runs):
     if figure == "yin-fig3":
         assert out["max_abs_gap"] < 1e-12
         assert main(["repro", figure, "--n-runs", "5", "--out", str(tmp_path)]) == 2
-        assert "exact" in capsys.readouterr().err
+        assert "does not apply to yin-fig3" in capsys.readouterr().err
     if figure == "yin-fig2c":
         gap = out["regimes"]["support_gap"]
         assert gap["limit"] == pytest.approx(gap["theory"][0])  # no improvement at all

@@ -15,7 +15,15 @@ FIGURES = {
     "yin-fig2b": ("speculab.repro.yin_fig2b", "[Yin] Fig. 2(b): batch SD (M=4, 5) simulations converge to Thm 3"),
     "yin-fig2c": ("speculab.repro.yin_fig2c", "[Yin] Fig. 2(c): E[N_rej] vs M with the exact M→∞ limit (both regimes)"),
     "yin-fig3": ("speculab.repro.yin_fig3", "[Yin] Fig. 3: batch improvement vs M, Bernoulli and uniform closed forms"),
+    "yin-fig4": ("speculab.repro.yin_fig4",
+                 "[Yin] Fig. 4: Pareto front (Thm 5), Decoding-OPT vs -UNO per token (Thm 4) and at the sequence level"),
     "yin-fig5": ("speculab.repro.yin_fig5", "[Yin] Fig. 5: T=100 — SD, batch M=2, E[N_rej] vs M"),
+    "sprinter-fig5": ("speculab.repro.sprinter_fig5", "[SPR] Fig. 5: E[N] vs η_TP (r=5), Thm 3.3 vs simulation; Thm 3.1/A.4 checks"),
+    "sprinter-fig6": ("speculab.repro.sprinter_fig6", "[SPR] Fig. 6: E[T_stop] vs η_TP (r=5, t_d=0.1), Thm 3.4 vs simulation"),
+    "fsd-bound": ("speculab.repro.fsd_bound", "[FSD] §4.2: exact check of Div(P_q, P_FSD) <= N·%draft·θ, all divergences"),
+    "yin-table1": ("speculab.repro.yin_table1", "[Yin] Table 1 analogue on real models: Decoding-OPT vs -UNO (tiny pair by default)"),
+    "specdecpp-fig3": ("speculab.repro.specdecpp_fig3",
+                       "[SDpp] Fig. 3: verification vs discard rate, fixed K (exact) vs thresholds h (simulated)"),
 }
 
 

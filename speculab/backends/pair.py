@@ -1,0 +1,161 @@
+"""Draft/target model pairs: loading, tokenizer checks, vocabulary cropping, the offline ``"tiny"`` pair."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from speculab.backends.models import HFModel, NGramModel
+
+__all__ = ["ModelPair", "load_pair", "resolve_device", "TINY_DIR", "ngram_draft", "default_prompts"]
+
+#: Where the shipped tiny pair lives (``speculab models build-tiny`` writes it).
+TINY_DIR = Path(__file__).parent / "tiny"
+
+
+@dataclass
+class ModelPair:
+    """A draft ``p`` and a target ``q`` over one tokenizer.
+
+    Attributes:
+      draft, target: adapters (:class:`HFModel` or :class:`NGramModel`).
+      tokenizer: the shared Hugging Face tokenizer.
+      vocab_size: the shared vocabulary (logits of both models are cropped to it).
+      name: a label for reports.
+    """
+
+    draft: Any
+    target: Any
+    tokenizer: Any
+    vocab_size: int
+    name: str = ""
+
+    @property
+    def device(self) -> torch.device:
+        return self.target.device
+
+    @property
+    def eos_token_id(self) -> int | None:
+        return self.tokenizer.eos_token_id
+
+    @property
+    def max_length(self) -> int | None:
+        lengths = [m.max_length for m in (self.draft, self.target) if m.max_length]
+        return min(lengths) if lengths else None
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    """``"auto"`` → CUDA when present, else CPU."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def _path(name: str) -> str:
+    """Model path or hub name; ``tiny-draft`` / ``tiny-target`` are the shipped pair."""
+    if name in ("tiny-draft", "tiny-target"):
+        folder = TINY_DIR / name.split("-")[1]
+        if not (folder / "config.json").exists():
+            raise ValueError(f"the tiny pair is not built at {TINY_DIR}; run `speculab models build-tiny`")
+        return str(folder)
+    return name
+
+
+def _load_tokenizer(path: str):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)
+
+
+def _same_tokenizer(a, b) -> bool:
+    return a.get_vocab() == b.get_vocab() and a.eos_token_id == b.eos_token_id
+
+
+def _load_model(path: str, device: torch.device, dtype: torch.dtype):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    return model.to(device).eval()
+
+
+def _embedding_rows(model) -> int:
+    return int(model.get_output_embeddings().weight.shape[0])
+
+
+def load_pair(
+    draft: str | Any = "tiny",
+    target: str | None = None,
+    *,
+    device: str | torch.device = "auto",
+    dtype: torch.dtype = torch.float32,
+    use_cache: bool = True,
+) -> ModelPair:
+    """Load a draft/target pair of causal LMs that share a tokenizer.
+
+    Args:
+      draft: a Hugging Face hub name or local path of the draft model, ``"tiny"``
+        for the offline default pair (then ``target`` is omitted), or a ready
+        adapter such as an :class:`NGramModel` (then ``target`` names the target).
+      target: hub name or local path of the target model.
+      device: ``"auto"`` (CUDA when present), ``"cpu"``, ``"cuda"``, …
+      dtype: model dtype; float32 by default (greedy equivalence is exact only in fp32).
+      use_cache: use KV caches (``False`` recomputes every prefix — for checking).
+
+    Refuses pairs whose tokenizers differ; vocabularies that differ only by padding
+    rows in the embedding (e.g. Pythia's 50304 rows for 50277 tokens) are cropped
+    to the tokenizer's ids.
+    """
+    dev = resolve_device(device)
+    if isinstance(draft, str) and draft == "tiny":
+        if target not in (None, "tiny"):
+            raise ValueError("'tiny' names the whole pair; give no target with it")
+        draft, target = "tiny-draft", "tiny-target"
+    if target is None:
+        raise ValueError("target must name a model (hub name or local path)")
+    t_path = _path(target)
+    tokenizer = _load_tokenizer(t_path)
+    vocab = len(tokenizer)
+    target_model = _load_model(t_path, dev, dtype)
+    if _embedding_rows(target_model) < vocab:
+        raise ValueError(f"target {target!r} has {_embedding_rows(target_model)} output rows for a {vocab}-token tokenizer")
+    if isinstance(draft, str):
+        d_path = _path(draft)
+        d_tokenizer = _load_tokenizer(d_path)
+        if not _same_tokenizer(tokenizer, d_tokenizer):
+            raise ValueError(
+                f"draft {draft!r} and target {target!r} use different tokenizers "
+                f"({len(d_tokenizer)} vs {vocab} tokens); speculative decoding needs one shared vocabulary"
+            )
+        draft_model = _load_model(d_path, dev, dtype)
+        if _embedding_rows(draft_model) < vocab:
+            raise ValueError(f"draft {draft!r} has {_embedding_rows(draft_model)} output rows for a {vocab}-token tokenizer")
+        draft_adapter = HFModel(draft_model, vocab, use_cache=use_cache)
+    else:
+        draft_adapter = draft
+        if getattr(draft_adapter, "vocab_size", None) != vocab:
+            raise ValueError(f"draft adapter has vocab_size {getattr(draft_adapter, 'vocab_size', None)}; the target's tokenizer has {vocab}")
+    name = "tiny" if target == "tiny-target" else f"{draft if isinstance(draft, str) else type(draft).__name__} → {target}"
+    return ModelPair(draft_adapter, HFModel(target_model, vocab, use_cache=use_cache), tokenizer, vocab, name)
+
+
+def ngram_draft(tokenizer, texts: list[str], n: int = 3, *, alpha: float = 0.1) -> NGramModel:
+    """An n-gram draft model counted on ``texts`` tokenized with the pair's tokenizer."""
+    ids: list[int] = []
+    for t in texts:
+        ids.extend(tokenizer.encode(t))
+        if tokenizer.eos_token_id is not None:
+            ids.append(tokenizer.eos_token_id)
+    return NGramModel(ids, n, len(tokenizer), alpha=alpha)
+
+
+def default_prompts() -> list[str]:
+    """Held-out prompts shipped with the tiny pair (openings of held-out docstrings)."""
+    import json
+
+    path = TINY_DIR / "prompts.json"
+    if not path.exists():
+        raise ValueError(f"no prompts at {path}; run `speculab models build-tiny` or pass prompts")
+    return json.loads(path.read_text())

@@ -1,0 +1,68 @@
+"""Sampling warps applied identically to the draft's and the target's logits.
+
+``p`` (draft) and ``q`` (target) at every step are the distributions *after*
+the same temperature / top-k / top-p warp, and ``p`` is exactly the law the
+draft token was sampled from, so speculative decoding stays unbiased for the
+warped target. Temperature 0 is a real argmax path (see :attr:`Sampling.greedy`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["Sampling"]
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How next-token distributions are formed from logits.
+
+    Args:
+      temperature: ``> 0`` divides the logits; ``0`` means greedy (argmax), where
+        ``p`` and ``q`` are the one-hot argmax distributions.
+      top_k: keep the ``k`` most likely tokens (ties at the boundary are kept).
+      top_p: keep the smallest set of most likely tokens whose probability reaches
+        ``top_p`` (the token crossing the threshold is kept), ``0 < top_p <= 1``.
+    """
+
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+
+    def __post_init__(self):
+        t = self.temperature
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
+            raise ValueError(f"temperature must be a finite number >= 0; got {t!r}")
+        if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 1):
+            raise ValueError(f"top_k must be an integer >= 1 or None; got {self.top_k!r}")
+        if self.top_p is not None and not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
+            raise ValueError(f"top_p must be a number in (0, 1] or None; got {self.top_p!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """Warped next-token distributions, float32/64 as the logits, shape ``(..., V)``.
+
+        Raises ``ValueError`` if the logits contain NaN (a broken model must not
+        be sampled from silently).
+        """
+        if torch.isnan(logits).any():
+            raise ValueError("logits contain NaN; the model produced invalid output")
+        if self.greedy:
+            return torch.nn.functional.one_hot(logits.argmax(-1), logits.size(-1)).to(logits.dtype)
+        x = logits / self.temperature
+        if self.top_k is not None and self.top_k < x.size(-1):
+            kth = torch.topk(x, self.top_k, dim=-1).values[..., -1:]
+            x = x.masked_fill(x < kth, -math.inf)
+        if self.top_p is not None and self.top_p < 1:
+            sorted_x, order = torch.sort(x, dim=-1, descending=True)
+            cum = torch.softmax(sorted_x, dim=-1).cumsum(-1)
+            drop_sorted = (cum - torch.softmax(sorted_x, dim=-1)) >= self.top_p  # mass before this token already enough
+            drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+            x = x.masked_fill(drop, -math.inf)
+        return torch.softmax(x, dim=-1)

@@ -1,0 +1,265 @@
+"""Real-model backend on the shipped tiny pair: exactness, unbiasedness, caches, errors, compare."""
+
+import math
+import shutil
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from scipy.stats import power_divergence  # noqa: E402
+
+from conftest import Z_BOUND  # noqa: E402
+from speculab.backends import NGramModel, Sampling, decode, load_pair, ngram_draft  # noqa: E402
+from speculab.backends.pair import TINY_DIR, default_prompts  # noqa: E402
+from speculab.methods import SD, Autoregressive, BatchSD, Biased  # noqa: E402
+
+PROMPT = "Return the"
+GREEDY = Sampling(temperature=0)
+
+
+@pytest.fixture(scope="module")
+def pair():
+    torch.set_num_threads(1)
+    return load_pair("tiny", device="cpu")
+
+
+@pytest.fixture(scope="module")
+def pair_nocache():
+    return load_pair("tiny", device="cpu", use_cache=False)
+
+
+# -- greedy: exactly the target's argmax path ----------------------------------------------------------
+@pytest.mark.parametrize("K", [1, 3, 8])
+def test_greedy_sd_equals_target_greedy_and_hf_assisted(pair, K):
+    prompts = default_prompts()[:3]
+    ours = decode(pair, prompts, SD(K=K), max_new_tokens=24, sampling=GREEDY)
+    ar = decode(pair, prompts, Autoregressive(), max_new_tokens=24, sampling=GREEDY)
+    assert ours.tokens == ar.tokens
+    tok = pair.tokenizer
+    for prompt, mine in zip(prompts, ours.tokens):
+        ids = torch.tensor([tok.encode(prompt)])
+        out = pair.target.model.generate(
+            ids, attention_mask=torch.ones_like(ids), assistant_model=pair.draft.model, do_sample=False,
+            max_new_tokens=24, num_assistant_tokens=K, num_assistant_tokens_schedule="constant",
+            pad_token_id=tok.eos_token_id,
+        )
+        assert out[0, ids.size(1):].tolist() == mine
+
+
+def test_greedy_batch_and_ngram_drafts_are_exact(pair):
+    ar = decode(pair, PROMPT, Autoregressive(), max_new_tokens=24, sampling=GREEDY)
+    assert decode(pair, PROMPT, BatchSD(3), max_new_tokens=24, sampling=GREEDY).tokens == ar.tokens
+    assert decode(pair, PROMPT, BatchSD(2, K=3), max_new_tokens=24, sampling=GREEDY).tokens == ar.tokens
+    ngram = load_pair(ngram_draft(pair.tokenizer, default_prompts(), n=2), "tiny-target", device="cpu")
+    res = decode(ngram, PROMPT, SD(K=4), max_new_tokens=24, sampling=GREEDY)
+    assert res.tokens == ar.tokens
+
+
+# -- sampling: the output law is the target's ------------------------------------------------------------
+def _exact_first_token_law(pair, sampling, prompt=PROMPT):
+    ids = torch.tensor([pair.tokenizer.encode(prompt)])
+    with torch.no_grad():
+        logits = pair.target.model(ids).logits[0, -1, : pair.vocab_size].float()
+    return sampling.probs(logits).double().numpy()
+
+
+def _exact_second_token_law(pair, sampling, prompt=PROMPT):
+    """Law of x2 given x1 ≠ EOS: Σ_x1 q(x1) q(x2 | x1) / (1 − q(EOS)), one batched target pass."""
+    q1 = _exact_first_token_law(pair, sampling, prompt)
+    q1[pair.eos_token_id] = 0.0
+    q1 /= q1.sum()
+    support = np.flatnonzero(q1 > 0)
+    base = pair.tokenizer.encode(prompt)
+    ids = torch.tensor([base + [int(x)] for x in support])
+    with torch.no_grad():
+        logits = pair.target.model(ids).logits[:, -1, : pair.vocab_size].float()
+    q2 = sampling.probs(logits).double().numpy()
+    return q1[support] @ q2
+
+
+def _gof_pvalue(samples: np.ndarray, law: np.ndarray) -> float:
+    """G-test of samples against a law, bins with expected count < 5 merged into one."""
+    n = samples.size
+    observed = np.bincount(samples, minlength=law.size).astype(float)
+    expected = law * n
+    big = expected >= 5
+    obs = np.append(observed[big], observed[~big].sum())
+    exp = np.append(expected[big], expected[~big].sum())
+    keep = exp > 0
+    obs, exp = obs[keep], exp[keep] * obs[keep].sum() / exp[keep].sum()
+    return float(power_divergence(obs, exp, lambda_="log-likelihood").pvalue)
+
+
+SAMPLINGS = [Sampling(1.0), Sampling(0.7, top_k=50), Sampling(1.2, top_p=0.9)]
+N_LAW = 1200
+
+
+@pytest.mark.parametrize("method", [SD(K=2), BatchSD(3, K=2)], ids=["sd", "batch"])
+@pytest.mark.parametrize("sampling", SAMPLINGS, ids=["t1", "t0.7-k50", "t1.2-p0.9"])
+def test_first_tokens_follow_the_target_law(pair, method, sampling):
+    res = decode(pair, [PROMPT] * N_LAW, method, max_new_tokens=2, sampling=sampling, generator=7)
+    first = np.array([t[0] for t in res.tokens])
+    second = np.array([t[1] for t in res.tokens if len(t) == 2])  # runs that did not stop at EOS
+    assert _gof_pvalue(first, _exact_first_token_law(pair, sampling)) > 1e-4
+    assert _gof_pvalue(second, _exact_second_token_law(pair, sampling)) > 1e-4
+
+
+def test_the_law_test_has_power(pair):
+    """The same test rejects samples from the draft's law (what a broken verifier would output)."""
+    sampling = Sampling(1.0)
+    draft_only = load_pair(pair.draft, "tiny-draft", device="cpu")  # AR from the draft model
+    res = decode(draft_only, [PROMPT] * N_LAW, Autoregressive(), max_new_tokens=1, sampling=sampling, generator=7)
+    assert _gof_pvalue(np.array([t[0] for t in res.tokens]), _exact_first_token_law(pair, sampling)) < 1e-6
+
+
+# -- caches ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("method", [SD(K=3), SD(), BatchSD(2, K=3), Biased(0.2, "opt", K=4)], ids=repr)
+def test_kv_cache_rollback_matches_no_cache(pair, pair_nocache, method):
+    prompts = default_prompts()[:2]
+    a = decode(pair, prompts, method, max_new_tokens=20, generator=3)
+    b = decode(pair_nocache, prompts, method, max_new_tokens=20, generator=3)
+    assert a.tokens == b.tokens
+    np.testing.assert_array_equal(a.counts.rejections, b.counts.rejections)
+    for ra, rb in zip(a.records, b.records):
+        np.testing.assert_allclose(ra.tv, rb.tv, atol=1e-5, equal_nan=True)
+
+
+# -- counts and records --------------------------------------------------------------------------------
+def test_counts_and_records_are_consistent(pair):
+    res = decode(pair, default_prompts()[:4], SD(K=4), max_new_tokens=30, generator=1)
+    c = res.counts
+    np.testing.assert_array_equal(c.accepted + c.rejections + c.bonus, c.tokens)
+    np.testing.assert_array_equal(c.discarded, c.draft_calls - c.accepted)
+    for i, rec in enumerate(res.records):
+        assert rec.tokens.tolist() == res.tokens[i]
+        assert (rec.kind == 1).sum() == c.rejections[i] and (rec.kind == 2).sum() == c.bonus[i]
+        assert np.all(rec.reject_prob[rec.kind == 2] == 0)
+        verified = rec.kind != 2
+        np.testing.assert_allclose(rec.reject_prob[verified], rec.tv[verified], atol=1e-6)  # SD: r_n = TV
+    same = decode(pair, default_prompts()[:4], SD(K=4), max_new_tokens=30, generator=1)
+    assert same.tokens == res.tokens  # same seed, same result
+
+
+def test_biased_records_sit_on_the_pareto_line(pair):
+    """[Yin] Thm 5 per step: Σ(1−b)p + Loss*_TV = TV(p,q) for OPT; UNO lies above."""
+    for rejection, sign in (("opt", 0), ("uno", 1)):
+        res = decode(pair, default_prompts()[:4], Biased(0.05, rejection), max_new_tokens=20, generator=2)
+        cat = lambda f: np.concatenate([getattr(r, f)[r.kind != 2] for r in res.records])  # noqa: E731
+        gap = cat("reject_prob") + cat("loss_tv") - cat("tv")
+        if sign == 0:
+            np.testing.assert_allclose(gap, 0, atol=1e-5)
+        else:
+            assert np.all(gap >= -1e-6) and gap.max() > 1e-3
+
+
+# -- theory vs measured ------------------------------------------------------------------------------------
+def test_compare_sd_agrees_with_t1(pair):
+    from speculab.compare import compare
+
+    comp = compare(pair, SD(), default_prompts()[:12], runs_per_prompt=3, max_new_tokens=12, seed=0)
+    rows = {r.quantity.split("(")[0].strip(): r for r in comp.rows}
+    for row in comp.rows:
+        if math.isfinite(row.z):
+            assert abs(row.z) < Z_BOUND, (row.quantity, row.z)
+    assert "E[N_rej]" in rows and "T1" not in str(comp.title)
+    assert "theory vs measured" in str(comp)
+
+
+def test_compare_batch_and_biased(pair):
+    from speculab.compare import compare
+
+    comp = compare(pair, BatchSD(3), default_prompts()[:8], runs_per_prompt=2, max_new_tokens=12, seed=1)
+    paired = next(r for r in comp.rows if "paired" in r.quantity)
+    assert abs(paired.z) < Z_BOUND
+    comp = compare(pair, Biased(0.2, "opt"), default_prompts()[:6], runs_per_prompt=2, max_new_tokens=12, seed=1)
+    pareto = next(r for r in comp.rows if "Thm 5" in r.quantity)
+    assert abs(pareto.measured) < 1e-5
+
+
+# -- bad input ----------------------------------------------------------------------------------------------
+def test_mismatched_tokenizers_are_refused(tmp_path, pair):
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    other = tmp_path / "other"
+    shutil.copytree(TINY_DIR / "draft", other)
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel()
+    tok.train_from_iterator(["a different corpus entirely"] * 10, trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"]))
+    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>").save_pretrained(other)
+    with pytest.raises(ValueError, match="different tokenizers"):
+        load_pair(str(other), str(TINY_DIR / "target"), device="cpu")
+
+
+def test_padding_rows_are_cropped(tmp_path, pair):
+    """A target whose embedding has extra padding rows (as Pythia's) gives the same greedy output."""
+    from transformers import AutoModelForCausalLM
+
+    padded = tmp_path / "padded"
+    model = AutoModelForCausalLM.from_pretrained(TINY_DIR / "target")
+    model.resize_token_embeddings(pair.vocab_size + 16)
+    with torch.no_grad():
+        model.get_output_embeddings().weight[pair.vocab_size:] = 10.0  # padding rows that would win the argmax
+    model.save_pretrained(padded)
+    pair.tokenizer.save_pretrained(padded)
+    p2 = load_pair(str(TINY_DIR / "draft"), str(padded), device="cpu")
+    assert p2.vocab_size == pair.vocab_size
+    a = decode(p2, PROMPT, SD(K=3), max_new_tokens=12, sampling=GREEDY)
+    b = decode(pair, PROMPT, SD(K=3), max_new_tokens=12, sampling=GREEDY)
+    assert a.tokens == b.tokens
+
+
+def test_nan_logits_are_refused(pair):
+    class Broken:
+        vocab_size, max_length, device, forward_calls = pair.vocab_size, None, torch.device("cpu"), 0
+
+        def start(self):
+            return pair.draft.start()
+
+        def extend(self, state, ids):
+            state.length += ids.size(1)
+            return torch.full((ids.size(0), ids.size(1), self.vocab_size), float("nan"))
+
+        def crop(self, state, length):
+            state.length = min(state.length, length)
+
+        repeat = select = lambda *a: None
+
+    broken = load_pair(Broken(), "tiny-target", device="cpu")
+    with pytest.raises(ValueError, match="NaN"):
+        decode(broken, PROMPT, SD(K=2), max_new_tokens=4)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(max_new_tokens=10_000), "context"),
+        (dict(max_new_tokens=0), "max_new_tokens"),
+        (dict(generator="seed"), "generator"),
+        (dict(method="sd"), "method must be"),
+        (dict(prompts=[[]]), "empty"),
+    ],
+)
+def test_bad_decode_arguments(pair, kwargs, match):
+    args = dict(prompts=PROMPT, method=SD(K=2), max_new_tokens=4)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        decode(pair, args.pop("prompts"), args.pop("method"), **args)
+
+
+def test_bad_method_and_sampling_arguments():
+    with pytest.raises(ValueError, match="K must be an integer >= 1"):
+        SD(K=0)
+    with pytest.raises(ValueError, match="temperature"):
+        Sampling(temperature=-1)
+    with pytest.raises(ValueError, match="top_p"):
+        Sampling(top_p=1.5)
+    with pytest.raises(ValueError, match="top_k"):
+        Sampling(top_k=0)
+    with pytest.raises(ValueError, match="n must be"):
+        NGramModel([1, 2], 0, 10)
+    with pytest.raises(ValueError, match="target must name"):
+        load_pair("tiny-draft")
