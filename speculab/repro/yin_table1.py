@@ -1,4 +1,4 @@
-"""[Yin] Table 1 analogue on real models: Decoding-OPT vs Decoding-UNO for ε ∈ {0.1, 0.2, 0.4, 0.8}.
+"""[Yin] Table 1 analogue on real models: Decoding-OPT vs Decoding-UNO for ε ∈ {0.1, 0.2, 0.4, 0.8} (plus 0.01, 0.03).
 
 For each ε both methods decode the same prompts (the tiny pair's held-out prompts by
 default, or any pair given by name). Reported per method:
@@ -22,7 +22,7 @@ import numpy as np
 
 from speculab.repro._io import new_figure, write_json
 
-EPS = (0.1, 0.2, 0.4, 0.8)
+EPS = (0.01, 0.03, 0.1, 0.2, 0.4, 0.8)  # [Yin] uses 0.1–0.8; the small ones show the regime where rejections remain
 JUDGE = "target-model log-likelihood per token (GPT-4 / reward models are unavailable offline)"
 
 
@@ -31,7 +31,7 @@ def _per_token(records, field):
     return float(np.concatenate(vals).mean())
 
 
-def run(seed: int = 0, n_runs: int = 2, out_dir: str | Path = "results", progress: bool = False,
+def run(seed: int = 0, n_runs: int = 4, out_dir: str | Path = "results", progress: bool = False,
         draft: str | None = None, target: str | None = None, max_new_tokens: int = 32) -> dict:
     """Decode with OPT and UNO at every ε; ``n_runs`` runs per prompt. Writes ``yin_table1.{png,json}``."""
     import torch
