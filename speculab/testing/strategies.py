@@ -15,11 +15,15 @@ def distributions(draw, V: int | None = None, *, min_V: int = 2, max_V: int = 8,
     """A probability vector of length ``V`` (drawn in ``[min_V, max_V]`` if not given).
 
     Entries are drawn as non-negative weights, some forced to exactly 0 when
-    ``allow_zeros`` (at least one stays positive), then normalised.
+    ``allow_zeros`` (at least one stays positive), then normalised. Weights
+    below ``1e-60`` become exactly 0: products of a few probabilities (sequence
+    laws of brute-force references) then never underflow, while ratios as
+    extreme as ``1e60`` are still generated.
     """
     if V is None:
         V = draw(st.integers(min_V, max_V))
     w = np.array(draw(st.lists(st.floats(0.0, 1.0), min_size=V, max_size=V)))
+    w = np.where(w < 1e-60, 0.0, w)
     if allow_zeros:
         zero = np.array(draw(st.lists(st.booleans(), min_size=V, max_size=V)))
         w = np.where(zero, 0.0, w)
