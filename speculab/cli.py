@@ -212,8 +212,11 @@ def _add_pair_args(p: argparse.ArgumentParser) -> None:
 
 
 def _pair(args):
+    from transformers.utils import logging as hf_logging
+
     from speculab.backends import load_pair
 
+    hf_logging.disable_progress_bar()  # the CLI prints its own tables; no weight-loading bars
     if (args.draft is None) != (args.target is None):
         raise ValueError("give both --draft and --target, or neither (then --pair is used)")
     if args.draft is not None:

@@ -365,7 +365,7 @@ def test_repro_sprinter_fig5_and_fig6(tmp_path):
 
     r6 = sprinter_fig6.run(seed=1, n_runs=4_000, out_dir=tmp_path)
     assert (tmp_path / "sprinter_fig6.png").exists() and (tmp_path / "sprinter_fig6.json").exists()
-    for key, pts in r6["points"].items():
+    for pts in r6["points"].values():
         assert max(abs(z) for z in pts["z"]) < Z_BOUND
     assert r6["limit_eta_tp_1"]["0.5"]["stopping_time"] == pytest.approx(0.7)
     assert "Fig. 6" in sprinter_fig6.summary(r6)

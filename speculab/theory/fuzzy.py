@@ -39,7 +39,7 @@ from scipy.special import rel_entr
 
 from speculab._validate import as_distribution, as_positive_int
 from speculab.theory.divergences import _tv, js, kl
-from speculab.theory.instance import MarkovInstance, chain_marginals
+from speculab.theory.instance import MarkovInstance
 
 __all__ = [
     "fuzzy_divergence",
@@ -124,7 +124,9 @@ def chain_kl(rho, A, B) -> np.ndarray:
               = \sum_{n=1}^{T} \sum_a \mu^A_{n-1}(a)\, \mathrm{KL}(A_n(\cdot|a) \,\|\, B_n(\cdot|a))
 
     (chain rule), with :math:`\mu^A` the marginals of chain ``A``. Contexts that
-    chain ``A`` never reaches contribute 0, even where the row KL is infinite.
+    chain ``A`` never reaches contribute 0, even where the row KL is infinite;
+    reachability is decided on supports (see :func:`speculab.theory.markov_kl`,
+    which this calls).
 
     Args:
       rho: law of ``x_0``, shape ``(V,)``.
@@ -134,15 +136,9 @@ def chain_kl(rho, A, B) -> np.ndarray:
       ``(T,)`` terms; their sum is the sequence KL (``inf`` if ``P_A`` is not
       absolutely continuous with respect to ``P_B``).
     """
-    rho = as_distribution(rho, "rho", ndim=1)
-    A = as_distribution(A, "A", ndim=3)
-    B = as_distribution(B, "B", ndim=3)
-    if A.shape != B.shape or A.shape[-1] != rho.shape[0]:
-        raise ValueError(f"A and B must have shape (T, V, V) with V = len(rho); got {A.shape}, {B.shape}, {rho.shape}")
-    mu = chain_marginals(rho, A)[:-1]  # (T, V)
-    rows = rel_entr(A, B).sum(axis=-1)  # (T, V), may hold inf
-    terms = np.multiply(mu, rows, out=np.zeros_like(mu), where=mu > 0)  # 0 · inf := 0
-    return terms.sum(axis=-1)
+    from speculab.theory.tradeoff import markov_kl  # one implementation of the chain rule
+
+    return markov_kl(rho, A, B)
 
 
 def sequence_law(rho, A) -> np.ndarray:
