@@ -262,9 +262,30 @@ def test_bad_method_and_sampling_arguments():
         Sampling(temperature=-1)
     with pytest.raises(ValueError, match="top_p"):
         Sampling(top_p=1.5)
+    with pytest.raises(ValueError, match="use 0 for greedy"):
+        Sampling(temperature=1e-9)
     with pytest.raises(ValueError, match="top_k"):
         Sampling(top_k=0)
     with pytest.raises(ValueError, match="n must be"):
         NGramModel([1, 2], 0, 10)
     with pytest.raises(ValueError, match="target must name"):
         load_pair("tiny-draft")
+
+
+def test_batch_with_one_draft_stopping_at_eos_is_exact(pair):
+    """Regression: M = 1 drafts stop at EOS; the target rows must follow the shortened chain."""
+    ngram = load_pair(ngram_draft(pair.tokenizer, default_prompts(), n=2), "tiny", device="cpu")
+    for prompt in ("x = 1", "Return the", default_prompts()[5]):
+        ar = decode(ngram, prompt, Autoregressive(), max_new_tokens=20, sampling=GREEDY)
+        for method in (BatchSD(1), BatchSD(1, K=3), SD()):
+            assert decode(ngram, prompt, method, max_new_tokens=20, sampling=GREEDY).tokens == ar.tokens, (prompt, method)
+
+
+@pytest.mark.parametrize("sampling", [GREEDY, Sampling(1.0, top_p=0.5), Sampling(1.0, top_k=1)], ids=["greedy", "p0.5", "k1"])
+def test_biased_losses_are_finite_when_p_equals_q(pair, sampling):
+    """Regression: where the warped p and q coincide the OPT rejection weights vanish; losses stay finite."""
+    res = decode(pair, default_prompts()[:3], Biased(0.1, "opt"), max_new_tokens=12, sampling=sampling, generator=0)
+    for rec in res.records:
+        v = rec.kind != 2
+        assert np.all(np.isfinite(rec.loss_tv)) and not np.any(np.isnan(rec.loss_kl))  # KL may be +inf (greedy)
+        np.testing.assert_allclose(rec.reject_prob[v] + rec.loss_tv[v] - rec.tv[v], 0, atol=1e-6)

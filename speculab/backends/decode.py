@@ -93,13 +93,21 @@ class _Builder:
 
 # -- acceptance rules -----------------------------------------------------------------------------
 def _rule(method, p: torch.Tensor, q: torch.Tensor):
-    """``(b, rejection distribution, unbiased)`` for rows of ``p``, ``q`` (shape ``(n, V)``)."""
+    """``(b, unnormalised rejection weights, unbiased)`` for rows of ``p``, ``q`` (shape ``(n, V)``, float64).
+
+    Where the weights sum to 0 (only round-off: then nothing can be rejected) they are replaced by ``q``.
+    """
+    tiny = torch.finfo(p.dtype).tiny
     if isinstance(method, Biased):
-        b = torch.where(p > q + method.eps, (q + method.eps) / p.clamp_min(1e-300), torch.ones_like(p))
+        b = torch.where(p > q + method.eps, (q + method.eps) / p.clamp_min(tiny), torch.ones_like(p))
         rej = (q - b * p).clamp_min(0) if method.rejection == "opt" else q
-        return b, rej, False
-    b = torch.where(p > q, q / p.clamp_min(1e-300), torch.ones_like(p))  # min(1, q/p), no division by 0
-    return b, (q - p).clamp_min(0), True
+        unbiased = False
+    else:
+        b = torch.where(p > q, q / p.clamp_min(tiny), torch.ones_like(p))  # min(1, q/p), no division by 0
+        rej = (q - p).clamp_min(0)
+        unbiased = True
+    rej = torch.where(rej.sum(-1, keepdim=True) > 0, rej, q)
+    return b, rej, unbiased
 
 
 def _tv(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -109,10 +117,11 @@ def _tv(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 def _loss(method, p, q, b, rej):
     """Per-row TV and KL of the one-step output law ``P_A = b p + P_rej D`` to ``q`` (biased methods)."""
     D = ((1 - b) * p).sum(-1, keepdim=True)
-    rej_n = rej / rej.sum(-1, keepdim=True).clamp_min(1e-300)
+    rej_n = rej / rej.sum(-1, keepdim=True)  # _rule guarantees a positive sum
     law = b * p + rej_n * D
     tv = 0.5 * (law - q).abs().sum(-1)
-    kl = torch.where(law > 0, law * (law.clamp_min(1e-300).log() - q.clamp_min(1e-300).log()), torch.zeros_like(law)).sum(-1)
+    tiny = torch.finfo(law.dtype).tiny
+    kl = torch.where(law > 0, law * (law.clamp_min(tiny).log() - q.clamp_min(tiny).log()), torch.zeros_like(law)).sum(-1)
     kl = torch.where(((law > 0) & (q == 0)).any(-1), torch.full_like(kl, float("inf")), kl)
     return tv, kl
 
@@ -198,6 +207,7 @@ class _Run:
         Emits accepted drafts, then a correction or a bonus token; returns the new tokens.
         """
         L = xs.numel()
+        P, Q = P.double(), Q.double()  # acceptance ratios and per-step losses in float64
         idx = torch.arange(start, L, device=xs.device)
         b, rej, unbiased = _rule(method, P[start:], Q[start:L])
         accept = b[idx - start, xs[start:]]
@@ -207,7 +217,7 @@ class _Run:
         reject_prob = ((1 - b) * P[start:]).sum(-1)
         tv = _tv(P[start:], Q[start:L])
         ltv, lkl = (torch.zeros(L - start), torch.zeros(L - start)) if unbiased else _loss(method, P[start:], Q[start:L], b, rej)
-        logq = Q.clamp_min(1e-300).log()
+        logq = Q.clamp_min(torch.finfo(Q.dtype).tiny).log()
         new = list(root or [])
         for i in range(n_ok):
             x = int(xs[start + i])
@@ -242,17 +252,18 @@ class _Run:
         M = method.M
         L = self.remaining if method.K is None else min(method.K, self.remaining)
         xs, P = self._draft_chain(L, M)  # (M, L), (M, L, V)
+        L = xs.size(1)  # with M = 1 drafting stops at EOS
         catch = self.ids[self.ts.length:]
         self.pair.target.repeat(self.ts, M)
         tokens = torch.cat([self._tensor(catch, M), xs], 1)
         logits = self.pair.target.extend(self.ts, tokens)[:, -(L + 1):]
         self.out.counts["oracle_calls"] += 1
         Q = self.sampling.probs(logits)  # (M, L+1, V)
-        p_root, q_root = P[0, 0], Q[0, 0]
+        p_root, q_root = P[0, 0].double(), Q[0, 0].double()
         tv_root = float(_tv(p_root, q_root))
         root_reject = float(_root_reject_prob(q_root, p_root, M))  # Π_m r_m, whichever draft is taken
-        u, R = q_root.clone(), torch.ones((), dtype=q_root.dtype)
-        logq = q_root.clamp_min(1e-300).log()
+        u, R = q_root.clone(), torch.ones((), dtype=q_root.dtype, device=q_root.device)
+        logq = q_root.double().clamp_min(torch.finfo(torch.float64).tiny).log()
         chosen = None
         for m in range(M):
             x = int(xs[m, 0])
@@ -289,7 +300,7 @@ class _Run:
 
 def _root_reject_prob(q: torch.Tensor, p: torch.Tensor, M: int) -> torch.Tensor:
     """``Π_{m≤M} TV(q^m, p)`` by the division-free recursion of :mod:`speculab.theory.batch`."""
-    u, R = q.clone(), torch.ones((), dtype=q.dtype)
+    u, R = q.clone(), torch.ones((), dtype=q.dtype, device=q.device)
     for _ in range(M):
         u = (u - R * p).clamp_min(0)
         R = u.sum()
@@ -328,6 +339,9 @@ def decode(
         generator = torch.Generator(device=pair.device).manual_seed(generator)
     if not isinstance(generator, torch.Generator):
         raise ValueError(f"generator must be a torch.Generator or an int seed; got {generator!r}")
+    if torch.device(generator.device).type != pair.device.type:
+        raise ValueError(f"generator is on {generator.device} but the models are on {pair.device}; "
+                         "create it with torch.Generator(device=pair.device)")
     if isinstance(prompts, str):
         prompts = [prompts]
     encoded = [list(p) if not isinstance(p, str) else pair.tokenizer.encode(p) for p in prompts]

@@ -115,6 +115,8 @@ def load_pair(
         draft, target = "tiny-draft", "tiny-target"
     if target is None:
         raise ValueError("target must name a model (hub name or local path)")
+    if target == "tiny":
+        target = "tiny-target"  # e.g. an n-gram draft with the tiny target
     t_path = _path(target)
     tokenizer = _load_tokenizer(t_path)
     vocab = len(tokenizer)
@@ -135,6 +137,8 @@ def load_pair(
         draft_adapter = HFModel(draft_model, vocab, use_cache=use_cache)
     else:
         draft_adapter = draft
+        if hasattr(draft_adapter, "device") and torch.device(draft_adapter.device).type != dev.type:
+            raise ValueError(f"the draft adapter is on {draft_adapter.device}; the target will be on {dev}")
         if getattr(draft_adapter, "vocab_size", None) != vocab:
             raise ValueError(f"draft adapter has vocab_size {getattr(draft_adapter, 'vocab_size', None)}; the target's tokenizer has {vocab}")
     name = "tiny" if target == "tiny-target" else f"{draft if isinstance(draft, str) else type(draft).__name__} → {target}"

@@ -36,6 +36,8 @@ class Sampling:
         t = self.temperature
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
             raise ValueError(f"temperature must be a finite number >= 0; got {t!r}")
+        if 0 < t < 1e-4:
+            raise ValueError(f"temperature {t!r} would overflow the logits; use 0 for greedy decoding")
         if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 1):
             raise ValueError(f"top_k must be an integer >= 1 or None; got {self.top_k!r}")
         if self.top_p is not None and not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
