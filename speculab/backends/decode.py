@@ -372,5 +372,5 @@ def decode(
         fields["discarded"].append(c["draft_calls"] - c["accepted"])
         fields["tokens"].append(len(gen))
     counts = Counts(**{k: np.asarray(v, dtype=np.int64) for k, v in fields.items()})
-    texts = [pair.tokenizer.decode(t) for t in results]
+    texts = [pair.tokenizer.decode(t, skip_special_tokens=True) for t in results]
     return DecodeResult(results, texts, counts, records)
