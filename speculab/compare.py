@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from speculab.methods import SD, Autoregressive, BatchSD, Biased
+from speculab.sim.counts import _estimate
 
 __all__ = ["Row", "Comparison", "compare"]
 
@@ -100,8 +101,8 @@ def _pm(value: float, se: float) -> str:
 
 
 def _mean_se(x) -> tuple[float, float]:
-    x = np.asarray(x, dtype=float)
-    return float(x.mean()), float(x.std(ddof=1) / math.sqrt(x.size)) if x.size > 1 else float("nan")
+    est = _estimate(np.asarray(x, dtype=float))  # the same mean ± s.e. as the simulators' Counts
+    return est.mean, est.se
 
 
 def _paired(result, per: str = "run") -> Row:

@@ -208,28 +208,28 @@ class _Run:
         """
         L = xs.numel()
         P, Q = P.double(), Q.double()  # acceptance ratios and per-step losses in float64
-        idx = torch.arange(start, L, device=xs.device)
-        b, rej, unbiased = _rule(method, P[start:], Q[start:L])
-        accept = b[idx - start, xs[start:]]
-        u = torch.rand(L - start, generator=self.g, device=xs.device)
+        Ps, Qs, drafts = P[start:], Q[start:L], xs[start:]  # the positions checked here, (n, V)
+        n = L - start
+        b, rej, unbiased = _rule(method, Ps, Qs)
+        accept = b[torch.arange(n, device=xs.device), drafts]
+        u = torch.rand(n, generator=self.g, device=xs.device)
         ok = (u < accept).tolist()
-        n_ok = ok.index(False) if False in ok else L - start
-        reject_prob = ((1 - b) * P[start:]).sum(-1)
-        tv = _tv(P[start:], Q[start:L])
-        ltv, lkl = (torch.zeros(L - start), torch.zeros(L - start)) if unbiased else _loss(method, P[start:], Q[start:L], b, rej)
+        n_ok = ok.index(False) if False in ok else n
+        reject_prob = ((1 - b) * Ps).sum(-1)
+        tv = _tv(Ps, Qs)
+        ltv, lkl = (torch.zeros(n), torch.zeros(n)) if unbiased else _loss(method, Ps, Qs, b, rej)
         logq = Q.clamp_min(torch.finfo(Q.dtype).tiny).log()
+
+        def emit(i: int, x: int, kind: int) -> None:
+            self.out.add(x, kind, tv=float(tv[i]), reject_prob=float(reject_prob[i]), accept_prob=float(accept[i]),
+                         loss_tv=float(ltv[i]), loss_kl=float(lkl[i]), target_logprob=float(logq[start + i, x]))
+            new.append(x)
+
         new = list(root or [])
         for i in range(n_ok):
-            x = int(xs[start + i])
-            self.out.add(x, DRAFT, tv=float(tv[i]), reject_prob=float(reject_prob[i]), accept_prob=float(accept[i]),
-                         loss_tv=float(ltv[i]), loss_kl=float(lkl[i]), target_logprob=float(logq[start + i, x]))
-            new.append(x)
-        if start + n_ok < L:
-            i = n_ok
-            x = _sample(rej[i], self.g, self.sampling.greedy)
-            self.out.add(x, CORRECTION, tv=float(tv[i]), reject_prob=float(reject_prob[i]), accept_prob=float(accept[i]),
-                         loss_tv=float(ltv[i]), loss_kl=float(lkl[i]), target_logprob=float(logq[start + i, x]))
-            new.append(x)
+            emit(i, int(drafts[i]), DRAFT)
+        if n_ok < n:
+            emit(n_ok, _sample(rej[n_ok], self.g, self.sampling.greedy), CORRECTION)
         elif bonus_ok and (self.eos is None or int(xs[-1]) != self.eos):
             x = _sample(Q[L], self.g, self.sampling.greedy)
             self.out.add(x, BONUS, target_logprob=float(logq[L, x]))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -96,7 +96,7 @@ class Counts:
         """Join the runs of several ``Counts`` (e.g. chunks of one simulation)."""
         if not parts:
             raise ValueError("parts must contain at least one Counts")
-        kwargs = {f.name: np.concatenate([getattr(c, f.name) for c in parts]) for f in fields(cls) if f.name in cls.FIELDS}
+        kwargs = {name: np.concatenate([getattr(c, name) for c in parts]) for name in cls.FIELDS}
         rates = [c.rejection_rate for c in parts]
         if all(r is not None for r in rates):
             w = np.array([c.n_runs for c in parts], dtype=np.float64)

@@ -29,7 +29,7 @@ by acceptability therefore gives the very same runs as ``Sprinter(eta_tp, eta_fp
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -122,18 +122,8 @@ def simulate_sprinter(
         raise ValueError(f"method must be a Sprinter; got {type(method).__name__}")
     n_runs = as_positive_int(n_runs, "n_runs")
     rng = as_generator(rng, "rng")
-    verifier_calls = []  # run_chunks joins chunks as plain Counts; keep the extra field aside
-
-    def chunk(n: int) -> SprinterCounts:
-        part = _chunk(inst, method, n, rng, return_sequences)
-        verifier_calls.append(part.verifier_calls)
-        return part
-
-    joined = run_chunks(chunk, n_runs, progress)
-    if isinstance(joined, SprinterCounts):
-        return joined
-    base = {f.name: getattr(joined, f.name) for f in fields(Counts)}
-    return SprinterCounts(**base, verifier_calls=np.concatenate(verifier_calls))
+    # run_chunks joins chunks with SprinterCounts.concatenate, which keeps verifier_calls
+    return run_chunks(lambda n: _chunk(inst, method, n, rng, return_sequences), n_runs, progress)
 
 
 def simulate_stopping(eta_tp: float, eta_fp: float, r: int, n_runs: int, key) -> np.ndarray:
