@@ -52,7 +52,7 @@ def _ours(pair, prompts, method, sampling, tokens, repeats):
     for r in range(repeats):
         with _ForwardTimer() as timer:
             t0 = time.perf_counter()
-            res = decode(pair, prompts, method, max_new_tokens=tokens, sampling=sampling, generator=r)
+            res = decode(pair, prompts, method, max_new_tokens=tokens, sampling=sampling, key=r)
             times.append(time.perf_counter() - t0)
         fwd.append(timer.seconds)
     n = int(res.counts.tokens.sum())

@@ -63,6 +63,14 @@ def as_distribution(x, name: str, *, ndim: int | None = None, atol: float = SUM_
     return arr
 
 
+def as_pair(p, q, name_p: str = "p", name_q: str = "q") -> tuple[np.ndarray, np.ndarray]:
+    """Two probability vectors (or stacks of them) of the same shape, e.g. a draft ``p`` and a target ``q``."""
+    p = as_distribution(p, name_p)
+    q = as_distribution(q, name_q)
+    check_same_shape(p, q, name_p, name_q)
+    return p, q
+
+
 def as_probability_array(x, name: str) -> np.ndarray:
     """Check that every entry of ``x`` is a probability in ``[0, 1]``."""
     arr = as_float_array(x, name)
@@ -89,14 +97,68 @@ def as_positive_int(x, name: str, *, minimum: int = 1) -> int:
     return int(x)
 
 
-def as_generator(key, name: str = "key") -> np.random.Generator:
-    """A numpy ``Generator`` from a seed or an existing generator.
+#: What every ``key`` argument accepts (simulate, decode, compare, the reproductions, MarkovInstance.random).
+KEY_TYPES = "an int seed in [0, 2**64), a numpy.random.Generator or a torch.Generator"
+_SEED_LIMIT = 1 << 64
 
-    Library code never seeds globally: the caller passes an int seed (turned
-    into a fresh ``np.random.default_rng(seed)``) or a ``Generator`` it owns.
+
+def _is_torch_generator(key) -> bool:
+    return type(key).__module__.startswith("torch") and type(key).__name__ == "Generator"
+
+
+def _seed(key, name: str) -> int | None:
+    if isinstance(key, numbers.Integral) and not isinstance(key, bool):
+        if not 0 <= key < _SEED_LIMIT:
+            raise ValueError(f"{name} must be {KEY_TYPES}; the int {key} is out of range")
+        return int(key)
+    return None
+
+
+def as_generator(key, name: str = "key") -> np.random.Generator:
+    """A numpy ``Generator`` from any accepted ``key`` (see :data:`KEY_TYPES`).
+
+    Library code never seeds globally: the caller passes an int seed (turned into
+    a fresh ``np.random.default_rng(seed)``) or a generator it owns, which is
+    consumed (a torch generator gives one seed for a new numpy generator).
     """
     if isinstance(key, np.random.Generator):
         return key
-    if isinstance(key, numbers.Integral) and not isinstance(key, bool) and key >= 0:
-        return np.random.default_rng(int(key))
-    raise ValueError(f"{name} must be a non-negative int seed or a numpy Generator; got {key!r}")
+    seed = _seed(key, name)
+    if seed is not None:
+        return np.random.default_rng(seed)
+    if _is_torch_generator(key):
+        import torch
+
+        return np.random.default_rng(int(torch.randint(0, 1 << 62, (1,), generator=key, device=key.device)))
+    raise ValueError(f"{name} must be {KEY_TYPES}; got {key!r}")
+
+
+def as_torch_generator(key, device, name: str = "key"):
+    """A ``torch.Generator`` on ``device`` from any accepted ``key`` (see :data:`KEY_TYPES`).
+
+    A torch generator is used as is (it must live on ``device``'s type); a numpy
+    generator gives one seed for a new torch generator.
+    """
+    import torch
+
+    device = torch.device(device)
+    if _is_torch_generator(key):
+        if torch.device(key.device).type != device.type:
+            raise ValueError(f"{name} is a generator on {key.device} but the models are on {device}; "
+                             "create it with torch.Generator(device=...) on the models' device")
+        return key
+    seed = _seed(key, name)
+    if seed is None and isinstance(key, np.random.Generator):
+        seed = int(key.integers(0, 1 << 62))
+    if seed is None:
+        raise ValueError(f"{name} must be {KEY_TYPES}; got {key!r}")
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+def spawn_seeds(key, n: int, name: str = "key") -> list[int]:
+    """``n`` independent int seeds derived from any accepted ``key`` (same key, same seeds)."""
+    seed = _seed(key, name)
+    if seed is not None:
+        return [int(s.generate_state(1, np.uint64)[0]) for s in np.random.SeedSequence(seed).spawn(n)]
+    rng = as_generator(key, name)
+    return [int(x) for x in rng.integers(0, 1 << 62, size=n)]

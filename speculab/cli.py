@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 
-from speculab.repro._io import _jsonable
+from speculab.repro._io import jsonable
 
 __all__ = ["main"]
 
@@ -51,7 +51,7 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
 
 
 def _emit(args, payload: dict, text: str) -> None:
-    print(json.dumps(_jsonable(payload), indent=2) if args.json else text)
+    print(json.dumps(jsonable(payload), indent=2) if args.json else text)
 
 
 # -- commands ------------------------------------------------------------------
@@ -62,19 +62,20 @@ def cmd_theory_rejections(args) -> None:
     prof = sd_expected_rejections(inst)
     payload = {
         "instance": _describe(args, inst),
-        "expected_rejections": prof.total,
-        "expected_oracle_calls": prof.oracle_calls,
+        "rejections": prof.rejections,
+        "oracle_calls": prof.oracle_calls,
         "acceleration": prof.acceleration,
-        "per_position": prof.per_position,
+        "rejections_per_position": prof.rejections_per_position,
     }
     rows = [
-        ["E[N_rej]  ([Yin] Thm 1)", f"{prof.total:.6f}"],
+        ["E[N_rej]  ([Yin] Thm 1)", f"{prof.rejections:.6f}"],
         ["E[oracle calls]", f"{prof.oracle_calls:.6f}"],
         ["acceleration T / E[N_rej]", f"{prof.acceleration:.4f}"],
     ]
     text = f"speculative decoding (K = ∞) on {inst!r}\n" + _table(rows, ["quantity", "value"])
     if args.per_position:
-        text += "\n\n" + _table([[str(n + 1), f"{v:.6f}"] for n, v in enumerate(prof.per_position)], ["n", "E_q[TV(p_n, q_n)]"])
+        text += "\n\n" + _table([[str(n + 1), f"{v:.6f}"] for n, v in enumerate(prof.rejections_per_position)],
+                               ["n", "E_q[TV(p_n, q_n)]"])
     _emit(args, payload, text)
 
 
@@ -96,77 +97,90 @@ def cmd_theory_batch(args) -> None:
     for M in args.M:
         prof = batch_expected_rejections(inst, M)
         payload["M"][str(M)] = {
-            "expected_rejections": prof.total, "sd_term": float(prof.sd_per_position.sum()),
-            "batch_improvement": prof.improvement, "expected_oracle_calls": prof.oracle_calls,
-            "acceleration": prof.acceleration, "per_position": prof.per_position,
+            "rejections": prof.rejections, "sd_rejections": float(prof.sd_rejections_per_position.sum()),
+            "batch_improvement": prof.improvement, "oracle_calls": prof.oracle_calls,
+            "acceleration": prof.acceleration, "rejections_per_position": prof.rejections_per_position,
         }
-        rows.append([str(M), f"{prof.total:.6f}", f"{prof.sd_per_position.sum():.6f}", f"{prof.improvement:.6f}",
+        rows.append([str(M), f"{prof.rejections:.6f}", f"{prof.sd_rejections_per_position.sum():.6f}", f"{prof.improvement:.6f}",
                      f"{prof.oracle_calls:.6f}", f"{prof.acceleration:.4f}"])
     text = f"batch speculative decoding ([Yin] Thm 3; M = inf is the exact limit) on {inst!r}\n" + _table(
         rows, ["M", "E[N_rej]", "SD term (T1)", "batch improvement", "E[oracle calls]", "acceleration"])
     _emit(args, payload, text)
 
 
-def _add_method_args(p: argparse.ArgumentParser, choices: tuple[str, ...]) -> None:
-    g = p.add_argument_group("method")
-    g.add_argument("--method", choices=choices, default="sd",
-                   help="sd (Alg. 1), batch (Alg. 4, needs --M), biased ([Yin] §4.2, needs --eps), ar (Alg. 3)")
-    g.add_argument("--K", type=int, default=None, help="lookahead for sd / batch / biased (default ∞)")
-    g.add_argument("--M", type=int, default=None, help="number of drafts for --method batch")
-    g.add_argument("--eps", type=float, default=None, help="over-acceptance ε for --method biased")
-    g.add_argument("--rejection", choices=["opt", "uno"], default="opt", help="biased: Decoding-OPT or -UNO")
+def _method_options(choices: list[str]) -> dict[str, tuple]:
+    """Every command-line parameter of the given methods: field name -> (field, methods that take it)."""
+    from speculab.methods import REGISTRY
+    from speculab.methods.base import cli_params
+
+    out: dict[str, tuple] = {}
+    for name in choices:
+        for fname, f in cli_params(REGISTRY[name]).items():
+            out.setdefault(fname, (f, []))[1].append(name)
+    return out
+
+
+def _add_method_args(p: argparse.ArgumentParser, *, real_models: bool = False, exclude: tuple[str, ...] = ()) -> None:
+    """``--method NAME`` (from the registry) and every registered method's parameters as options."""
+    from speculab.methods import names
+    from speculab.methods.base import option
+
+    choices = [n for n in names(real_models=True if real_models else None, cli=True) if n not in exclude]
+    g = p.add_argument_group("method (`speculab methods` lists them with their options)")
+    g.add_argument("--method", choices=choices, default="sd", help="decoding method (default sd)")
+    for fname, (f, users) in _method_options(choices).items():
+        g.add_argument(option(fname), dest=fname, type=f.metadata["type"], choices=f.metadata["choices"], default=None,
+                       help=f"{f.metadata['help']} [{', '.join(users)}]")
+    p.set_defaults(method_options=tuple(_method_options(choices)))
 
 
 def _method(args):
-    from speculab.methods import SD, Autoregressive, BatchSD, Biased
+    from speculab.methods import build
 
-    used = {"--K": args.K is not None, "--M": args.M is not None, "--eps": args.eps is not None}
-    allowed = {"ar": (), "sd": ("--K",), "batch": ("--K", "--M"), "biased": ("--K", "--eps")}[args.method]
-    extra = [flag for flag, given in used.items() if given and flag not in allowed]
-    if extra:
-        raise ValueError(f"{', '.join(extra)} does not apply to --method {args.method}")
-    if args.method == "ar":
-        return Autoregressive()
-    if args.method == "batch":
-        if args.M is None:
-            raise ValueError("--method batch needs --M (number of drafts)")
-        return BatchSD(M=args.M, K=args.K)
-    if args.method == "biased":
-        if args.eps is None:
-            raise ValueError("--method biased needs --eps (over-acceptance)")
-        return Biased(eps=args.eps, rejection=args.rejection, K=args.K)
-    return SD(K=args.K)
+    return build(args.method, {name: getattr(args, name) for name in args.method_options})
 
 
 def cmd_sim(args) -> None:
-    from speculab.sim import Autoregressive, BatchSD, simulate
-    from speculab.theory import batch_expected_rejections
+    from speculab.compare import side_by_side
+    from speculab.sim import simulate
 
     inst = _instance(args)
     method = _method(args)
-    counts = simulate(inst, method, args.n_runs, np.random.default_rng(args.seed), progress=not args.json)
-    theory: dict[str, float] = {}
-    if isinstance(method, Autoregressive):
-        theory = {"rejections": inst.T, "oracle_calls": inst.T}
-    elif method.K is None or method.K >= inst.T:
-        prof = batch_expected_rejections(inst, method.M if isinstance(method, BatchSD) else 1)
-        theory = {"rejections": prof.total, "oracle_calls": prof.oracle_calls}
-    summary = counts.summary()
-    rows = []
-    for name, est in summary.items():
-        th = theory.get(name)
-        z = est.z(th) if th is not None else None
-        rows.append([name, f"{est.mean:.4f}", f"{est.se:.4f}", "" if th is None else f"{th:.4f}", "" if z is None else f"{z:+.2f}"])
+    counts = simulate(inst, method, args.n_runs, args.seed, progress=not args.json)
+    expected = method.expected(inst)
+    head = f"{method!r} on {inst!r}, {args.n_runs:,} runs, seed {args.seed}"
+    comp = side_by_side(expected, counts, head)
+    rows = [[r.quantity, f"{r.measured:.4f}", f"{r.measured_se:.4f}",
+             "" if np.isnan(r.predicted) else f"{r.predicted:.4f}", "" if np.isnan(r.z) else f"{r.z:+.2f}"]
+            for r in comp.rows]
+    theory = dict(expected.items()) if expected is not None else {}
     payload = {
         "instance": _describe(args, inst),
         "method": repr(method),
         "seed": args.seed,
         "counts": counts.to_dict(),
         "theory": theory,
-        "z": {k: summary[k].z(v) for k, v in theory.items()},
+        "theory_source": comp.settings["theory"],
+        "z": {r.quantity: r.z for r in comp.rows if r.quantity in theory},
     }
-    head = f"{method!r} on {inst!r}, {args.n_runs:,} runs, seed {args.seed}"
-    _emit(args, payload, head + "\n" + _table(rows, ["count", "mean", "s.e.", "theory", "z"]))
+    text = head + f"\ntheory: {comp.settings['theory']}\n" + _table(rows, ["count", "mean", "s.e.", "theory", "z"])
+    _emit(args, payload, text)
+
+
+def cmd_methods(args) -> None:
+    from speculab.methods import REGISTRY
+    from speculab.methods.base import cli_params, option
+
+    payload, lines = {}, []
+    for name, cls in REGISTRY.items():
+        params = {option(k): f.metadata["help"] for k, f in cli_params(cls).items()}
+        doc = (cls.__doc__ or "").strip().splitlines()[0]
+        payload[name] = {"class": cls.__name__, "summary": doc, "options": params,
+                         "real_models": cls.runs_on_real_models(), "cli": cls.constructible_from_cli()}
+        where = "simulation + real models" if cls.runs_on_real_models() else "simulation"
+        lines.append(f"{name:10s} {cls.__name__}: {doc}\n{'':10s} {where}; options: "
+                     + (", ".join(params) if params else "none") + ("" if cls.constructible_from_cli() else " (Python only)"))
+    _emit(args, payload, "\n".join(lines))
 
 
 def cmd_instance(args) -> None:
@@ -187,12 +201,12 @@ def cmd_repro(args) -> None:
     kwargs = {"out_dir": args.out}
     if "progress" in accepted:
         kwargs["progress"] = not args.json
-    for name in ("seed", "n_runs", "draft", "target"):
-        value = getattr(args, name)
+    for flag, name in (("seed", "key"), ("n_runs", "n_runs"), ("draft", "draft"), ("target", "target")):
+        value = getattr(args, flag)
         if value is None:
             continue
         if name not in accepted:
-            raise ValueError(f"--{name.replace('_', '-')} does not apply to {args.figure}")
+            raise ValueError(f"--{flag.replace('_', '-')} does not apply to {args.figure}")
         kwargs[name] = value
     result = mod.run(**kwargs)
     _emit(args, result, mod.summary(result) + f"\n  wrote {args.out}/")
@@ -238,7 +252,7 @@ def cmd_run(args) -> None:
     pair = _pair(args)
     method = _method(args)
     prompts = args.prompt or ["Return the"]
-    res = decode(pair, prompts, method, max_new_tokens=args.max_new_tokens, sampling=_sampling(args), generator=args.seed)
+    res = decode(pair, prompts, method, max_new_tokens=args.max_new_tokens, sampling=_sampling(args), key=args.seed)
     payload = {"pair": pair.name, "method": repr(method), "seed": args.seed, "texts": res.texts,
                "tokens": res.tokens, "counts": res.counts.to_dict()}
     lines = [f"{method!r} on the {pair.name} pair, seed {args.seed}"]
@@ -254,7 +268,7 @@ def cmd_compare(args) -> None:
 
     pair = _pair(args)
     comp = compare(pair, _method(args), args.prompt or None, runs_per_prompt=args.runs_per_prompt,
-                   max_new_tokens=args.max_new_tokens, sampling=_sampling(args), seed=args.seed)
+                   max_new_tokens=args.max_new_tokens, sampling=_sampling(args), key=args.seed)
     _emit(args, comp.to_dict(), str(comp))
 
 
@@ -294,9 +308,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sim", help="Monte-Carlo simulation, with theory and z-scores beside it")
     common(p)
     _add_instance_args(p)
-    _add_method_args(p, ("sd", "batch", "biased", "ar"))
+    _add_method_args(p)
     p.add_argument("--n-runs", type=int, default=10_000, help="number of runs (default 10000)")
     p.set_defaults(func=cmd_sim)
+
+    p = sub.add_parser("methods", help="list the registered methods and their options")
+    common(p)
+    p.set_defaults(func=cmd_methods)
 
     p = sub.add_parser("instance", help="save a random Markov instance to .npz")
     common(p)
@@ -307,14 +325,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="decode prompts with a real draft/target pair")
     common(p)
     _add_pair_args(p)
-    _add_method_args(p, ("sd", "batch", "biased", "ar"))
+    _add_method_args(p, real_models=True)
     p.add_argument("--prompt", action="append", help="a prompt (repeatable; default 'Return the')")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("compare", help="theory vs measured counts on a real draft/target pair")
     common(p)
     _add_pair_args(p)
-    _add_method_args(p, ("sd", "batch", "biased"))
+    _add_method_args(p, real_models=True, exclude=("ar",))
     p.add_argument("--prompt", action="append", help="a prompt (repeatable; default: the tiny pair's held-out prompts)")
     p.add_argument("--runs-per-prompt", type=int, default=4, help="independent runs per prompt (default 4)")
     p.set_defaults(func=cmd_compare)

@@ -1,33 +1,44 @@
-"""Theory vs measurement on real draft/target models, side by side (value, s.e., z).
+"""Theory vs measurement, side by side (value, s.e., z) — for any method, through the method protocol.
 
-What is compared (``p`` = draft, ``q`` = target; every test is a fixed-seed run):
+Two pairings:
 
-* **T1 on real models** ([Yin] Thm 1): ``E[N_rej] = Σ_n E_q[TV(p_n, q_n)]``. The
-  right side is estimated from *independent* target samples (autoregressive
-  decoding from ``q`` with the draft run alongside), the left side is counted in
-  SD runs with ``K = ∞``; a two-sample z-score compares them.
-* **Paired prediction** (any method): along every run the conditional probability
-  ``r_n`` that position ``n`` is a rejection, given everything before it, is known
-  (SD: ``TV``; batch root: ``Π r_m``; biased: ``Σ(1 − b)p``; bonus: 0). The count
-  minus ``Σ r_n`` is a martingale, so ``z = Σ(1{rej} − r) / sqrt(Σ r(1 − r))``.
-* **Finite K**: counted target calls vs Leviathan's i.i.d. prediction
-  ``N · (1 − α)/(1 − α^{K+1})`` with ``α = 1 − mean TV`` measured on the same runs.
-* **Batch SD**: measured rejections for ``M`` drafts vs plain SD (the batch improvement).
-* **Biased decoding** ([Yin] Thm 5): per position, ``P(reject) + Loss*_TV = TV(p, q)``
-  holds exactly for Decoding-OPT; Decoding-UNO lies above the line.
+* :func:`side_by_side` pairs a method's exact :class:`~speculab.counts.Expected` with
+  simulated :class:`~speculab.counts.Counts` field by field (they share the names);
+  the CLI's ``speculab sim`` prints it.
+* :func:`compare` runs a method on a real draft/target pair. Rows that hold for
+  every method come from here; a method adds its own through
+  :meth:`speculab.methods.Method.compare_rows`:
+
+  - **paired rejections** (any method): along every run the conditional probability
+    ``r_n`` that position ``n`` is a rejection, given everything before it, is known
+    (SD: ``TV``; batch root: ``Π r_m``; biased: ``Σ(1 − b)p``; bonus: 0). The count
+    minus ``Σ r_n`` is a martingale, so ``z = Σ(1{rej} − r) / sqrt(Σ r(1 − r))``.
+  - **paired accepted drafts per round** (any method that drafts): the number ``τ``
+    drawn in a round against ``E[τ | drafted block]`` from the method's round law;
+    rounds are conditionally independent given their blocks, so
+    ``z = Σ(τ − E) / sqrt(Σ Var[τ | block])``.
+  - method rows, e.g. SD: [Yin] Thm 1 from independent target samples (``K = ∞``) and
+    Leviathan's i.i.d. prediction (finite ``K``); batch SD: the batch improvement
+    (Thm 3); biased decoding: the Pareto line of Thm 5 per step.
+
+Every run uses a fixed seed; the reference and method runs use independent
+generators derived from one ``key``.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
 
 import numpy as np
 
-from speculab.methods import SD, Autoregressive, BatchSD, Biased
-from speculab.sim.counts import _estimate
+from speculab._validate import as_positive_int, spawn_seeds
+from speculab.counts import Counts, Estimate, Expected
+from speculab.methods import SD, Autoregressive, Method
 
-__all__ = ["Row", "Comparison", "compare"]
+__all__ = ["Row", "Comparison", "Context", "compare", "side_by_side", "paired_rejections", "paired_accepted"]
 
 
 @dataclass(frozen=True)
@@ -100,12 +111,24 @@ def _pm(value: float, se: float) -> str:
     return f"{value:.4f}" if se == 0 or not math.isfinite(se) else f"{value:.4f} ± {se:.4f}"
 
 
-def _mean_se(x) -> tuple[float, float]:
-    est = _estimate(np.asarray(x, dtype=float))  # the same mean ± s.e. as the simulators' Counts
-    return est.mean, est.se
+# -- theory vs simulation -------------------------------------------------------------------------------
+def side_by_side(expected: Expected | None, counts: Counts, title: str = "") -> Comparison:
+    """Every simulated count next to its exact expectation (same field names), with ``z``.
+
+    Counts the theory does not give are reported as measured only; ``expected=None``
+    (no theory for the method) leaves every prediction empty.
+    """
+    exact = dict(expected.items()) if expected is not None else {}
+    rows = []
+    for name, est in counts.summary().items():
+        pred = exact.get(name, float("nan"))
+        rows.append(Row(name, pred, est.mean, 0.0, est.se, note="" if name in exact else "measured only"))
+    source = expected.source if expected is not None else "none (no exact theory for this method)"
+    return Comparison(title, rows, settings={"n_runs": counts.n_runs, "theory": source})
 
 
-def _paired(result, per: str = "run") -> Row:
+# -- rows every method gets on real models ------------------------------------------------------------------
+def paired_rejections(result, per: str = "run") -> Row:
     """Counted rejections vs the sum of conditional rejection probabilities along the same runs.
 
     ``per="run"`` divides by the number of runs, ``"token"`` by the number of generated tokens.
@@ -119,107 +142,110 @@ def _paired(result, per: str = "run") -> Row:
                note="martingale z; r_n = P(rejection at n | past)")
 
 
-def _root_improvement(records) -> list[float]:
-    """Per run, Σ over round-start positions of ``TV(p_n, q_n) − Π_m r_m`` (the T3 improvement on that path)."""
-    out = []
-    for rec in records:
-        root = np.ones(rec.kind.size, dtype=bool)
-        root[1:] = (rec.kind[:-1] == 1) | (rec.kind[:-1] == 2)  # a round starts after a correction or a bonus
-        out.append(float((rec.tv[root] - rec.reject_prob[root]).sum()))
-    return out
+def paired_accepted(result) -> Row | None:
+    """Accepted drafts per round vs ``E[τ | drafted block]`` from the method's round law (``None`` without drafts)."""
+    rounds = [r for r in result.rounds if r.drafted.size and r.drafted.max() > 0]
+    if not rounds:
+        return None
+    tau = np.concatenate([r.accepted for r in rounds]).astype(float)
+    mean = np.concatenate([r.expected_accepted for r in rounds])
+    var = np.concatenate([r.var_accepted for r in rounds])
+    n = tau.size
+    return Row("accepted drafts per round (paired: E[τ | block])", float(mean.mean()), float(tau.mean()),
+               predicted_se=math.sqrt(max(float(var.sum()), 0.0)) / n, note=f"{n} rounds; τ drawn from the round law")
+
+
+# -- real models ------------------------------------------------------------------------------------------------
+@dataclass
+class Context:
+    """What a method's :meth:`~speculab.methods.Method.compare_rows` can use.
+
+    Attributes:
+      pair, prompts, max_new_tokens, sampling: the comparison's settings (``prompts``
+        lists every run: each prompt ``runs_per_prompt`` times).
+      result: the method's :class:`~speculab.backends.DecodeResult`.
+      probe: what ``method.round_probe()`` returned, after the method's run.
+      seeds: independent seeds: slot 1 the reference, 2 the method, 3… for further runs.
+    """
+
+    pair: Any
+    prompts: list[str]
+    max_new_tokens: int
+    sampling: Any
+    seeds: list[int]
+    result: Any = None
+    probe: Any = None
+
+    def decode(self, method: Method, slot: int, **kwargs):
+        """Run another method on the same prompts with the generator of ``slot`` (see :attr:`seeds`)."""
+        from speculab.backends import decode
+
+        return decode(self.pair, self.prompts, method, max_new_tokens=self.max_new_tokens, sampling=self.sampling,
+                      key=self.seeds[slot], **kwargs)
+
+    @cached_property
+    def reference(self):
+        """Autoregressive runs from the target with the draft alongside: ``TV(p_n, q_n)`` along target samples."""
+        return self.decode(Autoregressive(), slot=1, track_draft=True)
+
+    @property
+    def t1(self) -> Estimate:
+        """[Yin] Thm 1's ``Σ_n E_q[TV(p_n, q_n)]`` per run, estimated from the independent target samples."""
+        return Estimate.of([float(np.nansum(rec.tv)) for rec in self.reference.records])
+
+    def tv_along_result(self) -> np.ndarray:
+        """``TV(p_n, q_n)`` at every verified position of the method's own runs."""
+        return np.concatenate([rec.tv[~np.isnan(rec.tv)] for rec in self.result.records])
 
 
 def compare(
     pair,
-    method=SD(),
+    method: Method = SD(),
     prompts: list[str] | None = None,
     *,
     runs_per_prompt: int = 4,
     max_new_tokens: int = 32,
     sampling=None,
-    seed: int = 0,
+    key: Any = 0,
 ) -> Comparison:
     """Run ``method`` on a real pair and compare its counts with the theory (see module docstring).
 
     Args:
       pair: from :func:`speculab.backends.load_pair`.
-      method: ``SD(K=None | int)``, ``BatchSD(M, K=None)`` or ``Biased(eps, "opt" | "uno")``.
+      method: any method that runs on real models (``speculab.methods.names(real_models=True)``),
+        except autoregressive decoding, which is the reference.
       prompts: prompt strings (default: the tiny pair's held-out prompts).
       runs_per_prompt: independent runs of each prompt.
       max_new_tokens: tokens generated per run.
       sampling: :class:`~speculab.backends.Sampling` (default temperature 1).
-      seed: one seed; the reference and method runs use independent generators derived from it.
+      key: an int seed or a generator; the reference and method runs use independent
+        generators derived from it.
     """
-    import torch
-
-    from speculab.backends import Sampling, decode
+    from speculab.backends import Sampling
     from speculab.backends.pair import default_prompts
 
-    if isinstance(method, Autoregressive):
-        raise ValueError("method must be SD, BatchSD or Biased; autoregressive decoding is the reference")
+    if not isinstance(method, Method) or isinstance(method, Autoregressive) or not method.runs_on_real_models():
+        from speculab.methods import names
+
+        choices = [n for n in names(real_models=True) if n != Autoregressive.name]
+        raise ValueError(f"method must be one of {choices} (autoregressive decoding is the reference); got {method!r}")
+    runs_per_prompt = as_positive_int(runs_per_prompt, "runs_per_prompt")
     sampling = sampling or Sampling()
     prompts = list(prompts or default_prompts())
     runs = [p for p in prompts for _ in range(runs_per_prompt)]
-    gen = lambda k: torch.Generator(device=pair.device).manual_seed(seed * 1000 + k)  # noqa: E731
+    ctx = Context(pair, runs, max_new_tokens, sampling, seeds=spawn_seeds(key, 8))
+    ctx.probe = method.round_probe()
+    ctx.result = ctx.decode(method, slot=2, on_round=ctx.probe)
     settings = dict(pair=pair.name, method=repr(method), prompts=len(prompts), runs=len(runs),
-                    max_new_tokens=max_new_tokens, temperature=sampling.temperature, seed=seed)
+                    max_new_tokens=max_new_tokens, temperature=sampling.temperature,
+                    key=key if isinstance(key, int) else type(key).__name__)
     comp = Comparison(f"theory vs measured: {method!r} on the {pair.name} pair", settings=settings)
-
-    reference = decode(pair, runs, Autoregressive(), max_new_tokens=max_new_tokens, sampling=sampling,
-                       generator=gen(1), track_draft=True)
-    t1_runs = [float(np.nansum(rec.tv)) for rec in reference.records]
-    t1, t1_se = _mean_se(t1_runs)
-    result = decode(pair, runs, method, max_new_tokens=max_new_tokens, sampling=sampling, generator=gen(2))
-    rej, rej_se = _mean_se(result.counts.rejections)
-
-    if isinstance(method, SD) and method.K is None:
-        comp.rows.append(Row("E[N_rej]  (Thm 1: Σ_n E_q[TV(p_n,q_n)])", t1, rej, t1_se, rej_se,
-                             note="two-sample: target samples vs SD runs"))
-    comp.rows.append(_paired(result))
-    if isinstance(method, SD) and method.K is not None:
-        tv_all = np.concatenate([rec.tv[~np.isnan(rec.tv)] for rec in result.records])
-        alpha = 1.0 - float(tv_all.mean())
-        K = method.K
-        per_round = (1 - alpha ** (K + 1)) / (1 - alpha) if alpha < 1 else K + 1
-        tokens = float(result.counts.tokens.mean())
-        calls, calls_se = _mean_se(result.counts.oracle_calls)
-        comp.rows.append(Row(f"target calls per run (Leviathan i.i.d., α={alpha:.3f})", tokens / per_round, calls,
-                             0.0, calls_se, note="model check: assumes i.i.d. acceptance, no horizon"))
-        comp.rows.append(Row("E[N_rej] ≤ T1 (finite K has bonus positions)", t1, rej, t1_se, rej_se,
-                             note="expect measured ≤ theory"))
-    if isinstance(method, BatchSD):
-        sd = decode(pair, runs, SD(K=method.K), max_new_tokens=max_new_tokens, sampling=sampling, generator=gen(3))
-        sd_rej, sd_se = _mean_se(sd.counts.rejections)
-        improvement = np.asarray(_root_improvement(result.records))
-        bi = float(improvement.mean())
-        # SD runs vs batch runs + their own path improvement: both estimate T1 (K = ∞), so
-        # z = (SD − batch − BI) / sqrt(se(SD)² + se(batch + BI)²), BI paired with its batch run.
-        _, paired_se = _mean_se(result.counts.rejections + improvement)
-        if method.K is None:
-            comp.rows.append(Row(f"batch improvement, M={method.M} (Thm 3: E_f[Σ TV − Π r_m])", bi, sd_rej - rej, 0.0,
-                                 math.hypot(sd_se, paired_se), note="measured: SD runs − batch runs"))
-            comp.rows.append(Row("E[N_rej] of SD (Thm 1)", t1, sd_rej, t1_se, sd_se))
-        else:
-            comp.rows.append(Row(f"batch improvement, M={method.M}, K={method.K}", float("nan"), sd_rej - rej, 0.0,
-                                 math.hypot(sd_se, rej_se),
-                                 note="finite K: Thm 3 is for K = ∞ (bonus positions shift); measured only"))
-    if isinstance(method, Biased):
-        rec = [r for r in result.records]
-        verified = np.concatenate([r.kind != 2 for r in rec])
-        tv = np.concatenate([r.tv for r in rec])[verified]
-        rp = np.concatenate([r.reject_prob for r in rec])[verified]
-        loss = np.concatenate([r.loss_tv for r in rec])[verified]
-        gap = rp + loss - tv
-        if method.rejection == "opt":
-            comp.rows.append(Row("max per-step |P(reject) + Loss*_TV − TV(p,q)|  (Thm 5)", 0.0, float(np.abs(gap).max()),
-                                 note="OPT lies on the Pareto line", tolerance=1e-5))
-        else:
-            comp.rows.append(Row("mean per-step P(reject) + Loss_TV − TV(p,q)  (Thm 5)", float("nan"), float(gap.mean()),
-                                 note="UNO lies above the line (≥ 0; 0 for OPT)"))
-        comp.rows.append(Row("mean per-token TV(P_A, q)  (loss)", float("nan"), float(loss.mean()), note="exact per step"))
-        kl = np.concatenate([r.loss_kl for r in rec])[verified]
-        comp.rows.append(Row("mean per-token KL(P_A ‖ q)", float("nan"), float(kl.mean()), note="exact per step"))
-        comp.rows.append(_paired(result, per="token"))
-    comp.rows.append(Row("target calls per token", float("nan"),
-                         float(result.counts.oracle_calls.sum() / result.counts.tokens.sum()), note="measured"))
+    comp.rows.extend(method.compare_rows(ctx))
+    comp.rows.append(paired_rejections(ctx.result))
+    accepted = paired_accepted(ctx.result)
+    if accepted is not None:
+        comp.rows.append(accepted)
+    counts = ctx.result.counts
+    comp.rows.append(Row("target calls per token", float("nan"), float(counts.oracle_calls.sum() / counts.tokens.sum()),
+                         note="measured"))
     return comp

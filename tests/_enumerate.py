@@ -1,4 +1,4 @@
-"""Independent brute-force reference for rejection-based (speculative) decoding.
+"""Independent brute-force references for rejection-based (speculative) decoding.
 
 Exactly enumerates every branch of [Yin] Algorithm 2 on a tiny Markov instance
 (P = draft, Q = target, both shape (T, V, V); rho shape (V,)), run literally:
@@ -255,6 +255,209 @@ def enumerate_batch(P, Q, rho, M, K=None) -> Enumeration:
                        rejections=mom["rej"], oracle_calls=mom["orc"], draft_calls=mom["drf"],
                        accepted=mom["acc"], discarded=mom["drf"] - mom["acc"], bonus=mom["bon"],
                        rejections_sq=mom["rej2"], oracle_calls_sq=mom["orc2"])
+
+
+def enumerate_rounds(P, Q, rho, round_law, draft_length, rows: int = 1) -> Enumeration:
+    """Enumerate every branch of a round-based method, given only its round law.
+
+    The method is described as in the method protocol: ``draft_length(remaining)``
+    drafts per row, ``rows`` independent draft rows, and ``round_law(p, q, x, bonus=...)``
+    returning the probabilities ``outcome[m, tau]`` of following row ``m`` and accepting
+    ``tau`` drafts, and the weights ``correction[m, tau]`` of the token that follows
+    (numpy arrays with a leading batch axis of 1). Every joint block of drafts is an
+    explicit branch (V^(rows*L) of them), so this is for tiny instances only. Marks as in
+    ``enumerate_decoding``; a round without drafts outputs one target token, counted as a
+    rejection ([Yin]'s convention for autoregressive decoding).
+    """
+    P, Q = np.asarray(P, dtype=float), np.asarray(Q, dtype=float)
+    rho = np.asarray(rho, dtype=float)
+    T, V, _ = P.shape
+    law: dict = {}
+    rej_pos, bonus_pos = np.zeros(T), np.zeros(T)
+    mom = dict.fromkeys(["rej", "orc", "drf", "acc", "bon", "rej2", "orc2"], 0.0)
+
+    def leaf(prefix, marks, w, oracle, draft):
+        law[prefix] = law.get(prefix, 0.0) + w
+        nr, na, nb = marks.count("r"), marks.count("a"), marks.count("b")
+        for i, m in enumerate(marks):
+            if m == "r":
+                rej_pos[i] += w
+            elif m == "b":
+                bonus_pos[i] += w
+        for key, val in (("rej", nr), ("orc", oracle), ("drf", draft), ("acc", na),
+                         ("bon", nb), ("rej2", nr * nr), ("orc2", oracle * oracle)):
+            mom[key] += w * val
+
+    def chains(t, a, L):
+        """Every draft chain of length L from token a at position index t, with its probability and laws."""
+        for chain in itertools.product(range(V), repeat=L):
+            w, prev, p_rows, q_rows = 1.0, a, [], []
+            for i, x in enumerate(chain):
+                p_rows.append(P[t + i, prev])
+                q_rows.append(Q[t + i, prev])
+                w *= P[t + i, prev, x]
+                prev = x
+            q_rows.append(Q[t + L, prev] if t + L < T else np.full(V, 1.0 / V))  # unused without a bonus
+            if w > 0:
+                yield chain, w, np.array(p_rows).reshape(L, V), np.array(q_rows)
+
+    def round_(prefix, marks, w, oracle, draft):
+        n = len(prefix)  # the round produces position n first; array index t = n - 1
+        if n > T:
+            return leaf(prefix, marks, w, oracle, draft)
+        t, remaining = n - 1, T - n + 1
+        L = draft_length(remaining)
+        bonus = L < remaining
+        singles = list(chains(t, prefix[-1], L))
+        joints = list(itertools.product(singles, repeat=rows))
+        # every joint block of this round start in one call (the law's leading batch axis)
+        x = np.array([[c[0] for c in j] for j in joints], dtype=np.int64).reshape(len(joints), rows, L)
+        p = np.array([[c[2] for c in j] for j in joints]).reshape(len(joints), rows, L, V)
+        q = np.array([[c[3] for c in j] for j in joints])  # (n, rows, L + 1, V)
+        res = round_law(p, q, x, bonus=bonus)
+        outcomes, corrections = np.asarray(res.outcome), np.asarray(res.correction)
+        for b, joint in enumerate(joints):
+            wj = w * np.prod([c[1] for c in joint])
+            outcome, correction = outcomes[b], corrections[b]
+            assert abs(outcome.sum() - 1.0) < 1e-9, outcome
+            for m in range(rows):
+                for tau in range(L + 1):
+                    pr = outcome[m, tau]
+                    if pr <= 0:
+                        continue
+                    toks = tuple(int(v) for v in x[b, m, :tau])
+                    wt = correction[m, tau]
+                    if wt.sum() == 0:  # nothing follows: all drafts accepted at the horizon
+                        round_(prefix + toks, marks + "a" * tau, wj * pr, oracle + 1, draft + rows * L)
+                        continue
+                    kind = "r" if (L == 0 or tau < L) else "b"
+                    for y in range(V):
+                        py = wj * pr * wt[y] / wt.sum()
+                        if py > 0:
+                            round_(prefix + toks + (y,), marks + "a" * tau + kind, py, oracle + 1, draft + rows * L)
+
+    for x0 in range(V):
+        if rho[x0] > 0:
+            round_((x0,), "", float(rho[x0]), 0, 0)
+    return Enumeration(law=law, rejections_per_position=rej_pos, bonus_per_position=bonus_pos,
+                       rejections=mom["rej"], oracle_calls=mom["orc"], draft_calls=mom["drf"],
+                       accepted=mom["acc"], discarded=mom["drf"] - mom["acc"], bonus=mom["bon"],
+                       rejections_sq=mom["rej2"], oracle_calls_sq=mom["orc2"])
+
+
+def enumerate_sprinter(P, Q, rho, v) -> Enumeration:
+    """Enumerate SPRINTER ([SPR] Alg. 1/2) literally, with verifier pass probabilities ``v[t, a, x]``.
+
+    At each position: draft x ~ P; the verifier passes it w.p. v (no target call, x kept);
+    otherwise one target call: keep x w.p. min(1, Q/P), else draw from normalised (Q - P)^+.
+    """
+    P, Q, v = (np.asarray(A, dtype=float) for A in (P, Q, v))
+    rho = np.asarray(rho, dtype=float)
+    T, V, _ = P.shape
+    B, R = sd_arrays(P, Q)
+    law: dict = {}
+    rej_pos = np.zeros(T)
+    mom = dict.fromkeys(["rej", "orc", "acc", "rej2", "orc2"], 0.0)
+
+    def step(prefix, w, nrej, ncall, nacc):
+        t = len(prefix) - 1
+        if t == T:
+            law[prefix] = law.get(prefix, 0.0) + w
+            for key, val in (("rej", nrej), ("orc", ncall), ("acc", nacc), ("rej2", nrej * nrej), ("orc2", ncall * ncall)):
+                mom[key] += w * val
+            return
+        a = prefix[-1]
+        for x in range(V):
+            wx = w * P[t, a, x]
+            if wx == 0:
+                continue
+            if v[t, a, x] > 0:
+                step(prefix + (x,), wx * v[t, a, x], nrej, ncall, nacc + 1)
+            checked = wx * (1.0 - v[t, a, x])
+            if checked > 0 and B[t, a, x] > 0:
+                step(prefix + (x,), checked * B[t, a, x], nrej, ncall + 1, nacc + 1)
+            if checked > 0 and B[t, a, x] < 1:
+                for y in range(V):
+                    wy = checked * (1.0 - B[t, a, x]) * R[t, a, y]
+                    if wy > 0:
+                        rej_pos[t] += wy
+                        step(prefix + (y,), wy, nrej + 1, ncall + 1, nacc)
+
+    for x0 in range(V):
+        if rho[x0] > 0:
+            step((x0,), float(rho[x0]), 0, 0, 0)
+    return Enumeration(law=law, rejections_per_position=rej_pos, bonus_per_position=np.zeros(T),
+                       rejections=mom["rej"], oracle_calls=mom["orc"], draft_calls=float(T),
+                       accepted=mom["acc"], discarded=float(T) - mom["acc"], bonus=0.0,
+                       rejections_sq=mom["rej2"], oracle_calls_sq=mom["orc2"])
+
+
+def enumerate_specdecpp(P, Q, rho, A, h, cap) -> dict:
+    """Exact law and expected counts of SpecDec++ with head table ``A[t, prev, x]``, run literally.
+
+    Each round (from prefix ``x_0..x_s``) drafts ``y_1, y_2, …`` one at a time from P,
+    multiplies the predictions ``A``, stops when ``1 − Π > h``, at ``cap`` drafts or at
+    the horizon; then scans the drafts with ``min(1, Q/P)``, draws ``[Q − P]_+`` at the
+    first rejection, or a bonus from Q after all drafts if a position is left.
+    """
+    T, V, _ = P.shape
+    B = np.divide(Q, P, out=np.ones_like(P), where=P > Q)
+    res = np.maximum(Q - P, 0.0)
+    R = np.divide(res, res.sum(-1, keepdims=True), out=np.zeros_like(res), where=res.sum(-1, keepdims=True) > 0)
+    out = {"law": {}, "rej_pos": np.zeros(T), **dict.fromkeys(("rejections", "oracle_calls", "draft_calls", "accepted", "discarded", "bonus"), 0.0)}
+
+    def leaf(seq, w, c):
+        out["law"][seq] = out["law"].get(seq, 0.0) + w
+        for name in ("rejections", "oracle_calls", "draft_calls", "accepted", "bonus"):
+            out[name] += w * c[name]
+        for t in c["rej_at"]:
+            out["rej_pos"][t] += w
+
+    def start(seq, w, c):
+        s = len(seq) - 1  # position index of the next token
+        if s == T:
+            return leaf(seq, w, c)
+        draft(seq, (), 1.0, w, {**c, "oracle_calls": c["oracle_calls"] + 1})
+
+    def draft(seq, chain, prod, w, c):
+        s = len(seq) - 1 + len(chain)
+        prev = chain[-1] if chain else seq[-1]
+        for y in range(V):
+            wy = w * P[s, prev, y]
+            if wy == 0:
+                continue
+            pr = prod * A[s, prev, y]
+            grown = chain + (y,)
+            if 1.0 - pr > h or len(grown) >= cap or s + 1 >= T:
+                scan(seq, grown, wy, {**c, "draft_calls": c["draft_calls"] + len(grown)})
+            else:
+                draft(seq, grown, pr, wy, c)
+
+    def scan(seq, chain, w, c):
+        if not chain:  # all drafts accepted
+            t = len(seq) - 1
+            if t == T:
+                return start(seq, w, c)
+            for y in range(V):
+                if w * Q[t, seq[-1], y] > 0:
+                    start(seq + (y,), w * Q[t, seq[-1], y], {**c, "bonus": c["bonus"] + 1})
+            return
+        t, x = len(seq) - 1, chain[0]
+        a = B[t, seq[-1], x]
+        if a > 0:
+            scan(seq + (x,), chain[1:], w * a, {**c, "accepted": c["accepted"] + 1})
+        if a < 1:
+            for y in range(V):
+                wr = w * (1 - a) * R[t, seq[-1], y]
+                if wr > 0:
+                    start(seq + (y,), wr, {**c, "rejections": c["rejections"] + 1, "rej_at": c["rej_at"] + (t,)})
+
+    zero = {"rejections": 0, "oracle_calls": 0, "draft_calls": 0, "accepted": 0, "bonus": 0, "rej_at": ()}
+    for x0 in range(V):
+        if rho[x0] > 0:
+            start((x0,), float(rho[x0]), zero)
+    out["discarded"] = out["draft_calls"] - out["accepted"]
+    return out
 
 
 def _law_gap(a: dict, b: dict) -> float:

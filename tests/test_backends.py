@@ -100,7 +100,7 @@ N_LAW = 1200
 @pytest.mark.parametrize("method", [SD(K=2), BatchSD(3, K=2)], ids=["sd", "batch"])
 @pytest.mark.parametrize("sampling", SAMPLINGS, ids=["t1", "t0.7-k50", "t1.2-p0.9"])
 def test_first_tokens_follow_the_target_law(pair, method, sampling):
-    res = decode(pair, [PROMPT] * N_LAW, method, max_new_tokens=2, sampling=sampling, generator=7)
+    res = decode(pair, [PROMPT] * N_LAW, method, max_new_tokens=2, sampling=sampling, key=7)
     first = np.array([t[0] for t in res.tokens])
     second = np.array([t[1] for t in res.tokens if len(t) == 2])  # runs that did not stop at EOS
     assert _gof_pvalue(first, _exact_first_token_law(pair, sampling)) > 1e-4
@@ -111,7 +111,7 @@ def test_the_law_test_has_power(pair):
     """The same test rejects samples from the draft's law (what a broken verifier would output)."""
     sampling = Sampling(1.0)
     draft_only = load_pair(pair.draft, "tiny-draft", device="cpu")  # AR from the draft model
-    res = decode(draft_only, [PROMPT] * N_LAW, Autoregressive(), max_new_tokens=1, sampling=sampling, generator=7)
+    res = decode(draft_only, [PROMPT] * N_LAW, Autoregressive(), max_new_tokens=1, sampling=sampling, key=7)
     assert _gof_pvalue(np.array([t[0] for t in res.tokens]), _exact_first_token_law(pair, sampling)) < 1e-6
 
 
@@ -119,8 +119,8 @@ def test_the_law_test_has_power(pair):
 @pytest.mark.parametrize("method", [SD(K=3), SD(), BatchSD(2, K=3), Biased(0.2, "opt", K=4)], ids=repr)
 def test_kv_cache_rollback_matches_no_cache(pair, pair_nocache, method):
     prompts = default_prompts()[:2]
-    a = decode(pair, prompts, method, max_new_tokens=20, generator=3)
-    b = decode(pair_nocache, prompts, method, max_new_tokens=20, generator=3)
+    a = decode(pair, prompts, method, max_new_tokens=20, key=3)
+    b = decode(pair_nocache, prompts, method, max_new_tokens=20, key=3)
     assert a.tokens == b.tokens
     np.testing.assert_array_equal(a.counts.rejections, b.counts.rejections)
     for ra, rb in zip(a.records, b.records):
@@ -129,7 +129,7 @@ def test_kv_cache_rollback_matches_no_cache(pair, pair_nocache, method):
 
 # -- counts and records --------------------------------------------------------------------------------
 def test_counts_and_records_are_consistent(pair):
-    res = decode(pair, default_prompts()[:4], SD(K=4), max_new_tokens=30, generator=1)
+    res = decode(pair, default_prompts()[:4], SD(K=4), max_new_tokens=30, key=1)
     c = res.counts
     np.testing.assert_array_equal(c.accepted + c.rejections + c.bonus, c.tokens)
     np.testing.assert_array_equal(c.discarded, c.draft_calls - c.accepted)
@@ -139,14 +139,14 @@ def test_counts_and_records_are_consistent(pair):
         assert np.all(rec.reject_prob[rec.kind == 2] == 0)
         verified = rec.kind != 2
         np.testing.assert_allclose(rec.reject_prob[verified], rec.tv[verified], atol=1e-6)  # SD: r_n = TV
-    same = decode(pair, default_prompts()[:4], SD(K=4), max_new_tokens=30, generator=1)
+    same = decode(pair, default_prompts()[:4], SD(K=4), max_new_tokens=30, key=1)
     assert same.tokens == res.tokens  # same seed, same result
 
 
 def test_biased_records_sit_on_the_pareto_line(pair):
     """[Yin] Thm 5 per step: Σ(1−b)p + Loss*_TV = TV(p,q) for OPT; UNO lies above."""
     for rejection, sign in (("opt", 0), ("uno", 1)):
-        res = decode(pair, default_prompts()[:4], Biased(0.05, rejection), max_new_tokens=20, generator=2)
+        res = decode(pair, default_prompts()[:4], Biased(0.05, rejection), max_new_tokens=20, key=2)
         cat = lambda f: np.concatenate([getattr(r, f)[r.kind != 2] for r in res.records])  # noqa: E731
         gap = cat("reject_prob") + cat("loss_tv") - cat("tv")
         if sign == 0:
@@ -159,7 +159,7 @@ def test_biased_records_sit_on_the_pareto_line(pair):
 def test_compare_sd_agrees_with_t1(pair):
     from speculab.compare import compare
 
-    comp = compare(pair, SD(), default_prompts()[:12], runs_per_prompt=3, max_new_tokens=12, seed=0)
+    comp = compare(pair, SD(), default_prompts()[:12], runs_per_prompt=3, max_new_tokens=12, key=0)
     rows = {r.quantity.split("(")[0].strip(): r for r in comp.rows}
     for row in comp.rows:
         if math.isfinite(row.z):
@@ -171,12 +171,12 @@ def test_compare_sd_agrees_with_t1(pair):
 def test_compare_batch_and_biased(pair):
     from speculab.compare import compare
 
-    comp = compare(pair, BatchSD(3), default_prompts()[:8], runs_per_prompt=2, max_new_tokens=12, seed=1)
+    comp = compare(pair, BatchSD(3), default_prompts()[:8], runs_per_prompt=2, max_new_tokens=12, key=1)
     paired = next(r for r in comp.rows if "paired" in r.quantity)
     assert abs(paired.z) < Z_BOUND
     improvement = next(r for r in comp.rows if "Thm 3" in r.quantity)
     assert abs(improvement.z) < Z_BOUND and improvement.predicted > 0
-    comp = compare(pair, Biased(0.2, "opt"), default_prompts()[:6], runs_per_prompt=2, max_new_tokens=12, seed=1)
+    comp = compare(pair, Biased(0.2, "opt"), default_prompts()[:6], runs_per_prompt=2, max_new_tokens=12, key=1)
     pareto = next(r for r in comp.rows if "Thm 5" in r.quantity)
     assert pareto.holds is True and "exact ✓" in str(comp)
     for row in comp.rows:
@@ -243,7 +243,7 @@ def test_nan_logits_are_refused(pair):
     [
         (dict(max_new_tokens=10_000), "context"),
         (dict(max_new_tokens=0), "max_new_tokens"),
-        (dict(generator="seed"), "generator"),
+        (dict(key="seed"), "key must be"),
         (dict(method="sd"), "method must be"),
         (dict(prompts=[[]]), "empty"),
     ],
@@ -284,7 +284,7 @@ def test_batch_with_one_draft_stopping_at_eos_is_exact(pair):
 @pytest.mark.parametrize("sampling", [GREEDY, Sampling(1.0, top_p=0.5), Sampling(1.0, top_k=1)], ids=["greedy", "p0.5", "k1"])
 def test_biased_losses_are_finite_when_p_equals_q(pair, sampling):
     """Regression: where the warped p and q coincide the OPT rejection weights vanish; losses stay finite."""
-    res = decode(pair, default_prompts()[:3], Biased(0.1, "opt"), max_new_tokens=12, sampling=sampling, generator=0)
+    res = decode(pair, default_prompts()[:3], Biased(0.1, "opt"), max_new_tokens=12, sampling=sampling, key=0)
     for rec in res.records:
         v = rec.kind != 2
         assert np.all(np.isfinite(rec.loss_tv)) and not np.any(np.isnan(rec.loss_kl))  # KL may be +inf (greedy)

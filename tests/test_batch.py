@@ -96,7 +96,7 @@ def test_t3_matches_enumeration_and_alg4_is_unbiased(inst, M):
     for k in set(e.law) | set(law):
         assert abs(e.law.get(k, 0) - law.get(k, 0)) < 1e-12
     prof = batch_expected_rejections(inst, M)
-    np.testing.assert_allclose(prof.per_position, e.rejections_per_position, atol=1e-12)
+    np.testing.assert_allclose(prof.rejections_per_position, e.rejections_per_position, atol=1e-12)
     assert prof.oracle_calls == pytest.approx(e.oracle_calls, abs=1e-12)
 
 
@@ -112,29 +112,29 @@ def test_alg4_with_finite_K_is_unbiased(K):
 @given(markov_instances(max_T=6, max_V=4))
 def test_t3_at_M1_is_t1_and_decreases_to_the_limit(inst):
     t1 = sd_expected_rejections(inst)
-    np.testing.assert_allclose(batch_expected_rejections(inst, 1).per_position, t1.per_position, atol=1e-13)
-    totals = [batch_expected_rejections(inst, M).total for M in (1, 2, 3, 5, 8, 200)]
+    np.testing.assert_allclose(batch_expected_rejections(inst, 1).rejections_per_position, t1.rejections_per_position, atol=1e-13)
+    totals = [batch_expected_rejections(inst, M).rejections for M in (1, 2, 3, 5, 8, 200)]
     limit = batch_expected_rejections(inst, np.inf)
     assert all(b <= a + 1e-12 for a, b in zip(totals, totals[1:]))
-    assert limit.total <= totals[-1] + 1e-12
-    assert limit.total >= 0
+    assert limit.rejections <= totals[-1] + 1e-12
+    assert limit.rejections >= 0
     prof = batch_expected_rejections(inst, 3)
     assert np.all(prof.improvement_per_position >= -1e-12)
-    assert prof.root_probability[0] == pytest.approx(1.0)
+    assert prof.oracle_calls_per_position[0] == pytest.approx(1.0)
 
 
 def test_limit_is_positive_on_the_paper_instance_and_reached():
     inst = MarkovInstance.random(50, 7, 10, rows="uniform")
-    limit = batch_expected_rejections(inst, np.inf).total
-    assert 0 < limit < sd_expected_rejections(inst).total
-    assert batch_expected_rejections(inst, 20_000).total == pytest.approx(limit, abs=1e-3)
+    limit = batch_expected_rejections(inst, np.inf).rejections
+    assert 0 < limit < sd_expected_rejections(inst).rejections
+    assert batch_expected_rejections(inst, 20_000).rejections == pytest.approx(limit, abs=1e-3)
 
 
 def test_support_gap_instance_limit():
     p, q = SUPPORT_GAP
     inst = MarkovInstance.context_free(p, q, T=20)
     for M in (1, 4, np.inf):
-        assert batch_expected_rejections(inst, M).total == pytest.approx(20 * 0.5)
+        assert batch_expected_rejections(inst, M).rejections == pytest.approx(20 * 0.5)
 
 
 # -- Monte Carlo -------------------------------------------------------------------------
@@ -143,10 +143,10 @@ def test_simulation_matches_t3(M):
     inst = MarkovInstance.random(50, 7, 10, rows="uniform")
     prof = batch_expected_rejections(inst, M)
     c = simulate(inst, BatchSD(M), 20_000, key=M)
-    assert abs(c.estimate("rejections").z(prof.total)) < Z_BOUND
+    assert abs(c.estimate("rejections").z(prof.rejections)) < Z_BOUND
     assert abs(c.estimate("oracle_calls").z(prof.oracle_calls)) < Z_BOUND
-    se = np.sqrt(prof.per_position * (1 - prof.per_position) / 20_000)
-    assert np.all(np.abs(c.rejection_rate - prof.per_position) < Z_BOUND * se)
+    se = np.sqrt(prof.rejections_per_position * (1 - prof.rejections_per_position) / 20_000)
+    assert np.all(np.abs(c.rejections_per_position - prof.rejections_per_position) < Z_BOUND * se)
 
 
 @pytest.mark.parametrize("K", [None, 1, 2])

@@ -14,7 +14,6 @@ from speculab.theory import MarkovInstance, chain_marginals
 from speculab.theory.fuzzy import (
     MAX_ENUMERATION,
     chain_kl,
-    fuzzy_arrays,
     fuzzy_bound_check,
     fuzzy_divergence,
     fuzzy_output_law,
@@ -62,7 +61,7 @@ def test_theta_zero_is_autoregressive_from_the_target(div):
     inst = _inst(1)
     np.testing.assert_array_equal(fuzzy_output_law(inst, 0.0, div), inst.Q)
     prof = fuzzy_profile(inst, 0.0, div)
-    assert prof.draft_fraction == 0 and prof.expected_rejections == pytest.approx(inst.T, abs=1e-12)
+    assert prof.draft_fraction == 0 and prof.rejections == pytest.approx(inst.T, abs=1e-12)
     np.testing.assert_allclose(prof.rejections_per_position, 1.0)
     assert prof.kl_forward == 0 and prof.kl_reverse == 0 and prof.bound == 0
     c = simulate(inst, Fuzzy(0.0, div), 2_000, key=2, return_sequences=True)
@@ -77,7 +76,7 @@ def test_theta_above_every_divergence_is_pure_draft_decoding(div):
     theta = _above_max(inst, div)
     np.testing.assert_array_equal(fuzzy_output_law(inst, theta, div), inst.P)
     prof = fuzzy_profile(inst, theta, div)
-    assert prof.draft_fraction == 1 and prof.expected_rejections == 0
+    assert prof.draft_fraction == 1 and prof.rejections == 0
     assert prof.kl_forward == pytest.approx(chain_kl(inst.rho, inst.Q, inst.P).sum())
     c = simulate(inst, Fuzzy(theta, div), 2_000, key=3)
     np.testing.assert_array_equal(c.rejections, 0)
@@ -103,10 +102,10 @@ def test_exact_law_and_rejections_vs_simulation(div, K):
     np.add.at(joint, (c.sequences[:, n], c.sequences[:, n + 1]), 1.0 / N)
     exact = mu[n][:, None] * law[n]
     assert np.all(np.abs(joint - exact) < Z_BOUND * np.sqrt(exact * (1 - exact) / N) + 1e-12)
-    assert abs(c.estimate("rejections").z(prof.expected_rejections)) < Z_BOUND
+    assert abs(c.estimate("rejections").z(prof.rejections)) < Z_BOUND
     rate = prof.rejections_per_position
-    np.testing.assert_allclose(rate, 1 - prof.draft_per_position, atol=1e-12)  # K = ∞: no bonus
-    assert np.all(np.abs(c.rejection_rate - rate) < Z_BOUND * np.sqrt(rate * (1 - rate) / N) + 1e-12)
+    np.testing.assert_allclose(rate, 1 - prof.accepted_per_position, atol=1e-12)  # K = ∞: no bonus
+    assert np.all(np.abs(c.rejections_per_position - rate) < Z_BOUND * np.sqrt(rate * (1 - rate) / N) + 1e-12)
     assert abs(c.estimate("accepted").z(inst.T * prof.draft_fraction)) < Z_BOUND
 
 
@@ -117,14 +116,14 @@ def test_finite_lookahead_law_matches_literal_enumeration(K, seed):
     enumeration of Algorithm 2 (tests/_enumerate.py), and differ from the K = ∞ chain."""
     inst = MarkovInstance.random(4, 3, seed, concentration=0.7)
     theta = float(np.quantile(fuzzy_divergence(inst, "js"), 0.7))
-    B, R = fuzzy_arrays(inst, theta, "js")
+    B, R = Fuzzy(theta, "js").rule(inst.P, inst.Q)
     e = enumerate_decoding(inst.P, inst.Q, inst.rho, B, R, K)
     joint = fuzzy_sequence_law(inst, theta, "js", K)
     assert max(abs(joint[k] - w) for k, w in e.law.items()) < 1e-12
     assert joint.sum() == pytest.approx(1.0)
     prof = fuzzy_profile(inst, theta, "js", K)
-    assert prof.expected_rejections == pytest.approx(e.rejections, abs=1e-12)
-    assert prof.expected_bonus == pytest.approx(e.bonus, abs=1e-12)
+    assert prof.rejections == pytest.approx(e.rejections, abs=1e-12)
+    assert prof.bonus == pytest.approx(e.bonus, abs=1e-12)
     assert inst.T * prof.draft_fraction == pytest.approx(e.accepted, abs=1e-12)
     lq = brute_law(inst.Q, inst.rho)
     assert prof.kl_forward == pytest.approx(_kl(lq, e.law), abs=1e-10)
@@ -132,7 +131,7 @@ def test_finite_lookahead_law_matches_literal_enumeration(K, seed):
     markov = sequence_law(inst.rho, fuzzy_output_law(inst, theta, "js"))
     if K is None:
         np.testing.assert_allclose(joint, markov, atol=1e-15)
-    elif K == 1 and prof.expected_bonus > 0.01:
+    elif K == 1 and prof.bonus > 0.01:
         assert np.abs(joint - markov).max() > 1e-3
 
 
@@ -147,7 +146,7 @@ def test_finite_lookahead_vs_simulation(K):
         mu = joint.sum(axis=tuple(i for i in range(inst.T + 1) if i != n))
         freq = np.bincount(c.sequences[:, n], minlength=inst.V) / N
         assert np.all(np.abs(freq - mu) < Z_BOUND * np.sqrt(mu * (1 - mu) / N) + 1e-12), n
-    for name, exact in (("rejections", prof.expected_rejections), ("bonus", prof.expected_bonus),
+    for name, exact in (("rejections", prof.rejections), ("bonus", prof.bonus),
                         ("accepted", inst.T * prof.draft_fraction)):
         assert abs(c.estimate(name).z(exact)) < Z_BOUND, name
 
@@ -159,7 +158,7 @@ def test_the_simulation_check_can_fail():
     theta = float(np.median(d))
     c = simulate(inst, Fuzzy(theta, "js"), N, key=5)
     other = fuzzy_profile(inst, float(d[int(0.8 * d.size)]), "js")
-    assert abs(c.estimate("rejections").z(other.expected_rejections)) > Z_BOUND
+    assert abs(c.estimate("rejections").z(other.rejections)) > Z_BOUND
 
 
 # -- sequence level: chain rule vs enumeration ------------------------------------------------------
@@ -233,7 +232,7 @@ def test_simulated_draft_fraction_of_the_counterexample():
     [
         (lambda i: fuzzy_output_law(i, -0.1, "js"), "theta"),
         (lambda i: fuzzy_profile(i, float("nan"), "js"), "theta"),
-        (lambda i: fuzzy_arrays(i, True, "js"), "theta"),
+        (lambda i: Fuzzy(True, "js"), "theta"),
         (lambda i: fuzzy_profile(i, 0.1, "hellinger"), "div must be"),
         (lambda i: sequence_divergence(i.rho, i.Q, i.P, "l2"), "div must be"),
         (lambda i: chain_kl(i.rho, i.Q, i.P[:-1]), "shape"),
@@ -253,7 +252,7 @@ def test_bad_inputs(call, match):
 def test_repro_fsd_bound(tmp_path):
     from speculab.repro import fsd_bound
 
-    r = fsd_bound.run(seed=0, out_dir=tmp_path)
+    r = fsd_bound.run(key=0, out_dir=tmp_path)
     assert (tmp_path / "fsd_bound.png").stat().st_size > 0 and (tmp_path / "fsd_bound.json").exists()
     s = r["seeded_summary"]
     assert s["kl_reverse"]["fails"] == 0 and s["tv"]["fails"] == 0  # theorems

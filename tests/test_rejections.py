@@ -7,13 +7,13 @@ from hypothesis import strategies as st
 
 from _enumerate import enumerate_decoding, sequence_law
 from speculab.testing import distribution_pairs, markov_instances
+from speculab.methods.sd import sd_rule
 from speculab.theory import (
     MarkovInstance,
     expected_rejections,
     is_unbiased,
     output_law,
     sd_acceptance,
-    sd_arrays,
     sd_expected_rejections,
     tv,
     unbiased_rejection_distribution,
@@ -34,18 +34,18 @@ def _random_unbiased_b(inst, rng):
 @given(markov_instances(), st.sampled_from([None, 1, 2, 3]))
 def test_sd_output_law_is_q_and_t1_is_exact(inst, K):
     """Enumerate every trajectory of Algorithm 1: law = q, E[N_rej] = T1 (K = ∞), per position too."""
-    B, R = sd_arrays(inst)
+    B, R = sd_rule(inst.P, inst.Q)
     e = enumerate_decoding(inst.P, inst.Q, inst.rho, B, R, K)
     _assert_same_law(e.law, sequence_law(inst.Q, inst.rho))
     t1 = sd_expected_rejections(inst)
     if K is None or K >= inst.T:
-        np.testing.assert_allclose(e.rejections_per_position, t1.per_position, atol=1e-12)
-        assert e.rejections == pytest.approx(t1.total, abs=1e-12)
+        np.testing.assert_allclose(e.rejections_per_position, t1.rejections_per_position, atol=1e-12)
+        assert e.rejections == pytest.approx(t1.rejections, abs=1e-12)
         assert e.oracle_calls == pytest.approx(t1.oracle_calls, abs=1e-12)
     else:
         # A bonus position cannot be rejected, and the prefix law is q either way, so
         # finite K has, position by position, at most T1's rejection probability.
-        assert np.all(e.rejections_per_position <= t1.per_position + 1e-12)
+        assert np.all(e.rejections_per_position <= t1.rejections_per_position + 1e-12)
 
 
 @given(markov_instances(), st.integers(0, 2**32 - 1))
@@ -56,12 +56,12 @@ def test_unbiased_alg2_law_and_t2_bound(inst, seed):
     np.testing.assert_allclose(output_law(inst, b), inst.Q, atol=1e-12)
     prof = expected_rejections(inst, b)
     t1 = sd_expected_rejections(inst)
-    assert prof.total >= t1.total - 1e-12
-    assert np.all(prof.per_position >= t1.per_position - 1e-12)
+    assert prof.rejections >= t1.rejections - 1e-12
+    assert np.all(prof.rejections_per_position >= t1.rejections_per_position - 1e-12)
     R = unbiased_rejection_distribution(inst.P, inst.Q, b)
     e = enumerate_decoding(inst.P, inst.Q, inst.rho, b, R, None)
     _assert_same_law(e.law, sequence_law(inst.Q, inst.rho))
-    np.testing.assert_allclose(e.rejections_per_position, prof.per_position, atol=1e-12)
+    np.testing.assert_allclose(e.rejections_per_position, prof.rejections_per_position, atol=1e-12)
     assert e.oracle_calls == pytest.approx(prof.oracle_calls, abs=1e-12)
 
 
@@ -74,16 +74,16 @@ def test_biased_alg2_output_law_matches_enumeration(inst, seed):
     e = enumerate_decoding(inst.P, inst.Q, inst.rho, b, P, None)
     law = output_law(inst, b, P)
     _assert_same_law(e.law, sequence_law(law, inst.rho))
-    np.testing.assert_allclose(e.rejections_per_position, expected_rejections(inst, b, P).per_position, atol=1e-12)
+    np.testing.assert_allclose(e.rejections_per_position, expected_rejections(inst, b, P).rejections_per_position, atol=1e-12)
 
 
 def test_sd_attains_the_lower_bound():
     inst = MarkovInstance.random(20, 5, 0)
-    assert expected_rejections(inst, sd_acceptance).total == pytest.approx(sd_expected_rejections(inst).total, rel=1e-13)
+    assert expected_rejections(inst, sd_acceptance).rejections == pytest.approx(sd_expected_rejections(inst).rejections, rel=1e-13)
     half = lambda p, q: 0.5 * sd_acceptance(p, q)  # noqa: E731
-    assert expected_rejections(inst, half).total > sd_expected_rejections(inst).total + 1
+    assert expected_rejections(inst, half).rejections > sd_expected_rejections(inst).rejections + 1
     # b ≡ 0 is autoregressive decoding: every token is a rejection.
-    assert expected_rejections(inst, np.zeros(inst.P.shape)).total == pytest.approx(inst.T)
+    assert expected_rejections(inst, np.zeros(inst.P.shape)).rejections == pytest.approx(inst.T)
 
 
 @given(distribution_pairs(), st.integers(1, 60))
@@ -91,18 +91,18 @@ def test_t1_context_free_is_T_times_tv(pq, T):
     p, q = pq
     inst = MarkovInstance.context_free(p, q, T)
     prof = sd_expected_rejections(inst)
-    assert prof.total == pytest.approx(T * tv(p, q), abs=1e-10)
-    np.testing.assert_allclose(prof.per_position, tv(p, q), atol=1e-12)
+    assert prof.rejections == pytest.approx(T * tv(p, q), abs=1e-10)
+    np.testing.assert_allclose(prof.rejections_per_position, tv(p, q), atol=1e-12)
 
 
 def test_acceleration_and_oracle_calls():
     inst = MarkovInstance.context_free([0.5, 0.5], [0.8, 0.2], T=10)
     prof = sd_expected_rejections(inst)
-    assert prof.total == pytest.approx(3.0)
+    assert prof.rejections == pytest.approx(3.0)
     assert prof.acceleration == pytest.approx(10 / 3)
     assert prof.oracle_calls == pytest.approx(3.0 + 1 - 0.3)
     same = sd_expected_rejections(MarkovInstance.context_free([0.5, 0.5], [0.5, 0.5], T=4))
-    assert same.total == 0 and same.acceleration == np.inf and same.oracle_calls == 1
+    assert same.rejections == 0 and same.acceleration == np.inf and same.oracle_calls == 1
 
 
 def test_biased_b_needs_an_explicit_rejection_distribution():
@@ -142,11 +142,11 @@ def test_lookahead_monotonicity(inst):
     Expected rejections are *not* monotone in K on a finite horizon (bonus positions
     shift with K), but every K stays at or below T1 position by position.
     """
-    B, R = sd_arrays(inst)
+    B, R = sd_rule(inst.P, inst.Q)
     runs = [enumerate_decoding(inst.P, inst.Q, inst.rho, B, R, K) for K in range(1, inst.T + 1)]
     for small, large in zip(runs, runs[1:]):
         assert large.oracle_calls <= small.oracle_calls + 1e-12
         assert large.draft_calls >= small.draft_calls - 1e-12
     infinite = enumerate_decoding(inst.P, inst.Q, inst.rho, B, R, None)
     assert runs[-1].oracle_calls == pytest.approx(infinite.oracle_calls, abs=1e-12)
-    assert runs[-1].rejections == pytest.approx(sd_expected_rejections(inst).total, abs=1e-12)
+    assert runs[-1].rejections == pytest.approx(sd_expected_rejections(inst).rejections, abs=1e-12)

@@ -6,11 +6,11 @@ import pytest
 from _enumerate import enumerate_decoding
 from conftest import Z_BOUND
 from speculab.sim import SD, Autoregressive, Counts, RejectionDecoding, simulate
+from speculab.methods.sd import sd_rule
 from speculab.theory import (
     MarkovInstance,
     chain_marginals,
     sd_acceptance,
-    sd_arrays,
     sd_expected_rejections,
     unbiased_rejection_distribution,
 )
@@ -31,7 +31,7 @@ def _tiny(seed, T=4, V=3, c=0.7):
 def test_sd_counts_match_enumeration(K, seed):
     """Every expected count of Algorithm 1 (finite K with bonus, and K = ∞) vs the literal enumeration."""
     inst = _tiny(seed)
-    B, R = sd_arrays(inst)
+    B, R = sd_rule(inst.P, inst.Q)
     e = enumerate_decoding(inst.P, inst.Q, inst.rho, B, R, K)
     c = simulate(inst, SD(K=K), N, key=100 + seed)
     for name in ("rejections", "oracle_calls", "draft_calls", "accepted", "discarded", "bonus"):
@@ -39,7 +39,7 @@ def test_sd_counts_match_enumeration(K, seed):
     # per position: binomial standard errors
     p = e.rejections_per_position
     se = np.sqrt(np.maximum(p * (1 - p), 1e-12) / N)
-    assert np.all(np.abs(c.rejection_rate - p) / se < Z_BOUND)
+    assert np.all(np.abs(c.rejections_per_position - p) / se < Z_BOUND)
     # exact identities, run by run
     np.testing.assert_array_equal(c.accepted + c.rejections + c.bonus, inst.T)
     np.testing.assert_array_equal(c.discarded, c.draft_calls - c.accepted)
@@ -84,10 +84,10 @@ def test_t1_on_the_paper_sized_instance():
     inst = MarkovInstance.random(50, 7, 10, rows="uniform")
     t1 = sd_expected_rejections(inst)
     c = simulate(inst, SD(), 20_000, key=11)
-    assert abs(_z(c, "rejections", t1.total)) < Z_BOUND
+    assert abs(_z(c, "rejections", t1.rejections)) < Z_BOUND
     assert abs(_z(c, "oracle_calls", t1.oracle_calls)) < Z_BOUND
-    se = np.sqrt(t1.per_position * (1 - t1.per_position) / 20_000)
-    assert np.all(np.abs(c.rejection_rate - t1.per_position) < Z_BOUND * se)
+    se = np.sqrt(t1.rejections_per_position * (1 - t1.rejections_per_position) / 20_000)
+    assert np.all(np.abs(c.rejections_per_position - t1.rejections_per_position) < Z_BOUND * se)
 
 
 def test_a_wrong_formula_would_be_caught():
@@ -123,13 +123,13 @@ def test_same_seed_same_result_and_chunking_is_invisible(monkeypatch):
     np.testing.assert_array_equal(a.oracle_calls, b.oracle_calls)
     c = simulate(inst, SD(K=2), 5000, key=43)
     assert not np.array_equal(a.rejections, c.rejections)
-    import speculab.sim.numpy_engine as eng
+    import speculab.sim.engine as eng
 
     monkeypatch.setattr(eng, "CHUNK", 1000)  # several chunks: same statistics, merged correctly
     d = simulate(inst, SD(K=2), 5000, key=42, return_sequences=True)
     assert d.n_runs == 5000 and d.sequences.shape == (5000, inst.T + 1)
     for counts in (a, d):  # per-position rates add up to the mean count, also after merging chunks
-        assert counts.rejection_rate.sum() == pytest.approx(counts.rejections.mean(), rel=1e-12)
+        assert counts.rejections_per_position.sum() == pytest.approx(counts.rejections.mean(), rel=1e-12)
 
 
 @pytest.mark.parametrize(

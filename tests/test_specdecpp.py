@@ -12,84 +12,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from _enumerate import sequence_law
+from _enumerate import enumerate_specdecpp, sequence_law
 from conftest import Z_BOUND
-from speculab.sim import SD, SpecDecPP, simulate
-from speculab.sim.specdecpp import TableHead, miscalibrated_head, noisy_head, oracle_head
+from speculab.sim import SpecDecPP, simulate
+from speculab.methods.specdecpp import TableHead, miscalibrated_head, noisy_head, oracle_head
 from speculab.testing import markov_instances
-from speculab.theory import MarkovInstance, sd_arrays
+from speculab.methods.sd import sd_rule
+from speculab.theory import MarkovInstance
 from speculab.theory.lookahead import lookahead_counts
 
 FIELDS = ("rejections", "oracle_calls", "draft_calls", "accepted", "discarded", "bonus")
 N = 40_000
-
-
-def enumerate_specdecpp(P, Q, rho, A, h, cap) -> dict:
-    """Exact law and expected counts of SpecDec++ with head table ``A[t, prev, x]``, run literally.
-
-    Each round (from prefix ``x_0..x_s``) drafts ``y_1, y_2, …`` one at a time from P,
-    multiplies the predictions ``A``, stops when ``1 − Π > h``, at ``cap`` drafts or at
-    the horizon; then scans the drafts with ``min(1, Q/P)``, draws ``[Q − P]_+`` at the
-    first rejection, or a bonus from Q after all drafts if a position is left.
-    """
-    T, V, _ = P.shape
-    B = np.divide(Q, P, out=np.ones_like(P), where=P > Q)
-    res = np.maximum(Q - P, 0.0)
-    R = np.divide(res, res.sum(-1, keepdims=True), out=np.zeros_like(res), where=res.sum(-1, keepdims=True) > 0)
-    out = {"law": {}, "rej_pos": np.zeros(T), **dict.fromkeys(FIELDS, 0.0)}
-
-    def leaf(seq, w, c):
-        out["law"][seq] = out["law"].get(seq, 0.0) + w
-        for name in ("rejections", "oracle_calls", "draft_calls", "accepted", "bonus"):
-            out[name] += w * c[name]
-        for t in c["rej_at"]:
-            out["rej_pos"][t] += w
-
-    def start(seq, w, c):
-        s = len(seq) - 1  # position index of the next token
-        if s == T:
-            return leaf(seq, w, c)
-        draft(seq, (), 1.0, w, {**c, "oracle_calls": c["oracle_calls"] + 1})
-
-    def draft(seq, chain, prod, w, c):
-        s = len(seq) - 1 + len(chain)
-        prev = chain[-1] if chain else seq[-1]
-        for y in range(V):
-            wy = w * P[s, prev, y]
-            if wy == 0:
-                continue
-            pr = prod * A[s, prev, y]
-            grown = chain + (y,)
-            if 1.0 - pr > h or len(grown) >= cap or s + 1 >= T:
-                scan(seq, grown, wy, {**c, "draft_calls": c["draft_calls"] + len(grown)})
-            else:
-                draft(seq, grown, pr, wy, c)
-
-    def scan(seq, chain, w, c):
-        if not chain:  # all drafts accepted
-            t = len(seq) - 1
-            if t == T:
-                return start(seq, w, c)
-            for y in range(V):
-                if w * Q[t, seq[-1], y] > 0:
-                    start(seq + (y,), w * Q[t, seq[-1], y], {**c, "bonus": c["bonus"] + 1})
-            return
-        t, x = len(seq) - 1, chain[0]
-        a = B[t, seq[-1], x]
-        if a > 0:
-            scan(seq + (x,), chain[1:], w * a, {**c, "accepted": c["accepted"] + 1})
-        if a < 1:
-            for y in range(V):
-                wr = w * (1 - a) * R[t, seq[-1], y]
-                if wr > 0:
-                    start(seq + (y,), wr, {**c, "rejections": c["rejections"] + 1, "rej_at": c["rej_at"] + (t,)})
-
-    zero = {"rejections": 0, "oracle_calls": 0, "draft_calls": 0, "accepted": 0, "bonus": 0, "rej_at": ()}
-    for x0 in range(V):
-        if rho[x0] > 0:
-            start((x0,), float(rho[x0]), zero)
-    out["discarded"] = out["draft_calls"] - out["accepted"]
-    return out
 
 
 def _tiny(seed, T=4, V=3):
@@ -113,7 +46,7 @@ def test_counts_match_enumeration(h, head):
     for name in FIELDS:
         assert abs(c.estimate(name).z(e[name])) < Z_BOUND, name
     p = e["rej_pos"]
-    assert np.all(np.abs(c.rejection_rate - p) < Z_BOUND * np.sqrt(np.maximum(p * (1 - p), 1e-12) / N))
+    assert np.all(np.abs(c.rejections_per_position - p) < Z_BOUND * np.sqrt(np.maximum(p * (1 - p), 1e-12) / N))
     _check_identities(c, inst.T)
 
 
@@ -145,8 +78,8 @@ def test_h_one_is_fixed_K_equal_to_cap(cap):
     c = simulate(inst, SpecDecPP(1.0, cap=cap), 20_000, key=cap)
     for name in FIELDS:
         assert abs(c.estimate(name).z(getattr(exact, name))) < Z_BOUND, name
-    p = exact.rejection_per_position
-    assert np.all(np.abs(c.rejection_rate - p) < Z_BOUND * np.sqrt(np.maximum(p * (1 - p), 1e-12) / 20_000))
+    p = exact.rejections_per_position
+    assert np.all(np.abs(c.rejections_per_position - p) < Z_BOUND * np.sqrt(np.maximum(p * (1 - p), 1e-12) / 20_000))
 
 
 def _never_certain(T=50, V=7, seed=5):
@@ -161,7 +94,7 @@ def _never_certain(T=50, V=7, seed=5):
 
 def test_h_zero_is_K_one_when_no_draft_is_certain():
     inst = _never_certain()
-    assert np.all(sd_arrays(inst)[0][inst.P > 0] < 1)
+    assert np.all(sd_rule(inst.P, inst.Q)[0][inst.P > 0] < 1)
     exact = lookahead_counts(inst, 1)
     c = simulate(inst, SpecDecPP(0.0), 20_000, key=2)
     np.testing.assert_array_equal(c.draft_calls, c.oracle_calls)  # one draft per round, run by run
@@ -223,7 +156,7 @@ def test_larger_threshold_drafts_more():
 # -- heads ------------------------------------------------------------------------------
 def test_heads():
     inst = _tiny(6, T=5, V=4)
-    oracle = sd_arrays(inst)[0]
+    oracle = sd_rule(inst.P, inst.Q)[0]
     np.testing.assert_array_equal(oracle_head(inst).table, oracle)
     np.testing.assert_allclose(noisy_head(inst, 0.0, key=0, eps=0.0).table, oracle, atol=1e-12)
     np.testing.assert_allclose(miscalibrated_head(inst, 1.0).table, oracle, atol=1e-12)
@@ -262,11 +195,10 @@ def test_bad_input(call, match):
         call(_tiny(0))
 
 
-def test_simulate_specdecpp_refuses_other_methods():
-    from speculab.sim.specdecpp import simulate_specdecpp
-
-    with pytest.raises(ValueError, match="SpecDecPP"):
-        simulate_specdecpp(_tiny(0), SD(K=2), 10, np.random.default_rng(0))
+def test_specdecpp_has_no_real_model_rule_and_no_closed_form():
+    """SpecDec++ needs a trained head on real models, and no exact theory is claimed on Markov instances."""
+    assert not SpecDecPP(0.5).runs_on_real_models()
+    assert SpecDecPP(0.5).expected(_tiny(0)) is None
 
 
 # -- the [SDpp] Fig. 3 reproduction ----------------------------------------------------------
@@ -276,7 +208,7 @@ def test_fig3_reproduction_smoke(tmp_path):
 
     from speculab.repro import specdecpp_fig3 as fig3
 
-    result = fig3.run(seed=1, n_runs=200, out_dir=tmp_path)
+    result = fig3.run(key=1, n_runs=200, out_dir=tmp_path)
     for name in ("specdecpp_fig3.png", "specdecpp_fig3.json", "specdecpp_fig3_instance.npz"):
         assert (tmp_path / name).stat().st_size > 0, name
     saved = json.loads((tmp_path / "specdecpp_fig3.json").read_text())

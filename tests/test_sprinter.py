@@ -8,13 +8,13 @@ from hypothesis import strategies as st
 from _enumerate import sequence_law
 from conftest import Z_BOUND
 from speculab.sim import Sprinter, simulate
-from speculab.sim.sprinter import SprinterCounts, signed_tv_statistic, simulate_sprinter, simulate_stopping
+from speculab.methods.sprinter import signed_tv_statistic, simulate_stopping
+from speculab.sim import Counts
 from speculab.testing import distribution_pairs, markov_instances
-from speculab.theory import MarkovInstance, chain_marginals, output_law, tv
+from speculab.theory import MarkovInstance, chain_marginals, output_law, residual, sd_acceptance, tv
 from speculab.theory.sprinter import (
     sd_flops,
     sprinter_acceptance_rate,
-    sprinter_arrays,
     sprinter_distribution,
     sprinter_expected_tokens,
     sprinter_flops,
@@ -23,7 +23,6 @@ from speculab.theory.sprinter import (
     sprinter_stopping_time,
     sprinter_token_law,
     sprinter_tokens_pmf,
-    sprinter_verifier_array,
 )
 
 N = 40_000
@@ -116,11 +115,13 @@ def _marginal_z(seq, mu):
 def test_exact_law_and_counts_vs_simulation(eta_tp, eta_fp):
     inst = MarkovInstance.random(12, 4, 3, concentration=0.6)
     m = Sprinter(eta_tp, eta_fp)
-    law = sprinter_output_law(inst, m)
+    v = m.pass_probabilities(inst)
+    law = sprinter_output_law(inst, v)
     np.testing.assert_allclose(law, (1 - eta_fp) * inst.Q + eta_fp * inst.P, atol=1e-12)  # Thm 3.1 per context
-    np.testing.assert_allclose(output_law(inst, *sprinter_arrays(inst, m)), law, atol=1e-12)  # as [Yin] Alg. 2
+    b = v + (1 - v) * sd_acceptance(inst.P, inst.Q)  # as [Yin] Alg. 2 with the residual
+    np.testing.assert_allclose(output_law(inst, b, residual(inst.Q, inst.P)), law, atol=1e-12)
     c = simulate(inst, m, N, key=11, return_sequences=True)
-    assert isinstance(c, SprinterCounts)
+    assert isinstance(c, Counts) and c.names[-1] == "verifier_calls"
     mu = chain_marginals(inst.rho, law)
     assert _marginal_z(c.sequences, mu) < Z_BOUND
     # transition law at one position (pairs)
@@ -129,12 +130,12 @@ def test_exact_law_and_counts_vs_simulation(eta_tp, eta_fp):
     np.add.at(joint, (c.sequences[:, n], c.sequences[:, n + 1]), 1.0 / N)
     exact = mu[n][:, None] * law[n]
     assert np.all(np.abs(joint - exact) < Z_BOUND * np.sqrt(exact * (1 - exact) / N) + 1e-12)
-    prof = sprinter_profile(inst, m)
-    assert abs(c.estimate("rejections").z(prof.expected_rejections)) < Z_BOUND
-    assert abs(c.estimate("oracle_calls").z(prof.expected_target_calls)) < Z_BOUND
-    assert abs(c.estimate("accepted").z(prof.expected_accepted)) < Z_BOUND
-    p_rej = prof.rejections
-    assert np.all(np.abs(c.rejection_rate - p_rej) < Z_BOUND * np.sqrt(p_rej * (1 - p_rej) / N) + 1e-12)
+    prof = sprinter_profile(inst, v)
+    assert abs(c.estimate("rejections").z(prof.rejections)) < Z_BOUND
+    assert abs(c.estimate("oracle_calls").z(prof.oracle_calls)) < Z_BOUND
+    assert abs(c.estimate("accepted").z(prof.accepted)) < Z_BOUND
+    p_rej = prof.rejections_per_position
+    assert np.all(np.abs(c.rejections_per_position - p_rej) < Z_BOUND * np.sqrt(p_rej * (1 - p_rej) / N) + 1e-12)
     # exact identities, run by run
     np.testing.assert_array_equal(c.accepted + c.rejections, inst.T)
     np.testing.assert_array_equal(c.draft_calls, inst.T)
@@ -151,13 +152,13 @@ def test_thm_3_1_tv_and_a_4_acceptance_by_simulation():
     inst = MarkovInstance.random(20, 5, 21, rows="uniform")
     eta_fp = 0.4
     m = Sprinter(0.7, eta_fp)
-    prof = sprinter_profile(inst, m)
+    prof = sprinter_profile(inst, m.pass_probabilities(inst))
     c = simulate(inst, m, N, key=22, return_sequences=True)
     stat = signed_tv_statistic(inst, c.sequences)
     se = stat.std(ddof=1) / np.sqrt(N)
-    mu = chain_marginals(inst.rho, sprinter_output_law(inst, m))[:-1]
+    mu = chain_marginals(inst.rho, sprinter_output_law(inst, m.pass_probabilities(inst)))[:-1]
     claimed = eta_fp * float(np.einsum("na,na->", mu, inst.tv()))
-    assert prof.tv.sum() == pytest.approx(claimed, rel=1e-12)
+    assert prof.tv_per_position.sum() == pytest.approx(claimed, rel=1e-12)
     assert abs(stat.mean() - claimed) / se < Z_BOUND
     beta = 1 - (1 - eta_fp) * np.einsum("na,na->n", mu, inst.tv())  # Thm A.4 per position, averaged
     assert abs(c.estimate("accepted").z(beta.sum())) < Z_BOUND
@@ -174,11 +175,11 @@ def test_verifier_function_equals_iid_path():
     f = lambda t, prev, x: np.where(P[t, prev, x] <= Q[t, prev, x], 0.75, 0.2)  # noqa: E731
     a = simulate(inst, Sprinter(0.75, 0.2), 5_000, key=7, return_sequences=True)
     b = simulate(inst, Sprinter(verifier=f), 5_000, key=7, return_sequences=True)
-    for name in SprinterCounts.FIELDS:
+    for name in a.names:
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
     np.testing.assert_array_equal(a.sequences, b.sequences)
-    np.testing.assert_allclose(sprinter_verifier_array(inst, Sprinter(verifier=f)),
-                               sprinter_verifier_array(inst, Sprinter(0.75, 0.2)))
+    np.testing.assert_allclose(Sprinter(verifier=f).pass_probabilities(inst),
+                               Sprinter(0.75, 0.2).pass_probabilities(inst))
 
 
 def test_token_dependent_verifier_function_vs_simulation():
@@ -186,29 +187,30 @@ def test_token_dependent_verifier_function_vs_simulation():
     inst = MarkovInstance.random(8, 4, 5, concentration=0.6)
     f = lambda t, prev, x: (x + 1) / (inst.V + 1) * (t % 2 == 0) + 0.1 * (t % 2 == 1)  # noqa: E731
     m = Sprinter(verifier=f)
-    law = sprinter_output_law(inst, m)
+    law = sprinter_output_law(inst, m.pass_probabilities(inst))
     c = simulate(inst, m, N, key=3, return_sequences=True)
     assert _marginal_z(c.sequences, chain_marginals(inst.rho, law)) < Z_BOUND
-    prof = sprinter_profile(inst, m)
-    assert abs(c.estimate("oracle_calls").z(prof.expected_target_calls)) < Z_BOUND
-    assert abs(c.estimate("rejections").z(prof.expected_rejections)) < Z_BOUND
+    prof = sprinter_profile(inst, m.pass_probabilities(inst))
+    assert abs(c.estimate("oracle_calls").z(prof.oracle_calls)) < Z_BOUND
+    assert abs(c.estimate("rejections").z(prof.rejections)) < Z_BOUND
 
 
 def test_many_chunks_keep_verifier_calls():
-    from speculab.sim.numpy_engine import CHUNK
+    from speculab.sim.engine import CHUNK
 
     inst = MarkovInstance.random(2, 3, 0)
     c = simulate(inst, Sprinter(0.5, 0.5), CHUNK + 10, key=0)
-    assert isinstance(c, SprinterCounts) and c.verifier_calls.shape == (CHUNK + 10,)
+    assert c.verifier_calls.shape == (CHUNK + 10,)
     assert c.to_dict()["verifier_calls"]["mean"] == 2.0
     assert np.all(np.isfinite(c.tokens_per_round))
 
 
 @given(markov_instances(max_T=3, max_V=3), probs, probs)
 def test_sequence_kl_matches_enumeration(inst, eta_tp, eta_fp):
-    prof = sprinter_profile(inst, Sprinter(eta_tp, eta_fp))
+    v = Sprinter(eta_tp, eta_fp).pass_probabilities(inst)
+    prof = sprinter_profile(inst, v)
     law_q = sequence_law(inst.Q, inst.rho)
-    law_s = sequence_law(sprinter_output_law(inst, Sprinter(eta_tp, eta_fp)), inst.rho)
+    law_s = sequence_law(sprinter_output_law(inst, v), inst.rho)
     # the brute-force reference multiplies probabilities: skip laws whose products underflow
     # (a subnormal prompt weight times 0.5 rounds to 0 and fakes an infinite KL)
     assume(all(w == 0 or w > 1e-300 for law in (law_q, law_s) for w in law.values()))
@@ -332,15 +334,13 @@ def test_bad_verifier_and_method():
     with pytest.raises(ValueError, match="one probability per token"):
         simulate(inst, Sprinter(verifier=lambda t, prev, x: np.ones(2)), 10, key=0)
     with pytest.raises(ValueError, match="verifier output must lie"):
-        sprinter_output_law(inst, Sprinter(verifier=lambda t, prev, x: 2.0 + 0 * x))
-    with pytest.raises(ValueError, match="method must be a Sprinter"):
-        sprinter_profile(inst, "sprinter")
-    from speculab.sim import SD
-
-    with pytest.raises(ValueError, match="method must be a Sprinter"):
-        simulate_sprinter(inst, SD(), 10, 0)
+        Sprinter(verifier=lambda t, prev, x: 2.0 + 0 * x).pass_probabilities(inst)
+    with pytest.raises(ValueError, match="v \\(verifier pass probabilities\\) must lie"):
+        sprinter_profile(inst, np.full(inst.P.shape, 1.5))
+    with pytest.raises(ValueError, match="must have the same shape"):
+        sprinter_output_law(inst, np.full((2, 3, 3), 0.5))
     # a constant verifier function is accepted
-    law = sprinter_output_law(inst, Sprinter(verifier=lambda t, prev, x: 0.3))
+    law = sprinter_output_law(inst, Sprinter(verifier=lambda t, prev, x: 0.3).pass_probabilities(inst))
     np.testing.assert_allclose(law, 0.7 * inst.Q + 0.3 * inst.P, atol=1e-12)
 
 
@@ -348,7 +348,7 @@ def test_bad_verifier_and_method():
 def test_repro_sprinter_fig5_and_fig6(tmp_path):
     from speculab.repro import sprinter_fig5, sprinter_fig6
 
-    r5 = sprinter_fig5.run(seed=1, n_runs=4_000, out_dir=tmp_path)
+    r5 = sprinter_fig5.run(key=1, n_runs=4_000, out_dir=tmp_path)
     assert (tmp_path / "sprinter_fig5.png").stat().st_size > 0 and (tmp_path / "sprinter_fig5.json").exists()
     assert (tmp_path / "sprinter_fig5_instance.npz").exists()
     for key, pts in r5["points"].items():
@@ -363,7 +363,7 @@ def test_repro_sprinter_fig5_and_fig6(tmp_path):
         assert cf["law_max_abs_z"] < Z_BOUND and abs(cf["tv"]["z"]) < Z_BOUND
     assert "Fig. 5" in sprinter_fig5.summary(r5)
 
-    r6 = sprinter_fig6.run(seed=1, n_runs=4_000, out_dir=tmp_path)
+    r6 = sprinter_fig6.run(key=1, n_runs=4_000, out_dir=tmp_path)
     assert (tmp_path / "sprinter_fig6.png").exists() and (tmp_path / "sprinter_fig6.json").exists()
     for pts in r6["points"].values():
         assert max(abs(z) for z in pts["z"]) < Z_BOUND

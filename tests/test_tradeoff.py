@@ -15,7 +15,7 @@ from conftest import Z_BOUND
 from speculab.sim import Biased, simulate
 from speculab.testing import distribution_pairs, distributions, markov_instances
 from speculab.theory import MarkovInstance, expected_rejections, output_law, sd_acceptance, tv
-from speculab.theory.biased import biased_arrays
+from speculab.methods import Biased as BiasedMethod
 from speculab.theory.tradeoff import (
     is_optimal_rejection,
     log_likelihood_ratio,
@@ -32,6 +32,13 @@ from speculab.theory.tradeoff import (
     sequence_bias,
     tradeoff_profile,
 )
+
+
+
+def biased_arrays(inst, eps, rejection):
+    """``(b, P)`` of ``Biased(eps, rejection)`` on the instance (the method's rule)."""
+    return BiasedMethod(eps, rejection).rule(inst.P, inst.Q)
+
 
 unit_floats = st.floats(0.0, 1.0)
 
@@ -245,8 +252,8 @@ def test_overacceptance_opt_is_the_residual_and_beats_uno():
 def _rules(inst, eps, rej):
     """``Biased(eps, rej)``'s (b, P), with OPT's P from :func:`optimal_rejection`.
 
-    ``biased_arrays`` gives the same P* except on rows where round-off makes ``(q − bp)_+ = 0``
-    while ``D > 0`` (e.g. ``p = (1, 3e-94)``, ``q = (1, 0)``, ``ε = 0``): it leaves them all zero.
+    The method's rule gives the same P*, also on rows where round-off makes ``(q − bp)_+ = 0``
+    while ``D > 0`` (e.g. ``p = (1, 3e-94)``, ``q = (1, 0)``, ``ε = 0``): both fall back to ``q`` there.
     """
     b, R = biased_arrays(inst, eps, rej)
     if rej == "opt":
@@ -262,16 +269,16 @@ def _rules(inst, eps, rej):
 def test_profile_matches_theory_and_enumeration(inst, eps, rej):
     b, R = _rules(inst, eps, rej)
     prof = tradeoff_profile(inst, b, R)
-    np.testing.assert_allclose(prof.rejection, expected_rejections(inst, b, R).per_position, atol=1e-12)
-    assert np.all(prof.loss >= prof.optimal_loss - 1e-12)
+    np.testing.assert_allclose(prof.rejections_per_position, expected_rejections(inst, b, R).rejections_per_position, atol=1e-12)
+    assert np.all(prof.loss_per_position >= prof.optimal_loss_per_position - 1e-12)
     if rej == "opt":  # Thm 4 and Thm 5 per context, averaged under the algorithm's own prefixes
-        np.testing.assert_allclose(prof.loss, prof.optimal_loss, atol=1e-12)
+        np.testing.assert_allclose(prof.loss_per_position, prof.optimal_loss_per_position, atol=1e-12)
         assert prof.pareto_gap == pytest.approx(0.0, abs=1e-12)
     e = enumerate_decoding(inst.P, inst.Q, inst.rho, b, R, None)  # the literal algorithm
     law = sequence_law(prof.output, inst.rho)
     for k in set(e.law) | set(law):
         assert abs(e.law.get(k, 0.0) - law.get(k, 0.0)) < 1e-12
-    assert prof.expected_rejections == pytest.approx(e.rejections, abs=1e-12)
+    assert prof.rejections == pytest.approx(e.rejections, abs=1e-12)
 
 
 def _log(x):
@@ -354,7 +361,7 @@ def test_per_token_optimal_is_not_sequence_optimal():
     b, _ = _rules(inst, 0.3, "opt")  # yet OPT is optimal at every context (n, x_{n-1}) ...
     assert np.all(optimal_loss(inst.P, inst.Q, b) <= rejection_loss(inst.P, inst.Q, b, inst.Q) + 1e-12)
     po, pu = (tradeoff_profile(inst, *_rules(inst, 0.3, r)) for r in ("opt", "uno"))
-    assert po.loss[1] > pu.loss[1]  # ... but steers position 2 toward contexts where the bias is larger
+    assert po.loss_per_position[1] > pu.loss_per_position[1]  # ... but steers position 2 toward contexts where the bias is larger
 
 
 # -- Monte Carlo ------------------------------------------------------------------------------
@@ -380,7 +387,7 @@ def test_simulated_per_position_laws_match_the_exact_output_chain(rej):
             else:
                 worst_other = max(worst_other, z.max())
     assert worst_other > Z_BOUND  # power: the other method's law is rejected
-    assert abs(c.estimate("rejections").z(prof.expected_rejections)) < Z_BOUND
+    assert abs(c.estimate("rejections").z(prof.rejections)) < Z_BOUND
 
 
 @pytest.mark.parametrize("rej", ["opt", "uno"])
@@ -443,7 +450,7 @@ def test_bad_markov_rules():
 def test_yin_fig4_runs_and_its_numbers_agree(tmp_path):
     from speculab.repro import yin_fig4
 
-    res = yin_fig4.run(seed=10, n_runs=3000, out_dir=tmp_path)
+    res = yin_fig4.run(key=10, n_runs=3000, out_dir=tmp_path)
     assert (tmp_path / "yin_fig4.png").stat().st_size > 0
     saved = json.loads((tmp_path / "yin_fig4.json").read_text())
     assert len(saved["table"]) == 2 * len(yin_fig4.EPS_TABLE)

@@ -1,33 +1,35 @@
-"""Speculative decoding on real language models: AR, SD (fixed K / K = ∞), batch SD, biased decoding.
+"""Decoding real language models with any method that has a round rule: one loop, the method's law.
 
 Convention: ``p`` = draft, ``q`` = target, both after the same sampling warp
-(:class:`~speculab.backends.warp.Sampling`). Each prompt is decoded on its own
-(one sequence at a time); batch SD drafts its ``M`` continuations as one batch
-and verifies them in one batched target call. Both models keep KV caches that
-are cropped back after a rejection. Counts follow the simulators
-(:class:`~speculab.sim.Counts`): a *rejection* is a token drawn from the
-rejection distribution, an *oracle call* is one target forward pass (a round),
-*draft calls* are draft tokens sampled.
+(:class:`~speculab.backends.warp.Sampling`). Each prompt is decoded on its own.
+A round drafts ``L = method.draft_length(remaining)`` tokens on ``method.rows``
+rows (one batched draft pass per token), scores them with one batched target
+call, and asks the method for the exact law of its decision given the block
+(:meth:`speculab.methods.Method.round_law`, written once against the array API —
+the same code the simulators run). The decision is drawn from that law with two
+uniforms; both models' KV caches are then reduced to the followed row and cropped
+back to the accepted prefix. Counts follow the simulators
+(:class:`~speculab.counts.Counts`): a *rejection* is a token drawn from a
+correction law (every token of autoregressive decoding), an *oracle call* is one
+target forward pass (a round), *draft calls* are drafted tokens.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
-from speculab._validate import as_positive_int
+from speculab import kernels
+from speculab._validate import as_positive_int, as_torch_generator
 from speculab.backends.pair import ModelPair
 from speculab.backends.warp import Sampling
-from speculab.methods import SD, Autoregressive, BatchSD, Biased
-from speculab.sim.counts import Counts
+from speculab.counts import BONUS, CORRECTION, DRAFT, KIND_NAMES, TARGET, Counts
+from speculab.methods import SD, Method, RoundLaw, sample_round
 
-__all__ = ["decode", "DecodeResult", "RunRecord", "KIND_NAMES"]
-
-#: Position kinds in :class:`RunRecord`.
-DRAFT, CORRECTION, BONUS, TARGET = 0, 1, 2, 3
-KIND_NAMES = ("draft", "correction", "bonus", "target")
+__all__ = ["decode", "DecodeResult", "RunRecord", "RoundRecord", "RoundInfo", "KIND_NAMES"]
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,7 @@ class RunRecord:
       tv: ``TV(p_n, q_n)`` at the position (NaN where ``p_n`` was not computed).
       reject_prob: conditional probability, given the prefix, that this position is a
         rejection (SD: ``TV``; batch root: ``Π r_m``; biased: ``Σ(1−b)p``; bonus: 0).
-      accept_prob: acceptance probability ``b(x̃)`` of the draft token checked here (NaN if none).
+      accept_prob: acceptance probability of the draft checked here (NaN if none).
       loss_tv: ``TV(P_A,n, q_n)`` of the algorithm's one-step output law to the target (0 if unbiased).
       loss_kl: ``KL(P_A,n ‖ q_n)`` likewise.
       target_logprob: ``log q_n(x_n)`` of the output token.
@@ -57,20 +59,61 @@ class RunRecord:
 
 
 @dataclass(frozen=True)
+class RoundRecord:
+    """Per-round record of one decoded sequence (arrays of length = rounds).
+
+    Attributes:
+      drafted: tokens drafted per row.
+      accepted: drafts accepted, as drawn from the round law (before any cut at EOS).
+      expected_accepted: ``E[τ | drafted block]`` under the method's round law.
+      var_accepted: ``Var[τ | drafted block]``.
+    """
+
+    drafted: np.ndarray
+    accepted: np.ndarray
+    expected_accepted: np.ndarray
+    var_accepted: np.ndarray
+
+
+@dataclass(frozen=True)
+class RoundInfo:
+    """What ``decode(..., on_round=f)`` passes to ``f`` after every round (torch tensors, float64).
+
+    Attributes:
+      run: index of the run (prompt) being decoded.
+      p: ``(M, L, V)`` draft laws at the drafted slots.
+      q: ``(M, L + 1, V)`` target laws there and at the next position.
+      drafts: ``(M, L)`` drafted tokens.
+      law: the method's :class:`~speculab.methods.RoundLaw` (batch axis of size 1).
+      row, accepted: the decision drawn.
+    """
+
+    run: int
+    p: torch.Tensor
+    q: torch.Tensor
+    drafts: torch.Tensor
+    law: RoundLaw
+    row: int
+    accepted: int
+
+
+@dataclass(frozen=True)
 class DecodeResult:
-    """What :func:`decode` returns: tokens, texts, :class:`Counts` (one run per prompt) and records."""
+    """What :func:`decode` returns: tokens, texts, :class:`Counts` (one run per prompt), position and round records."""
 
     tokens: list[list[int]]
     texts: list[str]
     counts: Counts
     records: list[RunRecord]
+    rounds: list[RoundRecord]
 
 
 class _Builder:
-    """Accumulates one run's output and per-position record."""
+    """Accumulates one run's output, per-position and per-round records."""
 
     def __init__(self):
         self.cols = {k: [] for k in RunRecord.__dataclass_fields__}
+        self.round_cols = {k: [] for k in RoundRecord.__dataclass_fields__}
         self.counts = dict(rejections=0, oracle_calls=0, draft_calls=0, accepted=0, bonus=0)
 
     def add(self, token, kind, *, tv=float("nan"), reject_prob=0.0, accept_prob=float("nan"),
@@ -79,64 +122,27 @@ class _Builder:
                      ("accept_prob", accept_prob), ("loss_tv", loss_tv), ("loss_kl", loss_kl),
                      ("target_logprob", target_logprob)):
             self.cols[k].append(v)
-        if kind == CORRECTION:
-            self.counts["rejections"] += 1
-        elif kind == DRAFT:
-            self.counts["accepted"] += 1
-        elif kind == BONUS:
-            self.counts["bonus"] += 1
+        key = {CORRECTION: "rejections", TARGET: "rejections", DRAFT: "accepted", BONUS: "bonus"}[kind]
+        self.counts[key] += 1
+
+    def add_round(self, drafted, accepted, mean, var):
+        for k, v in zip(self.round_cols, (drafted, accepted, mean, var)):
+            self.round_cols[k].append(v)
 
     def record(self) -> RunRecord:
         arr = {k: np.asarray(v, dtype=np.int64 if k in ("tokens", "kind") else np.float64) for k, v in self.cols.items()}
         return RunRecord(**arr)
 
-
-# -- acceptance rules -----------------------------------------------------------------------------
-def _rule(method, p: torch.Tensor, q: torch.Tensor):
-    """``(b, unnormalised rejection weights, unbiased)`` for rows of ``p``, ``q`` (shape ``(n, V)``, float64).
-
-    Where the weights sum to 0 (only round-off: then nothing can be rejected) they are replaced by ``q``.
-    """
-    tiny = torch.finfo(p.dtype).tiny
-    if isinstance(method, Biased):
-        b = torch.where(p > q + method.eps, (q + method.eps) / p.clamp_min(tiny), torch.ones_like(p))
-        rej = (q - b * p).clamp_min(0) if method.rejection == "opt" else q
-        unbiased = False
-    else:
-        b = torch.where(p > q, q / p.clamp_min(tiny), torch.ones_like(p))  # min(1, q/p), no division by 0
-        rej = (q - p).clamp_min(0)
-        unbiased = True
-    rej = torch.where(rej.sum(-1, keepdim=True) > 0, rej, q)
-    return b, rej, unbiased
+    def round_record(self) -> RoundRecord:
+        return RoundRecord(**{k: np.asarray(v, dtype=np.int64 if k in ("drafted", "accepted") else np.float64)
+                              for k, v in self.round_cols.items()})
 
 
-def _tv(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    return (p - q).clamp_min(0).sum(-1)
-
-
-def _loss(method, p, q, b, rej):
-    """Per-row TV and KL of the one-step output law ``P_A = b p + P_rej D`` to ``q`` (biased methods)."""
-    D = ((1 - b) * p).sum(-1, keepdim=True)
-    rej_n = rej / rej.sum(-1, keepdim=True)  # _rule guarantees a positive sum
-    law = b * p + rej_n * D
-    tv = 0.5 * (law - q).abs().sum(-1)
-    tiny = torch.finfo(law.dtype).tiny
-    kl = torch.where(law > 0, law * (law.clamp_min(tiny).log() - q.clamp_min(tiny).log()), torch.zeros_like(law)).sum(-1)
-    kl = torch.where(((law > 0) & (q == 0)).any(-1), torch.full_like(kl, float("inf")), kl)
-    return tv, kl
-
-
-def _sample(prob: torch.Tensor, generator: torch.Generator, greedy: bool) -> int:
-    """One token from an (unnormalised) distribution ``(V,)``; argmax when greedy."""
-    if greedy:
-        return int(prob.argmax())
-    return int(torch.multinomial(prob, 1, generator=generator))
-
-
-# -- the decoding loop ----------------------------------------------------------------------------------
+# -- one run ------------------------------------------------------------------------------------------------
 class _Run:
-    def __init__(self, pair: ModelPair, prompt: list[int], sampling: Sampling, generator, max_new: int, track_draft: bool):
-        self.pair, self.sampling, self.g = pair, sampling, generator
+    def __init__(self, index: int, pair: ModelPair, prompt: list[int], sampling: Sampling, generator,
+                 max_new: int, track_draft: bool, on_round: Callable | None):
+        self.index, self.pair, self.sampling, self.g = index, pair, sampling, generator
         self.ids = list(prompt)
         self.n_prompt = len(prompt)
         self.max_new = max_new
@@ -145,6 +151,7 @@ class _Run:
         self.ds, self.ts = pair.draft.start(), pair.target.start()
         self.out = _Builder()
         self.track_draft = track_draft
+        self.on_round = on_round
         self.done = False
 
     @property
@@ -154,10 +161,11 @@ class _Run:
     def _tensor(self, tokens, rows=1):
         return torch.tensor([tokens] * rows, dtype=torch.long, device=self.dev)
 
-    def _extend(self, model, state, tokens, rows=1):
-        return model.extend(state, self._tensor(tokens, rows))
+    def _catch_up(self, model, state):
+        """Feed ``model`` the accepted tokens it has not seen yet; return their logits ``(1, n, V)``."""
+        return model.extend(state, self._tensor(self.ids[state.length:]))
 
-    def _accept(self, tokens):
+    def _accept(self, tokens: list[int]) -> None:
         self.ids.extend(tokens)
         if self.eos is not None and self.eos in tokens or self.remaining <= 0:
             self.done = True
@@ -165,183 +173,95 @@ class _Run:
         self.pair.target.crop(self.ts, n)
         self.pair.draft.crop(self.ds, min(self.ds.length, n))
 
-    # Algorithm 3 ---------------------------------------------------------------------------------
-    def step_autoregressive(self):
-        q = self.sampling.probs(self._extend(self.pair.target, self.ts, self.ids[self.ts.length:])[0, -1])
-        self.out.counts["oracle_calls"] += 1
-        x = _sample(q, self.g, self.sampling.greedy)
-        tv = float("nan")
-        if self.track_draft:
-            p = self.sampling.probs(self._extend(self.pair.draft, self.ds, self.ids[self.ds.length:])[0, -1])
-            tv = float(_tv(p, q))
-        self.out.add(x, TARGET, tv=tv, reject_prob=1.0, target_logprob=float(q[x].log()))
-        self.out.counts["rejections"] += 1  # [Yin]: AR is Alg. 2 with b ≡ 0, every token a rejection
-        self._accept([x])
+    def _draft(self, L: int, rows: int):
+        """Draft ``L`` tokens per row; returns tokens ``(rows, L)`` and their laws ``(rows, L, V)``.
 
-    # Algorithms 1 and 2 (one draft chain) ------------------------------------------------------------------------
-    def _draft_chain(self, L: int, rows: int):
-        """Draft ``L`` tokens per row; returns tokens ``(rows, L)`` and their laws ``(rows, L, V)``."""
+        A single row stops at EOS (the block is then shorter than ``L``).
+        """
         pair, greedy = self.pair, self.sampling.greedy
-        p = self.sampling.probs(self._extend(pair.draft, self.ds, self.ids[self.ds.length:])[:, -1])  # (1, V)
+        p = self.sampling.probs(self._catch_up(pair.draft, self.ds)[:, -1])  # (1, V)
         ps, xs = [], []
         if rows > 1:
             pair.draft.repeat(self.ds, rows)
             p = p.expand(rows, -1)
         for i in range(L):
-            if greedy:
-                x = p.argmax(-1)
-            else:
-                x = torch.multinomial(p, 1, generator=self.g)[:, 0]
+            x = p.argmax(-1) if greedy else torch.multinomial(p, 1, generator=self.g)[:, 0]
             ps.append(p)
             xs.append(x)
             if rows == 1 and self.eos is not None and int(x[0]) == self.eos:
                 break
             if i + 1 < L:
                 p = self.sampling.probs(pair.draft.extend(self.ds, x[:, None])[:, -1])
-        self.out.counts["draft_calls"] += rows * len(xs)
         return torch.stack(xs, 1), torch.stack(ps, 1)
 
-    def _verify(self, method, xs, P, Q, start: int, bonus_ok: bool, root=None):
-        """Scan drafts ``xs`` (L,) with laws ``P`` (L, V) against ``Q`` (L+1, V) from index ``start``.
+    def round(self, method: Method) -> None:
+        """One round: draft, one target call, the method's law, the decision, records, cache rollback."""
+        M, V = method.rows, self.pair.vocab_size
+        L = method.draft_length(self.remaining)
+        if L > 0:
+            xs, P = self._draft(L, M)  # (M, L), (M, L, V)
+            L = xs.size(1)
+        else:  # no drafts: the target alone (autoregressive decoding)
+            xs = torch.zeros((M, 0), dtype=torch.long, device=self.dev)
+            P = torch.zeros((M, 0, V), device=self.dev)
+        if M > 1:
+            self.pair.target.repeat(self.ts, M)
+        tokens = torch.cat([self._tensor(self.ids[self.ts.length:], M), xs], 1)
+        Q = self.sampling.probs(self.pair.target.extend(self.ts, tokens)[:, -(L + 1):])  # (M, L+1, V)
+        P, Q = P.double(), Q.double()  # acceptance ratios, laws and losses in float64
+        self.out.counts["oracle_calls"] += 1
+        self.out.counts["draft_calls"] += M * L
+        eos_last = M == 1 and L > 0 and self.eos is not None and int(xs[0, -1]) == self.eos
+        law = method.round_law(P[None], Q[None], xs[None], bonus=L < self.remaining and not eos_last)
+        u = torch.rand(2, generator=self.g, dtype=torch.float64, device=self.dev)
+        row, tau, token = (int(v[0]) for v in sample_round(law, u[:1], u[1:]))
+        mean, var = law.expected_accepted()
+        self.out.add_round(L, tau, float(mean[0]), float(var[0]))
+        if self.on_round is not None:
+            self.on_round(RoundInfo(self.index, P, Q, xs, law, row, tau))
+        if M > 1:
+            self.pair.target.select(self.ts, row)
+            self.pair.draft.select(self.ds, row)
+        self._emit(law, P[row], Q[row], xs[row], row, tau, token, L)
 
-        Emits accepted drafts, then a correction or a bonus token; returns the new tokens.
-        """
-        L = xs.numel()
-        P, Q = P.double(), Q.double()  # acceptance ratios and per-step losses in float64
-        Ps, Qs, drafts = P[start:], Q[start:L], xs[start:]  # the positions checked here, (n, V)
-        n = L - start
-        b, rej, unbiased = _rule(method, Ps, Qs)
-        accept = b[torch.arange(n, device=xs.device), drafts]
-        u = torch.rand(n, generator=self.g, device=xs.device)
-        ok = (u < accept).tolist()
-        n_ok = ok.index(False) if False in ok else n
-        reject_prob = ((1 - b) * Ps).sum(-1)
-        tv = _tv(Ps, Qs)
-        ltv, lkl = (torch.zeros(n), torch.zeros(n)) if unbiased else _loss(method, Ps, Qs, b, rej)
+    def _emit(self, law: RoundLaw, P, Q, xs, row: int, tau: int, token: int, L: int) -> None:
+        """Record the accepted drafts and the final token of the followed row, cut at the first EOS."""
         logq = Q.clamp_min(torch.finfo(Q.dtype).tiny).log()
-
-        def emit(i: int, x: int, kind: int) -> None:
-            self.out.add(x, kind, tv=float(tv[i]), reject_prob=float(reject_prob[i]), accept_prob=float(accept[i]),
-                         loss_tv=float(ltv[i]), loss_kl=float(lkl[i]), target_logprob=float(logq[start + i, x]))
+        tv = kernels.tv(P, Q[:L]).tolist() if L else []
+        reject, accept = law.reject_prob[0, row].tolist(), law.accept_prob[0, row].tolist()
+        loss_tv = loss_kl = [0.0] * (L + 1)
+        if law.law is not None:
+            step_law = law.law[0, row]  # (L, V)
+            loss_tv = (0.5 * (step_law - Q[:L]).abs().sum(-1)).tolist() + [0.0]
+            loss_kl = kernels.kl(step_law, Q[:L]).tolist() + [0.0]
+        new = []
+        for i in range(tau):
+            x = int(xs[i])
+            self.out.add(x, DRAFT, tv=tv[i], reject_prob=reject[i], accept_prob=accept[i], loss_tv=loss_tv[i],
+                         loss_kl=loss_kl[i], target_logprob=float(logq[i, x]))
             new.append(x)
-
-        new = list(root or [])
-        for i in range(n_ok):
-            emit(i, int(drafts[i]), DRAFT)
-        if n_ok < n:
-            emit(n_ok, _sample(rej[n_ok], self.g, self.sampling.greedy), CORRECTION)
-        elif bonus_ok and (self.eos is None or int(xs[-1]) != self.eos):
-            x = _sample(Q[L], self.g, self.sampling.greedy)
-            self.out.add(x, BONUS, target_logprob=float(logq[L, x]))
-            new.append(x)
-        return new
-
-    def step_speculative(self, method, K: int | None):
-        L = self.remaining if K is None else min(K, self.remaining)
-        xs, P = self._draft_chain(L, 1)
-        xs, P = xs[0], P[0]  # (L,), (L, V)
-        L = xs.numel()
-        logits = self._extend(self.pair.target, self.ts, self.ids[self.ts.length:] + xs.tolist())[0, -(L + 1):]
-        self.out.counts["oracle_calls"] += 1
-        Q = self.sampling.probs(logits)  # (L+1, V)
-        bonus_ok = K is not None and L == K and self.remaining > L
-        self._accept(self._verify(method, xs, P, Q, 0, bonus_ok))
-
-    # Algorithm 4 -------------------------------------------------------------------------------------
-    def step_batch(self, method: BatchSD):
-        M = method.M
-        L = self.remaining if method.K is None else min(method.K, self.remaining)
-        xs, P = self._draft_chain(L, M)  # (M, L), (M, L, V)
-        L = xs.size(1)  # with M = 1 drafting stops at EOS
-        catch = self.ids[self.ts.length:]
-        self.pair.target.repeat(self.ts, M)
-        tokens = torch.cat([self._tensor(catch, M), xs], 1)
-        logits = self.pair.target.extend(self.ts, tokens)[:, -(L + 1):]
-        self.out.counts["oracle_calls"] += 1
-        Q = self.sampling.probs(logits)  # (M, L+1, V)
-        p_root, q_root = P[0, 0].double(), Q[0, 0].double()
-        tv_root = float(_tv(p_root, q_root))
-        root_reject = float(_root_reject_prob(q_root, p_root, M))  # Π_m r_m, whichever draft is taken
-        u, R = q_root.clone(), torch.ones((), dtype=q_root.dtype, device=q_root.device)
-        logq = q_root.double().clamp_min(torch.finfo(torch.float64).tiny).log()
-        chosen = None
-        for m in range(M):
-            x = int(xs[m, 0])
-            accept = float(torch.clamp(u[x] / (R * p_root[x]), max=1.0)) if R > 0 else 1.0
-            if float(torch.rand((), generator=self.g, device=xs.device)) < accept:
-                chosen = m
-                self.out.add(x, DRAFT, tv=tv_root, reject_prob=root_reject, accept_prob=accept,
-                             target_logprob=float(logq[x]))
+            if x == self.eos:
                 break
-            u = (u - R * p_root).clamp_min(0)
-            R = u.sum()
-        if chosen is None:
-            x = _sample(u, self.g, self.sampling.greedy)
-            self.out.add(x, CORRECTION, tv=tv_root, reject_prob=root_reject, target_logprob=float(logq[x]))
-            self.pair.target.select(self.ts, 0)
-            self.pair.draft.select(self.ds, 0)
-            self._accept([x])
-            return
-        self.pair.target.select(self.ts, chosen)
-        self.pair.draft.select(self.ds, chosen)
-        row_x, row_P, row_Q = xs[chosen], P[chosen], Q[chosen]
-        if self.eos is not None and int(row_x[0]) == self.eos:
-            self._accept([int(row_x[0])])
-            return
-        # truncate the chosen draft at its first EOS
-        toks = row_x.tolist()
-        if self.eos is not None and self.eos in toks[1:]:
-            cut = toks.index(self.eos, 1) + 1
-            row_x, row_P = row_x[:cut], row_P[:cut]
-            row_Q = torch.cat([row_Q[:cut], row_Q[cut:cut + 1]])
-        bonus_ok = method.K is not None and row_x.numel() == method.K and self.remaining > row_x.numel()
-        self._accept(self._verify(SD(), row_x, row_P, row_Q, 1, bonus_ok, root=[int(row_x[0])]))
+        else:
+            if token >= 0:
+                if L == 0:
+                    tv_here = self._tracked_tv(Q[0]) if self.track_draft else float("nan")
+                    self.out.add(token, TARGET, tv=tv_here, reject_prob=1.0, target_logprob=float(logq[0, token]))
+                elif tau < L:
+                    self.out.add(token, CORRECTION, tv=tv[tau], reject_prob=reject[tau], accept_prob=accept[tau],
+                                 loss_tv=loss_tv[tau], loss_kl=loss_kl[tau], target_logprob=float(logq[tau, token]))
+                else:
+                    self.out.add(token, BONUS, target_logprob=float(logq[L, token]))
+                new.append(token)
+        self._accept(new)
+
+    def _tracked_tv(self, q) -> float:
+        """``TV(p_n, q_n)`` for an autoregressive step, running the draft alongside (``track_draft``)."""
+        p = self.sampling.probs(self._catch_up(self.pair.draft, self.ds)[0, -1]).double()
+        return float(kernels.tv(p, q))
 
 
-def _root_reject_prob(q: torch.Tensor, p: torch.Tensor, M: int) -> torch.Tensor:
-    """``Π_{m≤M} TV(q^m, p)`` by the division-free recursion of :mod:`speculab.theory.batch`."""
-    u, R = q.clone(), torch.ones((), dtype=q.dtype, device=q.device)
-    for _ in range(M):
-        u = (u - R * p).clamp_min(0)
-        R = u.sum()
-    return R
-
-
-def decode(
-    pair: ModelPair,
-    prompts: list[str] | list[list[int]] | str,
-    method=SD(),
-    *,
-    max_new_tokens: int = 64,
-    sampling: Sampling = Sampling(),
-    generator: torch.Generator | int = 0,
-    track_draft: bool = False,
-) -> DecodeResult:
-    """Decode each prompt with ``method`` on a real draft/target pair.
-
-    Args:
-      pair: from :func:`speculab.backends.load_pair`.
-      prompts: a string, a list of strings, or a list of token-id lists.
-      method: ``Autoregressive()``, ``SD(K=None | int)``, ``BatchSD(M, K=None)``,
-        ``Biased(eps, "opt" | "uno", K=None)``.
-      max_new_tokens: generated tokens per prompt (fewer if EOS is produced).
-      sampling: temperature / top-k / top-p, applied identically to ``p`` and ``q``.
-      generator: a ``torch.Generator`` on the pair's device, or an int seed for a new one.
-      track_draft: for ``Autoregressive``, also run the draft to record ``TV(p_n, q_n)``.
-
-    Returns:
-      :class:`DecodeResult` with one ``Counts`` run and one :class:`RunRecord` per prompt.
-    """
-    max_new_tokens = as_positive_int(max_new_tokens, "max_new_tokens")
-    if not isinstance(method, (Autoregressive, SD, BatchSD, Biased)):
-        raise ValueError(f"method must be Autoregressive, SD, BatchSD or Biased for real models; got {method!r}")
-    if isinstance(generator, int) and not isinstance(generator, bool):
-        generator = torch.Generator(device=pair.device).manual_seed(generator)
-    if not isinstance(generator, torch.Generator):
-        raise ValueError(f"generator must be a torch.Generator or an int seed; got {generator!r}")
-    if torch.device(generator.device).type != pair.device.type:
-        raise ValueError(f"generator is on {generator.device} but the models are on {pair.device}; "
-                         "create it with torch.Generator(device=pair.device)")
+def _encode(pair: ModelPair, prompts, max_new_tokens: int) -> list[list[int]]:
     if isinstance(prompts, str):
         prompts = [prompts]
     encoded = [list(p) if not isinstance(p, str) else pair.tokenizer.encode(p) for p in prompts]
@@ -353,19 +273,56 @@ def decode(
                 f"prompt {i} has {len(ids)} tokens; with max_new_tokens={max_new_tokens} the sequence "
                 f"exceeds the models' context of {pair.max_length}"
             )
-    results, records, fields = [], [], {k: [] for k in Counts.FIELDS}
-    for ids in encoded:
-        run = _Run(pair, ids, sampling, generator, max_new_tokens, track_draft)
+    return encoded
+
+
+def decode(
+    pair: ModelPair,
+    prompts: list[str] | list[list[int]] | str,
+    method: Method = SD(),
+    *,
+    max_new_tokens: int = 64,
+    sampling: Sampling = Sampling(),
+    key: Any = 0,
+    track_draft: bool = False,
+    on_round: Callable[[RoundInfo], None] | None = None,
+) -> DecodeResult:
+    """Decode each prompt with ``method`` on a real draft/target pair.
+
+    Args:
+      pair: from :func:`speculab.backends.load_pair`.
+      prompts: a string, a list of strings, or a list of token-id lists.
+      method: any registered method with a round rule (``speculab.methods.names(real_models=True)``):
+        ``Autoregressive()``, ``SD(K)``, ``BatchSD(M, K)``, ``Biased(eps, "opt" | "uno", K)``,
+        ``Fuzzy(theta, div, K)``, ``RejectionDecoding(b=f, P=g)`` with array-API functions, …
+      max_new_tokens: generated tokens per prompt (fewer if EOS is produced).
+      sampling: temperature / top-k / top-p, applied identically to ``p`` and ``q``.
+      key: an int seed, a ``torch.Generator`` on the pair's device, or a numpy Generator.
+      track_draft: for ``Autoregressive``, also run the draft to record ``TV(p_n, q_n)``.
+      on_round: called with a :class:`RoundInfo` after every round (e.g. to evaluate another
+        rule on the same blocks).
+
+    Returns:
+      :class:`DecodeResult` with one ``Counts`` run, one :class:`RunRecord` and one
+      :class:`RoundRecord` per prompt.
+    """
+    max_new_tokens = as_positive_int(max_new_tokens, "max_new_tokens")
+    if not isinstance(method, Method):
+        raise ValueError(f"method must be a speculab method (e.g. SD(K=4)); got {method!r}")
+    if not method.runs_on_real_models():
+        raise ValueError(f"method {type(method).__name__} does not run on real models (it needs a trained "
+                         f"component); methods that do: {', '.join(_real_model_names())}")
+    generator = as_torch_generator(key, pair.device)
+    encoded = _encode(pair, prompts, max_new_tokens)
+    results, records, rounds, fields = [], [], [], {k: [] for k in Counts.FIELDS}
+    for i, ids in enumerate(encoded):
+        run = _Run(i, pair, ids, sampling, generator, max_new_tokens, track_draft, on_round)
         while not run.done:
-            if isinstance(method, Autoregressive):
-                run.step_autoregressive()
-            elif isinstance(method, BatchSD):
-                run.step_batch(method)
-            else:
-                run.step_speculative(method, method.K)
+            run.round(method)
         gen = run.ids[run.n_prompt:]
         results.append(gen)
         records.append(run.out.record())
+        rounds.append(run.out.round_record())
         c = run.out.counts
         for k in ("rejections", "oracle_calls", "draft_calls", "accepted", "bonus"):
             fields[k].append(c[k])
@@ -373,4 +330,10 @@ def decode(
         fields["tokens"].append(len(gen))
     counts = Counts(**{k: np.asarray(v, dtype=np.int64) for k, v in fields.items()})
     texts = [pair.tokenizer.decode(t, skip_special_tokens=True) for t in results]
-    return DecodeResult(results, texts, counts, records)
+    return DecodeResult(results, texts, counts, records, rounds)
+
+
+def _real_model_names() -> list[str]:
+    from speculab.methods import names
+
+    return names(real_models=True)

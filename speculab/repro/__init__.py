@@ -1,6 +1,6 @@
 """Reproductions of the papers' figures and tables.
 
-Each module exposes ``run(..., out_dir) -> dict`` (with ``seed``, ``n_runs`` and
+Each module exposes ``run(..., out_dir) -> dict`` (with ``key`` — an int seed or a generator —, ``n_runs`` and
 ``progress`` where it samples) which computes everything, writes a PNG and a
 JSON into ``out_dir`` and returns the JSON's content, and ``summary(result)``. ``papers_repro/*.py`` and ``speculab repro NAME`` call these.
 """

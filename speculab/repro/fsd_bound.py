@@ -20,10 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
-from speculab.repro._io import write_json
+from speculab._validate import as_generator
+from speculab.repro._io import describe_key, write_json
 from speculab.repro._plots import yin_instance
 from speculab.theory import MarkovInstance
-from speculab.theory.fuzzy import _leq, fuzzy_bound_check, fuzzy_divergence, fuzzy_profile
+from speculab.theory.fuzzy import fuzzy_bound_check, fuzzy_divergence, fuzzy_profile, holds_within
 
 DIVS = ("kl", "kl_reverse", "js", "tv")
 T_SMALL, V_SMALL, CONCENTRATION = 8, 4, 1.0
@@ -47,7 +48,7 @@ def sweep(inst: MarkovInstance, div: str, *, sequence_div: bool = True) -> dict:
         prof = fuzzy_profile(inst, theta, div)
         if div in ("kl", "kl_reverse"):  # chain rule, already in the profile
             d = prof.kl_forward if div == "kl" else prof.kl_reverse
-            holds, holds_t = _leq(d, prof.bound), _leq(d, prof.bound_target)
+            holds, holds_t = holds_within(d, prof.bound), holds_within(d, prof.bound_target)
         elif sequence_div:  # enumeration
             chk = fuzzy_bound_check(inst, theta, div)
             d, holds, holds_t = chk.divergence, chk.holds, chk.holds_target
@@ -90,20 +91,20 @@ def adversarial_instance(T: int) -> MarkovInstance:
     return MarkovInstance.stationary(P, Q, T, rho=np.array([1.0, 0.0]))
 
 
-def run(seed: int = 0, out_dir: str | Path = "results") -> dict:
+def run(key=0, out_dir: str | Path = "results") -> dict:
     """Sweeps on the seeded instance (``MarkovInstance.random(8, 4, seed, concentration=1)``),
     the two-state counterexample and a [Yin]-style ``T = 50`` instance; writes ``fsd_bound.{png,json}``."""
     from matplotlib.figure import Figure
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(seed)
+    rng = as_generator(key)
     inst = MarkovInstance.random(T_SMALL, V_SMALL, rng, concentration=CONCENTRATION)
     large = yin_instance(T_LARGE, rng)
     adv, adv_short = adversarial_instance(T_SMALL), adversarial_instance(2)
 
     result = {
-        "figure": "[FSD] §4.2 bound, exact check", "seed": seed,
+        "figure": "[FSD] §4.2 bound, exact check", "key": describe_key(key),
         "instance": {"T": T_SMALL, "V": V_SMALL, "rows": "dirichlet", "concentration": CONCENTRATION,
                      "file": "fsd_bound_instance.npz"},
         "seeded": {}, "seeded_summary": {},
@@ -132,7 +133,7 @@ def run(seed: int = 0, out_dir: str | Path = "results") -> dict:
             ax.plot(th[bad], np.array(rows["divergence"])[bad], "rx", ms=9, mew=2, label="bound fails")
         ax.set_xlabel(f"threshold θ on {LABEL[div]}")
         ax.set_ylabel("divergence")
-        ax.set_title(f"{LABEL[div]} threshold (N={T_SMALL}, V={V_SMALL}, seed {seed})")
+        ax.set_title(f"{LABEL[div]} threshold (N={T_SMALL}, V={V_SMALL}, key {describe_key(key)})")
         ax.legend(fontsize=7)
     ax = axes[4]
     rows = result["adversarial"]["kl"]
@@ -163,7 +164,7 @@ def run(seed: int = 0, out_dir: str | Path = "results") -> dict:
 
 def summary(result: dict) -> str:
     lines = [f"[FSD] sequence-level bound Div(P_q, P_FSD) <= N·%draft·θ — exact, N={result['instance']['T']}, "
-             f"V={result['instance']['V']}, seed {result['seed']}"]
+             f"V={result['instance']['V']}, key {result['key']}"]
     for div, s in result["seeded_summary"].items():
         lines.append(
             f"  {LABEL[div]:8s} threshold: fails at {s['fails']}/{s['n_theta']} θ with FSD's %draft "

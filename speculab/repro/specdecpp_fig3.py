@@ -26,9 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
-from speculab.repro._io import new_figure, write_json
+from speculab._validate import as_generator
+from speculab.repro._io import describe_key, new_figure, write_json
 from speculab.sim import SpecDecPP, simulate
-from speculab.sim.specdecpp import miscalibrated_head, noisy_head
+from speculab.methods.specdecpp import miscalibrated_head, noisy_head
 from speculab.theory import MarkovInstance
 from speculab.theory.lookahead import best_lookahead, latency_per_token, lookahead_counts
 
@@ -101,11 +102,11 @@ def _pareto(fixed: dict, pts: list[dict]) -> dict:
     return {"dominated_K": dominated, "gap_at_same_discard": gaps}
 
 
-def run(seed: int = 0, n_runs: int = 20_000, out_dir: str | Path = "results", progress: bool = False) -> dict:
+def run(key=0, n_runs: int = 20_000, out_dir: str | Path = "results", progress: bool = False) -> dict:
     """Exact fixed-K points, simulated threshold points, best latencies; writes ``specdecpp_fig3.{png,json}`` and the instance."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(seed)
+    rng = as_generator(key)
     inst = context_varying_instance(rng)
     heads = {
         "oracle": None,
@@ -152,7 +153,7 @@ def run(seed: int = 0, n_runs: int = 20_000, out_dir: str | Path = "results", pr
     tv = inst.tv()
     result = {
         "figure": "[SDpp] Fig. 3 (Markov instance)",
-        "seed": seed,
+        "key": describe_key(key),
         "n_runs": n_runs,
         "instance": {"T": inst.T, "V": inst.V, "generator": "p = (1-λ) q + λ ν, λ ~ Beta(0.4, 0.4) per (n, a)",
                      "q_concentration": Q_CONCENTRATION, "tv_mean": float(tv.mean()),
@@ -197,7 +198,7 @@ def _plot(result: dict, path: Path) -> None:
                     ax.annotate(f"h={h}", (x, y), textcoords="offset points", xytext=(4, -10), fontsize=7, color=color)
     ax.set_xlabel("discard rate N_discarded / N")
     ax.set_ylabel("verification rate N_target / N")
-    ax.set_title(f"T={result['instance']['T']}, {result['instance']['V']} tokens, cap {result['cap']} (seed {result['seed']})")
+    ax.set_title(f"T={result['instance']['T']}, {result['instance']['V']} tokens, cap {result['cap']} (key {result['key']})")
     ax.legend(fontsize=7)
 
     styles = ("-", "--")
@@ -231,7 +232,7 @@ def _plot(result: dict, path: Path) -> None:
 def summary(result: dict) -> str:
     """Human-readable lines for the CLI."""
     lines = [f"[SDpp] Fig. 3 on a Markov instance (T={result['instance']['T']}, V={result['instance']['V']}, "
-             f"seed {result['seed']}, {result['n_runs']:,} runs per threshold)"]
+             f"key {result['key']}, {result['n_runs']:,} runs per threshold)"]
     lines.append("  fixed K (exact):   " + "  ".join(
         f"K={k}: d={f['discard_rate']:.3f} v={f['verification_rate']:.3f}" for k, f in result["fixed_K"].items()
         if int(k) in (2, 4, 6, 8, 10, 14)))

@@ -18,10 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
-from speculab.repro._io import new_figure, write_json
+from speculab._validate import as_generator
+from speculab.repro._io import describe_key, new_figure, write_json
 from speculab.repro._plots import YIN_V, yin_instance
 from speculab.sim import Sprinter, simulate
-from speculab.sim.sprinter import signed_tv_statistic, simulate_stopping
+from speculab.methods.sprinter import signed_tv_statistic, simulate_stopping
 from speculab.theory import MarkovInstance, chain_marginals
 from speculab.theory.sprinter import (
     sprinter_distribution,
@@ -76,8 +77,8 @@ def stopping_points(eta_fp: float, n_runs: int, rng: np.random.Generator) -> dic
 def markov_check(inst: MarkovInstance, eta_fp: float, n_runs: int, rng: np.random.Generator, progress: bool) -> dict:
     """Thm 3.1 (law, TV) and Thm A.4 (acceptance) for ``Sprinter(η_TP, η_FP)`` on a Markov instance."""
     m = Sprinter(ETA_TP_MARKOV, eta_fp)
-    law = sprinter_output_law(inst, m)
-    prof = sprinter_profile(inst, m)
+    law = sprinter_output_law(inst, m.pass_probabilities(inst))
+    prof = sprinter_profile(inst, m.pass_probabilities(inst))
     mu = chain_marginals(inst.rho, law)
     t0 = time.perf_counter()
     c = simulate(inst, m, n_runs, rng, return_sequences=True, progress=progress)
@@ -90,12 +91,12 @@ def markov_check(inst: MarkovInstance, eta_fp: float, n_runs: int, rng: np.rando
         "law_cells": int(mu.size),
         "law_matches_mixture": bool(np.allclose(law, (1 - eta_fp) * inst.Q + eta_fp * inst.P, atol=1e-12)),
         "tv_sum": _estimate(signed_tv_statistic(inst, c.sequences), eta_fp * tv_sd.sum()),
-        "tv_sum_exact_from_law": float(prof.tv.sum()),
+        "tv_sum_exact_from_law": float(prof.tv_per_position.sum()),
         "acceptance_rate": _estimate(c.accepted / inst.T, beta.mean()),
         "acceptance_rate_sd": float(1 - tv_sd.mean()),
-        "acceptance_per_position": {"theory": beta, "simulated": 1 - c.rejection_rate},
-        "target_calls": _estimate(c.oracle_calls, prof.expected_target_calls),
-        "rejections": _estimate(c.rejections, prof.expected_rejections),
+        "acceptance_per_position": {"theory": beta, "simulated": 1 - c.rejections_per_position},
+        "target_calls": _estimate(c.oracle_calls, prof.oracle_calls),
+        "rejections": _estimate(c.rejections, prof.rejections),
         "kl_forward": prof.kl_forward,
         "kl_reverse": prof.kl_reverse,
     }
@@ -118,19 +119,19 @@ def context_free_check(p: np.ndarray, q: np.ndarray, eta_fp: float, n_runs: int,
     }
 
 
-def run(seed: int = 0, n_runs: int = 200_000, out_dir: str | Path = "results", progress: bool = False) -> dict:
+def run(key=0, n_runs: int = 200_000, out_dir: str | Path = "results", progress: bool = False) -> dict:
     """Closed form and simulations; writes ``sprinter_fig5.png``, ``.json`` and the instance ``.npz``.
 
     ``n_runs`` runs per simulated point of the stopping process and per Markov check.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(seed)
+    rng = as_generator(key)
     inst = yin_instance(T_MARKOV, rng)
     cf_p, cf_q = rng.dirichlet(np.ones(YIN_V)), rng.dirichlet(np.ones(YIN_V))
 
     result = {
-        "figure": "[SPR] Fig. 5 + Thm 3.1 / A.4 checks", "seed": seed, "r": R, "n_runs": n_runs,
+        "figure": "[SPR] Fig. 5 + Thm 3.1 / A.4 checks", "key": describe_key(key), "r": R, "n_runs": n_runs,
         "curve": {"eta_tp": ETA_TP_CURVE}, "points": {}, "limit_eta_tp_1": {},
         "markov_instance": {"T": T_MARKOV, "V": YIN_V, "rows": "uniform", "rho": "uniform", "file": "sprinter_fig5_instance.npz"},
         "markov": {},
@@ -161,7 +162,7 @@ def run(seed: int = 0, n_runs: int = 200_000, out_dir: str | Path = "results", p
     ax.legend(fontsize=7)
     ax2.set_xlabel("position n")
     ax2.set_ylabel("P(drafted token kept)")
-    ax2.set_title(f"SPRINTER on a Markov instance (η_TP={ETA_TP_MARKOV}, seed {seed})")
+    ax2.set_title(f"SPRINTER on a Markov instance (η_TP={ETA_TP_MARKOV}, key {describe_key(key)})")
     ax2.legend(fontsize=7)
     fig.savefig(out / "sprinter_fig5.png", dpi=130)
     inst.save(out / "sprinter_fig5_instance.npz")
@@ -170,7 +171,7 @@ def run(seed: int = 0, n_runs: int = 200_000, out_dir: str | Path = "results", p
 
 
 def summary(result: dict) -> str:
-    lines = [f"[SPR] Fig. 5 — E[N] vs η_TP, r = {result['r']}, seed {result['seed']}, {result['n_runs']:,} runs per point"]
+    lines = [f"[SPR] Fig. 5 — E[N] vs η_TP, r = {result['r']}, key {result['key']}, {result['n_runs']:,} runs per point"]
     for key, pts in result["points"].items():
         worst = max(abs(z) for z in pts["z"])
         shown = ", ".join(f"{e:g}: {c:.3f}" for e, c in zip(pts["eta_tp"], pts["closed_form"]) if round(e * 20) % 4 == 0 or e == 1.0)

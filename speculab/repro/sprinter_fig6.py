@@ -13,8 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from speculab.repro._io import new_figure, write_json
-from speculab.sim.sprinter import simulate_stopping
+from speculab._validate import as_generator
+from speculab.repro._io import describe_key, new_figure, write_json
+from speculab.methods.sprinter import simulate_stopping
 from speculab.theory.sprinter import sprinter_stopping_time
 
 R = 5
@@ -24,12 +25,12 @@ ETA_TP_POINTS = np.round(np.linspace(0.0, 1.0, 21), 10)
 ETA_TP_CURVE = np.linspace(0.0, 1.0, 401)
 
 
-def run(seed: int = 0, n_runs: int = 200_000, out_dir: str | Path = "results", progress: bool = False) -> dict:
+def run(key=0, n_runs: int = 200_000, out_dir: str | Path = "results", progress: bool = False) -> dict:
     """Thm 3.4 curves and ``n_runs`` simulated stopping times per point; writes ``sprinter_fig6.{png,json}``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    result = {"figure": "[SPR] Fig. 6", "seed": seed, "r": R, "t_d": T_D, "n_runs": n_runs,
+    rng = as_generator(key)
+    result = {"figure": "[SPR] Fig. 6", "key": describe_key(key), "r": R, "t_d": T_D, "n_runs": n_runs,
               "curve": {"eta_tp": ETA_TP_CURVE}, "points": {}, "limit_eta_tp_1": {}}
     fig, (ax,) = new_figure()
     for eta_fp, color in zip(ETA_FP, ("tab:blue", "tab:red")):
@@ -69,7 +70,7 @@ def run(seed: int = 0, n_runs: int = 200_000, out_dir: str | Path = "results", p
 
 
 def summary(result: dict) -> str:
-    lines = [f"[SPR] Fig. 6 — E[T_stop] vs η_TP, r = {result['r']}, t_d = {result['t_d']}, seed {result['seed']}, "
+    lines = [f"[SPR] Fig. 6 — E[T_stop] vs η_TP, r = {result['r']}, t_d = {result['t_d']}, key {result['key']}, "
              f"{result['n_runs']:,} runs per point"]
     for key, pts in result["points"].items():
         worst = max(abs(z) for z in pts["z"])

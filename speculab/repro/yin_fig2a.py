@@ -14,41 +14,41 @@ from pathlib import Path
 
 import numpy as np
 
-from speculab.repro._io import new_figure, write_json
+from speculab._validate import as_generator
+from speculab.repro._io import describe_key, new_figure, write_json
 from speculab.repro._plots import YIN_V as V
 from speculab.repro._plots import plot_running, yin_instance
 from speculab.sim import SD, simulate
-from speculab.theory import sd_expected_rejections
 
 T = 50
-PAPER = {"expected_rejections": 16.41, "acceleration": 3.05}
+PAPER = {"rejections": 16.41, "acceleration": 3.05}
 
 
-def run(seed: int = 10, n_runs: int = 500_000, out_dir: str | Path = "results", progress: bool = False) -> dict:
+def run(key=10, n_runs: int = 500_000, out_dir: str | Path = "results", progress: bool = False) -> dict:
     """Simulate ``n_runs`` runs of SD on the seeded instance and compare with Thm 1.
 
     Writes ``yin_fig2a.png``, ``yin_fig2a.json`` and the instance ``yin_fig2a_instance.npz``.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(seed)
+    rng = as_generator(key)
     inst = yin_instance(T, rng)
-    theory = sd_expected_rejections(inst)
+    theory = SD().expected(inst)  # [Yin] Thm 1
 
     t0 = time.perf_counter()
     counts = simulate(inst, SD(), n_runs, rng, progress=progress)
     seconds = time.perf_counter() - t0
 
     fig, (ax, ax2) = new_figure(ncols=2)
-    running = plot_running(ax, counts.rejections, theory.total, color="tab:green", theory_color="tab:orange",
+    running = plot_running(ax, counts.rejections, theory.rejections, color="tab:green", theory_color="tab:orange",
                            label="simulation: running mean ± 2 s.e.", theory_label="Theorem 1")
-    ax.set_ylim(theory.total - 1.5, theory.total + 1.5)
-    ax.set_title(f"SD, T={T}, {V} tokens (seed {seed})")
+    ax.set_ylim(theory.rejections - 1.5, theory.rejections + 1.5)
+    ax.set_title(f"SD, T={T}, {V} tokens (key {describe_key(key)})")
     ax.legend(loc="upper right", fontsize=8)
 
     pos = np.arange(1, T + 1)
-    ax2.plot(pos, theory.per_position, color="tab:orange", lw=1.5, label="Theorem 1 per position")
-    ax2.plot(pos, counts.rejection_rate, ".", color="tab:green", ms=4, label="simulated rate")
+    ax2.plot(pos, theory.rejections_per_position, color="tab:orange", lw=1.5, label="Theorem 1 per position")
+    ax2.plot(pos, counts.rejections_per_position, ".", color="tab:green", ms=4, label="simulated rate")
     ax2.set_xlabel("position n")
     ax2.set_ylabel("P(rejection at n)")
     ax2.set_title("per position: E_q[TV(p_n, q_n)]")
@@ -58,18 +58,18 @@ def run(seed: int = 10, n_runs: int = 500_000, out_dir: str | Path = "results", 
     est = counts.estimate("rejections")
     result = {
         "figure": "[Yin] Fig. 2(a)",
-        "seed": seed,
+        "key": describe_key(key),
         "instance": {"T": T, "V": V, "rows": "uniform", "rho": "uniform", "file": "yin_fig2a_instance.npz"},
         "theory": {
-            "expected_rejections": theory.total,
-            "expected_oracle_calls": theory.oracle_calls,
-            "acceleration": theory.acceleration,
-            "per_position": theory.per_position,
+            "rejections": theory.rejections,
+            "oracle_calls": theory.oracle_calls,
+            "acceleration": T / theory.rejections,
+            "rejections_per_position": theory.rejections_per_position,
         },
         "simulation": {
             "n_runs": n_runs,
             "rejections": {"mean": est.mean, "se": est.se},
-            "z": est.z(theory.total),
+            "z": est.z(theory.rejections),
             "oracle_calls": dict(zip(("mean", "se"), counts.estimate("oracle_calls")[:2])),
             "running_mean": running,
             "seconds": seconds,
@@ -86,9 +86,9 @@ def summary(result: dict) -> str:
     """Human-readable lines for the CLI."""
     th, sim = result["theory"], result["simulation"]
     return "\n".join([
-        f"[Yin] Fig. 2(a) — speculative decoding, T={result['instance']['T']}, V={result['instance']['V']}, seed {result['seed']}",
-        f"  Theorem 1   E[N_rej] = {th['expected_rejections']:.4f}   acceleration T/E[N_rej] = {th['acceleration']:.3f}",
+        f"[Yin] Fig. 2(a) — speculative decoding, T={result['instance']['T']}, V={result['instance']['V']}, key {result['key']}",
+        f"  Theorem 1   E[N_rej] = {th['rejections']:.4f}   acceleration T/E[N_rej] = {th['acceleration']:.3f}",
         f"  simulation  {sim['rejections']['mean']:.4f} ± {sim['rejections']['se']:.4f} over {sim['n_runs']:,} runs   z = {sim['z']:+.2f}",
-        f"  paper's own instance: {result['paper']['expected_rejections']} (acceleration {result['paper']['acceleration']})",
+        f"  paper's own instance: {result['paper']['rejections']} (acceleration {result['paper']['acceleration']})",
         f"  {sim['runs_per_second']:,.0f} runs/s",
     ])

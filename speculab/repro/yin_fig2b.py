@@ -8,9 +8,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import numpy as np
 
-from speculab.repro._io import new_figure, write_json
+from speculab._validate import as_generator
+from speculab.repro._io import describe_key, new_figure, write_json
 from speculab.repro._plots import YIN_V as V
 from speculab.repro._plots import plot_running, yin_instance
 from speculab.sim import BatchSD, simulate
@@ -20,10 +20,10 @@ T = 50
 BATCHES = ((4, "tab:green", "tab:orange"), (5, "tab:purple", "tab:pink"))
 
 
-def run(seed: int = 10, n_runs: int = 200_000, out_dir: str | Path = "results", progress: bool = False) -> dict:
+def run(key=10, n_runs: int = 200_000, out_dir: str | Path = "results", progress: bool = False) -> dict:
     """Simulate batch SD with ``M = 4, 5`` and compare with Thm 3; writes ``yin_fig2b.{png,json}``."""
     out = Path(out_dir)
-    rng = np.random.default_rng(seed)
+    rng = as_generator(key)
     inst = yin_instance(T, rng)
     fig, (ax,) = new_figure()
     rows = {}
@@ -32,30 +32,30 @@ def run(seed: int = 10, n_runs: int = 200_000, out_dir: str | Path = "results", 
         t0 = time.perf_counter()
         counts = simulate(inst, BatchSD(M), n_runs, rng, progress=progress)
         seconds = time.perf_counter() - t0
-        running = plot_running(ax, counts.rejections, theory.total, color=color, theory_color=tcolor,
+        running = plot_running(ax, counts.rejections, theory.rejections, color=color, theory_color=tcolor,
                                label=f"Batch SD M={M}: running mean ± 2 s.e.", theory_label=f"Theorem 3, M={M}")
         est = counts.estimate("rejections")
         rows[str(M)] = {
-            "theory": {"expected_rejections": theory.total, "sd_term": float(theory.sd_per_position.sum()),
+            "theory": {"rejections": theory.rejections, "sd_term": float(theory.sd_rejections_per_position.sum()),
                        "batch_improvement": theory.improvement, "expected_oracle_calls": theory.oracle_calls},
-            "simulation": {"mean": est.mean, "se": est.se, "z": est.z(theory.total), "n_runs": n_runs,
+            "simulation": {"mean": est.mean, "se": est.se, "z": est.z(theory.rejections), "n_runs": n_runs,
                            "running_mean": running, "runs_per_second": n_runs / seconds},
         }
-    lo = min(r["theory"]["expected_rejections"] for r in rows.values())
+    lo = min(r["theory"]["rejections"] for r in rows.values())
     ax.set_ylim(lo - 1.0, lo + 1.5)
-    ax.set_title(f"Batch SD, T={T}, {V} tokens (seed {seed})")
+    ax.set_title(f"Batch SD, T={T}, {V} tokens (key {describe_key(key)})")
     ax.legend(fontsize=7, loc="upper right")
     out.mkdir(parents=True, exist_ok=True)
     fig.savefig(out / "yin_fig2b.png", dpi=130)
-    result = {"figure": "[Yin] Fig. 2(b)", "seed": seed, "instance": {"T": T, "V": V, "rows": "uniform"}, "M": rows}
+    result = {"figure": "[Yin] Fig. 2(b)", "key": describe_key(key), "instance": {"T": T, "V": V, "rows": "uniform"}, "M": rows}
     write_json(result, out / "yin_fig2b.json")
     return result
 
 
 def summary(result: dict) -> str:
-    lines = [f"[Yin] Fig. 2(b) — batch SD, T={result['instance']['T']}, seed {result['seed']}"]
+    lines = [f"[Yin] Fig. 2(b) — batch SD, T={result['instance']['T']}, key {result['key']}"]
     for M, r in result["M"].items():
         th, sim = r["theory"], r["simulation"]
-        lines.append(f"  M={M}: Theorem 3 {th['expected_rejections']:.4f} (SD term {th['sd_term']:.4f} − improvement "
+        lines.append(f"  M={M}: Theorem 3 {th['rejections']:.4f} (SD term {th['sd_term']:.4f} − improvement "
                      f"{th['batch_improvement']:.4f});  simulation {sim['mean']:.4f} ± {sim['se']:.4f}, z = {sim['z']:+.2f}")
     return "\n".join(lines)

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from speculab.repro._io import new_figure, write_json
+from speculab._validate import as_generator
+from speculab.repro._io import describe_key, new_figure, write_json
 from speculab.repro._plots import YIN_V as V
 from speculab.repro._plots import yin_instance
 from speculab.sim import BatchSD, simulate
@@ -25,25 +26,25 @@ GAP_P, GAP_Q = [0.5, 0.5, 0.0], [0.2, 0.3, 0.5]
 
 
 def _curve(inst, Ms):
-    return np.array([batch_expected_rejections(inst, M).total for M in Ms])
+    return np.array([batch_expected_rejections(inst, M).rejections for M in Ms])
 
 
-def run(seed: int = 10, n_runs: int = 20_000, out_dir: str | Path = "results", progress: bool = False) -> dict:
+def run(key=10, n_runs: int = 20_000, out_dir: str | Path = "results", progress: bool = False) -> dict:
     """Theory curve, simulated points and limits for both regimes; writes ``yin_fig2c.{png,json}``."""
     out = Path(out_dir)
-    rng = np.random.default_rng(seed)
+    rng = as_generator(key)
     inst = yin_instance(T, rng)
     gap = MarkovInstance.context_free(GAP_P, GAP_Q, T)
     Ms = np.unique(np.round(np.geomspace(1, M_MAX, 40)).astype(int))
     fig, axes = new_figure(ncols=2)
-    result = {"figure": "[Yin] Fig. 2(c)", "seed": seed, "n_runs": n_runs, "M": Ms, "regimes": {}}
+    result = {"figure": "[Yin] Fig. 2(c)", "key": describe_key(key), "n_runs": n_runs, "M": Ms, "regimes": {}}
     for ax, name, case in ((axes[0], "paper", inst), (axes[1], "support_gap", gap)):
         curve = _curve(case, Ms)
-        limit = batch_expected_rejections(case, np.inf).total
+        limit = batch_expected_rejections(case, np.inf).rejections
         sims = {}
         for M in SIMULATED_M:
             est = simulate(case, BatchSD(M), n_runs, rng, progress=progress).estimate("rejections")
-            sims[str(M)] = {"mean": est.mean, "se": est.se, "z": est.z(batch_expected_rejections(case, M).total)}
+            sims[str(M)] = {"mean": est.mean, "se": est.se, "z": est.z(batch_expected_rejections(case, M).rejections)}
         ax.plot(Ms, curve, "-", color="tab:blue", lw=1.5, label="Theorem 3")
         ax.errorbar([int(m) for m in sims], [s["mean"] for s in sims.values()],
                     yerr=[2 * s["se"] for s in sims.values()], fmt="o", ms=4, color="tab:green",
@@ -55,7 +56,7 @@ def run(seed: int = 10, n_runs: int = 20_000, out_dir: str | Path = "results", p
         ax.set_ylabel("E[N_rej]")
         ax.legend(fontsize=7)
         result["regimes"][name] = {"theory": curve, "limit": limit, "simulation": sims}
-    axes[0].set_title(f"T={T}, {V} tokens (seed {seed})")
+    axes[0].set_title(f"T={T}, {V} tokens (key {describe_key(key)})")
     axes[1].set_title("supp(q) ⊄ supp(p): p=(.5,.5,0), q=(.2,.3,.5)")
     out.mkdir(parents=True, exist_ok=True)
     fig.savefig(out / "yin_fig2c.png", dpi=130)
@@ -64,7 +65,7 @@ def run(seed: int = 10, n_runs: int = 20_000, out_dir: str | Path = "results", p
 
 
 def summary(result: dict) -> str:
-    lines = [f"[Yin] Fig. 2(c) — E[N_rej] vs M (seed {result['seed']})"]
+    lines = [f"[Yin] Fig. 2(c) — E[N_rej] vs M (key {result['key']})"]
     for name, r in result["regimes"].items():
         th = r["theory"]
         lines.append(f"  {name}: M=1 {th[0]:.4f}, M={result['M'][-1]} {th[-1]:.4f}, limit M→∞ {r['limit']:.4f}")

@@ -4,7 +4,7 @@ Convention: ``p`` = draft, ``q`` = target. Axes of the trade-off plane: x = TV b
 y = rejection probability (the paper places SD at ``(0, TV(p, q))`` and
 "always accept the draft" at ``(TV(p, q), 0)``, which fixes this orientation).
 
-Panels (the instance is ``yin_instance(50, default_rng(seed))``, V = 7, as in Fig. 2(a)):
+Panels (the instance is ``yin_instance(50, as_generator(key))``, V = 7, as in Fig. 2(a)):
 
 (a) **One token** — ``p = P[0, 0]``, ``q = Q[0, 0]`` (position 1 after prompt token 0).
     Blue: ``(TV(P_A, q), P(reject))`` of random Algorithm 2 rules ``(b, P)``, the
@@ -34,12 +34,13 @@ from pathlib import Path
 import numpy as np
 
 from speculab._validate import as_generator, as_positive_int
-from speculab.repro._io import new_figure, write_json
+from speculab.repro._io import describe_key, new_figure, write_json
 from speculab.repro._plots import YIN_V as V
 from speculab.repro._plots import yin_instance
 from speculab.sim import Biased, simulate
 from speculab.theory import MarkovInstance, tv
-from speculab.theory.biased import biased_acceptance, biased_arrays
+from speculab.methods import Biased as BiasedMethod
+from speculab.theory.biased import biased_acceptance
 from speculab.theory.tradeoff import (
     log_likelihood_ratio,
     optimal_rejection,
@@ -125,7 +126,7 @@ def tradeoff_table(inst: MarkovInstance, eps_values, n_runs: int, key, progress:
     rows = []
     for eps in eps_values:
         for rej in ("opt", "uno"):
-            b, R = biased_arrays(inst, float(eps), rej)
+            b, R = BiasedMethod(float(eps), rej).rule(inst.P, inst.Q)
             prof = tradeoff_profile(inst, b, R)
             seqd = sequence_bias(inst, b, R)
             counts = simulate(inst, Biased(float(eps), rej), n_runs, rng, return_sequences=True, progress=progress)
@@ -133,7 +134,7 @@ def tradeoff_table(inst: MarkovInstance, eps_values, n_runs: int, key, progress:
             rows.append(TradeoffRow(
                 eps=float(eps), rejection=rej, rejection_rate=prof.rejection_rate,
                 rejection_rate_sim=(rej_sim.mean / inst.T, rej_sim.se / inst.T),
-                token_loss=prof.token_loss, optimal_token_loss=float(prof.optimal_loss.mean()),
+                token_loss=prof.token_loss, optimal_token_loss=float(prof.optimal_loss_per_position.mean()),
                 pareto_gap=prof.pareto_gap, kl=seqd.kl, kl_reverse=seqd.kl_reverse,
                 sequence_tv_lower=seqd.tv_lower, sequence_tv_upper=seqd.tv_upper, n_runs=n_runs,
                 **_simulated(inst, prof.output, counts.sequences),
@@ -179,25 +180,27 @@ def _single_token_panel(ax, p: np.ndarray, q: np.ndarray, rng: np.random.Generat
             "min_gap_random": float((loss + rej - d).min()), "eps_grid": grid, "curves": curves}
 
 
-def run(seed: int = 10, n_runs: int = 200_000, out_dir: str | Path = "results", progress: bool = False) -> dict:
+def run(key=10, n_runs: int = 200_000, out_dir: str | Path = "results", progress: bool = False) -> dict:
     """Compute the four panels and the ε table (``n_runs`` simulated runs per method and ε).
 
     Writes ``yin_fig4.png``, ``yin_fig4.json`` and the instance ``yin_fig4_instance.npz``.
     """
     out = Path(out_dir)
-    rng = np.random.default_rng(seed)
+    rng = as_generator(key)
     inst = yin_instance(T, rng)
     fig, (ax_a, ax_b, ax_c, ax_d) = new_figure(ncols=4, width=4.3, height=3.9)
-    single = _single_token_panel(ax_a, inst.P[0, 0], inst.Q[0, 0], np.random.default_rng([seed, 4]))
+    single_rng = np.random.default_rng([key, 4]) if isinstance(key, int) else rng  # an int key: the panel's own stream
+    single = _single_token_panel(ax_a, inst.P[0, 0], inst.Q[0, 0], single_rng)
 
     curves = {}
     for rej in ("opt", "uno"):
         c = {k: [] for k in ("rejection_rate", "token_loss", "optimal_token_loss", "mean_tv", "kl", "kl_reverse")}
         for eps in EPS_GRID:
-            b, R = biased_arrays(inst, float(eps), rej)
+            b, R = BiasedMethod(float(eps), rej).rule(inst.P, inst.Q)
             prof, seqd = tradeoff_profile(inst, b, R), sequence_bias(inst, b, R)
             for k, v in (("rejection_rate", prof.rejection_rate), ("token_loss", prof.token_loss),
-                         ("optimal_token_loss", float(prof.optimal_loss.mean())), ("mean_tv", float(prof.tv.mean())),
+                         ("optimal_token_loss", float(prof.optimal_loss_per_position.mean())),
+                         ("mean_tv", float(prof.tv_per_position.mean())),
                          ("kl", seqd.kl), ("kl_reverse", seqd.kl_reverse)):
                 c[k].append(v)
         curves[rej] = {k: np.array(v) for k, v in c.items()}
@@ -223,7 +226,7 @@ def run(seed: int = 10, n_runs: int = 200_000, out_dir: str | Path = "results", 
                       label=f"{rej.upper()}: KL({'P_A‖q' if k == 'kl' else 'q‖P_A'})")
     ax_b.set_xlabel("per-token loss (1/T) Σ E_ν TV(P_A,n, q_n)")
     ax_b.set_ylabel("rejection rate E[N_rej]/T")
-    ax_b.set_title(f"(b) T={T}, {V} tokens (seed {seed}), ε ∈ [0, 0.8]")
+    ax_b.set_title(f"(b) T={T}, {V} tokens (key {describe_key(key)}), ε ∈ [0, 0.8]")
     ax_b.legend(fontsize=6)
     ax_c.set_xlabel("over-acceptance ε")
     ax_c.set_ylabel("per-token loss")
@@ -239,7 +242,7 @@ def run(seed: int = 10, n_runs: int = 200_000, out_dir: str | Path = "results", 
     fig.savefig(out / "yin_fig4.png", dpi=130)
     inst.save(out / "yin_fig4_instance.npz")
     result = {
-        "figure": "[Yin] Fig. 4", "seed": seed, "n_runs": n_runs,
+        "figure": "[Yin] Fig. 4", "key": describe_key(key), "n_runs": n_runs,
         "instance": {"T": T, "V": V, "rows": "uniform", "rho": "uniform", "file": "yin_fig4_instance.npz"},
         "single_token": single, "sd_mean_tv": mu_tv, "eps_grid": EPS_GRID, "curves": curves,
         "table": [{**asdict(r), "z": {k: r.z(k) for k in ("rejection_rate", "token_loss", "kl")}} for r in table],
@@ -253,7 +256,7 @@ def summary(result: dict) -> str:
     st = result["single_token"]
     lines = [
         f"[Yin] Fig. 4 — biased decoding b = min(1, (q+ε)/p), T={result['instance']['T']}, "
-        f"V={result['instance']['V']}, seed {result['seed']}, {result['n_runs']:,} runs per method",
+        f"V={result['instance']['V']}, key {result['key']}, {result['n_runs']:,} runs per method",
         f"  (a) one token: TV(p,q) = {st['tv']:.4f}; {st['n_random']} random (b, P): "
         f"min(Loss + P(reject) − TV) = {st['min_gap_random']:+.2e} (Thm 5: ≥ 0)",
         f"  SD (ε = 0): rejection rate = E_q[TV] = {result['sd_mean_tv']:.4f}",

@@ -6,25 +6,26 @@ from pathlib import Path
 
 import numpy as np
 
-from speculab.repro._io import new_figure, write_json
+from speculab._validate import as_generator
+from speculab.repro._io import describe_key, new_figure, write_json
 from speculab.repro._plots import YIN_V as V
 from speculab.repro._plots import plot_running, yin_instance
 from speculab.sim import SD, BatchSD, simulate
-from speculab.theory import batch_expected_rejections, sd_expected_rejections
+from speculab.theory import batch_expected_rejections
 
 T = 100
 
 
-def run(seed: int = 10, n_runs: int = 100_000, out_dir: str | Path = "results", progress: bool = False) -> dict:
+def run(key=10, n_runs: int = 100_000, out_dir: str | Path = "results", progress: bool = False) -> dict:
     """Three panels as in the paper; writes ``yin_fig5.{png,json}``."""
     out = Path(out_dir)
-    rng = np.random.default_rng(seed)
+    rng = as_generator(key)
     inst = yin_instance(T, rng)
     fig, (left, mid, right) = new_figure(ncols=3, width=4.4)
-    result = {"figure": "[Yin] Fig. 5", "seed": seed, "instance": {"T": T, "V": V, "rows": "uniform"}, "n_runs": n_runs}
+    result = {"figure": "[Yin] Fig. 5", "key": describe_key(key), "instance": {"T": T, "V": V, "rows": "uniform"}, "n_runs": n_runs}
     for ax, name, method, theory, label in (
-        (left, "sd", SD(), sd_expected_rejections(inst).total, "Theorem 1"),
-        (mid, "batch_M2", BatchSD(2), batch_expected_rejections(inst, 2).total, "Theorem 3"),
+        (left, "sd", SD(), SD().expected(inst).rejections, "Theorem 1"),
+        (mid, "batch_M2", BatchSD(2), BatchSD(2).expected(inst).rejections, "Theorem 3"),
     ):
         counts = simulate(inst, method, n_runs, rng, progress=progress)
         running = plot_running(ax, counts.rejections, theory, color="tab:green", theory_color="tab:orange",
@@ -35,8 +36,8 @@ def run(seed: int = 10, n_runs: int = 100_000, out_dir: str | Path = "results", 
         est = counts.estimate("rejections")
         result[name] = {"theory": theory, "mean": est.mean, "se": est.se, "z": est.z(theory), "running_mean": running}
     Ms = np.arange(1, 41)
-    curve = np.array([batch_expected_rejections(inst, M).total for M in Ms])
-    limit = batch_expected_rejections(inst, np.inf).total
+    curve = np.array([batch_expected_rejections(inst, M).rejections for M in Ms])
+    limit = batch_expected_rejections(inst, np.inf).rejections
     right.plot(Ms, curve, "o-", ms=3, color="tab:blue", label="Theorem 3")
     right.axhline(limit, color="tab:red", ls="--", lw=1.2, label=f"M → ∞ limit: {limit:.2f}")
     right.set_xlabel("number of drafts M")
@@ -53,7 +54,7 @@ def run(seed: int = 10, n_runs: int = 100_000, out_dir: str | Path = "results", 
 def summary(result: dict) -> str:
     sd, b2, vm = result["sd"], result["batch_M2"], result["vs_M"]
     return "\n".join([
-        f"[Yin] Fig. 5 — T={result['instance']['T']}, seed {result['seed']}, {result['n_runs']:,} runs",
+        f"[Yin] Fig. 5 — T={result['instance']['T']}, key {result['key']}, {result['n_runs']:,} runs",
         f"  SD:           Theorem 1 {sd['theory']:.4f}; simulation {sd['mean']:.4f} ± {sd['se']:.4f} (z = {sd['z']:+.2f})",
         f"  batch M=2:    Theorem 3 {b2['theory']:.4f}; simulation {b2['mean']:.4f} ± {b2['se']:.4f} (z = {b2['z']:+.2f})",
         f"  E[N_rej]: M=1 {vm['expected_rejections'][0]:.3f}, M=40 {vm['expected_rejections'][-1]:.3f}, limit {vm['limit']:.3f}",

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from speculab.repro._io import new_figure, write_json
+from speculab._validate import spawn_seeds
+from speculab.repro._io import describe_key, new_figure, write_json
 
 EPS = (0.01, 0.03, 0.1, 0.2, 0.4, 0.8)  # [Yin] uses 0.1–0.8; the small ones show the regime where rejections remain
 JUDGE = "target-model log-likelihood per token (GPT-4 / reward models are unavailable offline)"
@@ -31,11 +32,9 @@ def _per_token(records, field):
     return float(np.concatenate(vals).mean())
 
 
-def run(seed: int = 0, n_runs: int = 4, out_dir: str | Path = "results", progress: bool = False,
+def run(key=0, n_runs: int = 4, out_dir: str | Path = "results", progress: bool = False,
         draft: str | None = None, target: str | None = None, max_new_tokens: int = 32) -> dict:
     """Decode with OPT and UNO at every ε; ``n_runs`` runs per prompt. Writes ``yin_table1.{png,json}``."""
-    import torch
-
     from speculab.backends import decode, load_pair
     from speculab.backends.pair import default_prompts
     from speculab.methods import Biased
@@ -43,11 +42,11 @@ def run(seed: int = 0, n_runs: int = 4, out_dir: str | Path = "results", progres
     pair = load_pair("tiny") if draft is None else load_pair(draft, target)
     prompts = [p for p in default_prompts() for _ in range(n_runs)]
     rows = {}
-    for i, eps in enumerate(EPS):
+    seeds = iter(spawn_seeds(key, 2 * len(EPS)))
+    for eps in EPS:
         res = {}
-        for j, rejection in enumerate(("opt", "uno")):
-            g = torch.Generator(device=pair.device).manual_seed(seed * 100 + 10 * i + j)
-            res[rejection] = decode(pair, prompts, Biased(eps, rejection), max_new_tokens=max_new_tokens, generator=g)
+        for rejection in ("opt", "uno"):
+            res[rejection] = decode(pair, prompts, Biased(eps, rejection), max_new_tokens=max_new_tokens, key=next(seeds))
         ll = {k: np.array([r.target_logprob.mean() for r in v.records]) for k, v in res.items()}
         wins = float(np.mean((ll["opt"] > ll["uno"]) + 0.5 * (ll["opt"] == ll["uno"])))
         rows[str(eps)] = {
@@ -78,14 +77,14 @@ def run(seed: int = 0, n_runs: int = 4, out_dir: str | Path = "results", progres
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     fig.savefig(out / "yin_table1.png", dpi=130)
-    result = {"table": "[Yin] Table 1 (analogue)", "pair": pair.name, "seed": seed, "prompts": len(prompts),
+    result = {"table": "[Yin] Table 1 (analogue)", "pair": pair.name, "key": describe_key(key), "prompts": len(prompts),
               "max_new_tokens": max_new_tokens, "judge": JUDGE, "eps": rows}
     write_json(result, out / "yin_table1.json")
     return result
 
 
 def summary(result: dict) -> str:
-    lines = [f"[Yin] Table 1 analogue — {result['pair']} pair, {result['prompts']} completions per cell, seed {result['seed']}",
+    lines = [f"[Yin] Table 1 analogue — {result['pair']} pair, {result['prompts']} completions per cell, key {result['key']}",
              f"  judge: {result['judge']}",
              "  ε     method  rej/token  TV(P_A,q)  KL(P_A‖q)  loglik/token  OPT win rate"]
     for eps, row in result["eps"].items():

@@ -1,24 +1,22 @@
 """Monte-Carlo simulators of speculative decoding on Markov instances.
 
-``simulate(inst, method, n_runs, key)`` returns :class:`Counts` with per-run
-counts, means and standard errors. Convention: ``p`` = draft, ``q`` = target.
+``simulate(inst, method, n_runs, key)`` runs any registered method (its
+:class:`~speculab.methods.Step`, inside the one loop of :mod:`speculab.sim.engine`)
+and returns :class:`Counts` with per-run counts, means and standard errors.
+Convention: ``p`` = draft, ``q`` = target.
 """
 
 from __future__ import annotations
 
 from speculab._validate import as_generator, as_positive_int
+from speculab.counts import Counts, Estimate
 from speculab.methods import SD, Autoregressive, BatchSD, Biased, Fuzzy, Method, RejectionDecoding, SpecDecPP, Sprinter
-from speculab.sim.counts import Counts, Estimate
+from speculab.methods.specdecpp import TableHead, miscalibrated_head, noisy_head, oracle_head
+from speculab.sim.engine import run_steps
 from speculab.theory.instance import MarkovInstance
-
-from speculab.sim.specdecpp import TableHead, miscalibrated_head, noisy_head, oracle_head  # noqa: E402
 
 __all__ = [
     "simulate",
-    "TableHead",
-    "oracle_head",
-    "noisy_head",
-    "miscalibrated_head",
     "Counts",
     "Estimate",
     "Autoregressive",
@@ -29,6 +27,10 @@ __all__ = [
     "Fuzzy",
     "Sprinter",
     "SpecDecPP",
+    "TableHead",
+    "oracle_head",
+    "noisy_head",
+    "miscalibrated_head",
 ]
 
 
@@ -46,11 +48,11 @@ def simulate(
 
     Args:
       inst: the draft/target pair (:class:`~speculab.theory.MarkovInstance`).
-      method: ``Autoregressive()``, ``SD(K=None | int)``, ``BatchSD(M, K=None)``,
-        ``RejectionDecoding(b, P=None, K=None)`` ([Yin] Alg. 3, 1, 4, 2),
+      method: any registered method, e.g. ``Autoregressive()``, ``SD(K=None | int)``,
+        ``BatchSD(M, K=None)``, ``RejectionDecoding(b, P=None, K=None)`` ([Yin] Alg. 3, 1, 4, 2),
         ``Biased(eps, "opt" | "uno")``, ``Fuzzy(theta, div)``, ``Sprinter(...)``, ``SpecDecPP(h, ...)``.
       n_runs: number of independent runs (>= 1).
-      key: an int seed or a ``np.random.Generator`` (consumed, never reset).
+      key: an int seed, a ``numpy.random.Generator`` or a ``torch.Generator`` (consumed, never reset).
       engine: ``"numpy"`` (the reference engine).
       return_sequences: also return the ``(n_runs, T + 1)`` sampled tokens.
       progress: show a progress bar on long simulations.
@@ -62,18 +64,15 @@ def simulate(
     Example:
       >>> inst = MarkovInstance.random(T=50, V=7, key=0)
       >>> c = simulate(inst, SD(), n_runs=10_000, key=1)
-      >>> e = c.estimate("rejections")   # compare with sd_expected_rejections(inst).total
+      >>> abs(c.estimate("rejections").z(SD().expected(inst).rejections)) < 5   # [Yin] Thm 1
+      True
     """
     if not isinstance(inst, MarkovInstance):
         raise ValueError(f"inst must be a MarkovInstance; got {type(inst).__name__}")
+    if not isinstance(method, Method):
+        raise ValueError(f"method must be a speculab method (e.g. SD(), BatchSD(4)); got {method!r}")
     n_runs = as_positive_int(n_runs, "n_runs")
     if engine != "numpy":
         raise ValueError(f"engine must be 'numpy' (the only engine built so far); got {engine!r}")
     rng = as_generator(key)
-    if isinstance(method, Sprinter):
-        from speculab.sim.sprinter import simulate_sprinter as run
-    elif isinstance(method, SpecDecPP):
-        from speculab.sim.specdecpp import simulate_specdecpp as run
-    else:
-        from speculab.sim.numpy_engine import simulate_numpy as run
-    return run(inst, method, n_runs, rng, return_sequences=return_sequences, progress=progress)
+    return run_steps(method.simulator(inst), inst, n_runs, rng, return_sequences=return_sequences, progress=progress)

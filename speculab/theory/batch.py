@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from speculab._validate import as_positive_int
-from speculab.theory.divergences import _pair, _tv
+from speculab import kernels
+from speculab._validate import as_pair, as_positive_int
 from speculab.theory.instance import MarkovInstance
 from speculab.theory.rejections import RejectionProfile
 
@@ -66,8 +66,7 @@ def root_residual_chain(q: np.ndarray, p: np.ndarray, M: float) -> tuple[np.ndar
     u = q.copy()
     R = np.ones(q.shape[:-1])
     for _ in range(int(M)):
-        u = np.maximum(u - R[..., None] * p, 0.0)
-        R = u.sum(axis=-1)
+        u, R = kernels.drain(u, R, p)
     return u, R
 
 
@@ -76,7 +75,7 @@ def batch_rejection_probability(q, p, M) -> np.ndarray:
 
     ``M = 1`` gives ``TV(p, q)``; ``M = np.inf`` gives the limit ``q(supp(p)^c)``.
     """
-    p, q = _pair(p, q)
+    p, q = as_pair(p, q)
     return root_residual_chain(q, p, _check_M(M))[1]
 
 
@@ -94,8 +93,8 @@ def batch_improvement(q, p, M) -> np.ndarray:
       p: draft distribution(s), same shape.
       M: number of drafts (int >= 1 or ``np.inf``).
     """
-    p, q = _pair(p, q)
-    return _tv(p, q) - root_residual_chain(q, p, _check_M(M))[1]
+    p, q = as_pair(p, q)
+    return kernels.tv(p, q) - root_residual_chain(q, p, _check_M(M))[1]
 
 
 def _M_array(M) -> np.ndarray:
@@ -146,20 +145,21 @@ class BatchProfile(RejectionProfile):
     """Expected rejections of batch SD, split as in [Yin] Thm 3.
 
     Attributes:
-      per_position: ``(T,)`` probability that position ``n`` is a rejection.
-      sd_per_position: ``(T,)`` the speculative decoding term ``E_q[TV(q_n, p_n)]``.
-      root_probability: ``(T,)`` probability that position ``n`` starts a round.
+      rejections_per_position: ``(T,)`` probability that position ``n`` is a rejection.
+      sd_rejections_per_position: ``(T,)`` the speculative decoding term ``E_q[TV(q_n, p_n)]`` (T1).
+      oracle_calls_per_position: ``(T,)`` probability that position ``n`` is a root, i.e.
+        starts a round (one target call).
       M: number of drafts (``inf`` for the limit).
     """
 
-    sd_per_position: np.ndarray = None
-    root_probability: np.ndarray = None
+    sd_rejections_per_position: np.ndarray = None
+    oracle_calls_per_position: np.ndarray = None
     M: float = 1
 
     @property
     def improvement_per_position(self) -> np.ndarray:
         """``E_f[TV(q_n, p_n) − Π_m r_m]`` per position (≥ 0)."""
-        return self.sd_per_position - self.per_position
+        return self.sd_rejections_per_position - self.rejections_per_position
 
     @property
     def improvement(self) -> float:
@@ -186,15 +186,16 @@ def batch_expected_rejections(inst: MarkovInstance, M) -> BatchProfile:
     M = _check_M(M)
     mu = inst.marginals()  # (T+1, V)
     tv = inst.tv()  # (T, V)
-    excess = np.maximum(inst.Q - inst.P, 0.0)  # (T, V, V): (q − p)_+ (unnormalised)
+    excess = kernels.excess(inst.Q, inst.P)  # (T, V, V): (q − p)_+ (unnormalised)
     u, R = root_residual_chain(inst.Q, inst.P, M)  # (T, V, V), (T, V)
     g = inst.rho.copy()
-    per_position = np.empty(inst.T)
+    rejections = np.empty(inst.T)
     root = np.empty(inst.T)
     for n in range(inst.T):
         plain = mu[n] - g  # mass of prefixes where position n+1 is not a root
-        per_position[n] = plain @ tv[n] + g @ R[n]
+        rejections[n] = plain @ tv[n] + g @ R[n]
         root[n] = g.sum()
         g = plain @ excess[n] + g @ u[n]
     sd = np.einsum("na,na->n", mu[:-1], tv)
-    return BatchProfile(per_position=per_position, sd_per_position=sd, root_probability=root, M=M)
+    return BatchProfile(rejections_per_position=rejections, sd_rejections_per_position=sd,
+                        oracle_calls_per_position=root, M=M)

@@ -2,38 +2,41 @@
 
 Convention: ``p`` = draft, ``q`` = target. Over-acceptance ``b = min(1, (q + ε)/p)``
 trades output quality for fewer rejections; after a rejection Decoding-OPT
-samples ``P* = [A]_+`` ([Yin] Thm 4) and Decoding-UNO samples ``q``.
+samples ``P* = [A]_+`` ([Yin] Thm 4) and Decoding-UNO samples ``q``. The method
+itself is :class:`speculab.methods.Biased`; the formulas are those of
+:mod:`speculab.kernels`, shared with every engine.
 """
 
 from __future__ import annotations
 
+import math
+import numbers
+
 import numpy as np
 
-from speculab.theory.divergences import _pair
-from speculab.theory.instance import MarkovInstance
+from speculab import kernels
+from speculab._validate import as_pair
 
-__all__ = ["biased_acceptance", "canonical_optimal_rejection", "biased_arrays"]
-
-
-def _biased_acceptance(p: np.ndarray, q: np.ndarray, eps: float) -> np.ndarray:
-    # divide only where q + ε < p: the ratio is < 1 there (no overflow for tiny p)
-    return np.divide(q + eps, p, out=np.ones_like(q), where=p > q + eps)
+__all__ = ["biased_acceptance", "canonical_optimal_rejection"]
 
 
-def _canonical_optimal_rejection(p: np.ndarray, q: np.ndarray, b: np.ndarray) -> np.ndarray:
-    excess = np.maximum(q - b * p, 0.0)  # [A]_+ up to the factor 1/Σ(1 − b)p
-    mass = excess.sum(axis=-1, keepdims=True)
-    # Σ(q − bp)_+ ≥ Σ(1 − b)p, so mass = 0 means nothing is ever rejected — up to
-    # round-off (e.g. p = (1, 3e-94), q = (1, 0)); fall back to q there, never to zeros.
-    return np.divide(excess, mass, out=np.broadcast_to(q, excess.shape).copy(), where=mass > 0)
+def check_eps(eps) -> float:
+    """``ε`` as a float, refused unless a finite number ``>= 0``."""
+    ok = isinstance(eps, numbers.Real) and not isinstance(eps, bool) and math.isfinite(eps) and eps >= 0
+    if not ok:
+        raise ValueError(f"eps must be a finite number >= 0; got {eps!r}")
+    return float(eps)
 
 
 def biased_acceptance(p, q, eps: float) -> np.ndarray:
-    r"""Over-acceptance :math:`b(x) = \min(1, (q(x) + \varepsilon)/p(x))`, [Yin] §4.2 (1 where ``p = 0``)."""
-    p, q = _pair(p, q)
-    if not (np.isfinite(eps) and eps >= 0):
-        raise ValueError(f"eps must be a finite number >= 0; got {eps!r}")
-    return _biased_acceptance(p, q, float(eps))
+    r"""Over-acceptance :math:`b(x) = \min(1, (q(x) + \varepsilon)/p(x))`, [Yin] §4.2 (1 where ``p = 0``).
+
+    Example:
+      >>> biased_acceptance([0.6, 0.4], [0.3, 0.7], 0.1).round(3).tolist()
+      [0.667, 1.0]
+    """
+    p, q = as_pair(p, q)
+    return kernels.over_acceptance(p, q, check_eps(eps))
 
 
 def canonical_optimal_rejection(p, q, b) -> np.ndarray:
@@ -43,18 +46,10 @@ def canonical_optimal_rejection(p, q, b) -> np.ndarray:
     :math:`P^* \propto (q - b p)_+`. For ``b = min(1, (q+ε)/p)`` this is the SD
     residual ``[q − p]_+``. Rows where ``(q − b p)_+ = 0`` (never rejected) are ``q``.
     """
-    p, q = _pair(p, q)
+    p, q = as_pair(p, q)
     b = np.asarray(b, dtype=np.float64)
     if b.shape != p.shape:
         raise ValueError(f"b must have the shape of p {p.shape}; got {b.shape}")
-    return _canonical_optimal_rejection(p, q, b)
-
-
-def biased_arrays(inst: MarkovInstance, eps: float, rejection: str) -> tuple[np.ndarray, np.ndarray]:
-    """``(b, P)`` as ``(T, V, V)`` arrays for ``Biased(eps, rejection)`` on a Markov instance."""
-    b = _biased_acceptance(inst.P, inst.Q, float(eps))
-    if rejection == "opt":
-        return b, _canonical_optimal_rejection(inst.P, inst.Q, b)
-    if rejection == "uno":
-        return b, np.array(inst.Q)
-    raise ValueError(f"rejection must be 'opt' or 'uno'; got {rejection!r}")
+    if b.size and not np.all((b >= 0) & (b <= 1)):
+        raise ValueError("b must hold acceptance probabilities in [0, 1] (and no NaN)")
+    return kernels.optimal_rejection(p, q, b)

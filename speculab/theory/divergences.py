@@ -1,40 +1,19 @@
 """Distances between next-token distributions (SPEC §0).
 
 Convention everywhere: ``p`` is the draft model, ``q`` the target model.
-All functions act on the last axis and broadcast over leading axes.
+All functions act on the last axis and broadcast over leading axes. They
+validate their input and then call the array-API formulas of
+:mod:`speculab.kernels`, which every engine shares.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import rel_entr
 
-from speculab._validate import as_distribution, check_same_shape
+from speculab import kernels
+from speculab._validate import as_pair
 
 __all__ = ["tv", "residual", "residual_mass", "sd_acceptance", "kl", "js"]
-
-
-def _pair(p, q, name_p: str = "p", name_q: str = "q") -> tuple[np.ndarray, np.ndarray]:
-    p = as_distribution(p, name_p)
-    q = as_distribution(q, name_q)
-    check_same_shape(p, q, name_p, name_q)
-    return p, q
-
-
-def _tv(p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    # Σ (p − q)_+ : exact for sub-normalised float input and never negative.
-    return np.maximum(p - q, 0.0).sum(axis=-1)
-
-
-def _residual(q: np.ndarray, p: np.ndarray) -> np.ndarray:
-    excess = np.maximum(q - p, 0.0)
-    mass = excess.sum(axis=-1, keepdims=True)
-    return np.divide(excess, mass, out=np.zeros_like(excess), where=mass > 0)
-
-
-def _sd_acceptance(p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    # Divide only where q < p: the ratio is then < 1, so subnormal p cannot overflow it.
-    return np.divide(q, p, out=np.ones_like(q), where=p > q)
 
 
 def tv(p, q) -> np.ndarray:
@@ -49,15 +28,19 @@ def tv(p, q) -> np.ndarray:
 
     Returns:
       Array of shape ``(...)`` (a 0-d array for single vectors).
+
+    Example:
+      >>> float(tv([0.5, 0.5], [0.8, 0.2]))
+      0.3
     """
-    p, q = _pair(p, q)
-    return _tv(p, q)
+    p, q = as_pair(p, q)
+    return kernels.tv(p, q)
 
 
 def residual_mass(q, p) -> np.ndarray:
     r"""Mass of the unnormalised residual, :math:`\sum_x (q(x) - p(x))_+ = \mathrm{TV}(p, q)`."""
-    p, q = _pair(p, q)
-    return np.maximum(q - p, 0.0).sum(axis=-1)
+    p, q = as_pair(p, q)
+    return kernels.tv(q, p)
 
 
 def residual(q, p) -> np.ndarray:
@@ -72,8 +55,8 @@ def residual(q, p) -> np.ndarray:
       q: target distribution(s), shape ``(..., V)``.
       p: draft distribution(s), same shape.
     """
-    p, q = _pair(p, q)
-    return _residual(q, p)
+    p, q = as_pair(p, q)
+    return kernels.residual(q, p)
 
 
 def sd_acceptance(p, q) -> np.ndarray:
@@ -81,8 +64,8 @@ def sd_acceptance(p, q) -> np.ndarray:
 
     Entries with ``p(x) = 0`` are never drafted; they are set to 1.
     """
-    p, q = _pair(p, q)
-    return _sd_acceptance(p, q)
+    p, q = as_pair(p, q)
+    return kernels.sd_acceptance(p, q)
 
 
 def kl(p, q) -> np.ndarray:
@@ -91,8 +74,8 @@ def kl(p, q) -> np.ndarray:
     Natural log; ``inf`` when ``p`` puts mass where ``q`` has none.
     Note the argument order: ``kl(q, p)`` is the target-to-draft direction.
     """
-    p, q = _pair(p, q)
-    return rel_entr(p, q).sum(axis=-1)
+    p, q = as_pair(p, q)
+    return kernels.kl(p, q)
 
 
 def js(p, q) -> np.ndarray:
@@ -101,12 +84,5 @@ def js(p, q) -> np.ndarray:
     .. math:: \mathrm{JS}(p, q) = \tfrac12 \mathrm{KL}(p \| m) + \tfrac12 \mathrm{KL}(q \| m),
               \quad m = (p + q)/2.
     """
-    p, q = _pair(p, q)
-    s = p + q
-    # x log(x / m) written as x log(2x / (p + q)): m = s / 2 underflows to 0 for
-    # subnormal x, which would turn a negligible term into inf.
-    def half_kl_to_mid(x):
-        ratio = np.divide(2.0 * x, s, out=np.ones_like(x), where=x > 0)
-        return 0.5 * (x * np.log(ratio)).sum(axis=-1)
-
-    return half_kl_to_mid(p) + half_kl_to_mid(q)
+    p, q = as_pair(p, q)
+    return kernels.js(p, q)

@@ -35,15 +35,14 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
-from scipy.special import rel_entr
-
+from speculab import kernels
 from speculab._validate import as_distribution, as_positive_int
-from speculab.theory.divergences import _tv, js, kl
+from speculab.theory.divergences import js
 from speculab.theory.instance import MarkovInstance
 
 __all__ = [
+    "DIVERGENCES",
     "fuzzy_divergence",
-    "fuzzy_arrays",
     "fuzzy_output_law",
     "FuzzyProfile",
     "fuzzy_profile",
@@ -54,20 +53,34 @@ __all__ = [
     "sequence_divergence",
     "fuzzy_sequence_law",
     "MAX_ENUMERATION",
+    "check_div",
+    "check_theta",
+    "holds_within",
 ]
 
 #: Largest number of sequences ``V^(T+1)`` that :func:`sequence_law` will enumerate.
 MAX_ENUMERATION = 1 << 22
 
-_DIVS = ("js", "kl", "kl_reverse", "tv")
+#: FSD's divergences ``Div(q, p)`` per row, as array-API functions of ``(p, q)`` (``p`` = draft,
+#: ``q`` = target): ``"js"`` (natural log, the paper's default), ``"kl"`` = KL(q‖p),
+#: ``"kl_reverse"`` = KL(p‖q), ``"tv"``. Shared by the theory and by :class:`speculab.methods.Fuzzy`.
+DIVERGENCES = {
+    "js": lambda p, q: kernels.js(q, p),
+    "kl": lambda p, q: kernels.kl(q, p),
+    "kl_reverse": lambda p, q: kernels.kl(p, q),
+    "tv": kernels.tv,
+}
 
 
-def _check_div(div: str) -> None:
-    if div not in _DIVS:
+def check_div(div: str) -> str:
+    """``div`` if it names one of :data:`DIVERGENCES`, else a ``ValueError``."""
+    if div not in DIVERGENCES:
         raise ValueError(f"div must be 'js', 'kl', 'kl_reverse' or 'tv'; got {div!r}")
+    return div
 
 
-def _check_theta(theta) -> float:
+def check_theta(theta) -> float:
+    """``θ`` as a float, refused unless a number ``>= 0`` (``inf`` allowed: accept every draft)."""
     ok = isinstance(theta, numbers.Real) and not isinstance(theta, bool) and not math.isnan(theta) and theta >= 0
     if not ok:
         raise ValueError(f"theta must be a number >= 0; got {theta!r}")
@@ -79,23 +92,7 @@ def fuzzy_divergence(inst: MarkovInstance, div: str) -> np.ndarray:
 
     ``div``: ``"js"``, ``"kl"`` = KL(q‖p), ``"kl_reverse"`` = KL(p‖q), ``"tv"``.
     """
-    if div == "js":
-        return js(inst.Q, inst.P)
-    if div == "kl":
-        return kl(inst.Q, inst.P)
-    if div == "kl_reverse":
-        return kl(inst.P, inst.Q)
-    if div == "tv":
-        return _tv(inst.P, inst.Q)
-    raise ValueError(f"div must be 'js', 'kl', 'kl_reverse' or 'tv'; got {div!r}")
-
-
-def fuzzy_arrays(inst: MarkovInstance, theta: float, div: str) -> tuple[np.ndarray, np.ndarray]:
-    """``(b, P)`` as ``(T, V, V)`` arrays for ``Fuzzy(theta, div)``: ``b = 1{Div(q, p) < θ}``, ``P = q``."""
-    theta = _check_theta(theta)
-    accept = (fuzzy_divergence(inst, div) < theta).astype(np.float64)  # (T, V)
-    b = np.broadcast_to(accept[..., None], inst.P.shape).copy()
-    return b, np.array(inst.Q)
+    return DIVERGENCES[check_div(div)](inst.P, inst.Q)
 
 
 def fuzzy_output_law(inst: MarkovInstance, theta: float, div: str = "js") -> np.ndarray:
@@ -106,13 +103,12 @@ def fuzzy_output_law(inst: MarkovInstance, theta: float, div: str = "js") -> np.
 
     ``θ = 0`` gives ``Q`` (autoregressive decoding from the target); ``θ`` above
     every divergence gives ``P`` (pure draft decoding). This is FSD with lookahead
-    ``K = ∞`` (equal to :func:`speculab.theory.output_law` with :func:`fuzzy_arrays`).
+    ``K = ∞`` (equal to :func:`speculab.theory.output_law` with the rule of :class:`speculab.methods.Fuzzy`).
     With finite ``K`` the output is *not* this chain: after ``K`` accepted drafts the
     bonus token comes from ``q`` even where FSD would accept the draft, so the law
     depends on the round phase — see :func:`fuzzy_profile` and :func:`fuzzy_sequence_law`.
     """
-    _check_div(div)
-    accept = fuzzy_divergence(inst, div) < _check_theta(theta)  # (T, V)
+    accept = fuzzy_divergence(inst, div) < check_theta(theta)  # (T, V)
     return np.where(accept[..., None], inst.P, inst.Q)
 
 
@@ -166,7 +162,7 @@ def sequence_divergence(rho, A, B, div: str) -> float:
     size); ``"js"`` (natural log) and ``"tv"`` by enumerating all ``V^(T+1)``
     sequences (:func:`sequence_law`).
     """
-    _check_div(div)
+    check_div(div)
     if div == "kl":
         return float(chain_kl(rho, A, B).sum())
     if div == "kl_reverse":
@@ -184,9 +180,9 @@ class FuzzyProfile:
 
     Attributes:
       theta, div, K: the method's threshold, divergence and lookahead (``None`` = ∞).
-      draft_per_position: ``(T,)`` P(position ``n`` is an accepted draft) along FSD's
+      accepted_per_position: ``(T,)`` P(position ``n`` is an accepted draft) along FSD's
         own output — the acceptance rate; its mean is the paper's ``%draft``.
-      draft_per_position_target: ``(T,)`` the same event's probability along the
+      accepted_per_position_target: ``(T,)`` the same event's probability along the
         target's chain (the rounds replayed on a ``q``-sampled history).
       rejections_per_position: ``(T,)`` P(position ``n``'s draft is refused and the token drawn from ``q``).
       bonus_per_position: ``(T,)`` P(position ``n`` is a bonus token from ``q``; finite ``K`` only).
@@ -197,8 +193,8 @@ class FuzzyProfile:
     theta: float
     div: str
     K: int | None
-    draft_per_position: np.ndarray
-    draft_per_position_target: np.ndarray
+    accepted_per_position: np.ndarray
+    accepted_per_position_target: np.ndarray
     rejections_per_position: np.ndarray
     bonus_per_position: np.ndarray
     kl_forward_per_position: np.ndarray
@@ -206,25 +202,25 @@ class FuzzyProfile:
 
     @property
     def T(self) -> int:
-        return int(self.draft_per_position.shape[0])
+        return int(self.accepted_per_position.shape[0])
 
     @property
     def draft_fraction(self) -> float:
         """``%draft``: expected fraction of output tokens that are accepted drafts."""
-        return float(self.draft_per_position.mean())
+        return float(self.accepted_per_position.mean())
 
     @property
     def draft_fraction_target(self) -> float:
         """``%draft`` evaluated along the target's chain (the chain rule's weights for ``KL(P_q || ·)``)."""
-        return float(self.draft_per_position_target.mean())
+        return float(self.accepted_per_position_target.mean())
 
     @property
-    def expected_rejections(self) -> float:
+    def rejections(self) -> float:
         """Expected tokens drawn from ``q`` after a refused draft (``= T (1 − %draft) − E[bonus]``)."""
         return float(self.rejections_per_position.sum())
 
     @property
-    def expected_bonus(self) -> float:
+    def bonus(self) -> float:
         return float(self.bonus_per_position.sum())
 
     @property
@@ -277,13 +273,13 @@ def fuzzy_profile(inst: MarkovInstance, theta: float, div: str = "js", K: int | 
     (chain rule); ``j = K`` is a bonus token from ``q``. ``O(T K V^2)``; ``K = None``
     (``∞``, the theory's setting) is the Markov chain of :func:`fuzzy_output_law`.
     """
-    _check_div(div)
-    theta = _check_theta(theta)
+    check_div(div)
+    theta = check_theta(theta)
     T, V = inst.T, inst.V
     Kc = _lookahead(K, T)
     accept = fuzzy_divergence(inst, div) < theta  # (T, V)
-    kl_f = rel_entr(inst.Q, inst.P).sum(axis=-1)  # (T, V): KL(q_n || p_n)(a), may be inf
-    kl_r = rel_entr(inst.P, inst.Q).sum(axis=-1)
+    kl_f = kernels.kl(inst.Q, inst.P)  # (T, V): KL(q_n || p_n)(a), may be inf
+    kl_r = kernels.kl(inst.P, inst.Q)
     bonus_possible = Kc < T  # else the phase never matters: one column suffices
     ncol = Kc + 1 if bonus_possible else 1
     in_round = np.arange(ncol) < Kc  # phase j = K means the next token is a bonus
@@ -311,8 +307,9 @@ def fuzzy_profile(inst: MarkovInstance, theta: float, div: str = "js", K: int | 
         m, mq = new, new_q
     return FuzzyProfile(
         theta=theta, div=div, K=K,
-        draft_per_position=out["draft"], draft_per_position_target=out["draft_q"],
-        rejections_per_position=out["rej"], bonus_per_position=out["bonus"], kl_forward_per_position=out["klf"], kl_reverse_per_position=out["klr"],
+        accepted_per_position=out["draft"], accepted_per_position_target=out["draft_q"],
+        rejections_per_position=out["rej"], bonus_per_position=out["bonus"],
+        kl_forward_per_position=out["klf"], kl_reverse_per_position=out["klr"],
     )
 
 
@@ -322,12 +319,12 @@ def fuzzy_sequence_law(inst: MarkovInstance, theta: float, div: str = "js", K: i
     Tracks the round phase of every sequence, so finite ``K`` (bonus tokens from
     ``q``) is exact; ``K = None`` equals ``sequence_law(rho, fuzzy_output_law(...))``.
     """
-    _check_div(div)
+    check_div(div)
     T, V = inst.T, inst.V
     Kc = _lookahead(K, T)
     if float(V) ** (T + 1) > MAX_ENUMERATION:
         raise ValueError(f"V^(T+1) = {V}^{T + 1} sequences exceeds MAX_ENUMERATION = {MAX_ENUMERATION}")
-    accept = fuzzy_divergence(inst, div) < _check_theta(theta)  # (T, V)
+    accept = fuzzy_divergence(inst, div) < check_theta(theta)  # (T, V)
     joint = np.array(inst.rho)
     phase = np.zeros(V, dtype=np.int64)  # drafts accepted in the current round, per prefix
     for n in range(T):
@@ -361,7 +358,8 @@ class FuzzyBoundCheck(NamedTuple):
     draft_fraction_target: float
 
 
-def _leq(x: float, bound: float) -> bool:
+def holds_within(x: float, bound: float) -> bool:
+    """``x <= bound`` up to a relative round-off of ``1e-12``."""
     return bool(x <= bound + 1e-12 * max(1.0, bound))
 
 
@@ -382,6 +380,6 @@ def fuzzy_bound_check(inst: MarkovInstance, theta: float, div: str = "js", K: in
         d = float(0.5 * np.abs(a - b).sum()) if div == "tv" else float(js(a, b))
     return FuzzyBoundCheck(
         theta=prof.theta, div=div, divergence=d, bound=prof.bound, bound_target=prof.bound_target,
-        holds=_leq(d, prof.bound), holds_target=_leq(d, prof.bound_target),
+        holds=holds_within(d, prof.bound), holds_target=holds_within(d, prof.bound_target),
         draft_fraction=prof.draft_fraction, draft_fraction_target=prof.draft_fraction_target,
     )

@@ -17,13 +17,13 @@ from os import PathLike
 
 import numpy as np
 
+from speculab import kernels
 from speculab._validate import (
     as_distribution,
     as_float_array,
     as_generator,
     as_positive_int,
 )
-from speculab.theory.divergences import _tv
 
 __all__ = ["MarkovInstance", "chain_marginals"]
 
@@ -107,7 +107,7 @@ class MarkovInstance:
 
     def tv(self) -> np.ndarray:
         """``TV(P[n, a], Q[n, a])`` for every position and context, shape ``(T, V)``."""
-        return _tv(self.P, self.Q)
+        return kernels.tv(self.P, self.Q)
 
     # -- constructors --------------------------------------------------------
     @classmethod

@@ -6,7 +6,7 @@ Convention: ``p`` = draft, ``q`` = target ([SDpp] writes ``q`` for the draft and
 **Counting semantics** (exactly those of ``simulate(inst, SD(K=K), ...)``): a
 round that starts at position index ``s`` (0-based, it produces ``x_{s+1}``
 first) drafts ``min(K, T − s)`` tokens and makes one target call. It ends at the
-first rejection (the token there comes from the residual ``[q − p]_+``), or after
+first rejection (the token there comes from the rejection distribution), or after
 ``K`` accepted drafts with a **bonus** token from ``q`` at the next position if
 that position exists (``s + K < T``), or at the end of the horizon. Drafts that
 are not accepted are *discarded*: ``discarded = drafts − accepted``. Every output
@@ -18,18 +18,25 @@ last output token ``y``. With ``D_t[i, y] = P(slot i at t, x_t = y)``,
 ``D_0 = e_0 ⊗ ρ``, for ``i < K`` (a draft is verified at ``t``)
 
 .. math::
-    D_{t+1}[i+1] \mathrel{+}= D_t[i]\, \min(P_t, Q_t), \qquad
-    D_{t+1}[0] \mathrel{+}= D_t[i]\, (Q_t - P_t)_+ ,
+    D_{t+1}[i+1] \mathrel{+}= D_t[i]\, A_t, \qquad
+    D_{t+1}[0] \mathrel{+}= D_t[i]\, J_t ,
 
-(accept: the draft's law times ``min(1, q/p)``, i.e. the kernel ``min(P, Q)``;
-reject: the residual mass ``(Q − P)_+``), and for ``i = K`` (bonus)
-``D_{t+1}[0] += D_t[K] Q_t``. Slot 0 is a round start, so
+with the *accept* kernel ``A = b ⊙ P`` (draft ``y``, keep it) and the *reject* kernel
+``J = D ⊗ R`` (``D = Σ_x (1 − b) p`` the rejection probability, ``R`` the rejection
+distribution) of [Yin] Algorithm 2 — for SD ``A = min(P, Q)`` and ``J = (Q − P)_+`` —
+and for ``i = K`` (bonus) ``D_{t+1}[0] += D_t[K] Q_t``. Slot 0 is a round start, so
 
-* ``E[N_target] = Σ_t |D_t[0]|``, ``E[N_draft] = Σ_t |D_t[0]| min(K, T − t)``,
-* ``P(rejection at t) = Σ_{i<K} D_t[i] · TV(P_t, Q_t)``, ``P(bonus at t) = |D_t[K]|``.
+* ``E[N_target] = Σ_t |D_t[0]|``, ``E[N_draft] = M Σ_t |D_t[0]| min(K, T − t)``,
+* ``P(rejection at t) = Σ_{i<K} D_t[i] · D_t``, ``P(bonus at t) = |D_t[K]|``.
+
+Batch SD ([Yin] Alg. 4) differs only at slot 0 (the root): it rejects with
+``R_M = Π_m r_m`` and outputs ``u_M = R_M q^{M+1}`` there, so its root kernels are
+``J_root = u_M`` and ``A_root = Q − u_M`` (Alg. 4 is unbiased: a root outputs ``q``).
 
 This is SPEC L's ``α_i(y) = P(first i drafts accepted, y_i = y)`` propagated for
-all round starts at once: ``O(T K V²)`` time, ``O(K V)`` memory.
+all round starts at once: ``O(T K V²)`` time, ``O(K V)`` memory. When ``K ≥ T`` no
+bonus is possible and the slots past the root behave alike, so two slots suffice:
+``O(T V²)``, the cost of [Yin] Thm 1.
 """
 
 from __future__ import annotations
@@ -40,8 +47,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from speculab import kernels
 from speculab._validate import as_positive_int
+from speculab.theory.batch import root_residual_chain
 from speculab.theory.instance import MarkovInstance
+from speculab.theory.rejections import acceptance_array, rejection_array
 
 __all__ = [
     "LookaheadCounts",
@@ -90,29 +100,31 @@ def latency_per_token(discard_rate, verification_rate, t_draft: float, t_target:
 
 @dataclass(frozen=True)
 class LookaheadCounts:
-    """Exact expected counts of SD with lookahead ``K`` and the bonus token on a Markov instance.
+    """Exact expected counts of one fixed-lookahead method on a Markov instance.
 
     The count names match :class:`speculab.sim.Counts`: ``oracle_calls`` is
     ``N_target`` (= rounds), ``draft_calls`` is ``N_draft``, ``tokens`` is ``N = T``.
 
     Attributes:
-      K: the lookahead as given (``None`` = ∞); rounds draft ``min(K, T − s)`` tokens.
-      rejection_per_position: ``(T,)`` P(position ``n`` (index ``n − 1``) is a rejection).
+      K: the lookahead as given (``None`` = ∞); rounds draft ``min(K, T − s)`` tokens per draft row.
+      rejections_per_position: ``(T,)`` P(position ``n`` (index ``n − 1``) is a rejection).
       bonus_per_position: ``(T,)`` P(position ``n`` is a bonus token).
       accepted_per_position: ``(T,)`` P(position ``n`` is an accepted draft).
-      round_start_per_position: ``(T,)`` P(a round — one target call — starts at position ``n``).
+      oracle_calls_per_position: ``(T,)`` P(a round — one target call — starts at position ``n``).
+      M: draft rows per round (batch SD drafts ``M`` continuations; 1 otherwise).
     """
 
     K: int | None
-    rejection_per_position: np.ndarray
+    rejections_per_position: np.ndarray
     bonus_per_position: np.ndarray
     accepted_per_position: np.ndarray
-    round_start_per_position: np.ndarray
+    oracle_calls_per_position: np.ndarray
+    M: int = 1
 
     # -- sizes -----------------------------------------------------------------
     @property
     def T(self) -> int:
-        return int(self.rejection_per_position.shape[0])
+        return int(self.rejections_per_position.shape[0])
 
     @property
     def K_effective(self) -> int:
@@ -122,8 +134,8 @@ class LookaheadCounts:
     # -- expected counts (same names as Counts) -----------------------------------
     @property
     def rejections(self) -> float:
-        """``E[N_rej]``; equals [Yin] Thm 1 (T1) when ``K ≥ T``."""
-        return float(self.rejection_per_position.sum())
+        """``E[N_rej]``; equals [Yin] Thm 1 (T1) for SD when ``K ≥ T``."""
+        return float(self.rejections_per_position.sum())
 
     @property
     def bonus(self) -> float:
@@ -136,13 +148,13 @@ class LookaheadCounts:
     @property
     def oracle_calls(self) -> float:
         """``E[N_target]``: target forward passes = rounds."""
-        return float(self.round_start_per_position.sum())
+        return float(self.oracle_calls_per_position.sum())
 
     @property
     def draft_calls(self) -> float:
-        """``E[N_draft] = Σ_s P(round starts at s) · min(K, T − s)``."""
+        """``E[N_draft] = M Σ_s P(round starts at s) · min(K, T − s)``."""
         drafts = np.minimum(self.K_effective, self.T - np.arange(self.T))
-        return float(self.round_start_per_position @ drafts)
+        return float(self.M * (self.oracle_calls_per_position @ drafts))
 
     @property
     def discarded(self) -> float:
@@ -168,7 +180,7 @@ class LookaheadCounts:
     def final_round_all_accepted(self) -> float:
         """P(the last round reaches the horizon with all drafts accepted), so it outputs no target token.
 
-        Equals ``E[N_draft] + E[N_target] − N − E[N_discarded]``: the only gap in
+        Equals ``E[N_draft] + E[N_target] − N − E[N_discarded]`` (for one draft row): the only gap in
         [SDpp]'s identity ``N_draft + N_target = N + N_discarded`` on a finite horizon.
         """
         return self.oracle_calls - self.rejections - self.bonus
@@ -190,7 +202,7 @@ class LookaheadCounts:
         .. math:: T_{total} = t_{draft} N + t_{draft} N_{discarded} + (t_{target} - t_{draft}) N_{target}
 
         with ``N = T``. It charges every output token one draft pass; it is
-        :meth:`forward_pass_time` minus ``t_draft ·`` :attr:`final_round_all_accepted`.
+        :meth:`forward_pass_time` minus ``t_draft ·`` :attr:`final_round_all_accepted` (one draft row).
         """
         t_draft, t_target = _check_times(t_draft, t_target)
         return t_draft * (self.T + self.discarded) + (t_target - t_draft) * self.oracle_calls
@@ -209,23 +221,46 @@ def _check_K(K) -> int | None:
     return None if K is None else as_positive_int(K, "K")
 
 
-def lookahead_counts(inst: MarkovInstance, K: int | None) -> LookaheadCounts:
-    r"""Exact expected counts of SD with lookahead ``K`` and the bonus token (SPEC L).
+def _kernels(inst: MarkovInstance, b, P, M) -> tuple[np.ndarray, ...]:
+    """``(A, J, D)`` and the root's ``(A_root, J_root, D_root)``: accept kernel, reject kernel, rejection mass."""
+    if b is None and P is None:  # SD: A = min(P, Q), J = (Q − P)_+, D = TV
+        A, J = np.minimum(inst.P, inst.Q), kernels.excess(inst.Q, inst.P)
+        D = inst.tv()
+    else:
+        b_arr = acceptance_array(inst, b if b is not None else lambda p, q: kernels.sd_acceptance(p, q))
+        R = rejection_array(inst, b_arr, P)
+        D = ((1.0 - b_arr) * inst.P).sum(axis=-1)  # (T, V)
+        A, J = b_arr * inst.P, D[..., None] * R
+    if M == 1:
+        return A, J, D, A, J, D
+    if b is not None or P is not None:
+        raise ValueError("M > 1 (batch SD, [Yin] Alg. 4) uses SD's rule; give no b or P with it")
+    u, R_M = root_residual_chain(inst.Q, inst.P, M)  # u_M = R_M q^{M+1}: output by a root rejection
+    return A, J, D, inst.Q - u, u, R_M
+
+
+def lookahead_counts(inst: MarkovInstance, K: int | None, *, b=None, P=None, M: int = 1) -> LookaheadCounts:
+    r"""Exact expected counts of a fixed-lookahead method with the bonus token (SPEC L).
 
     Propagates the position-major chain of the module docstring:
     ``D_t[i, y] = P(position index t is slot i of its round, x_t = y)`` with the
-    acceptance kernel ``min(P, Q)``, the rejection mass ``(Q − P)_+`` and the
-    bonus kernel ``Q``. Matches ``simulate(inst, SD(K=K))`` in every count;
-    ``K ≥ T`` (or ``None``) is [Yin] Thm 1; on a stationary context-free instance
-    with ``α = 1 − TV(p, q)`` the rounds away from the horizon end output
-    ``(1 − α^{K+1})/(1 − α)`` tokens on average (Leviathan et al.).
+    accept kernel ``b ⊙ P``, the reject kernel ``(Σ(1 − b)p) R`` and the bonus
+    kernel ``Q``. With the default rule (SD) it matches ``simulate(inst, SD(K=K))`` in
+    every count; ``K ≥ T`` (or ``None``) is [Yin] Thm 1; on a stationary
+    context-free instance with ``α = 1 − TV(p, q)`` the rounds away from the horizon
+    end output ``(1 − α^{K+1})/(1 − α)`` tokens on average (Leviathan et al.).
 
     Args:
       inst: the Markov instance (``P`` = draft, ``Q`` = target).
       K: lookahead (int ``>= 1``) or ``None`` for ``K = ∞``.
+      b, P: any rule of [Yin] Algorithm 2, in the forms of
+        :func:`~speculab.theory.expected_rejections` (``None``: speculative decoding);
+        biased rules are followed along their own output chain.
+      M: drafts per round at the root, [Yin] Algorithm 4 (batch SD, SD's rule only);
+        ``K = None`` then gives [Yin] Thm 3.
 
     Returns:
-      :class:`LookaheadCounts`. Cost ``O(T K V²)``.
+      :class:`LookaheadCounts`. Cost ``O(T min(K, 2) V²)`` … ``O(T K V²)``.
 
     Example:
       >>> inst = MarkovInstance.context_free([0.5, 0.5], [0.8, 0.2], T=1000)
@@ -235,29 +270,37 @@ def lookahead_counts(inst: MarkovInstance, K: int | None) -> LookaheadCounts:
     if not isinstance(inst, MarkovInstance):
         raise ValueError(f"inst must be a MarkovInstance; got {type(inst).__name__}")
     K = _check_K(K)
+    M = as_positive_int(M, "M")
     T, V = inst.T, inst.V
     k = T if K is None else min(K, T)
-    keep = np.minimum(inst.P, inst.Q)  # (T, V, V): draft y and accept it
-    excess = np.maximum(inst.Q - inst.P, 0.0)  # (T, V, V): reject, output ~ (q − p)_+
-    tv = inst.tv()  # (T, V)
-
+    A, J, D, A0, J0, D0 = _kernels(inst, b, P, M)
+    bonus_slot = k < T  # a bonus needs a position after K drafts
+    # slots: 0 = round start (root); 1..k-1 in the round; k = bonus. Without a bonus the
+    # slots past the root are alike: keep one.
+    n_slots = k + 1 if bonus_slot else min(k, 2)
     rej, bonus, acc, start = (np.zeros(T) for _ in range(4))
-    D = np.zeros((k + 1, V))  # (slot, last token); slot k = bonus
-    D[0] = inst.rho
+    S = np.zeros((n_slots, V))  # (slot, last token)
+    S[0] = inst.rho
     for t in range(T):
-        verify = D[:k]  # (k, V): slots that verify a draft at t
-        at_verify = verify.sum(axis=0)  # (V,)
-        start[t] = D[0].sum()
-        rej[t] = at_verify @ tv[t]
-        acc[t] = at_verify @ (1.0 - tv[t])
-        bonus[t] = D[k].sum()
-        nxt = np.zeros_like(D)
-        nxt[1:] = verify @ keep[t]  # (k, V)
-        nxt[0] = at_verify @ excess[t] + D[k] @ inst.Q[t]
-        D = nxt
+        root, rest = S[0], S[1:k].sum(axis=0) if bonus_slot else S[1:].sum(axis=0)  # (V,) each
+        start[t] = root.sum()
+        rej[t] = root @ D0[t] + rest @ D[t]
+        acc[t] = root.sum() + rest.sum() - rej[t]
+        nxt = np.zeros_like(S)
+        if bonus_slot:
+            bonus[t] = S[k].sum()
+            nxt[1] = root @ A0[t]
+            if k > 1:
+                nxt[2:] = S[1:k] @ A[t]  # (k - 1, V): slots 1..k-1 move on by one
+            nxt[0] = root @ J0[t] + rest @ J[t] + S[k] @ inst.Q[t]
+        else:
+            if n_slots == 2:
+                nxt[1] = root @ A0[t] + rest @ A[t]
+            nxt[0] = root @ J0[t] + rest @ J[t]
+        S = nxt
     return LookaheadCounts(
-        K=K, rejection_per_position=rej, bonus_per_position=bonus,
-        accepted_per_position=acc, round_start_per_position=start,
+        K=K, rejections_per_position=rej, bonus_per_position=bonus,
+        accepted_per_position=acc, oracle_calls_per_position=start, M=M,
     )
 
 

@@ -12,8 +12,8 @@ from typing import Callable, Union
 
 import numpy as np
 
-from speculab._validate import as_distribution, as_probability_array, check_same_shape
-from speculab.theory.divergences import _pair, _residual, _sd_acceptance
+from speculab import kernels
+from speculab._validate import as_distribution, as_pair, as_probability_array, check_same_shape
 from speculab.theory.instance import MarkovInstance, chain_marginals
 
 __all__ = [
@@ -27,6 +27,8 @@ __all__ = [
     "expected_rejections",
     "is_unbiased",
 ]
+# acceptance_array / rejection_array resolve a rule on an instance (used by the
+# methods and the exact counts); they are not re-exported by speculab.theory.
 
 #: An acceptance rule: an array ``b[n-1, a, x]`` of shape ``(T, V, V)``, or a
 #: function ``b(p, q)`` applied elementwise to the ``(T, V, V)`` arrays ``P, Q``.
@@ -42,30 +44,30 @@ class RejectionProfile:
     """Exact expected rejections of a decoding algorithm with lookahead ``K = ∞``.
 
     Attributes:
-      per_position: ``(T,)``, the probability that position ``n`` (index ``n-1``)
-        is produced by a rejection.
+      rejections_per_position: ``(T,)``, the probability that position ``n``
+        (index ``n-1``) is produced by a rejection.
     """
 
-    per_position: np.ndarray
+    rejections_per_position: np.ndarray
 
     @property
     def T(self) -> int:
-        return self.per_position.shape[0]
+        return self.rejections_per_position.shape[0]
 
     @property
-    def total(self) -> float:
+    def rejections(self) -> float:
         """:math:`E[N_{rej}]`."""
-        return float(self.per_position.sum())
+        return float(self.rejections_per_position.sum())
 
     @property
     def oracle_calls(self) -> float:
         """Expected rounds = rejections, plus one if the last round ends without one (SPEC T1)."""
-        return self.total + 1.0 - float(self.per_position[-1])
+        return self.rejections + 1.0 - float(self.rejections_per_position[-1])
 
     @property
     def acceleration(self) -> float:
         """``T / E[N_rej]`` — [Yin]'s oracle-call speed-up over autoregressive decoding (inf if 0)."""
-        return self.T / self.total if self.total > 0 else float("inf")
+        return self.T / self.rejections if self.rejections > 0 else float("inf")
 
 
 def sd_expected_rejections(inst: MarkovInstance) -> RejectionProfile:
@@ -79,11 +81,11 @@ def sd_expected_rejections(inst: MarkovInstance) -> RejectionProfile:
 
     Example:
       >>> inst = MarkovInstance.context_free([0.5, 0.5], [0.8, 0.2], T=10)
-      >>> round(sd_expected_rejections(inst).total, 12)   # T * TV(p, q)
+      >>> round(sd_expected_rejections(inst).rejections, 12)   # T * TV(p, q)
       3.0
     """
     mu = inst.marginals()  # (T+1, V)
-    return RejectionProfile(per_position=np.einsum("na,na->n", mu[:-1], inst.tv()))
+    return RejectionProfile(rejections_per_position=np.einsum("na,na->n", mu[:-1], inst.tv()))
 
 
 def acceleration(inst: MarkovInstance) -> float:
@@ -100,9 +102,9 @@ def acceptance_array(inst: MarkovInstance, b: Acceptance) -> np.ndarray:
 
 
 def _unbiased_rejection(p: np.ndarray, q: np.ndarray, b: np.ndarray) -> np.ndarray:
-    mass = ((1.0 - b) * p).sum(axis=-1, keepdims=True)  # D = Σ (1 − b) p
-    excess = np.maximum(q - b * p, 0.0)  # ≥ 0 up to round-off when b ≤ q/p
-    return np.divide(excess, mass, out=np.zeros_like(excess), where=mass > 0)
+    # For b ≤ min(1, q/p): Σ_x (q − b p)_+ = Σ_x (1 − b) p = D, so Thm 2's P = (q − b p)/D is
+    # Thm 4's P* ∝ (q − b p)_+ — one formula (kernels.optimal_rejection), here with zero rows where D = 0.
+    return kernels.normalize(kernels.excess(q, b * p), np.zeros_like(q))
 
 
 def _check_unbiased(p: np.ndarray, q: np.ndarray, b: np.ndarray, name: str = "b") -> None:
@@ -135,7 +137,7 @@ def unbiased_rejection_distribution(p, q, b) -> np.ndarray:
       Rows of the same shape; all zeros where ``Σ (1 − b) p = 0`` (never sampled).
       With ``b = min(1, q/p)`` this is the residual ``[q − p]_+``.
     """
-    p, q = _pair(p, q)
+    p, q = as_pair(p, q)
     b = as_probability_array(b, "b")
     check_same_shape(b, p, "b", "p")
     _check_unbiased(p, q, b)
@@ -194,9 +196,4 @@ def expected_rejections(inst: MarkovInstance, b: Acceptance, P: RejectionRule = 
     R = rejection_array(inst, b_arr, P)
     D = ((1.0 - b_arr) * inst.P).sum(axis=-1)  # (T, V)
     mu = chain_marginals(inst.rho, b_arr * inst.P + R * D[..., None])
-    return RejectionProfile(per_position=np.einsum("na,na->n", mu[:-1], D))
-
-
-def sd_arrays(inst: MarkovInstance) -> tuple[np.ndarray, np.ndarray]:
-    """Speculative decoding's acceptance ``min(1, q/p)`` and residual ``[q − p]_+`` as ``(T, V, V)`` arrays."""
-    return _sd_acceptance(inst.P, inst.Q), _residual(inst.Q, inst.P)
+    return RejectionProfile(rejections_per_position=np.einsum("na,na->n", mu[:-1], D))

@@ -46,8 +46,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from speculab._validate import as_float_array, as_positive_int, as_probability_array, check_same_shape
-from speculab.theory.divergences import _pair, _residual, _sd_acceptance, _tv
+from speculab import kernels
+from speculab._validate import as_float_array, as_pair, as_positive_int, as_probability_array, check_same_shape
 from speculab.theory.instance import MarkovInstance, chain_marginals
 
 __all__ = [
@@ -60,8 +60,7 @@ __all__ = [
     "sprinter_stopping_time",
     "sd_flops",
     "sprinter_flops",
-    "sprinter_verifier_array",
-    "sprinter_arrays",
+    "sprinter_pass_probabilities",
     "sprinter_output_law",
     "SprinterProfile",
     "sprinter_profile",
@@ -104,9 +103,9 @@ def sprinter_distribution(p, q, eta_fp) -> SprinterDistribution:
       eta_fp: ``η_FP = P(verifier passes a token | p(x) > q(x))``, in ``[0, 1]``;
         a scalar or an array broadcastable to ``p.shape[:-1]``.
     """
-    p, q = _pair(p, q)
+    p, q = as_pair(p, q)
     eta = as_probability_array(eta_fp, "eta_fp")
-    d = _tv(p, q)
+    d = kernels.tv(p, q)
     law = (1.0 - eta[..., None]) * q + eta[..., None] * p
     return SprinterDistribution(law=law, tv=eta * d, acceptance=1.0 - (1.0 - eta) * d)
 
@@ -137,19 +136,19 @@ def sprinter_token_law(p, q, v) -> SprinterDistribution:
       (they equal ``η̄ TV(p, q)`` and ``1 − (1 − η̄) TV(p, q)`` with the
       ``(p − q)_+``-weighted pass rate ``η̄``).
     """
-    p, q = _pair(p, q)
+    p, q = as_pair(p, q)
     v = as_probability_array(v, "v")
     check_same_shape(v, p, "v", "p")
     law, lost = _token_law(p, q, v)
-    return SprinterDistribution(law=law, tv=_tv(law, q), acceptance=1.0 - lost)
+    return SprinterDistribution(law=law, tv=kernels.tv(law, q), acceptance=1.0 - lost)
 
 
 def _token_law(p: np.ndarray, q: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(law, P(target rejection))`` of one SPRINTER step; broadcasts over leading axes."""
-    lost = ((1.0 - v) * np.maximum(p - q, 0.0)).sum(axis=-1)  # Σ (1 − v)(p − q)_+
+    lost = ((1.0 - v) * kernels.excess(p, q)).sum(axis=-1)  # Σ (1 − v)(p − q)_+
     # If (p − q)_+ has mass only through round-off, (q − p)_+ may be all zero: the
     # lost mass is then negligible and the row simply sums to 1 − lost.
-    law = v * p + (1.0 - v) * np.minimum(p, q) + _residual(q, p) * lost[..., None]
+    law = v * p + (1.0 - v) * np.minimum(p, q) + kernels.residual(q, p) * lost[..., None]
     return law, lost
 
 
@@ -287,52 +286,36 @@ def sprinter_flops(gamma: int, F_d, F_v, F_t):
 
 
 # -- Markov instances -------------------------------------------------------------------
-def _check_method(method) -> None:
-    from speculab.methods import Sprinter
+def sprinter_pass_probabilities(inst: MarkovInstance, eta_tp: float, eta_fp: float) -> np.ndarray:
+    """Pass probabilities ``v[t, a, x]`` of the i.i.d. verifier of [SPR] §3.1, shape ``(T, V, V)``.
 
-    if not isinstance(method, Sprinter):
-        raise ValueError(f"method must be a Sprinter; got {type(method).__name__}")
-
-
-def _call_verifier(verifier, t: int, prev: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Call a verifier function ``f(t, prev, x)``; check it returns one probability per token."""
-    out = as_float_array(verifier(t, prev, x), "verifier output")
-    if out.ndim == 0:  # a constant verifier
-        out = np.full(prev.shape, float(out))
-    if out.shape != prev.shape:
-        raise ValueError(f"verifier must return one probability per token, shape {prev.shape}; got shape {out.shape}")
-    return as_probability_array(out, "verifier output")
-
-
-def sprinter_verifier_array(inst: MarkovInstance, method) -> np.ndarray:
-    """Pass probabilities ``v[t, a, x]`` of the method's verifier, shape ``(T, V, V)``.
-
-    ``Sprinter(eta_tp, eta_fp)``: ``η_TP`` where ``P <= Q`` (acceptable), ``η_FP`` elsewhere.
-    ``Sprinter(verifier=f)``: ``f(t, prev, x)`` with ``t`` the 0-based array index of the
-    position (position ``n = t + 1``), ``prev`` the previous tokens, ``x`` the drafted ones.
+    ``η_TP`` where the token is acceptable (``P <= Q``), ``η_FP`` elsewhere. A trained
+    verifier gives any other ``v`` (see :class:`speculab.methods.Sprinter`).
     """
-    _check_method(method)
-    if method.verifier is None:
-        return np.where(inst.P <= inst.Q, float(method.eta_tp), float(method.eta_fp))
-    V = inst.V
-    prev, x = np.divmod(np.arange(V * V), V)  # every (a, x) pair, a-major
-    return np.stack([_call_verifier(method.verifier, t, prev, x).reshape(V, V) for t in range(inst.T)])
+    tp = float(as_probability_array(eta_tp, "eta_tp"))
+    fp = float(as_probability_array(eta_fp, "eta_fp"))
+    return np.where(inst.P <= inst.Q, tp, fp)
 
 
-def sprinter_arrays(inst: MarkovInstance, method) -> tuple[np.ndarray, np.ndarray]:
-    """SPRINTER as [Yin] Algorithm 2: ``b = v + (1 − v) min(1, q/p)`` and ``P = [q − p]_+``, both ``(T, V, V)``."""
-    v = sprinter_verifier_array(inst, method)
-    return v + (1.0 - v) * _sd_acceptance(inst.P, inst.Q), _residual(inst.Q, inst.P)
+def _pass_array(inst: MarkovInstance, v) -> np.ndarray:
+    v = as_probability_array(v, "v (verifier pass probabilities)")
+    check_same_shape(v, inst.P, "v (verifier pass probabilities)", "the instance's P")
+    return v
 
 
-def sprinter_output_law(inst: MarkovInstance, method) -> np.ndarray:
+def sprinter_output_law(inst: MarkovInstance, v) -> np.ndarray:
     r"""Transitions of SPRINTER's output chain on a Markov instance, shape ``(T, V, V)``.
 
-    Row ``[t, a]`` is :func:`sprinter_token_law` of ``(P[t, a], Q[t, a])``; for the
-    i.i.d. verifier it is ``(1 − η_FP) Q[t, a] + η_FP P[t, a]`` ([SPR] Thm 3.1).
-    Equal to :func:`speculab.theory.output_law` with :func:`sprinter_arrays`.
+    Row ``[t, a]`` is :func:`sprinter_token_law` of ``(P[t, a], Q[t, a])`` with pass
+    probabilities ``v[t, a]``; for the i.i.d. verifier (:func:`sprinter_pass_probabilities`)
+    it is ``(1 − η_FP) Q[t, a] + η_FP P[t, a]`` ([SPR] Thm 3.1). Equal to
+    :func:`speculab.theory.output_law` with ``b = v + (1 − v) min(1, q/p)`` and ``P = [q − p]_+``.
+
+    Args:
+      inst: the Markov instance.
+      v: ``(T, V, V)`` probability that the verifier passes token ``x`` after ``a`` at position index ``t``.
     """
-    return _token_law(inst.P, inst.Q, sprinter_verifier_array(inst, method))[0]
+    return _token_law(inst.P, inst.Q, _pass_array(inst, v))[0]
 
 
 @dataclass(frozen=True)
@@ -340,63 +323,68 @@ class SprinterProfile:
     """Exact expected counts of SPRINTER on a Markov instance (``T`` positions).
 
     Every per-position array has shape ``(T,)`` and averages over the algorithm's
-    own output chain (``μ^SPR``).
+    own output chain (``μ^SPR``). Count names are those of :class:`speculab.sim.Counts`.
 
     Attributes:
-      rejections: P(position ``n``'s draft is rejected by the target and resampled).
-      target_calls: P(the verifier says "not acceptable" at ``n``) — one target call each.
-      tv: ``E[TV(q_n, p_SPR,n)]`` (``= η_FP E[TV(p_n, q_n)]`` for the i.i.d. verifier, Thm 3.1).
+      rejections_per_position: P(position ``n``'s draft is rejected by the target and resampled).
+      oracle_calls_per_position: P(the verifier says "not acceptable" at ``n``) — one target call each.
+      tv_per_position: ``E[TV(q_n, p_SPR,n)]`` (``= η_FP E[TV(p_n, q_n)]`` for the i.i.d. verifier, Thm 3.1).
       kl_forward: ``KL(P_q(x_{1:T}) || P_SPR(x_{1:T}))`` (chain rule; may be inf).
       kl_reverse: ``KL(P_SPR || P_q)``.
     """
 
-    rejections: np.ndarray
-    target_calls: np.ndarray
-    tv: np.ndarray
+    rejections_per_position: np.ndarray
+    oracle_calls_per_position: np.ndarray
+    tv_per_position: np.ndarray
     kl_forward: float
     kl_reverse: float
 
     @property
     def T(self) -> int:
-        return int(self.rejections.shape[0])
+        return int(self.rejections_per_position.shape[0])
 
     @property
-    def expected_rejections(self) -> float:
-        return float(self.rejections.sum())
+    def rejections(self) -> float:
+        return float(self.rejections_per_position.sum())
 
     @property
-    def expected_target_calls(self) -> float:
-        """One per "not acceptable" verdict; the horizon end forces no extra call."""
-        return float(self.target_calls.sum())
+    def oracle_calls(self) -> float:
+        """Target calls: one per "not acceptable" verdict; the horizon end forces no extra call."""
+        return float(self.oracle_calls_per_position.sum())
 
     @property
-    def expected_accepted(self) -> float:
+    def accepted(self) -> float:
         """Drafted tokens kept in the output (``T − rejections``; draft and verifier calls are ``T``)."""
-        return self.T - self.expected_rejections
+        return self.T - self.rejections
 
     @property
     def acceptance_rate(self) -> float:
         """Mean over positions of ``β_SPR`` ([SPR] Thm A.4 averaged along the output chain)."""
-        return self.expected_accepted / self.T
+        return self.accepted / self.T
 
 
-def sprinter_profile(inst: MarkovInstance, method) -> SprinterProfile:
+def sprinter_profile(inst: MarkovInstance, v) -> SprinterProfile:
     r"""Exact per-position counts and sequence divergences of SPRINTER on a Markov instance.
 
     With ``v`` the pass probabilities and ``μ_{n-1}`` the output chain's marginals:
     rejections ``Σ_a μ_{n-1}(a) Σ_x (1 − v)(p − q)_+``, target calls
     ``Σ_a μ_{n-1}(a) Σ_x p (1 − v)``; ``O(T V^2)``.
+
+    Args:
+      inst: the Markov instance.
+      v: ``(T, V, V)`` verifier pass probabilities, e.g. :func:`sprinter_pass_probabilities`
+        or ``Sprinter(...).pass_probabilities(inst)``.
     """
     from speculab.theory.fuzzy import chain_kl  # sequence KL by the chain rule
 
-    v = sprinter_verifier_array(inst, method)
+    v = _pass_array(inst, v)
     law, rej = _token_law(inst.P, inst.Q, v)  # (T, V, V), (T, V)
     mu = chain_marginals(inst.rho, law)[:-1]  # (T, V): law of x_{n-1}
     calls = ((1.0 - v) * inst.P).sum(axis=-1)
     return SprinterProfile(
-        rejections=np.einsum("na,na->n", mu, rej),
-        target_calls=np.einsum("na,na->n", mu, calls),
-        tv=np.einsum("na,na->n", mu, _tv(law, inst.Q)),
+        rejections_per_position=np.einsum("na,na->n", mu, rej),
+        oracle_calls_per_position=np.einsum("na,na->n", mu, calls),
+        tv_per_position=np.einsum("na,na->n", mu, kernels.tv(law, inst.Q)),
         kl_forward=float(chain_kl(inst.rho, inst.Q, law).sum()),
         kl_reverse=float(chain_kl(inst.rho, law, inst.Q).sum()),
     )

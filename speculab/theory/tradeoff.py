@@ -29,9 +29,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from speculab._validate import as_distribution, as_positive_int, as_probability_array, check_same_shape
-from speculab.theory.biased import _canonical_optimal_rejection
-from speculab.theory.divergences import _pair, _sd_acceptance, _tv
+from speculab import kernels
+from speculab._validate import as_distribution, as_pair, as_positive_int, as_probability_array, check_same_shape
 from speculab.theory.instance import MarkovInstance, chain_marginals
 from speculab.theory.rejections import Acceptance, RejectionRule, acceptance_array, output_law
 
@@ -63,7 +62,7 @@ MAX_SEQUENCES = 1 << 20
 
 # -- single token: [Yin] Thm 4 and Thm 5 ------------------------------------------------
 def _triple(p, q, b) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    p, q = _pair(p, q)
+    p, q = as_pair(p, q)
     b = as_probability_array(b, "b")
     check_same_shape(b, p, "b", "p")
     return p, q, b
@@ -157,8 +156,7 @@ def optimal_rejection(p, q, b) -> OptimalRejection:
     """
     p, q, b = _triple(p, q, b)
     D = _rejection_mass(p, b)
-    P = _canonical_optimal_rejection(p, q, b)
-    P = np.where(P.sum(axis=-1, keepdims=True) > 0, P, q)
+    P = kernels.optimal_rejection(p, q, b)
     with np.errstate(over="ignore"):  # D can be subnormal: A is then huge, honestly
         A = np.divide(q - b * p, D[..., None], out=np.full(p.shape, np.nan), where=D[..., None] > 0)
     return OptimalRejection(P=P, loss=_optimal_loss(p, q, b), rejection=D, A=A)
@@ -241,9 +239,9 @@ def pareto_loss(p, q, rejection) -> np.ndarray:
       q: target distribution(s), same shape.
       rejection: rejection probabilities in ``[0, 1]``, broadcastable to ``(...)``.
     """
-    p, q = _pair(p, q)
+    p, q = as_pair(p, q)
     r = as_probability_array(rejection, "rejection")
-    return np.maximum(_tv(p, q) - r, 0.0)
+    return np.maximum(kernels.tv(p, q) - r, 0.0)
 
 
 def pareto_gap(p, q, b) -> np.ndarray:
@@ -268,7 +266,7 @@ def pareto_acceptance(p, q, b) -> np.ndarray:
     ``b = min(1, (q + ε)/p)`` (:func:`speculab.theory.biased.biased_acceptance`) is already on the front.
     """
     p, q, b = _triple(p, q, b)
-    return np.maximum(b, _sd_acceptance(p, q))
+    return np.maximum(b, kernels.sd_acceptance(p, q))
 
 
 # -- Markov instances: per-token trade-off under the algorithm's own prefixes -------------
@@ -280,44 +278,44 @@ class TradeoffProfile:
     of the algorithm's own output chain (``ν = μ``, the target's, when unbiased).
 
     Attributes:
-      rejection: ``(T,)`` ``E_ν[Σ (1 − b_n) p_n]`` = P(position ``n`` is a rejection).
-      loss: ``(T,)`` ``E_ν[TV(P_A,n, q_n)]``, the per-token bias.
-      optimal_loss: ``(T,)`` ``E_ν[Loss*_TV(b_n)]`` (Thm 4) — ``loss`` for an optimal ``P``.
-      tv: ``(T,)`` ``E_ν[TV(p_n, q_n)]``.
+      rejections_per_position: ``(T,)`` ``E_ν[Σ (1 − b_n) p_n]`` = P(position ``n`` is a rejection).
+      loss_per_position: ``(T,)`` ``E_ν[TV(P_A,n, q_n)]``, the per-token bias.
+      optimal_loss_per_position: ``(T,)`` ``E_ν[Loss*_TV(b_n)]`` (Thm 4) — the loss of an optimal ``P``.
+      tv_per_position: ``(T,)`` ``E_ν[TV(p_n, q_n)]``.
       output: ``(T, V, V)`` transitions ``P_A,n`` of the output chain.
       marginals: ``(T + 1, V)`` marginals ``ν_n`` of the output chain.
     """
 
-    rejection: np.ndarray
-    loss: np.ndarray
-    optimal_loss: np.ndarray
-    tv: np.ndarray
+    rejections_per_position: np.ndarray
+    loss_per_position: np.ndarray
+    optimal_loss_per_position: np.ndarray
+    tv_per_position: np.ndarray
     output: np.ndarray
     marginals: np.ndarray
 
     @property
     def T(self) -> int:
-        return self.rejection.shape[0]
+        return self.rejections_per_position.shape[0]
 
     @property
-    def expected_rejections(self) -> float:
+    def rejections(self) -> float:
         """``E[N_rej]`` (equals :func:`~speculab.theory.expected_rejections`)."""
-        return float(self.rejection.sum())
+        return float(self.rejections_per_position.sum())
 
     @property
     def rejection_rate(self) -> float:
-        """``E[N_rej] / T``."""
-        return float(self.rejection.mean())
+        """``E[N_rej] / T``, rejections per output token."""
+        return float(self.rejections_per_position.mean())
 
     @property
     def token_loss(self) -> float:
         """Mean per-position TV bias ``(1/T) Σ_n E_ν[TV(P_A,n, q_n)]``."""
-        return float(self.loss.mean())
+        return float(self.loss_per_position.mean())
 
     @property
     def pareto_gap(self) -> float:
         """``rejection_rate + token_loss − mean E_ν[TV(p_n, q_n)]``: 0 for OPT with ``b ≥ min(1, q/p)`` (Thm 5)."""
-        return float((self.rejection + self.loss - self.tv).mean())
+        return float((self.rejections_per_position + self.loss_per_position - self.tv_per_position).mean())
 
 
 def tradeoff_profile(inst: MarkovInstance, b: Acceptance, P: RejectionRule = None) -> TradeoffProfile:
@@ -333,16 +331,16 @@ def tradeoff_profile(inst: MarkovInstance, b: Acceptance, P: RejectionRule = Non
     Args:
       inst: the draft/target pair.
       b, P: acceptance and rejection rules as for :func:`~speculab.theory.output_law`,
-        e.g. ``biased_arrays(inst, eps, "opt" | "uno")`` from :mod:`speculab.theory.biased`.
+        e.g. a method's rule on the instance: ``Biased(eps, "opt").rule(inst.P, inst.Q)``.
     """
     b_arr = acceptance_array(inst, b)
     K = output_law(inst, b_arr, P)  # (T, V, V)
     nu = chain_marginals(inst.rho, K)  # (T+1, V)
     per_ctx = {
-        "rejection": _rejection_mass(inst.P, b_arr),
-        "loss": _tv(K, inst.Q),
-        "optimal_loss": _optimal_loss(inst.P, inst.Q, b_arr),
-        "tv": inst.tv(),
+        "rejections_per_position": _rejection_mass(inst.P, b_arr),
+        "loss_per_position": kernels.tv(K, inst.Q),
+        "optimal_loss_per_position": _optimal_loss(inst.P, inst.Q, b_arr),
+        "tv_per_position": inst.tv(),
     }  # each (T, V)
     avg = {k: np.einsum("na,na->n", nu[:-1], v) for k, v in per_ctx.items()}
     return TradeoffProfile(**avg, output=K, marginals=nu)
@@ -356,15 +354,6 @@ def _chain(K, name: str, shape=None) -> np.ndarray:
     if shape is not None and K.shape != shape:
         raise ValueError(f"{name} must have shape {shape}; got {K.shape}")
     return K
-
-
-def _kl_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """``Σ x log(x/y)`` per row as ``x (log x − log y)``: no overflow for subnormal ``y``, ``inf`` iff ``x > 0 = y``."""
-    pos = x > 0
-    logx = np.log(x, out=np.zeros_like(x), where=pos)
-    logy = np.log(y, out=np.zeros_like(y), where=pos & (y > 0))
-    terms = np.where(pos, x * (logx - logy), 0.0)
-    return np.where(np.any(pos & (y == 0), axis=-1), np.inf, terms.sum(axis=-1))
 
 
 def markov_kl(rho, K, L) -> np.ndarray:
@@ -389,7 +378,7 @@ def markov_kl(rho, K, L) -> np.ndarray:
     if rho.shape[0] != K.shape[2]:
         raise ValueError(f"rho must have length V = {K.shape[2]}; got {rho.shape[0]}")
     nu = chain_marginals(rho, K)
-    row = _kl_rows(K, L)  # (T, V)
+    row = kernels.kl(K, L)  # (T, V)
     reach = rho > 0
     out = np.empty(K.shape[0])
     for n in range(K.shape[0]):
@@ -509,7 +498,7 @@ def sequence_bias(
     pairs_K = nu[:-1, :, None] * K  # (T, V, V): law of (x_{n-1}, x_n)
     pairs_Q = mu[:-1, :, None] * Q
     tv_lower = float(np.maximum(pairs_K - pairs_Q, 0.0).sum(axis=(1, 2)).max())
-    tv_upper = min(1.0, float(prof.loss.sum()), _kl_tv_bound(kl), _kl_tv_bound(kl_rev))
+    tv_upper = min(1.0, float(prof.loss_per_position.sum()), _kl_tv_bound(kl), _kl_tv_bound(kl_rev))
     T, V = inst.T, inst.V
     tv = markov_tv(rho, K, Q, max_sequences=max_sequences) if V ** (T + 1) <= max_sequences else None
     return SequenceBias(kl=kl, kl_reverse=kl_rev, kl_per_position=fwd, kl_reverse_per_position=rev,

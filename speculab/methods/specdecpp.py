@@ -1,4 +1,4 @@
-r"""SpecDec++ simulator on Markov instances ([SDpp] Alg. 1; SPEC §1, D) and acceptance heads.
+r"""SpecDec++ ([SDpp] Alg. 1; SPEC §1, D): adaptive candidate lengths by an acceptance head; its simulator and heads.
 
 Convention: ``p`` = draft, ``q`` = target. [SDpp] writes ``q`` for the draft and
 ``p`` for the target; everything here is translated.
@@ -27,7 +27,7 @@ and once a draft is accepted it *is* the output prefix, so every position is
 decided by an SD verification against ``q`` given the output prefix.
 
 **Vectorisation (exact in law).** Runs are advanced position by position, as in
-:mod:`speculab.sim.numpy_engine`: at each position a run verifies the draft it
+:mod:`speculab.methods.chain`: at each position a run verifies the draft it
 samples there, or draws a bonus token. Unlike SD, the *number* of drafts of a
 round depends on drafts after its first rejection (the head keeps reading the
 draft chain until it stops), so those drafts cannot be skipped: at a rejection
@@ -51,19 +51,19 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, ClassVar
 
 import numpy as np
 from scipy.special import expit
 
-from speculab._validate import as_generator
-from speculab.methods import SpecDecPP
-from speculab.sim.counts import Counts
-from speculab.sim.numpy_engine import run_chunks, sample_rows
+from speculab import kernels
+from speculab._validate import as_generator, as_positive_int
+from speculab.counts import BONUS, CORRECTION, DRAFT
+from speculab.methods.base import Emit, Method, Step, check_probability, param, register
+from speculab.methods.sd import sd_rule
 from speculab.theory.instance import MarkovInstance
-from speculab.theory.rejections import sd_arrays
 
-__all__ = ["simulate_specdecpp", "TableHead", "oracle_head", "noisy_head", "miscalibrated_head"]
+__all__ = ["SpecDecPP", "TableHead", "oracle_head", "noisy_head", "miscalibrated_head"]
 
 
 # -- acceptance heads ------------------------------------------------------------
@@ -103,7 +103,7 @@ def _logit(a: np.ndarray) -> np.ndarray:
 
 def oracle_head(inst: MarkovInstance) -> TableHead:
     r"""The oracle head :math:`a(t, y, x) = \min(1, Q[t, y, x] / P[t, y, x])` (what ``head=None`` uses)."""
-    return TableHead(sd_arrays(_check_instance(inst))[0])
+    return TableHead(sd_rule(_check_instance(inst).P, inst.Q).acceptance)
 
 
 def noisy_head(inst: MarkovInstance, noise: float, key, *, eps: float = 0.01) -> TableHead:
@@ -128,7 +128,7 @@ def noisy_head(inst: MarkovInstance, noise: float, key, *, eps: float = 0.01) ->
     if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not (0 <= eps < 0.5):
         raise ValueError(f"eps must be a number in [0, 0.5); got {eps!r}")
     rng = as_generator(key)
-    a = np.clip(sd_arrays(inst)[0], eps, 1.0 - eps)
+    a = np.clip(sd_rule(inst.P, inst.Q).acceptance, eps, 1.0 - eps)
     z = rng.standard_normal(a.shape)  # (T, V, V)
     return TableHead(expit(_logit(a) + noise * z))
 
@@ -151,7 +151,7 @@ def miscalibrated_head(inst: MarkovInstance, temperature: float) -> TableHead:
         math.isfinite(temperature) and temperature > 0
     ):
         raise ValueError(f"temperature must be a finite number > 0; got {temperature!r}")
-    return TableHead(expit(_logit(sd_arrays(inst)[0]) / temperature))
+    return TableHead(expit(_logit(sd_rule(inst.P, inst.Q).acceptance) / temperature))
 
 
 def _predictor(head: Callable | None, B: np.ndarray) -> Callable[[int, np.ndarray, np.ndarray], np.ndarray]:
@@ -171,114 +171,121 @@ def _predictor(head: Callable | None, B: np.ndarray) -> Callable[[int, np.ndarra
 
 
 # -- simulator ----------------------------------------------------------------
-def _chunk_specdecpp(inst: MarkovInstance, B, cR, predict, h: float, cap: int, n: int,
-                     rng: np.random.Generator, keep: bool) -> Counts:
-    """``n`` runs of SpecDec++ (module docstring), position by position, vectorised across runs."""
-    T, V = inst.T, inst.V
-    cP = np.cumsum(inst.P, axis=-1)
-    cQ = np.cumsum(inst.Q, axis=-1)
-    runs = np.arange(n)
+class _State:
+    """Per-run state of SpecDec++ runs: the round's drafts so far, their product of predictions, bonus and round flags."""
 
-    def stops(t: int, prod: np.ndarray, count: np.ndarray) -> np.ndarray:
+    def __init__(self, n: int):
+        self.is_bonus = np.zeros(n, dtype=bool)  # position t is the bonus token of a fully accepted round
+        self.new_round = np.ones(n, dtype=bool)  # position t starts a round (one target call)
+        self.count = np.zeros(n, dtype=np.int64)  # drafts so far in the current round
+        self.prod = np.ones(n)  # Π a_i over the current round's drafts
+
+
+class _Step(Step):
+    """SpecDec++ runs (module docstring), position by position, vectorised across runs."""
+
+    def __init__(self, inst: MarkovInstance, method: "SpecDecPP"):
+        self.T = inst.T
+        self.b, R = sd_rule(inst.P, inst.Q)
+        self.cP = np.cumsum(inst.P, axis=-1)
+        self.cQ = np.cumsum(inst.Q, axis=-1)
+        self.cR = np.cumsum(R, axis=-1)
+        self.predict = _predictor(method.head, self.b)
+        self.h, self.cap = float(method.h), method.cap
+
+    def _stops(self, t: int, prod: np.ndarray, count: np.ndarray) -> np.ndarray:
         """Drafting stops after the draft at position index ``t`` ([SDpp] Alg. 1 with the cap and horizon)."""
-        return (1.0 - prod > h) | (count >= cap) | (t + 1 >= T)
+        return (1.0 - prod > self.h) | (count >= self.cap) | (t + 1 >= self.T)
 
-    def rest_of_chain(t: int, y: np.ndarray, prod: np.ndarray, count: np.ndarray) -> np.ndarray:
+    def _rest_of_chain(self, t: int, y: np.ndarray, prod: np.ndarray, count: np.ndarray, rng) -> np.ndarray:
         """Draft on from ``y`` (drafted at ``t``) until the rule stops; return how many more drafts."""
         extra = np.zeros(y.size, dtype=np.int64)
         alive = np.arange(y.size)
         y, prod = y.copy(), prod.copy()
-        for s in range(t + 1, T):
-            z = sample_rows(cP[s, y[alive]], rng.random(alive.size))
+        for s in range(t + 1, self.T):
+            z = kernels.sample_cumulative(self.cP[s, y[alive]], rng.random(alive.size))
             extra[alive] += 1
-            prod[alive] *= predict(s, y[alive], z)
+            prod[alive] *= self.predict(s, y[alive], z)
             y[alive] = z
-            alive = alive[~stops(s, prod[alive], count[alive] + extra[alive])]
+            alive = alive[~self._stops(s, prod[alive], count[alive] + extra[alive])]
             if alive.size == 0:
                 break
         return extra
 
-    prev = sample_rows(np.broadcast_to(np.cumsum(inst.rho), (n, V)), rng.random(n))
-    is_bonus = np.zeros(n, dtype=bool)  # position t is the bonus token of a fully accepted round
-    count = np.zeros(n, dtype=np.int64)  # drafts so far in the current round
-    prod = np.ones(n)  # Π a_i over the current round's drafts
-    oracle = np.ones(n, dtype=np.int64)
-    drafts = np.zeros(n, dtype=np.int64)
-    accepted = np.zeros(n, dtype=np.int64)
-    rejections = np.zeros(n, dtype=np.int64)
-    bonus = np.zeros(n, dtype=np.int64)
-    rate = np.zeros(T)
-    seq = np.empty((n, T + 1), dtype=np.int64) if keep else None
-    if keep:
-        seq[:, 0] = prev
+    def start(self, n: int) -> _State:
+        return _State(n)
 
-    for t in range(T):
+    def __call__(self, t: int, prev: np.ndarray, st: _State, rng: np.random.Generator) -> Emit:
+        n = prev.size
         x = np.empty(n, dtype=np.int64)
-        if is_bonus.any():
-            x[is_bonus] = sample_rows(cQ[t, prev[is_bonus]], rng.random(int(is_bonus.sum())))
-            bonus += is_bonus
+        kinds = np.empty(n, dtype=np.int8)
+        drafts = np.zeros(n, dtype=np.int64)
+        oracle = st.new_round.copy()
+        if st.is_bonus.any():
+            x[st.is_bonus] = kernels.sample_cumulative(self.cQ[t, prev[st.is_bonus]], rng.random(int(st.is_bonus.sum())))
+            kinds[st.is_bonus] = BONUS
 
-        r = runs[~is_bonus]  # runs that draft and verify at t
+        r = np.flatnonzero(~st.is_bonus)  # runs that draft and verify at t
         a = prev[r]
-        y = sample_rows(cP[t, a], rng.random(r.size))
+        y = kernels.sample_cumulative(self.cP[t, a], rng.random(r.size))
         drafts[r] += 1
-        count[r] += 1
-        prod[r] *= predict(t, a, y)
-        stop = stops(t, prod[r], count[r])
-        ok = rng.random(r.size) < B[t, a, y]
+        st.count[r] += 1
+        st.prod[r] *= self.predict(t, a, y)
+        stop = self._stops(t, st.prod[r], st.count[r])
+        ok = rng.random(r.size) < self.b[t, a, y]
         x[r[ok]] = y[ok]
-        accepted[r[ok]] += 1
+        kinds[r[ok]] = DRAFT
         rej = r[~ok]
         if rej.size:
-            x[rej] = sample_rows(cR[t, prev[rej]], rng.random(rej.size))
-            rejections[rej] += 1
+            x[rej] = kernels.sample_cumulative(self.cR[t, prev[rej]], rng.random(rej.size))
+            kinds[rej] = CORRECTION
             cont = ~ok & ~stop  # rejected before the round stopped drafting: its later drafts are discarded
             if cont.any():
-                drafts[r[cont]] += rest_of_chain(t, y[cont], prod[r[cont]], count[r[cont]])
-        rate[t] = rej.size / n
+                drafts[r[cont]] += self._rest_of_chain(t, y[cont], st.prod[r[cont]], st.count[r[cont]], rng)
 
         # A round ends at a rejection or a bonus token; one that stopped with all drafts accepted gets a bonus next.
-        ended = is_bonus.copy()
+        ended = st.is_bonus.copy()
         ended[rej] = True
-        if t + 1 < T:
-            oracle[ended] += 1
-        count[ended] = 0
-        prod[ended] = 1.0
-        is_bonus = np.zeros(n, dtype=bool)
-        is_bonus[r[ok & stop]] = True
-        prev = x
-        if keep:
-            seq[:, t + 1] = x
-
-    return Counts(
-        rejections=rejections, oracle_calls=oracle, draft_calls=drafts, accepted=accepted,
-        discarded=drafts - accepted, bonus=bonus, tokens=np.full(n, T, dtype=np.int64),
-        rejection_rate=rate, sequences=seq,
-    )
+        st.new_round = ended
+        st.count[ended] = 0
+        st.prod[ended] = 1.0
+        st.is_bonus = np.zeros(n, dtype=bool)
+        st.is_bonus[r[ok & stop]] = True
+        return Emit(x, kinds, oracle_calls=oracle, draft_calls=drafts)
 
 
-def simulate_specdecpp(inst: MarkovInstance, method: SpecDecPP, n_runs: int, rng: np.random.Generator, *,
-                       return_sequences: bool = False, progress: bool = False) -> Counts:
-    """Simulate ``n_runs`` runs of SpecDec++ on ``inst``; called by :func:`speculab.sim.simulate`.
+# -- the method --------------------------------------------------------------------
+@register
+@dataclass(frozen=True, eq=False)
+class SpecDecPP(Method):
+    """SpecDec++ ([SDpp] Alg. 1; SPEC §1 — [SDpp] writes ``p`` for the target, translated here).
 
-    Counts as in :class:`~speculab.sim.Counts`: ``oracle_calls`` = rounds
-    (``N_target``), ``draft_calls`` every drafted token (``N_draft``, including
-    those drafted after a round's first rejection), ``discarded = draft_calls − accepted``,
-    ``bonus`` the tokens drawn from ``q`` after a fully accepted round.
+    Draft one token at a time; an acceptance head predicts ``a_i ≈ min(1, q(Y_i)/p(Y_i))``;
+    stop drafting when ``1 − Π_{i≤k} a_i > h`` or at ``cap`` drafts, then verify as SD.
+    Counts: ``oracle_calls`` = rounds (``N_target``), ``draft_calls`` every drafted token
+    (``N_draft``, including those drafted after a round's first rejection),
+    ``discarded = draft_calls − accepted``, ``bonus`` the tokens drawn from ``q`` after a
+    fully accepted round. No closed form is implemented (the stopping time depends on
+    the product of predictions); on real models it needs a trained head.
 
     Args:
-      inst: the Markov instance (``P`` = draft, ``Q`` = target).
-      method: ``SpecDecPP(h, head=None, cap=20)``.
-      n_runs: number of runs.
-      rng: the generator (consumed).
-      return_sequences: also return the ``(n_runs, T + 1)`` tokens.
-      progress: progress bar over chunks.
+      h: stopping threshold in ``[0, 1]`` (``h = 0`` stops after one draft unless it
+        is certain to be accepted; ``h = 1`` never stops before the cap).
+      head: ``head(t, prev, x) -> predicted acceptance`` (arrays as for
+        :class:`~speculab.methods.Sprinter`), or ``None`` for the oracle ``min(1, q/p)``.
+      cap: hard cap on the number of drafts per round (20 in [SDpp]).
     """
-    inst = _check_instance(inst)
-    if not isinstance(method, SpecDecPP):
-        raise ValueError(f"method must be a SpecDecPP; got {method!r}")
-    B, R = sd_arrays(inst)
-    cR = np.cumsum(R, axis=-1)
-    predict = _predictor(method.head, B)
-    chunk = lambda n: _chunk_specdecpp(inst, B, cR, predict, float(method.h), method.cap, n, rng, return_sequences)  # noqa: E731
-    return run_chunks(chunk, n_runs, progress)
+
+    name: ClassVar[str] = "specdecpp"
+    h: float = param(help="stopping threshold h in [0, 1]", type=float)
+    head: Callable | None = param(None, help="acceptance head head(t, prev, x), or None for the oracle", cli=False)
+    cap: int = param(20, help="hard cap on drafts per round (default 20)", type=int)
+
+    def __post_init__(self):
+        check_probability(self.h, "h")
+        if self.head is not None and not callable(self.head):
+            raise ValueError(f"head must be callable or None; got {self.head!r}")
+        as_positive_int(self.cap, "cap")
+
+    def simulator(self, inst) -> Step:
+        return _Step(_check_instance(inst), self)

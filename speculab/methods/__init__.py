@@ -1,0 +1,29 @@
+"""Decoding methods, one module each, behind one protocol (:mod:`speculab.methods.base`).
+
+Every method is a small frozen dataclass (``SD(K=4)``, ``BatchSD(M=4)``,
+``Biased(eps=0.1)``, …) that owns its verification rule (array API), its
+simulator step, its exact expectations and its registration; ``simulate``,
+``decode``, ``compare`` and the CLI find it through :data:`REGISTRY`.
+Convention: ``p`` = draft, ``q`` = target.
+
+Adding a method is one module plus one line below (see the README, "Add your own method").
+"""
+
+from speculab.methods.base import REGISTRY, Emit, Method, RoundLaw, Step, build, get, names, param, register, sample_round
+from speculab.methods.chain import ChainMethod, ChainStep, Rule
+
+# The registry: importing a method module registers it (its @register decorator), one line each.
+from speculab.methods.autoregressive import Autoregressive
+from speculab.methods.sd import SD
+from speculab.methods.batch import BatchSD
+from speculab.methods.rejection import RejectionDecoding
+from speculab.methods.biased import Biased
+from speculab.methods.fuzzy import Fuzzy
+from speculab.methods.sprinter import Sprinter
+from speculab.methods.specdecpp import SpecDecPP
+
+__all__ = [
+    "Method", "RoundLaw", "Step", "Emit", "ChainMethod", "ChainStep", "Rule",
+    "REGISTRY", "register", "get", "names", "build", "param", "sample_round",
+    "Autoregressive", "SD", "BatchSD", "RejectionDecoding", "Biased", "Fuzzy", "Sprinter", "SpecDecPP",
+]

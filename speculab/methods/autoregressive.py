@@ -1,0 +1,63 @@
+"""Autoregressive decoding, [Yin] Algorithm 3: every token sampled from the target.
+
+Viewed as Algorithm 2 with ``b ≡ 0`` and ``P = q``, every token is a rejection:
+``N_rej = T``, one oracle call per token, acceleration 1. It is the reference
+every speculative method is measured against.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+from array_api_compat import array_namespace
+
+from speculab import kernels
+from speculab.counts import TARGET, Expected
+from speculab.methods.base import Emit, Method, RoundLaw, Step, register
+
+__all__ = ["Autoregressive"]
+
+
+class _Step(Step):
+    def __init__(self, inst):
+        self.cQ = np.cumsum(inst.Q, axis=-1)
+
+    def start(self, n: int) -> None:
+        return None
+
+    def __call__(self, t, prev, state, rng) -> Emit:
+        x = kernels.sample_cumulative(self.cQ[t, prev], rng.random(prev.size))
+        return Emit(x, np.full(prev.size, TARGET, dtype=np.int8), oracle_calls=1)
+
+
+@register
+@dataclass(frozen=True)
+class Autoregressive(Method):
+    """[Yin] Algorithm 3: sample every token from the target ``q``, one oracle call each.
+
+    Example:
+      >>> from speculab.theory import MarkovInstance
+      >>> Autoregressive().expected(MarkovInstance.random(T=5, V=3, key=0)).rejections
+      5.0
+    """
+
+    name: ClassVar[str] = "ar"
+
+    def simulator(self, inst) -> Step:
+        return _Step(inst)
+
+    def expected(self, inst) -> Expected:
+        T = float(inst.T)
+        return Expected(rejections=T, oracle_calls=T, draft_calls=0.0, accepted=0.0, discarded=0.0, bonus=0.0,
+                        tokens=T, rejections_per_position=np.ones(inst.T), source="[Yin] Alg. 3: every token a target call")
+
+    def draft_length(self, remaining: int) -> int:
+        return 0
+
+    def round_law(self, p, q, x, *, bonus: bool) -> RoundLaw:
+        """A round without drafts: the one output token is drawn from ``q_1`` (every token is a "rejection")."""
+        xp = array_namespace(q)
+        one = xp.ones_like(q[..., :1, 0])  # (..., 1, 1)
+        return RoundLaw(outcome=one, correction=q[..., :1, :], reject_prob=one, accept_prob=q[..., :1, :0, 0])

@@ -1,0 +1,173 @@
+r"""Algorithm 2 of [Yin] as shared machinery: a rule ``(b, P)`` turned into a round law, a simulator step and exact counts.
+
+Every method of this family — speculative decoding, any unbiased or biased
+acceptance rule, Decoding-OPT/UNO, FSD — is fully described by its **rule** on
+one position: the acceptance probability ``b(x̃)`` of a drafted token and the
+rejection distribution ``P`` that a refused position is drawn from,
+
+.. math:: P_{A}(x) = b(x)\, p(x) + P(x) \sum_{\tilde x} (1 - b(\tilde x))\, p(\tilde x)
+
+([Yin] §2). A method module writes :meth:`ChainMethod.rule` once, against the
+array API; this module derives from it
+
+* the round law (:func:`chain_round_law`): a round drafts ``x_1..x_L``, accepts
+  them in order with probabilities ``b_i(x_i)``, and at the first refusal outputs
+  a token from ``P_i``; after ``L`` acceptances it outputs a bonus token from
+  ``q_{L+1}`` when a next position exists;
+* the numpy simulator step (:class:`ChainStep`), position-major with lazy drafting:
+  a round's drafts beyond its first rejection are discarded unseen, so drawing
+  each draft only when it is verified gives the same joint law of outputs and
+  counts as drafting the whole chain up front (checked against a literal,
+  enumerate-every-branch implementation in ``tests/``);
+* exact expected counts (:func:`speculab.theory.lookahead_counts` with the rule).
+
+Convention: ``p`` = draft, ``q`` = target.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import numpy as np
+from array_api_compat import array_namespace, device
+
+from speculab import kernels
+from speculab.counts import BONUS, CORRECTION, DRAFT, Expected
+from speculab.methods.base import Emit, Method, RoundLaw, Step
+
+__all__ = ["Rule", "ChainMethod", "ChainStep", "chain_round_law"]
+
+
+class Rule(NamedTuple):
+    """A rule of [Yin] Algorithm 2 on one position (arrays of shape ``(..., V)``).
+
+    Attributes:
+      acceptance: ``b(x)``, the probability that a drafted ``x`` is accepted.
+      rejection: ``P``, the rejection distribution (rows sum to 1 wherever a refusal
+        is possible).
+    """
+
+    acceptance: Any
+    rejection: Any
+
+
+def chain_round_law(rule: Rule, p, q, x, *, bonus: bool, biased: bool) -> RoundLaw:
+    r"""The law of a round of Algorithm 2 given its drafts (array API).
+
+    With ``a_i = b_i(x_i)``, the round accepts exactly ``τ`` drafts with probability
+    :math:`\prod_{i \le \tau} a_i\,(1 - a_{\tau+1})` (``τ < L``) or :math:`\prod_{i \le L} a_i`
+    (``τ = L``), and then outputs a token from ``P_{τ+1}`` (a correction) or from
+    ``q_{L+1}`` (a bonus, if ``bonus``).
+
+    Args:
+      rule: the rule at the drafted slots, arrays of shape ``(..., M, L, V)``.
+      p, q, x: as in :meth:`speculab.methods.Method.round_law`.
+      bonus: whether a position follows the block.
+      biased: also return each slot's one-step output law (to report the per-token bias).
+    """
+    xp = array_namespace(p, q)
+    b, R = rule
+    a = kernels.gather(b, x)  # (..., M, L): acceptance of each drafted token
+    ones = xp.ones((*a.shape[:-1], 1), dtype=p.dtype, device=device(p))  # (..., M, 1); L may be 0
+    reach = xp.concat([ones, xp.cumulative_prod(a, axis=-1)], axis=-1)  # P(first i drafts accepted), i = 0..L
+    outcome = reach * xp.concat([1.0 - a, ones], axis=-1)  # (..., M, L+1)
+    last = q[..., -1:, :] if bonus else xp.zeros_like(q[..., -1:, :])
+    correction = xp.concat([R, last], axis=-2)  # (..., M, L+1, V)
+    reject = xp.sum((1.0 - b) * p, axis=-1)  # (..., M, L): D = Σ (1 − b) p
+    reject_prob = xp.concat([reject, xp.zeros_like(ones)], axis=-1)
+    law = b * p + reject[..., None] * R if biased else None
+    return RoundLaw(outcome=outcome, correction=correction, reject_prob=reject_prob, accept_prob=a, law=law)
+
+
+class ChainStep(Step):
+    """The lazy position-major simulator of Algorithm 2 (module docstring), optionally with a batch root.
+
+    Args:
+      inst: the Markov instance.
+      b, R: the rule on the instance, ``(T, V, V)`` arrays (``b[t, a, x]``; ``R[t, a]`` rows).
+      K: lookahead (``None`` = ∞).
+      rows: draft rows per round (drafted tokens per slot).
+      root: for batch SD, ``root(t, a, rng) -> (x, rejected)`` deciding a round's first
+        position for runs whose previous token is ``a``.
+    """
+
+    def __init__(self, inst, b: np.ndarray, R: np.ndarray, K: int | None, *, rows: int = 1,
+                 root: Callable | None = None):
+        T = inst.T
+        self.k = T if K is None else min(K, T)
+        self.b = b
+        self.cP = np.cumsum(inst.P, axis=-1)
+        self.cQ = np.cumsum(inst.Q, axis=-1)
+        self.cR = np.cumsum(R, axis=-1)
+        self.root = root
+        self.drafts_at = rows * np.minimum(self.k, T - np.arange(T))  # drafts of a round starting at t
+
+    def start(self, n: int) -> np.ndarray:
+        return np.zeros(n, dtype=np.int64)  # where each run's current round began
+
+    def __call__(self, t: int, prev: np.ndarray, start: np.ndarray, rng: np.random.Generator) -> Emit:
+        n = prev.size
+        x = np.empty(n, dtype=np.int64)
+        kinds = np.empty(n, dtype=np.int8)
+        new_round = start == t
+        is_bonus = (t - start) == self.k  # all K drafts of this round accepted
+        if is_bonus.any():
+            x[is_bonus] = kernels.sample_cumulative(self.cQ[t, prev[is_bonus]], rng.random(int(is_bonus.sum())))
+            kinds[is_bonus] = BONUS
+        r = np.flatnonzero(~is_bonus)  # runs that verify a draft at t
+        if self.root is not None:
+            at_root = start[r] == t
+            root, r = r[at_root], r[~at_root]
+            x[root], rejected = self.root(t, prev[root], rng)
+            kinds[root] = np.where(rejected, CORRECTION, DRAFT)
+        a = prev[r]
+        draft = kernels.sample_cumulative(self.cP[t, a], rng.random(r.size))
+        ok = rng.random(r.size) < self.b[t, a, draft]
+        x[r[ok]] = draft[ok]
+        kinds[r[ok]] = DRAFT
+        rej = r[~ok]
+        if rej.size:
+            x[rej] = kernels.sample_cumulative(self.cR[t, prev[rej]], rng.random(rej.size))
+            kinds[rej] = CORRECTION
+        start[is_bonus | (kinds == CORRECTION)] = t + 1  # a round ends at a rejection or a bonus token
+        return Emit(x, kinds, oracle_calls=new_round, draft_calls=np.where(new_round, self.drafts_at[t], 0))
+
+
+class ChainMethod(Method):
+    """A method that is [Yin] Algorithm 2 with a rule (``b``, ``P``) and a lookahead ``K``.
+
+    Subclasses are frozen dataclasses with a field ``K`` and implement :meth:`rule`
+    (array API) and :attr:`unbiased`; everything else follows from the rule.
+    """
+
+    K: int | None
+
+    def rule(self, p, q) -> Rule:
+        """The acceptance ``b`` and rejection distribution ``P`` at positions with draft law ``p``
+        and target law ``q`` (arrays of shape ``(..., V)``, any array-API library)."""
+        raise NotImplementedError
+
+    def instance_rule(self, inst) -> Rule:
+        """The rule as ``(T, V, V)`` numpy arrays on a Markov instance."""
+        return self.rule(inst.P, inst.Q)
+
+    # -- simulation and theory -------------------------------------------------------------------
+    def simulator(self, inst) -> Step:
+        b, R = self.instance_rule(inst)
+        return ChainStep(inst, b, R, self.K)
+
+    def expected(self, inst) -> Expected:
+        """Exact counts for any ``K``: :func:`~speculab.theory.lookahead_counts` with this rule."""
+        from speculab.theory.lookahead import lookahead_counts
+
+        b, R = self.instance_rule(inst)
+        return Expected.from_counts(lookahead_counts(inst, self.K, b=b, P=R),
+                                    source="exact lookahead counts of [Yin] Alg. 2 with this rule (SPEC L)")
+
+    # -- real models ---------------------------------------------------------------------------------
+    def draft_length(self, remaining: int) -> int:
+        return remaining if self.K is None else min(self.K, remaining)
+
+    def round_law(self, p, q, x, *, bonus: bool) -> RoundLaw:
+        rule = self.rule(p, q[..., :-1, :])
+        return chain_round_law(rule, p, q, x, bonus=bonus, biased=not self.unbiased)

@@ -1,0 +1,206 @@
+"""SPRINTER ([SPR] Alg. 1/2): sequential approximate verification, and its stopping process.
+
+Convention: ``p`` = draft, ``q`` = target ([SPR] uses the opposite letters).
+
+At every position a run drafts ``x ~ p(·|prev)``; a verifier passes it with
+probability ``v`` (``η_TP`` if ``p(x) <= q(x)``, else ``η_FP``; or ``f(t, prev, x)``
+for ``Sprinter(verifier=f)``). A passed token is output with no target call.
+Otherwise the target is called once on that token: keep ``x`` with probability
+``min(1, q(x)/p(x))``, else output a draw from ``[q − p]_+`` (a *rejection*).
+As [Yin] Algorithm 2 this is the rule ``b = v + (1 − v) min(1, q/p)``, ``P = [q − p]_+``.
+
+Counting conventions (following [SPR] Alg. 1/2, where the target runs only
+after a "not acceptable" verdict):
+
+* ``oracle_calls`` (target calls) = number of "not acceptable" verdicts. The
+  horizon end forces **no** final target check: a run whose last tokens were all
+  passed by the verifier ends without calling the target (so a run can make 0 calls).
+* ``draft_calls`` = ``verifier_calls`` (an extra count) = ``T``: SPRINTER drafts one
+  token at a time and verifies each, so nothing is drafted past a stop.
+* ``accepted`` = drafted tokens in the output (passed, or kept by the target);
+  ``rejections`` = target-rejected tokens (``discarded = rejections``); ``bonus = 0``.
+
+Random numbers are drawn in the same order whatever the verifier: per position
+``n`` uniforms for the draft, ``n`` for the verdict, ``n`` for the target's
+check, then one per rejection. A verifier function returning ``η_TP``/``η_FP``
+by acceptability therefore gives the very same runs as ``Sprinter(eta_tp, eta_fp)``.
+On real models SPRINTER needs a trained verifier; it runs on Markov instances here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, ClassVar
+
+import numpy as np
+
+from speculab import kernels
+from speculab._validate import as_float_array, as_generator, as_positive_int, as_probability_array
+from speculab.counts import CORRECTION, DRAFT, Expected
+from speculab.methods.base import Emit, Method, Step, check_probability, param, register
+from speculab.methods.sd import sd_rule
+from speculab.theory.sprinter import sprinter_pass_probabilities, sprinter_profile
+
+__all__ = ["Sprinter", "simulate_stopping", "signed_tv_statistic"]
+
+
+def _call_verifier(verifier, t: int, prev: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Call a verifier function ``f(t, prev, x)``; check it returns one probability per token."""
+    out = as_float_array(verifier(t, prev, x), "verifier output")
+    if out.ndim == 0:  # a constant verifier
+        out = np.full(prev.shape, float(out))
+    if out.shape != prev.shape:
+        raise ValueError(f"verifier must return one probability per token, shape {prev.shape}; got shape {out.shape}")
+    return as_probability_array(out, "verifier output")
+
+
+class _Step(Step):
+    extra = ("verifier_calls",)
+
+    def __init__(self, inst, method: "Sprinter"):
+        b, R = sd_rule(inst.P, inst.Q)
+        self.keep, self.cR = b, np.cumsum(R, axis=-1)  # the target's check: min(1, q/p), then [q − p]_+
+        self.cP = np.cumsum(inst.P, axis=-1)
+        self.verifier = method.verifier
+        self.v = None if method.verifier is not None else sprinter_pass_probabilities(inst, method.eta_tp, method.eta_fp)
+
+    def start(self, n: int) -> None:
+        return None
+
+    def __call__(self, t, prev, state, rng) -> Emit:
+        n = prev.size
+        x = kernels.sample_cumulative(self.cP[t, prev], rng.random(n))
+        v = self.v[t, prev, x] if self.v is not None else _call_verifier(self.verifier, t, prev, x)
+        stop = rng.random(n) >= v  # verdict "not acceptable": call the target
+        kept = rng.random(n) < self.keep[t, prev, x]
+        rej = np.flatnonzero(stop & ~kept)
+        if rej.size:
+            x[rej] = kernels.sample_cumulative(self.cR[t, prev[rej]], rng.random(rej.size))
+        kinds = np.full(n, DRAFT, dtype=np.int8)
+        kinds[rej] = CORRECTION
+        return Emit(x, kinds, oracle_calls=stop, draft_calls=1, extra={"verifier_calls": 1})
+
+
+@register
+@dataclass(frozen=True, eq=False)
+class Sprinter(Method):
+    """SPRINTER ([SPR] Alg. 1/2; SPEC §1 — [SPR] writes ``p`` for the target, translated here).
+
+    Draft ``x ~ p``; a verifier says "acceptable" (ideal: ``p(x) <= q(x)``) or not.
+    Acceptable: keep ``x`` without a target call and draft on. Not acceptable: one
+    target call on that token — accept with ``min(1, q/p)``, else draw ``[q − p]_+``.
+
+    Either the i.i.d. noisy verifier of the theory, ``Sprinter(eta_tp, eta_fp)``
+    (``η_TP = P(says acceptable | acceptable)``, ``η_FP = P(says acceptable | not)``),
+    or ``Sprinter(verifier=f)`` with ``f(t, prev, x) -> probability of saying
+    acceptable`` (arrays: position index ``t`` (int), previous tokens ``(n,)``,
+    drafted tokens ``(n,)``), e.g. a trained verifier.
+    """
+
+    name: ClassVar[str] = "sprinter"
+    eta_tp: float | None = param(None, help="η_TP: P(verifier passes | acceptable)", type=float, required=True)
+    eta_fp: float | None = param(None, help="η_FP: P(verifier passes | not acceptable)", type=float, required=True)
+    verifier: Callable | None = param(None, help="verifier function f(t, prev, x) -> pass probability", cli=False)
+
+    def __post_init__(self):
+        if self.verifier is None:
+            if self.eta_tp is None or self.eta_fp is None:
+                raise ValueError("Sprinter needs eta_tp and eta_fp, or a verifier function")
+            check_probability(self.eta_tp, "eta_tp")
+            check_probability(self.eta_fp, "eta_fp")
+        else:
+            if not callable(self.verifier):
+                raise ValueError(f"verifier must be callable; got {self.verifier!r}")
+            if self.eta_tp is not None or self.eta_fp is not None:
+                raise ValueError("give either eta_tp/eta_fp or a verifier, not both")
+
+    @property
+    def unbiased(self) -> bool:
+        """[SPR] Thm 3.1: the law is ``(1 − η_FP) q + η_FP p``, the target's iff ``η_FP = 0``."""
+        return self.verifier is None and self.eta_fp == 0
+
+    def pass_probabilities(self, inst) -> np.ndarray:
+        """The verifier's pass probabilities ``v[t, a, x]`` on ``inst``, shape ``(T, V, V)``.
+
+        A verifier function is called with ``t`` the 0-based position index (position
+        ``n = t + 1``), ``prev`` the previous tokens and ``x`` the drafted ones.
+        """
+        if self.verifier is None:
+            return sprinter_pass_probabilities(inst, self.eta_tp, self.eta_fp)
+        V = inst.V
+        prev, x = np.divmod(np.arange(V * V), V)  # every (a, x) pair, a-major
+        return np.stack([_call_verifier(self.verifier, t, prev, x).reshape(V, V) for t in range(inst.T)])
+
+    def simulator(self, inst) -> Step:
+        return _Step(inst, self)
+
+    def expected(self, inst) -> Expected:
+        """Exact counts from :func:`~speculab.theory.sprinter_profile` (the law along SPRINTER's own chain)."""
+        prof = sprinter_profile(inst, self.pass_probabilities(inst))
+        T = float(inst.T)
+        return Expected(rejections=prof.rejections, oracle_calls=prof.oracle_calls, draft_calls=T,
+                        accepted=prof.accepted, discarded=prof.rejections, bonus=0.0, tokens=T,
+                        rejections_per_position=prof.rejections_per_position, extra={"verifier_calls": T},
+                        source="[SPR] Thm 3.1 along SPRINTER's output chain")
+
+
+def simulate_stopping(eta_tp: float, eta_fp: float, r: int, n_runs: int, key) -> np.ndarray:
+    """Simulate the stopping process of [SPR] Thm 3.3 literally; returns ``N`` per run.
+
+    The first ``r`` drafts are acceptable, all later ones are not; the verifier
+    passes each draft independently with probability ``η_TP`` (acceptable) or
+    ``η_FP`` (not). ``N`` is the number of drafts passed before the first
+    "not acceptable" verdict (the stopping time is ``t_d (N + 1)``).
+
+    Args:
+      eta_tp, eta_fp: verifier rates in ``[0, 1]``; ``N`` must be finite, so
+        ``eta_fp = 1`` is refused unless ``η_TP^r = 0``.
+      r: acceptable prefix length, integer ``>= 0``.
+      n_runs: number of runs (>= 1).
+      key: an int seed or a generator (see :data:`speculab._validate.KEY_TYPES`).
+
+    Returns:
+      ``(n_runs,)`` int64 array.
+    """
+    tp = float(as_probability_array(eta_tp, "eta_tp"))
+    fp = float(as_probability_array(eta_fp, "eta_fp"))
+    r = as_positive_int(r, "r", minimum=0)
+    n_runs = as_positive_int(n_runs, "n_runs")
+    rng = as_generator(key)
+    if fp == 1.0 and tp**r > 0:
+        raise ValueError("eta_fp = 1 makes N infinite (the verifier never stops past the r-th draft)")
+    N = np.zeros(n_runs, dtype=np.int64)
+    active = np.arange(n_runs)
+    i = 0
+    while active.size:
+        passed = rng.random(active.size) < (tp if i < r else fp)
+        active = active[passed]
+        N[active] += 1
+        i += 1
+    return N
+
+
+def signed_tv_statistic(inst, sequences: np.ndarray) -> np.ndarray:
+    r"""Per-run unbiased estimate of ``Σ_n ½ Σ_y s_n(y) (P_out,n(y) − q_n(y))`` with ``s = sign(p − q)``.
+
+    For each run and position, ``f_n = ½ [s_n(x_{n-1}, x_n) − Σ_y s_n(x_{n-1}, y) q_n(y | x_{n-1})]``;
+    given ``x_{n-1}`` its mean is ``½ Σ_y s (P_out − q)``. When the output law is
+    [SPR] Thm 3.1's mixture ``(1 − η_FP) q + η_FP p`` that is exactly
+    ``TV(q_n, P_out,n) = η_FP TV(p_n, q_n)``, so ``Σ_n f_n`` tests the TV claim
+    with an ordinary standard error (a plug-in TV of empirical frequencies would be biased).
+
+    Args:
+      inst: the instance (``P`` draft, ``Q`` target).
+      sequences: ``(n_runs, T + 1)`` sampled tokens ``x_0..x_T``.
+
+    Returns:
+      ``(n_runs,)`` array.
+    """
+    seq = np.asarray(sequences)
+    if seq.ndim != 2 or seq.shape[1] != inst.T + 1:
+        raise ValueError(f"sequences must have shape (n_runs, T + 1 = {inst.T + 1}); got {seq.shape}")
+    s = np.sign(inst.P - inst.Q)  # (T, V, V)
+    centre = (s * inst.Q).sum(axis=-1)  # (T, V)
+    t = np.arange(inst.T)
+    a, x = seq[:, :-1], seq[:, 1:]  # (n, T) each
+    return 0.5 * (s[t, a, x] - centre[t, a]).sum(axis=1)

@@ -1,0 +1,67 @@
+"""The one simulation loop: every method's :class:`~speculab.methods.Step` runs inside it.
+
+Runs are simulated **position by position, vectorised across runs**: at each
+position the method's step produces the token of every run and says how it was
+made (accepted draft, correction, bonus, target sample) and what it cost (target
+calls, drafted tokens); this loop owns everything else — the prompt token,
+chunking, the progress bar, the sequences and the :class:`~speculab.counts.Counts`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from speculab import kernels
+from speculab.counts import BONUS, CORRECTION, DRAFT, TARGET, Counts
+from speculab.methods.base import Step
+
+__all__ = ["run_steps", "CHUNK"]
+
+#: Runs per vectorised chunk (fixed, so a seed gives the same result with or without progress bars).
+CHUNK = 1 << 15
+
+
+def _chunk(step: Step, inst, n: int, rng: np.random.Generator, keep: bool) -> Counts:
+    T, V = inst.T, inst.V
+    prev = kernels.sample_cumulative(np.broadcast_to(np.cumsum(inst.rho), (n, V)), rng.random(n))
+    state = step.start(n)
+    zeros = lambda: np.zeros(n, dtype=np.int64)  # noqa: E731
+    rejections, oracle, drafts, accepted, bonus = zeros(), zeros(), zeros(), zeros(), zeros()
+    extra = {name: zeros() for name in step.extra}
+    rate = np.zeros(T)
+    seq = np.empty((n, T + 1), dtype=np.int64) if keep else None
+    if keep:
+        seq[:, 0] = prev
+    for t in range(T):
+        e = step(t, prev, state, rng)
+        rejected = (e.kinds == CORRECTION) | (e.kinds == TARGET)
+        rejections += rejected
+        accepted += e.kinds == DRAFT
+        bonus += e.kinds == BONUS
+        oracle += e.oracle_calls
+        drafts += e.draft_calls
+        for name, value in e.extra.items():
+            extra[name] += value
+        rate[t] = np.count_nonzero(rejected) / n
+        prev = e.tokens
+        if keep:
+            seq[:, t + 1] = prev
+    return Counts(rejections=rejections, oracle_calls=oracle, draft_calls=drafts, accepted=accepted,
+                  discarded=drafts - accepted, bonus=bonus, tokens=np.full(n, T, dtype=np.int64),
+                  rejections_per_position=rate, sequences=seq, extra=extra)
+
+
+def run_steps(step: Step, inst, n_runs: int, rng: np.random.Generator, *, return_sequences: bool = False,
+              progress: bool = False) -> Counts:
+    """Run ``n_runs`` independent runs of ``step`` on ``inst`` in fixed-size chunks and join them.
+
+    The chunk size is fixed (:data:`CHUNK`), so the generator gives the same runs
+    with or without a progress bar.
+    """
+    sizes = [min(CHUNK, n_runs - i) for i in range(0, n_runs, CHUNK)]
+    if progress and len(sizes) > 1:
+        from tqdm.auto import tqdm
+
+        sizes = tqdm(sizes, desc="simulating", unit="chunk", leave=False, disable=None)
+    parts = [_chunk(step, inst, s, rng, return_sequences) for s in sizes]
+    return parts[0] if len(parts) == 1 else Counts.concatenate(parts)

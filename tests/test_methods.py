@@ -1,0 +1,251 @@
+"""Table-driven tests over every registered method (numpyro's shape: one list of cases drives every generic test).
+
+A new method is tested by everything here once it has a line in ``CASES`` — and
+``test_every_registered_method_has_a_case`` fails until it does.
+
+References are independent of the simulators: literal enumeration of every branch
+(``tests/_enumerate.py``) — through the method's own round law for methods that
+have one, literally for the drafting policies (SPRINTER, SpecDec++).
+"""
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from _enumerate import enumerate_rounds, enumerate_specdecpp, enumerate_sprinter, sequence_law
+from conftest import Z_BOUND
+from speculab import kernels
+from speculab.cli import main
+from speculab.methods import (
+    REGISTRY,
+    SD,
+    Autoregressive,
+    BatchSD,
+    Biased,
+    Fuzzy,
+    RejectionDecoding,
+    SpecDecPP,
+    Sprinter,
+    sample_round,
+)
+from speculab.methods.base import cli_params, option
+from speculab.sim import simulate
+from speculab.theory import MarkovInstance
+
+CASES = [
+    Autoregressive(),
+    SD(),
+    SD(K=2),
+    BatchSD(2, K=2),
+    BatchSD(3, K=1),
+    RejectionDecoding(b=lambda p, q: 0.6 * kernels.sd_acceptance(p, q), K=2),
+    Biased(0.1, "opt"),
+    Biased(0.1, "uno", K=2),
+    Fuzzy(0.05, "js", K=2),
+    Sprinter(0.8, 0.0),
+    Sprinter(0.7, 0.3),
+    SpecDecPP(0.4, cap=3),
+]
+IDS = [repr(m) for m in CASES]
+COUNTS = ("rejections", "oracle_calls", "draft_calls", "accepted", "discarded", "bonus")
+N = 40_000
+
+
+def _tiny(seed: int = 0, T: int = 3, V: int = 3) -> MarkovInstance:
+    return MarkovInstance.random(T, V, seed, concentration=0.6)
+
+
+def _exact(method, inst):
+    """The literal enumeration of ``method`` on ``inst``: ``(law, {count: expectation}, rejections per position)``."""
+    if method.runs_on_real_models():
+        e = enumerate_rounds(inst.P, inst.Q, inst.rho, method.round_law, method.draft_length, method.rows)
+    elif isinstance(method, Sprinter):
+        e = enumerate_sprinter(inst.P, inst.Q, inst.rho, method.pass_probabilities(inst))
+    elif isinstance(method, SpecDecPP):
+        table = kernels.sd_acceptance(inst.P, inst.Q)  # the oracle head
+        d = enumerate_specdecpp(inst.P, inst.Q, inst.rho, table, method.h, method.cap)
+        return d["law"], {k: d[k] for k in COUNTS}, d["rej_pos"]
+    else:  # pragma: no cover - a new kind of method needs a reference here
+        raise AssertionError(f"no exact reference for {method!r}")
+    return e.law, {k: getattr(e, k) for k in COUNTS}, e.rejections_per_position
+
+
+def test_every_registered_method_has_a_case():
+    assert {type(m).name for m in CASES} == set(REGISTRY)
+
+
+@pytest.mark.parametrize("method", CASES, ids=IDS)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_output_law_is_the_target_law_exactly_for_unbiased_methods(method, seed):
+    inst = _tiny(seed)
+    law, _, _ = _exact(method, inst)
+    assert sum(law.values()) == pytest.approx(1.0, abs=1e-12)
+    target = sequence_law(inst.Q, inst.rho)
+    gap = max(abs(law.get(k, 0.0) - target.get(k, 0.0)) for k in set(law) | set(target))
+    if method.unbiased:
+        assert gap < 1e-12
+    else:
+        assert gap > 1e-4  # the biased cases of the table really are biased on these instances
+
+
+@pytest.mark.parametrize("method", CASES, ids=IDS)
+def test_expected_counts_equal_the_enumeration(method):
+    inst = _tiny(2)
+    expected = method.expected(inst)
+    if expected is None:
+        assert isinstance(method, SpecDecPP)  # the only method without exact theory
+        return
+    _, exact, rej_pos = _exact(method, inst)
+    for name in COUNTS:
+        assert expected.get(name) == pytest.approx(exact[name], abs=1e-12), name
+    np.testing.assert_allclose(expected.rejections_per_position, rej_pos, atol=1e-12)
+    assert expected.source
+
+
+@pytest.mark.parametrize("method", CASES, ids=IDS)
+def test_simulation_matches_the_enumeration(method):
+    inst = _tiny(3)
+    _, exact, rej_pos = _exact(method, inst)
+    c = simulate(inst, method, N, key=7)
+    for name in COUNTS:
+        assert abs(c.estimate(name).z(exact[name])) < Z_BOUND, name
+    se = np.sqrt(np.maximum(rej_pos * (1 - rej_pos), 1e-12) / N)
+    assert np.all(np.abs(c.rejections_per_position - rej_pos) < Z_BOUND * se)
+
+
+@pytest.mark.parametrize("method", CASES, ids=IDS)
+def test_accounting_identities(method):
+    """Every output token is an accepted draft, a rejection or a bonus; discarded = drafted − accepted."""
+    inst = MarkovInstance.random(12, 4, 5, concentration=0.8)
+    c = simulate(inst, method, 2_000, key=1)
+    np.testing.assert_array_equal(c.accepted + c.rejections + c.bonus, c.tokens)
+    np.testing.assert_array_equal(c.tokens, inst.T)
+    np.testing.assert_array_equal(c.discarded, c.draft_calls - c.accepted)
+    assert np.all(c.discarded >= 0) and np.all(c.oracle_calls >= (0 if isinstance(method, Sprinter) else 1))
+    assert c.rejections_per_position.sum() == pytest.approx(c.rejections.mean(), rel=1e-12)
+    e = method.expected(inst)
+    if e is not None:
+        assert e.accepted + e.rejections + e.bonus == pytest.approx(inst.T, abs=1e-9)
+        assert e.discarded == pytest.approx(e.draft_calls - e.accepted, abs=1e-9)
+        assert e.rejections_per_position.sum() == pytest.approx(e.rejections, abs=1e-9)
+
+
+@pytest.mark.parametrize("method", CASES, ids=IDS)
+def test_same_key_same_counts(method):
+    inst = MarkovInstance.random(10, 4, 6)
+    a = simulate(inst, method, 3_000, key=11, return_sequences=True)
+    b = simulate(inst, method, 3_000, key=np.random.default_rng(11), return_sequences=True)
+    for name in a.names:
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+    np.testing.assert_array_equal(a.sequences, b.sequences)
+    assert not np.array_equal(a.sequences, simulate(inst, method, 3_000, key=12, return_sequences=True).sequences)
+
+
+# -- one rule for every array library ---------------------------------------------------------------------
+def _blocks(rng, n=6, M=1, L=3, V=5):
+    """Random blocks with exact zeros and near-equal laws: p (n, M, L, V), q (n, M, L+1, V), x (n, M, L)."""
+    def laws(*shape):
+        w = rng.dirichlet(np.full(V, 0.5), size=shape)
+        w[rng.random(w.shape) < 0.15] = 0.0
+        w[..., 0] += 1e-3
+        return w / w.sum(-1, keepdims=True)
+
+    p, q = laws(n, M, L), laws(n, M, L + 1)
+    q[0, :, :L] = p[0] + 1e-9 * (q[0, :, :L] - p[0])  # one nearly equal block
+    if M > 1:  # every row of a batch round shares the root laws
+        p[:, :, 0], q[:, :, 0] = p[:, :1, 0], q[:, :1, 0]
+    x = np.stack([np.stack([[rng.choice(V, p=p[i, m, j]) for j in range(L)] for m in range(M)]) for i in range(n)])
+    return p, q, x
+
+
+ROUND_CASES = [m for m in CASES if m.runs_on_real_models()]
+
+
+@pytest.mark.parametrize("method", ROUND_CASES, ids=[repr(m) for m in ROUND_CASES])
+def test_numpy_rule_equals_torch_rule(method):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(4)
+    L = method.draft_length(3)
+    p, q, x = _blocks(rng, M=method.rows, L=L)
+    for bonus in (True, False):
+        a = method.round_law(p, q, x, bonus=bonus)
+        b = method.round_law(torch.from_numpy(p), torch.from_numpy(q), torch.from_numpy(x), bonus=bonus)
+        for name, value in a._asdict().items():
+            if value is None:
+                assert getattr(b, name) is None, name
+                continue
+            np.testing.assert_allclose(getattr(b, name).numpy(), value, rtol=1e-12, atol=1e-15, err_msg=name)
+        np.testing.assert_allclose(a.outcome.sum(axis=(-2, -1)), 1.0, atol=1e-12)
+        u = rng.random((2, p.shape[0]))
+        da = sample_round(a, u[0], u[1])
+        db = sample_round(b, torch.from_numpy(u[0]), torch.from_numpy(u[1]))
+        for va, vb in zip(da, db):
+            np.testing.assert_array_equal(va, vb.numpy())
+
+
+@pytest.mark.parametrize("method", ROUND_CASES, ids=[repr(m) for m in ROUND_CASES])
+def test_sampled_decisions_follow_the_round_law(method):
+    """``sample_round`` draws (row, accepted) with the law's probabilities (Monte Carlo, one block)."""
+    rng = np.random.default_rng(9)
+    p, q, x = _blocks(rng, n=1, M=method.rows, L=method.draft_length(3))
+    law = method.round_law(p, q, x, bonus=True)
+    n = 20_000
+    tiled = type(law)(*(None if v is None else np.repeat(v, n, axis=0) for v in law))
+    row, tau, token = sample_round(tiled, rng.random(n), rng.random(n))
+    freq = np.zeros(law.outcome.shape[1:])
+    np.add.at(freq, (row, tau), 1.0 / n)
+    exact = law.outcome[0]
+    assert np.all(np.abs(freq - exact) < Z_BOUND * np.sqrt(exact * (1 - exact) / n) + 1e-12)
+    assert np.all(token >= 0)  # with a bonus position, every outcome is followed by a token
+
+
+# -- the CLI asks each method for its own theory ---------------------------------------------------------------
+def _cli_args(method) -> list[str] | None:
+    cls = type(method)
+    if not cls.constructible_from_cli():
+        return None
+    argv = ["--method", cls.name]
+    for name, f in cli_params(cls).items():
+        value = getattr(method, name)
+        if value != f.default and value is not None:
+            argv += [option(name), str(value)]
+    return argv
+
+
+CLI_CASES = [m for m in CASES if _cli_args(m) is not None]
+
+
+@pytest.mark.parametrize("method", CLI_CASES, ids=[repr(m) for m in CLI_CASES])
+def test_cli_sim_prints_the_methods_own_theory(method, capsys):
+    argv = ["sim", "--T", "8", "--V", "3", "--seed", "4", "--n-runs", "3000", "--json"] + _cli_args(method)
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["method"] == repr(method)
+    expected = method.expected(MarkovInstance.random(8, 3, 4))
+    if expected is None:
+        assert out["theory"] == {} and out["theory_source"].startswith("none")
+        return
+    assert out["theory"] == pytest.approx(dict(expected.items()), rel=1e-12)
+    assert out["theory_source"] == expected.source
+    assert all(abs(z) < Z_BOUND for z in out["z"].values())
+
+
+def test_cli_biased_regression(capsys):
+    """The reported bug: ``sim --method biased`` printed Thm 1's SD value (z ≈ −200) as its theory."""
+    argv = ["sim", "--method", "biased", "--eps", "0.2", "--T", "10", "--V", "3", "--seed", "1", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    inst = MarkovInstance.random(10, 3, 1)
+    assert out["theory"]["rejections"] == pytest.approx(Biased(0.2).expected(inst).rejections, rel=1e-12)
+    assert abs(out["theory"]["rejections"] - SD().expected(inst).rejections) > 1.0
+    assert abs(out["z"]["rejections"]) < Z_BOUND
+
+
+def test_methods_listing_names_every_method(capsys):
+    assert main(["methods", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) == set(REGISTRY)
+    assert out["sd"]["options"] == {"--K": dataclasses.fields(SD)[0].metadata["help"]}
+    assert out["sprinter"]["real_models"] is False and out["sd"]["real_models"] is True
