@@ -24,6 +24,7 @@ from speculab.methods import (
     Autoregressive,
     BatchSD,
     Biased,
+    BlockVerification,
     Fuzzy,
     RejectionDecoding,
     SpecDecPP,
@@ -47,6 +48,8 @@ CASES = [
     Sprinter(0.8, 0.0),
     Sprinter(0.7, 0.3),
     SpecDecPP(0.4, cap=3),
+    BlockVerification(2),
+    BlockVerification(3),
 ]
 IDS = [repr(m) for m in CASES]
 COUNTS = ("rejections", "oracle_calls", "draft_calls", "accepted", "discarded", "bonus")

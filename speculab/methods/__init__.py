@@ -21,9 +21,10 @@ from speculab.methods.biased import Biased
 from speculab.methods.fuzzy import Fuzzy
 from speculab.methods.sprinter import Sprinter
 from speculab.methods.specdecpp import SpecDecPP
+from speculab.methods.block import BlockVerification
 
 __all__ = [
     "Method", "RoundLaw", "Step", "Emit", "ChainMethod", "ChainStep", "Rule",
     "REGISTRY", "register", "get", "names", "build", "param", "sample_round",
-    "Autoregressive", "SD", "BatchSD", "RejectionDecoding", "Biased", "Fuzzy", "Sprinter", "SpecDecPP",
+    "Autoregressive", "SD", "BatchSD", "RejectionDecoding", "Biased", "Fuzzy", "Sprinter", "SpecDecPP", "BlockVerification",
 ]

@@ -1,0 +1,306 @@
+"""Block verification (Sun et al., ICLR 2025; SPEC BV): the rule against a literal reading of the algorithm.
+
+The reference below enumerates every block ``x_1..x_γ`` and reads the algorithm
+literally (``τ`` = the largest ``i`` with ``η_i < h_i``, so ``P(τ = i | block) =
+h_i Π_{j>i}(1 − h_j)``), with its own loops; nothing in it comes from speculab.
+The generic checks (law = target's on Markov instances, exact counts = enumeration,
+simulation, same seed, numpy = torch) run for this method in ``tests/test_methods.py``.
+"""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conftest import Z_BOUND
+from speculab.methods import SD, BlockVerification
+from speculab.methods.block import MAX_PATHS, block_accepted, block_counts, block_kernel, block_round_law
+from speculab.theory import MarkovInstance, lookahead_counts
+
+
+# -- a literal reference ---------------------------------------------------------------------------------------
+def _literal(Pk, Qk, a0, gamma):
+    """Every block with its probability and the algorithm's quantities, read literally.
+
+    ``Pk[i][a, x]``, ``Qk[i][a, x]``: draft and target laws of slot ``i + 1`` after token ``a``
+    (``Qk`` has ``γ + 1`` slots). Returns ``{block: (prob, w, r, h, P(τ = ·))}``.
+    """
+    V = Pk[0].shape[0]
+    out = {}
+    for block in itertools.product(range(V), repeat=gamma):
+        prev, prob, w = a0, 1.0, [1.0]
+        for i, x in enumerate(block):
+            prob *= Pk[i][prev, x]
+            wq, p = w[-1] * Qk[i][prev, x], Pk[i][prev, x]
+            w.append(1.0 if wq >= p else wq / p)  # min(1, w q/p), without overflow for tiny p
+            prev = x
+        if prob == 0:
+            continue
+        ctx = (a0,) + block
+        r = [sum(max(w[i] * Qk[i][ctx[i], y] - Pk[i][ctx[i], y], 0.0) for y in range(V)) for i in range(gamma)]
+        h = [1.0] + [r[i] / (r[i] + 1 - w[i]) if r[i] + 1 - w[i] > 0 else 0.0 for i in range(1, gamma)] + [w[gamma]]
+        tau = [h[i] * math.prod(1 - h[j] for j in range(i + 1, gamma + 1)) for i in range(gamma + 1)]
+        out[block] = (prob, w, r, h, tau)
+    return out
+
+
+def _kernels(draw, V, gamma):
+    def law():
+        w = np.array(draw(st.lists(st.floats(0, 1), min_size=V, max_size=V)))
+        w[draw(st.integers(0, V - 1))] += 0.05  # never all zero
+        return w / w.sum()
+
+    Pk = [np.array([law() for _ in range(V)]) for _ in range(gamma)]
+    Qk = [np.array([law() for _ in range(V)]) for _ in range(gamma + 1)]
+    return Pk, Qk
+
+
+@st.composite
+def blocks(draw):
+    V, gamma = draw(st.integers(2, 3)), draw(st.integers(1, 3))
+    Pk, Qk = _kernels(draw, V, gamma)
+    return Pk, Qk, draw(st.integers(0, V - 1)), gamma
+
+
+def _arrays(Pk, Qk, a0, block):
+    """The rule's inputs for one block: p (1, 1, L, V), q (1, 1, L+1, V), x (1, 1, L)."""
+    ctx = (a0,) + block
+    p = np.stack([Pk[i][ctx[i]] for i in range(len(block))])
+    q = np.stack([Qk[i][ctx[i]] for i in range(len(block) + 1)])
+    return p[None, None], q[None, None], np.array(block)[None, None]
+
+
+@given(blocks())
+def test_round_law_is_the_literal_algorithm(case):
+    Pk, Qk, a0, gamma = case
+    for block, (_, _, r, _, tau) in _literal(Pk, Qk, a0, gamma).items():
+        law = block_round_law(*_arrays(Pk, Qk, a0, block), bonus=True)
+        np.testing.assert_allclose(law.outcome[0, 0], tau, atol=1e-12)
+        assert law.outcome[0, 0].sum() == pytest.approx(1.0, abs=1e-12)
+
+
+@given(blocks())
+def test_prefix_property_output_law_and_paired_probabilities(case):
+    """P(τ ≥ i, x_{1:i}) = p(x_{1:i}) w_i; the output is the target's law; r_i/w_i and the accept probability."""
+    Pk, Qk, a0, gamma = case
+    V = Pk[0].shape[0]
+    lit = _literal(Pk, Qk, a0, gamma)
+    ge = {}  # (prefix) -> P(τ ≥ len(prefix), x̃ starts with prefix)
+    out = np.zeros((V,) * (gamma + 1))  # the output continued by the target to γ + 1 tokens
+    for block, (prob, w, r, h, tau) in lit.items():
+        for i in range(gamma + 1):
+            ge[block[:i]] = ge.get(block[:i], 0.0) + prob * sum(tau[i:])
+        law = block_round_law(*_arrays(Pk, Qk, a0, block), bonus=True)
+        for i in range(gamma + 1):
+            corr = law.correction[0, 0, i] / law.correction[0, 0, i].sum()
+            for y in range(V):
+                z = block[:i] + (y,)
+                mass = prob * tau[i] * corr[y]
+                ctx = (a0,) + z
+                for rest in itertools.product(range(V), repeat=gamma - i):  # continue from the target
+                    full, m = z + rest, mass
+                    for j, v in enumerate(rest, start=i + 1):
+                        m *= Qk[j][full[j - 1], v]
+                    out[full] += m
+                del ctx
+        # paired probabilities: P(τ = i | τ ≥ i, x_{1:i}) and P(τ ≥ i+1 | τ ≥ i, x_{1:i+1}) by enumeration below
+    for prefix, mass in ge.items():
+        i = len(prefix)
+        w_i, p_i, prev = 1.0, 1.0, a0
+        for j, x in enumerate(prefix):
+            p_i *= Pk[j][prev, x]
+            w_i = 1.0 if w_i * Qk[j][prev, x] >= Pk[j][prev, x] else w_i * Qk[j][prev, x] / Pk[j][prev, x]
+            prev = x
+        assert mass == pytest.approx(p_i * w_i, abs=1e-12)
+        if i < gamma and mass > 1e-9:
+            block = next(b for b in lit if b[:i] == prefix)
+            law = block_round_law(*_arrays(Pk, Qk, a0, block), bonus=True)
+            stop = mass - sum(ge.get(prefix + (x,), 0.0) for x in range(V))
+            assert law.reject_prob[0, 0, i] == pytest.approx(stop / mass, abs=1e-9)
+            for x in range(V):
+                grown = prefix + (x,)
+                drafted = p_i * Pk[i][prev, x]
+                if drafted > 1e-9 and grown in ge:
+                    b2 = next(b for b in lit if b[: i + 1] == grown)
+                    at_least_i = sum(lit[b][0] * sum(lit[b][4][i:]) for b in lit if b[: i + 1] == grown)
+                    law2 = block_round_law(*_arrays(Pk, Qk, a0, b2), bonus=True)
+                    assert law2.accept_prob[0, 0, i] == pytest.approx(ge[grown] / at_least_i, abs=1e-9)
+    target = np.zeros_like(out)
+    for z in itertools.product(range(V), repeat=gamma + 1):
+        ctx = (a0,) + z
+        target[z] = math.prod(Qk[j][ctx[j], ctx[j + 1]] for j in range(gamma + 1))
+    np.testing.assert_allclose(out, target, atol=1e-12)
+
+
+@given(blocks())
+def test_never_fewer_accepted_drafts_than_token_verification_in_expectation(case):
+    """E[τ] of block verification >= that of SD over the blocks drafted from a context (Sun et al.: optimal)."""
+    Pk, Qk, a0, gamma = case
+    bv_mean = sd_mean = 0.0
+    for block, (prob, _, _, _, tau) in _literal(Pk, Qk, a0, gamma).items():
+        args = _arrays(Pk, Qk, a0, block)
+        bv = block_round_law(*args, bonus=True).expected_accepted()[0][0]
+        assert bv == pytest.approx(sum(i * t for i, t in enumerate(tau)), abs=1e-12)
+        bv_mean += prob * bv
+        sd_mean += prob * SD(K=gamma).round_law(*args, bonus=True).expected_accepted()[0][0]
+    assert bv_mean >= sd_mean - 1e-12
+
+
+def test_not_per_block():
+    """SPEC BV says "never below SD with the same block"; that holds in expectation over the blocks, not block by block.
+
+    Here ``x_1 = x_2 = 0`` surely, ``q_2(0) = 1/21``, and the block ``(0, 0, 1)`` has
+    ``q_3(1) = 0``: SD accepts ``1 + 1/21`` drafts on it in expectation, block
+    verification exactly 1 (``h_1 = 1``, ``h_2 = h_3 = 0``) — while over all blocks of
+    this context block verification accepts more.
+    """
+    e = 1 / 21
+    one, split = np.array([[1.0, 0.0], [1.0, 0.0]]), np.array([[e, 1 - e], [1.0, 0.0]])
+    Pk, Qk = [one, one, split], [one, split, one, one]
+    args = _arrays(Pk, Qk, 0, (0, 0, 1))
+    bv = block_round_law(*args, bonus=True).expected_accepted()[0][0]
+    sd = SD(K=3).round_law(*args, bonus=True).expected_accepted()[0][0]
+    assert bv == pytest.approx(1.0, abs=1e-15) and sd == pytest.approx(1 + e, abs=1e-15)
+    lit = _literal(Pk, Qk, 0, 3)
+    mean = lambda law: sum(prob * law(*_arrays(Pk, Qk, 0, b), bonus=True).expected_accepted()[0][0]  # noqa: E731
+                           for b, (prob, *_) in lit.items())
+    assert mean(block_round_law) > mean(SD(K=3).round_law) + 0.04
+
+
+def test_binary_example_of_the_paper():
+    """SPEC BV: q = (1/3, 2/3), p = (2/3, 1/3), γ = 2 — SD accepts 10/9 drafts per round, BV 11/9."""
+    p, q = [2 / 3, 1 / 3], [1 / 3, 2 / 3]
+    assert block_accepted(p, q, 2) == pytest.approx(11 / 9, abs=1e-14)
+    P, Q = np.array([p, p]), np.array([q, q])  # context-free kernels
+    lit = _literal([P, P], [Q, Q, Q], 0, 2)
+    per_round = lambda law: sum(prob * law(*_arrays([P, P], [Q, Q, Q], 0, b), bonus=True).expected_accepted()[0][0]  # noqa: E731
+                                for b, (prob, *_) in lit.items())
+    assert per_round(block_round_law) == pytest.approx(11 / 9, abs=1e-14)
+    assert per_round(SD(K=2).round_law) == pytest.approx(10 / 9, abs=1e-14)  # α + α², α = 1 − TV = 2/3
+    assert block_accepted(p, q, 1) == pytest.approx(2 / 3, abs=1e-14)  # γ = 1: SD's 1 − TV
+
+
+def test_gamma_one_is_speculative_decoding():
+    inst = MarkovInstance.random(10, 3, 4, concentration=0.7)
+    bv, sd = BlockVerification(1).expected(inst), SD(K=1).expected(inst)
+    for name, value in sd.items():
+        assert bv.get(name) == pytest.approx(value, abs=1e-12), name
+    rng = np.random.default_rng(0)
+    p = rng.dirichlet(np.ones(4), size=(5, 1, 1))
+    q = rng.dirichlet(np.ones(4), size=(5, 1, 2))
+    x = np.array([[[rng.choice(4, p=p[i, 0, 0])]] for i in range(5)])
+    a, b = block_round_law(p, q, x, bonus=True), SD(K=1).round_law(p, q, x, bonus=True)
+    for name in ("outcome", "reject_prob", "accept_prob"):
+        np.testing.assert_allclose(getattr(a, name), getattr(b, name), atol=1e-15, err_msg=name)
+    unit = lambda w: w / w.sum(-1, keepdims=True)  # noqa: E731  (correction weights are unnormalised)
+    np.testing.assert_allclose(unit(a.correction), unit(b.correction), atol=1e-15)
+
+
+def test_gain_over_token_verification_exact_and_simulated():
+    """Markov instance: BV(γ) makes fewer target calls than SD(K=γ) for γ >= 2, exactly and in simulation."""
+    from speculab.sim import simulate
+
+    inst = MarkovInstance.random(30, 3, 8, concentration=0.5)
+    for gamma in (2, 4):
+        bv, sd = block_counts(inst, gamma), lookahead_counts(inst, gamma)
+        assert bv.oracle_calls < sd.oracle_calls - 0.05 and bv.accepted > sd.accepted
+        c_bv = simulate(inst, BlockVerification(gamma), 20_000, key=gamma)
+        c_sd = simulate(inst, SD(K=gamma), 20_000, key=10 + gamma)
+        diff = c_sd.estimate("oracle_calls").mean - c_bv.estimate("oracle_calls").mean
+        se = math.hypot(c_sd.estimate("oracle_calls").se, c_bv.estimate("oracle_calls").se)
+        assert abs(diff - (sd.oracle_calls - bv.oracle_calls)) < Z_BOUND * se
+
+
+def test_kernel_rows_are_distributions_and_refuse_huge_blocks():
+    inst = MarkovInstance.random(6, 3, 2)
+    J, acc = block_kernel(inst, 1, 3)
+    np.testing.assert_allclose(J.sum(axis=(1, 2)), 1.0, atol=1e-12)  # s + L < T: every round ends in a token
+    J_end, _ = block_kernel(inst, 3, 3)  # s + L = T: the all-accepted mass has no next token
+    assert np.all(J_end.sum(axis=(1, 2)) < 1 + 1e-12) and np.all(acc <= 3)
+    big = MarkovInstance.random(30, 40, 0)
+    with pytest.raises(ValueError, match="MAX_PATHS"):
+        block_counts(big, 4)
+    assert 40 ** 6 > MAX_PATHS
+
+
+@pytest.mark.parametrize("gamma, match", [(0, "gamma"), (True, "gamma"), (2.5, "gamma"), (None, "gamma")])
+def test_bad_block_size(gamma, match):
+    with pytest.raises(ValueError, match=match):
+        BlockVerification(gamma)
+
+
+def test_cli(capsys):
+    import json
+
+    from speculab.cli import main
+
+    argv = ["sim", "--method", "block", "--gamma", "3", "--T", "12", "--V", "3", "--n-runs", "5000", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["theory"]["oracle_calls"] == pytest.approx(
+        block_counts(MarkovInstance.random(12, 3, 0), 3).oracle_calls, rel=1e-12)
+    assert all(abs(z) < Z_BOUND for z in out["z"].values())
+    assert main(["sim", "--method", "block"]) == 2 and "needs --gamma" in capsys.readouterr().err
+
+
+# -- real models ------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def pair():
+    pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    from speculab.backends import load_pair
+
+    torch.set_num_threads(1)
+    return load_pair("tiny", device="cpu")
+
+
+def test_real_models_greedy_equals_target_greedy_and_cache_rollback(pair):
+    from speculab.backends import Sampling, decode, load_pair
+    from speculab.backends.pair import default_prompts
+    from speculab.methods import Autoregressive
+
+    prompts = default_prompts()[:3]
+    greedy = Sampling(temperature=0)
+    ar = decode(pair, prompts, Autoregressive(), max_new_tokens=24, sampling=greedy)
+    for gamma in (2, 5):
+        assert decode(pair, prompts, BlockVerification(gamma), max_new_tokens=24, sampling=greedy).tokens == ar.tokens
+    nocache = load_pair("tiny", device="cpu", use_cache=False)
+    a = decode(pair, prompts[:2], BlockVerification(3), max_new_tokens=20, key=3)
+    b = decode(nocache, prompts[:2], BlockVerification(3), max_new_tokens=20, key=3)
+    assert a.tokens == b.tokens
+    np.testing.assert_array_equal(a.counts.rejections, b.counts.rejections)
+    c = a.counts
+    np.testing.assert_array_equal(c.accepted + c.rejections + c.bonus, c.tokens)
+
+
+@pytest.mark.slow
+def test_real_models_first_tokens_follow_the_target_law(pair):
+    import test_backends as tb
+    from speculab.backends import Sampling, decode
+
+    sampling = Sampling(1.0)
+    res = decode(pair, [tb.PROMPT] * tb.N_LAW, BlockVerification(3), max_new_tokens=2, sampling=sampling, key=7)
+    first = np.array([t[0] for t in res.tokens])
+    second = np.array([t[1] for t in res.tokens if len(t) == 2])
+    assert tb._gof_pvalue(first, tb._exact_first_token_law(pair, sampling)) > 1e-4
+    assert tb._gof_pvalue(second, tb._exact_second_token_law(pair, sampling)) > 1e-4
+
+
+def test_real_models_gain_on_the_same_blocks_and_compare(pair):
+    from speculab.backends import decode
+    from speculab.backends.pair import default_prompts
+    from speculab.compare import compare
+
+    method = BlockVerification(4)
+    probe = method.round_probe()
+    decode(pair, default_prompts()[:6], method, max_new_tokens=24, key=5, on_round=probe)
+    gain = np.asarray(probe.block) - np.asarray(probe.token)
+    assert gain.size > 10 and gain.mean() > 0  # positive on average (per block it can be negative: test_not_per_block)
+    comp = compare(pair, method, default_prompts()[:8], runs_per_prompt=2, max_new_tokens=16, key=1)
+    for row in comp.rows:
+        if math.isfinite(row.z) and row.predicted == row.predicted:  # rows with a prediction
+            assert abs(row.z) < Z_BOUND, (row.quantity, row.z)
+    assert any("same blocks" in r.quantity for r in comp.rows)
