@@ -208,6 +208,10 @@ def cmd_repro(args) -> None:
         if name not in accepted:
             raise ValueError(f"--{flag.replace('_', '-')} does not apply to {args.figure}")
         kwargs[name] = value
+    if "draft" in accepted:  # a real-model reproduction: the CLI prints its own summary, no weight-loading bars
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
     result = mod.run(**kwargs)
     _emit(args, result, mod.summary(result) + f"\n  wrote {args.out}/")
 

@@ -224,11 +224,12 @@ def compare(
     from speculab.backends import Sampling
     from speculab.backends.pair import default_prompts
 
-    if not isinstance(method, Method) or isinstance(method, Autoregressive) or not method.runs_on_real_models():
+    if not isinstance(method, Method) or not method.runs_on_real_models() or method.draft_length(1) == 0:
         from speculab.methods import names
 
         choices = [n for n in names(real_models=True) if n != Autoregressive.name]
-        raise ValueError(f"method must be one of {choices} (autoregressive decoding is the reference); got {method!r}")
+        raise ValueError(f"method must be a drafting method that runs on real models, one of {choices} "
+                         f"(autoregressive decoding is the reference); got {method!r}")
     runs_per_prompt = as_positive_int(runs_per_prompt, "runs_per_prompt")
     sampling = sampling or Sampling()
     prompts = list(prompts or default_prompts())

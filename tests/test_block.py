@@ -304,3 +304,20 @@ def test_real_models_gain_on_the_same_blocks_and_compare(pair):
         if math.isfinite(row.z) and row.predicted == row.predicted:  # rows with a prediction
             assert abs(row.z) < Z_BOUND, (row.quantity, row.z)
     assert any("same blocks" in r.quantity for r in comp.rows)
+
+
+def test_gain_reproduction_smoke(pair, tmp_path):
+    """``speculab repro block-gain``: exact = what the library computes, simulated within |z| < 5, files written."""
+    from speculab.backends.pair import default_prompts
+    from speculab.repro import block_gain
+
+    res = block_gain.run(key=0, n_runs=3000, out_dir=tmp_path, prompts=default_prompts()[:2], runs_per_prompt=1,
+                         max_new_tokens=8)
+    inst = MarkovInstance.load(tmp_path / "block_gain_instance.npz")
+    for gamma in block_gain.GAMMAS:
+        row = res["gamma"][str(gamma)]
+        assert row["exact"]["block"]["oracle_calls"] == pytest.approx(block_counts(inst, gamma).oracle_calls, rel=1e-12)
+        assert row["exact"]["block"]["oracle_calls"] < row["exact"]["sd"]["oracle_calls"]
+        for name in ("block", "sd"):
+            assert all(abs(v["z"]) < Z_BOUND for v in row["simulated"][name].values())
+    assert (tmp_path / "block_gain.png").stat().st_size > 10_000 and "γ" in block_gain.summary(res)

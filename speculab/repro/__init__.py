@@ -24,6 +24,8 @@ FIGURES = {
     "yin-table1": ("speculab.repro.yin_table1", "[Yin] Table 1 analogue on real models: Decoding-OPT vs -UNO (tiny pair by default)"),
     "specdecpp-fig3": ("speculab.repro.specdecpp_fig3",
                        "[SDpp] Fig. 3: verification vs discard rate, fixed K (exact) vs thresholds h (simulated)"),
+    "block-gain": ("speculab.repro.block_gain",
+                   "Block verification vs SD at γ = 2, 4, 8: exact and simulated (Markov), measured (tiny pair)"),
 }
 
 
