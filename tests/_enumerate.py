@@ -31,6 +31,38 @@ class Enumeration:
     oracle_calls_sq: float
 
 
+class _Tally:
+    """Accumulates the exact law of (x_0..x_T) and the moments of the counters over the leaves of an enumeration.
+
+    A leaf carries its probability, the per-position marks ('a' accepted draft, 'r' rejection
+    sample, 'b' bonus token) and the numbers of oracle calls and drafted tokens.
+    """
+
+    def __init__(self, T: int):
+        self.law: dict = {}
+        self.rej_pos, self.bonus_pos = np.zeros(T), np.zeros(T)
+        self.mom = dict.fromkeys(["rej", "orc", "drf", "acc", "bon", "rej2", "orc2"], 0.0)
+
+    def leaf(self, prefix, marks, w, oracle, draft):
+        self.law[prefix] = self.law.get(prefix, 0.0) + w
+        nr, na, nb = marks.count("r"), marks.count("a"), marks.count("b")
+        for i, m in enumerate(marks):
+            if m == "r":
+                self.rej_pos[i] += w
+            elif m == "b":
+                self.bonus_pos[i] += w
+        for key, val in (("rej", nr), ("orc", oracle), ("drf", draft), ("acc", na),
+                         ("bon", nb), ("rej2", nr * nr), ("orc2", oracle * oracle)):
+            self.mom[key] += w * val
+
+    def result(self) -> "Enumeration":
+        m = self.mom
+        return Enumeration(law=self.law, rejections_per_position=self.rej_pos, bonus_per_position=self.bonus_pos,
+                           rejections=m["rej"], oracle_calls=m["orc"], draft_calls=m["drf"], accepted=m["acc"],
+                           discarded=m["drf"] - m["acc"], bonus=m["bon"], rejections_sq=m["rej2"],
+                           oracle_calls_sq=m["orc2"])
+
+
 def enumerate_decoding(P, Q, rho, B, R, K=None) -> Enumeration:
     """Enumerate all branches of rejection-based decoding with lookahead K (None = unlimited).
 
@@ -39,21 +71,8 @@ def enumerate_decoding(P, Q, rho, B, R, K=None) -> Enumeration:
     P, Q, B, R = (np.asarray(A, dtype=float) for A in (P, Q, B, R))
     rho = np.asarray(rho, dtype=float)
     T, V, _ = P.shape
-    law: dict = {}
-    rej_pos, bonus_pos = np.zeros(T), np.zeros(T)
-    mom = dict.fromkeys(["rej", "orc", "drf", "acc", "bon", "rej2", "orc2"], 0.0)
-
-    def leaf(prefix, marks, w, oracle, draft):
-        law[prefix] = law.get(prefix, 0.0) + w
-        nr, na, nb = marks.count("r"), marks.count("a"), marks.count("b")
-        for i, m in enumerate(marks):
-            if m == "r":
-                rej_pos[i] += w
-            elif m == "b":
-                bonus_pos[i] += w
-        for key, val in (("rej", nr), ("orc", oracle), ("drf", draft), ("acc", na),
-                         ("bon", nb), ("rej2", nr * nr), ("orc2", oracle * oracle)):
-            mom[key] += w * val
+    tally = _Tally(T)
+    leaf = tally.leaf
 
     def round_(prefix, marks, w, oracle, draft):
         """Start a round at position n = len(prefix) (prefix holds x_0..x_{n-1})."""
@@ -93,10 +112,7 @@ def enumerate_decoding(P, Q, rho, B, R, K=None) -> Enumeration:
     for x0 in range(V):
         if rho[x0] > 0:
             round_((x0,), "", float(rho[x0]), 0, 0)
-    return Enumeration(law=law, rejections_per_position=rej_pos, bonus_per_position=bonus_pos,
-                       rejections=mom["rej"], oracle_calls=mom["orc"], draft_calls=mom["drf"],
-                       accepted=mom["acc"], discarded=mom["drf"] - mom["acc"], bonus=mom["bon"],
-                       rejections_sq=mom["rej2"], oracle_calls_sq=mom["orc2"])
+    return tally.result()
 
 
 def sequence_law(P, rho) -> dict:
@@ -143,9 +159,8 @@ def enumerate_batch(P, Q, rho, M, K=None) -> Enumeration:
     T, V, _ = P.shape
     M = int(M)
     assert M >= 1
-    law: dict = {}
-    rej_pos, bonus_pos = np.zeros(T), np.zeros(T)
-    mom = dict.fromkeys(["rej", "orc", "drf", "acc", "bon", "rej2", "orc2"], 0.0)
+    tally = _Tally(T)
+    leaf = tally.leaf
 
     def accept_prob(q, p):
         """min(1, q/p) elementwise; the ratio is only formed where q < p (so < 1, no overflow)."""
@@ -156,18 +171,6 @@ def enumerate_batch(P, Q, rho, M, K=None) -> Enumeration:
         res = np.maximum(q - p, 0.0)
         tot = res.sum()
         return res / tot if tot > 0 else np.zeros_like(res)
-
-    def leaf(prefix, marks, w, oracle, draft):
-        law[prefix] = law.get(prefix, 0.0) + w
-        nr, na, nb = marks.count("r"), marks.count("a"), marks.count("b")
-        for i, m in enumerate(marks):
-            if m == "r":
-                rej_pos[i] += w
-            elif m == "b":
-                bonus_pos[i] += w
-        for key, val in (("rej", nr), ("orc", oracle), ("drf", draft), ("acc", na),
-                         ("bon", nb), ("rej2", nr * nr), ("orc2", oracle * oracle)):
-            mom[key] += w * val
 
     def round_outcomes(n, a):
         """Exact law of one round started at position n with x_{n-1} = a.
@@ -251,10 +254,7 @@ def enumerate_batch(P, Q, rho, M, K=None) -> Enumeration:
     for x0 in range(V):
         if rho[x0] > 0:
             round_((x0,), "", float(rho[x0]), 0, 0)
-    return Enumeration(law=law, rejections_per_position=rej_pos, bonus_per_position=bonus_pos,
-                       rejections=mom["rej"], oracle_calls=mom["orc"], draft_calls=mom["drf"],
-                       accepted=mom["acc"], discarded=mom["drf"] - mom["acc"], bonus=mom["bon"],
-                       rejections_sq=mom["rej2"], oracle_calls_sq=mom["orc2"])
+    return tally.result()
 
 
 def enumerate_rounds(P, Q, rho, round_law, draft_length, rows: int = 1) -> Enumeration:
@@ -272,21 +272,8 @@ def enumerate_rounds(P, Q, rho, round_law, draft_length, rows: int = 1) -> Enume
     P, Q = np.asarray(P, dtype=float), np.asarray(Q, dtype=float)
     rho = np.asarray(rho, dtype=float)
     T, V, _ = P.shape
-    law: dict = {}
-    rej_pos, bonus_pos = np.zeros(T), np.zeros(T)
-    mom = dict.fromkeys(["rej", "orc", "drf", "acc", "bon", "rej2", "orc2"], 0.0)
-
-    def leaf(prefix, marks, w, oracle, draft):
-        law[prefix] = law.get(prefix, 0.0) + w
-        nr, na, nb = marks.count("r"), marks.count("a"), marks.count("b")
-        for i, m in enumerate(marks):
-            if m == "r":
-                rej_pos[i] += w
-            elif m == "b":
-                bonus_pos[i] += w
-        for key, val in (("rej", nr), ("orc", oracle), ("drf", draft), ("acc", na),
-                         ("bon", nb), ("rej2", nr * nr), ("orc2", oracle * oracle)):
-            mom[key] += w * val
+    tally = _Tally(T)
+    leaf = tally.leaf
 
     def chains(t, a, L):
         """Every draft chain of length L from token a at position index t, with its probability and laws."""
@@ -339,10 +326,7 @@ def enumerate_rounds(P, Q, rho, round_law, draft_length, rows: int = 1) -> Enume
     for x0 in range(V):
         if rho[x0] > 0:
             round_((x0,), "", float(rho[x0]), 0, 0)
-    return Enumeration(law=law, rejections_per_position=rej_pos, bonus_per_position=bonus_pos,
-                       rejections=mom["rej"], oracle_calls=mom["orc"], draft_calls=mom["drf"],
-                       accepted=mom["acc"], discarded=mom["drf"] - mom["acc"], bonus=mom["bon"],
-                       rejections_sq=mom["rej2"], oracle_calls_sq=mom["orc2"])
+    return tally.result()
 
 
 def enumerate_sprinter(P, Q, rho, v) -> Enumeration:

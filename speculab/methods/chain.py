@@ -102,6 +102,29 @@ class ChainStep(Step):
         self.root = root
         self.drafts_at = rows * np.minimum(self.k, T - np.arange(T))  # drafts of a round starting at t
 
+    # -- pieces shared with other position-major steps (SpecDec++) ----------------------------------
+    def draw_bonus(self, t: int, prev: np.ndarray, mask: np.ndarray, x: np.ndarray, kinds: np.ndarray, rng) -> None:
+        """Bonus tokens from ``q`` for the runs in ``mask`` (all drafts of their round accepted)."""
+        if mask.any():
+            x[mask] = kernels.sample_cumulative(self.cQ[t, prev[mask]], rng.random(int(mask.sum())))
+            kinds[mask] = BONUS
+
+    def draw_drafts(self, t: int, a: np.ndarray, rng) -> np.ndarray:
+        """One draft token per run from ``p(· | a)`` at position index ``t``."""
+        return kernels.sample_cumulative(self.cP[t, a], rng.random(a.size))
+
+    def verify(self, t: int, r: np.ndarray, prev: np.ndarray, draft: np.ndarray, x: np.ndarray, kinds: np.ndarray,
+               rng) -> tuple[np.ndarray, np.ndarray]:
+        """Runs ``r`` verify their ``draft``: accepted w.p. ``b``, else a correction from ``R``; returns ``(ok, rejected runs)``."""
+        ok = rng.random(r.size) < self.b[t, prev[r], draft]
+        x[r[ok]] = draft[ok]
+        kinds[r[ok]] = DRAFT
+        rej = r[~ok]
+        if rej.size:
+            x[rej] = kernels.sample_cumulative(self.cR[t, prev[rej]], rng.random(rej.size))
+            kinds[rej] = CORRECTION
+        return ok, rej
+
     def start(self, n: int) -> np.ndarray:
         return np.zeros(n, dtype=np.int64)  # where each run's current round began
 
@@ -111,24 +134,14 @@ class ChainStep(Step):
         kinds = np.empty(n, dtype=np.int8)
         new_round = start == t
         is_bonus = (t - start) == self.k  # all K drafts of this round accepted
-        if is_bonus.any():
-            x[is_bonus] = kernels.sample_cumulative(self.cQ[t, prev[is_bonus]], rng.random(int(is_bonus.sum())))
-            kinds[is_bonus] = BONUS
+        self.draw_bonus(t, prev, is_bonus, x, kinds, rng)
         r = np.flatnonzero(~is_bonus)  # runs that verify a draft at t
         if self.root is not None:
             at_root = start[r] == t
             root, r = r[at_root], r[~at_root]
             x[root], rejected = self.root(t, prev[root], rng)
             kinds[root] = np.where(rejected, CORRECTION, DRAFT)
-        a = prev[r]
-        draft = kernels.sample_cumulative(self.cP[t, a], rng.random(r.size))
-        ok = rng.random(r.size) < self.b[t, a, draft]
-        x[r[ok]] = draft[ok]
-        kinds[r[ok]] = DRAFT
-        rej = r[~ok]
-        if rej.size:
-            x[rej] = kernels.sample_cumulative(self.cR[t, prev[rej]], rng.random(rej.size))
-            kinds[rej] = CORRECTION
+        self.verify(t, r, prev, self.draw_drafts(t, prev[r], rng), x, kinds, rng)
         start[is_bonus | (kinds == CORRECTION)] = t + 1  # a round ends at a rejection or a bonus token
         return Emit(x, kinds, oracle_calls=new_round, draft_calls=np.where(new_round, self.drafts_at[t], 0))
 

@@ -56,10 +56,9 @@ from typing import Callable, ClassVar
 import numpy as np
 from scipy.special import expit
 
-from speculab import kernels
 from speculab._validate import as_generator, as_positive_int
-from speculab.counts import BONUS, CORRECTION, DRAFT
 from speculab.methods.base import Emit, Method, Step, check_probability, param, register
+from speculab.methods.chain import ChainStep
 from speculab.methods.sd import sd_rule
 from speculab.theory.instance import MarkovInstance
 
@@ -181,16 +180,14 @@ class _State:
         self.prod = np.ones(n)  # Π a_i over the current round's drafts
 
 
-class _Step(Step):
-    """SpecDec++ runs (module docstring), position by position, vectorised across runs."""
+class _Step(ChainStep):
+    """SpecDec++ runs (module docstring), position by position, vectorised across runs; SD's verification."""
 
     def __init__(self, inst: MarkovInstance, method: "SpecDecPP"):
+        b, R = sd_rule(inst.P, inst.Q)
+        super().__init__(inst, b, R, None)
         self.T = inst.T
-        self.b, R = sd_rule(inst.P, inst.Q)
-        self.cP = np.cumsum(inst.P, axis=-1)
-        self.cQ = np.cumsum(inst.Q, axis=-1)
-        self.cR = np.cumsum(R, axis=-1)
-        self.predict = _predictor(method.head, self.b)
+        self.predict = _predictor(method.head, b)
         self.h, self.cap = float(method.h), method.cap
 
     def _stops(self, t: int, prod: np.ndarray, count: np.ndarray) -> np.ndarray:
@@ -203,7 +200,7 @@ class _Step(Step):
         alive = np.arange(y.size)
         y, prod = y.copy(), prod.copy()
         for s in range(t + 1, self.T):
-            z = kernels.sample_cumulative(self.cP[s, y[alive]], rng.random(alive.size))
+            z = self.draw_drafts(s, y[alive], rng)
             extra[alive] += 1
             prod[alive] *= self.predict(s, y[alive], z)
             y[alive] = z
@@ -221,27 +218,18 @@ class _Step(Step):
         kinds = np.empty(n, dtype=np.int8)
         drafts = np.zeros(n, dtype=np.int64)
         oracle = st.new_round.copy()
-        if st.is_bonus.any():
-            x[st.is_bonus] = kernels.sample_cumulative(self.cQ[t, prev[st.is_bonus]], rng.random(int(st.is_bonus.sum())))
-            kinds[st.is_bonus] = BONUS
-
+        self.draw_bonus(t, prev, st.is_bonus, x, kinds, rng)
         r = np.flatnonzero(~st.is_bonus)  # runs that draft and verify at t
         a = prev[r]
-        y = kernels.sample_cumulative(self.cP[t, a], rng.random(r.size))
+        y = self.draw_drafts(t, a, rng)
         drafts[r] += 1
         st.count[r] += 1
         st.prod[r] *= self.predict(t, a, y)
         stop = self._stops(t, st.prod[r], st.count[r])
-        ok = rng.random(r.size) < self.b[t, a, y]
-        x[r[ok]] = y[ok]
-        kinds[r[ok]] = DRAFT
-        rej = r[~ok]
-        if rej.size:
-            x[rej] = kernels.sample_cumulative(self.cR[t, prev[rej]], rng.random(rej.size))
-            kinds[rej] = CORRECTION
-            cont = ~ok & ~stop  # rejected before the round stopped drafting: its later drafts are discarded
-            if cont.any():
-                drafts[r[cont]] += self._rest_of_chain(t, y[cont], st.prod[r[cont]], st.count[r[cont]], rng)
+        ok, rej = self.verify(t, r, prev, y, x, kinds, rng)
+        cont = ~ok & ~stop  # rejected before the round stopped drafting: its later drafts are discarded
+        if cont.any():
+            drafts[r[cont]] += self._rest_of_chain(t, y[cont], st.prod[r[cont]], st.count[r[cont]], rng)
 
         # A round ends at a rejection or a bonus token; one that stopped with all drafts accepted gets a bonus next.
         ended = st.is_bonus.copy()

@@ -1,0 +1,24 @@
+"""The README's Python examples run as written (each in a fresh interpreter, so a registered example method
+does not leak into the registry of the other tests)."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+
+
+def test_the_readme_has_examples():
+    assert len(BLOCKS) >= 2 and any("@register" in b for b in BLOCKS)
+
+
+@pytest.mark.parametrize("code", BLOCKS, ids=[f"block{i}" for i in range(len(BLOCKS))])
+def test_readme_example_runs(code):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
