@@ -136,7 +136,7 @@ def paired_rejections(result, per: str = "run") -> Row:
     r = np.concatenate([rec.reject_prob[rec.kind != 3] for rec in result.records])
     counted = float(result.counts.rejections.sum())
     predicted = float(r.sum())
-    sd = math.sqrt(float((r * (1 - r)).sum()))
+    sd = math.sqrt(float(np.clip(r * (1 - r), 0.0, None).sum()))  # r can exceed 1 by round-off (FSD: r = Σ p = 1)
     n = result.counts.n_runs if per == "run" else float(result.counts.tokens.sum())
     return Row(f"rejections per {per} (paired: Σ r_n)", predicted / n, counted / n, predicted_se=sd / n,
                note="martingale z; r_n = P(rejection at n | past)")

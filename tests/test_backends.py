@@ -14,7 +14,7 @@ from scipy.stats import power_divergence  # noqa: E402
 from conftest import Z_BOUND  # noqa: E402
 from speculab.backends import NGramModel, Sampling, decode, load_pair, ngram_draft  # noqa: E402
 from speculab.backends.pair import TINY_DIR, default_prompts  # noqa: E402
-from speculab.methods import SD, Autoregressive, BatchSD, Biased  # noqa: E402
+from speculab.methods import SD, Autoregressive, BatchSD, Biased, Fuzzy  # noqa: E402
 
 PROMPT = "Return the"
 GREEDY = Sampling(temperature=0)
@@ -176,6 +176,10 @@ def test_compare_batch_and_biased(pair):
     assert abs(paired.z) < Z_BOUND
     improvement = next(r for r in comp.rows if "Thm 3" in r.quantity)
     assert abs(improvement.z) < Z_BOUND and improvement.predicted > 0
+    comp = compare(pair, Fuzzy(0.3, "js", K=4), default_prompts()[:4], runs_per_prompt=2, max_new_tokens=12, key=1)
+    for row in comp.rows:  # regression: FSD's r_n = Σ p can round above 1 (was a math domain error)
+        if math.isfinite(row.z):
+            assert abs(row.z) < Z_BOUND, (row.quantity, row.z)
     comp = compare(pair, Biased(0.2, "opt"), default_prompts()[:6], runs_per_prompt=2, max_new_tokens=12, key=1)
     pareto = next(r for r in comp.rows if "Thm 5" in r.quantity)
     assert pareto.holds is True and "exact ✓" in str(comp)
@@ -253,6 +257,21 @@ def test_bad_decode_arguments(pair, kwargs, match):
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         decode(pair, args.pop("prompts"), args.pop("method"), **args)
+
+
+def test_key_types_and_same_key_same_tokens(pair):
+    """decode and compare take the same ``key`` as simulate: an int seed, a torch or a numpy Generator."""
+    from speculab.compare import compare
+
+    runs = [decode(pair, PROMPT, SD(K=3), max_new_tokens=8, key=k).tokens
+            for k in (5, 5, torch.Generator().manual_seed(5), np.random.default_rng(5))]
+    assert runs[0] == runs[1]
+    with pytest.raises(ValueError, match="key must be"):
+        decode(pair, PROMPT, SD(K=3), max_new_tokens=8, key=-1)
+    with pytest.raises(ValueError, match="runs_per_prompt"):
+        compare(pair, SD(), [PROMPT], runs_per_prompt=0)
+    comp = compare(pair, SD(K=2), [PROMPT], runs_per_prompt=2, max_new_tokens=6, key=np.random.default_rng(1))
+    assert comp.settings["key"] == "Generator"
 
 
 def test_bad_method_and_sampling_arguments():

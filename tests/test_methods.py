@@ -252,3 +252,22 @@ def test_methods_listing_names_every_method(capsys):
     assert set(out) == set(REGISTRY)
     assert out["sd"]["options"] == {"--K": dataclasses.fields(SD)[0].metadata["help"]}
     assert out["sprinter"]["real_models"] is False and out["sd"]["real_models"] is True
+
+
+# -- one randomness argument --------------------------------------------------------------------------------
+def test_key_is_one_argument_with_the_same_types_everywhere():
+    """``key``: an int seed, a numpy Generator or a torch Generator, in simulate and MarkovInstance.random alike."""
+    torch = pytest.importorskip("torch")
+    from speculab.methods.sprinter import simulate_stopping
+
+    for key in (3, np.random.default_rng(3), torch.Generator().manual_seed(3)):
+        inst = MarkovInstance.random(6, 3, key)
+        assert simulate(inst, SD(K=2), 100, key=key).n_runs == 100
+        assert simulate_stopping(0.5, 0.5, 2, 10, key).shape == (10,)
+    same = [simulate(MarkovInstance.random(6, 3, 5), SD(), 500, key=9).rejections for _ in range(2)]
+    np.testing.assert_array_equal(*same)
+    for bad in ("seed", -1, 1 << 64, True, 2.0, None):
+        with pytest.raises(ValueError, match="key must be an int seed in \\[0, 2\\*\\*64\\)"):
+            simulate(MarkovInstance.random(6, 3, 5), SD(), 10, key=bad)
+        with pytest.raises(ValueError, match="key must be"):
+            MarkovInstance.random(6, 3, bad)
