@@ -174,7 +174,7 @@ def sample_cumulative(cum, u):
       u: ``(...)`` uniforms in ``[0, 1)``.
     """
     xp = array_namespace(cum, u)
-    return xp.sum(xp.astype(cum <= u[..., None] * cum[..., -1:], xp.int64), axis=-1)
+    return xp.count_nonzero(cum <= u[..., None] * cum[..., -1:], axis=-1)
 
 
 def sample_index(w, u):

@@ -113,10 +113,11 @@ class ChainStep(Step):
         """One draft token per run from ``p(· | a)`` at position index ``t``."""
         return kernels.sample_cumulative(self.cP[t, a], rng.random(a.size))
 
-    def verify(self, t: int, r: np.ndarray, prev: np.ndarray, draft: np.ndarray, x: np.ndarray, kinds: np.ndarray,
-               rng) -> tuple[np.ndarray, np.ndarray]:
-        """Runs ``r`` verify their ``draft``: accepted w.p. ``b``, else a correction from ``R``; returns ``(ok, rejected runs)``."""
-        ok = rng.random(r.size) < self.b[t, prev[r], draft]
+    def verify(self, t: int, r: np.ndarray, a: np.ndarray, prev: np.ndarray, draft: np.ndarray, x: np.ndarray,
+               kinds: np.ndarray, rng) -> tuple[np.ndarray, np.ndarray]:
+        """Runs ``r`` (previous tokens ``a = prev[r]``) verify their ``draft``: accepted w.p. ``b``, else a
+        correction from ``R``; returns ``(ok, rejected runs)``."""
+        ok = rng.random(r.size) < self.b[t, a, draft]
         x[r[ok]] = draft[ok]
         kinds[r[ok]] = DRAFT
         rej = r[~ok]
@@ -141,7 +142,8 @@ class ChainStep(Step):
             root, r = r[at_root], r[~at_root]
             x[root], rejected = self.root(t, prev[root], rng)
             kinds[root] = np.where(rejected, CORRECTION, DRAFT)
-        self.verify(t, r, prev, self.draw_drafts(t, prev[r], rng), x, kinds, rng)
+        a = prev[r]
+        self.verify(t, r, a, prev, self.draw_drafts(t, a, rng), x, kinds, rng)
         start[is_bonus | (kinds == CORRECTION)] = t + 1  # a round ends at a rejection or a bonus token
         return Emit(x, kinds, oracle_calls=new_round, draft_calls=np.where(new_round, self.drafts_at[t], 0))
 

@@ -226,7 +226,7 @@ class _Step(ChainStep):
         st.count[r] += 1
         st.prod[r] *= self.predict(t, a, y)
         stop = self._stops(t, st.prod[r], st.count[r])
-        ok, rej = self.verify(t, r, prev, y, x, kinds, rng)
+        ok, rej = self.verify(t, r, a, prev, y, x, kinds, rng)
         cont = ~ok & ~stop  # rejected before the round stopped drafting: its later drafts are discarded
         if cont.any():
             drafts[r[cont]] += self._rest_of_chain(t, y[cont], st.prod[r[cont]], st.count[r[cont]], rng)

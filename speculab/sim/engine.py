@@ -25,30 +25,28 @@ def _chunk(step: Step, inst, n: int, rng: np.random.Generator, keep: bool) -> Co
     T, V = inst.T, inst.V
     prev = kernels.sample_cumulative(np.broadcast_to(np.cumsum(inst.rho), (n, V)), rng.random(n))
     state = step.start(n)
-    zeros = lambda: np.zeros(n, dtype=np.int64)  # noqa: E731
-    rejections, oracle, drafts, accepted, bonus = zeros(), zeros(), zeros(), zeros(), zeros()
-    extra = {name: zeros() for name in step.extra}
-    rate = np.zeros(T)
+    kinds = np.empty((T, n), dtype=np.int8)  # how each position was produced; counted once at the end
+    oracle, drafts = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    extra = {name: np.zeros(n, dtype=np.int64) for name in step.extra}
     seq = np.empty((n, T + 1), dtype=np.int64) if keep else None
     if keep:
         seq[:, 0] = prev
     for t in range(T):
         e = step(t, prev, state, rng)
-        rejected = (e.kinds == CORRECTION) | (e.kinds == TARGET)
-        rejections += rejected
-        accepted += e.kinds == DRAFT
-        bonus += e.kinds == BONUS
+        kinds[t] = e.kinds
         oracle += e.oracle_calls
         drafts += e.draft_calls
         for name, value in e.extra.items():
             extra[name] += value
-        rate[t] = np.count_nonzero(rejected) / n
         prev = e.tokens
         if keep:
             seq[:, t + 1] = prev
-    return Counts(rejections=rejections, oracle_calls=oracle, draft_calls=drafts, accepted=accepted,
-                  discarded=drafts - accepted, bonus=bonus, tokens=np.full(n, T, dtype=np.int64),
-                  rejections_per_position=rate, sequences=seq, extra=extra)
+    rejected = (kinds == CORRECTION) | (kinds == TARGET)  # (T, n)
+    accepted = np.count_nonzero(kinds == DRAFT, axis=0)
+    return Counts(rejections=np.count_nonzero(rejected, axis=0), oracle_calls=oracle, draft_calls=drafts,
+                  accepted=accepted, discarded=drafts - accepted, bonus=np.count_nonzero(kinds == BONUS, axis=0),
+                  tokens=np.full(n, T, dtype=np.int64), rejections_per_position=np.count_nonzero(rejected, axis=1) / n,
+                  sequences=seq, extra=extra)
 
 
 def run_steps(step: Step, inst, n_runs: int, rng: np.random.Generator, *, return_sequences: bool = False,
