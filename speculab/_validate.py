@@ -97,6 +97,15 @@ def as_positive_int(x, name: str, *, minimum: int = 1) -> int:
     return int(x)
 
 
+def as_lookahead(K, name: str = "K") -> int | None:
+    """A lookahead: ``None`` (draft to the end, ``K = ∞``) or an integer ``>= 1``."""
+    if K is None:
+        return None
+    if isinstance(K, bool) or not isinstance(K, numbers.Integral) or K < 1:
+        raise ValueError(f"{name} must be an integer >= 1 (or None for ∞); got {K!r}")
+    return int(K)
+
+
 #: What every ``key`` argument accepts (simulate, decode, compare, the reproductions, MarkovInstance.random).
 KEY_TYPES = "an int seed in [0, 2**64), a numpy.random.Generator or a torch.Generator"
 _SEED_LIMIT = 1 << 64

@@ -120,12 +120,14 @@ def _method_options(choices: list[str]) -> dict[str, tuple]:
     return out
 
 
-def _add_method_args(p: argparse.ArgumentParser, *, real_models: bool = False, exclude: tuple[str, ...] = ()) -> None:
+def _add_method_args(p: argparse.ArgumentParser, *, real_models: bool = False, drafting: bool = False) -> None:
     """``--method NAME`` (from the registry) and every registered method's parameters as options."""
-    from speculab.methods import names
+    from speculab.methods import get, names
     from speculab.methods.base import option
 
-    choices = [n for n in names(real_models=True if real_models else None, cli=True) if n not in exclude]
+    choices = names(real_models=True if real_models else None, cli=True)
+    if drafting:  # compare: methods that draft (autoregressive decoding is its reference)
+        choices = [n for n in choices if get(n).drafting]
     g = p.add_argument_group("method (`speculab methods` lists them with their options)")
     g.add_argument("--method", choices=choices, default="sd", help="decoding method (default sd)")
     for fname, (f, users) in _method_options(choices).items():
@@ -336,7 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compare", help="theory vs measured counts on a real draft/target pair")
     common(p)
     _add_pair_args(p)
-    _add_method_args(p, real_models=True, exclude=("ar",))
+    _add_method_args(p, real_models=True, drafting=True)
     p.add_argument("--prompt", action="append", help="a prompt (repeatable; default: the tiny pair's held-out prompts)")
     p.add_argument("--runs-per-prompt", type=int, default=4, help="independent runs per prompt (default 4)")
     p.set_defaults(func=cmd_compare)

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from speculab._validate import as_positive_int, spawn_seeds
-from speculab.counts import Counts, Estimate, Expected
+from speculab.counts import TARGET, Counts, Estimate, Expected
 from speculab.methods import SD, Autoregressive, Method
 
 __all__ = ["Row", "Comparison", "Context", "compare", "side_by_side", "paired_rejections", "paired_accepted"]
@@ -52,17 +52,22 @@ class Row:
     measured_se: float = 0.0
     note: str = ""
     tolerance: float | None = None  # an exact identity: checked to this tolerance, no z
+    upper_bound: bool = False  # a one-sided prediction (measured ≤ predicted): checked within 5 s.e., no z
 
     @property
     def holds(self) -> bool | None:
-        """For exact identities (``tolerance`` set): whether ``|measured − predicted| <= tolerance``."""
+        """For exact identities (``tolerance`` set): whether ``|measured − predicted| <= tolerance``; for an
+        upper bound: whether ``measured <= predicted + 5 s.e.``; otherwise ``None`` (read ``z``)."""
+        if self.upper_bound:
+            return self.measured <= self.predicted + 5.0 * math.hypot(self.predicted_se, self.measured_se)
         if self.tolerance is None:
             return None
         return abs(self.measured - self.predicted) <= self.tolerance
 
     @property
     def z(self) -> float:
-        if self.tolerance is not None or not (math.isfinite(self.predicted) and math.isfinite(self.measured)):
+        if self.tolerance is not None or self.upper_bound or not (math.isfinite(self.predicted)
+                                                                  and math.isfinite(self.measured)):
             return float("nan")
         se = math.hypot(self.predicted_se, self.measured_se)
         if math.isnan(se):
@@ -100,6 +105,8 @@ class Comparison:
 
 
 def _zcell(r: Row) -> str:
+    if r.upper_bound:
+        return "≤ ✓" if r.holds else "≤ ✗"
     if r.holds is not None:
         return "exact ✓" if r.holds else "exact ✗"
     return f"{r.z:+.2f}" if math.isfinite(r.z) else ("" if math.isnan(r.z) else str(r.z))
@@ -133,7 +140,7 @@ def paired_rejections(result, per: str = "run") -> Row:
 
     ``per="run"`` divides by the number of runs, ``"token"`` by the number of generated tokens.
     """
-    r = np.concatenate([rec.reject_prob[rec.kind != 3] for rec in result.records])
+    r = np.concatenate([rec.reject_prob[rec.kind != TARGET] for rec in result.records])
     counted = float(result.counts.rejections.sum())
     predicted = float(r.sum())
     sd = math.sqrt(float(np.clip(r * (1 - r), 0.0, None).sum()))  # r can exceed 1 by round-off (FSD: r = Σ p = 1)
@@ -206,7 +213,7 @@ def compare(
     runs_per_prompt: int = 4,
     max_new_tokens: int = 32,
     sampling=None,
-    key: Any = 0,
+    key: Any,
 ) -> Comparison:
     """Run ``method`` on a real pair and compare its counts with the theory (see module docstring).
 
@@ -214,7 +221,7 @@ def compare(
       pair: from :func:`speculab.backends.load_pair`.
       method: any method that runs on real models (``speculab.methods.names(real_models=True)``),
         except autoregressive decoding, which is the reference.
-      prompts: prompt strings (default: the tiny pair's held-out prompts).
+      prompts: a prompt string or a list of them (``None``: the tiny pair's held-out prompts).
       runs_per_prompt: independent runs of each prompt.
       max_new_tokens: tokens generated per run.
       sampling: :class:`~speculab.backends.Sampling` (default temperature 1).
@@ -222,17 +229,18 @@ def compare(
         generators derived from it.
     """
     from speculab.backends import Sampling
+    from speculab.backends.decode import prompt_list
     from speculab.backends.pair import default_prompts
 
-    if not isinstance(method, Method) or not method.runs_on_real_models() or method.draft_length(1) == 0:
-        from speculab.methods import names
+    if not isinstance(method, Method) or not method.runs_on_real_models() or not method.drafting:
+        from speculab.methods import get, names
 
-        choices = [n for n in names(real_models=True) if n != Autoregressive.name]
+        choices = [n for n in names(real_models=True) if get(n).drafting]
         raise ValueError(f"method must be a drafting method that runs on real models, one of {choices} "
                          f"(autoregressive decoding is the reference); got {method!r}")
     runs_per_prompt = as_positive_int(runs_per_prompt, "runs_per_prompt")
     sampling = sampling or Sampling()
-    prompts = list(prompts or default_prompts())
+    prompts = default_prompts() if prompts is None else prompt_list(prompts)
     runs = [p for p in prompts for _ in range(runs_per_prompt)]
     ctx = Context(pair, runs, max_new_tokens, sampling, seeds=spawn_seeds(key, 8))
     ctx.probe = method.round_probe()

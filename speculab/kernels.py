@@ -32,6 +32,7 @@ __all__ = [
     "kl",
     "js",
     "drain",
+    "root_acceptance",
     "gather",
     "sample_cumulative",
     "sample_index",
@@ -131,6 +132,19 @@ def js(p, q):
         return 0.5 * xp.sum(x * xp.log(ratio), axis=-1)
 
     return half_kl_to_mid(p) + half_kl_to_mid(q)
+
+
+def root_acceptance(u, R, p):
+    r"""Acceptance at a batch root of drafts against the unnormalised residual ``u = R q^m``: :math:`\min(1, u/(R\,p))`.
+
+    Elementwise over tokens, ``(..., V)``; computed as a ratio only where ``R p > u``
+    (so no overflow, and ``R = 0`` — never reached — gives 1). [Yin] Alg. 4 accepts
+    draft ``m`` w.p. ``min(1, q^m(x)/p(x))``; with ``u_{m−1} = R_{m−1} q^m`` this is that.
+    """
+    xp = array_namespace(u, p)
+    Rp = R[..., None] * p
+    below = Rp > u
+    return xp.where(below, u / xp.where(below, Rp, 1.0), 1.0)
 
 
 def drain(u, R, p):

@@ -115,15 +115,20 @@ def enumerate_decoding(P, Q, rho, B, R, K=None) -> Enumeration:
     return tally.result()
 
 
-def sequence_law(P, rho) -> dict:
-    """Exact law of (x_0..x_T) for the Markov chain x_0 ~ rho, x_n ~ P[n-1, x_{n-1}]."""
+def sequence_law(P, rho, *, keep_underflow: bool = False) -> dict:
+    """Exact law of (x_0..x_T) for the Markov chain x_0 ~ rho, x_n ~ P[n-1, x_{n-1}].
+
+    ``keep_underflow=True`` also keeps, with weight 0.0, the sequences whose factors are
+    all positive but whose product underflows (so a caller can tell them from impossible ones).
+    """
     P, rho = np.asarray(P, dtype=float), np.asarray(rho, dtype=float)
     T, V, _ = P.shape
     law = {}
     for seq in itertools.product(range(V), repeat=T + 1):
-        w = rho[seq[0]] * np.prod([P[n - 1, seq[n - 1], seq[n]] for n in range(1, T + 1)])
-        if w > 0:
-            law[seq] = float(w)
+        factors = [rho[seq[0]]] + [P[n - 1, seq[n - 1], seq[n]] for n in range(1, T + 1)]
+        w = float(np.prod(factors))
+        if w > 0 or (keep_underflow and all(f > 0 for f in factors)):
+            law[seq] = w
     return law
 
 

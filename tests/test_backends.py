@@ -35,8 +35,8 @@ def pair_nocache():
 @pytest.mark.parametrize("K", [1, 3, 8])
 def test_greedy_sd_equals_target_greedy_and_hf_assisted(pair, K):
     prompts = default_prompts()[:3]
-    ours = decode(pair, prompts, SD(K=K), max_new_tokens=24, sampling=GREEDY)
-    ar = decode(pair, prompts, Autoregressive(), max_new_tokens=24, sampling=GREEDY)
+    ours = decode(pair, prompts, SD(K=K), max_new_tokens=24, sampling=GREEDY, key=0)
+    ar = decode(pair, prompts, Autoregressive(), max_new_tokens=24, sampling=GREEDY, key=0)
     assert ours.tokens == ar.tokens
     tok = pair.tokenizer
     for prompt, mine in zip(prompts, ours.tokens):
@@ -50,11 +50,11 @@ def test_greedy_sd_equals_target_greedy_and_hf_assisted(pair, K):
 
 
 def test_greedy_batch_and_ngram_drafts_are_exact(pair):
-    ar = decode(pair, PROMPT, Autoregressive(), max_new_tokens=24, sampling=GREEDY)
-    assert decode(pair, PROMPT, BatchSD(3), max_new_tokens=24, sampling=GREEDY).tokens == ar.tokens
-    assert decode(pair, PROMPT, BatchSD(2, K=3), max_new_tokens=24, sampling=GREEDY).tokens == ar.tokens
+    ar = decode(pair, PROMPT, Autoregressive(), max_new_tokens=24, sampling=GREEDY, key=0)
+    assert decode(pair, PROMPT, BatchSD(3), max_new_tokens=24, sampling=GREEDY, key=0).tokens == ar.tokens
+    assert decode(pair, PROMPT, BatchSD(2, K=3), max_new_tokens=24, sampling=GREEDY, key=0).tokens == ar.tokens
     ngram = load_pair(ngram_draft(pair.tokenizer, default_prompts(), n=2), "tiny-target", device="cpu")
-    res = decode(ngram, PROMPT, SD(K=4), max_new_tokens=24, sampling=GREEDY)
+    res = decode(ngram, PROMPT, SD(K=4), max_new_tokens=24, sampling=GREEDY, key=0)
     assert res.tokens == ar.tokens
 
 
@@ -216,8 +216,8 @@ def test_padding_rows_are_cropped(tmp_path, pair):
     pair.tokenizer.save_pretrained(padded)
     p2 = load_pair(str(TINY_DIR / "draft"), str(padded), device="cpu")
     assert p2.vocab_size == pair.vocab_size
-    a = decode(p2, PROMPT, SD(K=3), max_new_tokens=12, sampling=GREEDY)
-    b = decode(pair, PROMPT, SD(K=3), max_new_tokens=12, sampling=GREEDY)
+    a = decode(p2, PROMPT, SD(K=3), max_new_tokens=12, sampling=GREEDY, key=0)
+    b = decode(pair, PROMPT, SD(K=3), max_new_tokens=12, sampling=GREEDY, key=0)
     assert a.tokens == b.tokens
 
 
@@ -239,7 +239,7 @@ def test_nan_logits_are_refused(pair):
 
     broken = load_pair(Broken(), "tiny-target", device="cpu")
     with pytest.raises(ValueError, match="NaN"):
-        decode(broken, PROMPT, SD(K=2), max_new_tokens=4)
+        decode(broken, PROMPT, SD(K=2), max_new_tokens=4, key=0)
 
 
 @pytest.mark.parametrize(
@@ -250,10 +250,17 @@ def test_nan_logits_are_refused(pair):
         (dict(key="seed"), "key must be"),
         (dict(method="sd"), "method must be"),
         (dict(prompts=[[]]), "empty"),
+        (dict(prompts=[]), "prompts is empty"),
+        (dict(prompts=None), "prompts must be"),
+        (dict(prompts=[[99_999]]), r"token ids in \[0, "),
+        (dict(prompts=[[-1, 5]]), "token ids"),
+        (dict(prompts=[[1.0, 5]]), "token ids"),
+        (dict(prompts=[7]), "prompt 0 must be"),
+        (dict(sampling="x"), "sampling must be"),
     ],
 )
 def test_bad_decode_arguments(pair, kwargs, match):
-    args = dict(prompts=PROMPT, method=SD(K=2), max_new_tokens=4)
+    args = dict(prompts=PROMPT, method=SD(K=2), max_new_tokens=4, key=0)
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         decode(pair, args.pop("prompts"), args.pop("method"), **args)
@@ -269,7 +276,11 @@ def test_key_types_and_same_key_same_tokens(pair):
     with pytest.raises(ValueError, match="key must be"):
         decode(pair, PROMPT, SD(K=3), max_new_tokens=8, key=-1)
     with pytest.raises(ValueError, match="runs_per_prompt"):
-        compare(pair, SD(), [PROMPT], runs_per_prompt=0)
+        compare(pair, SD(), [PROMPT], runs_per_prompt=0, key=0)
+    with pytest.raises(ValueError, match="prompts is empty"):
+        compare(pair, SD(), [], key=0)  # not silently the default prompts
+    one = compare(pair, SD(K=2), PROMPT, runs_per_prompt=1, max_new_tokens=4, key=0)
+    assert one.settings["prompts"] == 1  # a string is one prompt, not one per character
     comp = compare(pair, SD(K=2), [PROMPT], runs_per_prompt=2, max_new_tokens=6, key=np.random.default_rng(1))
     assert comp.settings["key"] == "Generator"
 
@@ -295,9 +306,9 @@ def test_batch_with_one_draft_stopping_at_eos_is_exact(pair):
     """Regression: M = 1 drafts stop at EOS; the target rows must follow the shortened chain."""
     ngram = load_pair(ngram_draft(pair.tokenizer, default_prompts(), n=2), "tiny", device="cpu")
     for prompt in ("x = 1", "Return the", default_prompts()[5]):
-        ar = decode(ngram, prompt, Autoregressive(), max_new_tokens=20, sampling=GREEDY)
+        ar = decode(ngram, prompt, Autoregressive(), max_new_tokens=20, sampling=GREEDY, key=0)
         for method in (BatchSD(1), BatchSD(1, K=3), SD()):
-            assert decode(ngram, prompt, method, max_new_tokens=20, sampling=GREEDY).tokens == ar.tokens, (prompt, method)
+            assert decode(ngram, prompt, method, max_new_tokens=20, sampling=GREEDY, key=0).tokens == ar.tokens, (prompt, method)
 
 
 @pytest.mark.parametrize("sampling", [GREEDY, Sampling(1.0, top_p=0.5), Sampling(1.0, top_k=1)], ids=["greedy", "p0.5", "k1"])

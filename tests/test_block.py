@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from conftest import Z_BOUND
 from speculab.methods import SD, BlockVerification
-from speculab.methods.block import MAX_PATHS, block_accepted, block_counts, block_kernel, block_round_law
+from speculab.methods.block import block_accepted, block_counts, block_kernel, block_round_law
 from speculab.theory import MarkovInstance, lookahead_counts
 
 
@@ -99,13 +99,11 @@ def test_prefix_property_output_law_and_paired_probabilities(case):
             for y in range(V):
                 z = block[:i] + (y,)
                 mass = prob * tau[i] * corr[y]
-                ctx = (a0,) + z
                 for rest in itertools.product(range(V), repeat=gamma - i):  # continue from the target
                     full, m = z + rest, mass
                     for j, v in enumerate(rest, start=i + 1):
                         m *= Qk[j][full[j - 1], v]
                     out[full] += m
-                del ctx
         # paired probabilities: P(τ = i | τ ≥ i, x_{1:i}) and P(τ ≥ i+1 | τ ≥ i, x_{1:i+1}) by enumeration below
     for prefix, mass in ge.items():
         i = len(prefix)
@@ -126,6 +124,8 @@ def test_prefix_property_output_law_and_paired_probabilities(case):
                 if drafted > 1e-9 and grown in ge:
                     b2 = next(b for b in lit if b[: i + 1] == grown)
                     at_least_i = sum(lit[b][0] * sum(lit[b][4][i:]) for b in lit if b[: i + 1] == grown)
+                    if at_least_i < 1e-9:  # τ ≥ i never happens on these blocks (e.g. r_i = 0, w_{i+1} = 0)
+                        continue
                     law2 = block_round_law(*_arrays(Pk, Qk, a0, b2), bonus=True)
                     assert law2.accept_prob[0, 0, i] == pytest.approx(ge[grown] / at_least_i, abs=1e-9)
     target = np.zeros_like(out)
@@ -223,7 +223,6 @@ def test_kernel_rows_are_distributions_and_refuse_huge_blocks():
     big = MarkovInstance.random(30, 40, 0)
     with pytest.raises(ValueError, match="MAX_PATHS"):
         block_counts(big, 4)
-    assert 40 ** 6 > MAX_PATHS
 
 
 @pytest.mark.parametrize("gamma, match", [(0, "gamma"), (True, "gamma"), (2.5, "gamma"), (None, "gamma")])
@@ -264,9 +263,9 @@ def test_real_models_greedy_equals_target_greedy_and_cache_rollback(pair):
 
     prompts = default_prompts()[:3]
     greedy = Sampling(temperature=0)
-    ar = decode(pair, prompts, Autoregressive(), max_new_tokens=24, sampling=greedy)
+    ar = decode(pair, prompts, Autoregressive(), max_new_tokens=24, sampling=greedy, key=0)
     for gamma in (2, 5):
-        assert decode(pair, prompts, BlockVerification(gamma), max_new_tokens=24, sampling=greedy).tokens == ar.tokens
+        assert decode(pair, prompts, BlockVerification(gamma), max_new_tokens=24, sampling=greedy, key=0).tokens == ar.tokens
     nocache = load_pair("tiny", device="cpu", use_cache=False)
     a = decode(pair, prompts[:2], BlockVerification(3), max_new_tokens=20, key=3)
     b = decode(nocache, prompts[:2], BlockVerification(3), max_new_tokens=20, key=3)

@@ -10,6 +10,7 @@ have one, literally for the drafting policies (SPRINTER, SpecDec++).
 
 import dataclasses
 import json
+from typing import Callable, NamedTuple
 
 import numpy as np
 import pytest
@@ -35,23 +36,53 @@ from speculab.methods.base import cli_params, option
 from speculab.sim import simulate
 from speculab.theory import MarkovInstance
 
+def _rounds(method, inst):
+    """Methods with a round law: every branch of every round, through the method's own law."""
+    e = enumerate_rounds(inst.P, inst.Q, inst.rho, method.round_law, method.draft_length, method.rows)
+    return e.law, {k: getattr(e, k) for k in COUNTS}, e.rejections_per_position
+
+
+def _sprinter(method, inst):
+    """SPRINTER's drafting policy read literally (it has no round law)."""
+    e = enumerate_sprinter(inst.P, inst.Q, inst.rho, method.pass_probabilities(inst))
+    return e.law, {k: getattr(e, k) for k in COUNTS}, e.rejections_per_position
+
+
+def _specdecpp(method, inst):
+    """SpecDec++'s stopping policy with the oracle head, read literally."""
+    table = kernels.sd_acceptance(inst.P, inst.Q)
+    d = enumerate_specdecpp(inst.P, inst.Q, inst.rho, table, method.h, method.cap)
+    return d["law"], {k: d[k] for k in COUNTS}, d["rej_pos"]
+
+
+class Case(NamedTuple):
+    """A method of the table, with its exact reference and what to expect of it."""
+
+    method: object
+    reference: Callable = _rounds
+    theory: bool = True  # whether ``method.expected`` gives exact counts
+    min_target_calls: int = 1  # per run (SPRINTER's verifier may accept a whole run without the target)
+
+
 CASES = [
-    Autoregressive(),
-    SD(),
-    SD(K=2),
-    BatchSD(2, K=2),
-    BatchSD(3, K=1),
-    RejectionDecoding(b=lambda p, q: 0.6 * kernels.sd_acceptance(p, q), K=2),
-    Biased(0.1, "opt"),
-    Biased(0.1, "uno", K=2),
-    Fuzzy(0.05, "js", K=2),
-    Sprinter(0.8, 0.0),
-    Sprinter(0.7, 0.3),
-    SpecDecPP(0.4, cap=3),
-    BlockVerification(2),
-    BlockVerification(3),
+    Case(Autoregressive()),
+    Case(SD()),
+    Case(SD(K=2)),
+    Case(BatchSD(2, K=2)),
+    Case(BatchSD(3, K=1)),
+    Case(RejectionDecoding(b=lambda p, q: 0.6 * kernels.sd_acceptance(p, q), K=2)),
+    Case(Biased(0.1, "opt")),
+    Case(Biased(0.1, "uno", K=2)),
+    Case(Fuzzy(0.05, "js", K=2)),
+    Case(Sprinter(0.8, 0.0), _sprinter, min_target_calls=0),
+    Case(Sprinter(0.7, 0.3), _sprinter, min_target_calls=0),
+    Case(SpecDecPP(0.4, cap=3), _specdecpp, theory=False),
+    Case(BlockVerification(2)),
+    Case(BlockVerification(3)),
 ]
-IDS = [repr(m) for m in CASES]
+METHODS = [c.method for c in CASES]
+IDS = [repr(m) for m in METHODS]
+CASE_OF = {id(c.method): c for c in CASES}
 COUNTS = ("rejections", "oracle_calls", "draft_calls", "accepted", "discarded", "bonus")
 N = 40_000
 
@@ -62,24 +93,14 @@ def _tiny(seed: int = 0, T: int = 3, V: int = 3) -> MarkovInstance:
 
 def _exact(method, inst):
     """The literal enumeration of ``method`` on ``inst``: ``(law, {count: expectation}, rejections per position)``."""
-    if method.runs_on_real_models():
-        e = enumerate_rounds(inst.P, inst.Q, inst.rho, method.round_law, method.draft_length, method.rows)
-    elif isinstance(method, Sprinter):
-        e = enumerate_sprinter(inst.P, inst.Q, inst.rho, method.pass_probabilities(inst))
-    elif isinstance(method, SpecDecPP):
-        table = kernels.sd_acceptance(inst.P, inst.Q)  # the oracle head
-        d = enumerate_specdecpp(inst.P, inst.Q, inst.rho, table, method.h, method.cap)
-        return d["law"], {k: d[k] for k in COUNTS}, d["rej_pos"]
-    else:  # pragma: no cover - a new kind of method needs a reference here
-        raise AssertionError(f"no exact reference for {method!r}")
-    return e.law, {k: getattr(e, k) for k in COUNTS}, e.rejections_per_position
+    return CASE_OF[id(method)].reference(method, inst)
 
 
 def test_every_registered_method_has_a_case():
-    assert {type(m).name for m in CASES} == set(REGISTRY)
+    assert {type(m).name for m in METHODS} == set(REGISTRY)
 
 
-@pytest.mark.parametrize("method", CASES, ids=IDS)
+@pytest.mark.parametrize("method", METHODS, ids=IDS)
 @pytest.mark.parametrize("seed", [0, 1])
 def test_output_law_is_the_target_law_exactly_for_unbiased_methods(method, seed):
     inst = _tiny(seed)
@@ -93,12 +114,12 @@ def test_output_law_is_the_target_law_exactly_for_unbiased_methods(method, seed)
         assert gap > 1e-4  # the biased cases of the table really are biased on these instances
 
 
-@pytest.mark.parametrize("method", CASES, ids=IDS)
+@pytest.mark.parametrize("method", METHODS, ids=IDS)
 def test_expected_counts_equal_the_enumeration(method):
     inst = _tiny(2)
     expected = method.expected(inst)
+    assert (expected is not None) == CASE_OF[id(method)].theory
     if expected is None:
-        assert isinstance(method, SpecDecPP)  # the only method without exact theory
         return
     _, exact, rej_pos = _exact(method, inst)
     for name in COUNTS:
@@ -107,7 +128,7 @@ def test_expected_counts_equal_the_enumeration(method):
     assert expected.source
 
 
-@pytest.mark.parametrize("method", CASES, ids=IDS)
+@pytest.mark.parametrize("method", METHODS, ids=IDS)
 def test_simulation_matches_the_enumeration(method):
     inst = _tiny(3)
     _, exact, rej_pos = _exact(method, inst)
@@ -118,7 +139,7 @@ def test_simulation_matches_the_enumeration(method):
     assert np.all(np.abs(c.rejections_per_position - rej_pos) < Z_BOUND * se)
 
 
-@pytest.mark.parametrize("method", CASES, ids=IDS)
+@pytest.mark.parametrize("method", METHODS, ids=IDS)
 def test_accounting_identities(method):
     """Every output token is an accepted draft, a rejection or a bonus; discarded = drafted − accepted."""
     inst = MarkovInstance.random(12, 4, 5, concentration=0.8)
@@ -126,7 +147,7 @@ def test_accounting_identities(method):
     np.testing.assert_array_equal(c.accepted + c.rejections + c.bonus, c.tokens)
     np.testing.assert_array_equal(c.tokens, inst.T)
     np.testing.assert_array_equal(c.discarded, c.draft_calls - c.accepted)
-    assert np.all(c.discarded >= 0) and np.all(c.oracle_calls >= (0 if isinstance(method, Sprinter) else 1))
+    assert np.all(c.discarded >= 0) and np.all(c.oracle_calls >= CASE_OF[id(method)].min_target_calls)
     assert c.rejections_per_position.sum() == pytest.approx(c.rejections.mean(), rel=1e-12)
     e = method.expected(inst)
     if e is not None:
@@ -135,7 +156,7 @@ def test_accounting_identities(method):
         assert e.rejections_per_position.sum() == pytest.approx(e.rejections, abs=1e-9)
 
 
-@pytest.mark.parametrize("method", CASES, ids=IDS)
+@pytest.mark.parametrize("method", METHODS, ids=IDS)
 def test_same_key_same_counts(method):
     inst = MarkovInstance.random(10, 4, 6)
     a = simulate(inst, method, 3_000, key=11, return_sequences=True)
@@ -163,7 +184,7 @@ def _blocks(rng, n=6, M=1, L=3, V=5):
     return p, q, x
 
 
-ROUND_CASES = [m for m in CASES if m.runs_on_real_models()]
+ROUND_CASES = [m for m in METHODS if m.runs_on_real_models()]
 
 
 @pytest.mark.parametrize("method", ROUND_CASES, ids=[repr(m) for m in ROUND_CASES])
@@ -217,7 +238,7 @@ def _cli_args(method) -> list[str] | None:
     return argv
 
 
-CLI_CASES = [m for m in CASES if _cli_args(m) is not None]
+CLI_CASES = [m for m in METHODS if _cli_args(m) is not None]
 
 
 @pytest.mark.parametrize("method", CLI_CASES, ids=[repr(m) for m in CLI_CASES])
@@ -271,3 +292,29 @@ def test_key_is_one_argument_with_the_same_types_everywhere():
             simulate(MarkovInstance.random(6, 3, 5), SD(), 10, key=bad)
         with pytest.raises(ValueError, match="key must be"):
             MarkovInstance.random(6, 3, bad)
+
+
+@pytest.mark.parametrize("b, P, match", [
+    (lambda p, q: p * 0 + 1, None, r"b <= min\(1, q/p\)"),  # accept everything, yet "unbiased": refused
+    (lambda p, q: p * 0 + 3, None, r"in \[0, 1\]"),
+    (lambda p, q: p * np.nan, None, "NaN refused"),
+    (lambda p, q: q[..., :1], None, "shape of p"),
+    (lambda p, q: 0.5 * kernels.sd_acceptance(p, q), lambda p, q, b: -q, "non-negative"),
+    (lambda p, q: 0.5 * kernels.sd_acceptance(p, q), lambda p, q, b: q[..., :1], "shape of p"),
+])
+def test_a_user_rule_is_checked_wherever_it_runs(b, P, match):
+    """The same checks on the simulator's tables and on the laws a real model gives one round at a time."""
+    method = RejectionDecoding(b=b, P=P)
+    p = np.array([[[0.5, 0.3, 0.2]]])
+    q = np.array([[[0.2, 0.3, 0.5], [0.1, 0.1, 0.8]]])
+    with pytest.raises(ValueError, match=match):
+        method.round_law(p, q, np.array([[0]]), bonus=True)  # what decode calls with the models' laws
+    with pytest.raises(ValueError):
+        simulate(_tiny(), method, 10, key=0)
+
+
+def test_rule_arguments_that_are_not_arrays_are_named():
+    with pytest.raises(ValueError, match="b must be an array of numbers"):
+        RejectionDecoding(b="x")
+    with pytest.raises(ValueError, match="b and the instance's"):
+        simulate(_tiny(), RejectionDecoding(b=0.5), 10, key=0)

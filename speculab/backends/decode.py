@@ -16,6 +16,8 @@ target forward pass (a round), *draft calls* are drafted tokens.
 
 from __future__ import annotations
 
+import numbers
+
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -232,7 +234,7 @@ class _Run:
         loss_tv = loss_kl = [0.0] * (L + 1)
         if law.law is not None:
             step_law = law.law[0, row]  # (L, V)
-            loss_tv = (0.5 * (step_law - Q[:L]).abs().sum(-1)).tolist() + [0.0]
+            loss_tv = kernels.tv(step_law, Q[:L]).tolist() + [0.0]
             loss_kl = kernels.kl(step_law, Q[:L]).tolist() + [0.0]
         new = []
         for i in range(tau):
@@ -261,10 +263,31 @@ class _Run:
         return float(kernels.tv(p, q))
 
 
-def _encode(pair: ModelPair, prompts, max_new_tokens: int) -> list[list[int]]:
+def prompt_list(prompts) -> list:
+    """Prompts as a non-empty list: a string is one prompt; otherwise a sequence of strings or token-id lists."""
     if isinstance(prompts, str):
-        prompts = [prompts]
-    encoded = [list(p) if not isinstance(p, str) else pair.tokenizer.encode(p) for p in prompts]
+        return [prompts]
+    if prompts is None or isinstance(prompts, (bytes, dict)) or not hasattr(prompts, "__iter__"):
+        raise ValueError(f"prompts must be a string or a list of strings or token-id lists; got {prompts!r}")
+    prompts = list(prompts)
+    if not prompts:
+        raise ValueError("prompts is empty; give at least one prompt")
+    return prompts
+
+
+def _token_ids(p, i: int, vocab_size: int) -> list[int]:
+    if not hasattr(p, "__iter__"):
+        raise ValueError(f"prompt {i} must be a string or a list of token ids; got {p!r}")
+    ids = list(p)
+    for t in ids:
+        if isinstance(t, bool) or not isinstance(t, numbers.Integral) or not 0 <= t < vocab_size:
+            raise ValueError(f"prompt {i} must hold integer token ids in [0, {vocab_size}); got {t!r}")
+    return [int(t) for t in ids]
+
+
+def _encode(pair: ModelPair, prompts, max_new_tokens: int) -> list[list[int]]:
+    encoded = [pair.tokenizer.encode(p) if isinstance(p, str) else _token_ids(p, i, pair.vocab_size)
+               for i, p in enumerate(prompt_list(prompts))]
     for i, ids in enumerate(encoded):
         if not ids:
             raise ValueError(f"prompt {i} is empty; give at least one token")
@@ -283,7 +306,7 @@ def decode(
     *,
     max_new_tokens: int = 64,
     sampling: Sampling = Sampling(),
-    key: Any = 0,
+    key: Any,
     track_draft: bool = False,
     on_round: Callable[[RoundInfo], None] | None = None,
 ) -> DecodeResult:
@@ -297,7 +320,10 @@ def decode(
         ``Fuzzy(theta, div, K)``, ``RejectionDecoding(b=f, P=g)`` with array-API functions, …
       max_new_tokens: generated tokens per prompt (fewer if EOS is produced).
       sampling: temperature / top-k / top-p, applied identically to ``p`` and ``q``.
-      key: an int seed, a ``torch.Generator`` on the pair's device, or a numpy Generator.
+      key: an int seed, a ``torch.Generator`` on the pair's device, or a numpy Generator (required,
+        also under greedy decoding, so that a call never depends on a hidden default). The same key
+        gives the same tokens for a fixed torch thread count (``torch.set_num_threads``): reductions
+        inside the models are ordered by thread, so logits can differ in the last bits between counts.
       track_draft: for ``Autoregressive``, also run the draft to record ``TV(p_n, q_n)``.
       on_round: called with a :class:`RoundInfo` after every round (e.g. to evaluate another
         rule on the same blocks).
@@ -312,6 +338,9 @@ def decode(
     if not method.runs_on_real_models():
         raise ValueError(f"method {type(method).__name__} does not run on real models (it needs a trained "
                          f"component); methods that do: {', '.join(_real_model_names())}")
+    if not isinstance(sampling, Sampling):
+        raise ValueError(f"sampling must be a speculab.backends.Sampling (e.g. Sampling(temperature=0.8)); "
+                         f"got {sampling!r}")
     generator = as_torch_generator(key, pair.device)
     encoded = _encode(pair, prompts, max_new_tokens)
     results, records, rounds, fields = [], [], [], {k: [] for k in Counts.FIELDS}

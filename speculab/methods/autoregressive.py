@@ -44,6 +44,7 @@ class Autoregressive(Method):
     """
 
     name: ClassVar[str] = "ar"
+    drafting: ClassVar[bool] = False
 
     def simulator(self, inst) -> Step:
         return _Step(inst)

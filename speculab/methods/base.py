@@ -41,6 +41,7 @@ import numpy as np
 from array_api_compat import array_namespace
 
 from speculab import kernels
+from speculab._validate import as_lookahead
 from speculab.counts import Expected
 
 __all__ = [
@@ -56,7 +57,6 @@ __all__ = [
     "build",
     "sample_round",
     "check_probability",
-    "check_number",
     "check_lookahead",
 ]
 
@@ -162,22 +162,7 @@ def check_probability(x, name: str) -> float:
     return float(x)
 
 
-def check_number(x, name: str, *, minimum: float = 0.0, allow_inf: bool = False) -> float:
-    """``x`` as a float ``>= minimum`` (booleans and NaN refused; ``inf`` only if allowed)."""
-    ok = isinstance(x, numbers.Real) and not isinstance(x, bool) and not math.isnan(x) and x >= minimum
-    ok = ok and (allow_inf or math.isfinite(x))
-    if not ok:
-        raise ValueError(f"{name} must be a {'' if allow_inf else 'finite '}number >= {minimum:g}; got {x!r}")
-    return float(x)
-
-
-def check_lookahead(K, name: str = "K") -> int | None:
-    """A lookahead: ``None`` (draft to the end, ``K = ∞``) or an integer ``>= 1``."""
-    if K is None:
-        return None
-    if isinstance(K, bool) or not isinstance(K, numbers.Integral) or K < 1:
-        raise ValueError(f"{name} must be an integer >= 1 (or None for ∞); got {K!r}")
-    return int(K)
+check_lookahead = as_lookahead  # a lookahead: None (K = ∞) or an integer >= 1
 
 
 # -- one round's law ---------------------------------------------------------------------------
@@ -284,6 +269,8 @@ class Method(ABC):
     """
 
     name: ClassVar[str] = ""
+    #: Whether the method drafts tokens (autoregressive decoding, the reference of every comparison, does not).
+    drafting: ClassVar[bool] = True
 
     # -- what the method is -------------------------------------------------------------
     @property

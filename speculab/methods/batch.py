@@ -25,7 +25,7 @@ from array_api_compat import array_namespace
 
 from speculab import kernels
 from speculab._validate import as_positive_int
-from speculab.counts import Estimate, Expected
+from speculab.counts import BONUS, CORRECTION, Estimate, Expected
 from speculab.methods.base import RoundLaw, Step, check_lookahead, param, register
 from speculab.methods.chain import ChainMethod, ChainStep, Rule
 from speculab.methods.sd import SD, sd_rule
@@ -49,9 +49,7 @@ def batch_root_law(p, q, x):
     u, R = q, xp.ones_like(q[..., 0])
     accept = []
     for m in range(x.shape[-1]):
-        um, pm = kernels.gather(u, x[..., m]), R * kernels.gather(p, x[..., m])
-        below = pm > um
-        accept.append(xp.where(below, um / xp.where(below, pm, 1.0), 1.0))  # R_{m−1} = 0 ⇒ never reached
+        accept.append(kernels.gather(kernels.root_acceptance(u, R, p), x[..., m]))  # R_{m−1} = 0 ⇒ never reached
         u, R = kernels.drain(u, R, p)
     return xp.stack(accept, axis=-1), u, R
 
@@ -59,8 +57,9 @@ def batch_root_law(p, q, x):
 class _Root:
     """The root decision for runs whose previous token is ``a`` (used by the position-major simulator).
 
-    Draft ``m`` is accepted iff ``U · R_{m−1} p(x) < u_{m−1}(x)`` — the acceptance of
-    :func:`batch_root_law` without division — with ``u``, ``R`` drained by :func:`~speculab.kernels.drain`.
+    Draft ``m`` is accepted iff ``U < min(1, u_{m−1}(x)/(R_{m−1} p(x)))`` (:func:`~speculab.kernels.root_acceptance`,
+    as in :func:`batch_root_law`), with ``u``, ``R`` drained by :func:`~speculab.kernels.drain`; drafts are
+    drawn lazily, only while no earlier one was accepted.
     """
 
     def __init__(self, inst, M: int):
@@ -77,7 +76,7 @@ class _Root:
             pa = P_t[a[pending]]
             draft = kernels.sample_cumulative(self.cP[t, a[pending]], rng.random(pending.size))
             rows = np.arange(pending.size)
-            ok = rng.random(pending.size) * R[pending] * pa[rows, draft] < u[pending, draft]
+            ok = rng.random(pending.size) < kernels.root_acceptance(u[pending], R[pending], pa)[rows, draft]
             x[pending[ok]] = draft[ok]
             pending, pa = pending[~ok], pa[~ok]
             if pending.size == 0:
@@ -187,7 +186,7 @@ def _root_improvement(records) -> list[float]:
     out = []
     for rec in records:
         root = np.ones(rec.kind.size, dtype=bool)
-        root[1:] = (rec.kind[:-1] == 1) | (rec.kind[:-1] == 2)  # a round starts after a correction or a bonus
+        root[1:] = (rec.kind[:-1] == CORRECTION) | (rec.kind[:-1] == BONUS)  # a round starts after a correction or a bonus
         out.append(float((rec.tv[root] - rec.reject_prob[root]).sum()))
     return out
 

@@ -14,6 +14,7 @@ from typing import ClassVar
 import numpy as np
 
 from speculab import kernels
+from speculab.counts import BONUS
 from speculab.methods.base import check_lookahead, param, register
 from speculab.methods.chain import ChainMethod, Rule
 from speculab.theory.biased import check_eps
@@ -27,7 +28,8 @@ class Biased(ChainMethod):
     """Biased decoding, [Yin] §4.2: ``b = min(1, (q + ε)/p)``, rejection ``P*`` (``"opt"``) or ``q`` (``"uno"``).
 
     Args:
-      eps: over-acceptance ``ε >= 0`` (``ε = 0`` with ``"opt"`` is SD).
+      eps: over-acceptance ``ε >= 0`` (``ε = 0`` with ``"opt"`` is SD; ``ε >= 1`` is allowed and
+        gives ``b ≡ 1``: every draft accepted, the output is the draft's own law).
       rejection: ``"opt"`` or ``"uno"``.
       K: lookahead, as in :class:`~speculab.methods.SD`.
 
@@ -62,7 +64,7 @@ class Biased(ChainMethod):
         from speculab.compare import Row, paired_rejections
 
         rec = ctx.result.records
-        verified = np.concatenate([r.kind != 2 for r in rec])
+        verified = np.concatenate([r.kind != BONUS for r in rec])
         cat = lambda f: np.concatenate([getattr(r, f) for r in rec])[verified]  # noqa: E731
         tv, loss = cat("tv"), cat("loss_tv")
         gap = cat("reject_prob") + loss - tv

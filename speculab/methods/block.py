@@ -14,7 +14,7 @@ conditionals ``p_i``, target conditionals ``q_i`` (``i ≤ γ + 1``):
     h_i = \frac{r_i}{r_i + 1 - w_i}\ (i < γ),\quad h_γ = w_γ,
 
 (``h_i = 0`` where the denominator is 0). With independent ``η_i ~ U(0, 1)``, ``τ`` is
-the largest ``i`` with ``η_i < h_i`` (``0`` if none); the round outputs ``x_{1:τ}``, then
+the largest ``i`` with ``η_i ≤ h_i`` (``0`` if none; SPEC BV — ``<`` or ``≤`` differ with probability 0); the round outputs ``x_{1:τ}``, then
 a correction from ``(w_τ q_{τ+1} − p_{τ+1})_+`` normalised (``τ < γ``) or a bonus from
 ``q_{γ+1}`` (``τ = γ``, if a next position exists). ``γ = 1`` is SD.
 
@@ -65,6 +65,17 @@ MAX_PATHS = 1 << 24
 
 
 # -- the rule (array API) ----------------------------------------------------------------------------
+def next_weight(w, q, p):
+    r"""The block weight recursion :math:`w_i = \min(1, w_{i-1}\, q_i(x_i) / p_i(x_i))` (array API, elementwise).
+
+    Divided only where the result is below 1, so a tiny ``p`` cannot overflow it.
+    """
+    xp = array_namespace(w, q, p)
+    wq = w * q
+    full = wq >= p
+    return xp.where(full, 1.0, wq / xp.where(full, 1.0, p))
+
+
 def block_round_law(p, q, x, *, bonus: bool) -> RoundLaw:
     """The law of a block-verification round given its block (module docstring), any array library.
 
@@ -77,10 +88,8 @@ def block_round_law(p, q, x, *, bonus: bool) -> RoundLaw:
     ones = xp.ones((*p.shape[:-2], 1), dtype=p.dtype, device=device(p))  # (..., 1, 1)
     px, qx = kernels.gather(p, x), kernels.gather(q[..., :L, :], x)  # (..., 1, L) each
     w, ws = ones[..., 0], []
-    for i in range(L):  # w_i = min(1, w_{i−1} q_i(x_i)/p_i(x_i)), divided only where < 1
-        wq, pi = w * qx[..., i], px[..., i]
-        full = wq >= pi
-        w = xp.where(full, 1.0, wq / xp.where(full, 1.0, pi))
+    for i in range(L):
+        w = next_weight(w, qx[..., i], px[..., i])
         ws.append(w)
     W = xp.concat([ones] + [v[..., None] for v in ws], axis=-1)  # (..., 1, L+1): w_0..w_L
     excess = kernels.excess(W[..., :L, None] * q[..., :L, :], p)  # (..., 1, L, V): (w_i q_{i+1} − p_{i+1})_+
@@ -130,8 +139,7 @@ def block_kernel(inst, s: int, gamma: int) -> tuple[np.ndarray, np.ndarray]:
         np.add.at(J[:, i], origin, mass[:, None] * kernels.excess(w[:, None] * q_next, p_next))
         # extend every prefix by one token: (n, V) -> n·V prefixes
         m2 = mass[:, None] * p_next
-        full = w[:, None] * q_next >= p_next
-        w2 = np.where(full, 1.0, w[:, None] * q_next / np.where(full, 1.0, p_next))
+        w2 = next_weight(w[:, None], q_next, p_next)
         keep = m2 > 0
         mass, w = m2[keep], w2[keep]
         last = np.broadcast_to(np.arange(V), m2.shape)[keep]

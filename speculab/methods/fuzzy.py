@@ -30,7 +30,8 @@ class Fuzzy(ChainMethod):
     of the two distributions, not of the token); otherwise output a token from ``q``.
 
     Args:
-      theta: threshold ``θ >= 0`` (``θ = 0``: every token from ``q``).
+      theta: threshold ``θ >= 0`` (``θ = 0``: every token from ``q``; ``θ = inf``: every draft
+        accepted, the output is the draft's own law).
       div: ``"js"`` (natural log, the paper's default), ``"kl"`` = KL(q‖p),
         ``"kl_reverse"`` = KL(p‖q), or ``"tv"``.
       K: lookahead, as in :class:`~speculab.methods.SD`.

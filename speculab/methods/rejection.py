@@ -13,13 +13,45 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
+from array_api_compat import array_namespace
 
 from speculab import kernels
+from speculab._validate import as_float_array
 from speculab.methods.base import check_lookahead, param, register
 from speculab.methods.chain import ChainMethod, Rule
 from speculab.theory.rejections import acceptance_array, rejection_array
 
 __all__ = ["RejectionDecoding"]
+
+
+def _traced(x) -> bool:
+    """Whether ``x`` is being traced (``jax.jit``): its values are unknown and cannot be checked here."""
+    return type(x).__name__.endswith("Tracer")
+
+
+def _checked(out, p, what: str):
+    """The namespace of a user function's output, after checking its shape against ``p``; ``None`` when traced."""
+    if getattr(out, "shape", None) != p.shape:
+        raise ValueError(f"{what} must return an array of the shape of p, {tuple(p.shape)}; "
+                         f"got {getattr(out, 'shape', type(out).__name__)}")
+    return None if _traced(out) else array_namespace(out, p)
+
+
+def _check_acceptance(b, p, q, *, unbiased: bool) -> None:
+    xp = _checked(b, p, "b(p, q)")
+    if xp is None:
+        return
+    if not bool(xp.all((b >= 0) & (b <= 1))):
+        raise ValueError("b(p, q) must return acceptance probabilities in [0, 1] (NaN refused)")
+    if unbiased and bool(xp.any(b * p - q > 16 * xp.finfo(p.dtype).eps)):
+        raise ValueError("b must satisfy b <= min(1, q/p) for an unbiased algorithm ([Yin] Thm 2, P=None); "
+                         "give a rejection law P for a biased rule")
+
+
+def _check_rejection(P, p) -> None:
+    xp = _checked(P, p, "P(p, q, b)")
+    if xp is not None and not bool(xp.all((P >= 0) & (P < float("inf")))):
+        raise ValueError("P(p, q, b) must return non-negative finite weights (NaN refused)")
 
 
 @register
@@ -51,9 +83,9 @@ class RejectionDecoding(ChainMethod):
     def __post_init__(self):
         check_lookahead(self.K)
         if not callable(self.b):
-            object.__setattr__(self, "b", np.asarray(self.b, dtype=np.float64))
+            object.__setattr__(self, "b", as_float_array(self.b, "b"))
         if self.P is not None and not callable(self.P):
-            object.__setattr__(self, "P", np.asarray(self.P, dtype=np.float64))
+            object.__setattr__(self, "P", as_float_array(self.P, "P"))
 
     @property
     def unbiased(self) -> bool:
@@ -61,11 +93,14 @@ class RejectionDecoding(ChainMethod):
         return self.P is None
 
     def rule(self, p, q) -> Rule:
+        """The user's ``b`` and ``P`` at these laws, checked (on concrete arrays: numpy, torch, eager JAX)."""
         b = self.b(p, q) if callable(self.b) else self._tied(self.b, p, "b")
+        _check_acceptance(b, p, q, unbiased=self.P is None)
         if self.P is None:
             P = kernels.optimal_rejection(p, q, b)  # = (q − b p)/Σ(1 − b)p when b ≤ min(1, q/p)
         else:
             P = self.P(p, q, b) if callable(self.P) else self._tied(self.P, p, "P")
+            _check_rejection(P, p)
         return Rule(b, P)
 
     @staticmethod

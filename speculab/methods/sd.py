@@ -15,6 +15,7 @@ from speculab import kernels
 from speculab.counts import Estimate, Expected
 from speculab.methods.base import check_lookahead, param, register
 from speculab.methods.chain import ChainMethod, Rule
+from speculab.theory.lookahead import iid_tokens_per_round
 
 __all__ = ["SD", "sd_rule"]
 
@@ -75,14 +76,14 @@ class SD(ChainMethod):
                         note="two-sample: target samples vs SD runs")]
         tv_all = ctx.tv_along_result()
         alpha = 1.0 - float(tv_all.mean())
-        per_round = (1 - alpha ** (self.K + 1)) / (1 - alpha) if alpha < 1 else self.K + 1
+        per_round = iid_tokens_per_round(alpha, self.K)
         tokens = float(ctx.result.counts.tokens.mean())
         calls = Estimate.of(ctx.result.counts.oracle_calls)
         return [
             Row(f"target calls per run (Leviathan i.i.d., α={alpha:.3f})", tokens / per_round, calls.mean, 0.0,
                 calls.se, note="model check: assumes i.i.d. acceptance, no horizon"),
             Row("E[N_rej] ≤ T1 (finite K has bonus positions)", t1.mean, rej.mean, t1.se, rej.se,
-                note="expect measured ≤ theory"),
+                note="one-sided: measured ≤ theory", upper_bound=True),
         ]
 
 

@@ -95,6 +95,10 @@ class Sprinter(Method):
     or ``Sprinter(verifier=f)`` with ``f(t, prev, x) -> probability of saying
     acceptable`` (arrays: position index ``t`` (int), previous tokens ``(n,)``,
     drafted tokens ``(n,)``), e.g. a trained verifier.
+
+    ``η_TP = η_FP = 1`` is allowed: the verifier always says acceptable, no target call
+    is ever made and the output is the draft's law; [SPR]'s ``E[N]`` (S2, no horizon) is
+    then infinite, while a run on a Markov instance ends at ``T``.
     """
 
     name: ClassVar[str] = "sprinter"

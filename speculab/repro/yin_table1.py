@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from speculab._validate import spawn_seeds
+from speculab.counts import BONUS
 from speculab.repro._io import describe_key, new_figure, write_json
 
 EPS = (0.01, 0.03, 0.1, 0.2, 0.4, 0.8)  # [Yin] uses 0.1–0.8; the small ones show the regime where rejections remain
@@ -28,7 +29,7 @@ JUDGE = "target-model log-likelihood per token (GPT-4 / reward models are unavai
 
 
 def _per_token(records, field):
-    vals = [getattr(r, field)[r.kind != 2] for r in records]
+    vals = [getattr(r, field)[r.kind != BONUS] for r in records]
     return float(np.concatenate(vals).mean())
 
 

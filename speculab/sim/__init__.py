@@ -10,7 +10,18 @@ from __future__ import annotations
 
 from speculab._validate import as_generator, as_positive_int
 from speculab.counts import Counts, Estimate
-from speculab.methods import SD, Autoregressive, BatchSD, Biased, Fuzzy, Method, RejectionDecoding, SpecDecPP, Sprinter
+from speculab.methods import (
+    SD,
+    Autoregressive,
+    BatchSD,
+    Biased,
+    BlockVerification,
+    Fuzzy,
+    Method,
+    RejectionDecoding,
+    SpecDecPP,
+    Sprinter,
+)
 from speculab.methods.specdecpp import TableHead, miscalibrated_head, noisy_head, oracle_head
 from speculab.sim.engine import run_steps
 from speculab.theory.instance import MarkovInstance
@@ -25,6 +36,7 @@ __all__ = [
     "RejectionDecoding",
     "Biased",
     "Fuzzy",
+    "BlockVerification",
     "Sprinter",
     "SpecDecPP",
     "TableHead",
@@ -50,7 +62,8 @@ def simulate(
       inst: the draft/target pair (:class:`~speculab.theory.MarkovInstance`).
       method: any registered method, e.g. ``Autoregressive()``, ``SD(K=None | int)``,
         ``BatchSD(M, K=None)``, ``RejectionDecoding(b, P=None, K=None)`` ([Yin] Alg. 3, 1, 4, 2),
-        ``Biased(eps, "opt" | "uno")``, ``Fuzzy(theta, div)``, ``Sprinter(...)``, ``SpecDecPP(h, ...)``.
+        ``Biased(eps, "opt" | "uno")``, ``Fuzzy(theta, div)``, ``Sprinter(...)``, ``SpecDecPP(h, ...)``,
+        ``BlockVerification(gamma)`` (``speculab methods`` lists them all).
       n_runs: number of independent runs (>= 1).
       key: an int seed, a ``numpy.random.Generator`` or a ``torch.Generator`` (consumed, never reset).
       engine: ``"numpy"`` (the reference engine).

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from speculab import kernels
-from speculab._validate import as_positive_int
+from speculab._validate import as_lookahead, as_positive_int
 from speculab.theory.batch import root_residual_chain
 from speculab.theory.instance import MarkovInstance
 from speculab.theory.rejections import acceptance_array, rejection_array
@@ -217,10 +217,6 @@ class LookaheadCounts:
         return latency_per_token(self.discard_rate, self.verification_rate, t_draft, t_target)
 
 
-def _check_K(K) -> int | None:
-    return None if K is None else as_positive_int(K, "K")
-
-
 def _kernels(inst: MarkovInstance, b, P, M) -> tuple[np.ndarray, ...]:
     """``(A, J, D)`` and the root's ``(A_root, J_root, D_root)``: accept kernel, reject kernel, rejection mass."""
     if b is None and P is None:  # SD: A = min(P, Q), J = (Q − P)_+, D = TV
@@ -269,7 +265,7 @@ def lookahead_counts(inst: MarkovInstance, K: int | None, *, b=None, P=None, M: 
     """
     if not isinstance(inst, MarkovInstance):
         raise ValueError(f"inst must be a MarkovInstance; got {type(inst).__name__}")
-    K = _check_K(K)
+    K = as_lookahead(K)
     M = as_positive_int(M, "M")
     T, V = inst.T, inst.V
     k = T if K is None else min(K, T)

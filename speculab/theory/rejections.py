@@ -97,7 +97,7 @@ def acceptance_array(inst: MarkovInstance, b: Acceptance) -> np.ndarray:
     """Resolve an acceptance rule to a checked ``(T, V, V)`` array of probabilities."""
     arr = b(inst.P, inst.Q) if callable(b) else b
     arr = as_probability_array(arr, "b")
-    check_same_shape(arr, inst.P, "b", "P")
+    check_same_shape(arr, inst.P, "b", "the instance's (T, V, V) kernels")
     return arr
 
 
