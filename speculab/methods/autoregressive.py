@@ -16,13 +16,14 @@ from array_api_compat import array_namespace
 from speculab import kernels
 from speculab.counts import TARGET, Expected
 from speculab.methods.base import Emit, Method, RoundLaw, Step, register
+from speculab.theory.instance import cumulative, rowwise
 
 __all__ = ["Autoregressive"]
 
 
 class _Step(Step):
     def __init__(self, inst):
-        self.cQ = np.cumsum(inst.Q, axis=-1)
+        self.cQ = rowwise(cumulative, inst.Q)
 
     def start(self, n: int) -> None:
         return None

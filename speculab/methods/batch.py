@@ -29,6 +29,7 @@ from speculab.counts import BONUS, CORRECTION, Estimate, Expected
 from speculab.methods.base import RoundLaw, Step, check_lookahead, param, register
 from speculab.methods.chain import ChainMethod, ChainStep, Rule
 from speculab.methods.sd import SD, sd_rule
+from speculab.theory.instance import cumulative, rowwise
 
 __all__ = ["BatchSD", "batch_root_law"]
 
@@ -64,7 +65,7 @@ class _Root:
 
     def __init__(self, inst, M: int):
         self.P, self.Q, self.M = inst.P, inst.Q, M
-        self.cP = np.cumsum(inst.P, axis=-1)
+        self.cP = rowwise(cumulative, inst.P)
 
     def __call__(self, t: int, a: np.ndarray, rng: np.random.Generator):
         P_t = self.P[t]

@@ -57,6 +57,7 @@ from speculab._validate import as_positive_int
 from speculab.counts import BONUS, CORRECTION, DRAFT, Estimate, Expected
 from speculab.methods.base import Emit, Method, RoundLaw, Step, param, register, sample_round
 from speculab.methods.sd import SD
+from speculab.theory.instance import cumulative, rowwise
 
 __all__ = ["BlockVerification", "block_round_law", "block_kernel", "block_counts", "block_accepted", "MAX_PATHS"]
 
@@ -224,7 +225,7 @@ class _Step(Step):
 
     def __init__(self, inst, gamma: int):
         self.P, self.Q, self.T, self.V, self.gamma = inst.P, inst.Q, inst.T, inst.V, gamma
-        self.cP = np.cumsum(inst.P, axis=-1)
+        self.cP = rowwise(cumulative, inst.P)
 
     def start(self, n: int) -> _State:
         return _State(n, self.gamma)

@@ -26,7 +26,7 @@ Convention: ``p`` = draft, ``q`` = target.
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, ClassVar, NamedTuple
 
 import numpy as np
 from array_api_compat import array_namespace, device
@@ -34,6 +34,7 @@ from array_api_compat import array_namespace, device
 from speculab import kernels
 from speculab.counts import BONUS, CORRECTION, DRAFT, Expected
 from speculab.methods.base import Emit, Method, RoundLaw, Step
+from speculab.theory.instance import cumulative, rowwise
 
 __all__ = ["Rule", "ChainMethod", "ChainStep", "chain_round_law"]
 
@@ -96,9 +97,7 @@ class ChainStep(Step):
         T = inst.T
         self.k = T if K is None else min(K, T)
         self.b = b
-        self.cP = np.cumsum(inst.P, axis=-1)
-        self.cQ = np.cumsum(inst.Q, axis=-1)
-        self.cR = np.cumsum(R, axis=-1)
+        self.cP, self.cQ, self.cR = (rowwise(cumulative, a) for a in (inst.P, inst.Q, R))
         self.root = root
         self.drafts_at = rows * np.minimum(self.k, T - np.arange(T))  # drafts of a round starting at t
 
@@ -156,6 +155,7 @@ class ChainMethod(Method):
     """
 
     K: int | None
+    slotwise: ClassVar[bool] = True
 
     def rule(self, p, q) -> Rule:
         """The acceptance ``b`` and rejection distribution ``P`` at positions with draft law ``p``
@@ -163,8 +163,8 @@ class ChainMethod(Method):
         raise NotImplementedError
 
     def instance_rule(self, inst) -> Rule:
-        """The rule as ``(T, V, V)`` numpy arrays on a Markov instance."""
-        return self.rule(inst.P, inst.Q)
+        """The rule as ``(T, V, V)`` numpy arrays on a Markov instance (views of the compact kernels' rule)."""
+        return Rule(*rowwise(self.rule, inst.P, inst.Q))
 
     # -- simulation and theory -------------------------------------------------------------------
     def simulator(self, inst) -> Step:

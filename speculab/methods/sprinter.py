@@ -40,6 +40,7 @@ from speculab.counts import CORRECTION, DRAFT, Expected
 from speculab.methods.base import Emit, Method, Step, check_probability, param, register
 from speculab.methods.sd import sd_rule
 from speculab.theory.sprinter import sprinter_pass_probabilities, sprinter_profile
+from speculab.theory.instance import cumulative, rowwise
 
 __all__ = ["Sprinter", "simulate_stopping", "signed_tv_statistic"]
 
@@ -58,9 +59,9 @@ class _Step(Step):
     extra = ("verifier_calls",)
 
     def __init__(self, inst, method: "Sprinter"):
-        b, R = sd_rule(inst.P, inst.Q)
-        self.keep, self.cR = b, np.cumsum(R, axis=-1)  # the target's check: min(1, q/p), then [q − p]_+
-        self.cP = np.cumsum(inst.P, axis=-1)
+        b, R = rowwise(sd_rule, inst.P, inst.Q)
+        self.keep, self.cR = b, rowwise(cumulative, R)  # the target's check: min(1, q/p), then [q − p]_+
+        self.cP = rowwise(cumulative, inst.P)
         self.verifier = method.verifier
         self.v = None if method.verifier is not None else sprinter_pass_probabilities(inst, method.eta_tp, method.eta_fp)
 

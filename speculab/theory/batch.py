@@ -23,7 +23,7 @@ import numpy as np
 
 from speculab import kernels
 from speculab._validate import as_pair, as_positive_int
-from speculab.theory.instance import MarkovInstance
+from speculab.theory.instance import MarkovInstance, compact, expect, per_position, push
 from speculab.theory.rejections import RejectionProfile
 
 __all__ = [
@@ -179,23 +179,26 @@ def batch_expected_rejections(inst: MarkovInstance, M) -> BatchProfile:
     .. math:: g_n(b) = \sum_a (\mu_{n-1}(a) - g_{n-1}(a))\,(q_n - p_n)_+(b \mid a)
               + g_{n-1}(a)\, R_n(a)\, q^{M+1}_n(b \mid a),
 
-    ``μ`` the target's marginals (Alg. 4 is unbiased). ``O(T M V^2)``; ``M = 1``
+    ``μ`` the target's marginals (Alg. 4 is unbiased). ``O(T M V^2)`` time and
+    ``O(V^2)`` memory (``O(M V^2)`` once on a stationary instance); ``M = 1``
     is T1 exactly; ``M = np.inf`` is the exact ``M → ∞`` limit (Prop. 1, valid
     also when ``supp(q) ⊄ supp(p)``, where the paper's proof does not apply).
     """
     M = _check_M(M)
-    mu = inst.marginals()  # (T+1, V)
-    tv = inst.tv()  # (T, V)
-    excess = kernels.excess(inst.Q, inst.P)  # (T, V, V): (q − p)_+ (unnormalised)
-    u, R = root_residual_chain(inst.Q, inst.P, M)  # (T, V, V), (T, V)
-    g = inst.rho.copy()
-    rejections = np.empty(inst.T)
-    root = np.empty(inst.T)
-    for n in range(inst.T):
-        plain = mu[n] - g  # mass of prefixes where position n+1 is not a root
-        rejections[n] = plain @ tv[n] + g @ R[n]
+
+    def kernels_at(p, q):  # per-context TV, excess (q − p)_+ and the root chain (u_M, R_M)
+        return (kernels.tv(p, q), kernels.excess(q, p), *root_residual_chain(q, p, M), q)
+
+    rows = per_position(kernels_at, inst.T, compact(inst.P), compact(inst.Q))
+    mu = inst.rho  # target marginal of x_n (Alg. 4 outputs q)
+    g = inst.rho  # root mass: x_n = a and position n + 1 starts a round
+    rejections, sd, root = (np.empty(inst.T, dtype=mu.dtype) for _ in range(3))
+    for n, (tv, excess, u, R, q) in enumerate(rows):
+        plain = mu - g  # mass of prefixes where position n+1 is not a root
+        sd[n] = expect(mu, tv)
+        rejections[n] = expect(plain, tv) + expect(g, R)
         root[n] = g.sum()
-        g = plain @ excess[n] + g @ u[n]
-    sd = np.einsum("na,na->n", mu[:-1], tv)
+        g = push(plain, excess) + push(g, u)
+        mu = push(mu, q)
     return BatchProfile(rejections_per_position=rejections, sd_rejections_per_position=sd,
                         oracle_calls_per_position=root, M=M)

@@ -12,7 +12,7 @@ uniform ``rho`` and ``T = 50`` or ``100``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from os import PathLike
 
 import numpy as np
@@ -25,9 +25,90 @@ from speculab._validate import (
     as_positive_int,
 )
 
-__all__ = ["MarkovInstance", "chain_marginals"]
+__all__ = [
+    "MarkovInstance", "chain_marginals", "compact", "rowwise", "cumulative", "per_position", "push", "expect",
+]
+# compact … expect are the primitives that keep compact instances compact (exact counts,
+# simulators); they are not re-exported by speculab.theory.
 
-_FORMAT_VERSION = 1
+_FORMAT_VERSION = 2
+_DTYPES = {"float64": np.float64, "float32": np.float32}
+
+
+def compact(a: np.ndarray) -> np.ndarray:
+    """The distinct part of a broadcast stack: every leading axis along which ``a`` is broadcast (stride 0) kept once.
+
+    A stationary instance's ``(T, V, V)`` kernels are a broadcast of one ``(V, V)``
+    kernel, a context-free one's of one row: their compact forms have shapes
+    ``(1, V, V)`` and ``(1, 1, V)``. The result broadcasts back to ``a``; the last
+    axis (the vocabulary) is never compacted. Costs nothing (a view).
+    """
+    index = tuple(
+        slice(0, 1) if a.shape[i] > 1 and a.strides[i] == 0 else slice(None) for i in range(a.ndim - 1)
+    )
+    return a[index]
+
+
+def rowwise(fn, *arrays: np.ndarray) -> np.ndarray:
+    """``fn(*arrays)`` for a ``fn`` acting row by row, evaluated on the compact parts only.
+
+    The arrays are broadcast stacks of the same shape ``(T, V, V)`` (or ``(T, V)``);
+    ``fn`` runs on their compact parts broadcast to a common compact shape, and the
+    result (an array or a tuple of arrays, e.g. a method's rule) is broadcast back to
+    the full shape as read-only views. On a stationary instance this is one ``(V, V)``
+    evaluation instead of ``T``, and nothing of size ``T V²`` is allocated.
+    """
+    full = np.broadcast_shapes(*(a.shape for a in arrays))
+    parts = [compact(a) for a in arrays]
+    shape = np.broadcast_shapes(*(p.shape for p in parts))
+    out = fn(*(np.broadcast_to(p, shape) for p in parts))
+
+    def widen(x):  # a row-wise reduction drops the last axis
+        x = np.asarray(x)
+        return np.broadcast_to(x, full[: x.ndim])
+
+    return tuple(widen(x) for x in out) if isinstance(out, tuple) else widen(out)
+
+
+def cumulative(a: np.ndarray) -> np.ndarray:
+    """Running sums along the last axis (the inverse-CDF tables of the simulators); use through :func:`rowwise`."""
+    return np.cumsum(a, axis=-1)
+
+
+def per_position(fn, T: int, *arrays: np.ndarray):
+    """Yield ``fn(a[n], b[n], …)`` for ``n = 0..T-1``, computed once when no array varies with the position.
+
+    Each array has a leading axis of length ``T`` or 1 (the same at every
+    position, e.g. a stationary kernel from :func:`compact`). This is how the exact
+    counts stream over positions in ``O(V²)`` memory and, on stationary instances,
+    derive each quantity from the kernels once.
+    """
+    if all(a.shape[0] == 1 for a in arrays):
+        value = fn(*(a[0] for a in arrays))
+        for _ in range(T):
+            yield value
+        return
+    for n in range(T):
+        yield fn(*(a[n] if a.shape[0] > 1 else a[0] for a in arrays))
+
+
+def push(mass: np.ndarray, kernel: np.ndarray) -> np.ndarray:
+    """``mass @ kernel`` for a kernel of shape ``(A, V)`` stored compactly.
+
+    ``A = V``: one row per context; ``A = 1``: the same row for every context, so
+    the product is the total mass times that row (``O(V)``, no ``(V, V)`` array).
+    ``mass`` has shape ``(..., V)``.
+    """
+    if kernel.shape[-2] == 1:
+        return mass.sum(axis=-1, keepdims=True) * kernel[0]
+    return mass @ kernel
+
+
+def expect(mass: np.ndarray, f: np.ndarray) -> np.ndarray:
+    """``mass @ f`` for a per-context quantity ``f`` of shape ``(A,)``, ``A = V`` or 1 (the same for every context)."""
+    if f.shape[-1] == 1:
+        return mass.sum(axis=-1) * f[0]
+    return mass @ f
 
 
 def chain_marginals(rho: np.ndarray, transitions: np.ndarray) -> np.ndarray:
@@ -35,23 +116,38 @@ def chain_marginals(rho: np.ndarray, transitions: np.ndarray) -> np.ndarray:
 
     Args:
       rho: initial law, shape ``(V,)``.
-      transitions: ``(T, V, V)`` row-stochastic kernels ``K_1..K_T``.
+      transitions: ``(T, V, V)`` row-stochastic kernels ``K_1..K_T`` (a broadcast
+        stack, e.g. a stationary instance's, is read through :func:`compact`).
 
     Returns:
       ``(T + 1, V)`` array whose row ``n`` is the law of ``x_n``.
     """
     T, V = transitions.shape[0], transitions.shape[-1]
-    mu = np.empty((T + 1, V))
+    mu = np.empty((T + 1, V), dtype=np.result_type(rho, transitions))
     mu[0] = rho
-    for n in range(T):
-        mu[n + 1] = mu[n] @ transitions[n]
+    for n, kernel in enumerate(per_position(lambda k: k, T, compact(transitions))):
+        mu[n + 1] = push(mu[n], kernel)
     return mu
 
 
-def _frozen(a: np.ndarray) -> np.ndarray:
-    a = np.array(a, dtype=np.float64, copy=True)
-    a.setflags(write=False)
-    return a
+def _dtype(dtype) -> type:
+    name = np.dtype(dtype).name if dtype in (np.float32, np.float64) or isinstance(dtype, np.dtype) else dtype
+    if name not in _DTYPES:
+        raise ValueError(f"dtype must be 'float64' or 'float32'; got {dtype!r}")
+    return _DTYPES[name]
+
+
+def _kernels(a, name: str, dtype) -> np.ndarray:
+    """A ``(T, V, V)`` stack validated and frozen on its compact part, returned as a read-only broadcast view."""
+    if isinstance(a, np.ndarray) and a.ndim == 3:
+        part = compact(a)
+    else:
+        part = a
+    part = as_distribution(part, name, ndim=3)
+    part = np.array(part, dtype=dtype, copy=True)
+    part.setflags(write=False)
+    shape = a.shape if isinstance(a, np.ndarray) and a.ndim == 3 else part.shape
+    return np.broadcast_to(part, shape)
 
 
 @dataclass(frozen=True, eq=False)
@@ -62,18 +158,29 @@ class MarkovInstance:
       P: draft transitions, shape ``(T, V, V)``, rows sum to 1.
       Q: target transitions, same shape.
       rho: law of the prompt token ``x_0``, shape ``(V,)``.
+      dtype: ``"float64"`` (default) or ``"float32"`` (half the memory for large
+        vocabularies; sums then carry float32 round-off).
 
-    The arrays are copied and made read-only on construction.
+    The arrays are copied and made read-only on construction. Kernels given as a
+    broadcast (``np.broadcast_to``, as :meth:`stationary` and :meth:`context_free`
+    build them) stay compact: only their distinct part is stored (``(V, V)`` or one
+    row), ``P`` and ``Q`` are read-only broadcast views of it, and the exact counts
+    (T1, T3, the lookahead counts) run in ``O(T V²)`` time and ``O(V²)`` memory —
+    ``O(T V)`` time and ``O(V)`` memory when the rows do not depend on the context.
     """
 
     P: np.ndarray
     Q: np.ndarray
     rho: np.ndarray
+    dtype: str = field(default="float64", kw_only=True)
 
     def __post_init__(self):
-        P = as_distribution(self.P, "P", ndim=3)
-        Q = as_distribution(self.Q, "Q", ndim=3)
+        dtype = _dtype(self.dtype)
+        P = _kernels(self.P, "P", dtype)
+        Q = _kernels(self.Q, "Q", dtype)
         rho = as_distribution(self.rho, "rho", ndim=1)
+        if P.shape[0] == 0:
+            raise ValueError(f"P must have at least one position (T >= 1); got shape {P.shape}")
         if P.shape[1] != P.shape[2]:
             raise ValueError(f"P must have shape (T, V, V); got {P.shape}")
         if Q.shape != P.shape:
@@ -82,9 +189,12 @@ class MarkovInstance:
             )
         if rho.shape[0] != P.shape[2]:
             raise ValueError(f"rho must have length V = {P.shape[2]}; got {rho.shape[0]}")
-        object.__setattr__(self, "P", _frozen(P))
-        object.__setattr__(self, "Q", _frozen(Q))
-        object.__setattr__(self, "rho", _frozen(rho))
+        rho = np.array(rho, dtype=dtype, copy=True)
+        rho.setflags(write=False)
+        object.__setattr__(self, "P", P)
+        object.__setattr__(self, "Q", Q)
+        object.__setattr__(self, "rho", rho)
+        object.__setattr__(self, "dtype", np.dtype(dtype).name)
 
     # -- shape -------------------------------------------------------------
     @property
@@ -97,6 +207,11 @@ class MarkovInstance:
         """Vocabulary size."""
         return self.P.shape[2]
 
+    @property
+    def stationary_kernels(self) -> bool:
+        """Whether ``P`` and ``Q`` are the same at every position (stored once)."""
+        return compact(self.P).shape[0] == 1 and compact(self.Q).shape[0] == 1
+
     def __repr__(self) -> str:
         return f"MarkovInstance(T={self.T}, V={self.V})"
 
@@ -106,8 +221,9 @@ class MarkovInstance:
         return chain_marginals(self.rho, self.Q)
 
     def tv(self) -> np.ndarray:
-        """``TV(P[n, a], Q[n, a])`` for every position and context, shape ``(T, V)``."""
-        return kernels.tv(self.P, self.Q)
+        """``TV(P[n, a], Q[n, a])`` for every position and context, shape ``(T, V)`` (a broadcast view when compact)."""
+        P, Q = compact(self.P), compact(self.Q)
+        return np.broadcast_to(kernels.tv(P, Q), (self.T, self.V))
 
     # -- constructors --------------------------------------------------------
     @classmethod
@@ -120,6 +236,7 @@ class MarkovInstance:
         rows: str = "dirichlet",
         concentration: float = 1.0,
         rho: np.ndarray | None = None,
+        dtype: str = "float64",
     ) -> "MarkovInstance":
         r"""Random non-stationary draft and target chains with independent rows.
 
@@ -137,6 +254,7 @@ class MarkovInstance:
           rows: ``"dirichlet"`` or ``"uniform"``.
           concentration: Dirichlet concentration ``c > 0`` (``rows="dirichlet"`` only).
           rho: prompt law; uniform if omitted.
+          dtype: ``"float64"`` or ``"float32"`` (the draws are made in float64).
         """
         T = as_positive_int(T, "T")
         V = as_positive_int(V, "V", minimum=2)
@@ -155,11 +273,14 @@ class MarkovInstance:
         else:
             raise ValueError(f"rows must be 'dirichlet' or 'uniform'; got {rows!r}")
         rho = np.full(V, 1.0 / V) if rho is None else rho
-        return cls(P, Q, rho)
+        return cls(P, Q, rho, dtype=dtype)
 
     @classmethod
-    def context_free(cls, p, q, T: int, rho=None) -> "MarkovInstance":
-        """Every position and context uses the same pair ``(p, q)`` (i.i.d. tokens)."""
+    def context_free(cls, p, q, T: int, rho=None, *, dtype: str = "float64") -> "MarkovInstance":
+        """Every position and context uses the same pair ``(p, q)`` (i.i.d. tokens).
+
+        Stored as the two rows: ``O(V)`` memory whatever ``T`` (``V = 50,000`` is fine).
+        """
         T = as_positive_int(T, "T")
         p = as_distribution(p, "p", ndim=1)
         q = as_distribution(q, "q", ndim=1)
@@ -169,11 +290,14 @@ class MarkovInstance:
         P = np.broadcast_to(p, (T, V, V))
         Q = np.broadcast_to(q, (T, V, V))
         rho = np.full(V, 1.0 / V) if rho is None else rho
-        return cls(P, Q, rho)
+        return cls(P, Q, rho, dtype=dtype)
 
     @classmethod
-    def stationary(cls, P, Q, T: int, rho=None) -> "MarkovInstance":
-        """Time-homogeneous chains: the ``(V, V)`` kernels ``P`` and ``Q`` at every position."""
+    def stationary(cls, P, Q, T: int, rho=None, *, dtype: str = "float64") -> "MarkovInstance":
+        """Time-homogeneous chains: the ``(V, V)`` kernels ``P`` and ``Q`` at every position.
+
+        Stored once: ``O(V²)`` memory whatever ``T``.
+        """
         T = as_positive_int(T, "T")
         P = as_distribution(P, "P", ndim=2)
         Q = as_distribution(Q, "Q", ndim=2)
@@ -181,12 +305,13 @@ class MarkovInstance:
             raise ValueError(f"P and Q must both have shape (V, V); got {P.shape} and {Q.shape}")
         V = P.shape[0]
         rho = np.full(V, 1.0 / V) if rho is None else rho
-        return cls(np.broadcast_to(P, (T, V, V)), np.broadcast_to(Q, (T, V, V)), rho)
+        return cls(np.broadcast_to(P, (T, V, V)), np.broadcast_to(Q, (T, V, V)), rho, dtype=dtype)
 
     # -- persistence ---------------------------------------------------------
     def save(self, path: str | PathLike) -> None:
-        """Write the instance to an ``.npz`` file (lossless)."""
-        np.savez(path, P=self.P, Q=self.Q, rho=self.rho, format_version=_FORMAT_VERSION)
+        """Write the instance to an ``.npz`` file (lossless; compact kernels are written compactly)."""
+        np.savez(path, P=compact(self.P), Q=compact(self.Q), rho=self.rho, T=self.T,
+                 format_version=_FORMAT_VERSION)
 
     @classmethod
     def load(cls, path: str | PathLike) -> "MarkovInstance":
@@ -198,4 +323,17 @@ class MarkovInstance:
             version = int(data["format_version"]) if "format_version" in data.files else 1
             if version > _FORMAT_VERSION:
                 raise ValueError(f"{path} has format version {version}; this speculab reads <= {_FORMAT_VERSION}")
-            return cls(as_float_array(data["P"], "P"), as_float_array(data["Q"], "Q"), data["rho"])
+            P, Q, rho = data["P"], data["Q"], data["rho"]
+            dtype = "float32" if P.dtype == np.float32 else "float64"
+            P, Q = as_float_array(P, "P"), as_float_array(Q, "Q")
+            if "T" in data.files:  # format 2: the compact parts and the horizon
+                T = as_positive_int(int(data["T"]), "T")
+                if P.ndim != 3 or Q.ndim != 3 or P.shape[-1] != Q.shape[-1]:
+                    raise ValueError(f"{path} is not a speculab Markov instance: P and Q have shapes "
+                                     f"{P.shape} and {Q.shape}")
+                V = P.shape[-1]
+                try:
+                    P, Q = np.broadcast_to(P, (T, V, V)), np.broadcast_to(Q, (T, V, V))
+                except ValueError as exc:
+                    raise ValueError(f"{path} is not a speculab Markov instance: {exc}") from None
+            return cls(P, Q, rho, dtype=dtype)

@@ -34,7 +34,8 @@ Batch SD ([Yin] Alg. 4) differs only at slot 0 (the root): it rejects with
 ``J_root = u_M`` and ``A_root = Q − u_M`` (Alg. 4 is unbiased: a root outputs ``q``).
 
 This is SPEC L's ``α_i(y) = P(first i drafts accepted, y_i = y)`` propagated for
-all round starts at once: ``O(T K V²)`` time, ``O(K V)`` memory. When ``K ≥ T`` no
+all round starts at once: ``O(T K V²)`` time, ``O(K V + V²)`` memory (the kernels
+of one position at a time; a stationary instance's are derived once). When ``K ≥ T`` no
 bonus is possible and the slots past the root behave alike, so two slots suffice:
 ``O(T V²)``, the cost of [Yin] Thm 1.
 """
@@ -50,7 +51,7 @@ import numpy as np
 from speculab import kernels
 from speculab._validate import as_lookahead, as_positive_int
 from speculab.theory.batch import root_residual_chain
-from speculab.theory.instance import MarkovInstance
+from speculab.theory.instance import MarkovInstance, compact, expect, per_position, push
 from speculab.theory.rejections import acceptance_array, rejection_array
 
 __all__ = [
@@ -217,22 +218,28 @@ class LookaheadCounts:
         return latency_per_token(self.discard_rate, self.verification_rate, t_draft, t_target)
 
 
-def _kernels(inst: MarkovInstance, b, P, M) -> tuple[np.ndarray, ...]:
-    """``(A, J, D)`` and the root's ``(A_root, J_root, D_root)``: accept kernel, reject kernel, rejection mass."""
-    if b is None and P is None:  # SD: A = min(P, Q), J = (Q − P)_+, D = TV
-        A, J = np.minimum(inst.P, inst.Q), kernels.excess(inst.Q, inst.P)
-        D = inst.tv()
-    else:
-        b_arr = acceptance_array(inst, b if b is not None else lambda p, q: kernels.sd_acceptance(p, q))
-        R = rejection_array(inst, b_arr, P)
-        D = ((1.0 - b_arr) * inst.P).sum(axis=-1)  # (T, V)
-        A, J = b_arr * inst.P, D[..., None] * R
-    if M == 1:
-        return A, J, D, A, J, D
-    if b is not None or P is not None:
+def _rule(inst: MarkovInstance, b, P, M) -> tuple[np.ndarray, ...]:
+    """The compact arrays the kernels are built from: ``(P, Q)`` for SD, ``(P, Q, b, R)`` for any other rule."""
+    if M > 1 and (b is not None or P is not None):
         raise ValueError("M > 1 (batch SD, [Yin] Alg. 4) uses SD's rule; give no b or P with it")
-    u, R_M = root_residual_chain(inst.Q, inst.P, M)  # u_M = R_M q^{M+1}: output by a root rejection
-    return A, J, D, inst.Q - u, u, R_M
+    if b is None and P is None:
+        return compact(inst.P), compact(inst.Q)
+    b_arr = acceptance_array(inst, b if b is not None else lambda p, q: kernels.sd_acceptance(p, q))
+    R = rejection_array(inst, b_arr, P)
+    return compact(inst.P), compact(inst.Q), compact(b_arr), compact(R)
+
+
+def _kernels(M, p, q, b=None, R=None) -> tuple[np.ndarray, ...]:
+    """At one position: ``(A, J, D)``, the root's ``(A_root, J_root, D_root)`` and ``Q`` — accept kernel, reject kernel, rejection mass."""
+    if b is None:  # SD: A = min(P, Q), J = (Q − P)_+, D = TV
+        A, J, D = np.minimum(p, q), kernels.excess(q, p), kernels.tv(p, q)
+    else:
+        D = ((1.0 - b) * p).sum(axis=-1)  # (A,)
+        A, J = b * p, D[..., None] * R
+    if M == 1:
+        return A, J, D, A, J, D, q
+    u, R_M = root_residual_chain(q, p, M)  # u_M = R_M q^{M+1}: output by a root rejection
+    return A, J, D, q - u, u, R_M, q
 
 
 def lookahead_counts(inst: MarkovInstance, K: int | None, *, b=None, P=None, M: int = 1) -> LookaheadCounts:
@@ -269,30 +276,31 @@ def lookahead_counts(inst: MarkovInstance, K: int | None, *, b=None, P=None, M: 
     M = as_positive_int(M, "M")
     T, V = inst.T, inst.V
     k = T if K is None else min(K, T)
-    A, J, D, A0, J0, D0 = _kernels(inst, b, P, M)
+    rows = per_position(lambda *arrays: _kernels(M, *arrays), T, *_rule(inst, b, P, M))
     bonus_slot = k < T  # a bonus needs a position after K drafts
     # slots: 0 = round start (root); 1..k-1 in the round; k = bonus. Without a bonus the
     # slots past the root are alike: keep one.
     n_slots = k + 1 if bonus_slot else min(k, 2)
-    rej, bonus, acc, start = (np.zeros(T) for _ in range(4))
-    S = np.zeros((n_slots, V))  # (slot, last token)
+    dtype = np.result_type(inst.rho, inst.P)
+    rej, bonus, acc, start = (np.zeros(T, dtype=dtype) for _ in range(4))
+    S = np.zeros((n_slots, V), dtype=dtype)  # (slot, last token)
     S[0] = inst.rho
-    for t in range(T):
+    for t, (A, J, D, A0, J0, D0, Q) in enumerate(rows):
         root, rest = S[0], S[1:k].sum(axis=0) if bonus_slot else S[1:].sum(axis=0)  # (V,) each
         start[t] = root.sum()
-        rej[t] = root @ D0[t] + rest @ D[t]
+        rej[t] = expect(root, D0) + expect(rest, D)
         acc[t] = root.sum() + rest.sum() - rej[t]
         nxt = np.zeros_like(S)
         if bonus_slot:
             bonus[t] = S[k].sum()
-            nxt[1] = root @ A0[t]
+            nxt[1] = push(root, A0)
             if k > 1:
-                nxt[2:] = S[1:k] @ A[t]  # (k - 1, V): slots 1..k-1 move on by one
-            nxt[0] = root @ J0[t] + rest @ J[t] + S[k] @ inst.Q[t]
+                nxt[2:] = push(S[1:k], A)  # (k - 1, V): slots 1..k-1 move on by one
+            nxt[0] = push(root, J0) + push(rest, J) + push(S[k], Q)
         else:
             if n_slots == 2:
-                nxt[1] = root @ A0[t] + rest @ A[t]
-            nxt[0] = root @ J0[t] + rest @ J[t]
+                nxt[1] = push(root, A0) + push(rest, A)
+            nxt[0] = push(root, J0) + push(rest, J)
         S = nxt
     return LookaheadCounts(
         K=K, rejections_per_position=rej, bonus_per_position=bonus,

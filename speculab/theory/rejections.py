@@ -13,8 +13,8 @@ from typing import Callable, Union
 import numpy as np
 
 from speculab import kernels
-from speculab._validate import as_distribution, as_pair, as_probability_array, check_same_shape
-from speculab.theory.instance import MarkovInstance, chain_marginals
+from speculab._validate import as_distribution, as_float_array, as_pair, as_probability_array, check_same_shape
+from speculab.theory.instance import MarkovInstance, compact, expect, per_position, push, rowwise
 
 __all__ = [
     "RejectionProfile",
@@ -77,15 +77,22 @@ def sd_expected_rejections(inst: MarkovInstance) -> RejectionProfile:
               \big[\mathrm{TV}(p_n, q_n)(\cdot \mid x_{1:n-1})\big]
               = \sum_n \sum_a \mu_{n-1}(a)\, \mathrm{TV}(P[n, a], Q[n, a])
 
-    on a Markov instance, with :math:`\mu` the target's marginals; ``O(T V^2)``.
+    on a Markov instance, with :math:`\mu` the target's marginals; ``O(T V^2)`` time and
+    ``O(V^2)`` memory (the marginal is carried position by position; a stationary
+    instance's TV is computed once, a context-free one's in ``O(V)``).
 
     Example:
       >>> inst = MarkovInstance.context_free([0.5, 0.5], [0.8, 0.2], T=10)
       >>> round(sd_expected_rejections(inst).rejections, 12)   # T * TV(p, q)
       3.0
     """
-    mu = inst.marginals()  # (T+1, V)
-    return RejectionProfile(rejections_per_position=np.einsum("na,na->n", mu[:-1], inst.tv()))
+    mu = inst.rho
+    rejections = np.empty(inst.T, dtype=mu.dtype)
+    rows = per_position(lambda p, q: (kernels.tv(p, q), q), inst.T, compact(inst.P), compact(inst.Q))
+    for n, (tv, q) in enumerate(rows):
+        rejections[n] = expect(mu, tv)
+        mu = push(mu, q)
+    return RejectionProfile(rejections_per_position=rejections)
 
 
 def acceleration(inst: MarkovInstance) -> float:
@@ -94,9 +101,17 @@ def acceleration(inst: MarkovInstance) -> float:
 
 
 def acceptance_array(inst: MarkovInstance, b: Acceptance) -> np.ndarray:
-    """Resolve an acceptance rule to a checked ``(T, V, V)`` array of probabilities."""
-    arr = b(inst.P, inst.Q) if callable(b) else b
-    arr = as_probability_array(arr, "b")
+    """Resolve an acceptance rule to a checked ``(T, V, V)`` array of probabilities.
+
+    A function ``b(p, q)`` is applied to the instance's compact kernels (it acts
+    row by row), so on a stationary or context-free instance the result is a
+    read-only broadcast view of the compact part, never a ``(T, V, V)`` copy.
+    """
+    if callable(b):
+        arr = rowwise(lambda p, q: as_probability_array(b(p, q), "b(p, q)"), inst.P, inst.Q)
+        check_same_shape(arr, inst.P, "b(p, q)", "the instance's (T, V, V) kernels")
+        return arr
+    arr = rowwise(lambda x: as_probability_array(x, "b"), np.asarray(b))  # checked on its compact part
     check_same_shape(arr, inst.P, "b", "the instance's (T, V, V) kernels")
     return arr
 
@@ -151,16 +166,23 @@ def rejection_array(inst: MarkovInstance, b: np.ndarray, P: RejectionRule = None
     Rows that are used (``Σ (1 − b) p > 0``) must be distributions; unused rows may be anything.
     """
     if P is None:
-        _check_unbiased(inst.P, inst.Q, b)
-        return _unbiased_rejection(inst.P, inst.Q, b)
-    arr = P(inst.P, inst.Q, b) if callable(P) else P
-    arr = np.asarray(arr, dtype=np.float64)
+        def unbiased(p, q, b):
+            _check_unbiased(p, q, b)
+            return _unbiased_rejection(p, q, b)
+
+        return rowwise(unbiased, inst.P, inst.Q, b)
+    if callable(P):
+        arr = rowwise(lambda p, q, b: np.asarray(P(p, q, b), dtype=np.float64), inst.P, inst.Q, b)
+    else:
+        arr = rowwise(lambda x: as_float_array(x, "P (rejection distribution)"), np.asarray(P))
     check_same_shape(arr, inst.P, "P (rejection distribution)", "the instance's P")
-    used = ((1.0 - b) * inst.P).sum(axis=-1) > 0
-    as_distribution(arr[used], "P (rejection distribution) rows that can be sampled")
-    out = np.array(arr, copy=True)
-    out[~used] = 0.0
-    return out
+
+    def used_rows_only(p, b, r):
+        used = ((1.0 - b) * p).sum(axis=-1) > 0
+        as_distribution(r[used], "P (rejection distribution) rows that can be sampled")
+        return np.where(used[..., None], r, 0.0)
+
+    return rowwise(used_rows_only, inst.P, b, arr)
 
 
 def output_law(inst: MarkovInstance, b: Acceptance, P: RejectionRule = None) -> np.ndarray:
@@ -179,8 +201,12 @@ def output_law(inst: MarkovInstance, b: Acceptance, P: RejectionRule = None) -> 
     """
     b_arr = acceptance_array(inst, b)
     R = rejection_array(inst, b_arr, P)
-    D = ((1.0 - b_arr) * inst.P).sum(axis=-1, keepdims=True)  # (T, V, 1)
-    return b_arr * inst.P + R * D
+    return rowwise(_output_kernel, inst.P, b_arr, R)
+
+
+def _output_kernel(p: np.ndarray, b: np.ndarray, R: np.ndarray) -> np.ndarray:
+    """Algorithm 2's transition rows ``b p + R Σ(1 − b) p`` (row-wise)."""
+    return b * p + R * ((1.0 - b) * p).sum(axis=-1, keepdims=True)
 
 
 def expected_rejections(inst: MarkovInstance, b: Acceptance, P: RejectionRule = None) -> RejectionProfile:
@@ -194,6 +220,11 @@ def expected_rejections(inst: MarkovInstance, b: Acceptance, P: RejectionRule = 
     """
     b_arr = acceptance_array(inst, b)
     R = rejection_array(inst, b_arr, P)
-    D = ((1.0 - b_arr) * inst.P).sum(axis=-1)  # (T, V)
-    mu = chain_marginals(inst.rho, b_arr * inst.P + R * D[..., None])
-    return RejectionProfile(rejections_per_position=np.einsum("na,na->n", mu[:-1], D))
+    parts = compact(inst.P), compact(b_arr), compact(R)
+    rows = per_position(lambda p, b, r: (((1.0 - b) * p).sum(axis=-1), _output_kernel(p, b, r)), inst.T, *parts)
+    mu = inst.rho
+    rejections = np.empty(inst.T, dtype=np.result_type(mu, *parts))
+    for n, (D, kernel) in enumerate(rows):
+        rejections[n] = expect(mu, D)
+        mu = push(mu, kernel)
+    return RejectionProfile(rejections_per_position=rejections)

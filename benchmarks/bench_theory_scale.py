@@ -1,0 +1,90 @@
+"""Exact theory at real-vocabulary scale: T1, T3 (M = 8) and the lookahead counts (K = 4).
+
+For each instance: wall time (median of repeats) and peak memory allocated by the
+computation (``tracemalloc``, which sees numpy's buffers) of
+
+* a stationary instance, T = 1000, V = 1000 (its (T, V, V) stacks would be 8 GB each);
+* a context-free instance, T = 1000, V = 50,000 (2·10¹³ bytes each);
+* a non-stationary random instance, T = 10⁴, V = 50 (stored in full: 200 MB per stack);
+* the same stationary instance stored compactly and in full at T = V = 300, the
+  ratio measured in one run (the full form is what every instance was before).
+
+    python benchmarks/bench_theory_scale.py [--repeats 3] [--json OUT] [--small-only]
+
+Set ``OPENBLAS_NUM_THREADS=1`` on a shared machine: with other processes on the
+cores, OpenBLAS threads contending for them made a (3, 1000) × (1000, 1000)
+product 30–50× slower in our runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+import tracemalloc
+
+import numpy as np
+
+from speculab.theory import MarkovInstance, batch_expected_rejections, lookahead_counts, sd_expected_rejections
+
+COUNTS = {
+    "T1": lambda inst: sd_expected_rejections(inst).rejections,
+    "T3 (M=8)": lambda inst: batch_expected_rejections(inst, 8).rejections,
+    "L (K=4)": lambda inst: lookahead_counts(inst, 4).oracle_calls,
+}
+
+
+def _instances():
+    rng = np.random.default_rng(0)
+    P, Q = rng.dirichlet(np.ones(1000), size=1000), rng.dirichlet(np.ones(1000), size=1000)
+    yield "stationary T=1000 V=1000", MarkovInstance.stationary(P, Q, T=1000)
+    yield "context-free T=1000 V=50000", MarkovInstance.context_free(
+        rng.dirichlet(np.ones(50_000)), rng.dirichlet(np.ones(50_000)), T=1000)
+    yield "random T=10000 V=50", MarkovInstance.random(10_000, 50, key=0)
+
+
+def _measure(fn, inst, repeats):
+    times, value = [], None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        value = fn(inst)
+        times.append(time.perf_counter() - t0)
+    tracemalloc.start()
+    fn(inst)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return {"value": float(value), "seconds": statistics.median(times), "peak_mb": peak / 2**20}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--json", help="write the results to this file")
+    ap.add_argument("--small-only", action="store_true",
+                    help="only the T = V = 300 comparison (runs on versions without compact instances)")
+    args = ap.parse_args(argv)
+    results = {}
+    for label, inst in ([] if args.small_only else _instances()):
+        for name, fn in COUNTS.items():
+            r = results[f"{label} {name}"] = _measure(fn, inst, args.repeats)
+            print(f"{label:30s} {name:9s} {r['value']:12.4f}  {r['seconds']:7.3f} s  peak {r['peak_mb']:8.1f} MB",
+                  flush=True)
+    rng = np.random.default_rng(1)
+    P, Q = rng.dirichlet(np.ones(300), size=300), rng.dirichlet(np.ones(300), size=300)
+    compact = MarkovInstance.stationary(P, Q, T=300)
+    full = MarkovInstance(np.ascontiguousarray(compact.P), np.ascontiguousarray(compact.Q), compact.rho)
+    for name, fn in COUNTS.items():
+        c, f = _measure(fn, compact, args.repeats), _measure(fn, full, args.repeats)
+        results[f"stationary T=V=300 {name} compact vs full"] = {"compact": c, "full": f}
+        print(f"stationary T=V=300 {name:9s} compact {c['seconds']:.3f} s / {c['peak_mb']:.1f} MB, "
+              f"full {f['seconds']:.3f} s / {f['peak_mb']:.1f} MB: {f['seconds'] / c['seconds']:.1f}× faster, "
+              f"{f['peak_mb'] / c['peak_mb']:.0f}× less memory; same value: {abs(c['value'] - f['value']) < 1e-9}",
+              flush=True)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(results, fh, indent=2)
+
+
+if __name__ == "__main__":
+    main()
