@@ -142,6 +142,33 @@ def as_generator(key, name: str = "key") -> np.random.Generator:
     raise ValueError(f"{name} must be {KEY_TYPES}; got {key!r}")
 
 
+def _is_jax_key(key) -> bool:
+    return type(key).__module__.startswith("jax") or "jax" in type(key).__module__
+
+
+def as_jax_key(key, name: str = "key"):
+    """A JAX PRNG key from any accepted ``key`` (see :data:`KEY_TYPES`) or a JAX key itself.
+
+    A JAX key (typed, ``jax.random.key``, or raw, ``jax.random.PRNGKey``) is used as is;
+    an int seed gives ``jax.random.key(seed)`` (seeds of 64 bits are folded, never truncated);
+    a numpy or torch generator gives one seed for a new key.
+    """
+    import jax
+
+    if _is_jax_key(key):
+        if not (jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key) or (key.dtype == np.uint32 and key.shape == (2,))):
+            raise ValueError(f"{name} must be a JAX PRNG key (jax.random.key(seed)); got an array of "
+                             f"dtype {key.dtype} and shape {key.shape}")
+        return key
+    seed = _seed(key, name)
+    if seed is None:
+        if isinstance(key, np.random.Generator) or _is_torch_generator(key):
+            seed = int(as_generator(key, name).integers(0, 1 << 63))
+        else:
+            raise ValueError(f"{name} must be {KEY_TYPES} or a JAX PRNG key; got {key!r}")
+    return jax.random.fold_in(jax.random.key(seed & 0xFFFFFFFF), seed >> 32)
+
+
 def as_torch_generator(key, device, name: str = "key"):
     """A ``torch.Generator`` on ``device`` from any accepted ``key`` (see :data:`KEY_TYPES`).
 

@@ -318,3 +318,25 @@ def test_rule_arguments_that_are_not_arrays_are_named():
         RejectionDecoding(b="x")
     with pytest.raises(ValueError, match="b and the instance's"):
         simulate(_tiny(), RejectionDecoding(b=0.5), 10, key=0)
+
+
+# -- the JAX engine runs every method's own rule ---------------------------------------------------------------
+@pytest.mark.parametrize("method", METHODS, ids=IDS)
+def test_jax_engine_matches_the_enumeration(method):
+    """engine='jax' reads only the protocol (slotwise flag, rows, draft_length, round_law): same counts in law."""
+    pytest.importorskip("jax")
+    from speculab.sim.jax_engine import check_method
+
+    inst = _tiny(3)
+    try:
+        check_method(method)
+    except ValueError as exc:
+        assert not method.runs_on_real_models() and "no" in str(exc)  # SPRINTER, SpecDec++: no round law
+        return
+    _, exact, rej_pos = _exact(method, inst)
+    c = simulate(inst, method, N, key=7, engine="jax")
+    for name in COUNTS:
+        assert abs(c.estimate(name).z(exact[name])) < Z_BOUND, name
+    se = np.sqrt(np.maximum(rej_pos * (1 - rej_pos), 1e-12) / N)
+    assert np.all(np.abs(c.rejections_per_position - rej_pos) < Z_BOUND * se)
+    np.testing.assert_array_equal(c.accepted + c.rejections + c.bonus, c.tokens)

@@ -271,6 +271,10 @@ class Method(ABC):
     name: ClassVar[str] = ""
     #: Whether the method drafts tokens (autoregressive decoding, the reference of every comparison, does not).
     drafting: ClassVar[bool] = True
+    #: Whether a round is verified one slot at a time: the root by the law of a one-slot round over
+    #: the ``M`` rows, every later slot by that of a one-slot round on the followed row, so an engine may
+    #: advance position by position and draw each draft only when it is verified (Algorithm 2's family).
+    slotwise: ClassVar[bool] = False
 
     # -- what the method is -------------------------------------------------------------
     @property

@@ -66,7 +66,8 @@ def simulate(
         ``BlockVerification(gamma)`` (``speculab methods`` lists them all).
       n_runs: number of independent runs (>= 1).
       key: an int seed, a ``numpy.random.Generator`` or a ``torch.Generator`` (consumed, never reset).
-      engine: ``"numpy"`` (the reference engine).
+      engine: ``"numpy"`` (the reference engine) or ``"jax"`` (:mod:`speculab.sim.jax_engine`:
+        jitted, for every method with a round law; ``key`` may then also be a JAX key).
       return_sequences: also return the ``(n_runs, T + 1)`` sampled tokens.
       progress: show a progress bar on long simulations.
 
@@ -85,7 +86,11 @@ def simulate(
     if not isinstance(method, Method):
         raise ValueError(f"method must be a speculab method (e.g. SD(), BatchSD(4)); got {method!r}")
     n_runs = as_positive_int(n_runs, "n_runs")
+    if engine == "jax":
+        from speculab.sim.jax_engine import simulate_jax
+
+        return simulate_jax(inst, method, n_runs, key, return_sequences=return_sequences)
     if engine != "numpy":
-        raise ValueError(f"engine must be 'numpy' (the only engine built so far); got {engine!r}")
+        raise ValueError(f"engine must be 'numpy' or 'jax'; got {engine!r}")
     rng = as_generator(key)
     return run_steps(method.simulator(inst), inst, n_runs, rng, return_sequences=return_sequences, progress=progress)

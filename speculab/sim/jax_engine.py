@@ -1,0 +1,411 @@
+r"""The JAX simulation engine: each method's own array-API round law, jitted, vmapped over runs, scanned over positions.
+
+Nothing here is specific to a method. The engine reads the protocol only:
+
+* :attr:`~speculab.methods.Method.slotwise` methods (the chain family of [Yin]
+  Algorithm 2: SD, batch SD, any rule ``(b, P)``, biased, Fuzzy) verify a round
+  one slot at a time, so a run advances **position by position**: at a round's
+  first slot (the root) the :meth:`~speculab.methods.Method.round_law` of a one-slot
+  round over the method's ``M`` draft rows decides, at the other slots that of a
+  one-slot round on the followed row, and after ``K`` accepted drafts a bonus
+  token comes from ``q``. Lazy drafting, as in the numpy engine: a draft is
+  drawn when it is verified, which gives the same joint law of outputs and counts.
+* every other method with a round law (block verification, autoregressive
+  decoding) runs **round by round**, as :func:`speculab.backends.decode` does on
+  real models: at a round start it drafts ``L = draft_length(T − t)`` tokens per row,
+  draws ``(row, τ, token)`` from the round law and then emits that round's tokens
+  one position at a time. Positions are grouped into segments of equal ``L`` and
+  bonus availability so every shape is static.
+
+Each position draws a fixed number of uniforms for every run (``M + 2`` for a
+slotwise method, ``M L + 2`` otherwise) from a key folded from the chunk's key
+and the position, so keys are split and never reused; a chunk of
+:data:`CHUNK` runs is one compiled call (``jax.jit`` of a ``lax.scan`` over
+positions of a ``jax.vmap`` over runs). The same key gives the same
+:class:`~speculab.counts.Counts`. Probabilities are kept in JAX's default float
+(float32 unless ``jax_enable_x64`` is set), which for sampling is far below
+Monte-Carlo error. Instances stay compact: a stationary instance's kernel is
+passed once and indexed by position and context inside the scan.
+
+SPRINTER and SpecDec++ have no round law (their verifiers are not a function of
+the block); they run on the numpy engine.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache, partial
+
+import numpy as np
+
+from speculab import kernels
+from speculab.counts import BONUS, CORRECTION, DRAFT, TARGET, Counts
+from speculab.methods.base import Method, sample_round
+from speculab.theory.instance import MarkovInstance, compact
+
+__all__ = ["simulate_jax", "simulate_sweep", "CHUNK", "TABLE_BUDGET", "positions_per_second_bound"]
+
+#: Runs per compiled call (fixed, so a key gives the same result however many runs are asked for in total).
+CHUNK = 1 << 16
+
+
+def _jax():
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError as exc:  # pragma: no cover - exercised only without jax
+        raise ImportError("engine='jax' needs JAX: pip install 'speculab[jax]' (or jax jaxlib)") from exc
+    return jax, jnp
+
+
+def check_method(method: Method) -> None:
+    """Refuse, with the reason, a method the JAX engine cannot run."""
+    if not (method.slotwise or type(method).runs_on_real_models()):
+        raise ValueError(
+            f"engine='jax' runs methods with a round law; {type(method).__name__} has none "
+            f"(its verifier is not a function of the drafted block): use engine='numpy'"
+        )
+
+
+class _Tables:
+    """The instance's compact kernels on the device and how to read a row ``(position, context)``."""
+
+    def __init__(self, inst: MarkovInstance, jnp):
+        P, Q = compact(inst.P), compact(inst.Q)
+        dtype = jnp.zeros(0).dtype  # JAX's default float
+        self.arrays = (jnp.asarray(P, dtype=dtype), jnp.asarray(Q, dtype=dtype), jnp.asarray(inst.rho, dtype=dtype))
+        self.T, self.V = inst.T, inst.V
+        self.shapes = (P.shape, Q.shape)
+
+    @staticmethod
+    def row(A, t, a):
+        """``A[t, a]`` of a compact ``(T', A', V)`` stack (``T' = 1`` or ``A' = 1`` broadcast)."""
+        return A[t if A.shape[0] > 1 else 0, a if A.shape[1] > 1 else 0]
+
+
+# -- slotwise methods: position by position --------------------------------------------------------------
+#: Largest ``T' A' V²`` for which a slotwise method's one-slot law is tabulated before the scan
+#: (per context and drafted token); above it the law is evaluated inside the scan.
+TABLE_BUDGET = 1 << 24
+
+
+def _slot_tables(method: Method, P, Q) -> dict:
+    """The one-slot law of a slotwise method for every ``(position, context, drafted token)``, computed once.
+
+    Returns the cumulative rows of the draft (``cP``) and of the target (``cQ``, for
+    bonus tokens), the probability that drafting ``x`` is accepted (``accept``,
+    ``(T', A', V)``) and the cumulative correction weights after refusing ``x``
+    (``cC``: ``(T', A', V, V)``, or ``(T', A', V)`` when they do not depend on ``x``,
+    as for every rule of Algorithm 2) — read off
+    :meth:`~speculab.methods.Method.round_law` of a one-slot, one-row round, so the
+    tables are the method's own rule, evaluated once instead of at every position.
+    """
+    jax, jnp = _jax()
+    shape = jnp.broadcast_shapes(P.shape, Q.shape)
+    P, Q = jnp.broadcast_to(P, shape), jnp.broadcast_to(Q, shape)
+    V = shape[-1]
+    x = jnp.broadcast_to(jnp.arange(V, dtype=jnp.int32)[:, None, None], (*shape[:-1], V, 1, 1))
+    p = jnp.broadcast_to(P[..., None, None, None, :], (*shape[:-1], V, 1, 1, V))
+    q = jnp.broadcast_to(Q[..., None, None, None, :], (*shape[:-1], V, 1, 2, V))
+    law = method.round_law(p, q, x, bonus=False)
+    cC = jnp.cumsum(law.correction[..., 0, 0, :], axis=-1)  # (T', A', V, V)
+    if bool(jnp.all(cC == cC[..., :1, :])):  # decided on the values, outside jit
+        cC = cC[..., 0, :]
+    return {"cP": jnp.cumsum(P, axis=-1), "cQ": jnp.cumsum(Q, axis=-1), "accept": law.outcome[..., 0, 1], "cC": cC}
+
+
+def _slot_position(method: Method, k: int, M: int, T: int, P, Q, tables, t, state, u):
+    """One position of one run of a slotwise method; ``u`` holds ``M + 2`` uniforms.
+
+    ``state = (prev, slot)``: the last token and the number of drafts accepted in
+    the current round (0: the next position is a round's root). With ``tables``
+    (:func:`_slot_tables`) a slot reads its law from them; without, it evaluates the
+    round law of the drafted token here.
+    """
+    jax, jnp = _jax()
+    prev, slot = state
+    row = _Tables.row
+    if tables is not None:
+        x0 = kernels.sample_cumulative(row(tables["cP"], t, prev), u[:1])[0]
+        ok = u[M] < row(tables["accept"], t, prev)[x0]
+        cC = row(tables["cC"], t, prev)
+        token = kernels.sample_cumulative(cC if cC.ndim == 1 else cC[x0], u[M + 1])
+        x = jnp.where(ok, x0, token)
+    else:
+        p, q = row(P, t, prev), row(Q, t, prev)
+        x, ok = _decide(method, p, q, kernels.sample_index(p, u[:1]), u[M], u[M + 1])
+    if M > 1:  # the root: a one-slot round over the M rows
+        p, q = row(P, t, prev), row(Q, t, prev)
+        drafts = kernels.sample_index(jnp.broadcast_to(p, (M, p.shape[-1])), u[:M])
+        x_root, ok_root = _decide(method, p, q, drafts, u[M], u[M + 1])
+        at_root = slot == 0
+        x, ok = jnp.where(at_root, x_root, x), jnp.where(at_root, ok_root, ok)
+    kind = jnp.where(ok, DRAFT, CORRECTION)
+    if k < T:  # after k accepted drafts: a bonus token from q (its uniform is the first draft's, unused then)
+        is_bonus = slot == k
+        cq = row(tables["cQ"], t, prev) if tables is not None else jnp.cumsum(row(Q, t, prev))
+        x = jnp.where(is_bonus, kernels.sample_cumulative(cq, u[0]), x)
+        kind = jnp.where(is_bonus, BONUS, kind)
+    else:
+        is_bonus = jnp.zeros((), dtype=bool)
+    new_round = (slot == 0) & ~is_bonus
+    slot = jnp.where(is_bonus | ~ok, 0, slot + 1)
+    drafts = jnp.where(new_round, M * jnp.minimum(k, T - t), 0)
+    x = x.astype(jnp.int32)
+    return (x, slot), (x, kind, new_round, drafts)
+
+
+def _decide(method: Method, p, q, drafts, u_outcome, u_token):
+    """A one-slot round over ``len(drafts)`` rows drafted from ``p``: ``(token, accepted)``."""
+    jax, jnp = _jax()
+    drafts = jnp.reshape(drafts, (-1,))
+    rows, V = drafts.shape[0], p.shape[-1]
+    law = method.round_law(jnp.broadcast_to(p, (rows, 1, V)), jnp.broadcast_to(q, (rows, 2, V)), drafts[:, None],
+                           bonus=False)
+    row, accepted, token = sample_round(law, u_outcome, u_token)
+    ok = accepted == 1
+    return jnp.where(ok, drafts[row], token), ok
+
+
+# -- other methods: round by round ----------------------------------------------------------------------------
+def _round_position(method: Method, M: int, L: int, bonus: bool, T: int, L_max: int, P, Q, t, state, u):
+    """One position of one run of a method simulated round by round; ``u`` holds at least ``M L + 2`` uniforms.
+
+    ``state = (prev, tokens, kinds, at, size)``: the round in progress emits ``tokens[at]``
+    (buffers of the longest round's size ``L_max + 1``, shared by every segment); a new
+    round (``L`` drafts per row, a bonus possible iff ``bonus``) starts when ``at == size``.
+    """
+    jax, jnp = _jax()
+    prev, buf_tokens, buf_kinds, at, size = state
+    V = P.shape[-1]
+    a = jnp.broadcast_to(prev, (M,))
+    ps, qs, xs = [], [], []
+    for i in range(L):  # draft the block: M independent rows of the draft chain
+        p = jax.vmap(lambda c, i=i: _Tables.row(P, t + i, c))(a)  # (M, V)
+        qs.append(jax.vmap(lambda c, i=i: _Tables.row(Q, t + i, c))(a))
+        ps.append(p)
+        a = kernels.sample_index(p, u[i * M:(i + 1) * M]).astype(jnp.int32)
+        xs.append(a)
+    qs.append(jax.vmap(lambda c: _Tables.row(Q, jnp.minimum(t + L, T - 1), c))(a))  # the next position's law
+    x = jnp.stack(xs, axis=-1) if L else jnp.zeros((M, 0), dtype=jnp.int32)  # (M, L)
+    p_blk = jnp.stack(ps, axis=-2) if L else jnp.zeros((M, 0, V), dtype=P.dtype)
+    law = method.round_law(p_blk, jnp.stack(qs, axis=-2), x, bonus=bonus)
+    row, tau, token = sample_round(law, u[M * L], u[M * L + 1])
+    has = token >= 0
+    slots = jnp.arange(L_max + 1)
+    out = jnp.where(slots == tau, jnp.maximum(token, 0), jnp.concatenate([x[row], jnp.zeros(L_max + 1 - L, jnp.int32)]))
+    last = TARGET if L == 0 else jnp.where(tau < L, CORRECTION, BONUS)
+    kinds = jnp.where(slots < tau, DRAFT, last)
+    fresh = at >= size
+    buf_tokens = jnp.where(fresh, out.astype(jnp.int32), buf_tokens)
+    buf_kinds = jnp.where(fresh, kinds.astype(jnp.int8), buf_kinds)
+    size = jnp.where(fresh, tau + has, size)
+    at = jnp.where(fresh, 0, at)
+    x_t, kind_t = buf_tokens[at], buf_kinds[at]
+    return (x_t, buf_tokens, buf_kinds, at + 1, size), (x_t, kind_t, fresh, jnp.where(fresh, M * L, 0))
+
+
+def _segments(method: Method, T: int) -> list[tuple[int, int, int, bool]]:
+    """Positions grouped by the round shape a round starting there has: ``(start, stop, L, bonus)``."""
+    out = []
+    for t in range(T):
+        L = method.draft_length(T - t)
+        shape = (L, t + L < T)
+        if out and out[-1][2:] == shape:
+            out[-1] = (out[-1][0], t + 1, *shape)
+        else:
+            out.append((t, t + 1, *shape))
+    return out
+
+
+# -- the compiled chunk ---------------------------------------------------------------------------------------
+def _chunk_fn(method: Method, T: int, n: int, keep: bool):
+    """A jitted ``(key, P, Q, rho, slot tables) -> (counts (5, n), rejected per position (T,), tokens (T + 1, n) or None)``.
+
+    ``counts`` rows: rejections, oracle calls, draft calls, accepted drafts, bonus tokens.
+    """
+    jax, jnp = _jax()
+    M = method.rows
+
+    def scan_positions(step, width, P, Q, carry, key, ts):
+        def body(carry, t):
+            state, counts = carry
+            u = jax.random.uniform(jax.random.fold_in(key, t), (n, width), dtype=P.dtype)
+            state, (x, kind, new_round, d) = jax.vmap(lambda s, uu: step(P, Q, t, s, uu))(state, u)
+            rejected = (kind == CORRECTION) | (kind == TARGET)
+            counts = counts + jnp.stack([rejected, new_round, d, kind == DRAFT, kind == BONUS]).astype(jnp.int32)
+            return (state, counts), (jnp.sum(rejected), x if keep else None)
+
+        return jax.lax.scan(body, carry, ts)
+
+    def run(key, P, Q, rho, slot_tables):
+        first, key = jax.random.split(key)
+        prev = kernels.sample_index(jnp.broadcast_to(rho, (n, rho.shape[-1])),
+                                    jax.random.uniform(first, (n,), dtype=P.dtype)).astype(jnp.int32)
+        zeros = jnp.zeros(n, dtype=jnp.int32)
+        counts = jnp.zeros((5, n), dtype=jnp.int32)
+        if method.slotwise:
+            k = method.draft_length(T)
+            step = lambda P, Q, t, s, u: _slot_position(method, k, M, T, P, Q, slot_tables, t, s, u)  # noqa: E731
+            (_, counts), (per_position, xs) = scan_positions(step, M + 2, P, Q, ((prev, zeros), counts), key,
+                                                             jnp.arange(T))
+        else:
+            L_max = method.draft_length(T)
+            width = max(M * L_max, 1) + 2
+            state = (prev, jnp.zeros((n, L_max + 1), dtype=jnp.int32), jnp.zeros((n, L_max + 1), dtype=jnp.int8),
+                     zeros, zeros)
+            carry, rates, seqs = (state, counts), [], []
+            for start, stop, L, bonus in _segments(method, T):
+                step = partial(_round_position, method, M, L, bonus, T, L_max)
+                carry, (r, x) = scan_positions(step, width, P, Q, carry, key, jnp.arange(start, stop))
+                rates.append(r)
+                seqs.append(x)
+            counts, per_position = carry[1], jnp.concatenate(rates)
+            xs = jnp.concatenate(seqs) if keep else None
+        return counts, per_position, (jnp.concatenate([prev[None], xs]) if keep else None)
+
+    return jax.jit(run)
+
+
+@lru_cache(maxsize=64)
+def _compiled(method: Method, T: int, n: int, keep: bool):
+    """:func:`_chunk_fn`, kept across calls (jit retraces by itself for new shapes or table layouts)."""
+    return _chunk_fn(method, T, n, keep)
+
+
+def simulate_jax(inst: MarkovInstance, method: Method, n_runs: int, key, *, return_sequences: bool = False) -> Counts:
+    """Simulate ``n_runs`` runs of ``method`` on ``inst`` with JAX (see the module docstring).
+
+    Args:
+      inst: the Markov instance (kept compact on the device).
+      method: a registered method with a round law (every one but SPRINTER and SpecDec++).
+      n_runs: number of runs (>= 1); chunks of :data:`CHUNK` runs, each one compiled call.
+      key: a JAX PRNG key, or anything :func:`speculab._validate.as_jax_key` accepts.
+      return_sequences: also return the ``(n_runs, T + 1)`` sampled tokens.
+    """
+    from speculab._validate import as_jax_key
+
+    jax, jnp = _jax()
+    check_method(method)
+    key = as_jax_key(key)
+    tables = _Tables(inst, jnp)
+    small = int(np.prod(np.broadcast_shapes(*tables.shapes)[:-1])) * inst.V**2 <= TABLE_BUDGET
+    slot_tables = _slot_tables(method, *tables.arrays[:2]) if method.slotwise and small else None
+    fns = {}
+    parts = []
+    for start in range(0, n_runs, CHUNK):
+        n = min(CHUNK, n_runs - start)
+        key, sub = jax.random.split(key)
+        if n not in fns:
+            try:
+                fns[n] = _compiled(method, inst.T, n, return_sequences)
+            except TypeError:  # a method holding arrays is not hashable: compile for this call only
+                fns[n] = _chunk_fn(method, inst.T, n, return_sequences)
+        counts, per_position, seq = fns[n](sub, *tables.arrays, slot_tables)
+        parts.append(_counts(np.asarray(counts, dtype=np.int64), np.asarray(per_position), seq, inst.T))
+    return parts[0] if len(parts) == 1 else Counts.concatenate(parts)
+
+
+def simulate_sweep(inst, methods, n_runs: int, key) -> list[Counts]:
+    """Simulate a grid of one method's rule parameter and/or a stack of instances in one compiled call per chunk.
+
+    The points of the sweep differ only in their tables (the one-slot law of
+    :func:`_slot_tables` and the instance's kernels), which are stacked and
+    ``jax.vmap``-ed over; with several devices the stack is sharded over them
+    (``jax.sharding``). So every method must be slotwise with one draft row and the
+    same lookahead (e.g. ``[Biased(e) for e in eps]``, ``[Fuzzy(t) for t in theta]``),
+    and every instance the same ``T``, ``V`` and storage.
+
+    Args:
+      inst: a :class:`MarkovInstance` or a list of them (one per point, or one for all).
+      methods: a method or a list of them (one per point, or one for all).
+      n_runs: runs per point.
+      key: as for :func:`simulate_jax`; the points get independent keys.
+
+    Returns:
+      one :class:`~speculab.counts.Counts` per point.
+    """
+    from speculab._validate import as_jax_key, as_positive_int
+
+    jax, jnp = _jax()
+    insts = list(inst) if isinstance(inst, (list, tuple)) else [inst]
+    methods = list(methods) if isinstance(methods, (list, tuple)) else [methods]
+    S = max(len(insts), len(methods))
+    if {len(insts), len(methods)} - {1, S} or S == 0:
+        raise ValueError(f"give one instance or one method, or lists of the same length; got {len(insts)} instances "
+                         f"and {len(methods)} methods")
+    insts, methods = insts * (S // len(insts)), methods * (S // len(methods))
+    n_runs = as_positive_int(n_runs, "n_runs")
+    first = methods[0]
+    for m in methods:
+        check_method(m)
+        if not (m.slotwise and m.rows == 1 and type(m) is type(first)
+                and m.draft_length(insts[0].T) == first.draft_length(insts[0].T)):
+            raise ValueError("a sweep varies a rule parameter of one slotwise method with one draft row and the same "
+                             f"lookahead (e.g. eps or theta); got {first!r} and {m!r}")
+    tables = [_Tables(i, jnp) for i in insts]
+    if len({(i.T, t.shapes) for i, t in zip(insts, tables)}) > 1:
+        raise ValueError("the instances of a sweep must have the same T, V and storage (all stationary, or all not)")
+    if int(np.prod(np.broadcast_shapes(*tables[0].shapes)[:-1])) * insts[0].V ** 2 > TABLE_BUDGET:
+        raise ValueError(f"the sweep's tables would exceed TABLE_BUDGET = {TABLE_BUDGET} entries per point; "
+                         "run the points one by one with simulate(..., engine='jax')")
+    slot = [_slot_tables(m, *t.arrays[:2]) for m, t in zip(methods, tables)]
+    if len({s["cC"].ndim for s in slot}) > 1:  # some corrections depend on the drafted token: use the full form
+        V = insts[0].V
+        for s in slot:
+            if s["cC"].ndim == 4:
+                continue
+            s["cC"] = jnp.broadcast_to(s["cC"][..., None, :], (*s["cC"].shape[:-1], V, V))
+    stacked = [jnp.stack([t.arrays[i] for t in tables]) for i in range(3)]
+    stacked.append(jax.tree_util.tree_map(lambda *a: jnp.stack(a), *slot))
+    devices = jax.devices()
+    if len(devices) > 1 and S % len(devices) == 0:  # one slice of the sweep per device
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+        sharding = NamedSharding(Mesh(np.array(devices), ("sweep",)), PartitionSpec("sweep"))
+        stacked = jax.device_put(stacked, sharding)
+    key = as_jax_key(key)
+    runs = [[] for _ in range(S)]
+    for start in range(0, n_runs, CHUNK):
+        n = min(CHUNK, n_runs - start)
+        key, sub = jax.random.split(key)
+        fn = _compiled_sweep(first, insts[0].T, n)
+        counts, per_position, _ = fn(jax.random.split(sub, S), *stacked)
+        for s in range(S):
+            runs[s].append(_counts(np.asarray(counts[s], dtype=np.int64), np.asarray(per_position[s]), None,
+                                   insts[0].T))
+    return [r[0] if len(r) == 1 else Counts.concatenate(r) for r in runs]
+
+
+@lru_cache(maxsize=16)
+def _compiled_sweep(method: Method, T: int, n: int):
+    jax, _ = _jax()
+    return jax.jit(jax.vmap(_chunk_fn(method, T, n, False)))
+
+
+def _counts(counts: np.ndarray, rejected_per_position: np.ndarray, seq, T: int) -> Counts:
+    rejections, oracle, drafts, accepted, bonus = counts
+    n = rejections.size
+    return Counts(rejections=rejections, oracle_calls=oracle, draft_calls=drafts, accepted=accepted,
+                  discarded=drafts - accepted, bonus=bonus, tokens=np.full(n, T, dtype=np.int64),
+                  rejections_per_position=rejected_per_position / n,
+                  sequences=None if seq is None else np.ascontiguousarray(np.asarray(seq).T, dtype=np.int64),
+                  extra={})
+
+
+def positions_per_second_bound(width: int, n: int = 1 << 20, repeats: int = 3) -> float:
+    """The random-number bound: uniforms per second of JAX's default PRNG on this machine divided by ``width``.
+
+    ``width`` is the uniforms a method draws per position and run (``M + 2`` slotwise).
+    """
+    import time
+
+    jax, jnp = _jax()
+    f = jax.jit(lambda k: jax.random.uniform(k, (n,)).sum())
+    key = jax.random.key(0)
+    f(key).block_until_ready()
+    best = float("inf")
+    for i in range(repeats):
+        t0 = time.perf_counter()
+        f(jax.random.fold_in(key, i)).block_until_ready()
+        best = min(best, time.perf_counter() - t0)
+    return n / best / width
