@@ -20,10 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from array_api_compat import array_namespace
 
 from speculab import kernels
 from speculab._validate import as_pair, as_positive_int
-from speculab.theory.instance import MarkovInstance, compact, expect, per_position, push
+from speculab.theory.instance import MarkovInstance, compact, expect, per_position, push, scalar
 from speculab.theory.rejections import RejectionProfile
 
 __all__ = [
@@ -57,14 +58,14 @@ def root_residual_chain(q: np.ndarray, p: np.ndarray, M: float) -> tuple[np.ndar
     .. math:: u_\infty = q \cdot 1\{p = 0\},\qquad R_\infty = q(\{x : p(x) = 0\}).
 
     Args:
-      q, p: arrays of shape ``(..., V)`` (already validated).
+      q, p: arrays of shape ``(..., V)`` (already validated; any array-API library).
       M: number of drafts, a positive int or ``np.inf``.
     """
+    xp = array_namespace(q, p)
     if M == np.inf:
-        u = np.where(p > 0, 0.0, q)
-        return u, u.sum(axis=-1)
-    u = q.copy()
-    R = np.ones(q.shape[:-1])
+        u = xp.where(p > 0, 0.0, q)
+        return u, xp.sum(u, axis=-1)
+    u, R = q, xp.ones_like(q[..., 0])
     for _ in range(int(M)):
         u, R = kernels.drain(u, R, p)
     return u, R
@@ -164,7 +165,27 @@ class BatchProfile(RejectionProfile):
     @property
     def improvement(self) -> float:
         """The batch improvement: T1 minus this algorithm's expected rejections."""
-        return float(self.improvement_per_position.sum())
+        return scalar(self.improvement_per_position.sum())
+
+
+def batch_kernels(p, q, M) -> tuple:
+    """What one position contributes to T3 (array API): per context TV, excess ``(q − p)_+``, the root chain
+    ``(u_M, R_M)``, and the target's kernel."""
+    return kernels.tv(p, q), kernels.excess(q, p), *root_residual_chain(q, p, M), q
+
+
+def batch_advance(state, ker):
+    """One position of T3's recursion (array API; the numpy loop and the JAX scan share it).
+
+    ``state = (μ, g)``: the target's marginal of ``x_n`` and the root mass (``x_n = a``
+    and position ``n + 1`` starts a round). Returns the next state and the position's
+    (rejection probability, T1 term, probability that it starts a round).
+    """
+    mu, g = state
+    tv, excess, u, R, q = ker
+    plain = mu - g  # mass of prefixes where position n+1 is not a root
+    out = (expect(plain, tv) + expect(g, R), expect(mu, tv), g.sum())
+    return (push(mu, q), push(plain, excess) + push(g, u)), out
 
 
 def batch_expected_rejections(inst: MarkovInstance, M) -> BatchProfile:
@@ -185,20 +206,10 @@ def batch_expected_rejections(inst: MarkovInstance, M) -> BatchProfile:
     also when ``supp(q) ⊄ supp(p)``, where the paper's proof does not apply).
     """
     M = _check_M(M)
-
-    def kernels_at(p, q):  # per-context TV, excess (q − p)_+ and the root chain (u_M, R_M)
-        return (kernels.tv(p, q), kernels.excess(q, p), *root_residual_chain(q, p, M), q)
-
-    rows = per_position(kernels_at, inst.T, compact(inst.P), compact(inst.Q))
-    mu = inst.rho  # target marginal of x_n (Alg. 4 outputs q)
-    g = inst.rho  # root mass: x_n = a and position n + 1 starts a round
-    rejections, sd, root = (np.empty(inst.T, dtype=mu.dtype) for _ in range(3))
-    for n, (tv, excess, u, R, q) in enumerate(rows):
-        plain = mu - g  # mass of prefixes where position n+1 is not a root
-        sd[n] = expect(mu, tv)
-        rejections[n] = expect(plain, tv) + expect(g, R)
-        root[n] = g.sum()
-        g = push(plain, excess) + push(g, u)
-        mu = push(mu, q)
+    rows = per_position(lambda p, q: batch_kernels(p, q, M), inst.T, compact(inst.P), compact(inst.Q))
+    state = (inst.rho, inst.rho)
+    rejections, sd, root = (np.empty(inst.T, dtype=inst.rho.dtype) for _ in range(3))
+    for n, ker in enumerate(rows):
+        state, (rejections[n], sd[n], root[n]) = batch_advance(state, ker)
     return BatchProfile(rejections_per_position=rejections, sd_rejections_per_position=sd,
                         oracle_calls_per_position=root, M=M)

@@ -26,7 +26,7 @@ from speculab._validate import (
 )
 
 __all__ = [
-    "MarkovInstance", "chain_marginals", "compact", "rowwise", "cumulative", "per_position", "push", "expect",
+    "MarkovInstance", "chain_marginals", "compact", "rowwise", "cumulative", "per_position", "push", "expect", "scalar",
 ]
 # compact … expect are the primitives that keep compact instances compact (exact counts,
 # simulators); they are not re-exported by speculab.theory.
@@ -109,6 +109,11 @@ def expect(mass: np.ndarray, f: np.ndarray) -> np.ndarray:
     if f.shape[-1] == 1:
         return mass.sum(axis=-1) * f[0]
     return mass @ f
+
+
+def scalar(x):
+    """A 0-d numpy result as a Python float; an array of another library (a JAX tracer under ``jax.grad``) as is."""
+    return float(x) if isinstance(x, (np.ndarray, np.generic)) else x
 
 
 def chain_marginals(rho: np.ndarray, transitions: np.ndarray) -> np.ndarray:

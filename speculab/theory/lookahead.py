@@ -47,11 +47,12 @@ import numbers
 from dataclasses import dataclass
 
 import numpy as np
+from array_api_compat import array_namespace
 
 from speculab import kernels
 from speculab._validate import as_lookahead, as_positive_int
 from speculab.theory.batch import root_residual_chain
-from speculab.theory.instance import MarkovInstance, compact, expect, per_position, push
+from speculab.theory.instance import MarkovInstance, compact, expect, per_position, push, scalar
 from speculab.theory.rejections import acceptance_array, rejection_array
 
 __all__ = [
@@ -93,10 +94,11 @@ def latency_per_token(discard_rate, verification_rate, t_draft: float, t_target:
       t_target: time of one target forward pass (``c_1 + c_2``), ``> 0``.
     """
     t_draft, t_target = _check_times(t_draft, t_target)
-    d = np.asarray(discard_rate, dtype=np.float64)
-    v = np.asarray(verification_rate, dtype=np.float64)
-    out = t_draft * (1.0 + d) + (t_target - t_draft) * v
-    return float(out) if out.ndim == 0 else out
+    if not (hasattr(discard_rate, "__array_namespace__") or hasattr(verification_rate, "__array_namespace__")):
+        discard_rate = np.asarray(discard_rate, dtype=np.float64)  # numbers and lists
+        verification_rate = np.asarray(verification_rate, dtype=np.float64)
+    out = t_draft * (1.0 + discard_rate) + (t_target - t_draft) * verification_rate
+    return scalar(out) if out.ndim == 0 else out
 
 
 @dataclass(frozen=True)
@@ -136,26 +138,26 @@ class LookaheadCounts:
     @property
     def rejections(self) -> float:
         """``E[N_rej]``; equals [Yin] Thm 1 (T1) for SD when ``K ≥ T``."""
-        return float(self.rejections_per_position.sum())
+        return scalar(self.rejections_per_position.sum())
 
     @property
     def bonus(self) -> float:
-        return float(self.bonus_per_position.sum())
+        return scalar(self.bonus_per_position.sum())
 
     @property
     def accepted(self) -> float:
-        return float(self.accepted_per_position.sum())
+        return scalar(self.accepted_per_position.sum())
 
     @property
     def oracle_calls(self) -> float:
         """``E[N_target]``: target forward passes = rounds."""
-        return float(self.oracle_calls_per_position.sum())
+        return scalar(self.oracle_calls_per_position.sum())
 
     @property
     def draft_calls(self) -> float:
         """``E[N_draft] = M Σ_s P(round starts at s) · min(K, T − s)``."""
         drafts = np.minimum(self.K_effective, self.T - np.arange(self.T))
-        return float(self.M * (self.oracle_calls_per_position @ drafts))
+        return scalar(self.M * (self.oracle_calls_per_position @ drafts))
 
     @property
     def discarded(self) -> float:
@@ -229,17 +231,42 @@ def _rule(inst: MarkovInstance, b, P, M) -> tuple[np.ndarray, ...]:
     return compact(inst.P), compact(inst.Q), compact(b_arr), compact(R)
 
 
-def _kernels(M, p, q, b=None, R=None) -> tuple[np.ndarray, ...]:
-    """At one position: ``(A, J, D)``, the root's ``(A_root, J_root, D_root)`` and ``Q`` — accept kernel, reject kernel, rejection mass."""
+def lookahead_kernels(M, p, q, b=None, R=None) -> tuple:
+    """At one position (array API): the accept kernel ``A``, reject kernel ``J`` and rejection mass ``D``, the
+    root's ``(A_root, J_root, D_root)``, and ``Q`` (the bonus kernel)."""
+    xp = array_namespace(p, q)
     if b is None:  # SD: A = min(P, Q), J = (Q − P)_+, D = TV
-        A, J, D = np.minimum(p, q), kernels.excess(q, p), kernels.tv(p, q)
+        A, J, D = xp.minimum(p, q), kernels.excess(q, p), kernels.tv(p, q)
     else:
-        D = ((1.0 - b) * p).sum(axis=-1)  # (A,)
+        D = xp.sum((1.0 - b) * p, axis=-1)  # (A,)
         A, J = b * p, D[..., None] * R
     if M == 1:
         return A, J, D, A, J, D, q
     u, R_M = root_residual_chain(q, p, M)  # u_M = R_M q^{M+1}: output by a root rejection
     return A, J, D, q - u, u, R_M, q
+
+
+def lookahead_advance(S, ker: tuple, k: int, bonus_slot: bool):
+    """One position of the slot chain (array API; the numpy loop and the JAX scan share it).
+
+    ``S[i, y] = P(this position is slot i of its round, previous token y)``; ``ker`` from
+    :func:`lookahead_kernels`. Returns the next ``S`` and the position's (rejection,
+    bonus, accepted draft, round start) probabilities.
+    """
+    xp = array_namespace(S)
+    A, J, D, A0, J0, D0, Q = ker
+    root = S[0]
+    rest = xp.sum(S[1:k], axis=0) if bonus_slot else xp.sum(S[1:], axis=0)  # slots past the root, alike
+    start = xp.sum(root)
+    rej = expect(root, D0) + expect(rest, D)
+    acc = start + xp.sum(rest) - rej
+    if bonus_slot:  # slot 0 ← rejections and the bonus; 1 ← an accepted root; i + 1 ← i (i = 1..k-1)
+        first = push(root, J0) + push(rest, J) + push(S[k], Q)
+        nxt = xp.concat([first[None, :], push(root, A0)[None, :], push(S[1:k], A)], axis=0)
+        return nxt, (rej, xp.sum(S[k]), acc, start)
+    first = push(root, J0) + push(rest, J)
+    nxt = xp.stack([first, push(root, A0) + push(rest, A)]) if S.shape[0] == 2 else first[None, :]
+    return nxt, (rej, xp.zeros_like(start), acc, start)
 
 
 def lookahead_counts(inst: MarkovInstance, K: int | None, *, b=None, P=None, M: int = 1) -> LookaheadCounts:
@@ -276,7 +303,7 @@ def lookahead_counts(inst: MarkovInstance, K: int | None, *, b=None, P=None, M: 
     M = as_positive_int(M, "M")
     T, V = inst.T, inst.V
     k = T if K is None else min(K, T)
-    rows = per_position(lambda *arrays: _kernels(M, *arrays), T, *_rule(inst, b, P, M))
+    rows = per_position(lambda *arrays: lookahead_kernels(M, *arrays), T, *_rule(inst, b, P, M))
     bonus_slot = k < T  # a bonus needs a position after K drafts
     # slots: 0 = round start (root); 1..k-1 in the round; k = bonus. Without a bonus the
     # slots past the root are alike: keep one.
@@ -285,23 +312,8 @@ def lookahead_counts(inst: MarkovInstance, K: int | None, *, b=None, P=None, M: 
     rej, bonus, acc, start = (np.zeros(T, dtype=dtype) for _ in range(4))
     S = np.zeros((n_slots, V), dtype=dtype)  # (slot, last token)
     S[0] = inst.rho
-    for t, (A, J, D, A0, J0, D0, Q) in enumerate(rows):
-        root, rest = S[0], S[1:k].sum(axis=0) if bonus_slot else S[1:].sum(axis=0)  # (V,) each
-        start[t] = root.sum()
-        rej[t] = expect(root, D0) + expect(rest, D)
-        acc[t] = root.sum() + rest.sum() - rej[t]
-        nxt = np.zeros_like(S)
-        if bonus_slot:
-            bonus[t] = S[k].sum()
-            nxt[1] = push(root, A0)
-            if k > 1:
-                nxt[2:] = push(S[1:k], A)  # (k - 1, V): slots 1..k-1 move on by one
-            nxt[0] = push(root, J0) + push(rest, J) + push(S[k], Q)
-        else:
-            if n_slots == 2:
-                nxt[1] = push(root, A0) + push(rest, A)
-            nxt[0] = push(root, J0) + push(rest, J)
-        S = nxt
+    for t, ker in enumerate(rows):
+        S, (rej[t], bonus[t], acc[t], start[t]) = lookahead_advance(S, ker, k, bonus_slot)
     return LookaheadCounts(
         K=K, rejections_per_position=rej, bonus_per_position=bonus,
         accepted_per_position=acc, oracle_calls_per_position=start, M=M,

@@ -14,7 +14,7 @@ import numpy as np
 
 from speculab import kernels
 from speculab._validate import as_distribution, as_float_array, as_pair, as_probability_array, check_same_shape
-from speculab.theory.instance import MarkovInstance, compact, expect, per_position, push, rowwise
+from speculab.theory.instance import MarkovInstance, compact, expect, per_position, push, rowwise, scalar
 
 __all__ = [
     "RejectionProfile",
@@ -57,12 +57,12 @@ class RejectionProfile:
     @property
     def rejections(self) -> float:
         """:math:`E[N_{rej}]`."""
-        return float(self.rejections_per_position.sum())
+        return scalar(self.rejections_per_position.sum())
 
     @property
     def oracle_calls(self) -> float:
         """Expected rounds = rejections, plus one if the last round ends without one (SPEC T1)."""
-        return self.rejections + 1.0 - float(self.rejections_per_position[-1])
+        return self.rejections + 1.0 - scalar(self.rejections_per_position[-1])
 
     @property
     def acceleration(self) -> float:

@@ -1,0 +1,137 @@
+r"""The exact expectations in JAX, differentiable with respect to the kernels: T1, T3, the lookahead counts, latency.
+
+Each function runs the numpy theory's own per-position step — written once
+against the array API: :func:`~speculab.theory.instance.push` /
+:func:`~speculab.theory.instance.expect` for T1,
+:func:`~speculab.theory.batch.batch_advance` for T3,
+:func:`~speculab.theory.lookahead.lookahead_advance` for the lookahead counts — inside
+``jax.lax.scan`` over positions, so the numbers are the numpy theory's (to float
+round-off) and ``jax.grad`` differentiates them, e.g. with respect to the logits
+of a draft model (:func:`draft_from_logits`).
+
+Arguments are arrays, not a :class:`~speculab.theory.MarkovInstance` (whose
+arrays are numpy and validated): ``P``, ``Q`` of shape ``(T', A', V)`` with
+``T' ∈ {1, T}``, ``A' ∈ {1, V}`` (compact: one kernel for a stationary chain, one
+row for a context-free one — what :func:`~speculab.theory.instance.compact` gives)
+and ``rho`` of shape ``(V,)``; ``T`` is given when ``T' = 1``. Use float64
+(``jax.config.update("jax_enable_x64", True)``) to compare with the numpy theory;
+TV is not differentiable where ``p(x) = q(x)`` (JAX returns a subgradient there).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from speculab import kernels
+from speculab._validate import as_lookahead, as_positive_int
+from speculab.theory.batch import BatchProfile, batch_advance, batch_kernels
+from speculab.theory.instance import MarkovInstance, compact, expect, push
+from speculab.theory.lookahead import LookaheadCounts, lookahead_advance, lookahead_kernels, latency_per_token
+from speculab.theory.rejections import RejectionProfile
+
+__all__ = [
+    "arrays_of",
+    "draft_from_logits",
+    "along_target",
+    "sd_expected_rejections",
+    "batch_expected_rejections",
+    "lookahead_counts",
+    "latency",
+]
+
+
+def _jax():
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError as exc:  # pragma: no cover - exercised only without jax
+        raise ImportError("speculab.theory.autodiff needs JAX: pip install 'speculab[jax]'") from exc
+    return jax, jnp
+
+
+def arrays_of(inst: MarkovInstance):
+    """``(P, Q, rho, T)`` of an instance as JAX arrays, compact (a stationary kernel is passed once)."""
+    _, jnp = _jax()
+    return jnp.asarray(compact(inst.P)), jnp.asarray(compact(inst.Q)), jnp.asarray(inst.rho), inst.T
+
+
+def draft_from_logits(logits):
+    """Row-stochastic kernels ``softmax(logits)`` along the last axis: a differentiable draft model."""
+    jax, _ = _jax()
+    return jax.nn.softmax(logits, axis=-1)
+
+
+def _horizon(P, Q, T) -> int:
+    T_stored = max(P.shape[0], Q.shape[0])
+    if T is None:
+        if T_stored == 1:
+            raise ValueError("T is needed when P and Q are stored once (stationary or context-free)")
+        return T_stored
+    T = as_positive_int(T, "T")
+    if T_stored not in (1, T):
+        raise ValueError(f"P and Q store {T_stored} positions; T must equal it (or they must be stored once); got {T}")
+    return T
+
+
+def _scan(step, init, ker, P, Q, T):
+    """``lax.scan`` of ``step(carry, ker(P_t, Q_t))`` over positions ``t = 0..T-1``."""
+    jax, jnp = _jax()
+
+    def at(A, t):
+        return A[t] if A.shape[0] > 1 else A[0]
+
+    return jax.lax.scan(lambda carry, t: step(carry, ker(at(P, t), at(Q, t))), init, jnp.arange(T))
+
+
+def along_target(f, P, Q, rho, T: int | None = None):
+    r"""Per position ``n``, :math:`E_{x_{n-1} \sim q}[f(p_n(\cdot|x_{n-1}), q_n(\cdot|x_{n-1}))]` for a row function ``f``.
+
+    ``f = kernels.tv`` is [Yin] Thm 1; ``f = lambda p, q: kernels.kl(q, p)`` the distillation
+    loss KL(q‖p) along the target's own text. Shape ``(T,)``.
+    """
+    T = _horizon(P, Q, T)
+
+    def step(mu, ker):
+        value, q = ker
+        return push(mu, q), expect(mu, value)
+
+    return _scan(step, rho, lambda p, q: (f(p, q), q), P, Q, T)[1]
+
+
+def sd_expected_rejections(P, Q, rho, T: int | None = None) -> RejectionProfile:
+    r"""[Yin] Thm 1, :math:`\sum_n E_{x \sim q}[\mathrm{TV}(p_n, q_n)]`, in JAX (see :func:`speculab.theory.sd_expected_rejections`)."""
+    return RejectionProfile(rejections_per_position=along_target(kernels.tv, P, Q, rho, T))
+
+
+def batch_expected_rejections(P, Q, rho, M, T: int | None = None) -> BatchProfile:
+    """[Yin] Thm 3 for ``M`` drafts, in JAX (see :func:`speculab.theory.batch_expected_rejections`)."""
+    T = _horizon(P, Q, T)
+    M = np.inf if M == np.inf else as_positive_int(M, "M")
+    _, (rej, sd, root) = _scan(batch_advance, (rho, rho), lambda p, q: batch_kernels(p, q, M), P, Q, T)
+    return BatchProfile(rejections_per_position=rej, sd_rejections_per_position=sd, oracle_calls_per_position=root,
+                        M=M)
+
+
+def lookahead_counts(P, Q, rho, K: int | None, *, M: int = 1, T: int | None = None) -> LookaheadCounts:
+    """Exact counts of SD (``M = 1``) or batch SD with lookahead ``K``, in JAX (see
+    :func:`speculab.theory.lookahead_counts`); every count of the result is differentiable."""
+    _, jnp = _jax()
+    T = _horizon(P, Q, T)
+    K, M = as_lookahead(K), as_positive_int(M, "M")
+    k = T if K is None else min(K, T)
+    bonus_slot = k < T
+    n_slots = k + 1 if bonus_slot else min(k, 2)
+    S = jnp.zeros((n_slots, rho.shape[-1]), dtype=rho.dtype).at[0].set(rho)
+
+    def step(S, ker):
+        return lookahead_advance(S, ker, k, bonus_slot)
+
+    _, (rej, bonus, acc, start) = _scan(step, S, lambda p, q: lookahead_kernels(M, p, q), P, Q, T)
+    return LookaheadCounts(K=K, rejections_per_position=rej, bonus_per_position=bonus, accepted_per_position=acc,
+                           oracle_calls_per_position=start, M=M)
+
+
+def latency(P, Q, rho, K: int, t_draft: float, t_target: float, *, T: int | None = None):
+    """Expected time per token of SD with lookahead ``K``, [SDpp] eq. (5.1), from the exact counts (differentiable)."""
+    c = lookahead_counts(P, Q, rho, K, T=T)
+    return latency_per_token(c.discard_rate, c.verification_rate, t_draft, t_target)

@@ -1,0 +1,119 @@
+"""The differentiable theory (JAX) is the numpy theory, and its gradients are right."""
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+
+import jax.numpy as jnp  # noqa: E402
+
+from speculab import kernels  # noqa: E402
+from speculab.theory import (  # noqa: E402
+    MarkovInstance,
+    batch_expected_rejections,
+    lookahead_counts,
+    sd_expected_rejections,
+)
+from speculab.theory import autodiff as ad  # noqa: E402
+
+COUNTS = ("rejections", "oracle_calls", "draft_calls", "accepted", "bonus", "discarded")
+
+
+@pytest.fixture(autouse=True)
+def x64():
+    with jax.enable_x64(True):
+        yield
+
+
+def _instances():
+    rng = np.random.default_rng(4)
+    Pm, Qm = rng.dirichlet(np.full(5, 0.6), size=5), rng.dirichlet(np.full(5, 0.6), size=5)
+    return [MarkovInstance.random(9, 4, 0, concentration=0.5),
+            MarkovInstance.stationary(Pm, Qm, T=11, rho=Qm[1]),
+            MarkovInstance.context_free(Pm[0], Qm[0], T=7)]
+
+
+@pytest.mark.parametrize("inst", _instances(), ids=["random", "stationary", "context-free"])
+def test_jax_theory_is_the_numpy_theory(inst):
+    P, Q, rho, T = ad.arrays_of(inst)
+    np.testing.assert_allclose(ad.sd_expected_rejections(P, Q, rho, T).rejections_per_position,
+                               sd_expected_rejections(inst).rejections_per_position, rtol=0, atol=1e-12)
+    for M in (1, 3, np.inf):
+        a, b = ad.batch_expected_rejections(P, Q, rho, M, T), batch_expected_rejections(inst, M)
+        np.testing.assert_allclose(a.rejections_per_position, b.rejections_per_position, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(a.oracle_calls_per_position, b.oracle_calls_per_position, rtol=0, atol=1e-12)
+    for K, M in ((1, 1), (3, 1), (None, 1), (2, 3), (20, 1)):
+        a, b = ad.lookahead_counts(P, Q, rho, K, M=M, T=T), lookahead_counts(inst, K, M=M)
+        for name in COUNTS:
+            assert float(getattr(a, name)) == pytest.approx(getattr(b, name), abs=1e-10), (K, M, name)
+    assert float(ad.latency(P, Q, rho, 3, 0.2, 1.0, T=T)) == pytest.approx(
+        lookahead_counts(inst, 3).latency(0.2, 1.0), abs=1e-12)
+    kl = ad.along_target(lambda p, q: kernels.kl(q, p), P, Q, rho, T)
+    mu = inst.marginals()[:-1]
+    np.testing.assert_allclose(kl, np.einsum("na,na->n", mu, kernels.kl(inst.Q, inst.P)), rtol=1e-12)
+
+
+@pytest.mark.parametrize("objective", ["T1", "T3", "oracle_calls", "latency"])
+def test_gradients_match_finite_differences(objective):
+    inst = MarkovInstance.random(6, 4, 3)
+    _, Q, rho, T = ad.arrays_of(inst)
+    logits = jnp.asarray(np.random.default_rng(1).normal(size=(6, 4, 4)))
+
+    def f(L):
+        P = ad.draft_from_logits(L)
+        if objective == "T1":
+            return ad.sd_expected_rejections(P, Q, rho, T).rejections
+        if objective == "T3":
+            return ad.batch_expected_rejections(P, Q, rho, 3, T).rejections
+        if objective == "oracle_calls":
+            return ad.lookahead_counts(P, Q, rho, 2, T=T).oracle_calls
+        return ad.latency(P, Q, rho, 2, 0.1, 1.0, T=T)
+
+    g = jax.grad(f)(logits)
+    assert float(jnp.abs(g).max()) > 1e-3  # the objective depends on the draft
+    for seed in range(3):
+        d = jnp.asarray(np.random.default_rng(10 + seed).normal(size=logits.shape))
+        h = 1e-6
+        fd = (f(logits + h * d) - f(logits - h * d)) / (2 * h)
+        assert float(jnp.sum(g * d)) == pytest.approx(float(fd), rel=1e-6, abs=1e-9)
+
+
+def test_compiled_and_differentiated_in_one_call():
+    inst = MarkovInstance.random(5, 3, 0)
+    P, Q, rho, T = ad.arrays_of(inst)
+    value, grad = jax.jit(jax.value_and_grad(lambda L: ad.latency(ad.draft_from_logits(L), Q, rho, 2, 0.1, 1.0, T=T)))(
+        jnp.log(P))
+    assert float(value) == pytest.approx(lookahead_counts(inst, 2).latency(0.1, 1.0), abs=1e-12)
+    assert grad.shape == P.shape
+
+
+def test_bad_horizons_are_refused():
+    inst = MarkovInstance.stationary(np.eye(2) * 0.5 + 0.25, np.eye(2) * 0.5 + 0.25, T=4)
+    P, Q, rho, _ = ad.arrays_of(inst)
+    with pytest.raises(ValueError, match="T is needed"):
+        ad.sd_expected_rejections(P, Q, rho)
+    P9 = jnp.broadcast_to(P, (9, 2, 2))
+    with pytest.raises(ValueError, match="T must equal it"):
+        ad.lookahead_counts(P9, Q, rho, 2, T=4)
+    with pytest.raises(ValueError, match="K must be"):
+        ad.lookahead_counts(P, Q, rho, 0, T=4)
+
+
+def test_draft_design_reproduction(tmp_path):
+    """``speculab repro draft-design``: distillation is best on KL, the TV and latency fits beat it on rejections and
+    latency, every fit improves its own objective, and the theory holds against simulation."""
+    from speculab.repro import draft_design
+
+    res = draft_design.run(key=0, out_dir=tmp_path, steps=150, n_runs=4000)
+    assert (tmp_path / "draft_design.png").exists() and (tmp_path / "draft_design.json").exists()
+    table = res["table"]
+    kl, rej, lat = res["objectives"]
+    fit_kl, fit_rej, fit_lat = list(res["relative_to_best"])
+    for obj, fit in ((kl, fit_kl), (rej, fit_rej), (lat, fit_lat)):
+        assert table[fit][obj] < 0.9 * table["initial draft"][obj], (fit, obj)
+    assert table[fit_kl][kl] < min(table[fit_rej][kl], table[fit_lat][kl])
+    assert max(table[fit_rej][rej], table[fit_lat][rej]) < 0.95 * table[fit_kl][rej]
+    assert max(table[fit_rej][lat], table[fit_lat][lat]) < 0.95 * table[fit_kl][lat]
+    for check in res["simulation_check"].values():
+        assert abs(check["z"]) < 5
+    assert "Draft design" in draft_design.summary(res)
