@@ -323,6 +323,18 @@ class Method(ABC):
         return all(f.metadata.get("cli") for f in dataclasses.fields(cls)
                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
 
+    def sequential_root(self, p, q):
+        """For a slotwise method whose root tries its ``M`` rows in order ([Yin] Alg. 4), the root's law as tables.
+
+        Returns ``(accept, correction)``: ``accept[..., m, x]``, the probability that row ``m``'s
+        draft ``x`` is accepted when rows ``< m`` were refused (it may depend on ``m`` and ``x``
+        only), and the weights ``(..., V)`` of the token output when every row is refused — or
+        ``None``, and an engine evaluates the root's :meth:`round_law` as is. Engines may
+        tabulate these per context once (the JAX engine does); the law must be that of
+        :meth:`round_law` (the table-driven tests check the counts against it).
+        """
+        return None
+
     def round_probe(self):
         """A callable ``decode`` invokes after every round (``compare`` reads it in :meth:`compare_rows`), or ``None``."""
         return None

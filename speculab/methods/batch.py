@@ -139,6 +139,14 @@ class BatchSD(ChainMethod):
         source = "[Yin] Thm 3" if self.K is None or self.K >= inst.T else "exact lookahead counts with a batch root"
         return Expected.from_counts(lookahead_counts(inst, self.K, M=self.M), source=source)
 
+    def sequential_root(self, p, q):
+        """Algorithm 4's root as tables: ``min(1, q^{m+1}(x)/p(x))`` per row and token, and ``u_M = R_M q^{M+1}``."""
+        xp = array_namespace(p, q)
+        V = p.shape[-1]
+        tokens = xp.broadcast_to(xp.arange(V)[:, None], (*p.shape[:-1], V, self.M))  # every row drafts x
+        accept, u, _ = batch_root_law(p[..., None, :], q[..., None, :], tokens)  # (..., V, M), (..., V, V)
+        return xp.moveaxis(accept, -1, -2), u[..., 0, :]
+
     def round_law(self, p, q, x, *, bonus: bool) -> RoundLaw:
         """Root over the ``M`` rows (:func:`batch_root_law`), then SD along the followed row."""
         xp = array_namespace(p, q)

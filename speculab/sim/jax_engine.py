@@ -110,7 +110,11 @@ def _slot_tables(method: Method, P, Q) -> dict:
     cC = jnp.cumsum(law.correction[..., 0, 0, :], axis=-1)  # (T', A', V, V)
     if bool(jnp.all(cC == cC[..., :1, :])):  # decided on the values, outside jit
         cC = cC[..., 0, :]
-    return {"cP": jnp.cumsum(P, axis=-1), "cQ": jnp.cumsum(Q, axis=-1), "accept": law.outcome[..., 0, 1], "cC": cC}
+    tables = {"cP": jnp.cumsum(P, axis=-1), "cQ": jnp.cumsum(Q, axis=-1), "accept": law.outcome[..., 0, 1], "cC": cC}
+    root = method.sequential_root(P, Q) if method.rows > 1 else None
+    if root is not None:  # (T', A', M, V) acceptance per row and token, and the refused root's output
+        tables["root_accept"], tables["root_cC"] = root[0], jnp.cumsum(root[1], axis=-1)
+    return tables
 
 
 def _slot_position(method: Method, k: int, M: int, T: int, P, Q, tables, t, state, u):
@@ -133,7 +137,18 @@ def _slot_position(method: Method, k: int, M: int, T: int, P, Q, tables, t, stat
     else:
         p, q = row(P, t, prev), row(Q, t, prev)
         x, ok = _decide(method, p, q, kernels.sample_index(p, u[:1]), u[M], u[M + 1])
-    if M > 1:  # the root: a one-slot round over the M rows
+    if M > 1 and tables is not None and "root_accept" in tables:  # the root from its sequential tables
+        drafts = kernels.sample_cumulative(jnp.broadcast_to(row(tables["cP"], t, prev), (M, P.shape[-1])), u[:M])
+        a = kernels.gather(row(tables["root_accept"], t, prev), drafts)  # (M,): row m accepted, given its draft
+        refused = jnp.cumprod(1.0 - a)
+        pick = jnp.concatenate([a[:1], refused[:-1] * a[1:], refused[-1:]])  # rows 0..M-1, then all refused
+        m = kernels.sample_index(pick, u[M])
+        ok_root = m < M
+        x_root = jnp.where(ok_root, drafts[jnp.minimum(m, M - 1)],
+                           kernels.sample_cumulative(row(tables["root_cC"], t, prev), u[M + 1]))
+        at_root = slot == 0
+        x, ok = jnp.where(at_root, x_root, x), jnp.where(at_root, ok_root, ok)
+    elif M > 1:  # the root: a one-slot round over the M rows
         p, q = row(P, t, prev), row(Q, t, prev)
         drafts = kernels.sample_index(jnp.broadcast_to(p, (M, p.shape[-1])), u[:M])
         x_root, ok_root = _decide(method, p, q, drafts, u[M], u[M + 1])
