@@ -105,11 +105,22 @@ def test_sweep_over_a_stack_of_instances(inst):
         assert abs(c.estimate("oracle_calls").z(SD(K=2).expected(i).oracle_calls)) < Z_BOUND
 
 
+@pytest.mark.parametrize("methods", [
+    [SD(K=1), SD(K=2), SD(K=5), SD()],
+    [BatchSD(1), BatchSD(2, K=3), BatchSD(4), BatchSD(3, K=1)],
+], ids=["K", "M and K"])
+def test_sweeps_over_lookahead_and_draft_rows(inst, methods):
+    """K and M are traced numbers of one compiled call; the root tables are padded to the largest M."""
+    for m, c in zip(methods, simulate_sweep(inst, methods, 20_000, key=4)):
+        e = m.expected(inst)
+        for name in ("rejections", "oracle_calls", "draft_calls", "accepted", "bonus"):
+            assert abs(c.estimate(name).z(e.get(name))) < Z_BOUND, (m, name)
+
+
 @pytest.mark.parametrize("methods, match", [
-    ([SD(K=2), SD(K=3)], "same lookahead"),
-    ([BatchSD(2), BatchSD(3)], "one draft row"),
     ([SD(), Biased(0.1)], "one slotwise method"),
     ([BlockVerification(2)], "one slotwise method"),
+    ([], "give one instance or one method"),
 ])
 def test_sweeps_that_would_change_shapes_are_refused(inst, methods, match):
     with pytest.raises(ValueError, match=match):

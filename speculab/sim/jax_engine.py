@@ -117,46 +117,49 @@ def _slot_tables(method: Method, P, Q) -> dict:
     return tables
 
 
-def _slot_position(method: Method, k: int, M: int, T: int, P, Q, tables, t, state, u):
-    """One position of one run of a slotwise method; ``u`` holds ``M + 2`` uniforms.
+def _slot_position(method: Method, k, M, rows: int, bonus_possible: bool, T: int, P, Q, tables, t, state, u):
+    """One position of one run of a slotwise method; ``u`` holds ``rows + 2`` uniforms.
 
     ``state = (prev, slot)``: the last token and the number of drafts accepted in
     the current round (0: the next position is a round's root). With ``tables``
     (:func:`_slot_tables`) a slot reads its law from them; without, it evaluates the
-    round law of the drafted token here.
+    round law of the drafted token here. ``k`` (lookahead) and ``M`` (draft rows) may be
+    traced (a sweep); ``rows >= M`` is the static number of rows (padded rows are never
+    accepted) and ``bonus_possible`` whether any ``k < T``.
     """
     jax, jnp = _jax()
     prev, slot = state
     row = _Tables.row
     if tables is not None:
         x0 = kernels.sample_cumulative(row(tables["cP"], t, prev), u[:1])[0]
-        ok = u[M] < row(tables["accept"], t, prev)[x0]
+        ok = u[rows] < row(tables["accept"], t, prev)[x0]
         cC = row(tables["cC"], t, prev)
-        token = kernels.sample_cumulative(cC if cC.ndim == 1 else cC[x0], u[M + 1])
+        token = kernels.sample_cumulative(cC if cC.ndim == 1 else cC[x0], u[rows + 1])
         x = jnp.where(ok, x0, token)
     else:
         p, q = row(P, t, prev), row(Q, t, prev)
-        x, ok = _decide(method, p, q, kernels.sample_index(p, u[:1]), u[M], u[M + 1])
-    if M > 1 and tables is not None and "root_accept" in tables:  # the root from its sequential tables
-        drafts = kernels.sample_cumulative(jnp.broadcast_to(row(tables["cP"], t, prev), (M, P.shape[-1])), u[:M])
+        x, ok = _decide(method, p, q, kernels.sample_index(p, u[:1]), u[rows], u[rows + 1])
+    if rows > 1 and tables is not None and "root_accept" in tables:  # the root from its sequential tables
+        cP = jnp.broadcast_to(row(tables["cP"], t, prev), (rows, P.shape[-1]))
+        drafts = kernels.sample_cumulative(cP, u[:rows])
         a = kernels.gather(row(tables["root_accept"], t, prev), drafts)  # (M,): row m accepted, given its draft
         refused = jnp.cumprod(1.0 - a)
         pick = jnp.concatenate([a[:1], refused[:-1] * a[1:], refused[-1:]])  # rows 0..M-1, then all refused
-        m = kernels.sample_index(pick, u[M])
-        ok_root = m < M
-        x_root = jnp.where(ok_root, drafts[jnp.minimum(m, M - 1)],
-                           kernels.sample_cumulative(row(tables["root_cC"], t, prev), u[M + 1]))
+        m = kernels.sample_index(pick, u[rows])
+        ok_root = m < rows
+        x_root = jnp.where(ok_root, drafts[jnp.minimum(m, rows - 1)],
+                           kernels.sample_cumulative(row(tables["root_cC"], t, prev), u[rows + 1]))
         at_root = slot == 0
         x, ok = jnp.where(at_root, x_root, x), jnp.where(at_root, ok_root, ok)
-    elif M > 1:  # the root: a one-slot round over the M rows
+    elif rows > 1:  # the root: a one-slot round over the M rows
         p, q = row(P, t, prev), row(Q, t, prev)
-        drafts = kernels.sample_index(jnp.broadcast_to(p, (M, p.shape[-1])), u[:M])
-        x_root, ok_root = _decide(method, p, q, drafts, u[M], u[M + 1])
+        drafts = kernels.sample_index(jnp.broadcast_to(p, (rows, p.shape[-1])), u[:rows])
+        x_root, ok_root = _decide(method, p, q, drafts, u[rows], u[rows + 1])
         at_root = slot == 0
         x, ok = jnp.where(at_root, x_root, x), jnp.where(at_root, ok_root, ok)
     kind = jnp.where(ok, DRAFT, CORRECTION)
-    if k < T:  # after k accepted drafts: a bonus token from q (its uniform is the first draft's, unused then)
-        is_bonus = slot == k
+    if bonus_possible:  # after k accepted drafts: a bonus token from q (its uniform is the first draft's, unused then)
+        is_bonus = (slot == k) & (k < T)
         cq = row(tables["cQ"], t, prev) if tables is not None else jnp.cumsum(row(Q, t, prev))
         x = jnp.where(is_bonus, kernels.sample_cumulative(cq, u[0]), x)
         kind = jnp.where(is_bonus, BONUS, kind)
@@ -233,10 +236,12 @@ def _segments(method: Method, T: int) -> list[tuple[int, int, int, bool]]:
 
 
 # -- the compiled chunk ---------------------------------------------------------------------------------------
-def _chunk_fn(method: Method, T: int, n: int, keep: bool):
-    """A jitted ``(key, P, Q, rho, slot tables) -> (counts (5, n), rejected per position (T,), tokens (T + 1, n) or None)``.
+def _chunk_fn(method: Method, T: int, n: int, keep: bool, sweep: tuple[int, bool] | None = None):
+    """A jitted ``(key, P, Q, rho, slot tables, (k, M)) -> (counts (5, n), rejected per position (T,), tokens or None)``.
 
-    ``counts`` rows: rejections, oracle calls, draft calls, accepted drafts, bonus tokens.
+    ``counts`` rows: rejections, oracle calls, draft calls, accepted drafts, bonus tokens. For
+    a sweep, ``sweep = (rows, bonus possible)`` fixes the shapes and ``(k, M)`` — lookahead and
+    draft rows of the point — are traced values; otherwise they come from ``method``.
     """
     jax, jnp = _jax()
     M = method.rows
@@ -252,16 +257,20 @@ def _chunk_fn(method: Method, T: int, n: int, keep: bool):
 
         return jax.lax.scan(body, carry, ts)
 
-    def run(key, P, Q, rho, slot_tables):
+    def run(key, P, Q, rho, slot_tables, shape=None):
         first, key = jax.random.split(key)
         prev = kernels.sample_index(jnp.broadcast_to(rho, (n, rho.shape[-1])),
                                     jax.random.uniform(first, (n,), dtype=P.dtype)).astype(jnp.int32)
         zeros = jnp.zeros(n, dtype=jnp.int32)
         counts = jnp.zeros((5, n), dtype=jnp.int32)
         if method.slotwise:
-            k = method.draft_length(T)
-            step = lambda P, Q, t, s, u: _slot_position(method, k, M, T, P, Q, slot_tables, t, s, u)  # noqa: E731
-            (_, counts), (per_position, xs) = scan_positions(step, M + 2, P, Q, ((prev, zeros), counts), key,
+            k, m = (method.draft_length(T), M) if shape is None else shape
+            rows, bonus_possible = (M, k < T) if sweep is None else sweep
+
+            def step(P, Q, t, s, u):
+                return _slot_position(method, k, m, rows, bonus_possible, T, P, Q, slot_tables, t, s, u)
+
+            (_, counts), (per_position, xs) = scan_positions(step, rows + 2, P, Q, ((prev, zeros), counts), key,
                                                              jnp.arange(T))
         else:
             L_max = method.draft_length(T)
@@ -323,12 +332,14 @@ def simulate_jax(inst: MarkovInstance, method: Method, n_runs: int, key, *, retu
 def simulate_sweep(inst, methods, n_runs: int, key) -> list[Counts]:
     """Simulate a grid of one method's rule parameter and/or a stack of instances in one compiled call per chunk.
 
-    The points of the sweep differ only in their tables (the one-slot law of
-    :func:`_slot_tables` and the instance's kernels), which are stacked and
-    ``jax.vmap``-ed over; with several devices the stack is sharded over them
-    (``jax.sharding``). So every method must be slotwise with one draft row and the
-    same lookahead (e.g. ``[Biased(e) for e in eps]``, ``[Fuzzy(t) for t in theta]``),
-    and every instance the same ``T``, ``V`` and storage.
+    The points of the sweep differ in their tables (the one-slot law of
+    :func:`_slot_tables`, the root's of :meth:`~speculab.methods.Method.sequential_root`
+    padded to the largest ``M``, and the instance's kernels) and in two traced numbers,
+    the lookahead ``K`` and the draft rows ``M``; they are stacked and ``jax.vmap``-ed
+    over, and with several devices the stack is sharded over them (``jax.sharding``).
+    So the methods are one slotwise class, e.g. ``[Biased(e) for e in eps]``,
+    ``[SD(K=k) for k in Ks]``, ``[BatchSD(m) for m in Ms]``, ``[Fuzzy(t) for t in theta]``,
+    and the instances share ``T``, ``V`` and storage.
 
     Args:
       inst: a :class:`MarkovInstance` or a list of them (one per point, or one for all).
@@ -350,13 +361,11 @@ def simulate_sweep(inst, methods, n_runs: int, key) -> list[Counts]:
                          f"and {len(methods)} methods")
     insts, methods = insts * (S // len(insts)), methods * (S // len(methods))
     n_runs = as_positive_int(n_runs, "n_runs")
-    first = methods[0]
+    first, T = methods[0], insts[0].T
     for m in methods:
         check_method(m)
-        if not (m.slotwise and m.rows == 1 and type(m) is type(first)
-                and m.draft_length(insts[0].T) == first.draft_length(insts[0].T)):
-            raise ValueError("a sweep varies a rule parameter of one slotwise method with one draft row and the same "
-                             f"lookahead (e.g. eps or theta); got {first!r} and {m!r}")
+        if not (m.slotwise and type(m) is type(first)):
+            raise ValueError(f"a sweep varies the parameters of one slotwise method; got {first!r} and {m!r}")
     tables = [_Tables(i, jnp) for i in insts]
     if len({(i.T, t.shapes) for i, t in zip(insts, tables)}) > 1:
         raise ValueError("the instances of a sweep must have the same T, V and storage (all stationary, or all not)")
@@ -364,14 +373,26 @@ def simulate_sweep(inst, methods, n_runs: int, key) -> list[Counts]:
         raise ValueError(f"the sweep's tables would exceed TABLE_BUDGET = {TABLE_BUDGET} entries per point; "
                          "run the points one by one with simulate(..., engine='jax')")
     slot = [_slot_tables(m, *t.arrays[:2]) for m, t in zip(methods, tables)]
+    V, rows = insts[0].V, max(m.rows for m in methods)
     if len({s["cC"].ndim for s in slot}) > 1:  # some corrections depend on the drafted token: use the full form
-        V = insts[0].V
         for s in slot:
-            if s["cC"].ndim == 4:
-                continue
-            s["cC"] = jnp.broadcast_to(s["cC"][..., None, :], (*s["cC"].shape[:-1], V, V))
+            if s["cC"].ndim == 3:
+                s["cC"] = jnp.broadcast_to(s["cC"][..., None, :], (*s["cC"].shape[:-1], V, V))
+    if rows > 1:  # every point's root as sequential tables, padded to `rows` rows that are never accepted
+        for m, s, t in zip(methods, slot, tables):
+            root = m.sequential_root(*t.arrays[:2])
+            if root is None:
+                raise ValueError(f"a sweep over draft rows needs the root as tables (Method.sequential_root); "
+                                 f"{type(m).__name__} has none")
+            accept = root[0]
+            pad = jnp.zeros((*accept.shape[:-2], rows - accept.shape[-2], V), dtype=accept.dtype)
+            s["root_accept"], s["root_cC"] = jnp.concatenate([accept, pad], axis=-2), jnp.cumsum(root[1], axis=-1)
+    ks = jnp.asarray([m.draft_length(T) for m in methods])
+    shape = (ks, jnp.asarray([m.rows for m in methods]))
+    sweep = (rows, bool((ks < T).any()))
     stacked = [jnp.stack([t.arrays[i] for t in tables]) for i in range(3)]
     stacked.append(jax.tree_util.tree_map(lambda *a: jnp.stack(a), *slot))
+    stacked.append(shape)
     devices = jax.devices()
     if len(devices) > 1 and S % len(devices) == 0:  # one slice of the sweep per device
         from jax.sharding import Mesh, NamedSharding, PartitionSpec
@@ -383,7 +404,7 @@ def simulate_sweep(inst, methods, n_runs: int, key) -> list[Counts]:
     for start in range(0, n_runs, CHUNK):
         n = min(CHUNK, n_runs - start)
         key, sub = jax.random.split(key)
-        fn = _compiled_sweep(first, insts[0].T, n)
+        fn = _compiled_sweep(first, T, n, sweep)
         counts, per_position, _ = fn(jax.random.split(sub, S), *stacked)
         for s in range(S):
             runs[s].append(_counts(np.asarray(counts[s], dtype=np.int64), np.asarray(per_position[s]), None,
@@ -392,9 +413,9 @@ def simulate_sweep(inst, methods, n_runs: int, key) -> list[Counts]:
 
 
 @lru_cache(maxsize=16)
-def _compiled_sweep(method: Method, T: int, n: int):
+def _compiled_sweep(method: Method, T: int, n: int, sweep: tuple[int, bool]):
     jax, _ = _jax()
-    return jax.jit(jax.vmap(_chunk_fn(method, T, n, False)))
+    return jax.jit(jax.vmap(_chunk_fn(method, T, n, False, sweep)))
 
 
 def _counts(counts: np.ndarray, rejected_per_position: np.ndarray, seq, T: int) -> Counts:
