@@ -142,8 +142,18 @@ def as_generator(key, name: str = "key") -> np.random.Generator:
     raise ValueError(f"{name} must be {KEY_TYPES}; got {key!r}")
 
 
+def import_jax(feature: str):
+    """``(jax, jax.numpy)``, or an ImportError saying how to install JAX for ``feature``."""
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError as exc:  # pragma: no cover - exercised only without jax
+        raise ImportError(f"{feature} needs JAX: pip install 'speculab[jax]' (or jax jaxlib)") from exc
+    return jax, jnp
+
+
 def _is_jax_key(key) -> bool:
-    return type(key).__module__.startswith("jax") or "jax" in type(key).__module__
+    return type(key).__module__.startswith("jax")
 
 
 def as_jax_key(key, name: str = "key"):
@@ -156,7 +166,8 @@ def as_jax_key(key, name: str = "key"):
     import jax
 
     if _is_jax_key(key):
-        if not (jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key) or (key.dtype == np.uint32 and key.shape == (2,))):
+        typed = jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
+        if not ((typed and key.shape == ()) or (not typed and key.dtype == np.uint32 and key.shape == (2,))):
             raise ValueError(f"{name} must be a JAX PRNG key (jax.random.key(seed)); got an array of "
                              f"dtype {key.dtype} and shape {key.shape}")
         return key

@@ -32,6 +32,8 @@ __all__ = [
     "kl",
     "js",
     "drain",
+    "rejection_mass",
+    "drafts_per_round",
     "root_acceptance",
     "gather",
     "sample_cumulative",
@@ -145,6 +147,19 @@ def root_acceptance(u, R, p):
     Rp = R[..., None] * p
     below = Rp > u
     return xp.where(below, u / xp.where(below, Rp, 1.0), 1.0)
+
+
+def rejection_mass(b, p):
+    r"""Probability that a draft ``x ~ p`` is refused by acceptance ``b``: :math:`D = \sum_x (1 - b(x))\, p(x)` ([Yin] Alg. 2)."""
+    xp = array_namespace(b, p)
+    return xp.sum((1.0 - b) * p, axis=-1)
+
+
+def drafts_per_round(rows, k, remaining):
+    """Tokens drafted by a round of ``rows`` draft rows and lookahead ``k`` that starts with ``remaining``
+    positions left (an array): ``rows · min(k, remaining)``."""
+    xp = array_namespace(remaining)
+    return rows * xp.minimum(k, remaining)
 
 
 def drain(u, R, p):

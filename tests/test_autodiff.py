@@ -93,8 +93,21 @@ def test_bad_horizons_are_refused():
     with pytest.raises(ValueError, match="T is needed"):
         ad.sd_expected_rejections(P, Q, rho)
     P9 = jnp.broadcast_to(P, (9, 2, 2))
-    with pytest.raises(ValueError, match="T must equal it"):
+    with pytest.raises(ValueError, match="each must be 1 or T = 4"):
         ad.lookahead_counts(P9, Q, rho, 2, T=4)
+    full = MarkovInstance.random(5, 3, 0)
+    Pf, Qf, rf, _ = ad.arrays_of(full)
+    with pytest.raises(ValueError, match="store 5 and 3 positions"):  # not a silently clamped index
+        ad.sd_expected_rejections(Pf, Qf[:3], rf)
+    with pytest.raises(ValueError, match="share the vocabulary"):
+        ad.sd_expected_rejections(Pf, Qf, rf[:2])
+    with pytest.raises(ValueError, match="rows per position"):
+        ad.sd_expected_rejections(Pf[:, :2], Qf, rf)
+    # numpy inputs (what compact() gives) are converted
+    from speculab.theory.instance import compact
+
+    value = ad.sd_expected_rejections(compact(full.P), compact(full.Q), full.rho).rejections
+    assert float(value) == pytest.approx(sd_expected_rejections(full).rejections, abs=1e-12)
     with pytest.raises(ValueError, match="K must be"):
         ad.lookahead_counts(P, Q, rho, 0, T=4)
 

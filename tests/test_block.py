@@ -41,7 +41,8 @@ def _literal(Pk, Qk, a0, gamma):
             continue
         ctx = (a0,) + block
         r = [sum(max(w[i] * Qk[i][ctx[i], y] - Pk[i][ctx[i], y], 0.0) for y in range(V)) for i in range(gamma)]
-        h = [1.0] + [r[i] / (r[i] + 1 - w[i]) if r[i] + 1 - w[i] > 0 else 0.0 for i in range(1, gamma)] + [w[gamma]]
+        # h_i = r_i / (r_i + 1 − w_i), summed as (1 − w_i) + r_i: exact near w_i = 1, so h_i <= 1 in floats too
+        h = [1.0] + [r[i] / ((1 - w[i]) + r[i]) if (1 - w[i]) + r[i] > 0 else 0.0 for i in range(1, gamma)] + [w[gamma]]
         tau = [h[i] * math.prod(1 - h[j] for j in range(i + 1, gamma + 1)) for i in range(gamma + 1)]
         out[block] = (prob, w, r, h, tau)
     return out

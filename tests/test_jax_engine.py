@@ -40,10 +40,18 @@ def test_same_key_same_counts_and_keys_of_every_kind(inst, method):
 
 
 @pytest.mark.parametrize("key, match", [(-1, "out of range"), ("seed", "key must be"), (1.5, "key must be"),
-                                        (np.zeros(3, dtype=np.float32), "key must be")])
+                                        (np.zeros(3, dtype=np.float32), "key must be"),
+                                        (jax.random.split(jax.random.key(0), 2), "JAX PRNG key")])
 def test_bad_keys_are_refused(inst, key, match):
     with pytest.raises(ValueError, match=match):
         simulate(inst, SD(), 10, key=key, engine="jax")
+
+
+def test_bad_run_counts_are_refused(inst):
+    with pytest.raises(ValueError, match="n_runs"):
+        simulate(inst, SD(), 0, key=0, engine="jax")
+    with pytest.raises(ValueError, match="engine must be"):
+        simulate(inst, SD(), 10, key=0, engine="torch")
 
 
 def test_methods_without_a_round_law_are_refused_with_the_reason(inst):

@@ -199,3 +199,11 @@ def test_best_lookahead_is_the_argmin_and_agrees_with_leviathan():
 def test_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call(MarkovInstance.random(5, 3, 0))
+
+
+def test_latency_per_token_takes_lists_next_to_arrays():
+    """Regression: a list beside a numpy array (numpy ≥ 2 arrays have __array_namespace__) is converted."""
+    from speculab.theory import latency_per_token
+
+    np.testing.assert_allclose(latency_per_token(np.array([0.1]), [0.2], 0.1, 1.0), [0.29])
+    assert latency_per_token(0.1, 0.2, 0.1, 1.0) == pytest.approx(0.29)

@@ -13,12 +13,14 @@ import numpy as np
 import pytest
 
 from speculab import kernels
-from speculab.methods import SD, BatchSD, Biased, BlockVerification
+from speculab.methods import SD, BatchSD, Biased, BlockVerification, SpecDecPP, Sprinter
 from speculab.sim import simulate
 from speculab.theory import (
     MarkovInstance,
     batch_expected_rejections,
     expected_rejections,
+    fuzzy_profile,
+    is_unbiased,
     iid_tokens_per_round,
     lookahead_counts,
     output_law,
@@ -55,7 +57,6 @@ def test_stationary_and_context_free_instances_store_their_kernels_once():
     assert compact(st.P).shape == compact(st.Q).shape == (1, 4, 4)
     assert compact(cf.P).shape == (1, 1, 4)
     assert compact(full.P).shape == (1000, 4, 4)
-    assert st.stationary_kernels and cf.stationary_kernels and not full.stationary_kernels
     assert st.P.shape == (1000, 4, 4) and not st.P.flags.writeable
     np.testing.assert_array_equal(st.P[517], Pm)
     with pytest.raises(ValueError):
@@ -183,3 +184,51 @@ def test_format_1_files_still_load(tmp_path):
 def test_empty_horizon_is_refused():
     with pytest.raises(ValueError, match="T >= 1"):
         MarkovInstance(np.ones((0, 2, 2)) / 2, np.ones((0, 2, 2)) / 2, [0.5, 0.5])
+
+
+@pytest.mark.parametrize("name, fn", [
+    ("simulate SD", lambda inst: simulate(inst, SD(K=4), 200, key=0)),
+    ("simulate batch", lambda inst: simulate(inst, BatchSD(3), 200, key=0)),
+    ("simulate biased", lambda inst: simulate(inst, Biased(0.01), 200, key=0)),
+    ("simulate block", lambda inst: simulate(inst, BlockVerification(3), 200, key=0)),
+    ("simulate sprinter", lambda inst: simulate(inst, Sprinter(0.9, 0.1), 200, key=0)),
+    ("simulate specdec++", lambda inst: simulate(inst, SpecDecPP(0.5), 200, key=0)),
+    ("sprinter theory", lambda inst: Sprinter(0.9, 0.1).expected(inst)),
+    ("fuzzy theory", lambda inst: fuzzy_profile(inst, 0.3, "js", 3)),
+    ("is_unbiased", lambda inst: is_unbiased(inst, kernels.sd_acceptance)),
+])
+def test_simulators_and_other_theory_keep_compact_instances_compact(name, fn):
+    """V = T = 200 stationary: one (T, V, V) float64 stack is 61 MB; none is built (bound 10 MB)."""
+    Pm, Qm = _pair(200, seed=6)
+    inst = MarkovInstance.stationary(Pm, Qm, T=200)
+    assert _peak_mb(lambda: fn(inst)) < 10, name
+
+
+def test_the_jax_engine_keeps_the_compact_kernels():
+    pytest.importorskip("jax")
+    from speculab.sim.jax_engine import _Tables
+    import jax.numpy as jnp
+
+    Pm, Qm = _pair(6)
+    P, Q, _ = _Tables(MarkovInstance.stationary(Pm, Qm, T=500), jnp).arrays
+    assert P.shape == Q.shape == (1, 6, 6)
+
+
+def test_format_2_files_with_a_bad_horizon_are_refused(tmp_path):
+    P = np.full((1, 2, 2), 0.5)
+    for T in (2.7, np.array([3, 4])):
+        path = tmp_path / "bad.npz"
+        np.savez(path, P=P, Q=P, rho=[0.5, 0.5], T=T, format_version=2)
+        with pytest.raises(ValueError, match="T must be one integer"):
+            MarkovInstance.load(path)
+
+
+@pytest.mark.parametrize("dtype", ["f4", np.float32, "float32"])
+def test_float32_is_asked_for_in_any_numpy_spelling(dtype):
+    assert MarkovInstance.stationary(np.eye(2) * 0.5 + 0.25, np.eye(2) * 0.5 + 0.25, T=3, dtype=dtype).dtype == "float32"
+
+
+@pytest.mark.parametrize("dtype", ["float16", None, [1], "int64"])
+def test_other_dtypes_are_refused(dtype):
+    with pytest.raises(ValueError, match="dtype must be"):
+        MarkovInstance.stationary(np.eye(2) * 0.5 + 0.25, np.eye(2) * 0.5 + 0.25, T=3, dtype=dtype)

@@ -99,7 +99,7 @@ class ChainStep(Step):
         self.b = b
         self.cP, self.cQ, self.cR = (rowwise(cumulative, a) for a in (inst.P, inst.Q, R))
         self.root = root
-        self.drafts_at = rows * np.minimum(self.k, T - np.arange(T))  # drafts of a round starting at t
+        self.drafts_at = kernels.drafts_per_round(rows, self.k, T - np.arange(T))  # drafts of a round starting at t
 
     # -- pieces shared with other position-major steps (SpecDec++) ----------------------------------
     def draw_bonus(self, t: int, prev: np.ndarray, mask: np.ndarray, x: np.ndarray, kinds: np.ndarray, rng) -> None:

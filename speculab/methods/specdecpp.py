@@ -60,7 +60,7 @@ from speculab._validate import as_generator, as_positive_int
 from speculab.methods.base import Emit, Method, Step, check_probability, param, register
 from speculab.methods.chain import ChainStep
 from speculab.methods.sd import sd_rule
-from speculab.theory.instance import MarkovInstance
+from speculab.theory.instance import MarkovInstance, rowwise
 
 __all__ = ["SpecDecPP", "TableHead", "oracle_head", "noisy_head", "miscalibrated_head"]
 
@@ -77,13 +77,17 @@ class TableHead:
     table: np.ndarray
 
     def __post_init__(self):
-        arr = np.array(self.table, dtype=np.float64, copy=True)
+        arr = np.asarray(self.table)
         if arr.ndim != 3 or arr.shape[1] != arr.shape[2]:
             raise ValueError(f"table must have shape (T, V, V); got {arr.shape}")
-        if not np.all((arr >= 0) & (arr <= 1)):
-            raise ValueError("table must hold probabilities in [0, 1] (and no NaN)")
-        arr.setflags(write=False)
-        object.__setattr__(self, "table", arr)
+
+        def copy(part):  # a compact table (a stationary instance's) is checked and copied once
+            part = np.array(part, dtype=np.float64, copy=True)
+            if not np.all((part >= 0) & (part <= 1)):
+                raise ValueError("table must hold probabilities in [0, 1] (and no NaN)")
+            return part
+
+        object.__setattr__(self, "table", rowwise(copy, arr))  # read-only
 
     def __call__(self, t: int, prev: np.ndarray, x: np.ndarray) -> np.ndarray:
         return self.table[t, prev, x]
@@ -102,7 +106,7 @@ def _logit(a: np.ndarray) -> np.ndarray:
 
 def oracle_head(inst: MarkovInstance) -> TableHead:
     r"""The oracle head :math:`a(t, y, x) = \min(1, Q[t, y, x] / P[t, y, x])` (what ``head=None`` uses)."""
-    return TableHead(sd_rule(_check_instance(inst).P, inst.Q).acceptance)
+    return TableHead(rowwise(sd_rule, _check_instance(inst).P, inst.Q)[0])
 
 
 def noisy_head(inst: MarkovInstance, noise: float, key, *, eps: float = 0.01) -> TableHead:
@@ -127,7 +131,7 @@ def noisy_head(inst: MarkovInstance, noise: float, key, *, eps: float = 0.01) ->
     if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not (0 <= eps < 0.5):
         raise ValueError(f"eps must be a number in [0, 0.5); got {eps!r}")
     rng = as_generator(key)
-    a = np.clip(sd_rule(inst.P, inst.Q).acceptance, eps, 1.0 - eps)
+    a = np.clip(rowwise(sd_rule, inst.P, inst.Q)[0], eps, 1.0 - eps)
     z = rng.standard_normal(a.shape)  # (T, V, V)
     return TableHead(expit(_logit(a) + noise * z))
 
@@ -150,7 +154,7 @@ def miscalibrated_head(inst: MarkovInstance, temperature: float) -> TableHead:
         math.isfinite(temperature) and temperature > 0
     ):
         raise ValueError(f"temperature must be a finite number > 0; got {temperature!r}")
-    return TableHead(expit(_logit(sd_rule(inst.P, inst.Q).acceptance) / temperature))
+    return TableHead(expit(_logit(rowwise(sd_rule, inst.P, inst.Q)[0]) / temperature))
 
 
 def _predictor(head: Callable | None, B: np.ndarray) -> Callable[[int, np.ndarray, np.ndarray], np.ndarray]:
@@ -184,7 +188,7 @@ class _Step(ChainStep):
     """SpecDec++ runs (module docstring), position by position, vectorised across runs; SD's verification."""
 
     def __init__(self, inst: MarkovInstance, method: "SpecDecPP"):
-        b, R = sd_rule(inst.P, inst.Q)
+        b, R = rowwise(sd_rule, inst.P, inst.Q)
         super().__init__(inst, b, R, None)
         self.T = inst.T
         self.predict = _predictor(method.head, b)

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from speculab import kernels
+from speculab._validate import spawn_seeds
 from speculab.methods import SD
 from speculab.repro._io import describe_key, new_figure, write_json
 from speculab.sim import simulate
@@ -37,7 +38,7 @@ def _setup(key):
 
     from speculab._validate import as_generator
 
-    rng = as_generator(key)
+    rng = as_generator(spawn_seeds(key, 2)[0])  # the instance and the initial draft; the simulations use the other
     Q = jnp.asarray(rng.dirichlet(np.full(V, CONCENTRATION), size=V))[None]  # (1, V, V): stationary target
     rho = jnp.full(V, 1.0 / V)
     init = {"U": jnp.asarray(0.1 * rng.standard_normal((V, RANK))), "W": jnp.asarray(0.1 * rng.standard_normal((V, RANK))),
@@ -106,9 +107,10 @@ def _run(key, out_dir, steps: int, n_runs: int, progress: bool) -> dict:
     uniform = {"U": jnp.zeros((V, RANK)), "W": jnp.zeros((V, RANK)), "b": jnp.zeros(V)}
     for name, params in [("initial draft", init), ("uniform draft", uniform), *fits.items()]:
         table[name] = {obj: float(f(params)) for obj, f in zip(OBJECTIVES, objectives)}
-    for name, params in fits.items():  # the theory the fit optimised, held against a simulation of SD
+    sim_keys = spawn_seeds(spawn_seeds(key, 2)[1], len(fits))
+    for (name, params), sim_key in zip(fits.items(), sim_keys):  # each fit's theory held against a simulation
         inst = MarkovInstance.stationary(np.asarray(draft(params)[0]), np.asarray(Q[0]), T=T, rho=np.asarray(rho))
-        est = simulate(inst, SD(), n_runs, key=key, progress=progress).estimate("rejections")
+        est = simulate(inst, SD(), n_runs, key=sim_key, progress=progress).estimate("rejections")
         exact = SD().expected(inst).rejections
         checks[name] = {"exact": exact, "simulated": est.mean, "se": est.se, "z": est.z(exact)}
     target_tv = float(kernels.tv(np.full((V, V), 1.0 / V), np.asarray(Q[0])).mean())

@@ -28,6 +28,7 @@ from speculab.theory.instance import MarkovInstance
 
 __all__ = [
     "simulate",
+    "simulate_sweep",
     "Counts",
     "Estimate",
     "Autoregressive",
@@ -69,7 +70,7 @@ def simulate(
       engine: ``"numpy"`` (the reference engine) or ``"jax"`` (:mod:`speculab.sim.jax_engine`:
         jitted, for every method with a round law; ``key`` may then also be a JAX key).
       return_sequences: also return the ``(n_runs, T + 1)`` sampled tokens.
-      progress: show a progress bar on long simulations.
+      progress: show a progress bar on long simulations (numpy engine; a JAX chunk is one compiled call).
 
     Returns:
       :class:`Counts` — per-run rejections, oracle calls, draft calls, accepted
@@ -94,3 +95,13 @@ def simulate(
         raise ValueError(f"engine must be 'numpy' or 'jax'; got {engine!r}")
     rng = as_generator(key)
     return run_steps(method.simulator(inst), inst, n_runs, rng, return_sequences=return_sequences, progress=progress)
+
+
+def simulate_sweep(inst, methods, n_runs: int, key) -> list[Counts]:
+    """A grid of one method's parameters or a stack of instances in one compiled JAX call per chunk.
+
+    See :func:`speculab.sim.jax_engine.simulate_sweep` (needs JAX).
+    """
+    from speculab.sim.jax_engine import simulate_sweep as sweep
+
+    return sweep(inst, methods, n_runs, key)

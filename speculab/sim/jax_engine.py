@@ -18,7 +18,7 @@ Nothing here is specific to a method. The engine reads the protocol only:
   bonus availability so every shape is static.
 
 Each position draws a fixed number of uniforms for every run (``M + 2`` for a
-slotwise method, ``M L + 2`` otherwise) from a key folded from the chunk's key
+slotwise method, ``max(M L, 1) + 2`` otherwise, ``L`` the longest round) from a key folded from the chunk's key
 and the position, so keys are split and never reused; a chunk of
 :data:`CHUNK` runs is one compiled call (``jax.jit`` of a ``lax.scan`` over
 positions of a ``jax.vmap`` over runs). The same key gives the same
@@ -38,6 +38,7 @@ from functools import lru_cache, partial
 import numpy as np
 
 from speculab import kernels
+from speculab._validate import import_jax
 from speculab.counts import BONUS, CORRECTION, DRAFT, TARGET, Counts
 from speculab.methods.base import Method, sample_round
 from speculab.theory.instance import MarkovInstance, compact
@@ -49,17 +50,14 @@ CHUNK = 1 << 16
 
 
 def _jax():
-    try:
-        import jax
-        import jax.numpy as jnp
-    except ImportError as exc:  # pragma: no cover - exercised only without jax
-        raise ImportError("engine='jax' needs JAX: pip install 'speculab[jax]' (or jax jaxlib)") from exc
-    return jax, jnp
+    return import_jax("engine='jax'")
 
 
 def check_method(method: Method) -> None:
-    """Refuse, with the reason, a method the JAX engine cannot run."""
-    if not (method.slotwise or type(method).runs_on_real_models()):
+    """Refuse, with the reason, a method the JAX engine cannot run (one neither slotwise nor with a round law)."""
+    if not isinstance(method, Method):
+        raise ValueError(f"method must be a speculab method (e.g. SD(), BatchSD(4)); got {method!r}")
+    if not (method.slotwise or type(method).runs_on_real_models()):  # runs_on_real_models: it has a round law
         raise ValueError(
             f"engine='jax' runs methods with a round law; {type(method).__name__} has none "
             f"(its verifier is not a function of the drafted block): use engine='numpy'"
@@ -167,7 +165,7 @@ def _slot_position(method: Method, k, M, rows: int, bonus_possible: bool, T: int
         is_bonus = jnp.zeros((), dtype=bool)
     new_round = (slot == 0) & ~is_bonus
     slot = jnp.where(is_bonus | ~ok, 0, slot + 1)
-    drafts = jnp.where(new_round, M * jnp.minimum(k, T - t), 0)
+    drafts = jnp.where(new_round, kernels.drafts_per_round(M, k, T - t), 0)
     x = x.astype(jnp.int32)
     return (x, slot), (x, kind, new_round, drafts)
 
@@ -306,10 +304,13 @@ def simulate_jax(inst: MarkovInstance, method: Method, n_runs: int, key, *, retu
       key: a JAX PRNG key, or anything :func:`speculab._validate.as_jax_key` accepts.
       return_sequences: also return the ``(n_runs, T + 1)`` sampled tokens.
     """
-    from speculab._validate import as_jax_key
+    from speculab._validate import as_jax_key, as_positive_int
 
     jax, jnp = _jax()
     check_method(method)
+    if not isinstance(inst, MarkovInstance):
+        raise ValueError(f"inst must be a MarkovInstance; got {type(inst).__name__}")
+    n_runs = as_positive_int(n_runs, "n_runs")
     key = as_jax_key(key)
     tables = _Tables(inst, jnp)
     small = int(np.prod(np.broadcast_shapes(*tables.shapes)[:-1])) * inst.V**2 <= TABLE_BUDGET
@@ -360,6 +361,9 @@ def simulate_sweep(inst, methods, n_runs: int, key) -> list[Counts]:
         raise ValueError(f"give one instance or one method, or lists of the same length; got {len(insts)} instances "
                          f"and {len(methods)} methods")
     insts, methods = insts * (S // len(insts)), methods * (S // len(methods))
+    for i in insts:
+        if not isinstance(i, MarkovInstance):
+            raise ValueError(f"inst must be a MarkovInstance or a list of them; got {type(i).__name__}")
     n_runs = as_positive_int(n_runs, "n_runs")
     first, T = methods[0], insts[0].T
     for m in methods:

@@ -12,7 +12,7 @@ of a draft model (:func:`draft_from_logits`).
 Arguments are arrays, not a :class:`~speculab.theory.MarkovInstance` (whose
 arrays are numpy and validated): ``P``, ``Q`` of shape ``(T', A', V)`` with
 ``T' ∈ {1, T}``, ``A' ∈ {1, V}`` (compact: one kernel for a stationary chain, one
-row for a context-free one — what :func:`~speculab.theory.instance.compact` gives)
+row for a context-free one — what :func:`arrays_of` gives; numpy arrays are converted)
 and ``rho`` of shape ``(V,)``; ``T`` is given when ``T' = 1``. Use float64
 (``jax.config.update("jax_enable_x64", True)``) to compare with the numpy theory;
 TV is not differentiable where ``p(x) = q(x)`` (JAX returns a subgradient there).
@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from speculab import kernels
-from speculab._validate import as_lookahead, as_positive_int
+from speculab._validate import as_lookahead, as_positive_int, import_jax
 from speculab.theory.batch import BatchProfile, batch_advance, batch_kernels
 from speculab.theory.instance import MarkovInstance, compact, expect, push
 from speculab.theory.lookahead import LookaheadCounts, lookahead_advance, lookahead_kernels, latency_per_token
@@ -41,12 +41,7 @@ __all__ = [
 
 
 def _jax():
-    try:
-        import jax
-        import jax.numpy as jnp
-    except ImportError as exc:  # pragma: no cover - exercised only without jax
-        raise ImportError("speculab.theory.autodiff needs JAX: pip install 'speculab[jax]'") from exc
-    return jax, jnp
+    return import_jax("speculab.theory.autodiff")
 
 
 def arrays_of(inst: MarkovInstance):
@@ -61,16 +56,27 @@ def draft_from_logits(logits):
     return jax.nn.softmax(logits, axis=-1)
 
 
-def _horizon(P, Q, T) -> int:
-    T_stored = max(P.shape[0], Q.shape[0])
+def _inputs(P, Q, rho, T):
+    """``(P, Q, rho, T)`` as JAX arrays with checked shapes: ``(T', A', V)`` kernels, ``T'`` and ``A'`` each 1 or full."""
+    _, jnp = _jax()
+    P, Q, rho = jnp.asarray(P), jnp.asarray(Q), jnp.asarray(rho)
+    if P.ndim != 3 or Q.ndim != 3:
+        raise ValueError(f"P and Q must have shape (T', A', V); got {P.shape} and {Q.shape}")
+    V = P.shape[-1]
+    if Q.shape[-1] != V or rho.shape != (V,):
+        raise ValueError(f"P, Q and rho must share the vocabulary: shapes {P.shape}, {Q.shape}, {rho.shape}")
+    for name, A in (("P", P), ("Q", Q)):
+        if A.shape[1] not in (1, V):
+            raise ValueError(f"{name} must have 1 or V = {V} rows per position (contexts); got shape {A.shape}")
+    lengths = {P.shape[0], Q.shape[0]} - {1}
     if T is None:
-        if T_stored == 1:
+        if not lengths:
             raise ValueError("T is needed when P and Q are stored once (stationary or context-free)")
-        return T_stored
+        T = max(lengths)
     T = as_positive_int(T, "T")
-    if T_stored not in (1, T):
-        raise ValueError(f"P and Q store {T_stored} positions; T must equal it (or they must be stored once); got {T}")
-    return T
+    if lengths - {T}:
+        raise ValueError(f"P and Q store {P.shape[0]} and {Q.shape[0]} positions; each must be 1 or T = {T}")
+    return P, Q, rho, T
 
 
 def _scan(step, init, ker, P, Q, T):
@@ -89,7 +95,7 @@ def along_target(f, P, Q, rho, T: int | None = None):
     ``f = kernels.tv`` is [Yin] Thm 1; ``f = lambda p, q: kernels.kl(q, p)`` the distillation
     loss KL(q‖p) along the target's own text. Shape ``(T,)``.
     """
-    T = _horizon(P, Q, T)
+    P, Q, rho, T = _inputs(P, Q, rho, T)
 
     def step(mu, ker):
         value, q = ker
@@ -105,7 +111,7 @@ def sd_expected_rejections(P, Q, rho, T: int | None = None) -> RejectionProfile:
 
 def batch_expected_rejections(P, Q, rho, M, T: int | None = None) -> BatchProfile:
     """[Yin] Thm 3 for ``M`` drafts, in JAX (see :func:`speculab.theory.batch_expected_rejections`)."""
-    T = _horizon(P, Q, T)
+    P, Q, rho, T = _inputs(P, Q, rho, T)
     M = np.inf if M == np.inf else as_positive_int(M, "M")
     _, (rej, sd, root) = _scan(batch_advance, (rho, rho), lambda p, q: batch_kernels(p, q, M), P, Q, T)
     return BatchProfile(rejections_per_position=rej, sd_rejections_per_position=sd, oracle_calls_per_position=root,
@@ -116,7 +122,7 @@ def lookahead_counts(P, Q, rho, K: int | None, *, M: int = 1, T: int | None = No
     """Exact counts of SD (``M = 1``) or batch SD with lookahead ``K``, in JAX (see
     :func:`speculab.theory.lookahead_counts`); every count of the result is differentiable."""
     _, jnp = _jax()
-    T = _horizon(P, Q, T)
+    P, Q, rho, T = _inputs(P, Q, rho, T)
     K, M = as_lookahead(K), as_positive_int(M, "M")
     k = T if K is None else min(K, T)
     bonus_slot = k < T

@@ -38,7 +38,7 @@ import numpy as np
 from speculab import kernels
 from speculab._validate import as_distribution, as_positive_int
 from speculab.theory.divergences import js
-from speculab.theory.instance import MarkovInstance
+from speculab.theory.instance import MarkovInstance, rowwise
 
 __all__ = [
     "DIVERGENCES",
@@ -92,7 +92,7 @@ def fuzzy_divergence(inst: MarkovInstance, div: str) -> np.ndarray:
 
     ``div``: ``"js"``, ``"kl"`` = KL(q‖p), ``"kl_reverse"`` = KL(p‖q), ``"tv"``.
     """
-    return DIVERGENCES[check_div(div)](inst.P, inst.Q)
+    return rowwise(DIVERGENCES[check_div(div)], inst.P, inst.Q)
 
 
 def fuzzy_output_law(inst: MarkovInstance, theta: float, div: str = "js") -> np.ndarray:
@@ -108,8 +108,8 @@ def fuzzy_output_law(inst: MarkovInstance, theta: float, div: str = "js") -> np.
     bonus token comes from ``q`` even where FSD would accept the draft, so the law
     depends on the round phase — see :func:`fuzzy_profile` and :func:`fuzzy_sequence_law`.
     """
-    accept = fuzzy_divergence(inst, div) < check_theta(theta)  # (T, V)
-    return np.where(accept[..., None], inst.P, inst.Q)
+    div, theta = DIVERGENCES[check_div(div)], check_theta(theta)
+    return rowwise(lambda p, q: np.where((div(p, q) < theta)[..., None], p, q), inst.P, inst.Q)
 
 
 # -- sequence level ------------------------------------------------------------------
@@ -278,8 +278,8 @@ def fuzzy_profile(inst: MarkovInstance, theta: float, div: str = "js", K: int | 
     T, V = inst.T, inst.V
     Kc = _lookahead(K, T)
     accept = fuzzy_divergence(inst, div) < theta  # (T, V)
-    kl_f = kernels.kl(inst.Q, inst.P)  # (T, V): KL(q_n || p_n)(a), may be inf
-    kl_r = kernels.kl(inst.P, inst.Q)
+    kl_f = rowwise(lambda p, q: kernels.kl(q, p), inst.P, inst.Q)  # (T, V): KL(q_n || p_n)(a), may be inf
+    kl_r = rowwise(kernels.kl, inst.P, inst.Q)
     bonus_possible = Kc < T  # else the phase never matters: one column suffices
     ncol = Kc + 1 if bonus_possible else 1
     in_round = np.arange(ncol) < Kc  # phase j = K means the next token is a bonus

@@ -136,7 +136,10 @@ def chain_marginals(rho: np.ndarray, transitions: np.ndarray) -> np.ndarray:
 
 
 def _dtype(dtype) -> type:
-    name = np.dtype(dtype).name if dtype in (np.float32, np.float64) or isinstance(dtype, np.dtype) else dtype
+    try:
+        name = np.dtype(dtype).name if dtype is not None else None
+    except TypeError:
+        name = None
     if name not in _DTYPES:
         raise ValueError(f"dtype must be 'float64' or 'float32'; got {dtype!r}")
     return _DTYPES[name]
@@ -211,11 +214,6 @@ class MarkovInstance:
     def V(self) -> int:
         """Vocabulary size."""
         return self.P.shape[2]
-
-    @property
-    def stationary_kernels(self) -> bool:
-        """Whether ``P`` and ``Q`` are the same at every position (stored once)."""
-        return compact(self.P).shape[0] == 1 and compact(self.Q).shape[0] == 1
 
     def __repr__(self) -> str:
         return f"MarkovInstance(T={self.T}, V={self.V})"
@@ -332,7 +330,10 @@ class MarkovInstance:
             dtype = "float32" if P.dtype == np.float32 else "float64"
             P, Q = as_float_array(P, "P"), as_float_array(Q, "Q")
             if "T" in data.files:  # format 2: the compact parts and the horizon
-                T = as_positive_int(int(data["T"]), "T")
+                T = data["T"]
+                if T.shape != () or not np.issubdtype(T.dtype, np.integer):
+                    raise ValueError(f"{path} is not a speculab Markov instance: T must be one integer; got {T!r}")
+                T = as_positive_int(int(T), "T")
                 if P.ndim != 3 or Q.ndim != 3 or P.shape[-1] != Q.shape[-1]:
                     raise ValueError(f"{path} is not a speculab Markov instance: P and Q have shapes "
                                      f"{P.shape} and {Q.shape}")

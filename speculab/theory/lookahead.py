@@ -94,8 +94,8 @@ def latency_per_token(discard_rate, verification_rate, t_draft: float, t_target:
       t_target: time of one target forward pass (``c_1 + c_2``), ``> 0``.
     """
     t_draft, t_target = _check_times(t_draft, t_target)
-    if not (hasattr(discard_rate, "__array_namespace__") or hasattr(verification_rate, "__array_namespace__")):
-        discard_rate = np.asarray(discard_rate, dtype=np.float64)  # numbers and lists
+    if not any(type(x).__module__.startswith("jax") for x in (discard_rate, verification_rate)):
+        discard_rate = np.asarray(discard_rate, dtype=np.float64)  # numbers, lists, numpy (JAX arrays stay traceable)
         verification_rate = np.asarray(verification_rate, dtype=np.float64)
     out = t_draft * (1.0 + discard_rate) + (t_target - t_draft) * verification_rate
     return scalar(out) if out.ndim == 0 else out
@@ -156,8 +156,8 @@ class LookaheadCounts:
     @property
     def draft_calls(self) -> float:
         """``E[N_draft] = M Σ_s P(round starts at s) · min(K, T − s)``."""
-        drafts = np.minimum(self.K_effective, self.T - np.arange(self.T))
-        return scalar(self.M * (self.oracle_calls_per_position @ drafts))
+        drafts = kernels.drafts_per_round(self.M, self.K_effective, self.T - np.arange(self.T))
+        return scalar(self.oracle_calls_per_position @ drafts)
 
     @property
     def discarded(self) -> float:
@@ -238,7 +238,7 @@ def lookahead_kernels(M, p, q, b=None, R=None) -> tuple:
     if b is None:  # SD: A = min(P, Q), J = (Q − P)_+, D = TV
         A, J, D = xp.minimum(p, q), kernels.excess(q, p), kernels.tv(p, q)
     else:
-        D = xp.sum((1.0 - b) * p, axis=-1)  # (A,)
+        D = kernels.rejection_mass(b, p)  # (A,)
         A, J = b * p, D[..., None] * R
     if M == 1:
         return A, J, D, A, J, D, q

@@ -108,9 +108,12 @@ def acceptance_array(inst: MarkovInstance, b: Acceptance) -> np.ndarray:
     read-only broadcast view of the compact part, never a ``(T, V, V)`` copy.
     """
     if callable(b):
-        arr = rowwise(lambda p, q: as_probability_array(b(p, q), "b(p, q)"), inst.P, inst.Q)
-        check_same_shape(arr, inst.P, "b(p, q)", "the instance's (T, V, V) kernels")
-        return arr
+        def checked(p, q):
+            out = as_probability_array(b(p, q), "b(p, q)")
+            check_same_shape(out, p, "b(p, q)", "its arguments p, q")
+            return out
+
+        return rowwise(checked, inst.P, inst.Q)
     arr = rowwise(lambda x: as_probability_array(x, "b"), np.asarray(b))  # checked on its compact part
     check_same_shape(arr, inst.P, "b", "the instance's (T, V, V) kernels")
     return arr
@@ -135,7 +138,7 @@ def _check_unbiased(p: np.ndarray, q: np.ndarray, b: np.ndarray, name: str = "b"
 def is_unbiased(inst: MarkovInstance, b: Acceptance) -> bool:
     """Whether ``b <= min(1, q/p)`` wherever ``p > 0`` (necessary and sufficient, [Yin] Thm 2)."""
     arr = acceptance_array(inst, b)
-    return bool(np.all(arr * inst.P - inst.Q <= _UNBIASED_ATOL))
+    return bool(np.all(rowwise(lambda b, p, q: b * p - q <= _UNBIASED_ATOL, arr, inst.P, inst.Q)))
 
 
 def unbiased_rejection_distribution(p, q, b) -> np.ndarray:
@@ -172,13 +175,18 @@ def rejection_array(inst: MarkovInstance, b: np.ndarray, P: RejectionRule = None
 
         return rowwise(unbiased, inst.P, inst.Q, b)
     if callable(P):
-        arr = rowwise(lambda p, q, b: np.asarray(P(p, q, b), dtype=np.float64), inst.P, inst.Q, b)
+        def checked(p, q, b):
+            out = as_float_array(P(p, q, b), "P(p, q, b)")
+            check_same_shape(out, p, "P(p, q, b)", "its arguments p, q, b")
+            return out
+
+        arr = rowwise(checked, inst.P, inst.Q, b)
     else:
         arr = rowwise(lambda x: as_float_array(x, "P (rejection distribution)"), np.asarray(P))
     check_same_shape(arr, inst.P, "P (rejection distribution)", "the instance's P")
 
     def used_rows_only(p, b, r):
-        used = ((1.0 - b) * p).sum(axis=-1) > 0
+        used = kernels.rejection_mass(b, p) > 0
         as_distribution(r[used], "P (rejection distribution) rows that can be sampled")
         return np.where(used[..., None], r, 0.0)
 
@@ -206,7 +214,7 @@ def output_law(inst: MarkovInstance, b: Acceptance, P: RejectionRule = None) -> 
 
 def _output_kernel(p: np.ndarray, b: np.ndarray, R: np.ndarray) -> np.ndarray:
     """Algorithm 2's transition rows ``b p + R Σ(1 − b) p`` (row-wise)."""
-    return b * p + R * ((1.0 - b) * p).sum(axis=-1, keepdims=True)
+    return b * p + R * kernels.rejection_mass(b, p)[..., None]
 
 
 def expected_rejections(inst: MarkovInstance, b: Acceptance, P: RejectionRule = None) -> RejectionProfile:
@@ -221,7 +229,7 @@ def expected_rejections(inst: MarkovInstance, b: Acceptance, P: RejectionRule = 
     b_arr = acceptance_array(inst, b)
     R = rejection_array(inst, b_arr, P)
     parts = compact(inst.P), compact(b_arr), compact(R)
-    rows = per_position(lambda p, b, r: (((1.0 - b) * p).sum(axis=-1), _output_kernel(p, b, r)), inst.T, *parts)
+    rows = per_position(lambda p, b, r: (kernels.rejection_mass(b, p), _output_kernel(p, b, r)), inst.T, *parts)
     mu = inst.rho
     rejections = np.empty(inst.T, dtype=np.result_type(mu, *parts))
     for n, (D, kernel) in enumerate(rows):

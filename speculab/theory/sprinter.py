@@ -48,7 +48,7 @@ import numpy as np
 
 from speculab import kernels
 from speculab._validate import as_float_array, as_pair, as_positive_int, as_probability_array, check_same_shape
-from speculab.theory.instance import MarkovInstance, chain_marginals
+from speculab.theory.instance import MarkovInstance, chain_marginals, rowwise
 
 __all__ = [
     "SprinterDistribution",
@@ -294,11 +294,11 @@ def sprinter_pass_probabilities(inst: MarkovInstance, eta_tp: float, eta_fp: flo
     """
     tp = float(as_probability_array(eta_tp, "eta_tp"))
     fp = float(as_probability_array(eta_fp, "eta_fp"))
-    return np.where(inst.P <= inst.Q, tp, fp)
+    return rowwise(lambda p, q: np.where(p <= q, tp, fp), inst.P, inst.Q)  # a view when the instance is compact
 
 
 def _pass_array(inst: MarkovInstance, v) -> np.ndarray:
-    v = as_probability_array(v, "v (verifier pass probabilities)")
+    v = rowwise(lambda part: as_probability_array(part, "v (verifier pass probabilities)"), np.asarray(v))
     check_same_shape(v, inst.P, "v (verifier pass probabilities)", "the instance's P")
     return v
 
@@ -378,13 +378,13 @@ def sprinter_profile(inst: MarkovInstance, v) -> SprinterProfile:
     from speculab.theory.fuzzy import chain_kl  # sequence KL by the chain rule
 
     v = _pass_array(inst, v)
-    law, rej = _token_law(inst.P, inst.Q, v)  # (T, V, V), (T, V)
+    law, rej = rowwise(_token_law, inst.P, inst.Q, v)  # (T, V, V), (T, V): views when the instance is compact
     mu = chain_marginals(inst.rho, law)[:-1]  # (T, V): law of x_{n-1}
-    calls = ((1.0 - v) * inst.P).sum(axis=-1)
+    calls = rowwise(kernels.rejection_mass, v, inst.P)  # the verifier refuses w.p. Σ (1 − v) p: a target call
     return SprinterProfile(
         rejections_per_position=np.einsum("na,na->n", mu, rej),
         oracle_calls_per_position=np.einsum("na,na->n", mu, calls),
-        tv_per_position=np.einsum("na,na->n", mu, kernels.tv(law, inst.Q)),
+        tv_per_position=np.einsum("na,na->n", mu, rowwise(kernels.tv, law, inst.Q)),
         kl_forward=float(chain_kl(inst.rho, inst.Q, law).sum()),
         kl_reverse=float(chain_kl(inst.rho, law, inst.Q).sum()),
     )

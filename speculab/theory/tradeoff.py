@@ -31,7 +31,7 @@ import numpy as np
 
 from speculab import kernels
 from speculab._validate import as_distribution, as_pair, as_positive_int, as_probability_array, check_same_shape
-from speculab.theory.instance import MarkovInstance, chain_marginals
+from speculab.theory.instance import MarkovInstance, chain_marginals, rowwise
 from speculab.theory.rejections import Acceptance, RejectionRule, acceptance_array, output_law
 
 __all__ = [
@@ -68,16 +68,12 @@ def _triple(p, q, b) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return p, q, b
 
 
-def _rejection_mass(p: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return ((1.0 - b) * p).sum(axis=-1)
-
-
 def _optimal_loss(p: np.ndarray, q: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.maximum(b * p - q, 0.0).sum(axis=-1)
 
 
 def _rejection_loss(p, q, b, P) -> np.ndarray:
-    D = _rejection_mass(p, b)[..., None]
+    D = kernels.rejection_mass(b, p)[..., None]
     return np.maximum(b * p + D * P - q, 0.0).sum(axis=-1)  # TV(P_A, q) = Σ (P_A − q)_+
 
 
@@ -93,7 +89,7 @@ def rejection_probability(p, b) -> np.ndarray:
     p = as_distribution(p, "p")
     b = as_probability_array(b, "b")
     check_same_shape(b, p, "b", "p")
-    return np.minimum(_rejection_mass(p, b), 1.0)  # Σp may exceed 1 by round-off
+    return np.minimum(kernels.rejection_mass(b, p), 1.0)  # Σp may exceed 1 by round-off
 
 
 def optimal_loss(p, q, b) -> np.ndarray:
@@ -155,7 +151,7 @@ def optimal_rejection(p, q, b) -> OptimalRejection:
       (0.3, 0.0)
     """
     p, q, b = _triple(p, q, b)
-    D = _rejection_mass(p, b)
+    D = kernels.rejection_mass(b, p)
     P = kernels.optimal_rejection(p, q, b)
     with np.errstate(over="ignore"):  # D can be subnormal: A is then huge, honestly
         A = np.divide(q - b * p, D[..., None], out=np.full(p.shape, np.nan), where=D[..., None] > 0)
@@ -195,7 +191,7 @@ def is_optimal_rejection(p, q, b, P, *, atol: float = 1e-9) -> np.ndarray:
     p, q, b = _triple(p, q, b)
     P = as_distribution(P, "P")
     check_same_shape(P, p, "P", "p")
-    D = _rejection_mass(p, b)[..., None]
+    D = kernels.rejection_mass(b, p)[..., None]
     r = q - b * p  # = D · A
     inside = np.where(r < -_ROUNDOFF, P <= atol, D * P <= r + atol * D + _ROUNDOFF)
     return np.all(inside, axis=-1) | (D[..., 0] == 0)
@@ -213,7 +209,7 @@ def optimal_loss_lp(p, q, b) -> float:
     if p.ndim != 1:
         raise ValueError(f"optimal_loss_lp takes single vectors of shape (V,); got {p.shape}")
     V = p.shape[0]
-    D, r = _rejection_mass(p, b), q - b * p
+    D, r = kernels.rejection_mass(b, p), q - b * p
     eye = np.eye(V)
     A_ub = np.block([[-D * eye, -eye], [D * eye, -eye]])
     b_ub = np.concatenate([-r, r])
@@ -337,7 +333,7 @@ def tradeoff_profile(inst: MarkovInstance, b: Acceptance, P: RejectionRule = Non
     K = output_law(inst, b_arr, P)  # (T, V, V)
     nu = chain_marginals(inst.rho, K)  # (T+1, V)
     per_ctx = {
-        "rejections_per_position": _rejection_mass(inst.P, b_arr),
+        "rejections_per_position": kernels.rejection_mass(b_arr, inst.P),
         "loss_per_position": kernels.tv(K, inst.Q),
         "optimal_loss_per_position": _optimal_loss(inst.P, inst.Q, b_arr),
         "tv_per_position": inst.tv(),
@@ -348,7 +344,10 @@ def tradeoff_profile(inst: MarkovInstance, b: Acceptance, P: RejectionRule = Non
 
 # -- sequence level ---------------------------------------------------------------------
 def _chain(K, name: str, shape=None) -> np.ndarray:
-    K = as_distribution(K, name, ndim=3)
+    K = np.asarray(K)
+    if K.ndim != 3:
+        raise ValueError(f"{name} must have 3 dimension(s); got shape {K.shape}")
+    K = rowwise(lambda part: as_distribution(part, name), K)  # a compact (broadcast) chain is checked once
     if K.shape[1] != K.shape[2]:
         raise ValueError(f"{name} must have shape (T, V, V); got {K.shape}")
     if shape is not None and K.shape != shape:
@@ -378,7 +377,7 @@ def markov_kl(rho, K, L) -> np.ndarray:
     if rho.shape[0] != K.shape[2]:
         raise ValueError(f"rho must have length V = {K.shape[2]}; got {rho.shape[0]}")
     nu = chain_marginals(rho, K)
-    row = kernels.kl(K, L)  # (T, V)
+    row = rowwise(kernels.kl, K, L)  # (T, V)
     reach = rho > 0
     out = np.empty(K.shape[0])
     for n in range(K.shape[0]):
