@@ -148,9 +148,9 @@ def cmd_sim(args) -> None:
 
     inst = _instance(args)
     method = _method(args)
-    counts = simulate(inst, method, args.n_runs, args.seed, progress=not args.json)
+    counts = simulate(inst, method, args.n_runs, args.seed, engine=args.engine, progress=not args.json)
     expected = method.expected(inst)
-    head = f"{method!r} on {inst!r}, {args.n_runs:,} runs, seed {args.seed}"
+    head = f"{method!r} on {inst!r}, {args.n_runs:,} runs, seed {args.seed}, {args.engine} engine"
     comp = side_by_side(expected, counts, head)
     rows = [[r.quantity, f"{r.measured:.4f}", f"{r.measured_se:.4f}",
              "" if np.isnan(r.predicted) else f"{r.predicted:.4f}", "" if np.isnan(r.z) else f"{r.z:+.2f}"]
@@ -160,6 +160,7 @@ def cmd_sim(args) -> None:
         "instance": _describe(args, inst),
         "method": repr(method),
         "seed": args.seed,
+        "engine": args.engine,
         "counts": counts.to_dict(),
         "theory": theory,
         "theory_source": comp.settings["theory"],
@@ -316,6 +317,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_instance_args(p)
     _add_method_args(p)
     p.add_argument("--n-runs", type=int, default=10_000, help="number of runs (default 10000)")
+    p.add_argument("--engine", choices=("numpy", "jax"), default="numpy",
+                   help="numpy (reference) or jax (jitted; every method with a round law)")
     p.set_defaults(func=cmd_sim)
 
     p = sub.add_parser("methods", help="list the registered methods and their options")

@@ -107,3 +107,13 @@ def test_batch_reproductions(capsys, tmp_path, figure, runs):
         gap = out["regimes"]["support_gap"]
         assert gap["limit"] == pytest.approx(gap["theory"][0])  # no improvement at all
         assert out["regimes"]["paper"]["limit"] < out["regimes"]["paper"]["theory"][-1]
+
+
+def test_sim_on_the_jax_engine(capsys):
+    pytest.importorskip("jax")
+    out = _json(capsys, ["sim", "--method", "sd", "--K", "3", "--T", "15", "--V", "4", "--seed", "2",
+                         "--n-runs", "20000", "--engine", "jax", "--json"])
+    assert out["engine"] == "jax" and out["theory_source"]
+    assert all(abs(z) < Z_BOUND for z in out["z"].values())
+    assert main(["sim", "--method", "sprinter", "--eta-tp", "0.9", "--eta-fp", "0.1", "--engine", "jax"]) != 0
+    assert "engine='numpy'" in capsys.readouterr().err
