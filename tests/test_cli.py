@@ -115,5 +115,5 @@ def test_sim_on_the_jax_engine(capsys):
                          "--n-runs", "20000", "--engine", "jax", "--json"])
     assert out["engine"] == "jax" and out["theory_source"]
     assert all(abs(z) < Z_BOUND for z in out["z"].values())
-    assert main(["sim", "--method", "sprinter", "--eta-tp", "0.9", "--eta-fp", "0.1", "--engine", "jax"]) != 0
+    assert main(["sim", "--method", "specdecpp", "--h", "0.5", "--engine", "jax"]) != 0
     assert "engine='numpy'" in capsys.readouterr().err

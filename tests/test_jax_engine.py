@@ -11,7 +11,7 @@ import pytest
 jax = pytest.importorskip("jax")
 
 from conftest import Z_BOUND  # noqa: E402
-from speculab.methods import SD, BatchSD, Biased, BlockVerification, Fuzzy, Sprinter  # noqa: E402
+from speculab.methods import SD, BatchSD, Biased, BlockVerification, Fuzzy, SpecDecPP, Sprinter  # noqa: E402
 from speculab.sim import jax_engine, simulate  # noqa: E402
 from speculab.sim.jax_engine import simulate_sweep  # noqa: E402
 from speculab.theory import MarkovInstance  # noqa: E402
@@ -54,9 +54,19 @@ def test_bad_run_counts_are_refused(inst):
         simulate(inst, SD(), 10, key=0, engine="torch")
 
 
-def test_methods_without_a_round_law_are_refused_with_the_reason(inst):
-    with pytest.raises(ValueError, match="has none .* engine='numpy'"):
-        simulate(inst, Sprinter(0.9, 0.1), 10, key=0, engine="jax")
+def test_methods_without_a_round_or_position_law_are_refused_with_the_reason(inst):
+    with pytest.raises(ValueError, match="has neither .* engine='numpy'"):
+        simulate(inst, SpecDecPP(0.5), 10, key=0, engine="jax")
+
+
+def test_sprinter_with_a_verifier_function_runs_from_its_position_law(inst):
+    """A trained verifier is any function of (t, prev, x): tabulated once, run by the scan."""
+    method = Sprinter(verifier=lambda t, prev, x: np.where(x == 0, 0.9, 0.2))
+    c = simulate(inst, method, 20_000, key=3, engine="jax")
+    e = method.expected(inst)
+    for name in ("rejections", "oracle_calls", "accepted"):
+        assert abs(c.estimate(name).z(e.get(name))) < Z_BOUND, name
+    np.testing.assert_array_equal(c.verifier_calls, inst.T)
 
 
 @pytest.mark.parametrize("method", [SD(K=2), BatchSD(2, K=2), BlockVerification(2)], ids=repr)

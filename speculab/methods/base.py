@@ -323,6 +323,20 @@ class Method(ABC):
         return all(f.metadata.get("cli") for f in dataclasses.fields(cls)
                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
 
+    def position_law(self, inst):
+        """For a method without rounds that drafts one token per position and decides it there (SPRINTER):
+        the law of that decision on ``inst``, or ``None``.
+
+        Returns ``(free, called, correction, extra)``: for the drafted token ``x`` at ``(t, a)``,
+        the probability that ``x`` is output without a target call, ``(T, V, V)``, and after
+        one, ``(T, V, V)``; otherwise a target call outputs a correction from the weights
+        ``correction`` ``(T, V, V)`` (rows; broadcast views when the instance is compact);
+        ``extra`` names the method's counts that grow by one at every position (e.g.
+        ``verifier_calls``). Every position makes one draft call. Engines without the
+        method's :meth:`simulator` (the JAX engine) run the method from this.
+        """
+        return None
+
     def sequential_root(self, p, q):
         """For a slotwise method whose root tries its ``M`` rows in order ([Yin] Alg. 4), the root's law as tables.
 

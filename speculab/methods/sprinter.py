@@ -139,6 +139,13 @@ class Sprinter(Method):
     def simulator(self, inst) -> Step:
         return _Step(inst, self)
 
+    def position_law(self, inst):
+        """Verifier passes (``v``): ``x`` is kept without a target call; otherwise the target keeps it w.p.
+        ``min(1, q/p)`` or draws ``[q − p]_+`` — the law of :class:`_Step`, as tables."""
+        v = self.pass_probabilities(inst)
+        b, R = rowwise(sd_rule, inst.P, inst.Q)
+        return v, rowwise(lambda v, b: (1.0 - v) * b, v, b), R, _Step.extra
+
     def expected(self, inst) -> Expected:
         """Exact counts from :func:`~speculab.theory.sprinter_profile` (the law along SPRINTER's own chain)."""
         prof = sprinter_profile(inst, self.pass_probabilities(inst))

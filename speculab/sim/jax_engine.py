@@ -27,8 +27,10 @@ positions of a ``jax.vmap`` over runs). The same key gives the same
 Monte-Carlo error. Instances stay compact: a stationary instance's kernel is
 passed once and indexed by position and context inside the scan.
 
-SPRINTER and SpecDec++ have no round law (their verifiers are not a function of
-the block); they run on the numpy engine.
+SPRINTER has no rounds: it decides each drafted token where it is drafted, so it runs
+from its :meth:`~speculab.methods.Method.position_law` (kept without a target call, kept
+after one, or corrected), tabulated once. SpecDec++ has neither law (how many tokens a
+round drafts depends on drafts past the first rejection); it runs on the numpy engine.
 """
 
 from __future__ import annotations
@@ -53,14 +55,19 @@ def _jax():
     return import_jax("engine='jax'")
 
 
+def _positionwise(method: Method) -> bool:
+    return type(method).position_law is not Method.position_law
+
+
 def check_method(method: Method) -> None:
-    """Refuse, with the reason, a method the JAX engine cannot run (one neither slotwise nor with a round law)."""
+    """Refuse, with the reason, a method the JAX engine cannot run (not slotwise, no round law, no position law)."""
     if not isinstance(method, Method):
         raise ValueError(f"method must be a speculab method (e.g. SD(), BatchSD(4)); got {method!r}")
-    if not (method.slotwise or type(method).runs_on_real_models()):  # runs_on_real_models: it has a round law
+    # runs_on_real_models: it has a round law
+    if not (method.slotwise or type(method).runs_on_real_models() or _positionwise(method)):
         raise ValueError(
-            f"engine='jax' runs methods with a round law; {type(method).__name__} has none "
-            f"(its verifier is not a function of the drafted block): use engine='numpy'"
+            f"engine='jax' runs methods with a round law or a position law; {type(method).__name__} has neither "
+            f"(its stopping rule depends on drafts beyond the verified ones): use engine='numpy'"
         )
 
 
@@ -182,6 +189,31 @@ def _decide(method: Method, p, q, drafts, u_outcome, u_token):
     return jnp.where(ok, drafts[row], token), ok
 
 
+# -- methods without rounds: one draft decided per position (SPRINTER) ----------------------------------------------
+def _position_tables(method: Method, inst: MarkovInstance) -> dict:
+    """The method's :meth:`~speculab.methods.Method.position_law` as compact JAX tables (cumulative where sampled)."""
+    _, jnp = _jax()
+    free, called, correction, extra = method.position_law(inst)
+    dtype = jnp.zeros(0).dtype
+    arrays = {"cP": np.cumsum(compact(inst.P), axis=-1), "free": compact(free), "called": compact(called),
+              "cC": np.cumsum(compact(correction), axis=-1)}
+    return {k: jnp.asarray(v, dtype=dtype) for k, v in arrays.items()}, tuple(extra)
+
+
+def _decided_position(P, Q, tables, t, state, u):
+    """One position of one run: draft ``x``; kept without a call, kept after a call, or corrected after one."""
+    _, jnp = _jax()
+    prev = state
+    row = _Tables.row
+    x = kernels.sample_cumulative(row(tables["cP"], t, prev), u[:1])[0]
+    free, called = row(tables["free"], t, prev)[x], row(tables["called"], t, prev)[x]
+    corrected = u[1] >= free + called
+    call = u[1] >= free
+    token = kernels.sample_cumulative(row(tables["cC"], t, prev), u[2])
+    x = jnp.where(corrected, token, x).astype(jnp.int32)
+    return x, (x, jnp.where(corrected, CORRECTION, DRAFT), call, jnp.ones((), dtype=jnp.int32))
+
+
 # -- other methods: round by round ----------------------------------------------------------------------------
 def _round_position(method: Method, M: int, L: int, bonus: bool, T: int, L_max: int, P, Q, t, state, u):
     """One position of one run of a method simulated round by round; ``u`` holds at least ``M L + 2`` uniforms.
@@ -261,7 +293,11 @@ def _chunk_fn(method: Method, T: int, n: int, keep: bool, sweep: tuple[int, bool
                                     jax.random.uniform(first, (n,), dtype=P.dtype)).astype(jnp.int32)
         zeros = jnp.zeros(n, dtype=jnp.int32)
         counts = jnp.zeros((5, n), dtype=jnp.int32)
-        if method.slotwise:
+        if _positionwise(method) and not method.slotwise:
+            step = partial(_decided_position, tables=slot_tables)
+            (_, counts), (per_position, xs) = scan_positions(
+                lambda P, Q, t, s, u: step(P, Q, t=t, state=s, u=u), 3, P, Q, (prev, counts), key, jnp.arange(T))
+        elif method.slotwise:
             k, m = (method.draft_length(T), M) if shape is None else shape
             rows, bonus_possible = (M, k < T) if sweep is None else sweep
 
@@ -299,7 +335,7 @@ def simulate_jax(inst: MarkovInstance, method: Method, n_runs: int, key, *, retu
 
     Args:
       inst: the Markov instance (kept compact on the device).
-      method: a registered method with a round law (every one but SPRINTER and SpecDec++).
+      method: a registered method with a round law or a position law (every one but SpecDec++).
       n_runs: number of runs (>= 1); chunks of :data:`CHUNK` runs, each one compiled call.
       key: a JAX PRNG key, or anything :func:`speculab._validate.as_jax_key` accepts.
       return_sequences: also return the ``(n_runs, T + 1)`` sampled tokens.
@@ -314,7 +350,13 @@ def simulate_jax(inst: MarkovInstance, method: Method, n_runs: int, key, *, retu
     key = as_jax_key(key)
     tables = _Tables(inst, jnp)
     small = int(np.prod(np.broadcast_shapes(*tables.shapes)[:-1])) * inst.V**2 <= TABLE_BUDGET
-    slot_tables = _slot_tables(method, *tables.arrays[:2]) if method.slotwise and small else None
+    extra = ()
+    if method.slotwise:
+        slot_tables = _slot_tables(method, *tables.arrays[:2]) if small else None
+    elif _positionwise(method):
+        slot_tables, extra = _position_tables(method, inst)
+    else:
+        slot_tables = None
     fns = {}
     parts = []
     for start in range(0, n_runs, CHUNK):
@@ -326,7 +368,7 @@ def simulate_jax(inst: MarkovInstance, method: Method, n_runs: int, key, *, retu
             except TypeError:  # a method holding arrays is not hashable: compile for this call only
                 fns[n] = _chunk_fn(method, inst.T, n, return_sequences)
         counts, per_position, seq = fns[n](sub, *tables.arrays, slot_tables)
-        parts.append(_counts(np.asarray(counts, dtype=np.int64), np.asarray(per_position), seq, inst.T))
+        parts.append(_counts(np.asarray(counts, dtype=np.int64), np.asarray(per_position), seq, inst.T, extra))
     return parts[0] if len(parts) == 1 else Counts.concatenate(parts)
 
 
@@ -422,14 +464,14 @@ def _compiled_sweep(method: Method, T: int, n: int, sweep: tuple[int, bool]):
     return jax.jit(jax.vmap(_chunk_fn(method, T, n, False, sweep)))
 
 
-def _counts(counts: np.ndarray, rejected_per_position: np.ndarray, seq, T: int) -> Counts:
+def _counts(counts: np.ndarray, rejected_per_position: np.ndarray, seq, T: int, extra: tuple = ()) -> Counts:
     rejections, oracle, drafts, accepted, bonus = counts
     n = rejections.size
     return Counts(rejections=rejections, oracle_calls=oracle, draft_calls=drafts, accepted=accepted,
                   discarded=drafts - accepted, bonus=bonus, tokens=np.full(n, T, dtype=np.int64),
                   rejections_per_position=rejected_per_position / n,
                   sequences=None if seq is None else np.ascontiguousarray(np.asarray(seq).T, dtype=np.int64),
-                  extra={})
+                  extra={name: np.full(n, T, dtype=np.int64) for name in extra})
 
 
 def positions_per_second_bound(width: int, n: int = 1 << 20, repeats: int = 3) -> float:
