@@ -18,7 +18,9 @@ from typing import Mapping, NamedTuple
 
 import numpy as np
 
-__all__ = ["Counts", "Estimate", "Expected", "COUNT_FIELDS", "KIND_NAMES", "DRAFT", "CORRECTION", "BONUS", "TARGET"]
+__all__ = [
+    "Counts", "Estimate", "Expected", "COUNT_FIELDS", "KIND_NAMES", "DRAFT", "CORRECTION", "BONUS", "TARGET", "rejected",
+]
 
 #: The per-run count fields, in display order (shared by Counts and Expected).
 COUNT_FIELDS = ("rejections", "oracle_calls", "draft_calls", "accepted", "discarded", "bonus", "tokens")
@@ -26,6 +28,11 @@ COUNT_FIELDS = ("rejections", "oracle_calls", "draft_calls", "accepted", "discar
 #: What produced an output token: an accepted draft, a correction (a rejection), a
 #: bonus token from the target, or a plain target sample (autoregressive decoding).
 DRAFT, CORRECTION, BONUS, TARGET = 0, 1, 2, 3
+
+
+def rejected(kinds):
+    """Whether each token counts as a rejection: a correction or a target sample (any array library)."""
+    return (kinds == CORRECTION) | (kinds == TARGET)
 KIND_NAMES = ("draft", "correction", "bonus", "target")
 
 
@@ -124,6 +131,19 @@ class Counts:
         if self.rejections_per_position is not None:
             out["rejections_per_position"] = self.rejections_per_position.tolist()
         return out
+
+    @classmethod
+    def of_runs(cls, *, rejections, oracle_calls, draft_calls, accepted, bonus, T: int, rejected_per_position,
+                sequences=None, extra=None) -> "Counts":
+        """The counts of ``n`` simulated runs of ``T`` tokens from their per-run totals (what every engine has).
+
+        ``discarded = draft_calls − accepted``, ``tokens = T`` and the per-position rate
+        ``rejected_per_position / n`` follow.
+        """
+        n = rejections.shape[0]
+        return cls(rejections=rejections, oracle_calls=oracle_calls, draft_calls=draft_calls, accepted=accepted,
+                   discarded=draft_calls - accepted, bonus=bonus, tokens=np.full(n, T, dtype=np.int64),
+                   rejections_per_position=rejected_per_position / n, sequences=sequences, extra=extra or {})
 
     @classmethod
     def concatenate(cls, parts: list["Counts"]) -> "Counts":

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from speculab import kernels
-from speculab.counts import BONUS, CORRECTION, DRAFT, TARGET, Counts
+from speculab.counts import BONUS, DRAFT, Counts, rejected
 from speculab.methods.base import Step
 
 __all__ = ["run_steps", "CHUNK"]
@@ -41,12 +41,11 @@ def _chunk(step: Step, inst, n: int, rng: np.random.Generator, keep: bool) -> Co
         prev = e.tokens
         if keep:
             seq[:, t + 1] = prev
-    rejected = (kinds == CORRECTION) | (kinds == TARGET)  # (T, n)
-    accepted = np.count_nonzero(kinds == DRAFT, axis=0)
-    return Counts(rejections=np.count_nonzero(rejected, axis=0), oracle_calls=oracle, draft_calls=drafts,
-                  accepted=accepted, discarded=drafts - accepted, bonus=np.count_nonzero(kinds == BONUS, axis=0),
-                  tokens=np.full(n, T, dtype=np.int64), rejections_per_position=np.count_nonzero(rejected, axis=1) / n,
-                  sequences=seq, extra=extra)
+    rej = rejected(kinds)  # (T, n)
+    return Counts.of_runs(rejections=np.count_nonzero(rej, axis=0), oracle_calls=oracle, draft_calls=drafts,
+                          accepted=np.count_nonzero(kinds == DRAFT, axis=0),
+                          bonus=np.count_nonzero(kinds == BONUS, axis=0), T=T,
+                          rejected_per_position=np.count_nonzero(rej, axis=1), sequences=seq, extra=extra)
 
 
 def run_steps(step: Step, inst, n_runs: int, rng: np.random.Generator, *, return_sequences: bool = False,

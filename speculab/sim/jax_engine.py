@@ -41,7 +41,7 @@ import numpy as np
 
 from speculab import kernels
 from speculab._validate import import_jax
-from speculab.counts import BONUS, CORRECTION, DRAFT, TARGET, Counts
+from speculab.counts import BONUS, CORRECTION, DRAFT, TARGET, Counts, rejected
 from speculab.methods.base import Method, sample_round
 from speculab.theory.instance import MarkovInstance, compact
 
@@ -281,9 +281,9 @@ def _chunk_fn(method: Method, T: int, n: int, keep: bool, sweep: tuple[int, bool
             state, counts = carry
             u = jax.random.uniform(jax.random.fold_in(key, t), (n, width), dtype=P.dtype)
             state, (x, kind, new_round, d) = jax.vmap(lambda s, uu: step(P, Q, t, s, uu))(state, u)
-            rejected = (kind == CORRECTION) | (kind == TARGET)
-            counts = counts + jnp.stack([rejected, new_round, d, kind == DRAFT, kind == BONUS]).astype(jnp.int32)
-            return (state, counts), (jnp.sum(rejected), x if keep else None)
+            rej = rejected(kind)
+            counts = counts + jnp.stack([rej, new_round, d, kind == DRAFT, kind == BONUS]).astype(jnp.int32)
+            return (state, counts), (jnp.sum(rej), x if keep else None)
 
         return jax.lax.scan(body, carry, ts)
 
@@ -466,12 +466,10 @@ def _compiled_sweep(method: Method, T: int, n: int, sweep: tuple[int, bool]):
 
 def _counts(counts: np.ndarray, rejected_per_position: np.ndarray, seq, T: int, extra: tuple = ()) -> Counts:
     rejections, oracle, drafts, accepted, bonus = counts
-    n = rejections.size
-    return Counts(rejections=rejections, oracle_calls=oracle, draft_calls=drafts, accepted=accepted,
-                  discarded=drafts - accepted, bonus=bonus, tokens=np.full(n, T, dtype=np.int64),
-                  rejections_per_position=rejected_per_position / n,
-                  sequences=None if seq is None else np.ascontiguousarray(np.asarray(seq).T, dtype=np.int64),
-                  extra={name: np.full(n, T, dtype=np.int64) for name in extra})
+    return Counts.of_runs(rejections=rejections, oracle_calls=oracle, draft_calls=drafts, accepted=accepted,
+                          bonus=bonus, T=T, rejected_per_position=rejected_per_position,
+                          sequences=None if seq is None else np.ascontiguousarray(np.asarray(seq).T, dtype=np.int64),
+                          extra={name: np.full(rejections.size, T, dtype=np.int64) for name in extra})
 
 
 def positions_per_second_bound(width: int, n: int = 1 << 20, repeats: int = 3) -> float:
