@@ -25,9 +25,15 @@ import numpy as np
 from speculab import kernels
 from speculab._validate import as_lookahead, as_positive_int, import_jax
 from speculab.theory.batch import BatchProfile, batch_advance, batch_kernels
-from speculab.theory.instance import MarkovInstance, compact, expect, push
-from speculab.theory.lookahead import LookaheadCounts, lookahead_advance, lookahead_kernels, latency_per_token
-from speculab.theory.rejections import RejectionProfile
+from speculab.theory.instance import MarkovInstance, compact
+from speculab.theory.lookahead import (
+    LookaheadCounts,
+    latency_per_token,
+    lookahead_advance,
+    lookahead_kernels,
+    lookahead_slots,
+)
+from speculab.theory.rejections import RejectionProfile, chain_advance
 
 __all__ = [
     "arrays_of",
@@ -96,12 +102,7 @@ def along_target(f, P, Q, rho, T: int | None = None):
     loss KL(q‖p) along the target's own text. Shape ``(T,)``.
     """
     P, Q, rho, T = _inputs(P, Q, rho, T)
-
-    def step(mu, ker):
-        value, q = ker
-        return push(mu, q), expect(mu, value)
-
-    return _scan(step, rho, lambda p, q: (f(p, q), q), P, Q, T)[1]
+    return _scan(chain_advance, rho, lambda p, q: (f(p, q), q), P, Q, T)[1]
 
 
 def sd_expected_rejections(P, Q, rho, T: int | None = None) -> RejectionProfile:
@@ -124,9 +125,7 @@ def lookahead_counts(P, Q, rho, K: int | None, *, M: int = 1, T: int | None = No
     _, jnp = _jax()
     P, Q, rho, T = _inputs(P, Q, rho, T)
     K, M = as_lookahead(K), as_positive_int(M, "M")
-    k = T if K is None else min(K, T)
-    bonus_slot = k < T
-    n_slots = k + 1 if bonus_slot else min(k, 2)
+    k, bonus_slot, n_slots = lookahead_slots(T, K)
     S = jnp.zeros((n_slots, rho.shape[-1]), dtype=rho.dtype).at[0].set(rho)
 
     def step(S, ker):

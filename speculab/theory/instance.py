@@ -147,15 +147,10 @@ def _dtype(dtype) -> type:
 
 def _kernels(a, name: str, dtype) -> np.ndarray:
     """A ``(T, V, V)`` stack validated and frozen on its compact part, returned as a read-only broadcast view."""
-    if isinstance(a, np.ndarray) and a.ndim == 3:
-        part = compact(a)
-    else:
-        part = a
-    part = as_distribution(part, name, ndim=3)
-    part = np.array(part, dtype=dtype, copy=True)
+    stack = isinstance(a, np.ndarray) and a.ndim == 3  # possibly a broadcast: keep only its distinct part
+    part = np.array(as_distribution(compact(a) if stack else a, name, ndim=3), dtype=dtype, copy=True)
     part.setflags(write=False)
-    shape = a.shape if isinstance(a, np.ndarray) and a.ndim == 3 else part.shape
-    return np.broadcast_to(part, shape)
+    return np.broadcast_to(part, a.shape if stack else part.shape)
 
 
 @dataclass(frozen=True, eq=False)
@@ -225,8 +220,7 @@ class MarkovInstance:
 
     def tv(self) -> np.ndarray:
         """``TV(P[n, a], Q[n, a])`` for every position and context, shape ``(T, V)`` (a broadcast view when compact)."""
-        P, Q = compact(self.P), compact(self.Q)
-        return np.broadcast_to(kernels.tv(P, Q), (self.T, self.V))
+        return rowwise(kernels.tv, self.P, self.Q)
 
     # -- constructors --------------------------------------------------------
     @classmethod

@@ -246,6 +246,15 @@ def lookahead_kernels(M, p, q, b=None, R=None) -> tuple:
     return A, J, D, q - u, u, R_M, q
 
 
+def lookahead_slots(T: int, K: int | None) -> tuple[int, bool, int]:
+    """``(k, bonus_slot, n_slots)`` of the slot chain: drafts per round ``k = min(K, T)``, whether a bonus
+    position can follow them (``k < T``), and the slots kept — 0 = round start (root), 1..k-1 in the
+    round, k = bonus; without a bonus the slots past the root are alike and one is kept."""
+    k = T if K is None else min(K, T)
+    bonus_slot = k < T
+    return k, bonus_slot, k + 1 if bonus_slot else min(k, 2)
+
+
 def lookahead_advance(S, ker: tuple, k: int, bonus_slot: bool):
     """One position of the slot chain (array API; the numpy loop and the JAX scan share it).
 
@@ -302,12 +311,8 @@ def lookahead_counts(inst: MarkovInstance, K: int | None, *, b=None, P=None, M: 
     K = as_lookahead(K)
     M = as_positive_int(M, "M")
     T, V = inst.T, inst.V
-    k = T if K is None else min(K, T)
+    k, bonus_slot, n_slots = lookahead_slots(T, K)
     rows = per_position(lambda *arrays: lookahead_kernels(M, *arrays), T, *_rule(inst, b, P, M))
-    bonus_slot = k < T  # a bonus needs a position after K drafts
-    # slots: 0 = round start (root); 1..k-1 in the round; k = bonus. Without a bonus the
-    # slots past the root are alike: keep one.
-    n_slots = k + 1 if bonus_slot else min(k, 2)
     dtype = np.result_type(inst.rho, inst.P)
     rej, bonus, acc, start = (np.zeros(T, dtype=dtype) for _ in range(4))
     S = np.zeros((n_slots, V), dtype=dtype)  # (slot, last token)

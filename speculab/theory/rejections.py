@@ -86,13 +86,27 @@ def sd_expected_rejections(inst: MarkovInstance) -> RejectionProfile:
       >>> round(sd_expected_rejections(inst).rejections, 12)   # T * TV(p, q)
       3.0
     """
-    mu = inst.rho
-    rejections = np.empty(inst.T, dtype=mu.dtype)
     rows = per_position(lambda p, q: (kernels.tv(p, q), q), inst.T, compact(inst.P), compact(inst.Q))
-    for n, (tv, q) in enumerate(rows):
-        rejections[n] = expect(mu, tv)
-        mu = push(mu, q)
-    return RejectionProfile(rejections_per_position=rejections)
+    return RejectionProfile(rejections_per_position=_along_chain(inst.rho, rows, inst.T))
+
+
+def chain_advance(mu, ker):
+    """One position of an expectation along a chain (array API; the numpy loop and the JAX scan share it).
+
+    ``ker = (f, K)``: a per-context quantity ``f`` and the chain's kernel ``K`` at this
+    position. Returns the next marginal ``μ K`` and this position's ``E_μ[f]``.
+    """
+    f, kernel = ker
+    return push(mu, kernel), expect(mu, f)
+
+
+def _along_chain(rho, rows, T: int, dtype=None) -> np.ndarray:
+    """``E[f_n]`` per position along the chain started at ``rho``, for ``(f_n, K_n)`` from ``rows``."""
+    out = np.empty(T, dtype=rho.dtype if dtype is None else dtype)
+    mu = rho
+    for n, ker in enumerate(rows):
+        mu, out[n] = chain_advance(mu, ker)
+    return out
 
 
 def acceleration(inst: MarkovInstance) -> float:
@@ -230,9 +244,5 @@ def expected_rejections(inst: MarkovInstance, b: Acceptance, P: RejectionRule = 
     R = rejection_array(inst, b_arr, P)
     parts = compact(inst.P), compact(b_arr), compact(R)
     rows = per_position(lambda p, b, r: (kernels.rejection_mass(b, p), _output_kernel(p, b, r)), inst.T, *parts)
-    mu = inst.rho
-    rejections = np.empty(inst.T, dtype=np.result_type(mu, *parts))
-    for n, (D, kernel) in enumerate(rows):
-        rejections[n] = expect(mu, D)
-        mu = push(mu, kernel)
-    return RejectionProfile(rejections_per_position=rejections)
+    per_position_rejections = _along_chain(inst.rho, rows, inst.T, np.result_type(inst.rho, *parts))
+    return RejectionProfile(rejections_per_position=per_position_rejections)
