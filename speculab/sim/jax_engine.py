@@ -78,7 +78,6 @@ class _Tables:
         P, Q = compact(inst.P), compact(inst.Q)
         dtype = jnp.zeros(0).dtype  # JAX's default float
         self.arrays = (jnp.asarray(P, dtype=dtype), jnp.asarray(Q, dtype=dtype), jnp.asarray(inst.rho, dtype=dtype))
-        self.T, self.V = inst.T, inst.V
         self.shapes = (P.shape, Q.shape)
 
     @staticmethod
@@ -154,12 +153,11 @@ def _slot_position(method: Method, k, M, rows: int, bonus_possible: bool, T: int
         ok_root = m < rows
         x_root = jnp.where(ok_root, drafts[jnp.minimum(m, rows - 1)],
                            kernels.sample_cumulative(row(tables["root_cC"], t, prev), u[rows + 1]))
-        at_root = slot == 0
-        x, ok = jnp.where(at_root, x_root, x), jnp.where(at_root, ok_root, ok)
     elif rows > 1:  # the root: a one-slot round over the M rows
         p, q = row(P, t, prev), row(Q, t, prev)
         drafts = kernels.sample_index(jnp.broadcast_to(p, (rows, p.shape[-1])), u[:rows])
         x_root, ok_root = _decide(method, p, q, drafts, u[rows], u[rows + 1])
+    if rows > 1:
         at_root = slot == 0
         x, ok = jnp.where(at_root, x_root, x), jnp.where(at_root, ok_root, ok)
     kind = jnp.where(ok, DRAFT, CORRECTION)
@@ -294,9 +292,10 @@ def _chunk_fn(method: Method, T: int, n: int, keep: bool, sweep: tuple[int, bool
         zeros = jnp.zeros(n, dtype=jnp.int32)
         counts = jnp.zeros((5, n), dtype=jnp.int32)
         if _positionwise(method) and not method.slotwise:
-            step = partial(_decided_position, tables=slot_tables)
-            (_, counts), (per_position, xs) = scan_positions(
-                lambda P, Q, t, s, u: step(P, Q, t=t, state=s, u=u), 3, P, Q, (prev, counts), key, jnp.arange(T))
+            def step(P, Q, t, s, u):
+                return _decided_position(P, Q, slot_tables, t, s, u)
+
+            (_, counts), (per_position, xs) = scan_positions(step, 3, P, Q, (prev, counts), key, jnp.arange(T))
         elif method.slotwise:
             k, m = (method.draft_length(T), M) if shape is None else shape
             rows, bonus_possible = (M, k < T) if sweep is None else sweep
