@@ -131,12 +131,23 @@ def test_expected_counts_equal_the_enumeration(method):
 @pytest.mark.parametrize("method", METHODS, ids=IDS)
 def test_simulation_matches_the_enumeration(method):
     inst = _tiny(3)
-    _, exact, rej_pos = _exact(method, inst)
-    c = simulate(inst, method, N, key=7)
+    law, exact, rej_pos = _exact(method, inst)
+    c = simulate(inst, method, N, key=7, return_sequences=True)
+    _assert_matches(c, law, exact, rej_pos)
+
+
+def _assert_matches(c, law, exact, rej_pos):
+    """Simulated counts, per-position rejection rates and the law of whole sequences against the enumeration."""
     for name in COUNTS:
         assert abs(c.estimate(name).z(exact[name])) < Z_BOUND, name
     se = np.sqrt(np.maximum(rej_pos * (1 - rej_pos), 1e-12) / N)
     assert np.all(np.abs(c.rejections_per_position - rej_pos) < Z_BOUND * se)
+    seqs, hits = np.unique(c.sequences, axis=0, return_counts=True)
+    seen = {tuple(int(x) for x in s): k / N for s, k in zip(seqs, hits)}
+    for seq in set(law) | set(seen):
+        p, f = law.get(seq, 0.0), seen.get(seq, 0.0)
+        assert p > 0 or f == 0, seq  # an impossible sequence never appears
+        assert abs(f - p) < Z_BOUND * np.sqrt(p * (1 - p) / N) + 1e-12, seq
 
 
 @pytest.mark.parametrize("method", METHODS, ids=IDS)
@@ -323,7 +334,8 @@ def test_rule_arguments_that_are_not_arrays_are_named():
 # -- the JAX engine runs every method's own rule ---------------------------------------------------------------
 @pytest.mark.parametrize("method", METHODS, ids=IDS)
 def test_jax_engine_matches_the_enumeration(method):
-    """engine='jax' reads only the protocol (slotwise flag, rows, draft_length, round_law): same counts in law."""
+    """engine='jax' reads only the protocol (slotwise flag, rows, draft_length, round_law, position_law): the same
+    counts and the same law of whole sequences as the enumeration."""
     pytest.importorskip("jax")
     from speculab.sim.jax_engine import check_method
 
@@ -333,10 +345,7 @@ def test_jax_engine_matches_the_enumeration(method):
     except ValueError as exc:
         assert not method.runs_on_real_models() and "has neither" in str(exc)  # SpecDec++: no round or position law
         return
-    _, exact, rej_pos = _exact(method, inst)
-    c = simulate(inst, method, N, key=7, engine="jax")
-    for name in COUNTS:
-        assert abs(c.estimate(name).z(exact[name])) < Z_BOUND, name
-    se = np.sqrt(np.maximum(rej_pos * (1 - rej_pos), 1e-12) / N)
-    assert np.all(np.abs(c.rejections_per_position - rej_pos) < Z_BOUND * se)
+    law, exact, rej_pos = _exact(method, inst)
+    c = simulate(inst, method, N, key=7, engine="jax", return_sequences=True)
+    _assert_matches(c, law, exact, rej_pos)
     np.testing.assert_array_equal(c.accepted + c.rejections + c.bonus, c.tokens)
