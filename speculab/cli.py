@@ -318,7 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_method_args(p)
     p.add_argument("--n-runs", type=int, default=10_000, help="number of runs (default 10000)")
     p.add_argument("--engine", choices=("numpy", "jax"), default="numpy",
-                   help="numpy (reference) or jax (jitted; every method but SpecDec++)")
+                   help="numpy (reference) or jax (jitted, every method)")
     p.set_defaults(func=cmd_sim)
 
     p = sub.add_parser("methods", help="list the registered methods and their options")

@@ -11,7 +11,7 @@ import pytest
 jax = pytest.importorskip("jax")
 
 from conftest import Z_BOUND  # noqa: E402
-from speculab.methods import SD, BatchSD, Biased, BlockVerification, Fuzzy, SpecDecPP, Sprinter  # noqa: E402
+from speculab.methods import SD, BatchSD, Biased, BlockVerification, Fuzzy, Method, SpecDecPP, Sprinter  # noqa: E402
 from speculab.sim import jax_engine, simulate  # noqa: E402
 from speculab.sim.jax_engine import simulate_sweep  # noqa: E402
 from speculab.theory import MarkovInstance  # noqa: E402
@@ -54,9 +54,114 @@ def test_bad_run_counts_are_refused(inst):
         simulate(inst, SD(), 10, key=0, engine="torch")
 
 
-def test_methods_without_a_round_or_position_law_are_refused_with_the_reason(inst):
-    with pytest.raises(ValueError, match="has neither .* engine='numpy'"):
-        simulate(inst, SpecDecPP(0.5), 10, key=0, engine="jax")
+def test_methods_without_a_law_the_engine_reads_are_refused_with_the_reason(inst):
+    class Opaque(SD):  # a method with only a numpy simulator step
+        slotwise = False
+        round_law = Method.round_law
+
+    with pytest.raises(ValueError, match="Opaque has none: use engine='numpy'"):
+        simulate(inst, Opaque(), 10, key=0, engine="jax")
+
+
+def _z2(a, b, name):
+    """Two-sample z of the mean of count ``name`` between two simulations."""
+    x, y = getattr(a, name), getattr(b, name)
+    se = np.sqrt(x.var() / x.size + y.var() / y.size)
+    return 0.0 if se == 0 and x.mean() == y.mean() else (x.mean() - y.mean()) / se
+
+
+SDPP_COUNTS = ("rejections", "oracle_calls", "draft_calls", "accepted", "bonus")
+
+
+@pytest.mark.parametrize("method", [SpecDecPP(1.0, cap=20), SpecDecPP(0.7, cap=6), SpecDecPP(0.0)], ids=repr)
+def test_specdecpp_runs_with_the_drafting_it_discards(method):
+    """Rounds rejected before the rule stops keep drafting (counted only); with T = 24 and caps up to 20 many such
+    chains overlap in the pool. The same counts in law as the numpy engine's literal step."""
+    long = MarkovInstance.random(24, 4, 6, concentration=0.5)
+    a = simulate(long, method, 20_000, key=1)
+    b = simulate(long, method, 20_000, key=2, engine="jax")
+    for name in SDPP_COUNTS:
+        assert abs(_z2(a, b, name)) < Z_BOUND, name
+    if method.h == 0:  # no draft follows an uncertain one: the only discarded drafts are the rejected ones
+        np.testing.assert_array_equal(b.discarded, b.rejections)
+    else:
+        assert np.all(b.discarded >= b.rejections) and b.discarded.mean() > b.rejections.mean() + 1  # and counted
+
+
+def test_specdecpp_that_never_stops_early_is_sd_with_lookahead_cap():
+    """h = 1: every round drafts min(cap, remaining) tokens whatever is rejected, as SD(K=cap) does: the exact
+    lookahead counts hold for every count."""
+    inst = MarkovInstance.random(12, 4, 2, concentration=0.5)
+    c, e = simulate(inst, SpecDecPP(1.0, cap=5), 20_000, key=1, engine="jax"), SD(K=5).expected(inst)
+    for name in SDPP_COUNTS:
+        assert abs(c.estimate(name).z(e.get(name))) < Z_BOUND, name
+
+
+@pytest.mark.parametrize("engine", ["numpy", "jax"])
+@pytest.mark.parametrize("T, cap", [(10, 10), (24, 20), (12, 5), (6, 20)])
+def test_specdecpp_drafting_past_rejections_is_all_counted(T, cap, engine):
+    """Where every draft is rejected, with h = 1 every position starts a round whose drafting outlives its rejection
+    by min(cap, T − t) − 1 drafts: each run's count is exactly Σ_t min(cap, T − t), with min(cap, T) − 1 chains of
+    each run drafting at once (a pool one chain short per run loses drafts)."""
+    disjoint = MarkovInstance.context_free([0.5, 0.5, 0, 0], [0, 0, 0.5, 0.5], T)
+    c = simulate(disjoint, SpecDecPP(1.0, cap=cap), 500, key=0, engine=engine)
+    np.testing.assert_array_equal(c.draft_calls, sum(min(cap, T - t) for t in range(T)))
+    np.testing.assert_array_equal(c.rejections, T)
+    assert SD(K=cap).expected(disjoint).draft_calls == pytest.approx(c.draft_calls[0], abs=1e-9)
+
+
+def test_specdecpp_counts_do_not_depend_on_the_pool_size(inst, monkeypatch):
+    """The chains drafting past rejections share a pool that grows when it overflows: a pool started with one slot
+    (overflow, then the chunk run again with a larger one) gives the same counts as the default, for the same key."""
+    method = SpecDecPP(0.9, cap=6)
+    default = simulate(inst, method, 3000, key=4, engine="jax")
+
+    class OneSlot(dict):
+        def get(self, key, default=None):
+            return 1
+
+    sizes, compiled = [], jax_engine._adaptive_chunk_fn
+
+    def recording(stops, T, S, n, C, keep):
+        sizes.append(C)
+        return compiled(stops, T, S, n, C, keep)
+
+    monkeypatch.setattr(jax_engine, "_POOL_HINT", OneSlot())
+    monkeypatch.setattr(jax_engine, "_adaptive_chunk_fn", recording)
+    _same(default, simulate(inst, method, 3000, key=4, engine="jax"))
+    assert sizes[0] == 1 and len(sizes) >= 2 and sizes[-1] > 1
+
+
+def test_specdecpp_heads_as_tables_and_functions_run_on_jax(inst):
+    from speculab.methods.specdecpp import miscalibrated_head, noisy_head
+
+    heads = [noisy_head(inst, 1.0, 3), miscalibrated_head(inst, 2.0),
+             lambda t, prev, x: np.where(prev == x, 0.9, 0.6 - 0.05 * t)]
+    for head in heads:
+        method = SpecDecPP(0.5, head=head, cap=4)
+        a, b = simulate(inst, method, 20_000, key=1), simulate(inst, method, 20_000, key=2, engine="jax")
+        for name in SDPP_COUNTS:
+            assert abs(_z2(a, b, name)) < Z_BOUND, (head, name)
+
+
+@pytest.mark.parametrize("head, match", [
+    (lambda t, prev, x: np.full(3, 0.5), "must return an array of shape"),
+    (lambda t, prev, x: 2.0 + 0 * x, r"probabilities in \[0, 1\]"),
+    ("head", "head must be callable"),
+])
+@pytest.mark.parametrize("engine", ["numpy", "jax"])
+def test_bad_heads_are_refused_on_both_engines(inst, head, match, engine):
+    with pytest.raises(ValueError, match=match):
+        simulate(inst, SpecDecPP(0.5, head=head), 10, key=0, engine=engine)
+
+
+def test_a_head_table_for_another_instance_is_refused(inst):
+    from speculab.methods.specdecpp import oracle_head
+
+    head = oracle_head(MarkovInstance.random(5, 4, 0))
+    for engine in ("numpy", "jax"):
+        with pytest.raises(ValueError, match=r"head's table has shape \(5, 4, 4\); the instance needs \(8, 4, 4\)"):
+            simulate(inst, SpecDecPP(0.5, head=head), 10, key=0, engine=engine)
 
 
 def test_sprinter_with_a_verifier_function_runs_from_its_position_law(inst):
@@ -135,9 +240,21 @@ def test_sweeps_over_lookahead_and_draft_rows(inst, methods):
             assert abs(c.estimate(name).z(e.get(name))) < Z_BOUND, (m, name)
 
 
+def test_sweep_over_the_specdecpp_threshold(inst):
+    """h and cap are traced numbers of one compiled call; the points share one pool of chains drafting past rejections."""
+    methods = [SpecDecPP(h, cap=c) for h, c in [(0.0, 20), (0.3, 3), (0.6, 5), (0.9, 20), (1.0, 4)]]
+    runs = simulate_sweep(inst, methods, 20_000, key=5)
+    for m, b in zip(methods, runs):
+        a = simulate(inst, m, 20_000, key=6)
+        for name in SDPP_COUNTS:
+            assert abs(_z2(a, b, name)) < Z_BOUND, (m, name)
+    assert runs[0].draft_calls.mean() < runs[3].draft_calls.mean()
+
+
 @pytest.mark.parametrize("methods, match", [
-    ([SD(), Biased(0.1)], "one slotwise method"),
-    ([BlockVerification(2)], "one slotwise method"),
+    ([SD(), Biased(0.1)], "one slotwise or adaptively drafting method"),
+    ([BlockVerification(2)], "one slotwise or adaptively drafting method"),
+    ([SpecDecPP(0.5), SD()], "one slotwise or adaptively drafting method"),
     ([], "give one instance or one method"),
 ])
 def test_sweeps_that_would_change_shapes_are_refused(inst, methods, match):

@@ -47,6 +47,7 @@ from speculab.counts import Expected
 __all__ = [
     "Method",
     "RoundLaw",
+    "AdaptiveDrafting",
     "Emit",
     "Step",
     "param",
@@ -218,6 +219,34 @@ def sample_round(law: RoundLaw, u_outcome, u_token):
     return idx // L1, idx % L1, xp.where(has, token, -1)
 
 
+class AdaptiveDrafting(NamedTuple):
+    """How a method that decides each round's length while drafting (SpecDec++) drafts and verifies, as tables.
+
+    A round drafts one token at a time. The ``count``-th draft ``x`` of a round, drafted at
+    position index ``t`` after the token ``a``, multiplies the round's running product
+    (1 at the round's start) by ``score[t, a, x]``, and drafting stops after it when
+    ``stops(prod, count, t, T, *params)``. Each draft is verified as the one-row, one-slot
+    round of ``verifier`` (a slotwise method) decides; the round ends at a rejection or,
+    when drafting stopped with every draft accepted, with a bonus token from ``q``. A
+    round rejected before its rule stopped drafting goes on drafting from the rejected
+    draft (the drafts are counted, never verified) until the rule stops — which is why
+    no per-position law exists.
+
+    Attributes:
+      verifier: the slotwise method whose one-slot law verifies each draft.
+      score: ``(T, V, V)`` the factor of each draft (broadcast views when compact).
+      stops: ``stops(prod, count, t, T, *params) -> bool`` (array API; ``t`` may be traced).
+      params: the numbers ``stops`` reads (traced by engines, so a sweep may vary them).
+      cap: the most drafts a round makes (an upper bound engines size buffers by).
+    """
+
+    verifier: Any
+    score: Any
+    stops: Callable
+    params: tuple
+    cap: int
+
+
 # -- the simulator step -------------------------------------------------------------------------
 @dataclass
 class Emit:
@@ -334,6 +363,13 @@ class Method(ABC):
         ``extra`` names the method's counts that grow by one at every position (e.g.
         ``verifier_calls``). Every position makes one draft call. Engines without the
         method's :meth:`simulator` (the JAX engine) run the method from this.
+        """
+        return None
+
+    def adaptive_drafting(self, inst) -> AdaptiveDrafting | None:
+        """For a method that decides each round's length while drafting (SpecDec++): its
+        :class:`AdaptiveDrafting` on ``inst``, or ``None``. Engines without the method's
+        :meth:`simulator` (the JAX engine) run the method from it.
         """
         return None
 

@@ -36,7 +36,9 @@ rejected draft token, not from the correction) is drawn at once and only
 counted. Each draft is drawn from the same conditional law and every
 verification uniform is independent of the drafts, so the joint law of outputs
 and counts is that of the literal algorithm (checked against exact enumeration
-in ``tests/test_specdecpp.py``).
+in ``tests/test_specdecpp.py``). The JAX engine draws that same chain one token per
+position instead, from :meth:`SpecDecPP.adaptive_drafting` (the chains still drafting
+share one pool of slots; :mod:`speculab.sim.jax_engine`).
 
 **Heads.** A head is ``head(t, prev, x) -> a`` with ``t`` the position index
 (an int, ``0..T−1``), ``prev`` the previous tokens ``(n,)`` and ``x`` the drafted
@@ -57,12 +59,12 @@ import numpy as np
 from scipy.special import expit
 
 from speculab._validate import as_generator, as_positive_int
-from speculab.methods.base import Emit, Method, Step, check_probability, param, register
+from speculab.methods.base import AdaptiveDrafting, Emit, Method, Step, check_probability, param, register
 from speculab.methods.chain import ChainStep
-from speculab.methods.sd import sd_rule
+from speculab.methods.sd import SD, sd_rule
 from speculab.theory.instance import MarkovInstance, rowwise
 
-__all__ = ["SpecDecPP", "TableHead", "oracle_head", "noisy_head", "miscalibrated_head"]
+__all__ = ["SpecDecPP", "TableHead", "oracle_head", "noisy_head", "miscalibrated_head", "stops_drafting"]
 
 
 # -- acceptance heads ------------------------------------------------------------
@@ -96,6 +98,14 @@ class TableHead:
 def _check_instance(inst) -> MarkovInstance:
     if not isinstance(inst, MarkovInstance):
         raise ValueError(f"inst must be a MarkovInstance; got {type(inst).__name__}")
+    return inst
+
+
+def _check_head(head, inst) -> MarkovInstance:
+    """``inst``, checked to be a Markov instance whose shape ``head``'s table (if it has one) fits."""
+    inst = _check_instance(inst)
+    if isinstance(head, TableHead) and head.table.shape != (inst.T, inst.V, inst.V):
+        raise ValueError(f"the head's table has shape {head.table.shape}; the instance needs {(inst.T, inst.V, inst.V)}")
     return inst
 
 
@@ -173,6 +183,16 @@ def _predictor(head: Callable | None, B: np.ndarray) -> Callable[[int, np.ndarra
     return predict
 
 
+def stops_drafting(prod, count, t, T, h, cap):
+    """[SDpp] Alg. 1's stopping rule with the cap and the horizon (array API; ``t`` and ``h`` may be traced).
+
+    Drafting stops after the ``count``-th draft of a round, drafted at position index
+    ``t`` of ``T``, when ``1 − prod > h`` (``prod``: the product of the round's predictions),
+    when ``count >= cap``, or at the last position.
+    """
+    return (1.0 - prod > h) | (count >= cap) | (t + 1 >= T)
+
+
 # -- simulator ----------------------------------------------------------------
 class _State:
     """Per-run state of SpecDec++ runs: the round's drafts so far, their product of predictions, bonus and round flags."""
@@ -195,8 +215,8 @@ class _Step(ChainStep):
         self.h, self.cap = float(method.h), method.cap
 
     def _stops(self, t: int, prod: np.ndarray, count: np.ndarray) -> np.ndarray:
-        """Drafting stops after the draft at position index ``t`` ([SDpp] Alg. 1 with the cap and horizon)."""
-        return (1.0 - prod > self.h) | (count >= self.cap) | (t + 1 >= self.T)
+        """Drafting stops after the draft at position index ``t`` (:func:`stops_drafting`)."""
+        return stops_drafting(prod, count, t, self.T, self.h, self.cap)
 
     def _rest_of_chain(self, t: int, y: np.ndarray, prod: np.ndarray, count: np.ndarray, rng) -> np.ndarray:
         """Draft on from ``y`` (drafted at ``t``) until the rule stops; return how many more drafts."""
@@ -258,7 +278,9 @@ class SpecDecPP(Method):
     (``N_draft``, including those drafted after a round's first rejection),
     ``discarded = draft_calls − accepted``, ``bonus`` the tokens drawn from ``q`` after a
     fully accepted round. No closed form is implemented (the stopping time depends on
-    the product of predictions); on real models it needs a trained head.
+    the product of predictions); on real models it needs a trained head. Both engines run
+    it: numpy from its step, JAX from :meth:`adaptive_drafting` (a sweep over ``h`` is one
+    compiled call, :func:`speculab.sim.simulate_sweep`).
 
     Args:
       h: stopping threshold in ``[0, 1]`` (``h = 0`` stops after one draft unless it
@@ -280,4 +302,23 @@ class SpecDecPP(Method):
         as_positive_int(self.cap, "cap")
 
     def simulator(self, inst) -> Step:
-        return _Step(_check_instance(inst), self)
+        return _Step(_check_head(self.head, inst), self)
+
+    def adaptive_drafting(self, inst) -> AdaptiveDrafting:
+        """The round as tables (what the JAX engine runs): SD's verification, the head's predictions as the
+        scores, :func:`stops_drafting` with ``(h, cap)``.
+
+        The head is tabulated once over ``(t, prev, x)`` — a head is a deterministic function of
+        them — so a head given as a function costs ``T`` calls of ``V²`` tokens each and a
+        ``(T, V, V)`` table; the oracle and a :class:`TableHead` keep a compact instance's storage.
+        """
+        inst = _check_head(self.head, inst)
+        if self.head is None:
+            score = rowwise(sd_rule, inst.P, inst.Q)[0]
+        elif isinstance(self.head, TableHead):
+            score = self.head.table
+        else:
+            predict = _predictor(self.head, None)
+            prev, x = (g.ravel() for g in np.indices((inst.V, inst.V)))
+            score = np.stack([predict(t, prev, x).reshape(inst.V, inst.V) for t in range(inst.T)])
+        return AdaptiveDrafting(SD(), score, stops_drafting, (self.h, self.cap), self.cap)

@@ -18,7 +18,8 @@ Nothing here is specific to a method. The engine reads the protocol only:
   bonus availability so every shape is static.
 
 Each position draws a fixed number of uniforms for every run (``M + 2`` for a
-slotwise method, ``max(M L, 1) + 2`` otherwise, ``L`` the longest round) from a key folded from the chunk's key
+slotwise method, ``max(M L, 1) + 2`` round by round, ``L`` the longest round, ``3`` for
+SPRINTER and for SpecDec++, plus one per pool slot) from a key folded from the chunk's key
 and the position, so keys are split and never reused; a chunk of
 :data:`CHUNK` runs is one compiled call (``jax.jit`` of a ``lax.scan`` over
 positions of a ``jax.vmap`` over runs). The same key gives the same
@@ -29,13 +30,19 @@ passed once and indexed by position and context inside the scan.
 
 SPRINTER has no rounds: it decides each drafted token where it is drafted, so it runs
 from its :meth:`~speculab.methods.Method.position_law` (kept without a target call, kept
-after one, or corrected), tabulated once. SpecDec++ has neither law (how many tokens a
-round drafts depends on drafts past the first rejection); it runs on the numpy engine.
+after one, or corrected), tabulated once. SpecDec++ decides each round's length while it
+drafts, and a round rejected before its rule stopped goes on drafting (drafts that are
+counted, never verified), so it has neither law: it runs from its
+:meth:`~speculab.methods.Method.adaptive_drafting` — its verifier's one-slot tables, its
+head's scores and stopping rule — position by position. The rounds still drafting after a
+rejection draft one token per position in a pool the chunk's runs share, which grows
+when it overflows (:func:`_adaptive_chunk_fn`); the numpy engine draws the same chain at once.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache, partial
+from typing import NamedTuple
 
 import numpy as np
 
@@ -45,7 +52,8 @@ from speculab.counts import BONUS, CORRECTION, DRAFT, TARGET, Counts, rejected
 from speculab.methods.base import Method, sample_round
 from speculab.theory.instance import MarkovInstance, compact
 
-__all__ = ["simulate_jax", "simulate_sweep", "CHUNK", "TABLE_BUDGET", "positions_per_second_bound"]
+__all__ = ["simulate_jax", "simulate_sweep", "CHUNK", "TABLE_BUDGET", "positions_per_second_bound",
+           "uniforms_per_position"]
 
 #: Runs per compiled call (fixed, so a key gives the same result however many runs are asked for in total).
 CHUNK = 1 << 16
@@ -59,15 +67,19 @@ def _positionwise(method: Method) -> bool:
     return type(method).position_law is not Method.position_law
 
 
+def _adaptive(method: Method) -> bool:
+    return type(method).adaptive_drafting is not Method.adaptive_drafting
+
+
 def check_method(method: Method) -> None:
     """Refuse, with the reason, a method the JAX engine cannot run (not slotwise, no round law, no position law)."""
     if not isinstance(method, Method):
         raise ValueError(f"method must be a speculab method (e.g. SD(), BatchSD(4)); got {method!r}")
     # runs_on_real_models: it has a round law
-    if not (method.slotwise or type(method).runs_on_real_models() or _positionwise(method)):
+    if not (method.slotwise or type(method).runs_on_real_models() or _positionwise(method) or _adaptive(method)):
         raise ValueError(
-            f"engine='jax' runs methods with a round law or a position law; {type(method).__name__} has neither "
-            f"(its stopping rule depends on drafts beyond the verified ones): use engine='numpy'"
+            f"engine='jax' runs methods with a round law, a position law or adaptive drafting (the protocol's "
+            f"round_law, position_law, adaptive_drafting); {type(method).__name__} has none: use engine='numpy'"
         )
 
 
@@ -212,6 +224,177 @@ def _decided_position(P, Q, tables, t, state, u):
     return x, (x, jnp.where(corrected, CORRECTION, DRAFT), call, jnp.ones((), dtype=jnp.int32))
 
 
+# -- methods that decide a round's length while drafting (SpecDec++) ------------------------------------------------
+def _adaptive_tables(methods: list, insts: list, P_Q: list):
+    """The points' :class:`~speculab.methods.base.AdaptiveDrafting` as device tables stacked over the points: each
+    verifier's one-slot law (:func:`_slot_tables`), the compact scores and the rule's parameters ``(S,)``; and
+    ``(stops, G)``, the shared stopping rule and the most chains a run drafts past rejections at once."""
+    jax, jnp = _jax()
+    rules = [m.adaptive_drafting(i) for m, i in zip(methods, insts)]
+    for m, r in zip(methods, rules):
+        if not r.verifier.slotwise or r.verifier.rows != 1:
+            raise ValueError(f"{type(m).__name__}'s verifier must be a slotwise method of one row; got {r.verifier!r}")
+    if len({r.stops for r in rules}) > 1:
+        raise ValueError("the points of a sweep must share one stopping rule (AdaptiveDrafting.stops)")
+    points = []
+    for r, (P, Q) in zip(rules, P_Q):
+        tables = _slot_tables(r.verifier, P, Q)
+        tables["score"] = jnp.asarray(compact(r.score), dtype=P.dtype)
+        tables["params"] = tuple(jnp.asarray(v, dtype=P.dtype) for v in r.params)
+        points.append(tables)
+    _harmonise_corrections(points, insts[0].V)
+    score_shape = jnp.broadcast_shapes(*(p["score"].shape for p in points))  # compact and full heads together
+    for p in points:
+        p["score"] = jnp.broadcast_to(p["score"], score_shape)
+    stacked = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *points)
+    return stacked, rules[0].stops, max(_ghost_slots(r.cap, insts[0].T) for r in rules)
+
+
+def _ghost_slots(cap: int, T: int) -> int:
+    """Drafting that goes on after a rejection lasts at most ``min(cap, T) − 1`` positions, so a run has at most
+    that many such chains at once (one starts per position at most)."""
+    return max(min(cap, T) - 1, 0)
+
+
+def _at(A, point, t, a):
+    """``A[point, t, a]`` of a stack of compact ``(S, T', A', V)`` tables (``T' = 1`` or ``A' = 1`` broadcast)."""
+    return A[point, t if A.shape[1] > 1 else 0, a if A.shape[2] > 1 else 0]
+
+
+class _Pool(NamedTuple):
+    """The chains still drafting after a rejection, of every run of a chunk, in ``C`` slots: ``(C,)`` each."""
+
+    token: object  # the chain's last draft
+    prod: object  # the product of its round's scores
+    count: object  # its round's drafts so far
+    run: object  # the run it belongs to (its drafts are counted there)
+    alive: object
+
+
+def _adaptive_position(stops, T: int, tables, point, t, state, u):
+    """One position of one run (of sweep point ``point``) of an adaptively drafting method; ``u`` holds 3 uniforms.
+
+    ``state = (prev, count, prod, bonus)``: the last token, the current round's drafts so far
+    and their product of scores, and whether this position is the bonus of a fully accepted
+    round. Also returns the chain to go on drafting after a rejection before the rule
+    stopped, as ``(spawn, token, prod, count)`` (:class:`_Pool`).
+    """
+    _, jnp = _jax()
+    prev, count, prod, bonus = state
+    params = [p[point] for p in tables["params"]]
+    y = kernels.sample_cumulative(_at(tables["cP"], point, t, prev), u[:1])[0]
+    ok = u[1] < _at(tables["accept"], point, t, prev)[y]
+    cC = _at(tables["cC"], point, t, prev)
+    correction = kernels.sample_cumulative(cC if cC.ndim == 1 else cC[y], u[2])
+    count, prod = count + 1, prod * _at(tables["score"], point, t, prev)[y]
+    stop = stops(prod, count, t, T, *params)
+    x = jnp.where(bonus, kernels.sample_cumulative(_at(tables["cQ"], point, t, prev), u[0]),
+                  jnp.where(ok, y, correction))
+    kind = jnp.where(bonus, BONUS, jnp.where(ok, DRAFT, CORRECTION))
+    new_round = (count == 1) & ~bonus
+    ended = bonus | ~ok | stop
+    x = x.astype(jnp.int32)
+    state = (x, jnp.where(ended, 0, count), jnp.where(ended, 1.0, prod).astype(prod.dtype), ~bonus & ok & stop)
+    spawn = (~bonus & ~ok & ~stop, y.astype(jnp.int32), prod, count)
+    return state, spawn, (x, kind, new_round, jnp.where(bonus, 0, 1))
+
+
+def _advance_pool(stops, T: int, tables, points, t, pool: _Pool, u):
+    """Every live chain of the pool drafts its next token at position ``t``; returns the pool and drafts per run."""
+    _, jnp = _jax()
+    at = points[pool.run]
+    z = kernels.sample_cumulative(_at(tables["cP"], at, t, pool.token), u)
+    prod = jnp.where(pool.alive, pool.prod * kernels.gather(_at(tables["score"], at, t, pool.token), z), pool.prod)
+    count = pool.count + pool.alive
+    drafts = jnp.zeros(points.shape[0], jnp.int32).at[pool.run].add(pool.alive.astype(jnp.int32))
+    alive = pool.alive & ~stops(prod, count, t, T, *(p[at] for p in tables["params"]))
+    return _Pool(jnp.where(pool.alive, z, pool.token).astype(jnp.int32), prod, count, pool.run, alive), drafts
+
+
+def _join_pool(pool: _Pool, spawn):
+    """The pool's live chains and the runs' new ones, packed in order into the pool's ``C`` slots; and how many
+    there were (more than ``C``: the pool overflowed)."""
+    _, jnp = _jax()
+    flag, token, prod, count = spawn
+    C, n = pool.alive.shape[0], flag.shape[0]
+    every = _Pool(jnp.concatenate([pool.token, token]), jnp.concatenate([pool.prod, prod]),
+                  jnp.concatenate([pool.count, count]), jnp.concatenate([pool.run, jnp.arange(n, dtype=jnp.int32)]),
+                  jnp.concatenate([pool.alive, flag]))
+    live = jnp.sum(every.alive)
+    (idx,) = jnp.nonzero(every.alive, size=C, fill_value=0)
+    return _Pool(*(a[idx] for a in every[:4]), jnp.arange(C) < live), live
+
+
+@lru_cache(maxsize=32)
+def _adaptive_chunk_fn(stops, T: int, S: int, n: int, C: int, keep: bool):
+    """A jitted ``(key, rho (S, V), stacked tables) -> (counts (5, S, n), rejected per position (T, S), tokens or
+    None, peak)`` for ``n`` runs of each of ``S`` points of an adaptively drafting method.
+
+    The ``S n`` runs are advanced together (vmapped); the chains drafting after a rejection,
+    of every run of every point, share one pool of ``C`` slots, so a sweep's pool is sized by
+    the sum of its points' needs, not ``S`` times the largest. ``peak`` is the most chains the
+    pool had to hold (more than ``C``: the chunk must be run again with a larger pool). A
+    slot's uniform is element ``i`` of one draw of ``C`` per position; JAX's partitionable
+    threefry (the default) makes that element independent of ``C``, and chains are packed in
+    the same order whatever ``C``, so every pool that does not overflow gives the same counts.
+    """
+    jax, jnp = _jax()
+    N = S * n
+    step = jax.vmap(lambda s, u, p, t, tables: _adaptive_position(stops, T, tables, p, t, s, u),
+                    in_axes=(0, 0, 0, None, None))
+
+    def run(key, rho, tables):
+        dtype = rho.dtype
+        first, key = jax.random.split(key)
+        points = jnp.repeat(jnp.arange(S, dtype=jnp.int32), n)
+        cum = jnp.cumsum(rho, axis=-1)
+        prev = jax.vmap(lambda p, u: kernels.sample_cumulative(cum[p], u))(
+            points, jax.random.uniform(first, (N,), dtype=dtype)).astype(jnp.int32)
+        state = (prev, jnp.zeros(N, jnp.int32), jnp.ones(N, dtype), jnp.zeros(N, bool))
+        pool = _Pool(jnp.zeros(C, jnp.int32), jnp.ones(C, dtype), jnp.zeros(C, jnp.int32), jnp.zeros(C, jnp.int32),
+                     jnp.zeros(C, bool))
+
+        def body(carry, t):
+            state, pool, peak, counts = carry
+            k_runs, k_pool = jax.random.split(jax.random.fold_in(key, t))
+            state, spawn, (x, kind, new_round, d) = step(state, jax.random.uniform(k_runs, (N, 3), dtype=dtype),
+                                                         points, t, tables)
+            if C:
+                pool, ghost = _advance_pool(stops, T, tables, points, t, pool,
+                                            jax.random.uniform(k_pool, (C,), dtype=dtype))
+                pool, live = _join_pool(pool, spawn)
+                d, peak = d + ghost, jnp.maximum(peak, live)
+            counts, rej = _tally(counts, x, kind, new_round, d)
+            return (state, pool, peak, counts), (jnp.sum(rej.reshape(S, n), axis=1), x if keep else None)
+
+        carry = (state, pool, jnp.zeros((), jnp.int32), jnp.zeros((5, N), jnp.int32))
+        (_, _, peak, counts), (per_position, xs) = jax.lax.scan(body, carry, jnp.arange(T))
+        return counts.reshape(5, S, n), per_position, (jnp.concatenate([prev[None], xs]) if keep else None), peak
+
+    return jax.jit(run)
+
+
+def _simulate_adaptive(methods: list, insts: list, tables: list, n_runs: int, key, keep: bool) -> list[Counts]:
+    """Simulate an adaptively drafting method at ``S`` points together (:func:`_adaptive_chunk_fn`), ``n_runs`` each."""
+    jax, jnp = _jax()
+    stacked, stops, G = _adaptive_tables(methods, insts, [t.arrays[:2] for t in tables])
+    rho = jnp.stack([t.arrays[2] for t in tables])
+    S, T = len(methods), insts[0].T
+    runs = [[] for _ in range(S)]
+    for start in range(0, n_runs, CHUNK):
+        n = min(CHUNK, n_runs - start)
+        key, sub = jax.random.split(key)
+
+        def chunk(C, n=n, sub=sub):
+            return _adaptive_chunk_fn(stops, T, S, n, C, keep)(sub, rho, stacked)
+
+        counts, per_position, seq = _pooled(chunk, (stops, T, S, n), S * n, G)
+        for s in range(S):
+            tokens = None if seq is None else np.asarray(seq)[:, s * n:(s + 1) * n]
+            runs[s].append(_counts(np.asarray(counts[:, s], dtype=np.int64), np.asarray(per_position[:, s]), tokens, T))
+    return [r[0] if len(r) == 1 else Counts.concatenate(r) for r in runs]
+
+
 # -- other methods: round by round ----------------------------------------------------------------------------
 def _round_position(method: Method, M: int, L: int, bonus: bool, T: int, L_max: int, P, Q, t, state, u):
     """One position of one run of a method simulated round by round; ``u`` holds at least ``M L + 2`` uniforms.
@@ -264,6 +447,13 @@ def _segments(method: Method, T: int) -> list[tuple[int, int, int, bool]]:
 
 
 # -- the compiled chunk ---------------------------------------------------------------------------------------
+def _tally(counts, x, kind, new_round, d):
+    """Add one position's outcome to the per-run counts ``(5, n)``; also return the rejections ``(n,)``."""
+    _, jnp = _jax()
+    rej = rejected(kind)
+    return counts + jnp.stack([rej, new_round, d, kind == DRAFT, kind == BONUS]).astype(jnp.int32), rej
+
+
 def _chunk_fn(method: Method, T: int, n: int, keep: bool, sweep: tuple[int, bool] | None = None):
     """A jitted ``(key, P, Q, rho, slot tables, (k, M)) -> (counts (5, n), rejected per position (T,), tokens or None)``.
 
@@ -279,8 +469,7 @@ def _chunk_fn(method: Method, T: int, n: int, keep: bool, sweep: tuple[int, bool
             state, counts = carry
             u = jax.random.uniform(jax.random.fold_in(key, t), (n, width), dtype=P.dtype)
             state, (x, kind, new_round, d) = jax.vmap(lambda s, uu: step(P, Q, t, s, uu))(state, u)
-            rej = rejected(kind)
-            counts = counts + jnp.stack([rej, new_round, d, kind == DRAFT, kind == BONUS]).astype(jnp.int32)
+            counts, rej = _tally(counts, x, kind, new_round, d)
             return (state, counts), (jnp.sum(rej), x if keep else None)
 
         return jax.lax.scan(body, carry, ts)
@@ -334,7 +523,7 @@ def simulate_jax(inst: MarkovInstance, method: Method, n_runs: int, key, *, retu
 
     Args:
       inst: the Markov instance (kept compact on the device).
-      method: a registered method with a round law or a position law (every one but SpecDec++).
+      method: a registered method (one with a round law, a position law or adaptive drafting).
       n_runs: number of runs (>= 1); chunks of :data:`CHUNK` runs, each one compiled call.
       key: a JAX PRNG key, or anything :func:`speculab._validate.as_jax_key` accepts.
       return_sequences: also return the ``(n_runs, T + 1)`` sampled tokens.
@@ -348,6 +537,8 @@ def simulate_jax(inst: MarkovInstance, method: Method, n_runs: int, key, *, retu
     n_runs = as_positive_int(n_runs, "n_runs")
     key = as_jax_key(key)
     tables = _Tables(inst, jnp)
+    if _adaptive(method):
+        return _simulate_adaptive([method], [inst], [tables], n_runs, key, return_sequences)[0]
     small = int(np.prod(np.broadcast_shapes(*tables.shapes)[:-1])) * inst.V**2 <= TABLE_BUDGET
     extra = ()
     if method.slotwise:
@@ -356,8 +547,7 @@ def simulate_jax(inst: MarkovInstance, method: Method, n_runs: int, key, *, retu
         slot_tables, extra = _position_tables(method, inst)
     else:
         slot_tables = None
-    fns = {}
-    parts = []
+    fns, parts = {}, []
     for start in range(0, n_runs, CHUNK):
         n = min(CHUNK, n_runs - start)
         key, sub = jax.random.split(key)
@@ -376,12 +566,16 @@ def simulate_sweep(inst, methods, n_runs: int, key) -> list[Counts]:
 
     The points of the sweep differ in their tables (the one-slot law of
     :func:`_slot_tables`, the root's of :meth:`~speculab.methods.Method.sequential_root`
-    padded to the largest ``M``, and the instance's kernels) and in two traced numbers,
-    the lookahead ``K`` and the draft rows ``M``; they are stacked and ``jax.vmap``-ed
-    over, and with several devices the stack is sharded over them (``jax.sharding``).
-    So the methods are one slotwise class, e.g. ``[Biased(e) for e in eps]``,
-    ``[SD(K=k) for k in Ks]``, ``[BatchSD(m) for m in Ms]``, ``[Fuzzy(t) for t in theta]``,
-    and the instances share ``T``, ``V`` and storage.
+    padded to the largest ``M``, and the instance's kernels) and in traced numbers,
+    the lookahead ``K`` and the draft rows ``M`` (an adaptively drafting method: its
+    rule's parameters, e.g. SpecDec++'s ``h`` and ``cap``, and its scores); they are stacked
+    and ``jax.vmap``-ed over, and with several devices the stack is sharded over them
+    (``jax.sharding``). An adaptively drafting method's points instead run as one batch of
+    runs sharing one pool of the chains drafting past rejections (:func:`_adaptive_chunk_fn`;
+    not sharded). So the methods are one slotwise or adaptively drafting class, e.g.
+    ``[Biased(e) for e in eps]``, ``[SD(K=k) for k in Ks]``, ``[BatchSD(m) for m in Ms]``,
+    ``[Fuzzy(t) for t in theta]``, ``[SpecDecPP(h) for h in hs]``, and the instances share
+    ``T``, ``V`` and storage.
 
     Args:
       inst: a :class:`MarkovInstance` or a list of them (one per point, or one for all).
@@ -409,20 +603,21 @@ def simulate_sweep(inst, methods, n_runs: int, key) -> list[Counts]:
     first, T = methods[0], insts[0].T
     for m in methods:
         check_method(m)
-        if not (m.slotwise and type(m) is type(first)):
-            raise ValueError(f"a sweep varies the parameters of one slotwise method; got {first!r} and {m!r}")
+        if not ((m.slotwise or _adaptive(m)) and type(m) is type(first)):
+            raise ValueError(f"a sweep varies the parameters of one slotwise or adaptively drafting method; "
+                             f"got {first!r} and {m!r}")
     tables = [_Tables(i, jnp) for i in insts]
     if len({(i.T, t.shapes) for i, t in zip(insts, tables)}) > 1:
         raise ValueError("the instances of a sweep must have the same T, V and storage (all stationary, or all not)")
     if int(np.prod(np.broadcast_shapes(*tables[0].shapes)[:-1])) * insts[0].V ** 2 > TABLE_BUDGET:
         raise ValueError(f"the sweep's tables would exceed TABLE_BUDGET = {TABLE_BUDGET} entries per point; "
                          "run the points one by one with simulate(..., engine='jax')")
+    key = as_jax_key(key)
+    if _adaptive(first):
+        return _simulate_adaptive(methods, insts, tables, n_runs, key, False)
     slot = [_slot_tables(m, *t.arrays[:2]) for m, t in zip(methods, tables)]
     V, rows = insts[0].V, max(m.rows for m in methods)
-    if len({s["cC"].ndim for s in slot}) > 1:  # some corrections depend on the drafted token: use the full form
-        for s in slot:
-            if s["cC"].ndim == 3:
-                s["cC"] = jnp.broadcast_to(s["cC"][..., None, :], (*s["cC"].shape[:-1], V, V))
+    _harmonise_corrections(slot, V)
     if rows > 1:  # every point's root as sequential tables, padded to `rows` rows that are never accepted
         for m, s, t in zip(methods, slot, tables):
             root = m.sequential_root(*t.arrays[:2])
@@ -432,29 +627,71 @@ def simulate_sweep(inst, methods, n_runs: int, key) -> list[Counts]:
             accept = root[0]
             pad = jnp.zeros((*accept.shape[:-2], rows - accept.shape[-2], V), dtype=accept.dtype)
             s["root_accept"], s["root_cC"] = jnp.concatenate([accept, pad], axis=-2), jnp.cumsum(root[1], axis=-1)
-    ks = jnp.asarray([m.draft_length(T) for m in methods])
-    shape = (ks, jnp.asarray([m.rows for m in methods]))
-    sweep = (rows, bool((ks < T).any()))
     stacked = [jnp.stack([t.arrays[i] for t in tables]) for i in range(3)]
     stacked.append(jax.tree_util.tree_map(lambda *a: jnp.stack(a), *slot))
-    stacked.append(shape)
+    ks = jnp.asarray([m.draft_length(T) for m in methods])  # the lookahead and draft rows of each point, traced
+    stacked.append((ks, jnp.asarray([m.rows for m in methods])))
+    sweep = (rows, bool((ks < T).any()))
     devices = jax.devices()
     if len(devices) > 1 and S % len(devices) == 0:  # one slice of the sweep per device
         from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
         sharding = NamedSharding(Mesh(np.array(devices), ("sweep",)), PartitionSpec("sweep"))
         stacked = jax.device_put(stacked, sharding)
-    key = as_jax_key(key)
     runs = [[] for _ in range(S)]
     for start in range(0, n_runs, CHUNK):
         n = min(CHUNK, n_runs - start)
         key, sub = jax.random.split(key)
-        fn = _compiled_sweep(first, T, n, sweep)
-        counts, per_position, _ = fn(jax.random.split(sub, S), *stacked)
+        counts, per_position, _ = _compiled_sweep(first, T, n, sweep)(jax.random.split(sub, S), *stacked)
         for s in range(S):
             runs[s].append(_counts(np.asarray(counts[s], dtype=np.int64), np.asarray(per_position[s]), None,
                                    insts[0].T))
     return [r[0] if len(r) == 1 else Counts.concatenate(r) for r in runs]
+
+
+def _harmonise_corrections(points: list, V: int) -> None:
+    """Where some points' corrections depend on the drafted token, give every point the full ``(…, V, V)`` form."""
+    _, jnp = _jax()
+    if len({p["cC"].ndim for p in points}) > 1:
+        for p in points:
+            if p["cC"].ndim == 3:
+                p["cC"] = jnp.broadcast_to(p["cC"][..., None, :], (*p["cC"].shape[:-1], V, V))
+
+
+#: Pool slots that sufficed last time, by (stopping rule, T, points, chunk size): where the next call starts.
+_POOL_HINT: dict = {}
+
+
+def _pool_size(n: int, G: int, peak: int) -> int:
+    """Pool slots for a chunk of ``n`` runs that must hold ``peak`` chains: ``n/8 · 2^k >= 1.25 peak``, at most ``n G``."""
+    size = max(n // 8, 1)
+    while size < 1.25 * peak and size < n * G:
+        size *= 2
+    return min(size, n * G)
+
+
+def _pooled(chunk, hint_key, n: int, G: int):
+    """``chunk(C)`` for a pool of ``C`` slots that does not overflow: ``(counts, per position, tokens)``.
+
+    A method that never drafts past a rejection (``G = 0``) needs no pool. Otherwise the pool
+    starts where the last call of the same kind ended (``n`` at first) and is enlarged to the
+    peak it reports until it suffices (``n G`` always does). With JAX's partitionable threefry
+    the counts do not depend on the pool's size (:func:`_adaptive_chunk_fn`); without it the
+    start is fixed, so the same key still gives the same counts.
+    """
+    jax, _ = _jax()
+    C = 0 if G == 0 else min(_POOL_HINT.get(hint_key, n) if jax.config.jax_threefry_partitionable else n, n * G)
+    while True:
+        counts, per_position, seq, peak = chunk(C)
+        peak = int(np.max(peak))
+        if peak <= C:
+            break
+        if C >= n * G:  # a run never has more than G chains at once
+            raise RuntimeError(f"the pool of {C} slots overflowed ({peak} chains) although runs hold at most {G} each")
+        C = _pool_size(n, G, peak)
+    if G:
+        _POOL_HINT[hint_key] = _pool_size(n, G, peak)
+    return counts, per_position, seq
 
 
 @lru_cache(maxsize=16)
@@ -471,10 +708,23 @@ def _counts(counts: np.ndarray, rejected_per_position: np.ndarray, seq, T: int, 
                           extra={name: np.full(rejections.size, T, dtype=np.int64) for name in extra})
 
 
+def uniforms_per_position(method: Method, inst: MarkovInstance) -> int:
+    """The uniforms the engine draws per position and run for ``method`` on ``inst`` (the module docstring;
+    SpecDec++ also draws one per slot of its pool, which holds about as many chains as are drafting past rejections)."""
+    check_method(method)
+    if method.slotwise:
+        return method.rows + 2
+    if _adaptive(method):  # 3 per run, and one per slot of the pool of chains drafting past rejections
+        return 3
+    if _positionwise(method):
+        return 3
+    return max(method.rows * method.draft_length(inst.T), 1) + 2
+
+
 def positions_per_second_bound(width: int, n: int = 1 << 20, repeats: int = 3) -> float:
     """The random-number bound: uniforms per second of JAX's default PRNG on this machine divided by ``width``.
 
-    ``width`` is the uniforms a method draws per position and run (``M + 2`` slotwise).
+    ``width`` is the uniforms a method draws per position and run (:func:`uniforms_per_position`).
     """
     import time
 
