@@ -155,6 +155,12 @@ def test_bad_heads_are_refused_on_both_engines(inst, head, match, engine):
         simulate(inst, SpecDecPP(0.5, head=head), 10, key=0, engine=engine)
 
 
+def test_specdecpp_tables_over_the_budget_are_refused(inst, monkeypatch):
+    monkeypatch.setattr(jax_engine, "TABLE_BUDGET", inst.T * inst.V ** 2 - 1)
+    with pytest.raises(ValueError, match="SpecDecPP from per-token tables, which would exceed TABLE_BUDGET"):
+        simulate(inst, SpecDecPP(0.5), 10, key=0, engine="jax")
+
+
 def test_a_head_table_for_another_instance_is_refused(inst):
     from speculab.methods.specdecpp import oracle_head
 

@@ -92,6 +92,10 @@ class _Tables:
         self.arrays = (jnp.asarray(P, dtype=dtype), jnp.asarray(Q, dtype=dtype), jnp.asarray(inst.rho, dtype=dtype))
         self.shapes = (P.shape, Q.shape)
 
+    def small(self, V: int) -> bool:
+        """Whether per-token tables of this instance (``T' A' V²`` entries) fit :data:`TABLE_BUDGET`."""
+        return int(np.prod(np.broadcast_shapes(*self.shapes)[:-1])) * V ** 2 <= TABLE_BUDGET
+
     @staticmethod
     def row(A, t, a):
         """``A[t, a]`` of a compact ``(T', A', V)`` stack (``T' = 1`` or ``A' = 1`` broadcast)."""
@@ -104,7 +108,7 @@ class _Tables:
 TABLE_BUDGET = 1 << 24
 
 
-def _slot_tables(method: Method, P, Q) -> dict:
+def _slot_tables(method: Method, P, Q, root: bool | None = None) -> dict:
     """The one-slot law of a slotwise method for every ``(position, context, drafted token)``, computed once.
 
     Returns the cumulative rows of the draft (``cP``) and of the target (``cQ``, for
@@ -114,6 +118,14 @@ def _slot_tables(method: Method, P, Q) -> dict:
     as for every rule of Algorithm 2) — read off
     :meth:`~speculab.methods.Method.round_law` of a one-slot, one-row round, so the
     tables are the method's own rule, evaluated once instead of at every position.
+
+    With ``root`` (default: for more than one draft row) and the method's
+    :meth:`~speculab.methods.Method.sequential_root`, also the root's outcome as one
+    cumulative table ``root_cJ`` ``(T', A', 2V)``: entry ``x < V`` that the root accepts a
+    draft equal to ``x``, entry ``V + y`` that every row is refused and ``y`` is output.
+    That is all a round's later slots and its counts depend on (they follow the accepted
+    row whatever its index, and a round drafts ``M min(K, remaining)`` tokens), so the
+    root costs one uniform instead of ``M + 2``.
     """
     jax, jnp = _jax()
     shape = jnp.broadcast_shapes(P.shape, Q.shape)
@@ -127,14 +139,33 @@ def _slot_tables(method: Method, P, Q) -> dict:
     if bool(jnp.all(cC == cC[..., :1, :])):  # decided on the values, outside jit
         cC = cC[..., 0, :]
     tables = {"cP": jnp.cumsum(P, axis=-1), "cQ": jnp.cumsum(Q, axis=-1), "accept": law.outcome[..., 0, 1], "cC": cC}
-    root = method.sequential_root(P, Q) if method.rows > 1 else None
-    if root is not None:  # (T', A', M, V) acceptance per row and token, and the refused root's output
-        tables["root_accept"], tables["root_cC"] = root[0], jnp.cumsum(root[1], axis=-1)
+    tables_root = method.sequential_root(P, Q) if (method.rows > 1 if root is None else root) else None
+    if tables_root is not None:
+        tables["root_cJ"] = jnp.cumsum(_root_outcome(P, *tables_root), axis=-1)
     return tables
 
 
+def _root_outcome(P, accept, refused_output):
+    """The root's outcome ``(…, 2V)`` from its sequential tables (:meth:`~speculab.methods.Method.sequential_root`):
+    ``accept`` ``(…, M, V)`` that row ``m``'s draft ``x`` is accepted when rows ``< m`` were refused, and the weights
+    ``(…, V)`` of the token output when every row is refused."""
+    _, jnp = _jax()
+    taken = P[..., None, :] * accept  # (…, M, V): row m drafts x and is accepted
+    refused = 1.0 - jnp.sum(taken, axis=-1)  # (…, M)
+    before = jnp.cumprod(jnp.concatenate([jnp.ones_like(refused[..., :1]), refused[..., :-1]], axis=-1), axis=-1)
+    accepted = jnp.sum(before[..., None] * taken, axis=-2)  # (…, V)
+    mass = jnp.sum(refused_output, axis=-1, keepdims=True)
+    output = jnp.where(mass > 0, refused_output / jnp.where(mass > 0, mass, 1.0), 0.0)
+    return jnp.concatenate([accepted, jnp.prod(refused, axis=-1)[..., None] * output], axis=-1)
+
+
+def _slot_width(rows: int, tables) -> int:
+    """Uniforms per position of a slotwise method: 3 from its tables (the root's too), ``rows + 2`` otherwise."""
+    return 3 if tables is not None and (rows == 1 or "root_cJ" in tables) else rows + 2
+
+
 def _slot_position(method: Method, k, M, rows: int, bonus_possible: bool, T: int, P, Q, tables, t, state, u):
-    """One position of one run of a slotwise method; ``u`` holds ``rows + 2`` uniforms.
+    """One position of one run of a slotwise method; ``u`` holds :func:`_slot_width` uniforms.
 
     ``state = (prev, slot)``: the last token and the number of drafts accepted in
     the current round (0: the next position is a round's root). With ``tables``
@@ -148,27 +179,21 @@ def _slot_position(method: Method, k, M, rows: int, bonus_possible: bool, T: int
     row = _Tables.row
     if tables is not None:
         x0 = kernels.sample_cumulative(row(tables["cP"], t, prev), u[:1])[0]
-        ok = u[rows] < row(tables["accept"], t, prev)[x0]
+        ok = u[-2] < row(tables["accept"], t, prev)[x0]
         cC = row(tables["cC"], t, prev)
-        token = kernels.sample_cumulative(cC if cC.ndim == 1 else cC[x0], u[rows + 1])
+        token = kernels.sample_cumulative(cC if cC.ndim == 1 else cC[x0], u[-1])
         x = jnp.where(ok, x0, token)
     else:
         p, q = row(P, t, prev), row(Q, t, prev)
-        x, ok = _decide(method, p, q, kernels.sample_index(p, u[:1]), u[rows], u[rows + 1])
-    if rows > 1 and tables is not None and "root_accept" in tables:  # the root from its sequential tables
-        cP = jnp.broadcast_to(row(tables["cP"], t, prev), (rows, P.shape[-1]))
-        drafts = kernels.sample_cumulative(cP, u[:rows])
-        a = kernels.gather(row(tables["root_accept"], t, prev), drafts)  # (M,): row m accepted, given its draft
-        refused = jnp.cumprod(1.0 - a)
-        pick = jnp.concatenate([a[:1], refused[:-1] * a[1:], refused[-1:]])  # rows 0..M-1, then all refused
-        m = kernels.sample_index(pick, u[rows])
-        ok_root = m < rows
-        x_root = jnp.where(ok_root, drafts[jnp.minimum(m, rows - 1)],
-                           kernels.sample_cumulative(row(tables["root_cC"], t, prev), u[rows + 1]))
+        x, ok = _decide(method, p, q, kernels.sample_index(p, u[:1]), u[-2], u[-1])
+    if rows > 1 and tables is not None and "root_cJ" in tables:  # the root's outcome, tabulated (its own uniform)
+        j = kernels.sample_cumulative(row(tables["root_cJ"], t, prev), u[-2])
+        V = P.shape[-1]
+        ok_root, x_root = j < V, jnp.where(j < V, j, j - V)
     elif rows > 1:  # the root: a one-slot round over the M rows
         p, q = row(P, t, prev), row(Q, t, prev)
         drafts = kernels.sample_index(jnp.broadcast_to(p, (rows, p.shape[-1])), u[:rows])
-        x_root, ok_root = _decide(method, p, q, drafts, u[rows], u[rows + 1])
+        x_root, ok_root = _decide(method, p, q, drafts, u[-2], u[-1])
     if rows > 1:
         at_root = slot == 0
         x, ok = jnp.where(at_root, x_root, x), jnp.where(at_root, ok_root, ok)
@@ -377,6 +402,9 @@ def _adaptive_chunk_fn(stops, T: int, S: int, n: int, C: int, keep: bool):
 def _simulate_adaptive(methods: list, insts: list, tables: list, n_runs: int, key, keep: bool) -> list[Counts]:
     """Simulate an adaptively drafting method at ``S`` points together (:func:`_adaptive_chunk_fn`), ``n_runs`` each."""
     jax, jnp = _jax()
+    if not tables[0].small(insts[0].V):
+        raise ValueError(f"engine='jax' runs {type(methods[0]).__name__} from per-token tables, which would exceed "
+                         f"TABLE_BUDGET = {TABLE_BUDGET} entries for this instance: use engine='numpy'")
     stacked, stops, G = _adaptive_tables(methods, insts, [t.arrays[:2] for t in tables])
     rho = jnp.stack([t.arrays[2] for t in tables])
     S, T = len(methods), insts[0].T
@@ -492,8 +520,8 @@ def _chunk_fn(method: Method, T: int, n: int, keep: bool, sweep: tuple[int, bool
             def step(P, Q, t, s, u):
                 return _slot_position(method, k, m, rows, bonus_possible, T, P, Q, slot_tables, t, s, u)
 
-            (_, counts), (per_position, xs) = scan_positions(step, rows + 2, P, Q, ((prev, zeros), counts), key,
-                                                             jnp.arange(T))
+            (_, counts), (per_position, xs) = scan_positions(step, _slot_width(rows, slot_tables), P, Q,
+                                                             ((prev, zeros), counts), key, jnp.arange(T))
         else:
             L_max = method.draft_length(T)
             width = max(M * L_max, 1) + 2
@@ -539,10 +567,9 @@ def simulate_jax(inst: MarkovInstance, method: Method, n_runs: int, key, *, retu
     tables = _Tables(inst, jnp)
     if _adaptive(method):
         return _simulate_adaptive([method], [inst], [tables], n_runs, key, return_sequences)[0]
-    small = int(np.prod(np.broadcast_shapes(*tables.shapes)[:-1])) * inst.V**2 <= TABLE_BUDGET
     extra = ()
     if method.slotwise:
-        slot_tables = _slot_tables(method, *tables.arrays[:2]) if small else None
+        slot_tables = _slot_tables(method, *tables.arrays[:2]) if tables.small(inst.V) else None
     elif _positionwise(method):
         slot_tables, extra = _position_tables(method, inst)
     else:
@@ -565,8 +592,8 @@ def simulate_sweep(inst, methods, n_runs: int, key) -> list[Counts]:
     """Simulate a grid of one method's rule parameter and/or a stack of instances in one compiled call per chunk.
 
     The points of the sweep differ in their tables (the one-slot law of
-    :func:`_slot_tables`, the root's of :meth:`~speculab.methods.Method.sequential_root`
-    padded to the largest ``M``, and the instance's kernels) and in traced numbers,
+    :func:`_slot_tables`, the root's outcome from :meth:`~speculab.methods.Method.sequential_root`
+    when some point has several draft rows, and the instance's kernels) and in traced numbers,
     the lookahead ``K`` and the draft rows ``M`` (an adaptively drafting method: its
     rule's parameters, e.g. SpecDec++'s ``h`` and ``cap``, and its scores); they are stacked
     and ``jax.vmap``-ed over, and with several devices the stack is sharded over them
@@ -609,24 +636,19 @@ def simulate_sweep(inst, methods, n_runs: int, key) -> list[Counts]:
     tables = [_Tables(i, jnp) for i in insts]
     if len({(i.T, t.shapes) for i, t in zip(insts, tables)}) > 1:
         raise ValueError("the instances of a sweep must have the same T, V and storage (all stationary, or all not)")
-    if int(np.prod(np.broadcast_shapes(*tables[0].shapes)[:-1])) * insts[0].V ** 2 > TABLE_BUDGET:
+    if not tables[0].small(insts[0].V):
         raise ValueError(f"the sweep's tables would exceed TABLE_BUDGET = {TABLE_BUDGET} entries per point; "
                          "run the points one by one with simulate(..., engine='jax')")
     key = as_jax_key(key)
     if _adaptive(first):
         return _simulate_adaptive(methods, insts, tables, n_runs, key, False)
-    slot = [_slot_tables(m, *t.arrays[:2]) for m, t in zip(methods, tables)]
-    V, rows = insts[0].V, max(m.rows for m in methods)
-    _harmonise_corrections(slot, V)
-    if rows > 1:  # every point's root as sequential tables, padded to `rows` rows that are never accepted
-        for m, s, t in zip(methods, slot, tables):
-            root = m.sequential_root(*t.arrays[:2])
-            if root is None:
-                raise ValueError(f"a sweep over draft rows needs the root as tables (Method.sequential_root); "
-                                 f"{type(m).__name__} has none")
-            accept = root[0]
-            pad = jnp.zeros((*accept.shape[:-2], rows - accept.shape[-2], V), dtype=accept.dtype)
-            s["root_accept"], s["root_cC"] = jnp.concatenate([accept, pad], axis=-2), jnp.cumsum(root[1], axis=-1)
+    rows = max(m.rows for m in methods)
+    slot = [_slot_tables(m, *t.arrays[:2], root=rows > 1) for m, t in zip(methods, tables)]
+    _harmonise_corrections(slot, insts[0].V)
+    for m, s in zip(methods, slot):
+        if rows > 1 and "root_cJ" not in s:
+            raise ValueError(f"a sweep over draft rows needs the root as tables (Method.sequential_root); "
+                             f"{type(m).__name__} has none")
     stacked = [jnp.stack([t.arrays[i] for t in tables]) for i in range(3)]
     stacked.append(jax.tree_util.tree_map(lambda *a: jnp.stack(a), *slot))
     ks = jnp.asarray([m.draft_length(T) for m in methods])  # the lookahead and draft rows of each point, traced
@@ -713,7 +735,8 @@ def uniforms_per_position(method: Method, inst: MarkovInstance) -> int:
     SpecDec++ also draws one per slot of its pool, which holds about as many chains as are drafting past rejections)."""
     check_method(method)
     if method.slotwise:
-        return method.rows + 2
+        tables = _Tables(inst, _jax()[1])
+        return _slot_width(method.rows, _slot_tables(method, *tables.arrays[:2]) if tables.small(inst.V) else None)
     if _adaptive(method):  # 3 per run, and one per slot of the pool of chains drafting past rejections
         return 3
     if _positionwise(method):
