@@ -26,6 +26,8 @@ FIGURES = {
                        "[SDpp] Fig. 3: verification vs discard rate, fixed K (exact) vs thresholds h (simulated)"),
     "block-gain": ("speculab.repro.block_gain",
                    "Block verification vs SD at γ = 2, 4, 8: exact and simulated (Markov), measured (tiny pair)"),
+    "batch-optimality": ("speculab.repro.batch_optimality",
+                         "Algorithm 4 vs the best root verifier over M: exact E[N_rej] (DP) and the α* gap (SPEC O)"),
     "draft-design": ("speculab.repro.draft_design",
                      "Fit a low-rank draft by KL, by rejections or by latency (differentiable theory, JAX); compare"),
 }

@@ -25,6 +25,14 @@ from speculab.theory.batch import (
     root_residual_chain,
     uniform_batch_improvement,
 )
+from speculab.theory.optimal import (
+    OptimalBatchProfile,
+    accepted_law_rank,
+    algorithm4_accepted_law,
+    best_accepted_law,
+    optimal_acceptance,
+    optimal_batch_rejections,
+)
 from speculab.theory.lookahead import (
     LookaheadChoice,
     LookaheadCounts,
@@ -93,6 +101,9 @@ __all__ = [
     # [Yin] Thm 3, Prop. 1, Fig. 3
     "BatchProfile", "batch_expected_rejections", "batch_improvement", "batch_rejection_probability",
     "bernoulli_batch_improvement", "uniform_batch_improvement", "root_residual_chain",
+    # optimal multi-draft verification (SPEC O)
+    "OptimalBatchProfile", "optimal_acceptance", "optimal_batch_rejections", "best_accepted_law",
+    "accepted_law_rank", "algorithm4_accepted_law",
     # lookahead (SPEC L) and the [SDpp] cost model (SPEC D)
     "LookaheadCounts", "LookaheadChoice", "lookahead_counts", "best_lookahead", "latency_per_token",
     "iid_tokens_per_round", "iid_speedup",

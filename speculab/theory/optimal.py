@@ -1,0 +1,262 @@
+r"""How far batch SD is from optimal: the best possible use of ``M`` drafts at a round's root (SPEC O).
+
+Convention: ``p`` = draft, ``q`` = target. At a root, ``M`` i.i.d. draft tokens
+``X_1..X_M ~ p`` are coupled with the target's token ``Y ~ q``; the draft is
+*accepted* when ``Y ∈ {X_1..X_M}`` (the round goes on down a row that drafted
+``Y``). Which laws of the accepted token are achievable? With ``a(x) = P(Y = x,
+accepted)``, a coupling exists iff
+
+.. math:: 0 \le a \le q \quad\text{and}\quad a(S) \le c(S) = 1 - (1 - p(S))^M
+          \ \text{for every } S \subseteq V
+
+(``c(S)`` = probability that some draft lands in ``S``; sufficiency is Hall's
+theorem on the bipartite graph of draft tuples and tokens). ``c`` is a coverage
+function, hence submodular, so the feasible ``a`` form a polymatroid with rank
+
+.. math:: g(S) = \min_{T \subseteq S}\, \big[c(T) + q(S \setminus T)\big],
+
+and the largest acceptance is ``g(V)``:
+
+.. math:: \alpha^*(p, q, M) = 1 - \max_{H \subseteq V}\, \big[p(H)^M - q(H)\big]
+
+([Yin] §5 leaves this open). Both optimisations run over *prefixes* of the tokens
+sorted by ``q/p`` (ascending for ``H``, descending for ``T``; ``p = 0`` counts as
+``+∞``): exchanging a token across the boundary of an optimal set that is not a
+prefix never helps, because ``s ↦ s^M`` is convex (tokens with equal ratios enter
+or leave together). So ``α*`` costs ``O(V log V)`` and ``g`` of a chain of sets
+``O(V² log V)``.
+
+[Yin] Algorithm 4 (recursive rejection, with replacement) accepts at the root
+with probability ``1 − Π_m r_m ≤ α*``, with accepted law ``q − u_M``
+(:func:`~speculab.theory.batch.root_residual_chain`).
+
+On a Markov instance the root verifier may choose any feasible ``a`` per position
+and context; the rest of the round is Algorithm 4's (the accepted row is
+followed and checked with ``min(1, q/p)``, ``K = ∞``). The choice that minimises
+the expected rejections is found by dynamic programming backwards over positions
+(:func:`optimal_batch_rejections`): at each root it maximises ``Σ_x a(x) w(x)``,
+a linear function on a polymatroid, which the greedy algorithm solves exactly.
+Its weights ``w(x)`` are the rejections saved by accepting ``x`` rather than
+outputting it by a rejection. Were one of them not positive, the fewest rejections
+would not come from the largest root acceptance; we have no proof that this cannot
+happen, so the profile reports the shortfall ``α* − Σ a``. On every instance tried
+(``tests/test_optimal.py``) the weights stay positive and the shortfall is 0: the
+best root verifier is one that accepts with probability ``α*``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from speculab import kernels
+from speculab._validate import as_float_array, as_pair
+from speculab.theory.batch import BatchProfile, _check_M, batch_advance, root_residual_chain
+from speculab.theory.instance import MarkovInstance, compact, scalar
+
+__all__ = [
+    "optimal_acceptance",
+    "coverage",
+    "accepted_law_rank",
+    "best_accepted_law",
+    "algorithm4_accepted_law",
+    "OptimalBatchProfile",
+    "optimal_batch_rejections",
+    "batch_rejections_backward",
+]
+
+
+def coverage(s, M) -> np.ndarray:
+    r"""Probability that at least one of ``M`` i.i.d. draws lands in a set of mass ``s``: :math:`1 - (1 - s)^M`.
+
+    ``M = np.inf`` gives ``1{s > 0}``. ``1 − s`` is floored at 0 (a cumulative sum may exceed 1 by round-off).
+    """
+    s = np.asarray(s, dtype=float)
+    if M == np.inf:
+        return (s > 0).astype(float)
+    return 1.0 - np.maximum(1.0 - s, 0.0) ** M
+
+
+def _ratio_key(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """``q/p`` with ``p = 0`` as ``+inf`` (such a token is never drafted)."""
+    drafted = p > 0
+    return np.where(drafted, q / np.where(drafted, p, 1.0), np.inf)
+
+
+def optimal_acceptance(p, q, M) -> np.ndarray:
+    r"""The largest root acceptance with ``M`` i.i.d. drafts (SPEC O): :math:`\alpha^* = 1 - \max_H [p(H)^M - q(H)]`.
+
+    The maximum runs over the ``V + 1`` prefixes of the tokens sorted by ``q/p``
+    ascending (module docstring), so the cost is ``O(V log V)`` per pair. ``M = 1``
+    gives ``1 − TV(p, q)``; ``M = np.inf`` gives ``q(supp p)``; always
+    ``α* ≥ 1 − Π_m TV(q^m, p)``, [Yin] Algorithm 4's root acceptance.
+
+    Args:
+      p: draft distribution(s), shape ``(..., V)``.
+      q: target distribution(s), same shape.
+      M: number of i.i.d. drafts, an int >= 1 or ``np.inf``.
+
+    Returns:
+      ``(...)`` array of ``α*``.
+
+    Example:
+      >>> float(optimal_acceptance([0.5, 0.5, 0.0], [0.2, 0.3, 0.5], 2))
+      0.5
+    """
+    p, q = as_pair(p, q)
+    M = _check_M(M)
+    if M == np.inf:
+        return np.sum(np.where(p > 0, q, 0.0), axis=-1)
+    order = np.argsort(_ratio_key(p, q), axis=-1, kind="stable")
+    cp = np.cumsum(np.take_along_axis(p, order, axis=-1), axis=-1)  # p(H) of each non-empty prefix H
+    cq = np.cumsum(np.take_along_axis(q, order, axis=-1), axis=-1)
+    gain = np.max(np.minimum(cp, 1.0) ** M - cq, axis=-1)
+    return 1.0 - np.maximum(gain, 0.0)  # H = ∅ gives 0
+
+
+def accepted_law_rank(p, q, M, members) -> np.ndarray:
+    r"""The polymatroid rank :math:`g(S) = \min_{T \subseteq S} [c(T) + q(S \setminus T)]` of the feasible accepted laws.
+
+    ``g(S)`` is the largest probability that the accepted token lies in ``S``.
+    The minimising ``T`` is a prefix of ``S`` sorted by ``q/p`` descending (module docstring).
+
+    Args:
+      p, q: validated distributions, shape ``(..., V)``.
+      M: number of drafts (int or ``np.inf``).
+      members: boolean ``(..., K, V)``, ``K`` sets ``S`` per pair.
+
+    Returns:
+      ``(..., K)`` ranks.
+    """
+    order = np.argsort(-_ratio_key(p, q), axis=-1, kind="stable")[..., None, :]  # (..., 1, V)
+    inside = np.take_along_axis(members, order, axis=-1)  # (..., K, V) in the order of q/p descending
+    pT = np.cumsum(np.where(inside, np.take_along_axis(p[..., None, :], order, axis=-1), 0.0), axis=-1)
+    qT = np.cumsum(np.where(inside, np.take_along_axis(q[..., None, :], order, axis=-1), 0.0), axis=-1)
+    qS = np.sum(np.where(members, q[..., None, :], 0.0), axis=-1)
+    return qS + np.minimum(np.min(coverage(pT, M) - qT, axis=-1), 0.0)  # T = ∅ gives 0
+
+
+def best_accepted_law(p, q, M, w) -> np.ndarray:
+    r"""The feasible accepted law ``a`` that maximises :math:`\sum_x a(x)\, w(x)` (greedy on the polymatroid).
+
+    Tokens are taken in order of decreasing weight, each given its marginal rank
+    ``a(π_k) = g(S_k) − g(S_{k−1})`` (:func:`accepted_law_rank`), until the weights
+    are no longer positive — Edmonds' greedy algorithm, exact for a linear objective
+    on a polymatroid. With every ``w > 0`` the total is ``α*``.
+
+    Args:
+      p, q: validated distributions, shape ``(..., V)``.
+      M: number of drafts (int or ``np.inf``).
+      w: ``(..., V)`` weights.
+
+    Returns:
+      ``(..., V)`` the accepted law (sub-probability, ``≤ q``).
+    """
+    V = p.shape[-1]
+    order = np.argsort(-w, axis=-1, kind="stable")  # π
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.arange(V), axis=-1)  # position of each token in π
+    members = rank[..., None, :] < np.arange(1, V + 1)[:, None]  # (..., V, V): S_k = first k + 1 tokens of π
+    g = accepted_law_rank(p, q, M, members)  # (..., V)
+    step = np.diff(g, axis=-1, prepend=0.0)  # marginal rank of π_k
+    step = np.where(np.take_along_axis(w, order, axis=-1) > 0, np.maximum(step, 0.0), 0.0)
+    a = np.empty_like(step)
+    np.put_along_axis(a, order, step, axis=-1)
+    return np.minimum(a, q)
+
+
+def algorithm4_accepted_law(p, q, M) -> np.ndarray:
+    """[Yin] Algorithm 4's accepted law at the root: ``q − u_M = q − R_M q^{M+1}`` (:mod:`speculab.theory.batch`)."""
+    return q - root_residual_chain(q, p, M)[0]
+
+
+@dataclass(frozen=True)
+class OptimalBatchProfile(BatchProfile):
+    """Expected rejections of batch SD whose roots are verified by the best coupling (the rest as Algorithm 4).
+
+    Attributes (besides :class:`~speculab.theory.batch.BatchProfile`'s):
+      root_shortfall: the largest ``α* − Σ_x a(x)`` over positions and contexts:
+        how far below the largest acceptance the fewest-rejection policy accepts
+        at some root (0 when it always accepts ``α*``).
+    """
+
+    root_shortfall: float = 0.0
+
+
+def _rows(A: np.ndarray, n: int) -> np.ndarray:
+    """The ``(A', V)`` kernel rows at position ``n`` of a compact stack."""
+    return A[n if A.shape[0] > 1 else 0]
+
+
+def _broadcast_rows(p: np.ndarray, q: np.ndarray):
+    shape = np.broadcast_shapes(p.shape, q.shape)
+    return np.broadcast_to(p, shape), np.broadcast_to(q, shape)
+
+
+def batch_rejections_backward(inst: MarkovInstance, M, root_law=None) -> tuple[float, np.ndarray, np.ndarray]:
+    r"""Expected rejections of batch SD (``K = ∞``) by dynamic programming backwards over positions.
+
+    With ``W_n(a)`` the expected rejections from position ``n`` on when it is a root
+    with context ``a``, and ``N_n(a)`` when it continues an accepted row,
+
+    .. math:: N_n = \min(P_n, Q_n)\, N_{n+1} + (Q_n - P_n)_+ (1 + W_{n+1}),\qquad
+              W_n = Q_n (1 + W_{n+1}) - \langle a_n, w_{n+1} \rangle,\quad w = 1 + W - N,
+
+    ``W_{T+1} = N_{T+1} = 0`` and ``E[N_rej] = ρ · W_1``: a root outputs ``x`` by a
+    rejection with probability ``q(x) − a(x)`` (one rejection, the next position is a
+    root) and accepts it with ``a(x)`` (the next position continues that row).
+    ``root_law(p, q, M, w)`` gives the accepted law ``a_n`` per context; ``None`` is
+    the best one (:func:`best_accepted_law`, which makes this the minimum over root
+    verifiers), :func:`algorithm4_accepted_law` (ignoring ``w``) gives [Yin] Thm 3.
+
+    Returns:
+      ``(E[N_rej], W, N)``, ``W`` and ``N`` of shape ``(T + 1, V)`` (row ``T`` is 0).
+    """
+    root_law = best_accepted_law if root_law is None else root_law
+    M = _check_M(M)
+    P, Q = compact(inst.P), compact(inst.Q)
+    W, N = np.zeros((inst.T + 1, inst.V)), np.zeros((inst.T + 1, inst.V))
+    for n in range(inst.T - 1, -1, -1):
+        p, q = _broadcast_rows(_rows(P, n), _rows(Q, n))  # (A', V), A' = V or 1
+        w = np.broadcast_to(1.0 + W[n + 1] - N[n + 1], p.shape)
+        a = root_law(p, q, M, w)
+        W[n] = q @ (1.0 + W[n + 1]) - np.sum(a * w, axis=-1)  # (A',) broadcast over contexts
+        N[n] = np.minimum(p, q) @ N[n + 1] + kernels.excess(q, p) @ (1.0 + W[n + 1])
+    return scalar(inst.rho @ W[0]), W, N
+
+
+def optimal_batch_rejections(inst: MarkovInstance, M) -> OptimalBatchProfile:
+    r"""The fewest expected rejections batch SD with ``M`` drafts can reach by verifying its roots differently.
+
+    Every root (a round's first position) may couple its ``M`` drafts with the
+    target by any coupling (module docstring); the rest of the round is [Yin]
+    Algorithm 4's, ``K = ∞``. The best choice per position and context comes from
+    :func:`batch_rejections_backward`; the profile is then propagated forward with
+    [Yin] Thm 3's recursion (root mass ``g``, rejection-output law ``q − a``), so it
+    has the same fields as :func:`~speculab.theory.batch.batch_expected_rejections`
+    — never more rejections, equal at ``M = 1`` (every unbiased rule does at least
+    T1's, [Yin] Thm 2).
+
+    ``O(T A V² log V)`` time (a greedy per position and context, ``A = V`` contexts,
+    1 on a context-free instance), ``O(T V)`` memory beyond the instance.
+
+    Args:
+      inst: a Markov instance.
+      M: number of drafts, an int >= 1 or ``np.inf``.
+    """
+    M = _check_M(M)
+    _, W, N = batch_rejections_backward(inst, M)
+    P, Q = compact(inst.P), compact(inst.Q)
+    state = (inst.rho, inst.rho)
+    rejections, sd, root = (np.empty(inst.T) for _ in range(3))
+    shortfall = 0.0
+    for n in range(inst.T):
+        p, q = _broadcast_rows(_rows(P, n), _rows(Q, n))
+        a = best_accepted_law(p, q, M, np.broadcast_to(1.0 + W[n + 1] - N[n + 1], p.shape))
+        shortfall = max(shortfall, float(np.max(optimal_acceptance(p, q, M) - a.sum(axis=-1))))
+        u = q - a  # output by a rejection at the root
+        ker = (kernels.tv(p, q), kernels.excess(q, p), u, u.sum(axis=-1), q)
+        state, (rejections[n], sd[n], root[n]) = batch_advance(state, ker)
+    return OptimalBatchProfile(rejections_per_position=rejections, sd_rejections_per_position=sd,
+                               oracle_calls_per_position=root, M=M, root_shortfall=max(shortfall, 0.0))

@@ -1,0 +1,257 @@
+"""Optimal multi-draft verification (SPEC O): α*, the feasible accepted laws, the best root policy on Markov instances.
+
+References are independent of the prefix arguments of :mod:`speculab.theory.optimal`: all
+``2^V`` subsets, the coupling itself as a linear program over draft tuples × tokens, the
+polymatroid as a linear program with one constraint per subset, and [Yin] Thm 3's forward
+recursion for Algorithm 4.
+"""
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from scipy.optimize import linprog
+
+from speculab.testing import distribution_pairs, markov_instances
+from speculab.theory import (
+    MarkovInstance,
+    batch_expected_rejections,
+    batch_rejection_probability,
+    sd_expected_rejections,
+    tv,
+)
+from speculab.theory.optimal import (
+    accepted_law_rank,
+    algorithm4_accepted_law,
+    batch_rejections_backward,
+    best_accepted_law,
+    coverage,
+    optimal_acceptance,
+    optimal_batch_rejections,
+)
+
+Ms = st.integers(1, 5)
+
+
+def _subsets(V):
+    return [list(S) for r in range(V + 1) for S in itertools.combinations(range(V), r)]
+
+
+def _alpha_brute(p, q, M):
+    return 1.0 - max(p[H].sum() ** M - q[H].sum() for H in _subsets(len(p)))
+
+
+def _alpha_coupling_lp(p, q, M):
+    """max P(Y ∈ {X_1..X_M}) over couplings of X ~ p^{⊗M} and Y ~ q, as a linear program."""
+    V = len(p)
+    tuples = list(itertools.product(range(V), repeat=M))
+    n = len(tuples) * V  # variable π(t, y) at index i * V + y
+    c = np.zeros(n)
+    A = np.zeros((len(tuples) + V, n))
+    for i, t in enumerate(tuples):
+        A[i, i * V:(i + 1) * V] = 1.0
+        for y in set(t):
+            c[i * V + y] = -1.0
+        A[len(tuples):, i * V:(i + 1) * V] += np.eye(V)
+    b = np.concatenate([[np.prod(p[list(t)]) for t in tuples], q])
+    res = linprog(c, A_eq=A, b_eq=b, bounds=(0, None), method="highs")
+    assert res.status == 0
+    return -res.fun
+
+
+def _best_law_lp(p, q, M, w):
+    """max Σ a w subject to 0 ≤ a ≤ q and a(S) ≤ 1 − (1 − p(S))^M for every S (one row per subset)."""
+    V = len(p)
+    rows = [S for S in _subsets(V) if S]
+    A = np.array([np.isin(np.arange(V), S).astype(float) for S in rows])
+    b = np.array([1.0 - (1.0 - p[S].sum()) ** M for S in rows])
+    res = linprog(-w, A_ub=A, b_ub=b, bounds=list(zip(np.zeros(V), q)), method="highs")
+    assert res.status == 0
+    return -res.fun
+
+
+def _feasible(a, p, q, M, atol=1e-12):
+    return bool(np.all(a >= -atol) and np.all(a <= q + atol) and all(
+        a[S].sum() <= coverage(p[S].sum(), M) + atol for S in _subsets(len(p))))
+
+
+# -- α* at one position ------------------------------------------------------------------------------
+@given(distribution_pairs(max_V=6), Ms)
+def test_alpha_star_is_the_brute_force_maximum_over_all_subsets(pair, M):
+    p, q = pair
+    assert optimal_acceptance(p, q, M) == pytest.approx(_alpha_brute(p, q, M), abs=1e-12)
+
+
+@pytest.mark.parametrize("V, M", [(2, 2), (3, 2), (3, 3), (4, 2)])
+def test_alpha_star_is_attained_by_a_coupling(V, M):
+    """The duality of SPEC O (max-flow / min-cut), checked by solving for the coupling itself."""
+    rng = np.random.default_rng(V * 10 + M)
+    for _ in range(5):
+        p, q = rng.dirichlet(np.full(V, 0.6)), rng.dirichlet(np.full(V, 0.6))
+        p[rng.integers(V)] = 0.0  # a token the draft never proposes
+        p /= p.sum()
+        assert optimal_acceptance(p, q, M) == pytest.approx(_alpha_coupling_lp(p, q, M), abs=1e-8)
+
+
+@given(distribution_pairs(max_V=8), Ms)
+def test_alpha_star_bounds_and_limits(pair, M):
+    p, q = pair
+    alpha = optimal_acceptance(p, q, M)
+    assert optimal_acceptance(p, q, 1) == pytest.approx(1.0 - tv(p, q), abs=1e-12)  # one draft: SD
+    assert alpha >= 1.0 - batch_rejection_probability(q, p, M) - 1e-12  # [Yin] Alg. 4's root
+    assert optimal_acceptance(p, q, M + 1) >= alpha - 1e-12  # more drafts never hurt
+    assert optimal_acceptance(p, q, np.inf) == pytest.approx(q[p > 0].sum(), abs=1e-12)
+    assert optimal_acceptance(p, q, np.inf) >= alpha - 1e-12
+
+
+def test_alpha_star_beats_algorithm4_by_a_measurable_margin():
+    """SPEC O: on Dirichlet pairs with V = 7, Algorithm 4 leaves about 0.05 (M = 2) and 0.1 (M = 8) on the table."""
+    rng = np.random.default_rng(0)
+    p, q = rng.dirichlet(np.ones(7), size=2000), rng.dirichlet(np.ones(7), size=2000)
+    for M, low, high in ((2, 0.02, 0.08), (8, 0.06, 0.15)):
+        gap = optimal_acceptance(p, q, M) - (1.0 - batch_rejection_probability(q, p, M))
+        assert gap.min() >= -1e-12 and low < gap.mean() < high
+
+
+def test_alpha_star_closed_example():
+    p, q = np.array([0.5, 0.5, 0.0]), np.array([0.2, 0.3, 0.5])
+    # H = {0, 1}: p(H)^M − q(H) = 1 − 0.5, so α* = q(supp p) = 0.5 for every M ≥ 1: only 0.5 of q is draftable
+    assert optimal_acceptance(p, q, 1) == pytest.approx(0.5)
+    # binary, M = 2, p = (.9, .1), q = (.5, .5): H = {0} gives .81 − .5, so α* = .69; Algorithm 4: r_1 = .4,
+    # q^2 = (0, 1), r_2 = TV(q^2, p) = .9, root acceptance 1 − .36 = .64
+    p, q = np.array([0.9, 0.1]), np.array([0.5, 0.5])
+    assert optimal_acceptance(p, q, 2) == pytest.approx(0.69)
+    assert 1.0 - batch_rejection_probability(q, p, 2) == pytest.approx(0.64)
+
+
+@pytest.mark.parametrize("bad, match", [((0.0,), "M must be"), ((1.5,), "M must be"), ((-np.inf,), "M must be")])
+def test_bad_draft_counts_are_refused(bad, match):
+    with pytest.raises(ValueError, match=match):
+        optimal_acceptance([0.5, 0.5], [0.5, 0.5], *bad)
+
+
+def test_bad_distributions_are_refused():
+    with pytest.raises(ValueError, match="p must sum to 1"):
+        optimal_acceptance([0.5, 0.6], [0.5, 0.5], 2)
+    with pytest.raises(ValueError, match="q must be non-negative"):
+        optimal_acceptance([0.5, 0.5], [1.5, -0.5], 2)
+    with pytest.raises(ValueError, match="same shape"):
+        optimal_acceptance([0.5, 0.5], [1.0, 0.0, 0.0], 2)
+
+
+# -- the feasible accepted laws (a polymatroid) ------------------------------------------------------
+@given(distribution_pairs(max_V=5), Ms, st.data())
+def test_rank_is_the_brute_force_minimum(pair, M, data):
+    p, q = pair
+    V = len(p)
+    members = np.array([data.draw(st.lists(st.booleans(), min_size=V, max_size=V)) for _ in range(3)])
+    got = accepted_law_rank(p, q, M, members)
+    for S, g in zip(members, got):
+        S = list(np.flatnonzero(S))
+        ref = min(coverage(p[T].sum(), M) + q[[x for x in S if x not in T]].sum()
+                  for T in (list(T) for r in range(len(S) + 1) for T in itertools.combinations(S, r)))
+        assert g == pytest.approx(ref, abs=1e-12)
+
+
+@given(distribution_pairs(max_V=5), st.sampled_from([1, 2, 3, np.inf]), st.data())
+def test_greedy_law_is_feasible_and_optimal_against_the_lp(pair, M, data):
+    p, q = pair
+    V = len(p)
+    w = np.array(data.draw(st.lists(st.floats(-1.0, 2.0), min_size=V, max_size=V)))
+    a = best_accepted_law(p, q, M, w)
+    assert _feasible(a, p, q, M, atol=1e-10)
+    if M != np.inf:
+        assert a @ w == pytest.approx(_best_law_lp(p, q, M, w), abs=1e-8)
+    if np.all(w > 0):  # positive weights: the greedy reaches a base, i.e. the largest acceptance
+        assert a.sum() == pytest.approx(optimal_acceptance(p, q, M), abs=1e-10)
+
+
+@given(distribution_pairs(max_V=5), Ms)
+def test_algorithm4_law_is_feasible_with_its_root_acceptance(pair, M):
+    p, q = pair
+    a = algorithm4_accepted_law(p, q, M)
+    assert _feasible(a, p, q, M, atol=1e-12)
+    assert a.sum() == pytest.approx(1.0 - batch_rejection_probability(q, p, M), abs=1e-12)
+
+
+def test_batched_rows_match_row_by_row():
+    rng = np.random.default_rng(3)
+    p, q, w = rng.dirichlet(np.ones(5), 4), rng.dirichlet(np.ones(5), 4), rng.normal(size=(4, 5))
+    a = best_accepted_law(p, q, 3, w)
+    for i in range(4):
+        np.testing.assert_allclose(a[i], best_accepted_law(p[i], q[i], 3, w[i]), atol=1e-15)
+    np.testing.assert_allclose(optimal_acceptance(p, q, 3), [optimal_acceptance(p[i], q[i], 3) for i in range(4)])
+
+
+# -- Markov instances: the best root verifier --------------------------------------------------------
+INSTANCES = {
+    "random": MarkovInstance.random(12, 4, 3, concentration=0.6),
+    "stationary": MarkovInstance.stationary(*np.random.default_rng(4).dirichlet(np.ones(5), (2, 5)), T=15),
+    "context-free": MarkovInstance.context_free([0.5, 0.3, 0.2, 0.0], [0.1, 0.2, 0.3, 0.4], T=10),
+}
+
+
+@pytest.mark.parametrize("name", INSTANCES)
+@pytest.mark.parametrize("M", [1, 2, 3, np.inf])
+def test_backward_recursion_with_algorithm4_roots_is_theorem3(name, M):
+    inst = INSTANCES[name]
+    value, _, _ = batch_rejections_backward(inst, M, lambda p, q, M, w: algorithm4_accepted_law(p, q, M))
+    assert value == pytest.approx(batch_expected_rejections(inst, M).rejections, rel=1e-12)
+
+
+@pytest.mark.parametrize("name", INSTANCES)
+def test_optimal_roots_never_lose_and_equal_theorem1_with_one_draft(name):
+    inst = INSTANCES[name]
+    t1 = sd_expected_rejections(inst).rejections
+    assert optimal_batch_rejections(inst, 1).rejections == pytest.approx(t1, rel=1e-12)  # [Yin] Thm 2
+    previous = t1
+    for M in (2, 3, 5, 8):
+        opt = optimal_batch_rejections(inst, M)
+        t3 = batch_expected_rejections(inst, M)
+        assert opt.rejections <= t3.rejections + 1e-12
+        assert opt.rejections <= previous + 1e-12
+        assert opt.rejections == pytest.approx(batch_rejections_backward(inst, M)[0], rel=1e-12)  # forward = backward
+        np.testing.assert_allclose(opt.sd_rejections_per_position, t3.sd_rejections_per_position, rtol=1e-12)
+        previous = opt.rejections
+
+
+def test_optimal_roots_gain_on_a_random_instance():
+    inst = INSTANCES["random"]
+    gain = batch_expected_rejections(inst, 4).rejections - optimal_batch_rejections(inst, 4).rejections
+    assert gain > 0.05  # a real gap, not round-off
+
+
+@given(markov_instances(max_T=3, max_V=3), st.sampled_from([2, 3]))
+def test_dynamic_programme_equals_a_linear_programme_at_every_root(inst, M):
+    """The greedy inside the recursion against scipy's LP over the polymatroid (one constraint per subset)."""
+    def lp_law(p, q, M, w):
+        out = np.zeros_like(p)
+        for i in range(p.shape[0]):
+            V = p.shape[1]
+            rows = [S for S in _subsets(V) if S]
+            A = np.array([np.isin(np.arange(V), S).astype(float) for S in rows])
+            b = np.array([1.0 - (1.0 - p[i, S].sum()) ** M for S in rows])
+            res = linprog(-w[i], A_ub=A, b_ub=b, bounds=list(zip(np.zeros(V), q[i])), method="highs")
+            out[i] = res.x
+        return out
+
+    assert batch_rejections_backward(inst, M)[0] == pytest.approx(batch_rejections_backward(inst, M, lp_law)[0],
+                                                                 abs=1e-7)
+
+
+def test_compact_and_broadcast_instances_agree():
+    inst = INSTANCES["stationary"]
+    full = MarkovInstance(np.array(inst.P), np.array(inst.Q), inst.rho)
+    a, b = optimal_batch_rejections(inst, 3), optimal_batch_rejections(full, 3)
+    np.testing.assert_allclose(a.rejections_per_position, b.rejections_per_position, rtol=1e-13)
+
+
+@given(markov_instances(max_T=4, max_V=4), st.integers(2, 5))
+def test_fewest_rejections_come_with_the_largest_root_acceptance_on_every_instance_tried(inst, M):
+    """An observation, not a theorem (the module docstring): the weights of the greedy stay positive, so the best
+    root verifier accepts with probability α* at every root. A counterexample would fail here — and be a finding."""
+    _, W, N = batch_rejections_backward(inst, M)
+    assert np.all(1.0 + W[1:] - N[1:] > 0)
+    assert optimal_batch_rejections(inst, M).root_shortfall < 1e-9
