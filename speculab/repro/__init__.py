@@ -28,6 +28,8 @@ FIGURES = {
                    "Block verification vs SD at γ = 2, 4, 8: exact and simulated (Markov), measured (tiny pair)"),
     "batch-optimality": ("speculab.repro.batch_optimality",
                          "Algorithm 4 vs the best root verifier over M: exact E[N_rej] (DP) and the α* gap (SPEC O)"),
+    "optimal-stopping": ("speculab.repro.optimal_stopping",
+                         "[SDpp] Fig. 3 with the exact optimal stopping rule: Δ to the best threshold, fixed K, block"),
     "draft-design": ("speculab.repro.draft_design",
                      "Fit a low-rank draft by KL, by rejections or by latency (differentiable theory, JAX); compare"),
 }

@@ -33,6 +33,7 @@ from speculab.theory.optimal import (
     optimal_acceptance,
     optimal_batch_rejections,
 )
+from speculab.theory.stopping import StoppingCounts, fixed_lookahead, optimal_stopping, stopping_counts
 from speculab.theory.lookahead import (
     LookaheadChoice,
     LookaheadCounts,
@@ -104,6 +105,8 @@ __all__ = [
     # optimal multi-draft verification (SPEC O)
     "OptimalBatchProfile", "optimal_acceptance", "optimal_batch_rejections", "best_accepted_law",
     "accepted_law_rank", "algorithm4_accepted_law",
+    # stopping rules: exact counts on the draft tree, the optimal rule
+    "StoppingCounts", "stopping_counts", "optimal_stopping", "fixed_lookahead",
     # lookahead (SPEC L) and the [SDpp] cost model (SPEC D)
     "LookaheadCounts", "LookaheadChoice", "lookahead_counts", "best_lookahead", "latency_per_token",
     "iid_tokens_per_round", "iid_speedup",

@@ -1,0 +1,178 @@
+"""Exact counts of drafting rules and the optimal stopping rule (speculab.theory.stopping), against independent references:
+the lookahead chain (fixed K), Monte Carlo (SpecDec++), and brute force over every stopping rule of a tiny instance."""
+
+import itertools
+from functools import lru_cache
+
+import numpy as np
+import pytest
+
+from conftest import Z_BOUND
+from speculab.methods import SpecDecPP
+from speculab.methods.specdecpp import noisy_head
+from speculab.sim import simulate
+from speculab.theory import MarkovInstance, latency_per_token, lookahead_counts
+from speculab.theory.stopping import NODE_BUDGET, fixed_lookahead, optimal_stopping, stopping_counts
+
+COUNTS = ("oracle_calls", "draft_calls", "accepted", "rejections", "bonus")
+INSTANCES = {
+    "random": MarkovInstance.random(8, 3, 1, concentration=0.6),
+    "stationary": MarkovInstance.stationary(*np.random.default_rng(2).dirichlet(np.full(3, 0.7), (2, 3)), T=9),
+    "context-free": MarkovInstance.context_free([0.6, 0.3, 0.1], [0.2, 0.3, 0.5], T=7),
+}
+
+
+@pytest.mark.parametrize("name", INSTANCES)
+@pytest.mark.parametrize("K", [1, 2, 3, 10])
+def test_fixed_lookahead_is_the_lookahead_chain(name, K):
+    inst = INSTANCES[name]
+    tree, chain = stopping_counts(inst, fixed_lookahead(K), 0.2, 1.0), lookahead_counts(inst, K)
+    for f in COUNTS + ("discarded",):
+        assert getattr(tree, f) == pytest.approx(getattr(chain, f), rel=1e-12, abs=1e-12), f
+    assert tree.time == pytest.approx(0.2 * chain.draft_calls + chain.oracle_calls, rel=1e-12)
+    # [SDpp] eq. (5.1) misses only the last round's drafts when it ends fully accepted at the horizon: t_draft f / T
+    eq51 = latency_per_token(chain.discard_rate, chain.verification_rate, 0.2, 1.0)
+    assert tree.latency_per_token - eq51 == pytest.approx(0.2 * chain.final_round_all_accepted / inst.T, abs=1e-12)
+
+
+@pytest.mark.parametrize("method", [SpecDecPP(0.6, cap=5), SpecDecPP(0.3, cap=8), SpecDecPP(1.0, cap=3)], ids=repr)
+def test_specdecpp_exact_counts_match_simulation(method):
+    inst = INSTANCES["random"]
+    exact = stopping_counts(inst, method.adaptive_drafting(inst), 0.1, 1.0)
+    sim = simulate(inst, method, 100_000, key=3)
+    for f in COUNTS:
+        assert abs(sim.estimate(f).z(getattr(exact, f))) < Z_BOUND, f
+
+
+def test_specdecpp_with_a_noisy_head_matches_simulation():
+    inst = INSTANCES["stationary"]
+    method = SpecDecPP(0.5, head=noisy_head(inst, 1.0, key=0), cap=6)
+    exact = stopping_counts(inst, method.adaptive_drafting(inst), 0.1, 1.0)
+    sim = simulate(inst, method, 100_000, key=4)
+    for f in COUNTS:
+        assert abs(sim.estimate(f).z(getattr(exact, f))) < Z_BOUND, f
+
+
+def test_specdecpp_that_never_stops_early_is_fixed_lookahead_at_its_cap():
+    inst = INSTANCES["random"]
+    a = stopping_counts(inst, SpecDecPP(1.0, cap=4).adaptive_drafting(inst))
+    b = stopping_counts(inst, fixed_lookahead(4))
+    assert a == b
+
+
+@pytest.mark.parametrize("name", INSTANCES)
+@pytest.mark.parametrize("t_draft", [0.02, 0.2, 0.6])
+def test_the_optimum_is_never_worse_than_any_threshold_or_fixed_lookahead(name, t_draft):
+    inst, cap = INSTANCES[name], 6
+    best = optimal_stopping(inst, t_draft, 1.0, cap)
+    rivals = [stopping_counts(inst, fixed_lookahead(K), t_draft, 1.0) for K in range(1, cap + 1)]
+    rivals += [stopping_counts(inst, SpecDecPP(h, cap=cap).adaptive_drafting(inst), t_draft, 1.0)
+               for h in np.linspace(0.0, 1.0, 21)]
+    assert all(best.time <= r.time + 1e-12 for r in rivals)
+    assert best.time <= inst.T * 1.0 + 1e-12  # autoregressive decoding costs T target calls
+
+
+def test_the_optimum_beats_every_threshold_on_a_random_instance():
+    """[SDpp] Thm 4.3's Δ is not zero here: the best threshold is measurably slower than the optimum."""
+    inst = INSTANCES["random"]
+    best = optimal_stopping(inst, 0.1, 1.0, 6).time
+    threshold = min(stopping_counts(inst, SpecDecPP(h, cap=6).adaptive_drafting(inst), 0.1, 1.0).time
+                    for h in np.linspace(0.0, 1.0, 101))
+    assert threshold - best > 0.01 * best
+
+
+def _brute_force_best_time(inst, t_draft, t_target, cap):
+    """Every deterministic stopping rule of the instance (a stop/go choice at every node of every round's draft tree,
+    stopping before the first draft included), each evaluated by direct recursion over the process."""
+    T, V = inst.T, inst.V
+    P, Q = np.asarray(inst.P), np.asarray(inst.Q)
+    nodes = [(n, a, path) for n in range(T) for a in range(V)
+             for k in range(min(cap, T - n)) for path in itertools.product(range(V), repeat=k)]
+
+    def evaluate(stops):
+        @lru_cache(maxsize=None)
+        def future(n, a):  # expected time from a round start at position n after token a
+            return 0.0 if n == T else drafted(n, a, ())
+
+        def drafted(n, a, path):
+            k = len(path)
+            if k == min(cap, T - n) or stops[(n, a, path)]:
+                return verified(n, a, path)
+            last = path[-1] if path else a
+            return sum(P[n + k, last, z] * drafted(n, a, path + (z,)) for z in range(V) if P[n + k, last, z] > 0)
+
+        def verified(n, a, path):
+            total, reach, ctx = t_target + len(path) * t_draft, 1.0, a
+            for i, y in enumerate(path):
+                p, q = P[n + i, ctx], Q[n + i, ctx]
+                b = min(1.0, q[y] / p[y])
+                excess = np.maximum(q - p, 0.0)
+                if b < 1:
+                    total += reach * (1 - b) * sum(excess[c] / excess.sum() * future(n + i + 1, c) for c in range(V))
+                reach *= b
+                ctx = y
+            m = n + len(path)
+            if m < T:
+                total += reach * sum(Q[m, ctx, c] * future(m + 1, c) for c in range(V))
+            return total
+
+        return sum(inst.rho[a] * future(0, a) for a in range(V))
+
+    return min(evaluate(dict(zip(nodes, choice))) for choice in itertools.product([False, True], repeat=len(nodes)))
+
+
+@pytest.mark.parametrize("T, key, t_draft", [(2, 5, 0.05), (2, 6, 0.3), (2, 7, 0.8),
+                                             pytest.param(3, 5, 0.2, marks=pytest.mark.slow)])
+def test_the_optimum_equals_brute_force_over_every_stopping_rule(T, key, t_draft):
+    """V = 2, cap = 2: 8 decision nodes (256 rules) at T = 2, 14 (16,384 rules) at T = 3."""
+    inst = MarkovInstance.random(T, 2, key, concentration=0.8)
+    assert optimal_stopping(inst, t_draft, 1.0, 2).time == pytest.approx(
+        _brute_force_best_time(inst, t_draft, 1.0, 2), rel=1e-12)
+
+
+def test_free_drafts_make_the_longest_lookahead_optimal():
+    """With t_draft = 0 drafting more never costs time, so verifying only at the cap (or the horizon) is optimal."""
+    inst = INSTANCES["random"]
+    assert optimal_stopping(inst, 0.0, 1.0, 5).time == pytest.approx(
+        stopping_counts(inst, fixed_lookahead(5), 0.0, 1.0).time, rel=1e-12)
+
+
+def test_expensive_drafts_make_autoregressive_decoding_optimal():
+    inst = INSTANCES["random"]
+    best = optimal_stopping(inst, 1.0, 1.0, 4)  # a draft costs a target call: never worth it
+    assert best.draft_calls == 0 and best.oracle_calls == pytest.approx(inst.T) and best.rejections == pytest.approx(inst.T)
+
+
+def test_bad_inputs_are_refused():
+    inst = INSTANCES["random"]
+    with pytest.raises(ValueError, match="t_target"):
+        optimal_stopping(inst, 0.1, 0.0, 3)
+    with pytest.raises(ValueError, match="t_draft"):
+        optimal_stopping(inst, -0.1, 1.0, 3)
+    with pytest.raises(ValueError, match="cap"):
+        optimal_stopping(inst, 0.1, 1.0, 0)
+    with pytest.raises(ValueError, match="NODE_BUDGET"):
+        optimal_stopping(MarkovInstance.random(30, 7, 0), 0.1, 1.0, 20)
+    with pytest.raises(ValueError, match="rule must be an AdaptiveDrafting"):
+        stopping_counts(inst, SpecDecPP(0.5))
+    with pytest.raises(ValueError, match="inst must be a MarkovInstance"):
+        optimal_stopping("inst", 0.1, 1.0, 3)
+    assert NODE_BUDGET >= 3 * 3 ** 8
+
+
+def test_a_rule_is_asked_only_after_a_draft():
+    """SpecDec++ always drafts once before its rule is read: a rule that always says stop is lookahead 1."""
+    inst = INSTANCES["random"]
+    eager = fixed_lookahead(1)._replace(stops=lambda prod, count, t, T: np.ones_like(prod, dtype=bool), params=())
+    assert stopping_counts(inst, eager, 0.1, 1.0) == stopping_counts(inst, fixed_lookahead(1), 0.1, 1.0)
+
+
+def test_reproduction_optimal_stopping(tmp_path, capsys):
+    from speculab.cli import main
+
+    assert main(["repro", "optimal-stopping", "--out", str(tmp_path), "--json"]) == 0
+    out = __import__("json").loads(capsys.readouterr().out)
+    assert (tmp_path / "optimal_stopping.png").stat().st_size > 10_000
+    for r in out["rows"]:  # the optimum over stopping rules beats both families of stopping rules at every cost
+        assert r["optimal"] <= min(r["threshold"], r["fixed"]) + 1e-12
+    assert out["rows"][-1]["delta"] > 0.01  # Δ of [SDpp] Thm 4.3 is measurably positive at c = 0.5
