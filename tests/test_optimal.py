@@ -163,7 +163,7 @@ def test_greedy_law_is_feasible_and_optimal_against_the_lp(pair, M, data):
     a = best_accepted_law(p, q, M, w)
     assert _feasible(a, p, q, M, atol=1e-10)
     if M != np.inf:
-        assert a @ w == pytest.approx(_best_law_lp(p, q, M, w), abs=1e-8)
+        assert a @ w == pytest.approx(_best_law_lp(p, q, M, w), abs=1e-6)  # HiGHS is feasible to 1e-7 only
     if np.all(w > 0):  # positive weights: the greedy reaches a base, i.e. the largest acceptance
         assert a.sum() == pytest.approx(optimal_acceptance(p, q, M), abs=1e-10)
 
@@ -238,7 +238,7 @@ def test_dynamic_programme_equals_a_linear_programme_at_every_root(inst, M):
         return out
 
     assert batch_rejections_backward(inst, M)[0] == pytest.approx(batch_rejections_backward(inst, M, lp_law)[0],
-                                                                 abs=1e-7)
+                                                                 abs=1e-6)  # HiGHS: feasible to 1e-7
 
 
 def test_compact_and_broadcast_instances_agree():

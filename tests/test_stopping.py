@@ -35,20 +35,14 @@ def test_fixed_lookahead_is_the_lookahead_chain(name, K):
     assert tree.latency_per_token - eq51 == pytest.approx(0.2 * chain.final_round_all_accepted / inst.T, abs=1e-12)
 
 
-@pytest.mark.parametrize("method", [SpecDecPP(0.6, cap=5), SpecDecPP(0.3, cap=8), SpecDecPP(1.0, cap=3)], ids=repr)
-def test_specdecpp_exact_counts_match_simulation(method):
-    inst = INSTANCES["random"]
+@pytest.mark.parametrize("name, method", [
+    ("random", SpecDecPP(0.6, cap=5)), ("random", SpecDecPP(0.3, cap=8)), ("random", SpecDecPP(1.0, cap=3)),
+    ("stationary", SpecDecPP(0.5, head=noisy_head(INSTANCES["stationary"], 1.0, key=0), cap=6)),
+], ids=repr)
+def test_specdecpp_exact_counts_match_simulation(name, method):
+    inst = INSTANCES[name]
     exact = stopping_counts(inst, method.adaptive_drafting(inst), 0.1, 1.0)
     sim = simulate(inst, method, 100_000, key=3)
-    for f in COUNTS:
-        assert abs(sim.estimate(f).z(getattr(exact, f))) < Z_BOUND, f
-
-
-def test_specdecpp_with_a_noisy_head_matches_simulation():
-    inst = INSTANCES["stationary"]
-    method = SpecDecPP(0.5, head=noisy_head(inst, 1.0, key=0), cap=6)
-    exact = stopping_counts(inst, method.adaptive_drafting(inst), 0.1, 1.0)
-    sim = simulate(inst, method, 100_000, key=4)
     for f in COUNTS:
         assert abs(sim.estimate(f).z(getattr(exact, f))) < Z_BOUND, f
 

@@ -101,8 +101,32 @@ def latency_per_token(discard_rate, verification_rate, t_draft: float, t_target:
     return scalar(out) if out.ndim == 0 else out
 
 
+class DraftRates:
+    """What exact counts of a drafting method derive from ``draft_calls``, ``accepted``, ``oracle_calls`` and ``T``."""
+
+    @property
+    def discarded(self) -> float:
+        """``E[N_discarded] = E[N_draft] − E[accepted]``."""
+        return self.draft_calls - self.accepted
+
+    @property
+    def tokens(self) -> float:
+        """``N = T`` (every run outputs ``T`` tokens)."""
+        return float(self.T)
+
+    @property
+    def discard_rate(self) -> float:
+        """``E[N_discarded] / N`` ([SDpp] §5.1; ``N = T`` is not random here)."""
+        return self.discarded / self.T
+
+    @property
+    def verification_rate(self) -> float:
+        """``E[N_target] / N`` ([SDpp] §5.1)."""
+        return self.oracle_calls / self.T
+
+
 @dataclass(frozen=True)
-class LookaheadCounts:
+class LookaheadCounts(DraftRates):
     """Exact expected counts of one fixed-lookahead method on a Markov instance.
 
     The count names match :class:`speculab.sim.Counts`: ``oracle_calls`` is
@@ -160,16 +184,6 @@ class LookaheadCounts:
         return scalar(self.oracle_calls_per_position @ drafts)
 
     @property
-    def discarded(self) -> float:
-        """``E[N_discarded] = E[N_draft] − E[accepted]``."""
-        return self.draft_calls - self.accepted
-
-    @property
-    def tokens(self) -> float:
-        """``N = T`` (every run outputs ``T`` tokens)."""
-        return float(self.T)
-
-    @property
     def tokens_per_round(self) -> float:
         r"""``T / E[N_target]`` — a ratio of expectations (the long-run tokens per round).
 
@@ -189,16 +203,6 @@ class LookaheadCounts:
         return self.oracle_calls - self.rejections - self.bonus
 
     # -- [SDpp] cost model ---------------------------------------------------------
-    @property
-    def discard_rate(self) -> float:
-        """``E[N_discarded] / N`` ([SDpp] §5.1; ``N = T`` is not random here)."""
-        return self.discarded / self.T
-
-    @property
-    def verification_rate(self) -> float:
-        """``E[N_target] / N`` ([SDpp] §5.1)."""
-        return self.oracle_calls / self.T
-
     def total_time(self, t_draft: float, t_target: float) -> float:
         r"""Expected total time, [SDpp] Lemma 3.1 / eq. (3.2) (SPEC D; the convention of this module).
 

@@ -47,7 +47,7 @@ import numpy as np
 from speculab._validate import as_positive_int
 from speculab.methods.base import AdaptiveDrafting
 from speculab.theory.instance import MarkovInstance, compact, scalar
-from speculab.theory.lookahead import _check_times
+from speculab.theory.lookahead import DraftRates, _check_times
 
 __all__ = ["StoppingCounts", "stopping_counts", "optimal_stopping", "fixed_lookahead", "NODE_BUDGET"]
 
@@ -59,7 +59,7 @@ _FIELDS = ("time", "oracle_calls", "draft_calls", "accepted", "rejections", "bon
 
 
 @dataclass(frozen=True)
-class StoppingCounts:
+class StoppingCounts(DraftRates):
     """Exact expected counts of a drafting rule on a Markov instance (names as :class:`~speculab.sim.Counts`).
 
     Attributes:
@@ -82,24 +82,8 @@ class StoppingCounts:
     t_target: float
 
     @property
-    def discarded(self) -> float:
-        return self.draft_calls - self.accepted
-
-    @property
-    def tokens(self) -> float:
-        return float(self.T)
-
-    @property
     def latency_per_token(self) -> float:
         return self.time / self.T
-
-    @property
-    def discard_rate(self) -> float:
-        return self.discarded / self.T
-
-    @property
-    def verification_rate(self) -> float:
-        return self.oracle_calls / self.T
 
 
 def fixed_lookahead(K: int) -> AdaptiveDrafting:
