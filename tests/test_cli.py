@@ -92,8 +92,7 @@ def test_sim_batch_reports_t3(capsys):
     assert main(["sim", "--M", "3"]) == 2 and "--M does not apply" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("figure, runs", [("yin-fig2b", 3000), ("yin-fig2c", 1000), ("yin-fig3", None), ("yin-fig5", 3000),
-                                          ("batch-optimality", None)])
+@pytest.mark.parametrize("figure, runs", [("yin-fig2b", 3000), ("yin-fig2c", 1000), ("yin-fig3", None), ("yin-fig5", 3000)])
 def test_batch_reproductions(capsys, tmp_path, figure, runs):
     argv = ["repro", figure, "--out", str(tmp_path)] + (["--n-runs", str(runs)] if runs else [])
     out = _json(capsys, argv)
@@ -104,10 +103,6 @@ def test_batch_reproductions(capsys, tmp_path, figure, runs):
         assert out["max_abs_gap"] < 1e-12
         assert main(["repro", figure, "--n-runs", "5", "--out", str(tmp_path)]) == 2
         assert "does not apply to yin-fig3" in capsys.readouterr().err
-    if figure == "batch-optimality":  # the best root verifier never loses to Algorithm 4, and gains at M = 2
-        assert all(o <= a + 1e-12 for o, a in zip(out["optimal_rejections"], out["algorithm4_rejections"]))
-        assert out["algorithm4_rejections"][1] - out["optimal_rejections"][1] > 0.5
-        assert out["optimal_rejections"][0] == pytest.approx(out["sd_rejections"], rel=1e-12)
     if figure == "yin-fig2c":
         gap = out["regimes"]["support_gap"]
         assert gap["limit"] == pytest.approx(gap["theory"][0])  # no improvement at all

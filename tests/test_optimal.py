@@ -255,3 +255,17 @@ def test_fewest_rejections_come_with_the_largest_root_acceptance_on_every_instan
     _, W, N = batch_rejections_backward(inst, M)
     assert np.all(1.0 + W[1:] - N[1:] > 0)
     assert optimal_batch_rejections(inst, M).root_shortfall < 1e-9
+
+
+def test_reproduction_batch_optimality(tmp_path):
+    pytest.importorskip("torch")
+    from speculab.repro import batch_optimality
+
+    out = batch_optimality.run(out_dir=tmp_path, prompts=["Return the", "The default value"], max_new_tokens=8)
+    assert (tmp_path / "batch_optimality.png").stat().st_size > 10_000
+    assert all(o <= a + 1e-12 for o, a in zip(out["optimal_rejections"], out["algorithm4_rejections"]))
+    assert out["algorithm4_rejections"][1] - out["optimal_rejections"][1] > 0.5  # M = 2: a real gain
+    assert out["optimal_rejections"][0] == pytest.approx(out["sd_rejections"], rel=1e-12)  # M = 1 is SD
+    real = out["real"]
+    assert real["positions"] >= 8 and all(g >= -1e-12 for g in real["gap_mean"])
+    assert all(o > a for o, a in zip(real["optimal"], real["algorithm4"]))  # the tiny pair leaves acceptance behind

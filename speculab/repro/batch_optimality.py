@@ -4,9 +4,12 @@ Left: [Yin] Fig. 2(c) extended — on the Fig. 2(a) instance (T = 50, 7 tokens),
 rejections against ``M`` for Algorithm 4 (Thm 3) and for batch SD whose roots are
 verified by the best coupling (:func:`~speculab.theory.optimal.optimal_batch_rejections`,
 the rest of each round as Algorithm 4), with single-draft SD (Thm 1) and the ``M → ∞``
-limit. Right: at one position, the largest root acceptance ``α*(p, q, M)`` against
+limit. Middle: at one position, the largest root acceptance ``α*(p, q, M)`` against
 Algorithm 4's ``1 − Π r_m`` on random Dirichlet pairs with ``V = 7`` (mean and worst gap).
-Exact; no sampling (a sampler attaining ``α*`` is a separate method).
+Right: the same on a real pair (the offline tiny pair by default) — the exact ``p_n``,
+``q_n`` at every position of SD runs (``K = 4``, temperature 1, held-out prompts), i.e.
+how much a real pair would gain at a root from an optimal multi-draft verifier.
+Exact but for the real runs themselves (a sampler attaining ``α*`` is a separate method).
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from speculab._validate import as_generator
+from speculab._validate import as_generator, spawn_seeds
+from speculab.methods import SD
 from speculab.repro._io import describe_key, new_figure, write_json
 from speculab.repro._plots import YIN_V as V
 from speculab.repro._plots import yin_instance
@@ -25,10 +29,45 @@ from speculab.theory.optimal import optimal_acceptance, optimal_batch_rejections
 T = 50
 M_GRID = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64)
 PAIRS = 2000
+M_REAL = (2, 4, 8)
 
 
-def run(key=10, out_dir: str | Path = "results") -> dict:
-    """Both panels; writes ``batch_optimality.{png,json}``."""
+def _root_acceptances(p: np.ndarray, q: np.ndarray, Ms) -> dict:
+    """Mean and worst ``α*`` and Algorithm 4's root acceptance over the rows of ``p``, ``q`` ``(n, V)``, per ``M``."""
+    out = {"positions": int(p.shape[0]), "M": list(Ms), "optimal": [], "algorithm4": [], "gap_mean": [], "gap_max": []}
+    for M in Ms:
+        best, alg4 = optimal_acceptance(p, q, M), 1.0 - batch_rejection_probability(q, p, M)
+        out["optimal"].append(float(best.mean()))
+        out["algorithm4"].append(float(alg4.mean()))
+        out["gap_mean"].append(float((best - alg4).mean()))
+        out["gap_max"].append(float((best - alg4).max()))
+    return out
+
+
+def _measured(pair, prompts: list[str], key, max_new_tokens: int) -> dict:
+    """``p_n``, ``q_n`` at every position of SD runs on a real pair that a draft was verified at, then
+    :func:`_root_acceptances` on them (slots past a round's first rejection are off the run and skipped)."""
+    from speculab.backends import decode
+
+    rows = []
+
+    def collect(info):  # RoundInfo: float64 tensors (M, L, V), (M, L + 1, V)
+        on_run = min(info.accepted, info.p.shape[1] - 1)  # the accepted slots and the one refused, if any
+        rows.extend((info.p[0, i].cpu().numpy(), info.q[0, i].cpu().numpy()) for i in range(on_run + 1))
+
+    decode(pair, prompts, SD(K=4), max_new_tokens=max_new_tokens, key=key, on_round=collect)
+    p, q = (np.stack(x) for x in zip(*rows))
+    # the models' float32 softmax sums to 1 only to ~1e-7: renormalised in float64 before the exact formulas
+    p, q = p / p.sum(axis=-1, keepdims=True), q / q.sum(axis=-1, keepdims=True)
+    return _root_acceptances(p, q, M_REAL)
+
+
+def run(key=10, out_dir: str | Path = "results", draft: str | None = None, target: str | None = None,
+        max_new_tokens: int = 32, prompts: list[str] | None = None) -> dict:
+    """All three panels; writes ``batch_optimality.{png,json}``."""
+    from speculab.backends import load_pair
+    from speculab.backends.pair import default_prompts
+
     out = Path(out_dir)
     rng = as_generator(key)
     inst = yin_instance(T, rng)
@@ -39,6 +78,8 @@ def run(key=10, out_dir: str | Path = "results") -> dict:
     limit = batch_expected_rejections(inst, np.inf).rejections
     p, q = rng.dirichlet(np.ones(V), size=PAIRS), rng.dirichlet(np.ones(V), size=PAIRS)
     gaps = np.array([optimal_acceptance(p, q, M) - (1.0 - batch_rejection_probability(q, p, M)) for M in Ms])
+    pair = load_pair("tiny") if draft is None else load_pair(draft, target)
+    measured = _measured(pair, list(prompts or default_prompts()), spawn_seeds(key, 1)[0], max_new_tokens)
     result = {
         "figure": "batch optimality: [Yin] Fig. 2(c) with the best root verifier (SPEC O)",
         "key": describe_key(key), "T": T, "V": V, "M": Ms,
@@ -46,8 +87,9 @@ def run(key=10, out_dir: str | Path = "results") -> dict:
         "algorithm4_rejections": alg4, "optimal_rejections": optimal, "limit": limit,
         "root_shortfall": [b.root_shortfall for b in best],
         "acceptance_gap": {"pairs": PAIRS, "mean": gaps.mean(axis=1), "max": gaps.max(axis=1)},
+        "pair": pair.name, "max_new_tokens": max_new_tokens, "real": measured,
     }
-    fig, (left, right) = new_figure(ncols=2)
+    fig, (left, right, real) = new_figure(ncols=3, width=4.4)
     left.plot(Ms, alg4, "o-", ms=3, color="tab:blue", label="Algorithm 4 (Thm 3)")
     left.plot(Ms, optimal, "s-", ms=3, color="tab:orange", label="best root verifier (exact DP)")
     left.plot([1], [result["sd_rejections"]], "ko", ms=6, label=f"SD (Thm 1): {result['sd_rejections']:.2f}")
@@ -64,6 +106,13 @@ def run(key=10, out_dir: str | Path = "results") -> dict:
     right.set_ylabel("α* − (1 − Π r_m)")
     right.set_title(f"root acceptance gap, {PAIRS} Dirichlet pairs, V={V}")
     right.legend(fontsize=7)
+    real.plot(M_REAL, measured["optimal"], "s-", ms=4, color="tab:orange", label="α* (optimal root)")
+    real.plot(M_REAL, measured["algorithm4"], "o-", ms=4, color="tab:blue", label="Algorithm 4's root")
+    real.set_xscale("log", base=2)
+    real.set_xlabel("number of drafts M")
+    real.set_ylabel("mean root acceptance")
+    real.set_title(f"{pair.name} pair: {measured['positions']} positions of SD runs")
+    real.legend(fontsize=7)
     out.mkdir(parents=True, exist_ok=True)
     fig.savefig(out / "batch_optimality.png", dpi=130)
     write_json(result, out / "batch_optimality.json")
@@ -78,4 +127,9 @@ def summary(result: dict) -> str:
     for i, M in enumerate(result["M"]):
         a, o = result["algorithm4_rejections"][i], result["optimal_rejections"][i]
         lines.append(f"  {int(M):4d}  {a:11.4f}  {o:11.4f}  {a - o:5.3f}  {gap['mean'][i]:17.4f}  {gap['max'][i]:6.4f}")
+    real = result["real"]
+    lines.append(f"  {result['pair']} pair, {real['positions']} positions of SD runs (exact p_n, q_n): "
+                 + ", ".join(f"M={M}: α* {o:.4f} vs Algorithm 4 {a:.4f} (gap mean {g:.4f}, worst {w:.4f})"
+                             for M, o, a, g, w in zip(real["M"], real["optimal"], real["algorithm4"],
+                                                      real["gap_mean"], real["gap_max"])))
     return "\n".join(lines)
