@@ -1,9 +1,10 @@
-"""Optimal multi-draft verification (SPEC O): α*, the feasible accepted laws, the best root policy on Markov instances.
+"""Optimal multi-draft verification (SPEC O): α*, the feasible accepted laws, the best root policy on Markov instances,
+the law of the draft set (i.i.d. and distinct drafts) and the LP verifier that attains the optimum.
 
 References are independent of the prefix arguments of :mod:`speculab.theory.optimal`: all
 ``2^V`` subsets, the coupling itself as a linear program over draft tuples × tokens, the
-polymatroid as a linear program with one constraint per subset, and [Yin] Thm 3's forward
-recursion for Algorithm 4.
+polymatroid as a linear program with one constraint per subset, [Yin] Thm 3's forward
+recursion for Algorithm 4, every ordered draw of the drafts, and Monte Carlo through the verifier's sampler.
 """
 
 import itertools
@@ -14,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy.optimize import linprog
 
+from conftest import Z_BOUND
 from speculab.testing import distribution_pairs, markov_instances
 from speculab.theory import (
     MarkovInstance,
@@ -28,8 +30,11 @@ from speculab.theory.optimal import (
     batch_rejections_backward,
     best_accepted_law,
     coverage,
+    draft_set_law,
     optimal_acceptance,
     optimal_batch_rejections,
+    optimal_coupling,
+    set_acceptance,
 )
 
 Ms = st.integers(1, 5)
@@ -269,3 +274,83 @@ def test_reproduction_batch_optimality(tmp_path):
     real = out["real"]
     assert real["positions"] >= 8 and all(g >= -1e-12 for g in real["gap_mean"])
     assert all(o > a for o, a in zip(real["optimal"], real["algorithm4"]))  # the tiny pair leaves acceptance behind
+
+
+# -- the draft set and a verifier that attains the optimum -----------------------------------------------------
+def _set_law_brute(p, M, replacement):
+    """P(D = S) by enumerating every ordered draw (i.i.d., or one distinct token after another)."""
+    V = len(p)
+    law = np.zeros(1 << V)
+    if replacement:
+        for t in itertools.product(range(V), repeat=M):
+            law[sum(1 << x for x in set(t))] += np.prod(p[list(t)])
+        return law
+
+    def walk(mask, prob, left):
+        rest = 1.0 - sum(p[x] for x in range(V) if mask >> x & 1)
+        if left == 0 or rest <= 1e-15:
+            law[mask] += prob
+            return
+        for x in range(V):
+            if not mask >> x & 1 and p[x] > 0:
+                walk(mask | 1 << x, prob * p[x] / rest, left - 1)
+
+    walk(0, 1.0, M)
+    return law
+
+
+@pytest.mark.parametrize("replacement", [True, False])
+@given(pair=distribution_pairs(max_V=4), M=st.integers(1, 4))
+def test_draft_set_law_is_the_enumeration(replacement, pair, M):
+    p, _ = pair
+    np.testing.assert_allclose(draft_set_law(p, M, replacement=replacement), _set_law_brute(p, M, replacement),
+                               atol=1e-12)
+
+
+@given(distribution_pairs(max_V=6), Ms)
+def test_the_set_formula_agrees_with_the_prefix_formula_and_distinct_drafts_never_lose(pair, M):
+    p, q = pair
+    iid = set_acceptance(draft_set_law(p, M), q)
+    assert iid == pytest.approx(optimal_acceptance(p, q, M), abs=1e-12)
+    assert set_acceptance(draft_set_law(p, M, replacement=False), q) >= iid - 1e-12
+
+
+@pytest.mark.parametrize("replacement", [True, False])
+@given(pair=distribution_pairs(max_V=5), M=st.integers(1, 4))
+def test_the_lp_verifier_is_unbiased_and_attains_the_optimum(replacement, pair, M):
+    p, q = pair
+    c = optimal_coupling(p, q, M, replacement=replacement)
+    np.testing.assert_allclose(c.output_law(), q, atol=1e-9)  # the target's law, exactly (to the LP's precision)
+    assert c.acceptance == pytest.approx(set_acceptance(draft_set_law(p, M, replacement=replacement), q), abs=1e-7)
+    members = (c.sets[:, None] >> np.arange(len(p))) & 1 == 1
+    assert np.all(c.accept[~members] == 0) and np.all(c.accept >= 0)  # only drafted tokens are accepted
+    assert np.all(c.accept.sum(axis=1) <= 1 + 1e-12)
+    if M == 1:
+        assert c.acceptance == pytest.approx(1 - tv(p, q), abs=1e-7)
+
+
+@pytest.mark.parametrize("replacement", [True, False])
+def test_the_lp_verifier_samples_the_target_with_the_optimal_acceptance(replacement):
+    """Monte Carlo through ``SetCoupling.sample`` on drafts drawn independently of the coupling's own tables."""
+    rng = np.random.default_rng(11)
+    p, q, M, n = np.array([0.45, 0.3, 0.15, 0.1, 0.0]), np.array([0.05, 0.1, 0.2, 0.3, 0.35]), 3, 200_000
+    c = optimal_coupling(p, q, M, replacement=replacement)
+    if replacement:
+        drafts = rng.choice(5, size=(n, M), p=p)
+    else:
+        drafts = np.stack([rng.choice(5, size=M, replace=False, p=p) for _ in range(n)])
+    accepted, token = c.sample(drafts, rng.random(n), rng.random(n))
+    assert np.all(accepted <= np.any(drafts == token[:, None], axis=1))  # an accepted token was drafted
+    se = np.sqrt(c.acceptance * (1 - c.acceptance) / n)
+    assert abs(accepted.mean() - c.acceptance) < Z_BOUND * se
+    freq = np.bincount(token, minlength=5) / n
+    assert np.all(np.abs(freq - q) < Z_BOUND * np.sqrt(q * (1 - q) / n) + 1e-12)
+    assert c.acceptance > 1 - batch_rejection_probability(q, p, M) + 0.05  # beats Algorithm 4 by a margin here
+
+
+def test_set_functions_refuse_large_vocabularies_and_impossible_draft_sets():
+    with pytest.raises(ValueError, match="MAX_SET_V"):
+        draft_set_law(np.full(20, 0.05), 2)
+    c = optimal_coupling([0.5, 0.5, 0.0], [0.2, 0.3, 0.5], 2)
+    with pytest.raises(ValueError, match="probability 0"):
+        c.sample(np.array([[2, 2]]), np.array([0.5]), np.array([0.5]))

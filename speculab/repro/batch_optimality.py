@@ -5,7 +5,8 @@ rejections against ``M`` for Algorithm 4 (Thm 3) and for batch SD whose roots ar
 verified by the best coupling (:func:`~speculab.theory.optimal.optimal_batch_rejections`,
 the rest of each round as Algorithm 4), with single-draft SD (Thm 1) and the ``M → ∞``
 limit. Middle: at one position, the largest root acceptance ``α*(p, q, M)`` against
-Algorithm 4's ``1 − Π r_m`` on random Dirichlet pairs with ``V = 7`` (mean and worst gap).
+Algorithm 4's ``1 − Π r_m`` on random Dirichlet pairs with ``V = 7`` (mean and worst gap), and
+what distinct drafts (without replacement) add to ``α*`` (:func:`~speculab.theory.optimal.set_acceptance`).
 Right: the same on a real pair (the offline tiny pair by default) — the exact ``p_n``,
 ``q_n`` at every position of SD runs (``K = 4``, temperature 1, held-out prompts), i.e.
 how much a real pair would gain at a root from an optimal multi-draft verifier.
@@ -24,12 +25,13 @@ from speculab.repro._io import describe_key, new_figure, write_json
 from speculab.repro._plots import YIN_V as V
 from speculab.repro._plots import yin_instance
 from speculab.theory import batch_expected_rejections, batch_rejection_probability, sd_expected_rejections
-from speculab.theory.optimal import optimal_acceptance, optimal_batch_rejections
+from speculab.theory.optimal import draft_set_law, optimal_acceptance, optimal_batch_rejections, set_acceptance
 
 T = 50
 M_GRID = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64)
 PAIRS = 2000
 M_REAL = (2, 4, 8)
+M_DISTINCT, DISTINCT_PAIRS = (2, 3, 4, 6), 200  # distinct drafts: 2^V subsets per pair
 
 
 def _root_acceptances(p: np.ndarray, q: np.ndarray, Ms) -> dict:
@@ -78,6 +80,8 @@ def run(key=10, out_dir: str | Path = "results", draft: str | None = None, targe
     limit = batch_expected_rejections(inst, np.inf).rejections
     p, q = rng.dirichlet(np.ones(V), size=PAIRS), rng.dirichlet(np.ones(V), size=PAIRS)
     gaps = np.array([optimal_acceptance(p, q, M) - (1.0 - batch_rejection_probability(q, p, M)) for M in Ms])
+    distinct = np.array([[set_acceptance(draft_set_law(p[i], M, replacement=False), q[i]) for i in range(DISTINCT_PAIRS)]
+                         - optimal_acceptance(p[:DISTINCT_PAIRS], q[:DISTINCT_PAIRS], M) for M in M_DISTINCT])
     pair = load_pair("tiny") if draft is None else load_pair(draft, target)
     measured = _measured(pair, list(prompts or default_prompts()), spawn_seeds(key, 1)[0], max_new_tokens)
     result = {
@@ -87,6 +91,8 @@ def run(key=10, out_dir: str | Path = "results", draft: str | None = None, targe
         "algorithm4_rejections": alg4, "optimal_rejections": optimal, "limit": limit,
         "root_shortfall": [b.root_shortfall for b in best],
         "acceptance_gap": {"pairs": PAIRS, "mean": gaps.mean(axis=1), "max": gaps.max(axis=1)},
+        "distinct_drafts_gain": {"pairs": DISTINCT_PAIRS, "M": M_DISTINCT, "mean": distinct.mean(axis=1),
+                                 "max": distinct.max(axis=1)},
         "pair": pair.name, "max_new_tokens": max_new_tokens, "real": measured,
     }
     fig, (left, right, real) = new_figure(ncols=3, width=4.4)
@@ -101,6 +107,8 @@ def run(key=10, out_dir: str | Path = "results", draft: str | None = None, targe
     left.legend(fontsize=7)
     right.plot(Ms, gaps.mean(axis=1), "o-", ms=3, label="mean")
     right.plot(Ms, gaps.max(axis=1), "^--", ms=3, label="worst")
+    right.plot(M_DISTINCT, distinct.mean(axis=1), "s:", ms=3, color="tab:green",
+               label="distinct drafts: α*_distinct − α* (mean)")
     right.set_xscale("log")
     right.set_xlabel("number of drafts M")
     right.set_ylabel("α* − (1 − Π r_m)")
@@ -127,6 +135,9 @@ def summary(result: dict) -> str:
     for i, M in enumerate(result["M"]):
         a, o = result["algorithm4_rejections"][i], result["optimal_rejections"][i]
         lines.append(f"  {int(M):4d}  {a:11.4f}  {o:11.4f}  {a - o:5.3f}  {gap['mean'][i]:17.4f}  {gap['max'][i]:6.4f}")
+    d = result["distinct_drafts_gain"]
+    lines.append("  distinct drafts (without replacement), optimal acceptance gain over i.i.d. drafts: "
+                 + ", ".join(f"M={M}: mean {m:.4f}, worst {w:.4f}" for M, m, w in zip(d["M"], d["mean"], d["max"])))
     real = result["real"]
     lines.append(f"  {result['pair']} pair, {real['positions']} positions of SD runs (exact p_n, q_n): "
                  + ", ".join(f"M={M}: α* {o:.4f} vs Algorithm 4 {a:.4f} (gap mean {g:.4f}, worst {w:.4f})"

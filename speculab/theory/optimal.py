@@ -42,6 +42,16 @@ would not come from the largest root acceptance; we have no proof that this cann
 happen, so the profile reports the shortfall ``α* − Σ a``. On every instance tried
 (``tests/test_optimal.py``) the weights stay positive and the shortfall is 0: the
 best root verifier is one that accepts with probability ``α*``.
+
+**A verifier that attains it.** A verifier that sees only the *set* ``D`` of drafted
+tokens can accept at most ``1 − max_H [P(D ⊆ H) − q(H)]`` (:func:`set_acceptance`, for
+any law of ``D``: :func:`draft_set_law`, i.i.d. or *distinct* drafts drawn without
+replacement). :func:`optimal_coupling` attains it by a transport linear program over
+(draft set, token) solved by scipy's HiGHS, turned into a sampler
+(:meth:`SetCoupling.sample`): accept a drafted ``y`` with probability ``κ(D, y)/P(D)``,
+else output from ``(q − a)/(1 − α)`` — unbiased by construction. Distinct drafts cover
+more of the vocabulary (``P(D ⊆ H)`` is smaller), so their optimum is never lower.
+Tables of ``2^V`` subsets: small vocabularies (:data:`MAX_SET_V`).
 """
 
 from __future__ import annotations
@@ -64,6 +74,11 @@ __all__ = [
     "OptimalBatchProfile",
     "optimal_batch_rejections",
     "batch_rejections_backward",
+    "MAX_SET_V",
+    "draft_set_law",
+    "set_acceptance",
+    "SetCoupling",
+    "optimal_coupling",
 ]
 
 
@@ -260,3 +275,166 @@ def optimal_batch_rejections(inst: MarkovInstance, M) -> OptimalBatchProfile:
         state, (rejections[n], sd[n], root[n]) = batch_advance(state, ker)
     return OptimalBatchProfile(rejections_per_position=rejections, sd_rejections_per_position=sd,
                                oracle_calls_per_position=root, M=M, root_shortfall=max(shortfall, 0.0))
+
+
+# -- drafts as a set, and a verifier that attains the optimum -------------------------------------------------------
+def _check_small(V: int) -> None:
+    if V > MAX_SET_V:
+        raise ValueError(f"the coupling works on the 2^V subsets of the vocabulary: V = {V} exceeds "
+                         f"MAX_SET_V = {MAX_SET_V}")
+
+
+#: Largest vocabulary for the set-based functions (their tables have ``2^V`` entries).
+MAX_SET_V = 14
+
+
+def _popcount(masks: np.ndarray) -> np.ndarray:
+    return np.array([bin(int(m)).count("1") for m in masks.ravel()]).reshape(masks.shape)
+
+
+def draft_set_law(p, M: int, *, replacement: bool = True) -> np.ndarray:
+    r"""The law of the set ``D`` of distinct tokens among ``M`` drafts from ``p``: ``P(D = S)`` for every ``S ⊆ V``.
+
+    Subsets are bitmasks (token ``x`` is bit ``x``), so the result has ``2^V`` entries.
+    With ``replacement`` the drafts are i.i.d. (``P(D ⊆ H) = p(H)^M``, as in [Yin]
+    Algorithm 4); without, they are drawn one after another from ``p`` restricted to the
+    tokens not yet drafted (*distinct drafts*; fewer than ``M`` when ``supp p`` is smaller).
+    Built draw by draw over subsets (no inclusion–exclusion, so no cancellation):
+    ``O(M V 2^V)``.
+
+    Args:
+      p: draft distribution, shape ``(V,)``, ``V ≤`` :data:`MAX_SET_V`.
+      M: number of drafts (int >= 1).
+      replacement: i.i.d. drafts (``True``) or distinct drafts (``False``).
+    """
+    from speculab._validate import as_distribution, as_positive_int
+
+    p = as_distribution(p, "p", ndim=1)
+    M = as_positive_int(M, "M")
+    V = p.shape[0]
+    _check_small(V)
+    masks = np.arange(1 << V)
+    inside = (masks[:, None] >> np.arange(V)) & 1  # (2^V, V)
+    mass = inside @ p  # p(S)
+    law = np.zeros(1 << V)
+    law[0] = 1.0
+    for _ in range(M):
+        nxt = np.zeros_like(law)
+        if replacement:
+            nxt += law * mass  # the draft repeats a token already in S
+            room = np.ones_like(mass)
+        else:
+            room = 1.0 - mass  # the draft comes from outside S, renormalised
+            stuck = room <= 1e-15  # S already holds all of supp(p): no further distinct draft
+            nxt += np.where(stuck, law, 0.0)
+            room = np.where(stuck, 1.0, room)
+        for x in range(V):
+            fresh = inside[:, x] == 0
+            np.add.at(nxt, masks[fresh] | (1 << x), law[fresh] * p[x] / room[fresh])
+        law = nxt
+    return law
+
+
+def set_acceptance(set_law, q) -> float:
+    r"""The largest acceptance of any verifier that sees the set ``D`` of drafts: :math:`1 - \max_H [P(D \subseteq H) - q(H)]`.
+
+    The general form of SPEC O for any law of the draft set (Hall's theorem on sets and
+    tokens; :func:`optimal_acceptance` is the i.i.d. case in ``O(V log V)``).
+
+    Args:
+      set_law: ``(2^V,)`` ``P(D = S)`` by bitmask (:func:`draft_set_law`).
+      q: target distribution ``(V,)``.
+    """
+    q = np.asarray(q, dtype=float)
+    V = q.shape[0]
+    within = np.array(set_law, dtype=float)  # zeta transform: P(D ⊆ H) for every H
+    for x in range(V):
+        bit = (np.arange(1 << V) >> x) & 1 == 1
+        within[bit] += within[~bit]
+    qH = ((np.arange(1 << V)[:, None] >> np.arange(V)) & 1) @ q
+    return float(1.0 - max(np.max(within - qH), 0.0))
+
+
+@dataclass(frozen=True)
+class SetCoupling:
+    """A verifier of a set of drafts that attains the largest acceptance (:func:`optimal_coupling`).
+
+    Attributes:
+      sets: ``(n,)`` bitmasks of the draft sets with positive probability.
+      set_prob: ``(n,)`` their probabilities ``P(D = S)``.
+      accept: ``(n, V)`` probability of accepting token ``y ∈ S`` when the draft set is ``S``
+        (0 off ``S``); the rest of the row's mass is a rejection.
+      residual: ``(V,)`` law of the token output by a rejection, ``(q − a)/(1 − α)``.
+      accepted_law: ``(V,)`` ``a(y) = P(Y = y, accepted)``.
+      acceptance: ``α = Σ_y a(y)``.
+    """
+
+    sets: np.ndarray
+    set_prob: np.ndarray
+    accept: np.ndarray
+    residual: np.ndarray
+    accepted_law: np.ndarray
+    acceptance: float
+
+    def output_law(self) -> np.ndarray:
+        """The law of the output token, ``Σ_S P(S) accept(S, ·) + (1 − α) residual`` (the target's)."""
+        return self.set_prob @ self.accept + (1.0 - self.acceptance) * self.residual
+
+    def sample(self, drafts: np.ndarray, u_accept: np.ndarray, u_token: np.ndarray):
+        """Verify ``n`` draft tuples ``(n, M)`` with two uniforms each: ``(accepted (n,), token (n,))``."""
+        from speculab import kernels
+
+        row = np.full(1 << self.residual.shape[0], -1)
+        row[self.sets] = np.arange(self.sets.size)
+        index = row[np.bitwise_or.reduce(1 << np.asarray(drafts, dtype=np.int64), axis=-1)]
+        if np.any(index < 0):
+            raise ValueError("drafts hold a set of tokens the coupling gives probability 0")
+        weights = np.concatenate([self.accept[index], (1.0 - self.accept[index].sum(axis=-1, keepdims=True))], -1)
+        pick = kernels.sample_index(np.maximum(weights, 0.0), u_accept)  # V = a rejection
+        accepted = pick < self.residual.shape[0]
+        token = np.where(accepted, pick, kernels.sample_index(np.broadcast_to(self.residual, weights[:, :-1].shape),
+                                                              u_token))
+        return accepted, token
+
+
+def optimal_coupling(p, q, M: int, *, replacement: bool = True) -> SetCoupling:
+    r"""A verifier of ``M`` drafts that attains the largest acceptance, as a linear program (scipy's HiGHS).
+
+    Variables ``κ(S, y) = P(D = S, Y = y, accepted)`` for ``y ∈ S``; maximise ``Σ κ``
+    subject to ``Σ_y κ(S, y) ≤ P(D = S)`` and ``Σ_S κ(S, y) ≤ q(y)`` — a transport problem
+    whose optimum is :func:`set_acceptance` (``α*`` with ``replacement``, SPEC O). The
+    verifier accepts ``y`` with probability ``κ(S, y)/P(S)`` given the draft set ``S`` and
+    otherwise outputs a token from ``(q − a)/(1 − α)``, so the output law is ``q``
+    whatever ``κ``: unbiased. It sees only which tokens were drafted, and follows any
+    row that drafted the accepted token.
+
+    Args:
+      p, q: draft and target distributions ``(V,)``, ``V ≤`` :data:`MAX_SET_V`.
+      M: number of drafts.
+      replacement: i.i.d. drafts or distinct drafts (:func:`draft_set_law`).
+    """
+    from scipy.optimize import linprog
+
+    p, q = as_pair(p, q)
+    law = draft_set_law(p, M, replacement=replacement)
+    V = p.shape[0]
+    sets = np.flatnonzero(law > 0)
+    members = (sets[:, None] >> np.arange(V)) & 1 == 1  # (n, V)
+    S, Y = np.nonzero(members)  # one variable per (set, member)
+    n, k = sets.size, S.size
+    A = np.zeros((n + V, k))
+    A[S, np.arange(k)] = 1.0
+    A[n + Y, np.arange(k)] = 1.0
+    res = linprog(-np.ones(k), A_ub=A, b_ub=np.concatenate([law[sets], q]), bounds=(0, None), method="highs")
+    if res.status != 0:
+        raise RuntimeError(f"the coupling's linear program failed: {res.message}")
+    kappa = np.zeros((n, V))
+    kappa[S, Y] = np.maximum(res.x, 0.0)  # HiGHS returns the vertex to ~1e-9; no negative flow
+    kappa *= np.minimum(1.0, law[sets] / np.maximum(kappa.sum(axis=1), 1e-300))[:, None]  # within P(S) exactly
+    a = np.minimum(kappa.sum(axis=0), q)
+    kappa *= np.where(kappa.sum(axis=0) > 0, a / np.maximum(kappa.sum(axis=0), 1e-300), 0.0)[None, :]
+    alpha = float(a.sum())
+    rest = q - a
+    residual = rest / rest.sum() if rest.sum() > 0 else q.copy()
+    return SetCoupling(sets=sets, set_prob=law[sets], accept=kappa / law[sets][:, None], residual=residual,
+                       accepted_law=a, acceptance=alpha)
