@@ -372,6 +372,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as exc:
         print(f"speculab: error: {exc}", file=sys.stderr)
         return 2
+    except MemoryError as exc:  # e.g. --T 5 --V 100000: a (T, V, V) instance that cannot be held
+        print(f"speculab: error: out of memory ({type(exc).__name__}: {exc}); use a smaller --T or --V",
+              file=sys.stderr)
+        return 1
     return 0
 
 

@@ -52,11 +52,12 @@ class Estimate(NamedTuple):
         return cls(float(x.mean()), se, n)
 
     def z(self, expected: float) -> float:
-        """``(mean − expected) / se``; ``0`` if both agree exactly, ``±inf`` if ``se = 0`` and they differ."""
+        """``(mean − expected) / se``; with ``se = 0`` (every run gave the same count): ``0`` if they agree to the
+        round-off of the exact value (``1e-9`` relative — a theory sums floats, a count is an integer), else ``±inf``."""
         diff = self.mean - expected
         if self.se > 0:
             return diff / self.se
-        return 0.0 if diff == 0 else float(np.copysign(np.inf, diff))
+        return 0.0 if abs(diff) <= 1e-9 * max(1.0, abs(expected)) else float(np.copysign(np.inf, diff))
 
     def __str__(self) -> str:
         return f"{self.mean:.4f} ± {self.se:.4f}"

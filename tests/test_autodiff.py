@@ -112,6 +112,21 @@ def test_bad_horizons_are_refused():
         ad.lookahead_counts(P, Q, rho, 0, T=4)
 
 
+def test_bad_values_are_refused_where_they_exist():
+    """Concrete kernels are checked as distributions (under ``jax.grad`` only their shapes can be)."""
+    P, Q, rho, _ = ad.arrays_of(MarkovInstance.random(5, 3, 0))
+    cases = [(P.at[0, 0, 0].set(jnp.nan), Q, rho, "P must be finite"),
+             (P.at[0, 0].set(jnp.array([1.5, -0.5, 0.0])), Q, rho, "P must be non-negative"),
+             (P, 2 * Q, rho, "Q must sum to 1"), (P, Q, 3 * rho, "rho must sum to 1")]
+    for bad_P, bad_Q, bad_rho, match in cases:
+        with pytest.raises(ValueError, match=match):
+            ad.sd_expected_rejections(bad_P, bad_Q, bad_rho)
+    with pytest.raises(ValueError, match="logits must be finite"):
+        ad.draft_from_logits(jnp.array([jnp.nan, 0.0]))
+    with pytest.raises(ValueError, match="inst must be a MarkovInstance"):
+        ad.arrays_of(np.zeros((2, 2, 2)))
+
+
 def test_draft_design_reproduction(tmp_path):
     """``speculab repro draft-design``: distillation is best on KL, the TV and latency fits beat it on rejections and
     latency, every fit improves its own objective, and the theory holds against simulation."""

@@ -121,3 +121,16 @@ def test_sim_on_the_jax_engine(capsys):
     # but from per-token tables: 50 · 70 · 70² entries exceed TABLE_BUDGET, refused with the way out
     assert main(["sim", "--method", "specdecpp", "--h", "0.5", "--V", "70", "--engine", "jax"]) == 2
     assert "TABLE_BUDGET" in (err := capsys.readouterr().err) and "engine='numpy'" in err
+
+
+def test_out_of_memory_is_one_line(capsys, monkeypatch):
+    """A (T, V, V) instance too large to hold ends with one line and exit code 1, not a traceback."""
+    from speculab.theory import MarkovInstance
+
+    def too_big(*args, **kwargs):
+        raise MemoryError("Unable to allocate 373. GiB")
+
+    monkeypatch.setattr(MarkovInstance, "random", too_big)
+    assert main(["sim", "--T", "5", "--V", "100000"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "out of memory" in err and "--V" in err

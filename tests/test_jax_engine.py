@@ -258,9 +258,9 @@ def test_sweep_over_the_specdecpp_threshold(inst):
 
 
 @pytest.mark.parametrize("methods, match", [
-    ([SD(), Biased(0.1)], "one slotwise or adaptively drafting method"),
-    ([BlockVerification(2)], "one slotwise or adaptively drafting method"),
-    ([SpecDecPP(0.5), SD()], "one slotwise or adaptively drafting method"),
+    ([SD(), Biased(0.1)], "parameters of one method; got SD"),
+    ([BlockVerification(2)], "BlockVerification is neither"),
+    ([SpecDecPP(0.5), SD()], "parameters of one method; got SpecDecPP"),
     ([], "give one instance or one method"),
 ])
 def test_sweeps_that_would_change_shapes_are_refused(inst, methods, match):
@@ -276,8 +276,11 @@ def test_sweep_is_sharded_over_several_devices():
         "from speculab.methods import Biased\n"
         "from speculab.sim.jax_engine import simulate_sweep\n"
         "assert jax.device_count() == 2\n"
+        "put, seen = jax.device_put, []\n"
+        "jax.device_put = lambda x, s=None, **kw: (seen.append(s), put(x, s, **kw))[1]\n"
         "inst = MarkovInstance.random(6, 3, 0)\n"
         "r = simulate_sweep(inst, [Biased(e) for e in (0.0, 0.1, 0.2, 0.3)], 500, key=0)\n"
+        "assert any(isinstance(s, jax.sharding.NamedSharding) and s.mesh.devices.size == 2 for s in seen), seen\n"
         "print(','.join(str(int(c.rejections.sum())) for c in r))\n"
     )
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
@@ -285,3 +288,41 @@ def test_sweep_is_sharded_over_several_devices():
     inst = MarkovInstance.random(6, 3, 0)
     one = simulate_sweep(inst, [Biased(e) for e in (0.0, 0.1, 0.2, 0.3)], 500, key=0)
     assert two.strip() == ",".join(str(int(c.rejections.sum())) for c in one)
+
+
+@pytest.mark.parametrize("method", [SD(K=3), BatchSD(2), BlockVerification(2), Sprinter(0.8, 0.2), SpecDecPP(0.6)],
+                         ids=repr)
+def test_chunks_get_their_own_keys(inst, method, monkeypatch):
+    """Runs past one compiled call (CHUNK) come from a new key: the chunks differ and the law is unchanged."""
+    monkeypatch.setattr(jax_engine, "CHUNK", 1000)
+    c = simulate(inst, method, 2000, key=3, engine="jax", return_sequences=True)
+    assert not np.array_equal(c.sequences[:1000], c.sequences[1000:])
+    whole = simulate(inst, method, 20_000, key=4)  # numpy reference
+    for name in ("rejections", "oracle_calls", "draft_calls", "accepted", "bonus"):
+        assert abs(_z2(c, whole, name)) < Z_BOUND, name
+
+
+def test_sweep_points_get_independent_keys(inst):
+    a, b = simulate_sweep(inst, [Biased(0.1), Biased(0.1)], 3000, key=0)
+    assert not np.array_equal(a.rejections, b.rejections)
+    assert abs(_z2(a, b, "rejections")) < Z_BOUND
+
+
+def test_large_vocabularies_run_in_smaller_chunks():
+    """Without tables a run evaluates rows of V inside the scan: the chunk shrinks so memory stays bounded."""
+    big = MarkovInstance.context_free(np.full(20_000, 1 / 20_000), np.full(20_000, 1 / 20_000), T=3)
+    assert jax_engine._chunk_runs(SD(), big, None) == jax_engine.SCAN_BUDGET // 20_000
+    assert jax_engine._chunk_runs(BatchSD(4), big, None) == jax_engine.SCAN_BUDGET // 80_000
+    assert jax_engine._chunk_runs(SD(), big, {"table": 1}) == jax_engine.CHUNK
+    c = simulate(big, SD(), 2000, key=0, engine="jax")  # p = q: nothing is ever rejected
+    assert c.rejections.sum() == 0 and c.accepted.mean() == 3
+
+
+def test_function_heads_and_verifiers_over_the_table_budget_are_refused(monkeypatch):
+    monkeypatch.setattr(jax_engine, "TABLE_BUDGET", 100)
+    inst = MarkovInstance.stationary(np.full((4, 4), 0.25), np.full((4, 4), 0.25), T=20)  # 16 entries, tabled
+    head = lambda t, prev, x: np.full(x.shape, 0.5)  # noqa: E731  a function: tabulated over (T, V, V) = 320
+    with pytest.raises(ValueError, match="TABLE_BUDGET"):
+        simulate(inst, SpecDecPP(0.5, head=head), 10, key=0, engine="jax")
+    with pytest.raises(ValueError, match="TABLE_BUDGET"):
+        simulate(inst, Sprinter(verifier=lambda t, prev, x: np.ones(x.shape)), 10, key=0, engine="jax")

@@ -232,3 +232,14 @@ def test_float32_is_asked_for_in_any_numpy_spelling(dtype):
 def test_other_dtypes_are_refused(dtype):
     with pytest.raises(ValueError, match="dtype must be"):
         MarkovInstance.stationary(np.eye(2) * 0.5 + 0.25, np.eye(2) * 0.5 + 0.25, T=3, dtype=dtype)
+
+
+@pytest.mark.slow
+def test_non_stationary_long_horizon():
+    """Issue target: the non-stationary form at T = 10⁴, V = 50 (two 200 MB stacks), T1 = T3 at M = 1 = the lookahead
+    chain at K = T, and more drafts never add rejections."""
+    inst = MarkovInstance.random(10_000, 50, 0)
+    t1 = sd_expected_rejections(inst).rejections
+    assert batch_expected_rejections(inst, 1).rejections == pytest.approx(t1, rel=1e-10)
+    assert lookahead_counts(inst, None).rejections == pytest.approx(t1, rel=1e-10)
+    assert batch_expected_rejections(inst, 8).rejections < t1

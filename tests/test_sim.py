@@ -148,3 +148,12 @@ def test_same_seed_same_result_and_chunking_is_invisible(monkeypatch):
 def test_bad_simulation_input(call, match):
     with pytest.raises(ValueError, match=match):
         call(_tiny(0))
+
+
+def test_z_of_a_constant_count_tolerates_the_theorys_round_off():
+    """Every run gave the same count (se = 0): an exact value off by float round-off is agreement, a real gap is not."""
+    from speculab.counts import Estimate
+
+    est = Estimate.of(np.full(10, 50.0))
+    assert est.z(50.0 + 1e-13) == 0.0 and est.z(50.0) == 0.0
+    assert est.z(49.9) == np.inf and est.z(50.1) == -np.inf

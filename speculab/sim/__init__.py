@@ -68,7 +68,8 @@ def simulate(
       n_runs: number of independent runs (>= 1).
       key: an int seed, a ``numpy.random.Generator`` or a ``torch.Generator`` (consumed, never reset).
       engine: ``"numpy"`` (the reference engine) or ``"jax"`` (:mod:`speculab.sim.jax_engine`:
-        jitted, for every method with a round law; ``key`` may then also be a JAX key).
+        jitted, for every registered method: from its round law, position law or adaptive drafting; ``key``
+        may then also be a JAX key).
       return_sequences: also return the ``(n_runs, T + 1)`` sampled tokens.
       progress: show a progress bar on long simulations (numpy engine; a JAX chunk is one compiled call).
 

@@ -17,12 +17,14 @@ Nothing here is specific to a method. The engine reads the protocol only:
   one position at a time. Positions are grouped into segments of equal ``L`` and
   bonus availability so every shape is static.
 
-Each position draws a fixed number of uniforms for every run (``M + 2`` for a
-slotwise method, ``max(M L, 1) + 2`` round by round, ``L`` the longest round, ``3`` for
-SPRINTER and for SpecDec++, plus one per pool slot) from a key folded from the chunk's key
+Each position draws a fixed number of uniforms for every run (``3`` for a slotwise
+method read from its tables — the root's too, with :meth:`~speculab.methods.Method.sequential_root` —,
+``M + 2`` when its law is evaluated in the scan, ``max(M L, 1) + 2`` round by round, ``L``
+the longest round, ``3`` for SPRINTER and for SpecDec++, plus one per pool slot) from a key folded from the chunk's key
 and the position, so keys are split and never reused; a chunk of
 :data:`CHUNK` runs is one compiled call (``jax.jit`` of a ``lax.scan`` over
-positions of a ``jax.vmap`` over runs). The same key gives the same
+positions of a ``jax.vmap`` over runs; fewer runs per call when each run evaluates rows of a
+large vocabulary inside the scan, :data:`SCAN_BUDGET`). The same key gives the same
 :class:`~speculab.counts.Counts`. Probabilities are kept in JAX's default float
 (float32 unless ``jax_enable_x64`` is set), which for sampling is far below
 Monte-Carlo error. Instances stay compact: a stationary instance's kernel is
@@ -55,8 +57,11 @@ from speculab.theory.instance import MarkovInstance, compact
 __all__ = ["simulate_jax", "simulate_sweep", "CHUNK", "TABLE_BUDGET", "positions_per_second_bound",
            "uniforms_per_position"]
 
-#: Runs per compiled call (fixed, so a key gives the same result however many runs are asked for in total).
+#: Runs per compiled call (fixed for an instance and method, so a key gives the same result however many runs are
+#: asked for in total); fewer when every run carries rows of the vocabulary inside the scan (:func:`_chunk_runs`).
 CHUNK = 1 << 16
+#: Most vocabulary-sized entries the runs of one chunk may carry inside the scan together.
+SCAN_BUDGET = 1 << 24
 
 
 def _jax():
@@ -229,6 +234,8 @@ def _position_tables(method: Method, inst: MarkovInstance) -> dict:
     """The method's :meth:`~speculab.methods.Method.position_law` as compact JAX tables (cumulative where sampled)."""
     _, jnp = _jax()
     free, called, correction, extra = method.position_law(inst)
+    _check_table_size(3 * max(compact(np.asarray(a)).size for a in (free, called, correction)),
+                      "its position law (a verifier given as a function is tabulated over (T, V, V))", method)
     dtype = jnp.zeros(0).dtype
     arrays = {"cP": np.cumsum(compact(inst.P), axis=-1), "free": compact(free), "called": compact(called),
               "cC": np.cumsum(compact(correction), axis=-1)}
@@ -257,6 +264,8 @@ def _adaptive_tables(methods: list, insts: list, P_Q: list):
     jax, jnp = _jax()
     rules = [m.adaptive_drafting(i) for m, i in zip(methods, insts)]
     for m, r in zip(methods, rules):
+        _check_table_size(compact(np.asarray(r.score)).size, "its scores (a head given as a function is "
+                          "tabulated over (T, V, V))", m)
         if not r.verifier.slotwise or r.verifier.rows != 1:
             raise ValueError(f"{type(m).__name__}'s verifier must be a slotwise method of one row; got {r.verifier!r}")
     if len({r.stops for r in rules}) > 1:
@@ -575,8 +584,9 @@ def simulate_jax(inst: MarkovInstance, method: Method, n_runs: int, key, *, retu
     else:
         slot_tables = None
     fns, parts = {}, []
-    for start in range(0, n_runs, CHUNK):
-        n = min(CHUNK, n_runs - start)
+    chunk = _chunk_runs(method, inst, slot_tables)
+    for start in range(0, n_runs, chunk):
+        n = min(chunk, n_runs - start)
         key, sub = jax.random.split(key)
         if n not in fns:
             try:
@@ -586,6 +596,25 @@ def simulate_jax(inst: MarkovInstance, method: Method, n_runs: int, key, *, retu
         counts, per_position, seq = fns[n](sub, *tables.arrays, slot_tables)
         parts.append(_counts(np.asarray(counts, dtype=np.int64), np.asarray(per_position), seq, inst.T, extra))
     return parts[0] if len(parts) == 1 else Counts.concatenate(parts)
+
+
+def _chunk_runs(method: Method, inst: MarkovInstance, slot_tables) -> int:
+    """Runs per compiled call: :data:`CHUNK`, or fewer so that the rows of ``V`` a run evaluates inside the scan
+    (a slotwise method whose tables exceed :data:`TABLE_BUDGET`: its ``rows``; a method run round by round:
+    ``rows × (L + 1)``) stay within :data:`SCAN_BUDGET` for the whole chunk."""
+    if slot_tables is not None:
+        return CHUNK
+    if method.slotwise:
+        per_run = method.rows * inst.V
+    else:
+        per_run = method.rows * (method.draft_length(inst.T) + 1) * inst.V
+    return max(1, min(CHUNK, SCAN_BUDGET // per_run))
+
+
+def _check_table_size(entries: int, what: str, method: Method) -> None:
+    if entries > TABLE_BUDGET:
+        raise ValueError(f"engine='jax' runs {type(method).__name__} from {what} of {entries} entries, over "
+                         f"TABLE_BUDGET = {TABLE_BUDGET}: use engine='numpy'")
 
 
 def simulate_sweep(inst, methods, n_runs: int, key) -> list[Counts]:
@@ -602,7 +631,8 @@ def simulate_sweep(inst, methods, n_runs: int, key) -> list[Counts]:
     not sharded). So the methods are one slotwise or adaptively drafting class, e.g.
     ``[Biased(e) for e in eps]``, ``[SD(K=k) for k in Ks]``, ``[BatchSD(m) for m in Ms]``,
     ``[Fuzzy(t) for t in theta]``, ``[SpecDecPP(h) for h in hs]``, and the instances share
-    ``T``, ``V`` and storage.
+    ``T``, ``V`` and storage. The stack is sharded only when the number of points is a
+    multiple of the number of devices (otherwise it runs on the default device).
 
     Args:
       inst: a :class:`MarkovInstance` or a list of them (one per point, or one for all).
@@ -630,9 +660,11 @@ def simulate_sweep(inst, methods, n_runs: int, key) -> list[Counts]:
     first, T = methods[0], insts[0].T
     for m in methods:
         check_method(m)
-        if not ((m.slotwise or _adaptive(m)) and type(m) is type(first)):
+        if not (m.slotwise or _adaptive(m)):
             raise ValueError(f"a sweep varies the parameters of one slotwise or adaptively drafting method; "
-                             f"got {first!r} and {m!r}")
+                             f"{type(m).__name__} is neither: run its points with simulate(..., engine='jax')")
+        if type(m) is not type(first):
+            raise ValueError(f"a sweep varies the parameters of one method; got {first!r} and {m!r}")
     tables = [_Tables(i, jnp) for i in insts]
     if len({(i.T, t.shapes) for i, t in zip(insts, tables)}) > 1:
         raise ValueError("the instances of a sweep must have the same T, V and storage (all stationary, or all not)")

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from speculab import kernels
-from speculab._validate import as_lookahead, as_positive_int, import_jax
+from speculab._validate import SUM_ATOL, as_distribution, as_lookahead, as_positive_int, import_jax
 from speculab.theory.batch import BatchProfile, batch_advance, batch_kernels
 from speculab.theory.instance import MarkovInstance, compact
 from speculab.theory.lookahead import (
@@ -53,12 +53,26 @@ def _jax():
 def arrays_of(inst: MarkovInstance):
     """``(P, Q, rho, T)`` of an instance as JAX arrays, compact (a stationary kernel is passed once)."""
     _, jnp = _jax()
+    if not isinstance(inst, MarkovInstance):
+        raise ValueError(f"inst must be a MarkovInstance; got {type(inst).__name__}")
     return jnp.asarray(compact(inst.P)), jnp.asarray(compact(inst.Q)), jnp.asarray(inst.rho), inst.T
 
 
-def draft_from_logits(logits):
-    """Row-stochastic kernels ``softmax(logits)`` along the last axis: a differentiable draft model."""
+def _concrete(x) -> bool:
+    """Whether ``x`` holds values (not a tracer of ``jax.grad`` / ``jit``), so that it can be checked."""
     jax, _ = _jax()
+    return not isinstance(x, jax.core.Tracer)
+
+
+def draft_from_logits(logits):
+    """Row-stochastic kernels ``softmax(logits)`` along the last axis: a differentiable draft model.
+
+    Logits that hold values (not under ``jax.grad``) must be finite.
+    """
+    jax, jnp = _jax()
+    logits = jnp.asarray(logits)
+    if _concrete(logits) and not bool(jnp.all(jnp.isfinite(logits))):
+        raise ValueError("logits must be finite (no NaN or inf)")
     return jax.nn.softmax(logits, axis=-1)
 
 
@@ -82,7 +96,15 @@ def _inputs(P, Q, rho, T):
     T = as_positive_int(T, "T")
     if lengths - {T}:
         raise ValueError(f"P and Q store {P.shape[0]} and {Q.shape[0]} positions; each must be 1 or T = {T}")
+    for name, A in (("P", P), ("Q", Q), ("rho", rho)):  # values are checked where they exist (not while traced)
+        if _concrete(A):
+            as_distribution(np.asarray(A, dtype=np.float64), name, atol=_atol(A))
     return P, Q, rho, T
+
+
+def _atol(A) -> float:
+    """Row-sum tolerance: the package's for float64, float32's own resolution (``V`` terms) otherwise."""
+    return SUM_ATOL if A.dtype == np.float64 else max(SUM_ATOL, 4 * A.shape[-1] * float(np.finfo(np.float32).eps))
 
 
 def _scan(step, init, ker, P, Q, T):
