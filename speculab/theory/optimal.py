@@ -315,7 +315,7 @@ def draft_set_law(p, M: int, *, replacement: bool = True) -> np.ndarray:
     _check_small(V)
     masks = np.arange(1 << V)
     inside = (masks[:, None] >> np.arange(V)) & 1  # (2^V, V)
-    mass = inside @ p  # p(S)
+    mass, rest = inside @ p, (1 - inside) @ p  # p(S) and p(V \ S), each summed directly (no 1 − p(S) cancellation)
     law = np.zeros(1 << V)
     law[0] = 1.0
     for _ in range(M):
@@ -324,10 +324,9 @@ def draft_set_law(p, M: int, *, replacement: bool = True) -> np.ndarray:
             nxt += law * mass  # the draft repeats a token already in S
             room = np.ones_like(mass)
         else:
-            room = 1.0 - mass  # the draft comes from outside S, renormalised
-            stuck = room <= 1e-15  # S already holds all of supp(p): no further distinct draft
+            stuck = rest == 0  # S already holds all of supp(p): no further distinct draft
             nxt += np.where(stuck, law, 0.0)
-            room = np.where(stuck, 1.0, room)
+            room = np.where(stuck, 1.0, rest)  # the draft comes from outside S, renormalised
         for x in range(V):
             fresh = inside[:, x] == 0
             np.add.at(nxt, masks[fresh] | (1 << x), law[fresh] * p[x] / room[fresh])
