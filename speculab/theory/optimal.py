@@ -428,8 +428,10 @@ def optimal_coupling(p, q, M: int, *, replacement: bool = True) -> SetCoupling:
     if res.status != 0:
         raise RuntimeError(f"the coupling's linear program failed: {res.message}")
     kappa = np.zeros((n, V))
-    kappa[S, Y] = np.maximum(res.x, 0.0)  # HiGHS returns the vertex to ~1e-9; no negative flow
-    kappa *= np.minimum(1.0, law[sets] / np.maximum(kappa.sum(axis=1), 1e-300))[:, None]  # within P(S) exactly
+    # HiGHS meets its constraints to ~1e-9: no negative flow, rows scaled within P(S) and columns within q(y),
+    # so the sampler's probabilities are proper (a row never above 1, the accepted mass never above q)
+    kappa[S, Y] = np.maximum(res.x, 0.0)
+    kappa *= np.minimum(1.0, law[sets] / np.maximum(kappa.sum(axis=1), 1e-300))[:, None]
     a = np.minimum(kappa.sum(axis=0), q)
     kappa *= np.where(kappa.sum(axis=0) > 0, a / np.maximum(kappa.sum(axis=0), 1e-300), 0.0)[None, :]
     alpha = float(a.sum())
