@@ -120,14 +120,16 @@ def test_specdecpp_counts_do_not_depend_on_the_pool_size(inst, monkeypatch):
         def get(self, key, default=None):
             return 1
 
-    sizes, compiled = [], jax_engine._adaptive_chunk_fn
+    from speculab.sim import jax_adaptive
+
+    sizes, compiled = [], jax_adaptive._adaptive_chunk_fn
 
     def recording(stops, T, S, n, C, keep):
         sizes.append(C)
         return compiled(stops, T, S, n, C, keep)
 
-    monkeypatch.setattr(jax_engine, "_POOL_HINT", OneSlot())
-    monkeypatch.setattr(jax_engine, "_adaptive_chunk_fn", recording)
+    monkeypatch.setattr(jax_adaptive, "_POOL_HINT", OneSlot())
+    monkeypatch.setattr(jax_adaptive, "_adaptive_chunk_fn", recording)
     _same(default, simulate(inst, method, 3000, key=4, engine="jax"))
     assert sizes[0] == 1 and len(sizes) >= 2 and sizes[-1] > 1
 
