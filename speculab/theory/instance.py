@@ -75,6 +75,11 @@ def cumulative(a: np.ndarray) -> np.ndarray:
     return np.cumsum(a, axis=-1)
 
 
+def at_position(a: np.ndarray, n: int) -> np.ndarray:
+    """``a[n]`` of a stack whose leading axis has length ``T`` or 1 (a compact stack: the same at every position)."""
+    return a[n if a.shape[0] > 1 else 0]
+
+
 def per_position(fn, T: int, *arrays: np.ndarray):
     """Yield ``fn(a[n], b[n], …)`` for ``n = 0..T-1``, computed once when no array varies with the position.
 
@@ -89,7 +94,7 @@ def per_position(fn, T: int, *arrays: np.ndarray):
             yield value
         return
     for n in range(T):
-        yield fn(*(a[n] if a.shape[0] > 1 else a[0] for a in arrays))
+        yield fn(*(at_position(a, n) for a in arrays))
 
 
 def push(mass: np.ndarray, kernel: np.ndarray) -> np.ndarray:

@@ -61,9 +61,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from speculab import kernels
-from speculab._validate import as_float_array, as_pair
+from speculab._validate import as_pair
 from speculab.theory.batch import BatchProfile, _check_M, batch_advance, root_residual_chain
-from speculab.theory.instance import MarkovInstance, compact, scalar
+from speculab.theory.instance import MarkovInstance, at_position, compact, scalar
 
 __all__ = [
     "optimal_acceptance",
@@ -199,12 +199,9 @@ class OptimalBatchProfile(BatchProfile):
     root_shortfall: float = 0.0
 
 
-def _rows(A: np.ndarray, n: int) -> np.ndarray:
-    """The ``(A', V)`` kernel rows at position ``n`` of a compact stack."""
-    return A[n if A.shape[0] > 1 else 0]
-
-
-def _broadcast_rows(p: np.ndarray, q: np.ndarray):
+def _rows(P: np.ndarray, Q: np.ndarray, n: int):
+    """The draft's and the target's ``(A', V)`` rows at position ``n`` of compact stacks, broadcast to one shape."""
+    p, q = at_position(P, n), at_position(Q, n)
     shape = np.broadcast_shapes(p.shape, q.shape)
     return np.broadcast_to(p, shape), np.broadcast_to(q, shape)
 
@@ -233,7 +230,7 @@ def batch_rejections_backward(inst: MarkovInstance, M, root_law=None) -> tuple[f
     P, Q = compact(inst.P), compact(inst.Q)
     W, N = np.zeros((inst.T + 1, inst.V)), np.zeros((inst.T + 1, inst.V))
     for n in range(inst.T - 1, -1, -1):
-        p, q = _broadcast_rows(_rows(P, n), _rows(Q, n))  # (A', V), A' = V or 1
+        p, q = _rows(P, Q, n)  # (A', V), A' = V or 1
         w = np.broadcast_to(1.0 + W[n + 1] - N[n + 1], p.shape)
         a = root_law(p, q, M, w)
         W[n] = q @ (1.0 + W[n + 1]) - np.sum(a * w, axis=-1)  # (A',) broadcast over contexts
@@ -267,7 +264,7 @@ def optimal_batch_rejections(inst: MarkovInstance, M) -> OptimalBatchProfile:
     rejections, sd, root = (np.empty(inst.T) for _ in range(3))
     shortfall = 0.0
     for n in range(inst.T):
-        p, q = _broadcast_rows(_rows(P, n), _rows(Q, n))
+        p, q = _rows(P, Q, n)
         a = best_accepted_law(p, q, M, np.broadcast_to(1.0 + W[n + 1] - N[n + 1], p.shape))
         shortfall = max(shortfall, float(np.max(optimal_acceptance(p, q, M) - a.sum(axis=-1))))
         u = q - a  # output by a rejection at the root
@@ -286,10 +283,6 @@ def _check_small(V: int) -> None:
 
 #: Largest vocabulary for the set-based functions (their tables have ``2^V`` entries).
 MAX_SET_V = 14
-
-
-def _popcount(masks: np.ndarray) -> np.ndarray:
-    return np.array([bin(int(m)).count("1") for m in masks.ravel()]).reshape(masks.shape)
 
 
 def draft_set_law(p, M: int, *, replacement: bool = True) -> np.ndarray:

@@ -40,13 +40,13 @@ The tree has ``V^K`` leaves per start, ``K = min(cap, T − n)``: small instance
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from functools import lru_cache
 
 import numpy as np
 
 from speculab._validate import as_positive_int
 from speculab.methods.base import AdaptiveDrafting
-from speculab.theory.instance import MarkovInstance, compact, scalar
+from speculab.theory.instance import MarkovInstance, at_position, compact, scalar
 from speculab.theory.lookahead import DraftRates, _check_times
 
 __all__ = ["StoppingCounts", "stopping_counts", "optimal_stopping", "fixed_lookahead", "NODE_BUDGET"]
@@ -92,11 +92,6 @@ def fixed_lookahead(K: int) -> AdaptiveDrafting:
 
     K = as_positive_int(K, "K")
     return AdaptiveDrafting(SD(), None, lambda prod, count, t, T, K: (count >= K) | (t + 1 >= T), (K,), K)
-
-
-def _rows(A: np.ndarray, m: int, V: int) -> np.ndarray:
-    """The ``(V, V)`` rows (one per context) at position ``m`` of a compact stack."""
-    return np.broadcast_to(A[m if A.shape[0] > 1 else 0], (V, V))
 
 
 def _round_values(tables, future, n: int, T: int, K: int, t_draft: float, t_target: float, decide) -> np.ndarray:
@@ -154,14 +149,17 @@ def _solve(inst: MarkovInstance, rule: AdaptiveDrafting | None, t_draft, t_targe
     if leaves > NODE_BUDGET:
         raise ValueError(f"the draft tree has {V} × {V}^{min(cap, T)} = {leaves} leaves per round start, over "
                          f"NODE_BUDGET = {NODE_BUDGET}: use a smaller vocabulary, cap or horizon")
+    from speculab.methods.sd import SD
+
     P, Q = compact(inst.P), compact(inst.Q)
-    verifier = rule.verifier if rule is not None else None
+    verifier = SD() if rule is None else rule.verifier
     score = None if rule is None or rule.score is None else compact(np.asarray(rule.score))
 
+    @lru_cache(maxsize=None)  # a position is read by the rounds of up to `cap` start positions
     def tables(m):
-        p, q = _rows(P, m, V), _rows(Q, m, V)
-        b, res = (verifier.rule(p, q) if verifier is not None else _sd(p, q))
-        s = np.ones((V, V)) if score is None else _rows(score, m, V)
+        p, q = (np.broadcast_to(at_position(A, m), (V, V)) for A in (P, Q))  # one row per context
+        b, res = verifier.rule(p, q)
+        s = np.ones((V, V)) if score is None else np.broadcast_to(at_position(score, m), (V, V))
         return p, q, b, res, s
 
     if rule is None:
@@ -176,12 +174,6 @@ def _solve(inst: MarkovInstance, rule: AdaptiveDrafting | None, t_draft, t_targe
         future[n] = _round_values(tables, future, n, T, min(cap, T - n), t_draft, t_target, decide)
     total = inst.rho @ future[0]
     return StoppingCounts(*(scalar(x) for x in total), T=T, t_draft=t_draft, t_target=t_target)
-
-
-def _sd(p, q):
-    from speculab.methods.sd import sd_rule
-
-    return sd_rule(p, q)
 
 
 def stopping_counts(inst: MarkovInstance, rule: AdaptiveDrafting, t_draft: float = 0.0,
