@@ -265,6 +265,7 @@ def optimal_batch_rejections(inst: MarkovInstance, M) -> OptimalBatchProfile:
     shortfall = 0.0
     for n in range(inst.T):
         p, q = _rows(P, Q, n)
+        # the backward pass's choice again, from its values: keeping every a_n would cost O(T V²) memory
         a = best_accepted_law(p, q, M, np.broadcast_to(1.0 + W[n + 1] - N[n + 1], p.shape))
         shortfall = max(shortfall, float(np.max(optimal_acceptance(p, q, M) - a.sum(axis=-1))))
         u = q - a  # output by a rejection at the root
