@@ -175,22 +175,3 @@ def test_bad_M(bad):
         BatchSD(bad)
     with pytest.raises(ValueError, match="M"):
         batch_improvement([0.5, 0.5], [0.2, 0.8], bad)
-
-
-@pytest.mark.parametrize("M", [1, 2, 4])
-def test_sequential_root_tables_are_the_round_laws_root(M):
-    """The tables an engine may read (BatchSD.sequential_root) give the round law's root for every block of drafts."""
-    import itertools
-
-    rng = np.random.default_rng(M)
-    p, q = rng.dirichlet(np.full(3, 0.5)), rng.dirichlet(np.full(3, 0.5))
-    method = BatchSD(M)
-    accept, refused_weights = method.sequential_root(p, q)
-    for x in itertools.product(range(3), repeat=M):
-        law = method.round_law(np.broadcast_to(p, (M, 1, 3)), np.broadcast_to(q, (M, 2, 3)), np.array(x)[:, None],
-                               bonus=False)
-        a = accept[np.arange(M), list(x)]
-        before = np.concatenate([[1.0], np.cumprod(1 - a)[:-1]])
-        np.testing.assert_allclose(law.outcome[:, 1], before * a, atol=1e-15)  # row m followed
-        np.testing.assert_allclose(law.outcome[:, 0].sum(), np.prod(1 - a), atol=1e-15)  # all refused
-        np.testing.assert_allclose(law.correction[0, 0], refused_weights, atol=1e-15)

@@ -27,12 +27,13 @@ from speculab.methods import (
     Biased,
     BlockVerification,
     Fuzzy,
+    OptimalMultiDraft,
     RejectionDecoding,
     SpecDecPP,
     Sprinter,
     sample_round,
 )
-from speculab.methods.base import cli_params, option
+from speculab.methods.base import Method, cli_params, option
 from speculab.sim import simulate
 from speculab.theory import MarkovInstance
 
@@ -76,9 +77,11 @@ CASES = [
     Case(Fuzzy(0.05, "js", K=2)),
     Case(Sprinter(0.8, 0.0), _sprinter, min_target_calls=0),
     Case(Sprinter(0.7, 0.3), _sprinter, min_target_calls=0),
-    Case(SpecDecPP(0.4, cap=3), _specdecpp, theory=False),
+    Case(SpecDecPP(0.4, cap=3), _specdecpp),
     Case(BlockVerification(2)),
     Case(BlockVerification(3)),
+    Case(OptimalMultiDraft(2, K=2)),
+    Case(OptimalMultiDraft(3, K=1)),
 ]
 METHODS = [c.method for c in CASES]
 IDS = [repr(m) for m in METHODS]
@@ -195,7 +198,35 @@ def _blocks(rng, n=6, M=1, L=3, V=5):
     return p, q, x
 
 
-ROUND_CASES = [m for m in METHODS if m.runs_on_real_models()]
+ROUND_CASES = [m for m in METHODS if type(m).round_law is not Method.round_law]  # with a round law (real models or not)
+ROOT_CASES = [m for m in METHODS if m.rows > 1]
+
+
+@pytest.mark.parametrize("method", ROOT_CASES, ids=[repr(m) for m in ROOT_CASES])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_root_outcome_is_the_round_laws_root_over_the_drafts(method, seed):
+    """The table engines read (Method.root_outcome) is the round law's root averaged over the M drafted tokens:
+    for every tuple of first tokens (weight Π p(x_m)), a followed row adds its token, a refusal its correction law."""
+    import itertools
+
+    rng = np.random.default_rng(seed)
+    V, M = 3, method.rows
+    p, q = rng.dirichlet(np.full(V, 0.5)), rng.dirichlet(np.full(V, 0.5))
+    p[rng.integers(V)] = 0.0  # a token the draft never proposes
+    p /= p.sum()
+    expected = np.zeros(2 * V)
+    for x in itertools.product(range(V), repeat=M):
+        weight = np.prod(p[list(x)])
+        if weight == 0:
+            continue
+        law = method.round_law(np.broadcast_to(p, (M, 1, V)), np.broadcast_to(q, (M, 2, V)), np.array(x)[:, None],
+                               bonus=False)
+        np.add.at(expected, list(x), weight * law.outcome[:, 1])
+        refusal = law.correction[0, 0] / law.correction[0, 0].sum()
+        expected[V:] += weight * law.outcome[:, 0].sum() * refusal
+    np.testing.assert_allclose(method.root_outcome(p, q), expected, atol=1e-12)
+    assert method.root_outcome(p, q)[V:].sum() == pytest.approx(law.reject_prob[0, 0], abs=1e-12)
+
 
 
 @pytest.mark.parametrize("method", ROUND_CASES, ids=[repr(m) for m in ROUND_CASES])

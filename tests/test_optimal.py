@@ -271,6 +271,11 @@ def test_reproduction_batch_optimality(tmp_path):
     assert all(o <= a + 1e-12 for o, a in zip(out["optimal_rejections"], out["algorithm4_rejections"]))
     assert out["algorithm4_rejections"][1] - out["optimal_rejections"][1] > 0.5  # M = 2: a real gain
     assert out["optimal_rejections"][0] == pytest.approx(out["sd_rejections"], rel=1e-12)  # M = 1 is SD
+    c = out["coupling"]
+    for M, r in zip(c["M"], c["rejections"]):  # the α*-coupling method lies between the optimum and Algorithm 4 here
+        i = list(out["M"]).index(M)
+        assert out["optimal_rejections"][i] - 1e-9 <= r < out["algorithm4_rejections"][i]
+    assert abs(c["simulated"] - c["exact"]) < Z_BOUND * c["simulated_se"]
     real = out["real"]
     assert real["positions"] >= 8 and all(g >= -1e-12 for g in real["gap_mean"])
     assert all(o > a for o, a in zip(real["optimal"], real["algorithm4"]))  # the tiny pair leaves acceptance behind
@@ -361,3 +366,37 @@ def test_distinct_drafts_keep_their_mass_with_a_tiny_token():
     law = draft_set_law(np.array([2.36847579e-15, 1.0]), 2, replacement=False)
     assert law.sum() == pytest.approx(1.0, abs=1e-12)
     assert set_acceptance(law, [0.0, 1.0]) == pytest.approx(1.0, abs=1e-12)
+
+
+# -- the registered verifier (speculab.methods.OptimalMultiDraft) -----------------------------------------------------
+@pytest.mark.parametrize("name", INSTANCES)
+@pytest.mark.parametrize("M", [2, 4])
+def test_the_optimal_multidraft_method_accepts_alpha_star_at_every_root_and_is_exact(name, M):
+    """Its root table accepts with α* (to HiGHS's tolerance) and outputs q exactly; its exact rejections (K = ∞) are
+    the backward recursion with its own accepted law, never below the dynamic programme's minimum."""
+    from speculab.methods import OptimalMultiDraft
+
+    inst, method = INSTANCES[name], OptimalMultiDraft(M)
+    P, Q = np.asarray(inst.P), np.asarray(inst.Q)
+    outcome = method.root_outcome(P, Q)  # (T, V, 2V)
+    V = inst.V
+    np.testing.assert_allclose(outcome[..., :V].sum(-1), optimal_acceptance(P, Q, M), atol=1e-7)
+    np.testing.assert_allclose(outcome[..., :V] + outcome[..., V:], Q, atol=1e-15)
+    assert outcome.min() >= 0
+    rejections = method.expected(inst).rejections
+    own = batch_rejections_backward(inst, M, lambda p, q, M, w: method.accepted_law(p, q))[0]
+    assert rejections == pytest.approx(own, rel=1e-12)  # forward chain = backward recursion, same root
+    assert rejections >= optimal_batch_rejections(inst, M).rejections - 1e-9
+
+
+def test_the_optimal_multidraft_method_simulates_alpha_star():
+    """Simulated: the rate of root rejections is 1 − α* where Algorithm 4's is Π r_m, measurably higher."""
+    from speculab.methods import OptimalMultiDraft
+    from speculab.sim import simulate
+
+    p, q, M = [0.45, 0.3, 0.15, 0.1, 0.0], [0.05, 0.1, 0.2, 0.3, 0.35], 3
+    inst = MarkovInstance.context_free(p, q, T=1)  # every run is one root
+    c = simulate(inst, OptimalMultiDraft(M), 100_000, key=5)
+    rate, alpha = c.rejections.mean(), float(optimal_acceptance(p, q, M))
+    assert abs(rate - (1 - alpha)) < Z_BOUND * np.sqrt(alpha * (1 - alpha) / c.rejections.size)
+    assert rate < batch_rejection_probability(np.array(q), np.array(p), M) - 0.03

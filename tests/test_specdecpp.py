@@ -195,10 +195,30 @@ def test_bad_input(call, match):
         call(_tiny(0))
 
 
-def test_specdecpp_has_no_real_model_rule_and_no_closed_form():
-    """SpecDec++ needs a trained head on real models, and no exact theory is claimed on Markov instances."""
+def test_specdecpp_has_no_real_model_rule_and_exact_counts_only_on_small_instances():
+    """SpecDec++ needs a trained head on real models; its exact counts come from the draft-tree recursion, which
+    has no closed form and is refused (None) once the trees exceed the node budget."""
+    from speculab.theory import MarkovInstance
+
     assert not SpecDecPP(0.5).runs_on_real_models()
-    assert SpecDecPP(0.5).expected(_tiny(0)) is None
+    assert SpecDecPP(0.5).expected(_tiny(0)) is not None
+    assert SpecDecPP(0.5, cap=20).expected(MarkovInstance.random(30, 8, 0)) is None  # 8^21 leaves
+
+
+def test_specdecpp_exact_counts_with_an_imperfect_head_match_simulation():
+    """A head that is not the oracle changes the stopping times; the recursion reads the same head's table."""
+    from speculab.theory import MarkovInstance
+
+    inst = MarkovInstance.random(5, 3, 4, concentration=0.7)
+    method = SpecDecPP(0.5, head=miscalibrated_head(inst, 0.3), cap=4)
+    exact = method.expected(inst)
+    c = simulate(inst, method, 40_000, key=2)
+    for name in ("rejections", "oracle_calls", "draft_calls", "accepted", "bonus"):
+        x = np.asarray(getattr(c, name), dtype=float)
+        assert abs(x.mean() - exact.get(name)) < Z_BOUND * x.std(ddof=1) / np.sqrt(x.size) + 1e-12, name
+    rate, p = c.rejections_per_position, exact.rejections_per_position
+    assert np.all(np.abs(rate - p) < Z_BOUND * np.sqrt(p * (1 - p) / 40_000) + 1e-12)
+    assert p.sum() == pytest.approx(exact.rejections, rel=1e-12)
 
 
 # -- the [SDpp] Fig. 3 reproduction ----------------------------------------------------------

@@ -170,3 +170,21 @@ def test_reproduction_optimal_stopping(tmp_path, capsys):
     for r in out["rows"]:  # the optimum over stopping rules beats both families of stopping rules at every cost
         assert r["optimal"] <= min(r["threshold"], r["fixed"]) + 1e-12
     assert out["rows"][-1]["delta"] > 0.01  # Δ of [SDpp] Thm 4.3 is measurably positive at c = 0.5
+
+
+@pytest.mark.parametrize("K", [1, 2, 4])
+def test_rejections_per_position_of_a_fixed_lookahead_are_the_lookahead_chains(K):
+    """The recursion's per-position rejections (T more values per node) against the forward slot chain (SPEC L)."""
+    inst = MarkovInstance.random(7, 3, K, concentration=0.6)
+    tree = stopping_counts(inst, fixed_lookahead(K), per_position=True)
+    chain = lookahead_counts(inst, K)
+    np.testing.assert_allclose(tree.rejections_per_position, chain.rejections_per_position, atol=1e-12)
+    assert stopping_counts(inst, fixed_lookahead(K)).rejections_per_position is None
+
+
+def test_per_position_values_count_against_the_node_budget():
+    from speculab.theory.stopping import tree_fits
+
+    assert tree_fits(2, 60, 16) and not tree_fits(2, 60, 16, per_position=True)  # 2^17 leaves × 6 vs × 66 values
+    with pytest.raises(ValueError, match="NODE_BUDGET"):
+        stopping_counts(MarkovInstance.random(60, 2, 0), fixed_lookahead(16), per_position=True)

@@ -22,9 +22,11 @@ from speculab.methods.fuzzy import Fuzzy
 from speculab.methods.sprinter import Sprinter
 from speculab.methods.specdecpp import SpecDecPP
 from speculab.methods.block import BlockVerification
+from speculab.methods.optimal import OptimalMultiDraft
 
 __all__ = [
     "Method", "RoundLaw", "Step", "Emit", "ChainMethod", "ChainStep", "Rule",
     "REGISTRY", "register", "get", "names", "build", "param", "sample_round",
     "Autoregressive", "SD", "BatchSD", "RejectionDecoding", "Biased", "Fuzzy", "Sprinter", "SpecDecPP", "BlockVerification",
+    "OptimalMultiDraft",
 ]

@@ -373,15 +373,17 @@ class Method(ABC):
         """
         return None
 
-    def sequential_root(self, p, q):
-        """For a slotwise method whose root tries its ``M`` rows in order ([Yin] Alg. 4), the root's law as tables.
+    def root_outcome(self, p, q):
+        """For a slotwise method with several draft rows: the law of its root's outcome as one table, or ``None``.
 
-        Returns ``(accept, correction)``: ``accept[..., m, x]``, the probability that row ``m``'s
-        draft ``x`` is accepted when rows ``< m`` were refused (it may depend on ``m`` and ``x``
-        only), and the weights ``(..., V)`` of the token output when every row is refused — or
-        ``None``, and an engine evaluates the root's :meth:`round_law` as is. Engines may
-        tabulate these per context once (the JAX engine does); the law must be that of
-        :meth:`round_law` (the table-driven tests check the counts against it).
+        Returns ``(..., 2V)`` (array API, from draft and target laws ``(..., V)`` at the root):
+        entry ``x < V``, the probability that the root accepts a draft equal to ``x`` and
+        follows a row that drafted it; entry ``V + y``, that every row is refused and ``y`` is
+        output. That is all a round's later slots and its counts depend on (the followed
+        row's later drafts are fresh draws from ``p`` whichever row drafted ``x``), so an
+        engine may tabulate it per context once and draw the root with one uniform (the
+        JAX engine does); ``None``: engines evaluate the root's :meth:`round_law`. The
+        table-driven tests check it against the round law's root averaged over the drafts.
         """
         return None
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 from array_api_compat import array_namespace
@@ -29,9 +29,10 @@ from speculab.counts import BONUS, CORRECTION, Estimate, Expected
 from speculab.methods.base import RoundLaw, Step, check_lookahead, param, register
 from speculab.methods.chain import ChainMethod, ChainStep, Rule
 from speculab.methods.sd import SD, sd_rule
+from speculab.theory.batch import root_residual_chain
 from speculab.theory.instance import cumulative, rowwise
 
-__all__ = ["BatchSD", "batch_root_law"]
+__all__ = ["BatchSD", "MultiDraft", "batch_root_law", "Root", "rooted_round_law"]
 
 
 def batch_root_law(p, q, x):
@@ -53,6 +54,42 @@ def batch_root_law(p, q, x):
         accept.append(kernels.gather(kernels.root_acceptance(u, R, p), x[..., m]))  # R_{m−1} = 0 ⇒ never reached
         u, R = kernels.drain(u, R, p)
     return xp.stack(accept, axis=-1), u, R
+
+
+class Root(NamedTuple):
+    """A round's root decision given its ``M`` first draft tokens (array API; leading axes ``...``).
+
+    Attributes:
+      follow: ``(..., M)`` probability that the root accepts row ``m``'s token and follows that row.
+      refused: ``(...)`` probability that the root refuses every row (``1 − Σ follow``).
+      weights: ``(..., V)`` unnormalised weights of the token a refusal outputs.
+      reject_prob: ``(...)`` probability of a refusal before the drafts are seen (the paired prediction).
+      accept_prob: ``(..., M)`` probability that row ``m``'s token is accepted given the drafts.
+    """
+
+    follow: Any
+    refused: Any
+    weights: Any
+    reject_prob: Any
+    accept_prob: Any
+
+
+def rooted_round_law(root: Root, p, q, x, *, K: int | None, bonus: bool) -> RoundLaw:
+    """The law of a round whose root is decided by ``root`` over the ``M`` rows and whose followed row goes on as
+    speculative decoding (slots ``1..L``); shapes as in :meth:`speculab.methods.Method.round_law`."""
+    xp = array_namespace(p, q)
+    tail = SD(K=K).round_law(p[..., 1:, :], q[..., 1:, :], x[..., 1:], bonus=bonus)  # slots 1..L
+    M = x.shape[-2]
+    first = xp.concat([root.refused[..., None], xp.zeros_like(root.follow[..., 1:])], axis=-1)  # τ = 0: row 0
+    outcome = xp.concat([first[..., None], root.follow[..., None] * tail.outcome], axis=-1)  # (..., M, L+1)
+    root_w = xp.stack([root.weights] + [xp.zeros_like(root.weights)] * (M - 1), axis=-2)[..., None, :]  # (..., M, 1, V)
+    R_rows = xp.broadcast_to(root.reject_prob[..., None, None], (*root.reject_prob.shape, M, 1))
+    return RoundLaw(
+        outcome=outcome,
+        correction=xp.concat([root_w, tail.correction], axis=-2),
+        reject_prob=xp.concat([R_rows, tail.reject_prob], axis=-1),
+        accept_prob=xp.concat([root.accept_prob[..., None], tail.accept_prob], axis=-1),
+    )
 
 
 class _Root:
@@ -92,24 +129,10 @@ class _Root:
         return x, rejected
 
 
-@register
 @dataclass(frozen=True)
-class BatchSD(ChainMethod):
-    """Batch speculative decoding with ``M`` drafts, [Yin] Algorithm 4 (module docstring).
+class MultiDraft(ChainMethod):
+    """What methods drafting ``M`` continuations per round share: ``M``, ``K``, their checks, SD past the root."""
 
-    Args:
-      M: number of drafts (>= 1).
-      K: draft length per round (``None`` = to the end, as in [Yin]); with finite
-        ``K`` an all-accepted draft earns a bonus token as in :class:`~speculab.methods.SD`.
-
-    Example:
-      >>> from speculab.theory import MarkovInstance
-      >>> inst = MarkovInstance.context_free([0.5, 0.5, 0.0], [0.2, 0.3, 0.5], T=50)
-      >>> round(BatchSD(8).expected(inst).rejections, 12)   # q(supp(p)^c) = 0.5 per token for every M
-      25.0
-    """
-
-    name: ClassVar[str] = "batch"
     M: int = param(help="number of drafts per round", type=int)
     K: int | None = param(None, help="lookahead: drafts per round (default ∞)", type=int)
 
@@ -126,8 +149,28 @@ class BatchSD(ChainMethod):
         return self.M
 
     def rule(self, p, q) -> Rule:
-        """Past the root a batch round is speculative decoding on the followed draft."""
+        """Past the root a round is speculative decoding on the followed draft."""
         return sd_rule(p, q)
+
+
+@register
+@dataclass(frozen=True)
+class BatchSD(MultiDraft):
+    """Batch speculative decoding with ``M`` drafts, [Yin] Algorithm 4 (module docstring).
+
+    Args:
+      M: number of drafts (>= 1).
+      K: draft length per round (``None`` = to the end, as in [Yin]); with finite
+        ``K`` an all-accepted draft earns a bonus token as in :class:`~speculab.methods.SD`.
+
+    Example:
+      >>> from speculab.theory import MarkovInstance
+      >>> inst = MarkovInstance.context_free([0.5, 0.5, 0.0], [0.2, 0.3, 0.5], T=50)
+      >>> round(BatchSD(8).expected(inst).rejections, 12)   # q(supp(p)^c) = 0.5 per token for every M
+      25.0
+    """
+
+    name: ClassVar[str] = "batch"
 
     def simulator(self, inst) -> Step:
         b, R = self.instance_rule(inst)
@@ -139,13 +182,11 @@ class BatchSD(ChainMethod):
         source = "[Yin] Thm 3" if self.K is None or self.K >= inst.T else "exact lookahead counts with a batch root"
         return Expected.from_counts(lookahead_counts(inst, self.K, M=self.M), source=source)
 
-    def sequential_root(self, p, q):
-        """Algorithm 4's root as tables: ``min(1, q^{m+1}(x)/p(x))`` per row and token, and ``u_M = R_M q^{M+1}``."""
+    def root_outcome(self, p, q):
+        """Algorithm 4's root as one table: ``q − u_M`` (a draft equal to ``x`` accepted), then ``u_M = R_M q^{M+1}``."""
         xp = array_namespace(p, q)
-        V = p.shape[-1]
-        tokens = xp.broadcast_to(xp.arange(V)[:, None], (*p.shape[:-1], V, self.M))  # every row drafts x
-        accept, u, _ = batch_root_law(p[..., None, :], q[..., None, :], tokens)  # (..., V, M), (..., V, V)
-        return xp.moveaxis(accept, -1, -2), u[..., 0, :]
+        u, _ = root_residual_chain(q, p, self.M)
+        return xp.concat([q - u, u], axis=-1)
 
     def round_law(self, p, q, x, *, bonus: bool) -> RoundLaw:
         """Root over the ``M`` rows (:func:`batch_root_law`), then SD along the followed row."""
@@ -153,19 +194,8 @@ class BatchSD(ChainMethod):
         accept, u, R = batch_root_law(p[..., 0, 0, :], q[..., 0, 0, :], x[..., :, 0])  # (..., M), (..., V), (...)
         refused = xp.cumulative_prod(1.0 - accept, axis=-1)  # all of the first m+1 refused
         before = xp.concat([xp.ones_like(refused[..., :1]), refused[..., :-1]], axis=-1)
-        pick = before * accept  # (..., M): the root follows row m
-        tail = SD(K=self.K).round_law(p[..., 1:, :], q[..., 1:, :], x[..., 1:], bonus=bonus)  # slots 1..L
-        M = x.shape[-2]
-        first = xp.concat([refused[..., -1:], xp.zeros_like(refused[..., 1:])], axis=-1)  # τ = 0: root rejection, row 0
-        outcome = xp.concat([first[..., None], pick[..., None] * tail.outcome], axis=-1)  # (..., M, L+1)
-        root_w = xp.stack([u] + [xp.zeros_like(u)] * (M - 1), axis=-2)[..., None, :]  # (..., M, 1, V)
-        R_rows = xp.broadcast_to(R[..., None, None], (*R.shape, M, 1))
-        return RoundLaw(
-            outcome=outcome,
-            correction=xp.concat([root_w, tail.correction], axis=-2),
-            reject_prob=xp.concat([R_rows, tail.reject_prob], axis=-1),
-            accept_prob=xp.concat([accept[..., None], tail.accept_prob], axis=-1),
-        )
+        root = Root(follow=before * accept, refused=refused[..., -1], weights=u, reject_prob=R, accept_prob=accept)
+        return rooted_round_law(root, p, q, x, K=self.K, bonus=bonus)
 
     def compare_rows(self, ctx) -> list:
         """The batch improvement of [Yin] Thm 3 along the batch runs vs plain SD runs (K = ∞), or measured only."""

@@ -59,6 +59,7 @@ import numpy as np
 from scipy.special import expit
 
 from speculab._validate import as_generator, as_positive_int
+from speculab.counts import Expected
 from speculab.methods.base import AdaptiveDrafting, Emit, Method, Step, check_probability, param, register
 from speculab.methods.chain import ChainStep
 from speculab.methods.sd import SD, sd_rule
@@ -277,8 +278,9 @@ class SpecDecPP(Method):
     Counts: ``oracle_calls`` = rounds (``N_target``), ``draft_calls`` every drafted token
     (``N_draft``, including those drafted after a round's first rejection),
     ``discarded = draft_calls − accepted``, ``bonus`` the tokens drawn from ``q`` after a
-    fully accepted round. No closed form is implemented (the stopping time depends on
-    the product of predictions); on real models it needs a trained head. Both engines run
+    fully accepted round. No closed form exists (the stopping time depends on the product
+    of predictions): :meth:`expected` gives exact counts on small instances by recursion
+    over each round's draft tree; on real models it needs a trained head. Both engines run
     it: numpy from its step, JAX from :meth:`adaptive_drafting` (a sweep over ``h`` is one
     compiled call, :func:`speculab.sim.simulate_sweep`).
 
@@ -303,6 +305,18 @@ class SpecDecPP(Method):
 
     def simulator(self, inst) -> Step:
         return _Step(_check_head(self.head, inst), self)
+
+    def expected(self, inst) -> Expected | None:
+        """Exact counts, every head, on instances whose draft trees fit
+        :data:`~speculab.theory.stopping.NODE_BUDGET` (``V^(min(cap, T) + 1)`` leaves, ``T`` values
+        each); ``None`` above (no closed form). Recursion over the tree:
+        :func:`~speculab.theory.stopping_counts`."""
+        from speculab.theory.stopping import stopping_counts, tree_fits
+
+        if not tree_fits(inst.V, inst.T, self.cap, per_position=True):
+            return None
+        counts = stopping_counts(inst, self.adaptive_drafting(inst), per_position=True)
+        return Expected.from_counts(counts, source="exact recursion over the draft tree (speculab.theory.stopping)")
 
     def adaptive_drafting(self, inst) -> AdaptiveDrafting:
         """The round as tables (what the JAX engine runs): SD's verification, the head's predictions as the

@@ -10,7 +10,10 @@ what distinct drafts (without replacement) add to ``α*`` (:func:`~speculab.theo
 Right: the same on a real pair (the offline tiny pair by default) — the exact ``p_n``,
 ``q_n`` at every position of SD runs (``K = 4``, temperature 1, held-out prompts), i.e.
 how much a real pair would gain at a root from an optimal multi-draft verifier.
-Exact but for the real runs themselves (a sampler attaining ``α*`` is a separate method).
+The left panel also has the registered method that attains ``α*`` at every root
+(:class:`~speculab.methods.OptimalMultiDraft`: a linear program's coupling, exact counts)
+and one simulation of it against its exact count. Exact but for the simulation and the
+real runs themselves.
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from speculab._validate import as_generator, spawn_seeds
-from speculab.methods import SD
+from speculab.methods import SD, OptimalMultiDraft
 from speculab.repro._io import describe_key, new_figure, write_json
+from speculab.sim import simulate
 from speculab.repro._plots import YIN_V as V
 from speculab.repro._plots import yin_instance
 from speculab.theory import batch_expected_rejections, batch_rejection_probability, sd_expected_rejections
@@ -32,6 +36,8 @@ M_GRID = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64)
 PAIRS = 2000
 M_REAL = (2, 4, 8)
 M_DISTINCT, DISTINCT_PAIRS = (2, 3, 4, 6), 200  # distinct drafts: 2^V subsets per pair
+M_COUPLING = (2, 3, 4, 6, 8, 12, 16)  # the α*-coupling method: one LP per position and context
+M_SIMULATED, RUNS = 4, 20_000
 
 
 def _root_acceptances(p: np.ndarray, q: np.ndarray, Ms) -> dict:
@@ -78,6 +84,8 @@ def run(key=10, out_dir: str | Path = "results", draft: str | None = None, targe
     best = [optimal_batch_rejections(inst, M) for M in Ms]
     optimal = np.array([b.rejections for b in best])
     limit = batch_expected_rejections(inst, np.inf).rejections
+    coupling = np.array([OptimalMultiDraft(M).expected(inst).rejections for M in M_COUPLING])
+    sim = simulate(inst, OptimalMultiDraft(M_SIMULATED), RUNS, key=spawn_seeds(key, 2)[1]).rejections
     p, q = rng.dirichlet(np.ones(V), size=PAIRS), rng.dirichlet(np.ones(V), size=PAIRS)
     gaps = np.array([optimal_acceptance(p, q, M) - (1.0 - batch_rejection_probability(q, p, M)) for M in Ms])
     distinct = np.array([[set_acceptance(draft_set_law(p[i], M, replacement=False), q[i]) for i in range(DISTINCT_PAIRS)]
@@ -90,6 +98,9 @@ def run(key=10, out_dir: str | Path = "results", draft: str | None = None, targe
         "sd_rejections": sd_expected_rejections(inst).rejections,
         "algorithm4_rejections": alg4, "optimal_rejections": optimal, "limit": limit,
         "root_shortfall": [b.root_shortfall for b in best],
+        "coupling": {"M": M_COUPLING, "rejections": coupling, "simulated_M": M_SIMULATED, "runs": RUNS,
+                     "simulated": float(sim.mean()), "simulated_se": float(sim.std(ddof=1) / np.sqrt(sim.size)),
+                     "exact": float(coupling[M_COUPLING.index(M_SIMULATED)])},
         "acceptance_gap": {"pairs": PAIRS, "mean": gaps.mean(axis=1), "max": gaps.max(axis=1)},
         "distinct_drafts_gain": {"pairs": DISTINCT_PAIRS, "M": M_DISTINCT, "mean": distinct.mean(axis=1),
                                  "max": distinct.max(axis=1)},
@@ -98,6 +109,7 @@ def run(key=10, out_dir: str | Path = "results", draft: str | None = None, targe
     fig, (left, right, real) = new_figure(ncols=3, width=4.4)
     left.plot(Ms, alg4, "o-", ms=3, color="tab:blue", label="Algorithm 4 (Thm 3)")
     left.plot(Ms, optimal, "s-", ms=3, color="tab:orange", label="best root verifier (exact DP)")
+    left.plot(M_COUPLING, coupling, "x", ms=6, color="tab:green", label="α*-coupling method (exact)")
     left.plot([1], [result["sd_rejections"]], "ko", ms=6, label=f"SD (Thm 1): {result['sd_rejections']:.2f}")
     left.axhline(limit, color="tab:red", ls="--", lw=1.2, label=f"M → ∞: {limit:.3f}")
     left.set_xscale("log")
@@ -135,6 +147,12 @@ def summary(result: dict) -> str:
     for i, M in enumerate(result["M"]):
         a, o = result["algorithm4_rejections"][i], result["optimal_rejections"][i]
         lines.append(f"  {int(M):4d}  {a:11.4f}  {o:11.4f}  {a - o:5.3f}  {gap['mean'][i]:17.4f}  {gap['max'][i]:6.4f}")
+    c = result["coupling"]
+    lines.append("  OptimalMultiDraft (a root accepting α* by the LP's coupling), exact E[N_rej]: "
+                 + ", ".join(f"M={M}: {r:.4f}" for M, r in zip(c["M"], c["rejections"]))
+                 + f"; simulated at M={c['simulated_M']} ({c['runs']} runs): {c['simulated']:.4f} ± "
+                   f"{c['simulated_se']:.4f} vs exact {c['exact']:.4f} (z = "
+                   f"{(c['simulated'] - c['exact']) / c['simulated_se']:+.2f})")
     d = result["distinct_drafts_gain"]
     lines.append("  distinct drafts (without replacement), optimal acceptance gain over i.i.d. drafts: "
                  + ", ".join(f"M={M}: mean {m:.4f}, worst {w:.4f}" for M, m, w in zip(d["M"], d["mean"], d["max"])))

@@ -18,7 +18,7 @@ Nothing here is specific to a method. The engine reads the protocol only:
   bonus availability so every shape is static.
 
 Each position draws a fixed number of uniforms for every run (``3`` for a slotwise
-method read from its tables — the root's too, with :meth:`~speculab.methods.Method.sequential_root` —,
+method read from its tables — the root's too, with :meth:`~speculab.methods.Method.root_outcome` —,
 ``M + 2`` when its law is evaluated in the scan, ``max(M L, 1) + 2`` round by round, ``L``
 the longest round, ``3`` for SPRINTER and for SpecDec++, plus one per pool slot) from a key folded from the chunk's key
 and the position, so keys are split and never reused; a chunk of
@@ -124,7 +124,7 @@ def _slot_tables(method: Method, P, Q, root: bool | None = None) -> dict:
     tables are the method's own rule, evaluated once instead of at every position.
 
     With ``root`` (default: for more than one draft row) and the method's
-    :meth:`~speculab.methods.Method.sequential_root`, also the root's outcome as one
+    :meth:`~speculab.methods.Method.root_outcome`, also the root's outcome as one
     cumulative table ``root_cJ`` ``(T', A', 2V)``: entry ``x < V`` that the root accepts a
     draft equal to ``x``, entry ``V + y`` that every row is refused and ``y`` is output.
     That is all a round's later slots and its counts depend on (they follow the accepted
@@ -143,24 +143,10 @@ def _slot_tables(method: Method, P, Q, root: bool | None = None) -> dict:
     if bool(jnp.all(cC == cC[..., :1, :])):  # decided on the values, outside jit
         cC = cC[..., 0, :]
     tables = {"cP": jnp.cumsum(P, axis=-1), "cQ": jnp.cumsum(Q, axis=-1), "accept": law.outcome[..., 0, 1], "cC": cC}
-    tables_root = method.sequential_root(P, Q) if (method.rows > 1 if root is None else root) else None
-    if tables_root is not None:
-        tables["root_cJ"] = jnp.cumsum(_root_outcome(P, *tables_root), axis=-1)
+    root_law = method.root_outcome(P, Q) if (method.rows > 1 if root is None else root) else None
+    if root_law is not None:
+        tables["root_cJ"] = jnp.cumsum(jnp.asarray(root_law, dtype=P.dtype), axis=-1)
     return tables
-
-
-def _root_outcome(P, accept, refused_output):
-    """The root's outcome ``(…, 2V)`` from its sequential tables (:meth:`~speculab.methods.Method.sequential_root`):
-    ``accept`` ``(…, M, V)`` that row ``m``'s draft ``x`` is accepted when rows ``< m`` were refused, and the weights
-    ``(…, V)`` of the token output when every row is refused."""
-    _, jnp = _jax()
-    taken = P[..., None, :] * accept  # (…, M, V): row m drafts x and is accepted
-    refused = 1.0 - jnp.sum(taken, axis=-1)  # (…, M)
-    before = jnp.cumprod(jnp.concatenate([jnp.ones_like(refused[..., :1]), refused[..., :-1]], axis=-1), axis=-1)
-    accepted = jnp.sum(before[..., None] * taken, axis=-2)  # (…, V)
-    mass = jnp.sum(refused_output, axis=-1, keepdims=True)
-    output = jnp.where(mass > 0, refused_output / jnp.where(mass > 0, mass, 1.0), 0.0)
-    return jnp.concatenate([accepted, jnp.prod(refused, axis=-1)[..., None] * output], axis=-1)
 
 
 def _slot_width(rows: int, tables) -> int:
@@ -446,7 +432,7 @@ def simulate_sweep(inst, methods, n_runs: int, key) -> list[Counts]:
     """Simulate a grid of one method's rule parameter and/or a stack of instances in one compiled call per chunk.
 
     The points of the sweep differ in their tables (the one-slot law of
-    :func:`_slot_tables`, the root's outcome from :meth:`~speculab.methods.Method.sequential_root`
+    :func:`_slot_tables`, the root's outcome from :meth:`~speculab.methods.Method.root_outcome`
     when some point has several draft rows, and the instance's kernels) and in traced numbers,
     the lookahead ``K`` and the draft rows ``M`` (an adaptively drafting method: its
     rule's parameters, e.g. SpecDec++'s ``h`` and ``cap``, and its scores); they are stacked
@@ -506,7 +492,7 @@ def simulate_sweep(inst, methods, n_runs: int, key) -> list[Counts]:
     _harmonise_corrections(slot, insts[0].V)
     for m, s in zip(methods, slot):
         if rows > 1 and "root_cJ" not in s:
-            raise ValueError(f"a sweep over draft rows needs the root as tables (Method.sequential_root); "
+            raise ValueError(f"a sweep over draft rows needs the root as tables (Method.root_outcome); "
                              f"{type(m).__name__} has none")
     stacked = [jnp.stack([t.arrays[i] for t in tables]) for i in range(3)]
     stacked.append(jax.tree_util.tree_map(lambda *a: jnp.stack(a), *slot))

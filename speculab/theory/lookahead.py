@@ -235,9 +235,10 @@ def _rule(inst: MarkovInstance, b, P, M) -> tuple[np.ndarray, ...]:
     return compact(inst.P), compact(inst.Q), compact(b_arr), compact(R)
 
 
-def lookahead_kernels(M, p, q, b=None, R=None) -> tuple:
+def lookahead_kernels(M, p, q, b=None, R=None, *, root=None) -> tuple:
     """At one position (array API): the accept kernel ``A``, reject kernel ``J`` and rejection mass ``D``, the
-    root's ``(A_root, J_root, D_root)``, and ``Q`` (the bonus kernel)."""
+    root's ``(A_root, J_root, D_root)``, and ``Q`` (the bonus kernel); ``root(p, q)``, when given, is the
+    accepted law ``a`` of another root verifier of the ``M`` drafts (root kernels ``a``, ``q − a``)."""
     xp = array_namespace(p, q)
     if b is None:  # SD: A = min(P, Q), J = (Q − P)_+, D = TV
         A, J, D = xp.minimum(p, q), kernels.excess(q, p), kernels.tv(p, q)
@@ -246,6 +247,9 @@ def lookahead_kernels(M, p, q, b=None, R=None) -> tuple:
         A, J = b * p, D[..., None] * R
     if M == 1:
         return A, J, D, A, J, D, q
+    if root is not None:
+        a = root(p, q)
+        return A, J, D, a, q - a, xp.sum(q - a, axis=-1), q
     u, R_M = root_residual_chain(q, p, M)  # u_M = R_M q^{M+1}: output by a root rejection
     return A, J, D, q - u, u, R_M, q
 
@@ -282,7 +286,8 @@ def lookahead_advance(S, ker: tuple, k: int, bonus_slot: bool):
     return nxt, (rej, xp.zeros_like(start), acc, start)
 
 
-def lookahead_counts(inst: MarkovInstance, K: int | None, *, b=None, P=None, M: int = 1) -> LookaheadCounts:
+def lookahead_counts(inst: MarkovInstance, K: int | None, *, b=None, P=None, M: int = 1,
+                     root=None) -> LookaheadCounts:
     r"""Exact expected counts of a fixed-lookahead method with the bonus token (SPEC L).
 
     Propagates the position-major chain of the module docstring:
@@ -301,6 +306,9 @@ def lookahead_counts(inst: MarkovInstance, K: int | None, *, b=None, P=None, M: 
         biased rules are followed along their own output chain.
       M: drafts per round at the root, [Yin] Algorithm 4 (batch SD, SD's rule only);
         ``K = None`` then gives [Yin] Thm 3.
+      root: with ``M > 1``, another verifier of the root's drafts as its accepted law
+        ``root(p, q) -> a`` ``(..., V)`` (``a(y) = P(y output, a draft accepted)``; e.g.
+        :meth:`speculab.methods.OptimalMultiDraft.accepted_law`); ``None``: Algorithm 4's.
 
     Returns:
       :class:`LookaheadCounts`. Cost ``O(T min(K, 2) V²)`` … ``O(T K V²)``.
@@ -316,7 +324,7 @@ def lookahead_counts(inst: MarkovInstance, K: int | None, *, b=None, P=None, M: 
     M = as_positive_int(M, "M")
     T, V = inst.T, inst.V
     k, bonus_slot, n_slots = lookahead_slots(T, K)
-    rows = per_position(lambda *arrays: lookahead_kernels(M, *arrays), T, *_rule(inst, b, P, M))
+    rows = per_position(lambda *arrays: lookahead_kernels(M, *arrays, root=root), T, *_rule(inst, b, P, M))
     dtype = np.result_type(inst.rho, inst.P)
     rej, bonus, acc, start = (np.zeros(T, dtype=dtype) for _ in range(4))
     S = np.zeros((n_slots, V), dtype=dtype)  # (slot, last token)

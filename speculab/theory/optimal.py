@@ -373,20 +373,24 @@ class SetCoupling:
         """The law of the output token, ``Σ_S P(S) accept(S, ·) + (1 − α) residual`` (the target's)."""
         return self.set_prob @ self.accept + (1.0 - self.acceptance) * self.residual
 
-    def sample(self, drafts: np.ndarray, u_accept: np.ndarray, u_token: np.ndarray):
-        """Verify ``n`` draft tuples ``(n, M)`` with two uniforms each: ``(accepted (n,), token (n,))``."""
-        from speculab import kernels
-
+    def accept_given(self, drafts: np.ndarray) -> np.ndarray:
+        """``(n, V)``: the probability of accepting each token given ``n`` draft tuples ``(n, M)`` (0 off their set)."""
         row = np.full(1 << self.residual.shape[0], -1)
         row[self.sets] = np.arange(self.sets.size)
         index = row[np.bitwise_or.reduce(1 << np.asarray(drafts, dtype=np.int64), axis=-1)]
         if np.any(index < 0):
             raise ValueError("drafts hold a set of tokens the coupling gives probability 0")
-        weights = np.concatenate([self.accept[index], (1.0 - self.accept[index].sum(axis=-1, keepdims=True))], -1)
+        return self.accept[index]
+
+    def sample(self, drafts: np.ndarray, u_accept: np.ndarray, u_token: np.ndarray):
+        """Verify ``n`` draft tuples ``(n, M)`` with two uniforms each: ``(accepted (n,), token (n,))``."""
+        from speculab import kernels
+
+        accept = self.accept_given(drafts)
+        weights = np.concatenate([accept, 1.0 - accept.sum(axis=-1, keepdims=True)], -1)
         pick = kernels.sample_index(np.maximum(weights, 0.0), u_accept)  # V = a rejection
         accepted = pick < self.residual.shape[0]
-        token = np.where(accepted, pick, kernels.sample_index(np.broadcast_to(self.residual, weights[:, :-1].shape),
-                                                              u_token))
+        token = np.where(accepted, pick, kernels.sample_index(np.broadcast_to(self.residual, accept.shape), u_token))
         return accepted, token
 
 

@@ -49,7 +49,7 @@ from speculab.methods.base import AdaptiveDrafting
 from speculab.theory.instance import MarkovInstance, at_position, compact, scalar
 from speculab.theory.lookahead import DraftRates, _check_times
 
-__all__ = ["StoppingCounts", "stopping_counts", "optimal_stopping", "fixed_lookahead", "NODE_BUDGET"]
+__all__ = ["StoppingCounts", "stopping_counts", "optimal_stopping", "fixed_lookahead", "tree_fits", "NODE_BUDGET"]
 
 #: Largest number of draft-tree leaves (``contexts × V^K``) of one round start.
 NODE_BUDGET = 1 << 20
@@ -69,6 +69,8 @@ class StoppingCounts(DraftRates):
         autoregressive decoding).
       T: the horizon (tokens per run).
       t_draft, t_target: the costs the time was computed with.
+      rejections_per_position: ``(T,)`` the probability of a rejection at each position, or ``None``
+        (not asked for).
     """
 
     time: float
@@ -80,6 +82,7 @@ class StoppingCounts(DraftRates):
     T: int
     t_draft: float
     t_target: float
+    rejections_per_position: np.ndarray | None = None
 
     @property
     def latency_per_token(self) -> float:
@@ -95,23 +98,28 @@ def fixed_lookahead(K: int) -> AdaptiveDrafting:
 
 
 def _round_values(tables, future, n: int, T: int, K: int, t_draft: float, t_target: float, decide) -> np.ndarray:
-    """Expected values ``(V, 6)`` (:data:`_FIELDS`) of a round starting at ``n``, per start context.
+    """Expected values ``(V, F)`` of a round starting at ``n``, per start context: :data:`_FIELDS`, then (when
+    ``F = 6 + T``) the probability of a rejection at each position.
 
     ``tables(m)`` gives ``(p, q, b, residual, score)`` rows ``(V, V)`` at position ``m``;
-    ``future`` ``(T + 1, V, 6)`` the values of later round starts; ``decide(k, t, prod, stop, go)``
-    returns where to stop among the nodes of depth ``k`` (``stop``, ``go``: their values ``(…, 6)``
+    ``future`` ``(T + 1, V, F)`` the values of later round starts; ``decide(k, t, prod, stop, go)``
+    returns where to stop among the nodes of depth ``k`` (``stop``, ``go``: their values ``(…, F)``
     when stopping and when drafting on; ``t`` the position of the last draft).
     """
-    V = future.shape[1]
-    base = np.zeros(len(_FIELDS))
+    V, F = future.shape[1:]
+    per_position = F > len(_FIELDS)
+    base = np.zeros(F)
     y = np.arange(V)[:, None]  # (V contexts, 1 path): the last token
     reach, prod, acc = np.ones((V, 1)), np.ones((V, 1)), np.zeros((V, 1))
-    carried = np.zeros((V, 1, len(_FIELDS)))  # Σ_{i≤k} reach_{i−1} (1 − b(y_i)) E F_{n+i} so far
+    carried = np.zeros((V, 1, F))  # Σ_{i≤k} reach_{i−1} (1 − b(y_i)) E F_{n+i} so far
     levels = []
     for k in range(K + 1):
         m = n + k  # where the next draft (or the bonus) would be
         p, q, b, res, score = tables(min(m, T - 1))
-        base[:] = (t_target + k * t_draft, 1.0, k, 0.0, 0.0, 0.0)
+        base[:] = 0.0
+        base[:len(_FIELDS)] = (t_target + k * t_draft, 1.0, k, 0.0, 0.0, 0.0)
+        if per_position and k == 0:
+            base[len(_FIELDS) + n] = 1.0  # the target's own sample at n
         stop = carried + base
         stop[..., 3] += acc
         stop[..., 4] += (1.0 - reach) + (k == 0)  # a correction, or the target's own sample at k = 0
@@ -124,9 +132,11 @@ def _round_values(tables, future, n: int, T: int, K: int, t_draft: float, t_targ
             break
         pz, bz = p[y], b[y]  # (V, V^k, V): the next draft z and its acceptance
         levels.append((stop, pz, prod))
-        rejected = (res @ future[m + 1])[y]  # (V, V^k, 6): a correction at m, then a round at m + 1
+        rejected = (res @ future[m + 1])[y]  # (V, V^k, F): a correction at m, then a round at m + 1
+        if per_position:
+            rejected[..., len(_FIELDS) + m] += 1.0  # (the total's share is (1 − reach) at the stop)
         carried = (carried[:, :, None, :] + (reach[..., None] * (1.0 - bz))[..., None] * rejected[:, :, None, :])
-        carried = carried.reshape(V, -1, len(_FIELDS))
+        carried = carried.reshape(V, -1, F)
         prod = (prod[..., None] * score[y]).reshape(V, -1)
         reach = (reach[..., None] * bz).reshape(V, -1)
         acc = acc.repeat(V, axis=1) + reach
@@ -134,21 +144,30 @@ def _round_values(tables, future, n: int, T: int, K: int, t_draft: float, t_targ
     value = levels[-1][0]
     for k in range(K - 1, -1, -1):
         stop, pz, prod = levels[k]
-        go = np.einsum("apz,apzf->apf", pz, value.reshape(V, pz.shape[1], V, len(_FIELDS)))
+        go = np.einsum("apz,apzf->apf", pz, value.reshape(V, pz.shape[1], V, F))
         value = np.where(decide(k, n + k - 1, prod, stop, go)[..., None], stop, go)
     return value[:, 0, :]
 
 
-def _solve(inst: MarkovInstance, rule: AdaptiveDrafting | None, t_draft, t_target, cap: int) -> StoppingCounts:
+def tree_fits(V: int, T: int, cap: int, per_position: bool = False) -> bool:
+    """Whether the draft trees of an instance (``V`` tokens, horizon ``T``, at most ``cap`` drafts per round)
+    fit :data:`NODE_BUDGET`: ``V · V^min(cap, T)`` leaves of 6 values (``6 + T`` with ``per_position``)."""
+    leaves = V * V ** min(cap, T)
+    return leaves * (len(_FIELDS) + (T if per_position else 0)) <= NODE_BUDGET * len(_FIELDS)
+
+
+def _solve(inst: MarkovInstance, rule: AdaptiveDrafting | None, t_draft, t_target, cap: int,
+           per_position: bool = False) -> StoppingCounts:
     if not isinstance(inst, MarkovInstance):
         raise ValueError(f"inst must be a MarkovInstance; got {type(inst).__name__}")
     t_draft, t_target = _check_times(t_draft, t_target)
     cap = as_positive_int(cap, "cap")
     T, V = inst.T, inst.V
-    leaves = V * V ** min(cap, T)
-    if leaves > NODE_BUDGET:
-        raise ValueError(f"the draft tree has {V} × {V}^{min(cap, T)} = {leaves} leaves per round start, over "
-                         f"NODE_BUDGET = {NODE_BUDGET}: use a smaller vocabulary, cap or horizon")
+    if not tree_fits(V, T, cap, per_position):
+        extra = f" × {len(_FIELDS) + T} values (rejections per position)" if per_position else ""
+        raise ValueError(f"the draft tree has {V} × {V}^{min(cap, T)} leaves per round start{extra}, over "
+                         f"NODE_BUDGET = {NODE_BUDGET} leaves of {len(_FIELDS)} values: use a smaller vocabulary, "
+                         f"cap or horizon")
     from speculab.methods.sd import SD
 
     P, Q = compact(inst.P), compact(inst.Q)
@@ -169,15 +188,16 @@ def _solve(inst: MarkovInstance, rule: AdaptiveDrafting | None, t_draft, t_targe
         def decide(k, t, prod, stop, go):  # the rule stops after a draft, never before the first
             return np.broadcast_to(k > 0, prod.shape) & np.asarray(rule.stops(prod, k, t, T, *rule.params), dtype=bool)
 
-    future = np.zeros((T + 1, V, len(_FIELDS)))
+    future = np.zeros((T + 1, V, len(_FIELDS) + (T if per_position else 0)))
     for n in range(T - 1, -1, -1):
         future[n] = _round_values(tables, future, n, T, min(cap, T - n), t_draft, t_target, decide)
     total = inst.rho @ future[0]
-    return StoppingCounts(*(scalar(x) for x in total), T=T, t_draft=t_draft, t_target=t_target)
+    return StoppingCounts(*(scalar(x) for x in total[:len(_FIELDS)]), T=T, t_draft=t_draft, t_target=t_target,
+                          rejections_per_position=total[len(_FIELDS):] if per_position else None)
 
 
 def stopping_counts(inst: MarkovInstance, rule: AdaptiveDrafting, t_draft: float = 0.0,
-                    t_target: float = 1.0) -> StoppingCounts:
+                    t_target: float = 1.0, *, per_position: bool = False) -> StoppingCounts:
     """Exact expected counts and time of a drafting rule on a small Markov instance (module docstring).
 
     Args:
@@ -187,6 +207,8 @@ def stopping_counts(inst: MarkovInstance, rule: AdaptiveDrafting, t_draft: float
         verifier is a method of [Yin] Algorithm 2 (its ``rule(p, q)`` verifies each draft).
       t_draft: time of one draft forward pass (``>= 0``).
       t_target: time of one target forward pass (``> 0``).
+      per_position: also the probability of a rejection at each position
+        (``rejections_per_position``; ``T`` more values per node of the tree).
 
     Example:
       >>> from speculab.theory import MarkovInstance, lookahead_counts
@@ -201,7 +223,7 @@ def stopping_counts(inst: MarkovInstance, rule: AdaptiveDrafting, t_draft: float
     if not hasattr(rule.verifier, "rule"):
         raise ValueError(f"the rule's verifier must be a method of [Yin] Algorithm 2 (with rule(p, q)); "
                          f"got {rule.verifier!r}")
-    return _solve(inst, rule, t_draft, t_target, rule.cap)
+    return _solve(inst, rule, t_draft, t_target, rule.cap, per_position)
 
 
 def optimal_stopping(inst: MarkovInstance, t_draft: float, t_target: float, cap: int) -> StoppingCounts:

@@ -1,0 +1,170 @@
+r"""Multi-draft speculative decoding whose root accepts as often as any verifier can (SPEC O).
+
+Convention: ``p`` = draft, ``q`` = target. A round drafts ``M`` independent
+continuations, as [Yin] Algorithm 4 does. Its root sees the set ``D`` of the ``M``
+first tokens and is verified by the coupling of
+:func:`~speculab.theory.optimal_coupling`: it accepts ``y ∈ D`` with probability
+``κ(D, y)/P(D)`` and follows the first row that drafted ``y``; otherwise it outputs a
+token from ``(q − a)/(1 − α)``. So the root accepts with probability
+
+.. math:: \alpha^*(p, q, M) = 1 - \max_H \big[p(H)^M - q(H)\big],
+
+the most any verifier of ``M`` i.i.d. drafts reaches (Algorithm 4: ``1 − Π_m r_m``,
+never more). The rest of the round is speculative decoding along the followed row
+(its later drafts are fresh draws from ``p`` whichever row drafted ``y``), with a bonus
+token after ``K`` accepted drafts as in :class:`~speculab.methods.SD`. Unbiased
+whatever the coupling: a root outputs ``q`` (``a + (q − a)``).
+
+The largest acceptance is not the fewest rejections in general. The linear program
+returns *some* accepted law ``a`` of total ``α*``; which tokens it favours changes the
+rounds that follow, and the law minimising the expected rejections depends on the whole
+instance (:func:`~speculab.theory.optimal_batch_rejections` finds it by dynamic
+programming). So this method's expected rejections are at least that minimum
+(``tests/test_optimal.py``); on the [Yin] Fig. 2(a) instance they are within 0.004 of it
+and 0.67 to 1.11 below Algorithm 4's for ``M = 2..16`` (``speculab repro batch-optimality``),
+but nothing proves an ``α*``-coupling never does worse than Algorithm 4 — [Yin] §5 and
+SPEC O are silent on which ``α*``-coupling to use.
+
+Costs and scope: one linear program over the ``2^V`` draft sets per distinct root pair
+``(p, q)`` (cached), so vocabularies up to :data:`~speculab.theory.optimal.MAX_SET_V`
+tokens — Markov instances, not real language models. Engines draw the root from its
+marginal table (:meth:`OptimalMultiDraft.root_outcome`); the numpy simulator runs the
+verifier literally (draws the ``M`` tokens, forms ``D``, samples the coupling).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import ClassVar
+
+import numpy as np
+from array_api_compat import array_namespace, device
+
+from speculab import kernels
+from speculab.counts import Expected
+from speculab.methods.base import RoundLaw, Step, register
+from speculab.methods.batch import MultiDraft, Root, rooted_round_law
+from speculab.methods.chain import ChainStep
+from speculab.methods.sd import SD
+from speculab.theory.instance import cumulative, rowwise
+from speculab.theory.optimal import SetCoupling, optimal_coupling
+
+__all__ = ["OptimalMultiDraft"]
+
+
+@lru_cache(maxsize=1 << 12)
+def _cached_coupling(p: bytes, q: bytes, M: int) -> SetCoupling:
+    return optimal_coupling(np.frombuffer(p), np.frombuffer(q), M)
+
+
+def _coupling(p: np.ndarray, q: np.ndarray, M: int) -> SetCoupling:
+    """The optimal coupling of ``M`` drafts from ``p`` with ``q`` (one linear program per distinct pair)."""
+    return _cached_coupling(np.ascontiguousarray(p, dtype=np.float64).tobytes(),
+                            np.ascontiguousarray(q, dtype=np.float64).tobytes(), M)
+
+
+def _host(a) -> np.ndarray:
+    """``a`` as a numpy array (torch on any device, concrete JAX arrays); traced arrays are refused."""
+    try:
+        return np.asarray(a.cpu()) if hasattr(a, "cpu") and not isinstance(a, np.ndarray) else np.asarray(a)
+    except Exception as err:  # a JAX tracer: the linear program needs values
+        raise ValueError("OptimalMultiDraft's root is a linear program on concrete laws; inside a traced function "
+                         "give engines its root_outcome tables (the JAX engine does for instances within "
+                         "TABLE_BUDGET) or use engine='numpy'") from err
+
+
+class _OptimalRoot:
+    """The root decision for runs whose previous token is ``a``: ``M`` drafts, their set, the coupling's verdict."""
+
+    def __init__(self, inst, M: int):
+        self.P, self.Q, self.M = inst.P, inst.Q, M
+        self.cP = rowwise(cumulative, inst.P)
+
+    def __call__(self, t: int, a: np.ndarray, rng: np.random.Generator):
+        x = np.empty(a.size, dtype=np.int64)
+        rejected = np.empty(a.size, dtype=bool)
+        for c in np.unique(a):
+            runs = np.flatnonzero(a == c)
+            coupling = _coupling(self.P[t, c], self.Q[t, c], self.M)
+            cum = np.broadcast_to(self.cP[t, c], (runs.size, self.M, self.cP.shape[-1]))
+            drafts = kernels.sample_cumulative(cum, rng.random((runs.size, self.M)))
+            ok, token = coupling.sample(drafts, rng.random(runs.size), rng.random(runs.size))
+            x[runs], rejected[runs] = token, ~ok
+        return x, rejected
+
+
+@register
+@dataclass(frozen=True)
+class OptimalMultiDraft(MultiDraft):
+    """Batch speculative decoding whose root verifier attains the largest acceptance ``α*`` (module docstring).
+
+    Args:
+      M: number of drafts (>= 1; ``M = 1`` is speculative decoding, whose acceptance ``1 − TV`` is ``α*`` there).
+      K: draft length per round (``None`` = to the end); an all-accepted round earns a bonus token.
+
+    Example:
+      >>> from speculab.theory import MarkovInstance, optimal_acceptance
+      >>> inst = MarkovInstance.context_free([0.6, 0.3, 0.1], [0.2, 0.3, 0.5], T=4)
+      >>> law = OptimalMultiDraft(2).root_outcome(inst.P[0, 0], inst.Q[0, 0])
+      >>> bool(np.isclose(law[:3].sum(), optimal_acceptance([0.6, 0.3, 0.1], [0.2, 0.3, 0.5], 2)))
+      True
+    """
+
+    name: ClassVar[str] = "optimal-batch"
+
+    @classmethod
+    def runs_on_real_models(cls) -> bool:
+        """No: the root's linear program has ``2^V`` draft sets (``V ≤ MAX_SET_V``), far below any real vocabulary."""
+        return False
+
+    def accepted_law(self, p, q) -> np.ndarray:
+        """The root's accepted law ``a(y) = P(Y = y, accepted)`` ``(..., V)``, total ``α*``, per pair of rows (numpy)."""
+        p, q = np.broadcast_arrays(np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64))
+        out = np.empty(p.shape)
+        for i in np.ndindex(p.shape[:-1]):
+            out[i] = _coupling(p[i], q[i], self.M).accepted_law
+        return out
+
+    def root_outcome(self, p, q):
+        """``(..., 2V)``: the coupling's accepted law ``a``, then ``q − a`` (output by a refusal)."""
+        xp = array_namespace(p, q)
+        a = xp.asarray(self.accepted_law(_host(p), _host(q)), dtype=q.dtype, device=device(q))
+        return xp.concat([a, q - a], axis=-1)
+
+    # -- engines ---------------------------------------------------------------------------------------------------
+    def simulator(self, inst) -> Step:
+        b, R = self.instance_rule(inst)
+        return ChainStep(inst, b, R, self.K, rows=self.M, root=_OptimalRoot(inst, self.M) if self.M > 1 else None)
+
+    def expected(self, inst) -> Expected:
+        """Exact counts for any ``K``: the lookahead chain with this root's accepted law (SPEC L with root kernels
+        ``a`` and ``q − a``)."""
+        from speculab.theory.lookahead import lookahead_counts
+
+        counts = lookahead_counts(inst, self.K, M=self.M, root=self.accepted_law if self.M > 1 else None)
+        return Expected.from_counts(counts, source="exact lookahead counts with the optimal-coupling root (SPEC O, L)")
+
+    def round_law(self, p, q, x, *, bonus: bool) -> RoundLaw:
+        """The coupling's verdict on the set of the rows' first tokens, then SD along the followed row."""
+        if x.shape[-2] == 1:
+            return SD(K=self.K).round_law(p, q, x, bonus=bonus)
+        xp = array_namespace(p, q)
+        p0, q0, x0 = _host(p[..., 0, 0, :]), _host(q[..., 0, 0, :]), _host(x[..., :, 0])
+        lead, M = x0.shape[:-1], x0.shape[-1]
+        follow, accept = np.zeros(x0.shape), np.zeros(x0.shape)
+        refused, reject, weights = np.zeros(lead), np.zeros(lead), np.zeros(p0.shape)
+        for i in np.ndindex(lead):
+            coupling = _coupling(p0[i], q0[i], M)
+            row = coupling.accept_given(x0[i][None, :])[0]  # (V,): accept y given the draft set
+            tokens = x0[i]
+            first = np.array([tokens[m] not in tokens[:m] for m in range(M)])  # the first row with each token
+            accept[i] = row[tokens]
+            follow[i] = np.where(first, accept[i], 0.0)
+            refused[i] = 1.0 - row.sum()
+            reject[i] = 1.0 - coupling.acceptance
+            weights[i] = coupling.residual
+        back = lambda a: xp.asarray(a, dtype=p.dtype, device=device(p))  # noqa: E731
+        root = Root(follow=back(follow), refused=back(refused), weights=back(weights), reject_prob=back(reject),
+                    accept_prob=back(accept))
+        return rooted_round_law(root, p, q, x, K=self.K, bonus=bonus)
