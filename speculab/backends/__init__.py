@@ -5,7 +5,7 @@ Convention: ``p`` = draft, ``q`` = target. Requires the ``torch`` extra
 """
 
 from speculab.backends.decode import KIND_NAMES, DecodeResult, RoundInfo, RoundRecord, RunRecord, decode
-from speculab.backends.models import HFModel, NGramModel
+from speculab.backends.models import HFModel, HistoryModel, NGramModel, PromptLookupModel
 from speculab.backends.pair import ModelPair, load_pair, ngram_draft, resolve_device
 from speculab.backends.warp import Sampling
 
@@ -15,6 +15,8 @@ __all__ = [
     "KIND_NAMES",
     "ModelPair",
     "NGramModel",
+    "HistoryModel",
+    "PromptLookupModel",
     "RoundInfo",
     "RoundRecord",
     "RunRecord",

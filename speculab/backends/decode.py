@@ -1,7 +1,9 @@
 """Decoding real language models with any method that has a round rule: one loop, the method's law.
 
 Convention: ``p`` = draft, ``q`` = target, both after the same sampling warp
-(:class:`~speculab.backends.warp.Sampling`). Each prompt is decoded on its own.
+(:class:`~speculab.backends.warp.Sampling`). Prompts are decoded together as the rows
+of one batch (:mod:`speculab.backends.batched`) unless ``batch_size=1`` or the method
+drafts several rows; this module is the one-prompt path and what both share.
 A round drafts ``L = method.draft_length(remaining)`` tokens on ``method.rows``
 rows (one batched draft pass per token), scores them with one batched target
 call, and asks the method for the exact law of its decision given the block
@@ -16,6 +18,7 @@ target forward pass (a round), *draft calls* are drafted tokens.
 
 from __future__ import annotations
 
+import math
 import numbers
 
 from dataclasses import dataclass
@@ -26,6 +29,7 @@ import torch
 
 from speculab import kernels
 from speculab._validate import as_positive_int, as_torch_generator
+from speculab.backends.batched import batchable, decode_batched
 from speculab.backends.pair import ModelPair
 from speculab.backends.warp import Sampling
 from speculab.counts import BONUS, CORRECTION, DRAFT, KIND_NAMES, TARGET, Counts
@@ -228,39 +232,52 @@ class _Run:
 
     def _emit(self, law: RoundLaw, P, Q, xs, row: int, tau: int, token: int, L: int) -> None:
         """Record the accepted drafts and the final token of the followed row, cut at the first EOS."""
-        logq = Q.clamp_min(torch.finfo(Q.dtype).tiny).log()
-        tv = kernels.tv(P, Q[:L]).tolist() if L else []
-        reject, accept = law.reject_prob[0, row].tolist(), law.accept_prob[0, row].tolist()
-        loss_tv = loss_kl = [0.0] * (L + 1)
-        if law.law is not None:
-            step_law = law.law[0, row]  # (L, V)
-            loss_tv = kernels.tv(step_law, Q[:L]).tolist() + [0.0]
-            loss_kl = kernels.kl(step_law, Q[:L]).tolist() + [0.0]
-        new = []
-        for i in range(tau):
-            x = int(xs[i])
-            self.out.add(x, DRAFT, tv=tv[i], reject_prob=reject[i], accept_prob=accept[i], loss_tv=loss_tv[i],
-                         loss_kl=loss_kl[i], target_logprob=float(logq[i, x]))
-            new.append(x)
-            if x == self.eos:
-                break
-        else:
-            if token >= 0:
-                if L == 0:
-                    tv_here = self._tracked_tv(Q[0]) if self.track_draft else float("nan")
-                    self.out.add(token, TARGET, tv=tv_here, reject_prob=1.0, target_logprob=float(logq[0, token]))
-                elif tau < L:
-                    self.out.add(token, CORRECTION, tv=tv[tau], reject_prob=reject[tau], accept_prob=accept[tau],
-                                 loss_tv=loss_tv[tau], loss_kl=loss_kl[tau], target_logprob=float(logq[tau, token]))
-                else:
-                    self.out.add(token, BONUS, target_logprob=float(logq[L, token]))
-                new.append(token)
-        self._accept(new)
+        tracked = (lambda q: self._tracked_tv(q)) if self.track_draft else None
+        self._accept(record_round(self.out, law, 0, P, Q, xs, row, tau, token, L, self.eos, tracked))
 
     def _tracked_tv(self, q) -> float:
         """``TV(p_n, q_n)`` for an autoregressive step, running the draft alongside (``track_draft``)."""
         p = self.sampling.probs(self._catch_up(self.pair.draft, self.ds)[0, -1]).double()
         return float(kernels.tv(p, q))
+
+
+def record_round(out: _Builder, law: RoundLaw, at: int, P, Q, xs, row: int, tau: int, token: int, L: int,
+                 eos: int | None, tracked_tv: Callable | None = None) -> list[int]:
+    """Record one round's output in ``out``: the accepted drafts and the final token of the followed row, cut at
+    the first EOS; returns the tokens output. ``law`` holds the round at batch index ``at``; ``P`` ``(L, V)``,
+    ``Q`` ``(L + 1, V)``, ``xs`` ``(L,)`` are the followed row's; ``tracked_tv(q)`` gives ``TV(p_n, q_n)`` of an
+    autoregressive step (or ``None``: not tracked)."""
+    tiny = torch.finfo(Q.dtype).tiny
+
+    def logq(i: int, x: int) -> float:  # log q_i(x), only where a token is output (not a log over V per round)
+        return math.log(max(float(Q[i, x]), tiny))
+
+    tv = kernels.tv(P, Q[:L]).tolist() if L else []
+    reject, accept = law.reject_prob[at, row].tolist(), law.accept_prob[at, row].tolist()
+    loss_tv = loss_kl = [0.0] * (L + 1)
+    if law.law is not None:
+        step_law = law.law[at, row]  # (L, V)
+        loss_tv = kernels.tv(step_law, Q[:L]).tolist() + [0.0]
+        loss_kl = kernels.kl(step_law, Q[:L]).tolist() + [0.0]
+    new = []
+    for i in range(tau):
+        x = int(xs[i])
+        out.add(x, DRAFT, tv=tv[i], reject_prob=reject[i], accept_prob=accept[i], loss_tv=loss_tv[i],
+                loss_kl=loss_kl[i], target_logprob=logq(i, x))
+        new.append(x)
+        if x == eos:
+            return new
+    if token >= 0:
+        if L == 0:
+            tv_here = tracked_tv(Q[0]) if tracked_tv is not None else float("nan")
+            out.add(token, TARGET, tv=tv_here, reject_prob=1.0, target_logprob=logq(0, token))
+        elif tau < L:
+            out.add(token, CORRECTION, tv=tv[tau], reject_prob=reject[tau], accept_prob=accept[tau],
+                    loss_tv=loss_tv[tau], loss_kl=loss_kl[tau], target_logprob=logq(tau, token))
+        else:
+            out.add(token, BONUS, target_logprob=logq(L, token))
+        new.append(token)
+    return new
 
 
 def prompt_list(prompts) -> list:
@@ -309,6 +326,7 @@ def decode(
     key: Any,
     track_draft: bool = False,
     on_round: Callable[[RoundInfo], None] | None = None,
+    batch_size: int | None = None,
 ) -> DecodeResult:
     """Decode each prompt with ``method`` on a real draft/target pair.
 
@@ -327,6 +345,10 @@ def decode(
       track_draft: for ``Autoregressive``, also run the draft to record ``TV(p_n, q_n)``.
       on_round: called with a :class:`RoundInfo` after every round (e.g. to evaluate another
         rule on the same blocks).
+      batch_size: prompts decoded together as the rows of one batch (:mod:`speculab.backends.batched`;
+        ``None``: all of them); ``1`` decodes one prompt at a time. Methods with several draft
+        rows (batch SD) always run one prompt at a time. Both paths have the same output law
+        and count the same things; their random draws differ.
 
     Returns:
       :class:`DecodeResult` with one ``Counts`` run, one :class:`RunRecord` and one
@@ -341,18 +363,26 @@ def decode(
     if not isinstance(sampling, Sampling):
         raise ValueError(f"sampling must be a speculab.backends.Sampling (e.g. Sampling(temperature=0.8)); "
                          f"got {sampling!r}")
+    if batch_size is not None:
+        batch_size = as_positive_int(batch_size, "batch_size")
     generator = as_torch_generator(key, pair.device)
     encoded = _encode(pair, prompts, max_new_tokens)
+    if batch_size != 1 and batchable(method, pair):
+        runs = decode_batched(pair, encoded, method, max_new_tokens=max_new_tokens, sampling=sampling,
+                              generator=generator, track_draft=track_draft, on_round=on_round, batch_size=batch_size)
+    else:
+        runs = []
+        for i, ids in enumerate(encoded):
+            run = _Run(i, pair, ids, sampling, generator, max_new_tokens, track_draft, on_round)
+            while not run.done:
+                run.round(method)
+            runs.append((run.ids[run.n_prompt:], run.out))
     results, records, rounds, fields = [], [], [], {k: [] for k in Counts.FIELDS}
-    for i, ids in enumerate(encoded):
-        run = _Run(i, pair, ids, sampling, generator, max_new_tokens, track_draft, on_round)
-        while not run.done:
-            run.round(method)
-        gen = run.ids[run.n_prompt:]
+    for gen, out in runs:
         results.append(gen)
-        records.append(run.out.record())
-        rounds.append(run.out.round_record())
-        c = run.out.counts
+        records.append(out.record())
+        rounds.append(out.round_record())
+        c = out.counts
         for k in ("rejections", "oracle_calls", "draft_calls", "accepted", "bonus"):
             fields[k].append(c[k])
         fields["discarded"].append(c["draft_calls"] - c["accepted"])

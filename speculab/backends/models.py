@@ -7,13 +7,13 @@ rejection), repeated across rows (batch drafts) and reduced to one row.
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
-__all__ = ["LMState", "HFModel", "NGramModel"]
+__all__ = ["LMState", "HFModel", "HistoryModel", "NGramModel", "PromptLookupModel"]
 
 
 @dataclass
@@ -97,48 +97,23 @@ class HFModel:
             state.rows = 1
 
 
-class NGramModel:
-    """A count-based n-gram draft model ([Yin] Remark 1: a cost-free draft).
+class HistoryModel:
+    """A draft whose next-token law is a function of the tokens so far, with no cache (n-gram, prompt lookup).
 
-    ``P(x | last n−1 tokens)`` from counts with interpolated add-``alpha``
-    smoothing that backs off to shorter contexts:
-    ``P_k(x) = (c_k(x) + alpha · V · P_{k−1}(x)) / (c_k + alpha · V)``, ``P_0`` uniform.
-    Logits are ``log P``.
+    Subclasses implement :meth:`probs`; the adapter interface (per-row histories that
+    can be extended, cropped, repeated and reduced to one row) follows. Logits are ``log p``.
     """
 
-    def __init__(self, token_ids, n: int, vocab_size: int, *, alpha: float = 0.1):
-        if n < 1:
-            raise ValueError(f"n must be >= 1; got {n}")
-        if alpha <= 0:
-            raise ValueError(f"alpha must be > 0; got {alpha}")
-        self.n, self.vocab_size, self.alpha = int(n), int(vocab_size), float(alpha)
-        self.max_length = None
+    max_length = None
+
+    def __init__(self, vocab_size: int):
+        self.vocab_size = int(vocab_size)
         self.device = torch.device("cpu")
         self.forward_calls = 0
-        ids = [int(t) for t in token_ids]
-        if ids and (min(ids) < 0 or max(ids) >= vocab_size):
-            raise ValueError(f"token ids must lie in [0, {vocab_size}); got range [{min(ids)}, {max(ids)}]")
-        self.counts: list[dict[tuple, Counter]] = [defaultdict(Counter) for _ in range(n)]
-        for k in range(n):  # context length k
-            for i in range(k, len(ids)):
-                self.counts[k][tuple(ids[i - k : i])][ids[i]] += 1
-        self._memo: dict[tuple, torch.Tensor] = {}
 
-    def _probs(self, context: tuple) -> torch.Tensor:
-        context = context[max(0, len(context) - (self.n - 1)):]
-        if context in self._memo:
-            return self._memo[context]
-        prob = torch.full((self.vocab_size,), 1.0 / self.vocab_size, dtype=torch.float64)
-        for k in range(0, len(context) + 1):
-            c = self.counts[k].get(context[len(context) - k:] if k else (), None)
-            if not c:
-                break
-            total = sum(c.values())
-            counts = torch.zeros(self.vocab_size, dtype=torch.float64)
-            counts[list(c.keys())] = torch.tensor(list(c.values()), dtype=torch.float64)
-            prob = (counts + self.alpha * self.vocab_size * prob) / (total + self.alpha * self.vocab_size)
-        self._memo[context] = prob
-        return prob
+    def probs(self, history: tuple) -> torch.Tensor:
+        """``p(· | history)``: a float64 ``(V,)`` tensor summing to 1."""
+        raise NotImplementedError
 
     def start(self) -> LMState:
         return LMState(history=[[]])
@@ -154,7 +129,7 @@ class NGramModel:
             hist = state.history[r]
             for j, t in enumerate(ids[r].tolist()):
                 hist.append(t)
-                out[r, j] = self._probs(tuple(hist)).log().float()
+                out[r, j] = self.probs(tuple(hist)).log().float()
         state.length += n
         state.rows = rows
         return out.to(ids.device)
@@ -171,3 +146,107 @@ class NGramModel:
     def select(self, state: LMState, row: int) -> None:
         state.history = [state.history[row]]
         state.rows = 1
+
+
+class NGramModel(HistoryModel):
+    """A count-based n-gram draft model ([Yin] Remark 1: a cost-free draft).
+
+    ``P(x | last n−1 tokens)`` from counts with interpolated add-``alpha``
+    smoothing that backs off to shorter contexts:
+    ``P_k(x) = (c_k(x) + alpha · V · P_{k−1}(x)) / (c_k + alpha · V)``, ``P_0`` uniform.
+    Logits are ``log P``. Counts are kept as sorted arrays of ``(context, token)`` codes
+    (numpy), so millions of training tokens cost seconds and a few tens of megabytes.
+    """
+
+    def __init__(self, token_ids, n: int, vocab_size: int, *, alpha: float = 0.1):
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"n must be an integer >= 1; got {n!r}")
+        if not alpha > 0:
+            raise ValueError(f"alpha must be > 0; got {alpha}")
+        if vocab_size ** n >= 1 << 62:
+            raise ValueError(f"n = {n} over {vocab_size} tokens overflows the 64-bit codes of (context, token)")
+        super().__init__(vocab_size)
+        self.n, self.alpha = int(n), float(alpha)
+        ids = np.asarray([int(t) for t in token_ids] if not isinstance(token_ids, np.ndarray) else token_ids,
+                         dtype=np.int64)
+        if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
+            raise ValueError(f"token ids must lie in [0, {vocab_size}); got range [{ids.min()}, {ids.max()}]")
+        self.tables = []  # per context length k: sorted unique codes context·V + token, and their counts
+        for k in range(n):
+            code = np.zeros(max(ids.size - k, 0), dtype=np.int64)
+            for j in range(k + 1):  # the k context tokens, then the token
+                code = code * vocab_size + ids[j: ids.size - k + j]
+            self.tables.append(np.unique(code, return_counts=True))
+        self._memo: dict[tuple, torch.Tensor] = {}
+
+    def _counts(self, k: int, context: tuple):
+        """Tokens seen after ``context`` (length ``k``) and how often, or ``None`` if never."""
+        codes, counts = self.tables[k]
+        base = 0
+        for t in context:
+            base = base * self.vocab_size + t
+        lo, hi = np.searchsorted(codes, [base * self.vocab_size, (base + 1) * self.vocab_size])
+        return None if lo == hi else (codes[lo:hi] - base * self.vocab_size, counts[lo:hi])
+
+    def probs(self, history: tuple) -> torch.Tensor:
+        context = history[max(0, len(history) - (self.n - 1)):]
+        if context in self._memo:
+            return self._memo[context]
+        V = self.vocab_size
+        prob = np.full(V, 1.0 / V)
+        for k in range(0, len(context) + 1):
+            seen = self._counts(k, context[len(context) - k:] if k else ())
+            if seen is None:
+                break
+            tokens, counts = seen
+            c = np.zeros(V)
+            c[tokens] = counts
+            prob = (c + self.alpha * V * prob) / (counts.sum() + self.alpha * V)
+        out = torch.from_numpy(prob)
+        self._memo[context] = out
+        return out
+
+
+class PromptLookupModel(HistoryModel):
+    """A prompt-lookup draft: the token that followed the earliest earlier occurrence of the sequence's last n-gram.
+
+    For ``n`` from ``max_ngram`` down to 1, the last ``n`` tokens of the history (prompt and
+    output so far) are searched for earlier in the history; the draft proposes, with
+    probability 1, the token that followed their earliest occurrence (as Hugging Face's
+    ``prompt_lookup_num_tokens`` with ``max_matching_ngram_size = max_ngram`` does for the
+    first token of its block). Without a match the law is ``fallback``'s (uniform when
+    ``None``). So ``p`` is known exactly at every step and every theorem applies, its
+    acceptance in SD being ``q(proposed token)``.
+
+    Unlike Hugging Face, which copies a whole block from the first match, each later draft
+    is looked up again from the history that includes the earlier drafts; the two agree
+    whenever the earliest match of the extended suffix is the copied one's continuation.
+    """
+
+    def __init__(self, vocab_size: int, max_ngram: int = 2, *, fallback: HistoryModel | None = None):
+        if isinstance(max_ngram, bool) or not isinstance(max_ngram, int) or max_ngram < 1:
+            raise ValueError(f"max_ngram must be an integer >= 1; got {max_ngram!r}")
+        if fallback is not None and (not isinstance(fallback, HistoryModel) or fallback.vocab_size != vocab_size):
+            raise ValueError(f"fallback must be a HistoryModel over the same {vocab_size} tokens (e.g. an NGramModel); "
+                             f"got {fallback!r}")
+        super().__init__(vocab_size)
+        self.max_ngram, self.fallback = max_ngram, fallback
+
+    def proposal(self, history: tuple) -> int | None:
+        """The token proposed after ``history``, or ``None`` when no suffix of it occurs earlier."""
+        for n in range(min(self.max_ngram, len(history) - 1), 0, -1):
+            suffix = history[-n:]
+            for start in range(len(history) - n):  # earliest first; the suffix's own place excluded
+                if history[start:start + n] == suffix:
+                    return history[start + n]
+        return None
+
+    def probs(self, history: tuple) -> torch.Tensor:
+        x = self.proposal(history)
+        if x is None:
+            if self.fallback is not None:
+                return self.fallback.probs(history)
+            return torch.full((self.vocab_size,), 1.0 / self.vocab_size, dtype=torch.float64)
+        prob = torch.zeros(self.vocab_size, dtype=torch.float64)
+        prob[x] = 1.0
+        return prob

@@ -35,7 +35,7 @@ verifier literally (draws the ``M`` tokens, forms ``D``, samples the coupling).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from collections import OrderedDict
 from typing import ClassVar
 
 import numpy as np
@@ -48,20 +48,30 @@ from speculab.methods.batch import MultiDraft, Root, rooted_round_law
 from speculab.methods.chain import ChainStep
 from speculab.methods.sd import SD
 from speculab.theory.instance import cumulative, rowwise
-from speculab.theory.optimal import SetCoupling, optimal_coupling
+from speculab.theory.optimal import MAX_SET_DRAFTS, SetCoupling, optimal_coupling
 
 __all__ = ["OptimalMultiDraft"]
 
 
-@lru_cache(maxsize=1 << 12)
-def _cached_coupling(p: bytes, q: bytes, M: int) -> SetCoupling:
-    return optimal_coupling(np.frombuffer(p), np.frombuffer(q), M)
+#: Bytes of couplings kept for reuse (a coupling holds ``P(D = S)`` and acceptance rows over the draft sets:
+#: about 1 MB at ``V = 14``), least recently used dropped first.
+CACHE_BYTES = 256 << 20
+_cache: OrderedDict = OrderedDict()
 
 
 def _coupling(p: np.ndarray, q: np.ndarray, M: int) -> SetCoupling:
-    """The optimal coupling of ``M`` drafts from ``p`` with ``q`` (one linear program per distinct pair)."""
-    return _cached_coupling(np.ascontiguousarray(p, dtype=np.float64).tobytes(),
-                            np.ascontiguousarray(q, dtype=np.float64).tobytes(), M)
+    """The optimal coupling of ``M`` drafts from ``p`` with ``q`` (one linear program per distinct pair, cached)."""
+    key = (np.ascontiguousarray(p, dtype=np.float64).tobytes(), np.ascontiguousarray(q, dtype=np.float64).tobytes(), M)
+    if key in _cache:
+        _cache.move_to_end(key)
+        return _cache[key]
+    coupling = optimal_coupling(p, q, M)
+    _cache[key] = coupling
+    held = sum(c.accept.nbytes + c.sets.nbytes + c.set_prob.nbytes for c in _cache.values())
+    while held > CACHE_BYTES and len(_cache) > 1:
+        _, old = _cache.popitem(last=False)
+        held -= old.accept.nbytes + old.sets.nbytes + old.set_prob.nbytes
+    return coupling
 
 
 def _host(a) -> np.ndarray:
@@ -112,6 +122,12 @@ class OptimalMultiDraft(MultiDraft):
     """
 
     name: ClassVar[str] = "optimal-batch"
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.M > MAX_SET_DRAFTS:
+            raise ValueError(f"M must be at most MAX_SET_DRAFTS = {MAX_SET_DRAFTS} (the law of the draft set is built "
+                             f"draft by draft); got {self.M}")
 
     @classmethod
     def runs_on_real_models(cls) -> bool:

@@ -308,9 +308,9 @@ class SpecDecPP(Method):
 
     def expected(self, inst) -> Expected | None:
         """Exact counts, every head, on instances whose draft trees fit
-        :data:`~speculab.theory.stopping.NODE_BUDGET` (``V^(min(cap, T) + 1)`` leaves, ``T`` values
-        each); ``None`` above (no closed form). Recursion over the tree:
-        :func:`~speculab.theory.stopping_counts`."""
+        :data:`~speculab.theory.stopping.NODE_BUDGET` (:func:`~speculab.theory.stopping.tree_fits`:
+        ``V^(min(cap, T) + 1)`` leaves of ``6 + T`` values, against the budget's leaves of 6);
+        ``None`` above (no closed form). Recursion over the tree: :func:`~speculab.theory.stopping_counts`."""
         from speculab.theory.stopping import stopping_counts, tree_fits
 
         if not tree_fits(inst.V, inst.T, self.cap, per_position=True):

@@ -38,10 +38,17 @@ __all__ = [
 ]
 
 
+#: The largest finite number of drafts (float64 holds every integer up to it; beyond, give ``np.inf`` for the limit).
+MAX_M = 1 << 53
+
+
 def _check_M(M) -> float:
     if M == np.inf:
         return np.inf
-    return as_positive_int(M, "M")
+    M = as_positive_int(M, "M")
+    if M > MAX_M:
+        raise ValueError(f"M must be at most 2^53 (or np.inf for the limit M → ∞); got {M}")
+    return M
 
 
 def root_residual_chain(q: np.ndarray, p: np.ndarray, M: float) -> tuple[np.ndarray, np.ndarray]:

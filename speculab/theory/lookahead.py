@@ -235,6 +235,16 @@ def _rule(inst: MarkovInstance, b, P, M) -> tuple[np.ndarray, ...]:
     return compact(inst.P), compact(inst.Q), compact(b_arr), compact(R)
 
 
+def _checked_root_law(a, q):
+    """A root verifier's accepted law, refused unless ``0 ≤ a ≤ q`` (to round-off) with the shape of ``q``."""
+    a = np.asarray(a, dtype=float)
+    if a.shape != np.shape(q) or not np.all(np.isfinite(a)) or np.any(a < -1e-12) or np.any(a > q + 1e-12):
+        raise ValueError("root(p, q) must return the accepted law a of the root's verifier, with 0 <= a <= q "
+                         f"entrywise and the shape of q {np.shape(q)}; got shape {a.shape}, range "
+                         f"[{np.nanmin(a) if a.size else 0:.3g}, {np.nanmax(a) if a.size else 0:.3g}]")
+    return a
+
+
 def lookahead_kernels(M, p, q, b=None, R=None, *, root=None) -> tuple:
     """At one position (array API): the accept kernel ``A``, reject kernel ``J`` and rejection mass ``D``, the
     root's ``(A_root, J_root, D_root)``, and ``Q`` (the bonus kernel); ``root(p, q)``, when given, is the
@@ -248,7 +258,7 @@ def lookahead_kernels(M, p, q, b=None, R=None, *, root=None) -> tuple:
     if M == 1:
         return A, J, D, A, J, D, q
     if root is not None:
-        a = root(p, q)
+        a = _checked_root_law(root(p, q), q)
         return A, J, D, a, q - a, xp.sum(q - a, axis=-1), q
     u, R_M = root_residual_chain(q, p, M)  # u_M = R_M q^{M+1}: output by a root rejection
     return A, J, D, q - u, u, R_M, q
@@ -322,6 +332,9 @@ def lookahead_counts(inst: MarkovInstance, K: int | None, *, b=None, P=None, M: 
         raise ValueError(f"inst must be a MarkovInstance; got {type(inst).__name__}")
     K = as_lookahead(K)
     M = as_positive_int(M, "M")
+    if root is not None and (M == 1 or not callable(root)):
+        raise ValueError(f"root must be a function root(p, q) -> accepted law, for a verifier of M > 1 drafts "
+                         f"(M = 1 is the rule's own root); got root={root!r} with M={M}")
     T, V = inst.T, inst.V
     k, bonus_slot, n_slots = lookahead_slots(T, K)
     rows = per_position(lambda *arrays: lookahead_kernels(M, *arrays, root=root), T, *_rule(inst, b, P, M))

@@ -75,6 +75,7 @@ __all__ = [
     "optimal_batch_rejections",
     "batch_rejections_backward",
     "MAX_SET_V",
+    "MAX_SET_DRAFTS",
     "draft_set_law",
     "set_acceptance",
     "SetCoupling",
@@ -137,13 +138,16 @@ def accepted_law_rank(p, q, M, members) -> np.ndarray:
     The minimising ``T`` is a prefix of ``S`` sorted by ``q/p`` descending (module docstring).
 
     Args:
-      p, q: validated distributions, shape ``(..., V)``.
+      p, q: distributions, shape ``(..., V)``.
       M: number of drafts (int or ``np.inf``).
       members: boolean ``(..., K, V)``, ``K`` sets ``S`` per pair.
 
     Returns:
       ``(..., K)`` ranks.
     """
+    p, q = as_pair(p, q)
+    M = _check_M(M)
+    members = np.asarray(members, dtype=bool)
     order = np.argsort(-_ratio_key(p, q), axis=-1, kind="stable")[..., None, :]  # (..., 1, V)
     inside = np.take_along_axis(members, order, axis=-1)  # (..., K, V) in the order of q/p descending
     pT = np.cumsum(np.where(inside, np.take_along_axis(p[..., None, :], order, axis=-1), 0.0), axis=-1)
@@ -161,13 +165,17 @@ def best_accepted_law(p, q, M, w) -> np.ndarray:
     on a polymatroid. With every ``w > 0`` the total is ``α*``.
 
     Args:
-      p, q: validated distributions, shape ``(..., V)``.
+      p, q: distributions, shape ``(..., V)``.
       M: number of drafts (int or ``np.inf``).
       w: ``(..., V)`` weights.
 
     Returns:
       ``(..., V)`` the accepted law (sub-probability, ``≤ q``).
     """
+    p, q = as_pair(p, q)
+    w = np.asarray(w, dtype=float)
+    if w.shape != p.shape or not np.all(np.isfinite(w)):
+        raise ValueError(f"w must be finite weights of the shape of p, {p.shape}; got shape {w.shape}")
     V = p.shape[-1]
     order = np.argsort(-w, axis=-1, kind="stable")  # π
     rank = np.empty_like(order)
@@ -284,6 +292,8 @@ def _check_small(V: int) -> None:
 
 #: Largest vocabulary for the set-based functions (their tables have ``2^V`` entries).
 MAX_SET_V = 14
+#: Most drafts for the set-based functions (:func:`draft_set_law` is built one draft at a time).
+MAX_SET_DRAFTS = 1024
 
 
 def draft_set_law(p, M: int, *, replacement: bool = True) -> np.ndarray:
@@ -305,6 +315,9 @@ def draft_set_law(p, M: int, *, replacement: bool = True) -> np.ndarray:
 
     p = as_distribution(p, "p", ndim=1)
     M = as_positive_int(M, "M")
+    if M > MAX_SET_DRAFTS:
+        raise ValueError(f"M must be at most MAX_SET_DRAFTS = {MAX_SET_DRAFTS} for the set-based functions (the law "
+                         f"of the draft set is built draft by draft); got {M}")
     V = p.shape[0]
     _check_small(V)
     masks = np.arange(1 << V)
@@ -338,9 +351,16 @@ def set_acceptance(set_law, q) -> float:
       set_law: ``(2^V,)`` ``P(D = S)`` by bitmask (:func:`draft_set_law`).
       q: target distribution ``(V,)``.
     """
-    q = np.asarray(q, dtype=float)
+    from speculab._validate import as_distribution
+
+    q = as_distribution(q, "q", ndim=1)
     V = q.shape[0]
-    within = np.array(set_law, dtype=float)  # zeta transform: P(D ⊆ H) for every H
+    _check_small(V)
+    within = as_distribution(set_law, "set_law", ndim=1)
+    if within.shape != (1 << V,):
+        raise ValueError(f"set_law must have 2^V = {1 << V} entries (one per subset of the {V} tokens of q); "
+                         f"got shape {within.shape}")
+    within = within.copy()  # zeta transform: P(D ⊆ H) for every H
     for x in range(V):
         bit = (np.arange(1 << V) >> x) & 1 == 1
         within[bit] += within[~bit]
@@ -410,6 +430,7 @@ def optimal_coupling(p, q, M: int, *, replacement: bool = True) -> SetCoupling:
       M: number of drafts.
       replacement: i.i.d. drafts or distinct drafts (:func:`draft_set_law`).
     """
+    from scipy import sparse
     from scipy.optimize import linprog
 
     p, q = as_pair(p, q)
@@ -419,9 +440,8 @@ def optimal_coupling(p, q, M: int, *, replacement: bool = True) -> SetCoupling:
     members = (sets[:, None] >> np.arange(V)) & 1 == 1  # (n, V)
     S, Y = np.nonzero(members)  # one variable per (set, member)
     n, k = sets.size, S.size
-    A = np.zeros((n + V, k))
-    A[S, np.arange(k)] = 1.0
-    A[n + Y, np.arange(k)] = 1.0
+    cols = np.arange(k)  # sparse: two ones per variable (a dense matrix is 2^V · V 2^V floats, 30 GB at V = 14)
+    A = sparse.csr_array((np.ones(2 * k), (np.concatenate([S, n + Y]), np.concatenate([cols, cols]))), shape=(n + V, k))
     res = linprog(-np.ones(k), A_ub=A, b_ub=np.concatenate([law[sets], q]), bounds=(0, None), method="highs")
     if res.status != 0:
         raise RuntimeError(f"the coupling's linear program failed: {res.message}")

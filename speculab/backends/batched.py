@@ -1,0 +1,268 @@
+"""Decoding many prompts at once: every prompt a row of one batch, each with its own accepted length.
+
+Convention: ``p`` = draft, ``q`` = target. The one-prompt loop of
+:mod:`speculab.backends.decode` pays a forward call of each model per drafted token
+*per prompt*; here a round makes those calls once for all prompts still running, and
+the rows advance by their own accepted lengths:
+
+* **Ragged rows without rollback.** Each model keeps one cache for the batch and an
+  attention mask over its columns. A token a row no longer holds — a refused draft, a
+  draft past the row's own block — is masked out rather than cropped, and new tokens
+  take position ids counted over the row's valid tokens only, so every row sees
+  exactly its own sequence (the logits equal the one-prompt path's up to float
+  round-off: ``tests/test_batched.py``). Prompts of different lengths are left-padded.
+  Finished rows leave the batch.
+* **The same round, row by row.** A row with ``remaining`` tokens to go drafts
+  ``L = method.draft_length(remaining)`` tokens, cut after its first drafted EOS (as the
+  one-prompt path stops drafting there); rows draft the batch's longest block together
+  and the extra drafts are masked out. The method's :meth:`~speculab.methods.Method.round_law`
+  is evaluated once per group of rows with the same block length and bonus flag (array
+  API, the batch axis is the rows), and the decision is drawn with
+  :func:`~speculab.methods.sample_round`. So the output law of every row is the
+  one-prompt path's, and its counts mean the same (``draft_calls`` counts a row's own
+  block, not the padding drafts).
+* **Host synchronisation once per round**, not per token: the drafted block and the
+  decisions come to the host together to group rows and record.
+
+Methods with one draft row (autoregressive decoding, SD with any ``K``, biased,
+fuzzy, rejection-rule and block verification); batch SD's ``M`` rows per prompt run on
+the one-prompt path. Adapters: Hugging Face causal LMs (:class:`~speculab.backends.models.HFModel`)
+and drafts computed from the token history (:class:`~speculab.backends.models.HistoryModel`:
+n-gram, prompt lookup).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from speculab import kernels
+from speculab.backends.models import HFModel, HistoryModel
+from speculab.backends.pair import ModelPair
+from speculab.backends.warp import Sampling
+from speculab.methods import Method, sample_round
+
+__all__ = ["decode_batched", "batchable"]
+
+
+def batchable(method: Method, pair: ModelPair) -> bool:
+    """Whether :func:`decode_batched` runs ``method`` on ``pair``: one draft row, adapters it knows."""
+    known = (HFModel, HistoryModel)
+    return method.rows == 1 and isinstance(pair.target, HFModel) and isinstance(pair.draft, known)
+
+
+# -- the models as batches of ragged rows ---------------------------------------------------------------------
+class _HFRows:
+    """A Hugging Face causal LM over ``B`` rows: one cache, a mask over its columns, per-row valid lengths."""
+
+    def __init__(self, adapter: HFModel, prompts: list[list[int]]):
+        from transformers import DynamicCache
+
+        self.adapter, self.model, self.V = adapter, adapter.model, adapter.vocab_size
+        self.dev = adapter.device
+        self.cache = DynamicCache()
+        self.mask = torch.zeros((len(prompts), 0), dtype=torch.long, device=self.dev)
+        self.valid = torch.zeros(len(prompts), dtype=torch.long, device=self.dev)
+
+    @torch.no_grad()
+    def feed(self, ids: torch.Tensor, present: torch.Tensor) -> torch.Tensor:
+        """Feed ``ids`` ``(B, w)`` where ``present`` (bool) and padding elsewhere; logits ``(B, w, V)`` (float32)."""
+        present = present.long()
+        pos = self.valid[:, None] + present.cumsum(-1) - 1
+        self.mask = torch.cat([self.mask, present], 1)
+        self.adapter.forward_calls += 1
+        logits = self.model(input_ids=ids, attention_mask=self.mask, position_ids=pos.clamp_min(0),
+                            past_key_values=self.cache, use_cache=True).logits
+        self.valid += present.sum(-1)
+        return logits[..., : self.V].float()
+
+    def drop_last(self, counts: torch.Tensor) -> None:
+        """Forget the last ``counts[r]`` columns of each row (all fed as present, this round's drafts)."""
+        C = self.mask.size(1)
+        cols = torch.arange(C, device=self.dev)
+        self.mask = self.mask * (cols[None, :] < C - counts[:, None]).long()
+        self.valid -= counts
+
+    def keep(self, rows: torch.Tensor) -> None:
+        self.cache.batch_select_indices(rows)
+        self.mask, self.valid = self.mask[rows], self.valid[rows]
+
+
+class _HistoryRows:
+    """A history draft (n-gram, prompt lookup) over ``B`` rows: one token history per row (padding never stored)."""
+
+    def __init__(self, adapter: HistoryModel, prompts: list[list[int]]):
+        self.adapter, self.V = adapter, adapter.vocab_size
+        self.history: list[list[int]] = [[] for _ in prompts]
+
+    def feed(self, ids: torch.Tensor, present: torch.Tensor) -> torch.Tensor:
+        self.adapter.forward_calls += 1
+        B, w = ids.shape
+        out = torch.zeros(B, w, self.V)
+        for r, (row, here) in enumerate(zip(ids.tolist(), present.tolist())):
+            for j, (t, h) in enumerate(zip(row, here)):
+                if h:
+                    self.history[r].append(t)
+                    out[r, j] = self.adapter.probs(tuple(self.history[r])).log().float()
+        return out.to(ids.device)
+
+    def drop_last(self, counts: torch.Tensor) -> None:
+        for hist, n in zip(self.history, counts.tolist()):
+            del hist[len(hist) - n:]
+
+    def keep(self, rows: torch.Tensor) -> None:
+        self.history = [self.history[r] for r in rows.tolist()]
+
+
+def _rows(adapter, prompts):
+    return _HFRows(adapter, prompts) if isinstance(adapter, HFModel) else _HistoryRows(adapter, prompts)
+
+
+def _right_aligned(tokens: list[list[int]], dev) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row token lists as ``(B, w)`` ids right-aligned (left padding) and the mask of the real ones."""
+    w = max(len(t) for t in tokens)
+    ids = torch.zeros((len(tokens), w), dtype=torch.long)
+    present = torch.zeros((len(tokens), w), dtype=torch.bool)
+    for r, t in enumerate(tokens):
+        if t:
+            ids[r, w - len(t):] = torch.tensor(t)
+            present[r, w - len(t):] = True
+    return ids.to(dev), present.to(dev)
+
+
+# -- decoding -------------------------------------------------------------------------------------------------------
+def decode_batched(pair: ModelPair, encoded: list[list[int]], method: Method, *, max_new_tokens: int,
+                   sampling: Sampling, generator, track_draft: bool = False,
+                   on_round: Callable | None = None, batch_size: int | None = None) -> list:
+    """Decode the prompts ``encoded`` (token ids, checked by the caller) in batches of ``batch_size`` rows.
+
+    Returns one ``(tokens, builder)`` per prompt (:class:`speculab.backends.decode._Builder`); the
+    caller (:func:`speculab.backends.decode`) assembles the result. ``batch_size=None``: all at once.
+    """
+    size = len(encoded) if batch_size is None else batch_size
+    out = []
+    for start in range(0, len(encoded), size):
+        out.extend(_Batch(pair, encoded[start:start + size], start, method, max_new_tokens, sampling, generator,
+                          track_draft, on_round).run())
+    return out
+
+
+class _Batch:
+    """One batch of prompts decoded together (module docstring)."""
+
+    def __init__(self, pair, prompts, first_index, method, max_new, sampling, generator, track_draft, on_round):
+        from speculab.backends.decode import _Builder
+
+        self.pair, self.method, self.sampling, self.g = pair, method, sampling, generator
+        self.max_new, self.eos, self.dev = max_new, pair.eos_token_id, pair.device
+        self.on_round = on_round
+        self.index = list(range(first_index, first_index + len(prompts)))  # run index of each live row
+        self.ids = [list(p) for p in prompts]
+        self.n_prompt = [len(p) for p in prompts]
+        self.builders = [_Builder() for _ in prompts]
+        self.track = track_draft or method.drafting
+        self.target = _rows(pair.target, prompts)
+        self.draft = _rows(pair.draft, prompts) if self.track else None
+        # tokens each model has not seen yet, per live row: the prompt at first
+        self.unseen_t = [list(p) for p in prompts]
+        self.unseen_d = [list(p) for p in prompts]
+        self.live = list(range(len(prompts)))  # positions in self.ids of the rows still running
+
+    def remaining(self, r: int) -> int:
+        return self.max_new - (len(self.ids[r]) - self.n_prompt[r])
+
+    def run(self) -> list:
+        while self.live:
+            self.round()
+        return [(ids[n:], b) for ids, n, b in zip(self.ids, self.n_prompt, self.builders)]
+
+    def round(self) -> None:
+        from speculab.backends.decode import RoundInfo, record_round
+
+        method, live = self.method, self.live
+        B = len(live)
+        lengths = [method.draft_length(self.remaining(r)) for r in live]
+        L = max(lengths)
+        p = None
+        if self.draft is not None:  # catch the draft up: the last column is each row's newest token
+            ids, present = _right_aligned(self.unseen_d, self.dev)
+            p = self.sampling.probs(self.draft.feed(ids, present)[:, -1])  # (B, V)
+            self.unseen_d = [[] for _ in live]
+        p_next = p  # the draft's law at each row's next position
+        xs, ps = [], []
+        for i in range(L):
+            x = p.argmax(-1) if self.sampling.greedy else torch.multinomial(p, 1, generator=self.g)[:, 0]
+            xs.append(x)
+            ps.append(p)
+            if i + 1 < L:
+                p = self.sampling.probs(self.draft.feed(x[:, None], torch.ones_like(x[:, None], dtype=torch.bool))[:, -1])
+        X = torch.stack(xs, 1) if L else torch.zeros((B, 0), dtype=torch.long, device=self.dev)
+        P = torch.stack(ps, 1).double() if L else None
+        ids, present = _right_aligned(self.unseen_t, self.dev)
+        width = ids.size(1)
+        logits = self.target.feed(torch.cat([ids, X], 1), torch.cat([present, torch.ones_like(X, dtype=torch.bool)], 1))
+        Q = self.sampling.probs(logits[:, width - 1:]).double()  # (B, L + 1, V)
+        self.unseen_t = [[] for _ in live]
+        u = torch.rand((B, 2), generator=self.g, dtype=torch.float64, device=self.dev)
+
+        X_host = X.tolist()  # one synchronisation per round
+        blocks = []  # per row: its own block length (cut after a drafted EOS) and whether a bonus may follow
+        for j, r in enumerate(live):
+            Lr = lengths[j]
+            if self.eos is not None and self.eos in X_host[j][:Lr]:
+                Lr = X_host[j].index(self.eos) + 1
+            eos_last = Lr > 0 and self.eos is not None and X_host[j][Lr - 1] == self.eos
+            blocks.append((Lr, Lr < self.remaining(r) and not eos_last))
+        decided = [None] * B
+        V = Q.size(-1)
+        for key in sorted(set(blocks)):
+            group = [j for j, b in enumerate(blocks) if b == key]
+            Lr, bonus = key
+            at = torch.tensor(group, device=self.dev)
+            Pg = P[at, :Lr][:, None] if Lr else torch.zeros((len(group), 1, 0, V), dtype=Q.dtype, device=self.dev)
+            law = method.round_law(Pg, Q[at, :Lr + 1][:, None], X[at, :Lr][:, None], bonus=bonus)
+            row, tau, token = sample_round(law, u[at, 0], u[at, 1])
+            mean, var = law.expected_accepted()
+            for gi, (j, t, k, m, v) in enumerate(zip(group, tau.tolist(), token.tolist(), mean.tolist(), var.tolist())):
+                decided[j] = (law, gi, t, k, m, v)
+        drop_d, drop_t, finished = [], [], []
+        for j, r in enumerate(live):
+            law, gi, tau, token, mean, var = decided[j]
+            Lr = blocks[j][0]
+            out = self.builders[r]
+            out.counts["oracle_calls"] += 1
+            out.counts["draft_calls"] += Lr
+            out.add_round(Lr, tau, mean, var)
+            Pr = P[j, :Lr] if Lr else torch.zeros((0, V), dtype=Q.dtype, device=self.dev)
+            if self.on_round is not None:
+                self.on_round(RoundInfo(self.index[j], Pr[None], Q[j, :Lr + 1][None], X[j, :Lr][None],
+                                        type(law)(*(None if f is None else f[gi:gi + 1] for f in law)), 0, tau))
+            tracked = None
+            if Lr == 0 and p_next is not None:  # autoregressive, the draft run alongside (track_draft)
+                tracked = lambda q, j=j: float(kernels.tv(p_next[j].double(), q))  # noqa: E731
+            new = record_round(out, law, gi, Pr, Q[j, :Lr + 1], X_host[j][:Lr], 0, tau, token, Lr, self.eos, tracked)
+            self.ids[r].extend(new)
+            # the caches hold x_1..x_{L−1} (draft) and x_1..x_L (target): keep the accepted ones
+            kept = min(tau, Lr)
+            drop_d.append(max(L - 1, 0) - min(kept, max(L - 1, 0)))
+            drop_t.append(L - kept)
+            unseen = new[kept:]  # the correction or bonus (and, after a full block, x_L for the draft)
+            self.unseen_t[j] = unseen
+            self.unseen_d[j] = new[min(kept, max(L - 1, 0)):] if L else new
+            done = (self.eos is not None and self.eos in new) or self.remaining(r) <= 0
+            finished.append(done)
+        self.target.drop_last(torch.tensor(drop_t, device=self.dev))
+        if self.draft is not None:
+            self.draft.drop_last(torch.tensor(drop_d, device=self.dev))
+        if any(finished):
+            keep = [j for j, f in enumerate(finished) if not f]
+            rows = torch.tensor(keep, dtype=torch.long, device=self.dev)
+            if keep:
+                self.target.keep(rows)
+                if self.draft is not None:
+                    self.draft.keep(rows)
+            self.live = [self.live[j] for j in keep]
+            self.index = [self.index[j] for j in keep]
+            self.unseen_t = [self.unseen_t[j] for j in keep]
+            self.unseen_d = [self.unseen_d[j] for j in keep]

@@ -1,0 +1,132 @@
+"""Decoding prompts as the rows of one batch (speculab.backends.batched) against the one-prompt path.
+
+Under greedy decoding both paths are deterministic, so tokens and counts must agree
+run by run — across prompts of very different lengths, rows that stop at EOS at
+different rounds, a batch of one and an n-gram draft. Under sampling the random
+draws differ, so the output law is checked against the target's own law, computed
+from the target's logits.
+"""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from conftest import Z_BOUND  # noqa: E402
+from speculab.backends import Sampling, decode, load_pair, ngram_draft  # noqa: E402
+from speculab.backends.pair import default_prompts  # noqa: E402
+from speculab.methods import SD, Autoregressive, BatchSD, BlockVerification, Fuzzy  # noqa: E402
+
+GREEDY = Sampling(temperature=0)
+
+
+@pytest.fixture(scope="module")
+def pair():
+    torch.set_num_threads(2)
+    return load_pair("tiny", device="cpu")
+
+
+def _same(a, b):
+    assert a.tokens == b.tokens
+    for name in ("rejections", "oracle_calls", "draft_calls", "accepted", "bonus", "tokens"):
+        np.testing.assert_array_equal(getattr(a.counts, name), getattr(b.counts, name), err_msg=name)
+    for ra, rb in zip(a.records, b.records):
+        np.testing.assert_array_equal(ra.kind, rb.kind)
+        np.testing.assert_allclose(ra.tv, rb.tv, atol=1e-5)  # float32 logits: batched reductions differ in the last bits
+        np.testing.assert_allclose(ra.target_logprob, rb.target_logprob, atol=1e-4)
+
+
+@pytest.mark.parametrize("method", [Autoregressive(), SD(K=4), SD(), SD(K=1), BlockVerification(3), Fuzzy(0.0, "js", K=3)],
+                         ids=repr)
+def test_greedy_batched_equals_one_prompt_at_a_time(pair, method):
+    prompts = default_prompts()[:6] + ["x", "def f(" * 20]  # lengths from 1 token to over 100
+    one = decode(pair, prompts, method, max_new_tokens=20, sampling=GREEDY, key=0, batch_size=1)
+    many = decode(pair, prompts, method, max_new_tokens=20, sampling=GREEDY, key=0)
+    _same(one, many)
+    assert len({len(t) for t in pair.tokenizer(prompts)["input_ids"]}) > 4
+
+
+def test_rows_that_stop_at_eos_in_different_rounds(pair):
+    """Long generations: some rows emit EOS early and leave the batch, the others go on (and batches of 3)."""
+    prompts = default_prompts()[:12]
+    one = decode(pair, prompts, SD(K=4), max_new_tokens=60, sampling=GREEDY, key=0, batch_size=1)
+    lengths = [len(t) for t in one.tokens]
+    assert min(lengths) < 60 and max(lengths) == 60 and pair.eos_token_id in one.tokens[lengths.index(min(lengths))]
+    for size in (None, 3):
+        _same(one, decode(pair, prompts, SD(K=4), max_new_tokens=60, sampling=GREEDY, key=0, batch_size=size))
+
+
+def test_a_batch_of_one_and_an_ngram_draft(pair):
+    ngram = load_pair(ngram_draft(pair.tokenizer, default_prompts(), n=3), "tiny-target", device="cpu")
+    prompts = default_prompts()[:5]
+    for p in (ngram, pair):
+        for prompt in (prompts[:1], prompts):
+            _same(decode(p, prompt, SD(K=3), max_new_tokens=16, sampling=GREEDY, key=1, batch_size=1),
+                  decode(p, prompt, SD(K=3), max_new_tokens=16, sampling=GREEDY, key=1))
+
+
+def test_autoregressive_tracking_the_draft(pair):
+    prompts = default_prompts()[:4]
+    one = decode(pair, prompts, Autoregressive(), max_new_tokens=8, sampling=GREEDY, key=0, batch_size=1,
+                 track_draft=True)
+    many = decode(pair, prompts, Autoregressive(), max_new_tokens=8, sampling=GREEDY, key=0, track_draft=True)
+    _same(one, many)
+    assert np.isfinite(np.concatenate([r.tv for r in many.records])).all()
+
+
+def test_batched_sampling_has_the_target_law(pair):
+    """400 copies of one prompt, SD with K = 2, two tokens each: the first token's law is q(· | prompt) and the
+    second's, after the most frequent first token, q(· | prompt, x_1) — z-tests on their likeliest tokens."""
+    prompt = default_prompts()[3]
+    n = 400
+    res = decode(pair, [prompt] * n, SD(K=2), max_new_tokens=2, key=5)
+    first = np.array([t[0] for t in res.tokens])
+    ids = pair.tokenizer.encode(prompt)
+    with torch.no_grad():
+        q1 = torch.softmax(pair.target.model(torch.tensor([ids])).logits[0, -1, : pair.vocab_size].double(), -1).numpy()
+    top = np.argsort(q1)[::-1][:8]
+    freq = np.array([(first == x).mean() for x in top])
+    assert np.all(np.abs(freq - q1[top]) < Z_BOUND * np.sqrt(q1[top] * (1 - q1[top]) / n) + 1e-12)
+    x1 = np.bincount(first).argmax()
+    second = np.array([t[1] for t in res.tokens if t[0] == x1 and len(t) > 1])
+    with torch.no_grad():
+        logits = pair.target.model(torch.tensor([ids + [int(x1)]])).logits[0, -1, : pair.vocab_size]
+    q2 = torch.softmax(logits.double(), -1).numpy()
+    top = np.argsort(q2)[::-1][:5]
+    freq = np.array([(second == x).mean() for x in top])
+    assert np.all(np.abs(freq - q2[top]) < Z_BOUND * np.sqrt(q2[top] * (1 - q2[top]) / second.size) + 1e-12)
+
+
+def test_batched_counts_match_the_one_prompt_path_in_distribution(pair):
+    """Same prompts, temperature 1: mean rejections of the two paths agree within their standard errors."""
+    prompts = default_prompts()[:8] * 4
+    a = decode(pair, prompts, SD(K=4), max_new_tokens=12, key=1, batch_size=1)
+    b = decode(pair, prompts * 4, SD(K=4), max_new_tokens=12, key=2)  # batched runs are cheap: 4 times as many
+    ra, rb = a.counts.rejections.astype(float), b.counts.rejections.astype(float)
+    se = np.hypot(ra.std(ddof=1) / np.sqrt(ra.size), rb.std(ddof=1) / np.sqrt(rb.size))
+    assert abs(ra.mean() - rb.mean()) < Z_BOUND * se
+
+
+def test_batch_sd_and_bad_batch_sizes(pair):
+    """Several draft rows run one prompt at a time whatever batch_size; bad sizes are refused by name."""
+    prompts = default_prompts()[:2]
+    a = decode(pair, prompts, BatchSD(2, K=2), max_new_tokens=6, sampling=GREEDY, key=0)
+    b = decode(pair, prompts, BatchSD(2, K=2), max_new_tokens=6, sampling=GREEDY, key=0, batch_size=1)
+    assert a.tokens == b.tokens
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="batch_size"):
+            decode(pair, prompts, SD(K=2), max_new_tokens=4, key=0, batch_size=bad)
+
+
+def test_prompts_longer_than_the_context_are_refused(pair):
+    with pytest.raises(ValueError, match="context"):
+        decode(pair, ["ok", "def f(" * 200], SD(K=2), max_new_tokens=4, key=0)
+
+
+def test_on_round_sees_each_rows_own_block(pair):
+    seen = []
+    decode(pair, default_prompts()[:3], SD(K=3), max_new_tokens=6, key=0,
+           on_round=lambda info: seen.append((info.run, tuple(info.p.shape), tuple(info.q.shape), info.accepted)))
+    assert {r for r, *_ in seen} == {0, 1, 2}
+    for _, p, q, acc in seen:
+        assert p[0] == 1 and q[1] == p[1] + 1 and 0 <= acc <= p[1]

@@ -1,0 +1,107 @@
+"""Cheap exact drafts: the n-gram model's counts and smoothing, prompt lookup's proposals, both in decoding."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from speculab.backends import NGramModel, PromptLookupModel, Sampling, decode, load_pair, ngram_draft  # noqa: E402
+from speculab.backends.pair import default_prompts  # noqa: E402
+from speculab.methods import SD, Autoregressive  # noqa: E402
+
+GREEDY = Sampling(temperature=0)
+
+
+def _ngram_brute(ids, n, V, alpha, history):
+    """The interpolated add-alpha formula of NGramModel's docstring, counted by brute force over the text."""
+    context = tuple(history[max(0, len(history) - (n - 1)):])
+    prob = np.full(V, 1.0 / V)
+    for k in range(len(context) + 1):
+        ctx = context[len(context) - k:]
+        counts = np.zeros(V)
+        for i in range(k, len(ids)):
+            if tuple(ids[i - k:i]) == ctx:
+                counts[ids[i]] += 1
+        if counts.sum() == 0:
+            break
+        prob = (counts + alpha * V * prob) / (counts.sum() + alpha * V)
+    return prob
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_ngram_probabilities_are_the_counted_formula(n):
+    rng = np.random.default_rng(n)
+    V = 5
+    ids = rng.integers(0, V, 200).tolist()
+    model = NGramModel(ids, n, V, alpha=0.3)
+    for history in itertools.product(range(V), repeat=2):
+        np.testing.assert_allclose(model.probs(history).numpy(), _ngram_brute(ids, n, V, 0.3, history), atol=1e-14)
+    assert model.probs((4, 4, 4)).sum().item() == pytest.approx(1.0, abs=1e-12)
+
+
+def test_ngram_refuses_bad_arguments():
+    for bad, match in (({"n": 0}, "n must"), ({"n": 2.5}, "n must"), ({"alpha": 0.0}, "alpha"),
+                       ({"alpha": float("nan")}, "alpha")):
+        kwargs = {"n": 2, **bad}
+        with pytest.raises(ValueError, match=match):
+            NGramModel([1, 2, 3], kwargs.pop("n"), 10, **kwargs)
+    with pytest.raises(ValueError, match=r"\[0, 10\)"):
+        NGramModel([1, 12], 2, 10)
+    with pytest.raises(ValueError, match="overflows"):
+        NGramModel([1, 2], 7, 2048)
+
+
+def test_prompt_lookup_proposes_the_continuation_of_the_earliest_match():
+    m = PromptLookupModel(10, max_ngram=2)
+    assert m.proposal((1, 2, 3, 9, 1, 2)) == 3  # the bigram (1, 2) occurred at 0
+    assert m.proposal((1, 2, 3, 9, 4, 2)) == 3  # no earlier (4, 2): the unigram 2 did, followed by 3
+    assert m.proposal((5, 1, 7, 1, 8, 1)) == 7  # earliest of two matches
+    assert m.proposal((1, 2, 3)) is None and m.proposal((4,)) is None
+    p = m.probs((1, 2, 3, 9, 1, 2))
+    assert p[3] == 1 and p.sum() == 1
+    np.testing.assert_allclose(m.probs((1, 2, 3)).numpy(), np.full(10, 0.1))  # no match: uniform
+    fallback = NGramModel([1, 2, 3, 4], 2, 10)
+    with_fallback = PromptLookupModel(10, fallback=fallback)
+    np.testing.assert_array_equal(with_fallback.probs((1, 2, 3)).numpy(), fallback.probs((1, 2, 3)).numpy())
+
+
+@pytest.mark.parametrize("bad, match", [({"max_ngram": 0}, "max_ngram"), ({"max_ngram": True}, "max_ngram"),
+                                        ({"fallback": "ngram"}, "fallback"),
+                                        ({"fallback": NGramModel([1], 1, 5)}, "same 10 tokens")])
+def test_prompt_lookup_refuses_bad_arguments(bad, match):
+    with pytest.raises(ValueError, match=match):
+        PromptLookupModel(10, **bad)
+
+
+@pytest.fixture(scope="module")
+def pair():
+    torch.set_num_threads(2)
+    return load_pair("tiny", device="cpu")
+
+
+def test_greedy_sd_with_cheap_drafts_is_the_targets_greedy_decoding(pair):
+    """Exact drafts: under greedy decoding SD outputs what the target alone does, on both decoding paths."""
+    prompts = ["def f(x): return f(x", "The default value of the default"] + default_prompts()[:3]
+    V = pair.vocab_size
+    ngram = ngram_draft(pair.tokenizer, default_prompts(), n=2)
+    target_alone = decode(pair, prompts, Autoregressive(), max_new_tokens=20, sampling=GREEDY, key=0)
+    for draft in (PromptLookupModel(V), PromptLookupModel(V, max_ngram=3, fallback=ngram)):
+        drafted = load_pair(draft, "tiny-target", device="cpu")
+        for batch_size in (None, 1):
+            res = decode(drafted, prompts, SD(K=4), max_new_tokens=20, sampling=GREEDY, key=0, batch_size=batch_size)
+            assert res.tokens == target_alone.tokens
+            assert res.counts.accepted.sum() > 0  # the lookups do propose accepted tokens
+
+
+def test_sampled_sd_with_prompt_lookup_matches_the_exact_rejection_rate(pair):
+    """Temperature 1: each position's rejection probability is TV(p_n, q_n) (SD, Thm 1 along the run); the mean
+    rejections per run equal the summed TV along the runs within standard errors."""
+    drafted = load_pair(PromptLookupModel(pair.vocab_size, fallback=ngram_draft(pair.tokenizer, default_prompts())),
+                        "tiny-target", device="cpu")
+    res = decode(drafted, default_prompts() * 4, SD(K=3), max_new_tokens=16, key=3)
+    rej = res.counts.rejections.astype(float)
+    predicted = np.array([np.nansum(np.where(r.kind == 2, 0.0, r.reject_prob)) for r in res.records])
+    diff = rej - predicted
+    assert abs(diff.mean()) < 5 * diff.std(ddof=1) / np.sqrt(diff.size)
