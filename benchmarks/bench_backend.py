@@ -1,6 +1,8 @@
 """Real-model decoding speed on the tiny pair: AR, our SD (best K), Hugging Face assisted generation.
 
-For greedy and sampled decoding, one run of each comparison on the same prompts:
+For greedy and sampled decoding, one run of each comparison on the same prompts, one
+prompt at a time as assisted generation decodes (``batch_size=1``; batched decoding is
+``bench_batched.py``):
 tokens/s (median over repeats), target calls per token, and for our SD the share
 of wall time spent in model forward passes vs our own overhead. Ratios are
 measured in one run (timings on shared CPUs are noisy).
@@ -52,7 +54,7 @@ def _ours(pair, prompts, method, sampling, tokens, repeats):
     for r in range(repeats):
         with _ForwardTimer() as timer:
             t0 = time.perf_counter()
-            res = decode(pair, prompts, method, max_new_tokens=tokens, sampling=sampling, key=r)
+            res = decode(pair, prompts, method, max_new_tokens=tokens, sampling=sampling, key=r, batch_size=1)
             times.append(time.perf_counter() - t0)
         fwd.append(timer.seconds)
     n = int(res.counts.tokens.sum())

@@ -343,7 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_pair_args(p)
     _add_method_args(p, real_models=True, drafting=True)
     p.add_argument("--prompt", action="append", help="a prompt (repeatable; default: the tiny pair's held-out prompts)")
-    p.add_argument("--runs-per-prompt", type=int, default=4, help="independent runs per prompt (default 4)")
+    p.add_argument("--runs-per-prompt", type=int, default=8, help="independent runs per prompt (default 8)")
     p.set_defaults(func=cmd_compare)
 
     models = sub.add_parser("models", help="the offline tiny model pair").add_subparsers(dest="action", required=True)

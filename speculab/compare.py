@@ -210,7 +210,7 @@ def compare(
     method: Method = SD(),
     prompts: list[str] | None = None,
     *,
-    runs_per_prompt: int = 4,
+    runs_per_prompt: int = 8,
     max_new_tokens: int = 32,
     sampling=None,
     key: Any,

@@ -130,3 +130,23 @@ def test_on_round_sees_each_rows_own_block(pair):
     assert {r for r, *_ in seen} == {0, 1, 2}
     for _, p, q, acc in seen:
         assert p[0] == 1 and q[1] == p[1] + 1 and 0 <= acc <= p[1]
+
+
+def test_the_cache_is_compacted_and_stays_exact(pair, monkeypatch):
+    """K = ∞ refuses most of each round's drafts: the holes are compacted away (spied) and greedy tokens still
+    equal the one-prompt path's; the cache never holds more than twice the longest row."""
+    from speculab.backends import batched
+
+    widths, original = [], batched._HFRows.compact
+
+    def spy(self):
+        before = self.mask.size(1)
+        original(self)
+        widths.append((before, self.mask.size(1), int(self.valid.max())))
+
+    monkeypatch.setattr(batched._HFRows, "compact", spy)
+    prompts = default_prompts()[:6]
+    one = decode(pair, prompts, SD(), max_new_tokens=24, sampling=GREEDY, key=0, batch_size=1)
+    _same(one, decode(pair, prompts, SD(), max_new_tokens=24, sampling=GREEDY, key=0))
+    assert widths and all(C <= 2 * W for _, C, W in widths)
+    assert sum(after < before for before, after, _ in widths) >= 3  # compactions really happened

@@ -11,7 +11,9 @@ the rows advance by their own accepted lengths:
   take position ids counted over the row's valid tokens only, so every row sees
   exactly its own sequence (the logits equal the one-prompt path's up to float
   round-off: ``tests/test_batched.py``). Prompts of different lengths are left-padded.
-  Finished rows leave the batch.
+  Finished rows leave the batch. Once masked columns outnumber the longest row's
+  valid ones, the cache is compacted (each row's entries gathered to the right), so
+  it stays within twice the longest sequence however many drafts are refused.
 * **The same round, row by row.** A row with ``remaining`` tokens to go drafts
   ``L = method.draft_length(remaining)`` tokens, cut after its first drafted EOS (as the
   one-prompt path stops drafting there); rows draft the batch's longest block together
@@ -83,10 +85,26 @@ class _HFRows:
         cols = torch.arange(C, device=self.dev)
         self.mask = self.mask * (cols[None, :] < C - counts[:, None]).long()
         self.valid -= counts
+        self.compact()
 
     def keep(self, rows: torch.Tensor) -> None:
         self.cache.batch_select_indices(rows)
         self.mask, self.valid = self.mask[rows], self.valid[rows]
+        self.compact()
+
+    def compact(self) -> None:
+        """Drop the masked columns once they outnumber a row's valid ones: each row's valid entries move, in
+        order, to the right end of a cache as long as the longest row (left padding). Keys and values keep
+        the positions they were computed at, and attention is over the mask, so nothing else changes."""
+        C, W = self.mask.size(1), int(self.valid.max()) if self.valid.numel() else 0
+        if C <= 2 * W:
+            return
+        order = torch.argsort(self.mask, dim=1, stable=True)  # masked columns first, each group in order
+        idx = order[:, C - W:]  # (B, W): every valid column of the row, right-aligned
+        for layer in self.cache.layers:
+            full = idx[:, None, :, None].expand(-1, layer.keys.size(1), -1, layer.keys.size(3))
+            layer.keys, layer.values = torch.gather(layer.keys, 2, full), torch.gather(layer.values, 2, full)
+        self.mask = torch.gather(self.mask, 1, idx)
 
 
 class _HistoryRows:
