@@ -23,8 +23,13 @@ the rows advance by their own accepted lengths:
   :func:`~speculab.methods.sample_round`. So the output law of every row is the
   one-prompt path's, and its counts mean the same (``draft_calls`` counts a row's own
   block, not the padding drafts).
-* **Host synchronisation once per round**, not per token: the drafted block and the
-  decisions come to the host together to group rows and record.
+* **The same random draws.** Each prompt has its own random stream and consumes it as
+  the one-prompt path does — one uniform per own draft (inverse CDF), two per round —
+  so for the same key both paths give the same tokens and counts prompt by prompt
+  (``tests/test_batched.py``), up to a draw within float round-off of a boundary
+  (the batched logits differ from one row's in the last bits).
+* **Host synchronisation once per round** for the decisions (and once per drafted
+  token when EOS exists, to stop a row's draws where the one-prompt path stops drafting).
 
 Methods with one draft row (autoregressive decoding, SD with any ``K``, biased,
 fuzzy, rejection-rule and block verification); batch SD's ``M`` rows per prompt run on
@@ -151,7 +156,7 @@ def _right_aligned(tokens: list[list[int]], dev) -> tuple[torch.Tensor, torch.Te
 
 # -- decoding -------------------------------------------------------------------------------------------------------
 def decode_batched(pair: ModelPair, encoded: list[list[int]], method: Method, *, max_new_tokens: int,
-                   sampling: Sampling, generator, track_draft: bool = False,
+                   sampling: Sampling, generators: list, track_draft: bool = False,
                    on_round: Callable | None = None, batch_size: int | None = None) -> list:
     """Decode the prompts ``encoded`` (token ids, checked by the caller) in batches of ``batch_size`` rows.
 
@@ -161,7 +166,8 @@ def decode_batched(pair: ModelPair, encoded: list[list[int]], method: Method, *,
     size = len(encoded) if batch_size is None else batch_size
     out = []
     for start in range(0, len(encoded), size):
-        out.extend(_Batch(pair, encoded[start:start + size], start, method, max_new_tokens, sampling, generator,
+        out.extend(_Batch(pair, encoded[start:start + size], start, method, max_new_tokens, sampling,
+                          generators[start:start + size],
                           track_draft, on_round).run())
     return out
 
@@ -169,10 +175,10 @@ def decode_batched(pair: ModelPair, encoded: list[list[int]], method: Method, *,
 class _Batch:
     """One batch of prompts decoded together (module docstring)."""
 
-    def __init__(self, pair, prompts, first_index, method, max_new, sampling, generator, track_draft, on_round):
+    def __init__(self, pair, prompts, first_index, method, max_new, sampling, generators, track_draft, on_round):
         from speculab.backends.decode import _Builder
 
-        self.pair, self.method, self.sampling, self.g = pair, method, sampling, generator
+        self.pair, self.method, self.sampling, self.g = pair, method, sampling, list(generators)  # one per live row
         self.max_new, self.eos, self.dev = max_new, pair.eos_token_id, pair.device
         self.on_round = on_round
         self.index = list(range(first_index, first_index + len(prompts)))  # run index of each live row
@@ -196,7 +202,7 @@ class _Batch:
         return [(ids[n:], b) for ids, n, b in zip(self.ids, self.n_prompt, self.builders)]
 
     def round(self) -> None:
-        from speculab.backends.decode import RoundInfo, record_round
+        from speculab.backends.decode import RoundInfo, draw, record_round
 
         method, live = self.method, self.live
         B = len(live)
@@ -209,8 +215,19 @@ class _Batch:
             self.unseen_d = [[] for _ in live]
         p_next = p  # the draft's law at each row's next position
         xs, ps = [], []
+        drafting = [Lr > 0 for Lr in lengths]  # rows still drafting their own block (until its length or an EOS)
         for i in range(L):
-            x = p.argmax(-1) if self.sampling.greedy else torch.multinomial(p, 1, generator=self.g)[:, 0]
+            if self.sampling.greedy:
+                x = p.argmax(-1)
+            else:  # each row draws from its own stream, and only for its own drafts (as on the one-prompt path)
+                x = torch.zeros(B, dtype=torch.long, device=self.dev)
+                rows = [j for j in range(B) if drafting[j]]
+                if rows:
+                    at = torch.tensor(rows, device=self.dev)
+                    x[at] = draw(p[at], [self.g[j] for j in rows])
+            host = x.tolist() if self.eos is not None else None
+            for j in range(B):
+                drafting[j] = drafting[j] and i + 1 < lengths[j] and (host is None or host[j] != self.eos)
             xs.append(x)
             ps.append(p)
             if i + 1 < L:
@@ -222,7 +239,7 @@ class _Batch:
         logits = self.target.feed(torch.cat([ids, X], 1), torch.cat([present, torch.ones_like(X, dtype=torch.bool)], 1))
         Q = self.sampling.probs(logits[:, width - 1:]).double()  # (B, L + 1, V)
         self.unseen_t = [[] for _ in live]
-        u = torch.rand((B, 2), generator=self.g, dtype=torch.float64, device=self.dev)
+        u = torch.stack([torch.rand(2, generator=g, dtype=torch.float64, device=self.dev) for g in self.g])
 
         X_host = X.tolist()  # one synchronisation per round
         blocks = []  # per row: its own block length (cut after a drafted EOS) and whether a bonus may follow
@@ -282,5 +299,6 @@ class _Batch:
                     self.draft.keep(rows)
             self.live = [self.live[j] for j in keep]
             self.index = [self.index[j] for j in keep]
+            self.g = [self.g[j] for j in keep]
             self.unseen_t = [self.unseen_t[j] for j in keep]
             self.unseen_d = [self.unseen_d[j] for j in keep]

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from speculab import kernels
-from speculab._validate import as_positive_int, as_torch_generator
+from speculab._validate import as_positive_int, as_torch_generator, spawn_seeds
 from speculab.backends.batched import batchable, decode_batched
 from speculab.backends.pair import ModelPair
 from speculab.backends.warp import Sampling
@@ -191,7 +191,7 @@ class _Run:
             pair.draft.repeat(self.ds, rows)
             p = p.expand(rows, -1)
         for i in range(L):
-            x = p.argmax(-1) if greedy else torch.multinomial(p, 1, generator=self.g)[:, 0]
+            x = p.argmax(-1) if greedy else draw(p, [self.g] * p.size(0))
             ps.append(p)
             xs.append(x)
             if rows == 1 and self.eos is not None and int(x[0]) == self.eos:
@@ -239,6 +239,13 @@ class _Run:
         """``TV(p_n, q_n)`` for an autoregressive step, running the draft alongside (``track_draft``)."""
         p = self.sampling.probs(self._catch_up(self.pair.draft, self.ds)[0, -1]).double()
         return float(kernels.tv(p, q))
+
+
+def draw(p: torch.Tensor, generators: list) -> torch.Tensor:
+    """One token per row of ``p`` ``(rows, V)`` by inverse CDF, row ``r``'s uniform from ``generators[r]``: each
+    prompt consumes its own stream in the same order on the batched and the one-prompt path."""
+    u = torch.cat([torch.rand(1, generator=g, dtype=torch.float64, device=p.device) for g in generators])
+    return kernels.sample_index(p.double(), u)
 
 
 def record_round(out: _Builder, law: RoundLaw, at: int, P, Q, xs, row: int, tau: int, token: int, L: int,
@@ -339,7 +346,10 @@ def decode(
       max_new_tokens: generated tokens per prompt (fewer if EOS is produced).
       sampling: temperature / top-k / top-p, applied identically to ``p`` and ``q``.
       key: an int seed, a ``torch.Generator`` on the pair's device, or a numpy Generator (required,
-        also under greedy decoding, so that a call never depends on a hidden default). The same key
+        also under greedy decoding, so that a call never depends on a hidden default). Each prompt
+        gets its own random stream derived from it (:func:`speculab._validate.spawn_seeds`), consumed
+        in the same order by the batched and the one-prompt path: for the same key both give the
+        same tokens and counts, prompt by prompt (up to draws within float round-off of a boundary). The same key
         gives the same tokens for a fixed torch thread count (``torch.set_num_threads``): reductions
         inside the models are ordered by thread, so logits can differ in the last bits between counts.
       track_draft: for ``Autoregressive``, also run the draft to record ``TV(p_n, q_n)``.
@@ -365,15 +375,17 @@ def decode(
                          f"got {sampling!r}")
     if batch_size is not None:
         batch_size = as_positive_int(batch_size, "batch_size")
-    generator = as_torch_generator(key, pair.device)
+    as_torch_generator(key, pair.device)  # checks the key (a torch generator on the models' device type)
     encoded = _encode(pair, prompts, max_new_tokens)
+    generators = [torch.Generator(device=pair.device).manual_seed(s) for s in spawn_seeds(key, len(encoded))]
     if batch_size != 1 and batchable(method, pair):
         runs = decode_batched(pair, encoded, method, max_new_tokens=max_new_tokens, sampling=sampling,
-                              generator=generator, track_draft=track_draft, on_round=on_round, batch_size=batch_size)
+                              generators=generators, track_draft=track_draft, on_round=on_round,
+                              batch_size=batch_size)
     else:
         runs = []
         for i, ids in enumerate(encoded):
-            run = _Run(i, pair, ids, sampling, generator, max_new_tokens, track_draft, on_round)
+            run = _Run(i, pair, ids, sampling, generators[i], max_new_tokens, track_draft, on_round)
             while not run.done:
                 run.round(method)
             runs.append((run.ids[run.n_prompt:], run.out))
