@@ -1,4 +1,4 @@
-"""Real-model decoding speed on the tiny pair: AR, our SD (best K), Hugging Face assisted generation.
+"""Real-model decoding speed on the tiny pair: AR, our SD (best K), Hugging Face assisted generation and prompt lookup.
 
 For greedy and sampled decoding, one run of each comparison on the same prompts, one
 prompt at a time as assisted generation decodes (``batch_size=1``; batched decoding is
@@ -18,11 +18,12 @@ import time
 
 import torch
 
-from speculab.backends import HFModel, Sampling, decode, load_pair
+from speculab.backends import HFModel, PromptLookupModel, Sampling, decode, load_pair
 from speculab.backends.pair import default_prompts
 from speculab.methods import SD, Autoregressive
 
 KS = (1, 2, 3, 4, 6, 8)
+LOOKUP_KS = (1, 2, 4)
 
 
 class _ForwardTimer:
@@ -63,7 +64,7 @@ def _ours(pair, prompts, method, sampling, tokens, repeats):
             "forward_share": fwd[i] / times[i], "seconds": times[i], "tokens": n}
 
 
-def _hf(pair, prompts, K, sampling, tokens, repeats):
+def _hf(pair, prompts, K, sampling, tokens, repeats, lookup: bool = False):
     tok, target, draft = pair.tokenizer, pair.target.model, pair.draft.model
     times, n = [], 0
     for r in range(repeats):
@@ -76,7 +77,9 @@ def _hf(pair, prompts, K, sampling, tokens, repeats):
                 kwargs["do_sample"] = False
             else:
                 kwargs.update(do_sample=True, temperature=sampling.temperature, top_k=0)
-            if K is not None:
+            if K is not None and lookup:
+                kwargs.update(prompt_lookup_num_tokens=K)
+            elif K is not None:
                 kwargs.update(assistant_model=draft, num_assistant_tokens=K, num_assistant_tokens_schedule="constant")
             out = target.generate(ids, **kwargs)
             n += out.size(1) - ids.size(1)
@@ -93,6 +96,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     pair = load_pair("tiny", device="cpu")
+    lookup = load_pair(PromptLookupModel(pair.vocab_size, max_ngram=2), "tiny-target", device="cpu")
     prompts = default_prompts()[: args.prompts]
     print(f"tiny pair, {len(prompts)} prompts × {args.tokens} tokens, {args.threads} thread(s), median of {args.repeats}")
     for label, sampling in (("greedy", Sampling(0)), ("sampled T=1", Sampling(1.0))):
@@ -113,6 +117,14 @@ def main() -> None:
         print(f"  ours / HF assisted at K={best}: {ours['tokens_per_s'] / hf['tokens_per_s']:.2f}x;  "
               f"ours SD / ours AR: {ours['tokens_per_s'] / ar['tokens_per_s']:.2f}x")
         print(f"  our SD time in model forwards: {100 * ours['forward_share']:.0f}%  (overhead {100 * (1 - ours['forward_share']):.0f}%)")
+        # prompt lookup: ours (PromptLookupModel, max n-gram 2, uniform without a match) vs prompt_lookup_num_tokens
+        look = {K: _ours(lookup, prompts, SD(K=K), sampling, args.tokens, args.repeats) for K in LOOKUP_KS}
+        hf_look = {K: _hf(pair, prompts, K, sampling, args.tokens, args.repeats, lookup=True) for K in LOOKUP_KS}
+        for K in LOOKUP_KS:
+            print(f"  prompt lookup K={K}: ours {look[K]['tokens_per_s']:7.1f}, HF {hf_look[K]['tokens_per_s']:7.1f} "
+                  f"tokens/s ({look[K]['tokens_per_s'] / hf_look[K]['tokens_per_s']:.2f}x)")
+        bo, bh = (max(d.values(), key=lambda v: v["tokens_per_s"])["tokens_per_s"] for d in (look, hf_look))
+        print(f"  prompt lookup, best K each: ours / HF = {bo / bh:.2f}x")
 
 
 if __name__ == "__main__":
