@@ -275,7 +275,7 @@ def cmd_compare(args) -> None:
 
     pair = _pair(args)
     comp = compare(pair, _method(args), args.prompt or None, runs_per_prompt=args.runs_per_prompt,
-                   max_new_tokens=args.max_new_tokens, sampling=_sampling(args), key=args.seed)
+                   max_new_tokens=args.max_new_tokens, sampling=_sampling(args), key=args.seed, speed=args.speed)
     _emit(args, comp.to_dict(), str(comp))
 
 
@@ -344,6 +344,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_method_args(p, real_models=True, drafting=True)
     p.add_argument("--prompt", action="append", help="a prompt (repeatable; default: the tiny pair's held-out prompts)")
     p.add_argument("--runs-per-prompt", type=int, default=8, help="independent runs per prompt (default 8)")
+    p.add_argument("--speed", action="store_true",
+                   help="also the latency model's predicted speed-up over AR vs the clock (fit on half the prompts)")
     p.set_defaults(func=cmd_compare)
 
     models = sub.add_parser("models", help="the offline tiny model pair").add_subparsers(dest="action", required=True)

@@ -214,6 +214,7 @@ def compare(
     max_new_tokens: int = 32,
     sampling=None,
     key: Any,
+    speed: bool = False,
 ) -> Comparison:
     """Run ``method`` on a real pair and compare its counts with the theory (see module docstring).
 
@@ -227,6 +228,9 @@ def compare(
       sampling: :class:`~speculab.backends.Sampling` (default temperature 1).
       key: an int seed or a generator; the reference and method runs use independent
         generators derived from it.
+      speed: also hold the latency model's predicted speed-up over autoregressive decoding
+        against the clock (:func:`speculab.backends.latency.speed_check`: fitted on half the
+        prompts, measured on the others, one prompt at a time).
     """
     from speculab.backends import Sampling
     from speculab.backends.decode import prompt_list
@@ -257,4 +261,23 @@ def compare(
     counts = ctx.result.counts
     comp.rows.append(Row("target calls per token", float("nan"), float(counts.oracle_calls.sum() / counts.tokens.sum()),
                          note="measured"))
+    if speed:
+        comp.rows.extend(_speed_rows(pair, prompts, method, max_new_tokens, sampling, ctx.seeds[7]))
     return comp
+
+
+def _speed_rows(pair, prompts, method, max_new_tokens, sampling, seed) -> list[Row]:
+    """The latency model's predicted speed-up and times per token against the clock (no z: one timed run each)."""
+    from speculab.backends.latency import speed_check
+
+    check = speed_check(pair, prompts, method, max_new_tokens=max_new_tokens, key=seed, sampling=sampling)
+    where = f"fit on {check.fit_prompts} prompts, measured on {check.test_prompts}, one prompt at a time"
+    nan = float("nan")
+    return [
+        Row("speed-up over AR (latency model)", check.predicted, check.measured, measured_se=nan,
+            note=f"error {check.error:+.1%}; {where}"),
+        Row("ms per token, AR", 1e3 * check.predicted_latency[0], 1e3 * check.latency[0], measured_se=nan,
+            note="wall clock vs fitted forward times + loop"),
+        Row(f"ms per token, {type(method).__name__}", 1e3 * check.predicted_latency[1], 1e3 * check.latency[1],
+            measured_se=nan, note="wall clock vs fitted forward times + loop"),
+    ]

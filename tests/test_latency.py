@@ -70,3 +70,20 @@ def test_timed_runs_record_every_forward_call_of_both_models():
     assert "extend" not in vars(pair.target) and "extend" not in vars(pair.draft)  # the clock is taken off again
     model = fit_latency([ar, sd])
     assert isinstance(model, LatencyModel) and model.latency(sd.result.counts) > 0
+
+
+def test_compare_holds_the_predicted_speed_up_against_the_clock():
+    """compare(..., speed=True) adds the latency model's rows (their values are timings: only their form is checked)."""
+    from speculab.backends.latency import speed_check
+    from speculab.compare import compare
+
+    pair = load_pair("tiny", device="cpu")
+    comp = compare(pair, SD(K=2), default_prompts()[:4], runs_per_prompt=1, max_new_tokens=6, key=0, speed=True)
+    rows = {r.quantity: r for r in comp.rows}
+    speed = rows["speed-up over AR (latency model)"]
+    ar, sd = rows["ms per token, AR"], rows["ms per token, SD"]
+    assert speed.predicted == pytest.approx(ar.predicted / sd.predicted)
+    assert speed.measured == pytest.approx(ar.measured / sd.measured)
+    assert np.isnan(speed.z) and "fit on 2 prompts, measured on 2" in speed.note
+    with pytest.raises(ValueError, match="at least 2 prompts"):
+        speed_check(pair, ["one"], SD(K=2), max_new_tokens=4, key=0)

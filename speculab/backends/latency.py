@@ -34,7 +34,7 @@ import torch
 from speculab.backends.decode import DecodeResult, decode
 from speculab.backends.pair import ModelPair
 
-__all__ = ["ForwardFit", "LatencyModel", "TimedRuns", "timed_decode", "fit_latency"]
+__all__ = ["ForwardFit", "LatencyModel", "TimedRuns", "SpeedCheck", "timed_decode", "fit_latency", "speed_check"]
 
 
 @dataclass(frozen=True)
@@ -162,3 +162,46 @@ def fit_latency(runs: list[TimedRuns]) -> LatencyModel:
     X = np.concatenate([np.stack([c.oracle_calls, c.draft_calls, c.tokens], axis=1).astype(float) for c in counts])
     coef, *_ = np.linalg.lstsq(X, rest, rcond=None)
     return LatencyModel(*fits, *(float(c) for c in coef))
+
+
+@dataclass(frozen=True)
+class SpeedCheck:
+    """A method's speed-up over autoregressive decoding, predicted by a :class:`LatencyModel` and measured.
+
+    The model is fitted on timed runs of ``fit_prompts`` (autoregressive decoding, SD with ``K = 1``
+    and the method); the speed-up is measured on the other prompts (autoregressive decoding timed
+    just before the method) and predicted from those runs' counts.
+    """
+
+    model: LatencyModel
+    predicted: float
+    measured: float
+    latency: tuple[float, float]  # measured seconds per token: autoregressive, the method
+    predicted_latency: tuple[float, float]
+    fit_prompts: int
+    test_prompts: int
+
+    @property
+    def error(self) -> float:
+        """``predicted / measured − 1``."""
+        return self.predicted / self.measured - 1.0
+
+
+def speed_check(pair: ModelPair, prompts: list, method, *, max_new_tokens: int, key, **kwargs) -> SpeedCheck:
+    """Fit the latency model on half of ``prompts`` and hold its predicted speed-up against the clock on the rest."""
+    from speculab._validate import spawn_seeds
+    from speculab.methods import SD, Autoregressive
+
+    prompts = list(prompts)
+    if len(prompts) < 2:
+        raise ValueError(f"a speed check needs at least 2 prompts (half to fit, half to measure); got {len(prompts)}")
+    fit, test = prompts[: len(prompts) // 2], prompts[len(prompts) // 2:]
+    seeds = spawn_seeds(key, 2)
+    calib = [timed_decode(pair, fit, m, max_new_tokens=max_new_tokens, key=seeds[0], **kwargs)
+             for m in (Autoregressive(), SD(K=1), method)]
+    model = fit_latency(calib)
+    ar = timed_decode(pair, test, Autoregressive(), max_new_tokens=max_new_tokens, key=seeds[1], **kwargs)
+    run = timed_decode(pair, test, method, max_new_tokens=max_new_tokens, key=seeds[1], **kwargs)
+    pred = (model.latency(ar.result.counts), model.latency(run.result.counts))
+    return SpeedCheck(model, pred[0] / pred[1], ar.latency / run.latency, (ar.latency, run.latency), pred,
+                      len(fit), len(test))
