@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from speculab._validate import as_positive_int, spawn_seeds
-from speculab.counts import TARGET, Counts, Estimate, Expected
+from speculab.counts import Counts, Estimate, Expected
 from speculab.methods import SD, Autoregressive, Method
 
 __all__ = ["Row", "Comparison", "Context", "compare", "side_by_side", "paired_rejections", "paired_accepted"]
@@ -140,7 +140,7 @@ def paired_rejections(result, per: str = "run") -> Row:
 
     ``per="run"`` divides by the number of runs, ``"token"`` by the number of generated tokens.
     """
-    r = np.concatenate([rec.reject_prob[rec.kind != TARGET] for rec in result.records])
+    r = np.concatenate([rec.reject_prob for rec in result.records])  # a target step (a round without drafts): r = 1
     counted = float(result.counts.rejections.sum())
     predicted = float(r.sum())
     sd = math.sqrt(float(np.clip(r * (1 - r), 0.0, None).sum()))  # r can exceed 1 by round-off (FSD: r = Σ p = 1)

@@ -105,3 +105,24 @@ def test_sampled_sd_with_prompt_lookup_matches_the_exact_rejection_rate(pair):
     predicted = np.array([np.nansum(np.where(r.kind == 2, 0.0, r.reject_prob)) for r in res.records])
     diff = rej - predicted
     assert abs(diff.mean()) < 5 * diff.std(ddof=1) / np.sqrt(diff.size)
+
+
+def test_prompt_lookup_without_a_match_proposes_nothing_and_both_paths_agree(pair):
+    """No fallback: where no n-gram matches the block ends (possibly empty: one target step, counted like an
+    autoregressive step); the batched path cuts each row's block where the one-prompt path stops drafting, so the
+    same key gives the same tokens and counts; the paired rejection count still holds."""
+    from speculab.compare import paired_rejections
+
+    m = PromptLookupModel(pair.vocab_size)
+    assert not m.proposes((1, 2, 3)) and m.proposes((1, 2, 1))
+    drafted = load_pair(m, "tiny-target", device="cpu")
+    prompts = default_prompts()[:6] + ["def f(x): return f(x) + f(x"]
+    one = decode(drafted, prompts, SD(K=3), max_new_tokens=20, key=4, batch_size=1)
+    many = decode(drafted, prompts, SD(K=3), max_new_tokens=20, key=4)
+    assert one.tokens == many.tokens
+    for name in ("rejections", "oracle_calls", "draft_calls", "accepted", "bonus"):
+        np.testing.assert_array_equal(getattr(one.counts, name), getattr(many.counts, name))
+    empty = sum(int((r.drafted == 0).sum()) for r in many.rounds)
+    assert 0 < empty < many.counts.oracle_calls.sum()  # some rounds had no match, some did
+    row = paired_rejections(many)
+    assert abs(row.measured - row.predicted) < 5 * row.predicted_se

@@ -15,8 +15,8 @@ the rows advance by their own accepted lengths:
   valid ones, the cache is compacted (each row's entries gathered to the right), so
   it stays within twice the longest sequence however many drafts are refused.
 * **The same round, row by row.** A row with ``remaining`` tokens to go drafts
-  ``L = method.draft_length(remaining)`` tokens, cut after its first drafted EOS (as the
-  one-prompt path stops drafting there); rows draft the batch's longest block together
+  ``L = method.draft_length(remaining)`` tokens, cut after its first drafted EOS or
+  where the draft proposes nothing (as the one-prompt path stops drafting there); rows draft the batch's longest block together
   and the extra drafts are masked out. The method's :meth:`~speculab.methods.Method.round_law`
   is evaluated once per group of rows with the same block length and bonus flag (array
   API, the batch axis is the rows), and the decision is drawn with
@@ -216,7 +216,13 @@ class _Batch:
         p_next = p  # the draft's law at each row's next position
         xs, ps = [], []
         drafting = [Lr > 0 for Lr in lengths]  # rows still drafting their own block (until its length or an EOS)
+        cut = list(lengths)  # where a row's block ends because the draft proposes nothing (prompt lookup)
+        proposes = getattr(self.pair.draft, "proposes", None) if self.draft is not None else None
         for i in range(L):
+            if proposes is not None:
+                for j in range(B):
+                    if drafting[j] and not proposes(tuple(self.draft.history[j])):
+                        drafting[j], cut[j] = False, i
             if self.sampling.greedy:
                 x = p.argmax(-1)
             else:  # each row draws from its own stream, and only for its own drafts (as on the one-prompt path)
@@ -244,7 +250,7 @@ class _Batch:
         X_host = X.tolist()  # one synchronisation per round
         blocks = []  # per row: its own block length (cut after a drafted EOS) and whether a bonus may follow
         for j, r in enumerate(live):
-            Lr = lengths[j]
+            Lr = cut[j]
             if self.eos is not None and self.eos in X_host[j][:Lr]:
                 Lr = X_host[j].index(self.eos) + 1
             eos_last = Lr > 0 and self.eos is not None and X_host[j][Lr - 1] == self.eos

@@ -182,7 +182,8 @@ class _Run:
     def _draft(self, L: int, rows: int):
         """Draft ``L`` tokens per row; returns tokens ``(rows, L)`` and their laws ``(rows, L, V)``.
 
-        A single row stops at EOS (the block is then shorter than ``L``).
+        A single row stops at EOS, or where the draft proposes nothing (the block is then shorter than ``L``,
+        possibly empty: the round is then one target step).
         """
         pair, greedy = self.pair, self.sampling.greedy
         p = self.sampling.probs(self._catch_up(pair.draft, self.ds)[:, -1])  # (1, V)
@@ -190,7 +191,10 @@ class _Run:
         if rows > 1:
             pair.draft.repeat(self.ds, rows)
             p = p.expand(rows, -1)
+        proposes = getattr(pair.draft, "proposes", None) if rows == 1 else None
         for i in range(L):
+            if proposes is not None and not proposes(tuple(self.ds.history[0])):
+                break  # the draft proposes nothing here (prompt lookup without a match): the block ends
             x = p.argmax(-1) if greedy else draw(p, [self.g] * p.size(0))
             ps.append(p)
             xs.append(x)
@@ -198,6 +202,9 @@ class _Run:
                 break
             if i + 1 < L:
                 p = self.sampling.probs(pair.draft.extend(self.ds, x[:, None])[:, -1])
+        if not xs:
+            return (torch.zeros((rows, 0), dtype=torch.long, device=self.dev),
+                    torch.zeros((rows, 0, p.size(-1)), dtype=p.dtype, device=self.dev))
         return torch.stack(xs, 1), torch.stack(ps, 1)
 
     def round(self, method: Method) -> None:

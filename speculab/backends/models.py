@@ -115,6 +115,11 @@ class HistoryModel:
         """``p(· | history)``: a float64 ``(V,)`` tensor summing to 1."""
         raise NotImplementedError
 
+    def proposes(self, history: tuple) -> bool:
+        """Whether the draft proposes a token after ``history``; if not, the round's block ends there (as at a
+        drafted EOS) — a stopping decision that sees only the tokens, so every method stays exact."""
+        return True
+
     def start(self) -> LMState:
         return LMState(history=[[]])
 
@@ -216,7 +221,9 @@ class PromptLookupModel(HistoryModel):
     ``prompt_lookup_num_tokens`` with ``max_matching_ngram_size = max_ngram`` does for the
     first token of its block). Without a match the law is ``fallback``'s (uniform when
     ``None``). So ``p`` is known exactly at every step and every theorem applies, its
-    acceptance in SD being ``q(proposed token)``.
+    acceptance in SD being ``q(proposed token)``. Without a match and without a ``fallback``
+    the draft proposes nothing (:meth:`proposes`): the round's block ends there, and a round
+    with no drafts is one target step, as Hugging Face does.
 
     Unlike Hugging Face, which copies a whole block from the first match, each later draft
     is looked up again from the history that includes the earlier drafts; the two agree
@@ -241,11 +248,15 @@ class PromptLookupModel(HistoryModel):
                     return history[start + n]
         return None
 
+    def proposes(self, history: tuple) -> bool:
+        return self.fallback is not None or self.proposal(history) is not None
+
     def probs(self, history: tuple) -> torch.Tensor:
         x = self.proposal(history)
         if x is None:
             if self.fallback is not None:
                 return self.fallback.probs(history)
+            # never drafted from (proposes() is False); a law is still returned for whoever asks
             return torch.full((self.vocab_size,), 1.0 / self.vocab_size, dtype=torch.float64)
         prob = torch.zeros(self.vocab_size, dtype=torch.float64)
         prob[x] = 1.0
