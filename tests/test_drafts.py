@@ -67,6 +67,17 @@ def test_prompt_lookup_proposes_the_continuation_of_the_earliest_match():
     np.testing.assert_array_equal(with_fallback.probs((1, 2, 3)).numpy(), fallback.probs((1, 2, 3)).numpy())
 
 
+def test_prompt_lookup_copies_a_block_and_is_a_function_of_the_history_alone():
+    m = PromptLookupModel(10, max_ngram=2)
+    history = (1, 2, 3, 4, 9, 1, 2)
+    assert [m.proposal(history + (3, 4)[:i]) for i in range(3)] == [3, 4, 9]  # the block after (1, 2), copied on
+    assert m.proposal((7, 1, 2, 5, 1, 2)) == 5 and m.proposal((7, 1, 2, 5, 1, 2, 3)) is None  # 3 ≠ the copied 5: looked up, no match
+    fresh = PromptLookupModel(10, max_ngram=2)
+    fresh.MEMO = 2  # forgets almost everything: the same answers, recomputed
+    for h in [history, history + (3,), history + (3, 4), (7, 1, 2, 5, 1, 2, 3)]:
+        assert fresh.proposal(h) == PromptLookupModel(10, max_ngram=2).proposal(h) == m.proposal(h)
+
+
 @pytest.mark.parametrize("bad, match", [({"max_ngram": 0}, "max_ngram"), ({"max_ngram": True}, "max_ngram"),
                                         ({"fallback": "ngram"}, "fallback"),
                                         ({"fallback": NGramModel([1], 1, 5)}, "same 10 tokens")])

@@ -213,22 +213,24 @@ class NGramModel(HistoryModel):
 
 
 class PromptLookupModel(HistoryModel):
-    """A prompt-lookup draft: the token that followed the earliest earlier occurrence of the sequence's last n-gram.
+    """A prompt-lookup draft: it copies the continuation of an earlier occurrence of the sequence's last n-gram.
 
     For ``n`` from ``max_ngram`` down to 1, the last ``n`` tokens of the history (prompt and
-    output so far) are searched for earlier in the history; the draft proposes, with
-    probability 1, the token that followed their earliest occurrence (as Hugging Face's
-    ``prompt_lookup_num_tokens`` with ``max_matching_ngram_size = max_ngram`` does for the
-    first token of its block). Without a match the law is ``fallback``'s (uniform when
-    ``None``). So ``p`` is known exactly at every step and every theorem applies, its
-    acceptance in SD being ``q(proposed token)``. Without a match and without a ``fallback``
-    the draft proposes nothing (:meth:`proposes`): the round's block ends there, and a round
-    with no drafts is one target step, as Hugging Face does.
-
-    Unlike Hugging Face, which copies a whole block from the first match, each later draft
-    is looked up again from the history that includes the earlier drafts; the two agree
-    whenever the earliest match of the extended suffix is the copied one's continuation.
+    output so far) are searched for earlier in the history, and the draft proposes, with
+    probability 1, the token that followed their earliest occurrence — as Hugging Face's
+    ``prompt_lookup_num_tokens`` with ``max_matching_ngram_size = max_ngram`` does. Like it,
+    the draft then keeps copying: while the last token equals the one copied, the next
+    proposal is the token after it in the source (a block copied from the match). Both
+    rules read only the history, so ``p`` is known exactly at every step and every theorem
+    applies, the acceptance in SD being ``q(proposed token)``. (Hugging Face looks up again
+    at each round's start; here a copy also continues across rounds while it keeps
+    matching.) Without a match the law is ``fallback``'s; without a match and without a
+    ``fallback`` the draft proposes nothing (:meth:`proposes`): the round's block ends
+    there, and a round with no drafts is one target step, as Hugging Face does.
     """
+
+    #: Histories whose copy source is remembered (cleared beyond this many).
+    MEMO = 1 << 15
 
     def __init__(self, vocab_size: int, max_ngram: int = 2, *, fallback: HistoryModel | None = None):
         if isinstance(max_ngram, bool) or not isinstance(max_ngram, int) or max_ngram < 1:
@@ -238,15 +240,42 @@ class PromptLookupModel(HistoryModel):
                              f"got {fallback!r}")
         super().__init__(vocab_size)
         self.max_ngram, self.fallback = max_ngram, fallback
+        self._source: dict[tuple, int | None] = {}
+
+    def source(self, history: tuple) -> int | None:
+        """The index in ``history`` of the token proposed after it, or ``None`` (no match).
+
+        The copy goes on from the previous proposal's source when the last token is the one it
+        proposed; otherwise the earliest earlier occurrence of the longest matching suffix.
+        """
+        h = tuple(history)
+        if h in self._source:
+            return self._source[h]
+        if len(self._source) >= self.MEMO:
+            self._source.clear()  # a pure function of the history: recomputed alike
+        k = len(h) - 1  # the longest prefix already known (a decoding step adds one token to the last history)
+        while k > 0 and h[:k] not in self._source:
+            k -= 1
+        found = self._source[h[:k]] if k > 0 else None
+        for m in range(k + 1, len(h) + 1):  # the source after each longer prefix, from the previous one
+            found = self._next_source(h[:m], found)
+            self._source[h[:m]] = found
+        return found
+
+    def _next_source(self, h: tuple, previous: int | None) -> int | None:
+        if previous is not None and h[previous] == h[-1]:
+            return previous + 1  # continue the copy: the source's next token (earlier than the end)
+        for n in range(min(self.max_ngram, len(h) - 1), 0, -1):
+            suffix = h[-n:]
+            for start in range(len(h) - n):  # earliest first; the suffix's own place excluded
+                if h[start:start + n] == suffix:
+                    return start + n
+        return None
 
     def proposal(self, history: tuple) -> int | None:
         """The token proposed after ``history``, or ``None`` when no suffix of it occurs earlier."""
-        for n in range(min(self.max_ngram, len(history) - 1), 0, -1):
-            suffix = history[-n:]
-            for start in range(len(history) - n):  # earliest first; the suffix's own place excluded
-                if history[start:start + n] == suffix:
-                    return history[start + n]
-        return None
+        j = self.source(tuple(history))
+        return None if j is None else history[j]
 
     def proposes(self, history: tuple) -> bool:
         return self.fallback is not None or self.proposal(history) is not None
