@@ -108,12 +108,22 @@ def test_sampled_batched_equals_one_prompt_with_the_same_key(pair, method):
     _same(one, decode(pair, prompts, method, max_new_tokens=24, key=11, batch_size=4))
 
 
-def test_batch_sd_and_bad_batch_sizes(pair):
-    """Several draft rows run one prompt at a time whatever batch_size; bad sizes are refused by name."""
+@pytest.mark.parametrize("method", [BatchSD(3, K=2), BatchSD(2)], ids=repr)
+def test_batch_sd_batched_equals_one_prompt_with_the_same_key(pair, method):
+    """M draft rows per prompt as M consecutive batch rows, reduced to the followed one: same tokens and counts,
+    sampled and greedy, and the same records (the batch root's rejection probability Π r_m included)."""
+    prompts = default_prompts()[:7]
+    for sampling in (Sampling(), GREEDY):
+        one = decode(pair, prompts, method, max_new_tokens=16, sampling=sampling, key=3, batch_size=1)
+        many = decode(pair, prompts, method, max_new_tokens=16, sampling=sampling, key=3, batch_size=3)
+        _same(one, many)
+        for ra, rb in zip(one.records, many.records):
+            np.testing.assert_allclose(ra.reject_prob, rb.reject_prob, atol=1e-5)
+
+
+def test_bad_batch_sizes(pair):
+    """Bad sizes are refused by name."""
     prompts = default_prompts()[:2]
-    a = decode(pair, prompts, BatchSD(2, K=2), max_new_tokens=6, sampling=GREEDY, key=0)
-    b = decode(pair, prompts, BatchSD(2, K=2), max_new_tokens=6, sampling=GREEDY, key=0, batch_size=1)
-    assert a.tokens == b.tokens
     for bad in (0, -1, 2.5, True):
         with pytest.raises(ValueError, match="batch_size"):
             decode(pair, prompts, SD(K=2), max_new_tokens=4, key=0, batch_size=bad)

@@ -31,9 +31,10 @@ the rows advance by their own accepted lengths:
 * **Host synchronisation once per round** for the decisions (and once per drafted
   token when EOS exists, to stop a row's draws where the one-prompt path stops drafting).
 
-Methods with one draft row (autoregressive decoding, SD with any ``K``, biased,
-fuzzy, rejection-rule and block verification); batch SD's ``M`` rows per prompt run on
-the one-prompt path. Adapters: Hugging Face causal LMs (:class:`~speculab.backends.models.HFModel`)
+Every method with a round law: autoregressive decoding, SD with any ``K``, biased,
+fuzzy, rejection-rule and block verification, and batch SD, whose ``M`` draft rows per
+prompt are ``M`` consecutive rows of the batch while it drafts (both caches repeated,
+then reduced to the followed row). Adapters: Hugging Face causal LMs (:class:`~speculab.backends.models.HFModel`)
 and drafts computed from the token history (:class:`~speculab.backends.models.HistoryModel`:
 n-gram, prompt lookup).
 """
@@ -54,9 +55,8 @@ __all__ = ["decode_batched", "batchable"]
 
 
 def batchable(method: Method, pair: ModelPair) -> bool:
-    """Whether :func:`decode_batched` runs ``method`` on ``pair``: one draft row, adapters it knows."""
-    known = (HFModel, HistoryModel)
-    return method.rows == 1 and isinstance(pair.target, HFModel) and isinstance(pair.draft, known)
+    """Whether :func:`decode_batched` runs ``method`` on ``pair``: adapters it knows."""
+    return isinstance(pair.target, HFModel) and isinstance(pair.draft, (HFModel, HistoryModel))
 
 
 # -- the models as batches of ragged rows ---------------------------------------------------------------------
@@ -97,6 +97,11 @@ class _HFRows:
         self.mask, self.valid = self.mask[rows], self.valid[rows]
         self.compact()
 
+    def repeat(self, M: int) -> None:
+        """Each row ``M`` times, consecutively (a prompt's draft rows)."""
+        self.cache.batch_repeat_interleave(M)
+        self.mask, self.valid = self.mask.repeat_interleave(M, 0), self.valid.repeat_interleave(M, 0)
+
     def compact(self) -> None:
         """Drop the masked columns once they outnumber a row's valid ones: each row's valid entries move, in
         order, to the right end of a cache as long as the longest row (left padding). Keys and values keep
@@ -135,7 +140,10 @@ class _HistoryRows:
             del hist[len(hist) - n:]
 
     def keep(self, rows: torch.Tensor) -> None:
-        self.history = [self.history[r] for r in rows.tolist()]
+        self.history = [list(self.history[r]) for r in rows.tolist()]
+
+    def repeat(self, M: int) -> None:
+        self.history = [list(h) for h in self.history for _ in range(M)]
 
 
 def _rows(adapter, prompts):
@@ -205,7 +213,7 @@ class _Batch:
         from speculab.backends.decode import RoundInfo, draw, record_round
 
         method, live = self.method, self.live
-        B = len(live)
+        B, M = len(live), method.rows  # prompts; draft rows per prompt (expanded row e belongs to prompt e // M)
         lengths = [method.draft_length(self.remaining(r)) for r in live]
         L = max(lengths)
         p = None
@@ -213,11 +221,14 @@ class _Batch:
             ids, present = _right_aligned(self.unseen_d, self.dev)
             p = self.sampling.probs(self.draft.feed(ids, present)[:, -1])  # (B, V)
             self.unseen_d = [[] for _ in live]
-        p_next = p  # the draft's law at each row's next position
+        p_next = p  # the draft's law at each prompt's next position
+        if M > 1 and L:
+            self.draft.repeat(M)
+            p = p.repeat_interleave(M, 0)
         xs, ps = [], []
-        drafting = [Lr > 0 for Lr in lengths]  # rows still drafting their own block (until its length or an EOS)
-        cut = list(lengths)  # where a row's block ends because the draft proposes nothing (prompt lookup)
-        proposes = getattr(self.pair.draft, "proposes", None) if self.draft is not None else None
+        drafting = [Lr > 0 for Lr in lengths]  # prompts still drafting their own block
+        cut = list(lengths)  # a block ends early where the draft proposes nothing (one draft row, as on one prompt)
+        proposes = getattr(self.pair.draft, "proposes", None) if self.draft is not None and M == 1 else None
         for i in range(L):
             if proposes is not None:
                 for j in range(B):
@@ -225,64 +236,74 @@ class _Batch:
                         drafting[j], cut[j] = False, i
             if self.sampling.greedy:
                 x = p.argmax(-1)
-            else:  # each row draws from its own stream, and only for its own drafts (as on the one-prompt path)
-                x = torch.zeros(B, dtype=torch.long, device=self.dev)
-                rows = [j for j in range(B) if drafting[j]]
+            else:  # each prompt draws from its own stream, M uniforms per slot, only for its own drafts
+                x = torch.zeros(B * M, dtype=torch.long, device=self.dev)
+                rows = [j * M + m for j in range(B) if drafting[j] for m in range(M)]
                 if rows:
                     at = torch.tensor(rows, device=self.dev)
-                    x[at] = draw(p[at], [self.g[j] for j in rows])
-            host = x.tolist() if self.eos is not None else None
+                    x[at] = draw(p[at], [self.g[e // M] for e in rows])
+            host = x.tolist() if self.eos is not None and M == 1 else None  # one row stops drafting at EOS
             for j in range(B):
                 drafting[j] = drafting[j] and i + 1 < lengths[j] and (host is None or host[j] != self.eos)
             xs.append(x)
             ps.append(p)
             if i + 1 < L:
                 p = self.sampling.probs(self.draft.feed(x[:, None], torch.ones_like(x[:, None], dtype=torch.bool))[:, -1])
-        X = torch.stack(xs, 1) if L else torch.zeros((B, 0), dtype=torch.long, device=self.dev)
+        X = torch.stack(xs, 1) if L else torch.zeros((B * M, 0), dtype=torch.long, device=self.dev)
         P = torch.stack(ps, 1).double() if L else None
         ids, present = _right_aligned(self.unseen_t, self.dev)
+        if M > 1 and L:
+            self.target.repeat(M)
+            ids, present = ids.repeat_interleave(M, 0), present.repeat_interleave(M, 0)
         width = ids.size(1)
         logits = self.target.feed(torch.cat([ids, X], 1), torch.cat([present, torch.ones_like(X, dtype=torch.bool)], 1))
-        Q = self.sampling.probs(logits[:, width - 1:]).double()  # (B, L + 1, V)
+        Q = self.sampling.probs(logits[:, width - 1:]).double()  # (B M, L + 1, V)
         self.unseen_t = [[] for _ in live]
         u = torch.stack([torch.rand(2, generator=g, dtype=torch.float64, device=self.dev) for g in self.g])
+        if not L:
+            M = 1  # nothing drafted: one row per prompt
 
         X_host = X.tolist()  # one synchronisation per round
-        blocks = []  # per row: its own block length (cut after a drafted EOS) and whether a bonus may follow
+        blocks = []  # per prompt: its own block length (cut after a drafted EOS) and whether a bonus may follow
         for j, r in enumerate(live):
             Lr = cut[j]
-            if self.eos is not None and self.eos in X_host[j][:Lr]:
+            if M == 1 and self.eos is not None and self.eos in X_host[j][:Lr]:
                 Lr = X_host[j].index(self.eos) + 1
-            eos_last = Lr > 0 and self.eos is not None and X_host[j][Lr - 1] == self.eos
+            eos_last = M == 1 and Lr > 0 and self.eos is not None and X_host[j][Lr - 1] == self.eos
             blocks.append((Lr, Lr < self.remaining(r) and not eos_last))
         decided = [None] * B
         V = Q.size(-1)
         for key in sorted(set(blocks)):
             group = [j for j, b in enumerate(blocks) if b == key]
             Lr, bonus = key
-            at = torch.tensor(group, device=self.dev)
-            Pg = P[at, :Lr][:, None] if Lr else torch.zeros((len(group), 1, 0, V), dtype=Q.dtype, device=self.dev)
-            law = method.round_law(Pg, Q[at, :Lr + 1][:, None], X[at, :Lr][:, None], bonus=bonus)
-            row, tau, token = sample_round(law, u[at, 0], u[at, 1])
+            G = len(group)
+            at = torch.tensor([j * M + m for j in group for m in range(M)], device=self.dev)
+            Pg = P[at, :Lr].reshape(G, M, Lr, V) if Lr else torch.zeros((G, M, 0, V), dtype=Q.dtype, device=self.dev)
+            law = method.round_law(Pg, Q[at, :Lr + 1].reshape(G, M, Lr + 1, V), X[at, :Lr].reshape(G, M, Lr), bonus=bonus)
+            pick = torch.tensor(group, device=self.dev)
+            row, tau, token = sample_round(law, u[pick, 0], u[pick, 1])
             mean, var = law.expected_accepted()
-            for gi, (j, t, k, m, v) in enumerate(zip(group, tau.tolist(), token.tolist(), mean.tolist(), var.tolist())):
-                decided[j] = (law, gi, t, k, m, v)
-        drop_d, drop_t, finished = [], [], []
+            for gi, j in enumerate(group):
+                decided[j] = (law, gi, int(row[gi]), int(tau[gi]), int(token[gi]), float(mean[gi]), float(var[gi]))
+        drop_d, drop_t, finished, followed = [], [], [], []
         for j, r in enumerate(live):
-            law, gi, tau, token, mean, var = decided[j]
-            Lr = blocks[j][0]
+            law, gi, row, tau, token, mean, var = decided[j]
+            Lr, e = blocks[j][0], j * M + row
+            followed.append(e)
             out = self.builders[r]
             out.counts["oracle_calls"] += 1
-            out.counts["draft_calls"] += Lr
+            out.counts["draft_calls"] += M * Lr
             out.add_round(Lr, tau, mean, var)
-            Pr = P[j, :Lr] if Lr else torch.zeros((0, V), dtype=Q.dtype, device=self.dev)
+            Pr = P[e, :Lr] if Lr else torch.zeros((0, V), dtype=Q.dtype, device=self.dev)
             if self.on_round is not None:
-                self.on_round(RoundInfo(self.index[j], Pr[None], Q[j, :Lr + 1][None], X[j, :Lr][None],
-                                        type(law)(*(None if f is None else f[gi:gi + 1] for f in law)), 0, tau))
+                mine = slice(j * M, (j + 1) * M)
+                Pb = P[mine, :Lr] if Lr else torch.zeros((M, 0, V), dtype=Q.dtype, device=self.dev)
+                self.on_round(RoundInfo(self.index[j], Pb, Q[mine, :Lr + 1], X[mine, :Lr],
+                                        type(law)(*(None if f is None else f[gi:gi + 1] for f in law)), row, tau))
             tracked = None
             if Lr == 0 and p_next is not None:  # autoregressive, the draft run alongside (track_draft)
                 tracked = lambda q, j=j: float(kernels.tv(p_next[j].double(), q))  # noqa: E731
-            new = record_round(out, law, gi, Pr, Q[j, :Lr + 1], X_host[j][:Lr], 0, tau, token, Lr, self.eos, tracked)
+            new = record_round(out, law, gi, Pr, Q[e, :Lr + 1], X_host[e][:Lr], row, tau, token, Lr, self.eos, tracked)
             self.ids[r].extend(new)
             # the caches hold x_1..x_{L−1} (draft) and x_1..x_L (target): keep the accepted ones
             kept = min(tau, Lr)
@@ -293,6 +314,10 @@ class _Batch:
             self.unseen_d[j] = new[min(kept, max(L - 1, 0)):] if L else new
             done = (self.eos is not None and self.eos in new) or self.remaining(r) <= 0
             finished.append(done)
+        if M > 1:  # every prompt goes on with the row it followed
+            rows = torch.tensor(followed, dtype=torch.long, device=self.dev)
+            self.target.keep(rows)
+            self.draft.keep(rows)
         self.target.drop_last(torch.tensor(drop_t, device=self.dev))
         if self.draft is not None:
             self.draft.drop_last(torch.tensor(drop_d, device=self.dev))
