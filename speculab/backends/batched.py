@@ -111,9 +111,18 @@ class _HFRows:
             return
         order = torch.argsort(self.mask, dim=1, stable=True)  # masked columns first, each group in order
         idx = order[:, C - W:]  # (B, W): every valid column of the row, right-aligned
-        for layer in self.cache.layers:
-            full = idx[:, None, :, None].expand(-1, layer.keys.size(1), -1, layer.keys.size(3))
-            layer.keys, layer.values = torch.gather(layer.keys, 2, full), torch.gather(layer.values, 2, full)
+
+        def gather(t):  # (B, heads, C, d) -> (B, heads, W, d)
+            return torch.gather(t, 2, idx[:, None, :, None].expand(-1, t.size(1), -1, t.size(3)))
+
+        if hasattr(self.cache, "layers"):  # transformers >= 4.56: one object per layer
+            for layer in self.cache.layers:
+                layer.keys, layer.values = gather(layer.keys), gather(layer.values)
+        elif hasattr(self.cache, "key_cache"):  # older: lists of tensors
+            self.cache.key_cache = [gather(t) for t in self.cache.key_cache]
+            self.cache.value_cache = [gather(t) for t in self.cache.value_cache]
+        else:  # an unknown layout: keep the holes (masked, so still exact)
+            return
         self.mask = torch.gather(self.mask, 1, idx)
 
 
