@@ -117,7 +117,7 @@ def main() -> None:
         print(f"  ours / HF assisted at K={best}: {ours['tokens_per_s'] / hf['tokens_per_s']:.2f}x;  "
               f"ours SD / ours AR: {ours['tokens_per_s'] / ar['tokens_per_s']:.2f}x")
         print(f"  our SD time in model forwards: {100 * ours['forward_share']:.0f}%  (overhead {100 * (1 - ours['forward_share']):.0f}%)")
-        # prompt lookup: ours (PromptLookupModel, max n-gram 2, uniform without a match) vs prompt_lookup_num_tokens
+        # prompt lookup: ours (PromptLookupModel, max n-gram 2, nothing proposed without a match) vs prompt_lookup_num_tokens
         look = {K: _ours(lookup, prompts, SD(K=K), sampling, args.tokens, args.repeats) for K in LOOKUP_KS}
         hf_look = {K: _hf(pair, prompts, K, sampling, args.tokens, args.repeats, lookup=True) for K in LOOKUP_KS}
         for K in LOOKUP_KS:

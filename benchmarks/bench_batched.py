@@ -41,6 +41,8 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
+    if min(args.prompts, args.one) < 2 or min(args.tokens, args.repeats, args.threads) < 1:
+        ap.error("--prompts and --one need >= 2 (a standard error), --tokens, --repeats and --threads >= 1")
     torch.set_num_threads(args.threads)
     pair = load_pair("tiny")
     base = default_prompts()

@@ -46,7 +46,8 @@ def main(argv=None):
         print(f"\n{name}: t_draft(k) = {model.draft.base * 1e3:.3f} + {model.draft.per_token * 1e3:.3f} k ms "
               f"(R² {model.draft.r2:.2f}), t_target(k) = {model.target.base * 1e3:.3f} + "
               f"{model.target.per_token * 1e3:.3f} k ms (R² {model.target.r2:.2f}), loop {model.per_round * 1e3:.3f} ms "
-              f"per round + {model.per_draft * 1e3:.3f} per draft + {model.per_token * 1e3:.3f} per token")
+              f"per round + {model.per_draft * 1e3:.3f} per draft + {model.per_token * 1e3:.3f} per token + "
+              f"{model.per_run * 1e3:.1f} per run")
         print(f"   {'K':>2}  {'AR ms/tok':>9}  {'ms/token':>8}  {'predicted':>9}  {'speed-up':>8}  {'predicted':>9}  "
               f"{'error':>6}  accepted/round")
         worst, ar_latencies = 0.0, []

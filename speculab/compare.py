@@ -245,6 +245,12 @@ def compare(
     runs_per_prompt = as_positive_int(runs_per_prompt, "runs_per_prompt")
     sampling = sampling or Sampling()
     prompts = default_prompts() if prompts is None else prompt_list(prompts)
+    if speed:
+        from speculab.backends.latency import SPEED_PROMPTS
+
+        if len(prompts) < SPEED_PROMPTS:
+            raise ValueError(f"speed=True needs at least {SPEED_PROMPTS} prompts (half to fit the latency model, half "
+                             f"to measure); got {len(prompts)}")
     runs = [p for p in prompts for _ in range(runs_per_prompt)]
     ctx = Context(pair, runs, max_new_tokens, sampling, seeds=spawn_seeds(key, 8))
     ctx.probe = method.round_probe()

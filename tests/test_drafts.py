@@ -133,6 +133,9 @@ def test_prompt_lookup_without_a_match_proposes_nothing_and_both_paths_agree(pai
     assert one.tokens == many.tokens
     for name in ("rejections", "oracle_calls", "draft_calls", "accepted", "bonus"):
         np.testing.assert_array_equal(getattr(one.counts, name), getattr(many.counts, name))
+    for ra, rb in zip(one.records, many.records):  # target steps record no TV (the draft is not tracked) on both
+        np.testing.assert_array_equal(np.isnan(ra.tv), np.isnan(rb.tv))
+        np.testing.assert_allclose(ra.reject_prob, rb.reject_prob, atol=1e-5)
     empty = sum(int((r.drafted == 0).sum()) for r in many.rounds)
     assert 0 < empty < many.counts.oracle_calls.sum()  # some rounds had no match, some did
     row = paired_rejections(many)

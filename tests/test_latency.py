@@ -22,7 +22,8 @@ def _synthetic(draft_calls, oracle_calls, tokens, truth: dict, rng):
             run += [(0, 1, 0.0)] * L + [(1, L + 1, 0.0)]
         run = [(w, k, truth["d0"] + truth["d1"] * k if w == 0 else truth["t0"] + truth["t1"] * k) for w, k, _ in run]
         calls += run
-        seconds.append(sum(s for *_, s in run) + truth["round"] * r + truth["draft"] * d + truth["token"] * n)
+        seconds.append(sum(s for *_, s in run) + truth["round"] * r + truth["draft"] * d + truth["token"] * n
+                       + truth["run"])
     z = np.zeros(len(tokens), dtype=np.int64)
     counts = Counts(rejections=z, oracle_calls=np.asarray(oracle_calls), draft_calls=np.asarray(draft_calls),
                     accepted=z, discarded=z, bonus=z, tokens=np.asarray(tokens))
@@ -31,7 +32,7 @@ def _synthetic(draft_calls, oracle_calls, tokens, truth: dict, rng):
 
 def test_the_fit_recovers_a_clock_that_follows_the_model():
     rng = np.random.default_rng(0)
-    truth = {"d0": 1e-4, "d1": 2e-5, "t0": 2e-3, "t1": 3e-4, "round": 5e-4, "draft": 7e-5, "token": 1e-4}
+    truth = {"d0": 1e-4, "d1": 2e-5, "t0": 2e-3, "t1": 3e-4, "round": 5e-4, "draft": 7e-5, "token": 1e-4, "run": 3e-3}
     runs = [_synthetic([0, 0, 0], [30, 28, 32], [30, 28, 32], truth, rng),  # autoregressive
             _synthetic([20, 24, 30], [20, 24, 15], [30, 33, 32], truth, rng),
             _synthetic([40, 48, 56], [10, 12, 14], [30, 31, 35], truth, rng)]
@@ -41,6 +42,7 @@ def test_the_fit_recovers_a_clock_that_follows_the_model():
     assert model.draft(1) == pytest.approx(truth["d0"] + truth["d1"], rel=1e-9)
     assert model.per_round == pytest.approx(truth["round"], rel=1e-6)
     assert model.per_draft == pytest.approx(truth["draft"], rel=1e-6)
+    assert model.per_run == pytest.approx(truth["run"], rel=1e-6)
     assert model.per_token == pytest.approx(truth["token"], rel=1e-6)
     for r in runs:
         np.testing.assert_allclose(model.seconds(r.result.counts), r.seconds, rtol=1e-9)
@@ -50,7 +52,7 @@ def test_fit_latency_refuses_what_it_cannot_fit():
     with pytest.raises(ValueError, match="TimedRuns"):
         fit_latency([])
     rng = np.random.default_rng(1)
-    truth = {"d0": 0, "d1": 0, "t0": 1e-3, "t1": 0, "round": 0, "draft": 0, "token": 0}
+    truth = {"d0": 0, "d1": 0, "t0": 1e-3, "t1": 0, "round": 0, "draft": 0, "token": 0, "run": 0}
     with pytest.raises(ValueError, match="no draft forward call"):
         fit_latency([_synthetic([0], [5], [5], truth, rng)])
 
@@ -85,5 +87,7 @@ def test_compare_holds_the_predicted_speed_up_against_the_clock():
     assert speed.predicted == pytest.approx(ar.predicted / sd.predicted)
     assert speed.measured == pytest.approx(ar.measured / sd.measured)
     assert np.isnan(speed.z) and "fit on 2 prompts, measured on 2" in speed.note
-    with pytest.raises(ValueError, match="at least 2 prompts"):
-        speed_check(pair, ["one"], SD(K=2), max_new_tokens=4, key=0)
+    with pytest.raises(ValueError, match="at least 4"):
+        speed_check(pair, ["one", "two"], SD(K=2), max_new_tokens=4, key=0)
+    with pytest.raises(ValueError, match="at least 4 prompts"):  # before the comparison runs
+        compare(pair, SD(K=2), ["one"], key=0, speed=True)

@@ -28,8 +28,12 @@ the rows advance by their own accepted lengths:
   so for the same key both paths give the same tokens and counts prompt by prompt
   (``tests/test_batched.py``), up to a draw within float round-off of a boundary
   (the batched logits differ from one row's in the last bits).
-* **Host synchronisation once per round** for the decisions (and once per drafted
-  token when EOS exists, to stop a row's draws where the one-prompt path stops drafting).
+* **Host synchronisation once per round**: each prompt's uniforms for its block are
+  drawn up front (as on the one-prompt path), a block's cut at a drafted EOS is found
+  after drafting, NaN logits are checked once per round, and the drafted block and the
+  decisions come to the host together. (A draft computed on the host from the token
+  history — n-gram, prompt lookup — is on the host anyway.) Only the logits a round
+  reads are computed (``logits_to_keep``).
 
 Every method with a round law: autoregressive decoding, SD with any ``K``, biased,
 fuzzy, rejection-rule and block verification, and batch SD, whose ``M`` draft rows per
@@ -48,15 +52,24 @@ import torch
 from speculab import kernels
 from speculab.backends.models import HFModel, HistoryModel
 from speculab.backends.pair import ModelPair
-from speculab.backends.warp import Sampling
+from speculab.backends.warp import Sampling, check_laws
 from speculab.methods import Method, sample_round
 
 __all__ = ["decode_batched", "batchable"]
 
 
 def batchable(method: Method, pair: ModelPair) -> bool:
-    """Whether :func:`decode_batched` runs ``method`` on ``pair``: adapters it knows."""
-    return isinstance(pair.target, HFModel) and isinstance(pair.draft, (HFModel, HistoryModel))
+    """Whether :func:`decode_batched` runs ``method`` on ``pair``: adapters it knows, and Hugging Face models whose
+    attention reads positions from ``position_ids`` over the whole cache (not a sliding window, not ALiBi), so a
+    masked hole in a row changes nothing (tested on GPT-2; others fall back to one prompt at a time)."""
+    models = [m for m in (pair.draft, pair.target) if isinstance(m, HFModel)]
+    return (isinstance(pair.target, HFModel) and isinstance(pair.draft, (HFModel, HistoryModel))
+            and all(_holes_are_exact(m.model.config) for m in models))
+
+
+def _holes_are_exact(config) -> bool:
+    return (not getattr(config, "sliding_window", None) and not getattr(config, "alibi", False)
+            and getattr(config, "model_type", "") not in ("bloom", "mpt", "falcon"))
 
 
 # -- the models as batches of ragged rows ---------------------------------------------------------------------
@@ -71,18 +84,31 @@ class _HFRows:
         self.cache = DynamicCache()
         self.mask = torch.zeros((len(prompts), 0), dtype=torch.long, device=self.dev)
         self.valid = torch.zeros(len(prompts), dtype=torch.long, device=self.dev)
+        self.logits_to_keep = True
 
     @torch.no_grad()
-    def feed(self, ids: torch.Tensor, present: torch.Tensor) -> torch.Tensor:
-        """Feed ``ids`` ``(B, w)`` where ``present`` (bool) and padding elsewhere; logits ``(B, w, V)`` (float32)."""
+    def feed(self, ids: torch.Tensor, present: torch.Tensor, keep: int) -> torch.Tensor:
+        """Feed ``ids`` ``(B, w)`` where ``present`` (bool) and padding elsewhere; logits of the last ``keep``
+        columns ``(B, keep, V)`` (float32; the others are not computed when the model supports it)."""
         present = present.long()
-        pos = self.valid[:, None] + present.cumsum(-1) - 1
+        # padding drafts of a row past its own block may run past the context: any valid position will do
+        # for them (they are dropped unseen); a row's own tokens stay within it (decode checks the prompts)
+        top = (self.adapter.max_length or 1 << 62) - 1
+        pos = (self.valid[:, None] + present.cumsum(-1) - 1).clamp(0, top)
         self.mask = torch.cat([self.mask, present], 1)
         self.adapter.forward_calls += 1
-        logits = self.model(input_ids=ids, attention_mask=self.mask, position_ids=pos.clamp_min(0),
-                            past_key_values=self.cache, use_cache=True).logits
+        kwargs = dict(input_ids=ids, attention_mask=self.mask, position_ids=pos, past_key_values=self.cache,
+                      use_cache=True)
+        if self.logits_to_keep:
+            try:
+                logits = self.model(**kwargs, logits_to_keep=keep).logits
+            except TypeError:  # an older model without logits_to_keep
+                self.logits_to_keep = False
+                logits = self.model(**kwargs).logits
+        else:
+            logits = self.model(**kwargs).logits
         self.valid += present.sum(-1)
-        return logits[..., : self.V].float()
+        return logits[:, -keep:, : self.V].float()
 
     def drop_last(self, counts: torch.Tensor) -> None:
         """Forget the last ``counts[r]`` columns of each row (all fed as present, this round's drafts)."""
@@ -133,15 +159,16 @@ class _HistoryRows:
         self.adapter, self.V = adapter, adapter.vocab_size
         self.history: list[list[int]] = [[] for _ in prompts]
 
-    def feed(self, ids: torch.Tensor, present: torch.Tensor) -> torch.Tensor:
+    def feed(self, ids: torch.Tensor, present: torch.Tensor, keep: int) -> torch.Tensor:
         self.adapter.forward_calls += 1
         B, w = ids.shape
-        out = torch.zeros(B, w, self.V)
+        out = torch.zeros(B, keep, self.V)
         for r, (row, here) in enumerate(zip(ids.tolist(), present.tolist())):
             for j, (t, h) in enumerate(zip(row, here)):
                 if h:
                     self.history[r].append(t)
-                    out[r, j] = self.adapter.probs(tuple(self.history[r])).log().float()
+                    if j >= w - keep:  # only the laws the caller reads
+                        out[r, j - (w - keep)] = self.adapter.probs(tuple(self.history[r])).log().float()
         return out.to(ids.device)
 
     def drop_last(self, counts: torch.Tensor) -> None:
@@ -202,6 +229,7 @@ class _Batch:
         self.ids = [list(p) for p in prompts]
         self.n_prompt = [len(p) for p in prompts]
         self.builders = [_Builder() for _ in prompts]
+        self.track_draft = track_draft
         self.track = track_draft or method.drafting
         self.target = _rows(pair.target, prompts)
         self.draft = _rows(pair.draft, prompts) if self.track else None
@@ -219,7 +247,7 @@ class _Batch:
         return [(ids[n:], b) for ids, n, b in zip(self.ids, self.n_prompt, self.builders)]
 
     def round(self) -> None:
-        from speculab.backends.decode import RoundInfo, draw, record_round
+        from speculab.backends.decode import RoundInfo, draft_uniforms, record_round
 
         method, live = self.method, self.live
         B, M = len(live), method.rows  # prompts; draft rows per prompt (expanded row e belongs to prompt e // M)
@@ -228,14 +256,20 @@ class _Batch:
         p = None
         if self.draft is not None:  # catch the draft up: the last column is each row's newest token
             ids, present = _right_aligned(self.unseen_d, self.dev)
-            p = self.sampling.probs(self.draft.feed(ids, present)[:, -1])  # (B, V)
+            p = self.sampling.probs(self.draft.feed(ids, present, 1)[:, -1], check=False)  # (B, V)
             self.unseen_d = [[] for _ in live]
         p_next = p  # the draft's law at each prompt's next position
         if M > 1 and L:
             self.draft.repeat(M)
             p = p.repeat_interleave(M, 0)
         xs, ps = [], []
-        drafting = [Lr > 0 for Lr in lengths]  # prompts still drafting their own block
+        U = None
+        if L and not self.sampling.greedy:  # each prompt's uniforms for its own block, drawn up front (padding: ½)
+            U = torch.full((B * M, L), 0.5, dtype=torch.float64, device=self.dev)
+            for j, Lj in enumerate(lengths):
+                if Lj:
+                    U[j * M:(j + 1) * M, :Lj] = draft_uniforms(self.g[j], Lj, M, self.dev)
+        drafting = [Lr > 0 for Lr in lengths]  # prompts still drafting (only a history draft is watched: on the host)
         cut = list(lengths)  # a block ends early where the draft proposes nothing (one draft row, as on one prompt)
         proposes = getattr(self.pair.draft, "proposes", None) if self.draft is not None and M == 1 else None
         for i in range(L):
@@ -243,30 +277,23 @@ class _Batch:
                 for j in range(B):
                     if drafting[j] and not proposes(tuple(self.draft.history[j])):
                         drafting[j], cut[j] = False, i
-            if self.sampling.greedy:
-                x = p.argmax(-1)
-            else:  # each prompt draws from its own stream, M uniforms per slot, only for its own drafts
-                x = torch.zeros(B * M, dtype=torch.long, device=self.dev)
-                rows = [j * M + m for j in range(B) if drafting[j] for m in range(M)]
-                if rows:
-                    at = torch.tensor(rows, device=self.dev)
-                    x[at] = draw(p[at], [self.g[e // M] for e in rows])
-            host = x.tolist() if self.eos is not None and M == 1 else None  # one row stops drafting at EOS
-            for j in range(B):
-                drafting[j] = drafting[j] and i + 1 < lengths[j] and (host is None or host[j] != self.eos)
+            x = p.argmax(-1) if U is None else kernels.sample_index(p.double(), U[:, i])  # no host synchronisation
+            drafting = [d and i + 1 < Lj for d, Lj in zip(drafting, lengths)]
             xs.append(x)
             ps.append(p)
             if i + 1 < L:
-                p = self.sampling.probs(self.draft.feed(x[:, None], torch.ones_like(x[:, None], dtype=torch.bool))[:, -1])
+                logits = self.draft.feed(x[:, None], torch.ones_like(x[:, None], dtype=torch.bool), 1)
+                p = self.sampling.probs(logits[:, -1], check=False)
         X = torch.stack(xs, 1) if L else torch.zeros((B * M, 0), dtype=torch.long, device=self.dev)
         P = torch.stack(ps, 1).double() if L else None
         ids, present = _right_aligned(self.unseen_t, self.dev)
         if M > 1 and L:
             self.target.repeat(M)
             ids, present = ids.repeat_interleave(M, 0), present.repeat_interleave(M, 0)
-        width = ids.size(1)
-        logits = self.target.feed(torch.cat([ids, X], 1), torch.cat([present, torch.ones_like(X, dtype=torch.bool)], 1))
-        Q = self.sampling.probs(logits[:, width - 1:]).double()  # (B M, L + 1, V)
+        logits = self.target.feed(torch.cat([ids, X], 1), torch.cat([present, torch.ones_like(X, dtype=torch.bool)], 1),
+                                  L + 1)
+        Q = self.sampling.probs(logits, check=False).double()  # (B M, L + 1, V)
+        check_laws(Q, *(() if P is None else (P,)))  # NaN logits refused: one synchronisation per round
         self.unseen_t = [[] for _ in live]
         u = torch.stack([torch.rand(2, generator=g, dtype=torch.float64, device=self.dev) for g in self.g])
         if not L:
@@ -310,7 +337,7 @@ class _Batch:
                 self.on_round(RoundInfo(self.index[j], Pb, Q[mine, :Lr + 1], X[mine, :Lr],
                                         type(law)(*(None if f is None else f[gi:gi + 1] for f in law)), row, tau))
             tracked = None
-            if Lr == 0 and p_next is not None:  # autoregressive, the draft run alongside (track_draft)
+            if Lr == 0 and self.track_draft and p_next is not None:  # autoregressive, the draft alongside
                 tracked = lambda q, j=j: float(kernels.tv(p_next[j].double(), q))  # noqa: E731
             new = record_round(out, law, gi, Pr, Q[e, :Lr + 1], X_host[e][:Lr], row, tau, token, Lr, self.eos, tracked)
             self.ids[r].extend(new)

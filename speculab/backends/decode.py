@@ -2,8 +2,8 @@
 
 Convention: ``p`` = draft, ``q`` = target, both after the same sampling warp
 (:class:`~speculab.backends.warp.Sampling`). Prompts are decoded together as the rows
-of one batch (:mod:`speculab.backends.batched`) unless ``batch_size=1`` or the method
-drafts several rows; this module is the one-prompt path and what both share.
+of one batch (:mod:`speculab.backends.batched`) unless ``batch_size=1``; this module is
+the one-prompt path and what both share.
 A round drafts ``L = method.draft_length(remaining)`` tokens on ``method.rows``
 rows (one batched draft pass per token), scores them with one batched target
 call, and asks the method for the exact law of its decision given the block
@@ -192,10 +192,11 @@ class _Run:
             pair.draft.repeat(self.ds, rows)
             p = p.expand(rows, -1)
         proposes = getattr(pair.draft, "proposes", None) if rows == 1 else None
+        u = None if greedy else draft_uniforms(self.g, L, rows, self.dev)  # the whole block's, drawn up front
         for i in range(L):
             if proposes is not None and not proposes(tuple(self.ds.history[0])):
                 break  # the draft proposes nothing here (prompt lookup without a match): the block ends
-            x = p.argmax(-1) if greedy else draw(p, [self.g] * p.size(0))
+            x = p.argmax(-1) if greedy else kernels.sample_index(p.double(), u[:, i])
             ps.append(p)
             xs.append(x)
             if rows == 1 and self.eos is not None and int(x[0]) == self.eos:
@@ -248,11 +249,11 @@ class _Run:
         return float(kernels.tv(p, q))
 
 
-def draw(p: torch.Tensor, generators: list) -> torch.Tensor:
-    """One token per row of ``p`` ``(rows, V)`` by inverse CDF, row ``r``'s uniform from ``generators[r]``: each
-    prompt consumes its own stream in the same order on the batched and the one-prompt path."""
-    u = torch.cat([torch.rand(1, generator=g, dtype=torch.float64, device=p.device) for g in generators])
-    return kernels.sample_index(p.double(), u)
+def draft_uniforms(generator, L: int, rows: int, device) -> torch.Tensor:
+    """The uniforms of a round's drafts, ``(rows, L)``, drawn at once from a prompt's stream (slot by slot, row by
+    row): a round consumes ``L · rows`` of them however soon its block ends (EOS, no proposal), so the batched
+    and the one-prompt path consume each prompt's stream alike without watching the drafts as they come."""
+    return torch.rand(L * rows, generator=generator, dtype=torch.float64, device=device).reshape(L, rows).T
 
 
 def record_round(out: _Builder, law: RoundLaw, at: int, P, Q, xs, row: int, tau: int, token: int, L: int,
@@ -363,9 +364,8 @@ def decode(
       on_round: called with a :class:`RoundInfo` after every round (e.g. to evaluate another
         rule on the same blocks).
       batch_size: prompts decoded together as the rows of one batch (:mod:`speculab.backends.batched`;
-        ``None``: all of them); ``1`` decodes one prompt at a time. Methods with several draft
-        rows (batch SD) always run one prompt at a time. Both paths have the same output law
-        and count the same things; their random draws differ.
+        ``None``: all of them); ``1`` decodes one prompt at a time. Both paths give the same
+        tokens, counts and records for the same key (each prompt's own random stream, see ``key``).
 
     Returns:
       :class:`DecodeResult` with one ``Counts`` run, one :class:`RunRecord` and one

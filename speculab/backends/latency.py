@@ -8,12 +8,13 @@ verified tokens are ``N_draft + N_target``, a sum of the other two columns), so 
 every forward call is timed (:func:`timed_decode`) and each model's time is fitted
 against the tokens it was fed, ``t(k) = base + per_token · k`` (least squares, with
 ``R²``); what the clock shows beyond the forward passes — sampling, the round law,
-records — is fitted per round, per drafted token (the round law and the laws kept per
-slot grow with the block) and per output token from the same runs. Then the time of a
+records, the prompt's prefill — is fitted per round, per drafted token (the round law
+and the laws kept per slot grow with the block), per output token and per run from the
+same runs (non-negative least squares: a cost cannot be negative). Then the time of a
 run of one prompt is
 
 .. math:: T \approx N_{draft}\, t_d(1) + N_{target}\, t_t^{base} + (N_{draft} + N_{target})\, t_t^{token}
-          + N_{target}\, c_{round} + N_{draft}\, c_{draft} + N\, c_{token}
+          + N_{target}\, c_{round} + N_{draft}\, c_{draft} + N\, c_{token} + c_{run}
 
 (a round of ``L`` drafts makes ``L`` draft calls of about one token — its first is the
 catch-up of the previous round's one or two new tokens — and one target call of
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from scipy.optimize import nnls
 
 from speculab.backends.decode import DecodeResult, decode
 from speculab.backends.pair import ModelPair
@@ -123,8 +125,8 @@ class LatencyModel:
 
     Attributes:
       draft, target: :class:`ForwardFit` of each model.
-      per_round, per_draft, per_token: seconds of the decoding loop beyond forward passes, per round, per
-        drafted token and per output token.
+      per_round, per_draft, per_token, per_run: seconds of the decoding loop beyond forward passes, per
+        round, per drafted token, per output token and per run (a prompt's prefill and set-up).
     """
 
     draft: ForwardFit
@@ -132,12 +134,13 @@ class LatencyModel:
     per_round: float
     per_draft: float
     per_token: float
+    per_run: float = 0.0
 
     def seconds(self, counts) -> np.ndarray:
         """Predicted seconds of each run from its counts (``draft_calls``, ``oracle_calls``, ``tokens``)."""
         d, r, n = (np.asarray(getattr(counts, k), dtype=float) for k in ("draft_calls", "oracle_calls", "tokens"))
         return (d * self.draft(1) + r * self.target.base + (d + r) * self.target.per_token
-                + r * self.per_round + d * self.per_draft + n * self.per_token)
+                + r * self.per_round + d * self.per_draft + n * self.per_token + self.per_run)
 
     def latency(self, counts) -> float:
         """Predicted seconds per token over the runs of ``counts``."""
@@ -159,9 +162,14 @@ def fit_latency(runs: list[TimedRuns]) -> LatencyModel:
     forward = LatencyModel(*fits, 0.0, 0.0, 0.0)
     counts = [r.result.counts for r in runs]
     rest = np.concatenate([r.seconds - forward.seconds(c) for r, c in zip(runs, counts)])  # the loop's own time
-    X = np.concatenate([np.stack([c.oracle_calls, c.draft_calls, c.tokens], axis=1).astype(float) for c in counts])
-    coef, *_ = np.linalg.lstsq(X, rest, rcond=None)
+    X = np.concatenate([np.stack([c.oracle_calls, c.draft_calls, c.tokens, np.ones(c.n_runs)], axis=1).astype(float)
+                        for c in counts])
+    coef, _ = nnls(X, rest)
     return LatencyModel(*fits, *(float(c) for c in coef))
+
+
+#: Fewest prompts for :func:`speed_check` (half fit the model, half measure it).
+SPEED_PROMPTS = 4
 
 
 @dataclass(frozen=True)
@@ -193,8 +201,9 @@ def speed_check(pair: ModelPair, prompts: list, method, *, max_new_tokens: int, 
     from speculab.methods import SD, Autoregressive
 
     prompts = list(prompts)
-    if len(prompts) < 2:
-        raise ValueError(f"a speed check needs at least 2 prompts (half to fit, half to measure); got {len(prompts)}")
+    if len(prompts) < SPEED_PROMPTS:
+        raise ValueError(f"a speed check needs at least {SPEED_PROMPTS} distinct prompts (half to fit the latency "
+                         f"model, half to measure); got {len(prompts)}")
     fit, test = prompts[: len(prompts) // 2], prompts[len(prompts) // 2:]
     seeds = spawn_seeds(key, 2)
     calib = [timed_decode(pair, fit, m, max_new_tokens=max_new_tokens, key=seeds[0], **kwargs)

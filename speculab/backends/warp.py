@@ -47,13 +47,14 @@ class Sampling:
     def greedy(self) -> bool:
         return self.temperature == 0
 
-    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+    def probs(self, logits: torch.Tensor, *, check: bool = True) -> torch.Tensor:
         """Warped next-token distributions, float32/64 as the logits, shape ``(..., V)``.
 
         Raises ``ValueError`` if the logits contain NaN (a broken model must not
-        be sampled from silently).
+        be sampled from silently). ``check=False`` skips that test (a host synchronisation
+        on a GPU): the caller then checks the laws it keeps with :func:`check_laws`.
         """
-        if torch.isnan(logits).any():
+        if check and torch.isnan(logits).any():
             raise ValueError("logits contain NaN; the model produced invalid output")
         if self.greedy:
             return torch.nn.functional.one_hot(logits.argmax(-1), logits.size(-1)).to(logits.dtype)
@@ -68,3 +69,12 @@ class Sampling:
             drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
             x = x.masked_fill(drop, -math.inf)
         return torch.softmax(x, dim=-1)
+
+
+def check_laws(*laws: torch.Tensor) -> None:
+    """Refuse laws computed from NaN logits (one host synchronisation for all of them)."""
+    bad = torch.zeros((), dtype=torch.bool, device=laws[0].device)
+    for law in laws:
+        bad = bad | torch.isnan(law).any()
+    if bool(bad):
+        raise ValueError("logits contain NaN; the model produced invalid output")
