@@ -45,7 +45,7 @@ n-gram, prompt lookup).
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 
@@ -53,7 +53,7 @@ from speculab import kernels
 from speculab.backends.models import HFModel, HistoryModel
 from speculab.backends.pair import ModelPair
 from speculab.backends.warp import Sampling, check_laws
-from speculab.methods import Method, sample_round
+from speculab.methods import Method, RoundLaw, sample_round
 
 __all__ = ["decode_batched", "batchable"]
 
@@ -216,6 +216,19 @@ def decode_batched(pair: ModelPair, encoded: list[list[int]], method: Method, *,
     return out
 
 
+class _Decision(NamedTuple):
+    """A prompt's round as drawn: its group's law and its index there, the followed row, accepted drafts, the
+    final token (-1: none), and ``E[τ | block]``, ``Var[τ | block]``."""
+
+    law: RoundLaw
+    at: int
+    row: int
+    tau: int
+    token: int
+    mean: float
+    var: float
+
+
 class _Batch:
     """One batch of prompts decoded together (module docstring)."""
 
@@ -320,7 +333,8 @@ class _Batch:
             row, tau, token = sample_round(law, u[pick, 0], u[pick, 1])
             mean, var = law.expected_accepted()
             for gi, j in enumerate(group):
-                decided[j] = (law, gi, int(row[gi]), int(tau[gi]), int(token[gi]), float(mean[gi]), float(var[gi]))
+                decided[j] = _Decision(law, gi, int(row[gi]), int(tau[gi]), int(token[gi]), float(mean[gi]),
+                                       float(var[gi]))
         drop_d, drop_t, finished, followed = [], [], [], []
         for j, r in enumerate(live):
             law, gi, row, tau, token, mean, var = decided[j]
