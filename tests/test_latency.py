@@ -12,7 +12,7 @@ from speculab.counts import Counts  # noqa: E402
 from speculab.methods import SD, Autoregressive  # noqa: E402
 
 
-def _synthetic(draft_calls, oracle_calls, tokens, truth: dict, rng):
+def _synthetic(draft_calls, oracle_calls, tokens, truth: dict):
     """Runs whose clock is exactly the model with ``truth``: calls of 1–2 draft tokens and L+1 target tokens."""
     calls, seconds = [], []
     for d, r, n in zip(draft_calls, oracle_calls, tokens):
@@ -31,11 +31,10 @@ def _synthetic(draft_calls, oracle_calls, tokens, truth: dict, rng):
 
 
 def test_the_fit_recovers_a_clock_that_follows_the_model():
-    rng = np.random.default_rng(0)
     truth = {"d0": 1e-4, "d1": 2e-5, "t0": 2e-3, "t1": 3e-4, "round": 5e-4, "draft": 7e-5, "token": 1e-4, "run": 3e-3}
-    runs = [_synthetic([0, 0, 0], [30, 28, 32], [30, 28, 32], truth, rng),  # autoregressive
-            _synthetic([20, 24, 30], [20, 24, 15], [30, 33, 32], truth, rng),
-            _synthetic([40, 48, 56], [10, 12, 14], [30, 31, 35], truth, rng)]
+    runs = [_synthetic([0, 0, 0], [30, 28, 32], [30, 28, 32], truth),  # autoregressive
+            _synthetic([20, 24, 30], [20, 24, 15], [30, 33, 32], truth),
+            _synthetic([40, 48, 56], [10, 12, 14], [30, 31, 35], truth)]
     model = fit_latency(runs)
     assert model.target.base == pytest.approx(truth["t0"], rel=1e-9)
     assert model.target.per_token == pytest.approx(truth["t1"], rel=1e-9)
@@ -51,10 +50,9 @@ def test_the_fit_recovers_a_clock_that_follows_the_model():
 def test_fit_latency_refuses_what_it_cannot_fit():
     with pytest.raises(ValueError, match="TimedRuns"):
         fit_latency([])
-    rng = np.random.default_rng(1)
     truth = {"d0": 0, "d1": 0, "t0": 1e-3, "t1": 0, "round": 0, "draft": 0, "token": 0, "run": 0}
     with pytest.raises(ValueError, match="no draft forward call"):
-        fit_latency([_synthetic([0], [5], [5], truth, rng)])
+        fit_latency([_synthetic([0], [5], [5], truth)])
 
 
 def test_timed_runs_record_every_forward_call_of_both_models():

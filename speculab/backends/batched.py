@@ -260,7 +260,7 @@ class _Batch:
         return [(ids[n:], b) for ids, n, b in zip(self.ids, self.n_prompt, self.builders)]
 
     def round(self) -> None:
-        from speculab.backends.decode import RoundInfo, draft_uniforms, record_round
+        from speculab.backends.decode import RoundInfo, bonus_possible, draft_uniforms, record_round
 
         method, live = self.method, self.live
         B, M = len(live), method.rows  # prompts; draft rows per prompt (expanded row e belongs to prompt e // M)
@@ -318,8 +318,8 @@ class _Batch:
             Lr = cut[j]
             if M == 1 and self.eos is not None and self.eos in X_host[j][:Lr]:
                 Lr = X_host[j].index(self.eos) + 1
-            eos_last = M == 1 and Lr > 0 and self.eos is not None and X_host[j][Lr - 1] == self.eos
-            blocks.append((Lr, Lr < self.remaining(r) and not eos_last))
+            last = X_host[j * M][Lr - 1] if Lr else None  # row 0 of the prompt (only one row counts)
+            blocks.append((Lr, bonus_possible(Lr, self.remaining(r), M, last, self.eos)))
         decided = [None] * B
         V = Q.size(-1)
         for key in sorted(set(blocks)):

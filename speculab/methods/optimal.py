@@ -56,22 +56,38 @@ __all__ = ["OptimalMultiDraft"]
 #: Bytes of couplings kept for reuse (a coupling holds ``P(D = S)`` and acceptance rows over the draft sets:
 #: about 1 MB at ``V = 14``), least recently used dropped first.
 CACHE_BYTES = 256 << 20
-_cache: OrderedDict = OrderedDict()
+
+
+class _Couplings:
+    """The couplings computed so far, least recently used first, with the bytes they hold kept as a running sum."""
+
+    def __init__(self):
+        self.items: OrderedDict = OrderedDict()
+        self.held = 0
+
+    @staticmethod
+    def size(c: SetCoupling) -> int:
+        return c.accept.nbytes + c.sets.nbytes + c.set_prob.nbytes
+
+    def get(self, p: np.ndarray, q: np.ndarray, M: int) -> SetCoupling:
+        key = (np.ascontiguousarray(p, dtype=np.float64).tobytes(), np.ascontiguousarray(q, dtype=np.float64).tobytes(),
+               M)
+        if key in self.items:
+            self.items.move_to_end(key)
+            return self.items[key]
+        coupling = self.items[key] = optimal_coupling(p, q, M)
+        self.held += self.size(coupling)
+        while self.held > CACHE_BYTES and len(self.items) > 1:
+            self.held -= self.size(self.items.popitem(last=False)[1])
+        return coupling
+
+
+_cache = _Couplings()
 
 
 def _coupling(p: np.ndarray, q: np.ndarray, M: int) -> SetCoupling:
     """The optimal coupling of ``M`` drafts from ``p`` with ``q`` (one linear program per distinct pair, cached)."""
-    key = (np.ascontiguousarray(p, dtype=np.float64).tobytes(), np.ascontiguousarray(q, dtype=np.float64).tobytes(), M)
-    if key in _cache:
-        _cache.move_to_end(key)
-        return _cache[key]
-    coupling = optimal_coupling(p, q, M)
-    _cache[key] = coupling
-    held = sum(c.accept.nbytes + c.sets.nbytes + c.set_prob.nbytes for c in _cache.values())
-    while held > CACHE_BYTES and len(_cache) > 1:
-        _, old = _cache.popitem(last=False)
-        held -= old.accept.nbytes + old.sets.nbytes + old.set_prob.nbytes
-    return coupling
+    return _cache.get(p, q, M)
 
 
 def _host(a) -> np.ndarray:
