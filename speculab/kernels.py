@@ -58,11 +58,16 @@ def tv(p, q):
 
 
 def normalize(w, fallback):
-    """Rows of ``w`` divided by their sums; rows summing to 0 are replaced by ``fallback`` (broadcast)."""
+    """Rows of non-negative ``w`` divided by their sums; rows summing to 0 are replaced by finite ``fallback``
+    (broadcast).
+
+    A row sums to 0 only if it is all zeros, so adding ``fallback`` times the row's indicator
+    is exact (it adds 0.0 elsewhere) and costs one pass over ``V`` instead of a select.
+    """
     xp = array_namespace(w, fallback)
     s = xp.sum(w, axis=-1, keepdims=True)
-    positive = s > 0
-    return xp.where(positive, w / xp.where(positive, s, 1.0), fallback)
+    empty = s <= 0
+    return w / xp.where(empty, 1.0, s) + xp.astype(empty, w.dtype) * fallback
 
 
 def residual(q, p):

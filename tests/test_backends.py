@@ -221,25 +221,17 @@ def test_padding_rows_are_cropped(tmp_path, pair):
     assert a.tokens == b.tokens
 
 
-def test_nan_logits_are_refused(pair):
-    class Broken:
-        vocab_size, max_length, device, forward_calls = pair.vocab_size, None, torch.device("cpu"), 0
-
-        def start(self):
-            return pair.draft.start()
-
-        def extend(self, state, ids):
-            state.length += ids.size(1)
-            return torch.full((ids.size(0), ids.size(1), self.vocab_size), float("nan"))
-
-        def crop(self, state, length):
-            state.length = min(state.length, length)
-
-        repeat = select = lambda *a: None
-
-    broken = load_pair(Broken(), "tiny-target", device="cpu")
+@pytest.mark.parametrize("sampling", [Sampling(1.0), GREEDY], ids=["sampled", "greedy"])
+@pytest.mark.parametrize("batch_size", [None, 1], ids=["batched", "one-prompt"])
+@pytest.mark.parametrize("broken_model", ["draft", "target"])
+def test_nan_logits_are_refused(sampling, batch_size, broken_model):
+    """On both paths and greedy too (an argmax over NaN logits would otherwise be a silent one-hot)."""
+    broken = load_pair("tiny", device="cpu")
+    with torch.no_grad():
+        getattr(broken, broken_model).model.lm_head.weight.fill_(float("nan"))
     with pytest.raises(ValueError, match="NaN"):
-        decode(broken, PROMPT, SD(K=2), max_new_tokens=4, key=0)
+        decode(broken, [PROMPT, PROMPT + " again"], SD(K=2), max_new_tokens=4, sampling=sampling, key=0,
+               batch_size=batch_size)
 
 
 @pytest.mark.parametrize(

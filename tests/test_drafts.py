@@ -41,6 +41,26 @@ def test_ngram_probabilities_are_the_counted_formula(n):
     assert model.probs((4, 4, 4)).sum().item() == pytest.approx(1.0, abs=1e-12)
 
 
+def test_the_memoised_logits_are_the_laws_logs_bounded_and_forgotten_on_request(monkeypatch):
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, 6, 300).tolist()
+    model = NGramModel(ids, 3, 6, alpha=0.3)
+    monkeypatch.setattr(NGramModel, "MEMO", 5)
+    histories = list(itertools.product(range(6), repeat=2))
+    for history in histories:  # 36 contexts through a memo of 5: cleared and refilled, the values unchanged
+        logits = model.logits((0,) + history)  # only the last n - 1 tokens are the context
+        np.testing.assert_array_equal(logits.numpy(), np.log(_ngram_brute(ids, 3, 6, 0.3, history)).astype(np.float32))
+        assert logits is model.logits(history)  # memoised by context
+        assert len(model._memo) <= 5 and len(model._log_memo) <= 5
+    model.clear_cache()
+    assert not model._memo and not model._log_memo
+    lookup = PromptLookupModel(6, fallback=model)
+    np.testing.assert_array_equal(lookup.logits((1, 2, 3)).numpy(), model.logits((2, 3)).numpy())  # no match
+    assert lookup.logits((1, 2, 1))[2] == 0 and torch.isinf(lookup.logits((1, 2, 1))).sum() == 5  # copies 2
+    lookup.clear_cache()
+    assert not lookup._source and not model._memo
+
+
 def test_ngram_refuses_bad_arguments():
     for bad, match in (({"n": 0}, "n must"), ({"n": 2.5}, "n must"), ({"alpha": 0.0}, "alpha"),
                        ({"alpha": float("nan")}, "alpha")):

@@ -6,51 +6,112 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from speculab.backends import load_pair  # noqa: E402
-from speculab.backends.latency import LatencyModel, TimedRuns, fit_latency, timed_decode  # noqa: E402
+from speculab.backends.latency import (ForwardFit, LatencyModel, TimedRuns, _fit_forward, fit_latency,  # noqa: E402
+                                      timed_decode)
 from speculab.backends.pair import default_prompts  # noqa: E402
 from speculab.counts import Counts  # noqa: E402
 from speculab.methods import SD, Autoregressive  # noqa: E402
 
 
-def _synthetic(draft_calls, oracle_calls, tokens, truth: dict):
-    """Runs whose clock is exactly the model with ``truth``: calls of 1–2 draft tokens and L+1 target tokens."""
+def _synthetic(draft_calls, oracle_calls, tokens, truth: dict, target=None):
+    """Runs whose clock is exactly the model with ``truth``: per run a target prefill (the first round's call) and,
+    when drafting, a draft prefill, then rounds of ``L`` one-token draft calls and one target call of ``L + 1``.
+    ``target(k)`` prices a target call (default: the line ``t0 + t1 k``)."""
+    target = target or (lambda k: truth["t0"] + truth["t1"] * k)
     calls, seconds = [], []
     for d, r, n in zip(draft_calls, oracle_calls, tokens):
-        run = []
         L = d // r
-        for _ in range(r):
-            run += [(0, 1, 0.0)] * L + [(1, L + 1, 0.0)]
-        run = [(w, k, truth["d0"] + truth["d1"] * k if w == 0 else truth["t0"] + truth["t1"] * k) for w, k, _ in run]
+        run = [(1, 8 + L, truth["prefill"], 1)] + ([(0, 8, truth["draft_prefill"], 1)] if d else [])
+        for i in range(r):
+            run += [(0, 1, truth["d0"] + truth["d1"], 0)] * L + ([(1, L + 1, target(L + 1), 0)] if i else [])
         calls += run
-        seconds.append(sum(s for *_, s in run) + truth["round"] * r + truth["draft"] * d + truth["token"] * n
+        seconds.append(sum(s for *_, s, _ in run) + truth["round"] * r + truth["draft"] * d + truth["token"] * n
                        + truth["run"])
     z = np.zeros(len(tokens), dtype=np.int64)
     counts = Counts(rejections=z, oracle_calls=np.asarray(oracle_calls), draft_calls=np.asarray(draft_calls),
                     accepted=z, discarded=z, bonus=z, tokens=np.asarray(tokens))
-    return TimedRuns(type("R", (), {"counts": counts})(), np.asarray(seconds), np.asarray(calls, dtype=float))
+    return TimedRuns(type("R", (), {"counts": counts, "rounds": None})(), np.asarray(seconds),
+                     np.asarray(calls, dtype=float))
+
+
+TRUTH = {"d0": 1e-4, "d1": 2e-5, "t0": 2e-3, "t1": 3e-4, "round": 5e-4, "draft": 7e-5, "token": 1e-4, "run": 3e-3,
+         "prefill": 4e-3, "draft_prefill": 1e-3}
+
+
+def _runs(truth, target=None):
+    return [_synthetic([0, 0, 0], [30, 28, 32], [30, 28, 32], truth, target),  # autoregressive
+            _synthetic([20, 24, 30], [20, 24, 15], [30, 33, 32], truth, target),
+            _synthetic([40, 48, 56], [10, 12, 14], [30, 31, 35], truth, target)]
 
 
 def test_the_fit_recovers_a_clock_that_follows_the_model():
-    truth = {"d0": 1e-4, "d1": 2e-5, "t0": 2e-3, "t1": 3e-4, "round": 5e-4, "draft": 7e-5, "token": 1e-4, "run": 3e-3}
-    runs = [_synthetic([0, 0, 0], [30, 28, 32], [30, 28, 32], truth),  # autoregressive
-            _synthetic([20, 24, 30], [20, 24, 15], [30, 33, 32], truth),
-            _synthetic([40, 48, 56], [10, 12, 14], [30, 31, 35], truth)]
+    truth = TRUTH
+    runs = _runs(truth)
     model = fit_latency(runs)
     assert model.target.base == pytest.approx(truth["t0"], rel=1e-9)
     assert model.target.per_token == pytest.approx(truth["t1"], rel=1e-9)
+    assert model.target.sizes == (1, 2, 5)  # three calls of 3 tokens per run are too few (MIN_CALLS) for a mean
+    assert model.target(3) == pytest.approx(truth["t0"] + 3 * truth["t1"], rel=1e-9)  # read off its neighbours
     assert model.draft(1) == pytest.approx(truth["d0"] + truth["d1"], rel=1e-9)
     assert model.per_round == pytest.approx(truth["round"], rel=1e-6)
     assert model.per_draft == pytest.approx(truth["draft"], rel=1e-6)
-    assert model.per_run == pytest.approx(truth["run"], rel=1e-6)
+    assert model.per_run == pytest.approx(truth["run"] + truth["prefill"], rel=1e-6)  # the prefills are run costs
+    assert model.per_drafting_run == pytest.approx(truth["draft_prefill"], rel=1e-6)
     assert model.per_token == pytest.approx(truth["token"], rel=1e-6)
     for r in runs:
         np.testing.assert_allclose(model.seconds(r.result.counts), r.seconds, rtol=1e-9)
 
 
+def test_a_forward_time_that_is_not_affine_in_the_tokens_fed_is_priced_per_size():
+    """One token costs less than the line through the rest (no causal mask): a line through every call would misprice
+    autoregressive decoding against SD; the table of means does not."""
+    truth = {**TRUTH, "t0": 0.0, "t1": 0.0}
+    target = {1: 1.0e-3, 2: 1.6e-3, 3: 1.7e-3, 5: 1.9e-3}.__getitem__
+    runs = _runs(truth, target)
+    model = fit_latency(runs)
+    for k in (1, 2, 5):
+        assert model.target(k) == pytest.approx(target(k), rel=1e-12)
+    for r in runs:
+        np.testing.assert_allclose(model.seconds(r.result.counts), r.seconds, rtol=1e-6)
+    line = LatencyModel(ForwardFit(model.draft.base, model.draft.per_token, 0, 0), ForwardFit(
+        model.target.base, model.target.per_token, 0, 0), *(getattr(model, k) for k in (
+            "per_round", "per_draft", "per_token", "per_run", "per_drafting_run")))
+    ar = runs[0].result.counts
+    assert abs(line.latency(ar) / model.latency(ar) - 1) > 0.05  # the line alone is off by more than 5 % here
+
+
+def test_a_rare_call_size_does_not_enter_the_table_and_beyond_the_table_the_line_continues():
+    k = np.array([1.0] * 30 + [2.0] * 30 + [3.0] * 2)
+    t = np.where(k == 1, 1.0, 2.0)
+    t[-1] = 50.0  # one slow call among the two of 3 tokens
+    fit = _fit_forward(k, t)
+    assert fit.sizes == (1, 2) and fit(1) == 1.0 and fit(2) == 2.0
+    assert fit(4) == pytest.approx(2.0 + 2 * fit.per_token)  # the line's slope from the last size seen
+    assert fit(0.5) == pytest.approx(1.0 - 0.5 * fit.per_token)
+    np.testing.assert_allclose(fit(np.array([1.5, 2.0])), [1.5, 2.0])
+
+
+def test_predictions_from_counts_alone_take_the_mean_block_and_refuse_misaligned_rounds():
+    model = fit_latency(_runs(TRUTH))
+    runs = _runs(TRUTH)[2]
+    counts = runs.result.counts
+    rounds = [type("Rounds", (), {"drafted": np.full(int(r), d // r)})() for d, r in zip(counts.draft_calls,
+                                                                                       counts.oracle_calls)]
+    np.testing.assert_allclose(model.seconds(counts, rounds), model.seconds(counts), rtol=1e-12)
+    uneven = [type("Rounds", (), {"drafted": np.array([4] * (int(r) - 2) + [1, 7])})() for r in counts.oracle_calls]
+    t = fit_latency(_runs({**TRUTH, "t0": 0.0, "t1": 0.0}, {1: 1.0e-3, 2: 1.6e-3, 3: 1.7e-3, 5: 1.9e-3}.__getitem__)).target
+    model = LatencyModel(model.draft, t, 0.0, 0.0, 0.0)
+    gap = t(2) + t(8) - 2 * t(5)  # two rounds of 4 drafts become one of 1 and one of 7: a target call each
+    assert abs(gap) > 1e-4
+    np.testing.assert_allclose(model.seconds(counts, uneven) - model.seconds(counts), gap, rtol=1e-9)
+    with pytest.raises(ValueError, match="one RoundRecord per run"):
+        model.seconds(counts, rounds[:1])
+
+
 def test_fit_latency_refuses_what_it_cannot_fit():
     with pytest.raises(ValueError, match="TimedRuns"):
         fit_latency([])
-    truth = {"d0": 0, "d1": 0, "t0": 1e-3, "t1": 0, "round": 0, "draft": 0, "token": 0, "run": 0}
+    truth = {**TRUTH, "d0": 0, "d1": 0, "t1": 0}
     with pytest.raises(ValueError, match="no draft forward call"):
         fit_latency([_synthetic([0], [5], [5], truth)])
 
@@ -68,6 +129,12 @@ def test_timed_runs_record_every_forward_call_of_both_models():
     drafted = sd.calls[sd.calls[:, 0] == 0]
     assert len(drafted) == sd.result.counts.draft_calls.sum()  # a round of L drafts makes L draft calls
     assert "extend" not in vars(pair.target) and "extend" not in vars(pair.draft)  # the clock is taken off again
+    lengths = [len(pair.tokenizer(p)["input_ids"]) for p in prompts]
+    for runs, models in ((ar, (1,)), (sd, (0, 1))):
+        prefills = runs.calls[runs.calls[:, 3] == 1]
+        assert sorted(prefills[:, 0]) == sorted(list(models) * 2)  # one per model per run
+    first_target = sd.calls[(sd.calls[:, 0] == 1) & (sd.calls[:, 3] == 1), 1]
+    np.testing.assert_array_equal(first_target, [n + 3 for n in lengths])  # the prompt and the first block
     model = fit_latency([ar, sd])
     assert isinstance(model, LatencyModel) and model.latency(sd.result.counts) > 0
 
@@ -89,3 +156,15 @@ def test_compare_holds_the_predicted_speed_up_against_the_clock():
         speed_check(pair, ["one", "two"], SD(K=2), max_new_tokens=4, key=0)
     with pytest.raises(ValueError, match="at least 4 prompts"):  # before the comparison runs
         compare(pair, SD(K=2), ["one"], key=0, speed=True)
+
+
+def test_each_timed_run_starts_with_the_drafts_memo_empty(monkeypatch):
+    from speculab.backends import NGramModel
+
+    tiny = load_pair("tiny", device="cpu")
+    ngram = NGramModel(np.arange(400) % 50, 2, tiny.vocab_size)
+    pair = load_pair(ngram, "tiny-target", device="cpu")
+    cleared = []
+    monkeypatch.setattr(ngram, "clear_cache", lambda: cleared.append(len(ngram._memo)))
+    timed_decode(pair, default_prompts()[:3], SD(K=2), max_new_tokens=4, key=0)
+    assert len(cleared) == 3 and cleared[0] == 0 and cleared[1] > 0  # before each run, after the first had memoised

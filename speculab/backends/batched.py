@@ -168,7 +168,7 @@ class _HistoryRows:
                 if h:
                     self.history[r].append(t)
                     if j >= w - keep:  # only the laws the caller reads
-                        out[r, j - (w - keep)] = self.adapter.probs(tuple(self.history[r])).log().float()
+                        out[r, j - (w - keep)] = self.adapter.logits(tuple(self.history[r]))
         return out.to(ids.device)
 
     def drop_last(self, counts: torch.Tensor) -> None:
@@ -260,22 +260,40 @@ class _Batch:
         return [(ids[n:], b) for ids, n, b in zip(self.ids, self.n_prompt, self.builders)]
 
     def round(self) -> None:
-        from speculab.backends.decode import RoundInfo, bonus_possible, draft_uniforms, record_round
-
-        method, live = self.method, self.live
-        B, M = len(live), method.rows  # prompts; draft rows per prompt (expanded row e belongs to prompt e // M)
-        lengths = [method.draft_length(self.remaining(r)) for r in live]
+        """One round for every live prompt: draft, one target call, each prompt's decision, records, rollback."""
+        M = self.method.rows  # draft rows per prompt (expanded row e belongs to prompt e // M)
+        lengths = [self.method.draft_length(self.remaining(r)) for r in self.live]
+        X, P, cut, p_next = self._draft(lengths, M)
         L = max(lengths)
+        Q = self._verify(X, P, L, M)
+        u = torch.stack([torch.rand(2, generator=g, dtype=torch.float64, device=self.dev) for g in self.g])
+        if not L:
+            M = 1  # nothing drafted: one row per prompt
+        X_host = X.tolist()  # one synchronisation per round
+        blocks = self._blocks(X_host, cut, M)
+        decided = self._decide(blocks, P, Q, X, u, M)
+        finished = self._apply(decided, blocks, P, Q, X, X_host, L, M, p_next)
+        self._retire(finished)
+
+    def _draft(self, lengths: list[int], M: int):
+        """Draft each prompt's block on its ``M`` rows, all rows at once, with no host synchronisation.
+
+        Returns the drafts ``X`` ``(B M, L)``, their laws ``P`` ``(B M, L, V)`` float64 (``None`` if ``L = 0``),
+        each prompt's block length cut where a history draft proposes nothing, and the draft's law at each
+        prompt's next position (``None`` without a draft).
+        """
+        from speculab.backends.decode import draft_uniforms
+
+        B, L = len(self.live), max(lengths)
         p = None
         if self.draft is not None:  # catch the draft up: the last column is each row's newest token
             ids, present = _right_aligned(self.unseen_d, self.dev)
             p = self.sampling.probs(self.draft.feed(ids, present, 1)[:, -1], check=False)  # (B, V)
-            self.unseen_d = [[] for _ in live]
-        p_next = p  # the draft's law at each prompt's next position
+            self.unseen_d = [[] for _ in self.live]
+        p_next = p
         if M > 1 and L:
             self.draft.repeat(M)
             p = p.repeat_interleave(M, 0)
-        xs, ps = [], []
         U = None
         if L and not self.sampling.greedy:  # each prompt's uniforms for its own block, drawn up front (padding: ½)
             U = torch.full((B * M, L), 0.5, dtype=torch.float64, device=self.dev)
@@ -285,6 +303,7 @@ class _Batch:
         drafting = [Lr > 0 for Lr in lengths]  # prompts still drafting (only a history draft is watched: on the host)
         cut = list(lengths)  # a block ends early where the draft proposes nothing (one draft row, as on one prompt)
         proposes = getattr(self.pair.draft, "proposes", None) if self.draft is not None and M == 1 else None
+        xs, ps = [], []
         for i in range(L):
             if proposes is not None:
                 for j in range(B):
@@ -299,28 +318,37 @@ class _Batch:
                 p = self.sampling.probs(logits[:, -1], check=False)
         X = torch.stack(xs, 1) if L else torch.zeros((B * M, 0), dtype=torch.long, device=self.dev)
         P = torch.stack(ps, 1).double() if L else None
+        return X, P, cut, p_next
+
+    def _verify(self, X, P, L: int, M: int):
+        """One target call on every row: the unseen tokens and the block; the target's laws ``(B M, L + 1, V)``."""
         ids, present = _right_aligned(self.unseen_t, self.dev)
         if M > 1 and L:
             self.target.repeat(M)
             ids, present = ids.repeat_interleave(M, 0), present.repeat_interleave(M, 0)
         logits = self.target.feed(torch.cat([ids, X], 1), torch.cat([present, torch.ones_like(X, dtype=torch.bool)], 1),
                                   L + 1)
-        Q = self.sampling.probs(logits, check=False).double()  # (B M, L + 1, V)
+        Q = self.sampling.probs(logits, check=False).double()
         check_laws(Q, *(() if P is None else (P,)))  # NaN logits refused: one synchronisation per round
-        self.unseen_t = [[] for _ in live]
-        u = torch.stack([torch.rand(2, generator=g, dtype=torch.float64, device=self.dev) for g in self.g])
-        if not L:
-            M = 1  # nothing drafted: one row per prompt
+        self.unseen_t = [[] for _ in self.live]
+        return Q
 
-        X_host = X.tolist()  # one synchronisation per round
-        blocks = []  # per prompt: its own block length (cut after a drafted EOS) and whether a bonus may follow
-        for j, r in enumerate(live):
+    def _blocks(self, X_host: list, cut: list[int], M: int) -> list[tuple[int, bool]]:
+        """Per prompt: its own block length (cut after a drafted EOS) and whether a bonus may follow."""
+        from speculab.backends.decode import bonus_possible
+
+        blocks = []
+        for j, r in enumerate(self.live):
             Lr = cut[j]
             if M == 1 and self.eos is not None and self.eos in X_host[j][:Lr]:
                 Lr = X_host[j].index(self.eos) + 1
             last = X_host[j * M][Lr - 1] if Lr else None  # row 0 of the prompt (only one row counts)
             blocks.append((Lr, bonus_possible(Lr, self.remaining(r), M, last, self.eos)))
-        decided = [None] * B
+        return blocks
+
+    def _decide(self, blocks, P, Q, X, u, M: int) -> list[_Decision]:
+        """Each prompt's decision, drawn from its method's round law; prompts with equal blocks share one call."""
+        decided = [None] * len(blocks)
         V = Q.size(-1)
         for key in sorted(set(blocks)):
             group = [j for j, b in enumerate(blocks) if b == key]
@@ -328,15 +356,24 @@ class _Batch:
             G = len(group)
             at = torch.tensor([j * M + m for j in group for m in range(M)], device=self.dev)
             Pg = P[at, :Lr].reshape(G, M, Lr, V) if Lr else torch.zeros((G, M, 0, V), dtype=Q.dtype, device=self.dev)
-            law = method.round_law(Pg, Q[at, :Lr + 1].reshape(G, M, Lr + 1, V), X[at, :Lr].reshape(G, M, Lr), bonus=bonus)
+            law = self.method.round_law(Pg, Q[at, :Lr + 1].reshape(G, M, Lr + 1, V), X[at, :Lr].reshape(G, M, Lr),
+                                        bonus=bonus)
             pick = torch.tensor(group, device=self.dev)
             row, tau, token = sample_round(law, u[pick, 0], u[pick, 1])
             mean, var = law.expected_accepted()
             for gi, j in enumerate(group):
                 decided[j] = _Decision(law, gi, int(row[gi]), int(tau[gi]), int(token[gi]), float(mean[gi]),
                                        float(var[gi]))
+        return decided
+
+    def _apply(self, decided, blocks, P, Q, X, X_host, L: int, M: int, p_next) -> list[bool]:
+        """Record each prompt's round, extend its output and roll both caches back to what it accepted; returns
+        which prompts have finished."""
+        from speculab.backends.decode import RoundInfo, record_round
+
+        V = Q.size(-1)
         drop_d, drop_t, finished, followed = [], [], [], []
-        for j, r in enumerate(live):
+        for j, r in enumerate(self.live):
             law, gi, row, tau, token, mean, var = decided[j]
             Lr, e = blocks[j][0], j * M + row
             followed.append(e)
@@ -359,11 +396,9 @@ class _Batch:
             kept = min(tau, Lr)
             drop_d.append(max(L - 1, 0) - min(kept, max(L - 1, 0)))
             drop_t.append(L - kept)
-            unseen = new[kept:]  # the correction or bonus (and, after a full block, x_L for the draft)
-            self.unseen_t[j] = unseen
+            self.unseen_t[j] = new[kept:]  # the correction or bonus (and, after a full block, x_L for the draft)
             self.unseen_d[j] = new[min(kept, max(L - 1, 0)):] if L else new
-            done = (self.eos is not None and self.eos in new) or self.remaining(r) <= 0
-            finished.append(done)
+            finished.append((self.eos is not None and self.eos in new) or self.remaining(r) <= 0)
         if M > 1:  # every prompt goes on with the row it followed
             rows = torch.tensor(followed, dtype=torch.long, device=self.dev)
             self.target.keep(rows)
@@ -371,6 +406,10 @@ class _Batch:
         self.target.drop_last(torch.tensor(drop_t, device=self.dev))
         if self.draft is not None:
             self.draft.drop_last(torch.tensor(drop_d, device=self.dev))
+        return finished
+
+    def _retire(self, finished: list[bool]) -> None:
+        """Finished prompts leave the batch (their rows dropped from both models)."""
         if any(finished):
             keep = [j for j, f in enumerate(finished) if not f]
             rows = torch.tensor(keep, dtype=torch.long, device=self.dev)

@@ -31,7 +31,7 @@ from speculab import kernels
 from speculab._validate import as_positive_int, as_torch_generator, spawn_seeds
 from speculab.backends.batched import batchable, decode_batched
 from speculab.backends.pair import ModelPair
-from speculab.backends.warp import Sampling
+from speculab.backends.warp import Sampling, check_laws
 from speculab.counts import BONUS, CORRECTION, DRAFT, KIND_NAMES, TARGET, Counts
 from speculab.methods import SD, Method, RoundLaw, sample_round
 
@@ -186,7 +186,7 @@ class _Run:
         possibly empty: the round is then one target step).
         """
         pair, greedy = self.pair, self.sampling.greedy
-        p = self.sampling.probs(self._catch_up(pair.draft, self.ds)[:, -1])  # (1, V)
+        p = self.sampling.probs(self._catch_up(pair.draft, self.ds)[:, -1], check=False)  # (1, V)
         ps, xs = [], []
         if rows > 1:
             pair.draft.repeat(self.ds, rows)
@@ -202,7 +202,7 @@ class _Run:
             if rows == 1 and self.eos is not None and int(x[0]) == self.eos:
                 break
             if i + 1 < L:
-                p = self.sampling.probs(pair.draft.extend(self.ds, x[:, None])[:, -1])
+                p = self.sampling.probs(pair.draft.extend(self.ds, x[:, None])[:, -1], check=False)
         if not xs:
             return (torch.zeros((rows, 0), dtype=torch.long, device=self.dev),
                     torch.zeros((rows, 0, p.size(-1)), dtype=p.dtype, device=self.dev))
@@ -221,8 +221,9 @@ class _Run:
         if M > 1:
             self.pair.target.repeat(self.ts, M)
         tokens = torch.cat([self._tensor(self.ids[self.ts.length:], M), xs], 1)
-        Q = self.sampling.probs(self.pair.target.extend(self.ts, tokens)[:, -(L + 1):])  # (M, L+1, V)
+        Q = self.sampling.probs(self.pair.target.extend(self.ts, tokens)[:, -(L + 1):], check=False)  # (M, L+1, V)
         P, Q = P.double(), Q.double()  # acceptance ratios, laws and losses in float64
+        check_laws(Q, P)  # NaN logits of either model refused, once per round
         self.out.counts["oracle_calls"] += 1
         self.out.counts["draft_calls"] += M * L
         last = int(xs[0, -1]) if L else None

@@ -5,22 +5,33 @@ linear regression of each generation's wall time on its ``(N_draft, N_target)`` 
 predicts time per token with eq. (5.1). A per-generation regression cannot tell a
 target call's fixed cost from its cost per verified token (with one draft row the
 verified tokens are ``N_draft + N_target``, a sum of the other two columns), so here
-every forward call is timed (:func:`timed_decode`) and each model's time is fitted
-against the tokens it was fed, ``t(k) = base + per_token · k`` (least squares, with
-``R²``); what the clock shows beyond the forward passes — sampling, the round law,
-records, the prompt's prefill — is fitted per round, per drafted token (the round law
-and the laws kept per slot grow with the block), per output token and per run from the
-same runs (non-negative least squares: a cost cannot be negative). Then the time of a
-run of one prompt is
+every forward call is timed (:func:`timed_decode`) and each model's time is measured
+against the tokens it was fed: ``t(k)`` is the mean time of the calls of ``k`` tokens
+seen (often enough) in the fitting runs, linear between the sizes seen and, beyond them, along the
+least-squares line ``base + per_token · k`` (reported with its ``R²``). A table rather
+than a line, because a forward pass is not affine in ``k``: a call of one token skips the
+causal mask, and on a CPU the step from one token to two costs several tokens' worth of
+the slope beyond (``benchmarks/bench_latency.py`` prints the table), so a line through all
+calls misprices autoregressive decoding, whose calls are all of one token, against SD,
+whose calls are of ``K + 1``. A prompt's first
+call to each model (the prefill) is left out of ``t(k)``: it is a cost of the run.
+What the clock shows beyond the forward passes — sampling, the round law, records,
+the prefills, set-up — is fitted per round, per drafted token (the round law and the
+laws kept per slot grow with the block), per output token, per run, and per run that
+drafts (the draft's prefill) on the same runs (non-negative least squares: a cost
+cannot be negative). Then the time of a run of one prompt is
 
-.. math:: T \approx N_{draft}\, t_d(1) + N_{target}\, t_t^{base} + (N_{draft} + N_{target})\, t_t^{token}
-          + N_{target}\, c_{round} + N_{draft}\, c_{draft} + N\, c_{token} + c_{run}
+.. math:: T \approx N_{draft}\, t_d(1) + \sum_{\text{rounds } r > 1} t_t(L_r + 1)
+          + N_{target}\, c_{round} + N_{draft}\, c_{draft} + N\, c_{token} + c_{run} + [N_{draft} > 0]\, c_{drafting}
 
-(a round of ``L`` drafts makes ``L`` draft calls of about one token — its first is the
-catch-up of the previous round's one or two new tokens — and one target call of
-``L + 1`` tokens), and the predicted speed-up of a method over autoregressive
-decoding is the ratio of predicted times per token. The model describes one sequence
-decoded at a time (``batch_size=1``), the setting of [SDpp] and of the theory's counts.
+(a round of ``L_r`` drafts makes ``L_r`` draft calls of about one token — its first is
+the catch-up of the previous round's one or two new tokens — and one target call of
+``L_r + 1`` tokens; the first round's target call, the prefill, is in ``c_run``). Given
+only counts, every round is taken to draft the mean block ``L̄ = N_draft / N_target``.
+The predicted speed-up of a method over autoregressive decoding is the ratio of
+predicted times per token. The model describes one sequence decoded at a time
+(``batch_size=1``, one draft row: batch SD's ``M`` rows are not priced), the setting of
+[SDpp] and of the theory's counts.
 """
 
 from __future__ import annotations
@@ -41,25 +52,41 @@ __all__ = ["ForwardFit", "LatencyModel", "TimedRuns", "SpeedCheck", "timed_decod
 
 @dataclass(frozen=True)
 class ForwardFit:
-    """One model's forward time against the tokens fed: ``t(k) = base + per_token · k`` seconds."""
+    """One model's forward time ``t(k)`` in seconds against the tokens fed ``k`` (prefills left out).
+
+    ``t(k)`` is the mean time of the calls of ``k`` tokens where ``k`` lies among ``sizes``
+    (those with at least :data:`MIN_CALLS` calls), linear between them, and along the least-squares line ``base + per_token · k`` (``R²``
+    ``r2``) parallel-shifted to the nearest size beyond them.
+    """
 
     base: float
     per_token: float
     r2: float
     calls: int
+    sizes: tuple = ()
+    means: tuple = ()
 
-    def __call__(self, k) -> float:
-        return self.base + self.per_token * k
+    def __call__(self, k):
+        k = np.asarray(k, dtype=float)
+        if not self.sizes:
+            return self.base + self.per_token * k
+        sizes, means = np.asarray(self.sizes, dtype=float), np.asarray(self.means, dtype=float)
+        inside = np.interp(k, sizes, means)
+        below = means[0] + self.per_token * (k - sizes[0])
+        above = means[-1] + self.per_token * (k - sizes[-1])
+        out = np.where(k < sizes[0], below, np.where(k > sizes[-1], above, inside))
+        return float(out) if out.ndim == 0 else out
 
 
 @dataclass(frozen=True)
 class TimedRuns:
     """Runs of one method, one prompt at a time, with their clock: the result, each run's wall time and every
-    forward call as ``(model, tokens fed, seconds)`` (model 0 = draft, 1 = target)."""
+    forward call as ``(model, tokens fed, seconds, prefill)`` (model 0 = draft, 1 = target; ``prefill`` 1 for
+    a run's first call to that model)."""
 
     result: DecodeResult
     seconds: np.ndarray
-    calls: np.ndarray  # (n_calls, 3)
+    calls: np.ndarray  # (n_calls, 4)
 
     @property
     def latency(self) -> float:
@@ -76,11 +103,12 @@ def _timing(pair: ModelPair, log: list):
         original = model.extend
 
         def timed(state, ids, original=original, which=which):
+            prefill = state.length == 0
             sync()
             t0 = time.perf_counter()
             out = original(state, ids)
             sync()
-            log.append((which, ids.shape[-1], time.perf_counter() - t0))
+            log.append((which, ids.shape[-1], time.perf_counter() - t0, prefill))
             return out
 
         originals.append((model, original))
@@ -93,12 +121,19 @@ def _timing(pair: ModelPair, log: list):
 
 
 def timed_decode(pair: ModelPair, prompts: list, method, *, max_new_tokens: int, key, **kwargs) -> TimedRuns:
-    """Decode each prompt on its own (``batch_size=1``) with every forward call and each run timed."""
+    """Decode each prompt on its own (``batch_size=1``) with every forward call and each run timed.
+
+    Each run starts with a history draft's memo empty (:meth:`HistoryModel.clear_cache
+    <speculab.backends.models.HistoryModel.clear_cache>`): otherwise a repeat of the same
+    runs would find every law memoised and time a different draft.
+    """
     from speculab._validate import spawn_seeds
 
     results, seconds, log = [], [], []
     with _timing(pair, log):
         for prompt, seed in zip(prompts, spawn_seeds(key, len(prompts))):
+            for model in (pair.draft, pair.target):
+                getattr(model, "clear_cache", lambda: None)()
             t0 = time.perf_counter()
             results.append(decode(pair, [prompt], method, max_new_tokens=max_new_tokens, key=seed, batch_size=1,
                                   **kwargs))
@@ -106,17 +141,35 @@ def timed_decode(pair: ModelPair, prompts: list, method, *, max_new_tokens: int,
     counts = type(results[0].counts).concatenate([r.counts for r in results])
     merged = DecodeResult([t for r in results for t in r.tokens], [t for r in results for t in r.texts], counts,
                           [x for r in results for x in r.records], [x for r in results for x in r.rounds])
-    return TimedRuns(merged, np.asarray(seconds), np.asarray(log, dtype=float).reshape(-1, 3))
+    return TimedRuns(merged, np.asarray(seconds), np.asarray(log, dtype=float).reshape(-1, 4))
 
 
-def _fit_line(k: np.ndarray, t: np.ndarray) -> ForwardFit:
-    X = np.stack([np.ones_like(k), k], axis=1)
+#: Fewest calls of one size for its mean to enter a :class:`ForwardFit`'s table (rarer sizes, e.g. blocks cut
+#: short at the horizon, are read off the table's neighbours: one slow call among three is no mean).
+MIN_CALLS = 20
+
+
+def _fit_forward(k: np.ndarray, t: np.ndarray) -> ForwardFit:
+    sizes, n = np.unique(k, return_counts=True)
+    sizes = sizes[n >= MIN_CALLS] if np.any(n >= MIN_CALLS) else sizes[n == n.max()]
+    means = tuple(float(t[k == s].mean()) for s in sizes)
+    sizes = tuple(int(s) for s in sizes)
     if np.ptp(k) == 0:  # one call size only: no slope to fit
-        return ForwardFit(float(t.mean()), 0.0, 0.0, int(t.size))
+        return ForwardFit(float(t.mean()), 0.0, 0.0, int(t.size), sizes, means)
+    X = np.stack([np.ones_like(k), k], axis=1)
     coef, *_ = np.linalg.lstsq(X, t, rcond=None)
     resid = t - X @ coef
     r2 = 1.0 - float(resid @ resid) / float(((t - t.mean()) ** 2).sum()) if t.size > 2 else 0.0
-    return ForwardFit(float(coef[0]), float(coef[1]), r2, int(t.size))
+    return ForwardFit(float(coef[0]), float(coef[1]), r2, int(t.size), sizes, means)
+
+
+def _runs_rounds(counts, rounds) -> list[np.ndarray]:
+    """Each run's drafted tokens per round (row 0), or ``L̄`` for every round when ``rounds`` is not given."""
+    if rounds is not None:
+        if len(rounds) != counts.n_runs:
+            raise ValueError(f"rounds must hold one RoundRecord per run ({counts.n_runs}); got {len(rounds)}")
+        return [np.asarray(r.drafted, dtype=float).reshape(len(r.drafted), -1)[:, 0] for r in rounds]
+    return [np.full(int(r), d / r if r else 0.0) for d, r in zip(counts.draft_calls, counts.oracle_calls)]
 
 
 @dataclass(frozen=True)
@@ -125,8 +178,9 @@ class LatencyModel:
 
     Attributes:
       draft, target: :class:`ForwardFit` of each model.
-      per_round, per_draft, per_token, per_run: seconds of the decoding loop beyond forward passes, per
-        round, per drafted token, per output token and per run (a prompt's prefill and set-up).
+      per_round, per_draft, per_token, per_run, per_drafting_run: seconds of the decoding loop beyond
+        forward passes, per round, per drafted token, per output token, per run (the target's prefill
+        and set-up) and per run that drafts (the draft's prefill).
     """
 
     draft: ForwardFit
@@ -135,16 +189,24 @@ class LatencyModel:
     per_draft: float
     per_token: float
     per_run: float = 0.0
+    per_drafting_run: float = 0.0
 
-    def seconds(self, counts) -> np.ndarray:
-        """Predicted seconds of each run from its counts (``draft_calls``, ``oracle_calls``, ``tokens``)."""
+    def forward_seconds(self, counts, rounds=None) -> np.ndarray:
+        """Predicted seconds of each run's forward passes past the prefills."""
+        d = np.asarray(counts.draft_calls, dtype=float)
+        target = np.array([float(np.sum(self.target(L[1:] + 1))) for L in _runs_rounds(counts, rounds)])
+        return d * self.draft(1) + target
+
+    def seconds(self, counts, rounds=None) -> np.ndarray:
+        """Predicted seconds of each run from its counts (``draft_calls``, ``oracle_calls``, ``tokens``) and,
+        when given, its rounds' block lengths (``DecodeResult.rounds``)."""
         d, r, n = (np.asarray(getattr(counts, k), dtype=float) for k in ("draft_calls", "oracle_calls", "tokens"))
-        return (d * self.draft(1) + r * self.target.base + (d + r) * self.target.per_token
-                + r * self.per_round + d * self.per_draft + n * self.per_token + self.per_run)
+        return (self.forward_seconds(counts, rounds) + r * self.per_round + d * self.per_draft + n * self.per_token
+                + self.per_run + (d > 0) * self.per_drafting_run)
 
-    def latency(self, counts) -> float:
-        """Predicted seconds per token over the runs of ``counts``."""
-        return float(self.seconds(counts).sum() / np.sum(counts.tokens))
+    def latency(self, counts, rounds=None) -> float:
+        """Predicted seconds per token over the runs of ``counts`` (and ``rounds``, when given)."""
+        return float(self.seconds(counts, rounds).sum() / np.sum(counts.tokens))
 
 
 def fit_latency(runs: list[TimedRuns]) -> LatencyModel:
@@ -154,16 +216,16 @@ def fit_latency(runs: list[TimedRuns]) -> LatencyModel:
     calls = np.concatenate([r.calls for r in runs])
     fits = []
     for which, name in enumerate(("draft", "target")):
-        mine = calls[calls[:, 0] == which]
+        mine = calls[(calls[:, 0] == which) & (calls[:, 3] == 0)]
         if mine.size == 0:
-            raise ValueError(f"no {name} forward call among the runs; include a method that drafts and one that "
-                             f"calls the target")
-        fits.append(_fit_line(mine[:, 1], mine[:, 2]))
+            raise ValueError(f"no {name} forward call past a prefill among the runs; include a method that drafts "
+                             f"and one that calls the target")
+        fits.append(_fit_forward(mine[:, 1], mine[:, 2]))
     forward = LatencyModel(*fits, 0.0, 0.0, 0.0)
     counts = [r.result.counts for r in runs]
-    rest = np.concatenate([r.seconds - forward.seconds(c) for r, c in zip(runs, counts)])  # the loop's own time
-    X = np.concatenate([np.stack([c.oracle_calls, c.draft_calls, c.tokens, np.ones(c.n_runs)], axis=1).astype(float)
-                        for c in counts])
+    rest = np.concatenate([r.seconds - forward.forward_seconds(c, r.result.rounds) for r, c in zip(runs, counts)])
+    X = np.concatenate([np.stack([c.oracle_calls, c.draft_calls, c.tokens, np.ones(c.n_runs), c.draft_calls > 0],
+                                 axis=1).astype(float) for c in counts])
     coef, _ = nnls(X, rest)
     return LatencyModel(*fits, *(float(c) for c in coef))
 
@@ -211,6 +273,6 @@ def speed_check(pair: ModelPair, prompts: list, method, *, max_new_tokens: int, 
     model = fit_latency(calib)
     ar = timed_decode(pair, test, Autoregressive(), max_new_tokens=max_new_tokens, key=seeds[1], **kwargs)
     run = timed_decode(pair, test, method, max_new_tokens=max_new_tokens, key=seeds[1], **kwargs)
-    pred = (model.latency(ar.result.counts), model.latency(run.result.counts))
+    pred = (model.latency(ar.result.counts, ar.result.rounds), model.latency(run.result.counts, run.result.rounds))
     return SpeedCheck(model, pred[0] / pred[1], ar.latency / run.latency, (ar.latency, run.latency), pred,
                       len(fit), len(test))

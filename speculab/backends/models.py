@@ -115,6 +115,13 @@ class HistoryModel:
         """``p(· | history)``: a float64 ``(V,)`` tensor summing to 1."""
         raise NotImplementedError
 
+    def logits(self, history: tuple) -> torch.Tensor:
+        """``log p(· | history)`` as float32 ``(V,)``: what :meth:`extend` returns per fed token."""
+        return self.probs(history).log().float()
+
+    def clear_cache(self) -> None:
+        """Forget what the draft memoises (laws are pure functions of the history: only speed changes)."""
+
     def proposes(self, history: tuple) -> bool:
         """Whether the draft proposes a token after ``history``; if not, the round's block ends there (as at a
         drafted EOS) — a stopping decision that sees only the tokens, so every method stays exact."""
@@ -134,7 +141,7 @@ class HistoryModel:
             hist = state.history[r]
             for j, t in enumerate(ids[r].tolist()):
                 hist.append(t)
-                out[r, j] = self.probs(tuple(hist)).log().float()
+                out[r, j] = self.logits(tuple(hist))
         state.length += n
         state.rows = rows
         return out.to(ids.device)
@@ -182,7 +189,8 @@ class NGramModel(HistoryModel):
             for j in range(k + 1):  # the k context tokens, then the token
                 code = code * vocab_size + ids[j: ids.size - k + j]
             self.tables.append(np.unique(code, return_counts=True))
-        self._memo: dict[tuple, torch.Tensor] = {}
+        self._memo: dict[tuple, torch.Tensor] = {}  # context -> p, bounded by MEMO
+        self._log_memo: dict[tuple, torch.Tensor] = {}  # context -> float32 log p (what decoding reads)
 
     def _counts(self, k: int, context: tuple):
         """Tokens seen after ``context`` (length ``k``) and how often, or ``None`` if never."""
@@ -193,10 +201,28 @@ class NGramModel(HistoryModel):
         lo, hi = np.searchsorted(codes, [base * self.vocab_size, (base + 1) * self.vocab_size])
         return None if lo == hi else (codes[lo:hi] - base * self.vocab_size, counts[lo:hi])
 
+    #: Contexts whose law is remembered (each memo is cleared beyond this many: 64 MB of float64 laws at V = 2048).
+    MEMO = 1 << 12
+
+    def clear_cache(self) -> None:
+        self._memo.clear()
+        self._log_memo.clear()
+
+    def logits(self, history: tuple) -> torch.Tensor:
+        context = history[max(0, len(history) - (self.n - 1)):]
+        out = self._log_memo.get(context)
+        if out is None:
+            if len(self._log_memo) >= self.MEMO:
+                self._log_memo.clear()  # a pure function of the context: recomputed alike
+            out = self._log_memo[context] = self.probs(context).log().float()
+        return out
+
     def probs(self, history: tuple) -> torch.Tensor:
         context = history[max(0, len(history) - (self.n - 1)):]
         if context in self._memo:
             return self._memo[context]
+        if len(self._memo) >= self.MEMO:
+            self._memo.clear()
         V = self.vocab_size
         prob = np.full(V, 1.0 / V)
         for k in range(0, len(context) + 1):
@@ -204,9 +230,9 @@ class NGramModel(HistoryModel):
             if seen is None:
                 break
             tokens, counts = seen
-            c = np.zeros(V)
-            c[tokens] = counts
-            prob = (c + self.alpha * V * prob) / (counts.sum() + self.alpha * V)
+            norm = counts.sum() + self.alpha * V  # (c + alpha V prob) / norm, updated in place where c > 0
+            prob *= self.alpha * V / norm
+            prob[tokens] += counts / norm
         out = torch.from_numpy(prob)
         self._memo[context] = out
         return out
@@ -279,6 +305,19 @@ class PromptLookupModel(HistoryModel):
 
     def proposes(self, history: tuple) -> bool:
         return self.fallback is not None or self.proposal(history) is not None
+
+    def clear_cache(self) -> None:
+        self._source.clear()
+        if self.fallback is not None:
+            self.fallback.clear_cache()
+
+    def logits(self, history: tuple) -> torch.Tensor:
+        x = self.proposal(history)
+        if x is None:
+            return self.fallback.logits(history) if self.fallback is not None else super().logits(history)
+        out = torch.full((self.vocab_size,), -torch.inf)  # log of the one-hot law, formed directly
+        out[x] = 0.0
+        return out
 
     def probs(self, history: tuple) -> torch.Tensor:
         x = self.proposal(history)
