@@ -288,7 +288,7 @@ class _Batch:
         p = None
         if self.draft is not None:  # catch the draft up: the last column is each row's newest token
             ids, present = _right_aligned(self.unseen_d, self.dev)
-            p = self.sampling.probs(self.draft.feed(ids, present, 1)[:, -1], check=False)  # (B, V)
+            p = self.sampling.probs(self.draft.feed(ids, present, 1)[:, -1].double(), check=False)  # (B, V)
             self.unseen_d = [[] for _ in self.live]
         p_next = p
         if M > 1 and L:
@@ -309,15 +309,15 @@ class _Batch:
                 for j in range(B):
                     if drafting[j] and not proposes(tuple(self.draft.history[j])):
                         drafting[j], cut[j] = False, i
-            x = p.argmax(-1) if U is None else kernels.sample_index(p.double(), U[:, i])  # no host synchronisation
+            x = p.argmax(-1) if U is None else kernels.sample_index(p, U[:, i])  # no host synchronisation
             drafting = [d and i + 1 < Lj for d, Lj in zip(drafting, lengths)]
             xs.append(x)
             ps.append(p)
             if i + 1 < L:
                 logits = self.draft.feed(x[:, None], torch.ones_like(x[:, None], dtype=torch.bool), 1)
-                p = self.sampling.probs(logits[:, -1], check=False)
+                p = self.sampling.probs(logits[:, -1].double(), check=False)
         X = torch.stack(xs, 1) if L else torch.zeros((B * M, 0), dtype=torch.long, device=self.dev)
-        P = torch.stack(ps, 1).double() if L else None
+        P = torch.stack(ps, 1) if L else None  # float64, as every law here
         return X, P, cut, p_next
 
     def _verify(self, X, P, L: int, M: int):
@@ -328,7 +328,7 @@ class _Batch:
             ids, present = ids.repeat_interleave(M, 0), present.repeat_interleave(M, 0)
         logits = self.target.feed(torch.cat([ids, X], 1), torch.cat([present, torch.ones_like(X, dtype=torch.bool)], 1),
                                   L + 1)
-        Q = self.sampling.probs(logits, check=False).double()
+        Q = self.sampling.probs(logits.double(), check=False)
         check_laws(Q, *(() if P is None else (P,)))  # NaN logits refused: one synchronisation per round
         self.unseen_t = [[] for _ in self.live]
         return Q
@@ -389,7 +389,7 @@ class _Batch:
                                         type(law)(*(None if f is None else f[gi:gi + 1] for f in law)), row, tau))
             tracked = None
             if Lr == 0 and self.track_draft and p_next is not None:  # autoregressive, the draft alongside
-                tracked = lambda q, j=j: float(kernels.tv(p_next[j].double(), q))  # noqa: E731
+                tracked = lambda q, j=j: float(kernels.tv(p_next[j], q))  # noqa: E731
             new = record_round(out, law, gi, Pr, Q[e, :Lr + 1], X_host[e][:Lr], row, tau, token, Lr, self.eos, tracked)
             self.ids[r].extend(new)
             # the caches hold x_1..x_{L−1} (draft) and x_1..x_L (target): keep the accepted ones

@@ -186,7 +186,7 @@ class _Run:
         possibly empty: the round is then one target step).
         """
         pair, greedy = self.pair, self.sampling.greedy
-        p = self.sampling.probs(self._catch_up(pair.draft, self.ds)[:, -1], check=False)  # (1, V)
+        p = self.sampling.probs(self._catch_up(pair.draft, self.ds)[:, -1].double(), check=False)  # (1, V)
         ps, xs = [], []
         if rows > 1:
             pair.draft.repeat(self.ds, rows)
@@ -196,13 +196,13 @@ class _Run:
         for i in range(L):
             if proposes is not None and not proposes(tuple(self.ds.history[0])):
                 break  # the draft proposes nothing here (prompt lookup without a match): the block ends
-            x = p.argmax(-1) if greedy else kernels.sample_index(p.double(), u[:, i])
+            x = p.argmax(-1) if greedy else kernels.sample_index(p, u[:, i])
             ps.append(p)
             xs.append(x)
             if rows == 1 and self.eos is not None and int(x[0]) == self.eos:
                 break
             if i + 1 < L:
-                p = self.sampling.probs(pair.draft.extend(self.ds, x[:, None])[:, -1], check=False)
+                p = self.sampling.probs(pair.draft.extend(self.ds, x[:, None])[:, -1].double(), check=False)
         if not xs:
             return (torch.zeros((rows, 0), dtype=torch.long, device=self.dev),
                     torch.zeros((rows, 0, p.size(-1)), dtype=p.dtype, device=self.dev))
@@ -217,12 +217,12 @@ class _Run:
             L = xs.size(1)
         else:  # no drafts: the target alone (autoregressive decoding)
             xs = torch.zeros((M, 0), dtype=torch.long, device=self.dev)
-            P = torch.zeros((M, 0, V), device=self.dev)
+            P = torch.zeros((M, 0, V), dtype=torch.float64, device=self.dev)
         if M > 1:
             self.pair.target.repeat(self.ts, M)
         tokens = torch.cat([self._tensor(self.ids[self.ts.length:], M), xs], 1)
-        Q = self.sampling.probs(self.pair.target.extend(self.ts, tokens)[:, -(L + 1):], check=False)  # (M, L+1, V)
-        P, Q = P.double(), Q.double()  # acceptance ratios, laws and losses in float64
+        # laws in float64 from the logits: acceptance ratios, round laws and losses exact to float64
+        Q = self.sampling.probs(self.pair.target.extend(self.ts, tokens)[:, -(L + 1):].double(), check=False)
         check_laws(Q, P)  # NaN logits of either model refused, once per round
         self.out.counts["oracle_calls"] += 1
         self.out.counts["draft_calls"] += M * L
@@ -246,7 +246,7 @@ class _Run:
 
     def _tracked_tv(self, q) -> float:
         """``TV(p_n, q_n)`` for an autoregressive step, running the draft alongside (``track_draft``)."""
-        p = self.sampling.probs(self._catch_up(self.pair.draft, self.ds)[0, -1]).double()
+        p = self.sampling.probs(self._catch_up(self.pair.draft, self.ds)[0, -1].double())
         return float(kernels.tv(p, q))
 
 

@@ -21,6 +21,8 @@ FIGURES = {
     "sprinter-fig5": ("speculab.repro.sprinter_fig5", "[SPR] Fig. 5: E[N] vs η_TP (r=5), Thm 3.3 vs simulation; Thm 3.1/A.4 checks"),
     "sprinter-fig6": ("speculab.repro.sprinter_fig6", "[SPR] Fig. 6: E[T_stop] vs η_TP (r=5, t_d=0.1), Thm 3.4 vs simulation"),
     "fsd-bound": ("speculab.repro.fsd_bound", "[FSD] §4.2: exact check of Div(P_q, P_FSD) <= N·%draft·θ, all divergences"),
+    "fsd-tradeoff": ("speculab.repro.fsd_tradeoff",
+                     "[FSD] Table 2 / App. E on real models: FSD across θ (4 divergences) vs SD and random acceptance"),
     "yin-table1": ("speculab.repro.yin_table1", "[Yin] Table 1 analogue on real models: Decoding-OPT vs -UNO (tiny pair by default)"),
     "specdecpp-fig3": ("speculab.repro.specdecpp_fig3",
                        "[SDpp] Fig. 3: verification vs discard rate, fixed K (exact) vs thresholds h (simulated)"),
