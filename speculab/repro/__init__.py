@@ -20,6 +20,8 @@ FIGURES = {
     "yin-fig5": ("speculab.repro.yin_fig5", "[Yin] Fig. 5: T=100 — SD, batch M=2, E[N_rej] vs M"),
     "sprinter-fig5": ("speculab.repro.sprinter_fig5", "[SPR] Fig. 5: E[N] vs η_TP (r=5), Thm 3.3 vs simulation; Thm 3.1/A.4 checks"),
     "sprinter-fig6": ("speculab.repro.sprinter_fig6", "[SPR] Fig. 6: E[T_stop] vs η_TP (r=5, t_d=0.1), Thm 3.4 vs simulation"),
+    "sprinter-roc": ("speculab.repro.sprinter_roc",
+                     "[SPR] App. A.10: the SPRINTER verifier trained on a real pair (λ = 1, 1.2, 1.5): ROC, AUC, η_TP/η_FP"),
     "fsd-bound": ("speculab.repro.fsd_bound", "[FSD] §4.2: exact check of Div(P_q, P_FSD) <= N·%draft·θ, all divergences"),
     "fsd-tradeoff": ("speculab.repro.fsd_tradeoff",
                      "[FSD] Table 2 / App. E on real models: FSD across θ (4 divergences) vs SD and random acceptance"),

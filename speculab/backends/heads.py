@@ -1,0 +1,298 @@
+"""Learned heads on a draft model's hidden states: training, ROC, and files that keep their provenance.
+
+A *head* maps a draft's last hidden state ``h`` (``d`` numbers) to a probability: the
+SPRINTER verifier ([SPR] §3.2: a linear layer and a sigmoid, "is this draft acceptable")
+and the SpecDec++ acceptance head ([SDpp] §4: a ``(D+1)``-layer ResNet with SiLU,
+"will this draft be accepted"). Both are trained here the same way: binary cross-entropy
+on (possibly soft) labels with per-example weights, Adam, a held-out split and early
+stopping on its loss — deterministic for a seed (initialisation and shuffling draw from
+one ``torch.Generator``), with a progress line per epoch, and resumable: with a
+``checkpoint`` path the state after every epoch (weights, optimiser, generator, history)
+is written atomically, and ``resume=True`` continues from it to the very weights an
+uninterrupted run reaches. :func:`save_head` / :func:`load_head` keep a trained head in
+one safetensors file whose metadata holds its configuration and training metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+__all__ = ["HeadConfig", "TrainedHead", "make_head", "train_head", "save_head", "load_head", "roc_curve", "auc"]
+
+KINDS = ("linear", "resnet")
+
+
+@dataclass(frozen=True)
+class HeadConfig:
+    """A head's architecture and training.
+
+    Args:
+      kind: ``"linear"`` (one linear layer and a sigmoid, [SPR]) or ``"resnet"`` (``depth``
+        residual blocks ``x + SiLU(W x + b)`` then a linear layer and a sigmoid: ``depth + 1``
+        layers, [SDpp]).
+      d_in: the hidden state's size.
+      depth: residual blocks of a ``"resnet"`` head (``D``).
+      lr, epochs, batch_size: Adam's step size, the most passes over the training split, examples per step.
+      patience: epochs without a better held-out loss before training stops (early stopping).
+      val_fraction: share of the examples held out for early stopping (by example; split by
+        group beforehand if examples are correlated).
+      seed: initialisation, split and shuffling.
+    """
+
+    kind: str = "linear"
+    d_in: int = 0
+    depth: int = 0
+    lr: float = 1e-3
+    epochs: int = 50
+    batch_size: int = 256
+    patience: int = 5
+    val_fraction: float = 0.2
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}; got {self.kind!r}")
+        for name, minimum in (("d_in", 1), ("depth", 0), ("epochs", 1), ("batch_size", 1), ("patience", 1),
+                              ("seed", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ValueError(f"{name} must be an integer >= {minimum}; got {value!r}")
+        if self.kind == "linear" and self.depth:
+            raise ValueError(f"a linear head has no residual blocks; got depth={self.depth}")
+        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"lr must be a finite number > 0; got {self.lr!r}")
+        if not (isinstance(self.val_fraction, (int, float)) and 0 < self.val_fraction < 1):
+            raise ValueError(f"val_fraction must be a number in (0, 1); got {self.val_fraction!r}")
+
+
+class _Residual(torch.nn.Module):
+    def __init__(self, d: int):
+        super().__init__()
+        self.linear = torch.nn.Linear(d, d)
+
+    def forward(self, x):
+        return x + torch.nn.functional.silu(self.linear(x))
+
+
+class _Head(torch.nn.Module):
+    """``depth`` residual blocks, then a linear layer to one logit; :meth:`prob` applies the sigmoid."""
+
+    def __init__(self, config: HeadConfig):
+        super().__init__()
+        self.blocks = torch.nn.Sequential(*(_Residual(config.d_in) for _ in range(config.depth)))
+        self.out = torch.nn.Linear(config.d_in, 1)
+
+    def forward(self, h):  # the logit
+        return self.out(self.blocks(h))[..., 0]
+
+    @torch.no_grad()
+    def prob(self, h):
+        return torch.sigmoid(self.forward(h))
+
+
+def make_head(config: HeadConfig, generator: torch.Generator | None = None) -> _Head:
+    """A freshly initialised head (PyTorch's default initialisation, drawn from ``generator``)."""
+    with torch.random.fork_rng(devices=[]):
+        if generator is not None:
+            torch.manual_seed(int(torch.randint(0, 2**62, (), generator=generator)))
+        return _Head(config)
+
+
+@dataclass
+class TrainedHead:
+    """A trained head, its configuration and its training metrics (``history``: per-epoch losses)."""
+
+    head: _Head
+    config: HeadConfig
+    metrics: dict = field(default_factory=dict)
+
+    def __call__(self, h: torch.Tensor) -> torch.Tensor:
+        """The head's probability for hidden states ``h`` ``(..., d_in)``."""
+        if h.shape[-1] != self.config.d_in:
+            raise ValueError(f"hidden states must have {self.config.d_in} features (the head's d_in); "
+                             f"got shape {tuple(h.shape)}")
+        return self.head.prob(h.to(next(self.head.parameters()).dtype))
+
+
+def _as_examples(features, targets, weights):
+    X = torch.as_tensor(features, dtype=torch.float32)
+    y = torch.as_tensor(targets, dtype=torch.float32)
+    if X.ndim != 2 or X.shape[0] < 2:
+        raise ValueError(f"features must be a (n, d) array with n >= 2; got shape {tuple(X.shape)}")
+    if y.shape != (X.shape[0],):
+        raise ValueError(f"targets must have shape ({X.shape[0]},), one per example; got {tuple(y.shape)}")
+    if not torch.isfinite(X).all():
+        raise ValueError("features contain NaN or infinite values")
+    if not bool(((y >= 0) & (y <= 1)).all()):
+        raise ValueError("targets must be probabilities in [0, 1] (NaN refused)")
+    w = torch.ones_like(y) if weights is None else torch.as_tensor(weights, dtype=torch.float32)
+    if w.shape != y.shape or not bool(((w >= 0) & torch.isfinite(w)).all()) or not bool(w.sum() > 0):
+        raise ValueError(f"weights must be {X.shape[0]} finite non-negative numbers, not all 0")
+    return X, y, w
+
+
+def _loss(head, X, y, w) -> torch.Tensor:
+    """Weighted mean binary cross-entropy of the head's logits against soft targets."""
+    per = torch.nn.functional.binary_cross_entropy_with_logits(head(X), y, reduction="none")
+    return (w * per).sum() / w.sum()
+
+
+def _atomic_save(obj, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def train_head(features, targets, weights=None, *, config: HeadConfig, progress: bool = False,
+               checkpoint: str | Path | None = None, resume: bool = False) -> TrainedHead:
+    """Train a head on ``features`` ``(n, d)`` and ``targets`` ``(n,)`` in [0, 1] (hard or soft labels).
+
+    The held-out split (``config.val_fraction``) decides early stopping; the weights returned
+    are the epoch's with the lowest held-out loss. ``weights`` ``(n,)`` scale each example's
+    loss (e.g. [SDpp]'s ``w_rej``). With ``checkpoint``, the state after every epoch is
+    written there (atomically); ``resume=True`` continues from it (the configuration and
+    the data must be the same) and ends where an uninterrupted run ends.
+    """
+    X, y, w = _as_examples(features, targets, weights)
+    if X.shape[1] != config.d_in:
+        raise ValueError(f"features have {X.shape[1]} columns but config.d_in = {config.d_in}")
+    g = torch.Generator().manual_seed(config.seed)
+    order = torch.randperm(X.shape[0], generator=g)
+    n_val = max(1, int(round(config.val_fraction * X.shape[0])))
+    val, train = order[:n_val], order[n_val:]
+    if train.numel() == 0:
+        raise ValueError(f"no training examples left after holding out {n_val} of {X.shape[0]}")
+    head = make_head(config, g)
+    opt = torch.optim.Adam(head.parameters(), lr=config.lr)
+    state = {"epoch": 0, "best": math.inf, "best_epoch": -1, "best_weights": None, "stale": 0, "history": []}
+    path = None if checkpoint is None else Path(checkpoint)
+    if resume:
+        if path is None or not path.exists():
+            raise ValueError(f"resume=True needs an existing checkpoint; got {checkpoint!r}")
+        saved = torch.load(path, weights_only=False)
+        if saved["config"] != asdict(config) or saved["n"] != X.shape[0]:
+            raise ValueError(f"checkpoint {path} was written for another configuration or data set; not resuming")
+        head.load_state_dict(saved["head"])
+        opt.load_state_dict(saved["opt"])
+        g.set_state(saved["generator"])
+        state = saved["state"]
+    while state["epoch"] < config.epochs and state["stale"] < config.patience:
+        head.train()
+        perm = train[torch.randperm(train.numel(), generator=g)]
+        total = 0.0
+        for start in range(0, perm.numel(), config.batch_size):
+            idx = perm[start:start + config.batch_size]
+            opt.zero_grad()
+            loss = _loss(head, X[idx], y[idx], w[idx])
+            loss.backward()
+            opt.step()
+            total += float(loss.detach()) * idx.numel()
+        head.eval()
+        with torch.no_grad():
+            val_loss = float(_loss(head, X[val], y[val], w[val]))
+        state["epoch"] += 1
+        state["history"].append({"epoch": state["epoch"], "train_loss": total / train.numel(), "val_loss": val_loss})
+        if val_loss < state["best"]:
+            state.update(best=val_loss, best_epoch=state["epoch"], stale=0,
+                         best_weights={k: v.clone() for k, v in head.state_dict().items()})
+        else:
+            state["stale"] += 1
+        if progress:
+            print(f"  epoch {state['epoch']:3d}: train loss {total / train.numel():.4f}, held-out {val_loss:.4f}"
+                  f"{'  (best)' if state['stale'] == 0 else ''}", file=sys.stderr, flush=True)
+        if path is not None:
+            _atomic_save({"config": asdict(config), "n": X.shape[0], "head": head.state_dict(),
+                          "opt": opt.state_dict(), "generator": g.get_state(), "state": state}, path)
+    head.load_state_dict(state["best_weights"])
+    head.eval()
+    with torch.no_grad():
+        scores = torch.sigmoid(head(X[val])).numpy()
+    hard = y[val].numpy()
+    metrics = {"epochs": state["epoch"], "best_epoch": state["best_epoch"], "val_loss": state["best"],
+               "stopped_early": state["stale"] >= config.patience, "history": state["history"],
+               "n_train": int(train.numel()), "n_val": int(n_val)}
+    if np.all((hard == 0) | (hard == 1)) and 0 < hard.sum() < hard.size:
+        metrics["val_auc"] = auc(scores, hard)
+    return TrainedHead(head, config, metrics)
+
+
+def save_head(trained: TrainedHead, path: str | Path) -> Path:
+    """Write ``trained`` to one safetensors file (weights; configuration and metrics as JSON metadata)."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"format": "speculab-head/1", "config": json.dumps(asdict(trained.config)),
+            "metrics": json.dumps(trained.metrics)}
+    tmp = path.with_name(path.name + ".tmp")
+    save_file({k: v.detach().contiguous() for k, v in trained.head.state_dict().items()}, str(tmp), metadata=meta)
+    os.replace(tmp, path)
+    return path
+
+
+def load_head(path: str | Path) -> TrainedHead:
+    """Read a head written by :func:`save_head` (refuses any other file with a clear error)."""
+    from safetensors import safe_open
+
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"no head file at {path}")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+    except Exception as err:  # safetensors raises its own error types for non-safetensors files
+        raise ValueError(f"{path} is not a safetensors file ({err})") from None
+    if meta.get("format") != "speculab-head/1":
+        raise ValueError(f"{path} is a safetensors file but not a speculab head (metadata format "
+                         f"{meta.get('format')!r})")
+    config = HeadConfig(**json.loads(meta["config"]))
+    head = _Head(config)
+    head.load_state_dict(tensors)
+    head.eval()
+    return TrainedHead(head, config, json.loads(meta["metrics"]))
+
+
+def _check_scores(scores, labels):
+    s, y = np.asarray(scores, dtype=float), np.asarray(labels)
+    if s.ndim != 1 or y.shape != s.shape:
+        raise ValueError(f"scores and labels must be 1-d arrays of one length; got {s.shape} and {y.shape}")
+    if not np.all(np.isfinite(s)):
+        raise ValueError("scores contain NaN or infinite values")
+    if not np.all((y == 0) | (y == 1)):
+        raise ValueError("labels must be 0 or 1")
+    y = y.astype(bool)
+    if y.all() or not y.any():
+        raise ValueError("labels must contain both classes (a ROC curve needs positives and negatives)")
+    return s, y
+
+
+def roc_curve(scores, labels) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The ROC curve of ``scores`` for binary ``labels``: ``(fpr, tpr, thresholds)``, from ``(0, 0)`` to ``(1, 1)``.
+
+    Point ``i`` classifies ``score >= thresholds[i]`` as positive (tied scores move together).
+    """
+    s, y = _check_scores(scores, labels)
+    order = np.argsort(-s, kind="stable")
+    s, y = s[order], y[order]
+    last = np.r_[np.flatnonzero(np.diff(s)), s.size - 1]  # the last index of each distinct score
+    tp, fp = np.cumsum(y)[last], np.cumsum(~y)[last]
+    return (np.r_[0.0, fp / (~y).sum()], np.r_[0.0, tp / y.sum()], np.r_[np.inf, s[last]])
+
+
+def auc(scores, labels) -> float:
+    """Area under the ROC curve: ``P(score of a positive > score of a negative)``, ties counted one half."""
+    from scipy.stats import rankdata
+
+    s, y = _check_scores(scores, labels)
+    ranks = rankdata(s)  # average ranks: ties count one half
+    n1, n0 = int(y.sum()), int((~y).sum())
+    return float((ranks[y].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))

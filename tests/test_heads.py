@@ -1,0 +1,202 @@
+"""Learned heads: deterministic training, separable labels learned, resumable, saved with their provenance; ROC/AUC
+against brute force; SPRINTER's training examples against the models' own probabilities."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from speculab.backends import load_pair  # noqa: E402
+from speculab.backends.heads import HeadConfig, auc, load_head, roc_curve, save_head, train_head  # noqa: E402
+from speculab.backends.sprinter_data import FEATURES, SOURCES, sprinter_examples  # noqa: E402
+from speculab.backends.pair import default_prompts  # noqa: E402
+
+
+def _data(n=600, d=6, seed=0, separable=True):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d)).astype(np.float32)
+    w = rng.normal(size=d)
+    y = (X @ w > 0).astype(float) if separable else rng.random(n).round()
+    return X, y
+
+
+def test_auc_and_roc_match_brute_force_with_ties():
+    rng = np.random.default_rng(1)
+    s = rng.integers(0, 5, 200).astype(float)  # many ties
+    y = (rng.random(200) < 0.4).astype(float)
+    pos, neg = s[y == 1], s[y == 0]
+    brute = np.mean([(a > b) + 0.5 * (a == b) for a in pos for b in neg])
+    assert auc(s, y) == pytest.approx(brute, abs=1e-12)
+    fpr, tpr, thr = roc_curve(s, y)
+    assert (fpr[0], tpr[0], fpr[-1], tpr[-1]) == (0, 0, 1, 1)
+    assert np.all(np.diff(fpr) >= 0) and np.all(np.diff(tpr) >= 0)
+    for f, t, c in zip(fpr[1:], tpr[1:], thr[1:]):  # each point is the rule "score >= threshold"
+        assert t == pytest.approx(np.mean(pos >= c)) and f == pytest.approx(np.mean(neg >= c))
+    assert np.trapezoid(tpr, fpr) == pytest.approx(brute, abs=1e-12)  # ties: the diagonal step is the half
+
+
+@pytest.mark.parametrize("bad, match", [
+    (([0.1, 0.2], [1, 2]), "labels must be 0 or 1"), (([0.1, np.nan], [0, 1]), "NaN"),
+    (([0.1, 0.2], [1, 1]), "both classes"), (([0.1], [0, 1]), "one length")])
+def test_roc_refuses_bad_inputs(bad, match):
+    with pytest.raises(ValueError, match=match):
+        auc(*bad)
+
+
+def test_training_is_deterministic_and_learns_separable_labels():
+    X, y = _data()
+    config = HeadConfig(d_in=X.shape[1], lr=5e-2, epochs=60, patience=60, seed=3)
+    a, b = train_head(X, y, config=config), train_head(X, y, config=config)
+    for (k, va), (_, vb) in zip(a.head.state_dict().items(), b.head.state_dict().items()):
+        assert torch.equal(va, vb), k
+    assert a.metrics["val_auc"] > 0.99  # linearly separable: the linear head finds the separation
+    other = train_head(X, y, config=HeadConfig(d_in=X.shape[1], lr=5e-2, epochs=60, patience=60, seed=4))
+    assert not torch.equal(other.head.out.weight, a.head.out.weight)  # the seed matters
+    noise_X, noise_y = _data(separable=False)
+    noise = train_head(noise_X, noise_y, config=HeadConfig(d_in=6, lr=5e-2, epochs=60, patience=5))
+    assert noise.metrics["val_auc"] < 0.65 and noise.metrics["stopped_early"]  # nothing to learn: stops early
+
+
+def test_resnet_head_with_soft_labels_and_weights():
+    X, y = _data(seed=2)
+    soft = np.clip(y * 0.8 + 0.1, 0, 1)
+    config = HeadConfig(kind="resnet", depth=2, d_in=6, lr=1e-2, epochs=40, patience=40)
+    trained = train_head(X, soft, np.where(y == 0, 6.0, 1.0), config=config)
+    assert len(trained.head.blocks) == 2  # D residual blocks + the output layer: D + 1 layers
+    p = trained(torch.as_tensor(X)).numpy()
+    assert auc(p, y) > 0.97 and np.all((p > 0) & (p < 1))
+
+
+def test_an_interrupted_training_resumes_to_the_same_weights(tmp_path):
+    """A real process killed mid-training (SIGKILL after its third epoch's checkpoint), then resumed."""
+    X, y = _data(seed=5)
+    np.save(tmp_path / "X.npy", X)
+    np.save(tmp_path / "y.npy", y)
+    config = dict(d_in=6, lr=1e-2, epochs=12, patience=12, seed=7)
+    ckpt = tmp_path / "ckpt.pt"
+    script = f"""
+import os, signal, sys, numpy as np, torch
+import speculab.backends.heads as H
+X, y = np.load(r"{tmp_path}/X.npy"), np.load(r"{tmp_path}/y.npy")
+save = H._atomic_save
+def save_then_die(obj, path):
+    save(obj, path)
+    if obj["state"]["epoch"] == 3:
+        os.kill(os.getpid(), signal.SIGKILL)
+H._atomic_save = save_then_die
+H.train_head(X, y, config=H.HeadConfig(**{config!r}), checkpoint=r"{ckpt}")
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert proc.returncode == -9, proc.stderr  # killed by the signal, not finished
+    assert torch.load(ckpt, weights_only=False)["state"]["epoch"] == 3
+    resumed = train_head(X, y, config=HeadConfig(**config), checkpoint=ckpt, resume=True)
+    whole = train_head(X, y, config=HeadConfig(**config))
+    assert resumed.metrics["history"] == whole.metrics["history"]
+    for (k, va), (_, vb) in zip(resumed.head.state_dict().items(), whole.head.state_dict().items()):
+        assert torch.equal(va, vb), k
+    with pytest.raises(ValueError, match="another configuration"):
+        train_head(X, y, config=HeadConfig(**{**config, "lr": 0.5}), checkpoint=ckpt, resume=True)
+    with pytest.raises(ValueError, match="existing checkpoint"):
+        train_head(X, y, config=HeadConfig(**config), checkpoint=tmp_path / "none.pt", resume=True)
+
+
+def test_save_and_load_keep_weights_config_and_metrics(tmp_path):
+    X, y = _data(seed=6)
+    trained = train_head(X, y, config=HeadConfig(kind="resnet", depth=1, d_in=6, epochs=5, patience=5))
+    path = save_head(trained, tmp_path / "head.safetensors")
+    back = load_head(path)
+    assert back.config == trained.config and back.metrics == json.loads(json.dumps(trained.metrics))
+    h = torch.as_tensor(X[:10])
+    assert torch.equal(back(h), trained(h))
+    (tmp_path / "junk.safetensors").write_bytes(b"not a safetensors file")
+    with pytest.raises(ValueError, match="not a safetensors file"):
+        load_head(tmp_path / "junk.safetensors")
+    from safetensors.torch import save_file
+
+    save_file({"w": torch.zeros(2)}, str(tmp_path / "other.safetensors"))
+    with pytest.raises(ValueError, match="not a speculab head"):
+        load_head(tmp_path / "other.safetensors")
+    with pytest.raises(ValueError, match="no head file"):
+        load_head(tmp_path / "missing.safetensors")
+    with pytest.raises(ValueError, match="6 features"):
+        back(torch.zeros(3, 5))
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(kind="mlp"), "kind must be"), (dict(d_in=0), "d_in must"), (dict(depth=2), "no residual blocks"),
+    (dict(lr=float("nan")), "lr must"), (dict(val_fraction=1.0), "val_fraction"), (dict(epochs=True), "epochs")])
+def test_head_config_refuses_bad_values(bad, match):
+    with pytest.raises(ValueError, match=match):
+        HeadConfig(**{"d_in": 4, **bad})
+
+
+def test_training_refuses_bad_data():
+    X, y = _data(n=20)
+    config = HeadConfig(d_in=6)
+    for args, match in (((X, y[:-1]), "one per example"), ((X, y + 1), r"probabilities in \[0, 1\]"),
+                        ((np.where(np.eye(20, 6) > 0, np.nan, X), y), "NaN"), ((X[:, :5], y), "d_in = 6")):
+        with pytest.raises(ValueError, match=match):
+            train_head(*args, config=config)
+    with pytest.raises(ValueError, match="not all 0"):
+        train_head(X, y, np.zeros(20), config=config)
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return load_pair("tiny", device="cpu")
+
+
+def test_sprinter_examples_are_the_models_own_probabilities(pair):
+    texts = default_prompts() * 4  # short texts: spans of prefix + completion tokens
+    ex = sprinter_examples(pair, [" ".join(texts)], n_prefixes=8, prefix_tokens=6, completion_tokens=5, key=2)
+    assert ex.p.shape == (40,) and ex.token_features.shape == (40, pair.draft.model.config.n_embd)
+    assert sorted(np.bincount(ex.source[::5])) == [2, 2, 2, 2]  # equal shares of the four sources
+    again = sprinter_examples(pair, [" ".join(texts)], n_prefixes=8, prefix_tokens=6, completion_tokens=5, key=2)
+    np.testing.assert_array_equal(ex.p, again.p)  # the same key, the same examples
+    # every example against one fresh forward pass (no cache) of each model over its prefix and completion
+    with torch.no_grad():
+        ids = torch.as_tensor(ex.ids)
+        out = pair.draft.model(ids, output_hidden_states=True)
+        p_all = torch.softmax(out.logits[..., : pair.vocab_size].double(), -1)
+        q_all = torch.softmax(pair.target.model(ids).logits[..., : pair.vocab_size].double(), -1)
+        hidden = out.hidden_states[-1]
+    P = 6
+    for row in range(40):
+        i, s = ex.prefix[row], ex.step[row]
+        x = ex.ids[i, P + s]
+        assert ex.p[row] == pytest.approx(float(p_all[i, P + s - 1, x]), rel=1e-5)
+        assert ex.q[row] == pytest.approx(float(q_all[i, P + s - 1, x]), rel=1e-5)
+        np.testing.assert_allclose(ex.token_features[row], hidden[i, P + s], atol=1e-4)
+        np.testing.assert_allclose(ex.previous_features[row], hidden[i, P + s - 1], atol=1e-4)
+    text = " ".join(texts)
+    for i in np.flatnonzero(ex.source[::5] == SOURCES.index("text")):  # the text's own continuation
+        assert pair.tokenizer.decode(ex.ids[i]) in text
+    for which in FEATURES:
+        assert ex.features(which).shape[0] == 40
+    assert ex.features("token+logp")[:, -1].numpy() == pytest.approx(np.log(ex.p), rel=1e-6)
+    with pytest.raises(ValueError, match="which must be one of"):
+        ex.features("logits")
+    lab = ex.labels(1.2)
+    np.testing.assert_array_equal(lab, (ex.p / ex.q <= 1.2).astype(float))
+    with pytest.raises(ValueError, match="lam must"):
+        ex.labels(0)
+
+
+def test_repro_sprinter_roc(tmp_path):
+    from speculab.repro import sprinter_roc
+
+    result = sprinter_roc.run(key=0, n_runs=60, out_dir=tmp_path)
+    saved = json.loads((tmp_path / "sprinter_roc.json").read_text())
+    assert saved["examples"] == 60 * 16 and set(saved["source_shares"]) == set(SOURCES)
+    assert len(result["verifiers"]) == len(sprinter_roc.LAMBDAS) * len(FEATURES)
+    for name, r in result["verifiers"].items():
+        assert 0 <= r["auc"] <= 1 and 0 <= r["eta_fp"] <= 1 and 0 <= r["eta_tp"] <= 1
+        head = load_head(tmp_path / f"sprinter_verifier_{name}.safetensors")
+        assert head.config.kind == "linear" and head.metrics["epochs"] == r["epochs"]
+    shares = [result["verifiers"][f"lam{lam}_token"]["acceptable_share"] for lam in sprinter_roc.LAMBDAS]
+    assert shares == sorted(shares)  # a larger λ labels more tokens acceptable
+    assert (tmp_path / "sprinter_roc.png").stat().st_size > 0 and "AUC" in sprinter_roc.summary(result)
