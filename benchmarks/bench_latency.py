@@ -50,7 +50,8 @@ def main(argv=None):
               + ", ".join(f"{k}: {t(k) * 1e3:.3f}" for k in (1, 2, 3, 5, 9)) + f" ms (line {t.base * 1e3:.3f} + "
               f"{t.per_token * 1e3:.3f} k, R² {t.r2:.2f}); loop {model.per_round * 1e3:.3f} ms per round + "
               f"{model.per_draft * 1e3:.3f} per draft + {model.per_token * 1e3:.3f} per token + "
-              f"{model.per_run * 1e3:.1f} per run + {model.per_drafting_run * 1e3:.1f} per drafting run")
+              f"{model.per_run * 1e3:.1f} per run + {model.per_drafting_run * 1e3:.1f} per drafting run"
+              + (f" (not identified, in the others: {', '.join(model.unidentified)})" if model.unidentified else ""))
         print(f"   {'K':>2}  {'AR ms/tok':>9}  {'ms/token':>8}  {'predicted':>9}  {'speed-up':>8}  {'predicted':>9}  "
               f"{'error':>6}  accepted/round")
         worst, ar_latencies = 0.0, []

@@ -311,3 +311,12 @@ def test_biased_losses_are_finite_when_p_equals_q(pair, sampling):
         v = rec.kind != 2
         assert np.all(np.isfinite(rec.loss_tv)) and not np.any(np.isnan(rec.loss_kl))  # KL may be +inf (greedy)
         np.testing.assert_allclose(rec.reject_prob[v] + rec.loss_tv[v] - rec.tv[v], 0, atol=1e-6)
+
+
+def test_greedy_warp_is_one_hot_and_carries_a_nan_row_into_its_law():
+    logits = torch.tensor([[0.0, 2.0, 1.0], [0.0, float("inf"), 1.0], [0.0, float("nan"), 1.0]], dtype=torch.float64)
+    law = GREEDY.probs(logits, check=False)
+    assert law[0].tolist() == [0, 1, 0] and law[1].tolist() == [0, 1, 0]  # an infinite logit is still an argmax
+    assert torch.isnan(law[2]).any() and not torch.isnan(law[:2]).any()  # check_laws refuses it
+    with pytest.raises(ValueError, match="NaN"):
+        GREEDY.probs(logits)

@@ -13,23 +13,27 @@ from speculab.counts import Counts  # noqa: E402
 from speculab.methods import SD, Autoregressive  # noqa: E402
 
 
-def _synthetic(draft_calls, oracle_calls, tokens, truth: dict, target=None):
+def _synthetic(draft_calls, oracle_calls, tokens, truth: dict, target=None, bonus=None, draft=None):
     """Runs whose clock is exactly the model with ``truth``: per run a target prefill (the first round's call) and,
     when drafting, a draft prefill, then rounds of ``L`` one-token draft calls and one target call of ``L + 1``.
     ``target(k)`` prices a target call (default: the line ``t0 + t1 k``)."""
     target = target or (lambda k: truth["t0"] + truth["t1"] * k)
+    draft = draft or (lambda k: truth["d0"] + truth["d1"] * k)
+    bonus = bonus or [0] * len(tokens)
     calls, seconds = [], []
-    for d, r, n in zip(draft_calls, oracle_calls, tokens):
+    for d, r, n, b in zip(draft_calls, oracle_calls, tokens, bonus):
         L = d // r
         run = [(1, 8 + L, truth["prefill"], 1)] + ([(0, 8, truth["draft_prefill"], 1)] if d else [])
         for i in range(r):
-            run += [(0, 1, truth["d0"] + truth["d1"], 0)] * L + ([(1, L + 1, target(L + 1), 0)] if i else [])
+            catch_up = 2 if 0 < i <= b else 1  # after a round with a bonus, the draft is fed two tokens
+            run += ([(0, catch_up, draft(catch_up), 0)] + [(0, 1, draft(1), 0)] * (L - 1) if L else [])
+            run += [(1, L + 1, target(L + 1), 0)] if i else []
         calls += run
         seconds.append(sum(s for *_, s, _ in run) + truth["round"] * r + truth["draft"] * d + truth["token"] * n
                        + truth["run"])
     z = np.zeros(len(tokens), dtype=np.int64)
     counts = Counts(rejections=z, oracle_calls=np.asarray(oracle_calls), draft_calls=np.asarray(draft_calls),
-                    accepted=z, discarded=z, bonus=z, tokens=np.asarray(tokens))
+                    accepted=z, discarded=z, bonus=np.asarray(bonus), tokens=np.asarray(tokens))
     return TimedRuns(type("R", (), {"counts": counts, "rounds": None})(), np.asarray(seconds),
                      np.asarray(calls, dtype=float))
 
@@ -164,7 +168,43 @@ def test_each_timed_run_starts_with_the_drafts_memo_empty(monkeypatch):
     tiny = load_pair("tiny", device="cpu")
     ngram = NGramModel(np.arange(400) % 50, 2, tiny.vocab_size)
     pair = load_pair(ngram, "tiny-target", device="cpu")
-    cleared = []
-    monkeypatch.setattr(ngram, "clear_cache", lambda: cleared.append(len(ngram._memo)))
+    sizes = []  # the memo's size before and after each clearing
+    clear = ngram.clear_cache
+
+    def spy():
+        before = len(ngram._memo) + len(ngram._log_memo)
+        clear()
+        sizes.append((before, len(ngram._memo) + len(ngram._log_memo)))
+
+    monkeypatch.setattr(ngram, "clear_cache", spy)
     timed_decode(pair, default_prompts()[:3], SD(K=2), max_new_tokens=4, key=0)
-    assert len(cleared) == 3 and cleared[0] == 0 and cleared[1] > 0  # before each run, after the first had memoised
+    assert len(sizes) == 3 and all(after == 0 for _, after in sizes)  # every run starts empty
+    assert sizes[1][0] > 0 and sizes[2][0] > 0  # although the run before had memoised laws
+
+
+def test_runs_of_one_length_cannot_separate_the_cost_per_token_from_the_cost_per_run():
+    """Every run 32 tokens long: the token column is 32 × the run column, so per_token is not identified — it is
+    named, set to 0 and its cost carried by per_run; runs of that length are still predicted exactly."""
+    runs = [_synthetic([0, 0, 0], [32, 32, 32], [32, 32, 32], TRUTH),
+            _synthetic([20, 24, 30], [20, 24, 15], [32, 32, 32], TRUTH),
+            _synthetic([40, 48, 56], [10, 12, 14], [32, 32, 32], TRUTH)]
+    model = fit_latency(runs)
+    assert model.unidentified == ("per_token",) and model.per_token == 0
+    assert model.per_run == pytest.approx(TRUTH["run"] + TRUTH["prefill"] + 32 * TRUTH["token"], rel=1e-6)
+    for r in runs:
+        np.testing.assert_allclose(model.seconds(r.result.counts), r.seconds, rtol=1e-9)
+    assert fit_latency(_runs(TRUTH)).unidentified == ()  # runs of several lengths identify every term
+
+
+def test_a_catch_up_after_a_bonus_is_priced_as_a_two_token_draft_call():
+    """After a bonus the next round's first draft call feeds two tokens; with a draft whose second token costs more
+    than the line through one token predicts, the table prices those calls (one per bonus) exactly."""
+    draft = {1: 1e-4, 2: 3e-4}.__getitem__
+    runs = [_synthetic([0, 0, 0], [30, 28, 32], [30, 28, 32], TRUTH),
+            _synthetic([20, 24, 30], [20, 24, 15], [30, 33, 32], TRUTH, bonus=[0, 0, 0], draft=draft),
+            _synthetic([40, 48, 56], [10, 12, 14], [30, 31, 35], TRUTH, bonus=[9, 11, 13], draft=draft),
+            _synthetic([40, 48, 56], [20, 24, 28], [36, 40, 44], TRUTH, bonus=[0, 1, 2], draft=draft)]
+    model = fit_latency(runs)
+    assert model.draft(2) == pytest.approx(3e-4, rel=1e-12) and model.draft(1) == pytest.approx(1e-4, rel=1e-12)
+    for r in runs:
+        np.testing.assert_allclose(model.seconds(r.result.counts), r.seconds, rtol=1e-9)

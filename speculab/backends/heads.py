@@ -15,8 +15,10 @@ one safetensors file whose metadata holds its configuration and training metrics
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import numbers
 import os
 import sys
 from dataclasses import asdict, dataclass, field
@@ -35,10 +37,10 @@ class HeadConfig:
     """A head's architecture and training.
 
     Args:
+      d_in: the hidden state's size.
       kind: ``"linear"`` (one linear layer and a sigmoid, [SPR]) or ``"resnet"`` (``depth``
         residual blocks ``x + SiLU(W x + b)`` then a linear layer and a sigmoid: ``depth + 1``
         layers, [SDpp]).
-      d_in: the hidden state's size.
       depth: residual blocks of a ``"resnet"`` head (``D``).
       lr, epochs, batch_size: Adam's step size, the most passes over the training split, examples per step.
       patience: epochs without a better held-out loss before training stops (early stopping).
@@ -47,8 +49,8 @@ class HeadConfig:
       seed: initialisation, split and shuffling.
     """
 
+    d_in: int
     kind: str = "linear"
-    d_in: int = 0
     depth: int = 0
     lr: float = 1e-3
     epochs: int = 50
@@ -63,14 +65,17 @@ class HeadConfig:
         for name, minimum in (("d_in", 1), ("depth", 0), ("epochs", 1), ("batch_size", 1), ("patience", 1),
                               ("seed", 0)):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
                 raise ValueError(f"{name} must be an integer >= {minimum}; got {value!r}")
+            object.__setattr__(self, name, int(value))
         if self.kind == "linear" and self.depth:
             raise ValueError(f"a linear head has no residual blocks; got depth={self.depth}")
-        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
-            raise ValueError(f"lr must be a finite number > 0; got {self.lr!r}")
-        if not (isinstance(self.val_fraction, (int, float)) and 0 < self.val_fraction < 1):
-            raise ValueError(f"val_fraction must be a number in (0, 1); got {self.val_fraction!r}")
+        for name, ok, expected in (("lr", lambda v: math.isfinite(v) and v > 0, "a finite number > 0"),
+                                   ("val_fraction", lambda v: 0 < v < 1, "a number in (0, 1)")):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not ok(value):
+                raise ValueError(f"{name} must be {expected}; got {value!r}")
+            object.__setattr__(self, name, float(value))
 
 
 class _Residual(torch.nn.Module):
@@ -139,10 +144,15 @@ def _as_examples(features, targets, weights):
     return X, y, w
 
 
-def _loss(head, X, y, w) -> torch.Tensor:
-    """Weighted mean binary cross-entropy of the head's logits against soft targets."""
+def _loss(head, X, y, w, scale) -> torch.Tensor:
+    """Weighted binary cross-entropy of the head's logits against soft targets, ``Σ w · bce / scale``.
+
+    Training batches divide by their size times the training split's mean weight (not by their own weight,
+    which may be 0: a batch of zero-weight examples then simply contributes nothing), so the batches' losses
+    are unbiased pieces of one weighted objective; the held-out loss divides by its total weight.
+    """
     per = torch.nn.functional.binary_cross_entropy_with_logits(head(X), y, reduction="none")
-    return (w * per).sum() / w.sum()
+    return (w * per).sum() / scale
 
 
 def _atomic_save(obj, path: Path) -> None:
@@ -151,34 +161,65 @@ def _atomic_save(obj, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def train_head(features, targets, weights=None, *, config: HeadConfig, progress: bool = False,
+def _split(n: int, groups, config: HeadConfig, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Held-out and training indices: ``val_fraction`` of the examples, or of the groups when ``groups`` is given
+    (correlated examples — the tokens of one completion — then stay on one side)."""
+    if groups is None:
+        order = torch.randperm(n, generator=g)
+        n_val = max(1, int(round(config.val_fraction * n)))
+        return order[:n_val], order[n_val:]
+    labels = np.asarray(groups)
+    if labels.shape != (n,):
+        raise ValueError(f"groups must have shape ({n},), one per example; got {labels.shape}")
+    unique, inverse = np.unique(labels, return_inverse=True)
+    if unique.size < 2:
+        raise ValueError("groups must hold at least two distinct groups (one to train on, one to hold out)")
+    order = torch.randperm(unique.size, generator=g).numpy()
+    held = np.zeros(unique.size, dtype=bool)
+    held[order[: max(1, int(round(config.val_fraction * unique.size)))]] = True
+    mask = torch.from_numpy(held[inverse])
+    return torch.nonzero(mask)[:, 0], torch.nonzero(~mask)[:, 0]
+
+
+def _fingerprint(*tensors: torch.Tensor) -> str:
+    h = hashlib.sha256()
+    for t in tensors:
+        h.update(t.contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def train_head(features, targets, weights=None, *, config: HeadConfig, groups=None, progress: bool = False,
                checkpoint: str | Path | None = None, resume: bool = False) -> TrainedHead:
     """Train a head on ``features`` ``(n, d)`` and ``targets`` ``(n,)`` in [0, 1] (hard or soft labels).
 
-    The held-out split (``config.val_fraction``) decides early stopping; the weights returned
-    are the epoch's with the lowest held-out loss. ``weights`` ``(n,)`` scale each example's
-    loss (e.g. [SDpp]'s ``w_rej``). With ``checkpoint``, the state after every epoch is
-    written there (atomically); ``resume=True`` continues from it (the configuration and
-    the data must be the same) and ends where an uninterrupted run ends.
+    The held-out split (``config.val_fraction`` of the examples, or of the ``groups`` when
+    given) decides early stopping; the weights returned are the epoch's with the lowest
+    held-out loss. ``weights`` ``(n,)`` scale each example's loss (e.g. [SDpp]'s ``w_rej``;
+    0 leaves an example out). With ``checkpoint``, the state after every epoch is written
+    there (atomically); ``resume=True`` continues from it — refused unless the
+    configuration and the data (by fingerprint) are the same — and ends where an
+    uninterrupted run ends.
     """
     X, y, w = _as_examples(features, targets, weights)
     if X.shape[1] != config.d_in:
         raise ValueError(f"features have {X.shape[1]} columns but config.d_in = {config.d_in}")
     g = torch.Generator().manual_seed(config.seed)
-    order = torch.randperm(X.shape[0], generator=g)
-    n_val = max(1, int(round(config.val_fraction * X.shape[0])))
-    val, train = order[:n_val], order[n_val:]
+    val, train = _split(X.shape[0], groups, config, g)
     if train.numel() == 0:
-        raise ValueError(f"no training examples left after holding out {n_val} of {X.shape[0]}")
+        raise ValueError(f"no training examples left after holding out {val.numel()} of {X.shape[0]}")
+    if not bool(w[val].sum() > 0) or not bool(w[train].sum() > 0):
+        raise ValueError("the held-out and the training split must each have some weight > 0")
+    scale_train, scale_val = float(w[train].mean()), float(w[val].sum())
     head = make_head(config, g)
     opt = torch.optim.Adam(head.parameters(), lr=config.lr)
     state = {"epoch": 0, "best": math.inf, "best_epoch": -1, "best_weights": None, "stale": 0, "history": []}
     path = None if checkpoint is None else Path(checkpoint)
+    data = _fingerprint(X, y, w, val)
     if resume:
         if path is None or not path.exists():
             raise ValueError(f"resume=True needs an existing checkpoint; got {checkpoint!r}")
-        saved = torch.load(path, weights_only=False)
-        if saved["config"] != asdict(config) or saved["n"] != X.shape[0]:
+        saved = torch.load(path, weights_only=True)
+        if saved.get("config") != asdict(config) or saved.get("data") != data:
             raise ValueError(f"checkpoint {path} was written for another configuration or data set; not resuming")
         head.load_state_dict(saved["head"])
         opt.load_state_dict(saved["opt"])
@@ -191,25 +232,29 @@ def train_head(features, targets, weights=None, *, config: HeadConfig, progress:
         for start in range(0, perm.numel(), config.batch_size):
             idx = perm[start:start + config.batch_size]
             opt.zero_grad()
-            loss = _loss(head, X[idx], y[idx], w[idx])
+            loss = _loss(head, X[idx], y[idx], w[idx], scale_train * idx.numel())
             loss.backward()
             opt.step()
             total += float(loss.detach()) * idx.numel()
         head.eval()
         with torch.no_grad():
-            val_loss = float(_loss(head, X[val], y[val], w[val]))
+            val_loss = float(_loss(head, X[val], y[val], w[val], scale_val))
+        if not math.isfinite(val_loss):
+            raise ValueError(f"training diverged at epoch {state['epoch'] + 1} (held-out loss {val_loss}); "
+                             f"lower lr (now {config.lr})")
         state["epoch"] += 1
-        state["history"].append({"epoch": state["epoch"], "train_loss": total / train.numel(), "val_loss": val_loss})
+        train_loss = total / train.numel()  # the weighted objective: Σ w bce / Σ w over the training split
+        state["history"].append({"epoch": state["epoch"], "train_loss": train_loss, "val_loss": val_loss})
         if val_loss < state["best"]:
             state.update(best=val_loss, best_epoch=state["epoch"], stale=0,
                          best_weights={k: v.clone() for k, v in head.state_dict().items()})
         else:
             state["stale"] += 1
         if progress:
-            print(f"  epoch {state['epoch']:3d}: train loss {total / train.numel():.4f}, held-out {val_loss:.4f}"
+            print(f"  epoch {state['epoch']:3d}: train loss {train_loss:.4f}, held-out {val_loss:.4f}"
                   f"{'  (best)' if state['stale'] == 0 else ''}", file=sys.stderr, flush=True)
         if path is not None:
-            _atomic_save({"config": asdict(config), "n": X.shape[0], "head": head.state_dict(),
+            _atomic_save({"config": asdict(config), "data": data, "head": head.state_dict(),
                           "opt": opt.state_dict(), "generator": g.get_state(), "state": state}, path)
     head.load_state_dict(state["best_weights"])
     head.eval()
@@ -218,7 +263,7 @@ def train_head(features, targets, weights=None, *, config: HeadConfig, progress:
     hard = y[val].numpy()
     metrics = {"epochs": state["epoch"], "best_epoch": state["best_epoch"], "val_loss": state["best"],
                "stopped_early": state["stale"] >= config.patience, "history": state["history"],
-               "n_train": int(train.numel()), "n_val": int(n_val)}
+               "n_train": int(train.numel()), "n_val": int(val.numel())}
     if np.all((hard == 0) | (hard == 1)) and 0 < hard.sum() < hard.size:
         metrics["val_auc"] = auc(scores, hard)
     return TrainedHead(head, config, metrics)
@@ -254,11 +299,16 @@ def load_head(path: str | Path) -> TrainedHead:
     if meta.get("format") != "speculab-head/1":
         raise ValueError(f"{path} is a safetensors file but not a speculab head (metadata format "
                          f"{meta.get('format')!r})")
-    config = HeadConfig(**json.loads(meta["config"]))
-    head = _Head(config)
-    head.load_state_dict(tensors)
+    try:
+        config = HeadConfig(**json.loads(meta["config"]))
+        metrics = json.loads(meta["metrics"])
+        head = _Head(config)
+        head.load_state_dict(tensors)
+    except (KeyError, TypeError, ValueError, RuntimeError) as err:
+        raise ValueError(f"{path} is a speculab head file whose configuration, metrics or weights do not fit "
+                         f"together ({type(err).__name__}: {err})") from None
     head.eval()
-    return TrainedHead(head, config, json.loads(meta["metrics"]))
+    return TrainedHead(head, config, metrics)
 
 
 def _check_scores(scores, labels):

@@ -9,9 +9,9 @@ every forward call is timed (:func:`timed_decode`) and each model's time is meas
 against the tokens it was fed: ``t(k)`` is the mean time of the calls of ``k`` tokens
 seen (often enough) in the fitting runs, linear between the sizes seen and, beyond them, along the
 least-squares line ``base + per_token · k`` (reported with its ``R²``). A table rather
-than a line, because a forward pass is not affine in ``k``: a call of one token skips the
-causal mask, and on a CPU the step from one token to two costs several tokens' worth of
-the slope beyond (``benchmarks/bench_latency.py`` prints the table), so a line through all
+than a line, because a forward pass is not affine in ``k``: on a CPU the step from one
+token to two (where, among other things, a causal mask is first needed) costs several
+tokens' worth of the slope beyond (``benchmarks/bench_latency.py`` prints the table), so a line through all
 calls misprices autoregressive decoding, whose calls are all of one token, against SD,
 whose calls are of ``K + 1``. A prompt's first
 call to each model (the prefill) is left out of ``t(k)``: it is a cost of the run.
@@ -19,13 +19,15 @@ What the clock shows beyond the forward passes — sampling, the round law, reco
 the prefills, set-up — is fitted per round, per drafted token (the round law and the
 laws kept per slot grow with the block), per output token, per run, and per run that
 drafts (the draft's prefill) on the same runs (non-negative least squares: a cost
-cannot be negative). Then the time of a run of one prompt is
+cannot be negative); a term the runs cannot tell from the others is left out and named
+in ``LatencyModel.unidentified`` (runs all of one length cannot separate the cost per
+output token from the cost per run). Then the time of a run of one prompt is
 
-.. math:: T \approx N_{draft}\, t_d(1) + \sum_{\text{rounds } r > 1} t_t(L_r + 1)
+.. math:: T \approx (N_{draft} - N_{bonus})\, t_d(1) + N_{bonus}\, t_d(2) + \sum_{\text{rounds } r > 1} t_t(L_r + 1)
           + N_{target}\, c_{round} + N_{draft}\, c_{draft} + N\, c_{token} + c_{run} + [N_{draft} > 0]\, c_{drafting}
 
-(a round of ``L_r`` drafts makes ``L_r`` draft calls of about one token — its first is
-the catch-up of the previous round's one or two new tokens — and one target call of
+(a round of ``L_r`` drafts makes ``L_r`` draft calls of one token — its first is the
+catch-up of the previous round's new tokens, two after a bonus — and one target call of
 ``L_r + 1`` tokens; the first round's target call, the prefill, is in ``c_run``). Given
 only counts, every round is taken to draft the mean block ``L̄ = N_draft / N_target``.
 The predicted speed-up of a method over autoregressive decoding is the ratio of
@@ -159,7 +161,8 @@ def _fit_forward(k: np.ndarray, t: np.ndarray) -> ForwardFit:
     X = np.stack([np.ones_like(k), k], axis=1)
     coef, *_ = np.linalg.lstsq(X, t, rcond=None)
     resid = t - X @ coef
-    r2 = 1.0 - float(resid @ resid) / float(((t - t.mean()) ** 2).sum()) if t.size > 2 else 0.0
+    spread = float(((t - t.mean()) ** 2).sum())
+    r2 = 1.0 - float(resid @ resid) / spread if t.size > 2 and spread > 0 else 0.0
     return ForwardFit(float(coef[0]), float(coef[1]), r2, int(t.size), sizes, means)
 
 
@@ -181,6 +184,9 @@ class LatencyModel:
       per_round, per_draft, per_token, per_run, per_drafting_run: seconds of the decoding loop beyond
         forward passes, per round, per drafted token, per output token, per run (the target's prefill
         and set-up) and per run that drafts (the draft's prefill).
+      unidentified: the loop terms the fitting runs could not tell from the others, set to 0 (their cost is
+        in the terms kept): with every run of one length, ``per_token`` is part of ``per_run``, and the
+        model then predicts runs of that length only.
     """
 
     draft: ForwardFit
@@ -190,12 +196,14 @@ class LatencyModel:
     per_token: float
     per_run: float = 0.0
     per_drafting_run: float = 0.0
+    unidentified: tuple = ()
 
     def forward_seconds(self, counts, rounds=None) -> np.ndarray:
         """Predicted seconds of each run's forward passes past the prefills."""
         d = np.asarray(counts.draft_calls, dtype=float)
+        two = np.minimum(np.asarray(counts.bonus, dtype=float), d)  # catch-ups of a draft and the bonus after it
         target = np.array([float(np.sum(self.target(L[1:] + 1))) for L in _runs_rounds(counts, rounds)])
-        return d * self.draft(1) + target
+        return (d - two) * self.draft(1) + two * self.draft(2) + target
 
     def seconds(self, counts, rounds=None) -> np.ndarray:
         """Predicted seconds of each run from its counts (``draft_calls``, ``oracle_calls``, ``tokens``) and,
@@ -226,8 +234,33 @@ def fit_latency(runs: list[TimedRuns]) -> LatencyModel:
     rest = np.concatenate([r.seconds - forward.forward_seconds(c, r.result.rounds) for r, c in zip(runs, counts)])
     X = np.concatenate([np.stack([c.oracle_calls, c.draft_calls, c.tokens, np.ones(c.n_runs), c.draft_calls > 0],
                                  axis=1).astype(float) for c in counts])
-    coef, _ = nnls(X, rest)
-    return LatencyModel(*fits, *(float(c) for c in coef))
+    keep = _identified(X)
+    coef = np.zeros(X.shape[1])
+    coef[keep], _ = nnls(X[:, keep], rest)
+    unidentified = tuple(name for j, name in enumerate(LOOP_TERMS) if j not in keep)
+    return LatencyModel(*fits, *(float(c) for c in coef), unidentified=unidentified)
+
+
+#: A loop term is fitted only if its column (scaled to a maximum of 1) keeps the smallest singular value of those
+#: kept above this share of the largest: one run cut short by an EOS does not make a per-token cost measurable.
+IDENTIFIED = 1e-2
+
+#: The loop's fitted costs, in the column order of :func:`fit_latency`'s regression.
+LOOP_TERMS = ("per_round", "per_draft", "per_token", "per_run", "per_drafting_run")
+
+
+def _identified(X: np.ndarray) -> list[int]:
+    """Columns of ``X`` the runs can tell apart: each is kept, in the order per run, per drafting run, per round,
+    per drafted token, per output token, only if it is not (nearly, :data:`IDENTIFIED`) a combination of those kept
+    before it (with every run of one length the output tokens are a multiple of the runs: their cost is then part
+    of ``per_run``)."""
+    scaled = X / np.maximum(np.abs(X).max(axis=0), 1e-300)
+    keep: list[int] = []
+    for j in (3, 4, 0, 1, 2):
+        sv = np.linalg.svd(scaled[:, keep + [j]], compute_uv=False)
+        if sv[-1] > IDENTIFIED * sv[0]:  # not (nearly) a combination of the columns kept
+            keep.append(j)
+    return sorted(keep)
 
 
 #: Fewest prompts for :func:`speed_check` (half fit the model, half measure it).

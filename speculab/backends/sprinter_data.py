@@ -15,11 +15,15 @@ token between the two. Every completion token ``x`` becomes one example, with
 * ``p(x)`` and ``q(x)`` under the same sampling warp, exactly, from both models' logits.
 
 A label for a training threshold ``λ`` is ``p(x)/q(x) ≤ λ`` (:meth:`Examples.labels`;
-``λ = 1``: SD would keep ``x`` with probability 1).
+``λ = 1``: SD would keep ``x`` with probability 1; [SPR] §3.2 raises λ to accept more and
+lowers it to accept fewer, so any ``λ > 0`` is taken, though SPEC §1 and the paper's
+experiments use ``λ ≥ 1``). The feature ``"token+logp"`` is ``-inf`` where ``p(x) = 0``
+(a text token outside a top-k/top-p draft's support), which training refuses.
 """
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,7 +73,7 @@ class Examples:
 
     def labels(self, lam: float) -> np.ndarray:
         """``1`` where the token is acceptable at training threshold ``λ``: ``p(x)/q(x) ≤ λ``."""
-        if not (isinstance(lam, (int, float)) and np.isfinite(lam) and lam > 0):
+        if isinstance(lam, bool) or not isinstance(lam, numbers.Real) or not (np.isfinite(lam) and lam > 0):
             raise ValueError(f"lam must be a finite number > 0; got {lam!r}")
         return (self.ratio <= lam).astype(np.float64)
 
@@ -131,7 +135,10 @@ def sprinter_examples(pair, texts: list[str], *, n_prefixes: int = 512, prefix_t
         raise ValueError(f"prefix_tokens + completion_tokens = {P + C} exceeds the models' context of {pair.max_length}")
     g = as_torch_generator(key, "cpu")  # uniforms drawn on the host, then moved: the same on every device
     rng = np.random.default_rng(int(torch.randint(0, 2**62, (), generator=g)))
-    docs = pair.tokenizer(list(texts))["input_ids"]
+    texts = [texts] if isinstance(texts, str) else list(texts)
+    if not texts or not all(isinstance(t, str) for t in texts):
+        raise ValueError("texts must be a non-empty list of strings (the original text prefixes are taken from)")
+    docs = pair.tokenizer(texts)["input_ids"]
     spans = _spans(docs, n_prefixes, P + C, rng)
     source = np.resize(np.arange(len(SOURCES)), n_prefixes)
     rng.shuffle(source)

@@ -26,7 +26,7 @@ from speculab.counts import Estimate
 from speculab.methods import SD, BlockVerification
 from speculab.repro._io import describe_key, new_figure, write_json
 from speculab.sim import simulate
-from speculab.theory import MarkovInstance, lookahead_counts
+from speculab.theory import MarkovInstance
 
 T, V, CONCENTRATION = 40, 4, 0.5
 GAMMAS = (2, 4, 8)

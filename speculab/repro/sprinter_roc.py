@@ -5,7 +5,7 @@ spans of the tiny pair's training text as prefixes, completions from the text, t
 the target or both in equal shares, each completion token labelled acceptable iff
 ``p(x)/q(x) ≤ λ`` for ``λ ∈ {1, 1.2, 1.5}``. The verifier is a linear layer and a sigmoid
 ([SPR]'s architecture) trained with BCE and Adam, early stopping on a held-out share of the
-training prefixes (:func:`speculab.backends.heads.train_head`), on three inputs: the draft's
+training prefixes (whole prefixes: :func:`speculab.backends.heads.train_head` with ``groups``), on three inputs: the draft's
 last hidden state at the previous token ([SPR]'s), at the drafted token, and at the drafted
 token with the draft's ``log p(x)`` appended. Reported on test prefixes never trained on:
 the ROC curve and its AUC, and ``η_TP``, ``η_FP`` at the inference threshold ``τ = 0.5``
@@ -15,6 +15,7 @@ safetensors files with their configuration and metrics.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +44,8 @@ def run(key=0, n_runs: int = 4096, out_dir: str | Path = "results", progress: bo
     texts, _, _ = corpus(BuildConfig().seed)  # the tiny pair's training text: never the held-out prompts
     data_key, split_key, *train_keys = spawn_seeds(key, 2 + len(LAMBDAS) * len(FEATURES))
     ex = sprinter_examples(pair, texts, n_prefixes=n_prefixes, key=data_key)
-    test_prefixes = np.random.default_rng(split_key).random(n_prefixes) < TEST_SHARE
+    test_prefixes = np.zeros(n_prefixes, dtype=bool)
+    test_prefixes[np.random.default_rng(split_key).permutation(n_prefixes)[: math.ceil(TEST_SHARE * n_prefixes)]] = True
     is_test = test_prefixes[ex.prefix]
     train, test = ex.subset(~is_test), ex.subset(is_test)
     out = Path(out_dir)
@@ -57,7 +59,7 @@ def run(key=0, n_runs: int = 4096, out_dir: str | Path = "results", progress: bo
                                 seed=next(seeds) % 2**31)
             if progress:
                 print(f"sprinter-roc: λ = {lam}, input {which}", flush=True)
-            head = train_head(X, y_train, config=config, progress=False)
+            head = train_head(X, y_train, config=config, groups=train.prefix)
             scores = head(test.features(which)).numpy()
             passed = scores >= TAU
             fpr, tpr, _ = roc_curve(scores, y_test)

@@ -1,0 +1,71 @@
+"""SPRINTER's verifier training data ([SPR] §3.2) against the models' own probabilities and hidden states."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from speculab.backends import load_pair  # noqa: E402
+from speculab.backends.pair import default_prompts  # noqa: E402
+from speculab.backends.sprinter_data import FEATURES, SOURCES, sprinter_examples  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return load_pair("tiny", device="cpu")
+
+
+def test_sprinter_examples_are_the_models_own_probabilities(pair):
+    texts = default_prompts() * 4  # short texts: spans of prefix + completion tokens
+    ex = sprinter_examples(pair, [" ".join(texts)], n_prefixes=8, prefix_tokens=6, completion_tokens=5, key=2)
+    assert ex.p.shape == (40,) and ex.token_features.shape == (40, pair.draft.model.config.n_embd)
+    assert sorted(np.bincount(ex.source[::5])) == [2, 2, 2, 2]  # equal shares of the four sources
+    again = sprinter_examples(pair, [" ".join(texts)], n_prefixes=8, prefix_tokens=6, completion_tokens=5, key=2)
+    np.testing.assert_array_equal(ex.p, again.p)  # the same key, the same examples
+    # every example against one fresh forward pass (no cache) of each model over its prefix and completion
+    with torch.no_grad():
+        ids = torch.as_tensor(ex.ids)
+        out = pair.draft.model(ids, output_hidden_states=True)
+        p_all = torch.softmax(out.logits[..., : pair.vocab_size].double(), -1)
+        q_all = torch.softmax(pair.target.model(ids).logits[..., : pair.vocab_size].double(), -1)
+        hidden = out.hidden_states[-1]
+    P = 6
+    for row in range(40):
+        i, s = ex.prefix[row], ex.step[row]
+        x = ex.ids[i, P + s]
+        assert ex.p[row] == pytest.approx(float(p_all[i, P + s - 1, x]), rel=1e-5)
+        assert ex.q[row] == pytest.approx(float(q_all[i, P + s - 1, x]), rel=1e-5)
+        np.testing.assert_allclose(ex.token_features[row], hidden[i, P + s], atol=1e-4)
+        np.testing.assert_allclose(ex.previous_features[row], hidden[i, P + s - 1], atol=1e-4)
+    text = " ".join(texts)
+    for i in np.flatnonzero(ex.source[::5] == SOURCES.index("text")):  # the text's own continuation
+        assert pair.tokenizer.decode(ex.ids[i]) in text
+    for which in FEATURES:
+        assert ex.features(which).shape[0] == 40
+    assert ex.features("token+logp")[:, -1].numpy() == pytest.approx(np.log(ex.p), rel=1e-6)
+    with pytest.raises(ValueError, match="which must be one of"):
+        ex.features("logits")
+    lab = ex.labels(1.2)
+    np.testing.assert_array_equal(lab, (ex.p / ex.q <= 1.2).astype(float))
+    with pytest.raises(ValueError, match="lam must"):
+        ex.labels(0)
+
+
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(texts=[]), "non-empty list of strings"), (dict(texts=[1, 2]), "non-empty list of strings"),
+    (dict(n_prefixes=0), "n_prefixes"), (dict(prefix_tokens=600, completion_tokens=600), "context"),
+    (dict(texts=["too short"]), "no document has")])
+def test_sprinter_examples_refuse_bad_arguments(pair, kwargs, match):
+    args = {"texts": [" ".join(default_prompts())], **kwargs}
+    with pytest.raises(ValueError, match=match):
+        sprinter_examples(pair, args.pop("texts"), **args)
+
+
+def test_sprinter_examples_need_hugging_face_models(pair):
+    from speculab.backends import NGramModel
+
+    ngram = load_pair(NGramModel(np.arange(100) % 7, 2, pair.vocab_size), "tiny-target", device="cpu")
+    with pytest.raises(ValueError, match="Hugging Face models"):
+        sprinter_examples(ngram, ["some text"], n_prefixes=2)
