@@ -195,12 +195,14 @@ def test_bad_input(call, match):
         call(_tiny(0))
 
 
-def test_specdecpp_has_no_real_model_rule_and_exact_counts_only_on_small_instances():
-    """SpecDec++ needs a trained head on real models; its exact counts come from the draft-tree recursion, which
-    has no closed form and is refused (None) once the trees exceed the node budget."""
+def test_specdecpp_needs_a_trained_head_on_real_models_and_has_exact_counts_only_on_small_instances():
+    """SpecDec++ runs on real models with a head trained on the draft's hidden states (tests/test_specdecpp_models.py;
+    without one decoding is refused); its exact counts come from the draft-tree recursion, which has no closed
+    form and is refused (None) once the trees exceed the node budget."""
     from speculab.theory import MarkovInstance
 
-    assert not SpecDecPP(0.5).runs_on_real_models()
+    assert SpecDecPP(0.5).runs_on_real_models() and SpecDecPP.needs_draft_head
+    assert SpecDecPP(0.5).draft_head is None  # the oracle reads q: not a drafting head
     assert SpecDecPP(0.5).expected(_tiny(0)) is not None
     assert SpecDecPP(0.5, cap=20).expected(MarkovInstance.random(30, 8, 0)) is None  # 8^21 leaves
 

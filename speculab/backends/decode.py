@@ -30,6 +30,7 @@ import torch
 from speculab import kernels
 from speculab._validate import as_positive_int, as_torch_generator, spawn_seeds
 from speculab.backends.batched import batchable, decode_batched
+from speculab.backends.models import HFModel
 from speculab.backends.pair import ModelPair
 from speculab.backends.warp import Sampling, check_laws
 from speculab.counts import BONUS, CORRECTION, DRAFT, KIND_NAMES, TARGET, Counts
@@ -179,11 +180,13 @@ class _Run:
         self.pair.target.crop(self.ts, n)
         self.pair.draft.crop(self.ds, min(self.ds.length, n))
 
-    def _draft(self, L: int, rows: int):
+    def _draft(self, L: int, rows: int, method: Method):
         """Draft ``L`` tokens per row; returns tokens ``(rows, L)`` and their laws ``(rows, L, V)``.
 
         A single row stops at EOS, or where the draft proposes nothing (the block is then shorter than ``L``,
-        possibly empty: the round is then one target step).
+        possibly empty: the round is then one target step), or where the method's head on the draft's hidden
+        states says stop (SpecDec++: every drafted token is then fed to the draft, the last one included, for
+        its hidden state).
         """
         pair, greedy = self.pair, self.sampling.greedy
         p = self.sampling.probs(self._catch_up(pair.draft, self.ds)[:, -1].double(), check=False)  # (1, V)
@@ -193,6 +196,7 @@ class _Run:
             p = p.expand(rows, -1)
         proposes = getattr(pair.draft, "proposes", None) if rows == 1 else None
         u = None if greedy else draft_uniforms(self.g, L, rows, self.dev)  # the whole block's, drawn up front
+        head, predictions = getattr(method, "draft_head", None), []
         for i in range(L):
             if proposes is not None and not proposes(tuple(self.ds.history[0])):
                 break  # the draft proposes nothing here (prompt lookup without a match): the block ends
@@ -201,7 +205,13 @@ class _Run:
             xs.append(x)
             if rows == 1 and self.eos is not None and int(x[0]) == self.eos:
                 break
-            if i + 1 < L:
+            if head is not None:  # the head reads the hidden state at x: stop here, or draft on from its logits
+                logits, hidden = pair.draft.extend(self.ds, x[:, None], hidden=True)
+                predictions.append(float(head(hidden[0, -1])))
+                if method.stop_drafting(predictions, self.remaining):
+                    break
+                p = self.sampling.probs(logits[:, -1].double(), check=False)
+            elif i + 1 < L:
                 p = self.sampling.probs(pair.draft.extend(self.ds, x[:, None])[:, -1].double(), check=False)
         if not xs:
             return (torch.zeros((rows, 0), dtype=torch.long, device=self.dev),
@@ -213,7 +223,7 @@ class _Run:
         M, V = method.rows, self.pair.vocab_size
         L = method.draft_length(self.remaining)
         if L > 0:
-            xs, P = self._draft(L, M)  # (M, L), (M, L, V)
+            xs, P = self._draft(L, M, method)  # (M, L), (M, L, V)
             L = xs.size(1)
         else:  # no drafts: the target alone (autoregressive decoding)
             xs = torch.zeros((M, 0), dtype=torch.long, device=self.dev)
@@ -304,6 +314,11 @@ def record_round(out: _Builder, law: RoundLaw, at: int, P, Q, xs, row: int, tau:
     return new
 
 
+def _hidden_size(model: HFModel) -> int | None:
+    config = model.model.config
+    return getattr(config, "hidden_size", None) or getattr(config, "n_embd", None)
+
+
 def prompt_list(prompts) -> list:
     """Prompts as a non-empty list: a string is one prompt; otherwise a sequence of strings or token-id lists."""
     if isinstance(prompts, str):
@@ -375,6 +390,8 @@ def decode(
       batch_size: prompts decoded together as the rows of one batch (:mod:`speculab.backends.batched`;
         ``None``: all of them); ``1`` decodes one prompt at a time. Both paths give the same
         tokens, counts and records for the same key (each prompt's own random stream, see ``key``).
+        A method whose head decides the round's length while drafting (SpecDec++ with a trained
+        head) is decoded one prompt at a time whatever ``batch_size``.
 
     Returns:
       :class:`DecodeResult` with one ``Counts`` run, one :class:`RunRecord` and one
@@ -386,6 +403,17 @@ def decode(
     if not method.runs_on_real_models():
         raise ValueError(f"method {type(method).__name__} does not run on real models (it needs a trained "
                          f"component); methods that do: {', '.join(_real_model_names())}")
+    head = getattr(method, "draft_head", None)
+    if getattr(method, "needs_draft_head", False):
+        if head is None:
+            raise ValueError(f"{type(method).__name__} on real models needs a head trained on the draft's hidden states "
+                             f"(speculab.backends.heads.train_head); got head={getattr(method, 'head', None)!r}")
+        if not isinstance(pair.draft, HFModel):
+            raise ValueError(f"{type(method).__name__}'s head reads the draft's hidden states: the draft must be a "
+                             f"Hugging Face model; got {type(pair.draft).__name__}")
+        width = _hidden_size(pair.draft)
+        if width is not None and head.config.d_in != width:
+            raise ValueError(f"the head reads {head.config.d_in} features but the draft's hidden states have {width}")
     if not isinstance(sampling, Sampling):
         raise ValueError(f"sampling must be a speculab.backends.Sampling (e.g. Sampling(temperature=0.8)); "
                          f"got {sampling!r}")
@@ -394,7 +422,7 @@ def decode(
     as_torch_generator(key, pair.device)  # checks the key (a torch generator on the models' device type)
     encoded = _encode(pair, prompts, max_new_tokens)
     generators = [torch.Generator(device=pair.device).manual_seed(s) for s in spawn_seeds(key, len(encoded))]
-    if batch_size != 1 and batchable(method, pair):
+    if batch_size != 1 and head is None and batchable(method, pair):  # a drafting head runs one prompt at a time
         runs = decode_batched(pair, encoded, method, max_new_tokens=max_new_tokens, sampling=sampling,
                               generators=generators, track_draft=track_draft, on_round=on_round,
                               batch_size=batch_size)

@@ -119,6 +119,9 @@ class TrainedHead:
     config: HeadConfig
     metrics: dict = field(default_factory=dict)
 
+    #: Marks a head that reads a draft's hidden states (methods run it in the decoding loop, never on Markov instances).
+    reads_hidden_states = True
+
     def __call__(self, h: torch.Tensor) -> torch.Tensor:
         """The head's probability for hidden states ``h`` ``(..., d_in)``."""
         if h.shape[-1] != self.config.d_in:

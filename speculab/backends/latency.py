@@ -104,11 +104,11 @@ def _timing(pair: ModelPair, log: list):
     for which, model in enumerate((pair.draft, pair.target)):
         original = model.extend
 
-        def timed(state, ids, original=original, which=which):
+        def timed(state, ids, original=original, which=which, **kw):
             prefill = state.length == 0
             sync()
             t0 = time.perf_counter()
-            out = original(state, ids)
+            out = original(state, ids, **kw)
             sync()
             log.append((which, ids.shape[-1], time.perf_counter() - t0, prefill))
             return out

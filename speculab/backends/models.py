@@ -47,10 +47,11 @@ class HFModel:
         return LMState(history=None)
 
     @torch.no_grad()
-    def extend(self, state: LMState, ids: torch.Tensor) -> torch.Tensor:
+    def extend(self, state: LMState, ids: torch.Tensor, *, hidden: bool = False):
         """Feed ``ids`` ``(rows, n)`` after the ``state.length`` tokens already processed.
 
-        Returns float32 logits ``(rows, n, V)`` for the positions after each fed token.
+        Returns float32 logits ``(rows, n, V)`` for the positions after each fed token, and with
+        ``hidden=True`` also the last layer's hidden states there ``(rows, n, d)`` (what a learned head reads).
         Without a cache the whole history is re-run (slow, for checking the cache).
         """
         from transformers import DynamicCache
@@ -63,12 +64,14 @@ class HFModel:
         if self.use_cache:
             if state.cache is None:
                 state.cache = DynamicCache()
-            logits = self.model(input_ids=ids, past_key_values=state.cache, use_cache=True).logits
+            out = self.model(input_ids=ids, past_key_values=state.cache, use_cache=True, output_hidden_states=hidden)
         else:
-            logits = self.model(input_ids=state.history, use_cache=False).logits[:, -ids.size(1):]
-        state.length += ids.size(1)
+            out = self.model(input_ids=state.history, use_cache=False, output_hidden_states=hidden)
+        n = ids.size(1)
+        state.length += n
         state.rows = ids.size(0)
-        return logits[..., : self.vocab_size].float()
+        logits = out.logits[:, -n:, : self.vocab_size].float()
+        return (logits, out.hidden_states[-1][:, -n:].float()) if hidden else logits
 
     def crop(self, state: LMState, length: int) -> None:
         """Forget every processed token after the first ``length`` (rollback)."""

@@ -104,6 +104,9 @@ def _check_instance(inst) -> MarkovInstance:
 
 def _check_head(head, inst) -> MarkovInstance:
     """``inst``, checked to be a Markov instance whose shape ``head``'s table (if it has one) fits."""
+    if getattr(head, "reads_hidden_states", False):
+        raise ValueError("a head trained on a draft's hidden states (speculab.backends.heads) runs on real models "
+                         "only; on a Markov instance give head(t, prev, x) or a TableHead")
     inst = _check_instance(inst)
     if isinstance(head, TableHead) and head.table.shape != (inst.T, inst.V, inst.V):
         raise ValueError(f"the head's table has shape {head.table.shape}; the instance needs {(inst.T, inst.V, inst.V)}")
@@ -288,7 +291,10 @@ class SpecDecPP(Method):
       h: stopping threshold in ``[0, 1]`` (``h = 0`` stops after one draft unless it
         is certain to be accepted; ``h = 1`` never stops before the cap).
       head: ``head(t, prev, x) -> predicted acceptance`` (arrays as for
-        :class:`~speculab.methods.Sprinter`), or ``None`` for the oracle ``min(1, q/p)``.
+        :class:`~speculab.methods.Sprinter`), or ``None`` for the oracle ``min(1, q/p)`` — on
+        Markov instances; on real models a head trained on the draft's hidden states
+        (:class:`speculab.backends.heads.TrainedHead`), which the decoding loop runs at every
+        drafted token.
       cap: hard cap on the number of drafts per round (20 in [SDpp]).
     """
 
@@ -305,6 +311,31 @@ class SpecDecPP(Method):
 
     def simulator(self, inst) -> Step:
         return _Step(_check_head(self.head, inst), self)
+
+    # -- real models ---------------------------------------------------------------------------------
+    #: On real models the round's length is decided while drafting, by a head on the draft's hidden states.
+    needs_draft_head: ClassVar[bool] = True
+
+    @property
+    def draft_head(self):
+        """The head the decoding loop runs on the draft's hidden state at each drafted token, or ``None`` (a head
+        ``f(t, prev, x)`` or the oracle, which read ``q`` or a Markov instance: not available while drafting)."""
+        return self.head if getattr(self.head, "reads_hidden_states", False) else None
+
+    def stop_drafting(self, predictions: list[float], remaining: int) -> bool:
+        """Whether the round stops after the drafts whose head predictions are ``predictions`` (``remaining``: tokens
+        still to output before this round): :func:`stops_drafting`."""
+        return bool(stops_drafting(math.prod(predictions), len(predictions), len(predictions) - 1, remaining,
+                                   self.h, self.cap))
+
+    def draft_length(self, remaining: int) -> int:
+        return min(self.cap, remaining)
+
+    def round_law(self, p, q, x, *, bonus: bool):
+        """SD's round law: the stopping rule reads only the drafts, so a round verifies its block as SD does."""
+        from speculab.methods.chain import chain_round_law
+
+        return chain_round_law(sd_rule(p, q[..., :-1, :]), p, q, x, bonus=bonus, biased=False)
 
     def expected(self, inst) -> Expected | None:
         """Exact counts, every head, on instances whose draft trees fit
