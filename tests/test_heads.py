@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from speculab.backends.heads import HeadConfig, auc, load_head, roc_curve, save_head, train_head  # noqa: E402
-from speculab.backends.sprinter_data import FEATURES, SOURCES  # noqa: E402
+from speculab.backends.head_data import FEATURES, SOURCES  # noqa: E402
 
 
 def _data(n=600, d=6, seed=0, separable=True):

@@ -115,3 +115,26 @@ def test_specdecpp_on_real_models_refuses_what_it_cannot_run(pair):
     inst = MarkovInstance.random(T=4, V=3, key=0)
     with pytest.raises(ValueError, match="runs on real models only"):
         simulate(inst, SpecDecPP(0.5, head=_constant_head(pair, 0.5)), 10, key=0)
+
+
+def test_repro_specdecpp_pareto(tmp_path, monkeypatch):
+    import json
+
+    from speculab.backends.heads import load_head
+    from speculab.repro import specdecpp_pareto as repro
+
+    for name, value in (("W_REJ", (1.0, 6.0)), ("THRESHOLDS", (0.3, 0.9)), ("KS", (1, 3)), ("PREFIXES", 64)):
+        monkeypatch.setattr(repro, name, value)
+    monkeypatch.setattr("speculab.backends.pair.default_prompts", lambda: PROMPTS)
+    result = repro.run(key=0, n_runs=1, out_dir=tmp_path, max_new_tokens=12)
+    saved = json.loads((tmp_path / "specdecpp_pareto.json").read_text())
+    assert set(saved["fixed_K"]) == {"1", "3"} and set(saved["heads"]) == {"1", "6"}
+    for w in ("1", "6"):
+        assert load_head(tmp_path / f"specdecpp_head_wrej{w}.safetensors").config.depth == repro.DEPTH
+        for r in result["heads"][w]["points"]:
+            c = result["cost_ratio"]
+            assert r["latency"] == pytest.approx(c * (1 + r["discard_rate"]) + (1 - c) * r["verification_rate"])
+            assert 0 < r["verification_rate"] <= 1 and r["discard_rate"] >= 0
+    k1 = result["fixed_K"]["1"]
+    assert k1["verification_rate"] == pytest.approx(1 / k1["tokens_per_round"])
+    assert 0 < result["cost_ratio"] < 5 and "best threshold" in repro.summary(result)

@@ -28,6 +28,8 @@ FIGURES = {
     "yin-table1": ("speculab.repro.yin_table1", "[Yin] Table 1 analogue on real models: Decoding-OPT vs -UNO (tiny pair by default)"),
     "specdecpp-fig3": ("speculab.repro.specdecpp_fig3",
                        "[SDpp] Fig. 3: verification vs discard rate, fixed K (exact) vs thresholds h (simulated)"),
+    "specdecpp-pareto": ("speculab.repro.specdecpp_pareto",
+                         "[SDpp] Fig. 3 on real models: a trained acceptance head's thresholds vs every fixed K"),
     "block-gain": ("speculab.repro.block_gain",
                    "Block verification vs SD at γ = 2, 4, 8: exact and simulated (Markov), measured (tiny pair)"),
     "batch-optimality": ("speculab.repro.batch_optimality",

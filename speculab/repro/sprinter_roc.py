@@ -1,6 +1,6 @@
 """[SPR] §3.2 / App. A.10 (Figs. 12–13) on real models: train the SPRINTER verifier and draw its ROC curves.
 
-Training data as [SPR] §3.2 builds it (:func:`speculab.backends.sprinter_data.sprinter_examples`):
+Training data as [SPR] §3.2 builds it (:func:`speculab.backends.head_data.sprinter_examples`):
 spans of the tiny pair's training text as prefixes, completions from the text, the draft,
 the target or both in equal shares, each completion token labelled acceptable iff
 ``p(x)/q(x) ≤ λ`` for ``λ ∈ {1, 1.2, 1.5}``. The verifier is a linear layer and a sigmoid
@@ -36,7 +36,7 @@ def run(key=0, n_runs: int = 4096, out_dir: str | Path = "results", progress: bo
 
     from speculab.backends import load_pair
     from speculab.backends.heads import HeadConfig, auc, roc_curve, save_head, train_head
-    from speculab.backends.sprinter_data import FEATURES, SOURCES, sprinter_examples
+    from speculab.backends.head_data import FEATURES, SOURCES, sprinter_examples
     from speculab.backends.tiny.build import BuildConfig, corpus
 
     n_prefixes = as_positive_int(n_runs, "n_runs", minimum=20)

@@ -7,7 +7,7 @@ torch = pytest.importorskip("torch")
 
 from speculab.backends import load_pair  # noqa: E402
 from speculab.backends.pair import default_prompts  # noqa: E402
-from speculab.backends.sprinter_data import FEATURES, SOURCES, sprinter_examples  # noqa: E402
+from speculab.backends.head_data import FEATURES, SOURCES, sprinter_examples  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -69,3 +69,31 @@ def test_sprinter_examples_need_hugging_face_models(pair):
     ngram = load_pair(NGramModel(np.arange(100) % 7, 2, pair.vocab_size), "tiny-target", device="cpu")
     with pytest.raises(ValueError, match="Hugging Face models"):
         sprinter_examples(ngram, ["some text"], n_prefixes=2)
+
+
+def test_specdecpp_examples_mix_the_target_in_and_weigh_the_drafts_tokens_only(pair):
+    from speculab.backends.head_data import specdecpp_examples, specdecpp_targets
+
+    text = " ".join(default_prompts() * 4)
+    ex = specdecpp_examples(pair, [text], target_share=0.15, n_prefixes=64, prefix_tokens=6, completion_tokens=8,
+                            key=4)
+    n = ex.p.size
+    share = ex.from_draft.mean()
+    assert abs(share - 0.85) < 5 * np.sqrt(0.85 * 0.15 / n)  # each token from the draft w.p. 0.85
+    assert np.all(ex.source == SOURCES.index("mixed"))
+    np.testing.assert_allclose(ex.acceptance(), np.minimum(1, ex.q / ex.p), rtol=1e-12)
+    target, weight = specdecpp_targets(ex, w_rej=6.0)
+    assert np.all(weight[~ex.from_draft] == 0) and np.all(weight[ex.from_draft] > 0)
+    # the weighted BCE with these targets is [SDpp]'s two weighted terms, for any prediction a
+    a = np.random.default_rng(0).uniform(0.01, 0.99, n)
+    y = ex.acceptance()
+    ours = weight * -(target * np.log(a) + (1 - target) * np.log(1 - a))
+    paper = np.where(ex.from_draft, -(1.0 * y * np.log(a) + 6.0 * (1 - y) * np.log(1 - a)), 0.0)
+    np.testing.assert_allclose(ours, paper, rtol=1e-12, atol=1e-15)
+    for bad, match in ((dict(w_rej=0), "w_rej"), (dict(w_rej=1, w_acc=float("nan")), "w_acc")):
+        with pytest.raises(ValueError, match=match):
+            specdecpp_targets(ex, **bad)
+    with pytest.raises(ValueError, match="target_share"):
+        specdecpp_examples(pair, [text], target_share=1.0)
+    with pytest.raises(ValueError, match="sources must be"):
+        sprinter_examples(pair, [text], sources=("books",))

@@ -1,0 +1,158 @@
+"""[SDpp] Fig. 3 on real models: the trained acceptance head's thresholds against every fixed K.
+
+The head is trained as [SDpp] §4 trains it, on the tiny pair's training text
+(:func:`speculab.backends.head_data.specdecpp_examples`: completions with 15 % of their
+tokens from the target — token mixing —, soft labels ``min(1, q/p)`` on the draft's tokens,
+the weighted BCE with ``w_rej ∈ {1, 3, 6, 12}``, a ``(D+1)``-layer ResNet with SiLU,
+early stopping on held-out prefixes). Each head then decodes the held-out prompts with
+SpecDec++ at thresholds ``h`` (cap 16), beside SD with every fixed ``K ∈ 1..8``, and each
+run is placed by its discard rate ``N_discarded / N`` and verification rate
+``N_target / N`` (measured counts). Latency per token follows [SDpp] eq. (5.1) with the
+draft-to-target cost ratio ``c = t_draft / t_target`` measured on this machine
+(:func:`speculab.backends.latency.fit_latency` on timed runs): in target-call units,
+``c (1 + discard) + (1 − c) · verification``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from speculab._validate import as_positive_int, spawn_seeds
+from speculab.repro._io import describe_key, new_figure, write_json
+
+W_REJ = (1.0, 3.0, 6.0, 12.0)
+THRESHOLDS = (0.2, 0.4, 0.6, 0.8)
+KS = tuple(range(1, 9))
+CAP = 16
+DEPTH = 3
+#: Prefixes of 16 tokens with completions of 16 the head is trained on.
+PREFIXES = 2048
+
+
+def _rates(counts) -> dict:
+    n = float(counts.tokens.sum())
+    return {"discard_rate": float(counts.discarded.sum() / n), "verification_rate": float(counts.oracle_calls.sum() / n),
+            "tokens_per_round": float(n / counts.oracle_calls.sum()),
+            "_per_run": (counts.discarded / counts.tokens, counts.oracle_calls / counts.tokens)}
+
+
+def _add_latency(r: dict, c: float) -> None:
+    """[SDpp] eq. (5.1) in target-call units, over all tokens and per run (for a standard error)."""
+    r["latency"] = c * (1 + r["discard_rate"]) + (1 - c) * r["verification_rate"]
+    disc, verif = r.pop("_per_run")
+    per_run = c * (1 + disc) + (1 - c) * verif
+    r["latency_se"] = float(np.std(per_run, ddof=1) / np.sqrt(per_run.size)) if per_run.size > 1 else float("nan")
+
+
+def _cost_ratio(pair, prompts, key) -> float:
+    """``t_draft / t_target`` per call of one token, from timed runs (one prompt at a time)."""
+    from speculab.backends.latency import fit_latency, timed_decode
+    from speculab.methods import SD, Autoregressive
+
+    runs = [timed_decode(pair, prompts, m, max_new_tokens=16, key=key) for m in (Autoregressive(), SD(K=2), SD(K=4))]
+    model = fit_latency(runs)
+    return float(model.draft(1) / model.target(1))
+
+
+def run(key=0, n_runs: int = 2, out_dir: str | Path = "results", progress: bool = False,
+        draft: str | None = None, target: str | None = None, max_new_tokens: int = 32) -> dict:
+    """Train the heads, decode ``n_runs`` runs of every held-out prompt per setting. Writes ``specdecpp_pareto.{png,json}``
+    and the heads as ``specdecpp_head_wrej*.safetensors``."""
+    from speculab.backends import decode, load_pair
+    from speculab.backends.head_data import specdecpp_examples, specdecpp_targets
+    from speculab.backends.heads import HeadConfig, save_head, train_head
+    from speculab.backends.pair import default_prompts
+    from speculab.backends.tiny.build import BuildConfig, corpus
+    from speculab.methods import SD, SpecDecPP
+
+    n_runs = as_positive_int(n_runs, "n_runs")
+    say = print if progress else (lambda *a, **k: None)
+    pair = load_pair("tiny") if draft is None else load_pair(draft, target)
+    texts, _, _ = corpus(BuildConfig().seed)
+    data_key, cost_key, sd_key, *keys = spawn_seeds(key, 3 + 2 * len(W_REJ))
+    ex = specdecpp_examples(pair, texts, n_prefixes=PREFIXES, key=data_key)
+    X = ex.features("token")
+    prompts = [p for p in default_prompts() for _ in range(n_runs)]
+    out = Path(out_dir)
+    say(f"specdecpp-pareto: {ex.p.size} training tokens ({ex.from_draft.mean():.0%} from the draft)")
+    sd_seeds = spawn_seeds(sd_key, len(KS))
+    fixed = {K: _rates(decode(pair, prompts, SD(K=K), max_new_tokens=max_new_tokens, key=s).counts)
+             for K, s in zip(KS, sd_seeds)}
+    heads = {}
+    for w_rej, train_seed, decode_seed in zip(W_REJ, keys[::2], keys[1::2]):
+        y, w = specdecpp_targets(ex, w_rej)
+        config = HeadConfig(d_in=X.shape[1], kind="resnet", depth=DEPTH, lr=1e-3, epochs=100, patience=8,
+                            seed=train_seed % 2**31)
+        head = train_head(X, y, w, config=config, groups=ex.prefix)
+        save_head(head, out / f"specdecpp_head_wrej{w_rej:g}.safetensors")
+        points = []
+        for h, s in zip(THRESHOLDS, spawn_seeds(decode_seed, len(THRESHOLDS))):
+            res = decode(pair, prompts, SpecDecPP(h, head=head, cap=CAP), max_new_tokens=max_new_tokens, key=s)
+            points.append({"h": h, **_rates(res.counts)})
+        heads[f"{w_rej:g}"] = {"val_loss": head.metrics["val_loss"], "epochs": head.metrics["epochs"],
+                               "points": points}
+        say(f"  w_rej = {w_rej:g}: {len(points)} thresholds decoded")
+    c = _cost_ratio(pair, default_prompts()[:4], cost_key)
+
+    for r in fixed.values():
+        _add_latency(r, c)
+    for hd in heads.values():
+        for r in hd["points"]:
+            _add_latency(r, c)
+            r["dominates_some_K"] = any(r["discard_rate"] <= f["discard_rate"] and
+                                        r["verification_rate"] <= f["verification_rate"] for f in fixed.values())
+            r["dominated_by_some_K"] = any(f["discard_rate"] <= r["discard_rate"] and
+                                           f["verification_rate"] <= r["verification_rate"] for f in fixed.values())
+    best_K = min(fixed, key=lambda K: fixed[K]["latency"])
+    best_h = min(((w, r) for w, hd in heads.items() for r in hd["points"]), key=lambda wr: wr[1]["latency"])
+    result = {"figure": "[SDpp] Fig. 3 (analogue on real models)", "pair": pair.name, "key": describe_key(key),
+              "prompts": len(prompts), "max_new_tokens": max_new_tokens, "cap": CAP, "depth": DEPTH,
+              "training_tokens": int(ex.p.size), "cost_ratio": c, "fixed_K": {str(K): r for K, r in fixed.items()},
+              "heads": heads, "best_fixed_K": {"K": best_K, "latency": fixed[best_K]["latency"]},
+              "best_threshold": {"w_rej": best_h[0], "h": best_h[1]["h"], "latency": best_h[1]["latency"]},
+              "latency_change": best_h[1]["latency"] / fixed[best_K]["latency"] - 1,
+              # the two best settings decode independent runs: the gap in units of its standard error
+              "gap_in_se": (fixed[best_K]["latency"] - best_h[1]["latency"])
+              / float(np.hypot(fixed[best_K]["latency_se"], best_h[1]["latency_se"]))}
+    _plot(result, out)
+    write_json(result, out / "specdecpp_pareto.json")
+    return result
+
+
+def _plot(result: dict, out: Path) -> None:
+    fig, (ax,) = new_figure()
+    fixed = result["fixed_K"]
+    ax.plot([r["discard_rate"] for r in fixed.values()], [r["verification_rate"] for r in fixed.values()], "ks--",
+            label="SD, fixed K = 1..8")
+    for w, hd in result["heads"].items():
+        ax.plot([r["discard_rate"] for r in hd["points"]], [r["verification_rate"] for r in hd["points"]], "o-",
+                label=f"SpecDec++ head, w_rej = {w}")
+    ax.set_xlabel("discard rate N_discarded / N")
+    ax.set_ylabel("verification rate N_target / N")
+    ax.set_title(f"[SDpp] Fig. 3 on the {result['pair']} pair (h ∈ {{{', '.join(map(str, THRESHOLDS))}}})")
+    ax.legend(fontsize=7)
+    out.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out / "specdecpp_pareto.png", dpi=130)
+
+
+def summary(result: dict) -> str:
+    lines = [f"[SDpp] Fig. 3 on real models — {result['pair']} pair, {result['prompts']} completions per setting, "
+             f"head trained on {result['training_tokens']} tokens, key {result['key']}",
+             f"  cost ratio t_draft / t_target measured: {result['cost_ratio']:.3f}",
+             "  setting              discard  verification  tokens/round  latency (target calls)"]
+    for K, r in result["fixed_K"].items():
+        lines.append(f"  SD K = {K:<13} {r['discard_rate']:7.3f}  {r['verification_rate']:12.3f}  "
+                     f"{r['tokens_per_round']:12.2f}  {r['latency']:.3f} ± {r['latency_se']:.3f}")
+    for w, hd in result["heads"].items():
+        for r in hd["points"]:
+            mark = " dominates a K" if r["dominates_some_K"] else (" dominated" if r["dominated_by_some_K"] else "")
+            lines.append(f"  w_rej {w:<3} h = {r['h']:<5} {r['discard_rate']:7.3f}  {r['verification_rate']:12.3f}  "
+                         f"{r['tokens_per_round']:12.2f}  {r['latency']:.3f} ± {r['latency_se']:.3f}{mark}")
+    b, k = result["best_threshold"], result["best_fixed_K"]
+    lines.append(f"  best threshold (w_rej {b['w_rej']}, h = {b['h']}) vs best fixed K = {k['K']}: latency "
+                 f"{b['latency']:.3f} vs {k['latency']:.3f} ({result['latency_change']:+.1%}; the gap is "
+                 f"{result['gap_in_se']:.1f} standard errors, runs differing per prompt; the best of 16 thresholds "
+                 f"is picked on the same runs)")
+    return "\n".join(lines)
