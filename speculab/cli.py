@@ -180,7 +180,9 @@ def cmd_methods(args) -> None:
         doc = (cls.__doc__ or "").strip().splitlines()[0]
         payload[name] = {"class": cls.__name__, "summary": doc, "options": params,
                          "real_models": cls.runs_on_real_models(), "cli": cls.constructible_from_cli()}
-        where = "simulation + real models" if cls.runs_on_real_models() else "simulation"
+        where = ("simulation" if not cls.runs_on_real_models() else
+                 "simulation + real models (with a trained head, from Python)" if getattr(cls, "needs_draft_head", False)
+                 else "simulation + real models")
         lines.append(f"{name:10s} {cls.__name__}: {doc}\n{'':10s} {where}; options: "
                      + (", ".join(params) if params else "none") + ("" if cls.constructible_from_cli() else " (Python only)"))
     _emit(args, payload, "\n".join(lines))

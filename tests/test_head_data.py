@@ -1,4 +1,5 @@
-"""SPRINTER's verifier training data ([SPR] §3.2) against the models' own probabilities and hidden states."""
+"""Training data for heads on the draft's hidden states — SPRINTER's ([SPR] §3.2) and SpecDec++'s token mixing
+([SDpp] §4) — against the models' own probabilities and hidden states."""
 
 import numpy as np
 import pytest
@@ -51,8 +52,6 @@ def test_sprinter_examples_are_the_models_own_probabilities(pair):
         ex.labels(0)
 
 
-
-
 @pytest.mark.parametrize("kwargs, match", [
     (dict(texts=[]), "non-empty list of strings"), (dict(texts=[1, 2]), "non-empty list of strings"),
     (dict(n_prefixes=0), "n_prefixes"), (dict(prefix_tokens=600, completion_tokens=600), "context"),
@@ -97,3 +96,5 @@ def test_specdecpp_examples_mix_the_target_in_and_weigh_the_drafts_tokens_only(p
         specdecpp_examples(pair, [text], target_share=1.0)
     with pytest.raises(ValueError, match="sources must be"):
         sprinter_examples(pair, [text], sources=("books",))
+    with pytest.raises(ValueError, match="cannot be given"):
+        specdecpp_examples(pair, [text], draft_share=0.3)

@@ -185,8 +185,8 @@ class _Run:
 
         A single row stops at EOS, or where the draft proposes nothing (the block is then shorter than ``L``,
         possibly empty: the round is then one target step), or where the method's head on the draft's hidden
-        states says stop (SpecDec++: every drafted token is then fed to the draft, the last one included, for
-        its hidden state).
+        states says stop (SpecDec++: each drafted token but the block's last possible one is fed to the draft
+        for its hidden state — a round the head stops early costs one draft forward more than its drafts).
         """
         pair, greedy = self.pair, self.sampling.greedy
         p = self.sampling.probs(self._catch_up(pair.draft, self.ds)[:, -1].double(), check=False)  # (1, V)
@@ -205,11 +205,11 @@ class _Run:
             xs.append(x)
             if rows == 1 and self.eos is not None and int(x[0]) == self.eos:
                 break
-            if head is not None:  # the head reads the hidden state at x: stop here, or draft on from its logits
+            if head is not None and i + 1 < L:  # the head reads the hidden state at x: stop, or draft on from its logits
                 logits, hidden = pair.draft.extend(self.ds, x[:, None], hidden=True)
-                predictions.append(float(head(hidden[0, -1])))
+                predictions.append(method.check_prediction(head(hidden[0, -1])))
                 if method.stop_drafting(predictions, self.remaining):
-                    break
+                    break  # the pass that read x is one more draft forward than SD makes for this block
                 p = self.sampling.probs(logits[:, -1].double(), check=False)
             elif i + 1 < L:
                 p = self.sampling.probs(pair.draft.extend(self.ds, x[:, None])[:, -1].double(), check=False)
@@ -412,6 +412,10 @@ def decode(
             raise ValueError(f"{type(method).__name__}'s head reads the draft's hidden states: the draft must be a "
                              f"Hugging Face model; got {type(pair.draft).__name__}")
         width = _hidden_size(pair.draft)
+        d_in = getattr(getattr(head, "config", None), "d_in", None)
+        if d_in is None:
+            raise ValueError(f"{type(method).__name__}'s head must be a speculab.backends.heads.TrainedHead "
+                             f"(train_head or load_head); got {head!r}")
         if width is not None and head.config.d_in != width:
             raise ValueError(f"the head reads {head.config.d_in} features but the draft's hidden states have {width}")
     if not isinstance(sampling, Sampling):

@@ -18,7 +18,11 @@ token between the two. Every completion token ``x`` becomes one example, with
 [SDpp]'s data is :func:`specdecpp_examples`: every completion mixes the two models token by
 token, a share ``r`` (15 % in [SDpp]) of the tokens from the target, and the head learns
 ``min(1, q(x)/p(x))`` on the draft's tokens only (:meth:`Examples.acceptance`, with the
-weights of :func:`specdecpp_targets`).
+weights of :func:`specdecpp_targets`). This deviates from [SDpp] §4.4, which draws a whole
+target response ``X`` first and then each draft candidate ``Y_i`` and its label given
+``X_{<i}``, mixing ``X`` and ``Y`` afterwards; here each token and its label are drawn given
+the mixed prefix itself — the context the head reads — and a target token is a one-token
+sample from ``q`` there.
 
 A SPRINTER label for a training threshold ``λ`` is ``p(x)/q(x) ≤ λ`` (:meth:`Examples.labels`;
 ``λ = 1``: SD would keep ``x`` with probability 1; [SPR] §3.2 raises λ to accept more and
@@ -203,6 +207,9 @@ def specdecpp_examples(pair, texts: list[str], *, target_share: float = 0.15, **
     as :func:`sprinter_examples`."""
     if isinstance(target_share, bool) or not isinstance(target_share, numbers.Real) or not 0 <= target_share < 1:
         raise ValueError(f"target_share must be a number in [0, 1); got {target_share!r}")
+    fixed = {"sources", "draft_share"} & set(kwargs)
+    if fixed:
+        raise ValueError(f"specdecpp_examples mixes every completion by target_share; {sorted(fixed)} cannot be given")
     return sprinter_examples(pair, texts, sources=("mixed",), draft_share=1.0 - target_share, **kwargs)
 
 

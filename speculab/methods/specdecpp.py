@@ -287,6 +287,15 @@ class SpecDecPP(Method):
     it: numpy from its step, JAX from :meth:`adaptive_drafting` (a sweep over ``h`` is one
     compiled call, :func:`speculab.sim.simulate_sweep`).
 
+    On real models (one prompt at a time) the head reads the draft's hidden state at each
+    drafted token. [SDpp] Alg. 1 decides after sampling ``y_i``, from the prediction for
+    ``y_{i−1}``: its block ends one token past the decision, drafted from the logits the
+    deciding forward pass computed anyway. Here, as SPEC §1 states the rule and as on
+    Markov instances, the block ends at the last predicted token, so a round the head stops
+    early costs one draft forward pass beyond its drafts (``speculab repro
+    specdecpp-pareto`` counts them); ``h = 0`` is then ``SD(K = 1)``, where Alg. 1 would
+    give two drafts per round (tests/test_specdecpp_models.py).
+
     Args:
       h: stopping threshold in ``[0, 1]`` (``h = 0`` stops after one draft unless it
         is certain to be accepted; ``h = 1`` never stops before the cap).
@@ -321,6 +330,14 @@ class SpecDecPP(Method):
         """The head the decoding loop runs on the draft's hidden state at each drafted token, or ``None`` (a head
         ``f(t, prev, x)`` or the oracle, which read ``q`` or a Markov instance: not available while drafting)."""
         return self.head if getattr(self.head, "reads_hidden_states", False) else None
+
+    @staticmethod
+    def check_prediction(a) -> float:
+        """A head's prediction as a float, refused unless it is a probability (a NaN would never stop a round)."""
+        value = float(a)
+        if not 0 <= value <= 1:
+            raise ValueError(f"the acceptance head predicted {value}; a prediction must be a probability in [0, 1]")
+        return value
 
     def stop_drafting(self, predictions: list[float], remaining: int) -> bool:
         """Whether the round stops after the drafts whose head predictions are ``predictions`` (``remaining``: tokens

@@ -9,8 +9,12 @@ SpecDec++ at thresholds ``h`` (cap 16), beside SD with every fixed ``K ∈ 1..8`
 run is placed by its discard rate ``N_discarded / N`` and verification rate
 ``N_target / N`` (measured counts). Latency per token follows [SDpp] eq. (5.1) with the
 draft-to-target cost ratio ``c = t_draft / t_target`` measured on this machine
-(:func:`speculab.backends.latency.fit_latency` on timed runs): in target-call units,
-``c (1 + discard) + (1 − c) · verification``.
+(:func:`speculab.backends.latency.fit_latency` on timed runs), counting the draft's
+forward passes ``F`` as they happen: in target-call units ``c · F/N + N_target/N``, which
+is eq. (5.1) when ``F = N_draft = N + N_discarded − N_target`` (SD; eq. (5.1)'s identity
+misses the rounds that end at the horizon with every draft kept and no target token) — SpecDec++ as SPEC §1 states it reads the hidden
+state of a round's last draft to stop, one forward pass more than [SDpp] Alg. 1, which
+drafts one more token from that pass (see :class:`~speculab.methods.SpecDecPP`).
 """
 
 from __future__ import annotations
@@ -31,18 +35,31 @@ DEPTH = 3
 PREFIXES = 2048
 
 
-def _rates(counts) -> dict:
-    n = float(counts.tokens.sum())
-    return {"discard_rate": float(counts.discarded.sum() / n), "verification_rate": float(counts.oracle_calls.sum() / n),
-            "tokens_per_round": float(n / counts.oracle_calls.sum()),
-            "_per_run": (counts.discarded / counts.tokens, counts.oracle_calls / counts.tokens)}
+def _decode(pair, prompts, method, max_new_tokens: int, key) -> dict:
+    """Decode each prompt on its own, counting the draft's forward passes per run; the rates of the runs."""
+    from speculab.backends import decode
+    from speculab.counts import Counts
+
+    counts, forwards = [], []
+    for prompt, seed in zip(prompts, spawn_seeds(key, len(prompts))):
+        before = pair.draft.forward_calls
+        counts.append(decode(pair, [prompt], method, max_new_tokens=max_new_tokens, key=seed, batch_size=1).counts)
+        forwards.append(pair.draft.forward_calls - before)
+    c = Counts.concatenate(counts)
+    n, F = c.tokens.astype(float), np.asarray(forwards, dtype=float)
+    return {"discard_rate": float(c.discarded.sum() / n.sum()), "verification_rate": float(c.oracle_calls.sum() / n.sum()),
+            "tokens_per_round": float(n.sum() / c.oracle_calls.sum()),
+            "draft_forwards_per_token": float(F.sum() / n.sum()),
+            "extra_forwards_per_token": float((F - c.draft_calls).sum() / n.sum()),
+            "_per_run": (F / n, c.oracle_calls / n)}
 
 
 def _add_latency(r: dict, c: float) -> None:
-    """[SDpp] eq. (5.1) in target-call units, over all tokens and per run (for a standard error)."""
-    r["latency"] = c * (1 + r["discard_rate"]) + (1 - c) * r["verification_rate"]
-    disc, verif = r.pop("_per_run")
-    per_run = c * (1 + disc) + (1 - c) * verif
+    """Time per token in target calls, ``c · F/N + N_target/N`` with ``F`` the draft's forward passes: [SDpp]
+    eq. (5.1) when ``F = N_draft`` (SD), plus the passes in which SpecDec++'s head stopped a round."""
+    r["latency"] = c * r["draft_forwards_per_token"] + r["verification_rate"]
+    forwards, verif = r.pop("_per_run")
+    per_run = c * forwards + verif
     r["latency_se"] = float(np.std(per_run, ddof=1) / np.sqrt(per_run.size)) if per_run.size > 1 else float("nan")
 
 
@@ -60,7 +77,7 @@ def run(key=0, n_runs: int = 2, out_dir: str | Path = "results", progress: bool 
         draft: str | None = None, target: str | None = None, max_new_tokens: int = 32) -> dict:
     """Train the heads, decode ``n_runs`` runs of every held-out prompt per setting. Writes ``specdecpp_pareto.{png,json}``
     and the heads as ``specdecpp_head_wrej*.safetensors``."""
-    from speculab.backends import decode, load_pair
+    from speculab.backends import load_pair
     from speculab.backends.head_data import specdecpp_examples, specdecpp_targets
     from speculab.backends.heads import HeadConfig, save_head, train_head
     from speculab.backends.pair import default_prompts
@@ -78,8 +95,7 @@ def run(key=0, n_runs: int = 2, out_dir: str | Path = "results", progress: bool 
     out = Path(out_dir)
     say(f"specdecpp-pareto: {ex.p.size} training tokens ({ex.from_draft.mean():.0%} from the draft)")
     sd_seeds = spawn_seeds(sd_key, len(KS))
-    fixed = {K: _rates(decode(pair, prompts, SD(K=K), max_new_tokens=max_new_tokens, key=s).counts)
-             for K, s in zip(KS, sd_seeds)}
+    fixed = {K: _decode(pair, prompts, SD(K=K), max_new_tokens, s) for K, s in zip(KS, sd_seeds)}
     heads = {}
     for w_rej, train_seed, decode_seed in zip(W_REJ, keys[::2], keys[1::2]):
         y, w = specdecpp_targets(ex, w_rej)
@@ -89,8 +105,7 @@ def run(key=0, n_runs: int = 2, out_dir: str | Path = "results", progress: bool 
         save_head(head, out / f"specdecpp_head_wrej{w_rej:g}.safetensors")
         points = []
         for h, s in zip(THRESHOLDS, spawn_seeds(decode_seed, len(THRESHOLDS))):
-            res = decode(pair, prompts, SpecDecPP(h, head=head, cap=CAP), max_new_tokens=max_new_tokens, key=s)
-            points.append({"h": h, **_rates(res.counts)})
+            points.append({"h": h, **_decode(pair, prompts, SpecDecPP(h, head=head, cap=CAP), max_new_tokens, s)})
         heads[f"{w_rej:g}"] = {"val_loss": head.metrics["val_loss"], "epochs": head.metrics["epochs"],
                                "points": points}
         say(f"  w_rej = {w_rej:g}: {len(points)} thresholds decoded")
@@ -141,15 +156,17 @@ def summary(result: dict) -> str:
     lines = [f"[SDpp] Fig. 3 on real models — {result['pair']} pair, {result['prompts']} completions per setting, "
              f"head trained on {result['training_tokens']} tokens, key {result['key']}",
              f"  cost ratio t_draft / t_target measured: {result['cost_ratio']:.3f}",
-             "  setting              discard  verification  tokens/round  latency (target calls)"]
+             "  setting              discard  verification  tokens/round  extra draft passes/token  latency (target calls)"]
     for K, r in result["fixed_K"].items():
         lines.append(f"  SD K = {K:<13} {r['discard_rate']:7.3f}  {r['verification_rate']:12.3f}  "
-                     f"{r['tokens_per_round']:12.2f}  {r['latency']:.3f} ± {r['latency_se']:.3f}")
+                     f"{r['tokens_per_round']:12.2f}  {r['extra_forwards_per_token']:24.3f}  "
+                     f"{r['latency']:.3f} ± {r['latency_se']:.3f}")
     for w, hd in result["heads"].items():
         for r in hd["points"]:
             mark = " dominates a K" if r["dominates_some_K"] else (" dominated" if r["dominated_by_some_K"] else "")
             lines.append(f"  w_rej {w:<3} h = {r['h']:<5} {r['discard_rate']:7.3f}  {r['verification_rate']:12.3f}  "
-                         f"{r['tokens_per_round']:12.2f}  {r['latency']:.3f} ± {r['latency_se']:.3f}{mark}")
+                         f"{r['tokens_per_round']:12.2f}  {r['extra_forwards_per_token']:24.3f}  "
+                         f"{r['latency']:.3f} ± {r['latency_se']:.3f}{mark}")
     b, k = result["best_threshold"], result["best_fixed_K"]
     lines.append(f"  best threshold (w_rej {b['w_rej']}, h = {b['h']}) vs best fixed K = {k['K']}: latency "
                  f"{b['latency']:.3f} vs {k['latency']:.3f} ({result['latency_change']:+.1%}; the gap is "
