@@ -350,9 +350,7 @@ class SpecDecPP(Method):
 
     def round_law(self, p, q, x, *, bonus: bool):
         """SD's round law: the stopping rule reads only the drafts, so a round verifies its block as SD does."""
-        from speculab.methods.chain import chain_round_law
-
-        return chain_round_law(sd_rule(p, q[..., :-1, :]), p, q, x, bonus=bonus, biased=False)
+        return SD().round_law(p, q, x, bonus=bonus)
 
     def expected(self, inst) -> Expected | None:
         """Exact counts, every head, on instances whose draft trees fit

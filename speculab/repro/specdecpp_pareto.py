@@ -51,16 +51,18 @@ def _decode(pair, prompts, method, max_new_tokens: int, key) -> dict:
             "tokens_per_round": float(n.sum() / c.oracle_calls.sum()),
             "draft_forwards_per_token": float(F.sum() / n.sum()),
             "extra_forwards_per_token": float((F - c.draft_calls).sum() / n.sum()),
-            "_per_run": (F / n, c.oracle_calls / n)}
+            "_per_run": (F, c.oracle_calls.astype(float), n)}
 
 
 def _add_latency(r: dict, c: float) -> None:
     """Time per token in target calls, ``c · F/N + N_target/N`` with ``F`` the draft's forward passes: [SDpp]
     eq. (5.1) when ``F = N_draft`` (SD), plus the passes in which SpecDec++'s head stopped a round."""
     r["latency"] = c * r["draft_forwards_per_token"] + r["verification_rate"]
-    forwards, verif = r.pop("_per_run")
-    per_run = c * forwards + verif
-    r["latency_se"] = float(np.std(per_run, ddof=1) / np.sqrt(per_run.size)) if per_run.size > 1 else float("nan")
+    forwards, targets, tokens = r.pop("_per_run")
+    time = c * forwards + targets  # per run, in target calls: the estimate is Σ time / Σ tokens, a ratio of sums
+    k = time.size
+    resid = time - r["latency"] * tokens  # its standard error by the delta method
+    r["latency_se"] = float(np.sqrt(k / (k - 1) * (resid @ resid)) / tokens.sum()) if k > 1 else float("nan")
 
 
 def _cost_ratio(pair, prompts, key) -> float:
