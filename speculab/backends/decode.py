@@ -205,14 +205,16 @@ class _Run:
             xs.append(x)
             if rows == 1 and self.eos is not None and int(x[0]) == self.eos:
                 break
-            if head is not None and i + 1 < L:  # the head reads the hidden state at x: stop, or draft on from its logits
+            if i + 1 == L:
+                break
+            if head is None:
+                logits = pair.draft.extend(self.ds, x[:, None])
+            else:  # the head reads the hidden state at x: stop, or draft on from the same pass's logits
                 logits, hidden = pair.draft.extend(self.ds, x[:, None], hidden=True)
                 predictions.append(method.check_prediction(head(hidden[0, -1])))
                 if method.stop_drafting(predictions, self.remaining):
                     break  # the pass that read x is one more draft forward than SD makes for this block
-                p = self.sampling.probs(logits[:, -1].double(), check=False)
-            elif i + 1 < L:
-                p = self.sampling.probs(pair.draft.extend(self.ds, x[:, None])[:, -1].double(), check=False)
+            p = self.sampling.probs(logits[:, -1].double(), check=False)
         if not xs:
             return (torch.zeros((rows, 0), dtype=torch.long, device=self.dev),
                     torch.zeros((rows, 0, p.size(-1)), dtype=p.dtype, device=self.dev))
@@ -416,8 +418,8 @@ def decode(
         if d_in is None:
             raise ValueError(f"{type(method).__name__}'s head must be a speculab.backends.heads.TrainedHead "
                              f"(train_head or load_head); got {head!r}")
-        if width is not None and head.config.d_in != width:
-            raise ValueError(f"the head reads {head.config.d_in} features but the draft's hidden states have {width}")
+        if width is not None and d_in != width:
+            raise ValueError(f"the head reads {d_in} features but the draft's hidden states have {width}")
     if not isinstance(sampling, Sampling):
         raise ValueError(f"sampling must be a speculab.backends.Sampling (e.g. Sampling(temperature=0.8)); "
                          f"got {sampling!r}")

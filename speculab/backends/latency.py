@@ -208,9 +208,8 @@ class LatencyModel:
     def seconds(self, counts, rounds=None) -> np.ndarray:
         """Predicted seconds of each run from its counts (``draft_calls``, ``oracle_calls``, ``tokens``) and,
         when given, its rounds' block lengths (``DecodeResult.rounds``)."""
-        d, r, n = (np.asarray(getattr(counts, k), dtype=float) for k in ("draft_calls", "oracle_calls", "tokens"))
-        return (self.forward_seconds(counts, rounds) + r * self.per_round + d * self.per_draft + n * self.per_token
-                + self.per_run + (d > 0) * self.per_drafting_run)
+        loop = np.array([getattr(self, name) for name in LOOP_TERMS])
+        return self.forward_seconds(counts, rounds) + _loop_features(counts) @ loop
 
     def latency(self, counts, rounds=None) -> float:
         """Predicted seconds per token over the runs of ``counts`` (and ``rounds``, when given)."""
@@ -232,8 +231,7 @@ def fit_latency(runs: list[TimedRuns]) -> LatencyModel:
     forward = LatencyModel(*fits, 0.0, 0.0, 0.0)
     counts = [r.result.counts for r in runs]
     rest = np.concatenate([r.seconds - forward.forward_seconds(c, r.result.rounds) for r, c in zip(runs, counts)])
-    X = np.concatenate([np.stack([c.oracle_calls, c.draft_calls, c.tokens, np.ones(c.n_runs), c.draft_calls > 0],
-                                 axis=1).astype(float) for c in counts])
+    X = np.concatenate([_loop_features(c) for c in counts])
     keep = _identified(X)
     coef = np.zeros(X.shape[1])
     coef[keep], _ = nnls(X[:, keep], rest)
@@ -245,8 +243,16 @@ def fit_latency(runs: list[TimedRuns]) -> LatencyModel:
 #: kept above this share of the largest: one run cut short by an EOS does not make a per-token cost measurable.
 IDENTIFIED = 1e-2
 
-#: The loop's fitted costs, in the column order of :func:`fit_latency`'s regression.
+#: The loop's fitted costs, in the column order of :func:`_loop_features`.
 LOOP_TERMS = ("per_round", "per_draft", "per_token", "per_run", "per_drafting_run")
+
+
+def _loop_features(counts) -> np.ndarray:
+    """What each run pays a loop cost for, ``(n_runs, 5)`` in the order of :data:`LOOP_TERMS`: rounds, drafted
+    tokens, output tokens, the run itself, and whether it drafts."""
+    d = np.asarray(counts.draft_calls, dtype=float)
+    return np.stack([np.asarray(counts.oracle_calls, dtype=float), d, np.asarray(counts.tokens, dtype=float),
+                     np.ones_like(d), (d > 0).astype(float)], axis=1)
 
 
 def _identified(X: np.ndarray) -> list[int]:
