@@ -198,3 +198,14 @@ def test_repro_sprinter_roc(tmp_path):
     shares = [result["verifiers"][f"lam{lam}_token"]["acceptable_share"] for lam in sprinter_roc.LAMBDAS]
     assert shares == sorted(shares)  # a larger λ labels more tokens acceptable
     assert (tmp_path / "sprinter_roc.png").stat().st_size > 0 and "AUC" in sprinter_roc.summary(result)
+
+
+def test_a_constant_head_scores_its_constant_and_refuses_a_score_outside_the_open_interval():
+    from speculab.backends.heads import constant_head
+
+    head = constant_head(5, 0.3)
+    scores = head(torch.randn(7, 5, generator=torch.Generator().manual_seed(0)) * 100)
+    np.testing.assert_allclose(scores.numpy(), 0.3, rtol=1e-6)
+    for bad in (0.0, 1.0, True, float("nan"), "0.3"):
+        with pytest.raises(ValueError, match=r"score must be a number in \(0, 1\)"):
+            constant_head(5, bad)

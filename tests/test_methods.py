@@ -199,6 +199,13 @@ def _blocks(rng, n=6, M=1, L=3, V=5):
 
 
 ROUND_CASES = [m for m in METHODS if type(m).round_law is not Method.round_law]  # with a round law (real models or not)
+
+
+def _round_law(method, p, q, x, *, bonus: bool):
+    """``method``'s round law; SPRINTER's given the verdicts pass, …, pass, refuse (a round stops at a refusal)."""
+    if isinstance(method, Sprinter):
+        return method.round_law(p, q, x, bonus=bonus, predictions=[1.0] * (x.shape[-1] - 1) + [0.0])
+    return method.round_law(p, q, x, bonus=bonus)
 ROOT_CASES = [m for m in METHODS if m.rows > 1]
 
 
@@ -236,8 +243,8 @@ def test_numpy_rule_equals_torch_rule(method):
     L = method.draft_length(3)
     p, q, x = _blocks(rng, M=method.rows, L=L)
     for bonus in (True, False):
-        a = method.round_law(p, q, x, bonus=bonus)
-        b = method.round_law(torch.from_numpy(p), torch.from_numpy(q), torch.from_numpy(x), bonus=bonus)
+        a = _round_law(method, p, q, x, bonus=bonus)
+        b = _round_law(method, torch.from_numpy(p), torch.from_numpy(q), torch.from_numpy(x), bonus=bonus)
         for name, value in a._asdict().items():
             if value is None:
                 assert getattr(b, name) is None, name
@@ -256,7 +263,7 @@ def test_sampled_decisions_follow_the_round_law(method):
     """``sample_round`` draws (row, accepted) with the law's probabilities (Monte Carlo, one block)."""
     rng = np.random.default_rng(9)
     p, q, x = _blocks(rng, n=1, M=method.rows, L=method.draft_length(3))
-    law = method.round_law(p, q, x, bonus=True)
+    law = _round_law(method, p, q, x, bonus=True)
     n = 20_000
     tiled = type(law)(*(None if v is None else np.repeat(v, n, axis=0) for v in law))
     row, tau, token = sample_round(tiled, rng.random(n), rng.random(n))
@@ -264,7 +271,10 @@ def test_sampled_decisions_follow_the_round_law(method):
     np.add.at(freq, (row, tau), 1.0 / n)
     exact = law.outcome[0]
     assert np.all(np.abs(freq - exact) < Z_BOUND * np.sqrt(exact * (1 - exact) / n) + 1e-12)
-    assert np.all(token >= 0)  # with a bonus position, every outcome is followed by a token
+    if isinstance(method, Sprinter):  # no bonus token ever: a round whose refused draft is kept ends there
+        np.testing.assert_array_equal(token >= 0, tau < x.shape[-1])
+    else:
+        assert np.all(token >= 0)  # with a bonus position, every outcome is followed by a token
 
 
 # -- the CLI asks each method for its own theory ---------------------------------------------------------------
@@ -314,7 +324,7 @@ def test_methods_listing_names_every_method(capsys):
     out = json.loads(capsys.readouterr().out)
     assert set(out) == set(REGISTRY)
     assert out["sd"]["options"] == {"--K": dataclasses.fields(SD)[0].metadata["help"]}
-    assert out["sprinter"]["real_models"] is False and out["sd"]["real_models"] is True
+    assert out["optimal-batch"]["real_models"] is False and out["sd"]["real_models"] is True
 
 
 # -- one randomness argument --------------------------------------------------------------------------------

@@ -22,3 +22,18 @@ def test_readme_example_runs(code):
     pytest.importorskip("transformers")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_every_reproduction_has_its_script_and_its_rows():
+    """Each `speculab repro NAME` has papers_repro/<module>.py calling it, a row in papers_repro/README.md and one in
+    the README's table of reproductions."""
+    from speculab.repro import FIGURES
+
+    root = README.parent
+    listing = (root / "papers_repro" / "README.md").read_text()
+    front = README.read_text()
+    for name, (module, _) in FIGURES.items():
+        script = root / "papers_repro" / f"{module.rsplit('.', 1)[1]}.py"
+        assert script.exists() and f'"{name}"' in script.read_text(), name
+        assert f"`{script.name}`" in listing, name
+        assert f"`speculab repro {name}`" in front, name

@@ -9,6 +9,7 @@ torch = pytest.importorskip("torch")
 
 from speculab.backends import decode, load_pair  # noqa: E402
 from speculab.backends.heads import HeadConfig, TrainedHead, make_head  # noqa: E402
+from _heads import constant, random_head  # noqa: E402
 from speculab.backends.pair import default_prompts  # noqa: E402
 from speculab.methods import SD, SpecDecPP  # noqa: E402
 
@@ -18,25 +19,6 @@ PROMPTS = default_prompts()[:4]
 @pytest.fixture(scope="module")
 def pair():
     return load_pair("tiny", device="cpu")
-
-
-def _width(pair) -> int:
-    return pair.draft.model.config.n_embd
-
-
-def _constant_head(pair, a: float) -> TrainedHead:
-    """A head predicting ``a`` whatever the hidden state (zero weights, bias logit(a))."""
-    config = HeadConfig(d_in=_width(pair))
-    head = make_head(config)
-    with torch.no_grad():
-        head.out.weight.zero_()
-        head.out.bias.fill_(math.log(a / (1 - a)))
-    return TrainedHead(head, config)
-
-
-def _random_head(pair, seed: int) -> TrainedHead:
-    config = HeadConfig(d_in=_width(pair), kind="resnet", depth=1, seed=seed)
-    return TrainedHead(make_head(config, torch.Generator().manual_seed(seed)), config)
 
 
 def _forwards(pair, method, **kwargs):
@@ -49,7 +31,7 @@ def _forwards(pair, method, **kwargs):
 def test_h_one_never_stops_early_and_is_sd_with_the_cap(pair):
     """h = 1: the rule never fires before the cap, so the run is SD(K = cap) token for token, count for count and
     draft forward pass for pass (the block's last possible draft is never fed to the head)."""
-    a, fa = _forwards(pair, SpecDecPP(1.0, head=_constant_head(pair, 0.3), cap=4), max_new_tokens=20, key=5)
+    a, fa = _forwards(pair, SpecDecPP(1.0, head=constant(pair, 0.3), cap=4), max_new_tokens=20, key=5)
     b, fb = _forwards(pair, SD(K=4), max_new_tokens=20, key=5)
     assert a.tokens == b.tokens and fa == fb
     for f in ("rejections", "oracle_calls", "draft_calls", "accepted", "bonus", "tokens"):
@@ -59,7 +41,7 @@ def test_h_one_never_stops_early_and_is_sd_with_the_cap(pair):
 def test_h_zero_with_an_uncertain_head_drafts_one_token_per_round(pair):
     """1 − 0.9 > 0 after the first draft: SD(K = 1) in tokens ([SDpp] Alg. 1 would draft one more), at the cost of
     one more draft forward pass per round that the head stopped (it read the draft's hidden state at the token)."""
-    res, forwards = _forwards(pair, SpecDecPP(0.0, head=_constant_head(pair, 0.9)), max_new_tokens=20, key=6)
+    res, forwards = _forwards(pair, SpecDecPP(0.0, head=constant(pair, 0.9)), max_new_tokens=20, key=6)
     early = 0
     for r, out in zip(res.rounds, res.tokens):
         assert np.all(r.drafted == 1)
@@ -75,7 +57,7 @@ def test_a_constant_head_stops_where_its_product_crosses_the_threshold(pair):
     """a = 0.8, h = 0.5: 1 − 0.8^k > 0.5 first at k = 4 (0.8³ = 0.512), so every round drafts 4 tokens unless fewer
     remain (or the block drafted an EOS)."""
     blocks = []
-    res = decode(pair, PROMPTS, SpecDecPP(0.5, head=_constant_head(pair, 0.8)), max_new_tokens=24, key=7,
+    res = decode(pair, PROMPTS, SpecDecPP(0.5, head=constant(pair, 0.8)), max_new_tokens=24, key=7,
                  on_round=lambda info: blocks.append(info.drafts[0].tolist()))
     rounds = iter(blocks)
     for r in res.rounds:
@@ -90,7 +72,7 @@ def test_a_constant_head_stops_where_its_product_crosses_the_threshold(pair):
 def test_the_stopping_decisions_are_the_heads_on_the_drafts_hidden_states(pair):
     """A head that depends on the hidden state: each round's length equals the rule applied to the head's predictions
     recomputed offline, by one uncached forward pass of the draft over the prompt, the output so far and the block."""
-    head, h = _random_head(pair, 3), 0.35
+    head, h = random_head(pair, 3), 0.35
     blocks = []
 
     def keep(info):
@@ -127,7 +109,7 @@ def test_the_draft_cache_agrees_with_an_uncached_draft(pair):
 
     uncached = ModelPair(HFModel(pair.draft.model, pair.vocab_size, use_cache=False), pair.target, pair.tokenizer,
                          pair.vocab_size)
-    method = SpecDecPP(0.45, head=_random_head(pair, 4), cap=5)
+    method = SpecDecPP(0.45, head=random_head(pair, 4), cap=5)
     a = decode(pair, PROMPTS, method, max_new_tokens=24, key=9)
     b = decode(uncached, PROMPTS, method, max_new_tokens=24, key=9)
     assert a.tokens == b.tokens
@@ -146,11 +128,11 @@ def test_specdecpp_on_real_models_refuses_what_it_cannot_run(pair):
         decode(pair, PROMPTS[:1], SpecDecPP(0.5), max_new_tokens=4, key=0)
     ngram = load_pair(NGramModel(np.arange(100) % 7, 2, pair.vocab_size), "tiny-target", device="cpu")
     with pytest.raises(ValueError, match="must be a Hugging Face model"):
-        decode(ngram, PROMPTS[:1], SpecDecPP(0.5, head=_constant_head(pair, 0.5)), max_new_tokens=4, key=0)
+        decode(ngram, PROMPTS[:1], SpecDecPP(0.5, head=constant(pair, 0.5)), max_new_tokens=4, key=0)
     narrow = TrainedHead(make_head(HeadConfig(d_in=3)), HeadConfig(d_in=3))
     with pytest.raises(ValueError, match="reads 3 features"):
         decode(pair, PROMPTS[:1], SpecDecPP(0.5, head=narrow), max_new_tokens=4, key=0)
-    nan_head = _constant_head(pair, 0.5)
+    nan_head = constant(pair, 0.5)
     with torch.no_grad():
         nan_head.head.out.bias.fill_(float("nan"))
     with pytest.raises(ValueError, match="must be a probability"):  # a NaN would never stop a round
@@ -166,7 +148,7 @@ def test_specdecpp_on_real_models_refuses_what_it_cannot_run(pair):
         decode(pair, PROMPTS[:1], SpecDecPP(0.5, head=Pretender()), max_new_tokens=4, key=0)
     inst = MarkovInstance.random(T=4, V=3, key=0)
     with pytest.raises(ValueError, match="runs on real models only"):
-        simulate(inst, SpecDecPP(0.5, head=_constant_head(pair, 0.5)), 10, key=0)
+        simulate(inst, SpecDecPP(0.5, head=constant(pair, 0.5)), 10, key=0)
 
 
 def test_repro_specdecpp_pareto(tmp_path, monkeypatch):

@@ -369,3 +369,21 @@ def test_repro_sprinter_fig5_and_fig6(tmp_path):
         assert max(abs(z) for z in pts["z"]) < Z_BOUND
     assert r6["limit_eta_tp_1"]["0.5"]["stopping_time"] == pytest.approx(0.7)
     assert "Fig. 6" in sprinter_fig6.summary(r6)
+
+
+def test_the_round_law_on_real_models_keeps_passed_drafts_and_checks_the_refused_one():
+    """Verdicts pass, refuse on a two-draft block, against the law written out by hand: the passed draft is kept
+    (its slot's law is ``p``), the refused one is SD's check (kept w.p. ``min(1, q/p)``, else a draw from
+    ``[q − p]_+``; its slot's law is ``q``), and nothing follows the block — even where a bonus position exists."""
+    p = np.array([[[[0.5, 0.3, 0.2], [0.6, 0.1, 0.3]]]])
+    q = np.array([[[[0.2, 0.3, 0.5], [0.3, 0.3, 0.4], [0.1, 0.1, 0.8]]]])
+    x = np.array([[[0, 0]]])
+    law = Sprinter(verifier=lambda t, prev, x: 0.5).round_law(p, q, x, bonus=True, predictions=[1.0, 0.0])
+    keep = 0.3 / 0.6
+    np.testing.assert_allclose(law.outcome[0, 0], [0.0, 1 - keep, keep], atol=1e-15)
+    np.testing.assert_allclose(law.correction[0, 0, 1] / law.correction[0, 0, 1].sum(), [0.0, 2 / 3, 1 / 3], atol=1e-15)
+    np.testing.assert_array_equal(law.correction[0, 0, 2], 0.0)  # no bonus token
+    np.testing.assert_allclose(law.law[0, 0], [p[0, 0, 0], q[0, 0, 1]], atol=1e-15)
+    np.testing.assert_allclose(law.reject_prob[0, 0], [0.0, 0.3, 0.0], atol=1e-15)  # refused slot: TV(p, q) = 0.3
+    with pytest.raises(ValueError, match="one verdict per drafted slot"):
+        Sprinter(0.9, 0.1).round_law(p, q, x, bonus=True, predictions=[1.0])

@@ -93,6 +93,8 @@ class RoundInfo:
       drafts: ``(M, L)`` drafted tokens.
       law: the method's :class:`~speculab.methods.RoundLaw` (batch axis of size 1).
       row, accepted: the decision drawn.
+      predictions: what the method's head gave at the drafted slots (SpecDec++'s predicted acceptances,
+        SPRINTER's verdicts), or ``None`` for a method without a head.
     """
 
     run: int
@@ -102,6 +104,7 @@ class RoundInfo:
     law: RoundLaw
     row: int
     accepted: int
+    predictions: list | None = None
 
 
 @dataclass(frozen=True)
@@ -168,9 +171,11 @@ class _Run:
     def _tensor(self, tokens, rows=1):
         return torch.tensor([tokens] * rows, dtype=torch.long, device=self.dev)
 
-    def _catch_up(self, model, state):
-        """Feed ``model`` the accepted tokens it has not seen yet; return their logits ``(1, n, V)``."""
-        return model.extend(state, self._tensor(self.ids[state.length:]))
+    def _catch_up(self, model, state, hidden: bool = False):
+        """Feed ``model`` the accepted tokens it has not seen yet; return their logits ``(1, n, V)`` (and with
+        ``hidden`` the last hidden states there)."""
+        tokens = self._tensor(self.ids[state.length:])
+        return model.extend(state, tokens, hidden=True) if hidden else model.extend(state, tokens)
 
     def _accept(self, tokens: list[int]) -> None:
         self.ids.extend(tokens)
@@ -181,71 +186,90 @@ class _Run:
         self.pair.draft.crop(self.ds, min(self.ds.length, n))
 
     def _draft(self, L: int, rows: int, method: Method):
-        """Draft ``L`` tokens per row; returns tokens ``(rows, L)`` and their laws ``(rows, L, V)``.
+        """Draft ``L`` tokens per row; returns tokens ``(rows, L)``, their laws ``(rows, L, V)`` and the values the
+        method's head gave at the slots (:attr:`~speculab.methods.Method.draft_head`; ``[]`` without one).
 
         A single row stops at EOS, or where the draft proposes nothing (the block is then shorter than ``L``,
         possibly empty: the round is then one target step), or where the method's head on the draft's hidden
-        states says stop (SpecDec++: each drafted token but the block's last possible one is fed to the draft
-        for its hidden state — a round the head stops early costs one draft forward more than its drafts).
+        states says stop. A head reading the drafted token (SpecDec++) is run on each drafted token but the block's
+        last possible one, fed to the draft for its hidden state — a round the head stops early costs one draft
+        forward more than its drafts. A head reading the previous token (SPRINTER's verifier) reads the hidden state
+        of the pass that computed the slot's law, before the slot is drafted: it costs no forward pass.
         """
         pair, greedy = self.pair, self.sampling.greedy
-        p = self.sampling.probs(self._catch_up(pair.draft, self.ds)[:, -1].double(), check=False)  # (1, V)
+        head = method.draft_head if rows == 1 else None
+        previous = head is not None and method.head_reads == "previous"
+        if previous:
+            logits, hidden = self._catch_up(pair.draft, self.ds, hidden=True)
+        else:
+            logits = self._catch_up(pair.draft, self.ds)
+        p = self.sampling.probs(logits[:, -1].double(), check=False)  # (1, V)
         ps, xs = [], []
         if rows > 1:
             pair.draft.repeat(self.ds, rows)
             p = p.expand(rows, -1)
         proposes = getattr(pair.draft, "proposes", None) if rows == 1 else None
         u = None if greedy else draft_uniforms(self.g, L, rows, self.dev)  # the whole block's, drawn up front
-        head, predictions = getattr(method, "draft_head", None), []
+        predictions = []
         for i in range(L):
             if proposes is not None and not proposes(tuple(self.ds.history[0])):
                 break  # the draft proposes nothing here (prompt lookup without a match): the block ends
+            if previous:  # the head reads the state that gave this slot's law
+                predictions.append(method.read_head(head(hidden[0, -1]), self.g))
             x = p.argmax(-1) if greedy else kernels.sample_index(p, u[:, i])
             ps.append(p)
             xs.append(x)
+            if previous and method.stop_drafting(predictions, self.remaining):
+                break
             if rows == 1 and self.eos is not None and int(x[0]) == self.eos:
                 break
             if i + 1 == L:
                 break
-            if head is None:
+            if previous:
+                logits, hidden = pair.draft.extend(self.ds, x[:, None], hidden=True)
+            elif head is None:
                 logits = pair.draft.extend(self.ds, x[:, None])
             else:  # the head reads the hidden state at x: stop, or draft on from the same pass's logits
                 logits, hidden = pair.draft.extend(self.ds, x[:, None], hidden=True)
-                predictions.append(method.check_prediction(head(hidden[0, -1])))
+                predictions.append(method.read_head(head(hidden[0, -1]), self.g))
                 if method.stop_drafting(predictions, self.remaining):
                     break  # the pass that read x is one more draft forward than SD makes for this block
             p = self.sampling.probs(logits[:, -1].double(), check=False)
         if not xs:
             return (torch.zeros((rows, 0), dtype=torch.long, device=self.dev),
-                    torch.zeros((rows, 0, p.size(-1)), dtype=p.dtype, device=self.dev))
-        return torch.stack(xs, 1), torch.stack(ps, 1)
+                    torch.zeros((rows, 0, p.size(-1)), dtype=p.dtype, device=self.dev), predictions)
+        return torch.stack(xs, 1), torch.stack(ps, 1), predictions
 
     def round(self, method: Method) -> None:
         """One round: draft, one target call, the method's law, the decision, records, cache rollback."""
         M, V = method.rows, self.pair.vocab_size
         L = method.draft_length(self.remaining)
+        predictions = []
         if L > 0:
-            xs, P = self._draft(L, M, method)  # (M, L), (M, L, V)
+            xs, P, predictions = self._draft(L, M, method)  # (M, L), (M, L, V)
             L = xs.size(1)
         else:  # no drafts: the target alone (autoregressive decoding)
             xs = torch.zeros((M, 0), dtype=torch.long, device=self.dev)
             P = torch.zeros((M, 0, V), dtype=torch.float64, device=self.dev)
+        head = method.draft_head is not None
         if M > 1:
             self.pair.target.repeat(self.ts, M)
         tokens = torch.cat([self._tensor(self.ids[self.ts.length:], M), xs], 1)
         # laws in float64 from the logits: acceptance ratios, round laws and losses exact to float64
         Q = self.sampling.probs(self.pair.target.extend(self.ts, tokens)[:, -(L + 1):].double(), check=False)
         check_laws(Q, P)  # NaN logits of either model refused, once per round
-        self.out.counts["oracle_calls"] += 1
+        self.out.counts["oracle_calls"] += 1 if not head or method.target_called(predictions) else 0
         self.out.counts["draft_calls"] += M * L
         last = int(xs[0, -1]) if L else None
-        law = method.round_law(P[None], Q[None], xs[None], bonus=bonus_possible(L, self.remaining, M, last, self.eos))
+        bonus = bonus_possible(L, self.remaining, M, last, self.eos)
+        law = (method.round_law(P[None], Q[None], xs[None], bonus=bonus, predictions=predictions) if head
+               else method.round_law(P[None], Q[None], xs[None], bonus=bonus))
         u = torch.rand(2, generator=self.g, dtype=torch.float64, device=self.dev)
         row, tau, token = (int(v[0]) for v in sample_round(law, u[:1], u[1:]))
         mean, var = law.expected_accepted()
         self.out.add_round(L, tau, float(mean[0]), float(var[0]))
         if self.on_round is not None:
-            self.on_round(RoundInfo(self.index, P, Q, xs, law, row, tau))
+            self.on_round(RoundInfo(self.index, P, Q, xs, law, row, tau, predictions if head else None))
         if M > 1:
             self.pair.target.select(self.ts, row)
             self.pair.draft.select(self.ds, row)
@@ -392,8 +416,8 @@ def decode(
       batch_size: prompts decoded together as the rows of one batch (:mod:`speculab.backends.batched`;
         ``None``: all of them); ``1`` decodes one prompt at a time. Both paths give the same
         tokens, counts and records for the same key (each prompt's own random stream, see ``key``).
-        A method whose head decides the round's length while drafting (SpecDec++ with a trained
-        head) is decoded one prompt at a time whatever ``batch_size``.
+        A method whose head decides the round's length while drafting (SpecDec++'s acceptance head,
+        SPRINTER's verifier) is decoded one prompt at a time whatever ``batch_size``.
 
     Returns:
       :class:`DecodeResult` with one ``Counts`` run, one :class:`RunRecord` and one
@@ -408,8 +432,9 @@ def decode(
     head = getattr(method, "draft_head", None)
     if getattr(method, "needs_draft_head", False):
         if head is None:
+            given = getattr(method, "head", getattr(method, "verifier", None))
             raise ValueError(f"{type(method).__name__} on real models needs a head trained on the draft's hidden states "
-                             f"(speculab.backends.heads.train_head); got head={getattr(method, 'head', None)!r}")
+                             f"(speculab.backends.heads.train_head); got {given!r}")
         if not isinstance(pair.draft, HFModel):
             raise ValueError(f"{type(method).__name__}'s head reads the draft's hidden states: the draft must be a "
                              f"Hugging Face model; got {type(pair.draft).__name__}")

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-__all__ = ["HeadConfig", "TrainedHead", "make_head", "train_head", "save_head", "load_head", "roc_curve", "auc"]
+__all__ = ["HeadConfig", "TrainedHead", "make_head", "constant_head", "train_head", "save_head", "load_head", "roc_curve", "auc"]
 
 KINDS = ("linear", "resnet")
 
@@ -128,6 +128,25 @@ class TrainedHead:
             raise ValueError(f"hidden states must have {self.config.d_in} features (the head's d_in); "
                              f"got shape {tuple(h.shape)}")
         return self.head.prob(h.to(next(self.head.parameters()).dtype))
+
+
+def constant_head(d_in: int, score: float) -> TrainedHead:
+    """A linear head scoring ``score`` whatever its input (zero weights, bias ``logit(score)``): a baseline that knows
+    nothing (e.g. SPRINTER's random verifier with ``tau=None``) and a head whose decisions a test can predict.
+
+    Args:
+      d_in: the width of the hidden states it will read.
+      score: its output, in ``(0, 1)`` (a logit is finite only there).
+    """
+    ok = isinstance(score, numbers.Real) and not isinstance(score, bool) and 0 < score < 1
+    if not ok:
+        raise ValueError(f"score must be a number in (0, 1); got {score!r}")
+    config = HeadConfig(d_in=d_in)
+    head = make_head(config)
+    with torch.no_grad():
+        head.out.weight.zero_()
+        head.out.bias.fill_(math.log(score / (1 - score)))
+    return TrainedHead(head, config, {"constant": float(score)})
 
 
 def _as_examples(features, targets, weights):

@@ -339,8 +339,37 @@ class Method(ABC):
           q: ``(..., M, L + 1, V)`` the target's laws there and at the next position.
           x: ``(..., M, L)`` integer drafted tokens.
           bonus: whether a position follows the block (else ``q[..., L, :]`` is unused).
+
+        A method with a :attr:`draft_head` also receives ``predictions=``, its stored values at the slots.
         """
         raise NotImplementedError(f"{type(self).__name__} does not run on real models")
+
+    # -- a head on the draft's hidden states (real models; SpecDec++, SPRINTER) ------------------------
+    #: Whether the method needs, on real models, a head trained on the draft's hidden states (:attr:`draft_head`).
+    needs_draft_head: ClassVar[bool] = False
+    #: Which hidden state the head reads at a slot: ``"token"``, the one after feeding the drafted token (the pass
+    #: that computes the next slot's law), or ``"previous"``, the one before it (the pass that computed this slot's).
+    head_reads: ClassVar[str] = "token"
+
+    @property
+    def draft_head(self):
+        """The head the decoding loop runs on the draft's hidden states while drafting, or ``None``. With a head,
+        a round is decoded one prompt at a time: at each slot the loop stores ``read_head(head(hidden), generator)``,
+        stops drafting where :meth:`stop_drafting` says, passes the stored values to :meth:`round_law` as
+        ``predictions`` and counts a target call where :meth:`target_called` says."""
+        return None
+
+    def read_head(self, score, generator) -> float:
+        """What the loop stores for a slot from the head's output ``score`` (``generator``: the prompt's stream)."""
+        raise NotImplementedError(f"{type(self).__name__} reads no head")
+
+    def stop_drafting(self, predictions: list[float], remaining: int) -> bool:
+        """Whether a round stops drafting after the slots whose stored values are ``predictions``."""
+        raise NotImplementedError(f"{type(self).__name__} reads no head")
+
+    def target_called(self, predictions: list[float]) -> bool:
+        """Whether a round with these stored values calls the target (every round does unless a method says not)."""
+        return True
 
     @classmethod
     def runs_on_real_models(cls) -> bool:

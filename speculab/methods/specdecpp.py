@@ -324,6 +324,7 @@ class SpecDecPP(Method):
     # -- real models ---------------------------------------------------------------------------------
     #: On real models the round's length is decided while drafting, by a head on the draft's hidden states.
     needs_draft_head: ClassVar[bool] = True
+    head_reads: ClassVar[str] = "token"
 
     @property
     def draft_head(self):
@@ -331,10 +332,9 @@ class SpecDecPP(Method):
         ``f(t, prev, x)`` or the oracle, which read ``q`` or a Markov instance: not available while drafting)."""
         return self.head if getattr(self.head, "reads_hidden_states", False) else None
 
-    @staticmethod
-    def check_prediction(a) -> float:
+    def read_head(self, score, generator) -> float:
         """A head's prediction as a float, refused unless it is a probability (a NaN would never stop a round)."""
-        value = float(a)
+        value = float(score)
         if not 0 <= value <= 1:
             raise ValueError(f"the acceptance head predicted {value}; a prediction must be a probability in [0, 1]")
         return value
@@ -348,7 +348,7 @@ class SpecDecPP(Method):
     def draft_length(self, remaining: int) -> int:
         return min(self.cap, remaining)
 
-    def round_law(self, p, q, x, *, bonus: bool):
+    def round_law(self, p, q, x, *, bonus: bool, predictions=None):
         """SD's round law: the stopping rule reads only the drafts, so a round verifies its block as SD does."""
         return SD().round_law(p, q, x, bonus=bonus)
 

@@ -24,20 +24,41 @@ Random numbers are drawn in the same order whatever the verifier: per position
 ``n`` uniforms for the draft, ``n`` for the verdict, ``n`` for the target's
 check, then one per rejection. A verifier function returning ``η_TP``/``η_FP``
 by acceptability therefore gives the very same runs as ``Sprinter(eta_tp, eta_fp)``.
-On real models SPRINTER needs a trained verifier; it runs on Markov instances here.
+
+**On real models** (:func:`speculab.backends.decode`, one prompt at a time) the verifier is a
+head trained on the draft's hidden states (:class:`speculab.backends.heads.TrainedHead`), and
+it reads [SPR] §4's input, "the last embedding of the previous token": the draft's last
+hidden state at the token before the slot, which the forward pass that computed the slot's
+law ``p`` returns anyway. The verdict is ``score ≥ τ`` ([SPR] Alg. 1's inference threshold),
+or with ``tau=None`` a coin with probability ``score`` (so a constant head is the random
+verifier). The verdict is therefore fixed before ``x`` is drafted and does not depend on
+``x``, and the one-step law is exact: ``p`` after a pass, ``q`` after a refusal (the target
+checks ``x ~ p`` as SD does) — the law above with ``v`` constant over the vocabulary, so
+``TV(q, p_SPR) = v · TV(p, q)`` at every position and S1's mixture holds position by position
+with ``η = v``. A round drafts until the first refusal and then makes one target call;
+[SPR] does not cap the round. A run that ends (horizon or EOS) with every draft of its last
+round passed makes no target call for that round ([SPR] Alg. 1): the loop still runs the
+target on those tokens to record ``q`` there (their log-likelihood and TV), but does not
+count the call. [SPR] also allows verifiers reading the drafted token ("the embedding of
+the draft token x"); the exact per-token law of such a verifier needs its verdict on every
+token of the vocabulary, one draft forward pass each, so it is not run here.
 """
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
 from typing import Callable, ClassVar
 
 import numpy as np
+from array_api_compat import array_namespace, device
 
 from speculab import kernels
 from speculab._validate import as_float_array, as_generator, as_positive_int, as_probability_array
 from speculab.counts import CORRECTION, DRAFT, Expected
 from speculab.methods.base import Emit, Method, Step, check_probability, param, register
+from speculab.methods.chain import Rule, chain_round_law
 from speculab.methods.sd import sd_rule
 from speculab.theory.sprinter import sprinter_pass_probabilities, sprinter_profile
 from speculab.theory.instance import cumulative, rowwise
@@ -55,6 +76,14 @@ def _call_verifier(verifier, t: int, prev: np.ndarray, x: np.ndarray) -> np.ndar
     return as_probability_array(out, "verifier output")
 
 
+def _markov_verifier(verifier):
+    """``verifier``, refused if it is a head trained on a draft's hidden states (real models only)."""
+    if getattr(verifier, "reads_hidden_states", False):
+        raise ValueError("a verifier trained on a draft's hidden states (speculab.backends.heads) runs on real models "
+                         "only; on a Markov instance give Sprinter(eta_tp, eta_fp) or a function f(t, prev, x)")
+    return verifier
+
+
 class _Step(Step):
     extra = ("verifier_calls",)
 
@@ -62,7 +91,7 @@ class _Step(Step):
         b, R = rowwise(sd_rule, inst.P, inst.Q)
         self.keep, self.cR = b, rowwise(cumulative, R)  # the target's check: min(1, q/p), then [q − p]_+
         self.cP = rowwise(cumulative, inst.P)
-        self.verifier = method.verifier
+        self.verifier = _markov_verifier(method.verifier)
         self.v = None if method.verifier is not None else sprinter_pass_probabilities(inst, method.eta_tp, method.eta_fp)
 
     def start(self, n: int) -> None:
@@ -97,6 +126,11 @@ class Sprinter(Method):
     acceptable`` (arrays: position index ``t`` (int), previous tokens ``(n,)``,
     drafted tokens ``(n,)``), e.g. a trained verifier.
 
+    On real models, ``Sprinter(verifier=head, tau=τ)`` with a head trained on the draft's hidden
+    states (:func:`speculab.backends.heads.train_head`): it reads the hidden state at the token
+    before each slot ([SPR] §4) and passes the slot iff its score is ``≥ τ`` (``tau=None``: with
+    probability the score). Module docstring: the exact law, the counts.
+
     ``η_TP = η_FP = 1`` is allowed: the verifier always says acceptable, no target call
     is ever made and the output is the draft's law; [SPR]'s ``E[N]`` (S2, no horizon) is
     then infinite, while a run on a Markov instance ends at ``T``.
@@ -106,6 +140,7 @@ class Sprinter(Method):
     eta_tp: float | None = param(None, help="η_TP: P(verifier passes | acceptable)", type=float, required=True)
     eta_fp: float | None = param(None, help="η_FP: P(verifier passes | not acceptable)", type=float, required=True)
     verifier: Callable | None = param(None, help="verifier function f(t, prev, x) -> pass probability", cli=False)
+    tau: float | None = param(0.5, help="inference threshold τ on a trained verifier's score", cli=False)
 
     def __post_init__(self):
         if self.verifier is None:
@@ -118,6 +153,11 @@ class Sprinter(Method):
                 raise ValueError(f"verifier must be callable; got {self.verifier!r}")
             if self.eta_tp is not None or self.eta_fp is not None:
                 raise ValueError("give either eta_tp/eta_fp or a verifier, not both")
+        if self.tau is not None:
+            ok = isinstance(self.tau, numbers.Real) and not isinstance(self.tau, bool) and math.isfinite(self.tau)
+            if not ok:
+                raise ValueError(f"tau must be a finite number (the verifier passes a slot iff its score >= tau) or "
+                                 f"None (a coin with the score's probability); got {self.tau!r}")
 
     @property
     def unbiased(self) -> bool:
@@ -132,6 +172,7 @@ class Sprinter(Method):
         """
         if self.verifier is None:
             return sprinter_pass_probabilities(inst, self.eta_tp, self.eta_fp)
+        _markov_verifier(self.verifier)
         V = inst.V
         prev, x = np.divmod(np.arange(V * V), V)  # every (a, x) pair, a-major
         return np.stack([_call_verifier(self.verifier, t, prev, x).reshape(V, V) for t in range(inst.T)])
@@ -154,6 +195,61 @@ class Sprinter(Method):
                         accepted=prof.accepted, discarded=prof.rejections, bonus=0.0, tokens=T,
                         rejections_per_position=prof.rejections_per_position, extra={"verifier_calls": T},
                         source="[SPR] Thm 3.1 along SPRINTER's output chain")
+
+    # -- real models ---------------------------------------------------------------------------------
+    #: On real models a round drafts until the verifier, a head on the draft's hidden states, refuses a slot.
+    needs_draft_head: ClassVar[bool] = True
+    #: The head reads the hidden state at the token before each slot ([SPR] §4), not at the drafted token.
+    head_reads: ClassVar[str] = "previous"
+
+    @property
+    def draft_head(self):
+        """The verifier if it is a head trained on the draft's hidden states (what the decoding loop runs), else ``None``."""
+        return self.verifier if getattr(self.verifier, "reads_hidden_states", False) else None
+
+    def read_head(self, score, generator) -> float:
+        """The verdict on a slot from the head's ``score``: ``1.0`` (pass: keep the draft, no target call) or ``0.0``.
+
+        ``score >= tau``, or with ``tau=None`` a uniform from ``generator`` below ``score``.
+        A score outside ``[0, 1]`` (NaN included) is refused."""
+        value = float(score)
+        if not 0 <= value <= 1:
+            raise ValueError(f"the verifier scored {value}; a score must be a probability in [0, 1]")
+        if self.tau is None:
+            import torch
+
+            return float(torch.rand((), generator=generator, dtype=torch.float64, device=generator.device) < value)
+        return float(value >= self.tau)
+
+    @staticmethod
+    def stop_drafting(verdicts: list[float], remaining: int) -> bool:
+        """A round stops drafting at its first refused slot ([SPR] Alg. 1) (the loop stops it at the horizon)."""
+        return verdicts[-1] == 0.0
+
+    @staticmethod
+    def target_called(verdicts: list[float]) -> bool:
+        """Whether the round calls the target: only a refused slot does ([SPR] Alg. 1)."""
+        return any(v == 0.0 for v in verdicts)
+
+    def draft_length(self, remaining: int) -> int:
+        return remaining
+
+    def round_law(self, p, q, x, *, bonus: bool, predictions=None):
+        """The law of a round given its verdicts (``predictions``: ``1.0`` passed, ``0.0`` refused, one per slot).
+
+        A passed slot keeps its draft (``b ≡ 1``: the slot's law is ``p``); a refused one is SD's check
+        (``b = min(1, q/p)``, correction ``[q − p]_+``: the law is ``q``). Nothing follows the block: SPRINTER
+        draws no bonus token, whatever ``bonus`` says. The one-step laws are returned (the method is biased).
+        """
+        if predictions is None:
+            raise ValueError("SPRINTER's round law needs the verifier's verdicts on the block (predictions=)")
+        xp = array_namespace(p, q)
+        passed = xp.asarray(predictions, dtype=p.dtype, device=device(p))
+        if passed.shape != (x.shape[-1],):
+            raise ValueError(f"predictions must hold one verdict per drafted slot ({x.shape[-1]}); got {passed.shape}")
+        b, R = sd_rule(p, q[..., :-1, :])
+        passed = passed[:, None]
+        return chain_round_law(Rule(passed + (1.0 - passed) * b, R), p, q, x, bonus=False, biased=True)
 
 
 def simulate_stopping(eta_tp: float, eta_fp: float, r: int, n_runs: int, key) -> np.ndarray:

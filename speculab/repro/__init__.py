@@ -22,6 +22,8 @@ FIGURES = {
     "sprinter-fig6": ("speculab.repro.sprinter_fig6", "[SPR] Fig. 6: E[T_stop] vs η_TP (r=5, t_d=0.1), Thm 3.4 vs simulation"),
     "sprinter-roc": ("speculab.repro.sprinter_roc",
                      "[SPR] App. A.10: the SPRINTER verifier trained on a real pair (λ = 1, 1.2, 1.5): ROC, AUC, η_TP/η_FP"),
+    "sprinter-tradeoff": ("speculab.repro.sprinter_tradeoff",
+                          "[SPR] Fig. 1 / Table 2 on real models: a trained verifier across τ vs a random one and SD; S1/S4"),
     "fsd-bound": ("speculab.repro.fsd_bound", "[FSD] §4.2: exact check of Div(P_q, P_FSD) <= N·%draft·θ, all divergences"),
     "fsd-tradeoff": ("speculab.repro.fsd_tradeoff",
                      "[FSD] Table 2 / App. E on real models: FSD across θ (4 divergences) vs SD and random acceptance"),

@@ -1,0 +1,288 @@
+"""[SPR] Fig. 1 / Table 2 on real models: SPRINTER's speed and quality with a trained verifier, theory beside measurement.
+
+The verifier is [SPR]'s: a linear layer and a sigmoid on the draft's last hidden state at the
+previous token, trained with BCE and Adam on [SPR] §3.2's data (text / draft / target / mixed
+completions, labels ``p(x)/q(x) ≤ λ`` for ``λ ∈ {1, 1.2, 1.5}``; early stopping on held-out
+prefixes), as ``speculab repro sprinter-roc`` trains it. For each λ the inference threshold τ
+is set at quantiles of the verifier's scores on held-out prefixes so that it passes about
+25 %, 50 % and 75 % of the slots. Every (λ, τ) decodes the held-out prompts with
+``Sprinter(verifier=head, tau=τ)``; beside it:
+
+* the **random verifier** at the same measured pass share (a constant score ``ρ`` with
+  ``tau=None``: each slot passed with probability ``ρ`` whatever the context) — the speed is
+  the same, so the gap in quality is what the trained verifier knows;
+* SD with ``K = 1`` and ``K = 4`` (exact: TV 0).
+
+Reported per setting, from the logits at every drafted slot: target calls per token, drafts
+per target call, tokens per second (wall clock, one prompt at a time), the exact mean
+per-token ``TV(P_SPR,n, q_n)`` and ``KL`` (the verdict reads the previous token, so a passed
+slot's law is ``p_n`` and a refused slot's is ``q_n``: ``TV = v_n · TV(p_n, q_n)`` exactly), the
+target's log-likelihood per token, the verifier's measured ``η_TP`` and ``η_FP`` on the drafted
+tokens (acceptable: ``p(x) ≤ q(x)``, SPEC §1), and **theory at the measured rates**: S1's
+per-token TV ``η_FP · TV(p, q)`` and S4's acceptance rate ``1 − (1 − η_FP) TV(p, q)`` (``TV``
+averaged over the drafted slots) against the measured ones. The difference is what the
+i.i.d.-verifier assumption of [SPR] §3.1 misses: a verifier that reads the context passes some
+positions more than others, so what enters the law is its pass rate weighted by each
+position's ``TV(p_n, q_n)``, not its false-positive rate on drafted tokens (both reported).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+from speculab._validate import as_positive_int, spawn_seeds
+from speculab.repro._io import describe_key, new_figure, write_json
+
+LAMBDAS = (1.0, 1.2, 1.5)
+#: Shares of held-out slots the threshold τ lets pass (τ at the matching quantile of the verifier's scores).
+PASS_SHARES = (0.25, 0.5, 0.75)
+#: Training prefixes (16 tokens each, completions of 16: 16 examples per prefix).
+PREFIXES = 1024
+#: Share of the training prefixes held out (scores for τ, AUC).
+TEST_SHARE = 0.2
+SD_KS = (1, 4)
+
+
+def _se(x: np.ndarray) -> float:
+    return float(np.std(x, ddof=1) / math.sqrt(x.size)) if x.size > 1 else float("nan")
+
+
+def _train(pair, key, say) -> dict:
+    """One verifier per λ on the previous token's hidden state; its held-out AUC and the thresholds τ."""
+    from speculab.backends.head_data import sprinter_examples
+    from speculab.backends.heads import HeadConfig, auc, train_head
+    from speculab.backends.tiny.build import BuildConfig, corpus
+
+    texts, _, _ = corpus(BuildConfig().seed)  # the tiny pair's training text: never the held-out prompts
+    data_key, split_key, *train_keys = spawn_seeds(key, 2 + len(LAMBDAS))
+    ex = sprinter_examples(pair, texts, n_prefixes=PREFIXES, key=data_key)
+    test_prefixes = np.zeros(PREFIXES, dtype=bool)
+    test_prefixes[np.random.default_rng(split_key).permutation(PREFIXES)[: math.ceil(TEST_SHARE * PREFIXES)]] = True
+    is_test = test_prefixes[ex.prefix]
+    train, test = ex.subset(~is_test), ex.subset(is_test)
+    out = {}
+    for lam, seed in zip(LAMBDAS, train_keys):
+        X = train.features("previous")
+        config = HeadConfig(kind="linear", d_in=X.shape[1], lr=1e-2, epochs=200, patience=10, seed=seed % 2**31)
+        head = train_head(X, train.labels(lam), config=config, groups=train.prefix)
+        scores = head(test.features("previous")).numpy()
+        taus = [float(np.quantile(scores, 1.0 - s)) for s in PASS_SHARES]
+        out[lam] = {"head": head, "auc": auc(scores, test.labels(lam)), "taus": taus}
+        say(f"sprinter-tradeoff: verifier λ = {lam}: held-out AUC {out[lam]['auc']:.3f}, τ = "
+            + ", ".join(f"{t:.3f}" for t in taus))
+    return out
+
+
+class _Slots:
+    """Per drafted slot of every round: ``TV(p, q)``, whether the draft is acceptable (``p(x) ≤ q(x)``), the verdict."""
+
+    def __init__(self):
+        self.run, self.tv, self.acceptable, self.passed = [], [], [], []
+
+    def __call__(self, info) -> None:
+        from speculab import kernels
+
+        L = info.drafts.shape[1]
+        if L == 0:
+            return
+        p, q, x = info.p[0], info.q[0, :L], info.drafts[0]
+        self.run += [info.run] * L
+        self.tv += kernels.tv(p, q).tolist()
+        self.acceptable += (p.gather(1, x[:, None])[:, 0] <= q.gather(1, x[:, None])[:, 0]).tolist()
+        self.passed += list(info.predictions) if info.predictions is not None else [0.0] * L
+
+    def arrays(self):
+        return (np.asarray(self.run), np.asarray(self.tv), np.asarray(self.acceptable, dtype=bool),
+                np.asarray(self.passed))
+
+
+def _measure(pair, prompts, method, max_new_tokens: int, key) -> dict:
+    from speculab.backends import decode
+
+    slots = _Slots()
+    t0 = time.perf_counter()
+    res = decode(pair, prompts, method, max_new_tokens=max_new_tokens, key=key, batch_size=1, on_round=slots)
+    seconds = time.perf_counter() - t0
+    c = res.counts
+    tokens = float(c.tokens.sum())
+    run, tv, acceptable, passed = slots.arrays()
+    tv_runs = np.array([r.loss_tv.mean() for r in res.records])
+    ll = np.array([r.target_logprob.mean() for r in res.records])
+    out = {
+        "target_calls_per_token": float(c.oracle_calls.sum() / tokens),
+        "drafts_per_target_call": float(c.draft_calls.sum() / c.oracle_calls.sum()) if c.oracle_calls.sum() else float("inf"),
+        "tokens_per_second": tokens / seconds,
+        "per_token_tv": float(np.concatenate([r.loss_tv for r in res.records]).mean()),
+        "per_token_tv_se": _se(tv_runs),
+        "per_token_kl": float(np.concatenate([r.loss_kl for r in res.records]).mean()),
+        "target_loglik_per_token": float(ll.mean()),
+        "target_loglik_se": _se(ll),
+        "draft_tv_per_slot": float(tv.mean()),
+        "slots": int(tv.size),
+    }
+    if getattr(method, "draft_head", None) is None:  # SD: every draft is checked by the target
+        out["acceptance_rate"] = float(c.accepted.sum() / c.draft_calls.sum())
+        return out
+    # SPRINTER: measured rates on the drafted tokens, and S1 / S4 at them
+    eta_tp = float(passed[acceptable].mean()) if acceptable.any() else float("nan")
+    eta_fp = float(passed[~acceptable].mean()) if (~acceptable).any() else float("nan")
+    accepted_runs = c.accepted / np.maximum(c.draft_calls, 1)
+    out.update({
+        "pass_share": float(passed.mean()),
+        "eta_tp": eta_tp,
+        "eta_fp": eta_fp,
+        # what S1 needs (SPRINTER's module docstring): the pass rate weighted by each slot's TV(p, q)
+        "eta_tv_weighted": float((passed * tv).sum() / tv.sum()),
+        "acceptance_rate": float(c.accepted.sum() / c.draft_calls.sum()),
+        "acceptance_rate_se": _se(accepted_runs),
+        "acceptance_rate_s4": 1.0 - (1.0 - eta_fp) * float(tv.mean()),
+        "acceptance_rate_exact": 1.0 - float(((1.0 - passed) * tv).mean()),  # given the verdicts drawn
+        "per_token_tv_s1": eta_fp * float(tv.mean()),
+    })
+    out["s1_gap_in_se"] = (out["per_token_tv"] - out["per_token_tv_s1"]) / out["per_token_tv_se"]
+    out["s4_gap_in_se"] = (out["acceptance_rate"] - out["acceptance_rate_s4"]) / out["acceptance_rate_se"]
+    return out
+
+
+def _interpolate(points: list[dict], calls: float) -> float:
+    """Per-token TV of a verifier's τ points interpolated (linearly) at ``calls`` target calls per token, NaN outside."""
+    pts = sorted((r["target_calls_per_token"], r["per_token_tv"]) for r in points)
+    xs, ys = [a for a, _ in pts], [b for _, b in pts]
+    return float(np.interp(calls, xs, ys)) if xs[0] <= calls <= xs[-1] else float("nan")
+
+
+def _random_verifier(pair, rate: float):
+    """SPRINTER whose verifier passes each slot with probability ``rate`` whatever the context."""
+    from speculab.backends.heads import constant_head
+    from speculab.methods import Sprinter
+
+    d = pair.draft.model.config.hidden_size
+    if 0 < rate < 1:
+        return Sprinter(verifier=constant_head(d, rate), tau=None)
+    return Sprinter(verifier=constant_head(d, 0.5), tau=1.0 if rate == 0 else 0.0)  # a sure verdict
+
+
+def run(key=0, n_runs: int = 2, out_dir: str | Path = "results", progress: bool = False,
+        draft: str | None = None, target: str | None = None, max_new_tokens: int = 32) -> dict:
+    """Train the verifiers, then decode the held-out prompts ``n_runs`` times each with every setting.
+    Writes ``sprinter_tradeoff.{png,json}``."""
+    from speculab.backends import load_pair
+    from speculab.backends.pair import default_prompts
+    from speculab.methods import SD, Sprinter
+
+    n_runs = as_positive_int(n_runs, "n_runs")
+    max_new_tokens = as_positive_int(max_new_tokens, "max_new_tokens")
+    say = print if progress else (lambda *a, **k: None)
+    pair = load_pair("tiny") if draft is None else load_pair(draft, target)
+    prompts = [p for p in default_prompts() for _ in range(n_runs)]
+    train_key, sd_key, *keys = spawn_seeds(key, 2 + len(LAMBDAS))
+    verifiers = _train(pair, train_key, say)
+    sd = {str(K): _measure(pair, prompts, SD(K=K), max_new_tokens, k)
+          for K, k in zip(SD_KS, spawn_seeds(sd_key, len(SD_KS)))}
+    trained, random = {}, {}
+    for lam, k in zip(LAMBDAS, keys):
+        v = verifiers[lam]
+        trained[str(lam)], random[str(lam)] = [], []
+        for share, tau, (k1, k2) in zip(PASS_SHARES, v["taus"], np.reshape(spawn_seeds(k, 2 * len(PASS_SHARES)), (-1, 2))):
+            point = {"target_pass_share": share, "tau": tau,
+                     **_measure(pair, prompts, Sprinter(verifier=v["head"], tau=tau), max_new_tokens, int(k1))}
+            rate = point["pass_share"]
+            baseline = {"rate": rate, **_measure(pair, prompts, _random_verifier(pair, rate), max_new_tokens, int(k2))}
+            trained[str(lam)].append(point)
+            random[str(lam)].append(baseline)
+            say(f"  λ = {lam}, τ = {tau:.3f}: pass share {rate:.2f}, TV {point['per_token_tv']:.4f} "
+                f"(random at that share {baseline['per_token_tv']:.4f})")
+    pairs = [(t, r) for lam in trained for t, r in zip(trained[lam], random[lam])]
+    gaps = [(r["per_token_tv"] - t["per_token_tv"]) / math.hypot(r["per_token_tv_se"], t["per_token_tv_se"])
+            for t, r in pairs]
+    at_sd = {K: {lam: _interpolate(pts, sd[K]["target_calls_per_token"]) for lam, pts in trained.items()} for K in sd}
+    result = {"figure": "[SPR] Fig. 1 / Table 2 (analogue)", "pair": pair.name, "key": describe_key(key),
+              "prompts": len(prompts), "max_new_tokens": max_new_tokens, "prefixes": PREFIXES,
+              "verifier_input": "the draft's last hidden state at the previous token ([SPR] §4)",
+              "auc": {str(lam): verifiers[lam]["auc"] for lam in LAMBDAS}, "sd": sd,
+              "sprinter": trained, "random_verifier": random,
+              # what SPRINTER gives up to run at SD's speed (SD's TV is 0 there); NaN outside a verifier's range
+              "sprinter_tv_at_sd_speed": at_sd,
+              "trained_vs_random": {"compared": len(pairs), "trained_lower_tv": sum(g > 0 for g in gaps),
+                                    "gaps_in_se": gaps},
+              "iid_assumption": {"largest_s1_gap_in_se": max(abs(t["s1_gap_in_se"]) for t, _ in pairs),
+                                 "largest_s4_gap_in_se": max(abs(t["s4_gap_in_se"]) for t, _ in pairs),
+                                 "random_largest_s1_gap_in_se": max(abs(r["s1_gap_in_se"]) for _, r in pairs)}}
+    out = Path(out_dir)
+    _plot(result, out)
+    write_json(result, out / "sprinter_tradeoff.json")
+    return result
+
+
+def _plot(result: dict, out: Path) -> None:
+    fig, (ax, ax2) = new_figure(ncols=2)
+    colors = dict(zip(result["sprinter"], ("tab:blue", "tab:orange", "tab:green")))
+    for lam, pts in result["sprinter"].items():
+        ax.plot([r["target_calls_per_token"] for r in pts], [r["per_token_tv"] for r in pts], "o-", color=colors[lam],
+                label=f"SPRINTER, verifier λ = {lam}")
+        ax2.errorbar([r["acceptance_rate_s4"] for r in pts], [r["acceptance_rate"] for r in pts],
+                     yerr=[2 * r["acceptance_rate_se"] for r in pts], fmt="o", color=colors[lam], label=f"λ = {lam}")
+    rand = sorted((r for pts in result["random_verifier"].values() for r in pts), key=lambda r: r["rate"])
+    ax.plot([r["target_calls_per_token"] for r in rand], [r["per_token_tv"] for r in rand], "s--", color="grey",
+            label="random verifier, same pass share")
+    ax2.errorbar([r["acceptance_rate_s4"] for r in rand], [r["acceptance_rate"] for r in rand],
+                 yerr=[2 * r["acceptance_rate_se"] for r in rand], fmt="s", color="grey", label="random verifier")
+    for K, r in result["sd"].items():
+        ax.plot([r["target_calls_per_token"]], [0.0], "k*", markersize=10)
+        ax.annotate(f"SD K={K}", (r["target_calls_per_token"], 0.0), textcoords="offset points", xytext=(4, 6),
+                    fontsize=7)
+    lo = min(r["acceptance_rate"] for r in rand + [t for pts in result["sprinter"].values() for t in pts])
+    ax2.plot([lo, 1], [lo, 1], "k:", linewidth=0.8)
+    ax.set_xlabel("target calls per token")
+    ax.set_ylabel("mean per-token TV(P_SPR, q) (exact)")
+    ax.set_title(f"SPRINTER on the {result['pair']} pair")
+    ax.legend(fontsize=7)
+    ax2.set_xlabel("acceptance rate, S4 at the measured η_FP")
+    ax2.set_ylabel("acceptance rate measured (± 2 s.e.)")
+    ax2.set_title("[SPR] Thm A.4 vs measured")
+    ax2.legend(fontsize=7)
+    out.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out / "sprinter_tradeoff.png", dpi=130)
+
+
+def summary(result: dict) -> str:
+    head = "  {:<24} {:>9} {:>10} {:>6} {:>6} {:>6} {:>7} {:>16} {:>17} {:>15}".format(
+        "setting", "calls/tok", "draft/call", "tok/s", "η_TP", "η_FP", "η_TV", "TV meas / S1", "accept meas / S4",
+        "loglik ± se")
+
+    def line(name, r):
+        if "eta_tp" not in r:
+            return (f"  {name:<24} {r['target_calls_per_token']:9.3f} {r['drafts_per_target_call']:10.3f} "
+                    f"{r['tokens_per_second']:6.0f} {'':>6} {'':>6} {'':>7} {0.0:8.4f}          "
+                    f"{r['acceptance_rate']:8.3f}          {r['target_loglik_per_token']:7.3f} ± {r['target_loglik_se']:.3f}")
+        return (f"  {name:<24} {r['target_calls_per_token']:9.3f} {r['drafts_per_target_call']:10.3f} "
+                f"{r['tokens_per_second']:6.0f} {r['eta_tp']:6.3f} {r['eta_fp']:6.3f} {r['eta_tv_weighted']:7.3f} "
+                f"{r['per_token_tv']:.4f} / {r['per_token_tv_s1']:.4f} {r['acceptance_rate']:.3f} / "
+                f"{r['acceptance_rate_s4']:.3f}  {r['target_loglik_per_token']:7.3f} ± {r['target_loglik_se']:.3f}")
+
+    lines = [f"[SPR] trade-off — {result['pair']} pair, {result['prompts']} completions of {result['max_new_tokens']} "
+             f"tokens per setting, key {result['key']}",
+             f"  verifier: linear + sigmoid on {result['verifier_input']}; held-out AUC "
+             + ", ".join(f"λ={lam} {a:.3f}" for lam, a in result["auc"].items()), head]
+    for K, r in result["sd"].items():
+        lines.append(line(f"SD K={K}", r))
+    for lam, pts in result["sprinter"].items():
+        for t, r in zip(pts, result["random_verifier"][lam]):
+            lines.append(line(f"λ={lam} τ={t['tau']:.3f}", t))
+            lines.append(line(f"  random ρ={r['rate']:.3f}", r))
+    c, i = result["trained_vs_random"], result["iid_assumption"]
+    lines.append(f"  at the same pass share the trained verifier's per-token TV is below the random verifier's in "
+                 f"{c['trained_lower_tv']} of {c['compared']} settings (gaps in s.e.: "
+                 + ", ".join(f"{g:+.1f}" for g in c["gaps_in_se"]) + ")")
+    for K, tvs in result["sprinter_tv_at_sd_speed"].items():
+        lines.append(f"  at SD (K = {K})'s {result['sd'][K]['target_calls_per_token']:.3f} target calls per token (its TV is "
+                     f"0) SPRINTER's per-token TV is " + ", ".join(f"λ={lam} {v:.3f}" for lam, v in tvs.items()))
+    lines.append(f"  i.i.d. verifier assumption: the trained verifiers' TV differs from S1 at the measured η_FP by up to "
+                 f"{i['largest_s1_gap_in_se']:.1f} s.e. and their acceptance rate from S4 by up to "
+                 f"{i['largest_s4_gap_in_se']:.1f} s.e. (the random verifier, i.i.d. by construction: "
+                 f"{i['random_largest_s1_gap_in_se']:.1f} s.e. from S1)")
+    return "\n".join(lines)
