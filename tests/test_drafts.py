@@ -160,3 +160,30 @@ def test_prompt_lookup_without_a_match_proposes_nothing_and_both_paths_agree(pai
     assert 0 < empty < many.counts.oracle_calls.sum()  # some rounds had no match, some did
     row = paired_rejections(many)
     assert abs(row.measured - row.predicted) < 5 * row.predicted_se
+
+
+@pytest.mark.parametrize("sampling", [GREEDY, Sampling()], ids=["greedy", "sampled"])
+def test_a_round_without_drafts_gives_what_its_round_law_gives(pair, sampling):
+    """The one-prompt loop draws an empty round's token from ``q_1`` without building its law; with ``on_round``
+    it builds the law and samples it (the general path). Same key: same tokens, counts and records, for
+    autoregressive decoding and for prompt lookup's empty blocks — SD and block verification (whose round law
+    once failed on an empty block)."""
+    from speculab.methods import BlockVerification
+
+    lookup = load_pair(PromptLookupModel(pair.vocab_size), "tiny-target", device="cpu")
+    prompts = default_prompts()[:3] + ["def f(x): return f(x) + f(x"]
+    seen = []
+    for drafted, method in ((pair, Autoregressive()), (lookup, SD(K=3)), (lookup, BlockVerification(3))):
+        fast = decode(drafted, prompts, method, max_new_tokens=12, sampling=sampling, key=5, batch_size=1)
+        general = decode(drafted, prompts, method, max_new_tokens=12, sampling=sampling, key=5, batch_size=1,
+                         on_round=lambda info: seen.append(info.drafts.shape[-1]))
+        assert fast.tokens == general.tokens
+        for name in ("rejections", "oracle_calls", "draft_calls", "accepted", "bonus"):
+            np.testing.assert_array_equal(getattr(fast.counts, name), getattr(general.counts, name))
+        for ra, rb in zip(fast.records, general.records):
+            np.testing.assert_array_equal(ra.kind, rb.kind)
+            np.testing.assert_allclose(ra.target_logprob, rb.target_logprob, rtol=0, atol=0)
+            np.testing.assert_allclose(ra.reject_prob, rb.reject_prob, rtol=0, atol=0)
+        batched = decode(drafted, prompts, method, max_new_tokens=12, sampling=sampling, key=5)
+        assert batched.tokens == fast.tokens
+    assert 0 in seen and max(seen) > 0  # empty rounds went through the general path, and drafted ones too

@@ -70,7 +70,8 @@ def test_resnet_head_with_soft_labels_and_weights():
 
 
 def test_an_interrupted_training_resumes_to_the_same_weights(tmp_path):
-    """A real process killed mid-training (SIGKILL after its third epoch's checkpoint), then resumed."""
+    """A real process killed mid-training (SIGKILL after its third epoch's checkpoint), then resumed (with this
+    process's torch thread count: another count changes the weights' last bits, see the module's docstring)."""
     X, y = _data(seed=5)
     np.save(tmp_path / "X.npy", X)
     np.save(tmp_path / "y.npy", y)
@@ -79,6 +80,7 @@ def test_an_interrupted_training_resumes_to_the_same_weights(tmp_path):
     script = f"""
 import os, signal, sys, numpy as np, torch
 import speculab.backends.heads as H
+torch.set_num_threads({torch.get_num_threads()})
 X, y = np.load(r"{tmp_path}/X.npy"), np.load(r"{tmp_path}/y.npy")
 save = H._atomic_save
 def save_then_die(obj, path):

@@ -383,3 +383,16 @@ def test_jax_engine_matches_the_enumeration(method):
     c = simulate(inst, method, N, key=7, engine="jax", return_sequences=True)
     _assert_matches(c, law, exact, rej_pos)
     np.testing.assert_array_equal(c.accepted + c.rejections + c.bonus, c.tokens)
+
+
+@pytest.mark.parametrize("method", [m for m in ROUND_CASES if m.rows == 1], ids=repr)
+def test_a_round_without_drafts_is_one_token_from_the_target(method):
+    """The protocol's rule the decoding loop relies on to skip the law of an empty round: with ``L = 0`` every
+    method outputs one token from ``q_1`` (outcome 1 at τ = 0, its weights ``q_1`` exactly)."""
+    rng = np.random.default_rng(2)
+    V = 5
+    p, q = np.zeros((1, 1, 0, V)), rng.dirichlet(np.ones(V), size=(1, 1, 1))
+    x = np.zeros((1, 1, 0), dtype=np.int64)
+    law = method.round_law(p, q, x, bonus=True, **({"predictions": []} if isinstance(method, Sprinter) else {}))
+    np.testing.assert_array_equal(law.outcome, [[[1.0]]])
+    np.testing.assert_array_equal(law.correction[0, 0, 0], q[0, 0, 0])

@@ -50,7 +50,7 @@ from typing import Callable, NamedTuple
 import torch
 
 from speculab import kernels
-from speculab.backends.models import HFModel, HistoryModel
+from speculab.backends.models import HFModel, HistoryModel, cache_argument
 from speculab.backends.pair import ModelPair
 from speculab.backends.warp import Sampling, check_laws
 from speculab.methods import Method, RoundLaw, sample_round
@@ -97,8 +97,8 @@ class _HFRows:
         pos = (self.valid[:, None] + present.cumsum(-1) - 1).clamp(0, top)
         self.mask = torch.cat([self.mask, present], 1)
         self.adapter.forward_calls += 1
-        kwargs = dict(input_ids=ids, attention_mask=self.mask, position_ids=pos, past_key_values=self.cache,
-                      use_cache=True)
+        kwargs = dict(input_ids=ids, attention_mask=self.mask, position_ids=pos, use_cache=True,
+                      **cache_argument(self.model, self.cache))
         if self.logits_to_keep:
             try:
                 logits = self.model(**kwargs, logits_to_keep=keep).logits

@@ -262,9 +262,16 @@ class _Run:
         self.out.counts["draft_calls"] += M * L
         last = int(xs[0, -1]) if L else None
         bonus = bonus_possible(L, self.remaining, M, last, self.eos)
+        u = torch.rand(2, generator=self.g, dtype=torch.float64, device=self.dev)
+        if L == 0 and M == 1 and self.on_round is None:
+            # no drafts: every method's round law is one token from q_1 (Method.round_law), drawn here directly, with
+            # the uniform sample_round would use — autoregressive steps, prompt lookup without a match
+            token = int(kernels.sample_index(Q[0, :1], u[1:])[0])
+            self.out.add_round(0, 0, 0.0, 0.0)
+            self._emit(None, P[0], Q[0], xs[0], 0, 0, token, 0)
+            return
         law = (method.round_law(P[None], Q[None], xs[None], bonus=bonus, predictions=predictions) if head
                else method.round_law(P[None], Q[None], xs[None], bonus=bonus))
-        u = torch.rand(2, generator=self.g, dtype=torch.float64, device=self.dev)
         row, tau, token = (int(v[0]) for v in sample_round(law, u[:1], u[1:]))
         mean, var = law.expected_accepted()
         self.out.add_round(L, tau, float(mean[0]), float(var[0]))
@@ -275,7 +282,7 @@ class _Run:
             self.pair.draft.select(self.ds, row)
         self._emit(law, P[row], Q[row], xs[row], row, tau, token, L)
 
-    def _emit(self, law: RoundLaw, P, Q, xs, row: int, tau: int, token: int, L: int) -> None:
+    def _emit(self, law: RoundLaw | None, P, Q, xs, row: int, tau: int, token: int, L: int) -> None:
         """Record the accepted drafts and the final token of the followed row, cut at the first EOS."""
         tracked = (lambda q: self._tracked_tv(q)) if self.track_draft else None
         self._accept(record_round(self.out, law, 0, P, Q, xs, row, tau, token, L, self.eos, tracked))
@@ -304,7 +311,8 @@ def draft_uniforms(generator, L: int, rows: int, device) -> torch.Tensor:
 def record_round(out: _Builder, law: RoundLaw, at: int, P, Q, xs, row: int, tau: int, token: int, L: int,
                  eos: int | None, tracked_tv: Callable | None = None) -> list[int]:
     """Record one round's output in ``out``: the accepted drafts and the final token of the followed row, cut at
-    the first EOS; returns the tokens output. ``law`` holds the round at batch index ``at``; ``P`` ``(L, V)``,
+    the first EOS; returns the tokens output. ``law`` holds the round at batch index ``at`` (``None`` for a round
+    without drafts, ``L = 0``, whose law needs no reading); ``P`` ``(L, V)``,
     ``Q`` ``(L + 1, V)``, ``xs`` ``(L,)`` are the followed row's; ``tracked_tv(q)`` gives ``TV(p_n, q_n)`` of an
     autoregressive step (or ``None``: not tracked)."""
     tiny = torch.finfo(Q.dtype).tiny
@@ -312,7 +320,11 @@ def record_round(out: _Builder, law: RoundLaw, at: int, P, Q, xs, row: int, tau:
     def logq(i: int, x: int) -> float:  # log q_i(x), only where a token is output (not a log over V per round)
         return math.log(max(float(Q[i, x]), tiny))
 
-    tv = kernels.tv(P, Q[:L]).tolist() if L else []
+    if L == 0:  # one token from q_1 (a target step)
+        tv_here = tracked_tv(Q[0]) if tracked_tv is not None else float("nan")
+        out.add(token, TARGET, tv=tv_here, reject_prob=1.0, target_logprob=logq(0, token))
+        return [token]
+    tv = kernels.tv(P, Q[:L]).tolist()
     reject, accept = law.reject_prob[at, row].tolist(), law.accept_prob[at, row].tolist()
     loss_tv = loss_kl = [0.0] * (L + 1)
     if law.law is not None:
@@ -328,10 +340,7 @@ def record_round(out: _Builder, law: RoundLaw, at: int, P, Q, xs, row: int, tau:
         if x == eos:
             return new
     if token >= 0:
-        if L == 0:
-            tv_here = tracked_tv(Q[0]) if tracked_tv is not None else float("nan")
-            out.add(token, TARGET, tv=tv_here, reject_prob=1.0, target_logprob=logq(0, token))
-        elif tau < L:
+        if tau < L:
             out.add(token, CORRECTION, tv=tv[tau], reject_prob=reject[tau], accept_prob=accept[tau],
                     loss_tv=loss_tv[tau], loss_kl=loss_kl[tau], target_logprob=logq(tau, token))
         else:

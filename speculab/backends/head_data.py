@@ -41,7 +41,7 @@ import torch
 
 from speculab import kernels
 from speculab._validate import as_positive_int, as_torch_generator
-from speculab.backends.models import HFModel
+from speculab.backends.models import HFModel, cache_argument
 from speculab.backends.warp import Sampling
 
 __all__ = ["SOURCES", "FEATURES", "Examples", "sprinter_examples", "specdecpp_examples", "specdecpp_targets"]
@@ -126,7 +126,7 @@ def _spans(docs: list[list[int]], n: int, length: int, rng: np.random.Generator)
 
 @torch.no_grad()
 def _forward(model, ids, cache, hidden: bool):
-    out = model(input_ids=ids, past_key_values=cache, use_cache=True, output_hidden_states=hidden)
+    out = model(input_ids=ids, **cache_argument(model, cache), use_cache=True, output_hidden_states=hidden)
     return out.logits[:, -1], (out.hidden_states[-1][:, -1].float() if hidden else None)
 
 

@@ -6,7 +6,9 @@ and the SpecDec++ acceptance head ([SDpp] §4: a ``(D+1)``-layer ResNet with SiL
 "will this draft be accepted"). Both are trained here the same way: binary cross-entropy
 on (possibly soft) labels with per-example weights, Adam, a held-out split and early
 stopping on its loss — deterministic for a seed (initialisation and shuffling draw from
-one ``torch.Generator``), with a progress line per epoch, and resumable: with a
+one ``torch.Generator``) and a fixed torch thread count (``torch.set_num_threads``: the
+reductions are ordered by thread, so the last bits of the weights can differ between
+counts, also between an interrupted run and its resumption), with a progress line per epoch, and resumable: with a
 ``checkpoint`` path the state after every epoch (weights, optimiser, generator, history)
 is written atomically, and ``resume=True`` continues from it to the very weights an
 uninterrupted run reaches. :func:`save_head` / :func:`load_head` keep a trained head in

@@ -10,10 +10,24 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import functools
+import inspect
+
 import numpy as np
 import torch
 
 __all__ = ["LMState", "HFModel", "HistoryModel", "NGramModel", "PromptLookupModel"]
+
+
+def cache_argument(model, cache) -> dict:
+    """The keyword a Hugging Face model's ``forward`` takes its KV cache by: ``cache`` from transformers 5.24
+    (``past_key_values`` deprecated there, to be removed in 5.40), ``past_key_values`` before."""
+    return {_cache_keyword(type(model)): cache}
+
+
+@functools.cache
+def _cache_keyword(model_type: type) -> str:
+    return "cache" if "cache" in inspect.signature(model_type.forward).parameters else "past_key_values"
 
 
 @dataclass
@@ -64,7 +78,8 @@ class HFModel:
         if self.use_cache:
             if state.cache is None:
                 state.cache = DynamicCache()
-            out = self.model(input_ids=ids, past_key_values=state.cache, use_cache=True, output_hidden_states=hidden)
+            out = self.model(input_ids=ids, **cache_argument(self.model, state.cache), use_cache=True,
+                             output_hidden_states=hidden)
         else:
             out = self.model(input_ids=state.history, use_cache=False, output_hidden_states=hidden)
         n = ids.size(1)

@@ -341,6 +341,8 @@ class Method(ABC):
           bonus: whether a position follows the block (else ``q[..., L, :]`` is unused).
 
         A method with a :attr:`draft_head` also receives ``predictions=``, its stored values at the slots.
+        A round without drafts (``L = 0``: autoregressive decoding, a draft that proposes nothing) must be one
+        token from ``q[..., 0, :]`` — there is nothing to accept; the one-prompt decoding loop draws it directly.
         """
         raise NotImplementedError(f"{type(self).__name__} does not run on real models")
 

@@ -87,6 +87,9 @@ def block_round_law(p, q, x, *, bonus: bool) -> RoundLaw:
     xp = array_namespace(p, q)
     L = p.shape[-2]
     ones = xp.ones((*p.shape[:-2], 1), dtype=p.dtype, device=device(p))  # (..., 1, 1)
+    if L == 0:  # nothing drafted (a draft that proposed nothing): one token from q_1, as every method's empty round
+        return RoundLaw(outcome=ones, correction=q[..., :1, :] if bonus else xp.zeros_like(q[..., :1, :]),
+                        reject_prob=xp.zeros_like(ones), accept_prob=p[..., 0])
     px, qx = kernels.gather(p, x), kernels.gather(q[..., :L, :], x)  # (..., 1, L) each
     w, ws = ones[..., 0], []
     for i in range(L):

@@ -239,7 +239,8 @@ class Sprinter(Method):
 
         A passed slot keeps its draft (``b ≡ 1``: the slot's law is ``p``); a refused one is SD's check
         (``b = min(1, q/p)``, correction ``[q − p]_+``: the law is ``q``). Nothing follows the block: SPRINTER
-        draws no bonus token, whatever ``bonus`` says. The one-step laws are returned (the method is biased).
+        draws no bonus token, whatever ``bonus`` says (an empty block is one token from ``q``, the protocol's
+        rule). The one-step laws are returned (the method is biased).
         """
         if predictions is None:
             raise ValueError("SPRINTER's round law needs the verifier's verdicts on the block (predictions=)")
@@ -249,7 +250,8 @@ class Sprinter(Method):
             raise ValueError(f"predictions must hold one verdict per drafted slot ({x.shape[-1]}); got {passed.shape}")
         b, R = sd_rule(p, q[..., :-1, :])
         passed = passed[:, None]
-        return chain_round_law(Rule(passed + (1.0 - passed) * b, R), p, q, x, bonus=False, biased=True)
+        # a round without drafts (never drafted by SPRINTER's loop) would be one token from q_1, as every method's
+        return chain_round_law(Rule(passed + (1.0 - passed) * b, R), p, q, x, bonus=x.shape[-1] == 0, biased=True)
 
 
 def simulate_stopping(eta_tp: float, eta_fp: float, r: int, n_runs: int, key) -> np.ndarray:
