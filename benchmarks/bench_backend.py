@@ -36,10 +36,10 @@ class _ForwardTimer:
     def __enter__(self):
         timer = self
 
-        def timed(model, state, ids):
+        def timed(model, state, ids, **kw):
             t0 = time.perf_counter()
             try:
-                return timer._orig(model, state, ids)
+                return timer._orig(model, state, ids, **kw)
             finally:
                 timer.seconds += time.perf_counter() - t0
 

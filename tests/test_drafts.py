@@ -187,3 +187,20 @@ def test_a_round_without_drafts_gives_what_its_round_law_gives(pair, sampling):
         batched = decode(drafted, prompts, method, max_new_tokens=12, sampling=sampling, key=5)
         assert batched.tokens == fast.tokens
     assert 0 in seen and max(seen) > 0  # empty rounds went through the general path, and drafted ones too
+
+
+def test_extend_with_last_gives_the_last_positions_logits_only(pair):
+    """``extend(..., last=True)`` (the draft's catch-up) is the last column of the full call, for a Hugging Face
+    model and for history drafts, with the state advanced alike."""
+    ids = torch.tensor([[5, 9, 5, 9, 7]])
+    models = (pair.draft, ngram_draft(pair.tokenizer, default_prompts(), n=2), PromptLookupModel(pair.vocab_size,
+              fallback=ngram_draft(pair.tokenizer, default_prompts(), n=1)))
+    for model in models:
+        full_state, last_state = model.start(), model.start()
+        full = model.extend(full_state, ids)
+        last = model.extend(last_state, ids, last=True)
+        assert last.shape == (1, 1, pair.vocab_size) and full.shape == (1, 5, pair.vocab_size)
+        torch.testing.assert_close(last, full[:, -1:], rtol=0, atol=0)
+        assert last_state.length == full_state.length == 5
+        more = torch.tensor([[3]])
+        torch.testing.assert_close(model.extend(last_state, more), model.extend(full_state, more), rtol=0, atol=0)

@@ -86,7 +86,7 @@ class _HFRows:
         self.valid = torch.zeros(len(prompts), dtype=torch.long, device=self.dev)
         self.logits_to_keep = True
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def feed(self, ids: torch.Tensor, present: torch.Tensor, keep: int) -> torch.Tensor:
         """Feed ``ids`` ``(B, w)`` where ``present`` (bool) and padding elsewhere; logits of the last ``keep``
         columns ``(B, keep, V)`` (float32; the others are not computed when the model supports it)."""

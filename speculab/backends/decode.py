@@ -172,10 +172,10 @@ class _Run:
         return torch.tensor([tokens] * rows, dtype=torch.long, device=self.dev)
 
     def _catch_up(self, model, state, hidden: bool = False):
-        """Feed ``model`` the accepted tokens it has not seen yet; return their logits ``(1, n, V)`` (and with
-        ``hidden`` the last hidden states there)."""
+        """Feed ``model`` the accepted tokens it has not seen yet; return the logits after the last ``(1, 1, V)``
+        (and with ``hidden`` the last hidden states at all of them)."""
         tokens = self._tensor(self.ids[state.length:])
-        return model.extend(state, tokens, hidden=True) if hidden else model.extend(state, tokens)
+        return model.extend(state, tokens, hidden=True) if hidden else model.extend(state, tokens, last=True)
 
     def _accept(self, tokens: list[int]) -> None:
         self.ids.extend(tokens)
@@ -197,6 +197,10 @@ class _Run:
         of the pass that computed the slot's law, before the slot is drafted: it costs no forward pass.
         """
         pair, greedy = self.pair, self.sampling.greedy
+        u = None if greedy else draft_uniforms(self.g, L, rows, self.dev)  # the whole block's, drawn up front
+        proposes = getattr(pair.draft, "proposes", None) if rows == 1 else None
+        if proposes is not None and not proposes(tuple(self.ids)):  # nothing to draft: the draft catches up later
+            return (*self._no_drafts(rows, pair.vocab_size), [])
         head = method.draft_head if rows == 1 else None
         previous = head is not None and method.head_reads == "previous"
         if previous:
@@ -208,8 +212,6 @@ class _Run:
         if rows > 1:
             pair.draft.repeat(self.ds, rows)
             p = p.expand(rows, -1)
-        proposes = getattr(pair.draft, "proposes", None) if rows == 1 else None
-        u = None if greedy else draft_uniforms(self.g, L, rows, self.dev)  # the whole block's, drawn up front
         predictions = []
         for i in range(L):
             if proposes is not None and not proposes(tuple(self.ds.history[0])):
@@ -236,9 +238,13 @@ class _Run:
                     break  # the pass that read x is one more draft forward than SD makes for this block
             p = self.sampling.probs(logits[:, -1].double(), check=False)
         if not xs:
-            return (torch.zeros((rows, 0), dtype=torch.long, device=self.dev),
-                    torch.zeros((rows, 0, p.size(-1)), dtype=p.dtype, device=self.dev), predictions)
+            return (*self._no_drafts(rows, p.size(-1)), predictions)
         return torch.stack(xs, 1), torch.stack(ps, 1), predictions
+
+    def _no_drafts(self, rows: int, V: int):
+        """An empty block: tokens ``(rows, 0)`` and laws ``(rows, 0, V)``."""
+        return (torch.zeros((rows, 0), dtype=torch.long, device=self.dev),
+                torch.zeros((rows, 0, V), dtype=torch.float64, device=self.dev))
 
     def round(self, method: Method) -> None:
         """One round: draft, one target call, the method's law, the decision, records, cache rollback."""
@@ -249,8 +255,7 @@ class _Run:
             xs, P, predictions = self._draft(L, M, method)  # (M, L), (M, L, V)
             L = xs.size(1)
         else:  # no drafts: the target alone (autoregressive decoding)
-            xs = torch.zeros((M, 0), dtype=torch.long, device=self.dev)
-            P = torch.zeros((M, 0, V), dtype=torch.float64, device=self.dev)
+            xs, P = self._no_drafts(M, V)
         head = method.draft_head is not None
         if M > 1:
             self.pair.target.repeat(self.ts, M)

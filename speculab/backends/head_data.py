@@ -124,7 +124,7 @@ def _spans(docs: list[list[int]], n: int, length: int, rng: np.random.Generator)
     return out
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def _forward(model, ids, cache, hidden: bool):
     out = model(input_ids=ids, **cache_argument(model, cache), use_cache=True, output_hidden_states=hidden)
     return out.logits[:, -1], (out.hidden_states[-1][:, -1].float() if hidden else None)

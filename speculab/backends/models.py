@@ -60,13 +60,14 @@ class HFModel:
     def start(self) -> LMState:
         return LMState(history=None)
 
-    @torch.no_grad()
-    def extend(self, state: LMState, ids: torch.Tensor, *, hidden: bool = False):
+    @torch.inference_mode()
+    def extend(self, state: LMState, ids: torch.Tensor, *, hidden: bool = False, last: bool = False):
         """Feed ``ids`` ``(rows, n)`` after the ``state.length`` tokens already processed.
 
-        Returns float32 logits ``(rows, n, V)`` for the positions after each fed token, and with
-        ``hidden=True`` also the last layer's hidden states there ``(rows, n, d)`` (what a learned head reads).
-        Without a cache the whole history is re-run (slow, for checking the cache).
+        Returns float32 logits ``(rows, n, V)`` for the positions after each fed token (``last=True``: after the
+        last one only, ``(rows, 1, V)``), and with ``hidden=True`` also the last layer's hidden states there
+        ``(rows, n, d)`` (what a learned head reads). Without a cache the whole history is re-run (slow, for
+        checking the cache).
         """
         from transformers import DynamicCache
 
@@ -85,6 +86,7 @@ class HFModel:
         n = ids.size(1)
         state.length += n
         state.rows = ids.size(0)
+        n = 1 if last else n
         logits = out.logits[:, -n:, : self.vocab_size].float()
         return (logits, out.hidden_states[-1][:, -n:].float()) if hidden else logits
 
@@ -148,21 +150,25 @@ class HistoryModel:
     def start(self) -> LMState:
         return LMState(history=[[]])
 
-    def extend(self, state: LMState, ids: torch.Tensor) -> torch.Tensor:
-        """Feed ``ids`` ``(rows, n)``; returns log-probabilities ``(rows, n, V)`` (the logits)."""
+    def extend(self, state: LMState, ids: torch.Tensor, *, last: bool = False) -> torch.Tensor:
+        """Feed ``ids`` ``(rows, n)``; returns log-probabilities ``(rows, n, V)`` (the logits; ``last=True``: only
+        after the last token, ``(rows, 1, V)``, the others not computed)."""
         self.forward_calls += 1
         rows, n = ids.shape
         if len(state.history) == 1 and rows > 1:
             state.history = [list(state.history[0]) for _ in range(rows)]
-        out = torch.empty(rows, n, self.vocab_size)
+        out = []
         for r in range(rows):
             hist = state.history[r]
-            for j, t in enumerate(ids[r].tolist()):
+            for t in ids[r].tolist():
                 hist.append(t)
-                out[r, j] = self.logits(tuple(hist))
+                if not last:
+                    out.append(self.logits(tuple(hist)))
+            if last:
+                out.append(self.logits(tuple(hist)))
         state.length += n
         state.rows = rows
-        return out.to(ids.device)
+        return torch.stack(out).view(rows, 1 if last else n, self.vocab_size).to(ids.device)
 
     def crop(self, state: LMState, length: int) -> None:
         for hist in state.history:
