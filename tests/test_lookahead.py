@@ -157,11 +157,27 @@ def test_cost_model_conventions():
     inst = MarkovInstance.random(30, 5, 4)
     c = lookahead_counts(inst, 4)
     td, tt = 0.07, 1.3
-    assert c.total_time(td, tt) == pytest.approx(td * (c.T + c.discarded) + (tt - td) * c.oracle_calls, rel=1e-13)
     assert c.forward_pass_time(td, tt) - c.total_time(td, tt) == pytest.approx(td * c.final_round_all_accepted, abs=1e-12)
     assert c.latency(td, tt) == pytest.approx(c.total_time(td, tt) / c.T, rel=1e-13)
-    assert c.latency(td, tt) == pytest.approx(latency_per_token(c.discard_rate, c.verification_rate, td, tt), rel=1e-13)
     np.testing.assert_allclose(latency_per_token([0.0, 1.0], [1.0, 0.5], 0.1, 1.0), [1.0, 0.65])
+
+
+@pytest.mark.parametrize("same", [True, False], ids=["draft=target", "disjoint"])
+def test_cost_model_on_runs_counted_by_hand(same):
+    """T = 8, K = 4, deterministic runs. Draft = target: a round of 4 accepted drafts and a bonus, then 3 drafts
+    accepted at the horizon (7 drafts, 2 target calls, nothing discarded; the last round outputs no target
+    token). Disjoint supports: each round's first draft is rejected (drafts 4, 4, 4, 4, 4, 3, 2, 1, all 26
+    discarded, 8 target calls)."""
+    p, q = ([0.5, 0.5, 0.0, 0.0], [0.5, 0.5, 0.0, 0.0]) if same else ([0.5, 0.5, 0.0, 0.0], [0.0, 0.0, 0.5, 0.5])
+    c = lookahead_counts(MarkovInstance.context_free(p, q, 8), 4)
+    drafts, target, discarded, last = (7, 2, 0, 1) if same else (26, 8, 26, 0)
+    assert (c.draft_calls, c.oracle_calls, c.discarded, c.final_round_all_accepted) == pytest.approx(
+        (drafts, target, discarded, last), abs=1e-12)
+    td, tt = 0.07, 1.3
+    assert c.forward_pass_time(td, tt) == pytest.approx(drafts * td + target * tt, rel=1e-13)  # eq. (3.1)
+    total = td * (8 + discarded) + (tt - td) * target  # eq. (3.2): one draft pass charged per output token
+    assert c.total_time(td, tt) == pytest.approx(total, rel=1e-13)
+    assert c.latency(td, tt) == pytest.approx(total / 8, rel=1e-13)
 
 
 def test_best_lookahead_is_the_argmin_and_agrees_with_leviathan():

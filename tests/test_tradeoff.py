@@ -300,6 +300,25 @@ def _brute_kl(rho, K, L):
     return total
 
 
+def _brute_tv_bounds(law: dict, target: dict, Q) -> tuple[float, float]:
+    """From two enumerated sequence laws: ``max_n TV`` of the pairs ``(x_{n-1}, x_n)``, and the per-token losses
+    ``Σ_n Σ_a P(x_{n-1} = a) TV(P(x_n | a), Q[n-1, a])`` of the first law."""
+    T = len(next(iter(law))) - 1
+    lower, losses = 0.0, 0.0
+    for n in range(1, T + 1):
+        pairs = [{}, {}]
+        for side, d in enumerate((law, target)):
+            for seq, w in d.items():
+                pairs[side][seq[n - 1:n + 1]] = pairs[side].get(seq[n - 1:n + 1], 0.0) + w
+        keys = set(pairs[0]) | set(pairs[1])
+        lower = max(lower, sum(max(pairs[0].get(k, 0.0) - pairs[1].get(k, 0.0), 0.0) for k in keys))
+        for a in range(Q.shape[1]):
+            mass = sum(w for (x, _), w in pairs[0].items() if x == a)
+            if mass > 0:
+                losses += sum(max(pairs[0].get((a, y), 0.0) - mass * Q[n - 1, a, y], 0.0) for y in range(Q.shape[2]))
+    return lower, losses
+
+
 @settings(max_examples=30)
 @given(markov_instances(max_T=3, max_V=3), st.floats(0.0, 0.6), st.sampled_from(["opt", "uno"]))
 def test_sequence_kl_and_tv_match_enumeration(inst, eps, rej):
@@ -308,12 +327,18 @@ def test_sequence_kl_and_tv_match_enumeration(inst, eps, rej):
     d = sequence_bias(inst, b, R)
     for got, want in ((d.kl, _brute_kl(inst.rho, K, inst.Q)), (d.kl_reverse, _brute_kl(inst.rho, inst.Q, K))):
         assert got == want if math.isinf(want) else got == pytest.approx(want, rel=1e-12, abs=1e-12)
-    assert d.kl == markov_kl(inst.rho, K, inst.Q).sum()
     # TV from the literal algorithm's enumerated law, independent of output_law
     law, target = enumerate_decoding(inst.P, inst.Q, inst.rho, b, R, None).law, sequence_law(inst.Q, inst.rho)
     brute_tv = sum(max(law.get(k, 0.0) - target.get(k, 0.0), 0.0) for k in set(law) | set(target))
     assert d.tv == pytest.approx(brute_tv, abs=1e-12)
     assert d.tv_lower - 1e-12 <= d.tv <= d.tv_upper + 1e-12
+    # the bounds' values, from the enumerated laws: the largest TV of a pair (x_{n-1}, x_n), and the least of 1,
+    # the summed per-token losses and Pinsker / Bretagnolle–Huber on either KL
+    lower, losses = _brute_tv_bounds(law, target, inst.Q)
+    assert d.tv_lower == pytest.approx(lower, abs=1e-12)
+    kls = [_brute_kl(inst.rho, K, inst.Q), _brute_kl(inst.rho, inst.Q, K)]
+    upper = min([1.0, losses] + [min(math.sqrt(k / 2), math.sqrt(1 - math.exp(-k))) for k in kls if k < math.inf])
+    assert d.tv_upper == pytest.approx(upper, abs=1e-12)
     # the likelihood-ratio integrands are exact in expectation: weight every sequence by its probability
     seqs = np.array([k for k in law if law[k] > 0])
     w = np.array([law[tuple(s)] for s in seqs])
