@@ -143,6 +143,34 @@ def test_counts_and_records_are_consistent(pair):
     assert same.tokens == res.tokens  # same seed, same result
 
 
+@pytest.mark.parametrize("batch_size", [None, 1], ids=["batched", "one-prompt"])
+def test_bonus_tokens_come_as_often_as_full_blocks_are_accepted(pair, batch_size):
+    """A bonus token follows exactly the rounds whose K drafts are all accepted (when a token may follow: not at
+    the horizon, no drafted EOS). Predicted per round from its own laws, independently of the round law:
+    ``Π_i min(1, q_i(x_i) / p_i(x_i))``; counted from the records (paired martingale z). Without bonus tokens the
+    count would be 0 against about 60 predicted."""
+    K, n_new = 2, 24
+    rounds = {}
+    seen = lambda info: rounds.setdefault(info.run, []).append(  # noqa: E731
+        (info.drafts[0].tolist(), info.accepted, float(torch.prod(torch.clamp(
+            info.q[0, :-1].gather(-1, info.drafts[0][:, None])[:, 0]
+            / info.p[0].gather(-1, info.drafts[0][:, None])[:, 0], max=1.0)))))
+    res = decode(pair, default_prompts()[:16], SD(K=K), max_new_tokens=n_new, key=11, on_round=seen,
+                 batch_size=batch_size)
+    observed = predicted = variance = 0.0
+    for run, rec in enumerate(res.records):
+        kinds, pos = rec.kind.tolist(), 0
+        for drafts, tau, full in rounds[run]:
+            after = kinds[pos + tau] if pos + tau < len(kinds) else None  # what follows the accepted drafts
+            if len(drafts) == K and pos + K < n_new and drafts[-1] != pair.eos_token_id:
+                observed += tau == K and after == 2
+                predicted += full
+                variance += full * (1 - full)
+            pos += tau + (after in (1, 2))
+        assert pos == len(kinds)
+    assert predicted > 30 and abs(observed - predicted) < Z_BOUND * math.sqrt(variance)
+
+
 def test_biased_records_sit_on_the_pareto_line(pair):
     """[Yin] Thm 5 per step: Σ(1−b)p + Loss*_TV = TV(p,q) for OPT; UNO lies above."""
     for rejection, sign in (("opt", 0), ("uno", 1)):
