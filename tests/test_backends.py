@@ -171,6 +171,23 @@ def test_bonus_tokens_come_as_often_as_full_blocks_are_accepted(pair, batch_size
     assert predicted > 30 and abs(observed - predicted) < Z_BOUND * math.sqrt(variance)
 
 
+@pytest.mark.parametrize("method", [Autoregressive(), SD(K=3), BatchSD(M=2, K=2), Biased(0.2, "opt", K=2),
+                                    Fuzzy(0.3, "js", K=2)], ids=repr)
+def test_recorded_target_logprobs_are_the_targets_own(pair, method):
+    """Every output token's recorded ``log q`` is the warped target's log-probability at its position, read off
+    one uncached forward pass of the target over prompt + output (an off-by-one in any row or slot fails)."""
+    sampling = Sampling(temperature=0.8, top_k=50)
+    prompts = [pair.tokenizer.encode(p) for p in default_prompts()[:3]]
+    res = decode(pair, prompts, method, max_new_tokens=12, sampling=sampling, key=5)
+    for prompt, out, rec in zip(prompts, res.tokens, res.records):
+        ids = torch.tensor([prompt + out])
+        with torch.no_grad():
+            logits = pair.target.model(input_ids=ids).logits[0, len(prompt) - 1:-1, :pair.vocab_size]
+        q = sampling.probs(logits.double())
+        want = torch.log(q[torch.arange(len(out)), torch.tensor(out)]).numpy()
+        np.testing.assert_allclose(rec.target_logprob, want, atol=2e-4)
+
+
 def test_biased_records_sit_on_the_pareto_line(pair):
     """[Yin] Thm 5 per step: Σ(1−b)p + Loss*_TV = TV(p,q) for OPT; UNO lies above."""
     for rejection, sign in (("opt", 0), ("uno", 1)):

@@ -52,7 +52,8 @@ class RunRecord:
       accept_prob: acceptance probability of the draft checked here (NaN if none).
       loss_tv: ``TV(P_A,n, q_n)`` of the algorithm's one-step output law to the target (0 if unbiased).
       loss_kl: ``KL(P_A,n ‖ q_n)`` likewise.
-      target_logprob: ``log q_n(x_n)`` of the output token.
+      target_logprob: ``log q_n(x_n)`` of the output token (``-inf`` where the warped target excludes it: a biased
+        method under top-k / top-p can output such a token, and the sequence then has target likelihood 0).
     """
 
     tokens: np.ndarray
@@ -320,10 +321,9 @@ def record_round(out: _Builder, law: RoundLaw, at: int, P, Q, xs, row: int, tau:
     without drafts, ``L = 0``, whose law needs no reading); ``P`` ``(L, V)``,
     ``Q`` ``(L + 1, V)``, ``xs`` ``(L,)`` are the followed row's; ``tracked_tv(q)`` gives ``TV(p_n, q_n)`` of an
     autoregressive step (or ``None``: not tracked)."""
-    tiny = torch.finfo(Q.dtype).tiny
-
     def logq(i: int, x: int) -> float:  # log q_i(x), only where a token is output (not a log over V per round)
-        return math.log(max(float(Q[i, x]), tiny))
+        prob = float(Q[i, x])
+        return math.log(prob) if prob > 0 else -math.inf  # a biased method may output what the warped q excludes
 
     if L == 0:  # one token from q_1 (a target step)
         tv_here = tracked_tv(Q[0]) if tracked_tv is not None else float("nan")
