@@ -188,6 +188,51 @@ def test_recorded_target_logprobs_are_the_targets_own(pair, method):
         np.testing.assert_allclose(rec.target_logprob, want, atol=2e-4)
 
 
+def _residual_chain(q: torch.Tensor, p: torch.Tensor, M: int):
+    """``Π_{m ≤ M} TV(q^m, p)`` and ``q^{M+1}`` by [Yin] Alg. 4's loop written out (q^1 = q, q^{m+1} = [q^m − p]_+)."""
+    reject, qm = 1.0, q
+    for _ in range(M):
+        excess = torch.clamp(qm - p, min=0.0)
+        r = float(excess.sum())
+        reject *= r
+        if r == 0:
+            return 0.0, torch.zeros_like(q)
+        qm = excess / r
+    return reject, qm
+
+
+def test_batch_sd_roots_record_their_rejection_and_correct_from_the_last_residual(pair):
+    """Batch SD (M = 3) on real models, every round: the root's recorded rejection probability is
+    ``Π_m TV(q^m, p)`` of that round's laws, the followed row's later slots record ``TV(p_i, q_i)``, and a
+    rejected root's token lies in the support of ``q^{M+1}`` (an exact check). Power: a token drawn from ``q``
+    instead would fall outside that support in some round with probability ``1 − Π(1 − q(outside))``, which
+    the test requires to exceed ``1 − e^{-20}``."""
+    M = 3
+    rounds = {}
+    seen = lambda info: rounds.setdefault(info.run, []).append(info)  # noqa: E731
+    res = decode(pair, default_prompts()[:16], BatchSD(M, K=2), max_new_tokens=24, key=13, on_round=seen,
+                 batch_size=1)
+    outside, corrections = 0.0, 0
+    for run, rec in enumerate(res.records):
+        kinds, pos = rec.kind.tolist(), 0
+        for info in rounds[run]:
+            p0, q0 = info.p[0, 0], info.q[0, 0]
+            reject, residual = _residual_chain(q0, p0, M)
+            assert rec.reject_prob[pos] == pytest.approx(reject, abs=1e-9)
+            for i in range(1, info.accepted + 1):  # later slots of the followed row that were output
+                if pos + i < len(kinds) and kinds[pos + i] != 2:
+                    tv_i = float(torch.clamp(info.p[info.row, i] - info.q[info.row, i], min=0).sum())
+                    assert rec.reject_prob[pos + i] == pytest.approx(tv_i, abs=1e-9)
+            if info.accepted == 0 and kinds[pos] == 1:  # the root rejected: its token from the last residual
+                assert residual[rec.tokens[pos]] > 0
+                outside -= math.log1p(-float(q0[residual == 0].sum()))
+                corrections += 1
+            after = kinds[pos + info.accepted] if pos + info.accepted < len(kinds) else None
+            pos += info.accepted + (after in (1, 2))
+        assert pos == len(kinds)
+    assert corrections > 0 and outside > 20, (corrections, outside)
+
+
 def test_biased_records_sit_on_the_pareto_line(pair):
     """[Yin] Thm 5 per step: Σ(1−b)p + Loss*_TV = TV(p,q) for OPT; UNO lies above."""
     for rejection, sign in (("opt", 0), ("uno", 1)):
