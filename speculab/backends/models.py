@@ -30,6 +30,13 @@ def _cache_keyword(model_type: type) -> str:
     return "cache" if "cache" in inspect.signature(model_type.forward).parameters else "past_key_values"
 
 
+def _log32(prob: torch.Tensor) -> torch.Tensor:
+    """``log prob`` as float32 (``-inf`` at 0), taken in numpy: torch's elementwise log of a few thousand float64
+    entries can be dispatched to its thread pool, which costs milliseconds when the other cores are busy."""
+    with np.errstate(divide="ignore"):
+        return torch.from_numpy(np.log(prob.numpy()).astype(np.float32))
+
+
 @dataclass
 class LMState:
     """Per-sequence state: how many tokens the model has processed, plus its cache."""
@@ -137,7 +144,7 @@ class HistoryModel:
 
     def logits(self, history: tuple) -> torch.Tensor:
         """``log p(· | history)`` as float32 ``(V,)``: what :meth:`extend` returns per fed token."""
-        return self.probs(history).log().float()
+        return _log32(self.probs(history))
 
     def clear_cache(self) -> None:
         """Forget what the draft memoises (laws are pure functions of the history: only speed changes)."""
@@ -238,7 +245,7 @@ class NGramModel(HistoryModel):
         if out is None:
             if len(self._log_memo) >= self.MEMO:
                 self._log_memo.clear()  # a pure function of the context: recomputed alike
-            out = self._log_memo[context] = self.probs(context).log().float()
+            out = self._log_memo[context] = _log32(self.probs(context))
         return out
 
     def probs(self, history: tuple) -> torch.Tensor:
