@@ -385,7 +385,7 @@ def test_jax_engine_matches_the_enumeration(method):
     np.testing.assert_array_equal(c.accepted + c.rejections + c.bonus, c.tokens)
 
 
-@pytest.mark.parametrize("method", [m for m in ROUND_CASES if m.rows == 1], ids=repr)
+@pytest.mark.parametrize("method", [m for m in ROUND_CASES if m.rows == 1] + [BatchSD(1, K=2)], ids=repr)
 def test_a_round_without_drafts_is_one_token_from_the_target(method):
     """The protocol's rule the decoding loop relies on to skip the law of an empty round: with ``L = 0`` every
     method outputs one token from ``q_1`` (outcome 1 at τ = 0, its weights ``q_1`` exactly)."""

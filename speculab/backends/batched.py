@@ -28,10 +28,11 @@ the rows advance by their own accepted lengths:
   so for the same key both paths give the same tokens and counts prompt by prompt
   (``tests/test_batched.py``), up to a draw within float round-off of a boundary
   (the batched logits differ from one row's in the last bits).
-* **Host synchronisation once per round**: each prompt's uniforms for its block are
-  drawn up front (as on the one-prompt path), a block's cut at a drafted EOS is found
-  after drafting, NaN logits are checked once per round, and the drafted block and the
-  decisions come to the host together. (A draft computed on the host from the token
+* **No host synchronisation per token, a few per round**: each prompt's uniforms for its
+  block are drawn up front (as on the one-prompt path), a block's cut at a drafted EOS is
+  found after drafting, NaN logits are checked once per round, and the drafted blocks and
+  the decisions come to the host after the round's target call (reading each prompt's
+  decision and records costs a few transfers per prompt and round; none while drafting). (A draft computed on the host from the token
   history — n-gram, prompt lookup — is on the host anyway.) Only the logits a round
   reads are computed (``logits_to_keep``).
 

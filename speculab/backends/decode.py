@@ -174,7 +174,7 @@ class _Run:
 
     def _catch_up(self, model, state, hidden: bool = False):
         """Feed ``model`` the accepted tokens it has not seen yet; return the logits after the last ``(1, 1, V)``
-        (and with ``hidden`` the last hidden states at all of them)."""
+        (with ``hidden``: the logits and the last hidden states at all of them, ``(1, n, V)`` and ``(1, n, d)``)."""
         tokens = self._tensor(self.ids[state.length:])
         return model.extend(state, tokens, hidden=True) if hidden else model.extend(state, tokens, last=True)
 

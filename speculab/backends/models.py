@@ -12,6 +12,7 @@ from typing import Any
 
 import functools
 import inspect
+import numbers
 
 import numpy as np
 import torch
@@ -74,7 +75,8 @@ class HFModel:
         Returns float32 logits ``(rows, n, V)`` for the positions after each fed token (``last=True``: after the
         last one only, ``(rows, 1, V)``), and with ``hidden=True`` also the last layer's hidden states there
         ``(rows, n, d)`` (what a learned head reads). Without a cache the whole history is re-run (slow, for
-        checking the cache).
+        checking the cache). The forward pass runs under ``torch.inference_mode``: the tensors returned are
+        inference tensors (read them, or ``.clone()`` them before writing in place).
         """
         from transformers import DynamicCache
 
@@ -290,13 +292,13 @@ class PromptLookupModel(HistoryModel):
     MEMO = 1 << 15
 
     def __init__(self, vocab_size: int, max_ngram: int = 2, *, fallback: HistoryModel | None = None):
-        if isinstance(max_ngram, bool) or not isinstance(max_ngram, int) or max_ngram < 1:
+        if isinstance(max_ngram, bool) or not isinstance(max_ngram, numbers.Integral) or max_ngram < 1:
             raise ValueError(f"max_ngram must be an integer >= 1; got {max_ngram!r}")
         if fallback is not None and (not isinstance(fallback, HistoryModel) or fallback.vocab_size != vocab_size):
             raise ValueError(f"fallback must be a HistoryModel over the same {vocab_size} tokens (e.g. an NGramModel); "
                              f"got {fallback!r}")
         super().__init__(vocab_size)
-        self.max_ngram, self.fallback = max_ngram, fallback
+        self.max_ngram, self.fallback = int(max_ngram), fallback
         self._source: dict[tuple, int | None] = {}
 
     def source(self, history: tuple) -> int | None:
@@ -355,7 +357,8 @@ class PromptLookupModel(HistoryModel):
         if x is None:
             if self.fallback is not None:
                 return self.fallback.probs(history)
-            # never drafted from (proposes() is False); a law is still returned for whoever asks
+            # the block ends here (proposes() is False) — except for batch SD's M > 1 rows, which draft blocks
+            # of one length and so draft from this uniform law where nothing matches (still an exact draft)
             return torch.full((self.vocab_size,), 1.0 / self.vocab_size, dtype=torch.float64)
         prob = torch.zeros(self.vocab_size, dtype=torch.float64)
         prob[x] = 1.0

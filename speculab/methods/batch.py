@@ -189,7 +189,13 @@ class BatchSD(MultiDraft):
         return xp.concat([q - u, u], axis=-1)
 
     def round_law(self, p, q, x, *, bonus: bool) -> RoundLaw:
-        """Root over the ``M`` rows (:func:`batch_root_law`), then SD along the followed row."""
+        """Root over the ``M`` rows (:func:`batch_root_law`), then SD along the followed row.
+
+        An empty block (``M = 1`` and a draft that proposed nothing, e.g. prompt lookup without a match) has no
+        root to verify: it is SD's empty round, one token from ``q_1`` (of the first row).
+        """
+        if x.shape[-1] == 0:
+            return SD(K=self.K).round_law(p[..., :1, :, :], q[..., :1, :, :], x[..., :1, :], bonus=bonus)
         xp = array_namespace(p, q)
         accept, u, R = batch_root_law(p[..., 0, 0, :], q[..., 0, 0, :], x[..., :, 0])  # (..., M), (..., V), (...)
         refused = xp.cumulative_prod(1.0 - accept, axis=-1)  # all of the first m+1 refused
