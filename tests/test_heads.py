@@ -10,7 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from speculab.backends.heads import HeadConfig, auc, load_head, roc_curve, save_head, train_head  # noqa: E402
+from speculab.backends.heads import (  # noqa: E402
+    HeadConfig, TrainedHead, auc, load_head, make_head, roc_curve, save_head, train_head)
 from speculab.backends.head_data import FEATURES, SOURCES  # noqa: E402
 
 
@@ -184,6 +185,14 @@ def test_training_refuses_bad_data():
             train_head(*args, config=config)
     with pytest.raises(ValueError, match="not all 0"):
         train_head(X, y, np.zeros(20), config=config)
+    with pytest.raises(ValueError, match="numeric arrays"):
+        train_head(X, np.array(["yes"] * 20), config=config)
+    with pytest.raises(ValueError, match="config must be a HeadConfig"):
+        train_head(X, y, config={"d_in": 6})
+    with pytest.raises(ValueError, match="head must be a torch module"):
+        TrainedHead(np.zeros(6), config)
+    with pytest.raises(ValueError, match="config must be a HeadConfig"):
+        TrainedHead(make_head(config), {"d_in": 6})
 
 
 def test_repro_sprinter_roc(tmp_path):
@@ -211,3 +220,18 @@ def test_a_constant_head_scores_its_constant_and_refuses_a_score_outside_the_ope
     for bad in (0.0, 1.0, True, float("nan"), "0.3"):
         with pytest.raises(ValueError, match=r"score must be a number in \(0, 1\)"):
             constant_head(5, bad)
+
+
+def test_the_resnet_head_is_sdpp_s_architecture_written_out():
+    """[SDpp] §4: ``D`` residual blocks ``h + SiLU(W h + b)``, then a linear layer and the sigmoid — computed here
+    by hand from the head's own weights (SiLU(z) = z · σ(z))."""
+    config = HeadConfig(d_in=4, kind="resnet", depth=2)
+    head = make_head(config, torch.Generator().manual_seed(3))
+    h = torch.randn(5, 4, generator=torch.Generator().manual_seed(4))
+    x = h.clone()
+    for block in head.blocks:
+        z = x @ block.linear.weight.T + block.linear.bias
+        x = x + z * torch.sigmoid(z)
+    logit = (x @ head.out.weight.T + head.out.bias)[:, 0]
+    torch.testing.assert_close(head(h).reshape(-1), logit)
+    torch.testing.assert_close(TrainedHead(head, config)(h).reshape(-1), torch.sigmoid(logit))

@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from speculab.backends import decode, load_pair  # noqa: E402
+from speculab.backends import Sampling, decode, load_pair  # noqa: E402
 from speculab.backends.heads import HeadConfig, TrainedHead, make_head  # noqa: E402
 from _heads import constant, random_head  # noqa: E402
 from speculab.backends.pair import default_prompts  # noqa: E402
@@ -51,6 +51,11 @@ def test_h_zero_with_an_uncertain_head_drafts_one_token_per_round(pair):
             done += min(tau, drafted) + 1
     np.testing.assert_array_equal(res.counts.draft_calls, res.counts.oracle_calls)
     assert forwards == res.counts.draft_calls.sum() + early
+    greedy = dict(max_new_tokens=20, key=6, sampling=Sampling(0.0))  # the same decisions as SD(K = 1), round by round
+    a, b = _forwards(pair, SpecDecPP(0.0, head=constant(pair, 0.9)), **greedy)[0], _forwards(pair, SD(K=1), **greedy)[0]
+    assert a.tokens == b.tokens
+    for f in ("rejections", "oracle_calls", "draft_calls", "accepted", "bonus"):
+        np.testing.assert_array_equal(getattr(a.counts, f), getattr(b.counts, f))
 
 
 def test_a_constant_head_stops_where_its_product_crosses_the_threshold(pair):

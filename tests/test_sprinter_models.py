@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 
 from speculab.backends import decode, load_pair  # noqa: E402
 from speculab.backends.heads import HeadConfig, TrainedHead, make_head  # noqa: E402
-from _heads import constant, random_head  # noqa: E402
+from _heads import constant, random_head, width  # noqa: E402
 from speculab.backends.pair import default_prompts  # noqa: E402
 from speculab.backends.warp import Sampling  # noqa: E402
 from speculab.methods import SD, Sprinter  # noqa: E402
@@ -134,6 +134,17 @@ def test_the_same_key_gives_the_same_run(pair):
     np.testing.assert_array_equal(a.counts.oracle_calls, b.counts.oracle_calls)
 
 
+def test_a_score_equal_to_the_threshold_passes(pair):
+    """[SPR]'s appendix algorithm passes at ``V ≥ τ`` (its §3 Algorithm 1 breaks at ``V ≤ τ``): a constant head
+    scoring exactly 0.5 at ``τ = 0.5`` passes every slot — no target call, the draft's output."""
+    head = constant(pair, 0.5)
+    assert float(head(torch.zeros(width(pair)))) == 0.5
+    res = decode(pair, PROMPTS, Sprinter(verifier=head, tau=0.5), max_new_tokens=8, sampling=Sampling(0.0), key=0)
+    np.testing.assert_array_equal(res.counts.oracle_calls, 0)
+    for prompt, tokens in zip(PROMPTS, res.tokens):
+        assert tokens == _draft_greedy(pair, prompt, 8)
+
+
 def test_sprinter_on_real_models_refuses_what_it_cannot_run(pair):
     from speculab.sim import simulate
     from speculab.theory import MarkovInstance
@@ -148,8 +159,8 @@ def test_sprinter_on_real_models_refuses_what_it_cannot_run(pair):
         nan_head.head.out.bias.fill_(float("nan"))
     with pytest.raises(ValueError, match="must be a probability"):
         decode(pair, PROMPTS[:1], Sprinter(verifier=nan_head), max_new_tokens=4, key=0)
-    for tau in ("0.5", float("nan"), True):
-        with pytest.raises(ValueError, match="tau must be a finite number"):
+    for tau in ("0.5", float("nan"), True, 1.5, -1.0, float("inf")):
+        with pytest.raises(ValueError, match=r"tau must be a number in \[0, 1\]"):
             Sprinter(verifier=nan_head, tau=tau)
     inst = MarkovInstance.random(T=4, V=3, key=0)
     for run in (lambda m: simulate(inst, m, 10, key=0), lambda m: m.expected(inst)):

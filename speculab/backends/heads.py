@@ -124,6 +124,12 @@ class TrainedHead:
     #: Marks a head that reads a draft's hidden states (methods run it in the decoding loop, never on Markov instances).
     reads_hidden_states = True
 
+    def __post_init__(self):
+        if not isinstance(self.head, torch.nn.Module):
+            raise ValueError(f"head must be a torch module from make_head or train_head; got {type(self.head).__name__}")
+        if not isinstance(self.config, HeadConfig):
+            raise ValueError(f"config must be a HeadConfig; got {type(self.config).__name__}")
+
     def __call__(self, h: torch.Tensor) -> torch.Tensor:
         """The head's probability for hidden states ``h`` ``(..., d_in)``."""
         if h.shape[-1] != self.config.d_in:
@@ -152,8 +158,13 @@ def constant_head(d_in: int, score: float) -> TrainedHead:
 
 
 def _as_examples(features, targets, weights):
-    X = torch.as_tensor(features, dtype=torch.float32)
-    y = torch.as_tensor(targets, dtype=torch.float32)
+    def as_float32(a):
+        return a.float() if isinstance(a, torch.Tensor) else torch.as_tensor(np.asarray(a, dtype=np.float32))
+
+    try:
+        X, y = as_float32(features), as_float32(targets)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"features and targets must be numeric arrays ({err})") from None
     if X.ndim != 2 or X.shape[0] < 2:
         raise ValueError(f"features must be a (n, d) array with n >= 2; got shape {tuple(X.shape)}")
     if y.shape != (X.shape[0],):
@@ -224,6 +235,9 @@ def train_head(features, targets, weights=None, *, config: HeadConfig, groups=No
     configuration and the data (by fingerprint) are the same — and ends where an
     uninterrupted run ends.
     """
+    if not isinstance(config, HeadConfig):
+        raise ValueError(f"config must be a HeadConfig (e.g. HeadConfig(d_in=..., kind='linear')); "
+                         f"got {type(config).__name__}")
     X, y, w = _as_examples(features, targets, weights)
     if X.shape[1] != config.d_in:
         raise ValueError(f"features have {X.shape[1]} columns but config.d_in = {config.d_in}")

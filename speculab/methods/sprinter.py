@@ -29,7 +29,10 @@ by acceptability therefore gives the very same runs as ``Sprinter(eta_tp, eta_fp
 head trained on the draft's hidden states (:class:`speculab.backends.heads.TrainedHead`), and
 it reads [SPR] §4's input, "the last embedding of the previous token": the draft's last
 hidden state at the token before the slot, which the forward pass that computed the slot's
-law ``p`` returns anyway. The verdict is ``score ≥ τ`` ([SPR] Alg. 1's inference threshold),
+law ``p`` returns anyway. The verdict is ``score ≥ τ`` (the inference threshold of [SPR]'s
+detailed algorithm in its appendix: "if V(s(x, Prefix)) ≥ τ then r += 1"; the paper is not
+consistent — its §3 Algorithm 1 breaks at ``V ≤ τ``, passing only ``V > τ``; the two differ
+only at a score exactly ``τ``, and ``tests/test_sprinter_models.py`` pins the choice),
 or with ``tau=None`` a coin with probability ``score`` (so a constant head is the random
 verifier). The verdict is therefore fixed before ``x`` is drafted and does not depend on
 ``x``, and the one-step law is exact: ``p`` after a pass, ``q`` after a refusal (the target
@@ -140,7 +143,7 @@ class Sprinter(Method):
     eta_tp: float | None = param(None, help="η_TP: P(verifier passes | acceptable)", type=float, required=True)
     eta_fp: float | None = param(None, help="η_FP: P(verifier passes | not acceptable)", type=float, required=True)
     verifier: Callable | None = param(None, help="verifier function f(t, prev, x) -> pass probability", cli=False)
-    tau: float | None = param(0.5, help="inference threshold τ on a trained verifier's score", cli=False)
+    tau: float | None = param(0.5, help="inference threshold τ in [0, 1] on a trained verifier's score (read only with a trained head)", cli=False)
 
     def __post_init__(self):
         if self.verifier is None:
@@ -154,10 +157,10 @@ class Sprinter(Method):
             if self.eta_tp is not None or self.eta_fp is not None:
                 raise ValueError("give either eta_tp/eta_fp or a verifier, not both")
         if self.tau is not None:
-            ok = isinstance(self.tau, numbers.Real) and not isinstance(self.tau, bool) and math.isfinite(self.tau)
+            ok = isinstance(self.tau, numbers.Real) and not isinstance(self.tau, bool) and 0 <= self.tau <= 1
             if not ok:
-                raise ValueError(f"tau must be a finite number (the verifier passes a slot iff its score >= tau) or "
-                                 f"None (a coin with the score's probability); got {self.tau!r}")
+                raise ValueError(f"tau must be a number in [0, 1] (the verifier passes a slot iff its score >= tau) "
+                                 f"or None (a coin with the score's probability); got {self.tau!r}")
 
     @property
     def unbiased(self) -> bool:
