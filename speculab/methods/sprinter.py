@@ -49,7 +49,6 @@ token of the vocabulary, one draft forward pass each, so it is not run here.
 
 from __future__ import annotations
 
-import math
 import numbers
 from dataclasses import dataclass
 from typing import Callable, ClassVar
