@@ -179,8 +179,10 @@ def test_repro_specdecpp_pareto(tmp_path, monkeypatch):
         # [SDpp] eq. (5.1) writes N_draft = N + N_discarded − N_target: a round that ends at the horizon with every
         # draft kept outputs no target token, so it undercounts there (a few % in runs of 12 tokens)
         assert r["draft_forwards_per_token"] >= 1 + r["discard_rate"] - r["verification_rate"] - 1e-12
+        assert r["latency_without_stop_pass"] == r["latency"]  # nothing to take away
     k1 = result["fixed_K"]["1"]
     assert k1["verification_rate"] == pytest.approx(1 / k1["tokens_per_round"])
     early = result["heads"]["6"]["points"][0]  # h = 0.3: the head stops rounds, each at one more draft pass
     assert early["extra_forwards_per_token"] > 0
-    assert "best threshold" in repro.summary(result)
+    assert early["latency_without_stop_pass"] == pytest.approx(early["latency"] - c * early["extra_forwards_per_token"])
+    assert "best threshold" in repro.summary(result) and "were the pass" in repro.summary(result)
