@@ -16,7 +16,9 @@ SUM_ATOL = 1e-6
 
 
 def as_float_array(x, name: str) -> np.ndarray:
-    """``x`` as a float64 array with only finite entries."""
+    """``x`` as a float64 array with only finite real entries (complex values refused, not cast)."""
+    if np.iscomplexobj(x):
+        raise ValueError(f"{name} must hold real numbers; got complex values")
     try:
         arr = np.asarray(x, dtype=np.float64)
     except (TypeError, ValueError) as exc:

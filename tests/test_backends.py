@@ -372,8 +372,9 @@ def test_bad_method_and_sampling_arguments():
         SD(K=0)
     with pytest.raises(ValueError, match="temperature"):
         Sampling(temperature=-1)
-    with pytest.raises(ValueError, match="top_p"):
-        Sampling(top_p=1.5)
+    for top_p in (1.5, True):  # a bool is not a probability
+        with pytest.raises(ValueError, match="top_p"):
+            Sampling(top_p=top_p)
     with pytest.raises(ValueError, match="use 0 for greedy"):
         Sampling(temperature=1e-9)
     with pytest.raises(ValueError, match="top_k"):

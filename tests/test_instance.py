@@ -87,6 +87,7 @@ def test_load_refuses_foreign_files(tmp_path):
         (np.full((2, 2), 0.5), np.full((2, 2), 0.5), [0.5, 0.5], "3 dimension"),
         (np.full((2, 2, 2), 0.5), np.full((2, 2, 2), np.nan), [0.5, 0.5], "Q must be finite"),
         (np.full((2, 2, 2), 0.5), np.full((2, 2, 2), 0.5), [1.5, -0.5], "rho must be non-negative"),
+        (np.full((2, 2, 2), 0.5 + 0j), np.full((2, 2, 2), 0.5), [0.5, 0.5], "P must hold real numbers"),  # not cast
     ],
 )
 def test_bad_instances_are_refused(P, Q, rho, match):

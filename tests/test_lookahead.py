@@ -210,6 +210,8 @@ def test_best_lookahead_is_the_argmin_and_agrees_with_leviathan():
         (lambda inst: best_lookahead(inst, float("nan"), 1.0), "t_draft"),
         (lambda inst: iid_tokens_per_round(1.5, 3), "alpha"),
         (lambda inst: iid_speedup(0.5, 3, -1.0), "c must be"),
+        (lambda inst: latency_per_token(-0.1, 0.2, 0.1, 1.0), "discard_rate must be >= 0"),
+        (lambda inst: latency_per_token(0.1, [0.2, float("nan")], 0.1, 1.0), "verification_rate must be finite"),
     ],
 )
 def test_bad_input(call, match):

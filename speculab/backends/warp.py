@@ -40,7 +40,8 @@ class Sampling:
             raise ValueError(f"temperature {t!r} would overflow the logits; use 0 for greedy decoding")
         if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 1):
             raise ValueError(f"top_k must be an integer >= 1 or None; got {self.top_k!r}")
-        if self.top_p is not None and not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
+        top_p = self.top_p
+        if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
             raise ValueError(f"top_p must be a number in (0, 1] or None; got {self.top_p!r}")
 
     @property

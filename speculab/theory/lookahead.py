@@ -50,7 +50,7 @@ import numpy as np
 from array_api_compat import array_namespace
 
 from speculab import kernels
-from speculab._validate import as_lookahead, as_positive_int
+from speculab._validate import as_float_array, as_lookahead, as_positive_int
 from speculab.theory.batch import root_residual_chain
 from speculab.theory.instance import MarkovInstance, compact, expect, per_position, push, scalar
 from speculab.theory.rejections import acceptance_array, rejection_array
@@ -95,8 +95,11 @@ def latency_per_token(discard_rate, verification_rate, t_draft: float, t_target:
     """
     t_draft, t_target = _check_times(t_draft, t_target)
     if not any(type(x).__module__.startswith("jax") for x in (discard_rate, verification_rate)):
-        discard_rate = np.asarray(discard_rate, dtype=np.float64)  # numbers, lists, numpy (JAX arrays stay traceable)
-        verification_rate = np.asarray(verification_rate, dtype=np.float64)
+        discard_rate = as_float_array(discard_rate, "discard_rate")  # numbers, lists, numpy (JAX stays traceable)
+        verification_rate = as_float_array(verification_rate, "verification_rate")
+        for name, rate in (("discard_rate", discard_rate), ("verification_rate", verification_rate)):
+            if np.any(rate < 0):
+                raise ValueError(f"{name} must be >= 0 (a count per output token); got {rate.min()}")
     out = t_draft * (1.0 + discard_rate) + (t_target - t_draft) * verification_rate
     return scalar(out) if out.ndim == 0 else out
 
