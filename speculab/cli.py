@@ -190,8 +190,8 @@ def cmd_methods(args) -> None:
 
 def cmd_instance(args) -> None:
     inst = _instance(args)
-    inst.save(args.out)
-    _emit(args, {"instance": _describe(args, inst), "file": args.out}, f"wrote {inst!r} to {args.out}")
+    written = inst.save(args.out)
+    _emit(args, {"instance": _describe(args, inst), "file": str(written)}, f"wrote {inst!r} to {written}")
 
 
 def cmd_repro(args) -> None:

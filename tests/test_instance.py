@@ -70,6 +70,18 @@ def test_save_load_round_trip(tmp_path):
         np.testing.assert_array_equal(getattr(back, name), getattr(inst, name))
 
 
+def test_save_names_the_file_it_writes_and_refuses_a_folder(tmp_path):
+    """``save`` appends ``.npz`` as numpy does and says so; a folder (existing, or a name ending in a separator)
+    is refused instead of becoming a hidden ``folder/.npz``."""
+    inst = MarkovInstance.random(T=3, V=2, key=0)
+    assert inst.save(tmp_path / "a") == tmp_path / "a.npz" and (tmp_path / "a.npz").exists()
+    assert inst.save(tmp_path / "b.npz") == tmp_path / "b.npz"
+    for folder in (tmp_path, str(tmp_path / "new") + "/"):
+        with pytest.raises(ValueError, match="path must name a file"):
+            inst.save(folder)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npz", "b.npz"]
+
+
 def test_load_refuses_foreign_files(tmp_path):
     path = tmp_path / "other.npz"
     np.savez(path, A=np.zeros(3))

@@ -12,8 +12,10 @@ uniform ``rho`` and ``T = 50`` or ``100``.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from os import PathLike
+from pathlib import Path
 
 import numpy as np
 
@@ -310,10 +312,18 @@ class MarkovInstance:
         return cls(np.broadcast_to(P, (T, V, V)), np.broadcast_to(Q, (T, V, V)), rho, dtype=dtype)
 
     # -- persistence ---------------------------------------------------------
-    def save(self, path: str | PathLike) -> None:
-        """Write the instance to an ``.npz`` file (lossless; compact kernels are written compactly)."""
-        np.savez(path, P=compact(self.P), Q=compact(self.Q), rho=self.rho, T=self.T,
+    def save(self, path: str | PathLike) -> Path:
+        """Write the instance to an ``.npz`` file (lossless; compact kernels are written compactly); returns the
+        file written (``.npz`` is appended to a name without it, as numpy does). A folder is refused."""
+        text = os.fspath(path)
+        target = Path(text)
+        if text.endswith(("/", os.sep)) or target.is_dir() or target.name in ("", ".", ".."):
+            raise ValueError(f"path must name a file (e.g. {Path(text) / 'instance.npz'}); got the folder {text!r}")
+        if target.suffix != ".npz":
+            target = target.with_name(target.name + ".npz")
+        np.savez(target, P=compact(self.P), Q=compact(self.Q), rho=self.rho, T=self.T,
                  format_version=_FORMAT_VERSION)
+        return target
 
     @classmethod
     def load(cls, path: str | PathLike) -> "MarkovInstance":
