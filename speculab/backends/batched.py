@@ -32,9 +32,9 @@ the rows advance by their own accepted lengths:
   block are drawn up front (as on the one-prompt path), a block's cut at a drafted EOS is
   found after drafting, NaN logits are checked once per round, and the drafted blocks and
   the decisions come to the host after the round's target call (reading each prompt's
-  decision and records costs a few transfers per prompt and round; none while drafting). (A draft computed on the host from the token
-  history — n-gram, prompt lookup — is on the host anyway.) Only the logits a round
-  reads are computed (``logits_to_keep``).
+  decision and records costs a few transfers per prompt and round; none while drafting).
+  (A draft computed on the host from the token history — n-gram, prompt lookup — is on
+  the host anyway.) Only the logits a round reads are computed (``logits_to_keep``).
 
 Every method with a round law: autoregressive decoding, SD with any ``K``, biased,
 fuzzy, rejection-rule and block verification, and batch SD, whose ``M`` draft rows per

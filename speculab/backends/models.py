@@ -7,12 +7,11 @@ rejection), repeated across rows (batch drafts) and reduced to one row.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
-
 import functools
 import inspect
 import numbers
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch

@@ -365,6 +365,15 @@ class Method(ABC):
         """What the loop stores for a slot from the head's output ``score`` (``generator``: the prompt's stream)."""
         raise NotImplementedError(f"{type(self).__name__} reads no head")
 
+    @staticmethod
+    def head_probability(score, what: str) -> float:
+        """A head's output as a float, refused unless it is a probability in ``[0, 1]`` (NaN included): ``what``
+        names the head in the message."""
+        value = float(score)
+        if not 0 <= value <= 1:
+            raise ValueError(f"the {what} gave {value}; its output must be a probability in [0, 1]")
+        return value
+
     def stop_drafting(self, predictions: list[float], remaining: int) -> bool:
         """Whether a round stops drafting after the slots whose stored values are ``predictions``."""
         raise NotImplementedError(f"{type(self).__name__} reads no head")

@@ -84,12 +84,11 @@ def block_round_law(p, q, x, *, bonus: bool) -> RoundLaw:
       p: ``(..., 1, L, V)`` draft laws at the drafted slots; ``q``: ``(..., 1, L + 1, V)`` target laws;
       x: ``(..., 1, L)`` the block; bonus: whether a position follows it.
     """
-    xp = array_namespace(p, q)
     L = p.shape[-2]
+    if L == 0:  # nothing drafted (a draft that proposed nothing): nothing to verify, SD's empty round (one token)
+        return SD().round_law(p, q, x, bonus=bonus)
+    xp = array_namespace(p, q)
     ones = xp.ones((*p.shape[:-2], 1), dtype=p.dtype, device=device(p))  # (..., 1, 1)
-    if L == 0:  # nothing drafted (a draft that proposed nothing): one token from q_1, as every method's empty round
-        return RoundLaw(outcome=ones, correction=q[..., :1, :] if bonus else xp.zeros_like(q[..., :1, :]),
-                        reject_prob=xp.zeros_like(ones), accept_prob=p[..., 0])
     px, qx = kernels.gather(p, x), kernels.gather(q[..., :L, :], x)  # (..., 1, L) each
     w, ws = ones[..., 0], []
     for i in range(L):

@@ -334,10 +334,7 @@ class SpecDecPP(Method):
 
     def read_head(self, score, generator) -> float:
         """A head's prediction as a float, refused unless it is a probability (a NaN would never stop a round)."""
-        value = float(score)
-        if not 0 <= value <= 1:
-            raise ValueError(f"the acceptance head predicted {value}; a prediction must be a probability in [0, 1]")
-        return value
+        return self.head_probability(score, "acceptance head")
 
     def stop_drafting(self, predictions: list[float], remaining: int) -> bool:
         """Whether the round stops after the drafts whose head predictions are ``predictions`` (``remaining``: tokens

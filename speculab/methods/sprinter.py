@@ -214,9 +214,7 @@ class Sprinter(Method):
 
         ``score >= tau``, or with ``tau=None`` a uniform from ``generator`` below ``score``.
         A score outside ``[0, 1]`` (NaN included) is refused."""
-        value = float(score)
-        if not 0 <= value <= 1:
-            raise ValueError(f"the verifier scored {value}; a score must be a probability in [0, 1]")
+        value = self.head_probability(score, "verifier")
         if self.tau is None:
             import torch
 

@@ -1,4 +1,4 @@
-"""Plot pieces shared by the reproductions."""
+"""Plot pieces and curve helpers shared by the reproductions."""
 
 from __future__ import annotations
 
@@ -44,3 +44,11 @@ def plot_running(ax, x: np.ndarray, theory: float, *, color: str, theory_color: 
     ax.set_xlabel("number of runs N")
     ax.set_ylabel("average rejections")
     return checkpoints(mean)
+
+
+def interpolate_points(points: list[dict], x_key: str, y_key: str, x: float) -> float:
+    """``y_key`` of a curve's points interpolated (linearly) in ``x_key`` at ``x`` inside the range they cover, else
+    NaN (a method's sweep read off at another method's operating point)."""
+    pts = sorted((p[x_key], p[y_key]) for p in points)
+    xs, ys = [a for a, _ in pts], [b for _, b in pts]
+    return float(np.interp(x, xs, ys)) if xs[0] <= x <= xs[-1] else float("nan")

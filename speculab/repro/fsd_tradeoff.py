@@ -35,8 +35,9 @@ from pathlib import Path
 import numpy as np
 
 from speculab._validate import as_positive_int, spawn_seeds
-from speculab.counts import BONUS
+from speculab.counts import BONUS, Estimate
 from speculab.repro._io import describe_key, new_figure, write_json
+from speculab.repro._plots import interpolate_points
 
 DIVS = ("js", "kl", "kl_reverse", "tv")
 #: Quantiles of each divergence (along a pilot SD run) used as thresholds θ.
@@ -103,20 +104,13 @@ def _measure(pair, prompts, method, max_new_tokens: int, key) -> dict:
         "draft_share": float(c.accepted.sum() / tokens),
         "tokens_per_second": tokens / seconds,
         "per_token_tv": per_token["loss_tv"],
-        "per_token_tv_se": float(np.std(tv_runs, ddof=1) / np.sqrt(tv_runs.size)) if tv_runs.size > 1 else float("nan"),
+        "per_token_tv_se": Estimate.of(tv_runs).se,
         "per_token_kl": per_token["loss_kl"],
         "target_loglik_per_token": float(np.mean(ll)),
-        "target_loglik_se": float(np.std(ll, ddof=1) / np.sqrt(ll.size)) if ll.size > 1 else float("nan"),
+        "target_loglik_se": Estimate.of(ll).se,
         "rejections_per_token": float(c.rejections.sum() / tokens),
         "predicted_rejections_per_token": float(sum(r.reject_prob.sum() for r in res.records) / tokens),
     }
-
-
-def _interpolate(points: list[dict], x_key: str, y_key: str, x: float) -> float:
-    """``y_key`` of FSD's θ points interpolated (linearly) in ``x_key`` at ``x`` inside the range they cover, else NaN."""
-    pts = sorted((p[x_key], p[y_key]) for p in points)
-    xs, ys = [a for a, _ in pts], [b for _, b in pts]
-    return float(np.interp(x, xs, ys)) if xs[0] <= x <= xs[-1] else float("nan")
 
 
 def run(key=0, n_runs: int = 4, out_dir: str | Path = "results", progress: bool = False,
@@ -146,7 +140,7 @@ def run(key=0, n_runs: int = 4, out_dir: str | Path = "results", progress: bool 
             for rate, k in zip(RATES, keys[len(DIVS):len(DIVS) + len(RATES)])]
     versus = {d: [{"rate": r["rate"], "draft_share": r["draft_share"], "random_tv": r["per_token_tv"],
                    "random_tv_se": r["per_token_tv_se"],
-                   "fsd_tv": _interpolate(fsd[d], "draft_share", "per_token_tv", r["draft_share"])} for r in rand] for d in DIVS}
+                   "fsd_tv": interpolate_points(fsd[d], "draft_share", "per_token_tv", r["draft_share"])} for r in rand] for d in DIVS}
     compared = [v for d in DIVS for v in versus[d] if np.isfinite(v["fsd_tv"])]
     result = {"table": "[FSD] Table 2 / Fig. 2 / App. E (analogue)", "pair": pair.name, "key": describe_key(key),
               "prompts": len(prompts), "max_new_tokens": max_new_tokens, "K": K, "judge": JUDGE,
@@ -157,7 +151,7 @@ def run(key=0, n_runs: int = 4, out_dir: str | Path = "results", progress: bool 
                                    "smallest_gap_in_se": min(((v["random_tv"] - v["fsd_tv"]) / v["random_tv_se"]
                                                               for v in compared), default=float("nan"))},
               # what FSD gives up to run at SD's speed (SD: TV 0 at its own target calls per token)
-              "fsd_tv_at_sd_speed": {d: _interpolate(fsd[d], "target_calls_per_token", "per_token_tv",
+              "fsd_tv_at_sd_speed": {d: interpolate_points(fsd[d], "target_calls_per_token", "per_token_tv",
                                                      sd["target_calls_per_token"]) for d in DIVS}}
     _plot(result, Path(out_dir))
     write_json(result, Path(out_dir) / "fsd_tradeoff.json")

@@ -29,13 +29,29 @@ TAU = 0.5
 TEST_SHARE = 0.2
 
 
+def held_out_split(ex, n_prefixes: int, key):
+    """``(train, test)`` of [SPR] §3.2's examples: ``TEST_SHARE`` of the prefixes held out whole (a prefix's
+    completions never straddle the split)."""
+    test_prefixes = np.zeros(n_prefixes, dtype=bool)
+    test_prefixes[np.random.default_rng(key).permutation(n_prefixes)[: math.ceil(TEST_SHARE * n_prefixes)]] = True
+    is_test = test_prefixes[ex.prefix]
+    return ex.subset(~is_test), ex.subset(is_test)
+
+
+def verifier_config(d_in: int, seed: int):
+    """[SPR]'s verifier: a linear layer and the sigmoid, trained with Adam and early stopping."""
+    from speculab.backends.heads import HeadConfig
+
+    return HeadConfig(kind="linear", d_in=d_in, lr=1e-2, epochs=200, patience=10, seed=seed % 2**31)
+
+
 def run(key=0, n_runs: int = 4096, out_dir: str | Path = "results", progress: bool = False,
         draft: str | None = None, target: str | None = None) -> dict:
     """``n_runs`` prefixes of 16 tokens with completions of 16 (``16 · n_runs`` examples). Writes
     ``sprinter_roc.{png,json}`` and one verifier per (λ, input) as ``sprinter_verifier_*.safetensors``."""
 
     from speculab.backends import load_pair
-    from speculab.backends.heads import HeadConfig, auc, roc_curve, save_head, train_head
+    from speculab.backends.heads import auc, roc_curve, save_head, train_head
     from speculab.backends.head_data import FEATURES, SOURCES, sprinter_examples
     from speculab.backends.tiny.build import BuildConfig, corpus
 
@@ -44,10 +60,7 @@ def run(key=0, n_runs: int = 4096, out_dir: str | Path = "results", progress: bo
     texts, _, _ = corpus(BuildConfig().seed)  # the tiny pair's training text: never the held-out prompts
     data_key, split_key, *train_keys = spawn_seeds(key, 2 + len(LAMBDAS) * len(FEATURES))
     ex = sprinter_examples(pair, texts, n_prefixes=n_prefixes, key=data_key)
-    test_prefixes = np.zeros(n_prefixes, dtype=bool)
-    test_prefixes[np.random.default_rng(split_key).permutation(n_prefixes)[: math.ceil(TEST_SHARE * n_prefixes)]] = True
-    is_test = test_prefixes[ex.prefix]
-    train, test = ex.subset(~is_test), ex.subset(is_test)
+    train, test = held_out_split(ex, n_prefixes, split_key)
     out = Path(out_dir)
     rows, curves = {}, {}
     seeds = iter(train_keys)
@@ -55,8 +68,7 @@ def run(key=0, n_runs: int = 4096, out_dir: str | Path = "results", progress: bo
         y_train, y_test = train.labels(lam), test.labels(lam)
         for which in FEATURES:
             X = train.features(which)
-            config = HeadConfig(kind="linear", d_in=X.shape[1], lr=1e-2, epochs=200, patience=10,
-                                seed=next(seeds) % 2**31)
+            config = verifier_config(X.shape[1], next(seeds))
             if progress:
                 print(f"sprinter-roc: λ = {lam}, input {which}", flush=True)
             head = train_head(X, y_train, config=config, groups=train.prefix)

@@ -35,7 +35,10 @@ from pathlib import Path
 import numpy as np
 
 from speculab._validate import as_positive_int, spawn_seeds
+from speculab.counts import Estimate
 from speculab.repro._io import describe_key, new_figure, write_json
+from speculab.repro._plots import interpolate_points
+from speculab.repro.sprinter_roc import held_out_split, verifier_config
 
 LAMBDAS = (1.0, 1.2, 1.5)
 #: Shares of held-out slots the threshold τ lets pass (τ at the matching quantile of the verifier's scores).
@@ -43,32 +46,23 @@ PASS_SHARES = (0.25, 0.5, 0.75)
 #: Training prefixes (16 tokens each, completions of 16: 16 examples per prefix).
 PREFIXES = 1024
 #: Share of the training prefixes held out (scores for τ, AUC).
-TEST_SHARE = 0.2
 SD_KS = (1, 4)
-
-
-def _se(x: np.ndarray) -> float:
-    return float(np.std(x, ddof=1) / math.sqrt(x.size)) if x.size > 1 else float("nan")
 
 
 def _train(pair, key, say) -> dict:
     """One verifier per λ on the previous token's hidden state; its held-out AUC and the thresholds τ."""
     from speculab.backends.head_data import sprinter_examples
-    from speculab.backends.heads import HeadConfig, auc, train_head
+    from speculab.backends.heads import auc, train_head
     from speculab.backends.tiny.build import BuildConfig, corpus
 
     texts, _, _ = corpus(BuildConfig().seed)  # the tiny pair's training text: never the held-out prompts
     data_key, split_key, *train_keys = spawn_seeds(key, 2 + len(LAMBDAS))
     ex = sprinter_examples(pair, texts, n_prefixes=PREFIXES, key=data_key)
-    test_prefixes = np.zeros(PREFIXES, dtype=bool)
-    test_prefixes[np.random.default_rng(split_key).permutation(PREFIXES)[: math.ceil(TEST_SHARE * PREFIXES)]] = True
-    is_test = test_prefixes[ex.prefix]
-    train, test = ex.subset(~is_test), ex.subset(is_test)
+    train, test = held_out_split(ex, PREFIXES, split_key)  # as sprinter-roc splits and trains
     out = {}
     for lam, seed in zip(LAMBDAS, train_keys):
         X = train.features("previous")
-        config = HeadConfig(kind="linear", d_in=X.shape[1], lr=1e-2, epochs=200, patience=10, seed=seed % 2**31)
-        head = train_head(X, train.labels(lam), config=config, groups=train.prefix)
+        head = train_head(X, train.labels(lam), config=verifier_config(X.shape[1], seed), groups=train.prefix)
         scores = head(test.features("previous")).numpy()
         taus = [float(np.quantile(scores, 1.0 - s)) for s in PASS_SHARES]
         out[lam] = {"head": head, "auc": auc(scores, test.labels(lam)), "taus": taus}
@@ -117,10 +111,10 @@ def _measure(pair, prompts, method, max_new_tokens: int, key) -> dict:
         "drafts_per_target_call": float(c.draft_calls.sum() / c.oracle_calls.sum()) if c.oracle_calls.sum() else float("inf"),
         "tokens_per_second": tokens / seconds,
         "per_token_tv": float(np.concatenate([r.loss_tv for r in res.records]).mean()),
-        "per_token_tv_se": _se(tv_runs),
+        "per_token_tv_se": Estimate.of(tv_runs).se,
         "per_token_kl": float(np.concatenate([r.loss_kl for r in res.records]).mean()),
         "target_loglik_per_token": float(ll.mean()),
-        "target_loglik_se": _se(ll),
+        "target_loglik_se": Estimate.of(ll).se,
         "draft_tv_per_slot": float(tv.mean()),
         "slots": int(tv.size),
     }
@@ -138,7 +132,7 @@ def _measure(pair, prompts, method, max_new_tokens: int, key) -> dict:
         # what S1 needs (SPRINTER's module docstring): the pass rate weighted by each slot's TV(p, q)
         "eta_tv_weighted": float((passed * tv).sum() / tv.sum()),
         "acceptance_rate": float(c.accepted.sum() / c.draft_calls.sum()),
-        "acceptance_rate_se": _se(accepted_runs),
+        "acceptance_rate_se": Estimate.of(accepted_runs).se,
         "acceptance_rate_s4": 1.0 - (1.0 - eta_fp) * float(tv.mean()),
         "acceptance_rate_exact": 1.0 - float(((1.0 - passed) * tv).mean()),  # given the verdicts drawn
         "per_token_tv_s1": eta_fp * float(tv.mean()),
@@ -146,13 +140,6 @@ def _measure(pair, prompts, method, max_new_tokens: int, key) -> dict:
     out["s1_gap_in_se"] = (out["per_token_tv"] - out["per_token_tv_s1"]) / out["per_token_tv_se"]
     out["s4_gap_in_se"] = (out["acceptance_rate"] - out["acceptance_rate_s4"]) / out["acceptance_rate_se"]
     return out
-
-
-def _interpolate(points: list[dict], calls: float) -> float:
-    """Per-token TV of a verifier's τ points interpolated (linearly) at ``calls`` target calls per token, NaN outside."""
-    pts = sorted((r["target_calls_per_token"], r["per_token_tv"]) for r in points)
-    xs, ys = [a for a, _ in pts], [b for _, b in pts]
-    return float(np.interp(calls, xs, ys)) if xs[0] <= calls <= xs[-1] else float("nan")
 
 
 def _random_verifier(pair, rate: float):
@@ -199,7 +186,8 @@ def run(key=0, n_runs: int = 2, out_dir: str | Path = "results", progress: bool 
     pairs = [(t, r) for lam in trained for t, r in zip(trained[lam], random[lam])]
     gaps = [(r["per_token_tv"] - t["per_token_tv"]) / math.hypot(r["per_token_tv_se"], t["per_token_tv_se"])
             for t, r in pairs]
-    at_sd = {K: {lam: _interpolate(pts, sd[K]["target_calls_per_token"]) for lam, pts in trained.items()} for K in sd}
+    at_sd = {K: {lam: interpolate_points(pts, "target_calls_per_token", "per_token_tv", sd[K]["target_calls_per_token"])
+                 for lam, pts in trained.items()} for K in sd}
     result = {"figure": "[SPR] Fig. 1 / Table 2 (analogue)", "pair": pair.name, "key": describe_key(key),
               "prompts": len(prompts), "max_new_tokens": max_new_tokens, "prefixes": PREFIXES,
               "verifier_input": "the draft's last hidden state at the previous token ([SPR] §4)",
