@@ -30,13 +30,16 @@ def _ngram_brute(ids, n, V, alpha, history):
     return prob
 
 
-@pytest.mark.parametrize("n", [1, 2, 3])
-def test_ngram_probabilities_are_the_counted_formula(n):
+@pytest.mark.parametrize("size", [200, 12])
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_ngram_probabilities_are_the_counted_formula(n, size):
+    """Every context, in an order that reaches long contexts before and after their suffixes' laws are memoised;
+    the short text leaves contexts unseen whose suffixes were seen, and token 4 is never seen."""
     rng = np.random.default_rng(n)
     V = 5
-    ids = rng.integers(0, V, 200).tolist()
+    ids = rng.integers(0, V - 1, size).tolist()
     model = NGramModel(ids, n, V, alpha=0.3)
-    for history in itertools.product(range(V), repeat=2):
+    for history in list(itertools.product(range(V), repeat=3))[::-1] + list(itertools.product(range(V), repeat=2)):
         np.testing.assert_allclose(model.probs(history).numpy(), _ngram_brute(ids, n, V, 0.3, history), atol=1e-14)
     assert model.probs((4, 4, 4)).sum().item() == pytest.approx(1.0, abs=1e-12)
 

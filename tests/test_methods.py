@@ -396,3 +396,33 @@ def test_a_round_without_drafts_is_one_token_from_the_target(method):
     law = method.round_law(p, q, x, bonus=True, **({"predictions": []} if isinstance(method, Sprinter) else {}))
     np.testing.assert_array_equal(law.outcome, [[[1.0]]])
     np.testing.assert_array_equal(law.correction[0, 0, 0], q[0, 0, 0])
+
+
+@pytest.mark.parametrize("bonus", [True, False])
+@pytest.mark.parametrize("M", [1, 3])
+def test_sds_closed_form_round_law_is_the_chain_law_of_its_rule(bonus, M):
+    """``SD.round_law`` skips the generic chain law's passes over the vocabulary (``b`` only at the drafts, the
+    refusal probability as the residual's mass, unnormalised residual weights); it must be the generic law of
+    ``sd_rule`` — on blocks with exact zeros, a nearly equal block, and a slot with ``p = q`` exactly (no residual
+    mass: the rule falls back to ``q``)."""
+    from speculab.methods.chain import chain_round_law
+    from speculab.methods.sd import sd_rule
+
+    rng = np.random.default_rng(7)
+    p, q, x = _blocks(rng, n=8, M=M, L=3)
+    q[1, :, 1] = p[1, :, 1]  # a slot with p = q exactly
+    p[2, :, 0], q[2, :, 0] = [1.0, 0, 0, 0, 0], [0, 0, 0, 0.5, 0.5]  # disjoint supports: every draft refused
+    x[2, :, 0] = 0
+    fast = SD(K=3).round_law(p, q, x, bonus=bonus)
+    generic = chain_round_law(sd_rule(p, q[..., :-1, :]), p, q, x, bonus=bonus, biased=False)
+    for name in ("outcome", "reject_prob", "accept_prob"):
+        np.testing.assert_allclose(getattr(fast, name), getattr(generic, name), rtol=0, atol=1e-15, err_msg=name)
+    assert fast.law is None and generic.law is None
+
+    def unit(w):
+        s = w.sum(-1, keepdims=True)
+        return np.divide(w, s, out=np.zeros_like(w), where=s > 0)
+
+    np.testing.assert_allclose(unit(fast.correction), unit(generic.correction), rtol=0, atol=1e-15)
+    np.testing.assert_array_equal(fast.correction.sum(-1) > 0, generic.correction.sum(-1) > 0)  # same rows empty
+    np.testing.assert_array_equal(fast.correction[1, :, 1], q[1, :, 1])  # p = q: the fallback is q itself

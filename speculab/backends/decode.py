@@ -426,7 +426,8 @@ def decode(
         inside the models are ordered by thread, so logits can differ in the last bits between counts.
       track_draft: for ``Autoregressive``, also run the draft to record ``TV(p_n, q_n)``.
       on_round: called with a :class:`RoundInfo` after every round (e.g. to evaluate another
-        rule on the same blocks).
+        rule on the same blocks); it runs under ``torch.inference_mode`` as the loop does (its tensors are
+        inference tensors: read them, or ``.clone()`` them outside to keep them for autograd).
       batch_size: prompts decoded together as the rows of one batch (:mod:`speculab.backends.batched`;
         ``None``: all of them); ``1`` decodes one prompt at a time. Both paths give the same
         tokens, counts and records for the same key (each prompt's own random stream, see ``key``).
@@ -469,17 +470,18 @@ def decode(
     as_torch_generator(key, pair.device)  # checks the key (a torch generator on the models' device type)
     encoded = _encode(pair, prompts, max_new_tokens)
     generators = [torch.Generator(device=pair.device).manual_seed(s) for s in spawn_seeds(key, len(encoded))]
-    if batch_size != 1 and head is None and batchable(method, pair):  # a drafting head runs one prompt at a time
-        runs = decode_batched(pair, encoded, method, max_new_tokens=max_new_tokens, sampling=sampling,
-                              generators=generators, track_draft=track_draft, on_round=on_round,
-                              batch_size=batch_size)
-    else:
-        runs = []
-        for i, ids in enumerate(encoded):
-            run = _Run(i, pair, ids, sampling, generators[i], max_new_tokens, track_draft, on_round)
-            while not run.done:
-                run.round(method)
-            runs.append((run.ids[run.n_prompt:], run.out))
+    with torch.inference_mode():  # no autograd bookkeeping on the loop's many small operations
+        if batch_size != 1 and head is None and batchable(method, pair):  # a drafting head runs one prompt at a time
+            runs = decode_batched(pair, encoded, method, max_new_tokens=max_new_tokens, sampling=sampling,
+                                  generators=generators, track_draft=track_draft, on_round=on_round,
+                                  batch_size=batch_size)
+        else:
+            runs = []
+            for i, ids in enumerate(encoded):
+                run = _Run(i, pair, ids, sampling, generators[i], max_new_tokens, track_draft, on_round)
+                while not run.done:
+                    run.round(method)
+                runs.append((run.ids[run.n_prompt:], run.out))
     results, records, rounds, fields = [], [], [], {k: [] for k in Counts.FIELDS}
     for gen, out in runs:
         results.append(gen)

@@ -251,23 +251,34 @@ class NGramModel(HistoryModel):
 
     def probs(self, history: tuple) -> torch.Tensor:
         context = history[max(0, len(history) - (self.n - 1)):]
-        if context in self._memo:
-            return self._memo[context]
-        if len(self._memo) >= self.MEMO:
-            self._memo.clear()
-        V = self.vocab_size
-        prob = np.full(V, 1.0 / V)
-        for k in range(0, len(context) + 1):
-            seen = self._counts(k, context[len(context) - k:] if k else ())
-            if seen is None:
-                break
-            tokens, counts = seen
-            norm = counts.sum() + self.alpha * V  # (c + alpha V prob) / norm, updated in place where c > 0
-            prob *= self.alpha * V / norm
-            prob[tokens] += counts / norm
-        out = torch.from_numpy(prob)
-        self._memo[context] = out
+        out = self._memo.get(context)
+        if out is None:
+            out = self._law(context)
+            if len(self._memo) >= self.MEMO:
+                self._memo.clear()
+            self._memo[context] = out
         return out
+
+    def _law(self, context: tuple) -> torch.Tensor:
+        """``P_k`` for a context of length ``k``: ``P_{k−1}`` of its suffix (memoised in :meth:`probs` — the short
+        contexts recur, so a new context costs one update over ``V``), updated by the context's counts; the
+        suffix's law where the context was never seen (nor then is any longer one)."""
+        V = self.vocab_size
+        seen = self._counts(len(context), context)
+        if context:
+            lower = self.probs(context[1:])
+            if seen is None:
+                return lower
+            prob = lower.numpy()
+        else:
+            prob = np.full(V, 1.0 / V)
+            if seen is None:
+                return torch.from_numpy(prob)
+        tokens, counts = seen
+        norm = counts.sum() + self.alpha * V  # (c + alpha V prob) / norm
+        prob = prob * (self.alpha * V / norm)  # a new array: the suffix's memoised law is left as it is
+        prob[tokens] += counts / norm
+        return torch.from_numpy(prob)
 
 
 class PromptLookupModel(HistoryModel):

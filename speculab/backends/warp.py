@@ -60,7 +60,7 @@ class Sampling:
         if self.greedy:  # one-hot at the argmax; a row with NaN logits gets a NaN there, for check_laws to see
             top, at = logits.max(-1, keepdim=True)
             return torch.zeros_like(logits).scatter_(-1, at, torch.where(torch.isnan(top), top, 1.0))
-        x = logits / self.temperature
+        x = logits / self.temperature if self.temperature != 1 else logits  # x / 1 is x: one pass fewer
         if self.top_k is not None and self.top_k < x.size(-1):
             kth = torch.topk(x, self.top_k, dim=-1).values[..., -1:]
             x = x.masked_fill(x < kth, -math.inf)

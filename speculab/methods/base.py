@@ -214,9 +214,9 @@ def sample_round(law: RoundLaw, u_outcome, u_token):
     idx = kernels.sample_index(xp.reshape(law.outcome, (*lead, M * L1)), u_outcome)  # (...)
     weights = xp.reshape(law.correction, (*lead, M * L1, law.correction.shape[-1]))
     w = xp.take_along_axis(weights, xp.broadcast_to(idx[..., None, None], (*lead, 1, weights.shape[-1])), axis=-2)[..., 0, :]
-    has = xp.sum(w, axis=-1) > 0
-    token = kernels.sample_index(xp.where(has[..., None], w, 1.0), u_token)
-    return idx // L1, idx % L1, xp.where(has, token, -1)
+    cum = xp.cumulative_sum(w, axis=-1)
+    token = kernels.sample_cumulative(cum, u_token)  # V (out of range) where w has no mass: replaced by -1
+    return idx // L1, idx % L1, xp.where(cum[..., -1] > 0, token, -1)
 
 
 class AdaptiveDrafting(NamedTuple):

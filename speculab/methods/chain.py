@@ -36,7 +36,7 @@ from speculab.counts import BONUS, CORRECTION, DRAFT, Expected
 from speculab.methods.base import Emit, Method, RoundLaw, Step
 from speculab.theory.instance import cumulative, rowwise
 
-__all__ = ["Rule", "ChainMethod", "ChainStep", "chain_round_law"]
+__all__ = ["Rule", "ChainMethod", "ChainStep", "chain_round_law", "chain_law"]
 
 
 class Rule(NamedTuple):
@@ -69,14 +69,22 @@ def chain_round_law(rule: Rule, p, q, x, *, bonus: bool, biased: bool) -> RoundL
     xp = array_namespace(p, q)
     b, R = rule
     a = kernels.gather(b, x)  # (..., M, L): acceptance of each drafted token
-    ones = xp.ones((*a.shape[:-1], 1), dtype=p.dtype, device=device(p))  # (..., M, 1); L may be 0
+    reject = xp.sum((1.0 - b) * p, axis=-1)  # (..., M, L): D = Σ (1 − b) p
+    law = b * p + reject[..., None] * R if biased else None
+    return chain_law(a, reject, R, q, bonus=bonus, law=law)
+
+
+def chain_law(a, reject, weights, q, *, bonus: bool, law=None) -> RoundLaw:
+    """The round law of a chain from its slots' acceptances ``a`` ``(..., M, L)`` of the drafts, refusal
+    probabilities ``reject`` ``(..., M, L)`` (before the draft is seen) and correction weights ``weights``
+    ``(..., M, L, V)``; the bonus law is ``q``'s last slot (array API)."""
+    xp = array_namespace(a, q)
+    ones = xp.ones((*a.shape[:-1], 1), dtype=q.dtype, device=device(q))  # (..., M, 1); L may be 0
     reach = xp.concat([ones, xp.cumulative_prod(a, axis=-1)], axis=-1)  # P(first i drafts accepted), i = 0..L
     outcome = reach * xp.concat([1.0 - a, ones], axis=-1)  # (..., M, L+1)
     last = q[..., -1:, :] if bonus else xp.zeros_like(q[..., -1:, :])
-    correction = xp.concat([R, last], axis=-2)  # (..., M, L+1, V)
-    reject = xp.sum((1.0 - b) * p, axis=-1)  # (..., M, L): D = Σ (1 − b) p
+    correction = xp.concat([weights, last], axis=-2)  # (..., M, L+1, V)
     reject_prob = xp.concat([reject, xp.zeros_like(ones)], axis=-1)
-    law = b * p + reject[..., None] * R if biased else None
     return RoundLaw(outcome=outcome, correction=correction, reject_prob=reject_prob, accept_prob=a, law=law)
 
 

@@ -11,10 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from array_api_compat import array_namespace
+
 from speculab import kernels
 from speculab.counts import Estimate, Expected
-from speculab.methods.base import check_lookahead, param, register
-from speculab.methods.chain import ChainMethod, Rule
+from speculab.methods.base import RoundLaw, check_lookahead, param, register
+from speculab.methods.chain import ChainMethod, Rule, chain_law
 from speculab.theory.lookahead import iid_tokens_per_round
 
 __all__ = ["SD", "sd_rule"]
@@ -59,6 +61,23 @@ class SD(ChainMethod):
 
     def rule(self, p, q) -> Rule:
         return sd_rule(p, q)
+
+    def round_law(self, p, q, x, *, bonus: bool) -> RoundLaw:
+        r"""The chain law of :func:`sd_rule` in closed form, in a third of the generic law's passes over the
+        vocabulary (six, not seventeen: this is the real-model loop's hot path). ``b = min(1, q/p)`` is needed
+        only at the drafts, the refusal probability :math:`\sum (1 - b)\,p = \mathrm{TV}(p, q)` is the residual's
+        mass :math:`\sum (q - p)_+` (equal for laws that sum to 1; a few ulps apart in floating point), and the
+        correction weights are the residual's unnormalised :math:`(q - p)_+` (``q`` where it has no mass, as in
+        the rule). ``tests/test_methods.py`` holds it to :func:`~speculab.methods.chain.chain_round_law` of
+        :func:`sd_rule`.
+        """
+        xp = array_namespace(p, q)
+        qs = q[..., :-1, :]
+        w = kernels.excess(qs, p)  # (..., M, L, V)
+        mass = xp.sum(w, axis=-1)
+        weights = w + xp.astype(mass <= 0, w.dtype)[..., None] * qs  # exact: adds 0.0 where the residual has mass
+        a = kernels.sd_acceptance(kernels.gather(p, x), kernels.gather(qs, x))  # elementwise: b at the drafts only
+        return chain_law(a, mass, weights, q, bonus=bonus)
 
     def expected(self, inst) -> Expected:
         from speculab.theory.lookahead import lookahead_counts
