@@ -1,6 +1,15 @@
 """The ``speculab`` command line: theory, simulation and reproductions side by side.
 
-Every command takes ``--seed`` and ``--json`` (machine-readable output on stdout).
+Every command takes ``--seed``, ``--json`` (machine-readable output on stdout) and ``--debug``.
+
+A command that fails prints one line, ``speculab: error: …``, on stderr and exits with
+2 when the input is at fault (a bad value or a missing file: ``ValueError``,
+``FileNotFoundError``) and 1 when the run failed (out of memory, a file that cannot be
+written, or an unexpected error — the line then says to rerun with ``--debug``, which
+shows the traceback instead). Ctrl-C (SIGINT) and SIGTERM stop a command with one line,
+``speculab: interrupted``, and exit 130 / 143 (128 + the signal, as shells do); files
+are written atomically (:mod:`speculab._files`), so an interrupted command leaves the
+previous run's files whole.
 """
 
 from __future__ import annotations
@@ -8,7 +17,9 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
+import signal
 import sys
+import threading
 
 import numpy as np
 
@@ -299,6 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     def common(p, seed_default: int | None = 0):
         p.add_argument("--seed", type=int, default=seed_default, help=f"random seed (default {seed_default})")
         p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        p.add_argument("--debug", action="store_true", help="on an error, show the traceback")
 
     th = sub.add_parser("theory", help="exact closed forms").add_subparsers(dest="quantity", required=True)
     p = th.add_parser("rejections", help="[Yin] Thm 1: expected rejections, oracle calls, acceleration of SD")
@@ -369,18 +381,46 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Terminated(BaseException):
+    """SIGTERM, raised where the command is (as SIGINT raises ``KeyboardInterrupt``) so it unwinds the same way."""
+
+
+def _terminate(signum, frame):
+    raise _Terminated
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    main_thread = threading.current_thread() is threading.main_thread()  # only there can a handler be set
+    previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
     try:
         args.func(args)
-    except (ValueError, OSError) as exc:
-        print(f"speculab: error: {exc}", file=sys.stderr)
-        return 2
-    except MemoryError as exc:  # e.g. --T 5 --V 100000: a (T, V, V) instance that cannot be held
-        print(f"speculab: error: out of memory ({type(exc).__name__}: {exc}); use a smaller --T or --V",
-              file=sys.stderr)
-        return 1
+    except KeyboardInterrupt:
+        print("speculab: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
+    except _Terminated:
+        print("speculab: interrupted (terminated)", file=sys.stderr)
+        return 128 + signal.SIGTERM
+    except Exception as exc:
+        if args.debug:
+            raise
+        print(f"speculab: error: {_one_line(exc)}", file=sys.stderr)
+        return 2 if isinstance(exc, (ValueError, FileNotFoundError)) else 1
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+def _one_line(exc: Exception) -> str:
+    """What a failed command prints: the message for the errors speculab raises on purpose, the error's type and
+    first line otherwise (with how to see the traceback)."""
+    if isinstance(exc, (ValueError, OSError)):
+        return str(exc)
+    if isinstance(exc, MemoryError):  # e.g. --T 5 --V 100000: a (T, V, V) instance that cannot be held
+        return f"out of memory ({type(exc).__name__}: {exc}); use a smaller --T or --V"
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return f"unexpected {type(exc).__name__}: {first} (rerun with --debug for the traceback)"
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -134,3 +134,83 @@ def test_out_of_memory_is_one_line(capsys, monkeypatch):
     assert main(["sim", "--T", "5", "--V", "100000"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "out of memory" in err and "--V" in err
+
+
+def test_an_unexpected_error_is_one_line_and_exit_1_unless_debug(capsys, monkeypatch):
+    import speculab.cli as cli
+
+    def broken(args):
+        raise RuntimeError("something deep\nsecond line")
+
+    monkeypatch.setattr(cli, "cmd_methods", broken)
+    assert main(["methods"]) == 1
+    err = capsys.readouterr().err
+    assert err == "speculab: error: unexpected RuntimeError: something deep (rerun with --debug for the traceback)\n"
+    with pytest.raises(RuntimeError, match="something deep"):
+        main(["methods", "--debug"])
+
+
+@pytest.mark.parametrize("exc, code", [(ValueError("bad --T"), 2), (FileNotFoundError("no file x.npz"), 2),
+                                       (PermissionError("cannot write /x"), 1), (MemoryError(), 1)])
+def test_exit_codes_separate_bad_input_from_failed_runs(capsys, monkeypatch, exc, code):
+    import speculab.cli as cli
+
+    def fails(args):
+        raise exc
+
+    monkeypatch.setattr(cli, "cmd_methods", fails)
+    assert main(["methods"]) == code
+    err = capsys.readouterr().err
+    assert err.startswith("speculab: error: ") and err.count("\n") == 1
+
+
+_RUN_UNTIL_SIGNALLED = """
+import sys, time
+from speculab.cli import main
+print("ready", flush=True)
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("signame, code", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_a_real_signal_stops_a_long_simulation_with_one_line(signame, code):
+    """A real process, a real signal midway through a simulation that would take minutes: one line on stderr, no
+    traceback, exit 128 + the signal."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    argv = ["sim", "--T", "50", "--V", "7", "--n-runs", "100000000"]
+    proc = subprocess.Popen([sys.executable, "-c", _RUN_UNTIL_SIGNALLED, *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        time.sleep(1.0)  # inside main (its handlers set up within microseconds of "ready"), simulating
+        proc.send_signal(getattr(signal, signame))
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == code, err
+    assert err.strip().splitlines()[-1].startswith("speculab: interrupted") and "Traceback" not in err
+    assert out == ""
+
+
+def test_files_are_replaced_whole_or_not_at_all(tmp_path):
+    """An interruption while a result is written leaves the previous file as it was and no temporary file beside
+    it; a value JSON refuses writes nothing."""
+    from speculab._files import atomic_path
+    from speculab.repro._io import write_json
+
+    path = tmp_path / "out" / "result.json"
+    write_json({"n": 1}, path)
+    with pytest.raises(KeyboardInterrupt):
+        with atomic_path(path) as tmp:
+            tmp.write_text('{"n": 2, "half')
+            raise KeyboardInterrupt
+    assert json.loads(path.read_text()) == {"n": 1} and sorted(p.name for p in path.parent.iterdir()) == ["result.json"]
+    with pytest.raises(TypeError):
+        write_json({"n": object()}, path)
+    assert json.loads(path.read_text()) == {"n": 1} and len(list(path.parent.iterdir())) == 1
+    write_json({"n": 3}, path)
+    assert json.loads(path.read_text()) == {"n": 3} and len(list(path.parent.iterdir())) == 1

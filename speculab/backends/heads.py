@@ -21,13 +21,14 @@ import hashlib
 import json
 import math
 import numbers
-import os
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from speculab._files import atomic_path
 
 __all__ = ["HeadConfig", "TrainedHead", "make_head", "constant_head", "train_head", "save_head", "load_head", "roc_curve", "auc"]
 
@@ -191,9 +192,8 @@ def _loss(head, X, y, w, scale) -> torch.Tensor:
 
 
 def _atomic_save(obj, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        torch.save(obj, tmp)
 
 
 def _split(n: int, groups, config: HeadConfig, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -312,12 +312,10 @@ def save_head(trained: TrainedHead, path: str | Path) -> Path:
     from safetensors.torch import save_file
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     meta = {"format": "speculab-head/1", "config": json.dumps(asdict(trained.config)),
             "metrics": json.dumps(trained.metrics)}
-    tmp = path.with_name(path.name + ".tmp")
-    save_file({k: v.detach().contiguous() for k, v in trained.head.state_dict().items()}, str(tmp), metadata=meta)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        save_file({k: v.detach().contiguous() for k, v in trained.head.state_dict().items()}, str(tmp), metadata=meta)
     return path
 
 

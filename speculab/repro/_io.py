@@ -1,4 +1,5 @@
-"""Writing a reproduction's outputs (JSON with numpy values, figures without pyplot state)."""
+"""Writing a reproduction's outputs (JSON with numpy values, figures without pyplot state), each atomically
+(:func:`speculab._files.atomic_path`: an interrupted run leaves the previous run's files whole)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import json
 from pathlib import Path
 
 import numpy as np
+
+from speculab._files import atomic_path
 
 
 def jsonable(x):
@@ -29,8 +32,15 @@ def describe_key(key):
 
 
 def write_json(obj: dict, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(jsonable(obj), indent=2) + "\n")
+    text = json.dumps(jsonable(obj), indent=2) + "\n"  # serialised first: a value JSON refuses writes nothing
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+
+
+def save_figure(fig, path: Path, **kwargs) -> None:
+    """``fig.savefig(path, **kwargs)``, atomically (the format is read off ``path``'s suffix)."""
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format=Path(path).suffix.lstrip(".") or None, **kwargs)
 
 
 def new_figure(ncols: int = 1, width: float = 5.0, height: float = 3.8):

@@ -24,7 +24,7 @@ import numpy as np
 
 from speculab._validate import as_generator, spawn_seeds
 from speculab.methods import SD, OptimalMultiDraft
-from speculab.repro._io import describe_key, new_figure, write_json
+from speculab.repro._io import describe_key, new_figure, save_figure, write_json
 from speculab.sim import simulate
 from speculab.repro._plots import YIN_V as V
 from speculab.repro._plots import yin_instance
@@ -134,7 +134,7 @@ def run(key=10, out_dir: str | Path = "results", draft: str | None = None, targe
     real.set_title(f"{pair.name} pair: {measured['positions']} positions of SD runs")
     real.legend(fontsize=7)
     out.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out / "batch_optimality.png", dpi=130)
+    save_figure(fig, out / "batch_optimality.png", dpi=130)
     write_json(result, out / "batch_optimality.json")
     return result
 

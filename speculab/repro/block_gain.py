@@ -24,7 +24,7 @@ import numpy as np
 from speculab._validate import as_generator, spawn_seeds
 from speculab.counts import Estimate
 from speculab.methods import SD, BlockVerification
-from speculab.repro._io import describe_key, new_figure, write_json
+from speculab.repro._io import describe_key, new_figure, save_figure, write_json
 from speculab.sim import simulate
 from speculab.theory import MarkovInstance
 
@@ -110,7 +110,7 @@ def run(key=0, n_runs: int = 20_000, out_dir: str | Path = "results", progress: 
     for a in (ax, ax2):
         a.set_xticks(g)
         a.legend(fontsize=7)
-    fig.savefig(out / "block_gain.png", dpi=130)
+    save_figure(fig, out / "block_gain.png", dpi=130)
     inst.save(out / "block_gain_instance.npz")
     result = {"figure": "Block verification vs token verification (Sun et al., ICLR 2025)", "key": describe_key(key),
               "instance": {"T": T, "V": V, "concentration": CONCENTRATION, "file": "block_gain_instance.npz"},

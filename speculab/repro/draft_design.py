@@ -25,7 +25,7 @@ import numpy as np
 from speculab import kernels
 from speculab._validate import spawn_seeds
 from speculab.methods import SD
-from speculab.repro._io import describe_key, new_figure, write_json
+from speculab.repro._io import describe_key, new_figure, save_figure, write_json
 from speculab.sim import simulate
 
 T, V, RANK, K, COST, CONCENTRATION = 64, 16, 2, 4, 0.1, 0.3
@@ -133,7 +133,7 @@ def _run(key, out_dir, steps: int, n_runs: int, progress: bool) -> dict:
     ax2.set_title("each fit evaluated on every objective")
     ax2.set_ylim(0, 1.45 * max(table[n][o] / best[o] for n in names for o in OBJECTIVES))
     ax2.legend(fontsize=7, loc="upper left")
-    fig.savefig(out / "draft_design.png", dpi=130)
+    save_figure(fig, out / "draft_design.png", dpi=130)
     result = {"figure": "Draft design: distillation vs rejections vs latency objectives", "key": describe_key(key),
               "instance": {"T": T, "V": V, "target_rows": f"Dirichlet({CONCENTRATION})", "draft_rank": RANK},
               "K": K, "cost_ratio": COST, "steps": steps, "objectives": list(OBJECTIVES), "table": table,

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from speculab._validate import as_generator
-from speculab.repro._io import describe_key, write_json
+from speculab.repro._io import describe_key, save_figure, write_json
 from speculab.repro._plots import yin_instance
 from speculab.theory import MarkovInstance
 from speculab.theory.fuzzy import fuzzy_bound_check, fuzzy_divergence, fuzzy_profile, holds_within
@@ -156,7 +156,7 @@ def run(key=0, out_dir: str | Path = "results") -> dict:
     ax.set_ylabel("Div / (N·%draft·θ)")
     ax.set_title("ratio to the paper's bound (> 1: fails)")
     ax.legend(fontsize=7)
-    fig.savefig(out / "fsd_bound.png", dpi=120)
+    save_figure(fig, out / "fsd_bound.png", dpi=120)
     inst.save(out / "fsd_bound_instance.npz")
     write_json(result, out / "fsd_bound.json")
     return result

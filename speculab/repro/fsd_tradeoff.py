@@ -36,7 +36,7 @@ import numpy as np
 
 from speculab._validate import as_positive_int, spawn_seeds
 from speculab.counts import BONUS, Estimate
-from speculab.repro._io import describe_key, new_figure, write_json
+from speculab.repro._io import describe_key, new_figure, save_figure, write_json
 from speculab.repro._plots import interpolate_points
 
 DIVS = ("js", "kl", "kl_reverse", "tv")
@@ -179,7 +179,7 @@ def _plot(result: dict, out: Path) -> None:
     ax2.set_title("speed vs the target's judgement")
     ax.legend(fontsize=7)
     out.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out / "fsd_tradeoff.png", dpi=130)
+    save_figure(fig, out / "fsd_tradeoff.png", dpi=130)
 
 
 def summary(result: dict) -> str:

@@ -25,7 +25,7 @@ import numpy as np
 from speculab._validate import as_generator
 from speculab.methods import SpecDecPP
 from speculab.methods.block import block_counts
-from speculab.repro._io import describe_key, new_figure, write_json
+from speculab.repro._io import describe_key, new_figure, save_figure, write_json
 from speculab.repro.specdecpp_fig3 import context_varying_instance
 from speculab.theory.lookahead import lookahead_counts
 from speculab.theory.stopping import optimal_stopping, stopping_counts
@@ -91,7 +91,7 @@ def run(key=0, out_dir: str | Path = "results") -> dict:
     right.set_title("best of each family, exact")
     right.legend(fontsize=7)
     out.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out / "optimal_stopping.png", dpi=130)
+    save_figure(fig, out / "optimal_stopping.png", dpi=130)
     write_json(result, out / "optimal_stopping.json")
     return result
 

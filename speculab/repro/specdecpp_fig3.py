@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from speculab._validate import as_generator
-from speculab.repro._io import describe_key, new_figure, write_json
+from speculab.repro._io import describe_key, new_figure, save_figure, write_json
 from speculab.sim import SpecDecPP, simulate
 from speculab.methods.specdecpp import miscalibrated_head, noisy_head
 from speculab.theory import MarkovInstance
@@ -226,7 +226,7 @@ def _plot(result: dict, path: Path) -> None:
     ax3.set_ylabel("best latency: thresholds / fixed K")
     ax3.set_title("best of each family vs hardware")
     ax3.legend(fontsize=7)
-    fig.savefig(path, dpi=130)
+    save_figure(fig, path, dpi=130)
 
 
 def summary(result: dict) -> str:

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from speculab._validate import as_positive_int, spawn_seeds
-from speculab.repro._io import describe_key, new_figure, write_json
+from speculab.repro._io import describe_key, new_figure, save_figure, write_json
 
 W_REJ = (1.0, 3.0, 6.0, 12.0)
 THRESHOLDS = (0.2, 0.4, 0.6, 0.8)
@@ -162,7 +162,7 @@ def _plot(result: dict, out: Path) -> None:
     ax.set_title(f"[SDpp] Fig. 3 on the {result['pair']} pair (h ∈ {{{', '.join(map(str, THRESHOLDS))}}})")
     ax.legend(fontsize=7)
     out.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out / "specdecpp_pareto.png", dpi=130)
+    save_figure(fig, out / "specdecpp_pareto.png", dpi=130)
 
 
 def summary(result: dict) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from speculab._validate import as_generator
-from speculab.repro._io import describe_key, new_figure, write_json
+from speculab.repro._io import describe_key, new_figure, save_figure, write_json
 from speculab.repro._plots import YIN_V, yin_instance
 from speculab.sim import Sprinter, simulate
 from speculab.methods.sprinter import signed_tv_statistic, simulate_stopping
@@ -164,7 +164,7 @@ def run(key=0, n_runs: int = 200_000, out_dir: str | Path = "results", progress:
     ax2.set_ylabel("P(drafted token kept)")
     ax2.set_title(f"SPRINTER on a Markov instance (η_TP={ETA_TP_MARKOV}, key {describe_key(key)})")
     ax2.legend(fontsize=7)
-    fig.savefig(out / "sprinter_fig5.png", dpi=130)
+    save_figure(fig, out / "sprinter_fig5.png", dpi=130)
     inst.save(out / "sprinter_fig5_instance.npz")
     write_json(result, out / "sprinter_fig5.json")
     return result

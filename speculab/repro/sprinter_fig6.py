@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from speculab._validate import as_generator
-from speculab.repro._io import describe_key, new_figure, write_json
+from speculab.repro._io import describe_key, new_figure, save_figure, write_json
 from speculab.methods.sprinter import simulate_stopping
 from speculab.theory.sprinter import sprinter_stopping_time
 
@@ -64,7 +64,7 @@ def run(key=0, n_runs: int = 200_000, out_dir: str | Path = "results", progress:
     ax.set_ylabel("E[T_stop]")
     ax.set_title(f"[SPR] Fig. 6: r = {R}, t_d = {T_D}")
     ax.legend(fontsize=7)
-    fig.savefig(out / "sprinter_fig6.png", dpi=130)
+    save_figure(fig, out / "sprinter_fig6.png", dpi=130)
     write_json(result, out / "sprinter_fig6.json")
     return result
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from speculab._validate import as_positive_int, spawn_seeds
-from speculab.repro._io import describe_key, new_figure, write_json
+from speculab.repro._io import describe_key, new_figure, save_figure, write_json
 
 LAMBDAS = (1.0, 1.2, 1.5)
 TAU = 0.5
@@ -98,7 +98,7 @@ def run(key=0, n_runs: int = 4096, out_dir: str | Path = "results", progress: bo
         ax.legend(fontsize=7, loc="lower right")
     axes[0].set_ylabel("true-positive rate η_TP")
     out.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out / "sprinter_roc.png", dpi=130)
+    save_figure(fig, out / "sprinter_roc.png", dpi=130)
     write_json(result, out / "sprinter_roc.json")
     return result
 

@@ -36,7 +36,7 @@ import numpy as np
 
 from speculab._validate import as_positive_int, spawn_seeds
 from speculab.counts import Estimate
-from speculab.repro._io import describe_key, new_figure, write_json
+from speculab.repro._io import describe_key, new_figure, save_figure, write_json
 from speculab.repro._plots import interpolate_points
 from speculab.repro.sprinter_roc import held_out_split, verifier_config
 
@@ -234,7 +234,7 @@ def _plot(result: dict, out: Path) -> None:
     ax2.set_title("[SPR] Thm A.4 vs measured")
     ax2.legend(fontsize=7)
     out.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out / "sprinter_tradeoff.png", dpi=130)
+    save_figure(fig, out / "sprinter_tradeoff.png", dpi=130)
 
 
 def summary(result: dict) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from speculab._validate import as_generator
-from speculab.repro._io import describe_key, new_figure, write_json
+from speculab.repro._io import describe_key, new_figure, save_figure, write_json
 from speculab.repro._plots import YIN_V as V
 from speculab.repro._plots import plot_running, yin_instance
 from speculab.sim import SD, simulate
@@ -53,7 +53,7 @@ def run(key=10, n_runs: int = 500_000, out_dir: str | Path = "results", progress
     ax2.set_ylabel("P(rejection at n)")
     ax2.set_title("per position: E_q[TV(p_n, q_n)]")
     ax2.legend(fontsize=8)
-    fig.savefig(out / "yin_fig2a.png", dpi=130)
+    save_figure(fig, out / "yin_fig2a.png", dpi=130)
 
     est = counts.estimate("rejections")
     result = {

@@ -10,7 +10,7 @@ from pathlib import Path
 
 
 from speculab._validate import as_generator
-from speculab.repro._io import describe_key, new_figure, write_json
+from speculab.repro._io import describe_key, new_figure, save_figure, write_json
 from speculab.repro._plots import YIN_V as V
 from speculab.repro._plots import plot_running, yin_instance
 from speculab.sim import BatchSD, simulate
@@ -46,7 +46,7 @@ def run(key=10, n_runs: int = 200_000, out_dir: str | Path = "results", progress
     ax.set_title(f"Batch SD, T={T}, {V} tokens (key {describe_key(key)})")
     ax.legend(fontsize=7, loc="upper right")
     out.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out / "yin_fig2b.png", dpi=130)
+    save_figure(fig, out / "yin_fig2b.png", dpi=130)
     result = {"figure": "[Yin] Fig. 2(b)", "key": describe_key(key), "instance": {"T": T, "V": V, "rows": "uniform"}, "M": rows}
     write_json(result, out / "yin_fig2b.json")
     return result

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from speculab._validate import as_generator
-from speculab.repro._io import describe_key, new_figure, write_json
+from speculab.repro._io import describe_key, new_figure, save_figure, write_json
 from speculab.repro._plots import YIN_V as V
 from speculab.repro._plots import yin_instance
 from speculab.sim import BatchSD, simulate
@@ -59,7 +59,7 @@ def run(key=10, n_runs: int = 20_000, out_dir: str | Path = "results", progress:
     axes[0].set_title(f"T={T}, {V} tokens (key {describe_key(key)})")
     axes[1].set_title("supp(q) ⊄ supp(p): p=(.5,.5,0), q=(.2,.3,.5)")
     out.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out / "yin_fig2c.png", dpi=130)
+    save_figure(fig, out / "yin_fig2c.png", dpi=130)
     write_json(result, out / "yin_fig2c.json")
     return result
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from speculab.repro._io import new_figure, write_json
+from speculab.repro._io import new_figure, save_figure, write_json
 from speculab.theory import batch_improvement, bernoulli_batch_improvement, uniform_batch_improvement
 
 M_RANGE = np.arange(1, 21)
@@ -52,7 +52,7 @@ def run(out_dir: str | Path = "results") -> dict:
         ax.set_ylabel("batch improvement BI")
         ax.legend(fontsize=7)
     out.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out / "yin_fig3.png", dpi=130)
+    save_figure(fig, out / "yin_fig3.png", dpi=130)
     write_json(result, out / "yin_fig3.json")
     return result
 

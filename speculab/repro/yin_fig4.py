@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from speculab._validate import as_generator, as_positive_int
-from speculab.repro._io import describe_key, new_figure, write_json
+from speculab.repro._io import describe_key, new_figure, save_figure, write_json
 from speculab.repro._plots import YIN_V as V
 from speculab.repro._plots import yin_instance
 from speculab.sim import Biased, simulate
@@ -239,7 +239,7 @@ def run(key=10, n_runs: int = 200_000, out_dir: str | Path = "results", progress
     ax_d.set_title("(d) sequence level (exact, chain rule)")
     ax_d.legend(fontsize=6)
     out.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out / "yin_fig4.png", dpi=130)
+    save_figure(fig, out / "yin_fig4.png", dpi=130)
     inst.save(out / "yin_fig4_instance.npz")
     result = {
         "figure": "[Yin] Fig. 4", "key": describe_key(key), "n_runs": n_runs,

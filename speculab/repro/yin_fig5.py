@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from speculab._validate import as_generator
-from speculab.repro._io import describe_key, new_figure, write_json
+from speculab.repro._io import describe_key, new_figure, save_figure, write_json
 from speculab.repro._plots import YIN_V as V
 from speculab.repro._plots import plot_running, yin_instance
 from speculab.sim import SD, BatchSD, simulate
@@ -46,7 +46,7 @@ def run(key=10, n_runs: int = 100_000, out_dir: str | Path = "results", progress
     right.legend(fontsize=7)
     result["vs_M"] = {"M": Ms, "expected_rejections": curve, "limit": limit}
     out.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out / "yin_fig5.png", dpi=130)
+    save_figure(fig, out / "yin_fig5.png", dpi=130)
     write_json(result, out / "yin_fig5.json")
     return result
 

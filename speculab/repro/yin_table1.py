@@ -22,7 +22,7 @@ import numpy as np
 
 from speculab._validate import spawn_seeds
 from speculab.counts import BONUS
-from speculab.repro._io import describe_key, new_figure, write_json
+from speculab.repro._io import describe_key, new_figure, save_figure, write_json
 
 EPS = (0.01, 0.03, 0.1, 0.2, 0.4, 0.8)  # [Yin] uses 0.1–0.8; the small ones show the regime where rejections remain
 JUDGE = "target-model log-likelihood per token (GPT-4 / reward models are unavailable offline)"
@@ -77,7 +77,7 @@ def run(key=0, n_runs: int = 4, out_dir: str | Path = "results", progress: bool 
     ax2.legend(fontsize=8)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out / "yin_table1.png", dpi=130)
+    save_figure(fig, out / "yin_table1.png", dpi=130)
     result = {"table": "[Yin] Table 1 (analogue)", "pair": pair.name, "key": describe_key(key), "prompts": len(prompts),
               "max_new_tokens": max_new_tokens, "judge": JUDGE, "eps": rows}
     write_json(result, out / "yin_table1.json")

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from speculab import kernels
+from speculab._files import atomic_path
 from speculab._validate import (
     as_distribution,
     as_float_array,
@@ -314,15 +315,16 @@ class MarkovInstance:
     # -- persistence ---------------------------------------------------------
     def save(self, path: str | PathLike) -> Path:
         """Write the instance to an ``.npz`` file (lossless; compact kernels are written compactly); returns the
-        file written (``.npz`` is appended to a name without it, as numpy does). A folder is refused."""
+        file written (``.npz`` is appended to a name without it, as numpy does). A folder is refused. Written
+        atomically (:func:`speculab._files.atomic_path`)."""
         text = os.fspath(path)
         target = Path(text)
         if text.endswith(("/", os.sep)) or target.is_dir() or target.name in ("", ".", ".."):
             raise ValueError(f"path must name a file (e.g. {Path(text) / 'instance.npz'}); got the folder {text!r}")
         if target.suffix != ".npz":
             target = target.with_name(target.name + ".npz")
-        np.savez(target, P=compact(self.P), Q=compact(self.Q), rho=self.rho, T=self.T,
-                 format_version=_FORMAT_VERSION)
+        with atomic_path(target) as tmp, open(tmp, "wb") as f:  # a file object: numpy appends no suffix
+            np.savez(f, P=compact(self.P), Q=compact(self.Q), rho=self.rho, T=self.T, format_version=_FORMAT_VERSION)
         return target
 
     @classmethod
