@@ -7,8 +7,10 @@ from hypothesis import strategies as st
 
 from _enumerate import enumerate_batch, sequence_law
 from conftest import Z_BOUND
+from speculab.kernels import drain
 from speculab.sim import BatchSD, simulate
 from speculab.testing import distribution_pairs, markov_instances
+from speculab.theory.batch import CONVERGED
 from speculab.theory import (
     MarkovInstance,
     batch_expected_rejections,
@@ -175,3 +177,38 @@ def test_bad_M(bad):
         BatchSD(bad)
     with pytest.raises(ValueError, match="M"):
         batch_improvement([0.5, 0.5], [0.2, 0.8], bad)
+
+
+def _chain_without_stop(q, p, M):
+    u, R = q, np.ones_like(q[..., 0])
+    for _ in range(M):
+        u, R = drain(u, R, p)
+    return u, R
+
+
+def _slow_rows():
+    rng = np.random.default_rng(5)
+    p = rng.dirichlet(np.ones(5), size=8)
+    p[:, 0] = 1e-3  # q's mass sits where p has little: each step drains ~0.1 % of it
+    return p / p.sum(-1, keepdims=True), np.tile([1.0, 0, 0, 0, 0], (8, 1))
+
+
+@pytest.mark.parametrize("p, q, M", [(np.array([0.999, 0.001]), np.array([0.0, 1.0]), 60_000),
+                                     (*SUPPORT_GAP, 50), (*_slow_rows(), 60_000)])
+def test_the_root_chain_stops_early_only_within_its_bound(p, q, M):
+    """A finite M stops once the mass left to drain is at most CONVERGED: the result is the full M-step chain's to
+    within that (the cases converge, by underflow or exactly, well before M; a looser stop would fail here)."""
+    u, R = root_residual_chain(q, p, M)
+    ref_u, ref_R = _chain_without_stop(q, p, M)
+    assert np.all(np.abs(R - ref_R) <= CONVERGED)
+    assert np.all(np.abs(u - ref_u).sum(-1) <= CONVERGED)
+    assert np.all(np.abs(R - root_residual_chain(q, p, np.inf)[1]) <= CONVERGED)
+
+
+def test_a_huge_M_costs_what_convergence_costs_and_is_the_limit():
+    """M = 10^12 would be 10^12 passes; the chain converges within ~50,000 (the issue's M = 10^6 took minutes)."""
+    p, q = np.array([0.999, 0.001]), np.array([0.0, 1.0])
+    inst = MarkovInstance.context_free(p, q, T=4)
+    huge, limit = batch_expected_rejections(inst, 10**12), batch_expected_rejections(inst, np.inf)
+    np.testing.assert_allclose(huge.rejections_per_position, limit.rejections_per_position, rtol=0, atol=1e-15)
+    assert batch_expected_rejections(inst, 1000).rejections > limit.rejections + 0.1  # not converged at M = 1000
