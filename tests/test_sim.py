@@ -157,3 +157,26 @@ def test_z_of_a_constant_count_tolerates_the_theorys_round_off():
     est = Estimate.of(np.full(10, 50.0))
     assert est.z(50.0 + 1e-13) == 0.0 and est.z(50.0) == 0.0
     assert est.z(49.9) == np.inf and est.z(50.1) == -np.inf
+
+
+def test_chunks_are_sized_from_a_memory_budget():
+    """Up to V = 1024 the chunks are as before (the same runs for a seed); beyond, a (runs, V) float64 array of a
+    chunk stays within CHUNK_BYTES, and the peak memory of a simulation is the step's (T, V, V) tables plus about
+    one such array — not the 2 GB per gather that 32,768 runs × V = 8192 would take."""
+    import tracemalloc
+
+    from speculab.sim.engine import CHUNK, CHUNK_BYTES, chunk_size
+
+    assert chunk_size(7) == chunk_size(1024) == CHUNK
+    for V in (1025, 5000, 50_000, 10**9):
+        assert 1 <= chunk_size(V) < CHUNK and (chunk_size(V) * 8 * V <= CHUNK_BYTES or chunk_size(V) == 1)
+    V = 2048
+    inst = MarkovInstance.random(1, V, np.random.default_rng(0))
+    tracemalloc.start()
+    try:
+        simulate(inst, SD(), 40_000, 1)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    tables = 4 * V * V * 8  # SD's step: cumulative P, Q and residual rows, and the acceptance table
+    assert peak <= tables + 1.5 * CHUNK_BYTES, peak / 1e6

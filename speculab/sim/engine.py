@@ -15,10 +15,21 @@ from speculab import kernels
 from speculab.counts import BONUS, DRAFT, Counts, rejected
 from speculab.methods.base import Step
 
-__all__ = ["run_steps", "CHUNK"]
+__all__ = ["run_steps", "CHUNK", "CHUNK_BYTES", "chunk_size"]
 
-#: Runs per vectorised chunk (fixed, so a seed gives the same result with or without progress bars).
+#: Most runs per vectorised chunk.
 CHUNK = 1 << 15
+
+#: Memory budget of one ``(runs, V)`` float64 array of a chunk (a step gathers each run's cumulative row to sample
+#: from it): 256 MiB, which :data:`CHUNK` runs reach at ``V = 1024``.
+CHUNK_BYTES = 1 << 28
+
+
+def chunk_size(V: int) -> int:
+    """Runs per chunk on a vocabulary of ``V`` tokens: :data:`CHUNK`, fewer where a ``(runs, V)`` float64 array
+    would exceed :data:`CHUNK_BYTES` (a function of ``V`` only, so a seed gives the same runs with or without a
+    progress bar; up to ``V = 1024`` the chunks are as they always were)."""
+    return max(1, min(CHUNK, CHUNK_BYTES // (8 * V)))
 
 
 def _chunk(step: Step, inst, n: int, rng: np.random.Generator, keep: bool) -> Counts:
@@ -50,12 +61,13 @@ def _chunk(step: Step, inst, n: int, rng: np.random.Generator, keep: bool) -> Co
 
 def run_steps(step: Step, inst, n_runs: int, rng: np.random.Generator, *, return_sequences: bool = False,
               progress: bool = False) -> Counts:
-    """Run ``n_runs`` independent runs of ``step`` on ``inst`` in fixed-size chunks and join them.
+    """Run ``n_runs`` independent runs of ``step`` on ``inst`` in chunks (:func:`chunk_size`) and join them.
 
-    The chunk size is fixed (:data:`CHUNK`), so the generator gives the same runs
+    The chunk size depends only on the vocabulary, so the generator gives the same runs
     with or without a progress bar.
     """
-    sizes = [min(CHUNK, n_runs - i) for i in range(0, n_runs, CHUNK)]
+    chunk = chunk_size(inst.V)
+    sizes = [min(chunk, n_runs - i) for i in range(0, n_runs, chunk)]
     if progress and len(sizes) > 1:
         from tqdm.auto import tqdm
 
