@@ -17,10 +17,15 @@ SUM_ATOL = 1e-6
 
 def as_float_array(x, name: str) -> np.ndarray:
     """``x`` as a float64 array with only finite real entries (complex values refused, not cast)."""
-    if np.iscomplexobj(x):
+    try:
+        raw = np.asarray(x)
+    except (TypeError, ValueError) as exc:  # nested sequences of different lengths
+        raise ValueError(f"{name} must be a rectangular array of numbers (rows of one length); got "
+                         f"{type(x).__name__}") from exc
+    if np.iscomplexobj(raw) or (raw.dtype == object and any(isinstance(v, complex) for v in raw.flat)):
         raise ValueError(f"{name} must hold real numbers; got complex values")
     try:
-        arr = np.asarray(x, dtype=np.float64)
+        arr = raw.astype(np.float64)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{name} must be an array of numbers; got {type(x).__name__}") from exc
     if arr.size and not np.all(np.isfinite(arr)):

@@ -292,10 +292,24 @@ def cmd_compare(args) -> None:
     _emit(args, comp.to_dict(), str(comp))
 
 
+def _check_writable(folder: str) -> None:
+    """Create ``folder`` and write (then remove) a file in it, or say in one line why it cannot be."""
+    import tempfile
+    from pathlib import Path
+
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise OSError(f"cannot write to --out {folder}: {exc.strerror or exc}") from exc
+
+
 def cmd_build_tiny(args) -> None:
     from speculab.backends.tiny.build import BuildConfig, build
 
     cfg = BuildConfig(target_steps=40, draft_steps=20, eval_tokens=4000) if args.quick else BuildConfig()
+    _check_writable(args.out)  # before minutes of training, not after
     info = build(args.out, cfg, log=(lambda *_: None) if args.json else print)
     m = info["metrics"]
     _emit(args, info, f"wrote {args.out}: target ppl {m['target_perplexity']:.1f}, draft ppl "
@@ -303,8 +317,15 @@ def cmd_build_tiny(args) -> None:
 
 
 # -- parser --------------------------------------------------------------------
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error said in one line (which command's ``--help`` to read) rather than the usage."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="speculab", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="speculab", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p, seed_default: int | None = 0):

@@ -48,36 +48,67 @@ class ModelPair:
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
-    """``"auto"`` → CUDA when present, else CPU."""
-    if device == "auto":
+    """``"auto"`` → CUDA when present, else CPU; any other name must be a torch device this machine has."""
+    if isinstance(device, str) and device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N' (a torch device); got {device!r}") from exc
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r}: CUDA is not available here (torch {torch.__version__}); "
+                         f"use 'cpu' or 'auto'")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ValueError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return dev
 
 
 def _path(name: str) -> str:
-    """Model path or hub name; ``tiny-draft`` / ``tiny-target`` are the shipped pair."""
+    """Model path or hub name; ``tiny-draft`` / ``tiny-target`` are the shipped pair. A local path (one that exists,
+    or is written as a path: absolute, ``./``, ``../``, ``~``) must be a model folder with a ``config.json``."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"a model must be named by a hub name or a local folder; got {name!r}")
     if name in ("tiny-draft", "tiny-target"):
         folder = TINY_DIR / name.split("-")[1]
         if not (folder / "config.json").exists():
             raise ValueError(f"the tiny pair is not built at {TINY_DIR}; run `speculab models build-tiny`")
         return str(folder)
+    local = Path(name).expanduser()
+    if local.exists() or name.startswith(("/", "./", "../", "~")) or Path(name).is_absolute():
+        if not local.is_dir():
+            raise ValueError(f"no model folder at {name}" + (" (a file, not a folder)" if local.exists() else ""))
+        if not (local / "config.json").is_file():
+            raise ValueError(f"{name} is not a model folder: it has no config.json (save one with save_pretrained)")
+        return str(local)
     return name
+
+
+def _hub(what: str, name: str, load):
+    """``load()``, with a failure to find or read the model (a hub name offline, a folder missing its weights or
+    tokenizer) said in one line that names it."""
+    try:
+        return load()
+    except (OSError, ValueError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ValueError(f"could not load the {what} of {name!r} (a local model folder, or a hub name — the hub may "
+                         f"be unreachable): {first}") from exc
 
 
 def _load_tokenizer(path: str):
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(path)
+    return _hub("tokenizer", path, lambda: AutoTokenizer.from_pretrained(path, trust_remote_code=False))
 
 
 def _same_tokenizer(a, b) -> bool:
     return a.get_vocab() == b.get_vocab() and a.eos_token_id == b.eos_token_id
 
 
-def _load_model(path: str, device: torch.device, dtype: torch.dtype):
+def _load_model(path: str, device: torch.device, dtype: torch.dtype, allow_pickle: bool = False):
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    model = _hub("model", path, lambda: AutoModelForCausalLM.from_pretrained(
+        path, dtype=dtype, use_safetensors=None if allow_pickle else True, trust_remote_code=False))
     return model.to(device).eval()
 
 
@@ -92,6 +123,7 @@ def load_pair(
     device: str | torch.device = "auto",
     dtype: torch.dtype = torch.float32,
     use_cache: bool = True,
+    allow_pickle: bool = False,
 ) -> ModelPair:
     """Load a draft/target pair of causal LMs that share a tokenizer.
 
@@ -103,6 +135,8 @@ def load_pair(
       device: ``"auto"`` (CUDA when present), ``"cpu"``, ``"cuda"``, …
       dtype: model dtype; float32 by default (greedy equivalence is exact only in fp32).
       use_cache: use KV caches (``False`` recomputes every prefix — for checking).
+      allow_pickle: also load weights stored as pickles (``pytorch_model.bin``), which can run code when read;
+        by default only safetensors weights load. Remote code is never run.
 
     Refuses pairs whose tokenizers differ; vocabularies that differ only by padding
     rows in the embedding (e.g. Pythia's 50304 rows for 50277 tokens) are cropped
@@ -120,7 +154,7 @@ def load_pair(
     t_path = _path(target)
     tokenizer = _load_tokenizer(t_path)
     vocab = len(tokenizer)
-    target_model = _load_model(t_path, dev, dtype)
+    target_model = _load_model(t_path, dev, dtype, allow_pickle)
     if _embedding_rows(target_model) < vocab:
         raise ValueError(f"target {target!r} has {_embedding_rows(target_model)} output rows for a {vocab}-token tokenizer")
     if isinstance(draft, str):
@@ -131,7 +165,7 @@ def load_pair(
                 f"draft {draft!r} and target {target!r} use different tokenizers "
                 f"({len(d_tokenizer)} vs {vocab} tokens); speculative decoding needs one shared vocabulary"
             )
-        draft_model = _load_model(d_path, dev, dtype)
+        draft_model = _load_model(d_path, dev, dtype, allow_pickle)
         if _embedding_rows(draft_model) < vocab:
             raise ValueError(f"draft {draft!r} has {_embedding_rows(draft_model)} output rows for a {vocab}-token tokenizer")
         draft_adapter = HFModel(draft_model, vocab, use_cache=use_cache)

@@ -15,7 +15,7 @@ import numbers
 import numpy as np
 
 from speculab import kernels
-from speculab._validate import as_pair
+from speculab._validate import as_pair, as_probability_array
 
 __all__ = ["biased_acceptance", "canonical_optimal_rejection"]
 
@@ -47,9 +47,7 @@ def canonical_optimal_rejection(p, q, b) -> np.ndarray:
     residual ``[q − p]_+``. Rows where ``(q − b p)_+ = 0`` (never rejected) are ``q``.
     """
     p, q = as_pair(p, q)
-    b = np.asarray(b, dtype=np.float64)
+    b = as_probability_array(b, "b")
     if b.shape != p.shape:
         raise ValueError(f"b must have the shape of p {p.shape}; got {b.shape}")
-    if b.size and not np.all((b >= 0) & (b <= 1)):
-        raise ValueError("b must hold acceptance probabilities in [0, 1] (and no NaN)")
     return kernels.optimal_rejection(p, q, b)

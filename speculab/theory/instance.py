@@ -13,6 +13,8 @@ uniform ``rho`` and ``T = 50`` or ``100``.
 from __future__ import annotations
 
 import os
+import zipfile
+import zlib
 from dataclasses import dataclass, field
 from os import PathLike
 from pathlib import Path
@@ -159,6 +161,23 @@ def _kernels(a, name: str, dtype) -> np.ndarray:
     part = np.array(as_distribution(compact(a) if stack else a, name, ndim=3), dtype=dtype, copy=True)
     part.setflags(write=False)
     return np.broadcast_to(part, a.shape if stack else part.shape)
+
+
+def _read_npz(path) -> dict[str, np.ndarray]:
+    """The arrays of an ``.npz`` file, each read in full (objects never unpickled); anything that keeps them from
+    being read — no such file, empty, truncated, corrupt, not an ``.npz`` — is one ``ValueError`` naming the file."""
+    if not Path(path).is_file():
+        raise ValueError(f"no instance file at {path}")
+    try:
+        data = np.load(path, allow_pickle=False)
+        if not isinstance(data, np.lib.npyio.NpzFile):
+            raise ValueError("a single .npy array, not an .npz archive")
+        with data:
+            return {name: data[name] for name in data.files}
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as exc:
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ValueError(f"{path} is not a speculab Markov instance (an .npz written by MarkovInstance.save or "
+                         f"`speculab instance`): {reason}") from exc
 
 
 @dataclass(frozen=True, eq=False)
@@ -329,28 +348,30 @@ class MarkovInstance:
 
     @classmethod
     def load(cls, path: str | PathLike) -> "MarkovInstance":
-        """Read an instance written by :meth:`save` (validated again on load)."""
-        with np.load(path) as data:
-            missing = {"P", "Q", "rho"} - set(data.files)
-            if missing:
-                raise ValueError(f"{path} is not a speculab Markov instance: missing {sorted(missing)}")
-            version = int(data["format_version"]) if "format_version" in data.files else 1
-            if version > _FORMAT_VERSION:
-                raise ValueError(f"{path} has format version {version}; this speculab reads <= {_FORMAT_VERSION}")
-            P, Q, rho = data["P"], data["Q"], data["rho"]
-            dtype = "float32" if P.dtype == np.float32 else "float64"
-            P, Q = as_float_array(P, "P"), as_float_array(Q, "Q")
-            if "T" in data.files:  # format 2: the compact parts and the horizon
-                T = data["T"]
-                if T.shape != () or not np.issubdtype(T.dtype, np.integer):
-                    raise ValueError(f"{path} is not a speculab Markov instance: T must be one integer; got {T!r}")
-                T = as_positive_int(int(T), "T")
-                if P.ndim != 3 or Q.ndim != 3 or P.shape[-1] != Q.shape[-1]:
-                    raise ValueError(f"{path} is not a speculab Markov instance: P and Q have shapes "
-                                     f"{P.shape} and {Q.shape}")
-                V = P.shape[-1]
-                try:
-                    P, Q = np.broadcast_to(P, (T, V, V)), np.broadcast_to(Q, (T, V, V))
-                except ValueError as exc:
-                    raise ValueError(f"{path} is not a speculab Markov instance: {exc}") from None
-            return cls(P, Q, rho, dtype=dtype)
+        """Read an instance written by :meth:`save` (validated again on load). A file that is not one — missing,
+        empty, truncated, corrupt, another format, pickled objects (never unpickled) — is refused with a
+        ``ValueError`` naming it."""
+        data = _read_npz(path)
+        missing = {"P", "Q", "rho"} - set(data)
+        if missing:
+            raise ValueError(f"{path} is not a speculab Markov instance: missing {sorted(missing)}")
+        version = int(data["format_version"]) if "format_version" in data else 1
+        if version > _FORMAT_VERSION:
+            raise ValueError(f"{path} has format version {version}; this speculab reads <= {_FORMAT_VERSION}")
+        P, Q, rho = data["P"], data["Q"], data["rho"]
+        dtype = "float32" if P.dtype == np.float32 else "float64"
+        P, Q = as_float_array(P, "P"), as_float_array(Q, "Q")
+        if "T" in data:  # format 2: the compact parts and the horizon
+            T = data["T"]
+            if T.shape != () or not np.issubdtype(T.dtype, np.integer):
+                raise ValueError(f"{path} is not a speculab Markov instance: T must be one integer; got {T!r}")
+            T = as_positive_int(int(T), "T")
+            if P.ndim != 3 or Q.ndim != 3 or P.shape[-1] != Q.shape[-1]:
+                raise ValueError(f"{path} is not a speculab Markov instance: P and Q have shapes "
+                                 f"{P.shape} and {Q.shape}")
+            V = P.shape[-1]
+            try:
+                P, Q = np.broadcast_to(P, (T, V, V)), np.broadcast_to(Q, (T, V, V))
+            except ValueError as exc:
+                raise ValueError(f"{path} is not a speculab Markov instance: {exc}") from None
+        return cls(P, Q, rho, dtype=dtype)

@@ -191,7 +191,8 @@ def best_accepted_law(p, q, M, w) -> np.ndarray:
 
 def algorithm4_accepted_law(p, q, M) -> np.ndarray:
     """[Yin] Algorithm 4's accepted law at the root: ``q − u_M = q − R_M q^{M+1}`` (:mod:`speculab.theory.batch`)."""
-    return q - root_residual_chain(q, p, M)[0]
+    p, q = as_pair(p, q)
+    return q - root_residual_chain(q, p, _check_M(M))[0]
 
 
 @dataclass(frozen=True)

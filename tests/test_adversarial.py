@@ -1,0 +1,249 @@
+"""Invalid input, everywhere at once: every case must end in one clear error that names what is wrong.
+
+A table of the public theory functions that read distributions and parameters, fed fixed
+bad values and Hypothesis-generated corruptions of valid ones (a NaN, an infinity, a
+negative entry, a sum off 1, complex values, ragged rows, a vocabulary of another size);
+instance files that are not instances; device and model names that do not exist; and the
+command line, where each bad invocation must print exactly one line and exit 2 (the input
+is at fault) or 1 (the run failed). A ``ValueError`` must name the argument; nothing may
+be silently accepted, clipped or turned into NaN.
+"""
+
+import contextlib
+import io
+import pickle
+import re
+import warnings
+import zipfile
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import speculab.theory as th
+from speculab.cli import main
+
+P3, Q3, B3 = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5]), np.array([0.5, 1.0, 0.2])
+
+#: name -> (function of keyword arguments, its valid arguments). Distributions are ``p``/``q``; ``b`` an acceptance.
+PAIR_FUNCTIONS = {
+    "tv": (lambda p, q: th.tv(p, q), {}),
+    "residual": (lambda p, q: th.residual(q, p), {}),
+    "residual_mass": (lambda p, q: th.residual_mass(q, p), {}),
+    "sd_acceptance": (lambda p, q: th.sd_acceptance(p, q), {}),
+    "kl": (lambda p, q: th.kl(p, q), {}),
+    "js": (lambda p, q: th.js(p, q), {}),
+    "unbiased_rejection_distribution": (lambda p, q, b: th.unbiased_rejection_distribution(p, q, b), {"b": B3}),
+    "batch_improvement": (lambda p, q, M: th.batch_improvement(q, p, M), {"M": 2}),
+    "batch_rejection_probability": (lambda p, q, M: th.batch_rejection_probability(q, p, M), {"M": 2}),
+    "optimal_acceptance": (lambda p, q, M: th.optimal_acceptance(p, q, M), {"M": 2}),
+    "algorithm4_accepted_law": (lambda p, q, M: th.algorithm4_accepted_law(p, q, M), {"M": 2}),
+    "sprinter_distribution": (lambda p, q, eta_fp: th.sprinter_distribution(p, q, eta_fp), {"eta_fp": 0.1}),
+    "sprinter_acceptance_rate": (lambda p, q, eta_fp: th.sprinter_acceptance_rate(p, q, eta_fp), {"eta_fp": 0.1}),
+    "biased_acceptance": (lambda p, q, eps: th.biased_acceptance(p, q, eps), {"eps": 0.1}),
+    "canonical_optimal_rejection": (lambda p, q, b: th.canonical_optimal_rejection(p, q, b), {"b": B3}),
+    "optimal_loss": (lambda p, q, b: th.optimal_loss(p, q, b), {"b": B3}),
+    "optimal_loss_lp": (lambda p, q, b: th.optimal_loss_lp(p, q, b), {"b": B3}),
+    "optimal_rejection": (lambda p, q, b: th.optimal_rejection(p, q, b), {"b": B3}),
+    "pareto_acceptance": (lambda p, q, b: th.pareto_acceptance(p, q, b), {"b": B3}),
+    "pareto_gap": (lambda p, q, b: th.pareto_gap(p, q, b), {"b": B3}),
+    "rejection_loss": (lambda p, q, b: th.rejection_loss(p, q, b, Q3), {"b": B3}),
+    "rejection_probability": (lambda p, b: th.rejection_probability(p, b), {"b": B3}),
+}
+
+BAD_DISTRIBUTIONS = {
+    "nan": [np.nan, 0.5, 0.5], "inf": [np.inf, 0.0, 0.0], "negative": [-0.1, 0.6, 0.5], "sum 0.6": [0.3, 0.2, 0.1],
+    "sum 1.01": [0.51, 0.3, 0.2], "complex": np.array([0.5 + 0j, 0.3, 0.2]),
+    "complex objects": np.array([0.5 + 1j, 0.3, 0.2], dtype=object), "text": "abc", "None": None, "empty": [],
+    "other vocabulary": [0.5, 0.5], "ragged": [[0.5, 0.3, 0.2], [0.2, 0.3]], "scalar": 1.0,
+}
+BAD_SCALARS = {
+    "M": {"0": 0, "negative": -1, "fraction": 1.5, "nan": np.nan, "text": "2", "bool": True},
+    "eps": {"nan": np.nan, "negative": -0.5, "text": "x", "inf": np.inf},
+    "eta_fp": {"nan": np.nan, "negative": -0.5, "above 1": 1.5, "text": "x"},
+    "b": {"nan": [np.nan, 1, 1], "above 1": [1.5, 1, 1], "negative": [-0.1, 1, 1], "other vocabulary": [1, 1],
+          "text": "abc"},
+}
+
+
+def _call(name, **bad):
+    f, extra = PAIR_FUNCTIONS[name]
+    kwargs = {"p": P3, "q": Q3, **extra}
+    kwargs = {k: v for k, v in kwargs.items() if k in f.__code__.co_varnames}
+    kwargs.update(bad)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a NumPy warning on the way is a symptom of input that got through
+        return f(**kwargs)
+
+
+def _refused(argument, call):
+    with pytest.raises(ValueError) as info:
+        call()
+    assert re.search(rf"\b{re.escape(argument)}\b", str(info.value)), f"the message does not name {argument}: {info.value}"
+
+
+DISTRIBUTION_CASES = [(name, arg, label) for name, (f, _) in PAIR_FUNCTIONS.items()
+                      for arg in ("p", "q") if arg in f.__code__.co_varnames for label in BAD_DISTRIBUTIONS]
+SCALAR_CASES = [(name, arg, label) for name, (f, extra) in PAIR_FUNCTIONS.items()
+                for arg in extra for label in BAD_SCALARS[arg]]
+
+
+@pytest.mark.parametrize("name, argument, label", DISTRIBUTION_CASES)
+def test_a_bad_distribution_is_refused_by_name(name, argument, label):
+    _refused(argument, lambda: _call(name, **{argument: BAD_DISTRIBUTIONS[label]}))
+
+
+@pytest.mark.parametrize("name, argument, label", SCALAR_CASES)
+def test_a_bad_parameter_is_refused_by_name(name, argument, label):
+    _refused(argument, lambda: _call(name, **{argument: BAD_SCALARS[argument][label]}))
+
+
+@st.composite
+def corrupted(draw):
+    """A valid probability vector of 2–6 tokens, then broken in one way."""
+    V = draw(st.integers(2, 6))
+    w = np.array(draw(st.lists(st.floats(0.01, 1.0), min_size=V, max_size=V)))
+    p = w / w.sum()
+    how = draw(st.sampled_from(["nan", "inf", "negative", "scale", "complex", "truncate"]))
+    i = draw(st.integers(0, V - 1))
+    if how == "nan":
+        p[i] = np.nan
+    elif how == "inf":
+        p[i] = draw(st.sampled_from([np.inf, -np.inf]))
+    elif how == "negative":
+        p[i] = -draw(st.floats(1e-9, 1.0))
+    elif how == "scale":
+        p = p * draw(st.one_of(st.floats(0.0, 0.999), st.floats(1.001, 10.0)))
+    elif how == "complex":
+        p = p.astype(complex)
+    else:
+        p = p[:-1] if V > 2 else p[:1]
+    return V, p
+
+
+@given(corrupted(), st.sampled_from(sorted(name for name in PAIR_FUNCTIONS if name != "rejection_probability")),
+       st.sampled_from(["p", "q"]))
+def test_corrupted_distributions_are_refused_by_name(case, name, argument):
+    V, bad = case
+    rng = np.random.default_rng(V)
+    good = rng.dirichlet(np.ones(V))
+    extra = {k: (np.ones(V) * 0.5 if k == "b" else v) for k, v in PAIR_FUNCTIONS[name][1].items()}
+    f = PAIR_FUNCTIONS[name][0]
+    other = "q" if argument == "p" else "p"
+    kwargs = {argument: bad, other: good, **extra}
+    if name == "rejection_loss":
+        f = lambda p, q, b: th.rejection_loss(p, q, b, good)  # noqa: E731
+    if bad.shape != good.shape:  # a truncated vector: the message may name either (the pair's shapes differ)
+        with pytest.raises(ValueError, match=r"\b(p|q|b)\b"):
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                f(**kwargs)
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _refused(argument, lambda: f(**kwargs))
+
+
+# -- files that are not instances -------------------------------------------------------------------------------
+def _write(path, how: str):
+    if how == "empty":
+        path.write_bytes(b"")
+    elif how == "random bytes":
+        path.write_bytes(np.random.default_rng(0).bytes(300))
+    elif how == "text":
+        path.write_text("P,Q,rho\n1,2,3\n")
+    elif how == "truncated":
+        th.MarkovInstance.random(4, 3, 0).save(path)
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    elif how == "pickle":
+        path.write_bytes(pickle.dumps({"P": 1}))
+    elif how == "object arrays":
+        np.savez(path, P=np.array([{"x": 1}], dtype=object), Q=np.zeros(1), rho=np.zeros(1))
+    elif how == "npy":
+        with open(path, "wb") as f:
+            np.save(f, np.zeros(3))
+    elif how == "other zip":
+        with zipfile.ZipFile(path, "w") as z:
+            z.writestr("readme.txt", "hello")
+    elif how == "folder":
+        path.mkdir()
+
+
+FILE_CASES = ["missing", "empty", "random bytes", "text", "truncated", "pickle", "object arrays", "npy", "other zip",
+              "folder"]
+
+
+@pytest.mark.parametrize("how", FILE_CASES)
+def test_a_file_that_is_not_an_instance_is_refused_naming_it(tmp_path, how):
+    path = tmp_path / "bad.npz"
+    if how != "missing":
+        _write(path, how)
+    with pytest.raises(ValueError, match=re.escape(str(path))):
+        th.MarkovInstance.load(path)
+
+
+# -- devices and models that do not exist ---------------------------------------------------------------------
+@pytest.mark.parametrize("device", ["foo", "cuda:banana", 3.5, "cuda", "cuda:7"])
+def test_a_device_that_does_not_exist_here_is_refused(device):
+    torch = pytest.importorskip("torch")
+    from speculab.backends import resolve_device
+
+    if device == "cuda" and torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(ValueError, match="device"):
+        resolve_device(device)
+
+
+@pytest.mark.parametrize("how", ["missing", "file", "no config"])
+def test_a_model_path_that_is_not_a_model_folder_is_refused(tmp_path, how):
+    pytest.importorskip("torch")
+    from speculab.backends import load_pair
+
+    path = tmp_path / "model"
+    if how == "file":
+        path.write_text("x")
+    elif how == "no config":
+        path.mkdir()
+    with pytest.raises(ValueError, match="model folder"):
+        load_pair(str(path), str(path))
+
+
+# -- the command line -----------------------------------------------------------------------------------------
+CLI_CASES = [
+    (["sim", "--T", "0"], 2, "T must be"), (["sim", "--T", "abc"], 2, "invalid int value"),
+    (["sim", "--V", "1"], 2, "V must be"), (["sim", "--n-runs", "-5"], 2, "n_runs"),
+    (["sim", "--K", "0"], 2, "K must be"), (["sim", "--engine", "foo"], 2, "invalid choice"),
+    (["sim", "--method", "nope"], 2, "invalid choice"), (["sim", "--seed", str(2**64)], 2, "key"),
+    (["sim", "--seed", "-1"], 2, "key"), (["sim", "--eps", "0.1"], 2, "--eps does not apply"),
+    (["theory", "batch", "--M", "0"], 2, "M must be"), (["theory", "batch", "--M", "abc"], 2, "M must be"),
+    (["theory", "rejections", "--instance", "/etc/passwd"], 2, "not a speculab Markov instance"),
+    (["theory", "rejections", "--T", "5", "--V", "3", "--concentration", "-1"], 2, "concentration"),
+    (["instance", "--T", "3"], 2, "--out"), (["repro", "nonexist"], 2, "unknown figure"),
+    (["repro", "yin-fig2a", "--n-runs", "0"], 2, "n_runs"),
+    (["models", "build-tiny", "--out", "/proc/speculab-cannot-write"], 1, "cannot write"),
+    ([], 2, "required"), (["bogus"], 2, "invalid choice"),
+    (["run", "--pair", "tiny", "--device", "foo"], 2, "device"),
+    (["run", "--draft", "/nonexistent-draft", "--target", "/nonexistent-target"], 2, "no model folder"),
+    (["compare", "--pair", "tiny", "--runs-per-prompt", "0"], 2, "runs_per_prompt"),
+    (["run", "--pair", "tiny", "--temperature", "-1"], 2, "temperature"),
+    (["run", "--pair", "tiny", "--top-k", "0"], 2, "top_k"), (["run", "--pair", "tiny", "--top-p", "2"], 2, "top_p"),
+    (["run", "--pair", "tiny", "--prompt", ""], 2, "empty"),
+    (["run", "--pair", "tiny", "--max-new-tokens", "0"], 2, "max_new_tokens"),
+]
+
+
+@pytest.mark.parametrize("argv, code, match", CLI_CASES, ids=[" ".join(c[0]) or "(nothing)" for c in CLI_CASES])
+def test_a_bad_command_line_is_one_line_and_an_exit_code(argv, code, match, tmp_path):
+    if any(a in ("run", "compare") for a in argv[:1]):
+        pytest.importorskip("torch")
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            got = main(argv)
+        except SystemExit as exc:  # argparse's own errors exit from inside parse_args
+            got = exc.code
+    lines = [line for line in err.getvalue().splitlines() if line.strip()]
+    assert got == code, lines
+    assert len(lines) == 1 and lines[0].startswith("speculab") and "error: " in lines[0], lines
+    assert match in lines[0]
