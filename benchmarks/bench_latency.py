@@ -11,7 +11,10 @@ measurement's own noise). One prompt at a time (the setting the model describes)
 32 new tokens, at temperature 1 and greedy (temperature 0: the drafts' argmax agrees
 with the target's more often than their laws overlap); one run (timings on shared CPUs
 are noisy: read the ratios of one run). A summary at the end gives, per draft and
-temperature, the best K's measured speed-up and the worst error over K.
+temperature, the best K's measured speed-up and the worst error over K. Each K's ratio
+is the median of ``--repeats`` adjacent pairs: with one repeat, a single stalled run
+(another process on the cores) decides a ratio and the summary's best — the printed
+spread of the AR clock says when that happened.
 
     python benchmarks/bench_latency.py [--tokens 32] [--threads 2] [--repeats 3] [--temperatures 1 0]
 """
@@ -49,7 +52,8 @@ def main(argv=None):
         sampling = Sampling(temperature=temperature)
         print(f"\n== temperature {temperature:g}" + (" (greedy)" if sampling.greedy else ""))
         for name, pair in drafts.items():
-            summary.append((temperature, name, *_against_the_clock(name, pair, sampling, fit_prompts, test_prompts, args)))
+            result = _against_the_clock(name, pair, sampling, fit_prompts, test_prompts, args)
+            summary.append((temperature, name, *result))
     print("\nsummary: draft, temperature: best measured SD speed-up over AR (K), worst |error| of the predicted one")
     for temperature, name, (best, best_K), worst in summary:
         print(f"   {name:24s} T = {temperature:g}: {best:.2f}× (K = {best_K}), worst |error| {worst:.1%}")

@@ -247,3 +247,68 @@ def test_a_bad_command_line_is_one_line_and_an_exit_code(argv, code, match, tmp_
     assert got == code, lines
     assert len(lines) == 1 and lines[0].startswith("speculab") and "error: " in lines[0], lines
     assert match in lines[0]
+
+
+# -- the real-model backend's own inputs (found by the cold review of issue 11) ------------------------------------
+@pytest.fixture(scope="module")
+def tiny():
+    pytest.importorskip("torch")
+    from speculab.backends import load_pair
+
+    return load_pair("tiny", device="cpu")
+
+
+def _backend_cases():
+    from speculab.backends import NGramModel, PromptLookupModel, ngram_draft
+    from speculab.backends.latency import speed_check, timed_decode
+    from speculab.methods import SD, Autoregressive
+
+    return {
+        "ngram_draft(str)": (lambda t: ngram_draft(t.tokenizer, "hello world"), "texts"),
+        "timed_decode([])": (lambda t: timed_decode(t, [], SD(), max_new_tokens=4, key=0), "prompts"),
+        "NGramModel(alpha=inf)": (lambda t: NGramModel([1, 2], 2, 5, alpha=float("inf")), "alpha"),
+        "NGramModel(float ids)": (lambda t: NGramModel([1.7, 2.2], 2, 5), "token_ids"),
+        "NGramModel(2-D ids)": (lambda t: NGramModel([[1, 2]], 2, 5), "token_ids"),
+        "NGramModel(vocab_size=0)": (lambda t: NGramModel([1, 2], 2, 0), "vocab_size"),
+        "PromptLookupModel(vocab_size=0)": (lambda t: PromptLookupModel(0), "vocab_size"),
+        "decode(on_round=3)": (lambda t: __import__("speculab.backends", fromlist=["decode"]).decode(
+            t, ["a"], SD(), key=0, on_round=3), "on_round"),
+        "speed_check(same prompt ×4)": (lambda t: speed_check(t, ["a"] * 4, SD(K=2), max_new_tokens=4, key=0),
+                                        "distinct"),
+        "speed_check(Autoregressive)": (lambda t: speed_check(t, ["a", "b", "c", "d"], Autoregressive(),
+                                                              max_new_tokens=4, key=0), "method"),
+    }
+
+
+@pytest.mark.parametrize("case", ["ngram_draft(str)", "timed_decode([])", "NGramModel(alpha=inf)",
+                                  "NGramModel(float ids)", "NGramModel(2-D ids)", "NGramModel(vocab_size=0)",
+                                  "PromptLookupModel(vocab_size=0)", "decode(on_round=3)",
+                                  "speed_check(same prompt ×4)", "speed_check(Autoregressive)"])
+def test_backend_inputs_are_refused_by_name(tiny, case):
+    call, argument = _backend_cases()[case]
+    _refused(argument, lambda: call(tiny))
+
+
+def test_compare_without_a_single_draft_leaves_out_the_acceptance_model(tiny):
+    """Prompt lookup with nothing to copy drafts nothing: the i.i.d. acceptance row has no α to use (it said
+    'alpha must lie in [0, 1]; got nan'); the rows that hold are reported."""
+    from speculab.backends import PromptLookupModel, load_pair
+    from speculab.compare import compare
+    from speculab.methods import SD
+
+    pair = load_pair(PromptLookupModel(tiny.vocab_size, 3), "tiny-target", device="cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = compare(pair, SD(K=2), [[5], [9]], max_new_tokens=1, runs_per_prompt=2, key=0)
+    names = [row.quantity for row in result.rows]
+    assert not any("Leviathan" in n for n in names) and any("T1" in n for n in names)
+    assert all(np.isfinite(row.measured) for row in result.rows)
+
+
+def test_numpy_scalars_are_numbers_in_the_sampling_warp_and_the_ngram():
+    pytest.importorskip("torch")
+    from speculab.backends import NGramModel, Sampling
+
+    s = Sampling(np.float32(0.5), top_k=np.int64(3), top_p=np.float64(0.9))
+    assert (s.temperature, s.top_k, s.top_p) == (0.5, 3, 0.9) and type(s.top_k) is int
+    assert NGramModel([1, 2, 3], np.int64(2), 5).n == 2

@@ -467,6 +467,8 @@ def decode(
                          f"got {sampling!r}")
     if batch_size is not None:
         batch_size = as_positive_int(batch_size, "batch_size")
+    if on_round is not None and not callable(on_round):
+        raise ValueError(f"on_round must be a function of a RoundInfo (or None); got {on_round!r}")
     as_torch_generator(key, pair.device)  # checks the key (a torch generator on the models' device type)
     encoded = _encode(pair, prompts, max_new_tokens)
     generators = [torch.Generator(device=pair.device).manual_seed(s) for s in spawn_seeds(key, len(encoded))]

@@ -130,6 +130,9 @@ def timed_decode(pair: ModelPair, prompts: list, method, *, max_new_tokens: int,
     runs would find every law memoised and time a different draft.
     """
     from speculab._validate import spawn_seeds
+    from speculab.backends.decode import prompt_list
+
+    prompts = prompt_list(prompts)
 
     results, seconds, log = [], [], []
     with _timing(pair, log):
@@ -213,7 +216,10 @@ class LatencyModel:
 
     def latency(self, counts, rounds=None) -> float:
         """Predicted seconds per token over the runs of ``counts`` (and ``rounds``, when given)."""
-        return float(self.seconds(counts, rounds).sum() / np.sum(counts.tokens))
+        tokens = np.sum(counts.tokens)
+        if tokens <= 0:
+            raise ValueError("counts hold no generated token: no time per token to predict")
+        return float(self.seconds(counts, rounds).sum() / tokens)
 
 
 def fit_latency(runs: list[TimedRuns]) -> LatencyModel:
@@ -302,9 +308,13 @@ def speed_check(pair: ModelPair, prompts: list, method, *, max_new_tokens: int, 
     from speculab.methods import SD, Autoregressive
 
     prompts = list(prompts)
-    if len(prompts) < SPEED_PROMPTS:
+    distinct = len({p if isinstance(p, str) else tuple(p) for p in prompts})
+    if distinct < SPEED_PROMPTS:
         raise ValueError(f"a speed check needs at least {SPEED_PROMPTS} distinct prompts (half to fit the latency "
-                         f"model, half to measure); got {len(prompts)}")
+                         f"model, half to measure); got {distinct} distinct of {len(prompts)}")
+    if isinstance(method, Autoregressive):
+        raise ValueError("a speed check measures a drafting method's speed-up over autoregressive decoding; "
+                         "method must draft (e.g. SD(K=4)), not Autoregressive()")
     fit, test = prompts[: len(prompts) // 2], prompts[len(prompts) // 2:]
     seeds = spawn_seeds(key, 2)
     calib = [timed_decode(pair, fit, m, max_new_tokens=max_new_tokens, key=seeds[0], **kwargs)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import numbers
 from dataclasses import dataclass, field
 from typing import Any
@@ -135,6 +136,8 @@ class HistoryModel:
     max_length = None
 
     def __init__(self, vocab_size: int):
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, numbers.Integral) or vocab_size < 1:
+            raise ValueError(f"vocab_size must be an integer >= 1; got {vocab_size!r}")
         self.vocab_size = int(vocab_size)
         self.device = torch.device("cpu")
         self.forward_calls = 0
@@ -203,16 +206,19 @@ class NGramModel(HistoryModel):
     """
 
     def __init__(self, token_ids, n: int, vocab_size: int, *, alpha: float = 0.1):
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
             raise ValueError(f"n must be an integer >= 1; got {n!r}")
-        if not alpha > 0:
-            raise ValueError(f"alpha must be > 0; got {alpha}")
+        if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0 < alpha < math.inf:
+            raise ValueError(f"alpha must be a finite number > 0; got {alpha!r}")
         if vocab_size ** n >= 1 << 62:
             raise ValueError(f"n = {n} over {vocab_size} tokens overflows the 64-bit codes of (context, token)")
         super().__init__(vocab_size)
         self.n, self.alpha = int(n), float(alpha)
-        ids = np.asarray([int(t) for t in token_ids] if not isinstance(token_ids, np.ndarray) else token_ids,
-                         dtype=np.int64)
+        ids = np.asarray(token_ids)
+        if ids.ndim != 1 or not (ids.size == 0 or np.issubdtype(ids.dtype, np.integer)):
+            raise ValueError(f"token_ids must be one sequence of integer token ids; got an array of shape {ids.shape} "
+                             f"and dtype {ids.dtype}")
+        ids = ids.astype(np.int64)
         if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
             raise ValueError(f"token ids must lie in [0, {vocab_size}); got range [{ids.min()}, {ids.max()}]")
         self.tables = []  # per context length k: sorted unique codes context·V + token, and their counts

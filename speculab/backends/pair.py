@@ -180,7 +180,10 @@ def load_pair(
 
 
 def ngram_draft(tokenizer, texts: list[str], n: int = 3, *, alpha: float = 0.1) -> NGramModel:
-    """An n-gram draft model counted on ``texts`` tokenized with the pair's tokenizer."""
+    """An n-gram draft model counted on ``texts`` (a list of strings) tokenized with the pair's tokenizer."""
+    if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
+        raise ValueError(f"texts must be a list of strings (one per document); got {type(texts).__name__}"
+                         + (" — a string alone would be read one character per document" if isinstance(texts, str) else ""))
     ids: list[int] = []
     for t in texts:
         ids.extend(tokenizer.encode(t))

@@ -9,6 +9,7 @@ warped target. Temperature 0 is a real argmax path (see :attr:`Sampling.greedy`)
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -34,15 +35,21 @@ class Sampling:
 
     def __post_init__(self):
         t = self.temperature
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
+        if isinstance(t, bool) or not isinstance(t, numbers.Real) or not math.isfinite(t) or t < 0:
             raise ValueError(f"temperature must be a finite number >= 0; got {t!r}")
         if 0 < t < 1e-4:
             raise ValueError(f"temperature {t!r} would overflow the logits; use 0 for greedy decoding")
-        if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 1):
+        if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, numbers.Integral)
+                                       or self.top_k < 1):
             raise ValueError(f"top_k must be an integer >= 1 or None; got {self.top_k!r}")
+        if self.top_k is not None:
+            object.__setattr__(self, "top_k", int(self.top_k))  # numpy integers stored as Python's
+        object.__setattr__(self, "temperature", float(t))
         top_p = self.top_p
-        if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
+        if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, numbers.Real) or not 0 < top_p <= 1):
             raise ValueError(f"top_p must be a number in (0, 1] or None; got {self.top_p!r}")
+        if top_p is not None:
+            object.__setattr__(self, "top_p", float(top_p))
 
     @property
     def greedy(self) -> bool:

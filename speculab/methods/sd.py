@@ -93,7 +93,11 @@ class SD(ChainMethod):
         if self.K is None:
             return [Row("E[N_rej]  (Thm 1: Σ_n E_q[TV(p_n,q_n)])", t1.mean, rej.mean, t1.se, rej.se,
                         note="two-sample: target samples vs SD runs")]
+        bound = Row("E[N_rej] ≤ T1 (finite K has bonus positions)", t1.mean, rej.mean, t1.se, rej.se,
+                    note="one-sided: measured ≤ theory", upper_bound=True)
         tv_all = ctx.tv_along_result()
+        if tv_all.size == 0:  # nothing was drafted (e.g. prompt lookup without a match): no acceptance rate to model
+            return [bound]
         alpha = 1.0 - float(tv_all.mean())
         per_round = iid_tokens_per_round(alpha, self.K)
         tokens = float(ctx.result.counts.tokens.mean())
@@ -101,8 +105,7 @@ class SD(ChainMethod):
         return [
             Row(f"target calls per run (Leviathan i.i.d., α={alpha:.3f})", tokens / per_round, calls.mean, 0.0,
                 calls.se, note="model check: assumes i.i.d. acceptance, no horizon"),
-            Row("E[N_rej] ≤ T1 (finite K has bonus positions)", t1.mean, rej.mean, t1.se, rej.se,
-                note="one-sided: measured ≤ theory", upper_bound=True),
+            bound,
         ]
 
 
