@@ -159,7 +159,8 @@ def cmd_sim(args) -> None:
 
     inst = _instance(args)
     method = _method(args)
-    counts = simulate(inst, method, args.n_runs, args.seed, engine=args.engine, progress=not args.json)
+    counts = simulate(inst, method, args.n_runs, args.seed, engine=args.engine, progress=not args.json,
+                      checkpoint=args.checkpoint, resume=args.resume)
     expected = method.expected(inst)
     head = f"{method!r} on {inst!r}, {args.n_runs:,} runs, seed {args.seed}, {args.engine} engine"
     comp = side_by_side(expected, counts, head)
@@ -354,6 +355,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n-runs", type=int, default=10_000, help="number of runs (default 10000)")
     p.add_argument("--engine", choices=("numpy", "jax"), default="numpy",
                    help="numpy (reference) or jax (jitted, every method)")
+    p.add_argument("--checkpoint", default=None, help="record each finished chunk of runs in this JSON-lines file")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the simulation recorded in --checkpoint (same arguments): the same final numbers")
     p.set_defaults(func=cmd_sim)
 
     p = sub.add_parser("methods", help="list the registered methods and their options")

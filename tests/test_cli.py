@@ -214,3 +214,35 @@ def test_files_are_replaced_whole_or_not_at_all(tmp_path):
     assert json.loads(path.read_text()) == {"n": 1} and len(list(path.parent.iterdir())) == 1
     write_json({"n": 3}, path)
     assert json.loads(path.read_text()) == {"n": 3} and len(list(path.parent.iterdir())) == 1
+
+
+@pytest.mark.slow
+def test_a_simulation_killed_midway_resumes_to_the_same_numbers(tmp_path, capsys):
+    """A real process, interrupted by a real SIGINT after two chunks are on disk; ``--resume`` finishes it and
+    prints the numbers of an uninterrupted run with the same seed."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    path = tmp_path / "sim.jsonl"
+    argv = ["sim", "--T", "300", "--V", "5", "--n-runs", str(6 * 32768), "--seed", "4", "--K", "3", "--json"]
+    proc = subprocess.Popen([sys.executable, "-c", _RUN_UNTIL_SIGNALLED, *argv, "--checkpoint", str(path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None:
+            if path.exists() and path.read_text().count("\n") >= 3:  # the header and two finished chunks
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, "the simulation ended before it could be interrupted"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and err.strip().endswith("speculab: interrupted"), err
+    finished = path.read_text().count("\n") - 1
+    assert 2 <= finished < 6
+    resumed = _json(capsys, argv[:-1] + ["--checkpoint", str(path), "--resume"])
+    whole = _json(capsys, argv[:-1])
+    assert resumed["counts"] == whole["counts"] and resumed["z"] == whole["z"]

@@ -5,7 +5,7 @@ import pytest
 
 from _enumerate import enumerate_decoding
 from conftest import Z_BOUND
-from speculab.sim import SD, Autoregressive, Counts, RejectionDecoding, simulate
+from speculab.sim import SD, Autoregressive, BatchSD, Counts, RejectionDecoding, simulate
 from speculab.methods.sd import sd_rule
 from speculab.theory import (
     MarkovInstance,
@@ -180,3 +180,62 @@ def test_chunks_are_sized_from_a_memory_budget():
         tracemalloc.stop()
     tables = 4 * V * V * 8  # SD's step: cumulative P, Q and residual rows, and the acceptance table
     assert peak <= tables + 1.5 * CHUNK_BYTES, peak / 1e6
+
+
+def _same_counts(a, b):
+    for name in a.FIELDS:
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+    np.testing.assert_array_equal(a.rejections_per_position, b.rejections_per_position)
+    assert a.extra.keys() == b.extra.keys() and all(np.array_equal(a.extra[k], b.extra[k]) for k in a.extra)
+
+
+@pytest.mark.parametrize("method", [SD(K=2), BatchSD(3)], ids=repr)
+def test_an_interrupted_simulation_resumes_to_the_uninterrupted_result(tmp_path, monkeypatch, method):
+    """Interrupted after two of four chunks (and once more with the last line cut short): resuming reads the two
+    back, restores the generator and runs the rest — the same runs as one uninterrupted simulation."""
+    from speculab.sim import engine
+
+    inst = MarkovInstance.random(6, 4, 3)
+    n = 3 * engine.CHUNK + 17
+    whole = simulate(inst, method, n, 5)
+    path = tmp_path / "sim.jsonl"
+    real, calls = engine._chunk, []
+
+    def interrupted(*args):
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(engine, "_chunk", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        simulate(inst, method, n, 5, checkpoint=path)
+    monkeypatch.setattr(engine, "_chunk", real)
+    assert len(path.read_text().splitlines()) == 3  # the header and two chunks
+    with open(path, "a") as f:
+        f.write('{"chunk": 2, "counts": {"fields": {"rejec')  # a line the interruption cut short
+    with pytest.raises(ValueError, match="exists"):
+        simulate(inst, method, n, 5, checkpoint=path)  # never overwritten without resume
+    _same_counts(simulate(inst, method, n, 5, checkpoint=path, resume=True), whole)
+    assert len(path.read_text().splitlines()) == 5 and path.read_text().endswith("}\n")
+    _same_counts(simulate(inst, method, n, 5, checkpoint=path, resume=True), whole)  # nothing left: read back
+
+
+def test_a_checkpoint_resumes_only_its_own_simulation(tmp_path):
+    inst = MarkovInstance.random(6, 4, 3)
+    path = tmp_path / "sim.jsonl"
+    simulate(inst, SD(), 100, 5, checkpoint=path)
+    for change, match in [(dict(key=6), "rng_state"), (dict(n_runs=200), "n_runs"), (dict(method=SD(K=3)), "method"),
+                          (dict(inst=MarkovInstance.random(6, 4, 4)), "instance")]:
+        kwargs = dict(inst=inst, method=SD(), n_runs=100, key=5) | change
+        with pytest.raises(ValueError, match=f"another simulation.*{match}"):
+            simulate(**kwargs, checkpoint=path, resume=True)
+    with pytest.raises(ValueError, match="nothing to resume"):
+        simulate(inst, SD(), 100, 5, checkpoint=tmp_path / "none.jsonl", resume=True)
+    with pytest.raises(ValueError, match="needs the checkpoint"):
+        simulate(inst, SD(), 100, 5, resume=True)
+    with pytest.raises(ValueError, match="return_sequences"):
+        simulate(inst, SD(), 100, 5, checkpoint=tmp_path / "s.jsonl", return_sequences=True)
+    (tmp_path / "junk.jsonl").write_text('{"x": 1}\n')
+    with pytest.raises(ValueError, match="not a speculab simulation checkpoint"):
+        simulate(inst, SD(), 100, 5, checkpoint=tmp_path / "junk.jsonl", resume=True)

@@ -56,6 +56,8 @@ def simulate(
     engine: str = "numpy",
     return_sequences: bool = False,
     progress: bool = False,
+    checkpoint=None,
+    resume: bool = False,
 ) -> Counts:
     """Simulate independent runs of a decoding method on a Markov instance.
 
@@ -72,6 +74,10 @@ def simulate(
         may then also be a JAX key).
       return_sequences: also return the ``(n_runs, T + 1)`` sampled tokens.
       progress: show a progress bar on long simulations (numpy engine; a JAX chunk is one compiled call).
+      checkpoint: a file to record each finished chunk in (JSON lines, :mod:`speculab.sim.checkpoint`; numpy
+        engine, without sequences), so an interrupted simulation can be resumed.
+      resume: continue the simulation recorded in ``checkpoint`` (the same instance, method, ``n_runs`` and
+        key): its finished chunks are read back, the rest is run, and the result equals an uninterrupted run's.
 
     Returns:
       :class:`Counts` — per-run rejections, oracle calls, draft calls, accepted
@@ -91,11 +97,26 @@ def simulate(
     if engine == "jax":
         from speculab.sim.jax_engine import simulate_jax
 
+        if checkpoint is not None or resume:
+            raise ValueError("checkpoint and resume are for the numpy engine (a JAX chunk is one compiled call)")
         return simulate_jax(inst, method, n_runs, key, return_sequences=return_sequences)
     if engine != "numpy":
         raise ValueError(f"engine must be 'numpy' or 'jax'; got {engine!r}")
     rng = as_generator(key)
-    return run_steps(method.simulator(inst), inst, n_runs, rng, return_sequences=return_sequences, progress=progress)
+    journal = None
+    if checkpoint is not None:
+        from speculab.sim.checkpoint import Journal, instance_digest
+        from speculab.sim.engine import chunk_size
+
+        if return_sequences:
+            raise ValueError("checkpoint records counts only; it cannot be combined with return_sequences=True")
+        header = {"instance": instance_digest(inst), "method": repr(method), "n_runs": n_runs,
+                  "chunk": chunk_size(inst.V), "rng_state": rng.bit_generator.state}
+        journal = Journal(checkpoint, header, resume=bool(resume))
+    elif resume:
+        raise ValueError("resume=True needs the checkpoint file to resume")
+    return run_steps(method.simulator(inst), inst, n_runs, rng, return_sequences=return_sequences, progress=progress,
+                     journal=journal)
 
 
 def simulate_sweep(inst, methods, n_runs: int, key) -> list[Counts]:

@@ -60,17 +60,29 @@ def _chunk(step: Step, inst, n: int, rng: np.random.Generator, keep: bool) -> Co
 
 
 def run_steps(step: Step, inst, n_runs: int, rng: np.random.Generator, *, return_sequences: bool = False,
-              progress: bool = False) -> Counts:
+              progress: bool = False, journal=None) -> Counts:
     """Run ``n_runs`` independent runs of ``step`` on ``inst`` in chunks (:func:`chunk_size`) and join them.
 
     The chunk size depends only on the vocabulary, so the generator gives the same runs
-    with or without a progress bar.
+    with or without a progress bar. With a :class:`~speculab.sim.checkpoint.Journal`, the
+    chunks it holds are taken from it (the generator set to its state after them) and each
+    new chunk is recorded in it as it finishes.
     """
     chunk = chunk_size(inst.V)
     sizes = [min(chunk, n_runs - i) for i in range(0, n_runs, chunk)]
+    parts = []
+    if journal is not None and journal.parts:
+        parts = list(journal.parts)
+        if [p.n_runs for p in parts] != sizes[: len(parts)]:
+            raise ValueError(f"checkpoint {journal.path} holds chunks of other sizes than this simulation's")
+        rng.bit_generator.state = journal.state
+        sizes = sizes[len(parts):]
     if progress and len(sizes) > 1:
         from tqdm.auto import tqdm
 
         sizes = tqdm(sizes, desc="simulating", unit="chunk", leave=False, disable=None)
-    parts = [_chunk(step, inst, s, rng, return_sequences) for s in sizes]
+    for s in sizes:
+        parts.append(_chunk(step, inst, s, rng, return_sequences))
+        if journal is not None:
+            journal.add(parts[-1], rng)
     return parts[0] if len(parts) == 1 else Counts.concatenate(parts)

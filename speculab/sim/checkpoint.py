@@ -1,0 +1,108 @@
+"""Checkpoints of a numpy simulation: every finished chunk appended to a JSON-lines file, so an interrupted run resumes.
+
+A checkpoint file holds one header line (the instance's digest, the method, the number of
+runs, the chunk size and the generator's state at the start) and then one line per finished
+chunk: its per-run counts and the generator's state after it. Each line is written, flushed
+and synced before the next chunk starts, so an interruption (Ctrl-C, ``kill``, a crash)
+loses at most the chunk under way; a line cut short by it is dropped on resumption.
+Resuming restores the generator's state after the last finished chunk and runs the rest,
+so the result equals an uninterrupted run's with the same key, run for run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from speculab.counts import Counts
+
+__all__ = ["Journal", "FORMAT"]
+
+FORMAT = "speculab-sim-checkpoint/1"
+
+
+def instance_digest(inst) -> str:
+    """SHA-256 of an instance's kernels, prompt law and horizon (what a checkpoint must have been written for)."""
+    h = hashlib.sha256()
+    for a in (inst.P, inst.Q, inst.rho):
+        h.update(np.ascontiguousarray(a, dtype=np.float64).tobytes())
+    h.update(str(inst.T).encode())
+    return h.hexdigest()
+
+
+def _encode(counts: Counts) -> dict:
+    return {"fields": {name: getattr(counts, name).tolist() for name in Counts.FIELDS},
+            "rejections_per_position": counts.rejections_per_position.tolist(),
+            "extra": {k: v.tolist() for k, v in counts.extra.items()}}
+
+
+def _decode(data: dict) -> Counts:
+    fields = {name: np.asarray(v, dtype=np.int64) for name, v in data["fields"].items()}
+    return Counts(**fields, rejections_per_position=np.asarray(data["rejections_per_position"], dtype=np.float64),
+                  extra={k: np.asarray(v, dtype=np.int64) for k, v in data["extra"].items()})
+
+
+class Journal:
+    """The checkpoint file of one simulation (see the module docstring).
+
+    Args:
+      path: the JSON-lines file.
+      header: what the simulation is (written first; a resumed file must carry the same).
+      resume: continue the file's finished chunks; without it an existing file is refused (not overwritten).
+    """
+
+    def __init__(self, path: str | os.PathLike, header: dict, *, resume: bool):
+        self.path = Path(path)
+        self.header = {"format": FORMAT, **header}
+        self.parts: list[Counts] = []
+        self.state = None  # the generator's state after the last finished chunk
+        if self.path.is_dir():
+            raise ValueError(f"checkpoint must name a file; {self.path} is a folder")
+        if self.path.exists() and self.path.stat().st_size > 0:
+            if not resume:
+                raise ValueError(f"checkpoint {self.path} exists: resume it (resume=True, --resume) or remove it")
+            self._read()
+        elif resume:
+            raise ValueError(f"nothing to resume: no checkpoint at {self.path}")
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._append(self.header)
+
+    def _read(self) -> None:
+        raw = self.path.read_bytes()
+        lines, kept = [], 0
+        for line in raw.split(b"\n"):
+            if not line.endswith(b"}"):  # the line an interruption cut short (or the end of the file)
+                break
+            try:
+                lines.append(json.loads(line))
+            except json.JSONDecodeError:
+                break
+            kept += len(line) + 1
+        if not lines or lines[0].get("format") != FORMAT:
+            raise ValueError(f"{self.path} is not a speculab simulation checkpoint")
+        if lines[0] != json.loads(json.dumps(self.header)):
+            differ = sorted(k for k in self.header if lines[0].get(k) != json.loads(json.dumps(self.header))[k])
+            raise ValueError(f"checkpoint {self.path} was written for another simulation (its {', '.join(differ)} "
+                             f"differ); remove it or give another path")
+        for entry in lines[1:]:
+            self.parts.append(_decode(entry["counts"]))
+            self.state = entry["rng_state"]
+        if kept < len(raw):
+            with open(self.path, "r+b") as f:  # drop the partial line, so the next chunk appends cleanly
+                f.truncate(kept)
+
+    def _append(self, entry: dict) -> None:
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(entry) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def add(self, part: Counts, rng: np.random.Generator) -> None:
+        """Record a finished chunk and the generator's state after it."""
+        self.parts.append(part)
+        self._append({"chunk": len(self.parts) - 1, "counts": _encode(part), "rng_state": rng.bit_generator.state})
