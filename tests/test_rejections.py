@@ -150,3 +150,27 @@ def test_lookahead_monotonicity(inst):
     infinite = enumerate_decoding(inst.P, inst.Q, inst.rho, B, R, None)
     assert runs[-1].oracle_calls == pytest.approx(infinite.oracle_calls, abs=1e-12)
     assert runs[-1].rejections == pytest.approx(sd_expected_rejections(inst).rejections, abs=1e-12)
+
+
+def test_acceleration_with_fewer_than_one_expected_rejection():
+    """T / E[N_rej] also when 0 < E[N_rej] ≤ 1 (a nearly equal pair), inf only at 0 (found by mutation testing:
+    a guard ``> 1`` survived)."""
+    p, q = np.array([0.5, 0.5]), np.array([0.52, 0.48])
+    inst = MarkovInstance.context_free(p, q, T=10)  # E[N_rej] = 10 · 0.02 = 0.2
+    assert sd_expected_rejections(inst).acceleration == pytest.approx(10 / 0.2)
+    assert sd_expected_rejections(MarkovInstance.context_free(p, p, T=10)).acceleration == float("inf")
+
+
+def test_float32_instances_give_float32_profiles():
+    inst = MarkovInstance.random(5, 3, 0, dtype="float32")
+    assert sd_expected_rejections(inst).rejections_per_position.dtype == np.float32
+
+
+def test_rejection_rows_that_are_never_sampled_need_not_be_distributions():
+    """Where b = 1 for every draft nothing is rejected: the rule's rejection row there is never read and may be
+    zeros (found by mutation testing: checking every row, ``>= 0`` for ``> 0``, survived)."""
+    p, q = np.array([0.5, 0.5]), np.array([0.5, 0.5])
+    inst = MarkovInstance.context_free(p, q, T=4)
+    b = np.ones((4, 2, 2))
+    P = np.zeros((4, 2, 2))
+    assert expected_rejections(inst, b, P).rejections == 0.0
