@@ -74,7 +74,7 @@ def _path(name: str) -> str:
             raise ValueError(f"the tiny pair is not built at {TINY_DIR}; run `speculab models build-tiny`")
         return str(folder)
     local = Path(name).expanduser()
-    if local.exists() or name.startswith(("/", "./", "../", "~")) or Path(name).is_absolute():
+    if local.exists() or local.is_absolute() or name.startswith(("./", "../", "~")):
         if not local.is_dir():
             raise ValueError(f"no model folder at {name}" + (" (a file, not a folder)" if local.exists() else ""))
         if not (local / "config.json").is_file():
@@ -181,9 +181,13 @@ def load_pair(
 
 def ngram_draft(tokenizer, texts: list[str], n: int = 3, *, alpha: float = 0.1) -> NGramModel:
     """An n-gram draft model counted on ``texts`` (a list of strings) tokenized with the pair's tokenizer."""
-    if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
-        raise ValueError(f"texts must be a list of strings (one per document); got {type(texts).__name__}"
-                         + (" — a string alone would be read one character per document" if isinstance(texts, str) else ""))
+    if isinstance(texts, str):
+        raise ValueError("texts must be a list of strings (one per document); got one string, which would be read "
+                         "one character per document")
+    texts = list(texts)  # read once: a generator is checked and counted alike
+    bad = [type(t).__name__ for t in texts if not isinstance(t, str)]
+    if bad:
+        raise ValueError(f"texts must be a list of strings (one per document); got a {bad[0]} among them")
     ids: list[int] = []
     for t in texts:
         ids.extend(tokenizer.encode(t))

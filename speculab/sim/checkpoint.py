@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from speculab.counts import Counts
+from speculab.theory.instance import compact
 
 __all__ = ["Journal", "FORMAT"]
 
@@ -26,9 +27,11 @@ FORMAT = "speculab-sim-checkpoint/1"
 
 
 def instance_digest(inst) -> str:
-    """SHA-256 of an instance's kernels, prompt law and horizon (what a checkpoint must have been written for)."""
+    """SHA-256 of an instance's kernels (their compact parts, as stored: a stationary instance's ``(T, V, V)`` is
+    never materialised), prompt law and horizon — what a checkpoint must have been written for."""
     h = hashlib.sha256()
-    for a in (inst.P, inst.Q, inst.rho):
+    for a in (compact(inst.P), compact(inst.Q), inst.rho):
+        h.update(str(a.shape).encode())
         h.update(np.ascontiguousarray(a, dtype=np.float64).tobytes())
     h.update(str(inst.T).encode())
     return h.hexdigest()
@@ -85,8 +88,9 @@ class Journal:
             kept += len(line) + 1
         if not lines or lines[0].get("format") != FORMAT:
             raise ValueError(f"{self.path} is not a speculab simulation checkpoint")
-        if lines[0] != json.loads(json.dumps(self.header)):
-            differ = sorted(k for k in self.header if lines[0].get(k) != json.loads(json.dumps(self.header))[k])
+        expected = json.loads(json.dumps(self.header))  # as the file holds it (tuples as lists)
+        if lines[0] != expected:
+            differ = sorted(k for k in expected if lines[0].get(k) != expected[k])
             raise ValueError(f"checkpoint {self.path} was written for another simulation (its {', '.join(differ)} "
                              f"differ); remove it or give another path")
         for entry in lines[1:]:
