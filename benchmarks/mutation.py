@@ -4,16 +4,28 @@ For each mutant — ``+``↔``-``, ``*``↔``/``, ``**``→``*``, a comparison f
 loosened (``<``↔``<=``, ``>``↔``>=``, ``==``↔``!=``), ``and``↔``or``, a unary minus or
 ``not`` dropped, ``True``↔``False``, an integer ``n``→``n + 1`` or a float ``x``→``2x``
 (``0.0``→``1.0``), ``min``↔``max`` and ``minimum``↔``maximum`` — the module is rewritten
-(``ast.unparse``) in a private copy of the repository and the given test files run there
-with ``pytest -x`` (stopping at the first failure). A mutant is *killed* when a test fails,
-*survives* when all pass, and *times out* past ``--timeout`` seconds (counted as killed:
-the tests noticed something). The score is killed / all. Docstrings are not mutated.
+(``ast.unparse``) in a private copy of the repository and the tests that execute the mutated
+statement run there with ``pytest -x``, fastest first (stopping at the first failure). A
+mutant is *killed* when a test fails, *survives* when all pass, is *unexecuted* (a survivor)
+when no test runs its statement, and *times out* past ``--slowdown`` times its tests'
+baseline seconds (counted as killed: the tests noticed something). The score is killed / all. Docstrings are not mutated.
 
-    python benchmarks/mutation.py speculab/theory/rejections.py tests/test_rejections.py [--shard 1/2]
+Which tests execute which line comes from one run of the given tests on the unmutated module
+under ``coverage`` with one context per test; code run while the tests are collected
+(imports, module constants, ``def`` lines) is taken to concern every test. Each run is a
+child forked from this process after numpy, scipy, pytest and hypothesis are imported, so a
+mutant costs its tests, not an interpreter start. Code the tests run in another process (the
+CLI tests' ``speculab`` subprocesses) is not traced: a mutant only they would kill counts as
+a survivor, so the score errs low.
 
-One module and its own tests per command keeps a run within minutes on two cores; shard
-a long one with ``--shard i/n`` across processes. The last lines list the survivors
-(line, change) to kill with a test or to record as equivalent with the reason.
+    python benchmarks/mutation.py speculab/theory/rejections.py --tests tests/test_rejections.py
+    python benchmarks/mutation.py speculab/methods/sd.py speculab/methods/chain.py  # against all of tests/
+
+Several modules share one baseline run; ``--jobs`` mutants run at once (one private copy
+each), and ``--shard i/n`` takes every n-th mutant from the i-th to split a long run across
+sessions. The last lines give the score per module and list the survivors (line, change) to
+kill with a test or to record as equivalent with the reason. Needs ``coverage`` (in the
+``test`` extra).
 """
 
 from __future__ import annotations
@@ -21,15 +33,26 @@ from __future__ import annotations
 import argparse
 import ast
 import copy
+import hashlib
+import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import hypothesis
+import numpy
+import pytest
+import scipy.stats
+
+PRELOADED = (numpy, scipy.stats, hypothesis, pytest)  # imported once here, before the children fork
+
 ROOT = Path(__file__).resolve().parents[1]
+CACHE = ROOT / ".mutation-cache"  # baselines, one per (package, tests, command) digest
 
 BINOPS = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult, ast.Pow: ast.Mult,
           ast.FloorDiv: ast.Mult, ast.Mod: ast.FloorDiv}
@@ -92,8 +115,8 @@ def _sites(tree: ast.AST):
             yield node, f".{node.attr} → .{NAMES[node.attr]}", lambda n: setattr(n, "attr", NAMES[n.attr])
 
 
-def mutants(source: str) -> list[tuple[int, str, str]]:
-    """Every mutant of ``source``: ``(line, description, mutated source)``."""
+def mutants(source: str) -> list[tuple[int, int, str, str]]:
+    """Every mutant of ``source``: ``(line, column, description, mutated source)``."""
     tree = ast.parse(source)
     count = sum(1 for _ in _sites(tree))
     out = []
@@ -101,58 +124,222 @@ def mutants(source: str) -> list[tuple[int, str, str]]:
         t = copy.deepcopy(tree)
         node, what, apply = next(s for i, s in enumerate(_sites(t)) if i == k)
         apply(node)
-        out.append((node.lineno, what, ast.unparse(ast.fix_missing_locations(t))))
+        out.append((node.lineno, node.col_offset, what, ast.unparse(ast.fix_missing_locations(t))))
     return out
 
 
-def _run_tests(workdir: Path, tests: list[str], timeout: float) -> str:
-    env = dict(os.environ, PYTHONPATH=str(workdir), PYTHONDONTWRITEBYTECODE="1")
-    try:
-        r = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests], cwd=workdir,
-                           env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return "timeout"
-    return "survived" if r.returncode == 0 else "killed"
+def statement_span(tree: ast.AST, lineno: int, col: int) -> tuple[int, int]:
+    """Lines ``(first, last)`` of the innermost statement holding the node at ``(lineno, col)``.
+
+    A test that executes none of those lines cannot evaluate the node, so only the tests that
+    executed one of them need to run (a compound statement's span includes its body: a superset).
+    """
+    best = None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.stmt) and (node.lineno, node.col_offset) <= (lineno, col) \
+                and lineno <= node.end_lineno:
+            if best is None or (node.lineno, node.col_offset) >= (best.lineno, best.col_offset):
+                best = node
+    return (best.lineno, best.end_lineno) if best is not None else (lineno, lineno)
+
+
+def select_tests(span: tuple[int, int], contexts: dict[int, set[str]], every: list[str]) -> list[str]:
+    """The tests to run against a mutant in ``span``: those that executed one of its lines.
+
+    ``contexts`` maps a line to the test node ids that executed it, with ``""`` for code run
+    while the tests were being collected (imports, module constants, ``def`` lines and their
+    defaults). A mutant there can reach any test that runs the module, so the tests that
+    executed any of its lines are chosen then. ``every`` is ordered fastest first and the
+    selection keeps that order (with ``-x`` a killed mutant stops at its first failure).
+    """
+    ran = set().union(*(contexts.get(line, set()) for line in range(span[0], span[1] + 1)))
+    if "" in ran:
+        ran = set().union(*contexts.values())
+    return [t for t in every if t in ran]
+
+
+class _Recorder:
+    """pytest plugin: a coverage context and a wall time per test (node id)."""
+
+    def __init__(self, cov):
+        self.cov, self.seconds = cov, {}
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        self.cov.switch_context(item.nodeid)
+        t0 = time.perf_counter()
+        yield
+        self.seconds[item.nodeid] = time.perf_counter() - t0
+        self.cov.switch_context("")
+
+
+def _fork(workdir: Path, job, log: str = os.devnull) -> int:
+    """Start ``job()`` (returning an exit code) in a forked child inside ``workdir``, output to ``log``; its pid."""
+    pid = os.fork()
+    if pid == 0:  # the child: quiet, no bytecode written (mutants of one size share an mtime second)
+        code = 3
+        try:
+            os.chdir(workdir)
+            sys.path.insert(0, str(workdir))
+            sys.dont_write_bytecode = True
+            out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            os.dup2(out, 1)
+            os.dup2(out, 2)
+            code = int(job())
+        finally:
+            os._exit(code)
+    return pid
+
+
+def _outcome(status: int) -> str:
+    return "survived" if os.waitstatus_to_exitcode(status) == 0 else "killed"
+
+
+def _pytest(tests: list[str], *extra: str, plugins=()) -> int:
+    return pytest.main(["-x", "-q", "-p", "no:cacheprovider", *extra, *tests], plugins=list(plugins))
+
+
+def _fingerprint(modules: list[str], tests: list[str]) -> str:
+    """A digest of the package, the tests and the command: a saved baseline is reused only while it is equal."""
+    h = hashlib.sha256(json.dumps([modules, tests]).encode())
+    for path in sorted([*ROOT.glob("speculab/**/*.py"), *ROOT.glob("tests/**/*.py"), ROOT / "pyproject.toml"]):
+        h.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _baseline(workdir: Path, modules: list[str], tests: list[str]):
+    """Run the tests once on the unmutated modules under coverage (or reuse the run saved for this very tree).
+
+    Returns ``({module: {line: test ids}}, {test id: seconds})``.
+    """
+    out = CACHE / f"baseline-{_fingerprint(modules, tests)}.json"
+
+    def job():
+        import coverage
+        cov = coverage.Coverage(data_file=None, include=[str(workdir / m) for m in modules])
+        rec = _Recorder(cov)
+        cov.start()
+        code = _pytest(tests, plugins=[rec])
+        cov.stop()
+        data = cov.get_data()
+        lines = {m: data.contexts_by_lineno(str(workdir / m)) for m in modules}
+        out.write_text(json.dumps({"lines": lines, "seconds": rec.seconds}))
+        return code
+
+    if not out.exists():
+        CACHE.mkdir(exist_ok=True)
+        log = CACHE / "baseline.log"
+        _, status = os.waitpid(_fork(workdir, job, str(log)), 0)
+        if _outcome(status) != "survived":
+            out.unlink(missing_ok=True)
+            raise SystemExit(f"the tests fail on the unmutated modules: nothing to measure (see {log})")
+    found = json.loads(out.read_text())
+    contexts = {m: {int(line): set(ids) for line, ids in by_line.items()} for m, by_line in found["lines"].items()}
+    return contexts, found["seconds"]
+
+
+def _copy(root: Path, dest: Path) -> Path:
+    shutil.copytree(root, dest, ignore=shutil.ignore_patterns(".venv", ".git", "results", "*.egg-info",
+                                                              "__pycache__", ".hypothesis"))
+    check = subprocess.run([sys.executable, "-c", "import speculab; print(speculab.__file__)"], cwd=dest,
+                           env=dict(os.environ, PYTHONPATH=str(dest)), capture_output=True, text=True)
+    if not check.stdout.strip().startswith(str(dest)):
+        raise SystemExit(f"the copy's speculab is not the one imported ({check.stdout.strip()})")
+    return dest
+
+
+def _run(tasks, copies: list[Path], originals: dict[str, str]):
+    """Run ``(module, mutated source, tests, timeout)`` tasks on ``len(copies)`` copies at once.
+
+    Yields ``(index, outcome)`` as they finish; each copy gets its module's ``originals`` text back.
+    """
+    free = list(range(len(copies)))
+    running = {}  # pid -> (index, copy, module, deadline)
+    pending = iter(enumerate(tasks))
+    exhausted = False
+    while running or not exhausted:
+        while free and not exhausted:
+            nxt = next(pending, None)
+            if nxt is None:
+                exhausted = True
+                break
+            idx, (module, mutated, tests, timeout) = nxt
+            if not tests:
+                yield idx, "unexecuted"  # no test runs this statement: it survives without a run
+                continue
+            c = free.pop()
+            (copies[c] / module).write_text(mutated)
+            pid = _fork(copies[c], lambda t=tests: _pytest(t))
+            running[pid] = (idx, c, module, time.monotonic() + timeout)
+        if not running:
+            continue
+        pid, status = os.waitpid(-1, os.WNOHANG)
+        outcome = _outcome(status) if pid else None
+        if not pid:
+            late = [q for q, (*_, deadline) in running.items() if time.monotonic() > deadline]
+            if not late:
+                time.sleep(0.02)
+                continue
+            pid, outcome = late[0], "timeout"
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        idx, c, module, _ = running.pop(pid)
+        (copies[c] / module).write_text(originals[module])  # the copy is clean again
+        free.append(c)
+        yield idx, outcome
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("module", help="the module to mutate, e.g. speculab/theory/rejections.py")
-    ap.add_argument("tests", nargs="+", help="the test files (or node ids) that should catch its mutants")
-    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per mutant's test run (default 300)")
+    ap.add_argument("modules", nargs="+", help="the modules to mutate, e.g. speculab/theory/rejections.py")
+    ap.add_argument("--tests", nargs="+", default=["tests"],
+                    help="the test files, folders or node ids that should catch the mutants (default: tests)")
+    ap.add_argument("--jobs", type=int, default=2, help="mutants tested at once (default 2)")
+    ap.add_argument("--slowdown", type=float, default=3.0,
+                    help="a mutant's tests time out past this many times their baseline seconds, plus 10 s "
+                         "(default 3)")
     ap.add_argument("--shard", default="1/1", help="i/n: run every n-th mutant from the i-th (default 1/1)")
+    ap.add_argument("--plan", action="store_true",
+                    help="run the baseline, print each module's mutants and worst-case minutes, and stop")
     args = ap.parse_args(argv)
     i, n = (int(v) for v in args.shard.split("/"))
-    source = (ROOT / args.module).read_text()
-    found = mutants(source)
-    chosen = [(k, m) for k, m in enumerate(found) if k % n == i - 1]
+    t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="speculab-mutants-") as tmp:
-        work = Path(tmp) / "repo"
-        shutil.copytree(ROOT, work, ignore=shutil.ignore_patterns(".venv", ".git", "results", "*.egg-info",
-                                                                  "__pycache__"))
-        target = work / args.module
-        check = subprocess.run([sys.executable, "-c", "import speculab; print(speculab.__file__)"], cwd=work,
-                               env=dict(os.environ, PYTHONPATH=str(work)), capture_output=True, text=True)
-        if not check.stdout.strip().startswith(str(work)):
-            raise SystemExit(f"the copy's speculab is not the one imported ({check.stdout.strip()})")
-        target.write_text(ast.unparse(ast.parse(source)))  # the unmutated module, rewritten the same way
-        t0 = time.perf_counter()
-        if _run_tests(work, args.tests, args.timeout) != "survived":
-            raise SystemExit("the tests fail on the unmutated (rewritten) module: nothing to measure")
-        print(f"{args.module}: {len(found)} mutants, running {len(chosen)} (shard {args.shard}); baseline "
-              f"{time.perf_counter() - t0:.1f} s", flush=True)
-        results = []
-        for k, (line, what, mutated) in chosen:
-            target.write_text(mutated)
-            outcome = _run_tests(work, args.tests, args.timeout)
-            results.append((line, what, outcome))
-            print(f"  #{k:3d} line {line:4d}  {what:28s} {outcome}", flush=True)
-    killed = sum(o != "survived" for *_, o in results)
-    print(f"\nscore {killed}/{len(results)} = {killed / max(len(results), 1):.1%} ({args.module}; tests: "
-          f"{' '.join(args.tests)})")
-    for line, what, outcome in results:
-        if outcome == "survived":
-            print(f"  survived: line {line}: {what}")
+        copies = [_copy(ROOT, Path(tmp) / f"repo{j}") for j in range(max(args.jobs, 1))]
+        contexts, seconds = _baseline(copies[0], args.modules, args.tests)
+        every = sorted(seconds, key=seconds.get)
+        print(f"baseline: {len(every)} tests in {time.perf_counter() - t0:.0f} s", flush=True)
+        found = []  # (module, line, what, mutated source, selected tests)
+        originals = {m: (copies[0] / m).read_text() for m in args.modules}
+        for module in args.modules:
+            source = originals[module]
+            tree = ast.parse(source)
+            for k, (line, col, what, mutated) in enumerate(mutants(source)):
+                if k % n == i - 1:
+                    tests = select_tests(statement_span(tree, line, col), contexts[module], every)
+                    found.append((module, line, what, mutated, tests))
+        budget = [sum(seconds[t] for t in tests) for *_, tests in found]
+        if args.plan:
+            for module in args.modules:
+                mine = [b for (m, *_), b in zip(found, budget) if m == module]
+                print(f"  {module}: {len(mine)} mutants, at most {sum(mine) / 60:.1f} min of tests")
+            return
+        print(f"{len(found)} mutants of {len(args.modules)} modules (shard {args.shard}), {args.jobs} at a time; "
+              f"at most {sum(budget) / max(args.jobs, 1) / 60:.0f} min if every mutant survived", flush=True)
+        tasks = [(m, src, t, args.slowdown * b + 10) for (m, _, _, src, t), b in zip(found, budget)]
+        outcomes = {}
+        for idx, outcome in _run(tasks, copies, originals):
+            outcomes[idx] = outcome
+            module, line, what, _, tests = found[idx]
+            print(f"  {module}:{line}  {what:28s} {outcome} ({len(tests)} tests)", flush=True)
+    print(f"\n{time.perf_counter() - t0:.0f} s; tests: {' '.join(args.tests)}")
+    for module in args.modules:
+        mine = [(found[k][1], found[k][2], o) for k, o in sorted(outcomes.items()) if found[k][0] == module]
+        killed = sum(o in ("killed", "timeout") for *_, o in mine)
+        print(f"score {killed}/{len(mine)} = {killed / max(len(mine), 1):.1%}  {module}")
+        for line, what, outcome in sorted(mine):
+            if outcome in ("survived", "unexecuted"):
+                print(f"  {outcome}: {module}:{line}: {what}")
 
 
 if __name__ == "__main__":

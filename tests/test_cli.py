@@ -164,8 +164,11 @@ def test_exit_codes_separate_bad_input_from_failed_runs(capsys, monkeypatch, exc
     assert err.startswith("speculab: error: ") and err.count("\n") == 1
 
 
+# Ctrl-C as a terminal's process gets it: a job started in the background by a non-interactive shell (nohup, a
+# CI runner, a mutation tool) inherits SIGINT ignored, and Python then never raises KeyboardInterrupt.
 _RUN_UNTIL_SIGNALLED = """
-import sys, time
+import signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from speculab.cli import main
 print("ready", flush=True)
 sys.exit(main(sys.argv[1:]))

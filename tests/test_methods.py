@@ -9,6 +9,7 @@ have one, literally for the drafting policies (SPRINTER, SpecDec++).
 """
 
 import dataclasses
+import functools
 import json
 from typing import Callable, NamedTuple
 
@@ -74,7 +75,7 @@ CASES = [
     Case(RejectionDecoding(b=lambda p, q: 0.6 * kernels.sd_acceptance(p, q), K=2)),
     Case(Biased(0.1, "opt")),
     Case(Biased(0.1, "uno", K=2)),
-    Case(Fuzzy(0.05, "js", K=2)),
+    Case(Fuzzy(0.1, "js", K=2)),  # θ = 0.05 never accepts two drafts on these instances: no bonus to test
     Case(Sprinter(0.8, 0.0), _sprinter, min_target_calls=0),
     Case(Sprinter(0.7, 0.3), _sprinter, min_target_calls=0),
     Case(SpecDecPP(0.4, cap=3), _specdecpp),
@@ -151,6 +152,90 @@ def _assert_matches(c, law, exact, rej_pos):
         p, f = law.get(seq, 0.0), seen.get(seq, 0.0)
         assert p > 0 or f == 0, seq  # an impossible sequence never appears
         assert abs(f - p) < Z_BOUND * np.sqrt(p * (1 - p) / N) + 1e-12, seq
+
+
+def _wrong_round_law(method, kind: str):
+    """``method``'s round law with one plausible bug (the named wrong alternatives of the power check)."""
+    def law(p, q, x, *, bonus):
+        right = method.round_law(p, q, x, bonus=bonus)
+        corr = np.array(right.correction, dtype=float)  # (n, M, L + 1, V)
+        L = x.shape[-1]
+        if kind == "correction drawn from q":  # the residual replaced by the target's own law at that slot
+            corr[..., :L, :] = np.where(corr[..., :L, :].sum(-1, keepdims=True) > 0, q[..., :L, :], 0.0)
+        elif kind == "bonus drawn from q_L":  # an off-by-one: the last draft's target law for q_{L+1}
+            corr[..., L, :] = np.where(corr[..., L, :].sum(-1, keepdims=True) > 0, q[..., L - 1, :], 0.0)
+        elif kind == "bonus never drawn":  # a round that accepts every draft ends there
+            corr[..., L, :] = 0.0
+        return right._replace(correction=corr)
+    return law
+
+
+def _rejects(p_true: float, p_wrong: float, bound: float) -> float:
+    """P(|k/N − p_true| ≥ bound) for k ~ Binomial(N, p_wrong): the chance one check of ``_assert_matches`` fails."""
+    from scipy.stats import binom
+    if p_true == 0.0:
+        return 1.0 - (1.0 - p_wrong) ** N  # any occurrence of an impossible sequence fails
+    lo, hi = np.ceil(N * (p_true - bound)) - 1, np.floor(N * (p_true + bound)) + 1  # passing: lo < k < hi
+    return float(binom.cdf(lo, N, p_wrong) + binom.sf(hi - 1, N, p_wrong))
+
+
+def _power(right, wrong, right_law) -> float:
+    """A lower bound on the chance ``_assert_matches`` refuses a simulation of the ``wrong`` enumeration at ``N`` runs.
+
+    The largest single-check refusal probability over the law of whole sequences (binomial),
+    the rejection rate of each position (binomial) and the rejection and target-call means
+    (normal, with the wrong method's own standard error): a union is at least its largest part.
+    """
+    checks = [_rejects(right_law.get(s, 0.0), wrong.law.get(s, 0.0), Z_BOUND * np.sqrt(
+        right_law.get(s, 0.0) * (1 - right_law.get(s, 0.0)) / N) + 1e-12) for s in set(right_law) | set(wrong.law)]
+    for r, w in zip(right.rejections_per_position, wrong.rejections_per_position):
+        checks.append(_rejects(r, w, Z_BOUND * np.sqrt(max(r * (1 - r), 1e-12) / N)))
+    from scipy.stats import norm
+    for name in ("rejections", "oracle_calls"):
+        mean, sq = getattr(wrong, name), getattr(wrong, name + "_sq")
+        se = np.sqrt(max(sq - mean * mean, 0.0) / N)
+        gap = abs(mean - getattr(right, name))
+        checks.append(1.0 if se == 0 and gap > 1e-9 else float(norm.sf(Z_BOUND - gap / se) if se else 0.0))
+    return max(checks)
+
+
+WRONG = ("correction drawn from q", "bonus drawn from q_L", "bonus never drawn")
+POWER_CASES = [m for m in METHODS if type(m).round_law is not Method.round_law  # a round law that drafts and
+               and not isinstance(m, Sprinter) and m.draft_length(3) > 0]  # needs no verifier's verdicts
+
+
+def _not_a_bug(method, kind: str) -> str | None:
+    """Why ``kind`` is no bug for ``method`` on the power check's T = 3 instance (then it must change nothing)."""
+    if kind.startswith("bonus") and method.draft_length(3) >= 3:
+        return "every round drafts to the horizon: there is no bonus token on T = 3"
+    if kind == "correction drawn from q" and (isinstance(method, Fuzzy) or getattr(method, "rejection", "") == "uno"):
+        return "the method corrects from q by definition (FSD, Decoding-UNO)"
+    return None
+
+
+@functools.cache
+def _right_enumeration(method):
+    inst = _tiny(3)
+    return enumerate_rounds(inst.P, inst.Q, inst.rho, method.round_law, method.draft_length, method.rows)
+
+
+@pytest.mark.parametrize("kind", WRONG)
+@pytest.mark.parametrize("method", POWER_CASES, ids=repr)
+def test_the_simulation_check_has_power_against_plausible_bugs(method, kind):
+    """Power of ``test_simulation_matches_the_enumeration`` (N runs, |z| < 5) against each named bug of a round,
+    computed from the exact law of the wrong method (enumerated like the right one): above 0.99 for every pair
+    where it is a bug; where it is not (``_not_a_bug``), the wrong law must equal the right one."""
+    inst = _tiny(3)
+    right = _right_enumeration(method)
+    wrong = enumerate_rounds(inst.P, inst.Q, inst.rho, _wrong_round_law(method, kind), method.draft_length,
+                             method.rows)
+    gap = max(max(abs(right.law.get(s, 0.0) - wrong.law.get(s, 0.0)) for s in set(right.law) | set(wrong.law)),
+              np.abs(right.rejections_per_position - wrong.rejections_per_position).max(),
+              abs(right.oracle_calls - wrong.oracle_calls))
+    if _not_a_bug(method, kind):
+        assert gap < 1e-12, _not_a_bug(method, kind)
+    else:
+        assert _power(right, wrong, right.law) > 0.99
 
 
 @pytest.mark.parametrize("method", METHODS, ids=IDS)
