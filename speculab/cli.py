@@ -20,6 +20,7 @@ import json
 import signal
 import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 
@@ -229,7 +230,12 @@ def cmd_repro(args) -> None:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-    result = mod.run(**kwargs)
+    from speculab.sim.checkpoint import resumable
+
+    folder = Path(args.out) / f".{args.figure}.resume"
+    args.on_interrupt = f" (its finished simulations are kept in {folder}: add --resume to continue)"
+    with resumable(folder, resume=args.resume):
+        result = mod.run(**kwargs)
     _emit(args, result, mod.summary(result) + f"\n  wrote {args.out}/")
 
 
@@ -402,6 +408,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="results", help="output folder (default ./results)")
     p.add_argument("--draft", default=None, help="real-model reproductions: draft model name or path")
     p.add_argument("--target", default=None, help="real-model reproductions: target model name or path")
+    p.add_argument("--resume", action="store_true",
+                   help="continue an interrupted run: its finished simulations are read back, not rerun (same seed "
+                        "and options); numpy simulations only")
     p.set_defaults(func=cmd_repro)
     return parser
 
@@ -421,10 +430,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args.func(args)
     except KeyboardInterrupt:
-        print("speculab: interrupted", file=sys.stderr)
+        print("speculab: interrupted" + getattr(args, "on_interrupt", ""), file=sys.stderr)
         return 128 + signal.SIGINT
     except _Terminated:
-        print("speculab: interrupted (terminated)", file=sys.stderr)
+        print("speculab: interrupted (terminated)" + getattr(args, "on_interrupt", ""), file=sys.stderr)
         return 128 + signal.SIGTERM
     except Exception as exc:
         if args.debug:

@@ -239,3 +239,41 @@ def test_a_checkpoint_resumes_only_its_own_simulation(tmp_path):
     (tmp_path / "junk.jsonl").write_text('{"x": 1}\n')
     with pytest.raises(ValueError, match="not a speculab simulation checkpoint"):
         simulate(inst, SD(), 100, 5, checkpoint=tmp_path / "junk.jsonl", resume=True)
+
+
+def test_an_interrupted_reproduction_resumes_to_the_uninterrupted_result(tmp_path, monkeypatch, capsys):
+    """``speculab repro yin-fig2b`` (two simulations of two chunks each) interrupted in the second simulation's
+    second chunk: ``--resume`` reads the first simulation and the finished chunk back, runs one chunk, and writes the
+    uninterrupted run's numbers."""
+    import json
+
+    from speculab.cli import main
+    from speculab.sim import engine
+
+    argv = ["repro", "yin-fig2b", "--n-runs", str(engine.CHUNK + 5), "--seed", "3", "--json"]
+    assert main([*argv, "--out", str(tmp_path / "whole")]) == 0
+    whole = json.loads((tmp_path / "whole" / "yin_fig2b.json").read_text())
+    out, folder = tmp_path / "cut", tmp_path / "cut" / ".yin-fig2b.resume"
+    real, calls = engine._chunk, []
+
+    def counted(*args):
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(engine, "_chunk", counted)
+    assert main([*argv, "--out", str(out)]) == 130
+    assert "add --resume" in capsys.readouterr().err
+    assert not (out / "yin_fig2b.json").exists() and len(list(folder.glob("sim-*.jsonl"))) == 2
+    calls.clear()
+    assert main([*argv, "--out", str(out), "--resume"]) == 0
+    assert len(calls) == 1  # one chunk left to run; the rest read back
+    resumed = json.loads((out / "yin_fig2b.json").read_text())
+    for M in ("4", "5"):  # every number but the speed
+        del whole["M"][M]["simulation"]["runs_per_second"], resumed["M"][M]["simulation"]["runs_per_second"]
+    assert resumed == whole
+    assert not folder.exists()  # finished: the checkpoints are gone
+    capsys.readouterr()
+    assert main([*argv, "--out", str(out), "--resume"]) == 2  # nothing left to resume
+    assert "nothing to resume" in capsys.readouterr().err

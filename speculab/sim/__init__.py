@@ -78,6 +78,8 @@ def simulate(
         engine, without sequences), so an interrupted simulation can be resumed.
       resume: continue the simulation recorded in ``checkpoint`` (the same instance, method, ``n_runs`` and
         key): its finished chunks are read back, the rest is run, and the result equals an uninterrupted run's.
+        Inside :func:`speculab.sim.checkpoint.resumable` every simulation without ``checkpoint`` is checkpointed
+        in that block's folder (how ``speculab repro NAME --resume`` resumes a reproduction).
 
     Returns:
       :class:`Counts` — per-run rejections, oracle calls, draft calls, accepted
@@ -104,6 +106,10 @@ def simulate(
         raise ValueError(f"engine must be 'numpy' or 'jax'; got {engine!r}")
     rng = as_generator(key)
     journal = None
+    if checkpoint is None and not resume and not return_sequences:  # inside checkpoint.resumable, if any
+        from speculab.sim.checkpoint import active_checkpoint
+
+        checkpoint, resume = active_checkpoint(inst, method, n_runs, rng) or (None, False)
     if checkpoint is not None:
         from speculab.sim.checkpoint import Journal, instance_digest
         from speculab.sim.engine import chunk_size

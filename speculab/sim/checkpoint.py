@@ -7,6 +7,10 @@ and synced before the next chunk starts, so an interruption (Ctrl-C, ``kill``, a
 loses at most the chunk under way; a line cut short by it is dropped on resumption.
 Resuming restores the generator's state after the last finished chunk and runs the rest,
 so the result equals an uninterrupted run's with the same key, run for run.
+
+:func:`resumable` checkpoints every simulation of a longer computation (a reproduction)
+this way, each in its own file named by what it simulates, so a rerun with ``resume=True``
+reads back the finished simulations, continues the one under way and runs the rest.
 """
 
 from __future__ import annotations
@@ -14,6 +18,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pickle
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +28,7 @@ import numpy as np
 from speculab.counts import Counts
 from speculab.theory.instance import compact
 
-__all__ = ["Journal", "FORMAT"]
+__all__ = ["Journal", "FORMAT", "resumable"]
 
 FORMAT = "speculab-sim-checkpoint/1"
 
@@ -110,3 +117,62 @@ class Journal:
         """Record a finished chunk and the generator's state after it."""
         self.parts.append(part)
         self._append({"chunk": len(self.parts) - 1, "counts": _encode(part), "rng_state": rng.bit_generator.state})
+
+
+_FOLDER: ContextVar[Path | None] = ContextVar("speculab_resumable_folder", default=None)
+
+
+@contextmanager
+def resumable(folder: str | os.PathLike, *, resume: bool = False):
+    """Checkpoint every numpy simulation run inside the ``with`` block, each in its own file in ``folder``.
+
+    A simulation's file is named by the digest of its instance, its method (pickled), its
+    number of runs and the generator's state when it starts, so the calls of a deterministic
+    computation find their own files again. With ``resume=True`` a finished simulation is read
+    back whole (the generator set to its state after it), an interrupted one continues from its
+    last chunk, and the rest run: the computation's results equal an uninterrupted run's.
+    Without it, files left by an earlier run are removed first. The folder is removed when the
+    block ends without an exception (or when it holds no checkpoint). Simulations that keep their sequences, run on the JAX
+    engine or use a method that cannot be pickled (a lambda) are not checkpointed (they rerun).
+
+    Args:
+      folder: where the checkpoints go (made if missing; only its ``sim-*.jsonl`` files are touched).
+      resume: continue the checkpoints an interrupted run left in ``folder``.
+    """
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"the checkpoint folder {folder} is a file")
+    if resume and not any(folder.glob("sim-*.jsonl")):
+        raise ValueError(f"nothing to resume: no checkpoints in {folder} (the last run finished or never started)")
+    if not resume:
+        for old in folder.glob("sim-*.jsonl"):
+            old.unlink()
+    folder.mkdir(parents=True, exist_ok=True)
+    token = _FOLDER.set(folder)
+    try:
+        yield folder
+        for done in folder.glob("sim-*.jsonl"):  # reached only when the block finished
+            done.unlink()
+    finally:
+        _FOLDER.reset(token)
+        if not any(folder.glob("sim-*.jsonl")):  # nothing to resume (finished, or failed before a checkpoint)
+            try:
+                folder.rmdir()
+            except OSError:  # something else lives there
+                pass
+
+
+def active_checkpoint(inst, method, n_runs: int, rng: np.random.Generator) -> tuple[Path, bool] | None:
+    """Inside :func:`resumable`: this simulation's checkpoint file and whether it exists; else ``None``."""
+    folder = _FOLDER.get()
+    if folder is None:
+        return None
+    try:
+        blob = pickle.dumps(method)
+    except Exception:  # a method holding a lambda or a live object: not checkpointed
+        return None
+    h = hashlib.sha256(instance_digest(inst).encode())
+    h.update(blob)
+    h.update(json.dumps([int(n_runs), rng.bit_generator.state], sort_keys=True).encode())
+    path = folder / f"sim-{h.hexdigest()[:32]}.jsonl"
+    return path, path.exists()
