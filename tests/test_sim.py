@@ -277,3 +277,34 @@ def test_an_interrupted_reproduction_resumes_to_the_uninterrupted_result(tmp_pat
     capsys.readouterr()
     assert main([*argv, "--out", str(out), "--resume"]) == 2  # nothing left to resume
     assert "nothing to resume" in capsys.readouterr().err
+
+
+def test_jax_simulations_and_sweeps_are_recorded_and_read_back_inside_resumable(tmp_path, monkeypatch):
+    """Inside ``resumable`` a finished JAX simulation or sweep is kept whole; a resumed block reads it back (the
+    engine is not called again) with identical counts; a different key is a different call."""
+    pytest.importorskip("jax")
+    from speculab.sim import jax_engine, simulate_sweep
+    from speculab.sim.checkpoint import resumable
+
+    inst = MarkovInstance.random(5, 3, 2)
+    grid = [SD(K=1), SD(K=2)]
+    with resumable(tmp_path / "r") as folder:
+        one = simulate(inst, SD(K=2), 300, 4, engine="jax")
+        sweep = simulate_sweep(inst, grid, 200, 5)
+        assert len(list(folder.glob("sim-*.jsonl"))) == 2
+    assert not (tmp_path / "r").exists()  # finished: nothing kept
+
+    with pytest.raises(KeyboardInterrupt), resumable(tmp_path / "r"):
+        simulate(inst, SD(K=2), 300, 4, engine="jax")
+        simulate_sweep(inst, grid, 200, 5)
+        raise KeyboardInterrupt
+    calls = []
+    monkeypatch.setattr(jax_engine, "simulate_jax", lambda *a, **k: calls.append(a) or one)
+    monkeypatch.setattr(jax_engine, "simulate_sweep", lambda *a, **k: calls.append(a) or sweep)
+    with resumable(tmp_path / "r", resume=True):
+        _same_counts(simulate(inst, SD(K=2), 300, 4, engine="jax"), one)
+        for a, b in zip(simulate_sweep(inst, grid, 200, 5), sweep, strict=True):
+            _same_counts(a, b)
+        assert calls == []  # both read back
+        simulate(inst, SD(K=2), 300, 5, engine="jax")  # another key: computed
+        assert len(calls) == 1

@@ -101,7 +101,10 @@ def simulate(
 
         if checkpoint is not None or resume:
             raise ValueError("checkpoint and resume are for the numpy engine (a JAX chunk is one compiled call)")
-        return simulate_jax(inst, method, n_runs, key, return_sequences=return_sequences)
+        if return_sequences:
+            return simulate_jax(inst, method, n_runs, key, return_sequences=True)
+        run = lambda k: [simulate_jax(inst, method, n_runs, k)]  # noqa: E731
+        return _recorded_jax("simulate", [inst], [method], n_runs, key, run)[0]
     if engine != "numpy":
         raise ValueError(f"engine must be 'numpy' or 'jax'; got {engine!r}")
     rng = as_generator(key)
@@ -128,8 +131,25 @@ def simulate(
 def simulate_sweep(inst, methods, n_runs: int, key) -> list[Counts]:
     """A grid of one method's parameters or a stack of instances in one compiled JAX call per chunk.
 
-    See :func:`speculab.sim.jax_engine.simulate_sweep` (needs JAX).
+    See :func:`speculab.sim.jax_engine.simulate_sweep` (needs JAX). Inside
+    :func:`speculab.sim.checkpoint.resumable` a finished sweep is recorded and read back on resumption.
     """
     from speculab.sim.jax_engine import simulate_sweep as sweep
 
-    return sweep(inst, methods, n_runs, key)
+    insts = list(inst) if isinstance(inst, (list, tuple)) else [inst]
+    return _recorded_jax("sweep", insts, methods, n_runs, key, lambda k: sweep(inst, methods, n_runs, k))
+
+
+def _recorded_jax(kind: str, insts, methods, n_runs, key, run) -> list[Counts]:
+    """``run(jax_key)``, recorded whole inside :func:`speculab.sim.checkpoint.resumable` (a JAX key is a value, so
+    the call — instances, methods, runs, key — names its record; a generator key is turned into one first)."""
+    import jax
+    import numpy as np
+
+    from speculab._validate import as_jax_key
+    from speculab.sim.checkpoint import instance_digest, recorded
+
+    key = as_jax_key(key)
+    digests = [instance_digest(i) if isinstance(i, MarkovInstance) else repr(i) for i in insts]
+    what = [kind, digests, methods, n_runs, np.asarray(jax.random.key_data(key)).tolist()]
+    return recorded(what, lambda: run(key))

@@ -28,7 +28,7 @@ import numpy as np
 from speculab.counts import Counts
 from speculab.theory.instance import compact
 
-__all__ = ["Journal", "FORMAT", "resumable"]
+__all__ = ["Journal", "FORMAT", "resumable", "recorded"]
 
 FORMAT = "speculab-sim-checkpoint/1"
 
@@ -132,8 +132,10 @@ def resumable(folder: str | os.PathLike, *, resume: bool = False):
     back whole (the generator set to its state after it), an interrupted one continues from its
     last chunk, and the rest run: the computation's results equal an uninterrupted run's.
     Without it, files left by an earlier run are removed first. The folder is removed when the
-    block ends without an exception (or when it holds no checkpoint). Simulations that keep their sequences, run on the JAX
-    engine or use a method that cannot be pickled (a lambda) are not checkpointed (they rerun).
+    block ends without an exception (or when it holds no checkpoint). JAX simulations and sweeps
+    are recorded whole when they finish (:func:`recorded`; a JAX key is a value, so the call is
+    its own key). Simulations that keep their sequences or use a method that cannot be pickled
+    (one holding a lambda) are not checkpointed: they rerun.
 
     Args:
       folder: where the checkpoints go (made if missing; only its ``sim-*.jsonl`` files are touched).
@@ -176,3 +178,31 @@ def active_checkpoint(inst, method, n_runs: int, rng: np.random.Generator) -> tu
     h.update(json.dumps([int(n_runs), rng.bit_generator.state], sort_keys=True).encode())
     path = folder / f"sim-{h.hexdigest()[:32]}.jsonl"
     return path, path.exists()
+
+
+def recorded(what, compute):
+    """Inside :func:`resumable`: ``compute()`` (a list of :class:`Counts`) once per ``what``, kept until the end.
+
+    ``what`` describes the call completely (pickled, its digest names the file); a call found
+    in the folder is read back instead of computed. Outside :func:`resumable`, or when ``what``
+    cannot be pickled, it is just ``compute()``.
+    """
+    folder = _FOLDER.get()
+    if folder is None:
+        return compute()
+    try:
+        blob = pickle.dumps(what)
+    except Exception:
+        return compute()
+    path = folder / f"sim-{hashlib.sha256(blob).hexdigest()[:32]}.jsonl"
+    if path.exists():
+        lines = path.read_text().splitlines()
+        if len(lines) == 2 and json.loads(lines[0]).get("format") == FORMAT:
+            return [_decode(c) for c in json.loads(lines[1])["counts"]]
+    result = compute()
+    from speculab._files import atomic_path
+
+    with atomic_path(path) as tmp:  # whole or not at all
+        tmp.write_text(json.dumps({"format": FORMAT, "call": "recorded"}) + "\n"
+                       + json.dumps({"counts": [_encode(c) for c in result]}) + "\n")
+    return result
