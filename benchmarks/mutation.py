@@ -23,15 +23,17 @@ a survivor, so the score errs low.
 
 Several modules share one baseline run; ``--jobs`` mutants run at once (one private copy
 each), and ``--shard i/n`` takes every n-th mutant from the i-th to split a long run across
-sessions. The last lines give the score per module and list the survivors (line, change) to
-kill with a test or to record as equivalent with the reason. Needs ``coverage`` (in the
-``test`` extra).
+sessions. The last lines give the score per module and list the survivors (line:column, change)
+to kill with a test or to record in ``benchmarks/mutation_equivalent.txt`` with the reason no
+test can tell them from the original; the score is given with and without those. Needs
+``coverage`` (in the ``test`` extra).
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import collections
 import copy
 import hashlib
 import json
@@ -53,6 +55,22 @@ PRELOADED = (numpy, scipy.stats, hypothesis, pytest)  # imported once here, befo
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / ".mutation-cache"  # baselines, one per (package, tests, command) digest
+EQUIVALENT = Path(__file__).with_name("mutation_equivalent.txt")  # survivors no test can kill, with the reason
+
+
+def equivalents(path: Path = EQUIVALENT) -> dict[tuple[str, str, str], str]:
+    """``{(module, "line:column", change): reason}`` from the list of equivalent mutants (``#`` starts a comment).
+
+    One line per mutant: ``module:line:column | change | why no test can tell it from the original``.
+    """
+    out = {}
+    for line in (path.read_text().splitlines() if path.exists() else []):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        where, change, reason = (part.strip() for part in line.split("|", 2))
+        module, at = where.split(":", 1)
+        out[(module, at, change)] = reason
+    return out
 
 BINOPS = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult, ast.Pow: ast.Mult,
           ast.FloorDiv: ast.Mult, ast.Mod: ast.FloorDiv}
@@ -309,15 +327,18 @@ def main(argv=None):
         contexts, seconds = _baseline(copies[0], args.modules, args.tests)
         every = sorted(seconds, key=seconds.get)
         print(f"baseline: {len(every)} tests in {time.perf_counter() - t0:.0f} s", flush=True)
-        found = []  # (module, line, what, mutated source, selected tests)
+        found = []  # (module, "line:column", what, mutated source, selected tests)
         originals = {m: (copies[0] / m).read_text() for m in args.modules}
         for module in args.modules:
             source = originals[module]
             tree = ast.parse(source)
+            seen = collections.Counter()
             for k, (line, col, what, mutated) in enumerate(mutants(source)):
+                seen[line, col, what] += 1  # nested operators can share a start: the 2nd such mutant is "line:col#2"
+                at = f"{line}:{col}" + (f"#{seen[line, col, what]}" if seen[line, col, what] > 1 else "")
                 if k % n == i - 1:
                     tests = select_tests(statement_span(tree, line, col), contexts[module], every)
-                    found.append((module, line, what, mutated, tests))
+                    found.append((module, at, what, mutated, tests))
         budget = [sum(seconds[t] for t in tests) for *_, tests in found]
         if args.plan:
             for module in args.modules:
@@ -333,13 +354,17 @@ def main(argv=None):
             module, line, what, _, tests = found[idx]
             print(f"  {module}:{line}  {what:28s} {outcome} ({len(tests)} tests)", flush=True)
     print(f"\n{time.perf_counter() - t0:.0f} s; tests: {' '.join(args.tests)}")
+    known = equivalents()
     for module in args.modules:
         mine = [(found[k][1], found[k][2], o) for k, o in sorted(outcomes.items()) if found[k][0] == module]
         killed = sum(o in ("killed", "timeout") for *_, o in mine)
-        print(f"score {killed}/{len(mine)} = {killed / max(len(mine), 1):.1%}  {module}")
-        for line, what, outcome in sorted(mine):
-            if outcome in ("survived", "unexecuted"):
-                print(f"  {outcome}: {module}:{line}: {what}")
+        alive = [(at, what, o) for at, what, o in mine if o in ("survived", "unexecuted")]
+        same = [m for m in alive if (module, m[0], m[1]) in known]
+        print(f"score {killed}/{len(mine)} = {killed / max(len(mine), 1):.1%}; without the {len(same)} equivalent: "
+              f"{killed}/{len(mine) - len(same)} = {killed / max(len(mine) - len(same), 1):.1%}  {module}")
+        for at, what, outcome in sorted(alive, key=lambda m: tuple(map(int, m[0].split("#")[0].split(":")))):
+            reason = known.get((module, at, what))
+            print(f"  {'equivalent' if reason else outcome}: {module}:{at}: {what}" + (f" ({reason})" if reason else ""))
 
 
 if __name__ == "__main__":

@@ -27,3 +27,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+def assert_frozen(obj) -> None:
+    """``obj`` is a frozen dataclass: results are values and methods hashable configurations (STYLE 5, 6)."""
+    import dataclasses
+
+    assert dataclasses.is_dataclass(obj), type(obj)
+    field = dataclasses.fields(obj)[0].name
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(obj, field, getattr(obj, field))

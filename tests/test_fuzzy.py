@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from _enumerate import enumerate_decoding
 from _enumerate import sequence_law as brute_law
-from conftest import Z_BOUND
+from conftest import Z_BOUND, assert_frozen
 from speculab.sim import Fuzzy, simulate
 from speculab.testing import markov_instances
 from speculab.theory import MarkovInstance, chain_marginals
@@ -76,6 +76,7 @@ def test_theta_above_every_divergence_is_pure_draft_decoding(div):
     theta = _above_max(inst, div)
     np.testing.assert_array_equal(fuzzy_output_law(inst, theta, div), inst.P)
     prof = fuzzy_profile(inst, theta, div)
+    assert_frozen(prof)
     assert prof.draft_fraction == 1 and prof.rejections == 0
     assert prof.kl_forward == pytest.approx(chain_kl(inst.rho, inst.Q, inst.P).sum())
     c = simulate(inst, Fuzzy(theta, div), 2_000, key=3)
@@ -241,6 +242,8 @@ def test_simulated_draft_fraction_of_the_counterexample():
         (lambda i: fuzzy_output_law(i, 0.1, "jsd"), "div must be"),
         (lambda i: sequence_law(i.rho, np.broadcast_to(i.Q[:1], (40, i.V, i.V))), "MAX_ENUMERATION"),
         (lambda i: fuzzy_bound_check(MarkovInstance.random(30, 4, 0), 0.1, "js"), "MAX_ENUMERATION"),
+        (lambda i: fuzzy_sequence_law(MarkovInstance.random(30, 4, 0), 0.1, "js", K=2),
+         r"V\^\(T\+1\) = 4\^31 sequences exceeds MAX_ENUMERATION"),
     ],
 )
 def test_bad_inputs(call, match):
@@ -260,3 +263,14 @@ def test_repro_fsd_bound(tmp_path):
     assert r["adversarial_summary"]["kl"]["fails"] >= 1 and r["adversarial_summary"]["js_T2"]["fails"] >= 1
     assert r["large"]["kl_reverse"]["fails"] == 0
     assert "two-state counterexample" in fsd_bound.summary(r)
+
+
+def test_sequence_law_enumerates_exactly_up_to_its_cap():
+    """``V^(T+1) = MAX_ENUMERATION`` sequences are enumerated (and sum to 1), one more power of V is refused — the
+    documented cap, at 2^22 (found by mutation testing: a doubled cap or ``>=`` for ``>`` went unnoticed)."""
+    assert MAX_ENUMERATION == 1 << 22
+    A = np.full((21, 2, 2), 0.5)
+    law = sequence_law([0.5, 0.5], A)  # 2^22 sequences
+    assert law.shape == (2,) * 22 and law.sum() == pytest.approx(1.0, abs=1e-12)
+    with pytest.raises(ValueError, match="MAX_ENUMERATION"):
+        sequence_law([0.5, 0.5], np.full((22, 2, 2), 0.5))

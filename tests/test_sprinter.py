@@ -6,7 +6,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from _enumerate import sequence_law
-from conftest import Z_BOUND
+from conftest import Z_BOUND, assert_frozen
 from speculab.sim import Sprinter, simulate
 from speculab.methods.sprinter import signed_tv_statistic, simulate_stopping
 from speculab.sim import Counts
@@ -131,6 +131,7 @@ def test_exact_law_and_counts_vs_simulation(eta_tp, eta_fp):
     exact = mu[n][:, None] * law[n]
     assert np.all(np.abs(joint - exact) < Z_BOUND * np.sqrt(exact * (1 - exact) / N) + 1e-12)
     prof = sprinter_profile(inst, v)
+    assert_frozen(prof)
     assert abs(c.estimate("rejections").z(prof.rejections)) < Z_BOUND
     assert abs(c.estimate("oracle_calls").z(prof.oracle_calls)) < Z_BOUND
     assert abs(c.estimate("accepted").z(prof.accepted)) < Z_BOUND
@@ -387,3 +388,17 @@ def test_the_round_law_on_real_models_keeps_passed_drafts_and_checks_the_refused
     np.testing.assert_allclose(law.reject_prob[0, 0], [0.0, 0.3, 0.0], atol=1e-15)  # refused slot: TV(p, q) = 0.3
     with pytest.raises(ValueError, match="one verdict per drafted slot"):
         Sprinter(0.9, 0.1).round_law(p, q, x, bonus=True, predictions=[1.0])
+
+
+def test_a_token_the_draft_and_target_give_equal_probability_is_acceptable():
+    """[SPR] §3.1: a draft is acceptable where ``p <= q`` — equality included (SD would accept it surely), so the
+    i.i.d. verifier passes it with ``η_TP`` (found by mutation testing: ``p < q`` went unnoticed)."""
+    from speculab.theory import MarkovInstance
+    from speculab.theory.sprinter import sprinter_pass_probabilities
+
+    P = np.array([[0.5, 0.3, 0.2], [0.2, 0.2, 0.6], [1 / 3, 1 / 3, 1 / 3]])
+    Q = np.array([[0.5, 0.1, 0.4], [0.1, 0.2, 0.7], [1 / 3, 1 / 3, 1 / 3]])  # equal at (0,0), (1,1) and row 2
+    v = sprinter_pass_probabilities(MarkovInstance.stationary(P, Q, 2), 0.9, 0.2)
+    expected = np.where(P <= Q, 0.9, 0.2)
+    assert expected[0, 0] == expected[1, 1] == 0.9 and np.all(expected[2] == 0.9)
+    np.testing.assert_array_equal(v, np.broadcast_to(expected, (2, 3, 3)))

@@ -6,12 +6,12 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linprog
 
 from _enumerate import enumerate_decoding, sequence_law
-from conftest import Z_BOUND
+from conftest import Z_BOUND, assert_frozen
 from speculab.sim import Biased, simulate
 from speculab.testing import distribution_pairs, distributions, markov_instances
 from speculab.theory import MarkovInstance, expected_rejections, output_law, sd_acceptance, tv
@@ -269,6 +269,8 @@ def _rules(inst, eps, rej):
 def test_profile_matches_theory_and_enumeration(inst, eps, rej):
     b, R = _rules(inst, eps, rej)
     prof = tradeoff_profile(inst, b, R)
+    assert_frozen(prof)
+    assert prof.T == inst.T
     np.testing.assert_allclose(prof.rejections_per_position, expected_rejections(inst, b, R).rejections_per_position, atol=1e-12)
     assert np.all(prof.loss_per_position >= prof.optimal_loss_per_position - 1e-12)
     if rej == "opt":  # Thm 4 and Thm 5 per context, averaged under the algorithm's own prefixes
@@ -323,6 +325,7 @@ def _brute_tv_bounds(law: dict, target: dict, Q) -> tuple[float, float]:
 @given(markov_instances(max_T=3, max_V=3), st.floats(0.0, 0.6), st.sampled_from(["opt", "uno"]))
 @example(MarkovInstance(np.array([[[0.0, 0, 1], [0, 0, 1], [0, 0, 1]]]),  # the output's KL sums to -1e-17 here
                         np.array([[[0.0, 0, 1], [0, 2 / 3, 1 / 3], [0, 0, 1]]]), np.array([0.0, 1, 0])), 0.0, "opt")
+@example(MarkovInstance.random(3, 3, 0, concentration=5.0), 0.05, "opt")  # near-equal chains: Pinsker's bound binds
 def test_sequence_kl_and_tv_match_enumeration(inst, eps, rej):
     b, R = _rules(inst, eps, rej)
     K = output_law(inst, b, R)
@@ -333,6 +336,7 @@ def test_sequence_kl_and_tv_match_enumeration(inst, eps, rej):
     law, target = enumerate_decoding(inst.P, inst.Q, inst.rho, b, R, None).law, sequence_law(inst.Q, inst.rho)
     brute_tv = sum(max(law.get(k, 0.0) - target.get(k, 0.0), 0.0) for k in set(law) | set(target))
     assert d.tv == pytest.approx(brute_tv, abs=1e-12)
+    assert_frozen(d)
     assert d.tv_lower - 1e-12 <= d.tv <= d.tv_upper + 1e-12
     # the bounds' values, from the enumerated laws: the largest TV of a pair (x_{n-1}, x_n), and the least of 1,
     # the summed per-token losses and Pinsker / Bretagnolle–Huber on either KL
@@ -456,8 +460,12 @@ P2, Q2 = [0.5, 0.5], [0.2, 0.8]
         (lambda: optimal_loss_lp([P2, P2], [Q2, Q2], np.ones((2, 2))), "single vectors"),
         (lambda: markov_kl([0.5, 0.5], np.full((2, 2, 2), 0.5), np.full((3, 2, 2), 0.5)), "L must have shape"),
         (lambda: markov_tv([1.0], np.full((2, 2, 2), 0.5), np.full((2, 2, 2), 0.5)), "rho must have length"),
-        (lambda: log_likelihood_ratio(np.full((2, 2, 2), 0.5), np.full((2, 2, 2), 0.5), [[0, 1]]), "sequences must"),
+        (lambda: log_likelihood_ratio(np.full((2, 2, 2), 0.5), np.full((2, 2, 2), 0.5), [[0, 1]]),
+         r"sequences must be integers of shape \(N, T \+ 1 = 3\)"),
         (lambda: log_likelihood_ratio(np.full((2, 2, 2), 0.5), np.full((2, 2, 2), 0.5), [[0, 1, 2]]), "tokens in 0..1"),
+        (lambda: log_likelihood_ratio(np.full((2, 2, 2), 0.5), np.full((2, 2, 2), 0.5), [[0, -1, 1]]), "tokens in 0..1"),
+        (lambda: markov_kl([1.0], np.full((2, 2, 2), 0.5), np.full((2, 2, 2), 0.5)), "rho must have length V = 2"),
+        (lambda: markov_kl([0.5, 0.5], np.full((2, 2, 3), 1 / 3), np.full((2, 2, 3), 1 / 3)), r"shape \(T, V, V\)"),
     ],
 )
 def test_bad_input(call, match):
@@ -489,3 +497,41 @@ def test_yin_fig4_runs_and_its_numbers_agree(tmp_path):
         for name in ("rejection_rate", "token_loss", "kl"):
             assert abs(row["z"][name]) < Z_BOUND, (row["eps"], row["rejection"], name)
     assert "KL(P_A‖q)" in yin_fig4.summary(res)
+
+
+def test_exact_sequence_tv_up_to_its_cap():
+    """``V^(T+1) = MAX_SEQUENCES`` (2^20) sequences are enumerated, one more power of V is refused; the value is
+    exact: chains that differ only in their first transition are as far apart as that transition's laws."""
+    from speculab.theory.tradeoff import MAX_SEQUENCES
+
+    assert MAX_SEQUENCES == 1 << 20
+    K = np.full((19, 2, 2), 0.5)
+    L = K.copy()
+    L[0] = [[0.7, 0.3], [0.7, 0.3]]
+    assert markov_tv([0.5, 0.5], K, L) == pytest.approx(0.2, abs=1e-12)  # 2^20 sequences
+    with pytest.raises(ValueError, match=r"V\^\(T\+1\) = 2\^21 sequences > max_sequences"):
+        markov_tv([0.5, 0.5], np.full((20, 2, 2), 0.5), np.full((20, 2, 2), 0.5))
+    inst = MarkovInstance.random(2, 3, 1)  # sequence_bias enumerates exactly up to the same kind of cap
+    b = sd_acceptance(inst.P, inst.Q)
+    assert sequence_bias(inst, b, max_sequences=3**3).tv is not None
+    assert sequence_bias(inst, b, max_sequences=3**3 - 1).tv is None
+
+
+@given(distribution_pairs(), st.floats(0.0, 1.0))
+def test_the_residual_itself_is_an_optimal_rejection_law(pq, scale):
+    """Where no token is over-accepted (``b p <= q`` everywhere, e.g. ``b = s·min(1, q/p)``), ``A = (q − b p)/D`` sums
+    to 1 and is the one optimal ``P`` of [Yin] Thm 4: on the boundary ``P = A`` of the optimal set, so inside it
+    (found by mutation testing: the set's tolerance subtracted instead of added went unnoticed)."""
+    p, q = pq
+    b = scale * sd_acceptance(p, q)
+    D = float(((1 - b) * p).sum())
+    assume(D > 1e-6)
+    A = (q - b * p) / D
+    assert is_optimal_rejection(p, q, b, A / A.sum())
+    k = int(np.argmax(A))
+    others = np.flatnonzero((np.arange(A.size) != k) & (A >= 1e-3))
+    if others.size:  # more than A on one token (and less on another): outside the set
+        bumped = A.copy()
+        bumped[k] += 1e-3
+        bumped[others[0]] -= 1e-3
+        assert not is_optimal_rejection(p, q, b, bumped)
