@@ -29,11 +29,12 @@ def _instances():
     rng = np.random.default_rng(4)
     Pm, Qm = rng.dirichlet(np.full(5, 0.6), size=5), rng.dirichlet(np.full(5, 0.6), size=5)
     return [MarkovInstance.random(9, 4, 0, concentration=0.5),
+            MarkovInstance.random(2, 4, 1, concentration=0.5),  # two stored positions, each read at its own step
             MarkovInstance.stationary(Pm, Qm, T=11, rho=Qm[1]),
             MarkovInstance.context_free(Pm[0], Qm[0], T=7)]
 
 
-@pytest.mark.parametrize("inst", _instances(), ids=["random", "stationary", "context-free"])
+@pytest.mark.parametrize("inst", _instances(), ids=["random", "random T=2", "stationary", "context-free"])
 def test_jax_theory_is_the_numpy_theory(inst):
     P, Q, rho, T = ad.arrays_of(inst)
     np.testing.assert_allclose(ad.sd_expected_rejections(P, Q, rho, T).rejections_per_position,
@@ -103,6 +104,8 @@ def test_bad_horizons_are_refused():
         ad.sd_expected_rejections(Pf, Qf, rf[:2])
     with pytest.raises(ValueError, match="rows per position"):
         ad.sd_expected_rejections(Pf[:, :2], Qf, rf)
+    with pytest.raises(ValueError, match=r"P and Q must have shape \(T', A', V\)"):
+        ad.sd_expected_rejections(Pf, Qf[0], rf)  # one of the two not 3-D
     # numpy inputs (what compact() gives) are converted
     from speculab.theory.instance import compact
 
@@ -121,6 +124,16 @@ def test_bad_values_are_refused_where_they_exist():
     for bad_P, bad_Q, bad_rho, match in cases:
         with pytest.raises(ValueError, match=match):
             ad.sd_expected_rejections(bad_P, bad_Q, bad_rho)
+    # the row-sum tolerance: the package's 1e-6 for float64 kernels, float32's resolution over V terms (4 V ε₃₂,
+    # 4.8e-5 at V = 100) for float32 ones
+    P, Q, rho, _ = ad.arrays_of(MarkovInstance.random(2, 100, 0))
+    off = P.at[0, 0].set(P[0, 0] * (1 + 1e-5))
+    with pytest.raises(ValueError, match="P must sum to 1"):
+        ad.sd_expected_rejections(off, Q, rho)
+    P32, Q32, rho32 = (jnp.asarray(np.asarray(A, dtype=np.float32)) for A in (off, Q, rho))
+    assert np.isfinite(float(ad.sd_expected_rejections(P32, Q32, rho32).rejections))  # within float32's tolerance
+    with pytest.raises(ValueError, match="P must sum to 1"):
+        ad.sd_expected_rejections(P32.at[0, 0].set(P32[0, 0] * 1.0001), Q32, rho32)
     with pytest.raises(ValueError, match="logits must be finite"):
         ad.draft_from_logits(jnp.array([jnp.nan, 0.0]))
     with pytest.raises(ValueError, match="inst must be a MarkovInstance"):

@@ -511,3 +511,16 @@ def test_sds_closed_form_round_law_is_the_chain_law_of_its_rule(bonus, M):
     np.testing.assert_allclose(unit(fast.correction), unit(generic.correction), rtol=0, atol=1e-15)
     np.testing.assert_array_equal(fast.correction.sum(-1) > 0, generic.correction.sum(-1) > 0)  # same rows empty
     np.testing.assert_array_equal(fast.correction[1, :, 1], q[1, :, 1])  # p = q: the fallback is q itself
+
+
+@pytest.mark.parametrize("rejection, unbiased", [("opt", True), ("uno", False)])
+def test_biased_decoding_at_zero_tolerance(rejection, unbiased):
+    """``Biased(0, "opt")`` is SD (unbiased, [Yin] Thm 4 with ε = 0); ``Biased(0, "uno")`` still corrects from ``q``
+    and is biased — ``unbiased`` must say which, and the exact law agree (found by mutation testing)."""
+    method = Biased(0.0, rejection, K=2)
+    assert method.unbiased is unbiased
+    inst = _tiny(0)
+    law, _, _ = _rounds(method, inst)
+    target = sequence_law(inst.Q, inst.rho)
+    gap = max(abs(law.get(k, 0.0) - target.get(k, 0.0)) for k in set(law) | set(target))
+    assert bool(gap < 1e-12) == unbiased
