@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import ast
 import collections
-import copy
 import hashlib
 import json
 import os
@@ -134,15 +133,30 @@ def _sites(tree: ast.AST):
 
 
 def mutants(source: str) -> list[tuple[int, int, str, str]]:
-    """Every mutant of ``source``: ``(line, column, description, mutated source)``."""
+    """Every mutant of ``source``: ``(line, column, description, mutated source)``.
+
+    Each site is changed in place, the tree unparsed and the node put back as it was (one
+    parse for all mutants).
+    """
     tree = ast.parse(source)
-    count = sum(1 for _ in _sites(tree))
     out = []
-    for k in range(count):
-        t = copy.deepcopy(tree)
-        node, what, apply = next(s for i, s in enumerate(_sites(t)) if i == k)
+    for node, what, apply in list(_sites(tree)):
+        saved = {k: list(v) if isinstance(v, list) else v for k, v in vars(node).items()}
         apply(node)
-        out.append((node.lineno, node.col_offset, what, ast.unparse(ast.fix_missing_locations(t))))
+        out.append((node.lineno, node.col_offset, what, ast.unparse(ast.fix_missing_locations(tree))))
+        vars(node).clear()
+        vars(node).update(saved)
+    return out
+
+
+def named_mutants(source: str) -> list[tuple[str, str, str]]:
+    """:func:`mutants` named as the output and ``mutation_equivalent.txt`` name them: ``("line:column", change,
+    mutated source)``, with ``#k`` for the k-th mutant of the same change at the same start (nested operators)."""
+    seen = collections.Counter()
+    out = []
+    for line, col, what, mutated in mutants(source):
+        seen[line, col, what] += 1
+        out.append((f"{line}:{col}" + (f"#{seen[line, col, what]}" if seen[line, col, what] > 1 else ""), what, mutated))
     return out
 
 
@@ -307,6 +321,17 @@ def _run(tasks, copies: list[Path], originals: dict[str, str]):
         yield idx, outcome
 
 
+def _survivors(log: Path) -> set[tuple[str, str, str]]:
+    """``(module, line, change)`` of every mutant an earlier run's output lists as survived or unexecuted."""
+    out = set()
+    for line in log.read_text().splitlines():
+        parts = line.split()
+        if len(parts) >= 4 and parts[-3] in ("survived", "unexecuted") and ":" in parts[0]:
+            module, at = parts[0].split(":", 1)
+            out.add((module, at.split(":")[0], " ".join(parts[1:-3])))
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("modules", nargs="+", help="the modules to mutate, e.g. speculab/theory/rejections.py")
@@ -317,10 +342,14 @@ def main(argv=None):
                     help="a mutant's tests time out past this many times their baseline seconds, plus 10 s "
                          "(default 3)")
     ap.add_argument("--shard", default="1/1", help="i/n: run every n-th mutant from the i-th (default 1/1)")
+    ap.add_argument("--rerun", default=None, metavar="LOG",
+                    help="only the mutants an earlier run's output LOG lists as survived or unexecuted (after new "
+                         "tests: which of them are killed now)")
     ap.add_argument("--plan", action="store_true",
                     help="run the baseline, print each module's mutants and worst-case minutes, and stop")
     args = ap.parse_args(argv)
     i, n = (int(v) for v in args.shard.split("/"))
+    again = _survivors(Path(args.rerun)) if args.rerun else None
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="speculab-mutants-") as tmp:
         copies = [_copy(ROOT, Path(tmp) / f"repo{j}") for j in range(max(args.jobs, 1))]
@@ -332,10 +361,10 @@ def main(argv=None):
         for module in args.modules:
             source = originals[module]
             tree = ast.parse(source)
-            seen = collections.Counter()
-            for k, (line, col, what, mutated) in enumerate(mutants(source)):
-                seen[line, col, what] += 1  # nested operators can share a start: the 2nd such mutant is "line:col#2"
-                at = f"{line}:{col}" + (f"#{seen[line, col, what]}" if seen[line, col, what] > 1 else "")
+            for k, (at, what, mutated) in enumerate(named_mutants(source)):
+                line, col = (int(v) for v in at.split("#")[0].split(":"))
+                if again is not None and (module, str(line), what) not in again:
+                    continue
                 if k % n == i - 1:
                     tests = select_tests(statement_span(tree, line, col), contexts[module], every)
                     found.append((module, at, what, mutated, tests))

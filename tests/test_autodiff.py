@@ -158,3 +158,16 @@ def test_draft_design_reproduction(tmp_path):
     for check in res["simulation_check"].values():
         assert abs(check["z"]) < 5
     assert "Draft design" in draft_design.summary(res)
+
+
+def test_rows_that_change_with_the_position_but_not_the_context():
+    """Kernels of shape (T, 1, V) (one row per position, whatever the context) against the numpy theory on the same
+    chains stored in full."""
+    rng = np.random.default_rng(2)
+    T, V = 4, 3
+    p, q = rng.dirichlet(np.ones(V), size=T), rng.dirichlet(np.ones(V), size=T)
+    rho = rng.dirichlet(np.ones(V))
+    full = MarkovInstance(np.repeat(p[:, None], V, axis=1), np.repeat(q[:, None], V, axis=1), rho)
+    got = ad.sd_expected_rejections(jnp.asarray(p[:, None]), jnp.asarray(q[:, None]), jnp.asarray(rho))
+    np.testing.assert_allclose(got.rejections_per_position, sd_expected_rejections(full).rejections_per_position,
+                               rtol=0, atol=1e-12)

@@ -457,6 +457,22 @@ def test_rule_arguments_that_are_not_arrays_are_named():
         simulate(_tiny(), RejectionDecoding(b=0.5), 10, key=0)
 
 
+def test_rule_arrays_are_tied_to_their_instance():
+    """An array ``b`` (or ``P``) is one instance's: the rule applies it to that instance's kernels and refuses other
+    laws (a real model's rows) by name, instead of broadcasting it against them (found by mutation testing)."""
+    inst = _tiny(0)
+    b = 0.6 * kernels.sd_acceptance(inst.P, inst.Q)
+    rule = RejectionDecoding(b=b).rule(inst.P, inst.Q)
+    np.testing.assert_array_equal(rule.acceptance, b)
+    with pytest.raises(ValueError, match=r"b is a \(3, 3, 3\) array tied to one Markov instance"):
+        RejectionDecoding(b=b).rule(inst.P[0], inst.Q[0])
+    P = kernels.optimal_rejection(inst.P, inst.Q, 0.5 * b)
+    np.testing.assert_array_equal(RejectionDecoding(b=lambda p, q: 0.3 * kernels.sd_acceptance(p, q), P=P)
+                                  .rule(inst.P, inst.Q).rejection, P)
+    with pytest.raises(ValueError, match="P is a .* array tied to one Markov instance; give a function P"):
+        RejectionDecoding(b=lambda p, q: 0.3 * kernels.sd_acceptance(p, q), P=P).rule(inst.P[0], inst.Q[0])
+
+
 # -- the JAX engine runs every method's own rule ---------------------------------------------------------------
 @pytest.mark.parametrize("method", METHODS, ids=IDS)
 def test_jax_engine_matches_the_enumeration(method):

@@ -57,3 +57,19 @@ def test_tests_are_selected_by_the_lines_they_ran_fastest_first():
     assert mutation.select_tests((10, 11), contexts, every) == []  # never executed: nothing to run
     # code run at collection (a constant, a default) reaches every test that runs the module
     assert mutation.select_tests((2, 2), contexts, every) == ["t_mid", "t_slow", "t_other"]
+
+
+def test_nested_operators_that_share_a_start_get_distinct_names():
+    names = [(at, what) for at, what, _ in mutation.named_mutants("x = a + b + c\n")]
+    assert names == [("1:4", "Add → Sub"), ("1:4#2", "Add → Sub")]
+
+
+def test_every_listed_equivalent_mutant_exists_in_the_current_source():
+    """An entry whose line moved (or whose mutant was killed by a change of the code) must be updated, not left to
+    match nothing."""
+    listed = mutation.equivalents()
+    assert listed, "benchmarks/mutation_equivalent.txt is empty or missing"
+    for module in {m for m, _, _ in listed}:
+        names = {(at, what) for at, what, _ in mutation.named_mutants((mutation.ROOT / module).read_text())}
+        stale = [(at, what) for m, at, what in listed if m == module and (at, what) not in names]
+        assert not stale, (module, stale)

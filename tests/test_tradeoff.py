@@ -535,3 +535,12 @@ def test_the_residual_itself_is_an_optimal_rejection_law(pq, scale):
         bumped[k] += 1e-3
         bumped[others[0]] -= 1e-3
         assert not is_optimal_rejection(p, q, b, bumped)
+
+
+def test_rejection_probability_is_a_probability_even_when_p_sums_above_one():
+    """A distribution whose float sum is 1 + 2⁻⁵² (accepted: within the package's tolerance) refused outright
+    (``b = 0``) is refused with probability exactly 1, not 1.0000000000000002."""
+    p = np.array([0.0905289383011126, 0.5185969787956244, 0.017660136164851795, 0.045836983569566996,
+                  0.04874024103741121, 0.12520139289440163, 0.1534353292370314])
+    assert p.sum() > 1.0
+    assert rejection_probability(p, np.zeros(7)) == 1.0
