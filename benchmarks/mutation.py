@@ -321,15 +321,18 @@ def _run(tasks, copies: list[Path], originals: dict[str, str]):
         yield idx, outcome
 
 
-def _survivors(log: Path) -> set[tuple[str, str, str]]:
-    """``(module, line, change)`` of every mutant an earlier run's output lists as survived or unexecuted."""
-    out = set()
+def _survivors(log: Path) -> tuple[set[tuple[str, str, str]], set[str]]:
+    """``(module, line, change)`` of every mutant an earlier run's output lists as survived or unexecuted, and the
+    modules it lists (the others are run whole)."""
+    out, modules = set(), set()
     for line in log.read_text().splitlines():
         parts = line.split()
-        if len(parts) >= 4 and parts[-3] in ("survived", "unexecuted") and ":" in parts[0]:
+        if len(parts) >= 4 and parts[-3] in ("killed", "timeout", "survived", "unexecuted") and ":" in parts[0]:
             module, at = parts[0].split(":", 1)
-            out.add((module, at.split(":")[0], " ".join(parts[1:-3])))
-    return out
+            modules.add(module)
+            if parts[-3] in ("survived", "unexecuted"):
+                out.add((module, at.split(":")[0], " ".join(parts[1:-3])))
+    return out, modules
 
 
 def main(argv=None):
@@ -343,13 +346,13 @@ def main(argv=None):
                          "(default 3)")
     ap.add_argument("--shard", default="1/1", help="i/n: run every n-th mutant from the i-th (default 1/1)")
     ap.add_argument("--rerun", default=None, metavar="LOG",
-                    help="only the mutants an earlier run's output LOG lists as survived or unexecuted (after new "
-                         "tests: which of them are killed now)")
+                    help="of the modules an earlier run's output LOG lists, only the mutants it lists as survived or "
+                         "unexecuted (after new tests: which of them are killed now); other modules whole")
     ap.add_argument("--plan", action="store_true",
                     help="run the baseline, print each module's mutants and worst-case minutes, and stop")
     args = ap.parse_args(argv)
     i, n = (int(v) for v in args.shard.split("/"))
-    again = _survivors(Path(args.rerun)) if args.rerun else None
+    again, logged = _survivors(Path(args.rerun)) if args.rerun else (None, set())
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="speculab-mutants-") as tmp:
         copies = [_copy(ROOT, Path(tmp) / f"repo{j}") for j in range(max(args.jobs, 1))]
@@ -363,7 +366,7 @@ def main(argv=None):
             tree = ast.parse(source)
             for k, (at, what, mutated) in enumerate(named_mutants(source)):
                 line, col = (int(v) for v in at.split("#")[0].split(":"))
-                if again is not None and (module, str(line), what) not in again:
+                if module in logged and (module, str(line), what) not in again:
                     continue
                 if k % n == i - 1:
                     tests = select_tests(statement_span(tree, line, col), contexts[module], every)
