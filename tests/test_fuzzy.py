@@ -274,3 +274,25 @@ def test_sequence_law_enumerates_exactly_up_to_its_cap():
     assert law.shape == (2,) * 22 and law.sum() == pytest.approx(1.0, abs=1e-12)
     with pytest.raises(ValueError, match="MAX_ENUMERATION"):
         sequence_law([0.5, 0.5], np.full((22, 2, 2), 0.5))
+
+
+def test_a_divergence_equal_to_theta_is_not_accepted():
+    """[FSD] §4 accepts iff ``Div(q, p) < θ`` (SPEC): at ``θ`` equal to a context's divergence that context draws from
+    ``q``, in the output law and in the profile's draft fraction (found by mutation testing: ``<=`` went unnoticed)."""
+    inst = _inst(0, T=3, V=3)
+    d = fuzzy_divergence(inst, "js")
+    n, a = np.unravel_index(np.argmax(d), d.shape)
+    theta = float(d[n, a])
+    law = fuzzy_output_law(inst, theta, "js")
+    np.testing.assert_array_equal(law[n, a], inst.Q[n, a])
+    accepted = d < theta
+    np.testing.assert_array_equal(law, np.where(accepted[..., None], inst.P, inst.Q))
+    assert not accepted.all() and fuzzy_profile(inst, theta, "js").draft_fraction < 1
+
+
+def test_holds_within_allows_exactly_its_relative_round_off():
+    from speculab.theory.fuzzy import holds_within
+
+    assert holds_within(1.0, 1.0) and holds_within(1.0 + 1e-12, 1.0) and not holds_within(1.0 + 3e-12, 1.0)
+    assert holds_within(0.5 + 0.9e-12, 0.5) and not holds_within(0.5 + 1.5e-12, 0.5)  # at least 1e-12 absolute
+    assert holds_within(4.0 + 3.5e-12, 4.0) and not holds_within(4.0 + 5e-12, 4.0)  # relative above 1

@@ -7,7 +7,7 @@ from functools import lru_cache
 import numpy as np
 import pytest
 
-from conftest import Z_BOUND
+from conftest import Z_BOUND, assert_frozen
 from speculab.methods import SpecDecPP
 from speculab.methods.specdecpp import noisy_head
 from speculab.sim import simulate
@@ -27,6 +27,7 @@ INSTANCES = {
 def test_fixed_lookahead_is_the_lookahead_chain(name, K):
     inst = INSTANCES[name]
     tree, chain = stopping_counts(inst, fixed_lookahead(K), 0.2, 1.0), lookahead_counts(inst, K)
+    assert_frozen(tree)
     for f in COUNTS + ("discarded",):
         assert getattr(tree, f) == pytest.approx(getattr(chain, f), rel=1e-12, abs=1e-12), f
     assert tree.time == pytest.approx(0.2 * chain.draft_calls + chain.oracle_calls, rel=1e-12)
