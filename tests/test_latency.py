@@ -99,10 +99,12 @@ def test_predictions_from_counts_alone_take_the_mean_block_and_refuse_misaligned
     model = fit_latency(_runs(TRUTH))
     runs = _runs(TRUTH)[2]
     counts = runs.result.counts
-    rounds = [type("Rounds", (), {"drafted": np.full(int(r), d // r)})() for d, r in zip(counts.draft_calls,
-                                                                                       counts.oracle_calls)]
+    def rounds_of(drafted):  # no block fully accepted: these synthetic runs have no bonus
+        return type("Rounds", (), {"drafted": np.asarray(drafted), "accepted": np.zeros(len(drafted), int)})()
+
+    rounds = [rounds_of(np.full(int(r), d // r)) for d, r in zip(counts.draft_calls, counts.oracle_calls)]
     np.testing.assert_allclose(model.seconds(counts, rounds), model.seconds(counts), rtol=1e-12)
-    uneven = [type("Rounds", (), {"drafted": np.array([4] * (int(r) - 2) + [1, 7])})() for r in counts.oracle_calls]
+    uneven = [rounds_of([4] * (int(r) - 2) + [1, 7]) for r in counts.oracle_calls]
     t = fit_latency(_runs({**TRUTH, "t0": 0.0, "t1": 0.0}, {1: 1.0e-3, 2: 1.6e-3, 3: 1.7e-3, 5: 1.9e-3}.__getitem__)).target
     model = LatencyModel(model.draft, t, 0.0, 0.0, 0.0)
     gap = t(2) + t(8) - 2 * t(5)  # two rounds of 4 drafts become one of 1 and one of 7: a target call each
@@ -208,3 +210,35 @@ def test_a_catch_up_after_a_bonus_is_priced_as_a_two_token_draft_call():
     assert model.draft(2) == pytest.approx(3e-4, rel=1e-12) and model.draft(1) == pytest.approx(1e-4, rel=1e-12)
     for r in runs:
         np.testing.assert_allclose(model.seconds(r.result.counts), r.seconds, rtol=1e-9)
+
+
+def test_the_latency_model_is_exact_on_a_clock_that_only_forward_calls_move(monkeypatch):
+    """On a virtual clock that advances only in forward calls — ``a + b·k`` for a call of ``k`` tokens, a fixed cost
+    for a prefill, nothing for anything else — the fitted model must price every run exactly: predicted and measured
+    seconds per token agree for AR and SD, hence the speed-up (the numbers of a real clock are checked in
+    ``benchmarks/bench_latency.py``; a mispriced term, e.g. a bonus's two-token draft call, breaks this equality)."""
+    import speculab.backends.latency as latency
+
+    class Clock:
+        now = 0.0
+
+        def perf_counter(self):
+            return self.now
+
+    clock = Clock()
+    monkeypatch.setattr(latency, "time", clock)
+    pair = load_pair("tiny", device="cpu")
+    cost = {0: (2e-3, 0.5e-3, 7e-3), 1: (9e-3, 3e-3, 40e-3)}  # per model: a, b, prefill
+    assert type(pair.draft) is type(pair.target)
+    original = type(pair.draft).extend
+
+    def charged(self, state, ids, **kw):  # on the class: the timing wrapper goes on (and comes off) the instances
+        a, b, prefill = cost[0 if self is pair.draft else 1]
+        clock.now += prefill if state.length == 0 else a + b * ids.shape[-1]
+        return original(self, state, ids, **kw)
+
+    monkeypatch.setattr(type(pair.draft), "extend", charged)
+    check = latency.speed_check(pair, default_prompts()[:8], SD(K=3), max_new_tokens=12, key=2)
+    np.testing.assert_allclose(check.predicted_latency, check.latency, rtol=1e-9)
+    assert check.predicted == pytest.approx(check.measured, rel=1e-9)
+    assert check.measured > 1.1  # a target call costs several draft calls here: SD is faster, measurably

@@ -23,12 +23,13 @@ cannot be negative); a term the runs cannot tell from the others is left out and
 in ``LatencyModel.unidentified`` (runs all of one length cannot separate the cost per
 output token from the cost per run). Then the time of a run of one prompt is
 
-.. math:: T \approx (N_{draft} - N_{bonus})\, t_d(1) + N_{bonus}\, t_d(2) + \sum_{\text{rounds } r > 1} t_t(L_r + 1)
+.. math:: T \approx (N_{draft} - N_2)\, t_d(1) + N_2\, t_d(2) + \sum_{\text{rounds } r > 1} t_t(L_r + 1)
           + N_{target}\, c_{round} + N_{draft}\, c_{draft} + N\, c_{token} + c_{run} + [N_{draft} > 0]\, c_{drafting}
 
 (a round of ``L_r`` drafts makes ``L_r`` draft calls of one token — its first is the
-catch-up of the previous round's new tokens, two after a bonus — and one target call of
-``L_r + 1`` tokens; the first round's target call, the prefill, is in ``c_run``). Given
+catch-up of the previous round's new tokens, two after a bonus: ``N_2`` such calls, one per
+fully accepted round that another round follows — and one target call of ``L_r + 1``
+tokens; the first round's target call, the prefill, is in ``c_run``). Given
 only counts, every round is taken to draft the mean block ``L̄ = N_draft / N_target``.
 The predicted speed-up of a method over autoregressive decoding is the ratio of
 predicted times per token. The model describes one sequence decoded at a time
@@ -178,6 +179,18 @@ def _runs_rounds(counts, rounds) -> list[np.ndarray]:
     return [np.full(int(r), d / r if r else 0.0) for d, r in zip(counts.draft_calls, counts.oracle_calls)]
 
 
+def _two_token_catch_ups(counts, rounds) -> np.ndarray:
+    """Each run's draft calls of two tokens: the catch-up of a fully accepted block's last draft and its bonus, made
+    only when another round follows. From ``rounds``: every fully accepted round but the last (a fully accepted round
+    that is not the last drew its bonus). From counts alone: one per bonus token — a run that ends on a bonus is
+    then charged one two-token call too many (found by the exact-clock test of ``tests/test_latency.py``)."""
+    if rounds is None:
+        return np.minimum(np.asarray(counts.bonus, dtype=float), np.asarray(counts.draft_calls, dtype=float))
+    drafted = _runs_rounds(counts, rounds)
+    full = [(np.asarray(r.accepted)[:-1] == L[:-1]) & (L[:-1] > 0) for r, L in zip(rounds, drafted)]
+    return np.array([float(f.sum()) for f in full])
+
+
 @dataclass(frozen=True)
 class LatencyModel:
     """Fitted forward times of both models and the loop's own time (module docstring).
@@ -204,7 +217,7 @@ class LatencyModel:
     def forward_seconds(self, counts, rounds=None) -> np.ndarray:
         """Predicted seconds of each run's forward passes past the prefills."""
         d = np.asarray(counts.draft_calls, dtype=float)
-        two = np.minimum(np.asarray(counts.bonus, dtype=float), d)  # catch-ups of a draft and the bonus after it
+        two = _two_token_catch_ups(counts, rounds)
         target = np.array([float(np.sum(self.target(L[1:] + 1))) for L in _runs_rounds(counts, rounds)])
         return (d - two) * self.draft(1) + two * self.draft(2) + target
 
