@@ -215,6 +215,10 @@ def cmd_repro(args) -> None:
               "\n".join(f"{k:15s} {v[1]}" for k, v in repro.FIGURES.items()))
         return
     mod = repro.get(args.figure)
+    if args.n_runs is not None:  # refused before anything is computed (a reproduction may have a larger minimum)
+        from speculab._validate import as_positive_int
+
+        as_positive_int(args.n_runs, "n_runs")
     accepted = inspect.signature(mod.run).parameters
     kwargs = {"out_dir": args.out}
     if "progress" in accepted:

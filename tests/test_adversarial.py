@@ -312,3 +312,55 @@ def test_numpy_scalars_are_numbers_in_the_sampling_warp_and_the_ngram():
     s = Sampling(np.float32(0.5), top_k=np.int64(3), top_p=np.float64(0.9))
     assert (s.temperature, s.top_k, s.top_p) == (0.5, 3, 0.9) and type(s.top_k) is int
     assert NGramModel([1, 2, 3], np.int64(2), 5).n == 2
+
+
+# -- every method's own parameters ---------------------------------------------------------------------------------
+def _method_cases():
+    import dataclasses
+
+    from test_methods import METHODS
+    from speculab.methods.base import cli_params
+
+    bad = {int: [0, -1, 1.5, True, "3", float("nan")], float: [float("nan"), float("-inf"), -1.0, True, "0.1"]}
+    cases, seen = [], set()
+    for method in METHODS:
+        if type(method) in seen:
+            continue
+        seen.add(type(method))
+        for field, f in cli_params(type(method)).items():
+            for value in bad.get(f.metadata.get("type"), []):
+                cases.append(pytest.param(lambda m=method, k=field, v=value: dataclasses.replace(m, **{k: v}), field,
+                                          id=f"{type(method).__name__}({field}={value!r})"))
+    return cases
+
+
+@pytest.mark.parametrize("build, field", _method_cases())
+def test_a_methods_bad_parameter_is_refused_by_name(build, field):
+    """Each registered method's numeric parameters (those the CLI exposes): zero, negative, fractional, boolean,
+    string or NaN counts, and NaN, −∞, negative, boolean or string rates end in a ValueError naming the parameter."""
+    with pytest.raises(ValueError, match=field):
+        build()
+
+
+def _repro_with_runs():
+    import inspect
+
+    from speculab import repro
+
+    return [name for name in repro.FIGURES if "n_runs" in inspect.signature(repro.get(name).run).parameters]
+
+
+@pytest.mark.parametrize("name", _repro_with_runs())
+@pytest.mark.parametrize("runs", ["0", "-3"])
+def test_a_reproductions_bad_run_count_is_refused_before_it_computes(name, runs, tmp_path, capsys, monkeypatch):
+    """``speculab repro NAME --n-runs 0`` ends at once (nothing simulated, no file written) with one line naming
+    ``n_runs`` and exit 2 — before this check, some reproductions computed their theory for seconds first, and one
+    blamed its prompts."""
+    from speculab import repro
+    from speculab.cli import main
+
+    monkeypatch.setattr(repro.get(name), "run", lambda **kw: pytest.fail("the reproduction ran"))
+    assert main(["repro", name, "--n-runs", runs, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("speculab: error: n_runs must be an integer >= 1") and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()
