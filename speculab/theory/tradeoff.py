@@ -332,12 +332,12 @@ def tradeoff_profile(inst: MarkovInstance, b: Acceptance, P: RejectionRule = Non
     b_arr = acceptance_array(inst, b)
     K = output_law(inst, b_arr, P)  # (T, V, V)
     nu = chain_marginals(inst.rho, K)  # (T+1, V)
-    per_ctx = {
-        "rejections_per_position": kernels.rejection_mass(b_arr, inst.P),
-        "loss_per_position": kernels.tv(K, inst.Q),
-        "optimal_loss_per_position": _optimal_loss(inst.P, inst.Q, b_arr),
+    per_ctx = {  # each (T, V), from the kernels' compact parts (nothing of size T V² on a compact instance)
+        "rejections_per_position": rowwise(kernels.rejection_mass, b_arr, inst.P),
+        "loss_per_position": rowwise(kernels.tv, K, inst.Q),
+        "optimal_loss_per_position": rowwise(_optimal_loss, inst.P, inst.Q, b_arr),
         "tv_per_position": inst.tv(),
-    }  # each (T, V)
+    }
     avg = {k: np.einsum("na,na->n", nu[:-1], v) for k, v in per_ctx.items()}
     return TradeoffProfile(**avg, output=K, marginals=nu)
 
@@ -494,9 +494,8 @@ def sequence_bias(
     fwd, rev = markov_kl(rho, K, Q), markov_kl(rho, Q, K)
     kl, kl_rev = float(fwd.sum()), float(rev.sum())
     nu, mu = prof.marginals, inst.marginals()
-    pairs_K = nu[:-1, :, None] * K  # (T, V, V): law of (x_{n-1}, x_n)
-    pairs_Q = mu[:-1, :, None] * Q
-    tv_lower = float(np.maximum(pairs_K - pairs_Q, 0.0).sum(axis=(1, 2)).max())
+    # the largest TV of the laws of a pair (x_{n-1}, x_n), one position at a time (O(V²) memory, not O(T V²))
+    tv_lower = max(float(np.maximum(nu[n][:, None] * K[n] - mu[n][:, None] * Q[n], 0.0).sum()) for n in range(inst.T))
     tv_upper = min(1.0, float(prof.loss_per_position.sum()), _kl_tv_bound(kl), _kl_tv_bound(kl_rev))
     T, V = inst.T, inst.V
     tv = markov_tv(rho, K, Q, max_sequences=max_sequences) if V ** (T + 1) <= max_sequences else None
