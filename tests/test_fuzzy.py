@@ -272,7 +272,7 @@ def test_sequence_law_enumerates_exactly_up_to_its_cap():
     A = np.full((21, 2, 2), 0.5)
     law = sequence_law([0.5, 0.5], A)  # 2^22 sequences
     assert law.shape == (2,) * 22 and law.sum() == pytest.approx(1.0, abs=1e-12)
-    with pytest.raises(ValueError, match="MAX_ENUMERATION"):
+    with pytest.raises(ValueError, match=r"V\^\(T\+1\) = 2\^23 sequences exceeds MAX_ENUMERATION"):
         sequence_law([0.5, 0.5], np.full((22, 2, 2), 0.5))
 
 

@@ -53,6 +53,8 @@ def test_specdecpp_that_never_stops_early_is_fixed_lookahead_at_its_cap():
     a = stopping_counts(inst, SpecDecPP(1.0, cap=4).adaptive_drafting(inst))
     b = stopping_counts(inst, fixed_lookahead(4))
     assert a == b
+    assert (a.t_draft, a.t_target) == (0.0, 1.0)  # the documented default times: a free draft, a unit target call
+    assert a.time == a.oracle_calls  # a unit target call and a free draft: the time is the number of target calls
 
 
 @pytest.mark.parametrize("name", INSTANCES)
