@@ -96,7 +96,7 @@ def test_bad_horizons_are_refused():
     P9 = jnp.broadcast_to(P, (9, 2, 2))
     with pytest.raises(ValueError, match="each must be 1 or T = 4"):
         ad.lookahead_counts(P9, Q, rho, 2, T=4)
-    full = MarkovInstance.random(5, 3, 0)
+    full = MarkovInstance.random(5, 4, 0)  # V = 4: the message must count positions (axis 0), not contexts
     Pf, Qf, rf, _ = ad.arrays_of(full)
     with pytest.raises(ValueError, match="store 5 and 3 positions"):  # not a silently clamped index
         ad.sd_expected_rejections(Pf, Qf[:3], rf)

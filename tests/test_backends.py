@@ -256,6 +256,13 @@ def test_compare_sd_agrees_with_t1(pair):
             assert abs(row.z) < Z_BOUND, (row.quantity, row.z)
     assert "E[N_rej]" in rows and "T1" not in str(comp.title)
     assert "theory vs measured" in str(comp)
+    # with finite K: T1 is an upper bound (bonus positions), and the i.i.d. model's target calls lie between one per
+    # K + 1 tokens and one per token, with no standard error of their own (exact given α)
+    comp = compare(pair, SD(K=2), default_prompts()[:4], runs_per_prompt=1, max_new_tokens=12, key=0)
+    bound = next(r for r in comp.rows if "≤ T1" in r.quantity)
+    assert bound.upper_bound and bound.holds
+    iid = next(r for r in comp.rows if "Leviathan" in r.quantity)
+    assert 12 / 3 < iid.predicted < 12 and iid.predicted_se == 0.0
 
 
 def test_compare_batch_and_biased(pair):

@@ -464,12 +464,13 @@ def test_rule_arrays_are_tied_to_their_instance():
     b = 0.6 * kernels.sd_acceptance(inst.P, inst.Q)
     rule = RejectionDecoding(b=b).rule(inst.P, inst.Q)
     np.testing.assert_array_equal(rule.acceptance, b)
-    with pytest.raises(ValueError, match=r"b is a \(3, 3, 3\) array tied to one Markov instance"):
+    with pytest.raises(ValueError, match=r"b is a \(3, 3, 3\) array tied to one Markov instance; give a function "
+                                         r"b\(p, q\) to use it elsewhere"):
         RejectionDecoding(b=b).rule(inst.P[0], inst.Q[0])
     P = kernels.optimal_rejection(inst.P, inst.Q, 0.5 * b)
     np.testing.assert_array_equal(RejectionDecoding(b=lambda p, q: 0.3 * kernels.sd_acceptance(p, q), P=P)
                                   .rule(inst.P, inst.Q).rejection, P)
-    with pytest.raises(ValueError, match="P is a .* array tied to one Markov instance; give a function P"):
+    with pytest.raises(ValueError, match=r"P is a .* array tied to one Markov instance; give a function P\(p, q, b\)"):
         RejectionDecoding(b=lambda p, q: 0.3 * kernels.sd_acceptance(p, q), P=P).rule(inst.P[0], inst.Q[0])
 
 
@@ -540,3 +541,10 @@ def test_biased_decoding_at_zero_tolerance(rejection, unbiased):
     target = sequence_law(inst.Q, inst.rho)
     gap = max(abs(law.get(k, 0.0) - target.get(k, 0.0)) for k in set(law) | set(target))
     assert bool(gap < 1e-12) == unbiased
+
+
+def test_sd_names_the_theorem_its_expectation_comes_from():
+    """``K ≥ T`` never leaves a bonus position: [Yin] Thm 1 itself; a smaller K: the lookahead counts."""
+    inst = _tiny(0)
+    assert SD().expected(inst).source == SD(K=inst.T).expected(inst).source == "[Yin] Thm 1"
+    assert SD(K=inst.T - 1).expected(inst).source.startswith("exact lookahead counts")
