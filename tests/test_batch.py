@@ -212,3 +212,44 @@ def test_a_huge_M_costs_what_convergence_costs_and_is_the_limit():
     huge, limit = batch_expected_rejections(inst, 10**12), batch_expected_rejections(inst, np.inf)
     np.testing.assert_allclose(huge.rejections_per_position, limit.rejections_per_position, rtol=0, atol=1e-15)
     assert batch_expected_rejections(inst, 1000).rejections > limit.rejections + 0.1  # not converged at M = 1000
+
+
+def test_a_chunk_of_one_run_draws_every_root_row():
+    """The root loop leaves early once no run is pending; with one run per chunk, a run still pending after a
+    refused row must go on to the next row, not to the residual (found by mutation testing: ``== 1`` for ``== 0``
+    passed, since with thousands of runs per chunk exactly one pending run is rare). Root law against q, |z| < 5."""
+    from speculab.sim import BatchSD, engine, simulate
+
+    p, q = np.array([0.8, 0.1, 0.1]), np.array([0.1, 0.1, 0.8])  # far apart: a refused root row is likely
+    inst = MarkovInstance(np.broadcast_to(p, (1, 3, 3)), np.broadcast_to(q, (1, 3, 3)), np.array([1.0, 0.0, 0.0]))
+    n = 4000
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(engine, "CHUNK", 1)
+        c = simulate(inst, BatchSD(3), n, key=5, return_sequences=True)
+    q = inst.Q[0, 0]
+    freq = np.bincount(c.sequences[:, 1], minlength=3) / n
+    assert np.all(np.abs(freq - q) < Z_BOUND * np.sqrt(q * (1 - q) / n))
+
+
+def test_batch_sd_names_the_theorem_its_expectation_comes_from():
+    from speculab.sim import BatchSD
+
+    inst = MarkovInstance.random(4, 3, 0)
+    assert BatchSD(2).expected(inst).source == BatchSD(2, K=4).expected(inst).source == "[Yin] Thm 3"
+    assert BatchSD(2, K=3).expected(inst).source.startswith("exact lookahead counts")
+
+
+def test_the_batch_improvement_along_a_run_sums_over_its_round_starts():
+    """A round starts at the first position and after every correction or bonus (not after an accepted draft)."""
+    from speculab.backends.decode import RunRecord
+    from speculab.counts import BONUS, CORRECTION, DRAFT
+    from speculab.methods.batch import _root_improvement
+
+    kind = np.array([CORRECTION, DRAFT, CORRECTION, DRAFT, DRAFT, BONUS, DRAFT])
+    tv = np.array([0.5, 0.1, 0.4, 0.2, 0.3, 0.0, 0.25])
+    reject = np.array([0.2, 0.1, 0.3, 0.2, 0.3, 0.0, 0.05])
+    z = np.zeros(kind.size)
+    rec = RunRecord(tokens=np.arange(kind.size), kind=kind, tv=tv, reject_prob=reject, accept_prob=z, loss_tv=z,
+                    loss_kl=z, target_logprob=z)
+    roots = [0, 1, 3, 6]  # the first; after the corrections at 0 and 2; after the bonus at 5
+    assert _root_improvement([rec]) == [pytest.approx(float((tv[roots] - reject[roots]).sum()), abs=1e-15)]
