@@ -253,3 +253,15 @@ def test_the_batch_improvement_along_a_run_sums_over_its_round_starts():
                     loss_kl=z, target_logprob=z)
     roots = [0, 1, 3, 6]  # the first; after the corrections at 0 and 2; after the bonus at 5
     assert _root_improvement([rec]) == [pytest.approx(float((tv[roots] - reject[roots]).sum()), abs=1e-15)]
+
+
+def test_batch_roots_on_disjoint_supports_refuse_every_row_and_draw_from_q():
+    """Draft and target with disjoint supports: every root row is refused with nothing drained (R stays 1), and the
+    token comes from q — the round-off guard (R = 0) must not mistake this for its case (found by mutation testing)."""
+    from speculab.sim import BatchSD, simulate
+
+    p, q = np.array([0.5, 0.5, 0.0]), np.array([0.0, 0.0, 1.0])
+    inst = MarkovInstance(np.broadcast_to(p, (3, 3, 3)), np.broadcast_to(q, (3, 3, 3)), np.array([1.0, 0.0, 0.0]))
+    c = simulate(inst, BatchSD(2), 500, key=1, return_sequences=True)
+    np.testing.assert_array_equal(c.sequences[:, 1:], 2)
+    np.testing.assert_array_equal(c.rejections, 3)
