@@ -273,6 +273,7 @@ def test_compare_batch_and_biased(pair):
     assert abs(paired.z) < Z_BOUND
     improvement = next(r for r in comp.rows if "Thm 3" in r.quantity)
     assert abs(improvement.z) < Z_BOUND and improvement.predicted > 0
+    assert improvement.predicted_se == 0.0  # the path improvement is paired with its run: its noise is in measured_se
     comp = compare(pair, Fuzzy(0.3, "js", K=4), default_prompts()[:4], runs_per_prompt=2, max_new_tokens=12, key=1)
     for row in comp.rows:  # regression: FSD's r_n = Σ p can round above 1 (was a math domain error)
         if math.isfinite(row.z):
