@@ -443,3 +443,35 @@ def test_bad_inputs_to_the_set_functions_and_the_root_hook():
         lookahead_counts(inst, None, M=2, root="optimal")
     with pytest.raises(ValueError, match="0 <= a <= q"):
         lookahead_counts(inst, None, M=2, root=lambda p, q: 2 * q)
+
+
+def test_optimal_multi_draft_accepts_up_to_max_set_drafts():
+    from speculab.methods import OptimalMultiDraft
+    from speculab.theory.optimal import MAX_SET_DRAFTS
+
+    assert OptimalMultiDraft(MAX_SET_DRAFTS).M == MAX_SET_DRAFTS
+    with pytest.raises(ValueError, match=f"M must be at most MAX_SET_DRAFTS = {MAX_SET_DRAFTS}"):
+        OptimalMultiDraft(MAX_SET_DRAFTS + 1)
+
+
+def test_the_coupling_cache_keeps_its_byte_budget_least_recently_used_first(monkeypatch):
+    """Couplings are cached per (p, q, M); past CACHE_BYTES the least recently used is dropped (never the last one),
+    and the running byte count is that of the couplings kept."""
+    from speculab.methods import optimal as om
+
+    rng = np.random.default_rng(0)
+    pairs = [(rng.dirichlet(np.ones(3)), rng.dirichlet(np.ones(3))) for _ in range(4)]
+    cache = om._Couplings()
+    first = cache.get(*pairs[0], 2)
+    size = first.accept.nbytes + first.sets.nbytes + first.set_prob.nbytes
+    assert cache.held == size and cache.get(*pairs[0], 2) is first  # a hit returns the same coupling
+    monkeypatch.setattr(om, "CACHE_BYTES", 2.5 * size)  # room for two
+    cache.get(*pairs[1], 2)
+    cache.get(*pairs[0], 2)  # used again: now the most recent
+    cache.get(*pairs[2], 2)  # over budget: drops pairs[1], the least recently used
+    kept = [k for k in cache.items]
+    assert len(kept) == 2 and cache.held == 2 * size
+    assert cache.get(*pairs[0], 2) is first
+    monkeypatch.setattr(om, "CACHE_BYTES", 0)
+    cache.get(*pairs[3], 2)
+    assert len(cache.items) == 1 and cache.held == size  # however small the budget, the coupling in use stays
