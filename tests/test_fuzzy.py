@@ -296,3 +296,11 @@ def test_holds_within_allows_exactly_its_relative_round_off():
     assert holds_within(1.0, 1.0) and holds_within(1.0 + 1e-12, 1.0) and not holds_within(1.0 + 3e-12, 1.0)
     assert holds_within(0.5 + 0.9e-12, 0.5) and not holds_within(0.5 + 1.5e-12, 0.5)  # at least 1e-12 absolute
     assert holds_within(4.0 + 3.5e-12, 4.0) and not holds_within(4.0 + 5e-12, 4.0)  # relative above 1
+
+
+def test_fuzzy_sequence_law_enumerates_exactly_up_to_its_cap():
+    """2^22 sequences with the round phase tracked (K = 3): a law; one more position: refused."""
+    law = fuzzy_sequence_law(MarkovInstance.random(21, 2, 0), 0.1, "js", K=3)
+    assert law.shape == (2,) * 22 and law.sum() == pytest.approx(1.0, abs=1e-12)
+    with pytest.raises(ValueError, match=r"2\^23 sequences exceeds MAX_ENUMERATION"):
+        fuzzy_sequence_law(MarkovInstance.random(22, 2, 0), 0.1, "js", K=3)

@@ -191,5 +191,6 @@ def test_per_position_values_count_against_the_node_budget():
     assert tree_fits(2, 60, 16) and not tree_fits(2, 60, 16, per_position=True)  # 2^17 leaves × 6 vs × 66 values
     assert tree_fits(2, 60, 19) and not tree_fits(2, 60, 20)  # 2 · 2^19 = NODE_BUDGET leaves fit, twice that not
     assert optimal_stopping(MarkovInstance.random(4, 2, 0), 0.1, 1.0, cap=2).rejections_per_position is None
-    with pytest.raises(ValueError, match="NODE_BUDGET"):
+    with pytest.raises(ValueError, match=r"the draft tree has 2 × 2\^16 leaves per round start × 66 values "
+                                         r"\(rejections per position\), over NODE_BUDGET = 1048576 leaves of 6 values"):
         stopping_counts(MarkovInstance.random(60, 2, 0), fixed_lookahead(16), per_position=True)
