@@ -224,6 +224,12 @@ def test_kernel_rows_are_distributions_and_refuse_huge_blocks():
     big = MarkovInstance.random(30, 40, 0)
     with pytest.raises(ValueError, match="MAX_PATHS"):
         block_counts(big, 4)
+    # exactly at the cap, V^(γ+2) = 4^12 = MAX_PATHS block prefixes are enumerated; one more power of V is refused
+    rng = np.random.default_rng(0)
+    four = MarkovInstance.stationary(rng.dirichlet(np.ones(4), size=4), rng.dirichlet(np.ones(4), size=4), T=30)
+    np.testing.assert_allclose(block_kernel(four, 0, 10)[0].sum(axis=(1, 2)), 1.0, atol=1e-12)
+    with pytest.raises(ValueError, match=r"V\^\(γ\+2\) = 4\^13 block prefixes > MAX_PATHS = 16777216"):
+        block_kernel(four, 0, 11)
 
 
 @pytest.mark.parametrize("gamma, match", [(0, "gamma"), (True, "gamma"), (2.5, "gamma"), (None, "gamma")])
