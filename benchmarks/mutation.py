@@ -160,6 +160,12 @@ def named_mutants(source: str) -> list[tuple[str, str, str]]:
     return out
 
 
+def _position(at: str) -> tuple[int, int]:
+    """``(line, column)`` of a mutant's name ``"line:column"`` or ``"line:column#k"``."""
+    line, col = at.split("#")[0].split(":")
+    return int(line), int(col)
+
+
 def statement_span(tree: ast.AST, lineno: int, col: int) -> tuple[int, int]:
     """Lines ``(first, last)`` of the innermost statement holding the node at ``(lineno, col)``.
 
@@ -365,7 +371,7 @@ def main(argv=None):
             source = originals[module]
             tree = ast.parse(source)
             for k, (at, what, mutated) in enumerate(named_mutants(source)):
-                line, col = (int(v) for v in at.split("#")[0].split(":"))
+                line, col = _position(at)
                 if module in logged and (module, str(line), what) not in again:
                     continue
                 if k % n == i - 1:
@@ -394,7 +400,7 @@ def main(argv=None):
         same = [m for m in alive if (module, m[0], m[1]) in known]
         print(f"score {killed}/{len(mine)} = {killed / max(len(mine), 1):.1%}; without the {len(same)} equivalent: "
               f"{killed}/{len(mine) - len(same)} = {killed / max(len(mine) - len(same), 1):.1%}  {module}")
-        for at, what, outcome in sorted(alive, key=lambda m: tuple(map(int, m[0].split("#")[0].split(":")))):
+        for at, what, outcome in sorted(alive, key=lambda m: _position(m[0])):
             reason = known.get((module, at, what))
             print(f"  {'equivalent' if reason else outcome}: {module}:{at}: {what}" + (f" ({reason})" if reason else ""))
 

@@ -179,14 +179,14 @@ def _runs_rounds(counts, rounds) -> list[np.ndarray]:
     return [np.full(int(r), d / r if r else 0.0) for d, r in zip(counts.draft_calls, counts.oracle_calls)]
 
 
-def _two_token_catch_ups(counts, rounds) -> np.ndarray:
+def _two_token_catch_ups(counts, rounds, drafted: list[np.ndarray]) -> np.ndarray:
     """Each run's draft calls of two tokens: the catch-up of a fully accepted block's last draft and its bonus, made
     only when another round follows. From ``rounds``: every fully accepted round but the last (a fully accepted round
     that is not the last drew its bonus). From counts alone: one per bonus token — a run that ends on a bonus is
-    then charged one two-token call too many (found by the exact-clock test of ``tests/test_latency.py``)."""
+    then charged one two-token call too many (found by the exact-clock test of ``tests/test_latency.py``).
+    ``drafted``: each run's drafts per round (:func:`_runs_rounds`)."""
     if rounds is None:
         return np.minimum(np.asarray(counts.bonus, dtype=float), np.asarray(counts.draft_calls, dtype=float))
-    drafted = _runs_rounds(counts, rounds)
     full = [(np.asarray(r.accepted)[:-1] == L[:-1]) & (L[:-1] > 0) for r, L in zip(rounds, drafted)]
     return np.array([float(f.sum()) for f in full])
 
@@ -217,8 +217,9 @@ class LatencyModel:
     def forward_seconds(self, counts, rounds=None) -> np.ndarray:
         """Predicted seconds of each run's forward passes past the prefills."""
         d = np.asarray(counts.draft_calls, dtype=float)
-        two = _two_token_catch_ups(counts, rounds)
-        target = np.array([float(np.sum(self.target(L[1:] + 1))) for L in _runs_rounds(counts, rounds)])
+        drafted = _runs_rounds(counts, rounds)
+        two = _two_token_catch_ups(counts, rounds, drafted)
+        target = np.array([float(np.sum(self.target(L[1:] + 1))) for L in drafted])
         return (d - two) * self.draft(1) + two * self.draft(2) + target
 
     def seconds(self, counts, rounds=None) -> np.ndarray:

@@ -164,20 +164,22 @@ def resumable(folder: str | os.PathLike, *, resume: bool = False):
                 pass
 
 
+def _call_file(folder: Path, what) -> Path | None:
+    """The file in ``folder`` of the call ``what`` describes (named by the digest of ``what`` pickled), or ``None``
+    when ``what`` cannot be pickled (a method holding a lambda or a live object: not checkpointed)."""
+    try:
+        blob = pickle.dumps(what)
+    except Exception:
+        return None
+    return folder / f"sim-{hashlib.sha256(blob).hexdigest()[:32]}.jsonl"
+
+
 def active_checkpoint(inst, method, n_runs: int, rng: np.random.Generator) -> tuple[Path, bool] | None:
     """Inside :func:`resumable`: this simulation's checkpoint file and whether it exists; else ``None``."""
     folder = _FOLDER.get()
-    if folder is None:
-        return None
-    try:
-        blob = pickle.dumps(method)
-    except Exception:  # a method holding a lambda or a live object: not checkpointed
-        return None
-    h = hashlib.sha256(instance_digest(inst).encode())
-    h.update(blob)
-    h.update(json.dumps([int(n_runs), rng.bit_generator.state], sort_keys=True).encode())
-    path = folder / f"sim-{h.hexdigest()[:32]}.jsonl"
-    return path, path.exists()
+    path = None if folder is None else _call_file(folder, (instance_digest(inst), method, int(n_runs),
+                                                           rng.bit_generator.state))
+    return None if path is None else (path, path.exists())
 
 
 def recorded(what, compute):
@@ -188,13 +190,9 @@ def recorded(what, compute):
     cannot be pickled, it is just ``compute()``.
     """
     folder = _FOLDER.get()
-    if folder is None:
+    path = None if folder is None else _call_file(folder, what)
+    if path is None:
         return compute()
-    try:
-        blob = pickle.dumps(what)
-    except Exception:
-        return compute()
-    path = folder / f"sim-{hashlib.sha256(blob).hexdigest()[:32]}.jsonl"
     if path.exists():
         lines = path.read_text().splitlines()
         if len(lines) == 2 and json.loads(lines[0]).get("format") == FORMAT:
