@@ -1,5 +1,7 @@
 """Batch SD ([Yin] Alg. 4, Thm 3, Prop. 1, Fig. 3 closed forms): enumeration, Monte Carlo, properties."""
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -265,3 +267,65 @@ def test_batch_roots_on_disjoint_supports_refuse_every_row_and_draw_from_q():
     c = simulate(inst, BatchSD(2), 500, key=1, return_sequences=True)
     np.testing.assert_array_equal(c.sequences[:, 1:], 2)
     np.testing.assert_array_equal(c.rejections, 3)
+
+
+def _ctx(rejections_sd, rejections, records=(), t1=None):
+    """A stand-in for compare's context: the method's runs, SD's runs (slot 3) and the T1 estimate."""
+    from types import SimpleNamespace
+
+    def decode(method, slot):
+        assert slot not in (1, 2)  # a seed of its own: slots 1 and 2 are the reference and the method
+        return SimpleNamespace(counts=SimpleNamespace(rejections=np.array(rejections_sd, dtype=float)))
+
+    result = SimpleNamespace(counts=SimpleNamespace(rejections=np.array(rejections, dtype=float)), records=list(records))
+    return SimpleNamespace(decode=decode, result=result, t1=t1)
+
+
+def test_compare_rows_with_finite_lookahead_are_measured_only():
+    """K finite: Thm 3 does not apply; the row is SD's mean rejections minus batch's, with the s.e. of a difference of
+    independent runs, and no prediction."""
+    from speculab.sim import BatchSD
+
+    (row,) = BatchSD(2, K=3).compare_rows(_ctx([4, 6, 5], [2, 4]))
+    assert "M=2, K=3" in row.quantity and math.isnan(row.predicted) and row.predicted_se == 0
+    assert row.measured == pytest.approx(5.0 - 3.0, abs=1e-15)
+    assert row.measured_se == pytest.approx(math.hypot(1 / math.sqrt(3), math.sqrt(2) / math.sqrt(2)), abs=1e-15)
+
+
+def test_compare_rows_pair_the_improvement_with_its_batch_run():
+    """K = ∞: the prediction is the mean path improvement, and its s.e. pairs each batch run with its own improvement
+    (``batch + BI`` estimates T1, like an SD run): se(SD) ⊕ se(batch + BI), not se(batch) ⊕ se(BI)."""
+    from types import SimpleNamespace
+
+    from speculab.backends.decode import RunRecord
+    from speculab.counts import CORRECTION, DRAFT
+    from speculab.sim import BatchSD
+
+    def record(tv, reject):  # two rounds: a correction, then a round starting after it
+        kind, z = np.array([CORRECTION, DRAFT]), np.zeros(2)
+        return RunRecord(tokens=np.arange(2), kind=kind, tv=np.array(tv), reject_prob=np.array(reject), accept_prob=z,
+                         loss_tv=z, loss_kl=z, target_logprob=z)
+
+    records = [record([0.5, 0.4], [0.2, 0.1]), record([0.3, 0.3], [0.3, 0.1]), record([0.6, 0.2], [0.1, 0.1])]
+    bi = np.array([0.6, 0.2, 0.6])  # Σ (TV − Π r) over the round starts of each run
+    batch = np.array([1.0, 2.0, 1.0])  # anti-correlated with bi: the paired s.e. is smaller than the unpaired one
+    t1 = SimpleNamespace(mean=2.5, se=0.1)
+    improvement, sd_row = BatchSD(2).compare_rows(_ctx([3, 2, 2, 3], batch, records, t1))
+    assert improvement.predicted == pytest.approx(bi.mean(), abs=1e-15)
+    assert improvement.measured == pytest.approx(2.5 - batch.mean(), abs=1e-15)
+    sd_se = np.std([3, 2, 2, 3], ddof=1) / 2
+    paired = np.std(batch + bi, ddof=1) / math.sqrt(3)
+    assert improvement.measured_se == pytest.approx(math.hypot(sd_se, paired), abs=1e-15)
+    assert improvement.predicted_se == 0
+    assert (sd_row.predicted, sd_row.predicted_se, sd_row.measured) == (2.5, 0.1, 2.5)
+    assert sd_row.measured_se == pytest.approx(sd_se, abs=1e-15)
+
+
+def test_an_empty_block_of_several_rows_is_one_token_from_the_first_rows_target():
+    """Rows that all proposed nothing (e.g. prompt lookup without a match): no root to verify, one token from the
+    first row's ``q_1`` — the law of one round (outcome summing to 1), not one per row."""
+    rng = np.random.default_rng(3)
+    q = rng.dirichlet(np.ones(4), size=(1, 3, 1))
+    law = BatchSD(3, K=2).round_law(np.zeros((1, 3, 0, 4)), q, np.zeros((1, 3, 0), dtype=np.int64), bonus=True)
+    assert law.outcome.sum() == 1.0 and law.outcome[0, 0, 0] == 1.0
+    np.testing.assert_array_equal(law.correction[0, 0, 0], q[0, 0, 0])

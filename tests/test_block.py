@@ -200,6 +200,82 @@ def test_gamma_one_is_speculative_decoding():
     np.testing.assert_allclose(unit(a.correction), unit(b.correction), atol=1e-15)
 
 
+@pytest.mark.parametrize("gamma", [1, 2, 3])
+def test_counts_per_position_equal_the_enumeration(gamma):
+    """Where each rejection and each bonus falls, not only how many (the generic table checks totals and
+    rejections per position): against the literal enumeration of rounds, and at γ = 1 against SD's own lookahead
+    counts, every per-position array (a bonus booked at ``s − L`` instead of ``s + L`` was found by mutation)."""
+    from _enumerate import enumerate_rounds
+
+    inst = MarkovInstance.random(5, 2, 11, concentration=0.6)
+    method = BlockVerification(gamma)
+    exact = block_counts(inst, gamma)
+    e = enumerate_rounds(inst.P, inst.Q, inst.rho, method.round_law, method.draft_length)
+    np.testing.assert_allclose(exact.rejections_per_position, e.rejections_per_position, atol=1e-12)
+    np.testing.assert_allclose(exact.bonus_per_position, e.bonus_per_position, atol=1e-12)
+    assert exact.bonus_per_position[:gamma].sum() == 0  # a bonus follows γ drafts: never before position γ + 1
+    if gamma == 1:
+        sd = lookahead_counts(inst, 1)
+        for name in ("rejections_per_position", "bonus_per_position", "accepted_per_position",
+                     "oracle_calls_per_position"):
+            np.testing.assert_allclose(getattr(exact, name), getattr(sd, name), atol=1e-12, err_msg=name)
+
+
+def test_one_token_vocabulary():
+    """V = 1: every draft is the target's only token, so every block is accepted whole."""
+    assert block_accepted([1.0], [1.0], 3) == 3.0
+    J, accepted = block_kernel(MarkovInstance.context_free([1.0], [1.0], T=5), 0, 3)
+    assert J.shape == (1, 4, 1) and accepted.tolist() == [3.0] and J[0, :, 0].tolist() == [0, 0, 0, 1]
+
+
+def test_gain_probe_records_both_expectations_of_each_block():
+    """The probe a real-model run feeds: per round, ``E[τ | block]`` under block verification (the literal algorithm)
+    and under SD on the very same block, ``Σ_i Π_{j ≤ i} min(1, q_j(x_j) / p_j(x_j))`` — means, not variances."""
+    from types import SimpleNamespace
+
+    V, gamma = 3, 3
+    rng = np.random.default_rng(5)
+    Pk = [rng.dirichlet(np.ones(V), size=V) for _ in range(gamma)]
+    Qk = [rng.dirichlet(np.ones(V), size=V) for _ in range(gamma + 1)]
+    probe = BlockVerification(gamma).round_probe()
+    literal = _literal(Pk, Qk, 0, gamma)
+    for block in [(0, 1, 2), (2, 2, 0)]:
+        p, q, x = _arrays(Pk, Qk, 0, block)
+        probe(SimpleNamespace(p=p[0], q=q[0], drafts=x[0], law=block_round_law(p, q, x, bonus=True)))
+        ratio = np.minimum(1.0, q[0, 0, np.arange(gamma), x[0, 0]] / p[0, 0, np.arange(gamma), x[0, 0]])
+        assert probe.token[-1] == pytest.approx(np.cumprod(ratio).sum(), abs=1e-14)
+        assert probe.block[-1] == pytest.approx(sum(i * t for i, t in enumerate(literal[block][4])), abs=1e-14)
+
+
+def test_gain_rows_of_compare():
+    """The two rows :meth:`BlockVerification.compare_rows` adds, on a context with hand-made numbers: the mean
+    per-block gain ``E[τ | block]`` (block − token verification) with its s.e., and SD's target calls per token
+    minus block verification's (a run of zero tokens counts as one), with the s.e. of a difference of two runs."""
+    from types import SimpleNamespace
+
+    run = lambda calls, tokens: SimpleNamespace(counts=SimpleNamespace(  # noqa: E731
+        oracle_calls=np.array(calls), tokens=np.array(tokens)))
+    slots = []
+
+    def decode(method, slot):
+        slots.append(slot)
+        assert method == SD(K=3)
+        return run([3, 1, 0], [4, 1, 0])  # rates 0.75, 1, 0
+
+    probe = SimpleNamespace(block=[2.0, 3.0, 3.0, 4.0], token=[1.0, 1.0, 2.0, 0.0])  # gains 1, 2, 1, 4
+    ctx = SimpleNamespace(probe=probe, result=run([2, 3], [4, 12]), decode=decode)  # rates 0.5, 0.25
+    gain, calls = BlockVerification(3).compare_rows(ctx)
+    assert slots and slots[0] not in (1, 2)  # a seed of its own: slots 1 and 2 are the reference and the method
+    assert "same blocks" in gain.quantity and math.isnan(gain.predicted) and gain.predicted_se == 0
+    assert gain.measured == 2.0 and gain.measured_se == pytest.approx(math.sqrt(2 / 4), abs=1e-15)  # s² = 2
+    assert "4 blocks" in gain.note
+    theirs, mine = np.array([0.75, 1.0, 0.0]), np.array([0.5, 0.25])
+    assert math.isnan(calls.predicted) and calls.predicted_se == 0
+    assert calls.measured == pytest.approx(theirs.mean() - mine.mean(), abs=1e-15)
+    se = math.hypot(theirs.std(ddof=1) / math.sqrt(3), mine.std(ddof=1) / math.sqrt(2))
+    assert calls.measured_se == pytest.approx(se, abs=1e-15)
+
+
 def test_gain_over_token_verification_exact_and_simulated():
     """Markov instance: BV(γ) makes fewer target calls than SD(K=γ) for γ >= 2, exactly and in simulation."""
     from speculab.sim import simulate
@@ -218,6 +294,7 @@ def test_gain_over_token_verification_exact_and_simulated():
 def test_kernel_rows_are_distributions_and_refuse_huge_blocks():
     inst = MarkovInstance.random(6, 3, 2)
     J, acc = block_kernel(inst, 1, 3)
+    assert J.shape == (3, 4, 3) and block_kernel(inst, 4, 3)[0].shape == (3, 3, 3)  # (V, L + 1, V), L = min(γ, T − s)
     np.testing.assert_allclose(J.sum(axis=(1, 2)), 1.0, atol=1e-12)  # s + L < T: every round ends in a token
     J_end, _ = block_kernel(inst, 3, 3)  # s + L = T: the all-accepted mass has no next token
     assert np.all(J_end.sum(axis=(1, 2)) < 1 + 1e-12) and np.all(acc <= 3)

@@ -10,6 +10,7 @@ have one, literally for the drafting policies (SPRINTER, SpecDec++).
 
 import dataclasses
 import functools
+import math
 import json
 from typing import Callable, NamedTuple
 
@@ -344,6 +345,31 @@ def test_numpy_rule_equals_torch_rule(method):
 
 
 @pytest.mark.parametrize("method", ROUND_CASES, ids=[repr(m) for m in ROUND_CASES])
+def test_round_laws_are_probabilities_on_degenerate_blocks(method):
+    """Every field of a round law is a probability (finite, in [0, 1]; the outcome sums to 1; weights >= 0) — also on
+    the blocks where formulas divide by zero: every slot with ``p = q`` exactly (nothing to correct), and a first
+    draft the target cannot produce (every later slot unreachable, its conditional probabilities given an
+    impossible event still reported as probabilities). Block verification produced NaN on the first and 2 on the
+    second under mutation, and no other test looked."""
+    rng = np.random.default_rng(12)
+    L = method.draft_length(3)
+    p, q, x = _blocks(rng, n=3, M=method.rows, L=L)
+    q[1, :, :L] = p[1]  # p = q at every drafted slot
+    if L:
+        q[2, :, 0, x[2, :, 0]] = 0.0  # the target refuses every row's first draft
+        q[2, :, 0] /= q[2, :, 0].sum(-1, keepdims=True)
+    for bonus in (True, False):
+        law = _round_law(method, p, q, x, bonus=bonus)
+        for name in ("outcome", "reject_prob", "accept_prob"):
+            v = np.asarray(getattr(law, name))
+            assert np.all(np.isfinite(v)) and np.all((v >= 0) & (v <= 1)), (name, v)
+        np.testing.assert_allclose(law.outcome.sum(axis=(-2, -1)), 1.0, atol=1e-12)
+        assert np.all(np.isfinite(law.correction)) and np.all(law.correction >= 0)
+        if L and method.unbiased and type(method).name != "sprinter":  # a refused first draft is never kept
+            np.testing.assert_allclose(law.outcome[2, :, 1:], 0.0, atol=1e-15)
+
+
+@pytest.mark.parametrize("method", ROUND_CASES, ids=[repr(m) for m in ROUND_CASES])
 def test_sampled_decisions_follow_the_round_law(method):
     """``sample_round`` draws (row, accepted) with the law's probabilities (Monte Carlo, one block)."""
     rng = np.random.default_rng(9)
@@ -548,3 +574,29 @@ def test_sd_names_the_theorem_its_expectation_comes_from():
     inst = _tiny(0)
     assert SD().expected(inst).source == SD(K=inst.T).expected(inst).source == "[Yin] Thm 1"
     assert SD(K=inst.T - 1).expected(inst).source.startswith("exact lookahead counts")
+
+
+@pytest.mark.parametrize("rejection", ["opt", "uno"])
+def test_biased_compare_rows_read_the_verified_steps(rejection):
+    """The Thm 5 row on hand-made records: OPT reports the largest |P(reject) + Loss_TV − TV| over verified steps
+    (a bonus step is not verified and its numbers are ignored), UNO the mean gap."""
+    from types import SimpleNamespace
+
+    from speculab.counts import BONUS, CORRECTION, DRAFT
+
+    def record(kind, tv, reject, loss):
+        n = len(kind)
+        return SimpleNamespace(kind=np.array(kind), tv=np.array(tv), reject_prob=np.array(reject),
+                               loss_tv=np.array(loss), loss_kl=np.full(n, 0.5))
+
+    records = [record([DRAFT, CORRECTION], [0.3, 0.2], [0.1, 0.25], [0.2, 0.0]),  # gaps 0, +0.05
+               record([DRAFT, BONUS], [0.4, 0.0], [0.2, 0.9], [0.1, 0.9])]  # gaps −0.1, (bonus: 1.8, ignored)
+    counts = SimpleNamespace(rejections=np.array([1.0, 0.0]), tokens=np.array([2.0, 2.0]), n_runs=2)
+    rows = Biased(0.1, rejection).compare_rows(SimpleNamespace(result=SimpleNamespace(records=records, counts=counts)))
+    gap = rows[0]
+    if rejection == "opt":
+        assert gap.measured == pytest.approx(0.1, abs=1e-15) and gap.predicted == 0.0 and gap.tolerance == 1e-5
+    else:
+        assert gap.measured == pytest.approx((0.0 + 0.05 - 0.1) / 3, abs=1e-15) and math.isnan(gap.predicted)
+    assert rows[1].measured == pytest.approx((0.2 + 0.0 + 0.1) / 3, abs=1e-15)  # per-token loss, verified steps
+    assert rows[2].measured == 0.5

@@ -78,44 +78,73 @@ def test_the_optimum_beats_every_threshold_on_a_random_instance():
     assert threshold - best > 0.01 * best
 
 
+def _nodes(inst, cap):
+    """The decision nodes of every round's draft tree: ``(round start n, last token a, drafts so far)``."""
+    return [(n, a, path) for n in range(inst.T) for a in range(inst.V)
+            for k in range(min(cap, inst.T - n)) for path in itertools.product(range(inst.V), repeat=k)]
+
+
 def _brute_force_best_time(inst, t_draft, t_target, cap):
     """Every deterministic stopping rule of the instance (a stop/go choice at every node of every round's draft tree,
     stopping before the first draft included), each evaluated by direct recursion over the process."""
+    nodes = _nodes(inst, cap)
+    return min(_rule_time(inst, t_draft, t_target, cap, dict(zip(nodes, choice)))
+               for choice in itertools.product([False, True], repeat=len(nodes)))
+
+
+def _rule_time(inst, t_draft, t_target, cap, stops):
+    """The expected time of the stopping rule ``stops[(n, a, path)]`` (stop and verify there?), by direct recursion."""
     T, V = inst.T, inst.V
     P, Q = np.asarray(inst.P), np.asarray(inst.Q)
-    nodes = [(n, a, path) for n in range(T) for a in range(V)
-             for k in range(min(cap, T - n)) for path in itertools.product(range(V), repeat=k)]
 
-    def evaluate(stops):
-        @lru_cache(maxsize=None)
-        def future(n, a):  # expected time from a round start at position n after token a
-            return 0.0 if n == T else drafted(n, a, ())
+    @lru_cache(maxsize=None)
+    def future(n, a):  # expected time from a round start at position n after token a
+        return 0.0 if n == T else drafted(n, a, ())
 
-        def drafted(n, a, path):
-            k = len(path)
-            if k == min(cap, T - n) or stops[(n, a, path)]:
-                return verified(n, a, path)
-            last = path[-1] if path else a
-            return sum(P[n + k, last, z] * drafted(n, a, path + (z,)) for z in range(V) if P[n + k, last, z] > 0)
+    def drafted(n, a, path):
+        k = len(path)
+        if k == min(cap, T - n) or stops[(n, a, path)]:
+            return verified(n, a, path)
+        last = path[-1] if path else a
+        return sum(P[n + k, last, z] * drafted(n, a, path + (z,)) for z in range(V) if P[n + k, last, z] > 0)
 
-        def verified(n, a, path):
-            total, reach, ctx = t_target + len(path) * t_draft, 1.0, a
-            for i, y in enumerate(path):
-                p, q = P[n + i, ctx], Q[n + i, ctx]
-                b = min(1.0, q[y] / p[y])
-                excess = np.maximum(q - p, 0.0)
-                if b < 1:
-                    total += reach * (1 - b) * sum(excess[c] / excess.sum() * future(n + i + 1, c) for c in range(V))
-                reach *= b
-                ctx = y
-            m = n + len(path)
-            if m < T:
-                total += reach * sum(Q[m, ctx, c] * future(m + 1, c) for c in range(V))
-            return total
+    def verified(n, a, path):
+        total, reach, ctx = t_target + len(path) * t_draft, 1.0, a
+        for i, y in enumerate(path):
+            p, q = P[n + i, ctx], Q[n + i, ctx]
+            b = min(1.0, q[y] / p[y])
+            excess = np.maximum(q - p, 0.0)
+            if b < 1:
+                total += reach * (1 - b) * sum(excess[c] / excess.sum() * future(n + i + 1, c) for c in range(V))
+            reach *= b
+            ctx = y
+        m = n + len(path)
+        if m < T:
+            total += reach * sum(Q[m, ctx, c] * future(m + 1, c) for c in range(V))
+        return total
 
-        return sum(inst.rho[a] * future(0, a) for a in range(V))
+    return sum(inst.rho[a] * future(0, a) for a in range(V))
 
-    return min(evaluate(dict(zip(nodes, choice))) for choice in itertools.product([False, True], repeat=len(nodes)))
+
+def test_a_rule_that_depends_on_the_position_is_asked_at_the_drafts_position():
+    """A rule that reads the position index ``t`` of the draft it has just made (stop after drafting at a position
+    index 1 mod 3), against the direct recursion: the tree must pass the draft's own position, not the round's."""
+    inst = MarkovInstance.random(5, 2, 3, concentration=0.7)
+    cap = 3
+    rule = lambda prod, count, t, T, K: (count >= K) | (t + 1 >= T) | (t % 3 == 1)  # noqa: E731
+    every_third = fixed_lookahead(cap)._replace(stops=rule)
+    stops = {(n, a, path): len(path) > 0 and (n + len(path) - 1) % 3 == 1 for n, a, path in _nodes(inst, cap)}
+    tree = stopping_counts(inst, every_third, 0.3, 1.0)
+    assert tree.time == pytest.approx(_rule_time(inst, 0.3, 1.0, cap, stops), rel=1e-12)
+    assert abs(tree.time - stopping_counts(inst, fixed_lookahead(cap), 0.3, 1.0).time) > 0.05  # it does change things
+
+
+def test_bellman_ties_verify_at_once():
+    """Free drafts that the target always refuses (disjoint supports) change nothing in time: drafting or verifying
+    at once tie exactly, and the documented tie-break (verify) drafts nothing."""
+    inst = MarkovInstance.context_free([1.0, 0.0], [0.0, 1.0], T=4)
+    best = optimal_stopping(inst, 0.0, 1.0, 3)
+    assert (best.time, best.oracle_calls, best.draft_calls, best.rejections) == (4.0, 4.0, 0.0, 4.0)
 
 
 @pytest.mark.parametrize("T, key, t_draft", [(2, 5, 0.05), (2, 6, 0.3), (2, 7, 0.8),

@@ -191,8 +191,8 @@ class BatchSD(MultiDraft):
     def round_law(self, p, q, x, *, bonus: bool) -> RoundLaw:
         """Root over the ``M`` rows (:func:`batch_root_law`), then SD along the followed row.
 
-        An empty block (``M = 1`` and a draft that proposed nothing, e.g. prompt lookup without a match) has no
-        root to verify: it is SD's empty round, one token from ``q_1`` (of the first row).
+        An empty block (drafts that proposed nothing, e.g. prompt lookup without a match) has no root to
+        verify: it is SD's empty round, one token from ``q_1`` of the first row, whatever the number of rows.
         """
         if x.shape[-1] == 0:
             return SD(K=self.K).round_law(p[..., :1, :, :], q[..., :1, :, :], x[..., :1, :], bonus=bonus)

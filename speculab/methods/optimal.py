@@ -194,7 +194,7 @@ class OptimalMultiDraft(MultiDraft):
             accept[i] = row[tokens]
             follow[i] = np.where(first, accept[i], 0.0)
             refused[i] = 1.0 - row.sum()
-            reject[i] = 1.0 - coupling.acceptance
+            reject[i] = np.sum(q0[i] - coupling.accepted_law)  # 1 − α*, as a sum of terms >= 0 (a <= q): never < 0
             weights[i] = coupling.residual
         back = lambda a: xp.asarray(a, dtype=p.dtype, device=device(p))  # noqa: E731
         root = Root(follow=back(follow), refused=back(refused), weights=back(weights), reject_prob=back(reject),
