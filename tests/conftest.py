@@ -34,6 +34,26 @@ def assert_frozen(obj) -> None:
     import dataclasses
 
     assert dataclasses.is_dataclass(obj), type(obj)
-    field = dataclasses.fields(obj)[0].name
+    fields = dataclasses.fields(obj)
+    field = fields[0].name if fields else "anything"  # a frozen dataclass refuses any attribute
     with pytest.raises(dataclasses.FrozenInstanceError):
-        setattr(obj, field, getattr(obj, field))
+        setattr(obj, field, getattr(obj, field, None))
+
+
+#: A power check asserts that its check refuses a named wrong answer with at least this probability.
+POWER = 0.99
+
+
+def power(shift: float) -> float:
+    """The chance that a ``|z| < Z_BOUND`` check refuses when the truth lies ``shift`` standard errors from the value
+    it checks: ``P(|N(shift, 1)| >= Z_BOUND)`` (normal approximation of the estimate)."""
+    from scipy.stats import norm
+
+    return float(norm.sf(Z_BOUND - abs(shift)) + norm.cdf(-Z_BOUND - abs(shift)))
+
+
+def assert_power(record_property, alternative: str, value: float) -> None:
+    """Assert that a check refuses ``alternative`` with probability ``value > POWER``, and record it for
+    ``benchmarks/power.py`` (the table of every statistical test's power; a JUnit property ``power: …``)."""
+    record_property("power", f"{value:.6f} | {alternative}")
+    assert value > POWER, (alternative, value)

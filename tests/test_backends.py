@@ -11,7 +11,7 @@ pytest.importorskip("transformers")
 
 from scipy.stats import power_divergence  # noqa: E402
 
-from conftest import Z_BOUND  # noqa: E402
+from conftest import Z_BOUND, assert_power  # noqa: E402
 from speculab.backends import NGramModel, Sampling, decode, load_pair, ngram_draft  # noqa: E402
 from speculab.backends.pair import TINY_DIR, default_prompts  # noqa: E402
 from speculab.methods import SD, Autoregressive, BatchSD, Biased, Fuzzy  # noqa: E402
@@ -94,25 +94,86 @@ def _gof_pvalue(samples: np.ndarray, law: np.ndarray) -> float:
 
 
 SAMPLINGS = [Sampling(1.0), Sampling(0.7, top_k=50), Sampling(1.2, top_p=0.9)]
-N_LAW = 1200
+SAMPLING_IDS = ["t1", "t0.7-k50", "t1.2-p0.9"]
+# Runs per law test: enough that the checks below refuse the plausible bugs of test_the_law_tests_have_power (at
+# 1,200 runs, temperature 1 gave the G-test a power of 0.36 against SD's correction drawn from q, 0.03 against batch
+# SD's root correction drawn from q; top-k 50 concentrates the laws and 1,200 suffice there)
+N_LAW = {"t1": 4800, "t0.7-k50": 1200, "t1.2-p0.9": 4800}
+
+
+def _draft_first_token_law(pair, sampling, prompt=PROMPT):
+    ids = torch.tensor([pair.tokenizer.encode(prompt)])
+    with torch.no_grad():
+        logits = pair.draft.model(ids).logits[0, -1, : pair.vocab_size].float()
+    return sampling.probs(logits).double().numpy()
+
+
+def _directed_z(samples: np.ndarray, q: np.ndarray, p: np.ndarray) -> float:
+    """z of the share of tokens where the target's law exceeds the draft's, ``A = {q > p}``, against ``q(A)``: the
+    direction every wrong correction moves (a correction drawn from q or p puts ``TV(p, q)``-sized mass outside A)."""
+    inside = q > p
+    qa = float(q[inside].sum())
+    return (float(inside[samples].mean()) - qa) / math.sqrt(qa * (1 - qa) / samples.size)
 
 
 @pytest.mark.parametrize("method", [SD(K=2), BatchSD(3, K=2)], ids=["sd", "batch"])
-@pytest.mark.parametrize("sampling", SAMPLINGS, ids=["t1", "t0.7-k50", "t1.2-p0.9"])
+@pytest.mark.parametrize("sampling", SAMPLINGS, ids=SAMPLING_IDS)
 def test_first_tokens_follow_the_target_law(pair, method, sampling):
-    res = decode(pair, [PROMPT] * N_LAW, method, max_new_tokens=2, sampling=sampling, key=7)
+    n = N_LAW[SAMPLING_IDS[SAMPLINGS.index(sampling)]]
+    res = decode(pair, [PROMPT] * n, method, max_new_tokens=2, sampling=sampling, key=7)
     first = np.array([t[0] for t in res.tokens])
     second = np.array([t[1] for t in res.tokens if len(t) == 2])  # runs that did not stop at EOS
-    assert _gof_pvalue(first, _exact_first_token_law(pair, sampling)) > 1e-4
+    q = _exact_first_token_law(pair, sampling)
+    assert _gof_pvalue(first, q) > 1e-4
+    assert abs(_directed_z(first, q, _draft_first_token_law(pair, sampling))) < Z_BOUND
     assert _gof_pvalue(second, _exact_second_token_law(pair, sampling)) > 1e-4
 
 
-def test_the_law_test_has_power(pair):
-    """The same test rejects samples from the draft's law (what a broken verifier would output)."""
-    sampling = Sampling(1.0)
+def _wrong_first_token_laws(q, p):
+    """The first token's law under two plausible bugs: SD's correction drawn from ``q`` instead of the residual, and
+    batch SD's (M = 3) root correction drawn from ``q`` instead of the last residual ``q^{M+1}``."""
+    sd = np.minimum(p, q) + (1 - np.minimum(p, q).sum()) * q
+    u, R = q.copy(), 1.0
+    for _ in range(3):
+        excess = np.maximum(u - p, 0.0)
+        R, u = R * excess.sum(), excess / excess.sum()
+    return {"sd": sd, "batch": q - R * u + R * q}
+
+
+def _law_test_power(wrong, q, p, n) -> float:
+    """A lower bound on the chance that the law test refuses ``n`` first tokens drawn from ``wrong``: the larger of
+    the G-test's power (noncentral χ² on the same merged bins, level 1e-4) and the directed check's (|z| >= 5)."""
+    from scipy import stats
+
+    big = q * n >= 5
+    Q, W = np.append(q[big], q[~big].sum()), np.append(wrong[big], wrong[~big].sum())
+    keep = Q > 0
+    df = int(keep.sum()) - 1
+    g = stats.ncx2.sf(stats.chi2.ppf(1 - 1e-4, df), df, n * float(np.sum((W[keep] - Q[keep]) ** 2 / Q[keep])))
+    inside = q > p
+    qa, wa = float(q[inside].sum()), float(wrong[inside].sum())
+    se0, se1 = math.sqrt(qa * (1 - qa) / n), math.sqrt(wa * (1 - wa) / n)
+    directed = stats.norm.sf((Z_BOUND * se0 - (wa - qa)) / se1) + stats.norm.cdf((-Z_BOUND * se0 - (wa - qa)) / se1)
+    return max(float(g), float(directed))
+
+
+@pytest.mark.power
+@pytest.mark.parametrize("sampling", SAMPLINGS, ids=SAMPLING_IDS)
+def test_the_law_tests_have_power(pair, sampling, record_property):
+    """The law test above refuses each plausible bug with probability > 0.99 at its number of runs, computed from
+    the exact laws of the pair; and it refuses samples from the draft's law (what a verifier accepting everything
+    would output) in a real run."""
+    n = N_LAW[SAMPLING_IDS[SAMPLINGS.index(sampling)]]
+    q, p = (law / law.sum() for law in (_exact_first_token_law(pair, sampling), _draft_first_token_law(pair, sampling)))
+    for bug, wrong in _wrong_first_token_laws(q, p).items():
+        assert abs(wrong.sum() - 1) < 1e-12
+        what = "SD's correction" if bug == "sd" else "batch SD's (M = 3) root correction"
+        assert_power(record_property, f"real-model first-token law, {SAMPLING_IDS[SAMPLINGS.index(sampling)]} "
+                     f"(N = {n:,}): {what} drawn from q", _law_test_power(wrong, q, p, n))
+    assert _law_test_power(q, q, p, n) < 1e-3  # the right law is (almost) never refused
     draft_only = load_pair(pair.draft, "tiny-draft", device="cpu")  # AR from the draft model
-    res = decode(draft_only, [PROMPT] * N_LAW, Autoregressive(), max_new_tokens=1, sampling=sampling, key=7)
-    assert _gof_pvalue(np.array([t[0] for t in res.tokens]), _exact_first_token_law(pair, sampling)) < 1e-6
+    res = decode(draft_only, [PROMPT] * 1200, Autoregressive(), max_new_tokens=1, sampling=sampling, key=7)
+    assert _gof_pvalue(np.array([t[0] for t in res.tokens]), q) < 1e-6
 
 
 # -- caches ----------------------------------------------------------------------------------------------
@@ -201,7 +262,8 @@ def _residual_chain(q: torch.Tensor, p: torch.Tensor, M: int):
     return reject, qm
 
 
-def test_batch_sd_roots_record_their_rejection_and_correct_from_the_last_residual(pair):
+@pytest.mark.power
+def test_batch_sd_roots_record_their_rejection_and_correct_from_the_last_residual(pair, record_property):
     """Batch SD (M = 3) on real models, every round: the root's recorded rejection probability is
     ``Π_m TV(q^m, p)`` of that round's laws, the followed row's later slots record ``TV(p_i, q_i)``, and a
     rejected root's token lies in the support of ``q^{M+1}`` (an exact check). Power: a token drawn from ``q``
@@ -230,7 +292,9 @@ def test_batch_sd_roots_record_their_rejection_and_correct_from_the_last_residua
             after = kinds[pos + info.accepted] if pos + info.accepted < len(kinds) else None
             pos += info.accepted + (after in (1, 2))
         assert pos == len(kinds)
-    assert corrections > 0 and outside > 20, (corrections, outside)
+    assert corrections > 0
+    assert_power(record_property, "batch SD (M = 3) real-model roots, exact support check (16 runs): the root "
+                 "correction drawn from q", -math.expm1(-outside))
 
 
 def test_biased_records_sit_on_the_pareto_line(pair):

@@ -365,10 +365,12 @@ def test_real_models_first_tokens_follow_the_target_law(pair):
     from speculab.backends import Sampling, decode
 
     sampling = Sampling(1.0)
-    res = decode(pair, [tb.PROMPT] * tb.N_LAW, BlockVerification(3), max_new_tokens=2, sampling=sampling, key=7)
+    res = decode(pair, [tb.PROMPT] * tb.N_LAW["t1"], BlockVerification(3), max_new_tokens=2, sampling=sampling, key=7)
     first = np.array([t[0] for t in res.tokens])
     second = np.array([t[1] for t in res.tokens if len(t) == 2])
-    assert tb._gof_pvalue(first, tb._exact_first_token_law(pair, sampling)) > 1e-4
+    q = tb._exact_first_token_law(pair, sampling)
+    assert tb._gof_pvalue(first, q) > 1e-4
+    assert abs(tb._directed_z(first, q, tb._draft_first_token_law(pair, sampling))) < Z_BOUND
     assert tb._gof_pvalue(second, tb._exact_second_token_law(pair, sampling)) > 1e-4
 
 

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from _enumerate import enumerate_decoding
 from _enumerate import sequence_law as brute_law
-from conftest import Z_BOUND, assert_frozen
+from conftest import Z_BOUND, assert_frozen, assert_power, power
 from speculab.sim import Fuzzy, simulate
 from speculab.testing import markov_instances
 from speculab.theory import MarkovInstance, chain_marginals
@@ -152,13 +152,17 @@ def test_finite_lookahead_vs_simulation(K):
         assert abs(c.estimate(name).z(exact)) < Z_BOUND, name
 
 
-def test_the_simulation_check_can_fail():
-    """The same data are far from the law of a neighbouring threshold."""
+@pytest.mark.power
+def test_the_simulation_check_can_fail(record_property):
+    """The same data are far from the law of a neighbouring threshold (the 80th percentile of the divergences
+    for the median), in standard errors of the same simulation."""
     inst = _inst(4, T=12, V=4)
     d = np.sort(fuzzy_divergence(inst, "js").ravel())
     theta = float(np.median(d))
     c = simulate(inst, Fuzzy(theta, "js"), N, key=5)
     other = fuzzy_profile(inst, float(d[int(0.8 * d.size)]), "js")
+    shift = (other.rejections - fuzzy_profile(inst, theta, "js").rejections) / c.estimate("rejections").se
+    assert_power(record_property, f"FSD rejections vs its profile (N = {N:,}): a neighbouring threshold", power(shift))
     assert abs(c.estimate("rejections").z(other.rejections)) > Z_BOUND
 
 

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from _enumerate import enumerate_decoding
-from conftest import Z_BOUND
+from conftest import Z_BOUND, assert_power, power
 from speculab.sim import SD, Counts, simulate
 from speculab.testing import distribution_pairs, markov_instances
 from speculab.methods.sd import sd_rule
@@ -142,11 +142,16 @@ def test_matches_the_simulator(K):
     assert np.all(np.abs(sim.rejections_per_position - p) < Z_BOUND * se)
 
 
-def test_a_wrong_K_would_be_caught():
-    """Power check: the simulator's counts for K = 4 are far from the exact counts for K = 5."""
+@pytest.mark.power
+def test_a_wrong_K_would_be_caught(record_property):
+    """Power check: the simulator's counts for K = 4 are far from the exact counts for K = 5 (an off-by-one in the
+    lookahead), in standard errors of the same simulation."""
     inst = MarkovInstance.random(50, 7, 21, rows="uniform")
     sim = simulate(inst, SD(K=4), 20_000, key=7)
-    wrong = lookahead_counts(inst, 5)
+    wrong, right = lookahead_counts(inst, 5), lookahead_counts(inst, 4)
+    shift = (wrong.oracle_calls - right.oracle_calls) / sim.estimate("oracle_calls").se
+    assert_power(record_property, "SD(K=4) target calls vs exact lookahead counts (N = 20,000): K off by one",
+                 power(shift))
     assert abs(sim.estimate("oracle_calls").z(wrong.oracle_calls)) > Z_BOUND
     assert abs(sim.estimate("draft_calls").z(wrong.draft_calls)) > Z_BOUND
 

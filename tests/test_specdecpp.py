@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from _enumerate import enumerate_specdecpp, sequence_law
-from conftest import Z_BOUND
+from conftest import Z_BOUND, assert_power, power
 from speculab.sim import SpecDecPP, simulate
 from speculab.methods.specdecpp import TableHead, miscalibrated_head, noisy_head, oracle_head
 from speculab.testing import markov_instances
@@ -50,12 +50,17 @@ def test_counts_match_enumeration(h, head):
     _check_identities(c, inst.T)
 
 
-def test_a_wrong_stopping_rule_would_be_caught():
-    """Power check: the enumeration at a different threshold is far from the simulation."""
+@pytest.mark.power
+def test_a_wrong_stopping_rule_would_be_caught(record_property):
+    """Power check: the enumeration at a different threshold is far from the simulation (in its standard errors)."""
     inst = _tiny(2)
     A = oracle_head(inst).table
     c = simulate(inst, SpecDecPP(0.6, cap=3), N, key=17)
     wrong = enumerate_specdecpp(inst.P, inst.Q, inst.rho, A, 0.25, cap=3)
+    right = enumerate_specdecpp(inst.P, inst.Q, inst.rho, A, 0.6, cap=3)
+    shift = max(abs(wrong[f] - right[f]) / c.estimate(f).se for f in FIELDS)
+    assert_power(record_property, f"SpecDec++ h = 0.6 counts vs enumeration (N = {N:,}): the threshold 0.25",
+                 power(shift))
     assert max(abs(c.estimate(f).z(wrong[f])) for f in FIELDS) > Z_BOUND
 
 

@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 from speculab.backends import decode, load_pair  # noqa: E402
 from speculab.backends.heads import HeadConfig, TrainedHead, make_head  # noqa: E402
 from _heads import constant, random_head, width  # noqa: E402
+from conftest import assert_power, power  # noqa: E402
 from speculab.backends.pair import default_prompts  # noqa: E402
 from speculab.backends.warp import Sampling  # noqa: E402
 from speculab.methods import SD, Sprinter  # noqa: E402
@@ -103,7 +104,8 @@ def test_the_verdicts_are_the_heads_on_the_previous_tokens_hidden_states(pair):
     assert passes > 5 and refusals > 5  # both verdicts occurred
 
 
-def test_the_first_tokens_law_is_the_random_verifiers_mixture(pair):
+@pytest.mark.power
+def test_the_first_tokens_law_is_the_random_verifiers_mixture(pair, record_property):
     """``tau=None`` with a constant score ``c`` passes a slot with probability ``c`` whatever the context: the first
     token's law is ``c p + (1 − c) q`` exactly ([SPR] Thm 3.1 with ``η = c``). Tested by the share of first tokens in
     ``A = {p > q}``, whose law differs from the target's by ``c · TV(p, q)``; the same statistic refutes the
@@ -120,8 +122,9 @@ def test_the_first_tokens_law_is_the_random_verifiers_mixture(pair):
     mix = c * p[in_a].sum() + (1 - c) * q[in_a].sum()
     se = math.sqrt(mix * (1 - mix) / n)
     assert abs(hits - mix) / se < 5
-    for wrong in (q[in_a].sum(), p[in_a].sum()):  # refusing always, passing always
-        assert abs(wrong - mix) / se > 10
+    for wrong, what in ((q[in_a].sum(), "a verifier refusing always"), (p[in_a].sum(), "a verifier passing always")):
+        assert_power(record_property, f"SPRINTER real-model first-token mixture (N = {n:,}): {what}",
+                     power((wrong - mix) / se))
     passed = res.counts.oracle_calls == 0  # one slot per run: passed iff no target call
     assert abs(passed.mean() - c) / math.sqrt(c * (1 - c) / n) < 5
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from scipy.optimize import linprog
 
 from _enumerate import enumerate_decoding, sequence_law
-from conftest import Z_BOUND, assert_frozen
+from conftest import Z_BOUND, assert_frozen, assert_power, power
 from speculab.sim import Biased, simulate
 from speculab.testing import distribution_pairs, distributions, markov_instances
 from speculab.theory import MarkovInstance, expected_rejections, output_law, sd_acceptance, tv
@@ -399,14 +399,15 @@ def test_per_token_optimal_is_not_sequence_optimal():
 N = 40_000
 
 
+@pytest.mark.power
 @pytest.mark.parametrize("rej", ["opt", "uno"])
-def test_simulated_per_position_laws_match_the_exact_output_chain(rej):
+def test_simulated_per_position_laws_match_the_exact_output_chain(rej, record_property):
     inst = MarkovInstance.random(6, 4, 3, concentration=0.7)
     b, R = biased_arrays(inst, 0.1, rej)
     prof = tradeoff_profile(inst, b, R)
     c = simulate(inst, Biased(0.1, rej), N, key=7, return_sequences=True)
     other = tradeoff_profile(inst, *biased_arrays(inst, 0.1, "uno" if rej == "opt" else "opt"))
-    worst_other = 0.0
+    worst_other = shift = 0.0
     for n in range(inst.T):  # law of (x_{n-1}, x_n): ν_{n-1}(a) P_A,n(b | a)
         joint = np.zeros((inst.V, inst.V))
         np.add.at(joint, (c.sequences[:, n], c.sequences[:, n + 1]), 1.0 / N)
@@ -417,7 +418,13 @@ def test_simulated_per_position_laws_match_the_exact_output_chain(rej):
                 assert np.all(z < Z_BOUND), (n, z.max())
             else:
                 worst_other = max(worst_other, z.max())
+        right = prof.marginals[n][:, None] * prof.output[n]
+        wrong = other.marginals[n][:, None] * other.output[n]
+        shift = max(shift, float((np.abs(wrong - right) / np.sqrt(np.maximum(right * (1 - right), 1e-12) / N)).max()))
     assert worst_other > Z_BOUND  # power: the other method's law is rejected
+    other_name = "UNO" if rej == "opt" else "OPT"
+    assert_power(record_property, f"Biased {rej.upper()} pair laws vs the exact output chain (N = {N:,}): {other_name}'s "
+                 "law", power(shift))
     assert abs(c.estimate("rejections").z(prof.rejections)) < Z_BOUND
 
 
