@@ -445,6 +445,17 @@ def _cli_args(method) -> list[str] | None:
 CLI_CASES = [m for m in METHODS if _cli_args(m) is not None]
 
 
+def test_every_command_line_parameter_has_a_command_line_type():
+    """Functions and arrays (heads, verifiers, acceptance tables) are Python-only: a parameter on the command line
+    must parse from a string as int, float or str."""
+    from speculab.methods.base import REGISTRY
+
+    for cls in REGISTRY.values():
+        for name, f in cli_params(cls).items():
+            assert f.metadata["type"] in (int, float, str), (cls.name, name)
+    assert "head" not in cli_params(SpecDecPP) and not {"verifier", "tau"} & set(cli_params(Sprinter))
+
+
 @pytest.mark.parametrize("method", CLI_CASES, ids=[repr(m) for m in CLI_CASES])
 def test_cli_sim_prints_the_methods_own_theory(method, capsys):
     argv = ["sim", "--T", "8", "--V", "3", "--seed", "4", "--n-runs", "3000", "--json"] + _cli_args(method)

@@ -50,6 +50,20 @@ def test_counts_match_enumeration(h, head):
     _check_identities(c, inst.T)
 
 
+def test_a_lone_chain_drafts_on_after_a_rejection_until_the_rule_stops():
+    """A round rejected before its rule stopped goes on drafting; the loop over those chains leaves once none is
+    left — a lone chain (one run per chunk) must still draft to the end (found by mutation testing: leaving at one
+    chain left passed, as thousands of runs per chunk rarely leave exactly one). With h = 1 the rule stops only at
+    the cap or the horizon, so the number of further drafts is exact."""
+    inst = _tiny(2, T=6)
+    step = SpecDecPP(1.0, cap=4).simulator(inst)
+    rng = np.random.default_rng(0)
+    for t, count, more in [(0, 1, 3), (1, 2, 2), (3, 1, 2), (4, 1, 1)]:  # min(cap − count, T − 1 − t) more drafts
+        for n in (1, 5):
+            extra = step._rest_of_chain(t, np.zeros(n, dtype=np.int64), np.ones(n), np.full(n, count), rng)
+            np.testing.assert_array_equal(extra, more)
+
+
 @pytest.mark.power
 def test_a_wrong_stopping_rule_would_be_caught(record_property):
     """Power check: the enumeration at a different threshold is far from the simulation (in its standard errors)."""
@@ -247,3 +261,36 @@ def test_fig3_reproduction_smoke(tmp_path):
         assert saved["fixed_K"][str(K)]["latency"]["0.2"] == pytest.approx(exact.latency(0.2, 1.0), rel=1e-12)
     assert saved["best"]["0.05"]["fixed_K"]["K"] == fig3.best_lookahead(inst, 0.05, 1.0, K_max=fig3.CAP).K
     assert len(saved["thresholds"]) == 3 and "best latency, c = 0.05" in fig3.summary(result)
+
+
+def test_only_a_head_on_hidden_states_runs_in_the_decoding_loop():
+    """``draft_head`` hands the decoding loop a head that reads the draft's hidden states, and nothing else: a head
+    ``f(t, prev, x)`` (a table, a function) reads a Markov instance, and the oracle reads q."""
+    inst = _tiny(0)
+    assert SpecDecPP(0.4).draft_head is None
+    assert SpecDecPP(0.4, head=oracle_head(inst)).draft_head is None
+    assert SpecDecPP(0.4, head=lambda t, prev, x: np.ones(np.shape(x))).draft_head is None
+    trained = type("Trained", (), {"reads_hidden_states": True, "__call__": lambda self, *a: 1.0})()
+    assert SpecDecPP(0.4, head=trained).draft_head is trained
+
+
+def test_boundaries_of_the_inputs():
+    """Edge values on the right side of each check (found by mutation testing): a prediction of exactly 0 is a
+    probability; a table must be (T, V, V) and is copied; the rule stops at the horizon, not one draft past it;
+    exact counts are given exactly when the per-position tree fits."""
+    from speculab.theory.stopping import tree_fits
+
+    table = np.zeros((2, 3, 3))
+    head = TableHead(table)
+    table[:] = 0.5
+    assert np.all(head.table == 0.0)  # copied: the caller's array can change, the head cannot
+    with pytest.raises(ValueError, match=r"shape \(T, V, V\)"):
+        TableHead(np.full((2, 3, 4), 0.5))
+    inst = _tiny(1)
+    zero = lambda t, prev, x: np.zeros(np.shape(x))  # noqa: E731  (a head that predicts certain rejection)
+    assert simulate(inst, SpecDecPP(0.5, head=zero, cap=3), 200, key=0).oracle_calls.min() >= 1
+    method = SpecDecPP(1.0, cap=10)
+    assert method.stop_drafting([1.0] * 3, remaining=3) and not method.stop_drafting([1.0] * 2, remaining=3)
+    big = MarkovInstance.random(60, 2, 0)  # fits without per-position values, not with them
+    assert tree_fits(2, 60, 16) and not tree_fits(2, 60, 16, per_position=True)
+    assert SpecDecPP(0.5, cap=16).expected(big) is None

@@ -405,3 +405,31 @@ def test_a_token_the_draft_and_target_give_equal_probability_is_acceptable():
     expected = np.where(P <= Q, 0.9, 0.2)
     assert expected[0, 0] == expected[1, 1] == 0.9 and np.all(expected[2] == 0.9)
     np.testing.assert_array_equal(v, np.broadcast_to(expected, (2, 3, 3)))
+
+
+def test_boundaries_of_the_inputs():
+    """Edge values on the right side of each check (found by mutation testing): τ = 0 and τ = 1 are thresholds;
+    a verifier goes with neither η; η_FP = 1 is refused exactly when the stopping time is infinite (η_TP^r > 0);
+    sequences of the wrong rank or length are refused."""
+    f = lambda t, prev, x: np.full(np.shape(x), 0.5)  # noqa: E731
+    for tau in (0.0, 1.0):
+        assert Sprinter(verifier=f, tau=tau).tau == tau
+    for eta in ({"eta_tp": 0.5}, {"eta_fp": 0.5}):
+        with pytest.raises(ValueError):
+            Sprinter(verifier=f, **eta)
+    np.testing.assert_array_equal(simulate_stopping(0.0, 1.0, 2, 50, key=0), 0)  # η_TP^r = 0: the first draft stops
+    for tp, r in ((0.5, 0), (0.5, 3), (1.0, 2)):
+        with pytest.raises(ValueError, match="eta_fp = 1"):
+            simulate_stopping(tp, 1.0, r, 10, key=0)
+    inst = MarkovInstance.random(3, 2, 0)
+    for bad in (np.zeros(4, dtype=int), np.zeros((5, 3), dtype=int), np.zeros((5, 4, 1), dtype=int)):
+        with pytest.raises(ValueError, match="sequences must have shape"):
+            signed_tv_statistic(inst, bad)
+
+
+def test_the_command_line_needs_both_rates(capsys):
+    from speculab.cli import main
+
+    for argv in (["--eta-fp", "0.1"], ["--eta-tp", "0.9"]):
+        assert main(["sim", "--method", "sprinter", "--T", "4", "--V", "2", "--n-runs", "10", *argv]) == 2
+        assert "needs --eta-" in capsys.readouterr().err
