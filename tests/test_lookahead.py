@@ -125,6 +125,22 @@ def test_iid_formulas():
     assert iid_tokens_per_round(1.0, 5) == 6.0
     np.testing.assert_allclose(iid_tokens_per_round(np.array([0.5, 0.9]), 2), [1.75, 2.71])
     assert iid_speedup(0.8, 4, 0.05) == pytest.approx((1 - 0.8**5) / (0.2 * 1.2))
+    assert iid_speedup(0.8, 4, 0.0) == iid_tokens_per_round(0.8, 4)  # free drafts: the speedup is the tokens per round
+
+
+def test_root_kernels_are_batched_over_leading_axes():
+    """``lookahead_kernels`` is array API over leading axes: a stack of positions gives each position's kernels,
+    with a user root law as with the built-in one (the root's refusal mass summed over the token axis)."""
+    from speculab.methods import OptimalMultiDraft
+    from speculab.theory.lookahead import lookahead_kernels
+
+    rng = np.random.default_rng(1)
+    p, q = rng.dirichlet(np.ones(3), size=(2, 3)), rng.dirichlet(np.ones(3), size=(2, 3))  # (T, V, V)
+    for root in (None, OptimalMultiDraft(2).accepted_law):
+        stacked = lookahead_kernels(2, p, q, root=root)
+        for t in range(2):
+            for whole, one in zip(stacked, lookahead_kernels(2, p[t], q[t], root=root)):
+                np.testing.assert_allclose(whole[t], one, atol=1e-14)
 
 
 # -- Monte Carlo --------------------------------------------------------------------------
@@ -216,6 +232,12 @@ def test_best_lookahead_is_the_argmin_and_agrees_with_leviathan():
         (lambda inst: iid_tokens_per_round(1.5, 3), "alpha"),
         (lambda inst: iid_speedup(0.5, 3, -1.0), "c must be"),
         (lambda inst: latency_per_token(-0.1, 0.2, 0.1, 1.0), "discard_rate must be >= 0"),
+        (lambda inst: latency_per_token([0.5, -0.25], 0.2, 0.1, 1.0), r"discard_rate must be >= 0 .*got -0\.25"),
+        (lambda inst: latency_per_token(0.1, 0.2, float("inf"), 1.0), "t_draft must be a finite number"),
+        (lambda inst: latency_per_token(0.1, 0.2, "fast", 1.0), "t_draft must be a finite number"),
+        (lambda inst: latency_per_token(0.1, 0.2, 0.1, True), "t_target must be a finite number"),
+        (lambda inst: lookahead_counts(inst, 2, M=2, root=lambda p, q: np.zeros(0)),
+         r"got shape \(0,\), range \[0, 0\]"),
         (lambda inst: latency_per_token(0.1, [0.2, float("nan")], 0.1, 1.0), "verification_rate must be finite"),
     ],
 )

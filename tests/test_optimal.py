@@ -474,3 +474,48 @@ def test_the_coupling_cache_keeps_its_byte_budget_least_recently_used_first(monk
     monkeypatch.setattr(om, "CACHE_BYTES", 0)
     cache.get(*pairs[3], 2)
     assert len(cache.items) == 1 and cache.held == size  # however small the budget, the coupling in use stays
+
+
+def test_edges_of_the_set_functions_and_the_greedy():
+    """Edge values on the right side of each check (found by mutation testing): the caps MAX_SET_V and
+    MAX_SET_DRAFTS exactly and one past; coverage at M = ∞ of an empty set; a weight of 0 earns no mass; bad
+    weights refused; the backward pass's row T stays 0; the coupling is a frozen result whose output law is q."""
+    from conftest import assert_frozen
+    from speculab.theory.optimal import MAX_SET_DRAFTS, MAX_SET_V
+
+    assert (MAX_SET_V, MAX_SET_DRAFTS) == (14, 1024)
+    p3 = np.array([0.5, 0.3, 0.2])
+    assert draft_set_law(p3, MAX_SET_DRAFTS).sum() == pytest.approx(1.0, abs=1e-12)
+    with pytest.raises(ValueError, match="MAX_SET_DRAFTS = 1024"):
+        draft_set_law(p3, MAX_SET_DRAFTS + 1)
+    flat = np.full(MAX_SET_V, 1 / MAX_SET_V)
+    assert draft_set_law(flat, 2).shape == (1 << MAX_SET_V,)
+    with pytest.raises(ValueError, match="MAX_SET_V = 14"):
+        draft_set_law(np.full(MAX_SET_V + 1, 1 / (MAX_SET_V + 1)), 2)
+    np.testing.assert_array_equal(coverage(np.array([0.0, 0.3, 1.0]), np.inf), [0.0, 1.0, 1.0])
+    q3 = np.array([0.2, 0.3, 0.5])
+    a = best_accepted_law(p3, q3, 2, np.array([1.0, 0.0, 2.0]))
+    assert a[1] == 0.0 and a[0] > 0 and a[2] > 0  # a token of weight 0 adds nothing to Σ a w: it is left out
+    for w, what in ((np.ones(2), "shape"), (np.array([1.0, np.nan, 1.0]), "finite")):
+        with pytest.raises(ValueError, match="w must be finite weights of the shape of p"):
+            best_accepted_law(p3, q3, 2, w)
+    inst = MarkovInstance.random(4, 3, 1)
+    _, W, N = batch_rejections_backward(inst, 2)
+    assert W.shape == N.shape == (5, 3) and not W[4].any() and not N[4].any()
+    coupling = optimal_coupling(p3, q3, 2)
+    assert_frozen(coupling)
+    np.testing.assert_allclose(coupling.output_law(), q3, atol=1e-12)
+
+
+def test_root_shortfall_is_the_largest_gap_below_the_best_acceptance(monkeypatch):
+    """``root_shortfall`` bookkeeping, on a policy that does fall short: with the roots' choice replaced by
+    Algorithm 4's accepted law, the shortfall is the largest ``α* − (1 − Π_m r_m)`` over positions and contexts."""
+    import speculab.theory.optimal as optimal
+
+    inst = MarkovInstance.random(5, 3, 2, concentration=0.5)
+    M = 2
+    monkeypatch.setattr(optimal, "best_accepted_law", lambda p, q, M, w: algorithm4_accepted_law(p, q, M))
+    profile = optimal_batch_rejections(inst, M)
+    gaps = [optimal_acceptance(inst.P[n], inst.Q[n], M) - algorithm4_accepted_law(inst.P[n], inst.Q[n], M).sum(-1)
+            for n in range(inst.T)]
+    assert profile.root_shortfall == pytest.approx(float(np.max(gaps)), abs=1e-15) and profile.root_shortfall > 0.01

@@ -423,8 +423,19 @@ def test_boundaries_of_the_inputs():
             simulate_stopping(tp, 1.0, r, 10, key=0)
     inst = MarkovInstance.random(3, 2, 0)
     for bad in (np.zeros(4, dtype=int), np.zeros((5, 3), dtype=int), np.zeros((5, 4, 1), dtype=int)):
-        with pytest.raises(ValueError, match="sequences must have shape"):
+        with pytest.raises(ValueError, match=r"sequences must have shape \(n_runs, T \+ 1 = 4\)"):
             signed_tv_statistic(inst, bad)
+    rng = np.random.default_rng(0)
+    p, q = rng.dirichlet(np.ones(3), size=(1, 1, 3)), rng.dirichlet(np.ones(3), size=(1, 1, 4))
+    with pytest.raises(ValueError, match=r"one verdict per drafted slot \(3\); got \(2,\)"):
+        Sprinter(0.8, 0.1).round_law(p, q, np.zeros((1, 1, 3), dtype=np.int64), bonus=True, predictions=[1.0, 0.0])
+
+
+def test_only_a_verifier_on_hidden_states_runs_in_the_decoding_loop():
+    f = lambda t, prev, x: np.full(np.shape(x), 0.5)  # noqa: E731
+    assert Sprinter(0.8, 0.1).draft_head is None and Sprinter(verifier=f).draft_head is None
+    trained = type("Trained", (), {"reads_hidden_states": True, "__call__": lambda self, *a: 0.5})()
+    assert Sprinter(verifier=trained).draft_head is trained
 
 
 def test_the_command_line_needs_both_rates(capsys):
