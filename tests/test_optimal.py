@@ -519,3 +519,11 @@ def test_root_shortfall_is_the_largest_gap_below_the_best_acceptance(monkeypatch
     gaps = [optimal_acceptance(inst.P[n], inst.Q[n], M) - algorithm4_accepted_law(inst.P[n], inst.Q[n], M).sum(-1)
             for n in range(inst.T)]
     assert profile.root_shortfall == pytest.approx(float(np.max(gaps)), abs=1e-15) and profile.root_shortfall > 0.01
+
+
+def test_the_largest_acceptance_of_a_pair_with_itself_is_one_exactly():
+    """``α*(p, p, M) = 1``, also when the cumulative sums of ``p`` round above 1 (``p(H)`` is capped at 1 before the
+    power ``M``: uncapped, ``(1 + 2⁻⁵²)^50`` would leave ``α*`` 1e-14 below 1)."""
+    rng = np.random.default_rng(0)
+    p = next(x for x in rng.dirichlet(np.ones(5), size=200) if np.cumsum(x)[-1] > 1)
+    assert float(optimal_acceptance(p, p, 50)) == 1.0
