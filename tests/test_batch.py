@@ -329,3 +329,19 @@ def test_an_empty_block_of_several_rows_is_one_token_from_the_first_rows_target(
     law = BatchSD(3, K=2).round_law(np.zeros((1, 3, 0, 4)), q, np.zeros((1, 3, 0), dtype=np.int64), bonus=True)
     assert law.outcome.sum() == 1.0 and law.outcome[0, 0, 0] == 1.0
     np.testing.assert_array_equal(law.correction[0, 0, 0], q[0, 0, 0])
+
+
+def test_edges_of_the_inputs():
+    """The largest finite M is 2^53 (float64 holds every integer up to it), one more is refused; Bernoulli
+    parameters outside [0, 1] or NaN are refused (found by mutation testing)."""
+    from speculab.theory.batch import MAX_M
+
+    assert MAX_M == 2**53
+    p, q = np.array([0.7, 0.3]), np.array([0.4, 0.6])
+    assert batch_rejection_probability(q, p, MAX_M) == pytest.approx(batch_rejection_probability(q, p, np.inf),
+                                                                       abs=1e-15)
+    with pytest.raises(ValueError, match=r"M must be at most 2\^53"):
+        batch_rejection_probability(q, p, MAX_M + 1)
+    for u, v in ((1.5, 0.5), (0.5, -0.1), (float("nan"), 0.5), (0.5, float("nan"))):
+        with pytest.raises(ValueError, match="u and v must be probabilities"):
+            bernoulli_batch_improvement(u, v, 2)

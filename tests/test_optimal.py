@@ -527,3 +527,15 @@ def test_the_largest_acceptance_of_a_pair_with_itself_is_one_exactly():
     rng = np.random.default_rng(0)
     p = next(x for x in rng.dirichlet(np.ones(5), size=200) if np.cumsum(x)[-1] > 1)
     assert float(optimal_acceptance(p, p, 50)) == 1.0
+
+
+def test_the_forward_pass_repeats_the_backward_pass_choice_on_peaked_instances():
+    """The forward profile recomputes each root's law from the backward pass's weights ``1 + W − N``; on peaked
+    instances (V = 4, concentration 0.3) the greedy's order of those weights decides the law, so a wrong weight
+    (``+ N``, found by mutation testing: the milder instances above have the same order either way) gives
+    a forward total that is not the backward optimum."""
+    for seed in range(3):
+        inst = MarkovInstance.random(6, 4, seed, concentration=0.3)
+        for M in (2, 3):
+            forward = optimal_batch_rejections(inst, M).rejections
+            assert forward == pytest.approx(batch_rejections_backward(inst, M)[0], rel=1e-12, abs=1e-12)
