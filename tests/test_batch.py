@@ -345,3 +345,15 @@ def test_edges_of_the_inputs():
     for u, v in ((1.5, 0.5), (0.5, -0.1), (float("nan"), 0.5), (0.5, float("nan"))):
         with pytest.raises(ValueError, match="u and v must be probabilities"):
             bernoulli_batch_improvement(u, v, 2)
+
+
+def test_the_profiles_improvement_is_t1_minus_t3():
+    """``improvement`` (and per position) is T1's rejections minus batch SD's, each from its own theorem: Thm 1's
+    own function for T1, non-negative at every position (Thm 3: E_f[TV − Π r_m] >= 0)."""
+    inst = MarkovInstance.random(6, 3, 4, concentration=0.6)
+    t3 = batch_expected_rejections(inst, 3)
+    t1 = sd_expected_rejections(inst)
+    np.testing.assert_allclose(t3.improvement_per_position, t1.rejections_per_position - t3.rejections_per_position,
+                               atol=1e-15)
+    assert t3.improvement == pytest.approx(t1.rejections - t3.rejections, abs=1e-14) and t3.improvement > 0.01
+    assert np.all(t3.improvement_per_position >= -1e-15)
