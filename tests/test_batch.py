@@ -342,9 +342,38 @@ def test_edges_of_the_inputs():
                                                                        abs=1e-15)
     with pytest.raises(ValueError, match=r"M must be at most 2\^53"):
         batch_rejection_probability(q, p, MAX_M + 1)
-    for u, v in ((1.5, 0.5), (0.5, -0.1), (float("nan"), 0.5), (0.5, float("nan"))):
+    for u, v in ((1.5, 0.5), (0.5, 1.5), (0.5, -0.1), (float("nan"), 0.5), (0.5, float("nan"))):
         with pytest.raises(ValueError, match="u and v must be probabilities"):
             bernoulli_batch_improvement(u, v, 2)
+    with pytest.raises(ValueError, match="M must be whole numbers >= 1 or inf"):
+        bernoulli_batch_improvement(0.5, 0.3, 2.5)
+    assert uniform_batch_improvement(1.0, 3) == 0.0  # V' = V: nothing to improve
+    assert uniform_batch_improvement(2.0, np.inf) == 0.5  # 1 − 1/r
+    assert batch_rejection_probability(np.array([1.0]), np.array([1.0]), 3) == 0.0  # one token: never refused
+    # a draft without full support: the chain stops once the drainable mass is gone, even at M = 2^53 (the rest,
+    # q off supp p, is never drained: R_∞ = q(outside))
+    p0, q0 = np.array([0.7, 0.3, 0.0]), np.array([0.4, 0.3, 0.3])
+    assert batch_rejection_probability(q0, p0, MAX_M) == pytest.approx(
+        float(batch_rejection_probability(q0, p0, np.inf)), abs=1e-15)
+
+
+def test_the_root_chain_stops_when_every_context_has_converged():
+    """Stacked contexts converge at different speeds: the early exit waits for the slowest (the largest drainable
+    mass), so each context's R_M is the one computed alone."""
+    p = np.array([[0.5, 0.5, 0.0], [0.98, 0.01, 0.01]])
+    q = np.array([[0.5, 0.5, 0.0], [0.01, 0.01, 0.98]])  # the first context is done at once, the second is slow
+    def literal(q, p, M):  # R_M = Π_m TV(q^m, p), q^{m+1} the residual of q^m (SPEC B), read literally
+        R = 1.0
+        for _ in range(M):
+            excess = np.maximum(q - p, 0.0)
+            if excess.sum() == 0:
+                return 0.0
+            R, q = R * excess.sum(), excess / excess.sum()
+        return R
+
+    together = root_residual_chain(q, p, 40)[1]
+    np.testing.assert_allclose(together, [literal(q[i], p[i], 40) for i in range(2)], rtol=1e-12, atol=1e-15)
+    assert together[1] > 1e-3
 
 
 def test_the_profiles_improvement_is_t1_minus_t3():
