@@ -652,3 +652,64 @@ def test_biased_compare_rows_read_the_verified_steps(rejection):
         assert gap.measured == pytest.approx((0.0 + 0.05 - 0.1) / 3, abs=1e-15) and math.isnan(gap.predicted)
     assert rows[1].measured == pytest.approx((0.2 + 0.0 + 0.1) / 3, abs=1e-15)  # per-token loss, verified steps
     assert rows[2].measured == 0.5
+
+
+# -- the protocol's own rules (found by mutation testing) -------------------------------------------------------
+def test_register_refuses_what_would_break_the_registry_or_the_command_line():
+    from speculab.methods.base import param, register
+
+    @dataclasses.dataclass(frozen=True)
+    class Nameless(Method):
+        pass
+
+    for name in (None, "", 3):
+        cls = type("Bad", (Nameless,), {"name": name})
+        with pytest.raises(ValueError, match="needs a class attribute `name`"):
+            register(cls)
+    with pytest.raises(ValueError, match="method name 'sd' is taken by SD"):
+        register(type("Other", (Nameless,), {"name": "sd"}))
+    assert register(SD) is SD  # registering a class again is harmless
+
+    @dataclasses.dataclass(frozen=True)
+    class Clash(Method):
+        name = "clash-test"
+        K: str = param("a", help="a K of another type", type=str)
+
+    @dataclasses.dataclass(frozen=True)
+    class Choices(Method):
+        name = "choices-test"
+        rejection: str = param("opt", help="other choices", type=str, choices=("opt", "x"))
+
+    for cls in (Clash, Choices):
+        with pytest.raises(ValueError, match="clashes with"):
+            register(cls)
+        assert cls.name not in REGISTRY
+
+
+def test_protocol_defaults():
+    """What a method or a step that says nothing gets: no target or draft call at a position, every round calls the
+    target, a head's output must be a probability, and a round law's variance of τ."""
+    from speculab.methods.base import Emit, RoundLaw
+
+    emit = Emit(np.zeros(2, dtype=np.int64), np.zeros(2, dtype=np.int8))
+    assert emit.oracle_calls == 0 and emit.draft_calls == 0 and emit.extra == {}
+    assert SD().target_called([0.3, 0.9]) is True
+    for ok in (0, 0.5, 1):
+        assert Method.head_probability(ok, "head") == ok
+    for bad in (-0.1, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="the head gave"):
+            Method.head_probability(bad, "head")
+    law = RoundLaw(outcome=np.array([[[0.2, 0.3, 0.5]]]), correction=None, reject_prob=None, accept_prob=None)
+    mean, var = law.expected_accepted()
+    assert mean[0] == pytest.approx(1.3, abs=1e-15) and var[0] == pytest.approx(2.3 - 1.3**2, abs=1e-15)
+
+
+def test_names_filter_by_engine_and_command_line():
+    from speculab.methods.base import names
+
+    assert names() == list(REGISTRY)
+    real, cli = names(real_models=True), names(cli=True)
+    assert "sd" in real and "optimal-batch" not in real and set(names(real_models=False)) == set(REGISTRY) - set(real)
+    assert all(REGISTRY[n].constructible_from_cli() for n in cli)
+    assert set(names(cli=False)) == set(REGISTRY) - set(cli) and "rejection" in names(cli=False)
+    assert set(names(real_models=True, cli=True)) == set(real) & set(cli)
