@@ -105,3 +105,29 @@ def test_load_refuses_foreign_files(tmp_path):
 def test_bad_instances_are_refused(P, Q, rho, match):
     with pytest.raises(ValueError, match=match):
         MarkovInstance(P, Q, rho)
+
+
+def test_file_format_versions(tmp_path):
+    """A file of format 1 (full stacks, no T, no version: what the first wave wrote) still loads; one of a newer
+    format than this speculab reads is refused by version, not misread (found by mutation testing)."""
+    inst = MarkovInstance.random(3, 2, 0)
+    old = tmp_path / "v1.npz"
+    np.savez(old, P=np.asarray(inst.P), Q=np.asarray(inst.Q), rho=inst.rho)
+    back = MarkovInstance.load(old)
+    assert back.T == 3 and np.array_equal(back.P, inst.P) and np.array_equal(back.Q, inst.Q)
+    new = tmp_path / "v3.npz"
+    np.savez(new, P=np.asarray(inst.P), Q=np.asarray(inst.Q), rho=inst.rho, T=3, format_version=3)
+    with pytest.raises(ValueError, match="has format version 3; this speculab reads <= 2"):
+        MarkovInstance.load(new)
+    inst.save(tmp_path / "v2.npz")
+    assert int(np.load(tmp_path / "v2.npz")["format_version"]) == 2
+
+
+def test_nested_lists_and_shape_mismatches():
+    inst = MarkovInstance.random(3, 2, 0)
+    from_lists = MarkovInstance(np.asarray(inst.P).tolist(), np.asarray(inst.Q).tolist(), inst.rho.tolist())
+    assert np.array_equal(from_lists.P, inst.P) and np.array_equal(from_lists.Q, inst.Q)
+    P2, P3 = np.full((2, 2), 0.5), np.full((3, 3), 1 / 3)
+    for P, Q in ((P2, P3), (np.full((2, 3), 1 / 3), np.full((2, 3), 1 / 3))):
+        with pytest.raises(ValueError, match=r"P and Q must both have shape \(V, V\)"):
+            MarkovInstance.stationary(P, Q, T=4)

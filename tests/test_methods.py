@@ -702,6 +702,11 @@ def test_protocol_defaults():
     law = RoundLaw(outcome=np.array([[[0.2, 0.3, 0.5]]]), correction=None, reject_prob=None, accept_prob=None)
     mean, var = law.expected_accepted()
     assert mean[0] == pytest.approx(1.3, abs=1e-15) and var[0] == pytest.approx(2.3 - 1.3**2, abs=1e-15)
+    # every draft accepted at the horizon: nothing follows, the token is -1 (documented)
+    done = RoundLaw(outcome=np.array([[[0.0, 1.0]]]), correction=np.zeros((1, 1, 2, 3)), reject_prob=None,
+                    accept_prob=None)
+    assert [int(v[0]) for v in sample_round(done, np.array([0.5]), np.array([0.5]))] == [0, 1, -1]
+    assert not RejectionDecoding.constructible_from_cli() and SD.constructible_from_cli()  # b has no CLI form
 
 
 def test_names_filter_by_engine_and_command_line():
