@@ -131,3 +131,13 @@ def test_nested_lists_and_shape_mismatches():
     for P, Q in ((P2, P3), (np.full((2, 3), 1 / 3), np.full((2, 3), 1 / 3))):
         with pytest.raises(ValueError, match=r"P and Q must both have shape \(V, V\)"):
             MarkovInstance.stationary(P, Q, T=4)
+
+
+def test_a_broadcast_stack_stays_compact():
+    """A (T, V, V) broadcast view of one kernel is validated and stored once (O(V²) memory, whatever T)."""
+    from speculab.theory.instance import compact
+
+    P = np.array([[0.9, 0.1], [0.2, 0.8]])
+    inst = MarkovInstance(np.broadcast_to(P, (100_000, 2, 2)), np.broadcast_to(P[::-1], (100_000, 2, 2)),
+                          np.array([1.0, 0.0]))
+    assert inst.T == 100_000 and compact(inst.P).shape == (1, 2, 2) and compact(inst.Q).shape == (1, 2, 2)
