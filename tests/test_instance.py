@@ -141,3 +141,12 @@ def test_a_broadcast_stack_stays_compact():
     inst = MarkovInstance(np.broadcast_to(P, (100_000, 2, 2)), np.broadcast_to(P[::-1], (100_000, 2, 2)),
                           np.array([1.0, 0.0]))
     assert inst.T == 100_000 and compact(inst.P).shape == (1, 2, 2) and compact(inst.Q).shape == (1, 2, 2)
+
+
+def test_at_position_reads_a_compact_stack_at_every_position():
+    from speculab.theory.instance import at_position
+
+    full, one = np.arange(12.0).reshape(3, 2, 2), np.arange(4.0).reshape(1, 2, 2)
+    assert np.array_equal(at_position(full, 2), full[2])
+    for n in (0, 1, 7):
+        assert np.array_equal(at_position(one, n), one[0])
