@@ -390,8 +390,8 @@ def test_round_laws_are_probabilities_on_degenerate_blocks(method):
     """Every field of a round law is a probability (finite, in [0, 1]; the outcome sums to 1; weights >= 0) — also on
     the blocks where formulas divide by zero: every slot with ``p = q`` exactly (nothing to correct), and a first
     draft the target cannot produce (every later slot unreachable, its conditional probabilities given an
-    impossible event still reported as probabilities). Block verification produced NaN on the first and 2 on the
-    second under mutation, and no other test looked."""
+    impossible event still reported as probabilities). Under mutation block verification reported a refusal
+    probability of 2 on the second, and no other test looked; OptimalMultiDraft reported −2.2e−16 on the first."""
     rng = np.random.default_rng(12)
     L = method.draft_length(3)
     p, q, x = _blocks(rng, n=3, M=method.rows, L=L)
