@@ -95,10 +95,12 @@ def _gof_pvalue(samples: np.ndarray, law: np.ndarray) -> float:
 
 SAMPLINGS = [Sampling(1.0), Sampling(0.7, top_k=50), Sampling(1.2, top_p=0.9)]
 SAMPLING_IDS = ["t1", "t0.7-k50", "t1.2-p0.9"]
-# Runs per law test: enough that the checks below refuse the plausible bugs of test_the_law_tests_have_power (at
-# 1,200 runs, temperature 1 gave the G-test a power of 0.36 against SD's correction drawn from q, 0.03 against batch
-# SD's root correction drawn from q; top-k 50 concentrates the laws and 1,200 suffice there)
-N_LAW = {"t1": 4800, "t0.7-k50": 1200, "t1.2-p0.9": 4800}
+# Runs per law test, by method and sampling: enough that the checks below refuse the plausible bugs of
+# test_the_law_tests_have_power (at 1,200 runs, temperature 1 gave the G-test a power of 0.36 against SD's
+# correction drawn from q, 0.03 against batch SD's root correction drawn from q; the directed check carries SD's at
+# 1,200, batch SD's needs 4,800 but at top-k 50, which concentrates the laws)
+N_LAW = {("sd", "t1"): 1200, ("sd", "t0.7-k50"): 1200, ("sd", "t1.2-p0.9"): 1200,
+         ("batch", "t1"): 4800, ("batch", "t0.7-k50"): 1200, ("batch", "t1.2-p0.9"): 4800}
 
 
 def _draft_first_token_law(pair, sampling, prompt=PROMPT):
@@ -119,7 +121,7 @@ def _directed_z(samples: np.ndarray, q: np.ndarray, p: np.ndarray) -> float:
 @pytest.mark.parametrize("method", [SD(K=2), BatchSD(3, K=2)], ids=["sd", "batch"])
 @pytest.mark.parametrize("sampling", SAMPLINGS, ids=SAMPLING_IDS)
 def test_first_tokens_follow_the_target_law(pair, method, sampling):
-    n = N_LAW[SAMPLING_IDS[SAMPLINGS.index(sampling)]]
+    n = N_LAW["batch" if isinstance(method, BatchSD) else "sd", SAMPLING_IDS[SAMPLINGS.index(sampling)]]
     res = decode(pair, [PROMPT] * n, method, max_new_tokens=2, sampling=sampling, key=7)
     first = np.array([t[0] for t in res.tokens])
     second = np.array([t[1] for t in res.tokens if len(t) == 2])  # runs that did not stop at EOS
@@ -163,14 +165,15 @@ def test_the_law_tests_have_power(pair, sampling, record_property):
     """The law test above refuses each plausible bug with probability > 0.99 at its number of runs, computed from
     the exact laws of the pair; and it refuses samples from the draft's law (what a verifier accepting everything
     would output) in a real run."""
-    n = N_LAW[SAMPLING_IDS[SAMPLINGS.index(sampling)]]
+    at = SAMPLING_IDS[SAMPLINGS.index(sampling)]
     q, p = (law / law.sum() for law in (_exact_first_token_law(pair, sampling), _draft_first_token_law(pair, sampling)))
     for bug, wrong in _wrong_first_token_laws(q, p).items():
         assert abs(wrong.sum() - 1) < 1e-12
+        n = N_LAW[bug, at]
         what = "SD's correction" if bug == "sd" else "batch SD's (M = 3) root correction"
-        assert_power(record_property, f"real-model first-token law, {SAMPLING_IDS[SAMPLINGS.index(sampling)]} "
-                     f"(N = {n:,}): {what} drawn from q", _law_test_power(wrong, q, p, n))
-    assert _law_test_power(q, q, p, n) < 1e-3  # the right law is (almost) never refused
+        assert_power(record_property, f"real-model first-token law, {at} (N = {n:,}): {what} drawn from q",
+                     _law_test_power(wrong, q, p, n))
+        assert _law_test_power(q, q, p, n) < 1e-3  # the right law is (almost) never refused
     draft_only = load_pair(pair.draft, "tiny-draft", device="cpu")  # AR from the draft model
     res = decode(draft_only, [PROMPT] * 1200, Autoregressive(), max_new_tokens=1, sampling=sampling, key=7)
     assert _gof_pvalue(np.array([t[0] for t in res.tokens]), q) < 1e-6

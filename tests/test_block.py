@@ -365,7 +365,7 @@ def test_real_models_first_tokens_follow_the_target_law(pair):
     from speculab.backends import Sampling, decode
 
     sampling = Sampling(1.0)
-    res = decode(pair, [tb.PROMPT] * tb.N_LAW["t1"], BlockVerification(3), max_new_tokens=2, sampling=sampling, key=7)
+    res = decode(pair, [tb.PROMPT] * tb.N_LAW["batch", "t1"], BlockVerification(3), max_new_tokens=2, sampling=sampling, key=7)
     first = np.array([t[0] for t in res.tokens])
     second = np.array([t[1] for t in res.tokens if len(t) == 2])
     q = tb._exact_first_token_law(pair, sampling)
