@@ -59,10 +59,11 @@ def test_greedy_batch_and_ngram_drafts_are_exact(pair):
 
 
 # -- sampling: the output law is the target's ------------------------------------------------------------
-def _exact_first_token_law(pair, sampling, prompt=PROMPT):
+def _exact_first_token_law(pair, sampling, prompt=PROMPT, model=None):
+    """The first token's law under ``sampling``: the target's, or ``model``'s (e.g. ``pair.draft.model``)."""
     ids = torch.tensor([pair.tokenizer.encode(prompt)])
     with torch.no_grad():
-        logits = pair.target.model(ids).logits[0, -1, : pair.vocab_size].float()
+        logits = (model or pair.target.model)(ids).logits[0, -1, : pair.vocab_size].float()
     return sampling.probs(logits).double().numpy()
 
 
@@ -103,13 +104,6 @@ N_LAW = {("sd", "t1"): 1200, ("sd", "t0.7-k50"): 1200, ("sd", "t1.2-p0.9"): 1200
          ("batch", "t1"): 4800, ("batch", "t0.7-k50"): 1200, ("batch", "t1.2-p0.9"): 4800}
 
 
-def _draft_first_token_law(pair, sampling, prompt=PROMPT):
-    ids = torch.tensor([pair.tokenizer.encode(prompt)])
-    with torch.no_grad():
-        logits = pair.draft.model(ids).logits[0, -1, : pair.vocab_size].float()
-    return sampling.probs(logits).double().numpy()
-
-
 def _directed_z(samples: np.ndarray, q: np.ndarray, p: np.ndarray) -> float:
     """z of the share of tokens where the target's law exceeds the draft's, ``A = {q > p}``, against ``q(A)``: the
     direction every wrong correction moves (a correction drawn from q or p puts ``TV(p, q)``-sized mass outside A)."""
@@ -127,7 +121,8 @@ def test_first_tokens_follow_the_target_law(pair, method, sampling):
     second = np.array([t[1] for t in res.tokens if len(t) == 2])  # runs that did not stop at EOS
     q = _exact_first_token_law(pair, sampling)
     assert _gof_pvalue(first, q) > 1e-4
-    assert abs(_directed_z(first, q, _draft_first_token_law(pair, sampling))) < Z_BOUND
+    p = _exact_first_token_law(pair, sampling, model=pair.draft.model)
+    assert abs(_directed_z(first, q, p)) < Z_BOUND
     assert _gof_pvalue(second, _exact_second_token_law(pair, sampling)) > 1e-4
 
 
@@ -135,11 +130,8 @@ def _wrong_first_token_laws(q, p):
     """The first token's law under two plausible bugs: SD's correction drawn from ``q`` instead of the residual, and
     batch SD's (M = 3) root correction drawn from ``q`` instead of the last residual ``q^{M+1}``."""
     sd = np.minimum(p, q) + (1 - np.minimum(p, q).sum()) * q
-    u, R = q.copy(), 1.0
-    for _ in range(3):
-        excess = np.maximum(u - p, 0.0)
-        R, u = R * excess.sum(), excess / excess.sum()
-    return {"sd": sd, "batch": q - R * u + R * q}
+    R, u = _residual_chain(torch.from_numpy(q), torch.from_numpy(p), 3)
+    return {"sd": sd, "batch": q - R * u.numpy() + R * q}
 
 
 def _law_test_power(wrong, q, p, n) -> float:
@@ -166,7 +158,8 @@ def test_the_law_tests_have_power(pair, sampling, record_property):
     the exact laws of the pair; and it refuses samples from the draft's law (what a verifier accepting everything
     would output) in a real run."""
     at = SAMPLING_IDS[SAMPLINGS.index(sampling)]
-    q, p = (law / law.sum() for law in (_exact_first_token_law(pair, sampling), _draft_first_token_law(pair, sampling)))
+    q, p = (law / law.sum() for law in (_exact_first_token_law(pair, sampling),
+                                        _exact_first_token_law(pair, sampling, model=pair.draft.model)))
     for bug, wrong in _wrong_first_token_laws(q, p).items():
         assert abs(wrong.sum() - 1) < 1e-12
         n = N_LAW[bug, at]
