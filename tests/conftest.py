@@ -1,5 +1,7 @@
 import os
 
+import numpy as np
+
 import pytest
 from hypothesis import HealthCheck, settings
 
@@ -21,6 +23,9 @@ def pytest_addoption(parser):
 
 
 def pytest_collection_modifyitems(config, items):
+    for item in items:  # a test that checks agreement through ``agrees`` is a power test too
+        if "agrees" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.power)
     if config.getoption("--runslow"):
         return
     skip = pytest.mark.skip(reason="slow: run with --runslow")
@@ -57,3 +62,56 @@ def assert_power(record_property, alternative: str, value: float) -> None:
     ``benchmarks/power.py`` (the table of every statistical test's power; a JUnit property ``power: …``)."""
     record_property("power", f"{value:.6f} | {alternative}")
     assert value > POWER, (alternative, value)
+
+
+#: The error every Monte-Carlo agreement check must be able to see (issue: "a test that cannot tell a 10 % error").
+REL_ERROR = 0.10
+
+
+def binomial_se(p, n):
+    """Standard error of a frequency over ``n`` draws when its probability is ``p`` (exact ``p``, not the sample's)."""
+    p = np.asarray(p, dtype=np.float64)
+    return np.sqrt(p * (1 - p) / n)
+
+
+@pytest.fixture
+def agrees(record_property):
+    """``agrees(measured, expected, what, se=…, wrong=…, alternative=…)``: a Monte-Carlo agreement check with power.
+
+    Asserts ``|measured − expected| < Z_BOUND · se`` (elementwise for arrays; where ``se = 0`` the two must agree
+    to the round-off of the exact value, ``1e-9`` relative, as ``Estimate.z`` does). ``measured`` may be an
+    ``Estimate`` (its mean and standard error are used) and ``se`` may be given alone.
+
+    Then the power: the chance that this same check refuses the wrong answer ``wrong`` (default: ``expected`` off
+    by ``REL_ERROR``, i.e. 10 %, named ``alternative``), computed with ``conftest.power`` from the check's own
+    standard error, is recorded for ``benchmarks/power.py`` and asserted above ``POWER``. For arrays it is the
+    power of the best-placed entry — a lower bound on the chance that some entry refuses. An entry checked with
+    ``se = 0`` (every run gave the same count, or an exact probability of 0 or 1) is checked exactly and refuses
+    any other value beyond round-off, with power 1 (also where ``expected = 0``, which has no 10 % error).
+    Tests that request this fixture are marked ``power``.
+    """
+
+    def check(measured, expected, what: str, *, se=None, wrong=None, alternative: str | None = None) -> None:
+        from speculab.counts import Estimate
+
+        if isinstance(measured, Estimate):
+            measured, se = measured.mean, measured.se if se is None else se
+        assert se is not None, "agrees needs a standard error: an Estimate or se=…"
+        measured, expected, se = np.broadcast_arrays(*(np.asarray(x, dtype=np.float64) for x in (measured, expected, se)))
+        assert np.all(np.isfinite(se)) and np.all(se >= 0), (what, se)
+        roundoff = 1e-9 * np.maximum(1.0, np.abs(expected))
+        z = np.where(se > 0, np.abs(measured - expected) / np.where(se > 0, se, 1.0), 0.0)
+        bad = np.where(se > 0, z >= Z_BOUND, np.abs(measured - expected) > roundoff)
+        assert not bad.any(), (what, "measured", measured[bad], "expected", expected[bad], "z", z[bad])
+        relative = wrong is None
+        if relative:
+            wrong, alternative = expected * (1 + REL_ERROR), alternative or f"{what}: {REL_ERROR:.0%} off"
+        wrong = np.broadcast_to(np.asarray(wrong, dtype=np.float64), expected.shape)
+        gap = np.abs(wrong - expected)
+        shift = np.divide(gap, se, out=np.zeros_like(gap), where=se > 0)
+        exact = relative | (gap > roundoff)  # an entry with se = 0 is checked exactly: it refuses any other value
+        powers = np.where(se > 0, np.vectorize(power, otypes=[float])(shift), exact)
+        best = float(np.max(powers)) if powers.size else 0.0
+        assert_power(record_property, alternative or what, best)
+
+    return check
