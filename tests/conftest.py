@@ -76,7 +76,12 @@ def binomial_se(p, n):
 
 @pytest.fixture
 def agrees(record_property):
-    """``agrees(measured, expected, what, se=…, wrong=…, alternative=…)``: a Monte-Carlo agreement check with power.
+    """The Monte-Carlo agreement check with power, recording to this test's JUnit properties (see ``make_agrees``)."""
+    return make_agrees(record_property)
+
+
+def make_agrees(record_property):
+    """``agrees(measured, expected, what, se=…, wrong=…, alternative=…)``: a Monte-Carlo check with power.
 
     Asserts ``|measured − expected| < Z_BOUND · se`` (elementwise for arrays; where ``se = 0`` the two must agree
     to the round-off of the exact value, ``1e-9`` relative, as ``Estimate.z`` does). ``measured`` may be an
@@ -89,29 +94,59 @@ def agrees(record_property):
     ``se = 0`` (every run gave the same count, or an exact probability of 0 or 1) is checked exactly and refuses
     any other value beyond round-off, with power 1 (also where ``expected = 0``, which has no 10 % error).
     Tests that request this fixture are marked ``power``.
+
+    ``wrong_se`` is the spread of the measurement under the wrong answer where it differs from ``se`` (0 when the
+    wrong answer is deterministic, e.g. every row drawing the same token).
+
+    ``carried_by`` is for a check whose sample size is set by cost, not power (the real-model ``compare`` rows on
+    a handful of prompts): its power is recorded, visibly, with the name of the test that carries the power for
+    the same quantity, and is not asserted.
     """
 
-    def check(measured, expected, what: str, *, se=None, wrong=None, alternative: str | None = None) -> None:
+    def check(measured, expected, what: str, *, se=None, wrong=None, alternative: str | None = None,
+              wrong_se=None, carried_by: str | None = None) -> None:
         from speculab.counts import Estimate
 
         if isinstance(measured, Estimate):
             measured, se = measured.mean, measured.se if se is None else se
         assert se is not None, "agrees needs a standard error: an Estimate or se=…"
-        measured, expected, se = np.broadcast_arrays(*(np.asarray(x, dtype=np.float64) for x in (measured, expected, se)))
+        measured, expected, se = np.broadcast_arrays(*(np.asarray(x, dtype=np.float64)
+                                                       for x in (measured, expected, se)))
         assert np.all(np.isfinite(se)) and np.all(se >= 0), (what, se)
         roundoff = 1e-9 * np.maximum(1.0, np.abs(expected))
         z = np.where(se > 0, np.abs(measured - expected) / np.where(se > 0, se, 1.0), 0.0)
         bad = np.where(se > 0, z >= Z_BOUND, np.abs(measured - expected) > roundoff)
         assert not bad.any(), (what, "measured", measured[bad], "expected", expected[bad], "z", z[bad])
         relative = wrong is None
+        assert not (relative and np.any((expected == 0) & (se > 0))), (
+            f"{what}: an expected value of 0 has no 10 % error; name a wrong answer (wrong=…, alternative=…)")
         if relative:
             wrong, alternative = expected * (1 + REL_ERROR), alternative or f"{what}: {REL_ERROR:.0%} off"
         wrong = np.broadcast_to(np.asarray(wrong, dtype=np.float64), expected.shape)
         gap = np.abs(wrong - expected)
-        shift = np.divide(gap, se, out=np.zeros_like(gap), where=se > 0)
         exact = relative | (gap > roundoff)  # an entry with se = 0 is checked exactly: it refuses any other value
-        powers = np.where(se > 0, np.vectorize(power, otypes=[float])(shift), exact)
+        if wrong_se is None:
+            shift = np.divide(gap, se, out=np.zeros_like(gap), where=se > 0)
+            powers = np.where(se > 0, np.vectorize(power, otypes=[float])(shift), exact)
+        else:  # the wrong answer's own spread: P(|N(gap, wrong_se²)| >= Z_BOUND·se); a spread of 0 refuses or not
+            from scipy.stats import norm
+
+            s1 = np.broadcast_to(np.asarray(wrong_se, dtype=np.float64), gap.shape)
+            spread = np.where(s1 > 0, s1, 1.0)
+            sampled = norm.sf((Z_BOUND * se - gap) / spread) + norm.cdf((-Z_BOUND * se - gap) / spread)
+            powers = np.where(se > 0, np.where(s1 > 0, sampled, gap >= Z_BOUND * se), exact)
         best = float(np.max(powers)) if powers.size else 0.0
+        if carried_by is not None:
+            record_property("power", f"{best:.6f} | {alternative or what} [not asserted: carried by {carried_by}]")
+            return
         assert_power(record_property, alternative or what, best)
 
     return check
+
+
+def agrees_json(agrees, out: dict, names=None) -> None:
+    """The simulated counts of a ``speculab sim --json`` output against its own theory, each through ``agrees``
+    (the output carries every count's mean and standard error beside the theory it is held against)."""
+    for name in names or out["z"]:
+        agrees(out["counts"][name]["mean"], out["theory"][name], f"{name} (speculab sim --json)",
+               se=out["counts"][name]["se"])

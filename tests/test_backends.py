@@ -12,6 +12,7 @@ pytest.importorskip("transformers")
 from scipy.stats import power_divergence  # noqa: E402
 
 from conftest import Z_BOUND, assert_power  # noqa: E402
+
 from speculab.backends import NGramModel, Sampling, decode, load_pair, ngram_draft  # noqa: E402
 from speculab.backends.pair import TINY_DIR, default_prompts  # noqa: E402
 from speculab.methods import SD, Autoregressive, BatchSD, Biased, Fuzzy  # noqa: E402
@@ -102,6 +103,21 @@ SAMPLING_IDS = ["t1", "t0.7-k50", "t1.2-p0.9"]
 # 1,200, batch SD's needs 4,800 but at top-k 50, which concentrates the laws)
 N_LAW = {("sd", "t1"): 1200, ("sd", "t0.7-k50"): 1200, ("sd", "t1.2-p0.9"): 1200,
          ("batch", "t1"): 4800, ("batch", "t0.7-k50"): 1200, ("batch", "t1.2-p0.9"): 4800}
+
+
+# The real-model ``compare`` rows run on a handful of prompts, a size set by cost: against a 10 % error their power
+# is low (recorded, not asserted). What carries it: the formulas they predict from are held to 10 % by the simulation
+# checks; what only the backend produces by the exact record checks here (r_n, log q, root probabilities), the law
+# tests (N_LAW) and the bonus count.
+COMPARE_CARRIED = "the simulation checks (formulas) and this file's record, law and bonus checks (backend)"
+
+
+def _compare_rows_agree(agrees, comp, label: str) -> None:
+    """Every row of a real-model comparison that has a z, through ``agrees`` with its power recorded only."""
+    for row in comp.rows:
+        if math.isfinite(row.z):
+            agrees(row.measured, row.predicted, f"{label}: {row.quantity}",
+                   se=math.hypot(row.predicted_se, row.measured_se), carried_by=COMPARE_CARRIED)
 
 
 def _directed_z(samples: np.ndarray, q: np.ndarray, p: np.ndarray) -> float:
@@ -201,31 +217,39 @@ def test_counts_and_records_are_consistent(pair):
 
 
 @pytest.mark.parametrize("batch_size", [None, 1], ids=["batched", "one-prompt"])
-def test_bonus_tokens_come_as_often_as_full_blocks_are_accepted(pair, batch_size):
+def test_bonus_tokens_come_as_often_as_full_blocks_are_accepted(pair, batch_size, agrees):
     """A bonus token follows exactly the rounds whose K drafts are all accepted (when a token may follow: not at
     the horizon, no drafted EOS). Predicted per round from its own laws, independently of the round law:
     ``Π_i min(1, q_i(x_i) / p_i(x_i))``; counted from the records (paired martingale z). Without bonus tokens the
-    count would be 0 against about 60 predicted."""
+    count would be 0 against about 60 predicted. Power against the acceptance test written the wrong way round,
+    ``min(1, p / q)``, on the same drafts."""
     K, n_new = 2, 24
     rounds = {}
+
+    def full(info, num, den):
+        x = info.drafts[0][:, None]
+        return float(torch.prod(torch.clamp(num.gather(-1, x)[:, 0] / den.gather(-1, x)[:, 0], max=1.0)))
+
     seen = lambda info: rounds.setdefault(info.run, []).append(  # noqa: E731
-        (info.drafts[0].tolist(), info.accepted, float(torch.prod(torch.clamp(
-            info.q[0, :-1].gather(-1, info.drafts[0][:, None])[:, 0]
-            / info.p[0].gather(-1, info.drafts[0][:, None])[:, 0], max=1.0)))))
+        (info.drafts[0].tolist(), info.accepted, full(info, info.q[0, :-1], info.p[0]),
+         full(info, info.p[0], info.q[0, :-1])))
     res = decode(pair, default_prompts()[:16], SD(K=K), max_new_tokens=n_new, key=11, on_round=seen,
                  batch_size=batch_size)
-    observed = predicted = variance = 0.0
+    observed = predicted = variance = backwards = 0.0
     for run, rec in enumerate(res.records):
         kinds, pos = rec.kind.tolist(), 0
-        for drafts, tau, full in rounds[run]:
+        for drafts, tau, right, wrong in rounds[run]:
             after = kinds[pos + tau] if pos + tau < len(kinds) else None  # what follows the accepted drafts
             if len(drafts) == K and pos + K < n_new and drafts[-1] != pair.eos_token_id:
                 observed += tau == K and after == 2
-                predicted += full
-                variance += full * (1 - full)
+                predicted += right
+                variance += right * (1 - right)
+                backwards += wrong
             pos += tau + (after in (1, 2))
         assert pos == len(kinds)
-    assert predicted > 30 and abs(observed - predicted) < Z_BOUND * math.sqrt(variance)
+    assert predicted > 30
+    agrees(observed, predicted, "bonus tokens on real models (16 prompts, K = 2)", se=math.sqrt(variance),
+           wrong=backwards, alternative="bonus tokens on real models (16 prompts, K = 2): acceptance min(1, p/q)")
 
 
 @pytest.mark.parametrize("method", [Autoregressive(), SD(K=3), BatchSD(M=2, K=2), Biased(0.2, "opt", K=2),
@@ -306,14 +330,12 @@ def test_biased_records_sit_on_the_pareto_line(pair):
 
 
 # -- theory vs measured ------------------------------------------------------------------------------------
-def test_compare_sd_agrees_with_t1(pair):
+def test_compare_sd_agrees_with_t1(pair, agrees):
     from speculab.compare import compare
 
     comp = compare(pair, SD(), default_prompts()[:12], runs_per_prompt=3, max_new_tokens=12, key=0)
     rows = {r.quantity.split("(")[0].strip(): r for r in comp.rows}
-    for row in comp.rows:
-        if math.isfinite(row.z):
-            assert abs(row.z) < Z_BOUND, (row.quantity, row.z)
+    _compare_rows_agree(agrees, comp, "compare SD (tiny pair, 36 runs)")
     assert "E[N_rej]" in rows and "T1" not in str(comp.title)
     assert "theory vs measured" in str(comp)
     # with finite K: T1 is an upper bound (bonus positions), and the i.i.d. model's target calls lie between one per
@@ -325,25 +347,22 @@ def test_compare_sd_agrees_with_t1(pair):
     assert 12 / 3 < iid.predicted < 12 and iid.predicted_se == 0.0
 
 
-def test_compare_batch_and_biased(pair):
+def test_compare_batch_and_biased(pair, agrees):
     from speculab.compare import compare
 
     comp = compare(pair, BatchSD(3), default_prompts()[:8], runs_per_prompt=2, max_new_tokens=12, key=1)
-    paired = next(r for r in comp.rows if "paired" in r.quantity)
-    assert abs(paired.z) < Z_BOUND
+    assert any("paired" in r.quantity for r in comp.rows)
+    _compare_rows_agree(agrees, comp, "compare BatchSD(3) (tiny pair, 16 runs)")
     improvement = next(r for r in comp.rows if "Thm 3" in r.quantity)
-    assert abs(improvement.z) < Z_BOUND and improvement.predicted > 0
+    assert math.isfinite(improvement.z) and improvement.predicted > 0
     assert improvement.predicted_se == 0.0  # the path improvement is paired with its run: its noise is in measured_se
     comp = compare(pair, Fuzzy(0.3, "js", K=4), default_prompts()[:4], runs_per_prompt=2, max_new_tokens=12, key=1)
-    for row in comp.rows:  # regression: FSD's r_n = Σ p can round above 1 (was a math domain error)
-        if math.isfinite(row.z):
-            assert abs(row.z) < Z_BOUND, (row.quantity, row.z)
+    # regression: FSD's r_n = Σ p can round above 1 (was a math domain error)
+    _compare_rows_agree(agrees, comp, "compare Fuzzy(0.3, js, K = 4) (tiny pair, 8 runs)")
     comp = compare(pair, Biased(0.2, "opt"), default_prompts()[:6], runs_per_prompt=2, max_new_tokens=12, key=1)
     pareto = next(r for r in comp.rows if "Thm 5" in r.quantity)
     assert pareto.holds is True and "exact ✓" in str(comp)
-    for row in comp.rows:
-        if math.isfinite(row.z):
-            assert abs(row.z) < Z_BOUND, (row.quantity, row.z)
+    _compare_rows_agree(agrees, comp, "compare Biased(0.2, opt) (tiny pair, 12 runs)")
 
 
 # -- bad input ----------------------------------------------------------------------------------------------

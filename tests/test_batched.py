@@ -13,7 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from conftest import Z_BOUND  # noqa: E402
+from conftest import binomial_se  # noqa: E402
 from speculab.backends import Sampling, decode, load_pair, ngram_draft  # noqa: E402
 from speculab.backends.pair import default_prompts  # noqa: E402
 from speculab.methods import SD, Autoregressive, BatchSD, Biased, BlockVerification, Fuzzy  # noqa: E402
@@ -75,9 +75,11 @@ def test_autoregressive_tracking_the_draft(pair):
     assert np.isfinite(np.concatenate([r.tv for r in many.records])).all()
 
 
-def test_batched_sampling_has_the_target_law(pair):
+def test_batched_sampling_has_the_target_law(pair, agrees):
     """400 copies of one prompt, SD with K = 2, two tokens each: the first token's law is q(· | prompt) and the
-    second's, after the most frequent first token, q(· | prompt, x_1) — z-tests on their likeliest tokens."""
+    second's, after the most frequent first token, q(· | prompt, x_1) — z-tests on their likeliest tokens.
+    The bug this is for is a batching one: rows sharing their random numbers draw one token for all (power ≈ 1);
+    the laws themselves are held to their named bugs by test_backends' law tests (N_LAW runs)."""
     prompt = default_prompts()[3]
     n = 400
     res = decode(pair, [prompt] * n, SD(K=2), max_new_tokens=2, key=5)
@@ -87,7 +89,11 @@ def test_batched_sampling_has_the_target_law(pair):
         q1 = torch.softmax(pair.target.model(torch.tensor([ids])).logits[0, -1, : pair.vocab_size].double(), -1).numpy()
     top = np.argsort(q1)[::-1][:8]
     freq = np.array([(first == x).mean() for x in top])
-    assert np.all(np.abs(freq - q1[top]) < Z_BOUND * np.sqrt(q1[top] * (1 - q1[top]) / n) + 1e-12)
+    # every row the same draw: the likeliest token's frequency is 0 or 1 — the nearer, 0, while its q is below 1/2
+    assert q1[top[0]] < 0.5
+    shared = np.zeros(top.size)
+    agrees(freq, q1[top], "batched first-token law", se=binomial_se(q1[top], n), wrong=shared, wrong_se=0,
+           alternative=f"batched first-token law ({n} rows): rows sharing their random numbers")
     x1 = np.bincount(first).argmax()
     second = np.array([t[1] for t in res.tokens if t[0] == x1 and len(t) > 1])
     with torch.no_grad():
@@ -95,7 +101,10 @@ def test_batched_sampling_has_the_target_law(pair):
     q2 = torch.softmax(logits.double(), -1).numpy()
     top = np.argsort(q2)[::-1][:5]
     freq = np.array([(second == x).mean() for x in top])
-    assert np.all(np.abs(freq - q2[top]) < Z_BOUND * np.sqrt(q2[top] * (1 - q2[top]) / second.size) + 1e-12)
+    # about 50 rows: power against a 10 % error is low (recorded); a row decoding another row's context would be seen
+    # exactly by test_backends' per-row log-probability check
+    agrees(freq, q2[top], f"batched second-token law ({second.size} rows)", se=binomial_se(q2[top], second.size),
+           carried_by="test_recorded_target_logprobs_are_the_targets_own (each row's log q, exactly)")
 
 
 @pytest.mark.parametrize("method", [SD(K=4), Autoregressive(), SD(), BlockVerification(3), Biased(0.2, "opt", K=3)],

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from _enumerate import enumerate_decoding
 from _enumerate import sequence_law as brute_law
-from conftest import Z_BOUND, assert_frozen, assert_power, power
+from conftest import Z_BOUND, assert_frozen, assert_power, binomial_se, power
 from speculab.sim import Fuzzy, simulate
 from speculab.testing import markov_instances
 from speculab.theory import MarkovInstance, chain_marginals
@@ -86,7 +86,7 @@ def test_theta_above_every_divergence_is_pure_draft_decoding(div):
 
 # -- exact law vs simulation ----------------------------------------------------------------
 @pytest.mark.parametrize("div, K", [("js", None), ("kl", None), ("kl_reverse", None), ("tv", 100)])
-def test_exact_law_and_rejections_vs_simulation(div, K):
+def test_exact_law_and_rejections_vs_simulation(div, K, agrees):
     inst = _inst(4, T=12, V=4)
     theta = float(np.median(fuzzy_divergence(inst, div)))  # about half the contexts accept
     law = fuzzy_output_law(inst, theta, div)
@@ -96,18 +96,17 @@ def test_exact_law_and_rejections_vs_simulation(div, K):
     mu = chain_marginals(inst.rho, law)
     for n in range(inst.T + 1):
         freq = np.bincount(c.sequences[:, n], minlength=inst.V) / N
-        se = np.sqrt(mu[n] * (1 - mu[n]) / N)
-        assert np.all(np.abs(freq - mu[n]) < Z_BOUND * se + 1e-12), n
+        agrees(freq, mu[n], f"marginal law of x_{n}", se=binomial_se(mu[n], N))
     n = 5
     joint = np.zeros((inst.V, inst.V))
     np.add.at(joint, (c.sequences[:, n], c.sequences[:, n + 1]), 1.0 / N)
     exact = mu[n][:, None] * law[n]
-    assert np.all(np.abs(joint - exact) < Z_BOUND * np.sqrt(exact * (1 - exact) / N) + 1e-12)
-    assert abs(c.estimate("rejections").z(prof.rejections)) < Z_BOUND
+    agrees(joint, exact, f"pair law of (x_{n}, x_{n + 1})", se=binomial_se(exact, N))
+    agrees(c.estimate("rejections"), prof.rejections, "rejections")
     rate = prof.rejections_per_position
     np.testing.assert_allclose(rate, 1 - prof.accepted_per_position, atol=1e-12)  # K = ∞: no bonus
-    assert np.all(np.abs(c.rejections_per_position - rate) < Z_BOUND * np.sqrt(rate * (1 - rate) / N) + 1e-12)
-    assert abs(c.estimate("accepted").z(inst.T * prof.draft_fraction)) < Z_BOUND
+    agrees(c.rejections_per_position, rate, "rejection rate per position", se=binomial_se(rate, N))
+    agrees(c.estimate("accepted"), inst.T * prof.draft_fraction, "accepted")
 
 
 @pytest.mark.parametrize("K", [None, 1, 2, 3])
@@ -137,7 +136,7 @@ def test_finite_lookahead_law_matches_literal_enumeration(K, seed):
 
 
 @pytest.mark.parametrize("K", [1, 3])
-def test_finite_lookahead_vs_simulation(K):
+def test_finite_lookahead_vs_simulation(K, agrees):
     inst = MarkovInstance.random(7, 3, 6, concentration=0.7)
     theta = float(np.quantile(fuzzy_divergence(inst, "kl"), 0.6))
     joint = fuzzy_sequence_law(inst, theta, "kl", K)
@@ -146,10 +145,10 @@ def test_finite_lookahead_vs_simulation(K):
     for n in range(inst.T + 1):
         mu = joint.sum(axis=tuple(i for i in range(inst.T + 1) if i != n))
         freq = np.bincount(c.sequences[:, n], minlength=inst.V) / N
-        assert np.all(np.abs(freq - mu) < Z_BOUND * np.sqrt(mu * (1 - mu) / N) + 1e-12), n
+        agrees(freq, mu, f"marginal law of x_{n}", se=binomial_se(mu, N))
     for name, exact in (("rejections", prof.rejections), ("bonus", prof.bonus),
                         ("accepted", inst.T * prof.draft_fraction)):
-        assert abs(c.estimate(name).z(exact)) < Z_BOUND, name
+        agrees(c.estimate(name), exact, name)
 
 
 @pytest.mark.power
@@ -224,11 +223,11 @@ def test_bound_with_fsd_draft_fraction_fails_on_a_counterexample():
     assert fuzzy_profile(inst, 1.7, "kl").kl_reverse == np.inf
 
 
-def test_simulated_draft_fraction_of_the_counterexample():
+def test_simulated_draft_fraction_of_the_counterexample(agrees):
     inst = _adversarial()
     prof = fuzzy_profile(inst, 1.7, "kl")
     c = simulate(inst, Fuzzy(1.7, "kl"), N, key=9)
-    assert abs(c.estimate("accepted").z(inst.T * prof.draft_fraction)) < Z_BOUND
+    agrees(c.estimate("accepted"), inst.T * prof.draft_fraction, "accepted")
 
 
 # -- bad inputs ---------------------------------------------------------------------------------

@@ -150,3 +150,85 @@ def test_at_position_reads_a_compact_stack_at_every_position():
     assert np.array_equal(at_position(full, 2), full[2])
     for n in (0, 1, 7):
         assert np.array_equal(at_position(one, n), one[0])
+
+
+def test_position_helpers_on_two_positions_and_a_shared_row():
+    """``at_position`` and ``per_position`` on a stack of T = 2 (the smallest that varies: a ``> 2`` or ``== 2``
+    for the compact test passed on T = 3), and ``expect`` / ``push`` with a row shared by every context."""
+    from speculab.theory.instance import at_position, expect, per_position, push
+
+    two = np.arange(8.0).reshape(2, 2, 2)
+    assert np.array_equal(at_position(two, 1), two[1])
+    assert [float(x.sum()) for x in per_position(np.sum, 2, two)] == [6.0, 22.0]
+    assert [float(x) for x in per_position(lambda a, b: (a * b).sum(), 3, two[:1], two[:1])] == [14.0] * 3
+    mass = np.array([0.25, 0.5])
+    assert expect(mass, np.array([2.0])) == pytest.approx(1.5)  # the same value 2 in every context
+    assert expect(mass, np.array([2.0, 4.0])) == pytest.approx(2.5)
+    np.testing.assert_allclose(push(mass, np.array([[0.3, 0.7]])), 0.75 * np.array([0.3, 0.7]))
+
+
+def test_one_position_and_the_default_prompt_law():
+    """T = 1 is an instance (the smallest); ``stationary`` without ``rho`` starts from the uniform law."""
+    p, q = np.array([[0.6, 0.4], [0.1, 0.9]]), np.array([[0.5, 0.5], [0.5, 0.5]])
+    one = MarkovInstance(p[None], q[None], [1.0, 0.0])
+    assert one.T == 1 and one.tv()[0] == pytest.approx([0.1, 0.4])
+    inst = MarkovInstance.stationary(p, q, T=3)
+    np.testing.assert_array_equal(inst.rho, [0.5, 0.5])
+
+
+def test_the_callers_arrays_stay_theirs():
+    """The instance copies what it is given: the caller's arrays stay writable and changing them changes nothing;
+    the instance's own (``rho`` too) are read-only. ``dtype`` is keyword-only."""
+    P, rho = np.full((2, 2, 2), 0.5), np.array([0.5, 0.5])
+    inst = MarkovInstance(P, P, rho)
+    P[0, 0, 0], rho[0] = 0.9, 0.9  # neither raises: not frozen by the instance
+    assert inst.P[0, 0, 0] == 0.5 and inst.rho[0] == 0.5
+    with pytest.raises(ValueError):
+        inst.rho[0] = 0.1
+    with pytest.raises(TypeError):
+        MarkovInstance(inst.P, inst.Q, inst.rho, "float32")
+
+
+def test_instance_files_with_bad_contents_name_the_reason(tmp_path):
+    """A corrupt file's message carries numpy's or zipfile's reason; a stored horizon that is not one integer and
+    kernels that are not (T, V, V) are refused; a context-free instance (compact rows) round-trips."""
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"PK\x03\x04 not really a zip")
+    with pytest.raises(ValueError, match="not a speculab Markov instance .*: (File is not a zip file|.*zip)"):
+        MarkovInstance.load(bad)
+    inst = MarkovInstance.random(3, 2, 0)
+    for name, T in (("vector", np.array([3])), ("float", np.float64(3.0))):
+        np.savez(tmp_path / f"{name}.npz", P=np.asarray(inst.P), Q=np.asarray(inst.Q), rho=inst.rho, T=T,
+                 format_version=2)
+        with pytest.raises(ValueError, match="T must be one integer"):
+            MarkovInstance.load(tmp_path / f"{name}.npz")
+    np.savez(tmp_path / "flat.npz", P=np.asarray(inst.P)[0], Q=np.asarray(inst.Q), rho=inst.rho, T=3,
+             format_version=2)
+    with pytest.raises(ValueError, match=r"P and Q have shapes \(2, 2\) and \(3, 2, 2\)"):
+        MarkovInstance.load(tmp_path / "flat.npz")
+    np.savez(tmp_path / "flatq.npz", P=np.asarray(inst.P), Q=np.asarray(inst.Q)[0], rho=inst.rho, T=3,
+             format_version=2)  # Q of two dimensions with P's vocabulary: refused too, not broadcast
+    with pytest.raises(ValueError, match=r"P and Q have shapes \(3, 2, 2\) and \(2, 2\)"):
+        MarkovInstance.load(tmp_path / "flatq.npz")
+    free = MarkovInstance.context_free([0.6, 0.3, 0.1], [0.2, 0.3, 0.5], T=4)
+    back = MarkovInstance.load(free.save(tmp_path / "free.npz"))
+    assert back.T == 4 and np.array_equal(back.P, free.P) and np.array_equal(back.Q, free.Q)
+
+
+def test_compact_and_push_on_the_shapes_they_meet():
+    """``compact`` keeps one copy of every broadcast leading axis (of length 2 too) and of the context axis of a
+    context-free stack, never of the vocabulary; ``push`` takes a batch of masses; ``per_position`` recomputes a
+    stack that varies by position even when its context axis is compact; a context-free pair of unequal lengths
+    is refused with both lengths."""
+    from speculab.theory.instance import compact, per_position, push
+
+    k = np.array([[0.9, 0.1], [0.2, 0.8]])
+    assert compact(np.broadcast_to(k, (2, 2, 2))).shape == (1, 2, 2)
+    free = MarkovInstance.context_free([0.6, 0.3, 0.1], [0.2, 0.3, 0.5], T=5)
+    assert compact(free.P).shape == (1, 1, 3) and compact(np.ones((4, 3))).shape == (4, 3)
+    masses = np.array([[0.25, 0.5], [1.0, 0.0]])
+    np.testing.assert_allclose(push(masses, np.array([[0.3, 0.7]])), [[0.225, 0.525], [0.3, 0.7]])
+    varying = np.array([[[0.5, 0.5]], [[0.1, 0.9]]])  # (T = 2, 1, V): one row per position
+    assert [float(x[0, 0]) for x in per_position(lambda a: a, 2, varying)] == [0.5, 0.1]
+    with pytest.raises(ValueError, match="p and q must have the same length; got 2 and 3"):
+        MarkovInstance.context_free([0.5, 0.5], [0.2, 0.3, 0.5], T=2)

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from _enumerate import enumerate_rounds, enumerate_specdecpp, enumerate_sprinter, sequence_law
-from conftest import Z_BOUND, assert_frozen, assert_power
+from conftest import Z_BOUND, agrees_json, assert_frozen, assert_power, binomial_se
 from speculab import kernels
 from speculab.cli import main
 from speculab.methods import (
@@ -105,6 +105,15 @@ COUNTS = ("rejections", "oracle_calls", "draft_calls", "accepted", "discarded", 
 N = 40_000
 
 
+def _runs(method) -> int:
+    """Runs of the simulation checks: ``N``, more where the rarest count needs them to see a 10 % error (the bonus
+    of acceptance scaled by 0.6 has power 0.958 at ``N``), and where the law of whole sequences must carry its own
+    power (methods outside ``POWER_CASES``: 0.81–0.84 at ``N``, above 0.99 at 70,000)."""
+    if isinstance(method, RejectionDecoding):
+        return 60_000
+    return N if method in POWER_CASES else 70_000
+
+
 def _tiny(seed: int = 0, T: int = 3, V: int = 3) -> MarkovInstance:
     return MarkovInstance.random(T, V, seed, concentration=0.6)
 
@@ -176,25 +185,32 @@ def test_expected_counts_equal_the_enumeration(method):
 
 
 @pytest.mark.parametrize("method", METHODS, ids=IDS)
-def test_simulation_matches_the_enumeration(method):
+def test_simulation_matches_the_enumeration(method, agrees):
     inst = _tiny(3)
     law, exact, rej_pos = _exact(method, inst)
-    c = simulate(inst, method, N, key=7, return_sequences=True)
-    _assert_matches(c, law, exact, rej_pos)
+    c = simulate(inst, method, _runs(method), key=7, return_sequences=True)
+    _assert_matches(agrees, c, law, exact, rej_pos, repr(method), method)
 
 
-def _assert_matches(c, law, exact, rej_pos):
-    """Simulated counts, per-position rejection rates and the law of whole sequences against the enumeration."""
+def _assert_matches(agrees, c, law, exact, rej_pos, label: str, method):
+    """Simulated counts, per-position rejection rates and the law of whole sequences against the enumeration.
+
+    For a method of ``POWER_CASES`` the law of whole sequences is held to a 10 % error of its likeliest sequence
+    with power 0.84 only (at N); its power against the named bugs of a round is computed, above 0.999999, by
+    ``test_the_simulation_check_has_power_against_plausible_bugs``, and recorded here as carried by it. Other
+    methods run more (``_runs``) and assert it."""
+    n = c.rejections.size
     for name in COUNTS:
-        assert abs(c.estimate(name).z(exact[name])) < Z_BOUND, name
-    se = np.sqrt(np.maximum(rej_pos * (1 - rej_pos), 1e-12) / N)
-    assert np.all(np.abs(c.rejections_per_position - rej_pos) < Z_BOUND * se)
+        agrees(c.estimate(name), exact[name], f"{label}: {name}")
+    agrees(c.rejections_per_position, rej_pos, f"{label}: rejection rate per position", se=binomial_se(rej_pos, n))
     seqs, hits = np.unique(c.sequences, axis=0, return_counts=True)
-    seen = {tuple(int(x) for x in s): k / N for s, k in zip(seqs, hits)}
-    for seq in set(law) | set(seen):
-        p, f = law.get(seq, 0.0), seen.get(seq, 0.0)
-        assert p > 0 or f == 0, seq  # an impossible sequence never appears
-        assert abs(f - p) < Z_BOUND * np.sqrt(p * (1 - p) / N) + 1e-12, seq
+    seen = {tuple(int(x) for x in s): k / n for s, k in zip(seqs, hits)}
+    every = sorted(set(law) | set(seen))
+    for seq in every:
+        assert law.get(seq, 0.0) > 0 or seen.get(seq, 0.0) == 0, seq  # an impossible sequence never appears
+    p, f = np.array([law.get(s, 0.0) for s in every]), np.array([seen.get(s, 0.0) for s in every])
+    carried = "test_the_simulation_check_has_power_against_plausible_bugs" if method in POWER_CASES else None
+    agrees(f, p, f"{label}: law of whole sequences", se=binomial_se(p, n), carried_by=carried)
 
 
 def _wrong_round_law(method, kind: str):
@@ -414,7 +430,7 @@ def test_round_laws_are_probabilities_on_degenerate_blocks(method):
 
 
 @pytest.mark.parametrize("method", ROUND_CASES, ids=[repr(m) for m in ROUND_CASES])
-def test_sampled_decisions_follow_the_round_law(method):
+def test_sampled_decisions_follow_the_round_law(method, agrees):
     """``sample_round`` draws (row, accepted) with the law's probabilities (Monte Carlo, one block)."""
     rng = np.random.default_rng(9)
     p, q, x = _blocks(rng, n=1, M=method.rows, L=method.draft_length(3))
@@ -425,7 +441,7 @@ def test_sampled_decisions_follow_the_round_law(method):
     freq = np.zeros(law.outcome.shape[1:])
     np.add.at(freq, (row, tau), 1.0 / n)
     exact = law.outcome[0]
-    assert np.all(np.abs(freq - exact) < Z_BOUND * np.sqrt(exact * (1 - exact) / n) + 1e-12)
+    agrees(freq, exact, f"{method!r}: law of (row, accepted) of one round", se=binomial_se(exact, n))
     if isinstance(method, Sprinter):  # no bonus token ever: a round whose refused draft is kept ends there
         np.testing.assert_array_equal(token >= 0, tau < x.shape[-1])
     else:
@@ -460,8 +476,8 @@ def test_every_command_line_parameter_has_a_command_line_type():
 
 
 @pytest.mark.parametrize("method", CLI_CASES, ids=[repr(m) for m in CLI_CASES])
-def test_cli_sim_prints_the_methods_own_theory(method, capsys):
-    argv = ["sim", "--T", "8", "--V", "3", "--seed", "4", "--n-runs", "3000", "--json"] + _cli_args(method)
+def test_cli_sim_prints_the_methods_own_theory(method, capsys, agrees):
+    argv = ["sim", "--T", "8", "--V", "3", "--seed", "4", "--n-runs", "20000", "--json"] + _cli_args(method)
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["method"] == repr(method)
@@ -471,10 +487,10 @@ def test_cli_sim_prints_the_methods_own_theory(method, capsys):
         return
     assert out["theory"] == pytest.approx(dict(expected.items()), rel=1e-12)
     assert out["theory_source"] == expected.source
-    assert all(abs(z) < Z_BOUND for z in out["z"].values())
+    agrees_json(agrees, out)
 
 
-def test_cli_biased_regression(capsys):
+def test_cli_biased_regression(capsys, agrees):
     """The reported bug: ``sim --method biased`` printed Thm 1's SD value (z ≈ −200) as its theory."""
     argv = ["sim", "--method", "biased", "--eps", "0.2", "--T", "10", "--V", "3", "--seed", "1", "--json"]
     assert main(argv) == 0
@@ -482,7 +498,7 @@ def test_cli_biased_regression(capsys):
     inst = MarkovInstance.random(10, 3, 1)
     assert out["theory"]["rejections"] == pytest.approx(Biased(0.2).expected(inst).rejections, rel=1e-12)
     assert abs(out["theory"]["rejections"] - SD().expected(inst).rejections) > 1.0
-    assert abs(out["z"]["rejections"]) < Z_BOUND
+    agrees_json(agrees, out, ["rejections"])
 
 
 def test_methods_listing_names_every_method(capsys):
@@ -557,14 +573,14 @@ def test_rule_arrays_are_tied_to_their_instance():
 
 # -- the JAX engine runs every method's own rule ---------------------------------------------------------------
 @pytest.mark.parametrize("method", METHODS, ids=IDS)
-def test_jax_engine_matches_the_enumeration(method):
+def test_jax_engine_matches_the_enumeration(method, agrees):
     """engine='jax' reads only the protocol (slotwise flag, rows, draft_length, round_law, position_law,
     adaptive_drafting): the same counts and the same law of whole sequences as the enumeration."""
     pytest.importorskip("jax")
     inst = _tiny(3)
     law, exact, rej_pos = _exact(method, inst)
-    c = simulate(inst, method, N, key=7, engine="jax", return_sequences=True)
-    _assert_matches(c, law, exact, rej_pos)
+    c = simulate(inst, method, _runs(method), key=7, engine="jax", return_sequences=True)
+    _assert_matches(agrees, c, law, exact, rej_pos, f"{method!r} on the JAX engine", method)
     np.testing.assert_array_equal(c.accepted + c.rejections + c.bonus, c.tokens)
 
 

@@ -5,7 +5,7 @@ import pytest
 
 from _enumerate import enumerate_decoding
 from conftest import assert_power, binomial_se, power
-from speculab.sim import SD, Autoregressive, BatchSD, Counts, RejectionDecoding, simulate
+from speculab.sim import SD, Autoregressive, BatchSD, RejectionDecoding, simulate
 from speculab.methods.sd import sd_rule
 from speculab.theory import (
     MarkovInstance,

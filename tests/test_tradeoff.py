@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from scipy.optimize import linprog
 
 from _enumerate import enumerate_decoding, sequence_law
-from conftest import Z_BOUND, assert_frozen, assert_power, power
+from conftest import Z_BOUND, assert_frozen, assert_power, binomial_se, power
 from speculab.sim import Biased, simulate
 from speculab.testing import distribution_pairs, distributions, markov_instances
 from speculab.theory import MarkovInstance, expected_rejections, output_law, sd_acceptance, tv
@@ -397,11 +397,12 @@ def test_per_token_optimal_is_not_sequence_optimal():
 
 # -- Monte Carlo ------------------------------------------------------------------------------
 N = 40_000
+N_SEQUENCES = 60_000  # OPT's sequence KL on the tiny chain needs them to see a 10 % error
 
 
 @pytest.mark.power
 @pytest.mark.parametrize("rej", ["opt", "uno"])
-def test_simulated_per_position_laws_match_the_exact_output_chain(rej, record_property):
+def test_simulated_per_position_laws_match_the_exact_output_chain(rej, record_property, agrees):
     inst = MarkovInstance.random(6, 4, 3, concentration=0.7)
     b, R = biased_arrays(inst, 0.1, rej)
     prof = tradeoff_profile(inst, b, R)
@@ -413,10 +414,10 @@ def test_simulated_per_position_laws_match_the_exact_output_chain(rej, record_pr
         np.add.at(joint, (c.sequences[:, n], c.sequences[:, n + 1]), 1.0 / N)
         for law, check in ((prof, True), (other, False)):
             exact = law.marginals[n][:, None] * law.output[n]
-            z = np.abs(joint - exact) / np.sqrt(np.maximum(exact * (1 - exact), 1e-12) / N)
             if check:
-                assert np.all(z < Z_BOUND), (n, z.max())
+                agrees(joint, exact, f"pair law of (x_{n}, x_{n + 1})", se=binomial_se(exact, N))
             else:
+                z = np.abs(joint - exact) / np.sqrt(np.maximum(exact * (1 - exact), 1e-12) / N)
                 worst_other = max(worst_other, z.max())
         right = prof.marginals[n][:, None] * prof.output[n]
         wrong = other.marginals[n][:, None] * other.output[n]
@@ -425,25 +426,26 @@ def test_simulated_per_position_laws_match_the_exact_output_chain(rej, record_pr
     other_name = "UNO" if rej == "opt" else "OPT"
     assert_power(record_property, f"Biased {rej.upper()} pair laws vs the exact output chain (N = {N:,}): {other_name}'s "
                  "law", power(shift))
-    assert abs(c.estimate("rejections").z(prof.rejections)) < Z_BOUND
+    agrees(c.estimate("rejections"), prof.rejections, "rejections")
 
 
 @pytest.mark.parametrize("rej", ["opt", "uno"])
-def test_monte_carlo_sequence_law_kl_and_tv(rej):
+def test_monte_carlo_sequence_law_kl_and_tv(rej, agrees):
     inst = MarkovInstance.random(3, 2, 1, concentration=0.8)
     b, R = biased_arrays(inst, 0.15, rej)
     K = output_law(inst, b, R)
     law = sequence_law(K, inst.rho)
-    c = simulate(inst, Biased(0.15, rej), N, key=11, return_sequences=True)
+    c = simulate(inst, Biased(0.15, rej), N_SEQUENCES, key=11, return_sequences=True)
     seqs, counts = np.unique(c.sequences, axis=0, return_counts=True)
     seen = {tuple(int(x) for x in s): int(k) for s, k in zip(seqs, counts)}
     assert set(seen) <= set(law)  # nothing off the support
-    for s, pr in law.items():  # every sequence of positive probability, seen or not
-        assert abs(seen.get(s, 0) / N - pr) < Z_BOUND * np.sqrt(pr * (1 - pr) / N), s
+    pr = np.array(list(law.values()))  # every sequence of positive probability, seen or not
+    freq = np.array([seen.get(s, 0) / N_SEQUENCES for s in law])
+    agrees(freq, pr, "sequence law", se=binomial_se(pr, N_SEQUENCES))
     d = sequence_bias(inst, b, R)
     llr = log_likelihood_ratio(K, inst.Q, c.sequences)
-    for x, exact in ((llr, d.kl), (-np.expm1(-np.maximum(llr, 0)), d.tv)):
-        assert abs(x.mean() - exact) < Z_BOUND * x.std(ddof=1) / np.sqrt(N)
+    for name, x, exact in (("sequence KL", llr, d.kl), ("sequence TV", -np.expm1(-np.maximum(llr, 0)), d.tv)):
+        agrees(x.mean(), exact, name, se=x.std(ddof=1) / np.sqrt(N_SEQUENCES))
 
 
 # -- bad input --------------------------------------------------------------------------------
@@ -489,10 +491,11 @@ def test_bad_markov_rules():
 
 
 # -- the reproduction -------------------------------------------------------------------------
-def test_yin_fig4_runs_and_its_numbers_agree(tmp_path):
+def test_yin_fig4_runs_and_its_numbers_agree(tmp_path, agrees):
     from speculab.repro import yin_fig4
 
-    res = yin_fig4.run(key=10, n_runs=3000, out_dir=tmp_path)
+    # 12,000 runs (not 3,000): the rejection rate at ε = 0.2 (0.011) needs them to see a 10 % error
+    res = yin_fig4.run(key=10, n_runs=12_000, out_dir=tmp_path)
     assert (tmp_path / "yin_fig4.png").stat().st_size > 0
     saved = json.loads((tmp_path / "yin_fig4.json").read_text())
     assert len(saved["table"]) == 2 * len(yin_fig4.EPS_TABLE)
@@ -502,7 +505,17 @@ def test_yin_fig4_runs_and_its_numbers_agree(tmp_path):
         b, R = biased_arrays(inst, row["eps"], row["rejection"])
         assert row["token_loss"] == pytest.approx(tradeoff_profile(inst, b, R).token_loss, rel=1e-12)
         for name in ("rejection_rate", "token_loss", "kl"):
-            assert abs(row["z"][name]) < Z_BOUND, (row["eps"], row["rejection"], name)
+            mean, se = row[f"{name}_sim"]
+            what = f"{name} of {row['rejection'].upper()} at ε = {row['eps']}"
+            if name == "rejection_rate" and row["eps"] == 0.4:
+                # a rate of 4e-5: no affordable run count sees 10 % of it. The plausible bug here is a row of the
+                # table simulated at another ε than its exact numbers (the loop over ε and rejection mispaired):
+                # the rate of the table's previous ε (0.2, 0.011), exactly from its own row
+                prev = yin_fig4.EPS_TABLE[yin_fig4.EPS_TABLE.index(0.4) - 1]
+                wrong = next(r[name] for r in res["table"] if r["eps"] == prev and r["rejection"] == row["rejection"])
+                agrees(mean, row[name], what, se=se, wrong=wrong, alternative=f"{what}: the rate at ε = {prev}")
+            else:
+                agrees(mean, row[name], what, se=se)
     assert "KL(P_A‖q)" in yin_fig4.summary(res)
 
 
