@@ -237,7 +237,8 @@ def cmd_repro(args) -> None:
     from speculab.sim.checkpoint import resumable
 
     folder = Path(args.out) / f".{args.figure}.resume"
-    args.on_interrupt = f" (its finished simulations are kept in {folder}: add --resume to continue)"
+    args.on_interrupt = (f" (its finished simulations and decoded prompts are kept in {folder}: add --resume to "
+                         "continue)")
     with resumable(folder, resume=args.resume):
         result = mod.run(**kwargs)
     _emit(args, result, mod.summary(result) + f"\n  wrote {args.out}/")

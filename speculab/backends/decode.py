@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import time
 
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -30,6 +31,7 @@ import torch
 from speculab import kernels
 from speculab._validate import as_positive_int, as_torch_generator, spawn_seeds
 from speculab.backends.batched import batchable, decode_batched
+from speculab.backends.journal import encode_run, open_journal
 from speculab.backends.models import HFModel
 from speculab.backends.pair import ModelPair
 from speculab.backends.warp import Sampling, check_laws
@@ -110,13 +112,15 @@ class RoundInfo:
 
 @dataclass(frozen=True)
 class DecodeResult:
-    """What :func:`decode` returns: tokens, texts, :class:`Counts` (one run per prompt), position and round records."""
+    """What :func:`decode` returns: tokens, texts, :class:`Counts` (one run per prompt), position and round records,
+    and the call's wall time in seconds (for a call replayed from a journal, the time it took when it ran)."""
 
     tokens: list[list[int]]
     texts: list[str]
     counts: Counts
     records: list[RunRecord]
     rounds: list[RoundRecord]
+    seconds: float = float("nan")
 
 
 class _Builder:
@@ -471,32 +475,60 @@ def decode(
         raise ValueError(f"on_round must be a function of a RoundInfo (or None); got {on_round!r}")
     as_torch_generator(key, pair.device)  # checks the key (a torch generator on the models' device type)
     encoded = _encode(pair, prompts, max_new_tokens)
-    generators = [torch.Generator(device=pair.device).manual_seed(s) for s in spawn_seeds(key, len(encoded))]
+    seeds = spawn_seeds(key, len(encoded))
+    generators = [torch.Generator(device=pair.device).manual_seed(s) for s in seeds]
+    batched = batch_size != 1 and head is None and batchable(method, pair)  # a drafting head: one prompt at a time
+    n = len(encoded)
+    block = (batch_size or n) if batched else 1  # what one line of a journal holds: one batch, or one prompt
+    journal = None if on_round is not None else open_journal(
+        pair, encoded, method, sampling, seeds, max_new_tokens=max_new_tokens, track_draft=track_draft,
+        block_size=block, batched=batched)
+    if journal is None:
+        block = n  # not journaled: one pass over every prompt, as the batched path splits them itself
+    runs: list[tuple] = []  # per prompt: tokens, RunRecord, RoundRecord, counts, seconds
     with torch.inference_mode():  # no autograd bookkeeping on the loop's many small operations
-        if batch_size != 1 and head is None and batchable(method, pair):  # a drafting head runs one prompt at a time
-            runs = decode_batched(pair, encoded, method, max_new_tokens=max_new_tokens, sampling=sampling,
-                                  generators=generators, track_draft=track_draft, on_round=on_round,
-                                  batch_size=batch_size)
-        else:
-            runs = []
-            for i, ids in enumerate(encoded):
-                run = _Run(i, pair, ids, sampling, generators[i], max_new_tokens, track_draft, on_round)
-                while not run.done:
-                    run.round(method)
-                runs.append((run.ids[run.n_prompt:], run.out))
-    results, records, rounds, fields = [], [], [], {k: [] for k in Counts.FIELDS}
-    for gen, out in runs:
-        results.append(gen)
-        records.append(out.record())
-        rounds.append(out.round_record())
-        c = out.counts
+        for b, start in enumerate(range(0, n, block)):
+            if journal is not None and b in journal.done:
+                runs += [_replayed(entry) for entry in journal.done[b]]
+                continue
+            index = range(start, min(start + block, n))
+            t0 = time.perf_counter()
+            if batched:
+                done = decode_batched(pair, [encoded[i] for i in index], method, max_new_tokens=max_new_tokens,
+                                      sampling=sampling, generators=[generators[i] for i in index],
+                                      track_draft=track_draft, on_round=on_round, batch_size=batch_size)
+            else:
+                done = []
+                for i in index:
+                    run = _Run(i, pair, encoded[i], sampling, generators[i], max_new_tokens, track_draft, on_round)
+                    while not run.done:
+                        run.round(method)
+                    done.append((run.ids[run.n_prompt:], run.out))
+            each = (time.perf_counter() - t0) / len(index)
+            new = [(gen, out.record(), out.round_record(), dict(out.counts), each) for gen, out in done]
+            if journal is not None:
+                journal.append(b, [encode_run(*r) for r in new])
+            runs += new
+    fields = {k: [] for k in Counts.FIELDS}
+    for gen, _, _, c, _ in runs:
         for k in ("rejections", "oracle_calls", "draft_calls", "accepted", "bonus"):
             fields[k].append(c[k])
         fields["discarded"].append(c["draft_calls"] - c["accepted"])
         fields["tokens"].append(len(gen))
     counts = Counts(**{k: np.asarray(v, dtype=np.int64) for k, v in fields.items()})
+    results = [r[0] for r in runs]
     texts = [pair.tokenizer.decode(t, skip_special_tokens=True) for t in results]
-    return DecodeResult(results, texts, counts, records, rounds)
+    return DecodeResult(results, texts, counts, [r[1] for r in runs], [r[2] for r in runs],
+                        float(sum(r[4] for r in runs)))
+
+
+def _replayed(entry: dict) -> tuple:
+    """A run read back from a journal (:func:`speculab.backends.journal.encode_run`'s inverse)."""
+    record = RunRecord(**{k: np.asarray(v, dtype=np.int64 if k in ("tokens", "kind") else np.float64)
+                          for k, v in entry["record"].items()})
+    rounds = RoundRecord(**{k: np.asarray(v, dtype=np.int64 if k in ("drafted", "accepted") else np.float64)
+                            for k, v in entry["rounds"].items()})
+    return entry["tokens"], record, rounds, entry["counts"], entry["seconds"]
 
 
 def _real_model_names() -> list[str]:

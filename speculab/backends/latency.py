@@ -48,6 +48,7 @@ import torch
 from scipy.optimize import nnls
 
 from speculab.backends.decode import DecodeResult, decode
+from speculab.backends.journal import unrecorded
 from speculab.backends.pair import ModelPair
 
 __all__ = ["ForwardFit", "LatencyModel", "TimedRuns", "SpeedCheck", "timed_decode", "fit_latency", "speed_check"]
@@ -136,7 +137,7 @@ def timed_decode(pair: ModelPair, prompts: list, method, *, max_new_tokens: int,
     prompts = prompt_list(prompts)
 
     results, seconds, log = [], [], []
-    with _timing(pair, log):
+    with _timing(pair, log), unrecorded():  # timings are measured: never replayed from a journal
         for prompt, seed in zip(prompts, spawn_seeds(key, len(prompts))):
             for model in (pair.draft, pair.target):
                 getattr(model, "clear_cache", lambda: None)()
@@ -146,7 +147,8 @@ def timed_decode(pair: ModelPair, prompts: list, method, *, max_new_tokens: int,
             seconds.append(time.perf_counter() - t0)
     counts = type(results[0].counts).concatenate([r.counts for r in results])
     merged = DecodeResult([t for r in results for t in r.tokens], [t for r in results for t in r.texts], counts,
-                          [x for r in results for x in r.records], [x for r in results for x in r.rounds])
+                          [x for r in results for x in r.records], [x for r in results for x in r.rounds],
+                          float(sum(seconds)))
     return TimedRuns(merged, np.asarray(seconds), np.asarray(log, dtype=float).reshape(-1, 4))
 
 

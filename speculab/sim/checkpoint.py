@@ -28,7 +28,11 @@ import numpy as np
 from speculab.counts import Counts
 from speculab.theory.instance import compact
 
-__all__ = ["Journal", "FORMAT", "resumable", "recorded"]
+__all__ = ["Journal", "FORMAT", "resumable", "recorded", "active_folder"]
+
+#: The files :func:`resumable` owns in its folder: simulation checkpoints and recorded calls (``sim-*``), and the
+#: journals of real-model decoding (``decode-*``, :mod:`speculab.backends.journal`).
+PATTERNS = ("sim-*.jsonl", "decode-*.jsonl")
 
 FORMAT = "speculab-sim-checkpoint/1"
 
@@ -134,34 +138,46 @@ def resumable(folder: str | os.PathLike, *, resume: bool = False):
     Without it, files left by an earlier run are removed first. The folder is removed when the
     block ends without an exception (or when it holds no checkpoint). JAX simulations and sweeps
     are recorded whole when they finish (:func:`recorded`; a JAX key is a value, so the call is
-    its own key). Simulations that keep their sequences or use a method that cannot be pickled
+    its own key). Real-model ``decode`` calls journal each finished batch or prompt
+    (:mod:`speculab.backends.journal`). Simulations that keep their sequences or use a method that cannot be pickled
     (one holding a lambda) are not checkpointed: they rerun.
 
     Args:
-      folder: where the checkpoints go (made if missing; only its ``sim-*.jsonl`` files are touched).
+      folder: where the checkpoints go (made if missing; only its ``sim-*.jsonl`` and ``decode-*.jsonl`` files
+        are touched).
       resume: continue the checkpoints an interrupted run left in ``folder``.
     """
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"the checkpoint folder {folder} is a file")
-    if resume and not any(folder.glob("sim-*.jsonl")):
+    if resume and not _owned(folder):
         raise ValueError(f"nothing to resume: no checkpoints in {folder} (the last run finished or never started)")
     if not resume:
-        for old in folder.glob("sim-*.jsonl"):
+        for old in _owned(folder):
             old.unlink()
     folder.mkdir(parents=True, exist_ok=True)
     token = _FOLDER.set(folder)
     try:
         yield folder
-        for done in folder.glob("sim-*.jsonl"):  # reached only when the block finished
+        for done in _owned(folder):  # reached only when the block finished
             done.unlink()
     finally:
         _FOLDER.reset(token)
-        if not any(folder.glob("sim-*.jsonl")):  # nothing to resume (finished, or failed before a checkpoint)
+        if not _owned(folder):  # nothing to resume (finished, or failed before a checkpoint)
             try:
                 folder.rmdir()
             except OSError:  # something else lives there
                 pass
+
+
+def _owned(folder: Path) -> list[Path]:
+    """The checkpoint and journal files in ``folder`` (``PATTERNS``)."""
+    return [f for pattern in PATTERNS for f in folder.glob(pattern)]
+
+
+def active_folder() -> Path | None:
+    """Inside :func:`resumable`: its folder; else ``None``."""
+    return _FOLDER.get()
 
 
 def _call_file(folder: Path, what) -> Path | None:

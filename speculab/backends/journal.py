@@ -1,0 +1,134 @@
+"""Journals of real-model decoding: inside :func:`speculab.sim.checkpoint.resumable`, an interrupted ``decode`` resumes.
+
+A :func:`~speculab.backends.decode` call made inside ``resumable(folder)`` writes its
+finished work to a JSON-lines file in ``folder``, named by the digest of the call (the
+models' identities, the prompts' token ids, the method, the sampling, the per-prompt
+seeds, the length, the batching and the torch thread count). The first line describes
+the call; each further line is one finished *block* of prompts — one prompt in the
+one-prompt loop, one batch of ``batch_size`` prompts (all of them when ``None``) in the
+batched path — with every run's tokens, position and round records and counts. A line
+is written, flushed and synced before the next block starts, so an interruption loses at
+most the block under way; a line cut short by it is dropped on resumption.
+
+With ``resumable(folder, resume=True)`` the same call reads its finished blocks back and
+decodes only the others. Each prompt has its own random stream and the blocks are the
+uninterrupted run's blocks, so the result equals an uninterrupted run's, run for run.
+Not journaled (they run again in full): calls with ``on_round`` (the callback's side
+effects cannot be replayed), calls whose method cannot be pickled, calls under
+:func:`unrecorded` (timed runs: a replayed call took no time), and calls outside
+``resumable``. A replayed call's ``DecodeResult.seconds`` is the wall time it took when
+it ran.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+from contextlib import contextmanager
+from contextvars import ContextVar
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from speculab.sim.checkpoint import active_folder
+
+__all__ = ["DecodeJournal", "open_journal", "unrecorded", "FORMAT"]
+
+FORMAT = "speculab-decode-journal/1"
+
+_UNRECORDED: ContextVar[bool] = ContextVar("speculab_unrecorded_decode", default=False)
+
+
+@contextmanager
+def unrecorded():
+    """Decode calls inside the ``with`` block always run (never journaled nor replayed): for timings."""
+    token = _UNRECORDED.set(True)
+    try:
+        yield
+    finally:
+        _UNRECORDED.reset(token)
+
+
+def model_identity(model) -> list:
+    """What a journal must have been written by: a Hugging Face model's name, size and the sums of its first
+    and last parameter tensors (cheap, and different for different weights); another adapter pickled."""
+    inner = getattr(model, "model", None)
+    if isinstance(inner, torch.nn.Module):
+        params = [p for p in inner.parameters()]
+        sums = [float(params[i].detach().double().sum()) for i in (0, -1)] if params else []
+        name = getattr(getattr(inner, "config", None), "_name_or_path", "")
+        return [type(model).__name__, str(name), sum(p.numel() for p in params), sums]
+    return [type(model).__name__, hashlib.sha256(pickle.dumps(model)).hexdigest()]
+
+
+class DecodeJournal:
+    """The journal file of one decode call (see the module docstring): finished blocks read back, new ones
+    appended.
+
+    Args:
+      path: the JSON-lines file.
+      header: what the call is (written first; a file must carry the same to be resumed).
+    """
+
+    def __init__(self, path: Path, header: dict):
+        self.path = Path(path)
+        self.header = {"format": FORMAT, **header}
+        self.done: dict[int, list[dict]] = {}
+        if self.path.exists() and self.path.stat().st_size > 0:
+            self._read()
+        else:
+            self._write(self.header)
+
+    def _read(self) -> None:
+        lines = self.path.read_text().split("\n")
+        if json.loads(lines[0]) != self.header:
+            raise ValueError(f"decode journal {self.path} was written for another call; remove it")
+        kept = [lines[0]]
+        for line in lines[1:]:
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:  # a line cut short by the interruption: its block runs again
+                break
+            self.done[int(entry["block"])] = entry["runs"]
+            kept.append(line)
+        self.path.write_text("\n".join(kept) + "\n")  # drop the cut line before appending after it
+
+    def _write(self, entry: dict) -> None:
+        with open(self.path, "a") as f:
+            f.write(json.dumps(entry) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def append(self, block: int, runs: list[dict]) -> None:
+        """Record a finished block's runs (``encode_run`` each)."""
+        self._write({"block": int(block), "runs": runs})
+        self.done[int(block)] = runs
+
+
+def encode_run(tokens: list[int], record, rounds, counts: dict, seconds: float) -> dict:
+    """One run as JSON: its tokens, :class:`RunRecord` and :class:`RoundRecord` fields, counts and time."""
+    return {"tokens": [int(t) for t in tokens],
+            "record": {k: np.asarray(v).tolist() for k, v in vars(record).items()},
+            "rounds": {k: np.asarray(v).tolist() for k, v in vars(rounds).items()},
+            "counts": {k: int(v) for k, v in counts.items()}, "seconds": float(seconds)}
+
+
+def open_journal(pair, encoded: list[list[int]], method, sampling, seeds: list[int], *, max_new_tokens: int,
+                 track_draft: bool, block_size: int, batched: bool) -> DecodeJournal | None:
+    """The journal of this decode call inside :func:`~speculab.sim.checkpoint.resumable`, or ``None`` when the
+    call is not journaled (outside it, under :func:`unrecorded`, or a method that cannot be pickled)."""
+    folder = active_folder()
+    if folder is None or _UNRECORDED.get():
+        return None
+    try:
+        what = pickle.dumps((model_identity(pair.draft), model_identity(pair.target), int(pair.vocab_size),
+                             encoded, method, repr(sampling), seeds, int(max_new_tokens), bool(track_draft),
+                             int(block_size), bool(batched), torch.get_num_threads(), pair.device.type))
+    except Exception:  # a method holding a lambda or a live object: not journaled, it reruns
+        return None
+    digest = hashlib.sha256(what).hexdigest()[:32]
+    return DecodeJournal(Path(folder) / f"decode-{digest}.jsonl",
+                         {"call": digest, "prompts": len(encoded), "method": repr(method), "block_size": block_size})

@@ -1,0 +1,142 @@
+"""Real-model decoding resumes (speculab.backends.journal): a decode killed midway by a real signal, resumed, gives
+the uninterrupted run's tokens, counts and records, decoding only the prompts it had not finished."""
+
+import importlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from speculab.backends import decode, load_pair  # noqa: E402
+from speculab.backends.journal import unrecorded  # noqa: E402
+from speculab.backends.pair import default_prompts  # noqa: E402
+from speculab.methods import SD, BatchSD  # noqa: E402
+from speculab.sim.checkpoint import resumable  # noqa: E402
+
+PROMPTS = default_prompts()[:8]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    torch.set_num_threads(1)
+    return load_pair("tiny", device="cpu")
+
+
+def _same(a, b) -> None:
+    assert a.tokens == b.tokens and a.texts == b.texts
+    for f in ("rejections", "oracle_calls", "draft_calls", "accepted", "discarded", "bonus", "tokens"):
+        np.testing.assert_array_equal(getattr(a.counts, f), getattr(b.counts, f))
+    for x, y in zip(a.records + a.rounds, b.records + b.rounds):
+        for k, v in vars(x).items():
+            np.testing.assert_array_equal(v, getattr(y, k))
+
+
+@pytest.mark.parametrize("batch_size", [1, 3], ids=["one-prompt", "batches-of-3"])
+def test_an_interrupted_decode_resumes_to_the_uninterrupted_result(pair, tmp_path, monkeypatch, batch_size):
+    """Interrupted in its third block (a KeyboardInterrupt from inside the loop), the call resumes: the two
+    finished blocks are read back, not decoded again, and the result is the uninterrupted call's."""
+    dec = importlib.import_module("speculab.backends.decode")  # the module (the package exports the function)
+    method = BatchSD(2, K=2)
+    whole = decode(pair, PROMPTS, method, max_new_tokens=10, key=4, batch_size=batch_size)
+    started = []
+    real = dec.decode_batched if batch_size > 1 else dec._Run
+
+    def counting(*args, **kwargs):
+        started.append(1)
+        if len(started) == 3 and interrupt:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(dec, "decode_batched" if batch_size > 1 else "_Run", counting)
+    folder = tmp_path / "resume"
+    interrupt = True
+    with pytest.raises(KeyboardInterrupt), resumable(folder):
+        decode(pair, PROMPTS, method, max_new_tokens=10, key=4, batch_size=batch_size)
+    assert len(list(folder.glob("decode-*.jsonl"))) == 1
+    interrupt, started[:] = False, []
+    with resumable(folder, resume=True):
+        resumed = decode(pair, PROMPTS, method, max_new_tokens=10, key=4, batch_size=batch_size)
+    blocks = -(-len(PROMPTS) // batch_size)
+    assert len(started) == blocks - 2  # only the unfinished blocks ran
+    _same(resumed, whole)
+    assert not folder.exists() and resumed.seconds > 0
+
+
+def test_what_is_not_journaled_runs_again(pair, tmp_path):
+    """Calls with a callback (its side effects cannot be replayed), under ``unrecorded`` (timings) or with a
+    method that cannot be pickled leave no journal; a journal of another call is refused by name."""
+    from speculab.backends.journal import DecodeJournal
+    from speculab import kernels
+    from speculab.methods import RejectionDecoding
+
+    with resumable(tmp_path / "a") as folder:
+        decode(pair, PROMPTS[:2], SD(K=2), max_new_tokens=4, key=0, on_round=lambda info: None)
+        with unrecorded():
+            decode(pair, PROMPTS[:2], SD(K=2), max_new_tokens=4, key=0)
+        decode(pair, PROMPTS[:2], RejectionDecoding(b=lambda p, q: 0.5 * kernels.sd_acceptance(p, q), K=2),
+               max_new_tokens=4, key=0)
+        assert not list(folder.glob("decode-*"))
+    path = tmp_path / "j.jsonl"
+    DecodeJournal(path, {"call": "one"})
+    with pytest.raises(ValueError, match="was written for another call; remove it"):
+        DecodeJournal(path, {"call": "another"})
+
+
+SCRIPT = textwrap.dedent("""
+    import json, sys, torch
+    torch.set_num_threads(1)
+    from speculab.backends import decode, load_pair
+    from speculab.backends.pair import default_prompts
+    import importlib
+    dec = importlib.import_module("speculab.backends.decode")
+    from speculab.methods import SD
+    from speculab.sim.checkpoint import resumable
+    folder, resume, out = sys.argv[1], sys.argv[2] == "resume", sys.argv[3]
+    runs = []
+    class Counted(dec._Run):
+        def __init__(self, *a, **k):
+            runs.append(1)
+            super().__init__(*a, **k)
+    dec._Run = Counted
+    pair = load_pair("tiny", device="cpu")
+    with resumable(folder, resume=resume):
+        res = decode(pair, default_prompts()[:8], SD(K=3), max_new_tokens=40, key=9, batch_size=1)
+    json.dump({"tokens": res.tokens, "rejections": res.counts.rejections.tolist(), "decoded": len(runs)},
+              open(out, "w"))
+""")
+
+
+def test_a_decode_killed_by_a_signal_resumes_without_redoing_finished_prompts(pair, tmp_path):
+    """A real process decoding 8 prompts one at a time is SIGKILLed once its journal holds two finished prompts;
+    rerun with ``resume``, it decodes only the rest, and its tokens and counts are the uninterrupted run's."""
+    folder, out = tmp_path / "resume", tmp_path / "out.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, str(folder), "new", str(out)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        journals = list(folder.glob("decode-*.jsonl"))
+        if journals and journals[0].read_text().count("\n") >= 3:  # the header and two finished prompts
+            proc.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.05)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL and not out.exists(), "the run finished before it could be killed"
+    finished = (next(folder.glob("decode-*.jsonl")).read_text().count("\n")) - 1
+    assert 2 <= finished < 8
+    subprocess.run([sys.executable, "-c", SCRIPT, str(folder), "resume", str(out)], env=env, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
+    resumed = json.loads(out.read_text())
+    assert resumed["decoded"] == 8 - finished
+    whole = decode(pair, default_prompts()[:8], SD(K=3), max_new_tokens=40, key=9, batch_size=1)
+    assert resumed["tokens"] == whole.tokens and resumed["rejections"] == whole.counts.rejections.tolist()
+    assert not folder.exists()
