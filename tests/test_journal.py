@@ -89,6 +89,11 @@ def test_what_is_not_journaled_runs_again(pair, tmp_path):
     DecodeJournal(path, {"call": "one"})
     with pytest.raises(ValueError, match="was written for another call; remove it"):
         DecodeJournal(path, {"call": "another"})
+    path.write_text('{"format": "speculab-decode-jou')  # killed while writing its header: starts again
+    assert DecodeJournal(path, {"call": "one"}).done == {} and path.read_text().count("\n") == 1
+    path.write_text(path.read_text() + '{"block": 0, "runs": []}\n{"block": 1, "ru')  # a cut line is dropped
+    journal = DecodeJournal(path, {"call": "one"})
+    assert list(journal.done) == [0] and path.read_text().count("\n") == 2
 
 
 SCRIPT = textwrap.dedent("""

@@ -84,7 +84,13 @@ class DecodeJournal:
 
     def _read(self) -> None:
         lines = self.path.read_text().split("\n")
-        if json.loads(lines[0]) != self.header:
+        try:
+            header = json.loads(lines[0])
+        except json.JSONDecodeError:  # cut short while its header was written: nothing finished, start again
+            self.path.write_text("")
+            self._write(self.header)
+            return
+        if header != self.header:
             raise ValueError(f"decode journal {self.path} was written for another call; remove it")
         kept = [lines[0]]
         for line in lines[1:]:
