@@ -31,11 +31,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def collect(extra: list[str] = ()) -> list[dict]:
-    """Run the power tests and return ``{"test", "power", "alternative"}`` per recorded check."""
+    """Run the power tests and return ``{"test", "power", "alternative", "carried_by"}`` per recorded check
+    (``carried_by``: ``None`` for an asserted power, else what the record names as carrying it)."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "power.xml"
         done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "power", "--runslow",
-                               "-p", "no:cacheprovider", f"--junitxml={report}", *extra, "tests"], cwd=ROOT, capture_output=True, text=True)
+                               "-p", "no:cacheprovider", f"--junitxml={report}", *extra, "tests"],
+                              cwd=ROOT, capture_output=True, text=True)
         if done.returncode != 0:
             sys.stderr.write(done.stdout[-4000:] + done.stderr[-2000:])
             raise SystemExit(f"the power tests failed (exit {done.returncode})")
@@ -58,17 +60,18 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
+    cell = lambda text: str(text).replace("|", "\\|")  # noqa: E731  (a quantity such as "E[τ | block]")
     asserted = [r for r in rows if r["carried_by"] is None]
     carried = [r for r in rows if r["carried_by"] is not None]
     print("| power | check: wrong answer | test |\n|---|---|---|")
     for r in asserted:
-        print(f"| {r['power']:.6f} | {r['alternative']} | `{r['test'].removeprefix('tests.')}` |")
+        print(f"| {r['power']:.6f} | {cell(r['alternative'])} | `{r['test'].removeprefix('tests.')}` |")
     if carried:
         print("\nRecorded, not asserted (sample size set by cost; the power is carried by another test):\n")
         print("| power | check: wrong answer | carried by | test |\n|---|---|---|---|")
         for r in carried:
             test = r["test"].removeprefix("tests.")
-            print(f"| {r['power']:.6f} | {r['alternative']} | {r['carried_by']} | `{test}` |")
+            print(f"| {r['power']:.6f} | {cell(r['alternative'])} | {cell(r['carried_by'])} | `{test}` |")
     tests = len({r["test"] for r in asserted})
     print(f"\n{len(asserted)} checks in {tests} tests asserted, lowest power {asserted[0]['power']:.6f}; "
           f"{len(carried)} recorded only" if asserted else "no power checks recorded")

@@ -83,8 +83,9 @@ def agrees(record_property):
 def make_agrees(record_property):
     """``agrees(measured, expected, what, se=…, wrong=…, alternative=…)``: a Monte-Carlo check with power.
 
-    Asserts ``|measured − expected| < Z_BOUND · se`` (elementwise for arrays; where ``se = 0`` the two must agree
-    to the round-off of the exact value, ``1e-9`` relative, as ``Estimate.z`` does). ``measured`` may be an
+    Asserts ``|measured − expected| < Z_BOUND · se`` (elementwise for arrays of one shape, both finite — a NaN
+    fails; where ``se = 0`` the two must agree to the round-off of the exact value, ``1e-9`` relative, as
+    ``Estimate.z`` does). ``measured`` may be an
     ``Estimate`` (its mean and standard error are used) and ``se`` may be given alone.
 
     Then the power: the chance that this same check refuses the wrong answer ``wrong`` (default: ``expected`` off
@@ -110,8 +111,10 @@ def make_agrees(record_property):
         if isinstance(measured, Estimate):
             measured, se = measured.mean, measured.se if se is None else se
         assert se is not None, "agrees needs a standard error: an Estimate or se=…"
-        measured, expected, se = np.broadcast_arrays(*(np.asarray(x, dtype=np.float64)
-                                                       for x in (measured, expected, se)))
+        measured, expected = np.asarray(measured, dtype=np.float64), np.asarray(expected, dtype=np.float64)
+        assert measured.shape == expected.shape and measured.size, (what, "shapes", measured.shape, expected.shape)
+        assert np.all(np.isfinite(measured)) and np.all(np.isfinite(expected)), (what, "not finite", measured, expected)
+        measured, expected, se = np.broadcast_arrays(measured, expected, np.asarray(se, dtype=np.float64))
         assert np.all(np.isfinite(se)) and np.all(se >= 0), (what, se)
         roundoff = 1e-9 * np.maximum(1.0, np.abs(expected))
         z = np.where(se > 0, np.abs(measured - expected) / np.where(se > 0, se, 1.0), 0.0)
@@ -121,7 +124,10 @@ def make_agrees(record_property):
         assert not (relative and np.any((expected == 0) & (se > 0))), (
             f"{what}: an expected value of 0 has no 10 % error; name a wrong answer (wrong=…, alternative=…)")
         if relative:
-            wrong, alternative = expected * (1 + REL_ERROR), alternative or f"{what}: {REL_ERROR:.0%} off"
+            wrong = expected * (1 + REL_ERROR)
+            exact_only = not np.any(se > 0)  # every entry checked exactly: it refuses any other value, not only 10 %
+            alternative = alternative or (f"{what}: any other value (an exact check)" if exact_only
+                                          else f"{what}: {REL_ERROR:.0%} off")
         wrong = np.broadcast_to(np.asarray(wrong, dtype=np.float64), expected.shape)
         gap = np.abs(wrong - expected)
         exact = relative | (gap > roundoff)  # an entry with se = 0 is checked exactly: it refuses any other value
@@ -132,6 +138,7 @@ def make_agrees(record_property):
             from scipy.stats import norm
 
             s1 = np.broadcast_to(np.asarray(wrong_se, dtype=np.float64), gap.shape)
+            assert np.all(np.isfinite(s1)) and np.all(s1 >= 0), (what, "wrong_se", s1)
             spread = np.where(s1 > 0, s1, 1.0)
             sampled = norm.sf((Z_BOUND * se - gap) / spread) + norm.cdf((-Z_BOUND * se - gap) / spread)
             powers = np.where(se > 0, np.where(s1 > 0, sampled, gap >= Z_BOUND * se), exact)

@@ -384,7 +384,6 @@ def test_real_models_first_tokens_follow_the_target_law(pair, agrees):
 
 
 def test_real_models_gain_on_the_same_blocks_and_compare(pair, agrees):
-    import test_backends as tb
     from speculab.backends import decode
     from speculab.backends.pair import default_prompts
     from speculab.compare import compare
@@ -398,7 +397,9 @@ def test_real_models_gain_on_the_same_blocks_and_compare(pair, agrees):
     for row in comp.rows:
         if math.isfinite(row.z) and row.predicted == row.predicted:  # rows with a prediction
             agrees(row.measured, row.predicted, f"compare BV(4) (tiny pair, 16 runs): {row.quantity}",
-                   se=math.hypot(row.predicted_se, row.measured_se), carried_by=tb.COMPARE_CARRIED)
+                   se=math.hypot(row.predicted_se, row.measured_se),
+                   carried_by="nothing yet: BV's real-model records are not checked exactly (its formulas are, by the "
+                              "simulation checks)")
     assert any("same blocks" in r.quantity for r in comp.rows)
 
 

@@ -35,6 +35,13 @@ def test_agrees_checks_exact_entries_exactly_and_arrays_by_their_best_entry():
         agrees(np.array([1e-3, 0.499, 0.5]), np.array([0.0, 0.5, 0.5]), "a law", se=np.array([0.0, 0.01, 0.01]))
     with pytest.raises(AssertionError, match="se="):
         agrees(0.5, 0.5, "no standard error")
+    for bad in (dict(measured=np.nan, expected=1.0, se=0.01), dict(measured=0.0, expected=np.nan, se=0.0),
+                dict(measured=np.array([0.5, np.nan]), expected=np.array([0.5, 0.5]), se=0.01),
+                dict(measured=np.array([0.5, 0.5]), expected=np.full((3, 2), 0.5), se=0.01)):
+        with pytest.raises(AssertionError, match="not finite|shapes"):  # the old |z| < 5 failed on NaN too
+            agrees(what="a bad input", **bad)
+    with pytest.raises(AssertionError, match="wrong_se"):
+        agrees(0.5, 0.5, "a share", se=0.01, wrong=0.4, wrong_se=-1.0)
     with pytest.raises(AssertionError, match="an expected value of 0 has no 10 % error"):
         agrees(Estimate(0.01, 0.01, 100), 0.0, "a difference")
     # a deterministic wrong answer (spread 0) is refused for certain once it lies 5 s.e. away, never before
@@ -43,6 +50,14 @@ def test_agrees_checks_exact_entries_exactly_and_arrays_by_their_best_entry():
         agrees(0.5, 0.5, "a share", se=0.01, wrong=0.46, wrong_se=0)
 
 
-def test_a_check_carried_elsewhere_records_its_power_without_asserting_it():
-    agrees = make_agrees(lambda name, value: None)
+def test_records_name_the_alternative_and_what_carries_an_unasserted_power():
+    """The records benchmarks/power.py parses: ``power | alternative`` and, for a power carried elsewhere,
+    ``… [not asserted: carried by …]``; an exact check is named as refusing any other value."""
+    seen = []
+    agrees = make_agrees(lambda name, value: seen.append((name, value)))
     agrees(Estimate(10.0, 1.0, 10), 10.0, "a small run", carried_by="another test")
+    agrees(Estimate(0.0, 0.0, 10), 0.0, "a count that is always 0")
+    agrees(Estimate(10.0, 0.1, 100), 10.0, "a count")
+    assert seen == [("power", "0.000032 | a small run: 10% off [not asserted: carried by another test]"),
+                    ("power", "1.000000 | a count that is always 0: any other value (an exact check)"),
+                    ("power", "1.000000 | a count: 10% off")]
