@@ -145,3 +145,18 @@ def test_a_decode_killed_by_a_signal_resumes_without_redoing_finished_prompts(pa
     whole = decode(pair, default_prompts()[:8], SD(K=3), max_new_tokens=40, key=9, batch_size=1)
     assert resumed["tokens"] == whole.tokens and resumed["rejections"] == whole.counts.rejections.tolist()
     assert not folder.exists()
+
+
+def test_a_cheap_drafts_identity_does_not_change_as_it_decodes(pair):
+    """An n-gram draft's memos and call counter grow as it decodes; its identity (what a journal is found by)
+    does not, so a later call of a resumed run finds its journal. A different n-gram has another identity."""
+    from speculab.backends import PromptLookupModel, ngram_draft
+    from speculab.backends.journal import model_identity
+
+    draft = PromptLookupModel(pair.vocab_size, fallback=ngram_draft(pair.tokenizer, default_prompts()))
+    before = model_identity(draft)
+    drafted = load_pair(draft, "tiny-target", device="cpu")
+    decode(drafted, PROMPTS[:2], SD(K=2), max_new_tokens=6, key=0)
+    assert draft.forward_calls > 0 and draft.fallback._memo and model_identity(draft) == before
+    other = PromptLookupModel(pair.vocab_size, fallback=ngram_draft(pair.tokenizer, default_prompts()[:3]))
+    assert model_identity(other) != before

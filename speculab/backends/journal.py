@@ -52,16 +52,26 @@ def unrecorded():
         _UNRECORDED.reset(token)
 
 
+#: An adapter's attributes that change with use, not with what it computes (a call counter, where it runs).
+_USE = ("forward_calls", "device")
+
+
 def model_identity(model) -> list:
     """What a journal must have been written by: a Hugging Face model's name, size and the sums of its first
-    and last parameter tensors (cheap, and different for different weights); another adapter pickled."""
+    and last parameter tensors (cheap, and different for different weights); another adapter (n-gram, prompt
+    lookup) by the digest of its public state — its memos (``_``-attributes) and call counter left out, so a
+    draft that has decoded before keeps its identity."""
     inner = getattr(model, "model", None)
     if isinstance(inner, torch.nn.Module):
         params = [p for p in inner.parameters()]
         sums = [float(params[i].detach().double().sum()) for i in (0, -1)] if params else []
         name = getattr(getattr(inner, "config", None), "_name_or_path", "")
         return [type(model).__name__, str(name), sum(p.numel() for p in params), sums]
-    return [type(model).__name__, hashlib.sha256(pickle.dumps(model)).hexdigest()]
+    if model is None or isinstance(model, (int, float, str, bool)):
+        return [model]
+    state = {k: (model_identity(v) if hasattr(v, "__dict__") and not isinstance(v, (torch.Tensor, np.ndarray))
+                 else v) for k, v in sorted(vars(model).items()) if not k.startswith("_") and k not in _USE}
+    return [type(model).__name__, hashlib.sha256(pickle.dumps(state)).hexdigest()]
 
 
 class DecodeJournal:
