@@ -112,12 +112,13 @@ N_LAW = {("sd", "t1"): 1200, ("sd", "t0.7-k50"): 1200, ("sd", "t1.2-p0.9"): 1200
 COMPARE_CARRIED = "the simulation checks (formulas) and this file's record, law and bonus checks (backend)"
 
 
-def _compare_rows_agree(agrees, comp, label: str) -> None:
-    """Every row of a real-model comparison that has a z, through ``agrees`` with its power recorded only."""
+def _compare_rows_agree(agrees, comp, label: str, carried_by: str = COMPARE_CARRIED) -> None:
+    """Every row of a real-model comparison that has a z (a finite prediction and measurement), through ``agrees``
+    with its power recorded only."""
     for row in comp.rows:
         if math.isfinite(row.z):
             agrees(row.measured, row.predicted, f"{label}: {row.quantity}",
-                   se=math.hypot(row.predicted_se, row.measured_se), carried_by=COMPARE_CARRIED)
+                   se=math.hypot(row.predicted_se, row.measured_se), carried_by=carried_by)
 
 
 def _directed_z(samples: np.ndarray, q: np.ndarray, p: np.ndarray) -> float:

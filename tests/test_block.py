@@ -384,6 +384,7 @@ def test_real_models_first_tokens_follow_the_target_law(pair, agrees):
 
 
 def test_real_models_gain_on_the_same_blocks_and_compare(pair, agrees):
+    import test_backends as tb
     from speculab.backends import decode
     from speculab.backends.pair import default_prompts
     from speculab.compare import compare
@@ -394,12 +395,9 @@ def test_real_models_gain_on_the_same_blocks_and_compare(pair, agrees):
     gain = np.asarray(probe.block) - np.asarray(probe.token)
     assert gain.size > 10 and gain.mean() > 0  # positive on average (per block it can be negative: test_not_per_block)
     comp = compare(pair, method, default_prompts()[:8], runs_per_prompt=2, max_new_tokens=16, key=1)
-    for row in comp.rows:
-        if math.isfinite(row.z) and row.predicted == row.predicted:  # rows with a prediction
-            agrees(row.measured, row.predicted, f"compare BV(4) (tiny pair, 16 runs): {row.quantity}",
-                   se=math.hypot(row.predicted_se, row.measured_se),
-                   carried_by="nothing yet: BV's real-model records are not checked exactly (its formulas are, by the "
-                              "simulation checks)")
+    tb._compare_rows_agree(agrees, comp, "compare BV(4) (tiny pair, 16 runs)",
+                           carried_by="nothing yet: BV's real-model records are not checked exactly (its formulas "
+                                      "are, by the simulation checks)")
     assert any("same blocks" in r.quantity for r in comp.rows)
 
 

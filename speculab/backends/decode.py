@@ -145,12 +145,19 @@ class _Builder:
             self.round_cols[k].append(v)
 
     def record(self) -> RunRecord:
-        arr = {k: np.asarray(v, dtype=np.int64 if k in ("tokens", "kind") else np.float64) for k, v in self.cols.items()}
-        return RunRecord(**arr)
+        return _record(RunRecord, self.cols)
 
     def round_record(self) -> RoundRecord:
-        return RoundRecord(**{k: np.asarray(v, dtype=np.int64 if k in ("drafted", "accepted") else np.float64)
-                              for k, v in self.round_cols.items()})
+        return _record(RoundRecord, self.round_cols)
+
+
+#: The integer columns of the records (the others are float64).
+_INTEGER = {"tokens", "kind", "drafted", "accepted"}
+
+
+def _record(cls, cols: dict):
+    """A :class:`RunRecord` or :class:`RoundRecord` from its columns (lists, or a journal's JSON lists)."""
+    return cls(**{k: np.asarray(v, dtype=np.int64 if k in _INTEGER else np.float64) for k, v in cols.items()})
 
 
 # -- one run ------------------------------------------------------------------------------------------------
@@ -524,11 +531,8 @@ def decode(
 
 def _replayed(entry: dict) -> tuple:
     """A run read back from a journal (:func:`speculab.backends.journal.encode_run`'s inverse)."""
-    record = RunRecord(**{k: np.asarray(v, dtype=np.int64 if k in ("tokens", "kind") else np.float64)
-                          for k, v in entry["record"].items()})
-    rounds = RoundRecord(**{k: np.asarray(v, dtype=np.int64 if k in ("drafted", "accepted") else np.float64)
-                            for k, v in entry["rounds"].items()})
-    return entry["tokens"], record, rounds, entry["counts"], entry["seconds"]
+    return (entry["tokens"], _record(RunRecord, entry["record"]), _record(RoundRecord, entry["rounds"]),
+            entry["counts"], entry["seconds"])
 
 
 def _real_model_names() -> list[str]:

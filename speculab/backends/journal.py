@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import pickle
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -33,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from speculab.sim.checkpoint import active_folder
+from speculab.sim.checkpoint import active_folder, append_line, call_file, read_lines
 
 __all__ = ["DecodeJournal", "open_journal", "unrecorded", "FORMAT"]
 
@@ -85,42 +84,20 @@ class DecodeJournal:
 
     def __init__(self, path: Path, header: dict):
         self.path = Path(path)
-        self.header = {"format": FORMAT, **header}
+        self.header = json.loads(json.dumps({"format": FORMAT, **header}))  # as the file holds it
         self.done: dict[int, list[dict]] = {}
-        if self.path.exists() and self.path.stat().st_size > 0:
-            self._read()
-        else:
-            self._write(self.header)
-
-    def _read(self) -> None:
-        lines = self.path.read_text().split("\n")
-        try:
-            header = json.loads(lines[0])
-        except json.JSONDecodeError:  # cut short while its header was written: nothing finished, start again
-            self.path.write_text("")
-            self._write(self.header)
+        lines = read_lines(self.path) if self.path.exists() else []  # a line cut short is dropped
+        if not lines:  # new, or cut short while its header was written: nothing finished, start again
+            append_line(self.path, self.header)
             return
-        if header != self.header:
+        if lines[0] != self.header:
             raise ValueError(f"decode journal {self.path} was written for another call; remove it")
-        kept = [lines[0]]
-        for line in lines[1:]:
-            try:
-                entry = json.loads(line)
-            except json.JSONDecodeError:  # a line cut short by the interruption: its block runs again
-                break
+        for entry in lines[1:]:
             self.done[int(entry["block"])] = entry["runs"]
-            kept.append(line)
-        self.path.write_text("\n".join(kept) + "\n")  # drop the cut line before appending after it
-
-    def _write(self, entry: dict) -> None:
-        with open(self.path, "a") as f:
-            f.write(json.dumps(entry) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
 
     def append(self, block: int, runs: list[dict]) -> None:
         """Record a finished block's runs (``encode_run`` each)."""
-        self._write({"block": int(block), "runs": runs})
+        append_line(self.path, {"block": int(block), "runs": runs})
         self.done[int(block)] = runs
 
 
@@ -139,12 +116,11 @@ def open_journal(pair, encoded: list[list[int]], method, sampling, seeds: list[i
     folder = active_folder()
     if folder is None or _UNRECORDED.get():
         return None
-    try:
-        what = pickle.dumps((model_identity(pair.draft), model_identity(pair.target), int(pair.vocab_size),
-                             encoded, method, repr(sampling), seeds, int(max_new_tokens), bool(track_draft),
-                             int(block_size), bool(batched), torch.get_num_threads(), pair.device.type))
-    except Exception:  # a method holding a lambda or a live object: not journaled, it reruns
+    path = call_file(Path(folder), (model_identity(pair.draft), model_identity(pair.target), int(pair.vocab_size),
+                                    encoded, method, repr(sampling), seeds, int(max_new_tokens), bool(track_draft),
+                                    int(block_size), bool(batched), torch.get_num_threads(), pair.device.type),
+                     prefix="decode")
+    if path is None:  # a method holding a lambda or a live object: not journaled, it reruns
         return None
-    digest = hashlib.sha256(what).hexdigest()[:32]
-    return DecodeJournal(Path(folder) / f"decode-{digest}.jsonl",
-                         {"call": digest, "prompts": len(encoded), "method": repr(method), "block_size": block_size})
+    return DecodeJournal(path, {"call": path.stem, "prompts": len(encoded), "method": repr(method),
+                                "block_size": block_size})

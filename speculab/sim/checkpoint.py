@@ -28,7 +28,7 @@ import numpy as np
 from speculab.counts import Counts
 from speculab.theory.instance import compact
 
-__all__ = ["Journal", "FORMAT", "resumable", "recorded", "active_folder"]
+__all__ = ["Journal", "FORMAT", "resumable", "recorded", "active_folder", "call_file", "read_lines", "append_line"]
 
 #: The files :func:`resumable` owns in its folder: simulation checkpoints and recorded calls (``sim-*``), and the
 #: journals of real-model decoding (``decode-*``, :mod:`speculab.backends.journal`).
@@ -60,6 +60,33 @@ def _decode(data: dict) -> Counts:
                   extra={k: np.asarray(v, dtype=np.int64) for k, v in data["extra"].items()})
 
 
+def read_lines(path: Path) -> list[dict]:
+    """The entries of a JSON-lines file up to the first line an interruption cut short; that line (and anything
+    after it) is cut off the file, so the next :func:`append_line` starts cleanly."""
+    raw = path.read_bytes()
+    lines, kept = [], 0
+    for line in raw.split(b"\n"):
+        if not line.endswith(b"}"):  # the line an interruption cut short (or the end of the file)
+            break
+        try:
+            lines.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+        kept += len(line) + 1
+    if kept < len(raw):
+        with open(path, "r+b") as f:
+            f.truncate(kept)
+    return lines
+
+
+def append_line(path: Path, entry: dict) -> None:
+    """Append ``entry`` as one JSON line, flushed and synced before returning (what an interruption cannot undo)."""
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(entry) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
 class Journal:
     """The checkpoint file of one simulation (see the module docstring).
 
@@ -87,16 +114,7 @@ class Journal:
             self._append(self.header)
 
     def _read(self) -> None:
-        raw = self.path.read_bytes()
-        lines, kept = [], 0
-        for line in raw.split(b"\n"):
-            if not line.endswith(b"}"):  # the line an interruption cut short (or the end of the file)
-                break
-            try:
-                lines.append(json.loads(line))
-            except json.JSONDecodeError:
-                break
-            kept += len(line) + 1
+        lines = read_lines(self.path)
         if not lines or lines[0].get("format") != FORMAT:
             raise ValueError(f"{self.path} is not a speculab simulation checkpoint")
         expected = json.loads(json.dumps(self.header))  # as the file holds it (tuples as lists)
@@ -107,15 +125,9 @@ class Journal:
         for entry in lines[1:]:
             self.parts.append(_decode(entry["counts"]))
             self.state = entry["rng_state"]
-        if kept < len(raw):
-            with open(self.path, "r+b") as f:  # drop the partial line, so the next chunk appends cleanly
-                f.truncate(kept)
 
     def _append(self, entry: dict) -> None:
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(entry) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        append_line(self.path, entry)
 
     def add(self, part: Counts, rng: np.random.Generator) -> None:
         """Record a finished chunk and the generator's state after it."""
@@ -180,20 +192,20 @@ def active_folder() -> Path | None:
     return _FOLDER.get()
 
 
-def _call_file(folder: Path, what) -> Path | None:
-    """The file in ``folder`` of the call ``what`` describes (named by the digest of ``what`` pickled), or ``None``
-    when ``what`` cannot be pickled (a method holding a lambda or a live object: not checkpointed)."""
+def call_file(folder: Path, what, prefix: str = "sim") -> Path | None:
+    """The file in ``folder`` of the call ``what`` describes (``PREFIX-`` and the digest of ``what`` pickled), or
+    ``None`` when ``what`` cannot be pickled (a method holding a lambda or a live object: not checkpointed)."""
     try:
         blob = pickle.dumps(what)
     except Exception:
         return None
-    return folder / f"sim-{hashlib.sha256(blob).hexdigest()[:32]}.jsonl"
+    return folder / f"{prefix}-{hashlib.sha256(blob).hexdigest()[:32]}.jsonl"
 
 
 def active_checkpoint(inst, method, n_runs: int, rng: np.random.Generator) -> tuple[Path, bool] | None:
     """Inside :func:`resumable`: this simulation's checkpoint file and whether it exists; else ``None``."""
     folder = _FOLDER.get()
-    path = None if folder is None else _call_file(folder, (instance_digest(inst), method, int(n_runs),
+    path = None if folder is None else call_file(folder, (instance_digest(inst), method, int(n_runs),
                                                            rng.bit_generator.state))
     return None if path is None else (path, path.exists())
 
@@ -206,7 +218,7 @@ def recorded(what, compute):
     cannot be pickled, it is just ``compute()``.
     """
     folder = _FOLDER.get()
-    path = None if folder is None else _call_file(folder, what)
+    path = None if folder is None else call_file(folder, what)
     if path is None:
         return compute()
     if path.exists():
