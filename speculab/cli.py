@@ -257,6 +257,19 @@ def _add_pair_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--top-p", type=float, default=None)
 
 
+def _add_journal_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="prompts decoded together (default: all): each prompt has its own random stream, so the "
+                        "same seed gives the same runs whatever the batch size, up to the models' float round-off "
+                        "in differently shaped batches (a draw at a boundary)")
+    p.add_argument("--checkpoint", metavar="DIR", default=None,
+                   help="journal each finished batch of the decoding in this folder, removed when the command "
+                        "finishes; an interrupted run keeps it")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run journaled in --checkpoint (same arguments): only the unfinished batches are "
+                        "decoded, and the output is the uninterrupted run's")
+
+
 def _pair(args):
     from transformers.utils import logging as hf_logging
 
@@ -278,13 +291,30 @@ def _sampling(args):
     return Sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
 
 
+def _journaled(args):
+    """``--checkpoint DIR`` / ``--resume`` of the real-model commands: decoding inside
+    :func:`speculab.sim.checkpoint.resumable` (each finished prompt or batch journaled), or nothing."""
+    import contextlib
+
+    from speculab.sim.checkpoint import resumable
+
+    if args.checkpoint is None:
+        if args.resume:
+            raise ValueError("--resume needs --checkpoint DIR: the folder the interrupted run journaled in")
+        return contextlib.nullcontext()
+    args.on_interrupt = (f" (its decoded prompts are kept in {args.checkpoint}: add --resume to continue)")
+    return resumable(args.checkpoint, resume=args.resume)
+
+
 def cmd_run(args) -> None:
     from speculab.backends import decode
 
     pair = _pair(args)
     method = _method(args)
     prompts = args.prompt or ["Return the"]
-    res = decode(pair, prompts, method, max_new_tokens=args.max_new_tokens, sampling=_sampling(args), key=args.seed)
+    with _journaled(args):
+        res = decode(pair, prompts, method, max_new_tokens=args.max_new_tokens, sampling=_sampling(args),
+                     key=args.seed, batch_size=args.batch_size)
     payload = {"pair": pair.name, "method": repr(method), "seed": args.seed, "texts": res.texts,
                "tokens": res.tokens, "counts": res.counts.to_dict()}
     lines = [f"{method!r} on the {pair.name} pair, seed {args.seed}"]
@@ -299,8 +329,10 @@ def cmd_compare(args) -> None:
     from speculab.compare import compare
 
     pair = _pair(args)
-    comp = compare(pair, _method(args), args.prompt or None, runs_per_prompt=args.runs_per_prompt,
-                   max_new_tokens=args.max_new_tokens, sampling=_sampling(args), key=args.seed, speed=args.speed)
+    with _journaled(args):
+        comp = compare(pair, _method(args), args.prompt or None, runs_per_prompt=args.runs_per_prompt,
+                       max_new_tokens=args.max_new_tokens, sampling=_sampling(args), key=args.seed, speed=args.speed,
+                       batch_size=args.batch_size)
     _emit(args, comp.to_dict(), str(comp))
 
 
@@ -386,6 +418,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_pair_args(p)
     _add_method_args(p, real_models=True)
     p.add_argument("--prompt", action="append", help="a prompt (repeatable; default 'Return the')")
+    _add_journal_args(p)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("compare", help="theory vs measured counts on a real draft/target pair")
@@ -396,6 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs-per-prompt", type=int, default=8, help="independent runs per prompt (default 8)")
     p.add_argument("--speed", action="store_true",
                    help="also the latency model's predicted speed-up over AR vs the clock (fit on half the prompts)")
+    _add_journal_args(p)
     p.set_defaults(func=cmd_compare)
 
     models = sub.add_parser("models", help="the offline tiny model pair").add_subparsers(dest="action", required=True)

@@ -182,13 +182,15 @@ class Context:
     seeds: list[int]
     result: Any = None
     probe: Any = None
+    batch_size: int | None = None
 
     def decode(self, method: Method, slot: int, **kwargs):
-        """Run another method on the same prompts with the generator of ``slot`` (see :attr:`seeds`)."""
+        """Run another method on the same prompts with the generator of ``slot`` (see :attr:`seeds`), in the
+        comparison's batches."""
         from speculab.backends import decode
 
         return decode(self.pair, self.prompts, method, max_new_tokens=self.max_new_tokens, sampling=self.sampling,
-                      key=self.seeds[slot], **kwargs)
+                      key=self.seeds[slot], **{"batch_size": self.batch_size, **kwargs})
 
     @cached_property
     def reference(self):
@@ -215,6 +217,7 @@ def compare(
     sampling=None,
     key: Any,
     speed: bool = False,
+    batch_size: int | None = None,
 ) -> Comparison:
     """Run ``method`` on a real pair and compare its counts with the theory (see module docstring).
 
@@ -231,6 +234,9 @@ def compare(
       speed: also hold the latency model's predicted speed-up over autoregressive decoding
         against the clock (:func:`speculab.backends.latency.speed_check`: fitted on half the
         prompts, measured on the others, one prompt at a time).
+      batch_size: runs decoded together (``None``: all of them; see :func:`speculab.backends.decode`); inside
+        :func:`speculab.sim.checkpoint.resumable` each finished batch is journaled. The same key gives the same
+        runs whatever the batch size (up to draws within round-off of a boundary, as ``decode`` says).
     """
     from speculab.backends import Sampling
     from speculab.backends.decode import prompt_list
@@ -252,7 +258,9 @@ def compare(
             raise ValueError(f"speed=True needs at least {SPEED_PROMPTS} prompts (half to fit the latency model, half "
                              f"to measure); got {len(prompts)}")
     runs = [p for p in prompts for _ in range(runs_per_prompt)]
-    ctx = Context(pair, runs, max_new_tokens, sampling, seeds=spawn_seeds(key, 8))
+    if batch_size is not None:
+        batch_size = as_positive_int(batch_size, "batch_size")
+    ctx = Context(pair, runs, max_new_tokens, sampling, seeds=spawn_seeds(key, 8), batch_size=batch_size)
     ctx.probe = method.round_probe()
     ctx.result = ctx.decode(method, slot=2, on_round=ctx.probe)
     settings = dict(pair=pair.name, method=repr(method), prompts=len(prompts), runs=len(runs),

@@ -230,6 +230,10 @@ CLI_CASES = [
     (["run", "--pair", "tiny", "--top-k", "0"], 2, "top_k"), (["run", "--pair", "tiny", "--top-p", "2"], 2, "top_p"),
     (["run", "--pair", "tiny", "--prompt", ""], 2, "empty"),
     (["run", "--pair", "tiny", "--max-new-tokens", "0"], 2, "max_new_tokens"),
+    (["run", "--pair", "tiny", "--resume"], 2, "--resume needs --checkpoint"),
+    (["compare", "--pair", "tiny", "--checkpoint", "/nonexistent-speculab-journal", "--resume"], 2, "nothing to resume"),
+    (["compare", "--pair", "tiny", "--batch-size", "0"], 2, "batch_size"),
+    (["run", "--pair", "tiny", "--batch-size", "-2"], 2, "batch_size"),
 ]
 
 

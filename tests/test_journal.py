@@ -19,10 +19,17 @@ pytest.importorskip("transformers")
 from speculab.backends import decode, load_pair  # noqa: E402
 from speculab.backends.journal import unrecorded  # noqa: E402
 from speculab.backends.pair import default_prompts  # noqa: E402
-from speculab.methods import SD, BatchSD  # noqa: E402
+from speculab.methods import SD, BatchSD, RoundProbe  # noqa: E402
 from speculab.sim.checkpoint import resumable  # noqa: E402
 
 PROMPTS = default_prompts()[:8]
+
+
+class _Seen(RoundProbe):
+    """Per round: the drafts accepted and their expectation under the round law (one float of the law's tensors)."""
+
+    def observe(self, info):
+        return (info.accepted, float(info.law.expected_accepted()[0][0]))
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +53,8 @@ def test_an_interrupted_decode_resumes_to_the_uninterrupted_result(pair, tmp_pat
     finished blocks are read back, not decoded again, and the result is the uninterrupted call's."""
     dec = importlib.import_module("speculab.backends.decode")  # the module (the package exports the function)
     method = BatchSD(2, K=2)
-    whole = decode(pair, PROMPTS, method, max_new_tokens=10, key=4, batch_size=batch_size)
+    seen = _Seen()
+    whole = decode(pair, PROMPTS, method, max_new_tokens=10, key=4, batch_size=batch_size, on_round=seen)
     started = []
     real = dec.decode_batched if batch_size > 1 else dec._Run
 
@@ -60,15 +68,21 @@ def test_an_interrupted_decode_resumes_to_the_uninterrupted_result(pair, tmp_pat
     folder = tmp_path / "resume"
     interrupt = True
     with pytest.raises(KeyboardInterrupt), resumable(folder):
-        decode(pair, PROMPTS, method, max_new_tokens=10, key=4, batch_size=batch_size)
+        decode(pair, PROMPTS, method, max_new_tokens=10, key=4, batch_size=batch_size, on_round=_Seen())
     assert len(list(folder.glob("decode-*.jsonl"))) == 1
     interrupt, started[:] = False, []
+    again = _Seen()
     with resumable(folder, resume=True):
-        resumed = decode(pair, PROMPTS, method, max_new_tokens=10, key=4, batch_size=batch_size)
+        resumed = decode(pair, PROMPTS, method, max_new_tokens=10, key=4, batch_size=batch_size, on_round=again)
     blocks = -(-len(PROMPTS) // batch_size)
     assert len(started) == blocks - 2  # only the unfinished blocks ran
     _same(resumed, whole)
     assert not folder.exists() and resumed.seconds > 0
+    # the probe's observations: the finished blocks' put back from the journal, the others observed; each run under
+    # its index among all the prompts (also in batches after the first), as JSON gives them back
+    assert again.items() == seen.items() and {run for run, _ in seen.items()} == set(range(len(PROMPTS)))
+    assert all(isinstance(v, list) for v in seen.values())
+    assert [len(again.rounds(i)) for i in range(len(PROMPTS))] == [r.accepted.size for r in whole.rounds]
 
 
 def test_what_is_not_journaled_runs_again(pair, tmp_path):
@@ -78,13 +92,27 @@ def test_what_is_not_journaled_runs_again(pair, tmp_path):
     from speculab import kernels
     from speculab.methods import RejectionDecoding
 
+    class Holding(_Seen):
+        def __init__(self):
+            super().__init__()
+            self.rule = lambda x: x  # a setting that cannot be pickled: the call cannot be named
+
     with resumable(tmp_path / "a") as folder:
         decode(pair, PROMPTS[:2], SD(K=2), max_new_tokens=4, key=0, on_round=lambda info: None)
+        decode(pair, PROMPTS[:2], SD(K=2), max_new_tokens=4, key=0, on_round=Holding())
         with unrecorded():
             decode(pair, PROMPTS[:2], SD(K=2), max_new_tokens=4, key=0)
         decode(pair, PROMPTS[:2], RejectionDecoding(b=lambda p, q: 0.5 * kernels.sd_acceptance(p, q), K=2),
                max_new_tokens=4, key=0)
         assert not list(folder.glob("decode-*"))
+    class Live(RoundProbe):
+        def observe(self, info):
+            return info.p  # a tensor is not a JSON value
+
+    with pytest.raises(ValueError, match="Live.observe must return a JSON value"):
+        decode(pair, PROMPTS[:1], SD(K=2), max_new_tokens=4, key=0, on_round=Live())
+    with pytest.raises(NotImplementedError, match="must define observe"):
+        decode(pair, PROMPTS[:1], SD(K=2), max_new_tokens=4, key=0, on_round=RoundProbe())
     path = tmp_path / "j.jsonl"
     DecodeJournal(path, {"call": "one"})
     with pytest.raises(ValueError, match="was written for another call; remove it"):
@@ -94,6 +122,39 @@ def test_what_is_not_journaled_runs_again(pair, tmp_path):
     path.write_text(path.read_text() + '{"block": 0, "runs": []}\n{"block": 1, "ru')  # a cut line is dropped
     journal = DecodeJournal(path, {"call": "one"})
     assert list(journal.done) == [0] and path.read_text().count("\n") == 2
+
+
+def test_compare_and_run_resume_from_the_command_line(pair, tmp_path, monkeypatch, capsys):
+    """``speculab compare --checkpoint DIR``, interrupted in the method's third batch of four: the command says where its work is and exits 130; ``--resume`` decodes only the rest — the
+    method's probe (block verification's gain on the same blocks) included — and prints the uninterrupted
+    comparison, number for number. ``speculab run`` takes the same flags."""
+    from speculab.cli import main
+
+    dec = importlib.import_module("speculab.backends.decode")
+    argv = ["compare", "--pair", "tiny", "--device", "cpu", "--method", "block", "--gamma", "3", "--runs-per-prompt",
+            "1", "--max-new-tokens", "8", "--batch-size", "2", "--json"] + sum((["--prompt", p] for p in PROMPTS), [])
+    assert main(argv) == 0
+    whole = json.loads(capsys.readouterr().out)
+    started, real = [], dec.decode_batched
+
+    def counting(*args, **kwargs):
+        started.append(1)
+        if len(started) == 3 and interrupt:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(dec, "decode_batched", counting)
+    folder, interrupt = tmp_path / "journal", True
+    assert main(argv + ["--checkpoint", str(folder)]) == 130
+    assert f"its decoded prompts are kept in {folder}: add --resume" in capsys.readouterr().err
+    interrupt, started[:] = False, []
+    assert main(argv + ["--checkpoint", str(folder), "--resume"]) == 0
+    assert json.loads(capsys.readouterr().out) == whole
+    assert len(started) == 2 + 4  # the method's last two batches, then the SD runs block verification is held against
+    assert not folder.exists()
+    argv = ["run", "--pair", "tiny", "--device", "cpu", "--method", "sd", "--K", "2", "--max-new-tokens", "6",
+            "--batch-size", "1", "--json", "--checkpoint", str(folder)] + sum((["--prompt", p] for p in PROMPTS[:3]), [])
+    assert main(argv) == 0 and not folder.exists()
 
 
 SCRIPT = textwrap.dedent("""

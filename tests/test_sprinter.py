@@ -357,7 +357,13 @@ def test_repro_sprinter_fig5_and_fig6(tmp_path, agrees):
         agrees(pts["mean"], pts["closed_form"], f"Fig. 5 E[N] at η_FP = {key}", se=pts["se"])
         assert r5["limit_eta_tp_1"][key]["gap_over_r"] == pytest.approx(float(key) / (1 - float(key)))
     for key, chk in r5["markov"].items():
-        assert chk["law_matches_mixture"] and chk["law_max_abs_z"] < Z_BOUND  # the JSON holds only the max |z|
+        assert chk["law_matches_mixture"] and chk["law_max_abs_z"] < Z_BOUND
+        law = chk["law_marginals"]  # per position, the share of runs with each token: binomial errors over the runs
+        agrees(law["frequency"], law["theory"], f"Fig. 5 Markov marginal law at η_FP = {key}",
+               se=binomial_se(law["theory"], r5["n_runs"]))
+        agrees(law["frequency"], law["theory"], f"Fig. 5 Markov marginal law at η_FP = {key}",
+               se=binomial_se(law["theory"], r5["n_runs"]), wrong=law["target"],
+               alternative=f"Fig. 5 Markov marginal law at η_FP = {key}: the target's (false passes not kept)")
         for name in ("tv_sum", "acceptance_rate", "target_calls", "rejections"):
             est = chk[name]
             agrees(est["mean"], est["theory"], f"Fig. 5 Markov {name} at η_FP = {key}", se=est["se"])

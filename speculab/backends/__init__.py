@@ -7,6 +7,7 @@ Convention: ``p`` = draft, ``q`` = target. Requires the ``torch`` extra
 from speculab.backends.decode import KIND_NAMES, DecodeResult, RoundInfo, RoundRecord, RunRecord, decode
 from speculab.backends.models import HFModel, HistoryModel, NGramModel, PromptLookupModel
 from speculab.backends.pair import ModelPair, load_pair, ngram_draft, resolve_device
+from speculab.methods.probe import RoundProbe
 from speculab.backends.warp import Sampling
 
 __all__ = [
@@ -18,6 +19,7 @@ __all__ = [
     "HistoryModel",
     "PromptLookupModel",
     "RoundInfo",
+    "RoundProbe",
     "RoundRecord",
     "RunRecord",
     "Sampling",

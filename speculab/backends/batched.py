@@ -202,16 +202,17 @@ def _right_aligned(tokens: list[list[int]], dev) -> tuple[torch.Tensor, torch.Te
 # -- decoding -------------------------------------------------------------------------------------------------------
 def decode_batched(pair: ModelPair, encoded: list[list[int]], method: Method, *, max_new_tokens: int,
                    sampling: Sampling, generators: list, track_draft: bool = False,
-                   on_round: Callable | None = None, batch_size: int | None = None) -> list:
+                   on_round: Callable | None = None, batch_size: int | None = None, first_index: int = 0) -> list:
     """Decode the prompts ``encoded`` (token ids, checked by the caller) in batches of ``batch_size`` rows.
 
     Returns one ``(tokens, builder)`` per prompt (:class:`speculab.backends.decode._Builder`); the
     caller (:func:`speculab.backends.decode`) assembles the result. ``batch_size=None``: all at once.
+    ``first_index``: the run index of ``encoded[0]`` in the caller's prompts (what ``on_round`` is told).
     """
     size = len(encoded) if batch_size is None else batch_size
     out = []
     for start in range(0, len(encoded), size):
-        out.extend(_Batch(pair, encoded[start:start + size], start, method, max_new_tokens, sampling,
+        out.extend(_Batch(pair, encoded[start:start + size], first_index + start, method, max_new_tokens, sampling,
                           generators[start:start + size],
                           track_draft, on_round).run())
     return out

@@ -32,6 +32,7 @@ from speculab import kernels
 from speculab._validate import as_positive_int, as_torch_generator, spawn_seeds
 from speculab.backends.batched import batchable, decode_batched
 from speculab.backends.journal import encode_run, open_journal
+from speculab.methods.probe import RoundProbe
 from speculab.backends.models import HFModel
 from speculab.backends.pair import ModelPair
 from speculab.backends.warp import Sampling, check_laws
@@ -438,7 +439,9 @@ def decode(
       track_draft: for ``Autoregressive``, also run the draft to record ``TV(p_n, q_n)``.
       on_round: called with a :class:`RoundInfo` after every round (e.g. to evaluate another
         rule on the same blocks); it runs under ``torch.inference_mode`` as the loop does (its tensors are
-        inference tensors: read them, or ``.clone()`` them outside to keep them for autograd).
+        inference tensors: read them, or ``.clone()`` them outside to keep them for autograd). A
+        :class:`~speculab.backends.RoundProbe` is journaled with the runs inside ``resumable`` (a resumed call
+        puts its observations back); a plain function makes the call run again in full.
       batch_size: prompts decoded together as the rows of one batch (:mod:`speculab.backends.batched`;
         ``None``: all of them); ``1`` decodes one prompt at a time. Both paths give the same
         tokens, counts and records for the same key (each prompt's own random stream, see ``key``).
@@ -487,23 +490,28 @@ def decode(
     batched = batch_size != 1 and head is None and batchable(method, pair)  # a drafting head: one prompt at a time
     n = len(encoded)
     block = (batch_size or n) if batched else 1  # what one line of a journal holds: one batch, or one prompt
-    journal = None if on_round is not None else open_journal(
+    probe = on_round if isinstance(on_round, RoundProbe) else None  # a callback whose observations are journaled
+    journal = None if on_round is not None and probe is None else open_journal(
         pair, encoded, method, sampling, seeds, max_new_tokens=max_new_tokens, track_draft=track_draft,
-        block_size=block, batched=batched)
+        block_size=block, batched=batched, probe=probe)
     if journal is None:
         block = n  # not journaled: one pass over every prompt, as the batched path splits them itself
     runs: list[tuple] = []  # per prompt: tokens, RunRecord, RoundRecord, counts, seconds
     with torch.inference_mode():  # no autograd bookkeeping on the loop's many small operations
         for b, start in enumerate(range(0, n, block)):
+            index = range(start, min(start + block, n))
             if journal is not None and b in journal.done:
                 runs += [_replayed(entry) for entry in journal.done[b]]
+                if probe is not None:
+                    for i, entry in zip(index, journal.done[b]):
+                        probe.restore(i, entry["probe"])
                 continue
-            index = range(start, min(start + block, n))
             t0 = time.perf_counter()
             if batched:
                 done = decode_batched(pair, [encoded[i] for i in index], method, max_new_tokens=max_new_tokens,
                                       sampling=sampling, generators=[generators[i] for i in index],
-                                      track_draft=track_draft, on_round=on_round, batch_size=batch_size)
+                                      track_draft=track_draft, on_round=on_round, batch_size=batch_size,
+                                      first_index=start)
             else:
                 done = []
                 for i in index:
@@ -514,7 +522,8 @@ def decode(
             each = (time.perf_counter() - t0) / len(index)
             new = [(gen, out.record(), out.round_record(), dict(out.counts), each) for gen, out in done]
             if journal is not None:
-                journal.append(b, [encode_run(*r) for r in new])
+                journal.append(b, [encode_run(*r) | ({"probe": probe.rounds(i)} if probe is not None else {})
+                                   for i, r in zip(index, new)])
             runs += new
     fields = {k: [] for k in Counts.FIELDS}
     for gen, _, _, c, _ in runs:

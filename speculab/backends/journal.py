@@ -13,7 +13,9 @@ most the block under way; a line cut short by it is dropped on resumption.
 With ``resumable(folder, resume=True)`` the same call reads its finished blocks back and
 decodes only the others. Each prompt has its own random stream and the blocks are the
 uninterrupted run's blocks, so the result equals an uninterrupted run's, run for run.
-Not journaled (they run again in full): calls with ``on_round`` (the callback's side
+A :class:`~speculab.backends.RoundProbe` passed as ``on_round`` is journaled with
+the runs: each run's observations are on its line and are put back on resumption. Not
+journaled (they run again in full): calls with a plain ``on_round`` function (its side
 effects cannot be replayed), calls whose method cannot be pickled, calls under
 :func:`unrecorded` (timed runs: a replayed call took no time), and calls outside
 ``resumable``. A replayed call's ``DecodeResult.seconds`` is the wall time it took when
@@ -110,17 +112,24 @@ def encode_run(tokens: list[int], record, rounds, counts: dict, seconds: float) 
 
 
 def open_journal(pair, encoded: list[list[int]], method, sampling, seeds: list[int], *, max_new_tokens: int,
-                 track_draft: bool, block_size: int, batched: bool) -> DecodeJournal | None:
+                 track_draft: bool, block_size: int, batched: bool, probe=None) -> DecodeJournal | None:
     """The journal of this decode call inside :func:`~speculab.sim.checkpoint.resumable`, or ``None`` when the
-    call is not journaled (outside it, under :func:`unrecorded`, or a method that cannot be pickled)."""
+    call is not journaled (outside it, under :func:`unrecorded`, or a method that cannot be pickled). ``probe``:
+    the call's :class:`~speculab.backends.RoundProbe`, if any (its type and settings are part of the call)."""
     folder = active_folder()
     if folder is None or _UNRECORDED.get():
         return None
+    try:  # a probe by its type and its settings (public attributes; its observations are ``_``-attributes)
+        probed = None if probe is None else [type(probe).__module__, type(probe).__qualname__, hashlib.sha256(
+            pickle.dumps({k: v for k, v in sorted(vars(probe).items()) if not k.startswith("_")})).hexdigest()]
+    except (pickle.PicklingError, TypeError, AttributeError):  # a probe holding a lambda or a live object
+        return None
     path = call_file(Path(folder), (model_identity(pair.draft), model_identity(pair.target), int(pair.vocab_size),
                                     encoded, method, repr(sampling), seeds, int(max_new_tokens), bool(track_draft),
-                                    int(block_size), bool(batched), torch.get_num_threads(), pair.device.type),
+                                    int(block_size), bool(batched), torch.get_num_threads(), pair.device.type,
+                                    probed),
                      prefix="decode")
     if path is None:  # a method holding a lambda or a live object: not journaled, it reruns
         return None
     return DecodeJournal(path, {"call": path.stem, "prompts": len(encoded), "method": repr(method),
-                                "block_size": block_size})
+                                "block_size": block_size, "probe": None if probe is None else type(probe).__name__})

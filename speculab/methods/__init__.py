@@ -11,6 +11,7 @@ Adding a method is one module plus one line below (see the README, "Add your own
 
 from speculab.methods.base import REGISTRY, Emit, Method, RoundLaw, Step, build, get, names, param, register, sample_round
 from speculab.methods.chain import ChainMethod, ChainStep, Rule
+from speculab.methods.probe import RoundProbe
 
 # The registry: importing a method module registers it (its @register decorator), one line each.
 from speculab.methods.autoregressive import Autoregressive
@@ -26,7 +27,7 @@ from speculab.methods.optimal import OptimalMultiDraft
 
 __all__ = [
     "Method", "RoundLaw", "Step", "Emit", "ChainMethod", "ChainStep", "Rule",
-    "REGISTRY", "register", "get", "names", "build", "param", "sample_round",
+    "REGISTRY", "register", "get", "names", "build", "param", "sample_round", "RoundProbe",
     "Autoregressive", "SD", "BatchSD", "RejectionDecoding", "Biased", "Fuzzy", "Sprinter", "SpecDecPP", "BlockVerification",
     "OptimalMultiDraft",
 ]

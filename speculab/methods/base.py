@@ -428,7 +428,9 @@ class Method(ABC):
         return None
 
     def round_probe(self):
-        """A callable ``decode`` invokes after every round (``compare`` reads it in :meth:`compare_rows`), or ``None``."""
+        """A :class:`~speculab.methods.RoundProbe` ``decode`` calls after every round (``compare`` reads it in
+        :meth:`compare_rows`), or ``None``; being a probe, it is journaled with the runs (a resumed ``compare``
+        decodes only what is left)."""
         return None
 
     def compare_rows(self, ctx) -> list:

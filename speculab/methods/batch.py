@@ -32,7 +32,7 @@ from speculab.methods.sd import SD, sd_rule
 from speculab.theory.batch import root_residual_chain
 from speculab.theory.instance import cumulative, rowwise
 
-__all__ = ["BatchSD", "MultiDraft", "batch_root_law", "Root", "rooted_round_law"]
+__all__ = ["BatchSD", "MultiDraft", "batch_root_law", "Root", "rooted_round_law", "paired_improvement"]
 
 
 def batch_root_law(p, q, x):
@@ -218,12 +218,31 @@ class BatchSD(MultiDraft):
         # SD runs vs batch runs + their own path improvement: both estimate T1 (K = ∞), so
         # z = (SD − batch − BI) / sqrt(se(SD)² + se(batch + BI)²), BI paired with its batch run.
         paired = Estimate.of(ctx.result.counts.rejections + improvement)
+        within, noise = paired_improvement(ctx.result)
         t1 = ctx.t1
         return [
             Row(f"batch improvement, M={self.M} (Thm 3: E_f[Σ TV − Π r_m])", float(improvement.mean()),
                 sd_rej.mean - rej.mean, 0.0, math.hypot(sd_rej.se, paired.se), note="measured: SD runs − batch runs"),
+            Row(f"batch improvement, M={self.M}, paired on the batch runs", float(improvement.mean()),
+                float(within.mean()), 0.0, Estimate.of(noise).se,
+                note="measured: Σ TV − rejections along each batch run"),
             Row("E[N_rej] of SD (Thm 1)", t1.mean, sd_rej.mean, t1.se, sd_rej.se),
         ]
+
+
+def paired_improvement(result) -> tuple[np.ndarray, np.ndarray]:
+    """The batch improvement measured on the batch runs alone, per run: ``Σ_n TV(p_n, q_n) − N_rej``, and its
+    noise, that minus the run's own path improvement (:func:`_root_improvement`).
+
+    Batch SD outputs the target's law, so ``Σ_n TV(p_n, q_n)`` along a batch run is an unbiased estimate of
+    [Yin] Thm 1's SD term ``T1`` (``K = ∞``), and its mean minus the batch runs' rejections estimates the batch
+    improvement. Paired with the path improvement on the same run, what is left is ``Σ_n r_n − N_rej``, the
+    Bernoulli noise of the rejections given their path — no path-to-path spread, and no SD runs. Not in [Yin]:
+    the paper has no estimator of BI from measured runs.
+    """
+    tv = np.array([float(np.nansum(rec.tv)) for rec in result.records])
+    within = tv - result.counts.rejections
+    return within, within - np.asarray(_root_improvement(result.records))
 
 
 def _root_improvement(records) -> list[float]:

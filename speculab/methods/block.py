@@ -56,6 +56,7 @@ from speculab import kernels
 from speculab._validate import as_positive_int
 from speculab.counts import BONUS, CORRECTION, DRAFT, Estimate, Expected
 from speculab.methods.base import Emit, Method, RoundLaw, Step, param, register, sample_round
+from speculab.methods.probe import RoundProbe
 from speculab.methods.sd import SD
 from speculab.theory.instance import cumulative, rowwise
 
@@ -263,18 +264,24 @@ class _Step(Step):
 
 
 # -- the method ------------------------------------------------------------------------------------------------
-class _GainProbe:
+class _GainProbe(RoundProbe):
     """Per round of a real-model run: ``E[τ | block]`` under block verification and under SD on the same block."""
 
     def __init__(self, gamma: int):
+        super().__init__()
         self.sd = SD(K=gamma)
-        self.block: list[float] = []
-        self.token: list[float] = []
 
-    def __call__(self, info) -> None:
-        self.block.append(float(info.law.expected_accepted()[0][0]))
+    def observe(self, info) -> list[float]:
         sd = self.sd.round_law(info.p[None], info.q[None], info.drafts[None], bonus=True)  # τ's law ignores the bonus
-        self.token.append(float(sd.expected_accepted()[0][0]))
+        return [float(info.law.expected_accepted()[0][0]), float(sd.expected_accepted()[0][0])]
+
+    @property
+    def block(self) -> list[float]:
+        return [v[0] for v in self.values()]
+
+    @property
+    def token(self) -> list[float]:
+        return [v[1] for v in self.values()]
 
 
 @register

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from speculab._validate import as_generator, spawn_seeds
-from speculab.methods import SD, OptimalMultiDraft
+from speculab.methods import SD, OptimalMultiDraft, RoundProbe
 from speculab.repro._io import describe_key, new_figure, save_figure, write_json
 from speculab.sim import simulate
 from speculab.repro._plots import YIN_V as V
@@ -40,34 +40,36 @@ M_COUPLING = (2, 3, 4, 6, 8, 12, 16)  # the α*-coupling method: one LP per posi
 M_SIMULATED, RUNS = 4, 20_000
 
 
-def _root_acceptances(p: np.ndarray, q: np.ndarray, Ms) -> dict:
-    """Mean and worst ``α*`` and Algorithm 4's root acceptance over the rows of ``p``, ``q`` ``(n, V)``, per ``M``."""
-    out = {"positions": int(p.shape[0]), "M": list(Ms), "optimal": [], "algorithm4": [], "gap_mean": [], "gap_max": []}
-    for M in Ms:
-        best, alg4 = optimal_acceptance(p, q, M), 1.0 - batch_rejection_probability(q, p, M)
-        out["optimal"].append(float(best.mean()))
-        out["algorithm4"].append(float(alg4.mean()))
-        out["gap_mean"].append(float((best - alg4).mean()))
-        out["gap_max"].append(float((best - alg4).max()))
-    return out
+def _summary(best: np.ndarray, alg4: np.ndarray, Ms) -> dict:
+    """``best``, ``alg4``: ``(positions, len(Ms))`` — ``α*`` and Algorithm 4's root acceptance at each position."""
+    gap = best - alg4
+    return {"positions": int(best.shape[0]), "M": list(Ms), "optimal": best.mean(axis=0).tolist(),
+            "algorithm4": alg4.mean(axis=0).tolist(), "gap_mean": gap.mean(axis=0).tolist(),
+            "gap_max": gap.max(axis=0).tolist()}
+
+
+class _Roots(RoundProbe):
+    """Per round of SD runs, at every slot on the run (the accepted ones and the one refused, if any): ``α*`` and
+    Algorithm 4's root acceptance for each ``M`` of :data:`M_REAL`, as ``[[α*, alg4] per M] per slot``."""
+
+    def observe(self, info) -> list:
+        on_run = min(info.accepted, info.p.shape[1] - 1)  # RoundInfo: float64 tensors (M, L, V), (M, L + 1, V)
+        p, q = info.p[0, :on_run + 1].cpu().numpy(), info.q[0, :on_run + 1].cpu().numpy()
+        # the models' float32 softmax sums to 1 only to ~1e-7: renormalised in float64 before the exact formulas
+        p, q = p / p.sum(axis=-1, keepdims=True), q / q.sum(axis=-1, keepdims=True)
+        both = [(optimal_acceptance(p, q, M), 1.0 - batch_rejection_probability(q, p, M)) for M in M_REAL]
+        return [[[float(best[i]), float(alg4[i])] for best, alg4 in both] for i in range(p.shape[0])]
 
 
 def _measured(pair, prompts: list[str], key, max_new_tokens: int) -> dict:
-    """``p_n``, ``q_n`` at every position of SD runs on a real pair that a draft was verified at, then
-    :func:`_root_acceptances` on them (slots past a round's first rejection are off the run and skipped)."""
+    """``α*`` and Algorithm 4's root acceptance at every position of SD runs on a real pair that a draft was
+    verified at (slots past a round's first rejection are off the run and skipped): mean and worst per ``M``."""
     from speculab.backends import decode
 
-    rows = []
-
-    def collect(info):  # RoundInfo: float64 tensors (M, L, V), (M, L + 1, V)
-        on_run = min(info.accepted, info.p.shape[1] - 1)  # the accepted slots and the one refused, if any
-        rows.extend((info.p[0, i].cpu().numpy(), info.q[0, i].cpu().numpy()) for i in range(on_run + 1))
-
-    decode(pair, prompts, SD(K=4), max_new_tokens=max_new_tokens, key=key, on_round=collect)
-    p, q = (np.stack(x) for x in zip(*rows))
-    # the models' float32 softmax sums to 1 only to ~1e-7: renormalised in float64 before the exact formulas
-    p, q = p / p.sum(axis=-1, keepdims=True), q / q.sum(axis=-1, keepdims=True)
-    return _root_acceptances(p, q, M_REAL)
+    roots = _Roots()
+    decode(pair, prompts, SD(K=4), max_new_tokens=max_new_tokens, key=key, on_round=roots)
+    table = np.array([slot for obs in roots.values() for slot in obs])  # (positions, len(M_REAL), 2)
+    return _summary(table[:, :, 0], table[:, :, 1], M_REAL)
 
 
 def run(key=10, out_dir: str | Path = "results", draft: str | None = None, target: str | None = None,

@@ -35,6 +35,7 @@ import numpy as np
 
 from speculab._validate import as_positive_int, spawn_seeds
 from speculab.counts import BONUS, Estimate
+from speculab.methods.probe import RoundProbe
 from speculab.repro._io import describe_key, new_figure, save_figure, write_json
 from speculab.repro._plots import interpolate_points
 
@@ -64,23 +65,20 @@ def random_acceptance(rate: float, K: int):
 
 def _thresholds(pair, prompts, K: int, max_new_tokens: int, key) -> dict[str, list[float]]:
     """θ per divergence: quantiles of ``Div(q_n, p_n)`` over the drafted slots of a pilot SD run."""
-    import torch
-
     from speculab.backends import decode
     from speculab.methods import SD
     from speculab.theory.fuzzy import DIVERGENCES
 
-    seen = {d: [] for d in DIVS}
+    class Divergences(RoundProbe):  # per round, each divergence at every drafted slot
+        def observe(self, info) -> list[list[float]]:
+            L = info.p.shape[1]
+            return [DIVERGENCES[d](info.p[0], info.q[0, :L]).double().cpu().tolist() for d in DIVS]
 
-    def collect(info):
-        L = info.p.shape[1]
-        for d in DIVS:
-            seen[d].append(DIVERGENCES[d](info.p[0], info.q[0, :L]).cpu())
-
-    decode(pair, prompts, SD(K=K), max_new_tokens=max_new_tokens, key=key, on_round=collect)
+    seen = Divergences()
+    decode(pair, prompts, SD(K=K), max_new_tokens=max_new_tokens, key=key, on_round=seen)
     out = {}
-    for d in DIVS:
-        values = torch.cat(seen[d]).double().numpy()
+    for k, d in enumerate(DIVS):
+        values = np.array([v for obs in seen.values() for v in obs[k]])
         out[d] = sorted({float(np.quantile(values, a)) for a in QUANTILES})
     return out
 

@@ -29,13 +29,13 @@ position's ``TV(p_n, q_n)``, not its false-positive rate on drafted tokens (both
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 
 import numpy as np
 
 from speculab._validate import as_positive_int, spawn_seeds
 from speculab.counts import Estimate
+from speculab.methods.probe import RoundProbe
 from speculab.repro._io import describe_key, new_figure, save_figure, write_json
 from speculab.repro._plots import interpolate_points
 from speculab.repro.sprinter_roc import held_out_split, verifier_config
@@ -71,36 +71,33 @@ def _train(pair, key, say) -> dict:
     return out
 
 
-class _Slots:
+class _Slots(RoundProbe):
     """Per drafted slot of every round: ``TV(p, q)``, whether the draft is acceptable (``p(x) ≤ q(x)``), the verdict."""
 
-    def __init__(self):
-        self.run, self.tv, self.acceptable, self.passed = [], [], [], []
-
-    def __call__(self, info) -> None:
+    def observe(self, info) -> list[list]:
         from speculab import kernels
 
         L = info.drafts.shape[1]
         if L == 0:
-            return
+            return [[], [], []]
         p, q, x = info.p[0], info.q[0, :L], info.drafts[0]
-        self.run += [info.run] * L
-        self.tv += kernels.tv(p, q).tolist()
-        self.acceptable += (p.gather(1, x[:, None])[:, 0] <= q.gather(1, x[:, None])[:, 0]).tolist()
-        self.passed += list(info.predictions) if info.predictions is not None else [0.0] * L
+        acceptable = (p.gather(1, x[:, None])[:, 0] <= q.gather(1, x[:, None])[:, 0]).tolist()
+        passed = [float(v) for v in info.predictions] if info.predictions is not None else [0.0] * L
+        return [kernels.tv(p, q).tolist(), acceptable, passed]
 
     def arrays(self):
-        return (np.asarray(self.run), np.asarray(self.tv), np.asarray(self.acceptable, dtype=bool),
-                np.asarray(self.passed))
+        items = self.items()
+        column = lambda k: [v for _, obs in items for v in obs[k]]  # noqa: E731
+        return (np.asarray([run for run, obs in items for _ in obs[0]]), np.asarray(column(0)),
+                np.asarray(column(1), dtype=bool), np.asarray(column(2)))
 
 
 def _measure(pair, prompts, method, max_new_tokens: int, key) -> dict:
     from speculab.backends import decode
 
     slots = _Slots()
-    t0 = time.perf_counter()
     res = decode(pair, prompts, method, max_new_tokens=max_new_tokens, key=key, batch_size=1, on_round=slots)
-    seconds = time.perf_counter() - t0
+    seconds = res.seconds  # the decode's own wall time (when resumed, the time it took when it ran)
     c = res.counts
     tokens = float(c.tokens.sum())
     run, tv, acceptable, passed = slots.arrays()
