@@ -303,7 +303,7 @@ def _journaled(args):
             raise ValueError("--resume needs --checkpoint DIR: the folder the interrupted run journaled in")
         return contextlib.nullcontext()
     args.on_interrupt = (f" (its decoded prompts are kept in {args.checkpoint}: add --resume to continue)")
-    return resumable(args.checkpoint, resume=args.resume)
+    return resumable(args.checkpoint, resume=args.resume, stale="refuse")
 
 
 def cmd_run(args) -> None:
@@ -448,8 +448,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--draft", default=None, help="real-model reproductions: draft model name or path")
     p.add_argument("--target", default=None, help="real-model reproductions: target model name or path")
     p.add_argument("--resume", action="store_true",
-                   help="continue an interrupted run: its finished simulations are read back, not rerun (same seed "
-                        "and options); numpy simulations only")
+                   help="continue an interrupted run (same seed and options): its finished simulations, JAX sweeps "
+                        "and decoded batches are read back, not rerun, and the one under way continues")
     p.set_defaults(func=cmd_repro)
     return parser
 

@@ -310,13 +310,17 @@ def test_compare_rows_pair_the_improvement_with_its_batch_run():
     bi = np.array([0.6, 0.2, 0.6])  # Σ (TV − Π r) over the round starts of each run
     batch = np.array([1.0, 2.0, 1.0])  # anti-correlated with bi: the paired s.e. is smaller than the unpaired one
     t1 = SimpleNamespace(mean=2.5, se=0.1)
-    improvement, sd_row = BatchSD(2).compare_rows(_ctx([3, 2, 2, 3], batch, records, t1))
+    improvement, within, sd_row = BatchSD(2).compare_rows(_ctx([3, 2, 2, 3], batch, records, t1))
     assert improvement.predicted == pytest.approx(bi.mean(), abs=1e-15)
     assert improvement.measured == pytest.approx(2.5 - batch.mean(), abs=1e-15)
     sd_se = np.std([3, 2, 2, 3], ddof=1) / 2
     paired = np.std(batch + bi, ddof=1) / math.sqrt(3)
     assert improvement.measured_se == pytest.approx(math.hypot(sd_se, paired), abs=1e-15)
     assert improvement.predicted_se == 0
+    # paired on the batch runs alone: Σ TV − N_rej per run (0.9 − 1, 0.6 − 2, 0.8 − 1) against the same BI
+    assert within.predicted == pytest.approx(bi.mean(), abs=1e-15) and within.predicted_se == 0
+    assert within.measured == pytest.approx(np.mean([-0.1, -1.4, -0.2]), abs=1e-15)
+    assert within.measured_se == pytest.approx(np.std([-0.7, -1.6, -0.8], ddof=1) / math.sqrt(3), abs=1e-15)
     assert (sd_row.predicted, sd_row.predicted_se, sd_row.measured) == (2.5, 0.1, 2.5)
     assert sd_row.measured_se == pytest.approx(sd_se, abs=1e-15)
 

@@ -125,7 +125,8 @@ def test_what_is_not_journaled_runs_again(pair, tmp_path):
 
 
 def test_compare_and_run_resume_from_the_command_line(pair, tmp_path, monkeypatch, capsys):
-    """``speculab compare --checkpoint DIR``, interrupted in the method's third batch of four: the command says where its work is and exits 130; ``--resume`` decodes only the rest — the
+    """``speculab compare --checkpoint DIR``, interrupted in the method's third batch of four: the command says
+    where its work is and exits 130; ``--resume`` decodes only the rest — the
     method's probe (block verification's gain on the same blocks) included — and prints the uninterrupted
     comparison, number for number. ``speculab run`` takes the same flags."""
     from speculab.cli import main
@@ -155,6 +156,148 @@ def test_compare_and_run_resume_from_the_command_line(pair, tmp_path, monkeypatc
     argv = ["run", "--pair", "tiny", "--device", "cpu", "--method", "sd", "--K", "2", "--max-new-tokens", "6",
             "--batch-size", "1", "--json", "--checkpoint", str(folder)] + sum((["--prompt", p] for p in PROMPTS[:3]), [])
     assert main(argv) == 0 and not folder.exists()
+
+
+def test_a_resume_with_other_arguments_is_refused_and_keeps_the_journals(pair, tmp_path, monkeypatch, capsys):
+    """Found by review: a resume whose call matches no journal left (another seed, batch size, …) decoded everything
+    again and deleted the interrupted run's journals; a ``--checkpoint`` folder holding them was emptied without
+    ``--resume``; files there that speculab did not write were deleted. Now the first call with no journal of its
+    own is refused while journals found are unclaimed, a user's folder is not emptied unasked, and only files of
+    ours (a speculab header) are touched."""
+    from speculab.cli import main
+
+    dec = importlib.import_module("speculab.backends.decode")
+    folder = tmp_path / "ck"
+    folder.mkdir()
+    foreign = [folder / "sim-notes.jsonl", folder / "decode-mine.jsonl"]
+    for f in foreign:
+        f.write_text('{"not": "speculab"}\n')
+    argv = ["run", "--pair", "tiny", "--device", "cpu", "--method", "sd", "--K", "2", "--max-new-tokens", "6",
+            "--batch-size", "1", "--json", "--checkpoint", str(folder)] + sum((["--prompt", p] for p in PROMPTS[:4]), [])
+    started, real = [], dec._Run
+
+    def counting(*args, **kwargs):
+        started.append(1)
+        if len(started) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(dec, "_Run", counting)
+    assert main(argv) == 130
+    monkeypatch.setattr(dec, "_Run", real)
+    journals = sorted(set(folder.glob("decode-*.jsonl")) - set(foreign))
+    assert len(journals) == 1 and journals[0].read_text().count("\n") == 3  # header + two prompts
+    capsys.readouterr()
+    for other in (["--seed", "5"], ["--batch-size", "2"], ["--max-new-tokens", "5"]):
+        assert main(argv + other + ["--resume"]) == 2
+        assert "nothing to resume for this call" in capsys.readouterr().err
+    assert main(argv) == 2 and "add --resume to continue it" in capsys.readouterr().err
+    assert sorted(set(folder.glob("decode-*.jsonl")) - set(foreign)) == journals  # kept through every refusal
+    assert main(argv + ["--resume"]) == 0
+    assert all(f.read_text() == '{"not": "speculab"}\n' for f in foreign)  # never ours to delete
+    assert sorted(folder.iterdir()) == sorted(foreign)  # the journal used is gone; the folder stays for the others
+    with resumable(tmp_path / "named-by-speculab"):  # a folder speculab names (repro): an earlier run's are removed
+        pass
+    stale = tmp_path / "named-by-speculab" / "decode-old.jsonl"
+    stale.parent.mkdir()
+    stale.write_text('{"format": "speculab-decode-journal/1"}\n')
+    with resumable(stale.parent):
+        assert not stale.exists()
+    assert not stale.parent.exists()
+
+
+def test_a_probe_used_twice_or_interrupted_resumes_to_what_it_would_hold(pair, tmp_path, monkeypatch):
+    """Found by review: a probe passed to two calls had both calls' observations journaled under the second (put
+    back twice on resumption), and one reused after an interrupted call kept the cut block's. A call journals only
+    its own observations, and a call that raises leaves the probe as it found it."""
+    dec = importlib.import_module("speculab.backends.decode")
+    method = SD(K=2)
+    whole = _Seen()
+    for key in (1, 2):
+        decode(pair, PROMPTS[:4], method, max_new_tokens=6, key=key, batch_size=1, on_round=whole)
+    started, real = [], dec._Run
+
+    def counting(*args, **kwargs):
+        started.append(1)
+        if len(started) == 7:  # the second call's third prompt
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(dec, "_Run", counting)
+    reused, folder = _Seen(), tmp_path / "j"
+    with pytest.raises(KeyboardInterrupt), resumable(folder):
+        for key in (1, 2):
+            decode(pair, PROMPTS[:4], method, max_new_tokens=6, key=key, batch_size=1, on_round=reused)
+    # the interrupted call left the probe as it found it: the first call's observations only
+    first = _Seen()
+    monkeypatch.setattr(dec, "_Run", real)
+    decode(pair, PROMPTS[:4], method, max_new_tokens=6, key=1, batch_size=1, on_round=first)
+    assert reused.items() == first.items()
+    again = _Seen()
+    with resumable(folder, resume=True):
+        for key in (1, 2):
+            decode(pair, PROMPTS[:4], method, max_new_tokens=6, key=key, batch_size=1, on_round=again)
+    assert again.items() == whole.items()
+
+
+def test_journal_lines_are_checked_before_use(pair, tmp_path):
+    """Found by review: a journaled block with too few runs was replayed short, tokens outside the vocabulary were
+    replayed into the output, and malformed lines failed deep (KeyError, TypeError). Each is refused naming the
+    file and the block or line."""
+    folder = tmp_path / "j"
+    with resumable(folder):
+        decode(pair, PROMPTS[:2], SD(K=2), max_new_tokens=4, key=0, batch_size=1)
+        (journal,) = folder.glob("decode-*.jsonl")
+        text = journal.read_text()
+    header, line0, line1 = text.splitlines()
+    entry = json.loads(line0)
+    bad_token = json.loads(line0)
+    bad_token["runs"][0]["tokens"][0] = 99_999_999
+    bad_token["runs"][0]["record"]["tokens"][0] = 99_999_999
+    cases = {
+        "0 runs where the call has 1": {"block": 0, "runs": []},
+        "tokens that are not token ids": bad_token,
+        "a run without its": {"block": 0, "runs": ["x"]},
+        "counts that are not integers": {**entry, "runs": [{**entry["runs"][0], "counts": {"rejections": "1"}}]},
+        "line 2: not a finished block": {"block": "zero", "runs": []},
+    }
+    for message, bad in cases.items():
+        journal.parent.mkdir(exist_ok=True)
+        journal.write_text(header + "\n" + json.dumps(bad) + "\n" + line1 + "\n")
+        with pytest.raises(ValueError, match=message), resumable(folder, resume=True):
+            decode(pair, PROMPTS[:2], SD(K=2), max_new_tokens=4, key=0, batch_size=1)
+    journal.write_text(header + "\n" + '{"block": 0}' + "\n")
+    with pytest.raises(ValueError, match="line 2: not a finished block"), resumable(folder, resume=True):
+        decode(pair, PROMPTS[:2], SD(K=2), max_new_tokens=4, key=0, batch_size=1)
+
+
+def test_probe_misuse_is_named(pair):
+    """A subclass that does not call ``RoundProbe.__init__`` still works; a probe class given instead of an instance,
+    numpy values and a run index that is not one are refused in one line that says what to do."""
+    import numpy as np
+
+    class NoInit(RoundProbe):
+        def __init__(self):
+            self.k = 1
+
+        def observe(self, info):
+            return info.accepted
+
+    probe = NoInit()
+    decode(pair, PROMPTS[:1], SD(K=2), max_new_tokens=4, key=0, on_round=probe)
+    assert probe.values() and probe.rounds(0) == probe.values()
+    with pytest.raises(ValueError, match="a class: give an instance"):
+        decode(pair, PROMPTS[:1], SD(K=2), max_new_tokens=4, key=0, on_round=NoInit)
+
+    class Numpy(RoundProbe):
+        def observe(self, info):
+            return np.bool_(True)
+
+    with pytest.raises(ValueError, match="got numpy.bool.*bool\\(x\\)|bool\\(x\\).*got numpy.bool"):
+        decode(pair, PROMPTS[:1], SD(K=2), max_new_tokens=4, key=0, on_round=Numpy())
+    for run in ("a", -1, 1.0, True):
+        with pytest.raises(ValueError, match="run must be a run index"):
+            probe.rounds(run)
 
 
 SCRIPT = textwrap.dedent("""

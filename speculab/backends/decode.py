@@ -481,8 +481,10 @@ def decode(
                          f"got {sampling!r}")
     if batch_size is not None:
         batch_size = as_positive_int(batch_size, "batch_size")
-    if on_round is not None and not callable(on_round):
-        raise ValueError(f"on_round must be a function of a RoundInfo (or None); got {on_round!r}")
+    if on_round is not None and (not callable(on_round) or isinstance(on_round, type)):
+        raise ValueError(f"on_round must be a function of a RoundInfo or a RoundProbe instance (or None); got "
+                         f"{on_round!r}" + (" (a class: give an instance, e.g. Probe())" if isinstance(on_round, type)
+                                            else ""))
     as_torch_generator(key, pair.device)  # checks the key (a torch generator on the models' device type)
     encoded = _encode(pair, prompts, max_new_tokens)
     seeds = spawn_seeds(key, len(encoded))
@@ -497,34 +499,41 @@ def decode(
     if journal is None:
         block = n  # not journaled: one pass over every prompt, as the batched path splits them itself
     runs: list[tuple] = []  # per prompt: tokens, RunRecord, RoundRecord, counts, seconds
-    with torch.inference_mode():  # no autograd bookkeeping on the loop's many small operations
-        for b, start in enumerate(range(0, n, block)):
-            index = range(start, min(start + block, n))
-            if journal is not None and b in journal.done:
-                runs += [_replayed(entry) for entry in journal.done[b]]
-                if probe is not None:
-                    for i, entry in zip(index, journal.done[b]):
-                        probe.restore(i, entry["probe"])
-                continue
-            t0 = time.perf_counter()
-            if batched:
-                done = decode_batched(pair, [encoded[i] for i in index], method, max_new_tokens=max_new_tokens,
-                                      sampling=sampling, generators=[generators[i] for i in index],
-                                      track_draft=track_draft, on_round=on_round, batch_size=batch_size,
-                                      first_index=start)
-            else:
-                done = []
-                for i in index:
-                    run = _Run(i, pair, encoded[i], sampling, generators[i], max_new_tokens, track_draft, on_round)
-                    while not run.done:
-                        run.round(method)
-                    done.append((run.ids[run.n_prompt:], run.out))
-            each = (time.perf_counter() - t0) / len(index)
-            new = [(gen, out.record(), out.round_record(), dict(out.counts), each) for gen, out in done]
-            if journal is not None:
-                journal.append(b, [encode_run(*r) | ({"probe": probe.rounds(i)} if probe is not None else {})
-                                   for i, r in zip(index, new)])
-            runs += new
+    before = {i: len(probe.rounds(i)) for i in range(n)} if probe is not None else {}  # a probe used before
+    try:
+        with torch.inference_mode():  # no autograd bookkeeping on the loop's many small operations
+            for b, start in enumerate(range(0, n, block)):
+                index = range(start, min(start + block, n))
+                if journal is not None and b in journal.done:
+                    entries = journal.replay(b, len(index), pair.vocab_size, probe is not None)
+                    runs += [_replayed(entry) for entry in entries]
+                    if probe is not None:
+                        for i, entry in zip(index, entries):
+                            probe.restore(i, entry["probe"])
+                    continue
+                t0 = time.perf_counter()
+                if batched:
+                    done = decode_batched(pair, [encoded[i] for i in index], method, max_new_tokens=max_new_tokens,
+                                          sampling=sampling, generators=[generators[i] for i in index],
+                                          track_draft=track_draft, on_round=on_round, batch_size=batch_size,
+                                          first_index=start)
+                else:
+                    done = []
+                    for i in index:
+                        run = _Run(i, pair, encoded[i], sampling, generators[i], max_new_tokens, track_draft, on_round)
+                        while not run.done:
+                            run.round(method)
+                        done.append((run.ids[run.n_prompt:], run.out))
+                each = (time.perf_counter() - t0) / len(index)
+                new = [(gen, out.record(), out.round_record(), dict(out.counts), each) for gen, out in done]
+                if journal is not None:
+                    journal.append(b, [encode_run(*r) | ({"probe": probe.rounds(i)[before[i]:]} if probe is not None
+                                                         else {}) for i, r in zip(index, new)])
+                runs += new
+    except BaseException:
+        if probe is not None:  # back as it was before the call (a resumed call puts back what was journaled)
+            probe.truncate(before)
+        raise
     fields = {k: [] for k in Counts.FIELDS}
     for gen, _, _, c, _ in runs:
         for k in ("rejections", "oracle_calls", "draft_calls", "accepted", "bonus"):

@@ -75,6 +75,17 @@ def model_identity(model) -> list:
     return [type(model).__name__, hashlib.sha256(pickle.dumps(state)).hexdigest()]
 
 
+def _source(cls) -> str:
+    """The digest of a class's source (its ``observe`` may change between runs), or of its method's bytecode."""
+    import inspect
+
+    try:
+        text = inspect.getsource(cls).encode()
+    except (OSError, TypeError):
+        text = cls.observe.__code__.co_code
+    return hashlib.sha256(text).hexdigest()
+
+
 class DecodeJournal:
     """The journal file of one decode call (see the module docstring): finished blocks read back, new ones
     appended.
@@ -94,13 +105,53 @@ class DecodeJournal:
             return
         if lines[0] != self.header:
             raise ValueError(f"decode journal {self.path} was written for another call; remove it")
-        for entry in lines[1:]:
-            self.done[int(entry["block"])] = entry["runs"]
+        for k, entry in enumerate(lines[1:], start=2):
+            block = entry.get("block") if isinstance(entry, dict) else None
+            if type(block) is not int or block < 0 or not isinstance(entry.get("runs"), list):
+                raise ValueError(f"decode journal {self.path}, line {k}: not a finished block (a 'block' index and "
+                                 f"its 'runs'); remove the file to decode again")
+            self.done[block] = entry["runs"]
+
+    def replay(self, block: int, size: int, vocab_size: int, probe: bool) -> list[dict]:
+        """The runs of finished block ``block``, checked to be what this call writes: ``size`` runs, each with its
+        tokens (ids below ``vocab_size``), records of one length, integer counts and a time (and its probe's
+        observations when ``probe``). Anything else is refused, naming the file and the block."""
+        runs = self.done[block]
+        where = f"decode journal {self.path}, block {block}"
+        if len(runs) != size:
+            raise ValueError(f"{where}: {len(runs)} runs where the call has {size}; remove the file to decode again")
+        for run in runs:
+            problem = _run_problem(run, vocab_size, probe)
+            if problem:
+                raise ValueError(f"{where}: {problem}; remove the file to decode again")
+        return runs
 
     def append(self, block: int, runs: list[dict]) -> None:
         """Record a finished block's runs (``encode_run`` each)."""
         append_line(self.path, {"block": int(block), "runs": runs})
         self.done[int(block)] = runs
+
+
+def _run_problem(run, vocab_size: int, probe: bool) -> str | None:
+    """What is wrong with a journaled run (``encode_run``'s output), or ``None``."""
+    keys = {"tokens", "record", "rounds", "counts", "seconds"} | ({"probe"} if probe else set())
+    if not isinstance(run, dict) or not keys <= set(run):
+        return f"a run without its {', '.join(sorted(keys))}"
+    tokens = run["tokens"]
+    if not isinstance(tokens, list) or not all(type(t) is int and 0 <= t < vocab_size for t in tokens):
+        return f"tokens that are not token ids below the vocabulary size {vocab_size}"
+    record, rounds = run["record"], run["rounds"]
+    if not (isinstance(record, dict) and isinstance(rounds, dict)
+            and all(isinstance(v, list) for v in (*record.values(), *rounds.values()))):
+        return "records that are not lists"
+    if record.get("tokens") != tokens or any(len(v) != len(tokens) for v in record.values()):
+        return "a position record that does not match its tokens"
+    if not isinstance(run["counts"], dict) or not all(type(v) is int for v in run["counts"].values()):
+        return "counts that are not integers"
+    if type(run["seconds"]) not in (int, float) or (probe and not isinstance(run["probe"], list)):
+        return "a time that is not a number" if type(run["seconds"]) not in (int, float) else "probe observations " \
+            "that are not a list"
+    return None
 
 
 def encode_run(tokens: list[int], record, rounds, counts: dict, seconds: float) -> dict:
@@ -119,9 +170,10 @@ def open_journal(pair, encoded: list[list[int]], method, sampling, seeds: list[i
     folder = active_folder()
     if folder is None or _UNRECORDED.get():
         return None
-    try:  # a probe by its type and its settings (public attributes; its observations are ``_``-attributes)
-        probed = None if probe is None else [type(probe).__module__, type(probe).__qualname__, hashlib.sha256(
-            pickle.dumps({k: v for k, v in sorted(vars(probe).items()) if not k.startswith("_")})).hexdigest()]
+    try:  # a probe by its type, its code and its settings (public attributes; its observations are ``_``-attributes)
+        probed = None if probe is None else [type(probe).__module__, type(probe).__qualname__, _source(type(probe)),
+                                             hashlib.sha256(pickle.dumps({k: v for k, v in sorted(vars(probe).items())
+                                                                          if not k.startswith("_")})).hexdigest()]
     except (pickle.PicklingError, TypeError, AttributeError):  # a probe holding a lambda or a live object
         return None
     path = call_file(Path(folder), (model_identity(pair.draft), model_identity(pair.target), int(pair.vocab_size),

@@ -27,18 +27,26 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import numpy as np
+
 __all__ = ["RoundProbe"]
 
 
 class RoundProbe:
     """An ``on_round`` callback that keeps one JSON value per round, per run (see the module docstring).
 
-    Subclasses define :meth:`observe`; their public attributes (set in ``__init__``) are part of what a journal
-    is written for, so a probe with other settings does not resume another's journal.
+    Subclasses define :meth:`observe`; their public attributes (set in ``__init__``) and their source are part of
+    what a journal is written for, so a probe with other settings or code does not resume another's journal. A
+    probe passed to several calls keeps each run index's observations of every call, in call order; a call that
+    raises leaves the probe as it found it.
     """
 
     def __init__(self) -> None:
         self._rounds: dict[int, list] = {}
+
+    @property
+    def _store(self) -> dict[int, list]:  # also for a subclass whose __init__ does not call RoundProbe's
+        return self.__dict__.setdefault("_rounds", {})
 
     def observe(self, info) -> Any:
         """What to keep of one round (a :class:`~speculab.backends.RoundInfo`): a JSON value."""
@@ -49,22 +57,41 @@ class RoundProbe:
         try:  # kept as a journal gives it back (a tuple as a list), so a resumed call's probe is the same
             value = json.loads(json.dumps(value))
         except (TypeError, ValueError) as exc:
+            kind = f"{type(value).__module__}.{type(value).__qualname__}".removeprefix("builtins.")
             raise ValueError(f"{type(self).__name__}.observe must return a JSON value (numbers, strings, booleans, "
-                             f"lists); got {type(value).__name__}: {exc}") from exc
-        self._rounds.setdefault(int(info.run), []).append(value)
+                             f"lists; numpy and torch values as float(x), int(x), bool(x) or x.tolist()); got {kind}: "
+                             f"{exc}") from exc
+        self._store.setdefault(int(info.run), []).append(value)
 
     def rounds(self, run: int) -> list:
         """The observations of run ``run`` (its index in the decode call's prompts), in round order."""
-        return list(self._rounds.get(int(run), []))
+        return list(self._store.get(_run_index(run), []))
 
     def restore(self, run: int, observations: list) -> None:
         """Put back run ``run``'s observations as a journal holds them (what ``decode`` does on resumption)."""
-        self._rounds.setdefault(int(run), []).extend(observations)
+        self._store.setdefault(_run_index(run), []).extend(observations)
+
+    def truncate(self, lengths: dict[int, int]) -> None:
+        """Keep only the first ``lengths[run]`` observations of each run listed, none of runs not listed that were
+        observed since (what ``decode`` does when a call fails: the probe as it found it)."""
+        for run in list(self._store):
+            kept = self._store[run][: lengths.get(run, 0)]
+            if kept:
+                self._store[run] = kept
+            else:
+                del self._store[run]
 
     def items(self) -> list[tuple[int, Any]]:
         """Every observation with its run, ``(run, value)``, in the order of :meth:`values`."""
-        return [(run, v) for run in sorted(self._rounds) for v in self._rounds[run]]
+        return [(run, v) for run in sorted(self._store) for v in self._store[run]]
 
     def values(self) -> list:
         """Every observation, run by run (in the order of the prompts), each run's in round order."""
-        return [v for run in sorted(self._rounds) for v in self._rounds[run]]
+        return [v for run in sorted(self._store) for v in self._store[run]]
+
+
+def _run_index(run) -> int:
+    if isinstance(run, bool) or not isinstance(run, (int, np.integer)) or run < 0:
+        raise ValueError(f"run must be a run index (an int >= 0: the prompt's position in the decode call); "
+                         f"got {run!r}")
+    return int(run)

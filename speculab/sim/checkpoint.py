@@ -135,76 +135,127 @@ class Journal:
         self._append({"chunk": len(self.parts) - 1, "counts": _encode(part), "rng_state": rng.bit_generator.state})
 
 
-_FOLDER: ContextVar[Path | None] = ContextVar("speculab_resumable_folder", default=None)
+class _Session:
+    """The state of one :func:`resumable` block: its folder, whether it resumes, the files of ours it found there
+    and the files its calls have named (found or new)."""
+
+    def __init__(self, folder: Path, resume: bool, found: list[Path]):
+        self.folder, self.resume, self.found, self.named = folder, resume, set(found), set()
+
+    def name(self, path: Path) -> None:
+        """A call's file: when resuming, a call with no file of its own while files found there are still unclaimed
+        means those were written by a run with other arguments (the calls of a deterministic computation come
+        in the same order, so an honest resume claims every file it found before it makes a new one)."""
+        if self.resume and path not in self.found and self.found - self.named:
+            left = len(self.found - self.named)
+            raise ValueError(f"nothing to resume for this call: {self.folder} holds {left} checkpoint file(s) that no "
+                             f"call of this run has matched, so they were written with other arguments (a seed, "
+                             f"method, model, batch size or torch thread count differs); rerun with the interrupted "
+                             f"run's arguments, or without --resume to start over")
+        self.named.add(path)
+
+
+_SESSION: ContextVar[_Session | None] = ContextVar("speculab_resumable_session", default=None)
 
 
 @contextmanager
-def resumable(folder: str | os.PathLike, *, resume: bool = False):
+def resumable(folder: str | os.PathLike, *, resume: bool = False, stale: str = "remove"):
     """Checkpoint every numpy simulation run inside the ``with`` block, each in its own file in ``folder``.
 
     A simulation's file is named by the digest of its instance, its method (pickled), its
     number of runs and the generator's state when it starts, so the calls of a deterministic
     computation find their own files again. With ``resume=True`` a finished simulation is read
     back whole (the generator set to its state after it), an interrupted one continues from its
-    last chunk, and the rest run: the computation's results equal an uninterrupted run's.
-    Without it, files left by an earlier run are removed first. The folder is removed when the
-    block ends without an exception (or when it holds no checkpoint). JAX simulations and sweeps
+    last chunk, and the rest run: the computation's results equal an uninterrupted run's. A
+    resumed computation whose calls match none of the files left (other arguments) is refused at
+    its first call that has no file, and the files are kept. JAX simulations and sweeps
     are recorded whole when they finish (:func:`recorded`; a JAX key is a value, so the call is
     its own key). Real-model ``decode`` calls journal each finished batch or prompt
     (:mod:`speculab.backends.journal`). Simulations that keep their sequences or use a method that cannot be pickled
-    (one holding a lambda) are not checkpointed: they rerun.
+    (one holding a lambda) are not checkpointed: they rerun. When the block ends without an
+    exception the files its calls used are removed, and the folder if nothing else is left in it.
 
     Args:
-      folder: where the checkpoints go (made if missing; only its ``sim-*.jsonl`` and ``decode-*.jsonl`` files
-        are touched).
+      folder: where the checkpoints go (made if missing). Only files of ours are touched: ``sim-*.jsonl`` and
+        ``decode-*.jsonl`` whose first line is a speculab header (or that are empty: cut while it was written).
       resume: continue the checkpoints an interrupted run left in ``folder``.
+      stale: without ``resume``, what to do with files of ours an earlier run left there: ``"remove"`` them
+        (a folder speculab named, e.g. ``speculab repro``'s) or ``"refuse"`` to start (a folder the user named:
+        their interrupted run is not thrown away unasked).
     """
     folder = Path(folder)
+    if stale not in ("remove", "refuse"):
+        raise ValueError(f"stale must be 'remove' or 'refuse'; got {stale!r}")
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"the checkpoint folder {folder} is a file")
-    if resume and not _owned(folder):
+    found = _owned(folder)
+    if resume and not found:
         raise ValueError(f"nothing to resume: no checkpoints in {folder} (the last run finished or never started)")
-    if not resume:
-        for old in _owned(folder):
+    if not resume and found:
+        if stale == "refuse":
+            raise ValueError(f"{folder} holds {len(found)} checkpoint file(s) of an interrupted run: add --resume to "
+                             f"continue it, or remove them (or give another folder) to start over")
+        for old in found:
             old.unlink()
+        found = []
     folder.mkdir(parents=True, exist_ok=True)
-    token = _FOLDER.set(folder)
+    session = _Session(folder, resume, found)
+    token = _SESSION.set(session)
     try:
         yield folder
-        for done in _owned(folder):  # reached only when the block finished
-            done.unlink()
+        for done in _owned(folder):  # reached only when the block finished: the files its calls used
+            if done in session.named:
+                done.unlink()
     finally:
-        _FOLDER.reset(token)
-        if not _owned(folder):  # nothing to resume (finished, or failed before a checkpoint)
-            try:
-                folder.rmdir()
-            except OSError:  # something else lives there
-                pass
+        _SESSION.reset(token)
+        try:
+            folder.rmdir()  # only if empty: nothing to resume and nothing of the user's
+        except OSError:
+            pass
+
+
+def _ours(path: Path) -> bool:
+    """A checkpoint file speculab wrote: empty (cut while its header was written) or starting with its header."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(21)
+    except OSError:
+        return False
+    return head == b"" or head == b'{"format": "speculab-'[:len(head)]
 
 
 def _owned(folder: Path) -> list[Path]:
-    """The checkpoint and journal files in ``folder`` (``PATTERNS``)."""
-    return [f for pattern in PATTERNS for f in folder.glob(pattern)]
+    """The checkpoint and journal files of ours in ``folder`` (``PATTERNS``, with a speculab header)."""
+    return [f for pattern in PATTERNS for f in sorted(folder.glob(pattern)) if f.is_file() and _ours(f)]
 
 
 def active_folder() -> Path | None:
     """Inside :func:`resumable`: its folder; else ``None``."""
-    return _FOLDER.get()
+    session = _SESSION.get()
+    return None if session is None else session.folder
 
 
 def call_file(folder: Path, what, prefix: str = "sim") -> Path | None:
-    """The file in ``folder`` of the call ``what`` describes (``PREFIX-`` and the digest of ``what`` pickled), or
-    ``None`` when ``what`` cannot be pickled (a method holding a lambda or a live object: not checkpointed)."""
+    """The file in ``folder`` of the call ``what`` describes (``PREFIX-`` and the digest of ``what`` pickled, with
+    speculab's version), or ``None`` when ``what`` cannot be pickled (a method holding a lambda or a live object: not
+    checkpointed). Inside :func:`resumable`, the call is named to it (a resume whose calls match none of the files
+    left is refused)."""
+    from speculab import __version__
+
     try:
-        blob = pickle.dumps(what)
+        blob = pickle.dumps((__version__, what))
     except Exception:
         return None
-    return folder / f"{prefix}-{hashlib.sha256(blob).hexdigest()[:32]}.jsonl"
+    path = folder / f"{prefix}-{hashlib.sha256(blob).hexdigest()[:32]}.jsonl"
+    session = _SESSION.get()
+    if session is not None and session.folder == folder:
+        session.name(path)
+    return path
 
 
 def active_checkpoint(inst, method, n_runs: int, rng: np.random.Generator) -> tuple[Path, bool] | None:
     """Inside :func:`resumable`: this simulation's checkpoint file and whether it exists; else ``None``."""
-    folder = _FOLDER.get()
+    folder = active_folder()
     path = None if folder is None else call_file(folder, (instance_digest(inst), method, int(n_runs),
                                                            rng.bit_generator.state))
     return None if path is None else (path, path.exists())
@@ -217,7 +268,7 @@ def recorded(what, compute):
     in the folder is read back instead of computed. Outside :func:`resumable`, or when ``what``
     cannot be pickled, it is just ``compute()``.
     """
-    folder = _FOLDER.get()
+    folder = active_folder()
     path = None if folder is None else call_file(folder, what)
     if path is None:
         return compute()
