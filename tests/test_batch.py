@@ -207,6 +207,52 @@ def test_the_root_chain_stops_early_only_within_its_bound(p, q, M):
     assert np.all(np.abs(R - root_residual_chain(q, p, np.inf)[1]) <= CONVERGED)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_the_root_chain_jumps_through_long_stretches_to_the_literal_chain(seed):
+    """Beyond JUMP_FROM drafts the chain jumps from one token leaving the residual's support to the next: the same
+    u_M and R_M as M literal steps (rows with mass off supp(p), tiny p(x), slow and fast draining), to the literal
+    chain's own accumulated round-off."""
+    from speculab.theory.batch import JUMP_FROM
+
+    rng = np.random.default_rng(seed)
+    V = 2 + seed
+    p, q = rng.dirichlet(np.full(V, 0.4), size=12), rng.dirichlet(np.full(V, 0.4), size=12)
+    p[::3, 0] = 0.0  # off supp(p): never drained
+    p[1::3, -1] = 1e-4  # slow
+    p[:, 1] += 1e-3
+    p /= p.sum(-1, keepdims=True)
+    for M in (JUMP_FROM + 1, 1000, 5000):
+        u, R = root_residual_chain(q, p, M)
+        ref_u, ref_R = _chain_without_stop(q, p, M)
+        np.testing.assert_allclose(R, ref_R, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(u, ref_u, rtol=0, atol=1e-12)
+
+
+def test_the_jumps_are_closer_to_the_exact_chain_than_stepping():
+    """A slow row (found by a random search): 5,000 literal steps accumulate 2.7e-13 of round-off, the jumps none
+    visible. The reference is the literal recursion in 60-digit arithmetic (mpmath):
+    R_5000 = 0.96854526978157838291892022…; and a residual that decays for ever, R_M = 0.999^M at M = 60,000,
+    keeps its relative precision."""
+    q = np.array([0.9685452699833669, 1.6449018533731196e-17, 0.03145473001661314, 1.480386526864813e-24,
+                  1.996477333363137e-14])
+    p = np.array([4.166809483768132e-14, 0.0004943877282826602, 0.9937303132111347, 0.005553707674030881,
+                  0.0002215913865100498])
+    assert abs(root_residual_chain(q, p, 5000)[1] - 0.968545269781578382918920222) < 2e-16
+    assert abs(_chain_without_stop(q, p, 5000)[1] - 0.968545269781578382918920222) > 1e-13  # what stepping gives
+    R = root_residual_chain(np.array([0.0, 1.0]), np.array([0.999, 0.001]), 60_000)[1]
+    assert R == pytest.approx(0.999**60_000, rel=1e-11)
+
+
+def test_yins_instance_at_a_million_drafts_is_the_limit():
+    """[Yin]'s T = 50, V = 7 instance (``speculab theory batch --T 50 --V 7 --rows uniform --seed 10``): M = 10^6 is
+    the M = ∞ value to every digit (the issue's case, minutes when stepped); M = 10^4 is not yet, by what the
+    stepped chain gave (11.968042282095695, 10 s)."""
+    inst = MarkovInstance.random(50, 7, 10, rows="uniform")
+    limit = batch_expected_rejections(inst, np.inf).rejections
+    assert batch_expected_rejections(inst, 10**6).rejections == limit == pytest.approx(11.967354430489578, abs=1e-14)
+    assert batch_expected_rejections(inst, 10**4).rejections - limit == pytest.approx(6.878516e-4, rel=1e-5)
+
+
 def test_a_huge_M_costs_what_convergence_costs_and_is_the_limit():
     """M = 10^12 would be 10^12 passes; the chain converges within ~50,000 (the issue's M = 10^6 took minutes)."""
     p, q = np.array([0.999, 0.001]), np.array([0.0, 1.0])
