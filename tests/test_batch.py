@@ -228,6 +228,23 @@ def test_the_root_chain_jumps_through_long_stretches_to_the_literal_chain(seed):
         np.testing.assert_allclose(u, ref_u, rtol=0, atol=1e-12)
 
 
+def test_the_jumps_land_on_every_M():
+    """Every M from JUMP_FROM + 1 to 500 on rows whose tokens leave the support at different steps: wherever the last
+    event falls relative to M (just before it, at it, on its last step), the jumps take exactly M steps."""
+    from speculab.theory.batch import JUMP_FROM
+
+    # the first row's tokens 2 and 1 leave at steps 157 and 380 (mass off supp(p) keeps them draining slowly)
+    p = np.array([[0.0, 0.001, 0.002, 0.997], [0.02, 0.03, 0.05, 0.9], [0.25, 0.25, 0.25, 0.25]])
+    q = np.array([[0.5, 0.25, 0.25, 0.0], [0.4, 0.3, 0.2, 0.1], [0.97, 0.01, 0.01, 0.01]])
+    u, R = q, np.ones(3)
+    for M in range(1, 501):
+        u, R = drain(u, R, p)
+        if M > JUMP_FROM:
+            got_u, got_R = root_residual_chain(q, p, M)
+            np.testing.assert_allclose(got_R, R, rtol=1e-9, atol=1e-15, err_msg=f"M = {M}")
+            np.testing.assert_allclose(got_u, u, rtol=1e-9, atol=1e-15, err_msg=f"M = {M}")
+
+
 def test_the_jumps_are_closer_to_the_exact_chain_than_stepping():
     """A slow row (found by a random search): 5,000 literal steps accumulate 2.7e-13 of round-off, the jumps none
     visible. The reference is the literal recursion in 60-digit arithmetic (mpmath):

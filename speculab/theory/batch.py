@@ -114,27 +114,28 @@ def _drain_in_jumps(q: np.ndarray, p: np.ndarray, M: int) -> tuple[np.ndarray, n
     row needs at most ``V`` jumps. The formula is exact up to the round-off of the masses at the jump (absolute,
     about ``1e-16 R``): a residual far below that, e.g. ``R_M = 0.999^{60000} ≈ 1e-26``, may come out as 0.
     """
-    u, R = q.astype(np.float64, copy=True), np.ones(q.shape[:-1])
+    u, R = np.asarray(q, dtype=np.float64), np.ones(q.shape[:-1])  # never written in place: every update is new
     left = np.full(R.shape, M, dtype=np.int64)
     on = p > 0
-    for _ in range(q.shape[-1] + 2):
+    for _ in range(q.shape[-1] + 1):  # a row's events remove its V tokens at most: V + 1 passes end every row
         active = (u > 0) & on
         pa = np.sum(p, axis=-1, where=active)
-        going = (left > 0) & (pa > 0) & (R > 0)
+        going = (left > 0) & (pa > 0)  # pa > 0 needs some u > 0, so R > 0
         if not going.any():
             break
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            log_c = np.log1p(-np.where(going, pa, 0.0))  # −inf where p(A) = 1: everything drains in one step
-            kappa = p * (R / np.where(going, pa, 1.0))[..., None]
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # rows not going: values unused
+            log_c = np.log1p(-pa)  # −inf where p(A) = 1: everything drains in one step
+            kappa = p * (R / pa)[..., None]
             L = u - kappa
             n_x = np.where(active & (L < 0), np.ceil(np.log(-L / kappa) / log_c[..., None]), np.inf)
+            decay_log = log_c[..., None]
         first = np.min(np.where(np.isnan(n_x), 1.0, np.maximum(n_x, 1.0)), axis=-1, initial=np.inf)
         jump = np.where(going, np.minimum(first, left + 1.0) - 1.0, 0.0)  # steps by the formula, before the event
         moved = going & (jump > 0)
         if moved.any():
-            with np.errstate(invalid="ignore", over="ignore"):
-                decay = np.exp(jump * np.where(moved, log_c, 0.0))[..., None]  # c^jump
-            u = np.where(moved[..., None] & active, np.maximum(L + kappa * decay, 0.0), u)
+            with np.errstate(invalid="ignore", over="ignore"):  # rows not moved: values unused
+                decay = np.exp(jump[..., None] * decay_log)  # c^jump
+                u = np.where(moved[..., None] & active, np.maximum(L + kappa * decay, 0.0), u)
             R = np.where(moved, np.sum(u, axis=-1), R)
             left = left - jump.astype(np.int64)
         step = going & (left > 0)  # the event's own step, clamped literally
