@@ -245,6 +245,22 @@ def test_the_jumps_land_on_every_M():
             np.testing.assert_allclose(got_u, u, rtol=1e-9, atol=1e-15, err_msg=f"M = {M}")
 
 
+def test_the_jumps_survive_rounding_found_by_review():
+    """Found by review: p = q whose sum rounds above 1 (x / x.sum()) gave NaN for every M > 64 (log(1 − p(A)) of a
+    negative number; one step drains A whole), and an event that a plain log put at step 1 for ever (q = [0, 1,
+    1e-17], p = [1, 1e-20, 1e-20]: the third token leaves after ~1000 steps) left most of M = 10^12 undone. The
+    reference values: the recursion in 50-digit arithmetic (the review's)."""
+    rng = np.random.default_rng(0)
+    x = rng.random((2000, 6))
+    p = x / x.sum(-1, keepdims=True)
+    assert np.all(root_residual_chain(p, p, 100)[1] == 0.0)
+    p = np.array([0.3, 0.3, 0.4 + 1e-7])  # within validation's tolerance of a sum of 1
+    assert root_residual_chain(p, p, 100)[1] == 0.0
+    q, p = np.array([0.0, 1.0, 1e-17]), np.array([1.0, 1e-20, 1e-20])
+    assert root_residual_chain(q, p, 10**12)[1] == pytest.approx(0.99999999, rel=1e-12)
+    assert root_residual_chain(q, p, 2**53)[1] == pytest.approx(0.99990993, rel=1e-7)
+
+
 def test_the_jumps_are_closer_to_the_exact_chain_than_stepping():
     """A slow row (found by a random search): 5,000 literal steps accumulate 2.7e-13 of round-off, the jumps none
     visible. The reference is the literal recursion in 60-digit arithmetic (mpmath):

@@ -258,17 +258,45 @@ def test_journal_lines_are_checked_before_use(pair, tmp_path):
         "0 runs where the call has 1": {"block": 0, "runs": []},
         "tokens that are not token ids": bad_token,
         "a run without its": {"block": 0, "runs": ["x"]},
-        "counts that are not integers": {**entry, "runs": [{**entry["runs"][0], "counts": {"rejections": "1"}}]},
+        "counts that are not the integers": {**entry, "runs": [{**entry["runs"][0], "counts": {"rejections": "1"}}]},
         "line 2: not a finished block": {"block": "zero", "runs": []},
+        "records without exactly the fields": {**entry, "runs": [{**entry["runs"][0], "record": {
+            k: v for k, v in entry["runs"][0]["record"].items() if k != "kind"}}]},
+        "position kinds other than 0–3": {**entry, "runs": [{**entry["runs"][0], "record": {
+            **entry["runs"][0]["record"], "kind": [7] * len(entry["runs"][0]["tokens"])}}]},
+        "round records of different lengths": {**entry, "runs": [{**entry["runs"][0], "rounds": {
+            **entry["runs"][0]["rounds"], "accepted": entry["runs"][0]["rounds"]["accepted"] + [1]}}]},
     }
     for message, bad in cases.items():
         journal.parent.mkdir(exist_ok=True)
         journal.write_text(header + "\n" + json.dumps(bad) + "\n" + line1 + "\n")
         with pytest.raises(ValueError, match=message), resumable(folder, resume=True):
             decode(pair, PROMPTS[:2], SD(K=2), max_new_tokens=4, key=0, batch_size=1)
-    journal.write_text(header + "\n" + '{"block": 0}' + "\n")
-    with pytest.raises(ValueError, match="line 2: not a finished block"), resumable(folder, resume=True):
-        decode(pair, PROMPTS[:2], SD(K=2), max_new_tokens=4, key=0, batch_size=1)
+    for lines in (['{"block": 0}'], [line0, line0]):  # no runs; a block twice (which would win?)
+        journal.write_text("\n".join([header, *lines]) + "\n")
+        with pytest.raises(ValueError, match="line [23]: not a finished block"), resumable(folder, resume=True):
+            decode(pair, PROMPTS[:2], SD(K=2), max_new_tokens=4, key=0, batch_size=1)
+
+
+def test_a_simulation_checkpoint_cut_in_its_header_resumes_and_a_foreign_file_is_left_alone(tmp_path):
+    """Found by review: a simulation checkpoint cut while its header was written (empty, or a partial first line)
+    blocked an honest resume; reading a file that is not ours (to resume it) cut it. Now the first starts again and
+    the second is refused untouched, as decode journals are."""
+    from speculab.sim import simulate
+    from speculab.theory import MarkovInstance
+
+    inst = MarkovInstance.random(6, 3, 0)
+    whole = simulate(inst, SD(K=2), 3000, 1)
+    for cut in (b"", b'{"format": "speculab-sim-che'):
+        path = tmp_path / f"cut{len(cut)}.jsonl"
+        path.write_bytes(cut)
+        again = simulate(inst, SD(K=2), 3000, 1, checkpoint=path, resume=True)
+        np.testing.assert_array_equal(again.rejections, whole.rejections)
+    mine = tmp_path / "notes.jsonl"
+    mine.write_text("my notes\n")
+    with pytest.raises(ValueError, match="is not a speculab simulation checkpoint"):
+        simulate(inst, SD(K=2), 3000, 1, checkpoint=mine, resume=True)
+    assert mine.read_text() == "my notes\n"
 
 
 def test_probe_misuse_is_named(pair):

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from speculab.sim.checkpoint import active_folder, append_line, call_file, read_lines
+from speculab.sim.checkpoint import _ours, active_folder, append_line, call_file, read_lines
 
 __all__ = ["DecodeJournal", "open_journal", "unrecorded", "FORMAT"]
 
@@ -99,6 +99,8 @@ class DecodeJournal:
         self.path = Path(path)
         self.header = json.loads(json.dumps({"format": FORMAT, **header}))  # as the file holds it
         self.done: dict[int, list[dict]] = {}
+        if self.path.exists() and not _ours(self.path):  # not read, so not cut either: someone else's file
+            raise ValueError(f"{self.path} is not a speculab decode journal; remove it or use another folder")
         lines = read_lines(self.path) if self.path.exists() else []  # a line cut short is dropped
         if not lines:  # new, or cut short while its header was written: nothing finished, start again
             append_line(self.path, self.header)
@@ -107,9 +109,9 @@ class DecodeJournal:
             raise ValueError(f"decode journal {self.path} was written for another call; remove it")
         for k, entry in enumerate(lines[1:], start=2):
             block = entry.get("block") if isinstance(entry, dict) else None
-            if type(block) is not int or block < 0 or not isinstance(entry.get("runs"), list):
-                raise ValueError(f"decode journal {self.path}, line {k}: not a finished block (a 'block' index and "
-                                 f"its 'runs'); remove the file to decode again")
+            if type(block) is not int or block < 0 or not isinstance(entry.get("runs"), list) or block in self.done:
+                raise ValueError(f"decode journal {self.path}, line {k}: not a finished block (a 'block' index, once, "
+                                 f"and its 'runs'); remove the file to decode again")
             self.done[block] = entry["runs"]
 
     def replay(self, block: int, size: int, vocab_size: int, probe: bool) -> list[dict]:
@@ -132,6 +134,12 @@ class DecodeJournal:
         self.done[int(block)] = runs
 
 
+#: What a journaled run's records and counts hold (``RunRecord``, ``RoundRecord`` and the loop's counts).
+RECORD_FIELDS = {"tokens", "kind", "tv", "reject_prob", "accept_prob", "loss_tv", "loss_kl", "target_logprob"}
+ROUND_FIELDS = {"drafted", "accepted", "expected_accepted", "var_accepted"}
+COUNT_FIELDS = {"rejections", "oracle_calls", "draft_calls", "accepted", "bonus"}
+
+
 def _run_problem(run, vocab_size: int, probe: bool) -> str | None:
     """What is wrong with a journaled run (``encode_run``'s output), or ``None``."""
     keys = {"tokens", "record", "rounds", "counts", "seconds"} | ({"probe"} if probe else set())
@@ -140,14 +148,19 @@ def _run_problem(run, vocab_size: int, probe: bool) -> str | None:
     tokens = run["tokens"]
     if not isinstance(tokens, list) or not all(type(t) is int and 0 <= t < vocab_size for t in tokens):
         return f"tokens that are not token ids below the vocabulary size {vocab_size}"
-    record, rounds = run["record"], run["rounds"]
-    if not (isinstance(record, dict) and isinstance(rounds, dict)
-            and all(isinstance(v, list) for v in (*record.values(), *rounds.values()))):
-        return "records that are not lists"
-    if record.get("tokens") != tokens or any(len(v) != len(tokens) for v in record.values()):
+    record, rounds, counts = run["record"], run["rounds"], run["counts"]
+    if not (isinstance(record, dict) and isinstance(rounds, dict) and set(record) == RECORD_FIELDS
+            and set(rounds) == ROUND_FIELDS):
+        return f"records without exactly the fields {sorted(RECORD_FIELDS)} and {sorted(ROUND_FIELDS)}"
+    columns = (*record.values(), *rounds.values())
+    if not all(isinstance(v, list) and all(type(x) in (int, float) for x in v) for v in columns):
+        return "records that are not lists of numbers"
+    if record["tokens"] != tokens or any(len(v) != len(tokens) for v in record.values()):
         return "a position record that does not match its tokens"
-    if not isinstance(run["counts"], dict) or not all(type(v) is int for v in run["counts"].values()):
-        return "counts that are not integers"
+    if not all(k in (0, 1, 2, 3) for k in record["kind"]) or len({len(v) for v in rounds.values()}) > 1:
+        return "position kinds other than 0–3, or round records of different lengths"
+    if not (isinstance(counts, dict) and set(counts) == COUNT_FIELDS and all(type(v) is int for v in counts.values())):
+        return f"counts that are not the integers {sorted(COUNT_FIELDS)}"
     if type(run["seconds"]) not in (int, float) or (probe and not isinstance(run["probe"], list)):
         return "a time that is not a number" if type(run["seconds"]) not in (int, float) else "probe observations " \
             "that are not a list"

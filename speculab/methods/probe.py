@@ -38,7 +38,10 @@ class RoundProbe:
     Subclasses define :meth:`observe`; their public attributes (set in ``__init__``) and their source are part of
     what a journal is written for, so a probe with other settings or code does not resume another's journal. A
     probe passed to several calls keeps each run index's observations of every call, in call order; a call that
-    raises leaves the probe as it found it.
+    raises leaves the probe as it found it. Everything a probe learns must be in what :meth:`observe` returns
+    (summaries are computed from :meth:`values` or :meth:`items`): a replayed call does not run ``observe``, so a
+    counter kept in an attribute would not be restored, and a public one, changing, makes the next call another
+    call (a resume of it is refused).
     """
 
     def __init__(self) -> None:

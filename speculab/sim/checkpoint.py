@@ -107,24 +107,33 @@ class Journal:
             if not resume:
                 raise ValueError(f"checkpoint {self.path} exists: resume it (resume=True, --resume) or remove it")
             self._read()
-        elif resume:
+        elif resume and not self.path.exists():
             raise ValueError(f"nothing to resume: no checkpoint at {self.path}")
-        else:
+        else:  # new, or (resuming) empty: cut while its header was written, nothing finished
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._append(self.header)
 
     def _read(self) -> None:
-        lines = read_lines(self.path)
-        if not lines or lines[0].get("format") != FORMAT:
+        if not _ours(self.path):  # not read, so not cut either: someone else's file
+            raise ValueError(f"{self.path} is not a speculab simulation checkpoint")
+        lines = read_lines(self.path)  # a cut last line is dropped (and cut off the file)
+        if not lines and self.path.stat().st_size == 0:  # cut while its header was written: nothing finished
+            self._append(self.header)
+            return
+        if not lines or not isinstance(lines[0], dict) or lines[0].get("format") != FORMAT:
             raise ValueError(f"{self.path} is not a speculab simulation checkpoint")
         expected = json.loads(json.dumps(self.header))  # as the file holds it (tuples as lists)
         if lines[0] != expected:
             differ = sorted(k for k in expected if lines[0].get(k) != expected[k])
             raise ValueError(f"checkpoint {self.path} was written for another simulation (its {', '.join(differ)} "
                              f"differ); remove it or give another path")
-        for entry in lines[1:]:
-            self.parts.append(_decode(entry["counts"]))
-            self.state = entry["rng_state"]
+        for k, entry in enumerate(lines[1:], start=2):
+            try:
+                self.parts.append(_decode(entry["counts"]))
+                self.state = entry["rng_state"]
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ValueError(f"checkpoint {self.path}, line {k}: not a finished chunk ({type(exc).__name__}: "
+                                 f"{exc}); remove the file to simulate again") from exc
 
     def _append(self, entry: dict) -> None:
         append_line(self.path, entry)
@@ -151,7 +160,7 @@ class _Session:
             raise ValueError(f"nothing to resume for this call: {self.folder} holds {left} checkpoint file(s) that no "
                              f"call of this run has matched, so they were written with other arguments (a seed, "
                              f"method, model, batch size or torch thread count differs); rerun with the interrupted "
-                             f"run's arguments, or without --resume to start over")
+                             f"run's arguments, or start over without --resume (in an emptied or another folder)")
         self.named.add(path)
 
 

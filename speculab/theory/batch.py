@@ -117,7 +117,7 @@ def _drain_in_jumps(q: np.ndarray, p: np.ndarray, M: int) -> tuple[np.ndarray, n
     u, R = np.asarray(q, dtype=np.float64), np.ones(q.shape[:-1])  # never written in place: every update is new
     left = np.full(R.shape, M, dtype=np.int64)
     on = p > 0
-    for _ in range(q.shape[-1] + 1):  # a row's events remove its V tokens at most: V + 1 passes end every row
+    for _ in range(_passes(q.shape[-1])):  # a row's events remove its V tokens at most
         active = (u > 0) & on
         pa = np.sum(p, axis=-1, where=active)
         going = (left > 0) & (pa > 0)  # pa > 0 needs some u > 0, so R > 0
@@ -127,9 +127,11 @@ def _drain_in_jumps(q: np.ndarray, p: np.ndarray, M: int) -> tuple[np.ndarray, n
             log_c = np.log1p(-pa)  # −inf where p(A) = 1: everything drains in one step
             kappa = p * (R / pa)[..., None]
             L = u - kappa
-            n_x = np.where(active & (L < 0), np.ceil(np.log(-L / kappa) / log_c[..., None]), np.inf)
+            t = u / kappa  # x leaves when 1 − c^n ≥ t: n = log(1 − t) / log c, by log1p for a small t
+            n_x = np.where(active & (t < 1.0), np.ceil(np.log1p(-t) / log_c[..., None]), np.inf)
             decay_log = log_c[..., None]
         first = np.min(np.where(np.isnan(n_x), 1.0, np.maximum(n_x, 1.0)), axis=-1, initial=np.inf)
+        first = np.where(pa >= 1.0, 1.0, first)  # p(A) ≥ 1 (p's sum rounds above 1): one step drains A whole
         jump = np.where(going, np.minimum(first, left + 1.0) - 1.0, 0.0)  # steps by the formula, before the event
         moved = going & (jump > 0)
         if moved.any():
@@ -144,6 +146,12 @@ def _drain_in_jumps(q: np.ndarray, p: np.ndarray, M: int) -> tuple[np.ndarray, n
         R = np.where(step, R_stepped, R)
         left = left - step
     return u, R
+
+
+def _passes(V: int) -> int:
+    """How many event passes :func:`_drain_in_jumps` allows: one per token leaving, twice over for events that
+    round-off puts a step early (each such pass still takes a step)."""
+    return 2 * V + 2
 
 
 def batch_rejection_probability(q, p, M) -> np.ndarray:
