@@ -160,6 +160,8 @@ def cmd_sim(args) -> None:
 
     inst = _instance(args)
     method = _method(args)
+    if args.checkpoint is not None:
+        args.on_interrupt = f" (its finished chunks are kept in {args.checkpoint}: add --resume to continue)"
     counts = simulate(inst, method, args.n_runs, args.seed, engine=args.engine, progress=not args.json,
                       checkpoint=args.checkpoint, resume=args.resume)
     expected = method.expected(inst)

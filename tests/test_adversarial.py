@@ -231,6 +231,7 @@ CLI_CASES = [
     (["run", "--pair", "tiny", "--prompt", ""], 2, "empty"),
     (["run", "--pair", "tiny", "--max-new-tokens", "0"], 2, "max_new_tokens"),
     (["run", "--pair", "tiny", "--resume"], 2, "--resume needs --checkpoint"),
+    (["run", "--pair", "tiny", "--checkpoint", ""], 2, "folder must be a path"),
     (["compare", "--pair", "tiny", "--checkpoint", "/nonexistent-speculab-journal", "--resume"], 2, "nothing to resume"),
     (["compare", "--pair", "tiny", "--batch-size", "0"], 2, "batch_size"),
     (["run", "--pair", "tiny", "--batch-size", "-2"], 2, "batch_size"),

@@ -392,3 +392,14 @@ def test_a_cheap_drafts_identity_does_not_change_as_it_decodes(pair):
     assert draft.forward_calls > 0 and draft.fallback._memo and model_identity(draft) == before
     other = PromptLookupModel(pair.vocab_size, fallback=ngram_draft(pair.tokenizer, default_prompts()[:3]))
     assert model_identity(other) != before
+
+
+def test_resumable_refuses_what_is_not_a_folder_or_a_flag(tmp_path):
+    for folder, match in ((None, "folder must be a path"), ("", "folder must be a path"), (3, "folder must be a path")):
+        with pytest.raises(ValueError, match=match), resumable(folder):
+            pass
+    with pytest.raises(ValueError, match="resume must be True or False"), resumable(tmp_path, resume="yes"):
+        pass
+    with pytest.raises(ValueError, match="stale must be"), resumable(tmp_path, stale="keep"):
+        pass
+

@@ -192,6 +192,10 @@ def resumable(folder: str | os.PathLike, *, resume: bool = False, stale: str = "
         (a folder speculab named, e.g. ``speculab repro``'s) or ``"refuse"`` to start (a folder the user named:
         their interrupted run is not thrown away unasked).
     """
+    if not isinstance(folder, (str, os.PathLike)) or str(folder) == "":
+        raise ValueError(f"folder must be a path (a str or os.PathLike, not empty); got {folder!r}")
+    if not isinstance(resume, bool):
+        raise ValueError(f"resume must be True or False; got {resume!r}")
     folder = Path(folder)
     if stale not in ("remove", "refuse"):
         raise ValueError(f"stale must be 'remove' or 'refuse'; got {stale!r}")

@@ -145,6 +145,9 @@ def _drain_in_jumps(q: np.ndarray, p: np.ndarray, M: int) -> tuple[np.ndarray, n
         u = np.where(step[..., None], stepped, u)
         R = np.where(step, R_stepped, R)
         left = left - step
+    if np.any((left > 0) & (np.sum(p, axis=-1, where=(u > 0) & on) > 0)):  # never silently short of M steps
+        raise RuntimeError("the root chain's events could not all be located in float64 (rows with drafts left "
+                           "after every pass); use M = np.inf for the limit, or a smaller M")
     return u, R
 
 
