@@ -247,7 +247,8 @@ def test_a_simulation_killed_midway_resumes_to_the_same_numbers(tmp_path, capsys
         _, err = proc.communicate(timeout=120)
     finally:
         proc.kill()
-    assert proc.returncode == 130 and err.strip().endswith("speculab: interrupted"), err
+    assert proc.returncode == 130 and err.strip() == (f"speculab: interrupted (its finished chunks are kept in {path}: "
+                                                      f"add --resume to continue)"), err
     finished = path.read_text().count("\n") - 1
     assert 2 <= finished < 6
     resumed = _json(capsys, argv[:-1] + ["--checkpoint", str(path), "--resume"])
