@@ -130,7 +130,7 @@ class _Builder:
     def __init__(self):
         self.cols = {k: [] for k in RunRecord.__dataclass_fields__}
         self.round_cols = {k: [] for k in RoundRecord.__dataclass_fields__}
-        self.counts = dict(rejections=0, oracle_calls=0, draft_calls=0, accepted=0, bonus=0)
+        self.counts = dict.fromkeys(COUNTED, 0)
 
     def add(self, token, kind, *, tv=float("nan"), reject_prob=0.0, accept_prob=float("nan"),
             loss_tv=0.0, loss_kl=0.0, target_logprob=float("nan")):
@@ -151,6 +151,9 @@ class _Builder:
     def round_record(self) -> RoundRecord:
         return _record(RoundRecord, self.round_cols)
 
+
+#: The counts a run keeps as it decodes (``discarded`` and ``tokens`` follow from them and its tokens).
+COUNTED = ("rejections", "oracle_calls", "draft_calls", "accepted", "bonus")
 
 #: The integer columns of the records (the others are float64).
 _INTEGER = {"tokens", "kind", "drafted", "accepted"}
@@ -536,7 +539,7 @@ def decode(
         raise
     fields = {k: [] for k in Counts.FIELDS}
     for gen, _, _, c, _ in runs:
-        for k in ("rejections", "oracle_calls", "draft_calls", "accepted", "bonus"):
+        for k in COUNTED:
             fields[k].append(c[k])
         fields["discarded"].append(c["draft_calls"] - c["accepted"])
         fields["tokens"].append(len(gen))

@@ -24,6 +24,7 @@ it ran.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import pickle
@@ -34,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from speculab.sim.checkpoint import _ours, active_folder, append_line, call_file, read_lines
+from speculab.sim.checkpoint import active_folder, append_line, call_file, ours, read_lines
 
 __all__ = ["DecodeJournal", "open_journal", "unrecorded", "FORMAT"]
 
@@ -99,7 +100,7 @@ class DecodeJournal:
         self.path = Path(path)
         self.header = json.loads(json.dumps({"format": FORMAT, **header}))  # as the file holds it
         self.done: dict[int, list[dict]] = {}
-        if self.path.exists() and not _ours(self.path):  # not read, so not cut either: someone else's file
+        if self.path.exists() and not ours(self.path):  # not read, so not cut either: someone else's file
             raise ValueError(f"{self.path} is not a speculab decode journal; remove it or use another folder")
         lines = read_lines(self.path) if self.path.exists() else []  # a line cut short is dropped
         if not lines:  # new, or cut short while its header was written: nothing finished, start again
@@ -118,12 +119,15 @@ class DecodeJournal:
         """The runs of finished block ``block``, checked to be what this call writes: ``size`` runs, each with its
         tokens (ids below ``vocab_size``), records of one length, integer counts and a time (and its probe's
         observations when ``probe``). Anything else is refused, naming the file and the block."""
+        from speculab.backends.decode import COUNTED, RoundRecord, RunRecord  # (decode imports this module)
+
         runs = self.done[block]
         where = f"decode journal {self.path}, block {block}"
         if len(runs) != size:
             raise ValueError(f"{where}: {len(runs)} runs where the call has {size}; remove the file to decode again")
+        fields = tuple({f.name for f in dataclasses.fields(cls)} for cls in (RunRecord, RoundRecord)) + (set(COUNTED),)
         for run in runs:
-            problem = _run_problem(run, vocab_size, probe)
+            problem = _run_problem(run, vocab_size, probe, *fields)
             if problem:
                 raise ValueError(f"{where}: {problem}; remove the file to decode again")
         return runs
@@ -134,14 +138,10 @@ class DecodeJournal:
         self.done[int(block)] = runs
 
 
-#: What a journaled run's records and counts hold (``RunRecord``, ``RoundRecord`` and the loop's counts).
-RECORD_FIELDS = {"tokens", "kind", "tv", "reject_prob", "accept_prob", "loss_tv", "loss_kl", "target_logprob"}
-ROUND_FIELDS = {"drafted", "accepted", "expected_accepted", "var_accepted"}
-COUNT_FIELDS = {"rejections", "oracle_calls", "draft_calls", "accepted", "bonus"}
-
-
-def _run_problem(run, vocab_size: int, probe: bool) -> str | None:
-    """What is wrong with a journaled run (``encode_run``'s output), or ``None``."""
+def _run_problem(run, vocab_size: int, probe: bool, record_fields: set, round_fields: set,
+                 count_fields: set) -> str | None:
+    """What is wrong with a journaled run (``encode_run``'s output), or ``None``; ``*_fields``: what a
+    :class:`RunRecord`, a :class:`RoundRecord` and the loop's counts hold."""
     keys = {"tokens", "record", "rounds", "counts", "seconds"} | ({"probe"} if probe else set())
     if not isinstance(run, dict) or not keys <= set(run):
         return f"a run without its {', '.join(sorted(keys))}"
@@ -149,9 +149,9 @@ def _run_problem(run, vocab_size: int, probe: bool) -> str | None:
     if not isinstance(tokens, list) or not all(type(t) is int and 0 <= t < vocab_size for t in tokens):
         return f"tokens that are not token ids below the vocabulary size {vocab_size}"
     record, rounds, counts = run["record"], run["rounds"], run["counts"]
-    if not (isinstance(record, dict) and isinstance(rounds, dict) and set(record) == RECORD_FIELDS
-            and set(rounds) == ROUND_FIELDS):
-        return f"records without exactly the fields {sorted(RECORD_FIELDS)} and {sorted(ROUND_FIELDS)}"
+    if not (isinstance(record, dict) and isinstance(rounds, dict) and set(record) == record_fields
+            and set(rounds) == round_fields):
+        return f"records without exactly the fields {sorted(record_fields)} and {sorted(round_fields)}"
     columns = (*record.values(), *rounds.values())
     if not all(isinstance(v, list) and all(type(x) in (int, float) for x in v) for v in columns):
         return "records that are not lists of numbers"
@@ -159,11 +159,12 @@ def _run_problem(run, vocab_size: int, probe: bool) -> str | None:
         return "a position record that does not match its tokens"
     if not all(k in (0, 1, 2, 3) for k in record["kind"]) or len({len(v) for v in rounds.values()}) > 1:
         return "position kinds other than 0–3, or round records of different lengths"
-    if not (isinstance(counts, dict) and set(counts) == COUNT_FIELDS and all(type(v) is int for v in counts.values())):
-        return f"counts that are not the integers {sorted(COUNT_FIELDS)}"
-    if type(run["seconds"]) not in (int, float) or (probe and not isinstance(run["probe"], list)):
-        return "a time that is not a number" if type(run["seconds"]) not in (int, float) else "probe observations " \
-            "that are not a list"
+    if not (isinstance(counts, dict) and set(counts) == count_fields and all(type(v) is int for v in counts.values())):
+        return f"counts that are not the integers {sorted(count_fields)}"
+    if type(run["seconds"]) not in (int, float):
+        return "a time that is not a number"
+    if probe and not isinstance(run["probe"], list):
+        return "probe observations that are not a list"
     return None
 
 

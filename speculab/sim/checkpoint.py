@@ -28,7 +28,8 @@ import numpy as np
 from speculab.counts import Counts
 from speculab.theory.instance import compact
 
-__all__ = ["Journal", "FORMAT", "resumable", "recorded", "active_folder", "call_file", "read_lines", "append_line"]
+__all__ = ["Journal", "FORMAT", "resumable", "recorded", "active_folder", "call_file", "read_lines", "append_line",
+           "ours"]
 
 #: The files :func:`resumable` owns in its folder: simulation checkpoints and recorded calls (``sim-*``), and the
 #: journals of real-model decoding (``decode-*``, :mod:`speculab.backends.journal`).
@@ -114,7 +115,7 @@ class Journal:
             self._append(self.header)
 
     def _read(self) -> None:
-        if not _ours(self.path):  # not read, so not cut either: someone else's file
+        if not ours(self.path):  # not read, so not cut either: someone else's file
             raise ValueError(f"{self.path} is not a speculab simulation checkpoint")
         lines = read_lines(self.path)  # a cut last line is dropped (and cut off the file)
         if not lines and self.path.stat().st_size == 0:  # cut while its header was written: nothing finished
@@ -227,7 +228,7 @@ def resumable(folder: str | os.PathLike, *, resume: bool = False, stale: str = "
             pass
 
 
-def _ours(path: Path) -> bool:
+def ours(path: Path) -> bool:
     """A checkpoint file speculab wrote: empty (cut while its header was written) or starting with its header."""
     try:
         with open(path, "rb") as f:
@@ -239,7 +240,7 @@ def _ours(path: Path) -> bool:
 
 def _owned(folder: Path) -> list[Path]:
     """The checkpoint and journal files of ours in ``folder`` (``PATTERNS``, with a speculab header)."""
-    return [f for pattern in PATTERNS for f in sorted(folder.glob(pattern)) if f.is_file() and _ours(f)]
+    return [f for pattern in PATTERNS for f in sorted(folder.glob(pattern)) if f.is_file() and ours(f)]
 
 
 def active_folder() -> Path | None:

@@ -77,7 +77,7 @@ def root_residual_chain(q: np.ndarray, p: np.ndarray, M: float) -> tuple[np.ndar
     built from them. Beyond :data:`JUMP_FROM` drafts (numpy) the chain is not stepped but
     jumped from one event to the next (:func:`_drain_in_jumps`): between two tokens leaving
     the residual's support every step is the same linear map, so ``M = 10^6`` or ``10^{12}``
-    costs at most ``V + 1`` passes over ``(..., V)``, whatever the speed of convergence.
+    costs at most ``2V + 2`` passes over ``(..., V)``, whatever the speed of convergence.
 
     Args:
       q, p: arrays of shape ``(..., V)`` (already validated; any array-API library).
@@ -107,17 +107,20 @@ def _drain_in_jumps(q: np.ndarray, p: np.ndarray, M: int) -> tuple[np.ndarray, n
 
     .. math:: u_n(x) = L(x) + κ(x)\, c^n,\qquad κ(x) = \frac{p(x)\, R}{p(A)},\quad L(x) = u(x) - κ(x)
 
-    (the geometric sum of the subtractions). A token with ``L(x) < 0`` leaves ``A`` at the first ``n`` with
-    ``c^n ≤ −L(x)/κ(x)``; one with ``L(x) ≥ 0`` never does. Each row jumps by the formula to just before its next
-    event (or through all its remaining steps), then takes the event's step literally (its clamp at 0); an event
-    misplaced by round-off is caught by that step or the next jump. Every event removes a token for good, so a
-    row needs at most ``V`` jumps. The formula is exact up to the round-off of the masses at the jump (absolute,
+    (the geometric sum of the subtractions). A token with ``t(x) = u(x)/κ(x) < 1`` (``L(x) < 0``) leaves ``A`` at
+    the first ``n`` with ``1 − c^n ≥ t(x)``, ``n = log(1 − t) / log c`` (by ``log1p``: exact for a tiny ``t``); one
+    with ``t(x) ≥ 1`` never does. Where ``p(A)`` rounds to 1 or above, one step drains ``A`` whole. Each row jumps
+    by the formula to just before its next event (or through all its remaining steps), then takes the event's
+    step literally (its clamp at 0); an event misplaced by round-off is caught by that step or the next jump.
+    Every event removes a token for good, so a row needs at most ``V`` jumps; ``2V + 2`` passes are allowed
+    (an event round-off puts a step early costs a pass that still takes a step), and a row with steps left after
+    them is refused, never returned short. The formula is exact up to the round-off of the masses at the jump (absolute,
     about ``1e-16 R``): a residual far below that, e.g. ``R_M = 0.999^{60000} ≈ 1e-26``, may come out as 0.
     """
     u, R = np.asarray(q, dtype=np.float64), np.ones(q.shape[:-1])  # never written in place: every update is new
     left = np.full(R.shape, M, dtype=np.int64)
     on = p > 0
-    for _ in range(_passes(q.shape[-1])):  # a row's events remove its V tokens at most
+    for _ in range(2 * q.shape[-1] + 2):  # a row's events remove its V tokens at most (see above)
         active = (u > 0) & on
         pa = np.sum(p, axis=-1, where=active)
         going = (left > 0) & (pa > 0)  # pa > 0 needs some u > 0, so R > 0
@@ -129,14 +132,13 @@ def _drain_in_jumps(q: np.ndarray, p: np.ndarray, M: int) -> tuple[np.ndarray, n
             L = u - kappa
             t = u / kappa  # x leaves when 1 − c^n ≥ t: n = log(1 − t) / log c, by log1p for a small t
             n_x = np.where(active & (t < 1.0), np.ceil(np.log1p(-t) / log_c[..., None]), np.inf)
-            decay_log = log_c[..., None]
         first = np.min(np.where(np.isnan(n_x), 1.0, np.maximum(n_x, 1.0)), axis=-1, initial=np.inf)
         first = np.where(pa >= 1.0, 1.0, first)  # p(A) ≥ 1 (p's sum rounds above 1): one step drains A whole
         jump = np.where(going, np.minimum(first, left + 1.0) - 1.0, 0.0)  # steps by the formula, before the event
         moved = going & (jump > 0)
         if moved.any():
             with np.errstate(invalid="ignore", over="ignore"):  # rows not moved: values unused
-                decay = np.exp(jump[..., None] * decay_log)  # c^jump
+                decay = np.exp(jump[..., None] * log_c[..., None])  # c^jump
                 u = np.where(moved[..., None] & active, np.maximum(L + kappa * decay, 0.0), u)
             R = np.where(moved, np.sum(u, axis=-1), R)
             left = left - jump.astype(np.int64)
@@ -149,12 +151,6 @@ def _drain_in_jumps(q: np.ndarray, p: np.ndarray, M: int) -> tuple[np.ndarray, n
         raise RuntimeError("the root chain's events could not all be located in float64 (rows with drafts left "
                            "after every pass); use M = np.inf for the limit, or a smaller M")
     return u, R
-
-
-def _passes(V: int) -> int:
-    """How many event passes :func:`_drain_in_jumps` allows: one per token leaving, twice over for events that
-    round-off puts a step early (each such pass still takes a step)."""
-    return 2 * V + 2
 
 
 def batch_rejection_probability(q, p, M) -> np.ndarray:
