@@ -211,39 +211,63 @@ def cmd_instance(args) -> None:
 
 def cmd_repro(args) -> None:
     from speculab import repro
+    from speculab.repro import runner
 
     if args.figure is None or args.list:
         _emit(args, {k: v[1] for k, v in repro.FIGURES.items()},
-              "\n".join(f"{k:15s} {v[1]}" for k, v in repro.FIGURES.items()))
+              "\n".join(f"{k:17s} {v[1]}" for k, v in repro.FIGURES.items())
+              + "\nall               every figure above that can run here (speculab repro all --help)")
         return
+    if args.figure == "all":
+        return _repro_all(args)
+    if args.only or args.skip:
+        raise ValueError("--only and --skip apply to `speculab repro all`")
     mod = repro.get(args.figure)
     if args.n_runs is not None:  # refused before anything is computed (a reproduction may have a larger minimum)
         from speculab._validate import as_positive_int
 
         as_positive_int(args.n_runs, "n_runs")
     accepted = inspect.signature(mod.run).parameters
-    kwargs = {"out_dir": args.out}
-    if "progress" in accepted:
-        kwargs["progress"] = not args.json
+    overrides = {}
     for flag, name in (("seed", "key"), ("n_runs", "n_runs"), ("draft", "draft"), ("target", "target")):
-        value = getattr(args, flag)
-        if value is None:
-            continue
-        if name not in accepted:
-            raise ValueError(f"--{flag.replace('_', '-')} does not apply to {args.figure}")
-        kwargs[name] = value
-    if "draft" in accepted:  # a real-model reproduction: the CLI prints its own summary, no weight-loading bars
+        if getattr(args, flag) is not None:
+            if name not in accepted:
+                raise ValueError(f"--{flag.replace('_', '-')} does not apply to {args.figure}")
+            overrides[name] = getattr(args, flag)
+    if "draft" in accepted:  # the CLI prints its own summary, no weight-loading bars
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-    from speculab.sim.checkpoint import resumable
-
     folder = Path(args.out) / f".{args.figure}.resume"
     args.on_interrupt = (f" (its finished simulations and decoded prompts are kept in {folder}: add --resume to "
                          "continue)")
-    with resumable(folder, resume=args.resume):
-        result = mod.run(**kwargs)
-    _emit(args, result, mod.summary(result) + f"\n  wrote {args.out}/")
+    result, _ = runner.run_figure(args.figure, args.out, progress=not args.json, resume=args.resume, **overrides)
+    _emit(args, result, mod.summary(result) + f"\n  wrote {args.out}/ (provenance in {args.out}/{runner.PROVENANCE})")
+
+
+def _repro_all(args) -> None:
+    from speculab.repro import runner
+
+    for flag in ("n_runs", "draft", "target"):
+        if getattr(args, flag) is not None:
+            raise ValueError(f"--{flag.replace('_', '-')} applies to one figure, not to `speculab repro all`")
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    except ImportError:
+        pass
+    args.on_interrupt = (f" (finished figures are recorded in {args.out}/{runner.PROVENANCE} and the one under way "
+                         "is checkpointed: add --resume to continue)")
+    lines = []
+    run = runner.run_all(args.out, only=args.only, skip=args.skip or (), key=args.seed, progress=not args.json,
+                         resume=args.resume, echo=lines.append if args.json else print)
+    text = (f"repro all: {len(run['ran'])} run, {len(run['kept'])} kept, {len(run['skipped'])} skipped, "
+            f"{len(run['failed'])} failed in {run['wall_seconds']:.0f} s; outputs and provenance in {args.out}/")
+    _emit(args, run, text)
+    if run["failed"]:
+        raise RuntimeError(f"{len(run['failed'])} reproduction(s) failed: {', '.join(run['failed'])} "
+                           f"(errors in {args.out}/{runner.PROVENANCE})")
 
 
 # -- real models ------------------------------------------------------------------
@@ -441,8 +465,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="a few steps only (to check the pipeline)")
     p.set_defaults(func=cmd_build_tiny)
 
-    p = sub.add_parser("repro", help="reproduce a paper figure (PNG + JSON)")
-    p.add_argument("figure", nargs="?", help="figure name; omit or --list to list them")
+    p = sub.add_parser("repro", help="reproduce a paper figure (PNG, PDF + JSON), or all of them")
+    p.add_argument("figure", nargs="?", help="figure name, or 'all'; omit or --list to list them")
     common(p, seed_default=None)
     p.add_argument("--list", action="store_true", help="list the figures")
     p.add_argument("--n-runs", type=int, default=None, help="override the number of simulated runs")
@@ -451,7 +475,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", default=None, help="real-model reproductions: target model name or path")
     p.add_argument("--resume", action="store_true",
                    help="continue an interrupted run (same seed and options): its finished simulations, JAX sweeps "
-                        "and decoded batches are read back, not rerun, and the one under way continues")
+                        "and decoded batches are read back, not rerun, and the one under way continues; with 'all', "
+                        "figures already finished with the same parameters are kept")
+    p.add_argument("--only", nargs="+", metavar="NAME", help="with 'all': run only these figures")
+    p.add_argument("--skip", nargs="+", metavar="NAME", help="with 'all': leave these figures out")
     p.set_defaults(func=cmd_repro)
     return parser
 

@@ -38,9 +38,14 @@ def write_json(obj: dict, path: Path) -> None:
 
 
 def save_figure(fig, path: Path, **kwargs) -> None:
-    """``fig.savefig(path, **kwargs)``, atomically (the format is read off ``path``'s suffix)."""
+    """``fig.savefig(path, **kwargs)``, atomically (the format is read off ``path``'s suffix); a PNG gets a vector
+    PDF beside it (same name, ``.pdf``), for papers."""
+    path = Path(path)
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, format=Path(path).suffix.lstrip(".") or None, **kwargs)
+        fig.savefig(tmp, format=path.suffix.lstrip(".") or None, **kwargs)
+    if path.suffix == ".png":
+        with atomic_path(path.with_suffix(".pdf")) as tmp:
+            fig.savefig(tmp, format="pdf", **{k: v for k, v in kwargs.items() if k != "dpi"})
 
 
 def new_figure(ncols: int = 1, width: float = 5.0, height: float = 3.8):

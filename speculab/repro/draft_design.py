@@ -28,6 +28,9 @@ from speculab.methods import SD
 from speculab.repro._io import describe_key, new_figure, save_figure, write_json
 from speculab.sim import simulate
 
+#: What this reproduction imports beyond speculab's requirements (``speculab repro all`` skips it without them).
+NEEDS = ("jax",)
+
 T, V, RANK, K, COST, CONCENTRATION = 64, 16, 2, 4, 0.1, 0.3
 OBJECTIVES = ("distillation KL(q‖p)", "rejections (Thm 1)", f"latency per token (K={K}, c={COST})")
 

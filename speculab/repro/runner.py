@@ -1,0 +1,283 @@
+"""Running reproductions with their provenance: one figure, or every figure that runs here.
+
+Every run records, in ``OUT/provenance.json``, what it ran and where: per figure its status
+(``ok``, ``skipped`` with the reason, ``failed`` with the error), its parameters (the
+reproduction's defaults with the given overrides: the seed among them), the files it wrote,
+its wall time and the environment (speculab's version and git commit, Python and library
+versions, the machine). ``speculab repro NAME`` adds or replaces its figure's entry;
+``speculab repro all`` runs every figure whose requirements are installed (:func:`missing`),
+one after the other, and records the whole run's wall time too. ``speculab report`` reads the
+file back.
+
+Each figure runs inside :func:`speculab.sim.checkpoint.resumable` on ``OUT/.NAME.resume/``,
+so an interrupted figure continues with ``resume=True``; an interrupted ``run_all`` resumed
+also skips the figures already finished with the same parameters on the same code.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import inspect
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from speculab import repro
+from speculab._files import atomic_path
+from speculab.repro._io import jsonable
+
+__all__ = ["PROVENANCE", "environment", "missing", "parameters", "run_figure", "run_all", "read_provenance"]
+
+#: The provenance file's name inside a reproduction's output folder.
+PROVENANCE = "provenance.json"
+FORMAT = "speculab-provenance/1"
+
+#: The libraries whose versions are recorded.
+LIBRARIES = ("numpy", "scipy", "matplotlib", "array-api-compat", "torch", "transformers", "safetensors", "jax",
+             "jaxlib", "tqdm")
+
+#: What a real-model reproduction (one taking ``draft``) imports beyond speculab's own requirements.
+REAL_MODELS = ("torch", "transformers", "safetensors")
+
+#: Arguments of a reproduction's ``run`` that say where and how to show it, not what it computes.
+NOT_PARAMETERS = ("out_dir", "progress")
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _git_commit() -> dict | None:
+    """The git commit speculab was imported from, and whether its tree had changes; ``None`` outside a checkout."""
+    root = Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        return None
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"commit": commit, "modified": bool(dirty)}
+
+
+def _memory_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _accelerator() -> str | None:
+    """The CUDA device torch would use, if torch is already imported and sees one (importing torch to ask costs
+    seconds, so a run that did not need it does not)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        return None
+    return torch.cuda.get_device_name(0)
+
+
+def environment() -> dict:
+    """Where a reproduction ran: speculab's version and git commit, Python, library versions, the machine."""
+    import speculab
+
+    return {
+        "speculab": speculab.__version__,
+        "git": _git_commit(),
+        "python": platform.python_version(),
+        "libraries": {name: _version(name) for name in LIBRARIES},
+        "machine": {"platform": platform.platform(), "processor": platform.machine(), "cpus": os.cpu_count(),
+                    "memory_bytes": _memory_bytes(), "accelerator": _accelerator(),
+                    "torch_threads": sys.modules["torch"].get_num_threads() if "torch" in sys.modules else None},
+    }
+
+
+def needs(name: str) -> tuple[str, ...]:
+    """The importable modules a figure needs beyond speculab's requirements: a module's own ``NEEDS``, else torch
+    and transformers for a real-model reproduction (one whose ``run`` takes ``draft``)."""
+    mod = repro.get(name)
+    own = getattr(mod, "NEEDS", None)
+    if own is not None:
+        return tuple(own)
+    return REAL_MODELS if "draft" in inspect.signature(mod.run).parameters else ()
+
+
+def missing(name: str) -> str | None:
+    """Why figure ``name`` cannot run here (``"needs jax (pip install -e '.[jax]')"``), or ``None`` if it can."""
+    absent = [m for m in needs(name) if importlib.util.find_spec(m) is None]
+    if not absent:
+        return None
+    extra = "jax" if set(absent) <= {"jax", "jaxlib"} else "torch"
+    return f"needs {', '.join(absent)} (pip install -e '.[{extra}]')"
+
+
+def parameters(name: str, **overrides) -> dict:
+    """What figure ``name`` computes with: its ``run``'s defaults, with ``overrides`` (``None`` values ignored)
+    applied. An override the figure does not take is refused, naming it."""
+    signature = inspect.signature(repro.get(name).run)
+    params = {k: v.default for k, v in signature.parameters.items()
+              if k not in NOT_PARAMETERS and v.default is not inspect.Parameter.empty}
+    for k, v in overrides.items():
+        if v is None:
+            continue
+        if k not in signature.parameters or k in NOT_PARAMETERS:
+            raise ValueError(f"{k!r} does not apply to {name} (it takes {', '.join(params) or 'no parameters'})")
+        params[k] = v
+    return params
+
+
+def read_provenance(out_dir: str | os.PathLike) -> dict:
+    """``OUT/provenance.json``'s content (an empty record if there is none yet). A file that is not a speculab
+    provenance record is refused, naming it."""
+    path = Path(out_dir) / PROVENANCE
+    if not path.exists():
+        return {"format": FORMAT, "figures": {}}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path} is not a speculab provenance file ({exc})") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("figures"), dict):
+        raise ValueError(f"{path} is not a speculab provenance file (format {FORMAT!r} expected)")
+    return data
+
+
+def _write_provenance(out_dir: Path, data: dict) -> None:
+    text = json.dumps(jsonable(data), indent=2) + "\n"
+    with atomic_path(out_dir / PROVENANCE) as tmp:
+        tmp.write_text(text)
+
+
+def _record(out_dir: Path, name: str, entry: dict, run: dict | None = None) -> None:
+    data = read_provenance(out_dir)
+    data["figures"][name] = entry
+    if run is not None:
+        data["all"] = run
+    _write_provenance(out_dir, data)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _written(out_dir: Path, since: float) -> list[str]:
+    """The files of ``out_dir`` (not its hidden resume folders) written at or after ``since``."""
+    return sorted(p.name for p in out_dir.iterdir()
+                  if p.is_file() and not p.name.startswith(".") and p.name != PROVENANCE and p.stat().st_mtime >= since)
+
+
+def run_figure(name: str, out_dir: str | os.PathLike = "results", *, progress: bool = False, resume: bool = False,
+               **overrides) -> tuple[dict, dict]:
+    """Run reproduction ``name`` with ``overrides`` (``key``, ``n_runs``, ``draft``, ``target``; ``None`` keeps
+    the default) and record it in ``OUT/provenance.json``. Returns ``(result, entry)``: the reproduction's JSON
+    content and its provenance entry.
+
+    Raises ``ValueError`` for an unknown figure or an override it does not take, before anything runs. An
+    exception from the reproduction is recorded as ``failed`` (with its message) and raised again; an
+    interruption records nothing, and ``resume=True`` continues it.
+    """
+    mod = repro.get(name)
+    params = parameters(name, **overrides)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    read_provenance(out)  # a foreign provenance.json is refused before hours of computing, not after
+    kwargs = {k: v for k, v in overrides.items() if v is not None}
+    if "progress" in inspect.signature(mod.run).parameters:
+        kwargs["progress"] = progress
+    from speculab.sim.checkpoint import resumable
+
+    started, t0 = time.time(), time.perf_counter()
+    entry = {"status": "ok", "parameters": params, "started": _now()}
+    try:
+        with resumable(out / f".{name}.resume", resume=resume):
+            result = mod.run(out_dir=out, **kwargs)
+    except Exception as exc:
+        entry.update(status="failed", error=f"{type(exc).__name__}: {exc}", seconds=time.perf_counter() - t0,
+                     environment=environment())
+        _record(out, name, entry)
+        raise
+    entry.update(seconds=time.perf_counter() - t0, files=_written(out, started), environment=environment())
+    _record(out, name, entry)
+    return result, entry
+
+
+def _done(previous: dict | None, params: dict, out: Path) -> bool:
+    """Whether a recorded entry is this figure's finished run with these parameters, on this code, files intact."""
+    if not previous or previous.get("status") != "ok" or previous.get("parameters") != jsonable(params):
+        return False
+    env = environment()
+    same_code = (previous.get("environment", {}).get("speculab") == env["speculab"]
+                 and previous.get("environment", {}).get("git") == env["git"])
+    return same_code and all((out / f).exists() for f in previous.get("files", ()))
+
+
+def run_all(out_dir: str | os.PathLike = "results", *, only=None, skip=(), key=None, progress: bool = True,
+            resume: bool = False, echo=print) -> dict:
+    """Run every reproduction that can run here (or those in ``only``, less ``skip``), in :data:`FIGURES` order,
+    each with its defaults (``key`` overrides every seed), writing into ``out_dir``.
+
+    One progress bar counts the figures (each figure's own bars are off); ``echo`` gets one line per figure:
+    done with its wall time, skipped with what it needs, or failed with the error — a failure does not stop the
+    others. With ``resume=True`` a figure already recorded as finished with the same parameters on the same
+    code is kept, and an interrupted one continues. Returns the run's record (also ``provenance.json``'s
+    ``"all"``): the figures run, kept, skipped and failed, and the wall time.
+    """
+    names = list(repro.FIGURES) if only is None else list(only)
+    for name in [*names, *skip]:
+        repro.get(name)  # an unknown name is refused before anything runs
+    names = [n for n in names if n not in set(skip)]
+    plans = {name: parameters(name, key=key) for name in names}  # an inapplicable key is refused up front too
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    recorded = read_provenance(out)["figures"]
+    run = {"started": _now(), "figures": names, "ran": [], "kept": [], "skipped": {}, "failed": {}}
+    t0 = time.perf_counter()
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(names), desc="repro all", unit="figure", disable=None)
+        echo = bar.write
+    try:
+        for name in names:
+            if bar is not None:
+                bar.set_postfix_str(name)
+            reason = missing(name)
+            if reason is not None:
+                run["skipped"][name] = reason
+                _record(out, name, {"status": "skipped", "reason": reason, "parameters": plans[name],
+                                    "started": _now(), "environment": environment()})
+                echo(f"skipped {name}: {reason}")
+            elif resume and _done(recorded.get(name), plans[name], out):
+                run["kept"].append(name)
+                echo(f"kept    {name}: finished before with the same parameters")
+            else:
+                folder = out / f".{name}.resume"  # the figure under way when the run was interrupted
+                try:
+                    _, entry = run_figure(name, out, resume=resume and folder.is_dir() and any(folder.iterdir()),
+                                          key=key)
+                except Exception as exc:  # recorded by run_figure; the other figures still run
+                    run["failed"][name] = f"{type(exc).__name__}: {exc}"
+                    echo(f"FAILED  {name}: {type(exc).__name__}: {exc}")
+                else:
+                    run["ran"].append(name)
+                    echo(f"done    {name} in {entry['seconds']:.1f} s")
+            if bar is not None:
+                bar.update()
+    finally:
+        if bar is not None:
+            bar.close()
+    run.update(finished=_now(), wall_seconds=time.perf_counter() - t0, environment=environment())
+    data = read_provenance(out)
+    data["all"] = run
+    _write_provenance(out, data)
+    return run

@@ -1,0 +1,110 @@
+"""``speculab repro all`` and every reproduction's provenance (``speculab.repro.runner``)."""
+
+import importlib.util
+import json
+
+import pytest
+
+from speculab import repro
+from speculab.cli import main
+from speculab.repro import runner
+
+FAST = ["yin-fig3", "fsd-bound"]  # closed forms and exact checks: seconds
+
+
+def _provenance(folder):
+    return json.loads((folder / runner.PROVENANCE).read_text())
+
+
+def test_repro_all_writes_every_figure_with_its_provenance(tmp_path, capsys):
+    assert main(["repro", "all", "--only", *FAST, "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "done    yin-fig3" in out and "done    fsd-bound" in out and "2 run, 0 kept, 0 skipped, 0 failed" in out
+    data = _provenance(tmp_path)
+    assert data["all"]["ran"] == FAST and data["all"]["wall_seconds"] > 0
+    for name in FAST:
+        entry = data["figures"][name]
+        stem = name.replace("-", "_")
+        assert entry["status"] == "ok" and entry["seconds"] > 0
+        assert {f"{stem}.png", f"{stem}.pdf", f"{stem}.json"} <= set(entry["files"])
+        assert (tmp_path / f"{stem}.pdf").read_bytes().startswith(b"%PDF")
+        assert entry["parameters"] == runner.parameters(name)
+        env = entry["environment"]
+        assert env["libraries"]["numpy"] and env["python"] and env["machine"]["cpus"] >= 1
+    assert data["figures"]["fsd-bound"]["parameters"] == {"key": 0}  # the seed is recorded
+    assert not any(p.name.startswith(".") for p in tmp_path.iterdir())  # resume folders removed when finished
+
+
+def test_a_figure_whose_requirements_are_missing_is_skipped_with_a_line(tmp_path, monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "jax" else real(name, *a))
+    assert runner.missing("draft-design") == "needs jax (pip install -e '.[jax]')"
+    assert runner.missing("yin-table1") is None and runner.needs("yin-table1") == runner.REAL_MODELS
+    assert runner.needs("yin-fig2a") == ()
+    lines = []
+    run = runner.run_all(tmp_path, only=["draft-design", "yin-fig3"], progress=False, echo=lines.append)
+    assert run["skipped"] == {"draft-design": "needs jax (pip install -e '.[jax]')"} and run["ran"] == ["yin-fig3"]
+    assert lines[0] == "skipped draft-design: needs jax (pip install -e '.[jax]')"
+    assert not (tmp_path / "draft_design.json").exists()
+    assert _provenance(tmp_path)["figures"]["draft-design"]["status"] == "skipped"
+
+
+def test_a_failing_figure_is_recorded_and_the_others_still_run(tmp_path, monkeypatch, capsys):
+    def broken(**kwargs):
+        raise RuntimeError("a broken reproduction")
+
+    monkeypatch.setattr(repro.get("yin-fig3"), "run", broken)
+    assert main(["repro", "all", "--only", *FAST, "--out", str(tmp_path)]) == 1
+    captured = capsys.readouterr()
+    assert "FAILED  yin-fig3: RuntimeError: a broken reproduction" in captured.out
+    assert "1 reproduction(s) failed: yin-fig3" in captured.err
+    data = _provenance(tmp_path)
+    assert data["figures"]["yin-fig3"]["status"] == "failed" and "a broken" in data["figures"]["yin-fig3"]["error"]
+    assert data["figures"]["fsd-bound"]["status"] == "ok" and data["all"]["failed"] == {
+        "yin-fig3": "RuntimeError: a broken reproduction"}
+
+
+def test_resume_keeps_finished_figures_and_reruns_changed_ones(tmp_path):
+    runner.run_all(tmp_path, only=FAST, progress=False, echo=lambda line: None)
+    before = {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
+    run = runner.run_all(tmp_path, only=FAST, progress=False, resume=True, echo=lambda line: None)
+    assert run["kept"] == FAST and run["ran"] == []
+    assert all(p.stat().st_mtime_ns == before[p.name] for p in tmp_path.iterdir() if p.name != runner.PROVENANCE)
+    (tmp_path / "fsd_bound.png").unlink()  # a finished figure whose files are gone runs again
+    run = runner.run_all(tmp_path, only=FAST, progress=False, resume=True, echo=lambda line: None)
+    assert run["kept"] == ["yin-fig3"] and run["ran"] == ["fsd-bound"]
+    run = runner.run_all(tmp_path, only=["fsd-bound"], key=3, progress=False, resume=True, echo=lambda line: None)
+    assert run["ran"] == ["fsd-bound"]  # another seed is another run
+    assert _provenance(tmp_path)["figures"]["fsd-bound"]["parameters"] == {"key": 3}
+    run = runner.run_all(tmp_path, only=FAST, progress=False, echo=lambda line: None)
+    assert run["ran"] == FAST  # without resume everything runs
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["repro", "all", "--only", "no-such"], "unknown figure 'no-such'"),
+    (["repro", "all", "--skip", "no-such"], "unknown figure 'no-such'"),
+    (["repro", "all", "--n-runs", "5"], "--n-runs applies to one figure"),
+    (["repro", "all", "--draft", "x"], "--draft applies to one figure"),
+    (["repro", "yin-fig3", "--only", "yin-fig2a"], "--only and --skip apply to `speculab repro all`"),
+    (["repro", "all", "--only", "yin-fig3", "--seed", "1"], "'key' does not apply to yin-fig3"),
+])
+def test_repro_all_refuses_bad_options_before_running(argv, message, tmp_path, capsys):
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out" / runner.PROVENANCE).exists()
+
+
+def test_a_foreign_provenance_file_is_refused_before_running(tmp_path, capsys):
+    (tmp_path / runner.PROVENANCE).write_text('{"something": "else"}')
+    assert main(["repro", "yin-fig3", "--out", str(tmp_path)]) == 2
+    assert "is not a speculab provenance file" in capsys.readouterr().err
+    assert not (tmp_path / "yin_fig3.json").exists()
+    assert json.loads((tmp_path / runner.PROVENANCE).read_text()) == {"something": "else"}
+
+
+def test_one_figure_adds_its_entry_to_the_provenance(tmp_path, capsys):
+    assert main(["repro", "fsd-bound", "--seed", "2", "--out", str(tmp_path)]) == 0
+    assert main(["repro", "yin-fig3", "--out", str(tmp_path)]) == 0
+    figures = _provenance(tmp_path)["figures"]
+    assert set(figures) == {"fsd-bound", "yin-fig3"} and figures["fsd-bound"]["parameters"] == {"key": 2}
+    assert "provenance in" in capsys.readouterr().out
