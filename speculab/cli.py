@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from speculab._progress import progress
 from speculab.repro._io import jsonable
 
 __all__ = ["main"]
@@ -270,6 +271,13 @@ def _repro_all(args) -> None:
                            f"(errors in {args.out}/{runner.PROVENANCE})")
 
 
+def cmd_report(args) -> None:
+    from speculab.repro.report import build_report
+
+    path = build_report(args.out, args.html)
+    _emit(args, {"report": str(path)}, f"wrote {path} (self-contained: open it in any browser)")
+
+
 # -- real models ------------------------------------------------------------------
 def _add_pair_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("models")
@@ -338,7 +346,7 @@ def cmd_run(args) -> None:
     pair = _pair(args)
     method = _method(args)
     prompts = args.prompt or ["Return the"]
-    with _journaled(args):
+    with _journaled(args), progress("decoding", total=len(prompts) * args.max_new_tokens, enabled=not args.json):
         res = decode(pair, prompts, method, max_new_tokens=args.max_new_tokens, sampling=_sampling(args),
                      key=args.seed, batch_size=args.batch_size)
     payload = {"pair": pair.name, "method": repr(method), "seed": args.seed, "texts": res.texts,
@@ -355,7 +363,7 @@ def cmd_compare(args) -> None:
     from speculab.compare import compare
 
     pair = _pair(args)
-    with _journaled(args):
+    with _journaled(args), progress("decoding (all runs)", enabled=not args.json):
         comp = compare(pair, _method(args), args.prompt or None, runs_per_prompt=args.runs_per_prompt,
                        max_new_tokens=args.max_new_tokens, sampling=_sampling(args), key=args.seed, speed=args.speed,
                        batch_size=args.batch_size)
@@ -386,6 +394,42 @@ def cmd_build_tiny(args) -> None:
                       f"{m['draft_perplexity']:.1f}, mean TV(p, q) {m['mean_tv']:.3f}")
 
 
+#: Examples shown by every command's ``--help`` (each is a valid command line: ``tests/test_cli.py`` parses them).
+EXAMPLES = {
+    "theory rejections": ["speculab theory rejections --T 50 --V 7 --rows uniform --seed 10",
+                          "speculab theory rejections --instance inst.npz --per-position --json"],
+    "theory batch": ["speculab theory batch --T 50 --V 7 --rows uniform --seed 10 --M 1 2 4 8 inf"],
+    "sim": ["speculab sim --T 50 --V 7 --seed 0 --n-runs 100000",
+            "speculab sim --method batch --M 4 --n-runs 20000 --engine jax",
+            "speculab sim --method block --gamma 4 --checkpoint sim.jsonl   # Ctrl-C, then the same + --resume"],
+    "methods": ["speculab methods", "speculab methods --json"],
+    "instance": ["speculab instance --T 50 --V 7 --seed 3 --out inst.npz"],
+    "run": ["speculab run --pair tiny --method sd --K 4 --prompt 'Return the'",
+            "speculab run --pair tiny --method batch --M 4 --temperature 0.8 --top-k 50 --json"],
+    "compare": ["speculab compare --pair tiny --method sd",
+                "speculab compare --pair tiny --method sd --K 2 --speed",
+                "speculab compare --draft EleutherAI/pythia-70m --target EleutherAI/pythia-1.4b --method sd",
+                "speculab compare --pair tiny --method batch --M 4 --batch-size 32 --checkpoint ckpt"],
+    "models build-tiny": ["speculab models build-tiny --out tiny-pair", "speculab models build-tiny --out /tmp/t --quick"],
+    "repro": ["speculab repro --list", "speculab repro yin-fig2a --n-runs 100000 --out results",
+              "speculab repro all --out results              # every figure that runs here, with provenance",
+              "speculab repro all --out results --resume     # after an interruption",
+              "speculab repro all --only yin-fig2a yin-fig3 --out results"],
+    "report": ["speculab report --out results                 # writes results/report.html",
+               "speculab report --out results --html /tmp/report.html"],
+}
+
+
+def _leaves(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    """Every command's parser with its words (``("theory", "batch")``)."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        yield " ".join(path), parser
+    for action in subs:
+        for name, child in action.choices.items():
+            yield from _leaves(child, (*path, name))
+
+
 # -- parser --------------------------------------------------------------------
 class _Parser(argparse.ArgumentParser):
     """argparse, with a usage error said in one line (which command's ``--help`` to read) rather than the usage."""
@@ -398,8 +442,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="speculab", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def common(p, seed_default: int | None = 0):
-        p.add_argument("--seed", type=int, default=seed_default, help=f"random seed (default {seed_default})")
+    def common(p, seed_default: int | None = 0, *, seeded: bool = True):
+        if seeded:
+            p.add_argument("--seed", type=int, default=seed_default, help=f"random seed (default {seed_default})")
         p.add_argument("--json", action="store_true", help="print JSON instead of a table")
         p.add_argument("--debug", action="store_true", help="on an error, show the traceback")
 
@@ -480,6 +525,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--only", nargs="+", metavar="NAME", help="with 'all': run only these figures")
     p.add_argument("--skip", nargs="+", metavar="NAME", help="with 'all': leave these figures out")
     p.set_defaults(func=cmd_repro)
+
+    p = sub.add_parser("report", help="one self-contained HTML page of the reproductions in a folder")
+    common(p, seeded=False)
+    p.add_argument("--out", default="results", help="the reproductions' folder (default ./results)")
+    p.add_argument("--html", default=None, help="where to write the page (default OUT/report.html)")
+    p.set_defaults(func=cmd_report)
+    for words, leaf in _leaves(parser):
+        leaf.formatter_class = argparse.RawDescriptionHelpFormatter
+        leaf.epilog = ("examples:\n" + "\n".join(f"  {line}" for line in EXAMPLES[words])
+                       + "\n\n--json prints one JSON object instead of the table (its keys: docs/cli.md)")
     return parser
 
 

@@ -157,3 +157,15 @@ def agrees_json(agrees, out: dict, names=None) -> None:
     for name in names or out["z"]:
         agrees(out["counts"][name]["mean"], out["theory"][name], f"{name} (speculab sim --json)",
                se=out["counts"][name]["se"])
+
+
+def claims_of(module, result: dict) -> list[dict]:
+    """A reproduction's claims table (``module.claims``) for ``result``, checked: well-formed rows, and the same
+    rows from the JSON file's content as from the returned dict (``speculab report`` reads the file)."""
+    import json
+
+    from speculab.repro._io import check_claims, jsonable
+
+    rows = check_claims(module.claims(result))
+    assert module.claims(json.loads(json.dumps(jsonable(result)))) == rows
+    return rows

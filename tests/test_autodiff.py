@@ -15,6 +15,7 @@ from speculab.theory import (  # noqa: E402
     sd_expected_rejections,
 )
 from speculab.theory import autodiff as ad  # noqa: E402
+from conftest import claims_of  # noqa: E402
 
 COUNTS = ("rejections", "oracle_calls", "draft_calls", "accepted", "bonus", "discarded")
 
@@ -158,6 +159,11 @@ def test_draft_design_reproduction(tmp_path, agrees):
     for name, check in res["simulation_check"].items():
         agrees(check["simulated"], check["exact"], f"rejections of the draft fitted to {name}", se=check["se"])
     assert "Draft design" in draft_design.summary(res)
+    rows = claims_of(draft_design, res)
+    assert rows[1]["theory"] == " / ".join(f"{table[fit_rej][o]:.3f}" for o in (kl, rej, lat))
+    assert rows[1]["paper"].endswith("([Yin] Thm 1)")
+    excess = res["relative_to_best"][fit_kl]
+    assert rows[-1]["theory"] == f"{excess[rej] - 1:+.0%} / {excess[lat] - 1:+.0%}"
 
 
 def test_rows_that_change_with_the_position_but_not_the_context():

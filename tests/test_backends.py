@@ -1,5 +1,6 @@
 """Real-model backend on the shipped tiny pair: exactness, unbiasedness, caches, errors, compare."""
 
+import json
 import math
 import shutil
 
@@ -11,7 +12,7 @@ pytest.importorskip("transformers")
 
 from scipy.stats import power_divergence  # noqa: E402
 
-from conftest import Z_BOUND, assert_power  # noqa: E402
+from conftest import Z_BOUND, assert_power, claims_of  # noqa: E402
 
 from speculab.backends import NGramModel, Sampling, decode, load_pair, ngram_draft  # noqa: E402
 from speculab.backends.pair import TINY_DIR, default_prompts  # noqa: E402
@@ -381,6 +382,27 @@ def test_biased_records_sit_on_the_pareto_line(pair):
             np.testing.assert_allclose(gap, 0, atol=1e-5)
         else:
             assert np.all(gap >= -1e-6) and gap.max() > 1e-3
+
+
+def test_repro_yin_table1(tmp_path, monkeypatch):
+    """``speculab repro yin-table1`` on 4 prompts × 8 tokens: its JSON, and its claims table carries its numbers."""
+    from speculab.repro import yin_table1
+    from speculab.repro._io import pm
+
+    monkeypatch.setattr("speculab.backends.pair.default_prompts", lambda: default_prompts()[:4])
+    result = yin_table1.run(key=0, n_runs=1, out_dir=tmp_path, max_new_tokens=8)
+    assert json.loads((tmp_path / "yin_table1.json").read_text())["eps"].keys() == result["eps"].keys()
+    assert result["prompts"] == 4 and [float(e) for e in result["eps"]] == list(yin_table1.EPS)
+    rows = claims_of(yin_table1, result)
+    win = next(r for r in rows if r["quantity"] == "OPT win rate over UNO, ε = 0.1")
+    assert win["paper"] == "53% (RM-Mistral-7B), 54.5% (GPT-4)"
+    at = result["eps"]["0.1"]
+    assert win["measured"].startswith(pm(at["opt_win_rate"], at["opt_win_rate_se"], 2) + " (judge: target log-likelihood")
+    tv = next(r for r in rows if r["quantity"].startswith("exact per-token TV"))
+    first = result["eps"]["0.01"]
+    assert tv["measured"].startswith(f"{first['opt']['per_token_tv']:.3f} / {first['uno']['per_token_tv']:.3f}; ")
+    rejections = next(r for r in rows if r["quantity"].startswith("rejections per token"))
+    assert rejections["measured"] == f"{first['opt']['rejection_rate']:.3f} / {first['uno']['rejection_rate']:.3f}"
 
 
 # -- theory vs measured ------------------------------------------------------------------------------------

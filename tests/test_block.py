@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conftest import agrees_json
+from conftest import agrees_json, claims_of
 from speculab.methods import SD, BlockVerification
 from speculab.methods.block import block_accepted, block_counts, block_kernel, block_round_law
 from speculab.theory import MarkovInstance, lookahead_counts
@@ -467,3 +467,8 @@ def test_gain_reproduction_smoke(pair, tmp_path, agrees):
                 agrees(v["mean"], row["exact"][name][field], f"repro block-gain γ = {gamma}, {name}: {field}",
                        se=v["se"])
     assert (tmp_path / "block_gain.png").stat().st_size > 10_000 and "γ" in block_gain.summary(res)
+    rows = claims_of(block_gain, res)
+    ex, gain = res["gamma"]["4"]["exact"], res["gamma"]["4"]["measured"]["same_block_gain"]
+    assert rows[1]["theory"] == f"{ex['block']['oracle_calls']:.2f} / {ex['sd']['oracle_calls']:.2f}"
+    assert rows[4]["quantity"].startswith("γ = 4, tiny pair") and rows[4]["measured"].endswith(
+        f"; {gain['mean']:+.3f} ± {gain['se']:.3f} ({gain['rounds']:,} blocks)".replace("-", "−"))

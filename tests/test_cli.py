@@ -4,8 +4,10 @@ import json
 
 import pytest
 
-from conftest import agrees_json
+from conftest import agrees_json, claims_of
+from speculab import repro
 from speculab.cli import main
+from speculab.repro import yin_fig2a
 from speculab.theory import MarkovInstance, sd_expected_rejections
 
 
@@ -78,6 +80,11 @@ def test_repro_yin_fig2a_writes_png_and_json(capsys, tmp_path, agrees):
     sim = out["simulation"]["rejections"]
     agrees(sim["mean"], out["theory"]["rejections"], "rejections (repro yin-fig2a)", se=sim["se"])
     assert out["simulation"]["z"] == pytest.approx((sim["mean"] - out["theory"]["rejections"]) / sim["se"])
+    rows = claims_of(yin_fig2a, out)
+    assert rows[0]["theory"] == f"{out['theory']['rejections']:.3f}" and rows[0]["paper"].startswith("16.41")
+    z = f"{out['simulation']['z']:+.2f}".replace("-", "−")
+    assert rows[0]["simulation"] == f"{sim['mean']:.3f} ± {sim['se']:.3f} (z = {z})"
+    assert rows[1]["theory"] == f"{out['theory']['acceleration']:.2f}" and rows[1]["paper"] == "3.05"
     assert main(["repro", "--list"]) == 0 and "yin-fig2a" in capsys.readouterr().out
 
 
@@ -103,14 +110,29 @@ def test_batch_reproductions(capsys, tmp_path, figure, runs):
     stem = figure.replace("-", "_")
     assert (tmp_path / f"{stem}.png").stat().st_size > 10_000
     assert json.loads((tmp_path / f"{stem}.json").read_text())["figure"] == out["figure"]
+    rows = claims_of(repro.get(figure), out)
+    if figure == "yin-fig2b":
+        assert rows[2]["quantity"] == "E[N_rej], batch SD M = 5 (Thm 3)"
+        assert rows[2]["theory"] == f"{out['M']['5']['theory']['rejections']:.3f}"
+        assert rows[2]["simulation"].startswith(f"{out['M']['5']['simulation']['mean']:.3f} ± ")
+    if figure == "yin-fig5":
+        assert rows[1]["theory"] == f"{out['batch_M2']['theory']:.3f}"
+        assert rows[1]["simulation"].startswith(f"{out['batch_M2']['mean']:.3f} ± {out['batch_M2']['se']:.3f} (z = ")
+        assert rows[3]["theory"] == f"{out['vs_M']['limit']:.3f}"
     if figure == "yin-fig3":
         assert out["max_abs_gap"] < 1e-12
+        assert rows[0]["theory"] == f"{out['max_abs_gap']:.1e}"
+        assert rows[2]["theory"].startswith(f"r = 1.5: {out['uniform']['1.5']['closed_form'][-1]:.3f} → 0.333; ")
         assert main(["repro", figure, "--n-runs", "5", "--out", str(tmp_path)]) == 2
         assert "does not apply to yin-fig3" in capsys.readouterr().err
     if figure == "yin-fig2c":
         gap = out["regimes"]["support_gap"]
         assert gap["limit"] == pytest.approx(gap["theory"][0])  # no improvement at all
         assert out["regimes"]["paper"]["limit"] < out["regimes"]["paper"]["theory"][-1]
+        assert rows[0]["theory"] == f"{out['regimes']['paper']['theory'][0]:.3f}"
+        assert rows[2]["quantity"].startswith("E[N_rej], limit")
+        assert rows[2]["theory"] == f"{out['regimes']['paper']['limit']:.3f}"
+        assert rows[4]["theory"].startswith("25.000 at M = 1") and "(1,000 runs each)" in rows[4]["simulation"]
 
 
 def test_sim_on_the_jax_engine(capsys, agrees):
@@ -254,3 +276,24 @@ def test_a_simulation_killed_midway_resumes_to_the_same_numbers(tmp_path, capsys
     resumed = _json(capsys, argv[:-1] + ["--checkpoint", str(path), "--resume"])
     whole = _json(capsys, argv[:-1])
     assert resumed["counts"] == whole["counts"] and resumed["z"] == whole["z"]
+
+
+def test_every_command_shows_examples_that_parse(capsys):
+    """``--help`` of every command ends with examples, and each example is a command line the parser accepts."""
+    import shlex
+
+    from speculab.cli import EXAMPLES, _leaves, build_parser
+
+    parser = build_parser()
+    leaves = dict(_leaves(parser))
+    assert set(leaves) == set(EXAMPLES)
+    for words, examples in EXAMPLES.items():
+        with pytest.raises(SystemExit):
+            main([*words.split(), "--help"])
+        shown = capsys.readouterr().out
+        assert "examples:" in shown and "--json prints one JSON object" in shown, words
+        for example in examples:
+            assert example in shown
+            argv = shlex.split(example, comments=True)
+            assert argv[0] == "speculab" and " ".join(argv[1:1 + len(words.split())]) == words, example
+            parser.parse_args(argv[1:])  # SystemExit (exit 2) on an example that does not parse

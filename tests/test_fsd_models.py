@@ -13,6 +13,7 @@ from speculab.counts import BONUS, CORRECTION, DRAFT  # noqa: E402
 from speculab.methods import Fuzzy  # noqa: E402
 from speculab.repro.fsd_tradeoff import random_acceptance  # noqa: E402
 from speculab.theory.fuzzy import DIVERGENCES  # noqa: E402
+from conftest import claims_of  # noqa: E402
 
 PROMPTS = default_prompts()[:6]
 
@@ -131,3 +132,11 @@ def test_repro_fsd_tradeoff(tmp_path, monkeypatch):
     assert shares == sorted(shares)  # more acceptance, more drafts in the output
     assert set(result["fsd_tv_at_sd_speed"]) == set(fsd_tradeoff.DIVS)
     assert "comparisons" in fsd_tradeoff.summary(result) and "SD's" in fsd_tradeoff.summary(result)
+    rows = {row["quantity"]: row for row in claims_of(fsd_tradeoff, result)}
+    sd, beats = result["sd"], result["fsd_beats_random"]
+    assert rows["per-token TV, FSD vs random acceptance at the same draft share"]["measured"].startswith(
+        f"FSD lower in {beats['fsd_lower_tv']} of {beats['compared']} comparisons")
+    assert rows["accepted drafts per round (ALen), FSD (JS) across θ"]["measured"].startswith(
+        f"SD {sd['acceptance_length']:.3f}; FSD ")
+    row = rows["SD's rejections per token, predicted along the runs vs counted"]
+    assert (row["theory"], row["measured"]) == (f"{sd['predicted_rejections_per_token']:.3f}", f"{sd['rejections_per_token']:.3f}")

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from _enumerate import enumerate_decoding
 from _enumerate import sequence_law as brute_law
-from conftest import Z_BOUND, assert_frozen, assert_power, binomial_se, power
+from conftest import Z_BOUND, assert_frozen, assert_power, binomial_se, claims_of, power
 from speculab.sim import Fuzzy, simulate
 from speculab.testing import markov_instances
 from speculab.theory import MarkovInstance, chain_marginals
@@ -266,6 +266,12 @@ def test_repro_fsd_bound(tmp_path):
     assert r["adversarial_summary"]["kl"]["fails"] >= 1 and r["adversarial_summary"]["js_T2"]["fails"] >= 1
     assert r["large"]["kl_reverse"]["fails"] == 0
     assert "two-state counterexample" in fsd_bound.summary(r)
+    rows = {row["quantity"]: row for row in claims_of(fsd_bound, r)}
+    tv, adv = s["tv"], r["adversarial_summary"]["kl"]
+    assert rows["TV threshold: sequence TV vs the bound (N = 8, V = 4)"]["theory"] == (
+        f"holds at all {tv['n_theta']} θ (max Div/bound {tv['max_ratio']:.3f})")
+    assert rows["two-state counterexample (N = 8; JS at N = 2)"]["theory"].startswith(
+        f"KL(q‖p) threshold fails at {adv['fails']} of {adv['n_theta']} θ (ratio up to {adv['max_ratio']:.2f})")
 
 
 def test_sequence_law_enumerates_exactly_up_to_its_cap():

@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 from speculab.backends.heads import (  # noqa: E402
     HeadConfig, TrainedHead, auc, load_head, make_head, roc_curve, save_head, train_head)
 from speculab.backends.head_data import FEATURES, SOURCES  # noqa: E402
+from conftest import claims_of  # noqa: E402
 
 
 def _data(n=600, d=6, seed=0, separable=True):
@@ -209,6 +210,11 @@ def test_repro_sprinter_roc(tmp_path):
     shares = [result["verifiers"][f"lam{lam}_token"]["acceptable_share"] for lam in sprinter_roc.LAMBDAS]
     assert shares == sorted(shares)  # a larger λ labels more tokens acceptable
     assert (tmp_path / "sprinter_roc.png").stat().st_size > 0 and "AUC" in sprinter_roc.summary(result)
+    rows = {row["quantity"]: row for row in claims_of(sprinter_roc, result)}
+    v = result["verifiers"]["lam1.2_previous"]  # [SPR] Table 5's λ, [SPR]'s input
+    assert rows["verifier AUC on held-out prefixes, λ = 1.2"]["measured"].startswith(f"previous {v['auc']:.3f}, token ")
+    assert (rows["η_TP, η_FP at τ = 0.5, λ = 1.2, [SPR]'s input (previous token)"]["measured"]
+            == f"η_TP {v['eta_tp']:.3f}, η_FP {v['eta_fp']:.3f}")
 
 
 def test_a_constant_head_scores_its_constant_and_refuses_a_score_outside_the_open_interval():

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy.optimize import linprog
 
-from conftest import binomial_se
+from conftest import binomial_se, claims_of
 from speculab.testing import distribution_pairs, markov_instances
 from speculab.theory import (
     MarkovInstance,
@@ -280,6 +280,12 @@ def test_reproduction_batch_optimality(tmp_path, agrees):
     real = out["real"]
     assert real["positions"] >= 8 and all(g >= -1e-12 for g in real["gap_mean"])
     assert all(o > a for o, a in zip(real["optimal"], real["algorithm4"]))  # the tiny pair leaves acceptance behind
+    rows = claims_of(batch_optimality, out)
+    i = list(out["M"]).index(4)
+    assert rows[1]["theory"] == (f"{out['algorithm4_rejections'][i]:.3f} / {out['optimal_rejections'][i]:.4f} / "
+                                 f"{c['exact']:.4f}")
+    assert rows[1]["simulation"].startswith(f"α*-coupling method: {c['simulated']:.4f} ± {c['simulated_se']:.4f}")
+    assert rows[-1]["measured"].startswith(f"M = 2: {real['optimal'][0]:.3f} / {real['algorithm4'][0]:.3f}; ")
 
 
 # -- the draft set and a verifier that attains the optimum -----------------------------------------------------

@@ -9,7 +9,7 @@ from speculab import repro
 from speculab.cli import main
 from speculab.repro import runner
 
-FAST = ["yin-fig3", "fsd-bound"]  # closed forms and exact checks: seconds
+FAST = ["yin-fig3", "sprinter-fig6"]  # a closed form, and a simulation that takes a second
 
 
 def _provenance(folder):
@@ -19,7 +19,7 @@ def _provenance(folder):
 def test_repro_all_writes_every_figure_with_its_provenance(tmp_path, capsys):
     assert main(["repro", "all", "--only", *FAST, "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "done    yin-fig3" in out and "done    fsd-bound" in out and "2 run, 0 kept, 0 skipped, 0 failed" in out
+    assert "done    yin-fig3" in out and "done    sprinter-fig6" in out and "2 run, 0 kept, 0 skipped, 0 failed" in out
     data = _provenance(tmp_path)
     assert data["all"]["ran"] == FAST and data["all"]["wall_seconds"] > 0
     for name in FAST:
@@ -31,7 +31,7 @@ def test_repro_all_writes_every_figure_with_its_provenance(tmp_path, capsys):
         assert entry["parameters"] == runner.parameters(name)
         env = entry["environment"]
         assert env["libraries"]["numpy"] and env["python"] and env["machine"]["cpus"] >= 1
-    assert data["figures"]["fsd-bound"]["parameters"] == {"key": 0}  # the seed is recorded
+    assert data["figures"]["sprinter-fig6"]["parameters"] == {"key": 0, "n_runs": 200_000}  # the seed is recorded
     assert not any(p.name.startswith(".") for p in tmp_path.iterdir())  # resume folders removed when finished
 
 
@@ -60,7 +60,7 @@ def test_a_failing_figure_is_recorded_and_the_others_still_run(tmp_path, monkeyp
     assert "1 reproduction(s) failed: yin-fig3" in captured.err
     data = _provenance(tmp_path)
     assert data["figures"]["yin-fig3"]["status"] == "failed" and "a broken" in data["figures"]["yin-fig3"]["error"]
-    assert data["figures"]["fsd-bound"]["status"] == "ok" and data["all"]["failed"] == {
+    assert data["figures"]["sprinter-fig6"]["status"] == "ok" and data["all"]["failed"] == {
         "yin-fig3": "RuntimeError: a broken reproduction"}
 
 
@@ -70,12 +70,12 @@ def test_resume_keeps_finished_figures_and_reruns_changed_ones(tmp_path):
     run = runner.run_all(tmp_path, only=FAST, progress=False, resume=True, echo=lambda line: None)
     assert run["kept"] == FAST and run["ran"] == []
     assert all(p.stat().st_mtime_ns == before[p.name] for p in tmp_path.iterdir() if p.name != runner.PROVENANCE)
-    (tmp_path / "fsd_bound.png").unlink()  # a finished figure whose files are gone runs again
+    (tmp_path / "sprinter_fig6.png").unlink()  # a finished figure whose files are gone runs again
     run = runner.run_all(tmp_path, only=FAST, progress=False, resume=True, echo=lambda line: None)
-    assert run["kept"] == ["yin-fig3"] and run["ran"] == ["fsd-bound"]
-    run = runner.run_all(tmp_path, only=["fsd-bound"], key=3, progress=False, resume=True, echo=lambda line: None)
-    assert run["ran"] == ["fsd-bound"]  # another seed is another run
-    assert _provenance(tmp_path)["figures"]["fsd-bound"]["parameters"] == {"key": 3}
+    assert run["kept"] == ["yin-fig3"] and run["ran"] == ["sprinter-fig6"]
+    run = runner.run_all(tmp_path, only=["sprinter-fig6"], key=3, progress=False, resume=True, echo=lambda line: None)
+    assert run["ran"] == ["sprinter-fig6"]  # another seed is another run
+    assert _provenance(tmp_path)["figures"]["sprinter-fig6"]["parameters"]["key"] == 3
     run = runner.run_all(tmp_path, only=FAST, progress=False, echo=lambda line: None)
     assert run["ran"] == FAST  # without resume everything runs
 
@@ -103,8 +103,9 @@ def test_a_foreign_provenance_file_is_refused_before_running(tmp_path, capsys):
 
 
 def test_one_figure_adds_its_entry_to_the_provenance(tmp_path, capsys):
-    assert main(["repro", "fsd-bound", "--seed", "2", "--out", str(tmp_path)]) == 0
+    assert main(["repro", "sprinter-fig6", "--seed", "2", "--n-runs", "1000", "--out", str(tmp_path)]) == 0
     assert main(["repro", "yin-fig3", "--out", str(tmp_path)]) == 0
     figures = _provenance(tmp_path)["figures"]
-    assert set(figures) == {"fsd-bound", "yin-fig3"} and figures["fsd-bound"]["parameters"] == {"key": 2}
+    assert set(figures) == {"sprinter-fig6", "yin-fig3"}
+    assert figures["sprinter-fig6"]["parameters"] == {"key": 2, "n_runs": 1000}
     assert "provenance in" in capsys.readouterr().out

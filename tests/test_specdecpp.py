@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from _enumerate import enumerate_specdecpp, sequence_law
-from conftest import Z_BOUND, assert_power, binomial_se, power
+from conftest import Z_BOUND, assert_power, binomial_se, claims_of, power
 from speculab.sim import SpecDecPP, simulate
 from speculab.methods.specdecpp import TableHead, miscalibrated_head, noisy_head, oracle_head
 from speculab.testing import markov_instances
@@ -267,6 +267,13 @@ def test_fig3_reproduction_smoke(tmp_path):
         assert saved["fixed_K"][str(K)]["latency"]["0.2"] == pytest.approx(exact.latency(0.2, 1.0), rel=1e-12)
     assert saved["best"]["0.05"]["fixed_K"]["K"] == fig3.best_lookahead(inst, 0.05, 1.0, K_max=fig3.CAP).K
     assert len(saved["thresholds"]) == 3 and "best latency, c = 0.05" in fig3.summary(result)
+    rows = claims_of(fig3, result)
+    best = saved["best"]["0.2"]
+    row = next(r for r in rows if r["quantity"].startswith("best latency per token at c = t_draft/t_target = 0.2 "))
+    assert row["paper"].startswith("18.88 vs 17.62 tokens/s")  # [SDpp] Table 1, Alpaca
+    assert row["theory"] == f"fixed K = {best['fixed_K']['K']}: {best['fixed_K']['latency']:.4f}"
+    assert row["simulation"].startswith(f"oracle h = {best['oracle']['h']:g}: {best['oracle']['latency']:.4f} ± ")
+    assert rows[0]["simulation"].startswith(f"{len(saved['pareto']['oracle']['dominated_K'])} of 13")
 
 
 def test_only_a_head_on_hidden_states_runs_in_the_decoding_loop():

@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch")
 from speculab.backends import Sampling, decode, load_pair  # noqa: E402
 from speculab.backends.heads import HeadConfig, TrainedHead, make_head  # noqa: E402
 from _heads import constant, random_head  # noqa: E402
+from conftest import claims_of  # noqa: E402
 from speculab.backends.pair import default_prompts  # noqa: E402
 from speculab.methods import SD, SpecDecPP  # noqa: E402
 
@@ -186,3 +187,12 @@ def test_repro_specdecpp_pareto(tmp_path, monkeypatch):
     assert early["extra_forwards_per_token"] > 0
     assert early["latency_without_stop_pass"] == pytest.approx(early["latency"] - c * early["extra_forwards_per_token"])
     assert "best threshold" in repro.summary(result) and "were the pass" in repro.summary(result)
+    rows = claims_of(repro, result)
+    assert rows[1]["measured"] == f"{c:.3f} ({result['pair']} pair)"
+    assert rows[1]["paper"] == "0.0234 s / 0.112 s (§5.2)"  # [SDpp]'s (t_draft, t_target)
+    k = result["best_fixed_K"]
+    fixed = result["fixed_K"][str(k["K"])]
+    best = result["best_threshold"]
+    assert rows[3]["measured"].startswith(f"w_rej {best['w_rej']}, h = {best['h']:g}: {best['latency']:.3f} ± ")
+    assert (f"vs K = {k['K']}: {fixed['latency']:.3f} ± {fixed['latency_se']:.3f} "
+            f"({100 * result['latency_change']:+.1f} %".replace("-", "−")) in rows[3]["measured"]

@@ -6,7 +6,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from _enumerate import sequence_law
-from conftest import Z_BOUND, assert_frozen, assert_power, binomial_se, power
+from conftest import Z_BOUND, assert_frozen, assert_power, binomial_se, claims_of, power
 from speculab.sim import Sprinter, simulate
 from speculab.methods.sprinter import signed_tv_statistic, simulate_stopping
 from speculab.sim import Counts
@@ -373,6 +373,11 @@ def test_repro_sprinter_fig5_and_fig6(tmp_path, agrees):
                se=binomial_se(cf["law"], r5["n_runs"] * sprinter_fig5.T_CONTEXT_FREE))
         agrees(cf["tv"]["mean"], cf["tv"]["theory"], f"Fig. 5 context-free TV at η_FP = {key}", se=cf["tv"]["se"])
     assert "Fig. 5" in sprinter_fig5.summary(r5)
+    rows = {row["quantity"]: row for row in claims_of(sprinter_fig5, r5)}
+    assert rows["E[N] at η_TP = 1, η_FP = 0.5 (r = 5)"]["theory"] == "6.000 (gap 1.000)"  # Thm 3.3: r + η_FP/(1 − η_FP)
+    pts, tv = r5["points"]["0.1"], r5["markov"]["0.1"]["tv_sum"]
+    assert rows["E[N] at η_TP = 1, η_FP = 0.1 (r = 5)"]["simulation"].startswith(f"{pts['mean'][-1]:.3f} ± {pts['se'][-1]:.3f} (z = ")
+    assert rows["Σ_n TV(P_SPR,n, q_n), Markov T = 50, η_FP = 0.1"]["simulation"].startswith(f"{tv['mean']:.3f} ± {tv['se']:.3f}")
 
     r6 = sprinter_fig6.run(key=1, n_runs=4_000, out_dir=tmp_path)
     assert (tmp_path / "sprinter_fig6.png").exists() and (tmp_path / "sprinter_fig6.json").exists()
@@ -380,6 +385,10 @@ def test_repro_sprinter_fig5_and_fig6(tmp_path, agrees):
         agrees(pts["mean"], pts["closed_form"], f"Fig. 6 E[T_stop] at η_FP = {key}", se=pts["se"])
     assert r6["limit_eta_tp_1"]["0.5"]["stopping_time"] == pytest.approx(0.7)
     assert "Fig. 6" in sprinter_fig6.summary(r6)
+    rows = {row["quantity"]: row for row in claims_of(sprinter_fig6, r6)}
+    pts = r6["points"]["0.5"]
+    row = rows["E[T_stop] at η_TP = 1, η_FP = 0.5 (r = 5, t_d = 0.1)"]
+    assert row["theory"] == "0.7000 (gap 0.1000)" and row["simulation"].startswith(f"{pts['mean'][-1]:.4f} ± {pts['se'][-1]:.4f}")
 
 
 def test_the_round_law_on_real_models_keeps_passed_drafts_and_checks_the_refused_one():

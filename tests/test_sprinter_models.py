@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 from speculab.backends import decode, load_pair  # noqa: E402
 from speculab.backends.heads import HeadConfig, TrainedHead, make_head  # noqa: E402
 from _heads import constant, random_head, width  # noqa: E402
-from conftest import assert_power, power  # noqa: E402
+from conftest import assert_power, claims_of, power  # noqa: E402
 from speculab.backends.pair import default_prompts  # noqa: E402
 from speculab.backends.warp import Sampling  # noqa: E402
 from speculab.methods import SD, Sprinter  # noqa: E402
@@ -199,3 +199,10 @@ def test_repro_sprinter_tradeoff(tmp_path, monkeypatch):
             assert point["per_token_tv"] == pytest.approx(point["eta_tv_weighted"] * point["draft_tv_per_slot"], rel=1e-9)
     assert result["sd"]["1"]["per_token_tv"] == 0.0
     assert "SPRINTER's per-token TV" in repro.summary(result)
+    rows = {row["quantity"]: row for row in claims_of(repro, result)}
+    assert rows["verifier AUC, held-out prefixes ([SPR]'s input: the previous token's hidden state)"]["measured"] == (
+        f"{result['auc']['1.2']:.3f} (λ = 1.2)")
+    t = max(result["sprinter"]["1.2"], key=lambda t: abs(t["s4_gap_in_se"]))  # the setting furthest from S4
+    row = rows["acceptance rate vs S4 at the measured η_FP (the furthest of the trained settings)"]
+    assert row["theory"].startswith(f"S4: {t['acceptance_rate_s4']:.3f} (λ = 1.2, ")
+    assert row["measured"].startswith(f"{t['acceptance_rate']:.3f} ± {t['acceptance_rate_se']:.3f} (")

@@ -7,7 +7,7 @@ from functools import lru_cache
 import numpy as np
 import pytest
 
-from conftest import assert_frozen
+from conftest import assert_frozen, claims_of
 from speculab.methods import SpecDecPP
 from speculab.methods.specdecpp import noisy_head
 from speculab.sim import simulate
@@ -195,6 +195,7 @@ def test_a_rule_is_asked_only_after_a_draft():
 
 def test_reproduction_optimal_stopping(tmp_path, capsys):
     from speculab.cli import main
+    from speculab.repro import optimal_stopping
 
     assert main(["repro", "optimal-stopping", "--out", str(tmp_path), "--json"]) == 0
     out = __import__("json").loads(capsys.readouterr().out)
@@ -202,6 +203,11 @@ def test_reproduction_optimal_stopping(tmp_path, capsys):
     for r in out["rows"]:  # the optimum over stopping rules beats both families of stopping rules at every cost
         assert r["optimal"] <= min(r["threshold"], r["fixed"]) + 1e-12
     assert out["rows"][-1]["delta"] > 0.01  # Δ of [SDpp] Thm 4.3 is measurably positive at c = 0.5
+    rows = claims_of(optimal_stopping, out)
+    last = out["rows"][-1]
+    assert rows[-1]["theory"] == (f"{last['optimal']:.3f}; h = {last['h']:.2f}: {last['threshold']:.3f}, "
+                                  f"K = {last['K']}: {last['fixed']:.3f}, γ = {last['gamma']}: {last['block']:.3f}")
+    assert f"{last['delta'] / last['optimal']:+.1%} (c = 0.5)" in rows[0]["theory"]  # Δ grows with the cost ratio
 
 
 @pytest.mark.parametrize("K", [1, 2, 4])

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from scipy.optimize import linprog
 
 from _enumerate import enumerate_decoding, sequence_law
-from conftest import Z_BOUND, assert_frozen, assert_power, binomial_se, power
+from conftest import Z_BOUND, assert_frozen, assert_power, binomial_se, claims_of, power
 from speculab.sim import Biased, simulate
 from speculab.testing import distribution_pairs, distributions, markov_instances
 from speculab.theory import MarkovInstance, expected_rejections, output_law, sd_acceptance, tv
@@ -517,6 +517,14 @@ def test_yin_fig4_runs_and_its_numbers_agree(tmp_path, agrees):
             else:
                 agrees(mean, row[name], what, se=se)
     assert "KL(P_A‖q)" in yin_fig4.summary(res)
+    rows = claims_of(yin_fig4, res)
+    assert rows[0]["theory"] == f"{res['single_token']['min_gap_random']:+.1e}"
+    opt, uno = (next(r for r in res["table"] if r["eps"] == 0.2 and r["rejection"] == k) for k in ("opt", "uno"))
+    loss = next(r for r in rows if r["quantity"].startswith("per-token loss") and "ε = 0.2," in r["quantity"])
+    assert loss["theory"] == f"{opt['token_loss']:.4f} / {uno['token_loss']:.4f}"
+    z = f"{opt['z']['token_loss']:+.2f}".replace("-", "−")
+    assert loss["simulation"].startswith(f"{opt['token_loss_sim'][0]:.4f} ± {opt['token_loss_sim'][1]:.4f} "
+                                         f"(z = {z}) / {uno['token_loss_sim'][0]:.4f} ± ")
 
 
 def test_exact_sequence_tv_up_to_its_cap():

@@ -51,6 +51,7 @@ from typing import Callable, NamedTuple
 import torch
 
 from speculab import kernels
+from speculab._progress import advance
 from speculab.backends.models import HFModel, HistoryModel, cache_argument
 from speculab.backends.pair import ModelPair
 from speculab.backends.warp import Sampling, check_laws
@@ -258,7 +259,9 @@ class _Batch:
 
     def run(self) -> list:
         while self.live:
+            produced = sum(map(len, self.ids))
             self.round()
+            advance(sum(map(len, self.ids)) - produced)
         return [(ids[n:], b) for ids, n, b in zip(self.ids, self.n_prompt, self.builders)]
 
     def round(self) -> None:

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from speculab import kernels
+from speculab._progress import advance
 from speculab._validate import as_positive_int, as_torch_generator, spawn_seeds
 from speculab.backends.batched import batchable, decode_batched
 from speculab.backends.journal import encode_run, open_journal
@@ -525,7 +526,9 @@ def decode(
                     for i in index:
                         run = _Run(i, pair, encoded[i], sampling, generators[i], max_new_tokens, track_draft, on_round)
                         while not run.done:
+                            produced = len(run.ids)
                             run.round(method)
+                            advance(len(run.ids) - produced)
                         done.append((run.ids[run.n_prompt:], run.out))
                 each = (time.perf_counter() - t0) / len(index)
                 new = [(gen, out.record(), out.round_record(), dict(out.counts), each) for gen, out in done]

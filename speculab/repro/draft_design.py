@@ -25,7 +25,7 @@ import numpy as np
 from speculab import kernels
 from speculab._validate import spawn_seeds
 from speculab.methods import SD
-from speculab.repro._io import describe_key, new_figure, save_figure, write_json
+from speculab.repro._io import claim, describe_key, new_figure, pm, save_figure, signed, write_json
 from speculab.sim import simulate
 
 #: What this reproduction imports beyond speculab's requirements (``speculab repro all`` skips it without them).
@@ -33,6 +33,10 @@ NEEDS = ("jax",)
 
 T, V, RANK, K, COST, CONCENTRATION = 64, 16, 2, 4, 0.1, 0.3
 OBJECTIVES = ("distillation KL(q‖p)", "rejections (Thm 1)", f"latency per token (K={K}, c={COST})")
+#: What the papers say of each objective (the claims table); which one gives the fastest draft they leave open.
+PAPER = dict(zip(OBJECTIVES, ("align the draft by distillation ([SDpp] App. B: DistillSpec)",
+                              "E[N_rej] = Σ_n E_q[TV(p_n, q_n)] ([Yin] Thm 1)",
+                              "latency per token: [SDpp] eq. (5.1)")))
 
 
 def _setup(key):
@@ -157,3 +161,19 @@ def summary(result: dict) -> str:
         lines.append(f"  fit {name.split(' (')[0]}: E[N_rej] exact {c['exact']:.3f}, simulated {c['simulated']:.3f} "
                      f"± {c['se']:.3f} (z {c['z']:+.2f})")
     return "\n".join(lines)
+
+
+def claims(result: dict) -> list[dict]:
+    """The claims table of ``speculab report``: each fit's value on every objective (exact) and its rejections per
+    token simulated, then what distillation leaves on the table."""
+    objs, T = result["objectives"], result["instance"]["T"]
+    rows = []
+    for name, check in result["simulation_check"].items():
+        rows.append(claim(f"draft fitted by {name}: KL / rejections / latency per token", paper=PAPER.get(name),
+                          theory=" / ".join(f"{result['table'][name][o]:.3f}" for o in objs),
+                          simulation=f"rejections {pm(check['simulated'] / T, check['se'] / T, 4)} "
+                                     f"(z = {signed(check['z'])}, {result['n_runs']:,} runs)"))
+    kl = result["relative_to_best"][objs[0]]
+    rows.append(claim("distilled draft: rejections / latency above the best fit's", paper="open: which objective "
+                      "gives the fastest draft", theory=" / ".join(f"{kl[o] - 1:+.0%}" for o in objs[1:])))
+    return rows

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from speculab._validate import as_generator
-from speculab.repro._io import describe_key, new_figure, save_figure, write_json
+from speculab.repro._io import claim, describe_key, new_figure, pm, save_figure, signed, write_json
 from speculab.methods.sprinter import simulate_stopping
 from speculab.theory.sprinter import sprinter_stopping_time
 
@@ -79,3 +79,24 @@ def summary(result: dict) -> str:
         lines.append(f"  η_FP={key}: Thm 3.4 at η_TP = {shown}   (η_TP=1: {lim['stopping_time']:.4f}, "
                      f"gap over (r+1) t_d {lim['gap_over_r_plus_1_td']:.4f}); simulation max |z| = {worst:.2f}")
     return "\n".join(lines)
+
+
+def claims(result: dict) -> list[dict]:
+    """Fig. 6's gap at ``η_TP = 1`` and the simulated curves of Thm 3.4: the claims table of ``speculab report``."""
+    rows = []
+    setting = f"r = {result['r']}, t_d = {result['t_d']:g}"
+    for key, pts in result["points"].items():
+        i = pts["eta_tp"].index(1.0)
+        lim = result["limit_eta_tp_1"][key]
+        rows.append(claim(f"E[T_stop] at η_TP = 1, η_FP = {key} ({setting})",
+                          paper="gap over (r + 1)·t_d ≤ t_d while η_FP ≤ 0.5 (Fig. 6)",
+                          theory=f"{lim['stopping_time']:.4f} (gap {lim['gap_over_r_plus_1_td']:.4f})",
+                          simulation=f"{pm(pts['mean'][i], pts['se'][i], 4)} (z = {signed(pts['z'][i])})"))
+    for key, pts in result["points"].items():
+        cf = dict(zip(pts["eta_tp"], pts["closed_form"]))
+        rows.append(claim(f"E[T_stop] over η_TP ∈ [0, 1], η_FP = {key}",
+                          paper="grows with η_TP; η_FP matters little (Thm 3.4)",
+                          theory=f"eq. (4): {cf[0.0]:.4f} (η_TP = 0), {cf[0.8]:.4f} (0.8), {cf[1.0]:.4f} (1)",
+                          simulation=f"max |z| = {max(abs(float(z)) for z in pts['z']):.1f} "
+                                     f"over {len(pts['z'])} points"))
+    return rows

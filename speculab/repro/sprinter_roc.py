@@ -21,10 +21,16 @@ from pathlib import Path
 import numpy as np
 
 from speculab._validate import as_positive_int, spawn_seeds
-from speculab.repro._io import describe_key, new_figure, save_figure, write_json
+from speculab.repro._io import claim, describe_key, new_figure, save_figure, write_json
 
 LAMBDAS = (1.0, 1.2, 1.5)
 TAU = 0.5
+#: [SPR] Table 5: the λ (and τ = 0.5) behind every latency and quality result of the paper.
+PAPER_LAMBDA = 1.2
+#: What [SPR] App. A.10 (Figs. 12–13) says of the AUC at each λ; it prints no value.
+PAPER_AUC = {1.0: "AUC rises with λ (App. A.10; no value printed)",
+             1.2: "the best AUC, at λ = 1.2 (Figs. 12–13)",
+             1.5: "below λ = 1.2's (Figs. 12–13)"}
 #: Share of the prefixes kept for the test set (the rest train; a share of those decides early stopping).
 TEST_SHARE = 0.2
 
@@ -112,3 +118,27 @@ def summary(result: dict) -> str:
         lines.append(f"  {r['lambda']:<5} {r['input']:<11} {r['auc']:.3f}   {r['eta_tp']:.3f}   {r['eta_fp']:.3f}"
                      f"              {r['acceptable_share']:.3f}")
     return "\n".join(lines)
+
+
+def claims(result: dict) -> list[dict]:
+    """The AUC per λ and input, the rates at ``τ`` ([SPR]'s λ and input, then all), the acceptable share: the claims
+    table of ``speculab report``."""
+    by_lambda: dict[float, list[dict]] = {}
+    for r in result["verifiers"].values():
+        by_lambda.setdefault(r["lambda"], []).append(r)
+    tau = result["tau"]
+    rows = [claim(f"verifier AUC on held-out prefixes, λ = {lam:g}", paper=PAPER_AUC.get(lam),
+                  measured=", ".join(f"{r['input']} {r['auc']:.3f}" for r in rs)) for lam, rs in by_lambda.items()]
+    for r in by_lambda.get(PAPER_LAMBDA, []):
+        if r["input"] == "previous":
+            rows.append(claim(f"η_TP, η_FP at τ = {tau:g}, λ = {PAPER_LAMBDA:g}, [SPR]'s input (previous token)",
+                              paper="(λ, τ) = (1.2, 0.5) throughout (Table 5); rates not printed",
+                              measured=f"η_TP {r['eta_tp']:.3f}, η_FP {r['eta_fp']:.3f}"))
+    every = [r for rs in by_lambda.values() for r in rs]
+    rows.append(claim(f"η_TP, η_FP at τ = {tau:g}, all {len(every)} verifiers",
+                      measured=f"η_TP {min(r['eta_tp'] for r in every):.2f}–{max(r['eta_tp'] for r in every):.2f}, "
+                               f"η_FP {min(r['eta_fp'] for r in every):.2f}–{max(r['eta_fp'] for r in every):.2f}"))
+    rows.append(claim("acceptable test tokens, p(x)/q(x) ≤ λ",
+                      measured=", ".join(f"{100 * rs[0]['acceptable_share']:.0f} % (λ = {lam:g})"
+                                         for lam, rs in by_lambda.items())))
+    return rows

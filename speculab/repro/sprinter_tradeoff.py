@@ -36,7 +36,7 @@ import numpy as np
 from speculab._validate import as_positive_int, spawn_seeds
 from speculab.counts import Estimate
 from speculab.methods.probe import RoundProbe
-from speculab.repro._io import describe_key, new_figure, save_figure, write_json
+from speculab.repro._io import claim, describe_key, new_figure, pm, save_figure, signed, write_json
 from speculab.repro._plots import interpolate_points
 from speculab.repro.sprinter_roc import held_out_split, verifier_config
 
@@ -271,3 +271,54 @@ def summary(result: dict) -> str:
                  f"{i['largest_s4_gap_in_se']:.1f} s.e. (the random verifier, i.i.d. by construction: "
                  f"{i['random_largest_s1_gap_in_se']:.1f} s.e. from S1)")
     return "\n".join(lines)
+
+
+def _setting(lam: str, point: dict) -> str:
+    return f"λ = {lam}, {100 * point['pass_share']:.0f} % passed"
+
+
+def claims(result: dict) -> list[dict]:
+    """The verifiers' AUC, trained vs random at the same pass share, S1 / S4 at the measured rates (the setting
+    furthest from each), the TV-weighted pass rate vs η_FP, and the TV left at SD's speed: the claims table of
+    ``speculab report``."""
+    pairs = [(lam, t, r) for lam, pts in result["sprinter"].items()
+             for t, r in zip(pts, result["random_verifier"][lam])]  # the order of trained_vs_random's gaps
+    c, iid = result["trained_vs_random"], result["iid_assumption"]
+    gaps = [float(g) for g in c["gaps_in_se"]]
+    lam, t, r = pairs[int(np.argmax(gaps))]
+    rows = [
+        claim("verifier AUC, held-out prefixes ([SPR]'s input: the previous token's hidden state)",
+              paper="not printed (ROC curves only, App. A.10)",
+              measured=", ".join(f"{float(a):.3f} (λ = {lam_})" for lam_, a in result["auc"].items())),
+        claim("per-token TV, trained vs random verifier at the same pass share", paper="no random baseline in [SPR]",
+              measured=f"trained lower in {c['trained_lower_tv']} of {c['compared']} settings (gaps "
+                       f"{signed(min(gaps), 1)} to {signed(max(gaps), 1)} s.e.); largest: "
+                       f"{pm(t['per_token_tv'], t['per_token_tv_se'])} vs {pm(r['per_token_tv'], r['per_token_tv_se'])}"
+                       f" ({_setting(lam, t)})"),
+    ]
+    lam, t, _ = max(pairs, key=lambda ltr: abs(float(ltr[1]["s1_gap_in_se"])))
+    rows.append(claim("per-token TV vs S1 at the measured η_FP (the furthest of the trained settings)",
+                      paper="TV = η_FP · TV(p, q) (Thm 3.1)",
+                      theory=f"S1: {t['per_token_tv_s1']:.4f} ({_setting(lam, t)})",
+                      measured=f"{pm(t['per_token_tv'], t['per_token_tv_se'], 4)} ({signed(t['s1_gap_in_se'], 1)} s.e.);"
+                               f" random verifier within {float(iid['random_largest_s1_gap_in_se']):.1f} s.e. of S1"))
+    lam, t, _ = max(pairs, key=lambda ltr: abs(float(ltr[1]["s4_gap_in_se"])))
+    rows.append(claim("acceptance rate vs S4 at the measured η_FP (the furthest of the trained settings)",
+                      paper="β = 1 − (1 − η_FP) · TV(p, q) (Thm A.4)",
+                      theory=f"S4: {t['acceptance_rate_s4']:.3f} ({_setting(lam, t)})",
+                      measured=f"{pm(t['acceptance_rate'], t['acceptance_rate_se'])} "
+                               f"({signed(t['s4_gap_in_se'], 1)} s.e.)"))
+    diffs = [float(t["eta_tv_weighted"]) - float(t["eta_fp"]) for _, t, _ in pairs]
+    diffs = [d for d in diffs if math.isfinite(d)]
+    if diffs:
+        rows.append(claim("TV-weighted pass rate − η_FP (what S1 needs vs what it is written in)",
+                          paper="the verifier decides i.i.d., one η_FP everywhere (§3.1)",
+                          measured=f"{signed(min(diffs), 3)} to {signed(max(diffs), 3)} over {len(diffs)} settings"))
+    for K, tvs in result["sprinter_tv_at_sd_speed"].items():
+        at = ", ".join(f"{float(v):.3f} (λ = {lam_})" if math.isfinite(float(v)) else f"out of range (λ = {lam_})"
+                       for lam_, v in tvs.items())
+        rows.append(claim(f"per-token TV at SD (K = {K})'s {result['sd'][K]['target_calls_per_token']:.3f} "
+                          "target calls per token",
+                          paper="1.64x–1.83x SD's speed at comparable quality (Table 2; Fig. 1)",
+                          measured=f"{at}; SD: 0"))
+    return rows

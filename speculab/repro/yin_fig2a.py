@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from speculab._validate import as_generator
-from speculab.repro._io import describe_key, new_figure, save_figure, write_json
+from speculab.repro._io import claim, describe_key, new_figure, pm, save_figure, signed, write_json
 from speculab.repro._plots import YIN_V as V
 from speculab.repro._plots import plot_running, yin_instance
 from speculab.sim import SD, simulate
@@ -92,3 +92,18 @@ def summary(result: dict) -> str:
         f"  paper's own instance: {result['paper']['rejections']} (acceleration {result['paper']['acceleration']})",
         f"  {sim['runs_per_second']:,.0f} runs/s",
     ])
+
+
+def claims(result: dict) -> list[dict]:
+    """The paper's Fig. 2(a) numbers beside ours (rows of :func:`speculab.repro._io.claim`)."""
+    th, sim, paper = result["theory"], result["simulation"], result["paper"]
+    est, z = sim["rejections"], signed(sim["z"])
+    running = ", ".join(f"{float(m):.3f} ({int(n):,})" for n, m in sim["running_mean"].items())
+    return [
+        claim(f"E[N_rej], SD, T = {result['instance']['T']}, V = {result['instance']['V']} (Thm 1)",
+              paper=f"{paper['rejections']} (their unpublished instance)", theory=f"{th['rejections']:.3f}",
+              simulation=f"{pm(est['mean'], est['se'])} (z = {z})"),
+        claim("acceleration T / E[N_rej]", paper=f"{paper['acceleration']}", theory=f"{th['acceleration']:.2f}"),
+        claim("running mean of simulated N_rej (after N runs)", paper="converges to Thm 1 within 5,000 runs",
+              simulation=running),
+    ]

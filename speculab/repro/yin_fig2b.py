@@ -10,7 +10,7 @@ from pathlib import Path
 
 
 from speculab._validate import as_generator
-from speculab.repro._io import describe_key, new_figure, save_figure, write_json
+from speculab.repro._io import claim, describe_key, new_figure, pm, save_figure, signed, write_json
 from speculab.repro._plots import YIN_V as V
 from speculab.repro._plots import plot_running, yin_instance
 from speculab.sim import BatchSD, simulate
@@ -59,3 +59,21 @@ def summary(result: dict) -> str:
         lines.append(f"  M={M}: Theorem 3 {th['rejections']:.4f} (SD term {th['sd_term']:.4f} − improvement "
                      f"{th['batch_improvement']:.4f});  simulation {sim['mean']:.4f} ± {sim['se']:.4f}, z = {sim['z']:+.2f}")
     return "\n".join(lines)
+
+
+def claims(result: dict) -> list[dict]:
+    """The paper's Fig. 2(b) claims beside our numbers (rows of :func:`speculab.repro._io.claim`)."""
+    batches = result["M"]
+    sd_term = next(iter(batches.values()))["theory"]["sd_term"]  # Thm 1's E[N_rej]: the same for every M
+    rows = [claim("E[N_rej] of SD, Thm 3's first term (Thm 1)", paper="16.41 (their instance, Fig. 2(a))",
+                  theory=f"{sd_term:.3f}")]
+    for M, r in batches.items():
+        th, sim = r["theory"], r["simulation"]
+        z = signed(sim["z"])
+        rows.append(claim(f"E[N_rej], batch SD M = {M} (Thm 3)",
+                          paper="simulation converges to Thm 3 (no value printed)", theory=f"{th['rejections']:.3f}",
+                          simulation=f"{pm(sim['mean'], sim['se'])} (z = {z}; {sim['n_runs']:,} runs)"))
+    rows.append(claim(f"batch improvement over SD (Thm 3), M = {' / '.join(batches)}",
+                      paper="Thm 3's second term, ≥ 0 (no value printed)",
+                      theory=" / ".join(f"{r['theory']['batch_improvement']:.3f}" for r in batches.values())))
+    return rows

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from speculab._validate import as_generator
-from speculab.repro._io import describe_key, new_figure, save_figure, write_json
+from speculab.repro._io import claim, describe_key, new_figure, pm, save_figure, signed, write_json
 from speculab.repro._plots import YIN_V as V
 from speculab.repro._plots import yin_instance
 from speculab.sim import BatchSD, simulate
@@ -72,3 +72,29 @@ def summary(result: dict) -> str:
         lines.append("    simulated: " + ", ".join(f"M={m}: {s['mean']:.3f}±{s['se']:.3f} (z={s['z']:+.1f})"
                                                   for m, s in r["simulation"].items()))
     return "\n".join(lines)
+
+
+def claims(result: dict) -> list[dict]:
+    """The paper's Fig. 2(c) claims beside our numbers (rows of :func:`speculab.repro._io.claim`)."""
+    ours, gap = result["regimes"]["paper"], result["regimes"]["support_gap"]
+    M_last, sd = result["M"][-1], ours["simulation"]["1"]
+    sd_z = signed(sd["z"])
+
+    def worst_z(r):
+        return (f"|z| ≤ {max(abs(float(s['z'])) for s in r['simulation'].values()):.1f} at M = "
+                f"{', '.join(r['simulation'])} ({result['n_runs']:,} runs each)")
+
+    return [
+        claim("E[N_rej] at M = 1 (SD, Thm 1)", paper="16.41 (the black dot at M = 1; their instance)",
+              theory=f"{ours['theory'][0]:.3f}", simulation=f"{pm(sd['mean'], sd['se'])} (z = {sd_z})"),
+        claim(f"E[N_rej] at M = {M_last} (Thm 3)", paper="decreases in M (curve; no value printed)",
+              theory=f"{ours['theory'][-1]:.3f}"),
+        claim("E[N_rej], limit M → ∞ (Prop. 1)", paper="a positive limit: E[N_rej] ↛ 0 (no value printed)",
+              theory=f"{ours['limit']:.3f}"),
+        claim("simulated batch SD vs Thm 3", paper="none (the panel is Thm 3 alone)", simulation=worst_z(ours)),
+        claim("supp(q) ⊄ supp(p): p = (.5, .5, 0), q = (.2, .3, .5), E[N_rej] for every M",
+              paper="not covered: Prop. 1's proof takes Π_m TV(q_m, p) → 0, false here",
+              theory=f"{gap['theory'][0]:.3f} at M = 1, {gap['theory'][-1]:.3f} at M = {M_last}, "
+                     f"{gap['limit']:.3f} as M → ∞",
+              simulation=worst_z(gap)),
+    ]

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from speculab._validate import as_generator, as_positive_int
-from speculab.repro._io import describe_key, new_figure, save_figure, write_json
+from speculab.repro._io import claim, describe_key, new_figure, pm, save_figure, signed, write_json
 from speculab.repro._plots import YIN_V as V
 from speculab.repro._plots import yin_instance
 from speculab.sim import Biased, simulate
@@ -50,7 +50,7 @@ from speculab.theory.tradeoff import (
     tradeoff_profile,
 )
 
-__all__ = ["run", "summary", "tradeoff_table", "TradeoffRow"]
+__all__ = ["run", "summary", "claims", "tradeoff_table", "TradeoffRow"]
 
 T = 50
 EPS_TABLE = (0.1, 0.2, 0.4, 0.8)
@@ -270,3 +270,41 @@ def summary(result: dict) -> str:
             f"{r['token_loss_sim'][0]:.6f} ({r['z']['token_loss']:+5.2f})  {r['token_loss_plugin']:.6f}  "
             f"{r['kl']:9.4f}  {r['kl_reverse']:9.4f}  {r['sequence_tv_sim'][0]:.5f}")
     return "\n".join(lines)
+
+
+def claims(result: dict) -> list[dict]:
+    """The paper's Fig. 4 claims (Thms 4, 5) beside our numbers (rows of :func:`speculab.repro._io.claim`)."""
+    st = result["single_token"]
+    pairs = {}  # ε -> {"opt": row, "uno": row}
+    for r in result["table"]:
+        pairs.setdefault(r["eps"], {})[r["rejection"]] = r
+    first = min(pairs)
+
+    def both(eps, name, digits=4):
+        return " / ".join(f"{pairs[eps][k][name]:.{digits}f}" for k in ("opt", "uno"))
+
+    def simulated(eps, name, digits=4):
+        cells = []
+        for r in (pairs[eps]["opt"], pairs[eps]["uno"]):
+            z = signed(r["z"][name])
+            cells.append(f"{pm(*r[f'{name}_sim'], digits)} (z = {z})")
+        return " / ".join(cells)
+
+    opt_gap = max(abs(p["opt"]["pareto_gap"]) for p in pairs.values())
+    uno_gaps = ", ".join(f"{p['uno']['pareto_gap']:.2g} (ε = {eps})" for eps, p in pairs.items())
+    kl_lower = sum(p["opt"]["kl"] <= p["uno"]["kl"] for p in pairs.values())
+    return [
+        claim(f"one token: min of Loss + P(reject) − TV(p, q) over {st['n_random']:,} random rules (b, P) (Thm 5)",
+              paper="≥ 0: the region below the line is unreachable", theory=f"{st['min_gap_random']:+.1e}"),
+        claim("Markov instance: Pareto gap Loss + rejection rate − E_ν[TV(p_n, q_n)] (Thm 5 per context)",
+              paper="0 for Decoding-OPT (on the front); UNO is not optimal",
+              theory=f"OPT: max |gap| {opt_gap:.1e}; UNO: {uno_gaps}"),
+        claim(f"rejection rate E[N_rej]/T at ε = {first}, OPT / UNO", theory=both(first, "rejection_rate"),
+              simulation=simulated(first, "rejection_rate")),
+        *[claim(f"per-token loss (1/T) Σ_n E_ν[TV(P_A,n, q_n)] at ε = {eps}, OPT / UNO (Thm 4)",
+                paper="OPT's is Loss*_TV(b), the least possible (no value printed)", theory=both(eps, "token_loss"),
+                simulation=simulated(eps, "token_loss")) for eps in pairs],
+        claim(f"sequence-level KL(P_A ‖ q) at ε = {first}, OPT / UNO", paper="not in the paper",
+              theory=f"{both(first, 'kl', 2)}; OPT ≤ UNO at {kl_lower} of {len(pairs)} ε",
+              simulation=simulated(first, "kl", 2)),
+    ]

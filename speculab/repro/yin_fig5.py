@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from speculab._validate import as_generator
-from speculab.repro._io import describe_key, new_figure, save_figure, write_json
+from speculab.repro._io import claim, describe_key, new_figure, pm, save_figure, signed, write_json
 from speculab.repro._plots import YIN_V as V
 from speculab.repro._plots import plot_running, yin_instance
 from speculab.sim import SD, BatchSD, simulate
@@ -59,3 +59,23 @@ def summary(result: dict) -> str:
         f"  batch M=2:    Theorem 3 {b2['theory']:.4f}; simulation {b2['mean']:.4f} ± {b2['se']:.4f} (z = {b2['z']:+.2f})",
         f"  E[N_rej]: M=1 {vm['expected_rejections'][0]:.3f}, M=40 {vm['expected_rejections'][-1]:.3f}, limit {vm['limit']:.3f}",
     ])
+
+
+def claims(result: dict) -> list[dict]:
+    """The paper's Fig. 5 claims beside our numbers (rows of :func:`speculab.repro._io.claim`)."""
+    T, vm = result["instance"]["T"], result["vs_M"]
+
+    def simulated(r):
+        z = signed(r["z"])
+        return f"{pm(r['mean'], r['se'])} (z = {z}; {result['n_runs']:,} runs)"
+
+    return [
+        claim(f"E[N_rej], SD, T = {T} (Thm 1)", paper="simulation converges to Thm 1 (no value printed)",
+              theory=f"{result['sd']['theory']:.3f}", simulation=simulated(result["sd"])),
+        claim(f"E[N_rej], batch SD M = 2, T = {T} (Thm 3)", paper="simulation converges to Thm 3 (no value printed)",
+              theory=f"{result['batch_M2']['theory']:.3f}", simulation=simulated(result["batch_M2"])),
+        claim(f"E[N_rej] at M = {vm['M'][-1]} (Thm 3)", paper="decreases in M (curve; no value printed)",
+              theory=f"{vm['expected_rejections'][-1]:.3f}"),
+        claim("E[N_rej], limit M → ∞ (Prop. 1)", paper="E[N_rej] ↛ 0 (Prop. 1; no value printed)",
+              theory=f"{vm['limit']:.3f}"),
+    ]

@@ -22,10 +22,12 @@ import numpy as np
 
 from speculab._validate import spawn_seeds
 from speculab.counts import BONUS
-from speculab.repro._io import describe_key, new_figure, save_figure, write_json
+from speculab.repro._io import claim, describe_key, new_figure, pm, save_figure, write_json
 
 EPS = (0.01, 0.03, 0.1, 0.2, 0.4, 0.8)  # [Yin] uses 0.1–0.8; the small ones show the regime where rejections remain
 JUDGE = "target-model log-likelihood per token (GPT-4 / reward models are unavailable offline)"
+#: [Yin] Table 1: Decoding-OPT's win rate over Decoding-UNO by ε, as printed (judges RM-Mistral-7B, GPT-4)
+PAPER_WIN_RATE = {"0.1": ("53%", "54.5%"), "0.2": ("53.5%", "53%"), "0.4": ("57.5%", "53.5%"), "0.8": ("52.5%", "55%")}
 
 
 def _per_token(records, field):
@@ -95,3 +97,35 @@ def summary(result: dict) -> str:
             lines.append(f"  {eps:<5} {k.upper():<7} {r['rejection_rate']:9.4f}  {r['per_token_tv']:9.4f}  "
                          f"{r['per_token_kl']:9.4f}  {r['target_loglik_per_token']:12.4f}  {win}")
     return "\n".join(lines)
+
+
+def claims(result: dict) -> list[dict]:
+    """[Yin] Table 1's win rates beside our measurements (rows of :func:`speculab.repro._io.claim`)."""
+    rows_by_eps = result["eps"]
+
+    def win(eps):
+        return pm(rows_by_eps[eps]["opt_win_rate"], rows_by_eps[eps]["opt_win_rate_se"], 2)
+
+    def both(eps, name):
+        return " / ".join(f"{rows_by_eps[eps][k][name]:.3f}" for k in ("opt", "uno"))
+
+    theirs = [eps for eps in rows_by_eps if eps in PAPER_WIN_RATE]
+    ours = [eps for eps in rows_by_eps if eps not in PAPER_WIN_RATE]
+    first = min(rows_by_eps, key=float)
+    tv_lower = sum(r["opt"]["per_token_tv"] <= r["uno"]["per_token_tv"] for r in rows_by_eps.values())
+    rows = [claim(f"OPT win rate over UNO, ε = {eps}",
+                  paper=f"{PAPER_WIN_RATE[eps][0]} (RM-Mistral-7B), {PAPER_WIN_RATE[eps][1]} (GPT-4)",
+                  measured=f"{win(eps)} (judge: target log-likelihood; {result['prompts']} completions)")
+            for eps in theirs]
+    if ours:
+        rows.append(claim(f"OPT win rate over UNO, ε = {' / '.join(ours)}", paper="not tested (ε ≥ 0.1)",
+                          measured=" / ".join(win(eps) for eps in ours)))
+    rows += [
+        claim(f"exact per-token TV(P_A, q) at ε = {first}, OPT / UNO",
+              paper="OPT's is the least possible per step (Thm 4); not measured in Table 1",
+              measured=f"{both(first, 'per_token_tv')}; OPT ≤ UNO at {tv_lower} of {len(rows_by_eps)} ε"),
+        claim(f"rejections per token at ε = {first}, OPT / UNO", paper="not reported",
+              theory=f"{both(first, 'predicted_rejection_rate')} (Σ (1 − b) p along the runs)",
+              measured=both(first, "rejection_rate")),
+    ]
+    return rows

@@ -1,13 +1,18 @@
-"""Hypothesis strategies: probability vectors (with exact zeros), pairs, Markov instances."""
+"""Hypothesis strategies: probability vectors (with exact zeros), pairs — including the corners where formulas
+break —, Markov instances and acceptance rules of [Yin] Algorithm 2."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 from hypothesis import strategies as st
 
+from speculab import kernels
 from speculab.theory.instance import MarkovInstance
 
-__all__ = ["distributions", "distribution_pairs", "markov_instances"]
+__all__ = ["distributions", "distribution_pairs", "nasty_distribution_pairs", "markov_instances", "acceptance_rules",
+           "ScaledAcceptance", "PoweredAcceptance", "OverAcceptance"]
 
 
 @st.composite
@@ -59,3 +64,109 @@ def markov_instances(draw, *, max_T: int = 4, max_V: int = 3, allow_zeros: bool 
     P, Q = rows(), rows()
     rho = draw(distributions(V, allow_zeros=allow_zeros))
     return MarkovInstance(P, Q, rho)
+
+
+@st.composite
+def nasty_distribution_pairs(draw, *, min_V: int = 2, max_V: int = 8):
+    """``(p, q)`` from the corners where formulas break, one kind per draw:
+
+    * ``"disjoint"``: supports that do not meet (TV = 1, every draft refused);
+    * ``"nested"``: ``supp(p) ⊂ supp(q)`` strictly, or the reverse ([Yin] Prop. 1's two regimes);
+    * ``"near"``: ``q = p`` moved by at most ``1e-12`` (rounding decides which side wins);
+    * ``"tiny"``: masses down to ``1e-300`` beside ordinary ones (ratios near overflow);
+    * ``"point"``: a point mass against a spread law.
+    """
+    V = draw(st.integers(max(min_V, 2), max_V))
+    kind = draw(st.sampled_from(["disjoint", "nested", "near", "tiny", "point"]))
+    if kind == "disjoint":
+        split = draw(st.integers(1, V - 1))
+        p = np.zeros(V)
+        q = np.zeros(V)
+        p[:split] = draw(distributions(split, allow_zeros=False))
+        q[split:] = draw(distributions(V - split, allow_zeros=False))
+        order = np.array(draw(st.permutations(range(V))))
+        return p[order], q[order]
+    if kind == "nested":
+        big = (draw(distributions(V, allow_zeros=False)) + 1.0 / V) / 2  # no zeros: the inclusion is strict
+        keep = draw(st.integers(1, V - 1))
+        small = np.where(np.arange(V) < keep, big, 0.0)
+        small = small / small.sum()
+        return (small, big) if draw(st.booleans()) else (big, small)
+    if kind == "near":
+        p = draw(distributions(V))
+        q = draw(distributions(V))
+        lam = draw(st.floats(0.0, 1e-12))
+        return p, (1 - lam) * p + lam * q
+    if kind == "tiny":
+        p = draw(distributions(V, allow_zeros=False))
+        q = draw(distributions(V, allow_zeros=False))
+        exponent = draw(st.integers(12, 300))
+        i = draw(st.integers(0, V - 1))
+        which = draw(st.sampled_from(["p", "q", "both"]))
+        if which in ("p", "both"):
+            p[i] = 10.0 ** -exponent
+            p = p / p.sum()
+        if which in ("q", "both"):
+            q[i] = 10.0 ** -draw(st.integers(12, 300))
+            q = q / q.sum()
+        return p, q
+    point = np.zeros(V)
+    point[draw(st.integers(0, V - 1))] = 1.0
+    spread = draw(distributions(V, allow_zeros=False))
+    return (point, spread) if draw(st.booleans()) else (spread, point)
+
+
+@dataclass(frozen=True)
+class ScaledAcceptance:
+    """``b = s · min(1, q/p)``: unbiased with [Yin] Thm 2's rejection law for every ``s ∈ [0, 1]``, never fewer
+    rejections than SD."""
+
+    s: float
+
+    def __call__(self, p, q):
+        return self.s * kernels.sd_acceptance(p, q)
+
+
+@dataclass(frozen=True)
+class PoweredAcceptance:
+    """``b = min(1, q/p)^k`` with ``k ≥ 1``: unbiased, below SD's acceptance wherever ``q < p``."""
+
+    k: float
+
+    def __call__(self, p, q):
+        return kernels.sd_acceptance(p, q) ** self.k
+
+
+@dataclass(frozen=True)
+class OverAcceptance:
+    """``b = min(1, c · q/p)`` with ``c > 1``: accepts more than SD allows, so no rejection law makes it unbiased
+    ([Yin] Thm 2); paired with ``P = q`` it is biased towards the draft."""
+
+    c: float
+
+    def __call__(self, p, q):
+        return kernels.sd_acceptance(p, q * self.c)
+
+
+def _target_law(p, q, b):
+    return q
+
+
+@st.composite
+def acceptance_rules(draw, *, unbiased: bool | None = None, lookaheads=(None, 1, 2)):
+    """A :class:`speculab.methods.RejectionDecoding` ([Yin] Algorithm 2) with a drawn rule.
+
+    ``unbiased=True`` draws :class:`ScaledAcceptance` or :class:`PoweredAcceptance` with [Yin] Thm 2's
+    rejection law (``P=None``); ``False`` draws :class:`OverAcceptance` with ``P = q``; ``None`` either.
+    The lookahead ``K`` is drawn from ``lookaheads``.
+    """
+    from speculab.methods import RejectionDecoding
+
+    if unbiased is None:
+        unbiased = draw(st.booleans())
+    K = draw(st.sampled_from(list(lookaheads)))
+    if unbiased:
+        rule = draw(st.one_of(st.builds(ScaledAcceptance, st.floats(0.0, 1.0)),
+                              st.builds(PoweredAcceptance, st.floats(1.0, 4.0))))
+        return RejectionDecoding(b=rule, P=None, K=K)
+    return RejectionDecoding(b=OverAcceptance(draw(st.floats(1.5, 4.0))), P=_target_law, K=K)

@@ -1,0 +1,166 @@
+"""``speculab report``: one self-contained HTML page of every reproduction in a folder.
+
+For each figure that ``speculab repro`` (or ``repro all``) wrote into the folder, the page
+shows the figure itself (PNG, embedded), the reproduction's claims table — the paper's claim
+beside our exact theory, simulation and real-model measurement of it (each module's
+``claims(result)``) —, its summary and its provenance (parameters, wall time, code version).
+Figures skipped or failed in the recorded run are listed with the reason. The page has no
+external resources: it can be mailed, archived or opened offline.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+
+from speculab import repro
+from speculab._files import atomic_path
+from speculab.repro._io import CLAIM_COLUMNS, check_claims
+from speculab.repro.runner import read_provenance
+
+__all__ = ["build_report", "REPORT"]
+
+#: The report's default file name inside the results folder.
+REPORT = "report.html"
+
+#: Column headings of a claims table.
+HEADINGS = {"quantity": "quantity", "paper": "paper's claim", "theory": "theory (exact)",
+            "simulation": "simulation", "measured": "measured (real models)"}
+
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 24px; color: #1d1d1f; }
+h1 { margin-bottom: 4px; }
+h2 { margin-top: 40px; border-bottom: 2px solid #1f3b73; padding-bottom: 4px; }
+.meta { color: #555; font-size: 13px; }
+table { border-collapse: collapse; margin: 12px 0; font-size: 14px; }
+th { background: #1f3b73; color: #ffffff; text-align: left; padding: 6px 10px; }
+td { border: 1px solid #c8cfdc; padding: 5px 10px; vertical-align: top; }
+td.none { color: #999; }
+.figure img { display: block; max-width: 100%; height: auto; margin: 8px 0; }
+.skipped { color: #8a5a00; }
+.failed { color: #b00020; }
+pre { background: #f4f5f8; padding: 10px; font-size: 12px; overflow-x: auto; }
+"""
+
+
+def _e(text) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _stem(name: str) -> str:
+    return name.replace("-", "_")
+
+
+def _figure_result(folder: Path, name: str) -> dict | None:
+    path = folder / f"{_stem(name)}.json"
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path} is not a reproduction's JSON ({exc})") from None
+
+
+def _claims_table(rows: list[dict]) -> str:
+    used = [c for c in CLAIM_COLUMNS if c == "quantity" or any(r[c] is not None for r in rows)]
+    head = "".join(f"<th>{_e(HEADINGS[c])}</th>" for c in used)
+    body = "".join("<tr>" + "".join('<td class="none">—</td>' if r[c] is None else f"<td>{_e(r[c])}</td>"
+                                    for c in used) + "</tr>" for r in rows)
+    return f'<table class="claims"><tr>{head}</tr>{body}</table>'
+
+
+def _images(folder: Path, name: str, entry: dict | None) -> list[Path]:
+    files = entry.get("files", []) if entry else []
+    pngs = [folder / f for f in files if f.endswith(".png")]
+    own = folder / f"{_stem(name)}.png"
+    return pngs or ([own] if own.exists() else [])
+
+
+def _provenance_line(entry: dict | None) -> str:
+    if not entry:
+        return "no provenance recorded (written by an older speculab or a script)"
+    env = entry.get("environment", {})
+    git = env.get("git") or {}
+    commit = f", commit {git['commit'][:10]}{' (modified)' if git.get('modified') else ''}" if git else ""
+    params = ", ".join(f"{k}={v}" for k, v in entry.get("parameters", {}).items()) or "defaults"
+    seconds = f"{entry['seconds']:.1f} s" if "seconds" in entry else "—"
+    return f"parameters: {params}; wall time {seconds}; speculab {env.get('speculab', '?')}{commit}; {entry.get('started', '')}"
+
+
+def _section(folder: Path, name: str, entry: dict | None, result: dict) -> str:
+    mod = repro.get(name)
+    parts = [f'<section id="{_e(name)}"><h2>{_e(name)}: {_e(repro.FIGURES[name][1])}</h2>',
+             f'<p class="meta">{_e(_provenance_line(entry))}</p>']
+    for png in _images(folder, name, entry):
+        data = base64.b64encode(png.read_bytes()).decode("ascii")
+        parts.append(f'<div class="figure"><img alt="{_e(png.name)}" src="data:image/png;base64,{data}"></div>')
+    if hasattr(mod, "claims"):
+        parts.append(_claims_table(check_claims(mod.claims(result))))
+    parts.append(f"<details><summary>summary</summary><pre>{_e(mod.summary(result))}</pre></details></section>")
+    return "\n".join(parts)
+
+
+def _environment(data: dict) -> str:
+    entries = [e for e in data["figures"].values() if "environment" in e]
+    if not entries:
+        return ""
+    env = (data.get("all") or {}).get("environment") or entries[-1]["environment"]
+    libs = ", ".join(f"{k} {v}" for k, v in env.get("libraries", {}).items() if v)
+    m = env.get("machine", {})
+    memory = f", {m['memory_bytes'] / 2**30:.0f} GiB" if m.get("memory_bytes") else ""
+    device = m.get("accelerator") or "CPU only"
+    return (f'<p class="meta">speculab {_e(env.get("speculab"))}, Python {_e(env.get("python"))}; {_e(libs)}<br>'
+            f'{_e(m.get("platform"))}, {_e(m.get("cpus"))} CPUs{_e(memory)}, {_e(device)}</p>')
+
+
+def build_report(out_dir: str | os.PathLike = "results", path: str | os.PathLike | None = None) -> Path:
+    """Write the HTML report of the reproductions in ``out_dir`` to ``path`` (default ``out_dir/report.html``)
+    and return its path.
+
+    Reads ``provenance.json`` (:mod:`speculab.repro.runner`) and each figure's JSON and PNG. Raises
+    ``ValueError`` if the folder holds no reproduction, or a file in it is not what it should be.
+    """
+    folder = Path(out_dir)
+    if not folder.is_dir():
+        raise ValueError(f"out_dir {folder} is not a folder (run `speculab repro all --out {folder}` first)")
+    data = read_provenance(folder)
+    results = {name: _figure_result(folder, name) for name in repro.FIGURES}
+    shown = [name for name in repro.FIGURES if results[name] is not None
+             and data["figures"].get(name, {}).get("status", "ok") == "ok"]
+    if not shown:
+        raise ValueError(f"no reproductions in {folder}: run `speculab repro all --out {folder}` first")
+    overview = ["<tr><th>figure</th><th>status</th><th>wall time</th><th>what</th></tr>"]
+    for name in repro.FIGURES:
+        entry = data["figures"].get(name)
+        if name in shown:
+            status = '<a href="#{0}">shown</a>'.format(_e(name))
+        elif entry and entry["status"] in ("skipped", "failed"):
+            reason = entry.get("reason") or entry.get("error", "")
+            status = f'<span class="{entry["status"]}">{entry["status"]}: {_e(reason)}</span>'
+        else:
+            continue
+        seconds = f"{entry['seconds']:.1f} s" if entry and "seconds" in entry else "—"
+        overview.append(f"<tr><td>{_e(name)}</td><td>{status}</td><td>{seconds}</td>"
+                        f"<td>{_e(repro.FIGURES[name][1])}</td></tr>")
+    run = data.get("all")
+    total = (f"; last <code>speculab repro all</code>: {run['wall_seconds'] / 60:.1f} min wall time"
+             if run and "wall_seconds" in run else "")
+    generated = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    page = "\n".join([
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        "<title>speculab report</title>", f"<style>{STYLE}</style></head><body>",
+        "<h1>speculab: reproductions</h1>",
+        f'<p class="meta">{len(shown)} figures from {_e(folder.resolve())}, report generated {generated}{total}</p>',
+        _environment(data),
+        f'<table class="overview">{"".join(overview)}</table>',
+        *(_section(folder, name, data["figures"].get(name), results[name]) for name in shown),
+        "</body></html>",
+    ])
+    target = Path(path) if path is not None else folder / REPORT
+    with atomic_path(target) as tmp:
+        tmp.write_text(page, encoding="utf-8")
+    return target
