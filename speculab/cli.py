@@ -258,8 +258,8 @@ def _repro_all(args) -> None:
         hf_logging.disable_progress_bar()
     except ImportError:
         pass
-    args.on_interrupt = (f" (finished figures are recorded in {args.out}/{runner.PROVENANCE} and the one under way "
-                         "is checkpointed: add --resume to continue)")
+    args.on_interrupt = (" (add --resume to continue: the figures finished by then are kept and the one under way "
+                         "continues from its checkpoints)")
     lines = []
     run = runner.run_all(args.out, only=args.only, skip=args.skip or (), key=args.seed, progress=not args.json,
                          resume=args.resume, echo=lines.append if args.json else print)

@@ -64,6 +64,7 @@ def test_report_lists_skipped_and_failed_figures_with_the_reason(results, tmp_pa
     (folder / "yin_fig2a.json").write_text((results / "yin_fig3.json").read_text())  # a stale file: not shown
     page = build_report(folder).read_text()
     assert "skipped: needs jax" in page and "failed: RuntimeError: boom" in page
+    assert "skipped: left out by --only/--skip" in page  # figures the last `repro all` did not run are listed
     assert '<section id="yin-fig2a">' not in page
 
 
@@ -72,6 +73,9 @@ def test_report_lists_skipped_and_failed_figures_with_the_reason(results, tmp_pa
     ("", None, "no reproductions in"),
     ("yin_fig3.json", "{not json", "is not a reproduction's JSON"),
     (runner.PROVENANCE, "[]", "is not a speculab provenance file"),
+    (runner.PROVENANCE, '{"format": "speculab-provenance/1", "figures": {"yin-fig3": "ok"}}', "not a record"),
+    ("yin_fig3.json", '{"x": 1}', "is not a result of yin-fig3"),
+    ("yin_fig3.json", "[1, 2]", "is not a result of yin-fig3"),
 ])
 def test_report_refuses_a_folder_without_reproductions(name, content, message, tmp_path, capsys):
     if content is not None:
@@ -79,6 +83,11 @@ def test_report_refuses_a_folder_without_reproductions(name, content, message, t
     folder = tmp_path / name if name.endswith("/") else tmp_path
     assert main(["report", "--out", str(folder)]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_report_refuses_a_page_path_that_is_a_folder(results, tmp_path, capsys):
+    assert main(["report", "--out", str(results), "--html", str(tmp_path)]) == 2
+    assert "must be a file in an existing folder" in capsys.readouterr().err
 
 
 # -- what the browser shows ---------------------------------------------------------------------------------------
@@ -159,7 +168,7 @@ def test_chromium_shows_the_reports_figures_and_tables(results, tmp_path):
     assert all(p is not None for p in places), f"figures not found in the screenshot: {places}"
     assert places == sorted(places)  # in the page's order, one under the other
     tables = _tables(shot)
-    expected = [len(FAST)] + [len(_claims(results, name)) for name in FAST]  # the overview: a row per figure
+    expected = [len(repro.FIGURES)] + [len(_claims(results, name)) for name in FAST]  # overview: every figure
     assert [rows for _, rows in tables] == expected, tables
 
     # Each check fails on a page without what it looks for: figures swapped out, claims tables removed.

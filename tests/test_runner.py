@@ -19,9 +19,11 @@ def _provenance(folder):
 def test_repro_all_writes_every_figure_with_its_provenance(tmp_path, capsys):
     assert main(["repro", "all", "--only", *FAST, "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "done    yin-fig3" in out and "done    sprinter-fig6" in out and "2 run, 0 kept, 0 skipped, 0 failed" in out
+    assert "done    yin-fig3" in out and "done    sprinter-fig6" in out
+    assert f"2 run, 0 kept, {len(repro.FIGURES) - 2} skipped, 0 failed" in out
     data = _provenance(tmp_path)
     assert data["all"]["ran"] == FAST and data["all"]["wall_seconds"] > 0
+    assert data["all"]["skipped"]["yin-fig2a"] == "left out by --only/--skip"  # the report lists it
     for name in FAST:
         entry = data["figures"][name]
         stem = name.replace("-", "_")
@@ -43,7 +45,7 @@ def test_a_figure_whose_requirements_are_missing_is_skipped_with_a_line(tmp_path
     assert runner.needs("yin-fig2a") == ()
     lines = []
     run = runner.run_all(tmp_path, only=["draft-design", "yin-fig3"], progress=False, echo=lines.append)
-    assert run["skipped"] == {"draft-design": "needs jax (pip install -e '.[jax]')"} and run["ran"] == ["yin-fig3"]
+    assert run["skipped"]["draft-design"] == "needs jax (pip install -e '.[jax]')" and run["ran"] == ["yin-fig3"]
     assert lines[0] == "skipped draft-design: needs jax (pip install -e '.[jax]')"
     assert not (tmp_path / "draft_design.json").exists()
     assert _provenance(tmp_path)["figures"]["draft-design"]["status"] == "skipped"
@@ -86,10 +88,12 @@ def test_resume_keeps_finished_figures_and_reruns_changed_ones(tmp_path):
     (["repro", "all", "--n-runs", "5"], "--n-runs applies to one figure"),
     (["repro", "all", "--draft", "x"], "--draft applies to one figure"),
     (["repro", "yin-fig3", "--only", "yin-fig2a"], "--only and --skip apply to `speculab repro all`"),
-    (["repro", "all", "--only", "yin-fig3", "--seed", "1"], "'key' does not apply to yin-fig3"),
+    (["repro", "all", "--only", "yin-fig3", "--skip", "yin-fig3"], "nothing to run"),
+    (["repro", "all", "--only", "yin-fig3", "--out", str(__file__)], "is a file, not a folder"),
+    (["repro", "all", "--only", "yin-fig3", "--out", str(__file__) + "/sub"], "a part of its path is a file"),
 ])
 def test_repro_all_refuses_bad_options_before_running(argv, message, tmp_path, capsys):
-    assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+    assert main([*argv, "--out", str(tmp_path / "out")] if "--out" not in argv else argv) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "out" / runner.PROVENANCE).exists()
 
@@ -109,3 +113,10 @@ def test_one_figure_adds_its_entry_to_the_provenance(tmp_path, capsys):
     assert set(figures) == {"sprinter-fig6", "yin-fig3"}
     assert figures["sprinter-fig6"]["parameters"] == {"key": 2, "n_runs": 1000}
     assert "provenance in" in capsys.readouterr().out
+
+
+def test_the_seed_goes_to_the_figures_that_take_one(tmp_path):
+    run = runner.run_all(tmp_path, only=FAST, key=5, progress=False, echo=lambda line: None)
+    assert run["ran"] == FAST
+    figures = _provenance(tmp_path)["figures"]
+    assert figures["yin-fig3"]["parameters"] == {} and figures["sprinter-fig6"]["parameters"]["key"] == 5

@@ -10,6 +10,7 @@ import dataclasses
 import numpy as np
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from speculab import kernels
 from speculab.methods import (SD, Autoregressive, BatchSD, Biased, BlockVerification, Fuzzy, OptimalMultiDraft,
@@ -17,7 +18,7 @@ from speculab.methods import (SD, Autoregressive, BatchSD, Biased, BlockVerifica
 from speculab.theory import MarkovInstance, tv
 from speculab.testing import (OverAcceptance, acceptance_rules, assert_counts_match_theory,
                               assert_preserves_target_law, enumerate_method, markov_instances,
-                              nasty_distribution_pairs)
+                              nasty_distribution_pairs, nasty_markov_instances)
 
 INST = MarkovInstance.random(3, 3, key=1)
 UNBIASED = [Autoregressive(), SD(), SD(K=1), SD(K=2), BatchSD(2), BatchSD(2, K=1), BlockVerification(2),
@@ -87,8 +88,10 @@ def test_the_checks_catch_a_wrong_theory_simulator_and_rule():
 
 @pytest.mark.parametrize("args, message", [
     (("sd", INST), "method must be a speculab.methods.Method"),
+    ((SD(), "inst"), "inst must be a speculab.theory.MarkovInstance"),
     ((Sprinter(0.5, 0.1), INST), "has no round rule"),
-    ((BatchSD(4, K=4), MarkovInstance.random(6, 6, key=0)), "exceed max_blocks"),
+    ((BatchSD(4, K=4), MarkovInstance.random(4, 6, key=0)), "exceed max_blocks"),
+    ((SD(K=1), MarkovInstance.random(8, 4, key=0)), "more than max_sequences"),
 ])
 def test_bad_inputs_are_refused(args, message):
     with pytest.raises(ValueError, match=message):
@@ -139,3 +142,15 @@ def test_over_acceptance_is_not_within_thm_2():
     assert np.any(OverAcceptance(2.0)(p, q) > kernels.sd_acceptance(p, q))
     with pytest.raises(ValueError, match="b <= min"):
         RejectionDecoding(b=OverAcceptance(2.0)).expected(INST)
+
+
+@settings(max_examples=40, deadline=None)
+@given(nasty_markov_instances(), st.sampled_from([SD(), SD(K=1), BatchSD(2, K=1), BlockVerification(2)]))
+def test_unbiased_methods_are_exact_on_nasty_instances(inst, method):
+    """Every row pair from the corners (disjoint, nested, near-equal, 1e-300, point masses): still the target law,
+    and the enumerated counts are the method's own theory."""
+    assert assert_preserves_target_law(method, inst) < 1e-9
+    exact = enumerate_method(method, inst).counts
+    theory = dict(method.expected(inst).items())
+    for name, value in exact.items():
+        assert value == pytest.approx(theory[name], abs=1e-9), name

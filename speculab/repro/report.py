@@ -98,9 +98,14 @@ def _section(folder: Path, name: str, entry: dict | None, result: dict) -> str:
     for png in _images(folder, name, entry):
         data = base64.b64encode(png.read_bytes()).decode("ascii")
         parts.append(f'<div class="figure"><img alt="{_e(png.name)}" src="data:image/png;base64,{data}"></div>')
-    if hasattr(mod, "claims"):
-        parts.append(_claims_table(check_claims(mod.claims(result))))
-    parts.append(f"<details><summary>summary</summary><pre>{_e(mod.summary(result))}</pre></details></section>")
+    try:
+        if hasattr(mod, "claims"):
+            parts.append(_claims_table(check_claims(mod.claims(result))))
+        summary = mod.summary(result)
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
+        raise ValueError(f"{folder / (_stem(name) + '.json')} is not a result of {name} "
+                         f"({type(exc).__name__}: {exc}); rerun `speculab repro {name}`") from None
+    parts.append(f"<details><summary>summary</summary><pre>{_e(summary)}</pre></details></section>")
     return "\n".join(parts)
 
 
@@ -134,8 +139,11 @@ def build_report(out_dir: str | os.PathLike = "results", path: str | os.PathLike
     if not shown:
         raise ValueError(f"no reproductions in {folder}: run `speculab repro all --out {folder}` first")
     overview = ["<tr><th>figure</th><th>status</th><th>wall time</th><th>what</th></tr>"]
+    not_run = (data.get("all") or {}).get("skipped", {})
     for name in repro.FIGURES:
         entry = data["figures"].get(name)
+        if name not in shown and not entry and name in not_run:
+            entry = {"status": "skipped", "reason": not_run[name]}
         if name in shown:
             status = '<a href="#{0}">shown</a>'.format(_e(name))
         elif entry and entry["status"] in ("skipped", "failed"):
@@ -161,6 +169,8 @@ def build_report(out_dir: str | os.PathLike = "results", path: str | os.PathLike
         "</body></html>",
     ])
     target = Path(path) if path is not None else folder / REPORT
+    if target.is_dir() or not target.parent.is_dir():
+        raise ValueError(f"path {target} must be a file in an existing folder")
     with atomic_path(target) as tmp:
         tmp.write_text(page, encoding="utf-8")
     return target

@@ -148,6 +148,9 @@ def read_provenance(out_dir: str | os.PathLike) -> dict:
         raise ValueError(f"{path} is not a speculab provenance file ({exc})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("figures"), dict):
         raise ValueError(f"{path} is not a speculab provenance file (format {FORMAT!r} expected)")
+    if not all(isinstance(e, dict) and isinstance(e.get("status"), str) for e in data["figures"].values()) or \
+            not isinstance(data.get("all", {}), dict):
+        raise ValueError(f"{path} is not a speculab provenance file (an entry is not a record with a status)")
     return data
 
 
@@ -175,6 +178,18 @@ def _written(out_dir: Path, since: float) -> list[str]:
                   if p.is_file() and not p.name.startswith(".") and p.name != PROVENANCE and p.stat().st_mtime >= since)
 
 
+def _folder(out_dir) -> Path:
+    """``out_dir`` made if missing; a path that is a file (or under one) is refused, naming it."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"out_dir {out} is a file, not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise ValueError(f"out_dir {out} cannot be a folder: a part of its path is a file") from None
+    return out
+
+
 def run_figure(name: str, out_dir: str | os.PathLike = "results", *, progress: bool = False, resume: bool = False,
                **overrides) -> tuple[dict, dict]:
     """Run reproduction ``name`` with ``overrides`` (``key``, ``n_runs``, ``draft``, ``target``; ``None`` keeps
@@ -187,8 +202,7 @@ def run_figure(name: str, out_dir: str | os.PathLike = "results", *, progress: b
     """
     mod = repro.get(name)
     params = parameters(name, **overrides)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = _folder(out_dir)
     read_provenance(out)  # a foreign provenance.json is refused before hours of computing, not after
     kwargs = {k: v for k, v in overrides.items() if v is not None}
     if "progress" in inspect.signature(mod.run).parameters:
@@ -225,21 +239,26 @@ def run_all(out_dir: str | os.PathLike = "results", *, only=None, skip=(), key=N
     """Run every reproduction that can run here (or those in ``only``, less ``skip``), in :data:`FIGURES` order,
     each with its defaults (``key`` overrides every seed), writing into ``out_dir``.
 
-    One progress bar counts the figures (each figure's own bars are off); ``echo`` gets one line per figure:
-    done with its wall time, skipped with what it needs, or failed with the error — a failure does not stop the
-    others. With ``resume=True`` a figure already recorded as finished with the same parameters on the same
-    code is kept, and an interrupted one continues. Returns the run's record (also ``provenance.json``'s
-    ``"all"``): the figures run, kept, skipped and failed, and the wall time.
+    One progress bar counts the figures, with each figure's own bars under it; ``echo`` gets one line per
+    figure: done with its wall time, skipped with what it needs, or failed with the error — a failure does not
+    stop the others. ``key`` is given to the figures that take a seed (the others are exact). With
+    ``resume=True`` a figure already recorded as finished with the same parameters on the same code is kept,
+    and an interrupted one continues. Returns the run's record (also ``provenance.json``'s ``"all"``): the
+    figures run, kept, skipped (with the reason: a requirement missing, or left out by ``only``/``skip``) and
+    failed, and the wall time.
     """
-    names = list(repro.FIGURES) if only is None else list(only)
-    for name in [*names, *skip]:
+    chosen = list(repro.FIGURES) if only is None else list(dict.fromkeys(only))
+    for name in [*chosen, *skip]:
         repro.get(name)  # an unknown name is refused before anything runs
-    names = [n for n in names if n not in set(skip)]
-    plans = {name: parameters(name, key=key) for name in names}  # an inapplicable key is refused up front too
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    names = [n for n in chosen if n not in set(skip)]
+    if not names:
+        raise ValueError("nothing to run: --only and --skip leave no figure")
+    seeded = {name: key if "key" in inspect.signature(repro.get(name).run).parameters else None for name in names}
+    plans = {name: parameters(name, key=seeded[name]) for name in names}
+    out = _folder(out_dir)
     recorded = read_provenance(out)["figures"]
-    run = {"started": _now(), "figures": names, "ran": [], "kept": [], "skipped": {}, "failed": {}}
+    left_out = {name: "left out by --only/--skip" for name in repro.FIGURES if name not in names}
+    run = {"started": _now(), "figures": names, "ran": [], "kept": [], "skipped": dict(left_out), "failed": {}}
     t0 = time.perf_counter()
     bar = None
     if progress:
@@ -263,8 +282,8 @@ def run_all(out_dir: str | os.PathLike = "results", *, only=None, skip=(), key=N
             else:
                 folder = out / f".{name}.resume"  # the figure under way when the run was interrupted
                 try:
-                    _, entry = run_figure(name, out, resume=resume and folder.is_dir() and any(folder.iterdir()),
-                                          key=key)
+                    _, entry = run_figure(name, out, progress=progress,
+                                          resume=resume and folder.is_dir() and any(folder.iterdir()), key=seeded[name])
                 except Exception as exc:  # recorded by run_figure; the other figures still run
                     run["failed"][name] = f"{type(exc).__name__}: {exc}"
                     echo(f"FAILED  {name}: {type(exc).__name__}: {exc}")

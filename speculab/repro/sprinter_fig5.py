@@ -143,22 +143,22 @@ def run(key=0, n_runs: int = 200_000, out_dir: str | Path = "results", progress:
     }
     fig, (ax, ax2) = new_figure(ncols=2)
     for eta_fp, color in zip(ETA_FP, ("tab:blue", "tab:red")):
-        key = str(eta_fp)
+        label = str(eta_fp)
         curve = sprinter_expected_tokens(ETA_TP_CURVE, eta_fp, R)
         pts = stopping_points(eta_fp, n_runs, rng)
-        result["curve"][key] = curve
-        result["points"][key] = pts
+        result["curve"][label] = curve
+        result["points"][label] = pts
         limit = float(sprinter_expected_tokens(1.0, eta_fp, R))
-        result["limit_eta_tp_1"][key] = {"expected_tokens": limit, "gap_over_r": limit - R}
+        result["limit_eta_tp_1"][label] = {"expected_tokens": limit, "gap_over_r": limit - R}
         ax.plot(ETA_TP_CURVE, curve, color=color, lw=1.5, label=f"Thm 3.3, η_FP={eta_fp}")
         ax.errorbar(pts["eta_tp"], pts["mean"], yerr=2 * np.array(pts["se"]), fmt="o", ms=3, color=color,
                     label=f"simulated, η_FP={eta_fp}")
         chk = markov_check(inst, eta_fp, n_runs, rng, progress)
-        result["markov"][key] = chk
+        result["markov"][label] = chk
         pos = np.arange(1, T_MARKOV + 1)
         ax2.plot(pos, chk["acceptance_per_position"]["theory"], color=color, lw=1.4, label=f"Thm A.4, η_FP={eta_fp}")
         ax2.plot(pos, chk["acceptance_per_position"]["simulated"], ".", color=color, ms=4, label=f"simulated, η_FP={eta_fp}")
-        result["context_free"][key] = context_free_check(cf_p, cf_q, eta_fp, n_runs, rng)
+        result["context_free"][label] = context_free_check(cf_p, cf_q, eta_fp, n_runs, rng)
     ax.axhline(R, color="gray", lw=1, ls="--", label=f"r = {R}")
     ax.set_xlabel("true-positive rate η_TP")
     ax.set_ylabel("E[N]  (tokens passed before the first stop)")

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from speculab.methods.base import Method
+from speculab.theory.instance import MarkovInstance
 
 __all__ = ["MethodEnumeration", "enumerate_method", "assert_preserves_target_law", "assert_counts_match_theory"]
 
@@ -59,12 +60,17 @@ class MethodEnumeration:
     counts: dict
 
 
-def _check_method(method, inst) -> None:
+def _check(method, inst, max_sequences: int) -> None:
     if not isinstance(method, Method):
         raise ValueError(f"method must be a speculab.methods.Method; got {type(method).__name__}")
+    if not isinstance(inst, MarkovInstance):
+        raise ValueError(f"inst must be a speculab.theory.MarkovInstance; got {type(inst).__name__}")
+    if inst.V ** (inst.T + 1) > max_sequences:
+        raise ValueError(f"inst has {inst.V}^{inst.T + 1} = {inst.V ** (inst.T + 1):,} sequences, more than "
+                         f"max_sequences={max_sequences:,}: exact enumeration is for a few tokens and positions")
     if method.position_law(inst) is not None or method.adaptive_drafting(inst) is not None:
-        raise ValueError(f"{type(method).__name__} has no round rule of its own: it decides per position "
-                         f"(position_law) or while drafting (adaptive_drafting); enumerate it by that law")
+        raise ValueError(f"{type(method).__name__} has no round rule of its own (it decides per position or while "
+                         f"drafting): these checks enumerate round laws only")
 
 
 def _chains(inst, t: int, start: int, L: int):
@@ -89,7 +95,14 @@ def _blocks(inst, t: int, start: int, L: int, rows: int):
     return tokens[idx], np.prod(prob[idx], axis=1), p_rows[idx], q_rows[idx]
 
 
-def enumerate_method(method: Method, inst, *, max_blocks: int = 100_000) -> MethodEnumeration:
+def _require(ok: bool, message: str) -> None:
+    """An ``AssertionError`` that ``python -O`` keeps (a bare ``assert`` would vanish)."""
+    if not ok:
+        raise AssertionError(message)
+
+
+def enumerate_method(method: Method, inst, *, max_blocks: int = 100_000, max_sequences: int = 20_000
+                     ) -> MethodEnumeration:
     """The exact output law and expected counts of ``method`` on ``inst``, from its ``round_law`` alone.
 
     Also checks each round law it uses: outcome probabilities non-negative and summing to 1, correction
@@ -99,12 +112,14 @@ def enumerate_method(method: Method, inst, *, max_blocks: int = 100_000) -> Meth
       method: a :class:`speculab.methods.Method` with a round rule.
       inst: a small :class:`speculab.theory.MarkovInstance`.
       max_blocks: refuse instances needing more joint draft blocks than this in one round.
+      max_sequences: refuse instances with more output sequences ``V^(T+1)`` than this.
 
     Raises:
-      ValueError: a method without a round rule, or an instance too large to enumerate.
+      ValueError: not a method or not an instance, a method without a round rule (SPRINTER, SpecDec++), or an
+        instance too large to enumerate.
       AssertionError: a round law that is not a law (naming the method, position and what is wrong).
     """
-    _check_method(method, inst)
+    _check(method, inst, max_sequences)
     rows = method.rows
     law: dict = {}
     counts = dict.fromkeys(COUNTED, 0.0)
@@ -125,11 +140,11 @@ def enumerate_method(method: Method, inst, *, max_blocks: int = 100_000) -> Meth
             res = method.round_law(p, q, x, bonus=bonus)
             outcome, correction = np.asarray(res.outcome, dtype=float), np.asarray(res.correction, dtype=float)
             where = f"{name}.round_law at position {n} after {prefix}"
-            assert outcome.shape == (len(w), rows, L + 1), f"{where}: outcome shape {outcome.shape}"
-            assert np.all(outcome >= 0) and np.allclose(outcome.sum(axis=(1, 2)), 1.0, atol=1e-9), \
-                f"{where}: outcome probabilities are not a law (sums {outcome.sum(axis=(1, 2))})"
-            assert np.all(np.isfinite(correction)) and np.all(correction >= 0), \
-                f"{where}: correction weights must be finite and non-negative"
+            _require(outcome.shape == (len(w), rows, L + 1), f"{where}: outcome shape {outcome.shape}")
+            _require(bool(np.all(outcome >= 0)) and np.allclose(outcome.sum(axis=(1, 2)), 1.0, atol=1e-9),
+                     f"{where}: outcome probabilities are not a law (sums {outcome.sum(axis=(1, 2))})")
+            _require(bool(np.all(np.isfinite(correction)) and np.all(correction >= 0)),
+                     f"{where}: correction weights must be finite and non-negative")
             counts["oracle_calls"] += reach
             for b in range(len(w)):
                 for m, tau in zip(*np.nonzero(outcome[b])):
@@ -139,8 +154,8 @@ def enumerate_method(method: Method, inst, *, max_blocks: int = 100_000) -> Meth
                     weights = correction[b, m, tau]
                     total = weights.sum()
                     if total == 0:
-                        assert tau == L and len(out) == inst.T + 1, \
-                            f"{where}: no token follows {tau} accepted drafts of {L} before the horizon"
+                        _require(tau == L and len(out) == inst.T + 1,
+                                 f"{where}: no token follows {tau} accepted drafts of {L} before the horizon")
                         law[out] = law.get(out, 0.0) + pr
                         continue
                     counts["bonus" if 0 < tau == L else "rejections"] += pr
@@ -183,7 +198,8 @@ def assert_counts_match_theory(method: Method, inst, *, n_runs: int = 20_000, ke
     """Assert that ``method``'s exact expectations and its simulator agree with the enumerated counts.
 
     For every count of :data:`COUNTED` that ``method.expected(inst)`` gives, the value must equal the
-    enumeration's to ``rtol``; and ``speculab.sim.simulate(inst, method, n_runs, key)`` must agree with
+    enumeration's to ``rtol`` (a method whose ``expected`` is ``None`` has only its simulator checked; draft
+    calls and discarded drafts, whose conventions differ between methods, are not compared); and ``speculab.sim.simulate(inst, method, n_runs, key)`` must agree with
     the enumeration within ``z`` standard errors (exactly, where the count does not vary). Returns
     ``{count: z-score}`` of the simulation. Raises ``AssertionError`` listing every disagreement.
     """

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from speculab import kernels
 from speculab.theory.instance import MarkovInstance
 
-__all__ = ["distributions", "distribution_pairs", "nasty_distribution_pairs", "markov_instances", "acceptance_rules",
+__all__ = ["distributions", "distribution_pairs", "nasty_distribution_pairs", "markov_instances",
+           "nasty_markov_instances", "acceptance_rules",
            "ScaledAcceptance", "PoweredAcceptance", "OverAcceptance"]
 
 
@@ -114,6 +115,18 @@ def nasty_distribution_pairs(draw, *, min_V: int = 2, max_V: int = 8):
     point[draw(st.integers(0, V - 1))] = 1.0
     spread = draw(distributions(V, allow_zeros=False))
     return (point, spread) if draw(st.booleans()) else (spread, point)
+
+
+@st.composite
+def nasty_markov_instances(draw, *, max_T: int = 3, max_V: int = 3):
+    """Small :class:`MarkovInstance` s whose every (position, context) row pair is drawn by
+    :func:`nasty_distribution_pairs`: disjoint or nested supports, near-equal rows, tiny masses, point masses."""
+    T = draw(st.integers(1, max_T))
+    V = draw(st.integers(2, max_V))
+    pairs = [[draw(nasty_distribution_pairs(min_V=V, max_V=V)) for _ in range(V)] for _ in range(T)]
+    P = np.array([[p for p, _ in row] for row in pairs])
+    Q = np.array([[q for _, q in row] for row in pairs])
+    return MarkovInstance(P, Q, draw(distributions(V)))
 
 
 @dataclass(frozen=True)
