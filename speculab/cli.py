@@ -20,7 +20,6 @@ import json
 import signal
 import sys
 import threading
-from pathlib import Path
 
 import numpy as np
 
@@ -239,7 +238,7 @@ def cmd_repro(args) -> None:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-    folder = Path(args.out) / f".{args.figure}.resume"
+    folder = runner.resume_folder(args.out, args.figure)
     args.on_interrupt = (f" (its finished simulations and decoded prompts are kept in {folder}: add --resume to "
                          "continue)")
     result, _ = runner.run_figure(args.figure, args.out, progress=not args.json, resume=args.resume, **overrides)
@@ -260,9 +259,8 @@ def _repro_all(args) -> None:
         pass
     args.on_interrupt = (" (add --resume to continue: the figures finished by then are kept and the one under way "
                          "continues from its checkpoints)")
-    lines = []
     run = runner.run_all(args.out, only=args.only, skip=args.skip or (), key=args.seed, progress=not args.json,
-                         resume=args.resume, echo=lines.append if args.json else print)
+                         resume=args.resume, echo=(lambda line: None) if args.json else print)
     text = (f"repro all: {len(run['ran'])} run, {len(run['kept'])} kept, {len(run['skipped'])} skipped, "
             f"{len(run['failed'])} failed in {run['wall_seconds']:.0f} s; outputs and provenance in {args.out}/")
     _emit(args, run, text)

@@ -32,7 +32,8 @@ from speculab import repro
 from speculab._files import atomic_path
 from speculab.repro._io import jsonable
 
-__all__ = ["PROVENANCE", "environment", "missing", "parameters", "run_figure", "run_all", "read_provenance"]
+__all__ = ["PROVENANCE", "environment", "missing", "parameters", "resume_folder", "run_figure", "run_all",
+           "read_provenance"]
 
 #: The provenance file's name inside a reproduction's output folder.
 PROVENANCE = "provenance.json"
@@ -160,11 +161,9 @@ def _write_provenance(out_dir: Path, data: dict) -> None:
         tmp.write_text(text)
 
 
-def _record(out_dir: Path, name: str, entry: dict, run: dict | None = None) -> None:
+def _record(out_dir: Path, name: str, entry: dict) -> None:
     data = read_provenance(out_dir)
     data["figures"][name] = entry
-    if run is not None:
-        data["all"] = run
     _write_provenance(out_dir, data)
 
 
@@ -176,6 +175,11 @@ def _written(out_dir: Path, since: float) -> list[str]:
     """The files of ``out_dir`` (not its hidden resume folders) written at or after ``since``."""
     return sorted(p.name for p in out_dir.iterdir()
                   if p.is_file() and not p.name.startswith(".") and p.name != PROVENANCE and p.stat().st_mtime >= since)
+
+
+def resume_folder(out_dir: str | os.PathLike, name: str) -> Path:
+    """Where figure ``name``'s checkpoints are kept while it runs (removed when it finishes)."""
+    return Path(out_dir) / f".{name}.resume"
 
 
 def _folder(out_dir) -> Path:
@@ -212,7 +216,7 @@ def run_figure(name: str, out_dir: str | os.PathLike = "results", *, progress: b
     started, t0 = time.time(), time.perf_counter()
     entry = {"status": "ok", "parameters": params, "started": _now()}
     try:
-        with resumable(out / f".{name}.resume", resume=resume):
+        with resumable(resume_folder(out, name), resume=resume):
             result = mod.run(out_dir=out, **kwargs)
     except Exception as exc:
         entry.update(status="failed", error=f"{type(exc).__name__}: {exc}", seconds=time.perf_counter() - t0,
@@ -224,13 +228,13 @@ def run_figure(name: str, out_dir: str | os.PathLike = "results", *, progress: b
     return result, entry
 
 
-def _done(previous: dict | None, params: dict, out: Path) -> bool:
-    """Whether a recorded entry is this figure's finished run with these parameters, on this code, files intact."""
+def _done(previous: dict | None, params: dict, out: Path, code: dict) -> bool:
+    """Whether a recorded entry is this figure's finished run with these parameters, on this ``code`` (speculab's
+    version and git commit), its files intact."""
     if not previous or previous.get("status") != "ok" or previous.get("parameters") != jsonable(params):
         return False
-    env = environment()
-    same_code = (previous.get("environment", {}).get("speculab") == env["speculab"]
-                 and previous.get("environment", {}).get("git") == env["git"])
+    env = previous.get("environment", {})
+    same_code = all(env.get(k) == v for k, v in code.items())
     return same_code and all((out / f).exists() for f in previous.get("files", ()))
 
 
@@ -257,6 +261,7 @@ def run_all(out_dir: str | os.PathLike = "results", *, only=None, skip=(), key=N
     plans = {name: parameters(name, key=seeded[name]) for name in names}
     out = _folder(out_dir)
     recorded = read_provenance(out)["figures"]
+    code = {k: v for k, v in environment().items() if k in ("speculab", "git")}  # what a kept figure must match
     left_out = {name: "left out by --only/--skip" for name in repro.FIGURES if name not in names}
     run = {"started": _now(), "figures": names, "ran": [], "kept": [], "skipped": dict(left_out), "failed": {}}
     t0 = time.perf_counter()
@@ -276,11 +281,11 @@ def run_all(out_dir: str | os.PathLike = "results", *, only=None, skip=(), key=N
                 _record(out, name, {"status": "skipped", "reason": reason, "parameters": plans[name],
                                     "started": _now(), "environment": environment()})
                 echo(f"skipped {name}: {reason}")
-            elif resume and _done(recorded.get(name), plans[name], out):
+            elif resume and _done(recorded.get(name), plans[name], out, code):
                 run["kept"].append(name)
                 echo(f"kept    {name}: finished before with the same parameters")
             else:
-                folder = out / f".{name}.resume"  # the figure under way when the run was interrupted
+                folder = resume_folder(out, name)  # the figure under way when the run was interrupted
                 try:
                     _, entry = run_figure(name, out, progress=progress,
                                           resume=resume and folder.is_dir() and any(folder.iterdir()), key=seeded[name])
