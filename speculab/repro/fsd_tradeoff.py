@@ -210,7 +210,7 @@ def summary(result: dict) -> str:
 
 
 def _loglik(r: dict) -> str:
-    return pm(r["target_loglik_per_token"], r["target_loglik_se"]).replace("-", "−")
+    return pm(r["target_loglik_per_token"], r["target_loglik_se"])
 
 
 def claims(result: dict) -> list[dict]:
