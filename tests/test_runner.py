@@ -120,3 +120,13 @@ def test_the_seed_goes_to_the_figures_that_take_one(tmp_path):
     assert run["ran"] == FAST
     figures = _provenance(tmp_path)["figures"]
     assert figures["yin-fig3"]["parameters"] == {} and figures["sprinter-fig6"]["parameters"]["key"] == 5
+
+
+def test_resume_reruns_a_figure_finished_by_other_code(tmp_path):
+    """A figure recorded as finished by another speculab commit is not kept: its numbers may differ."""
+    runner.run_all(tmp_path, only=["yin-fig3"], progress=False, echo=lambda line: None)
+    data = _provenance(tmp_path)
+    data["figures"]["yin-fig3"]["environment"]["git"] = {"commit": "0" * 40, "modified": False}
+    (tmp_path / runner.PROVENANCE).write_text(json.dumps(data))
+    run = runner.run_all(tmp_path, only=["yin-fig3"], progress=False, resume=True, echo=lambda line: None)
+    assert run["ran"] == ["yin-fig3"] and run["kept"] == []
