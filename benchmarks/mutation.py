@@ -23,7 +23,8 @@ a survivor, so the score errs low.
 
 Several modules share one baseline run; ``--jobs`` mutants run at once (one private copy
 each), and ``--shard i/n`` takes every n-th mutant from the i-th to split a long run across
-sessions. The last lines give the score per module and list the survivors (line:column, change)
+sessions; ``--resume LOG`` continues an interrupted run from its output (the outcomes it records
+for the same source, checked by the digest it printed, are kept and only the other mutants run). The last lines give the score per module and list the survivors (line:column, change)
 to kill with a test or to record in ``benchmarks/mutation_equivalent.txt`` with the reason no
 test can tell them from the original; the score is given with and without those. Needs
 ``coverage`` (in the ``test`` extra).
@@ -35,8 +36,10 @@ import argparse
 import ast
 import collections
 import hashlib
+import importlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -51,6 +54,11 @@ import pytest
 import scipy.stats
 
 PRELOADED = (numpy, scipy.stats, hypothesis, pytest)  # imported once here, before the children fork
+for _name in ("torch", "transformers"):  # the real-model tests' imports (seconds a child), once here too if installed
+    try:
+        importlib.import_module(_name)
+    except ImportError:
+        pass
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / ".mutation-cache"  # baselines, one per (package, tests, command) digest
@@ -289,7 +297,7 @@ def _copy(root: Path, dest: Path) -> Path:
 def _run(tasks, copies: list[Path], originals: dict[str, str]):
     """Run ``(module, mutated source, tests, timeout)`` tasks on ``len(copies)`` copies at once.
 
-    Yields ``(index, outcome)`` as they finish; each copy gets its module's ``originals`` text back.
+    Yields ``(index, outcome, seconds)`` as they finish; each copy gets its module's ``originals`` text back.
     """
     free = list(range(len(copies)))
     running = {}  # pid -> (index, copy, module, deadline)
@@ -303,42 +311,79 @@ def _run(tasks, copies: list[Path], originals: dict[str, str]):
                 break
             idx, (module, mutated, tests, timeout) = nxt
             if not tests:
-                yield idx, "unexecuted"  # no test runs this statement: it survives without a run
+                yield idx, "unexecuted", 0.0  # no test runs this statement: it survives without a run
                 continue
             c = free.pop()
             (copies[c] / module).write_text(mutated)
             pid = _fork(copies[c], lambda t=tests: _pytest(t))
-            running[pid] = (idx, c, module, time.monotonic() + timeout)
+            running[pid] = (idx, c, module, time.monotonic(), timeout)
         if not running:
             continue
         pid, status = os.waitpid(-1, os.WNOHANG)
         outcome = _outcome(status) if pid else None
         if not pid:
-            late = [q for q, (*_, deadline) in running.items() if time.monotonic() > deadline]
+            late = [q for q, (*_, start, timeout) in running.items() if time.monotonic() > start + timeout]
             if not late:
                 time.sleep(0.02)
                 continue
             pid, outcome = late[0], "timeout"
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
-        idx, c, module, _ = running.pop(pid)
+        idx, c, module, start, _ = running.pop(pid)
         (copies[c] / module).write_text(originals[module])  # the copy is clean again
         free.append(c)
-        yield idx, outcome
+        yield idx, outcome, time.monotonic() - start
+
+
+#: A mutant's line in the output: ``  module:line:column  change  outcome (N tests[, S s])``.
+OUTCOME_LINE = re.compile(r"^\s+(?P<module>[^\s:]+):(?P<at>\d+:\d+(?:#\d+)?)\s+(?P<what>.+?)\s+"
+                          r"(?P<outcome>killed|timeout|survived|unexecuted) \(\d+ tests(?:, [\d.]+ s)?\)$")
+#: The line naming the source a run mutated: ``source module sha256 digest``.
+SOURCE_LINE = re.compile(r"^source (?P<module>\S+) sha256 (?P<digest>[0-9a-f]+)$")
+
+
+def digest(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()[:16]
+
+
+def read_log(log: Path) -> tuple[dict[tuple[str, str, str], str], dict[str, str]]:
+    """An earlier run's output: ``{(module, "line:column", change): outcome}`` and ``{module: source digest}`` (runs
+    from before the digest was printed have none)."""
+    outcomes, digests = {}, {}
+    for line in log.read_text().splitlines():
+        if m := OUTCOME_LINE.match(line):
+            outcomes[m["module"], m["at"], m["what"]] = m["outcome"]
+        elif m := SOURCE_LINE.match(line):
+            digests[m["module"]] = m["digest"]
+    return outcomes, digests
 
 
 def _survivors(log: Path) -> tuple[set[tuple[str, str, str]], set[str]]:
     """``(module, line, change)`` of every mutant an earlier run's output lists as survived or unexecuted, and the
     modules it lists (the others are run whole)."""
-    out, modules = set(), set()
-    for line in log.read_text().splitlines():
-        parts = line.split()
-        if len(parts) >= 4 and parts[-3] in ("killed", "timeout", "survived", "unexecuted") and ":" in parts[0]:
-            module, at = parts[0].split(":", 1)
-            modules.add(module)
-            if parts[-3] in ("survived", "unexecuted"):
-                out.add((module, at.split(":")[0], " ".join(parts[1:-3])))
-    return out, modules
+    outcomes, _ = read_log(log)
+    alive = {(m, at.split(":")[0], what) for (m, at, what), o in outcomes.items() if o in ("survived", "unexecuted")}
+    return alive, {m for m, _, _ in outcomes}
+
+
+def resumed(logs: list[Path], sources: dict[str, str]) -> dict[tuple[str, str, str], str]:
+    """The outcomes earlier (perhaps interrupted) runs' outputs ``logs`` record for the modules ``{module: source}``,
+    refused unless each was made from the same source: the digest it printed, or — for a log from before digests
+    were printed — every mutant it names (position and change) being one of the source's now."""
+    out = {}
+    for log in logs:
+        outcomes, digests = read_log(log)
+        for module in {m for m, _, _ in outcomes} & set(sources):
+            mine = {k: o for k, o in outcomes.items() if k[0] == module}
+            if module in digests:
+                same = digests[module] == digest(sources[module])
+            else:
+                names = {(at, what) for at, what, _ in named_mutants(sources[module])}
+                same = all((at, what) in names for _, at, what in mine)
+            if not same:
+                raise SystemExit(f"{log} was made from another version of {module}: its outcomes cannot be reused")
+            out.update(mine)
+    return out
 
 
 def main(argv=None):
@@ -354,11 +399,15 @@ def main(argv=None):
     ap.add_argument("--rerun", default=None, metavar="LOG",
                     help="of the modules an earlier run's output LOG lists, only the mutants it lists as survived or "
                          "unexecuted (after new tests: which of them are killed now); other modules whole")
+    ap.add_argument("--resume", nargs="+", default=[], metavar="LOG",
+                    help="reuse the outcomes earlier (e.g. interrupted) runs' outputs LOG record for the same source "
+                         "of a module and test only its other mutants; the score counts both")
     ap.add_argument("--plan", action="store_true",
                     help="run the baseline, print each module's mutants and worst-case minutes, and stop")
     args = ap.parse_args(argv)
     i, n = (int(v) for v in args.shard.split("/"))
     again, logged = _survivors(Path(args.rerun)) if args.rerun else (None, set())
+    done = resumed([Path(log) for log in args.resume], {m: (ROOT / m).read_text() for m in args.modules})
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="speculab-mutants-") as tmp:
         copies = [_copy(ROOT, Path(tmp) / f"repo{j}") for j in range(max(args.jobs, 1))]
@@ -367,8 +416,10 @@ def main(argv=None):
         print(f"baseline: {len(every)} tests in {time.perf_counter() - t0:.0f} s", flush=True)
         found = []  # (module, "line:column", what, mutated source, selected tests)
         originals = {m: (copies[0] / m).read_text() for m in args.modules}
+        outcomes = {}  # index in found -> outcome
         for module in args.modules:
             source = originals[module]
+            print(f"source {module} sha256 {digest(source)}", flush=True)
             tree = ast.parse(source)
             for k, (at, what, mutated) in enumerate(named_mutants(source)):
                 line, col = _position(at)
@@ -376,21 +427,25 @@ def main(argv=None):
                     continue
                 if k % n == i - 1:
                     tests = select_tests(statement_span(tree, line, col), contexts[module], every)
+                    if (module, at, what) in done:
+                        outcomes[len(found)] = done[module, at, what]
                     found.append((module, at, what, mutated, tests))
-        budget = [sum(seconds[t] for t in tests) for *_, tests in found]
+        todo = [k for k in range(len(found)) if k not in outcomes]
+        budget = {k: sum(seconds[t] for t in found[k][4]) for k in todo}
         if args.plan:
             for module in args.modules:
-                mine = [b for (m, *_), b in zip(found, budget) if m == module]
-                print(f"  {module}: {len(mine)} mutants, at most {sum(mine) / 60:.1f} min of tests")
+                mine = [b for k, b in budget.items() if found[k][0] == module]
+                print(f"  {module}: {len(mine)} mutants to test, at most {sum(mine) / 60:.1f} min of tests")
             return
-        print(f"{len(found)} mutants of {len(args.modules)} modules (shard {args.shard}), {args.jobs} at a time; "
-              f"at most {sum(budget) / max(args.jobs, 1) / 60:.0f} min if every mutant survived", flush=True)
-        tasks = [(m, src, t, args.slowdown * b + 10) for (m, _, _, src, t), b in zip(found, budget)]
-        outcomes = {}
-        for idx, outcome in _run(tasks, copies, originals):
-            outcomes[idx] = outcome
-            module, line, what, _, tests = found[idx]
-            print(f"  {module}:{line}  {what:28s} {outcome} ({len(tests)} tests)", flush=True)
+        print(f"{len(found)} mutants of {len(args.modules)} modules (shard {args.shard}), {len(outcomes)} of them "
+              f"tested before (--resume); {args.jobs} at a time; at most "
+              f"{sum(budget.values()) / max(args.jobs, 1) / 60:.0f} min if every mutant survived", flush=True)
+        tasks = [(found[k][0], found[k][3], found[k][4], args.slowdown * budget[k] + 10) for k in todo]
+        for j, outcome, took in _run(tasks, copies, originals):
+            k = todo[j]
+            outcomes[k] = outcome
+            module, at, what, _, tests = found[k]
+            print(f"  {module}:{at}  {what:28s} {outcome} ({len(tests)} tests, {took:.0f} s)", flush=True)
     print(f"\n{time.perf_counter() - t0:.0f} s; tests: {' '.join(args.tests)}")
     known = equivalents()
     for module in args.modules:

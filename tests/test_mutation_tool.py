@@ -4,6 +4,8 @@ import ast
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 _spec = importlib.util.spec_from_file_location("mutation", Path(__file__).parents[1] / "benchmarks" / "mutation.py")
 mutation = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(mutation)
@@ -73,3 +75,30 @@ def test_every_listed_equivalent_mutant_exists_in_the_current_source():
         names = {(at, what) for at, what, _ in mutation.named_mutants((mutation.ROOT / module).read_text())}
         stale = [(at, what) for m, at, what in listed if m == module and (at, what) not in names]
         assert not stale, (module, stale)
+
+
+def test_an_interrupted_runs_outcomes_are_kept_only_for_the_same_source(tmp_path):
+    """``--resume LOG``: a log's outcomes are reused for the source it printed the digest of, and for a log from
+    before digests were printed only while every mutant it names is one of the source's; otherwise refused."""
+    module = "speculab/toy.py"
+    names = {what: at for at, what, _ in mutation.named_mutants(SOURCE)}
+    (at, what), (at2, what2) = (names["Mult → Div"], "Mult → Div"), (names["min → max"], "min → max")
+    lines = [f"  {module}:{at}  {what:28s} killed (3 tests, 2 s)", f"  {module}:{at2}  {what2:28s} survived (7 tests)",
+             "  elsewhere.py:1:0  Add → Sub                   timeout (1 tests, 40 s)"]
+    log = tmp_path / "run.log"
+    log.write_text("\n".join([f"source {module} sha256 {mutation.digest(SOURCE)}", *lines]) + "\n")
+    outcomes, digests = mutation.read_log(log)
+    assert outcomes == {(module, at, what): "killed", (module, at2, what2): "survived",
+                        ("elsewhere.py", "1:0", "Add → Sub"): "timeout"}
+    assert digests == {module: mutation.digest(SOURCE)}
+    kept = {(module, at, what): "killed", (module, at2, what2): "survived"}
+    assert mutation.resumed([log], {module: SOURCE}) == kept  # other modules' outcomes are not taken
+    edited = SOURCE.replace("scale=2", "scale=3")  # the same positions, another source
+    with pytest.raises(SystemExit, match="another version of speculab/toy.py"):
+        mutation.resumed([log], {module: edited})
+    legacy = tmp_path / "legacy.log"  # no digest: the names decide
+    legacy.write_text("\n".join(lines) + "\n")
+    assert mutation.resumed([legacy], {module: SOURCE}) == kept
+    with pytest.raises(SystemExit, match="another version"):
+        mutation.resumed([legacy], {module: SOURCE.replace("min(", "abs(")})  # "min → max" is gone
+    assert mutation._survivors(log) == ({(module, at2.split(":")[0], what2)}, {module, "elsewhere.py"})
