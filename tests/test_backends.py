@@ -1,5 +1,6 @@
 """Real-model backend on the shipped tiny pair: exactness, unbiasedness, caches, errors, compare."""
 
+import dataclasses
 import json
 import math
 import shutil
@@ -269,6 +270,15 @@ def test_counts_and_records_are_consistent(pair):
         np.testing.assert_allclose(rec.reject_prob[verified], rec.tv[verified], atol=1e-6)  # SD: r_n = TV
     same = decode(pair, default_prompts()[:4], SD(K=4), max_new_tokens=30, key=1)
     assert same.tokens == res.tokens  # same seed, same result
+
+
+def test_results_records_and_round_infos_are_read_only(pair):
+    """What decode returns and passes to ``on_round`` cannot be rebound by whoever reads it (frozen dataclasses)."""
+    infos = []
+    res = decode(pair, [PROMPT], SD(K=2), max_new_tokens=4, key=0, on_round=infos.append)
+    for value, field in [(res, "counts"), (res.records[0], "tokens"), (res.rounds[0], "accepted"), (infos[0], "row")]:
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(value, field, None)
 
 
 @pytest.mark.parametrize("batch_size", [None, 1], ids=["batched", "one-prompt"])
@@ -548,6 +558,16 @@ def test_key_types_and_same_key_same_tokens(pair):
     assert one.settings["prompts"] == 1  # a string is one prompt, not one per character
     comp = compare(pair, SD(K=2), [PROMPT], runs_per_prompt=2, max_new_tokens=6, key=np.random.default_rng(1))
     assert comp.settings["key"] == "Generator"
+
+
+def test_a_drafts_width_is_read_under_either_configs_name():
+    """A head's input width is checked against the draft's hidden size: Llama-style configs call it ``hidden_size``,
+    GPT-2's ``n_embd`` (the tiny pair's config answers to both, so decode alone cannot tell them apart)."""
+    from types import SimpleNamespace as Model
+    from speculab.backends.decode import _hidden_size
+    assert _hidden_size(Model(model=Model(config=Model(hidden_size=24)))) == 24
+    assert _hidden_size(Model(model=Model(config=Model(n_embd=16)))) == 16
+    assert _hidden_size(Model(model=Model(config=Model()))) is None
 
 
 def test_bad_method_and_sampling_arguments():
