@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
+import os
 import signal
 import sys
 import threading
@@ -556,6 +557,9 @@ def main(argv: list[str] | None = None) -> int:
     except _Terminated:
         print("speculab: interrupted (terminated)" + getattr(args, "on_interrupt", ""), file=sys.stderr)
         return 128 + signal.SIGTERM
+    except BrokenPipeError:  # the reader left early (speculab repro --list --json | head): stop without a word
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nor an error when Python flushes at exit
+        return 128 + signal.SIGPIPE  # what a shell reports for a writer stopped by SIGPIPE
     except Exception as exc:
         if args.debug:
             raise

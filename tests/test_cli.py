@@ -225,6 +225,18 @@ def test_a_real_signal_stops_a_long_simulation_with_one_line(signame, code):
     assert out == ""
 
 
+def test_a_reader_that_leaves_early_ends_the_command_quietly():
+    """``speculab repro --list --json | head``: output to a pipe nobody reads any more stops the command with the
+    shell's SIGPIPE status (141) and nothing on stderr, not a BrokenPipeError traceback or an error line."""
+    import subprocess
+    import sys
+
+    closed_pipe = ("import os, sys; r, w = os.pipe(); os.close(r); os.dup2(w, 1)\n"
+                   "from speculab.cli import main; sys.exit(main(['repro', '--list', '--json']))")
+    proc = subprocess.run([sys.executable, "-c", closed_pipe], capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stderr) == (141, "")
+
+
 def test_files_are_replaced_whole_or_not_at_all(tmp_path):
     """An interruption while a result is written leaves the previous file as it was and no temporary file beside
     it; a value JSON refuses writes nothing."""
