@@ -272,6 +272,22 @@ def test_counts_and_records_are_consistent(pair):
     assert same.tokens == res.tokens  # same seed, same result
 
 
+@pytest.mark.parametrize("method", [SD(K=4), Autoregressive(), Biased(0.5, "opt", K=2)], ids=repr)
+def test_bonus_and_target_positions_are_recorded_as_samples_of_q(pair, method):
+    """A bonus token and an autoregressive step are draws from ``q`` itself: no draft was checked there (``tv`` and
+    ``accept_prob`` NaN), nothing was lost to the target (``loss_tv = loss_kl = 0``, a biased method's too), and
+    ``reject_prob`` is 0 after a full block and 1 for a target step (it is a rejection)."""
+    res = decode(pair, default_prompts()[:3], method, max_new_tokens=16, key=2)
+    seen = set()
+    for rec in res.records:
+        for kind, reject in ((2, 0.0), (3, 1.0)):
+            at = rec.kind == kind
+            seen |= {kind} if at.any() else set()
+            assert np.all(rec.reject_prob[at] == reject) and np.all(rec.loss_tv[at] == 0) and np.all(rec.loss_kl[at] == 0)
+            assert np.all(np.isnan(rec.tv[at])) and np.all(np.isnan(rec.accept_prob[at]))
+    assert seen == ({3} if isinstance(method, Autoregressive) else {2})
+
+
 def test_results_records_and_round_infos_are_read_only(pair):
     """What decode returns and passes to ``on_round`` cannot be rebound by whoever reads it (frozen dataclasses)."""
     infos = []
