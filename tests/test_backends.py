@@ -256,6 +256,22 @@ def test_kv_cache_rollback_matches_no_cache(pair, pair_nocache, method):
         np.testing.assert_allclose(ra.tv, rb.tv, atol=1e-5, equal_nan=True)
 
 
+@pytest.mark.parametrize("method", [SD(K=3), BatchSD(2, K=3)], ids=repr)
+def test_the_target_reads_each_token_once(pair, method, monkeypatch):
+    """The target's cache keeps every verified token: a round feeds it the one token it has not seen (the last
+    round's correction or bonus) and the new drafts, so one prompt costs ``n_prompt + Σ L_r + (rounds − 1)`` target
+    tokens — a rollback that crops one token too many would recompute it each round, with the same logits."""
+    fed = []
+    extend = pair.target.extend
+    monkeypatch.setattr(pair.target, "extend", lambda state, tokens, **kw: fed.append(tokens.shape) or
+                        extend(state, tokens, **kw))
+    prompt = pair.tokenizer.encode(default_prompts()[0])
+    res = decode(pair, [prompt], method, max_new_tokens=24, key=4, batch_size=1)
+    drafted = res.rounds[0].drafted
+    assert {rows for rows, _ in fed} == {method.rows}  # every row verified in the same call
+    assert sum(n for _, n in fed) == len(prompt) + drafted.sum() + drafted.size - 1
+
+
 # -- counts and records --------------------------------------------------------------------------------
 def test_counts_and_records_are_consistent(pair):
     res = decode(pair, default_prompts()[:4], SD(K=4), max_new_tokens=30, key=1)
