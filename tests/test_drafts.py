@@ -165,6 +165,18 @@ def test_prompt_lookup_without_a_match_proposes_nothing_and_both_paths_agree(pai
     agrees(row.measured, row.predicted, "rejections per run (paired)", se=row.predicted_se)
 
 
+def test_an_autoregressive_step_builds_no_round_law_unless_one_is_watched(pair, monkeypatch):
+    """The one-prompt loop's shortcut: a round without drafts draws its token from ``q_1`` directly; only with
+    ``on_round``, which is given the law, is one built (a round per token)."""
+    built, round_law = [], Autoregressive.round_law
+    monkeypatch.setattr(Autoregressive, "round_law", lambda self, *a, **k: built.append(1) or round_law(self, *a, **k))
+    prompts = default_prompts()[:2]
+    fast = decode(pair, prompts, Autoregressive(), max_new_tokens=6, key=1, batch_size=1)
+    assert built == [] and fast.counts.tokens.tolist() == [6, 6]
+    decode(pair, prompts, Autoregressive(), max_new_tokens=6, key=1, batch_size=1, on_round=lambda info: None)
+    assert len(built) == 12
+
+
 @pytest.mark.parametrize("sampling", [GREEDY, Sampling()], ids=["greedy", "sampled"])
 def test_a_round_without_drafts_gives_what_its_round_law_gives(pair, sampling):
     """The one-prompt loop draws an empty round's token from ``q_1`` without building its law; with ``on_round``
