@@ -292,10 +292,13 @@ def test_counts_and_records_are_consistent(pair):
 def test_bonus_and_target_positions_are_recorded_as_samples_of_q(pair, method):
     """A bonus token and an autoregressive step are draws from ``q`` itself: no draft was checked there (``tv`` and
     ``accept_prob`` NaN), nothing was lost to the target (``loss_tv = loss_kl = 0``, a biased method's too), and
-    ``reject_prob`` is 0 after a full block and 1 for a target step (it is a rejection)."""
+    ``reject_prob`` is 0 after a full block and 1 for a target step (it is a rejection). An unbiased method loses
+    nothing at its drafted positions either; the biased one does."""
     res = decode(pair, default_prompts()[:3], method, max_new_tokens=16, key=2)
     seen = set()
     for rec in res.records:
+        lost = rec.loss_tv[rec.kind < 2]
+        assert np.any(lost > 0) if isinstance(method, Biased) else np.all(lost == 0) and np.all(rec.loss_kl == 0)
         for kind, reject in ((2, 0.0), (3, 1.0)):
             at = rec.kind == kind
             seen |= {kind} if at.any() else set()
