@@ -8,7 +8,8 @@ loosened (``<``↔``<=``, ``>``↔``>=``, ``==``↔``!=``), ``and``↔``or``, a 
 statement run there with ``pytest -x``, fastest first (stopping at the first failure). A
 mutant is *killed* when a test fails, *survives* when all pass, is *unexecuted* (a survivor)
 when no test runs its statement, and *times out* past ``--slowdown`` times its tests'
-baseline seconds (counted as killed: the tests noticed something). The score is killed / all. Docstrings are not mutated.
+baseline seconds (counted as killed: the tests noticed something; ``--rerun`` runs them again, as a loaded
+machine can make a survivor time out). The score is killed / all. Docstrings are not mutated.
 
 Which tests execute which line comes from one run of the given tests on the unmutated module
 under ``coverage`` with one context per test; code run while the tests are collected
@@ -359,10 +360,12 @@ def read_log(log: Path) -> tuple[dict[tuple[str, str, str], str], dict[str, str]
 
 
 def _survivors(log: Path) -> tuple[set[tuple[str, str, str]], set[str]]:
-    """``(module, line, change)`` of every mutant an earlier run's output lists as survived or unexecuted, and the
-    modules it lists (the others are run whole)."""
+    """``(module, line, change)`` of every mutant an earlier run's output lists as survived, unexecuted or timed out
+    (on a loaded machine a survivor's tests can outlast the budget), and the modules it lists (the others are run
+    whole)."""
     outcomes, _ = read_log(log)
-    alive = {(m, at.split(":")[0], what) for (m, at, what), o in outcomes.items() if o in ("survived", "unexecuted")}
+    again = ("survived", "unexecuted", "timeout")
+    alive = {(m, at.split(":")[0], what) for (m, at, what), o in outcomes.items() if o in again}
     return alive, {m for m, _, _ in outcomes}
 
 
@@ -397,8 +400,8 @@ def main(argv=None):
                          "(default 3)")
     ap.add_argument("--shard", default="1/1", help="i/n: run every n-th mutant from the i-th (default 1/1)")
     ap.add_argument("--rerun", default=None, metavar="LOG",
-                    help="of the modules an earlier run's output LOG lists, only the mutants it lists as survived or "
-                         "unexecuted (after new tests: which of them are killed now); other modules whole")
+                    help="of the modules an earlier run's output LOG lists, only the mutants it lists as survived, "
+                         "unexecuted or timed out (after new tests: which of them are killed now); other modules whole")
     ap.add_argument("--resume", nargs="+", default=[], metavar="LOG",
                     help="reuse the outcomes earlier (e.g. interrupted) runs' outputs LOG record for the same source "
                          "of a module and test only its other mutants; the score counts both")

@@ -101,4 +101,5 @@ def test_an_interrupted_runs_outcomes_are_kept_only_for_the_same_source(tmp_path
     assert mutation.resumed([legacy], {module: SOURCE}) == kept
     with pytest.raises(SystemExit, match="another version"):
         mutation.resumed([legacy], {module: SOURCE.replace("min(", "abs(")})  # "min → max" is gone
-    assert mutation._survivors(log) == ({(module, at2.split(":")[0], what2)}, {module, "elsewhere.py"})
+    rerun = {(module, at2.split(":")[0], what2), ("elsewhere.py", "1", "Add → Sub")}  # survivors and timeouts
+    assert mutation._survivors(log) == (rerun, {module, "elsewhere.py"})
