@@ -257,19 +257,23 @@ def test_kv_cache_rollback_matches_no_cache(pair, pair_nocache, method):
 
 
 @pytest.mark.parametrize("method", [SD(K=3), BatchSD(2, K=3)], ids=repr)
-def test_the_target_reads_each_token_once(pair, method, monkeypatch):
+def test_the_target_reads_each_token_once_and_the_draft_runs_once_per_draft(pair, method, monkeypatch):
     """The target's cache keeps every verified token: a round feeds it the one token it has not seen (the last
     round's correction or bonus) and the new drafts, so one prompt costs ``n_prompt + Σ L_r + (rounds − 1)`` target
-    tokens — a rollback that crops one token too many would recompute it each round, with the same logits."""
-    fed = []
-    extend = pair.target.extend
-    monkeypatch.setattr(pair.target, "extend", lambda state, tokens, **kw: fed.append(tokens.shape) or
-                        extend(state, tokens, **kw))
+    tokens — a rollback that crops one token too many would recompute it each round, with the same logits. The
+    draft runs ``L_r`` forward passes a round (its catch-up gives the first slot's law), not one more past the
+    block's last draft (whose law nobody reads)."""
+    fed = {"target": [], "draft": []}
+    for name in fed:
+        model = getattr(pair, name)
+        monkeypatch.setattr(model, "extend", lambda state, tokens, _f=model.extend, _n=name, **kw:
+                            fed[_n].append(tokens.shape) or _f(state, tokens, **kw))
     prompt = pair.tokenizer.encode(default_prompts()[0])
     res = decode(pair, [prompt], method, max_new_tokens=24, key=4, batch_size=1)
     drafted = res.rounds[0].drafted
-    assert {rows for rows, _ in fed} == {method.rows}  # every row verified in the same call
-    assert sum(n for _, n in fed) == len(prompt) + drafted.sum() + drafted.size - 1
+    assert {rows for rows, _ in fed["target"]} == {method.rows}  # every row verified in the same call
+    assert sum(n for _, n in fed["target"]) == len(prompt) + drafted.sum() + drafted.size - 1
+    assert len(fed["draft"]) == drafted.sum()
 
 
 # -- counts and records --------------------------------------------------------------------------------
