@@ -4,6 +4,7 @@ import dataclasses
 import json
 import math
 import shutil
+import time
 
 import numpy as np
 import pytest
@@ -311,6 +312,15 @@ def test_bonus_and_target_positions_are_recorded_as_samples_of_q(pair, method):
     assert seen == ({3} if isinstance(method, Autoregressive) else {2})
 
 
+@pytest.mark.parametrize("batch_size", [None, 1], ids=["batched", "one-prompt"])
+def test_the_calls_seconds_are_its_runs_share_of_the_time_it_took(pair, batch_size):
+    """``DecodeResult.seconds`` adds up each run's share of its block's time (a batch's time split over its prompts):
+    positive and within the wall time around the call (an inequality of two clocks, not a speed assertion)."""
+    start = time.perf_counter()
+    res = decode(pair, default_prompts()[:4], SD(K=2), max_new_tokens=6, key=0, batch_size=batch_size)
+    assert 0 < res.seconds <= time.perf_counter() - start
+
+
 def test_results_records_and_round_infos_are_read_only(pair):
     """What decode returns and passes to ``on_round`` cannot be rebound by whoever reads it (frozen dataclasses)."""
     infos = []
@@ -597,6 +607,23 @@ def test_key_types_and_same_key_same_tokens(pair):
     assert one.settings["prompts"] == 1  # a string is one prompt, not one per character
     comp = compare(pair, SD(K=2), [PROMPT], runs_per_prompt=2, max_new_tokens=6, key=np.random.default_rng(1))
     assert comp.settings["key"] == "Generator"
+
+
+def test_prompt_token_ids_are_checked_at_the_vocabulary_edges(pair):
+    V = pair.vocab_size
+    with pytest.raises(ValueError, match=rf"token ids in \[0, {V}\); got {V}$"):
+        decode(pair, [[5, V]], SD(K=2), max_new_tokens=2, key=0)
+    assert len(decode(pair, [[0, V - 1]], SD(K=2), max_new_tokens=2, key=0).tokens[0]) == 2
+
+
+def test_a_method_without_a_round_law_is_refused_with_those_that_run(pair):
+    """Optimal multi-draft verification has no round law to run on real models: the error says so and lists the
+    methods that do run — not the refused one."""
+    from speculab.methods import OptimalMultiDraft
+    with pytest.raises(ValueError, match="OptimalMultiDraft does not run on real models") as refused:
+        decode(pair, [PROMPT], OptimalMultiDraft(2), max_new_tokens=2, key=0)
+    listed = str(refused.value).split("methods that do: ")[1].split(", ")
+    assert {"ar", "sd", "batch", "block"} <= set(listed) and "optimal-batch" not in listed
 
 
 def test_a_drafts_width_is_read_under_either_configs_name():

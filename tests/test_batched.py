@@ -53,6 +53,7 @@ def test_rows_that_stop_at_eos_in_different_rounds(pair):
     one = decode(pair, prompts, SD(K=4), max_new_tokens=60, sampling=GREEDY, key=0, batch_size=1)
     lengths = [len(t) for t in one.tokens]
     assert min(lengths) < 60 and max(lengths) == 60 and pair.eos_token_id in one.tokens[lengths.index(min(lengths))]
+    assert all("<|endoftext|>" not in text for text in one.texts)  # texts leave special tokens out
     for size in (None, 3):
         _same(one, decode(pair, prompts, SD(K=4), max_new_tokens=60, sampling=GREEDY, key=0, batch_size=size))
 

@@ -8,6 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from speculab.backends import NGramModel, PromptLookupModel, Sampling, decode, load_pair, ngram_draft  # noqa: E402
+from speculab.backends.models import HistoryModel  # noqa: E402
 from speculab.backends.pair import default_prompts  # noqa: E402
 from speculab.methods import SD, Autoregressive, BatchSD  # noqa: E402
 
@@ -163,6 +164,30 @@ def test_prompt_lookup_without_a_match_proposes_nothing_and_both_paths_agree(pai
     assert 0 < empty < many.counts.oracle_calls.sum()  # some rounds had no match, some did
     row = paired_rejections(many)
     agrees(row.measured, row.predicted, "rejections per run (paired)", se=row.predicted_se)
+
+
+class _EOSHeavyDraft(HistoryModel):
+    """Drafts EOS half the time (the rest uniform): many blocks end with a drafted EOS."""
+
+    def __init__(self, vocab_size: int, eos: int):
+        super().__init__(vocab_size)
+        self.law = torch.full((vocab_size,), 0.5 / (vocab_size - 1), dtype=torch.float64)
+        self.law[eos] = 0.5
+
+    def probs(self, history: tuple) -> torch.Tensor:
+        return self.law
+
+
+def test_no_bonus_is_offered_after_a_drafted_eos(pair):
+    """A single row's block that ends with a drafted EOS ends the sequence if accepted, so its round law offers no
+    bonus (its weights after the last draft are zero); other blocks short of the horizon offer one."""
+    eos = pair.eos_token_id
+    drafted = load_pair(_EOSHeavyDraft(pair.vocab_size, eos), "tiny-target", device="cpu")
+    infos = []
+    decode(drafted, default_prompts()[:4], SD(K=3), max_new_tokens=40, key=6, batch_size=1, on_round=infos.append)
+    bonus = [(int(i.drafts[0, -1]) == eos, float(i.law.correction[0, 0, -1].sum())) for i in infos if i.drafts.numel()]
+    assert {weight for ends_eos, weight in bonus if ends_eos} == {0.0}
+    assert any(weight > 0 for ends_eos, weight in bonus if not ends_eos)
 
 
 def test_an_autoregressive_step_builds_no_round_law_unless_one_is_watched(pair, monkeypatch):
