@@ -25,9 +25,10 @@ a survivor, so the score errs low.
 Several modules share one baseline run; ``--jobs`` mutants run at once (one private copy
 each), and ``--shard i/n`` takes every n-th mutant from the i-th to split a long run across
 sessions; ``--resume LOG`` continues an interrupted run from its output (the outcomes it records
-for the same source, checked by the digest it printed, are kept and only the other mutants run). The last lines give the score per module and list the survivors (line:column, change)
-to kill with a test or to record in ``benchmarks/mutation_equivalent.txt`` with the reason no
-test can tell them from the original; the score is given with and without those. Needs
+for the same source, checked by the digest it printed, are kept and only the other mutants run).
+The last lines give the score per module and list the survivors (line:column, change) to kill
+with a test or to record in ``benchmarks/mutation_equivalent.txt`` with the reason no test can
+tell them from the original; the score is given with and without those. Needs
 ``coverage`` (in the ``test`` extra).
 """
 
@@ -301,7 +302,7 @@ def _run(tasks, copies: list[Path], originals: dict[str, str]):
     Yields ``(index, outcome, seconds)`` as they finish; each copy gets its module's ``originals`` text back.
     """
     free = list(range(len(copies)))
-    running = {}  # pid -> (index, copy, module, deadline)
+    running = {}  # pid -> (index, copy, module, start, timeout)
     pending = iter(enumerate(tasks))
     exhausted = False
     while running or not exhausted:
