@@ -321,6 +321,34 @@ def test_the_calls_seconds_are_its_runs_share_of_the_time_it_took(pair, batch_si
     assert 0 < res.seconds <= time.perf_counter() - start
 
 
+@pytest.mark.parametrize("batch_size", [None, 1], ids=["batched", "one-prompt"])
+def test_the_progress_bar_counts_each_generated_token_once(pair, batch_size, monkeypatch):
+    """Inside :func:`speculab._progress.progress` (the CLI's bar around a decode), the loops advance the bar by the
+    tokens each round produced: every step is positive and they add up to the tokens generated."""
+    from speculab._progress import progress
+
+    steps = []
+
+    class Bar:  # stands in for tqdm (which draws nothing off a terminal): records each update
+        def __init__(self, **kwargs):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def update(self, n):
+            steps.append(n)
+
+    monkeypatch.setattr("tqdm.auto.tqdm", Bar)
+    with progress("decoding"):
+        res = decode(pair, default_prompts()[:3], SD(K=3), max_new_tokens=10, key=0, batch_size=batch_size)
+    assert len(steps) > 3 and all(n > 0 for n in steps)
+    assert sum(steps) == sum(map(len, res.tokens))
+
+
 def test_results_records_and_round_infos_are_read_only(pair):
     """What decode returns and passes to ``on_round`` cannot be rebound by whoever reads it (frozen dataclasses)."""
     infos = []

@@ -254,8 +254,7 @@ class _Run:
                 if method.stop_drafting(predictions, self.remaining):
                     break  # the pass that read x is one more draft forward than SD makes for this block
             p = self.sampling.probs(logits[:, -1].double(), check=False)
-        if not xs:
-            return (*self._no_drafts(rows, p.size(-1)), predictions)
+        # the first slot always drafts: the loop's check there reads the history checked above (the caught-up draft's)
         return torch.stack(xs, 1), torch.stack(ps, 1), predictions
 
     def _no_drafts(self, rows: int, V: int):
@@ -288,7 +287,7 @@ class _Run:
         if L == 0 and M == 1 and self.on_round is None:
             # no drafts: every method's round law is one token from q_1 (Method.round_law), drawn here directly, with
             # the uniform sample_round would use — autoregressive steps, prompt lookup without a match
-            token = int(kernels.sample_index(Q[0, :1], u[1:])[0])
+            token = int(kernels.sample_index(Q[0], u[1:])[0])  # Q[0]: the one row (1, V) of q_1
             self.out.add_round(0, 0, 0.0, 0.0)
             self._emit(None, P[0], Q[0], xs[0], 0, 0, token, 0)
             return
@@ -318,8 +317,8 @@ class _Run:
 def bonus_possible(L: int, remaining: int, rows: int, last: int | None, eos: int | None) -> bool:
     """Whether a token may follow a block of ``L`` drafts with ``remaining`` tokens to go: not at the horizon, and not
     after a single row's block that ends with a drafted EOS (``last``: the block's last draft, ``None`` if empty).
-    The output is cut at an accepted EOS anyway, so the EOS case changes no token or count (a mutation dropping it
-    survives every test); it keeps the round law honest for whoever reads it (``on_round``)."""
+    The output is cut at an accepted EOS anyway, so the EOS case changes no token or count; it keeps the round law
+    honest for whoever reads it (``on_round``: ``tests/test_drafts.py`` checks it there)."""
     return L < remaining and not (rows == 1 and last is not None and eos is not None and last == eos)
 
 
@@ -462,8 +461,8 @@ def decode(
     if not method.runs_on_real_models():
         raise ValueError(f"method {type(method).__name__} does not run on real models (it needs a trained "
                          f"component); methods that do: {', '.join(_real_model_names())}")
-    head = getattr(method, "draft_head", None)
-    if getattr(method, "needs_draft_head", False):
+    head = method.draft_head
+    if method.needs_draft_head:
         if head is None:
             given = getattr(method, "head", getattr(method, "verifier", None))
             raise ValueError(f"{type(method).__name__} on real models needs a head trained on the draft's hidden states "
