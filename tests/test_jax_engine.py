@@ -111,6 +111,88 @@ def test_specdecpp_drafting_past_rejections_is_all_counted(T, cap, engine):
     assert SD(K=cap).expected(disjoint).draft_calls == pytest.approx(c.draft_calls[0], abs=1e-9)
 
 
+@pytest.mark.parametrize("T, cap", [(10, 10), (12, 5), (6, 20), (6, 2), (6, 1)])
+def test_specdecpp_pool_bound_is_the_most_chains_a_run_holds(T, cap, monkeypatch):
+    """The pool's bound per run, G = min(cap, T) − 1 chains drafting past rejections at once, is reached: where every
+    draft is rejected and h = 1 each run holds exactly G (the peak the compiled chunk reports is n G; with cap = 2,
+    one), and with cap = 1 none, so no pool is compiled (C = 0)."""
+    from speculab.sim import jax_adaptive
+
+    calls, compiled = [], jax_adaptive._adaptive_chunk_fn
+
+    def recording(stops, T, S, n, C, keep):
+        fn = compiled(stops, T, S, n, C, keep)
+
+        def call(*args):
+            out = fn(*args)
+            calls.append((C, int(out[3])))
+            return out
+
+        return call
+
+    monkeypatch.setattr(jax_adaptive, "_adaptive_chunk_fn", recording)
+    monkeypatch.setattr(jax_adaptive, "_POOL_HINT", {})
+    disjoint = MarkovInstance.context_free([0.5, 0.5, 0, 0], [0, 0, 0.5, 0.5], T)
+    simulate(disjoint, SpecDecPP(1.0, cap=cap), 200, key=0, engine="jax")
+    G = min(cap, T) - 1
+    assert calls[-1][1] == 200 * G
+    assert calls[-1][0] >= 200 * G and (calls == [(0, 0)]) == (G == 0)
+
+
+def test_a_sweep_over_the_cap_sizes_its_pool_for_the_largest(monkeypatch):
+    """Points with different caps share one pool, sized for the largest cap's chains: every point's drafting past
+    rejections is counted in full; and a bound that is too small is an error, not a silent loss of drafts."""
+    from speculab.sim import jax_adaptive
+
+    T, caps = 12, (2, 8, 5)
+    disjoint = MarkovInstance.context_free([0.5, 0.5, 0, 0], [0, 0, 0.5, 0.5], T)
+    points = simulate_sweep(disjoint, [SpecDecPP(1.0, cap=c) for c in caps], 200, key=0)
+    for cap, c in zip(caps, points):
+        np.testing.assert_array_equal(c.draft_calls, sum(min(cap, T - t) for t in range(T)))
+    monkeypatch.setattr(jax_adaptive, "_ghost_slots", lambda cap, T: 1)
+    with pytest.raises(RuntimeError, match="overflowed"):
+        simulate(disjoint, SpecDecPP(1.0, cap=5), 200, key=1, engine="jax")
+
+
+@pytest.mark.parametrize("n", [1, 8, 40, 100, 4096])
+@pytest.mark.parametrize("G", [1, 3, 19])
+def test_specdecpp_pool_grows_by_doubling_from_an_eighth_of_the_runs(n, G):
+    """A pool that overflowed is sized n/8 · 2^k, the least such with room for 1.25 × the chains it must hold,
+    at most n G (which always suffices) — against the closed form."""
+    from speculab.sim.jax_adaptive import _pool_size
+
+    start = max(n // 8, 1)
+    for peak in range(0, n * G + 1, max(n * G // 37, 1)):
+        k = max(0, int(np.ceil(np.log2(max(1.25 * peak, 1) / start) - 1e-12)))
+        assert _pool_size(n, G, peak) == min(start * 2 ** k, n * G), (n, G, peak)
+
+
+def test_adaptive_drafting_the_engine_cannot_run_is_refused(inst):
+    """The JAX engine verifies each draft with a one-row slotwise rule and shares one stopping rule over a sweep:
+    a verifier with two rows, one that is not slotwise, or points with different rules are refused."""
+
+    class Drafting(SpecDecPP):  # SpecDec++ with another verifier or stopping rule in its tables
+        def __init__(self, h, verifier=None, stops=None):
+            super().__init__(h)
+            self._verifier, self._stops = verifier, stops
+
+        def adaptive_drafting(self, inst):
+            rule = super().adaptive_drafting(inst)
+            return rule._replace(verifier=self._verifier or rule.verifier, stops=self._stops or rule.stops)
+
+    for verifier in (BatchSD(2), BlockVerification(2)):
+        with pytest.raises(ValueError, match="verifier must be a slotwise method of one row"):
+            simulate(inst, Drafting(0.5, verifier), 10, key=0, engine="jax")
+    from speculab.methods.specdecpp import stops_drafting
+
+    def never_before_the_cap(prod, count, t, T, h, cap):
+        return (count >= cap) | (t + 1 >= T)
+
+    with pytest.raises(ValueError, match="share one stopping rule"):
+        simulate_sweep(inst, [Drafting(0.5, stops=stops_drafting), Drafting(0.5, stops=never_before_the_cap)], 10, 0)
+    assert len(simulate_sweep(inst, [Drafting(0.5), Drafting(0.7, stops=stops_drafting)], 10, 0)) == 2
+
+
 def test_specdecpp_counts_do_not_depend_on_the_pool_size(inst, monkeypatch):
     """The chains drafting past rejections share a pool that grows when it overflows: a pool started with one slot
     (overflow, then the chunk run again with a larger one) gives the same counts as the default, for the same key."""
@@ -213,6 +295,26 @@ def test_sequences_are_the_runs_tokens(inst, agrees):
     agrees(law, target, "law of x_1", se=binomial_se(target, n))
 
 
+@pytest.mark.parametrize("layout", [(True, True), (True, False), (False, True), (False, False)],
+                         ids=["full", "per position", "stationary", "context-free"])
+def test_a_compact_table_is_read_as_its_full_broadcast(layout):
+    """Both engines read row ``(t, a)`` of a compact ``(T', A', V)`` table (``T' = 1`` or ``A' = 1`` broadcast) as the
+    full table's — ``_Tables.row``, and ``_at`` on a stack of sweep points — against numpy's ``broadcast_to``, at
+    T = V = 2 and at T = 5, V = 3 (every entry distinct, so a wrong row cannot pass)."""
+    from speculab.sim.jax_adaptive import _at
+
+    by_position, by_context = layout
+    rng = np.random.default_rng(1)
+    for T, V in ((2, 2), (5, 3)):
+        A = rng.random((T if by_position else 1, V if by_context else 1, V)).astype(np.float32)
+        full = np.broadcast_to(A, (T, V, V))
+        stack = jax.numpy.asarray(np.stack([A, A + 1]))  # two sweep points
+        for t in range(T):
+            for a in range(V):
+                np.testing.assert_array_equal(jax_engine._Tables.row(jax.numpy.asarray(A), t, a), full[t, a])
+                np.testing.assert_array_equal(_at(stack, 1, t, a), full[t, a] + 1)
+
+
 def test_stationary_instance_stays_compact_on_the_device(agrees):
     rng = np.random.default_rng(0)
     P, Q = rng.dirichlet(np.ones(300), size=300), rng.dirichlet(np.ones(300), size=300)
@@ -307,6 +409,20 @@ def test_chunks_get_their_own_keys(inst, method, monkeypatch, agrees):
     whole = simulate(inst, method, 20_000, key=4)  # numpy reference
     for name in ("rejections", "oracle_calls", "draft_calls", "accepted", "bonus"):
         _agree2(agrees, c, whole, name, f"{name}, chunked JAX vs numpy")
+
+
+@pytest.mark.parametrize("method", [SD(K=3), BatchSD(2), BlockVerification(2), Sprinter(0.8, 0.2), SpecDecPP(0.6)],
+                         ids=repr)
+def test_every_run_asked_for_is_simulated_once(inst, method, monkeypatch):
+    """However the runs split into chunks (CHUNK = 1000 here: one run, two chunks and a half), the counts and
+    sequences hold exactly ``n_runs`` runs, alone and in a sweep."""
+    monkeypatch.setattr(jax_engine, "CHUNK", 1000)
+    sweepable = method.slotwise or isinstance(method, SpecDecPP)
+    for n in (1, 2501):
+        c = simulate(inst, method, n, key=0, engine="jax", return_sequences=True)
+        assert c.n_runs == n and c.rejections.shape == c.bonus.shape == (n,) and c.sequences.shape == (n, inst.T + 1)
+        if sweepable:
+            assert [p.n_runs for p in simulate_sweep(inst, [method, method], n, key=0)] == [n, n]
 
 
 def test_sweep_points_get_independent_keys(inst, agrees):

@@ -56,8 +56,9 @@ def _ghost_slots(cap: int, T: int) -> int:
 
 
 def _at(A, point, t, a):
-    """``A[point, t, a]`` of a stack of compact ``(S, T', A', V)`` tables (``T' = 1`` or ``A' = 1`` broadcast)."""
-    return A[point, t if A.shape[1] > 1 else 0, a if A.shape[2] > 1 else 0]
+    """``A[point, t, a]`` of a stack of compact ``(S, T', A', V)`` tables: an axis of size 1 (``T' = 1`` or ``A' = 1``,
+    broadcast) is read at 0 whatever the index (``mode="clip"``)."""
+    return A.at[point, t, a].get(mode="clip")
 
 
 class _Pool(NamedTuple):
@@ -81,7 +82,7 @@ def _adaptive_position(stops, T: int, tables, point, t, state, u):
     _, jnp = _jax()
     prev, count, prod, bonus = state
     params = [p[point] for p in tables["params"]]
-    y = kernels.sample_cumulative(_at(tables["cP"], point, t, prev), u[:1])[0]
+    y = kernels.sample_cumulative(_at(tables["cP"], point, t, prev), u[0])
     ok = u[1] < _at(tables["accept"], point, t, prev)[y]
     cC = _at(tables["cC"], point, t, prev)
     correction = kernels.sample_cumulative(cC if cC.ndim == 1 else cC[y], u[2])
@@ -222,7 +223,7 @@ def _pooled(chunk, hint_key, n: int, G: int):
     C = 0 if G == 0 else min(_POOL_HINT.get(hint_key, n) if jax.config.jax_threefry_partitionable else n, n * G)
     while True:
         counts, per_position, seq, peak = chunk(C)
-        peak = int(np.max(peak))
+        peak = int(peak)
         if peak <= C:
             break
         if C >= n * G:  # a run never has more than G chains at once
