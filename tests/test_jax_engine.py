@@ -11,7 +11,8 @@ import pytest
 jax = pytest.importorskip("jax")
 
 from conftest import binomial_se  # noqa: E402
-from speculab.methods import SD, BatchSD, Biased, BlockVerification, Fuzzy, Method, SpecDecPP, Sprinter  # noqa: E402
+from speculab.methods import (SD, Autoregressive, BatchSD, Biased, BlockVerification, Fuzzy, Method,  # noqa: E402
+                              SpecDecPP, Sprinter)
 from speculab.sim import jax_engine, simulate  # noqa: E402
 from speculab.sim.jax_engine import simulate_sweep  # noqa: E402
 from speculab.theory import MarkovInstance  # noqa: E402
@@ -241,7 +242,11 @@ def test_bad_heads_are_refused_on_both_engines(inst, head, match, engine):
 
 
 def test_specdecpp_tables_over_the_budget_are_refused(inst, monkeypatch):
-    monkeypatch.setattr(jax_engine, "TABLE_BUDGET", inst.T * inst.V ** 2 - 1)
+    """Per-token tables (T' A' V² = T V³ entries on a full instance) run at a budget of exactly that and are refused
+    one entry below it."""
+    monkeypatch.setattr(jax_engine, "TABLE_BUDGET", inst.T * inst.V ** 3)
+    assert simulate(inst, SpecDecPP(0.5), 10, key=0, engine="jax").n_runs == 10
+    monkeypatch.setattr(jax_engine, "TABLE_BUDGET", inst.T * inst.V ** 3 - 1)
     with pytest.raises(ValueError, match="SpecDecPP from per-token tables, which would exceed TABLE_BUDGET"):
         simulate(inst, SpecDecPP(0.5), 10, key=0, engine="jax")
 
@@ -274,7 +279,7 @@ def test_jitted_and_eager_runs_agree(method):
     _same(jitted, eager)
 
 
-@pytest.mark.parametrize("method", [SD(K=2), Biased(0.1), Fuzzy(0.2, "tv"), BatchSD(3, K=2)], ids=repr)
+@pytest.mark.parametrize("method", [SD(K=2), Biased(0.1), Fuzzy(0.2, "tv"), BatchSD(2, K=2)], ids=repr)
 def test_tabulated_and_evaluated_slot_laws_agree_in_law(inst, method, monkeypatch, agrees):
     """Above TABLE_BUDGET the one-slot law is evaluated inside the scan: the same counts in law as the tables."""
     expected = method.expected(inst)
@@ -363,6 +368,7 @@ def test_sweep_over_the_specdecpp_threshold(inst, agrees):
         for name in SDPP_COUNTS:
             _agree2(agrees, b, a, name, f"{name}, {m}, sweep vs numpy")
     assert runs[0].draft_calls.mean() < runs[3].draft_calls.mean()
+    assert all(r.sequences is None for r in runs)  # a sweep keeps no sequences
 
 
 @pytest.mark.parametrize("methods, match", [
@@ -376,8 +382,21 @@ def test_sweeps_that_would_change_shapes_are_refused(inst, methods, match):
         simulate_sweep(inst, methods, 10, key=0)
 
 
+def test_sweeps_over_instances_that_do_not_stack_are_refused(inst):
+    """The points' instances stack only with the same T, V and storage; lists must pair up."""
+    for other in (MarkovInstance.random(inst.T + 1, inst.V, 0), MarkovInstance.random(inst.T, inst.V + 1, 0),
+                  MarkovInstance.stationary(inst.P[0], inst.Q[0], inst.T)):
+        with pytest.raises(ValueError, match="the instances of a sweep must have the same T, V and storage"):
+            simulate_sweep([inst, other], SD(), 10, key=0)
+    with pytest.raises(ValueError, match="inst must be a MarkovInstance or a list of them; got str"):
+        simulate_sweep([inst, "inst"], SD(), 10, key=0)
+    with pytest.raises(ValueError, match="lists of the same length; got 2 instances and 3 methods"):
+        simulate_sweep([inst, inst], [SD(), SD(K=2), SD(K=3)], 10, key=0)
+
+
 def test_sweep_is_sharded_over_several_devices():
-    """With two (virtual CPU) devices the sweep axis is split over them and gives the same counts."""
+    """With two (virtual CPU) devices the sweep axis is split over them and gives the same counts; a sweep of three
+    points, which does not divide, runs on the default device."""
     code = (
         "import jax, numpy as np\n"
         "from speculab.theory import MarkovInstance\n"
@@ -390,12 +409,16 @@ def test_sweep_is_sharded_over_several_devices():
         "r = simulate_sweep(inst, [Biased(e) for e in (0.0, 0.1, 0.2, 0.3)], 500, key=0)\n"
         "assert any(isinstance(s, jax.sharding.NamedSharding) and s.mesh.devices.size == 2 for s in seen), seen\n"
         "print(','.join(str(int(c.rejections.sum())) for c in r))\n"
+        "seen.clear()\n"
+        "r = simulate_sweep(inst, [Biased(e) for e in (0.0, 0.1, 0.2)], 500, key=0)\n"
+        "assert not any(isinstance(s, jax.sharding.NamedSharding) for s in seen), seen\n"
+        "print(','.join(str(int(c.rejections.sum())) for c in r))\n"
     )
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
     two = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     inst = MarkovInstance.random(6, 3, 0)
-    one = simulate_sweep(inst, [Biased(e) for e in (0.0, 0.1, 0.2, 0.3)], 500, key=0)
-    assert two.strip() == ",".join(str(int(c.rejections.sum())) for c in one)
+    one = [simulate_sweep(inst, [Biased(e) for e in eps], 500, key=0) for eps in ((0.0, 0.1, 0.2, 0.3), (0.0, 0.1, 0.2))]
+    assert two.split() == [",".join(str(int(c.rejections.sum())) for c in r) for r in one]
 
 
 @pytest.mark.parametrize("method", [SD(K=3), BatchSD(2), BlockVerification(2), Sprinter(0.8, 0.2), SpecDecPP(0.6)],
@@ -425,20 +448,62 @@ def test_every_run_asked_for_is_simulated_once(inst, method, monkeypatch):
             assert [p.n_runs for p in simulate_sweep(inst, [method, method], n, key=0)] == [n, n]
 
 
+@pytest.mark.parametrize("method, width, budget", [
+    (SD(K=3), 3, None), (BatchSD(2), 3, None), (BatchSD(2), 4, 0), (BlockVerification(2), 4, None),
+    (BatchSD(3, K=1), 3, None), (Autoregressive(), 3, None), (Sprinter(0.8, 0.2), 3, None),
+    (SpecDecPP(0.6), 3, None)], ids=lambda v: repr(v) if isinstance(v, Method) else str(v))
+def test_uniforms_per_position_are_those_a_run_draws(inst, method, width, budget, monkeypatch):
+    """The module docstring's count — 3 for a slotwise method read from its tables (the root's too), M + 2 when its
+    law is evaluated in the scan (tables over the budget), max(M L, 1) + 2 round by round, 3 for SPRINTER and
+    SpecDec++ — is the width of the uniforms each run draws per position (recorded while the chunk is traced) and
+    what ``uniforms_per_position`` reports."""
+    if budget is not None:
+        monkeypatch.setattr(jax_engine, "TABLE_BUDGET", budget)
+    n, widths, uniform = 37, set(), jax.random.uniform
+
+    def recording(key, shape=(), *args, **kwargs):
+        if len(shape) == 2 and shape[0] == n:
+            widths.add(shape[1])
+        return uniform(key, shape, *args, **kwargs)
+
+    monkeypatch.setattr(jax.random, "uniform", recording)
+    simulate(inst, method, n, key=0, engine="jax")
+    assert widths == {width} and jax_engine.uniforms_per_position(method, inst) == width
+
+
+def test_the_random_number_bound_is_uniforms_per_second_over_the_width(monkeypatch):
+    """``positions_per_second_bound(width)``: the uniforms JAX draws per second (the best of the repeats) over
+    ``width`` — on a clock where every timed draw takes 2 s, ``n / 2 / width``."""
+    import time
+
+    now = iter(np.arange(0.0, 100.0, 2.0))
+    monkeypatch.setattr(time, "perf_counter", lambda: float(next(now)))
+    assert jax_engine.positions_per_second_bound(4, n=1024, repeats=2) == 1024 / 2 / 4
+
+
+def test_simulate_jax_keeps_sequences_only_when_asked(inst):
+    assert jax_engine.simulate_jax(inst, SD(K=2), 10, key=0).sequences is None
+    assert jax_engine.simulate_jax(inst, SD(K=2), 10, key=0, return_sequences=True).sequences.shape == (10, inst.T + 1)
+
+
 def test_sweep_points_get_independent_keys(inst, agrees):
     a, b = simulate_sweep(inst, [Biased(0.1), Biased(0.1)], 4000, key=0)  # 3,700 see a 10 % error
     assert not np.array_equal(a.rejections, b.rejections)
     _agree2(agrees, a, b, "rejections", "rejections of two sweep points")
 
 
-def test_large_vocabularies_run_in_smaller_chunks():
+def test_large_vocabularies_run_in_smaller_chunks(monkeypatch):
     """Without tables a run evaluates rows of V inside the scan: the chunk shrinks so memory stays bounded."""
     big = MarkovInstance.context_free(np.full(20_000, 1 / 20_000), np.full(20_000, 1 / 20_000), T=3)
     assert jax_engine._chunk_runs(SD(), big, None) == jax_engine.SCAN_BUDGET // 20_000
     assert jax_engine._chunk_runs(BatchSD(4), big, None) == jax_engine.SCAN_BUDGET // 80_000
+    assert jax_engine._chunk_runs(BlockVerification(2), big, None) == jax_engine.SCAN_BUDGET // 60_000  # rows (L + 1) V
     assert jax_engine._chunk_runs(SD(), big, {"table": 1}) == jax_engine.CHUNK
+    assert jax_engine._chunk_runs(SD(), MarkovInstance.random(3, 4, 0), None) == jax_engine.CHUNK  # at most CHUNK
     c = simulate(big, SD(), 2000, key=0, engine="jax")  # p = q: nothing is ever rejected
     assert c.rejections.sum() == 0 and c.accepted.mean() == 3
+    monkeypatch.setattr(jax_engine, "SCAN_BUDGET", 10_000)  # one run's rows over the budget: one run at a time
+    assert jax_engine._chunk_runs(SD(), big, None) == 1
 
 
 def test_function_heads_and_verifiers_over_the_table_budget_are_refused(monkeypatch):
@@ -449,3 +514,5 @@ def test_function_heads_and_verifiers_over_the_table_budget_are_refused(monkeypa
         simulate(inst, SpecDecPP(0.5, head=head), 10, key=0, engine="jax")
     with pytest.raises(ValueError, match="TABLE_BUDGET"):
         simulate(inst, Sprinter(verifier=lambda t, prev, x: np.ones(x.shape)), 10, key=0, engine="jax")
+    monkeypatch.setattr(jax_engine, "TABLE_BUDGET", 3 * 320)  # SPRINTER's three (T, V, V) tables: exactly the budget
+    assert simulate(inst, Sprinter(verifier=lambda t, prev, x: np.ones(x.shape)), 10, key=0, engine="jax").n_runs == 10
