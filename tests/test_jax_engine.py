@@ -112,11 +112,8 @@ def test_specdecpp_drafting_past_rejections_is_all_counted(T, cap, engine):
     assert SD(K=cap).expected(disjoint).draft_calls == pytest.approx(c.draft_calls[0], abs=1e-9)
 
 
-@pytest.mark.parametrize("T, cap", [(10, 10), (12, 5), (6, 20), (6, 2), (6, 1)])
-def test_specdecpp_pool_bound_is_the_most_chains_a_run_holds(T, cap, monkeypatch):
-    """The pool's bound per run, G = min(cap, T) − 1 chains drafting past rejections at once, is reached: where every
-    draft is rejected and h = 1 each run holds exactly G (the peak the compiled chunk reports is n G; with cap = 2,
-    one), and with cap = 1 none, so no pool is compiled (C = 0)."""
+def _record_pool_chunks(monkeypatch) -> list:
+    """Record each call of SpecDec++'s compiled chunk as ``(C, peak)``: the pool's slots and the most chains it held."""
     from speculab.sim import jax_adaptive
 
     calls, compiled = [], jax_adaptive._adaptive_chunk_fn
@@ -132,6 +129,17 @@ def test_specdecpp_pool_bound_is_the_most_chains_a_run_holds(T, cap, monkeypatch
         return call
 
     monkeypatch.setattr(jax_adaptive, "_adaptive_chunk_fn", recording)
+    return calls
+
+
+@pytest.mark.parametrize("T, cap", [(10, 10), (12, 5), (6, 20), (6, 2), (6, 1)])
+def test_specdecpp_pool_bound_is_the_most_chains_a_run_holds(T, cap, monkeypatch):
+    """The pool's bound per run, G = min(cap, T) − 1 chains drafting past rejections at once, is reached: where every
+    draft is rejected and h = 1 each run holds exactly G (the peak the compiled chunk reports is n G; with cap = 2,
+    one), and with cap = 1 none, so no pool is compiled (C = 0)."""
+    from speculab.sim import jax_adaptive
+
+    calls = _record_pool_chunks(monkeypatch)
     monkeypatch.setattr(jax_adaptive, "_POOL_HINT", {})
     disjoint = MarkovInstance.context_free([0.5, 0.5, 0, 0], [0, 0, 0.5, 0.5], T)
     simulate(disjoint, SpecDecPP(1.0, cap=cap), 200, key=0, engine="jax")
@@ -206,15 +214,10 @@ def test_specdecpp_counts_do_not_depend_on_the_pool_size(inst, monkeypatch):
 
     from speculab.sim import jax_adaptive
 
-    sizes, compiled = [], jax_adaptive._adaptive_chunk_fn
-
-    def recording(stops, T, S, n, C, keep):
-        sizes.append(C)
-        return compiled(stops, T, S, n, C, keep)
-
     monkeypatch.setattr(jax_adaptive, "_POOL_HINT", OneSlot())
-    monkeypatch.setattr(jax_adaptive, "_adaptive_chunk_fn", recording)
+    calls = _record_pool_chunks(monkeypatch)
     _same(default, simulate(inst, method, 3000, key=4, engine="jax"))
+    sizes = [C for C, _ in calls]
     assert sizes[0] == 1 and len(sizes) >= 2 and sizes[-1] > 1
 
 

@@ -102,8 +102,9 @@ class _Tables:
 
     @staticmethod
     def row(A, t, a):
-        """``A[t, a]`` of a compact ``(T', A', V)`` stack (``T' = 1`` or ``A' = 1`` broadcast)."""
-        return A[t if A.shape[0] > 1 else 0, a if A.shape[1] > 1 else 0]
+        """``A[t, a]`` of a compact ``(T', A', V)`` stack: an axis of size 1 (``T' = 1`` or ``A' = 1``, broadcast) is
+        read at 0 whatever the index (``mode="clip"``)."""
+        return A.at[t, a].get(mode="clip")
 
 
 # -- slotwise methods: position by position --------------------------------------------------------------
@@ -168,7 +169,7 @@ def _slot_position(method: Method, k, M, rows: int, bonus_possible: bool, T: int
     prev, slot = state
     row = _Tables.row
     if tables is not None:
-        x0 = kernels.sample_cumulative(row(tables["cP"], t, prev), u[:1])[0]
+        x0 = kernels.sample_cumulative(row(tables["cP"], t, prev), u[0])
         ok = u[-2] < row(tables["accept"], t, prev)[x0]
         cC = row(tables["cC"], t, prev)
         token = kernels.sample_cumulative(cC if cC.ndim == 1 else cC[x0], u[-1])
@@ -232,7 +233,7 @@ def _decided_position(P, Q, tables, t, state, u):
     _, jnp = _jax()
     prev = state
     row = _Tables.row
-    x = kernels.sample_cumulative(row(tables["cP"], t, prev), u[:1])[0]
+    x = kernels.sample_cumulative(row(tables["cP"], t, prev), u[0])
     free, called = row(tables["free"], t, prev)[x], row(tables["called"], t, prev)[x]
     corrected = u[1] >= free + called
     call = u[1] >= free
