@@ -64,6 +64,36 @@ def test_methods_without_a_law_the_engine_reads_are_refused_with_the_reason(inst
         simulate(inst, Opaque(), 10, key=0, engine="jax")
 
 
+class _AvoidsTheDraft(SD):
+    """Not Algorithm 2: after a refusal it weighs the refused draft twice in the correction, which then depends on
+    the draft — what :attr:`~speculab.methods.Method.slotwise` rules out."""
+
+    def round_law(self, p, q, x, *, bonus):
+        import jax.numpy as jnp
+
+        law = super().round_law(p, q, x, bonus=bonus)
+        w, L = law.correction, x.shape[-1]
+        twice = 1.0 + (jnp.arange(w.shape[-1]) == x[..., None])  # (..., M, L, V)
+        return law._replace(correction=jnp.concatenate([w[..., :L, :] * twice, w[..., L:, :]], axis=-2))
+
+
+class _VerifiedByAvoidsTheDraft(SpecDecPP):
+    def adaptive_drafting(self, inst):
+        return super().adaptive_drafting(inst)._replace(verifier=_AvoidsTheDraft())
+
+
+def test_a_slotwise_method_whose_correction_depends_on_the_draft_is_refused(inst):
+    """The engine tabulates one correction per position and context; a slotwise method whose correction depends
+    on the refused draft breaks the contract and is refused — alone, in a sweep and as a verifier."""
+    match = "_AvoidsTheDraft is slotwise but its correction after a refused draft depends on the draft"
+    with pytest.raises(ValueError, match=match):
+        simulate(inst, _AvoidsTheDraft(K=2), 10, key=0, engine="jax")
+    with pytest.raises(ValueError, match=match):
+        simulate_sweep(inst, [_AvoidsTheDraft(K=1), _AvoidsTheDraft(K=2)], 10, key=0)
+    with pytest.raises(ValueError, match=match):
+        simulate(inst, _VerifiedByAvoidsTheDraft(0.5), 10, key=0, engine="jax")
+
+
 def _agree2(agrees, a, b, name, what):
     """Two-sample agreement of the mean of count ``name`` of simulation ``a`` with that of the reference ``b``
     (standard errors in quadrature; the power is against a 10 % error of the reference's mean)."""
@@ -271,6 +301,17 @@ def test_sprinter_with_a_verifier_function_runs_from_its_position_law(inst, agre
     for name in ("rejections", "oracle_calls", "accepted"):
         agrees(c.estimate(name), e.get(name), name)
     np.testing.assert_array_equal(c.verifier_calls, inst.T)
+
+
+@pytest.mark.parametrize("engine", ["numpy", "jax"])
+def test_sprinter_corrects_only_at_a_position_it_called_the_target(engine):
+    """A correction is the target's token: with one position, a run that is corrected made the call. The expected
+    counts cannot tell a correction drawn without a call (an independent uniform for the call), this can."""
+    one = MarkovInstance.random(1, 4, 0, concentration=0.7)
+    c = simulate(one, Sprinter(0.8, 0.2), 5000, key=0, engine=engine)
+    assert (c.rejections <= c.oracle_calls).all()
+    assert c.rejections.sum() > 100 and (c.oracle_calls > c.rejections).sum() > 100  # both outcomes of a call occur
+    assert (c.oracle_calls == 0).sum() > 100  # and passes without one
 
 
 @pytest.mark.parametrize("method", [SD(K=2), BatchSD(2, K=2), BlockVerification(2)], ids=repr)

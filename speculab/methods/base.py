@@ -302,7 +302,8 @@ class Method(ABC):
     drafting: ClassVar[bool] = True
     #: Whether a round is verified one slot at a time: the root by the law of a one-slot round over
     #: the ``M`` rows, every later slot by that of a one-slot round on the followed row, so an engine may
-    #: advance position by position and draw each draft only when it is verified (Algorithm 2's family).
+    #: advance position by position and draw each draft only when it is verified (Algorithm 2's family: after
+    #: a refusal the correction is the rule's rejection law at the slot, whatever the refused draft).
     slotwise: ClassVar[bool] = False
 
     # -- what the method is -------------------------------------------------------------

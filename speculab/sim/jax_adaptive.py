@@ -41,7 +41,6 @@ def _adaptive_tables(methods: list, insts: list, P_Q: list):
         tables["score"] = jnp.asarray(compact(r.score), dtype=P.dtype)
         tables["params"] = tuple(jnp.asarray(v, dtype=P.dtype) for v in r.params)
         points.append(tables)
-    engine._harmonise_corrections(points, insts[0].V)
     score_shape = jnp.broadcast_shapes(*(p["score"].shape for p in points))  # compact and full heads together
     for p in points:
         p["score"] = jnp.broadcast_to(p["score"], score_shape)
@@ -84,8 +83,7 @@ def _adaptive_position(stops, T: int, tables, point, t, state, u):
     params = [p[point] for p in tables["params"]]
     y = kernels.sample_cumulative(_at(tables["cP"], point, t, prev), u[0])
     ok = u[1] < _at(tables["accept"], point, t, prev)[y]
-    cC = _at(tables["cC"], point, t, prev)
-    correction = kernels.sample_cumulative(cC if cC.ndim == 1 else cC[y], u[2])
+    correction = kernels.sample_cumulative(_at(tables["cC"], point, t, prev), u[2])
     count, prod = count + 1, prod * _at(tables["score"], point, t, prev)[y]
     stop = stops(prod, count, t, T, *params)
     x = jnp.where(bonus, kernels.sample_cumulative(_at(tables["cQ"], point, t, prev), u[0]),

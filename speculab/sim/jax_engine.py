@@ -118,9 +118,8 @@ def _slot_tables(method: Method, P, Q, root: bool | None = None) -> dict:
 
     Returns the cumulative rows of the draft (``cP``) and of the target (``cQ``, for
     bonus tokens), the probability that drafting ``x`` is accepted (``accept``,
-    ``(T', A', V)``) and the cumulative correction weights after refusing ``x``
-    (``cC``: ``(T', A', V, V)``, or ``(T', A', V)`` when they do not depend on ``x``,
-    as for every rule of Algorithm 2) — read off
+    ``(T', A', V)``) and the cumulative correction weights after a refusal
+    (``cC``, ``(T', A', V)``: a slotwise method's do not depend on the refused draft) — read off
     :meth:`~speculab.methods.Method.round_law` of a one-slot, one-row round, so the
     tables are the method's own rule, evaluated once instead of at every position.
 
@@ -140,9 +139,11 @@ def _slot_tables(method: Method, P, Q, root: bool | None = None) -> dict:
     p = jnp.broadcast_to(P[..., None, None, None, :], (*shape[:-1], V, 1, 1, V))
     q = jnp.broadcast_to(Q[..., None, None, None, :], (*shape[:-1], V, 1, 2, V))
     law = method.round_law(p, q, x, bonus=False)
-    cC = jnp.cumsum(law.correction[..., 0, 0, :], axis=-1)  # (T', A', V, V)
-    if bool(jnp.all(cC == cC[..., :1, :])):  # decided on the values, outside jit
-        cC = cC[..., 0, :]
+    cC = jnp.cumsum(law.correction[..., 0, 0, :], axis=-1)  # (T', A', V, V): one row per refused draft
+    if not bool(jnp.all(cC == cC[..., :1, :])):  # decided on the values, outside jit
+        raise ValueError(f"{type(method).__name__} is slotwise but its correction after a refused draft depends on "
+                         "the draft; a slotwise method's must not (Method.slotwise: Algorithm 2's rule)")
+    cC = cC[..., 0, :]
     tables = {"cP": jnp.cumsum(P, axis=-1), "cQ": jnp.cumsum(Q, axis=-1), "accept": law.outcome[..., 0, 1], "cC": cC}
     root_law = method.root_outcome(P, Q) if (method.rows > 1 if root is None else root) else None
     if root_law is not None:
@@ -171,21 +172,20 @@ def _slot_position(method: Method, k, M, rows: int, bonus_possible: bool, T: int
     if tables is not None:
         x0 = kernels.sample_cumulative(row(tables["cP"], t, prev), u[0])
         ok = u[-2] < row(tables["accept"], t, prev)[x0]
-        cC = row(tables["cC"], t, prev)
-        token = kernels.sample_cumulative(cC if cC.ndim == 1 else cC[x0], u[-1])
+        token = kernels.sample_cumulative(row(tables["cC"], t, prev), u[-1])
         x = jnp.where(ok, x0, token)
     else:
         p, q = row(P, t, prev), row(Q, t, prev)
         x, ok = _decide(method, p, q, kernels.sample_index(p, u[:1]), u[-2], u[-1])
-    if rows > 1 and tables is not None and "root_cJ" in tables:  # the root's outcome, tabulated (its own uniform)
-        j = kernels.sample_cumulative(row(tables["root_cJ"], t, prev), u[-2])
-        V = P.shape[-1]
-        ok_root, x_root = j < V, jnp.where(j < V, j, j - V)
-    elif rows > 1:  # the root: a one-slot round over the M rows
-        p, q = row(P, t, prev), row(Q, t, prev)
-        drafts = kernels.sample_index(jnp.broadcast_to(p, (rows, p.shape[-1])), u[:rows])
-        x_root, ok_root = _decide(method, p, q, drafts, u[-2], u[-1])
-    if rows > 1:
+    if rows > 1:  # the root
+        if tables is not None and "root_cJ" in tables:  # its outcome, tabulated (its own uniform)
+            j = kernels.sample_cumulative(row(tables["root_cJ"], t, prev), u[-2])
+            V = P.shape[-1]
+            ok_root, x_root = j < V, jnp.where(j < V, j, j - V)
+        else:  # a one-slot round over the M rows
+            p, q = row(P, t, prev), row(Q, t, prev)
+            drafts = kernels.sample_index(jnp.broadcast_to(p, (rows, p.shape[-1])), u[:rows])
+            x_root, ok_root = _decide(method, p, q, drafts, u[-2], u[-1])
         at_root = slot == 0
         x, ok = jnp.where(at_root, x_root, x), jnp.where(at_root, ok_root, ok)
     kind = jnp.where(ok, DRAFT, CORRECTION)
@@ -490,7 +490,6 @@ def simulate_sweep(inst, methods, n_runs: int, key) -> list[Counts]:
         return _simulate_adaptive(methods, insts, tables, n_runs, key, False)
     rows = max(m.rows for m in methods)
     slot = [_slot_tables(m, *t.arrays[:2], root=rows > 1) for m, t in zip(methods, tables)]
-    _harmonise_corrections(slot, insts[0].V)
     for m, s in zip(methods, slot):
         if rows > 1 and "root_cJ" not in s:
             raise ValueError(f"a sweep over draft rows needs the root as tables (Method.root_outcome); "
@@ -515,15 +514,6 @@ def simulate_sweep(inst, methods, n_runs: int, key) -> list[Counts]:
             runs[s].append(_counts(np.asarray(counts[s], dtype=np.int64), np.asarray(per_position[s]), None,
                                    insts[0].T))
     return [r[0] if len(r) == 1 else Counts.concatenate(r) for r in runs]
-
-
-def _harmonise_corrections(points: list, V: int) -> None:
-    """Where some points' corrections depend on the drafted token, give every point the full ``(…, V, V)`` form."""
-    _, jnp = _jax()
-    if len({p["cC"].ndim for p in points}) > 1:
-        for p in points:
-            if p["cC"].ndim == 3:
-                p["cC"] = jnp.broadcast_to(p["cC"][..., None, :], (*p["cC"].shape[:-1], V, V))
 
 
 @lru_cache(maxsize=16)
