@@ -323,7 +323,16 @@ def test_jitted_and_eager_runs_agree(method):
     _same(jitted, eager)
 
 
-@pytest.mark.parametrize("method", [SD(K=2), Biased(0.1), Fuzzy(0.2, "tv"), BatchSD(2, K=2)], ids=repr)
+class _BatchWithoutRootTable(BatchSD):
+    """Batch SD without :meth:`~speculab.methods.Method.root_outcome`: its later slots from tables, its root's
+    one-slot round over the M rows evaluated in the scan (``M + 2`` uniforms)."""
+
+    def root_outcome(self, P, Q):
+        return None
+
+
+@pytest.mark.parametrize("method", [SD(K=2), Biased(0.1), Fuzzy(0.2, "tv"), BatchSD(2, K=2),
+                                    _BatchWithoutRootTable(2, K=2)], ids=repr)
 def test_tabulated_and_evaluated_slot_laws_agree_in_law(inst, method, monkeypatch, agrees):
     """Above TABLE_BUDGET the one-slot law is evaluated inside the scan: the same counts in law as the tables."""
     expected = method.expected(inst)
@@ -342,6 +351,39 @@ def test_sequences_are_the_runs_tokens(inst, agrees):
     law = np.bincount(c.sequences[:, 1], minlength=inst.V) / n  # x_1 ~ Σ_a ρ(a) Q[0, a] (SD is unbiased)
     target = inst.rho @ inst.Q[0]
     agrees(law, target, "law of x_1", se=binomial_se(target, n))
+
+
+@pytest.mark.parametrize("method", [SD(K=2), BatchSD(2, K=2)], ids=repr)
+@pytest.mark.parametrize("budget", [None, 0], ids=["tabulated", "evaluated"])
+def test_a_correction_is_drawn_with_its_own_uniform(method, budget, monkeypatch, agrees):
+    """p = (0.6, 0.2, 0.2, 0), q = (0.2, 0.2, 0.3, 0.3): refusing x = 0 (SD accepts it with probability 1/3) leaves
+    the residual (0, 0, 0.1, 0.3)/0.4. A correction drawn with the uniform that decided the refusal (u < 2/3) would
+    be token 2 with probability 0.375 instead of 0.25, so x_1 = 2 with probability 0.35 instead of q's 0.3 —
+    tabulated, and evaluated in the scan (batch SD's root too)."""
+    if budget is not None:
+        monkeypatch.setattr(jax_engine, "TABLE_BUDGET", budget)
+    free = MarkovInstance.context_free([0.6, 0.2, 0.2, 0.0], [0.2, 0.2, 0.3, 0.3], T=2)
+    n = 16_000  # against a 10 % error, 12,000 runs have power 0.985 only (q's entries of 0.2)
+    c = simulate(free, method, n, key=0, engine="jax", return_sequences=True)
+    target = free.Q[0, 0]  # both methods are unbiased
+    for t in (1, 2):
+        agrees(np.bincount(c.sequences[:, t], minlength=4) / n, target, f"law of x_{t}", se=binomial_se(target, n))
+
+
+def test_batch_sd_runs_on_a_context_free_instance(agrees):
+    """A context-free instance's compact kernels have one context row, so the vocabulary is their last axis, not
+    their second — which the root's tabulated outcome (``2V`` entries: accept ``x``, or refuse and output ``y``)
+    must split at."""
+    rng = np.random.default_rng(0)
+    free = MarkovInstance.context_free(rng.dirichlet(np.ones(4)), rng.dirichlet(np.ones(4)), T=6)
+    method = BatchSD(2, K=2)
+    c = simulate(free, method, 20_000, key=0, engine="jax", return_sequences=True)
+    e = method.expected(free)
+    for name in ("rejections", "accepted", "bonus"):
+        agrees(c.estimate(name), e.get(name), name)
+    target = free.Q[0, 0]  # batch SD is unbiased: every token is q's
+    agrees(np.bincount(c.sequences[:, 1], minlength=4) / c.n_runs, target, "law of x_1",
+           se=binomial_se(target, c.n_runs))
 
 
 @pytest.mark.parametrize("layout", [(True, True), (True, False), (False, True), (False, False)],
@@ -420,6 +462,7 @@ def test_sweep_over_the_specdecpp_threshold(inst, agrees):
     ([BlockVerification(2)], "BlockVerification is neither"),
     ([SpecDecPP(0.5), SD()], "parameters of one method; got SpecDecPP"),
     ([], "give one instance or one method"),
+    ([_BatchWithoutRootTable(2, K=1), _BatchWithoutRootTable(2, K=2)], "needs the root as tables"),
 ])
 def test_sweeps_that_would_change_shapes_are_refused(inst, methods, match):
     with pytest.raises(ValueError, match=match):
@@ -481,11 +524,11 @@ def test_chunks_get_their_own_keys(inst, method, monkeypatch, agrees):
 @pytest.mark.parametrize("method", [SD(K=3), BatchSD(2), BlockVerification(2), Sprinter(0.8, 0.2), SpecDecPP(0.6)],
                          ids=repr)
 def test_every_run_asked_for_is_simulated_once(inst, method, monkeypatch):
-    """However the runs split into chunks (CHUNK = 1000 here: one run, two chunks and a half), the counts and
-    sequences hold exactly ``n_runs`` runs, alone and in a sweep."""
+    """However the runs split into chunks (CHUNK = 1000 here: one run, two chunks, two chunks and a half), the
+    counts and sequences hold exactly ``n_runs`` runs, alone and in a sweep."""
     monkeypatch.setattr(jax_engine, "CHUNK", 1000)
     sweepable = method.slotwise or isinstance(method, SpecDecPP)
-    for n in (1, 2501):
+    for n in (1, 2000, 2501):
         c = simulate(inst, method, n, key=0, engine="jax", return_sequences=True)
         assert c.n_runs == n and c.rejections.shape == c.bonus.shape == (n,) and c.sequences.shape == (n, inst.T + 1)
         if sweepable:
@@ -493,7 +536,8 @@ def test_every_run_asked_for_is_simulated_once(inst, method, monkeypatch):
 
 
 @pytest.mark.parametrize("method, width, budget", [
-    (SD(K=3), 3, None), (BatchSD(2), 3, None), (BatchSD(2), 4, 0), (BlockVerification(2), 4, None),
+    (SD(K=3), 3, None), (BatchSD(2), 3, None), (BatchSD(2), 4, 0), (_BatchWithoutRootTable(2), 4, None),
+    (BlockVerification(2), 4, None),
     (BatchSD(3, K=1), 3, None), (Autoregressive(), 3, None), (Sprinter(0.8, 0.2), 3, None),
     (SpecDecPP(0.6), 3, None)], ids=lambda v: repr(v) if isinstance(v, Method) else str(v))
 def test_uniforms_per_position_are_those_a_run_draws(inst, method, width, budget, monkeypatch):
@@ -517,10 +561,10 @@ def test_uniforms_per_position_are_those_a_run_draws(inst, method, width, budget
 
 def test_the_random_number_bound_is_uniforms_per_second_over_the_width(monkeypatch):
     """``positions_per_second_bound(width)``: the uniforms JAX draws per second (the best of the repeats) over
-    ``width`` — on a clock where every timed draw takes 2 s, ``n / 2 / width``."""
+    ``width`` — on a clock where the timed draws take 5 s then 2 s, ``n / 2 / width``."""
     import time
 
-    now = iter(np.arange(0.0, 100.0, 2.0))
+    now = iter([0.0, 5.0, 10.0, 12.0])
     monkeypatch.setattr(time, "perf_counter", lambda: float(next(now)))
     assert jax_engine.positions_per_second_bound(4, n=1024, repeats=2) == 1024 / 2 / 4
 
