@@ -359,7 +359,8 @@ def test_a_correction_is_drawn_with_its_own_uniform(method, budget, monkeypatch,
     """p = (0.6, 0.2, 0.2, 0), q = (0.2, 0.2, 0.3, 0.3): refusing x = 0 (SD accepts it with probability 1/3) leaves
     the residual (0, 0, 0.1, 0.3)/0.4. A correction drawn with the uniform that decided the refusal (u < 2/3) would
     be token 2 with probability 0.375 instead of 0.25, so x_1 = 2 with probability 0.35 instead of q's 0.3 —
-    tabulated, and evaluated in the scan (batch SD's root too)."""
+    tabulated, and evaluated in the scan. Batch SD runs here too, but this instance does not test its evaluated
+    root's uniform: after both rows are refused its residual does not tell the two uniforms apart."""
     if budget is not None:
         monkeypatch.setattr(jax_engine, "TABLE_BUDGET", budget)
     free = MarkovInstance.context_free([0.6, 0.2, 0.2, 0.0], [0.2, 0.2, 0.3, 0.3], T=2)
