@@ -101,6 +101,12 @@ def _agree2(agrees, a, b, name, what):
     agrees(x.mean, y.mean, what, se=np.hypot(x.se, y.se))
 
 
+def _token_law_agrees(agrees, c, t: int, target):
+    """The law of the token at sequence column ``t`` of simulation ``c`` against ``target`` (binomial errors)."""
+    law = np.bincount(c.sequences[:, t], minlength=len(target)) / c.n_runs
+    agrees(law, target, f"law of x_{t}", se=binomial_se(target, c.n_runs))
+
+
 SDPP_COUNTS = ("rejections", "oracle_calls", "draft_calls", "accepted", "bonus")
 
 
@@ -348,9 +354,7 @@ def test_sequences_are_the_runs_tokens(inst, agrees):
     n = 12_000  # a 10 % error of the law of x_1 needs 9,800 runs
     c = simulate(inst, SD(K=2), n, key=0, engine="jax", return_sequences=True)
     assert c.sequences.shape == (n, inst.T + 1) and c.sequences.min() >= 0 and c.sequences.max() < inst.V
-    law = np.bincount(c.sequences[:, 1], minlength=inst.V) / n  # x_1 ~ Σ_a ρ(a) Q[0, a] (SD is unbiased)
-    target = inst.rho @ inst.Q[0]
-    agrees(law, target, "law of x_1", se=binomial_se(target, n))
+    _token_law_agrees(agrees, c, 1, inst.rho @ inst.Q[0])  # x_1 ~ Σ_a ρ(a) Q[0, a] (SD is unbiased)
 
 
 @pytest.mark.parametrize("method", [SD(K=2), BatchSD(2, K=2)], ids=repr)
@@ -368,7 +372,7 @@ def test_a_correction_is_drawn_with_its_own_uniform(method, budget, monkeypatch,
     c = simulate(free, method, n, key=0, engine="jax", return_sequences=True)
     target = free.Q[0, 0]  # both methods are unbiased
     for t in (1, 2):
-        agrees(np.bincount(c.sequences[:, t], minlength=4) / n, target, f"law of x_{t}", se=binomial_se(target, n))
+        _token_law_agrees(agrees, c, t, target)
 
 
 def test_batch_sd_runs_on_a_context_free_instance(agrees):
@@ -382,9 +386,7 @@ def test_batch_sd_runs_on_a_context_free_instance(agrees):
     e = method.expected(free)
     for name in ("rejections", "accepted", "bonus"):
         agrees(c.estimate(name), e.get(name), name)
-    target = free.Q[0, 0]  # batch SD is unbiased: every token is q's
-    agrees(np.bincount(c.sequences[:, 1], minlength=4) / c.n_runs, target, "law of x_1",
-           se=binomial_se(target, c.n_runs))
+    _token_law_agrees(agrees, c, 1, free.Q[0, 0])  # batch SD is unbiased: every token is q's
 
 
 @pytest.mark.parametrize("layout", [(True, True), (True, False), (False, True), (False, False)],
