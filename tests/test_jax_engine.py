@@ -357,17 +357,25 @@ def test_sequences_are_the_runs_tokens(inst, agrees):
     _token_law_agrees(agrees, c, 1, inst.rho @ inst.Q[0])  # x_1 ~ Σ_a ρ(a) Q[0, a] (SD is unbiased)
 
 
-@pytest.mark.parametrize("method", [SD(K=2), BatchSD(2, K=2)], ids=repr)
+@pytest.mark.parametrize("method, p, q", [
+    (SD(K=2), [0.6, 0.2, 0.2, 0.0], [0.2, 0.2, 0.3, 0.3]),
+    (BatchSD(2, K=2), [0.7, 0.1, 0.1, 0.1], [0.1, 0.3, 0.3, 0.3]),
+], ids=["SD", "BatchSD"])
 @pytest.mark.parametrize("budget", [None, 0], ids=["tabulated", "evaluated"])
-def test_a_correction_is_drawn_with_its_own_uniform(method, budget, monkeypatch, agrees):
-    """p = (0.6, 0.2, 0.2, 0), q = (0.2, 0.2, 0.3, 0.3): refusing x = 0 (SD accepts it with probability 1/3) leaves
-    the residual (0, 0, 0.1, 0.3)/0.4. A correction drawn with the uniform that decided the refusal (u < 2/3) would
-    be token 2 with probability 0.375 instead of 0.25, so x_1 = 2 with probability 0.35 instead of q's 0.3 —
-    tabulated, and evaluated in the scan. Batch SD runs here too, but this instance does not test its evaluated
-    root's uniform: after both rows are refused its residual does not tell the two uniforms apart."""
+def test_a_correction_is_drawn_with_its_own_uniform(method, p, q, budget, monkeypatch, agrees):
+    """A correction drawn with the uniform that decided the refusal is drawn from part of [0, 1) only, which moves
+    the law of the token whenever the residual spreads over several tokens — tabulated, and evaluated in the scan.
+
+    SD: p = (0.6, 0.2, 0.2, 0), q = (0.2, 0.2, 0.3, 0.3); refusing x = 0 (SD accepts it with probability 1/3) leaves
+    the residual (0, 0, 0.1, 0.3)/0.4, and with the refusal's uniform (u < 2/3) the correction is token 2 with
+    probability 0.375 instead of 0.25, so x_1 = 2 with probability 0.35 instead of q's 0.3. Batch SD's root: on
+    p = (0.7, 0.1, 0.1, 0.1), q = (0.1, 0.3, 0.3, 0.3) the root refuses only two drafts of 0 (probability 0.42),
+    leaving the residual (0, 1, 1, 1)/3, and with the refusal's uniform (u < 6/7) x_1 = 3 with probability
+    0.16 + 0.42 · 2/9 = 0.253 instead of 0.3. (On SD's instance batch SD's residual after both rows is almost all
+    token 3, which no uniform can move.)"""
     if budget is not None:
         monkeypatch.setattr(jax_engine, "TABLE_BUDGET", budget)
-    free = MarkovInstance.context_free([0.6, 0.2, 0.2, 0.0], [0.2, 0.2, 0.3, 0.3], T=2)
+    free = MarkovInstance.context_free(p, q, T=2)
     n = 16_000  # against a 10 % error, 12,000 runs have power 0.985 only (q's entries of 0.2)
     c = simulate(free, method, n, key=0, engine="jax", return_sequences=True)
     target = free.Q[0, 0]  # both methods are unbiased
