@@ -360,7 +360,8 @@ def test_sequences_are_the_runs_tokens(inst, agrees):
 @pytest.mark.parametrize("method, p, q", [
     (SD(K=2), [0.6, 0.2, 0.2, 0.0], [0.2, 0.2, 0.3, 0.3]),
     (BatchSD(2, K=2), [0.7, 0.1, 0.1, 0.1], [0.1, 0.3, 0.3, 0.3]),
-], ids=["SD", "BatchSD"])
+    (BatchSD(3, K=2), [0.7, 0.1, 0.1, 0.1], [0.1, 0.3, 0.3, 0.3]),
+], ids=["SD", "BatchSD", "BatchSD, M = 3"])
 @pytest.mark.parametrize("budget", [None, 0], ids=["tabulated", "evaluated"])
 def test_a_correction_is_drawn_with_its_own_uniform(method, p, q, budget, monkeypatch, agrees):
     """A correction drawn with the uniform that decided the refusal is drawn from part of [0, 1) only, which moves
@@ -372,7 +373,9 @@ def test_a_correction_is_drawn_with_its_own_uniform(method, p, q, budget, monkey
     p = (0.7, 0.1, 0.1, 0.1), q = (0.1, 0.3, 0.3, 0.3) the root refuses only two drafts of 0 (probability 0.42),
     leaving the residual (0, 1, 1, 1)/3, and with the refusal's uniform (u < 6/7) x_1 = 3 with probability
     0.16 + 0.42 · 2/9 = 0.253 instead of 0.3. (On SD's instance batch SD's residual after both rows is almost all
-    token 3, which no uniform can move.)"""
+    token 3, which no uniform can move.) With three rows the root's outcome must not reuse a draft's uniform either:
+    drawn with the third draft's (``u[2]``, which with two rows is the outcome's own), x_1 = 0 had frequency 0.03
+    instead of 0.1 in 16,000 runs."""
     if budget is not None:
         monkeypatch.setattr(jax_engine, "TABLE_BUDGET", budget)
     free = MarkovInstance.context_free(p, q, T=2)
