@@ -446,6 +446,12 @@ def test_sweep_over_a_stack_of_instances(inst, agrees):
         agrees(c.estimate("oracle_calls"), SD(K=2).expected(i).oracle_calls, f"oracle calls, instance {s}")
 
 
+def test_a_sweep_of_one_point(inst, agrees):
+    """One method on one instance is a sweep of one point: a list of one ``Counts``, the method's."""
+    (c,) = simulate_sweep(inst, SD(K=2), 20_000, key=3)
+    agrees(c.estimate("oracle_calls"), SD(K=2).expected(inst).oracle_calls, "oracle calls")
+
+
 @pytest.mark.parametrize("methods", [
     [SD(K=1), SD(K=2), SD(K=5), SD()],
     [BatchSD(1), BatchSD(2, K=3), BatchSD(4), BatchSD(3, K=1)],
