@@ -361,25 +361,27 @@ def test_sequences_are_the_runs_tokens(inst, agrees):
     (SD(K=2), [0.6, 0.2, 0.2, 0.0], [0.2, 0.2, 0.3, 0.3]),
     (BatchSD(2, K=2), [0.7, 0.1, 0.1, 0.1], [0.1, 0.3, 0.3, 0.3]),
     (BatchSD(3, K=2), [0.7, 0.1, 0.1, 0.1], [0.1, 0.3, 0.3, 0.3]),
-], ids=["SD", "BatchSD", "BatchSD, M = 3"])
+], ids=["SD", "BatchSD, M = 2", "BatchSD, M = 3"])
 @pytest.mark.parametrize("budget", [None, 0], ids=["tabulated", "evaluated"])
 def test_a_correction_is_drawn_with_its_own_uniform(method, p, q, budget, monkeypatch, agrees):
     """A correction drawn with the uniform that decided the refusal is drawn from part of [0, 1) only, which moves
     the law of the token whenever the residual spreads over several tokens — tabulated, and evaluated in the scan.
 
-    SD: p = (0.6, 0.2, 0.2, 0), q = (0.2, 0.2, 0.3, 0.3); refusing x = 0 (SD accepts it with probability 1/3) leaves
-    the residual (0, 0, 0.1, 0.3)/0.4, and with the refusal's uniform (u < 2/3) the correction is token 2 with
-    probability 0.375 instead of 0.25, so x_1 = 2 with probability 0.35 instead of q's 0.3. Batch SD's root: on
-    p = (0.7, 0.1, 0.1, 0.1), q = (0.1, 0.3, 0.3, 0.3) the root refuses only two drafts of 0 (probability 0.42),
-    leaving the residual (0, 1, 1, 1)/3, and with the refusal's uniform (u < 6/7) x_1 = 3 with probability
-    0.16 + 0.42 · 2/9 = 0.253 instead of 0.3. (On SD's instance batch SD's residual after both rows is almost all
-    token 3, which no uniform can move.) With three rows the root's outcome must not reuse a draft's uniform either:
-    drawn with the third draft's (``u[2]``, which with two rows is the outcome's own), x_1 = 0 had frequency 0.03
-    instead of 0.1 in 16,000 runs."""
+    SD: p = (0.6, 0.2, 0.2, 0), q = (0.2, 0.2, 0.3, 0.3); refusing x = 0 (accepted with probability 1/3) leaves the
+    residual (0, 0, 0.1, 0.3)/0.4. Drawn with the refusal's uniform, the correction is token 2 with probability
+    0.375 instead of 0.25 where the refusal is u < 2/3 (evaluated: ``sample_round`` puts it first) and never where
+    it is u ≥ 1/3 (tabulated), so P(x_1 = 2) is 0.35 or 0.2 instead of q's 0.3. Batch SD's evaluated root: on
+    p = (0.7, 0.1, 0.1, 0.1), q = (0.1, 0.3, 0.3, 0.3) it refuses only where both drafts are 0 and the first is
+    refused (0.7 · 6/7 · 0.7 = 0.42), leaving the residual (0, 1, 1, 1)/3; drawn with the refusal's uniform
+    (u < 6/7), P(x_1 = 3) = 0.16 + 0.42 · 2/9 = 0.253 instead of 0.3 (0.16: token 3 accepted as a draft). On SD's
+    instance batch SD's residual after both rows is (0, 0, 1/16, 15/16), where the same mistake moves P(x_1 = 2)
+    by 0.01 only, under this test's bound. With three rows the root's outcome must not reuse a draft's uniform
+    either: drawn with the third draft's (``u[2]``, which with two rows is the outcome's own), x_1 = 0 had
+    frequency 0.030 instead of 0.1 in 16,000 runs."""
     if budget is not None:
         monkeypatch.setattr(jax_engine, "TABLE_BUDGET", budget)
     free = MarkovInstance.context_free(p, q, T=2)
-    n = 16_000  # against a 10 % error, 12,000 runs have power 0.985 only (q's entries of 0.2)
+    n = 16_000  # against a 10 % error, 12,000 runs have power 0.985 only (SD's instance: q's entries of 0.2)
     c = simulate(free, method, n, key=0, engine="jax", return_sequences=True)
     target = free.Q[0, 0]  # both methods are unbiased
     for t in (1, 2):
