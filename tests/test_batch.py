@@ -469,3 +469,26 @@ def test_the_profiles_improvement_is_t1_minus_t3():
                                atol=1e-15)
     assert t3.improvement == pytest.approx(t1.rejections - t3.rejections, abs=1e-14) and t3.improvement > 0.01
     assert np.all(t3.improvement_per_position >= -1e-15)
+
+
+def test_the_jumps_have_two_passes_per_token_and_then_refuse(monkeypatch):
+    """``2V + 2`` passes over the rows, then a row with drafts left is refused, never returned short. With every
+    event put at the next step (``log1p(−t)`` patched to 0, as if round-off misplaced each one) a pass takes one
+    literal step: on q = (0.9, 0.05, 0.05), p = (0, 0.001, 0.999) — token 1 drains by about 0.001 a step, held up by
+    the mass off supp(p) — V = 3 tokens allow M = 8 steps, the literal chain's values, and M = 9 raise. With V = 1
+    and p = q the one pass that drains the token is needed too (R_M = 0)."""
+    from speculab.theory.batch import _drain_in_jumps
+
+    assert _drain_in_jumps(np.array([[1.0]]), np.array([[1.0]]), 100)[1] == 0.0
+    q, p = np.array([[0.9, 0.05, 0.05]]), np.array([[0.0, 0.001, 0.999]])
+    ref_u, ref_R = q, np.ones(1)
+    for _ in range(8):
+        ref_u, ref_R = drain(ref_u, ref_R, p)
+    log1p = np.log1p  # log1p(−p(A)) per row (1-D) kept; log1p(−t) per token (2-D) made 0: n = 1
+    monkeypatch.setattr(np, "log1p", lambda x: log1p(x) if np.ndim(x) < 2 else np.zeros_like(x))
+    u, R = _drain_in_jumps(q, p, 8)
+    np.testing.assert_allclose(R, ref_R, rtol=1e-12)
+    np.testing.assert_allclose(u, ref_u, rtol=1e-12)
+    assert u[0, 1] > 0  # token 1 still drafted from
+    with pytest.raises(RuntimeError, match="could not all be located"):
+        _drain_in_jumps(q, p, 9)
