@@ -682,6 +682,43 @@ def test_bad_method_and_sampling_arguments():
         load_pair("tiny-draft")
 
 
+def test_sampling_accepts_the_edges_of_its_ranges():
+    """The smallest temperature that is not greedy (1e-4: below it the logits would overflow), top_p = 1 (no cut)
+    and top_k = 1 are valid."""
+    assert Sampling(temperature=1e-4).temperature == 1e-4
+    assert Sampling(top_p=1.0).top_p == 1.0 and Sampling(top_k=1).top_k == 1
+
+
+@pytest.mark.parametrize("warp", [Sampling(0.7), Sampling(1.0), Sampling(2.5, top_k=2), Sampling(1.2, top_p=0.9),
+                                  Sampling(0.5, top_k=4, top_p=0.6)], ids=repr)
+def test_the_warp_is_the_tempered_truncated_softmax(warp):
+    """``Sampling.probs`` against the definition computed here token by token: softmax(logits / temperature), then
+    the ``top_k`` most likely kept, then the fewest most likely whose mass reaches ``top_p`` (the one crossing kept),
+    renormalised — on logits whose kept sets differ with each parameter."""
+    logits = np.array([[2.0, 1.0, 0.5, -1.0, 0.0, 1.5], [0.0, 0.1, -0.3, 3.0, 0.2, 0.05]])
+    got = warp.probs(torch.tensor(logits, dtype=torch.float64)).numpy()
+    for row, law in zip(logits, got):
+        w = np.exp(row / warp.temperature)
+        order = sorted(range(len(row)), key=lambda i: -row[i])
+        kept = order[:warp.top_k] if warp.top_k else order
+        if warp.top_p is not None:
+            mass = w[kept] / w[kept].sum()
+            kept = kept[:next(j for j in range(len(kept)) if mass[:j + 1].sum() >= warp.top_p) + 1]
+        expected = np.zeros(len(row))
+        expected[kept] = w[kept] / w[kept].sum()
+        np.testing.assert_allclose(law, expected, rtol=1e-12, atol=1e-15)
+
+
+def test_a_sampling_cannot_be_changed_after_its_checks():
+    """Frozen: a temperature set after construction would skip the checks (and a warp is hashable, like a key)."""
+    import dataclasses
+
+    warp = Sampling(0.7, top_k=50)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        warp.temperature = -1.0
+    assert hash(warp) == hash(Sampling(0.7, top_k=50))
+
+
 def test_batch_with_one_draft_stopping_at_eos_is_exact(pair):
     """Regression: M = 1 drafts stop at EOS; the target rows must follow the shortened chain."""
     ngram = load_pair(ngram_draft(pair.tokenizer, default_prompts(), n=2), "tiny", device="cpu")
