@@ -684,9 +684,14 @@ def test_bad_method_and_sampling_arguments():
 
 def test_sampling_accepts_the_edges_of_its_ranges():
     """The smallest temperature that is not greedy (1e-4: below it the logits would overflow), top_p = 1 (no cut)
-    and top_k = 1 are valid."""
+    and top_k = 1 are valid, and top_p's set is the smallest that reaches it (exact binary masses)."""
     assert Sampling(temperature=1e-4).temperature == 1e-4
     assert Sampling(top_p=1.0).top_p == 1.0 and Sampling(top_k=1).top_k == 1
+    # top_p = 1 cuts nothing, not even a token whose preceding mass rounds to 1 (a cut there would drop it)
+    logits = torch.tensor([[0.0, -40.0]], dtype=torch.float64)
+    assert torch.equal(Sampling(top_p=1.0).probs(logits), torch.softmax(logits, -1))
+    # the set is the smallest whose mass reaches top_p: of two equal tokens (0.5 each) one reaches 0.5
+    assert sorted(Sampling(top_p=0.5).probs(torch.zeros(1, 2, dtype=torch.float64))[0].tolist()) == [0.0, 1.0]
 
 
 @pytest.mark.parametrize("warp", [Sampling(0.7), Sampling(1.0), Sampling(2.5, top_k=2), Sampling(1.2, top_p=0.9),
