@@ -481,9 +481,7 @@ def test_the_jumps_have_two_passes_per_token_and_then_refuse(monkeypatch):
 
     assert _drain_in_jumps(np.array([[1.0]]), np.array([[1.0]]), 100)[1] == 0.0
     q, p = np.array([[0.9, 0.05, 0.05]]), np.array([[0.0, 0.001, 0.999]])
-    ref_u, ref_R = q, np.ones(1)
-    for _ in range(8):
-        ref_u, ref_R = drain(ref_u, ref_R, p)
+    ref_u, ref_R = _chain_without_stop(q, p, 8)
     log1p = np.log1p  # log1p(−p(A)) per row (1-D) kept; log1p(−t) per token (2-D) made 0: n = 1
     monkeypatch.setattr(np, "log1p", lambda x: log1p(x) if np.ndim(x) < 2 else np.zeros_like(x))
     u, R = _drain_in_jumps(q, p, 8)
