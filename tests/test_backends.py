@@ -669,7 +669,7 @@ def test_bad_method_and_sampling_arguments():
         SD(K=0)
     with pytest.raises(ValueError, match="temperature"):
         Sampling(temperature=-1)
-    for top_p in (1.5, True):  # a bool is not a probability
+    for top_p in (1.5, 0.0, -0.1, True):  # top_p = 0 would cut every token; a bool is not a probability
         with pytest.raises(ValueError, match="top_p"):
             Sampling(top_p=top_p)
     with pytest.raises(ValueError, match="use 0 for greedy"):
@@ -694,8 +694,8 @@ def test_sampling_accepts_the_edges_of_its_ranges():
     assert sorted(Sampling(top_p=0.5).probs(torch.zeros(1, 2, dtype=torch.float64))[0].tolist()) == [0.0, 1.0]
 
 
-@pytest.mark.parametrize("warp", [Sampling(0.7), Sampling(1.0), Sampling(2.5, top_k=2), Sampling(1.2, top_p=0.9),
-                                  Sampling(0.5, top_k=4, top_p=0.6)], ids=repr)
+@pytest.mark.parametrize("warp", [Sampling(0.7), Sampling(1.0), Sampling(2.0), Sampling(2.5, top_k=2),
+                                  Sampling(1.2, top_p=0.9), Sampling(0.5, top_k=4, top_p=0.6)], ids=repr)
 def test_the_warp_is_the_tempered_truncated_softmax(warp):
     """``Sampling.probs`` against the definition computed here token by token: softmax(logits / temperature), then
     the ``top_k`` most likely kept, then the fewest most likely whose mass reaches ``top_p`` (the one crossing kept),
