@@ -243,13 +243,18 @@ def _outcome(status: int) -> str:
     return "survived" if os.waitstatus_to_exitcode(status) == 0 else "killed"
 
 
+#: Every run of the tests: the first failure ends it, and the tests marked slow run too (they are CI's, and many
+#: are the statistical checks with the most power).
+PYTEST_ARGS = ["-x", "-q", "-p", "no:cacheprovider", "--runslow"]
+
+
 def _pytest(tests: list[str], *extra: str, plugins=()) -> int:
-    return pytest.main(["-x", "-q", "-p", "no:cacheprovider", *extra, *tests], plugins=list(plugins))
+    return pytest.main([*PYTEST_ARGS, *extra, *tests], plugins=list(plugins))
 
 
 def _fingerprint(modules: list[str], tests: list[str]) -> str:
     """A digest of the package, the tests and the command: a saved baseline is reused only while it is equal."""
-    h = hashlib.sha256(json.dumps([modules, tests]).encode())
+    h = hashlib.sha256(json.dumps([modules, tests, PYTEST_ARGS]).encode())
     for path in sorted([*ROOT.glob("speculab/**/*.py"), *ROOT.glob("tests/**/*.py"), ROOT / "pyproject.toml"]):
         h.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
     return h.hexdigest()[:16]

@@ -141,6 +141,7 @@ def test_bad_values_are_refused_where_they_exist():
         ad.arrays_of(np.zeros((2, 2, 2)))
 
 
+@pytest.mark.slow
 def test_draft_design_reproduction(tmp_path, agrees):
     """``speculab repro draft-design``: distillation is best on KL, the TV and latency fits beat it on rejections and
     latency, every fit improves its own objective, and the theory holds against simulation."""

@@ -154,7 +154,8 @@ def _directed_z(samples: np.ndarray, q: np.ndarray, p: np.ndarray) -> float:
     return (float(inside[samples].mean()) - qa) / math.sqrt(qa * (1 - qa) / samples.size)
 
 
-@pytest.mark.parametrize("method", [SD(K=2), BatchSD(3, K=2)], ids=["sd", "batch"])
+@pytest.mark.parametrize("method", [pytest.param(SD(K=2), id="sd"),
+                                    pytest.param(BatchSD(3, K=2), id="batch", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("sampling", SAMPLINGS, ids=SAMPLING_IDS)
 def test_first_tokens_follow_the_target_law(pair, method, sampling, agrees, record_property):
     bug, at = "batch" if isinstance(method, BatchSD) else "sd", SAMPLING_IDS[SAMPLINGS.index(sampling)]
@@ -528,6 +529,7 @@ def test_compare_batch_and_biased(pair, agrees):
     _compare_rows_agree(agrees, comp, "compare Biased(0.2, opt) (tiny pair, 12 runs)")
 
 
+@pytest.mark.slow
 def test_batch_improvement_is_measured_on_real_models_with_power(pair, agrees):
     """[Yin] Thm 3's batch improvement (M = 3, K = ∞) measured on 384 real-model runs, paired on the batch runs
     (:func:`speculab.methods.batch.paired_improvement`: ``Σ TV − N_rej`` against the run's own path improvement).

@@ -255,6 +255,7 @@ def test_bad_inputs(call, match):
     assert MAX_ENUMERATION >= 4**9
 
 
+@pytest.mark.slow
 def test_repro_fsd_bound(tmp_path):
     from speculab.repro import fsd_bound
 

@@ -196,6 +196,7 @@ def test_training_refuses_bad_data():
         TrainedHead(make_head(config), {"d_in": 6})
 
 
+@pytest.mark.slow
 def test_repro_sprinter_roc(tmp_path):
     from speculab.repro import sprinter_roc
 

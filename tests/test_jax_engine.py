@@ -320,6 +320,7 @@ def test_sprinter_corrects_only_at_a_position_it_called_the_target(engine):
     assert (c.oracle_calls == 0).sum() > 100  # and passes without one
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", [SD(K=2), BatchSD(2, K=2), BlockVerification(2)], ids=repr)
 def test_jitted_and_eager_runs_agree(method):
     short = MarkovInstance.random(4, 3, 2, concentration=0.7)  # eager JAX dispatches op by op: keep it small
@@ -503,6 +504,7 @@ def test_sweeps_over_instances_that_do_not_stack_are_refused(inst):
         simulate_sweep([inst, inst], [SD(), SD(K=2), SD(K=3)], 10, key=0)
 
 
+@pytest.mark.slow
 def test_sweep_is_sharded_over_several_devices():
     """With two (virtual CPU) devices the sweep axis is split over them and gives the same counts; a sweep of three
     points, which does not divide, runs on the default device."""

@@ -352,6 +352,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_a_decode_killed_by_a_signal_resumes_without_redoing_finished_prompts(pair, tmp_path):
     """A real process decoding 8 prompts one at a time is SIGKILLed once its journal holds two finished prompts;
     rerun with ``resume``, it decodes only the rest, and its tokens and counts are the uninterrupted run's."""

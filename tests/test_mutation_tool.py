@@ -66,6 +66,7 @@ def test_nested_operators_that_share_a_start_get_distinct_names():
     assert names == [("1:4", "Add → Sub"), ("1:4#2", "Add → Sub")]
 
 
+@pytest.mark.slow
 def test_every_listed_equivalent_mutant_exists_in_the_current_source():
     """An entry whose line moved (or whose mutant was killed by a change of the code) must be updated, not left to
     match nothing."""

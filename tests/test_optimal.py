@@ -262,6 +262,7 @@ def test_fewest_rejections_come_with_the_largest_root_acceptance_on_every_instan
     assert optimal_batch_rejections(inst, M).root_shortfall < 1e-9
 
 
+@pytest.mark.slow
 def test_reproduction_batch_optimality(tmp_path, agrees):
     pytest.importorskip("torch")
     from speculab.repro import batch_optimality
@@ -348,7 +349,7 @@ def test_the_lp_verifier_is_unbiased_and_attains_the_optimum(replacement, pair, 
         assert c.acceptance == pytest.approx(1 - tv(p, q), abs=1e-7)
 
 
-@pytest.mark.parametrize("replacement", [True, False])
+@pytest.mark.parametrize("replacement", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_the_lp_verifier_samples_the_target_with_the_optimal_acceptance(replacement, agrees):
     """Monte Carlo through ``SetCoupling.sample`` on drafts drawn independently of the coupling's own tables."""
     rng = np.random.default_rng(11)

@@ -157,6 +157,7 @@ def test_specdecpp_on_real_models_refuses_what_it_cannot_run(pair):
         simulate(inst, SpecDecPP(0.5, head=constant(pair, 0.5)), 10, key=0)
 
 
+@pytest.mark.slow
 def test_repro_specdecpp_pareto(tmp_path, monkeypatch):
     import json
 

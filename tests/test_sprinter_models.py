@@ -104,6 +104,7 @@ def test_the_verdicts_are_the_heads_on_the_previous_tokens_hidden_states(pair):
     assert passes > 5 and refusals > 5  # both verdicts occurred
 
 
+@pytest.mark.slow
 @pytest.mark.power
 def test_the_first_tokens_law_is_the_random_verifiers_mixture(pair, record_property, agrees):
     """``tau=None`` with a constant score ``c`` passes a slot with probability ``c`` whatever the context: the first
@@ -176,6 +177,7 @@ def test_sprinter_on_real_models_refuses_what_it_cannot_run(pair):
                                      torch.zeros((1, 1, 2), dtype=torch.long), bonus=True)
 
 
+@pytest.mark.slow
 def test_repro_sprinter_tradeoff(tmp_path, monkeypatch):
     import json
 

@@ -193,6 +193,7 @@ def test_a_rule_is_asked_only_after_a_draft():
     assert stopping_counts(inst, eager, 0.1, 1.0) == stopping_counts(inst, fixed_lookahead(1), 0.1, 1.0)
 
 
+@pytest.mark.slow
 def test_reproduction_optimal_stopping(tmp_path, capsys):
     from speculab.cli import main
     from speculab.repro import optimal_stopping
