@@ -5,7 +5,7 @@ loosened (``<``↔``<=``, ``>``↔``>=``, ``==``↔``!=``), ``and``↔``or``, a 
 ``not`` dropped, ``True``↔``False``, an integer ``n``→``n + 1`` or a float ``x``→``2x``
 (``0.0``→``1.0``), ``min``↔``max`` and ``minimum``↔``maximum`` — the module is rewritten
 (``ast.unparse``) in a private copy of the repository and the tests that execute the mutated
-statement run there with ``pytest -x``, fastest first (stopping at the first failure). A
+statement run there with ``pytest -x --runslow``, fastest first (stopping at the first failure). A
 mutant is *killed* when a test fails, *survives* when all pass, is *unexecuted* (a survivor)
 when no test runs its statement, and *times out* past ``--slowdown`` times its tests'
 baseline seconds (counted as killed: the tests noticed something; ``--rerun`` runs them again, as a loaded
@@ -159,15 +159,27 @@ def mutants(source: str) -> list[tuple[int, int, str, str]]:
     return out
 
 
-def named_mutants(source: str) -> list[tuple[str, str, str]]:
-    """:func:`mutants` named as the output and ``mutation_equivalent.txt`` name them: ``("line:column", change,
-    mutated source)``, with ``#k`` for the k-th mutant of the same change at the same start (nested operators)."""
+def _named(found) -> list[tuple[str, str, object]]:
+    """``(line, column, change, x)`` named ``("line:column", change, x)``, with ``#k`` for the k-th mutant of the same
+    change at the same start (nested operators)."""
     seen = collections.Counter()
     out = []
-    for line, col, what, mutated in mutants(source):
+    for line, col, what, x in found:
         seen[line, col, what] += 1
-        out.append((f"{line}:{col}" + (f"#{seen[line, col, what]}" if seen[line, col, what] > 1 else ""), what, mutated))
+        out.append((f"{line}:{col}" + (f"#{seen[line, col, what]}" if seen[line, col, what] > 1 else ""), what, x))
     return out
+
+
+def named_mutants(source: str) -> list[tuple[str, str, str]]:
+    """:func:`mutants` named as the output and ``mutation_equivalent.txt`` name them: ``("line:column", change,
+    mutated source)``."""
+    return _named(mutants(source))
+
+
+def mutant_names(source: str) -> list[tuple[str, str]]:
+    """The names of :func:`named_mutants` alone, ``("line:column", change)``, without writing any mutant out."""
+    sites = _sites(ast.parse(source))
+    return [(at, what) for at, what, _ in _named((node.lineno, node.col_offset, what, None) for node, what, _ in sites)]
 
 
 def _position(at: str) -> tuple[int, int]:

@@ -18,20 +18,11 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 Z_BOUND = 5.0
 
 
-def pytest_addoption(parser):
-    parser.addoption("--runslow", action="store_true", default=False, help="also run tests marked slow")
-
-
 def pytest_collection_modifyitems(config, items):
     for item in items:  # a test that checks agreement through ``agrees`` is a power test too
         if "agrees" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.power)
-    if config.getoption("--runslow"):
-        return
-    skip = pytest.mark.skip(reason="slow: run with --runslow")
-    for item in items:
-        if "slow" in item.keywords:
-            item.add_marker(skip)
+    # --runslow and the skipping of tests marked slow: the repository's conftest.py
 
 
 def assert_frozen(obj) -> None:

@@ -320,8 +320,8 @@ def test_sprinter_corrects_only_at_a_position_it_called_the_target(engine):
     assert (c.oracle_calls == 0).sum() > 100  # and passes without one
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("method", [SD(K=2), BatchSD(2, K=2), BlockVerification(2)], ids=repr)
+@pytest.mark.parametrize("method", [pytest.param(SD(K=2), marks=pytest.mark.slow), BatchSD(2, K=2),
+                                    pytest.param(BlockVerification(2), marks=pytest.mark.slow)], ids=repr)
 def test_jitted_and_eager_runs_agree(method):
     short = MarkovInstance.random(4, 3, 2, concentration=0.7)  # eager JAX dispatches op by op: keep it small
     jitted = simulate(short, method, 100, key=3, engine="jax")

@@ -66,14 +66,21 @@ def test_nested_operators_that_share_a_start_get_distinct_names():
     assert names == [("1:4", "Add → Sub"), ("1:4#2", "Add → Sub")]
 
 
-@pytest.mark.slow
+def test_the_names_alone_are_the_mutants_names():
+    """``mutant_names`` (no mutant written out) names the mutants as ``named_mutants`` does, in the same order."""
+    for module in ("speculab/backends/warp.py", "speculab/kernels.py"):
+        source = (mutation.ROOT / module).read_text()
+        assert mutation.mutant_names(source) == [(at, what) for at, what, _ in mutation.named_mutants(source)]
+    assert mutation.mutant_names("x = a + b + c\n") == [("1:4", "Add → Sub"), ("1:4#2", "Add → Sub")]
+
+
 def test_every_listed_equivalent_mutant_exists_in_the_current_source():
     """An entry whose line moved (or whose mutant was killed by a change of the code) must be updated, not left to
     match nothing."""
     listed = mutation.equivalents()
     assert listed, "benchmarks/mutation_equivalent.txt is empty or missing"
     for module in {m for m, _, _ in listed}:
-        names = {(at, what) for at, what, _ in mutation.named_mutants((mutation.ROOT / module).read_text())}
+        names = set(mutation.mutant_names((mutation.ROOT / module).read_text()))
         stale = [(at, what) for m, at, what in listed if m == module and (at, what) not in names]
         assert not stale, (module, stale)
 
@@ -104,3 +111,12 @@ def test_an_interrupted_runs_outcomes_are_kept_only_for_the_same_source(tmp_path
         mutation.resumed([legacy], {module: SOURCE.replace("min(", "abs(")})  # "min → max" is gone
     rerun = {(module, at2.split(":")[0], what2), ("elsewhere.py", "1", "Add → Sub")}  # survivors and timeouts
     assert mutation._survivors(log) == (rerun, {module, "elsewhere.py"})
+
+
+def test_every_run_includes_the_slow_tests_and_its_baseline_says_so(monkeypatch):
+    """The tests marked slow are CI's and hold many of the strongest checks: every run passes ``--runslow``, and a
+    baseline saved under other pytest arguments is not reused (its digest differs)."""
+    assert "--runslow" in mutation.PYTEST_ARGS and "-x" in mutation.PYTEST_ARGS
+    before = mutation._fingerprint(["speculab/backends/warp.py"], ["tests/test_backends.py"])
+    monkeypatch.setattr(mutation, "PYTEST_ARGS", [a for a in mutation.PYTEST_ARGS if a != "--runslow"])
+    assert mutation._fingerprint(["speculab/backends/warp.py"], ["tests/test_backends.py"]) != before
