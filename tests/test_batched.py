@@ -164,6 +164,27 @@ def test_on_round_sees_each_rows_own_block(pair):
         assert p[0] == 1 and q[1] == p[1] + 1 and 0 <= acc <= p[1]
 
 
+@pytest.mark.parametrize("method", [SD(K=3), BatchSD(2, K=2), Biased(0.2, "opt", K=2)], ids=repr)
+def test_on_round_hears_what_the_one_prompt_path_says(pair, method):
+    """Round by round, each prompt's ``RoundInfo`` — laws, drafts, the round's law (batch axis 1), the decision —
+    equals the one-prompt path's for the same key (float32 logits: equal to 1e-5)."""
+    prompts = default_prompts()[:3]
+    heard = {1: [], None: []}
+    for size in heard:
+        decode(pair, prompts, method, max_new_tokens=8, key=4, batch_size=size, on_round=heard[size].append)
+    assert len(heard[1]) == len(heard[None]) > 3
+    batched = sorted(heard[None], key=lambda info: info.run)  # each run's rounds in order (a stable sort)
+    for one, many in zip(heard[1], batched):
+        assert (one.run, one.row, one.accepted) == (many.run, many.row, many.accepted)
+        assert torch.equal(one.drafts, many.drafts)
+        for a, b in [(one.p, many.p), (one.q, many.q), *zip(one.law, many.law)]:
+            assert (a is None) == (b is None)
+            if a is not None:
+                assert a.shape == b.shape
+                np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5)
+        assert all(f is None or f.shape[0] == 1 for f in many.law)
+
+
 def test_the_cache_is_compacted_and_stays_exact(pair, monkeypatch):
     """K = ∞ refuses most of each round's drafts: the holes are compacted away (spied) and greedy tokens still
     equal the one-prompt path's; the cache never holds more than twice the longest row."""
@@ -181,3 +202,91 @@ def test_the_cache_is_compacted_and_stays_exact(pair, monkeypatch):
     one = decode(pair, prompts, SD(), max_new_tokens=24, sampling=GREEDY, key=0, batch_size=1)
     _same(one, decode(pair, prompts, SD(), max_new_tokens=24, sampling=GREEDY, key=0))
     assert sum(after < before for before, after, _ in widths) >= 3  # compactions really happened
+    # exactly when the columns exceed twice the longest row, and then down to that row
+    assert all(after == (longest if before > 2 * longest else before) for before, after, longest in widths)
+    assert any(before == 2 * longest for before, _, longest in widths)  # the boundary itself was met
+
+
+def test_only_pairs_whose_masked_holes_are_exact_are_batched(pair, monkeypatch):
+    """A batched row skips the tokens it no longer holds by masking, so only models that read positions from
+    ``position_ids`` over the whole cache are batched: a sliding window, ALiBi or a BLOOM/MPT/Falcon-type model on
+    either side sends the pair to one prompt at a time, as does a target that is not a Hugging Face model."""
+    from types import SimpleNamespace
+
+    from speculab.backends.batched import batchable
+
+    ngram = load_pair(ngram_draft(pair.tokenizer, default_prompts(), n=2), "tiny-target", device="cpu")
+    assert batchable(SD(), pair) and batchable(SD(), ngram)  # GPT-2 on both sides; an n-gram draft
+    assert not batchable(SD(), SimpleNamespace(draft=pair.draft, target=ngram.draft))  # a history target
+    assert not batchable(SD(), SimpleNamespace(draft=object(), target=pair.target))  # a draft it cannot batch
+    for which, side in ((pair, "target"), (pair, "draft"), (ngram, "target")):
+        for name, value in (("sliding_window", 64), ("alibi", True), ("model_type", "falcon")):
+            with monkeypatch.context() as m:
+                m.setattr(getattr(which, side).model.config, name, value, raising=False)
+                assert not batchable(SD(), which), (side, name)
+        assert batchable(SD(), which)  # and back
+
+
+def test_decode_batched_called_alone_takes_its_defaults(pair):
+    """Called without the optional arguments ``decode`` always passes: the draft is not run beside autoregressive
+    decoding (``track_draft=False``), and ``on_round`` hears run indices from 0 (``first_index=0``)."""
+    from speculab.backends.batched import decode_batched
+
+    encoded = [pair.tokenizer.encode(p) for p in default_prompts()[:3]]
+
+    def generators():
+        return [torch.Generator().manual_seed(s) for s in range(3)]
+
+    calls = pair.draft.forward_calls
+    out = decode_batched(pair, encoded, Autoregressive(), max_new_tokens=3, sampling=GREEDY, generators=generators())
+    assert pair.draft.forward_calls == calls and [len(tokens) for tokens, _ in out] == [3, 3, 3]
+    heard = []
+    decode_batched(pair, encoded, SD(K=2), max_new_tokens=3, sampling=GREEDY, generators=generators(),
+                   on_round=lambda info: heard.append(info.run))
+    assert sorted(set(heard)) == [0, 1, 2]
+
+
+def test_a_model_without_logits_to_keep_is_asked_once_then_given_full_logits(pair, monkeypatch):
+    """An older model refuses ``logits_to_keep`` with a TypeError: the batch asks once, then computes every column's
+    logits and keeps the last ones — the same tokens as a model that takes it."""
+    prompts = default_prompts()[:4]
+    expected = decode(pair, prompts, SD(K=3), max_new_tokens=12, sampling=GREEDY, key=0)
+    original, refused, calls = pair.target.model.forward, [], []
+
+    def older(*args, **kwargs):
+        calls.append(1)
+        if "logits_to_keep" in kwargs:
+            refused.append(1)
+            raise TypeError("forward() got an unexpected keyword argument 'logits_to_keep'")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(pair.target.model, "forward", older)
+    _same(expected, decode(pair, prompts, SD(K=3), max_new_tokens=12, sampling=GREEDY, key=0))
+    assert len(refused) == 1 and len(calls) > 3  # one batch: asked at its first call only
+
+
+def test_compaction_gathers_each_rows_valid_entries_in_either_cache_layout():
+    """The compaction on a made-up cache, for both layouts transformers has used (one object per layer, and lists
+    of key and value tensors) and an unknown one (left as it is: the holes are masked, so still exact). Entry
+    ``(r, c)`` holds ``10 r + c``: row 0 keeps columns 1 and 4, row 1 column 0 behind one masked column."""
+    from types import SimpleNamespace
+
+    from speculab.backends.batched import _HFRows
+
+    mask = torch.tensor([[0, 1, 0, 0, 1, 0], [1, 0, 0, 0, 0, 0]])
+    entries = (10 * torch.arange(2)[:, None] + torch.arange(6)).float()[:, None, :, None]  # (B, heads, C, d)
+    kept = torch.tensor([[1.0, 4.0], [15.0, 10.0]])
+    layouts = {"layers": lambda: SimpleNamespace(layers=[SimpleNamespace(keys=entries, values=entries + 100)]),
+               "lists": lambda: SimpleNamespace(key_cache=[entries], value_cache=[entries + 100]),
+               "unknown": lambda: SimpleNamespace()}
+    for name, cache in layouts.items():
+        rows = _HFRows.__new__(_HFRows)
+        rows.mask, rows.valid, rows.cache = mask.clone(), torch.tensor([2, 1]), cache()
+        rows.compact()  # 6 columns, more than twice the longest row's 2
+        if name == "unknown":
+            assert torch.equal(rows.mask, mask)
+            continue
+        keys, values = ((rows.cache.layers[0].keys, rows.cache.layers[0].values) if name == "layers"
+                        else (rows.cache.key_cache[0], rows.cache.value_cache[0]))
+        assert torch.equal(rows.mask, torch.tensor([[1, 1], [0, 1]])), name
+        assert torch.equal(keys[:, 0, :, 0], kept) and torch.equal(values[:, 0, :, 0], kept + 100), name
