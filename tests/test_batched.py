@@ -290,3 +290,35 @@ def test_compaction_gathers_each_rows_valid_entries_in_either_cache_layout():
                         else (rows.cache.key_cache[0], rows.cache.value_cache[0]))
         assert torch.equal(rows.mask, torch.tensor([[1, 1], [0, 1]])), name
         assert torch.equal(keys[:, 0, :, 0], kept) and torch.equal(values[:, 0, :, 0], kept + 100), name
+
+
+def test_a_multi_row_method_that_drafts_nothing_in_some_rounds(pair):
+    """Regression: a method with ``M > 1`` draft rows whose ``draft_length`` is 0 for a live prompt (none of the
+    package's; a user's may) made the batched path feed ``B M`` empty draft rows beside ``B`` target rows and fail.
+    Such a round now has one row per prompt from the start, as on the one-prompt path, which it equals."""
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class EveryThirdRoundAutoregressive(BatchSD):
+        def draft_length(self, remaining):
+            return 0 if remaining % 3 == 0 else min(2, remaining)
+
+    method, prompts = EveryThirdRoundAutoregressive(2, K=2), default_prompts()[:3]
+    for sampling in (GREEDY, Sampling(1.0)):
+        one = decode(pair, prompts, method, max_new_tokens=9, sampling=sampling, key=2, batch_size=1)
+        blocks = []  # (rows, drafts) of each prompt's rounds, batched
+        _same(one, decode(pair, prompts, method, max_new_tokens=9, sampling=sampling, key=2,
+                          on_round=lambda info: blocks.append(tuple(info.p.shape[:2]))))
+        assert (1, 0) in blocks and (2, 2) in blocks  # rounds of nothing drafted, and of two rows drafting
+
+
+def test_a_batch_calls_each_model_once_per_round(pair):
+    """``forward_calls`` counts calls, not rows: autoregressive decoding with the draft alongside makes one call of
+    each model per round for the whole batch — a GPT-2 draft or an n-gram one — however many prompts it holds."""
+    ngram = load_pair(ngram_draft(pair.tokenizer, default_prompts(), n=2), "tiny-target", device="cpu")
+    for p in (pair, ngram):
+        before = p.draft.forward_calls, p.target.forward_calls
+        out = decode(p, default_prompts()[:4], Autoregressive(), max_new_tokens=5, sampling=GREEDY, key=0,
+                     track_draft=True)
+        rounds = max(len(tokens) for tokens in out.tokens)  # one token per prompt and round
+        assert (p.draft.forward_calls - before[0], p.target.forward_calls - before[1]) == (rounds, rounds)

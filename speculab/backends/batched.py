@@ -266,14 +266,13 @@ class _Batch:
 
     def round(self) -> None:
         """One round for every live prompt: draft, one target call, each prompt's decision, records, rollback."""
-        M = self.method.rows  # draft rows per prompt (expanded row e belongs to prompt e // M)
         lengths = [self.method.draft_length(self.remaining(r)) for r in self.live]
-        X, P, cut, p_next = self._draft(lengths, M)
         L = max(lengths)
+        # draft rows per prompt (expanded row e belongs to prompt e // M); nothing drafted: one row per prompt
+        M = self.method.rows if L else 1
+        X, P, cut, p_next = self._draft(lengths, M)
         Q = self._verify(X, P, L, M)
         u = torch.stack([torch.rand(2, generator=g, dtype=torch.float64, device=self.dev) for g in self.g])
-        if not L:
-            M = 1  # nothing drafted: one row per prompt
         X_host = X.tolist()  # one synchronisation per round
         blocks = self._blocks(X_host, cut, M)
         decided = self._decide(blocks, P, Q, X, u, M)
@@ -296,7 +295,7 @@ class _Batch:
             p = self.sampling.probs(self.draft.feed(ids, present, 1)[:, -1].double(), check=False)  # (B, V)
             self.unseen_d = [[] for _ in self.live]
         p_next = p
-        if M > 1 and L:
+        if M > 1:  # (only when something is drafted)
             self.draft.repeat(M)
             p = p.repeat_interleave(M, 0)
         U = None
@@ -328,7 +327,7 @@ class _Batch:
     def _verify(self, X, P, L: int, M: int):
         """One target call on every row: the unseen tokens and the block; the target's laws ``(B M, L + 1, V)``."""
         ids, present = _right_aligned(self.unseen_t, self.dev)
-        if M > 1 and L:
+        if M > 1:
             self.target.repeat(M)
             ids, present = ids.repeat_interleave(M, 0), present.repeat_interleave(M, 0)
         logits = self.target.feed(torch.cat([ids, X], 1), torch.cat([present, torch.ones_like(X, dtype=torch.bool)], 1),
