@@ -27,6 +27,12 @@ def pair():
     return load_pair("tiny", device="cpu")
 
 
+@pytest.fixture(scope="module")
+def ngram(pair):
+    """A bigram draft (counted on the default prompts) beside the tiny target."""
+    return load_pair(ngram_draft(pair.tokenizer, default_prompts(), n=2), "tiny-target", device="cpu")
+
+
 def _same(a, b):
     assert a.tokens == b.tokens
     for name in ("rejections", "oracle_calls", "draft_calls", "accepted", "bonus", "tokens"):
@@ -207,7 +213,7 @@ def test_the_cache_is_compacted_and_stays_exact(pair, monkeypatch):
     assert any(before == 2 * longest for before, _, longest in widths)  # the boundary itself was met
 
 
-def test_only_pairs_whose_masked_holes_are_exact_are_batched(pair, monkeypatch):
+def test_only_pairs_whose_masked_holes_are_exact_are_batched(pair, ngram, monkeypatch):
     """A batched row skips the tokens it no longer holds by masking, so only models that read positions from
     ``position_ids`` over the whole cache are batched: a sliding window, ALiBi or a BLOOM/MPT/Falcon-type model on
     either side sends the pair to one prompt at a time, as does a target that is not a Hugging Face model."""
@@ -215,7 +221,6 @@ def test_only_pairs_whose_masked_holes_are_exact_are_batched(pair, monkeypatch):
 
     from speculab.backends.batched import batchable
 
-    ngram = load_pair(ngram_draft(pair.tokenizer, default_prompts(), n=2), "tiny-target", device="cpu")
     assert batchable(SD(), pair) and batchable(SD(), ngram)  # GPT-2 on both sides; an n-gram draft
     assert not batchable(SD(), SimpleNamespace(draft=pair.draft, target=ngram.draft))  # a history target
     assert not batchable(SD(), SimpleNamespace(draft=object(), target=pair.target))  # a draft it cannot batch
@@ -312,10 +317,9 @@ def test_a_multi_row_method_that_drafts_nothing_in_some_rounds(pair):
         assert (1, 0) in blocks and (2, 2) in blocks  # rounds of nothing drafted, and of two rows drafting
 
 
-def test_a_batch_calls_each_model_once_per_round(pair):
+def test_a_batch_calls_each_model_once_per_round(pair, ngram):
     """``forward_calls`` counts calls, not rows: autoregressive decoding with the draft alongside makes one call of
     each model per round for the whole batch — a GPT-2 draft or an n-gram one — however many prompts it holds."""
-    ngram = load_pair(ngram_draft(pair.tokenizer, default_prompts(), n=2), "tiny-target", device="cpu")
     for p in (pair, ngram):
         before = p.draft.forward_calls, p.target.forward_calls
         out = decode(p, default_prompts()[:4], Autoregressive(), max_new_tokens=5, sampling=GREEDY, key=0,
