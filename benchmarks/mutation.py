@@ -6,10 +6,15 @@ loosened (``<``↔``<=``, ``>``↔``>=``, ``==``↔``!=``), ``and``↔``or``, a 
 (``0.0``→``1.0``), ``min``↔``max`` and ``minimum``↔``maximum`` — the module is rewritten
 (``ast.unparse``) in a private copy of the repository and the tests that execute the mutated
 statement run there with ``pytest -x --runslow``, fastest first (stopping at the first failure). A
-mutant is *killed* when a test fails, *survives* when all pass, is *unexecuted* (a survivor)
-when no test runs its statement, and *times out* past ``--slowdown`` times its tests'
-baseline seconds (counted as killed: the tests noticed something; ``--rerun`` runs them again, as a loaded
-machine can make a survivor time out). The score is killed / all. Docstrings are not mutated.
+mutant is *killed* when a test fails or the tests cannot be collected (pytest's exit 1 or 2, or the run
+crashing on a signal), *survives* when all pass, is *unexecuted* (a survivor) when no test runs its
+statement, *times out* past ``--slowdown`` times its tests' baseline seconds (counted as killed: the tests
+noticed something; ``--rerun`` runs them again, as a loaded machine can make a survivor time out), and is
+an *error* when pytest itself could not run the selected tests (exit 3–5: an internal or usage error, e.g. a
+selected test id that a mutated parametrization no longer produces, or no tests collected): it says nothing
+about the mutant, so it counts as not killed and is listed with the survivors, to be checked by hand. The
+score is killed / all. Docstrings are not mutated. A run stopped with Ctrl-C or SIGTERM stops its tests and
+removes its copies.
 
 Which tests execute which line comes from one run of the given tests on the unmutated module
 under ``coverage`` with one context per test; code run while the tests are collected
@@ -251,8 +256,19 @@ def _fork(workdir: Path, job, log: str = os.devnull) -> int:
     return pid
 
 
+#: pytest's exit codes that mean the tests noticed the mutant: 1, a test failed; 2, the tests could not be collected
+#: (a mutant that breaks an import) or were interrupted. Exits 3 (internal error), 4 (usage error, e.g. a test id
+#: not found) and 5 (no tests collected) say nothing about the mutant.
+NOTICED = (1, 2)
+
+
 def _outcome(status: int) -> str:
-    return "survived" if os.waitstatus_to_exitcode(status) == 0 else "killed"
+    """``survived`` (exit 0), ``killed`` (a code in ``NOTICED``, or the child dead of a signal: a crash) or
+    ``error`` (pytest could not run the tests)."""
+    code = os.waitstatus_to_exitcode(status)
+    if code == 0:
+        return "survived"
+    return "killed" if code in NOTICED or code < 0 else "error"
 
 
 #: Every run of the tests: the first failure ends it, and the tests marked slow run too (they are CI's, and many
@@ -265,9 +281,11 @@ def _pytest(tests: list[str], *extra: str, plugins=()) -> int:
 
 
 def _fingerprint(modules: list[str], tests: list[str]) -> str:
-    """A digest of the package, the tests and the command: a saved baseline is reused only while it is equal."""
+    """A digest of the package, the tests (with their data and the root ``conftest.py``, which holds ``--runslow``)
+    and the command: a saved baseline is reused only while it is equal."""
     h = hashlib.sha256(json.dumps([modules, tests, PYTEST_ARGS]).encode())
-    for path in sorted([*ROOT.glob("speculab/**/*.py"), *ROOT.glob("tests/**/*.py"), ROOT / "pyproject.toml"]):
+    tested = [p for p in ROOT.glob("tests/**/*") if p.is_file() and "__pycache__" not in p.parts]
+    for path in sorted([*ROOT.glob("speculab/**/*.py"), *tested, ROOT / "pyproject.toml", ROOT / "conftest.py"]):
         h.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
     return h.hexdigest()[:16]
 
@@ -294,7 +312,12 @@ def _baseline(workdir: Path, modules: list[str], tests: list[str]):
     if not out.exists():
         CACHE.mkdir(exist_ok=True)
         log = CACHE / "baseline.log"
-        _, status = os.waitpid(_fork(workdir, job, str(log)), 0)
+        pid = _fork(workdir, job, str(log))
+        try:
+            _, status = os.waitpid(pid, 0)
+        except BaseException:  # stopped (Ctrl-C, SIGTERM): the baseline's tests stop too
+            _kill(pid)
+            raise
         if _outcome(status) != "survived":
             out.unlink(missing_ok=True)
             raise SystemExit(f"the tests fail on the unmutated modules: nothing to measure (see {log})")
@@ -305,7 +328,7 @@ def _baseline(workdir: Path, modules: list[str], tests: list[str]):
 
 def _copy(root: Path, dest: Path) -> Path:
     shutil.copytree(root, dest, ignore=shutil.ignore_patterns(".venv", ".git", "results", "*.egg-info",
-                                                              "__pycache__", ".hypothesis"))
+                                                              "__pycache__", ".hypothesis", ".mutation-cache"))
     check = subprocess.run([sys.executable, "-c", "import speculab; print(speculab.__file__)"], cwd=dest,
                            env=dict(os.environ, PYTHONPATH=str(dest)), capture_output=True, text=True)
     if not check.stdout.strip().startswith(str(dest)):
@@ -313,50 +336,62 @@ def _copy(root: Path, dest: Path) -> Path:
     return dest
 
 
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
+
+
 def _run(tasks, copies: list[Path], originals: dict[str, str]):
     """Run ``(module, mutated source, tests, timeout)`` tasks on ``len(copies)`` copies at once.
 
-    Yields ``(index, outcome, seconds)`` as they finish; each copy gets its module's ``originals`` text back.
+    Yields ``(index, outcome, seconds)`` as they finish; each copy gets its module's ``originals`` text back. Closed
+    early (the run stopped), it stops the tests still running.
     """
-    free = list(range(len(copies)))
     running = {}  # pid -> (index, copy, module, start, timeout)
-    pending = iter(enumerate(tasks))
-    exhausted = False
-    while running or not exhausted:
-        while free and not exhausted:
-            nxt = next(pending, None)
-            if nxt is None:
-                exhausted = True
-                break
-            idx, (module, mutated, tests, timeout) = nxt
-            if not tests:
-                yield idx, "unexecuted", 0.0  # no test runs this statement: it survives without a run
+    try:
+        free = list(range(len(copies)))
+        pending = iter(enumerate(tasks))
+        exhausted = False
+        while running or not exhausted:
+            while free and not exhausted:
+                nxt = next(pending, None)
+                if nxt is None:
+                    exhausted = True
+                    break
+                idx, (module, mutated, tests, timeout) = nxt
+                if not tests:
+                    yield idx, "unexecuted", 0.0  # no test runs this statement: it survives without a run
+                    continue
+                c = free.pop()
+                (copies[c] / module).write_text(mutated)
+                pid = _fork(copies[c], lambda t=tests: _pytest(t))
+                running[pid] = (idx, c, module, time.monotonic(), timeout)
+            if not running:
                 continue
-            c = free.pop()
-            (copies[c] / module).write_text(mutated)
-            pid = _fork(copies[c], lambda t=tests: _pytest(t))
-            running[pid] = (idx, c, module, time.monotonic(), timeout)
-        if not running:
-            continue
-        pid, status = os.waitpid(-1, os.WNOHANG)
-        outcome = _outcome(status) if pid else None
-        if not pid:
-            late = [q for q, (*_, start, timeout) in running.items() if time.monotonic() > start + timeout]
-            if not late:
-                time.sleep(0.02)
-                continue
-            pid, outcome = late[0], "timeout"
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        idx, c, module, start, _ = running.pop(pid)
-        (copies[c] / module).write_text(originals[module])  # the copy is clean again
-        free.append(c)
-        yield idx, outcome, time.monotonic() - start
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            outcome = _outcome(status) if pid else None
+            if not pid:
+                late = [q for q, (*_, start, timeout) in running.items() if time.monotonic() > start + timeout]
+                if not late:
+                    time.sleep(0.02)
+                    continue
+                pid, outcome = late[0], "timeout"
+                _kill(pid)
+            idx, c, module, start, _ = running.pop(pid)
+            (copies[c] / module).write_text(originals[module])  # the copy is clean again
+            free.append(c)
+            yield idx, outcome, time.monotonic() - start
+    finally:
+        for pid in running:
+            _kill(pid)
 
 
 #: A mutant's line in the output: ``  module:line:column  change  outcome (N tests[, S s])``.
 OUTCOME_LINE = re.compile(r"^\s+(?P<module>[^\s:]+):(?P<at>\d+:\d+(?:#\d+)?)\s+(?P<what>.+?)\s+"
-                          r"(?P<outcome>killed|timeout|survived|unexecuted) \(\d+ tests(?:, [\d.]+ s)?\)$")
+                          r"(?P<outcome>killed|timeout|survived|unexecuted|error) \(\d+ tests(?:, [\d.]+ s)?\)$")
 #: The line naming the source a run mutated: ``source module sha256 digest``.
 SOURCE_LINE = re.compile(r"^source (?P<module>\S+) sha256 (?P<digest>[0-9a-f]+)$")
 
@@ -378,11 +413,11 @@ def read_log(log: Path) -> tuple[dict[tuple[str, str, str], str], dict[str, str]
 
 
 def _survivors(log: Path) -> tuple[set[tuple[str, str, str]], set[str]]:
-    """``(module, line, change)`` of every mutant an earlier run's output lists as survived, unexecuted or timed out
-    (on a loaded machine a survivor's tests can outlast the budget), and the modules it lists (the others are run
-    whole)."""
+    """``(module, line, change)`` of every mutant an earlier run's output lists as survived, unexecuted, timed out
+    (on a loaded machine a survivor's tests can outlast the budget) or in error, and the modules it lists (the others
+    are run whole)."""
     outcomes, _ = read_log(log)
-    again = ("survived", "unexecuted", "timeout")
+    again = ("survived", "unexecuted", "timeout", "error")
     alive = {(m, at.split(":")[0], what) for (m, at, what), o in outcomes.items() if o in again}
     return alive, {m for m, _, _ in outcomes}
 
@@ -407,6 +442,24 @@ def resumed(logs: list[Path], sources: dict[str, str]) -> dict[tuple[str, str, s
     return out
 
 
+def _module(ap: argparse.ArgumentParser, name: str) -> str:
+    """A module argument as its path in the repository (``speculab/…/x.py``), from the working directory or the
+    repository's root; anything else is refused, naming it (coverage would match nothing: every mutant unexecuted)."""
+    for base in (Path.cwd(), ROOT):
+        path = (base / name).resolve()
+        if path.is_file():
+            break
+    else:
+        ap.error(f"modules: no such file {name!r}")
+    if path.suffix != ".py" or not path.is_relative_to(ROOT / "speculab"):
+        ap.error(f"modules: {name!r} is not a Python module of the package (under {ROOT / 'speculab'})")
+    return path.relative_to(ROOT).as_posix()
+
+
+def _stop(signum, frame):
+    raise SystemExit(128 + signum)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("modules", nargs="+", help="the modules to mutate, e.g. speculab/theory/rejections.py")
@@ -426,7 +479,19 @@ def main(argv=None):
     ap.add_argument("--plan", action="store_true",
                     help="run the baseline, print each module's mutants and worst-case minutes, and stop")
     args = ap.parse_args(argv)
-    i, n = (int(v) for v in args.shard.split("/"))
+    if args.jobs < 1:
+        ap.error(f"--jobs: at least 1 mutant at a time, not {args.jobs}")
+    if not args.slowdown >= 1:  # below 1, survivors time out and would count as killed
+        ap.error(f"--slowdown: at least 1 (times a mutant's tests' baseline seconds), not {args.slowdown}")
+    shard = re.fullmatch(r"(\d+)/(\d+)", args.shard)
+    if not shard or not 1 <= int(shard[1]) <= int(shard[2]):
+        ap.error(f"--shard: i/n with 1 <= i <= n, not {args.shard!r}")
+    i, n = int(shard[1]), int(shard[2])
+    args.modules = [_module(ap, m) for m in args.modules]
+    for log in [*args.resume, *([args.rerun] if args.rerun else [])]:
+        if not Path(log).is_file():
+            ap.error(f"--resume/--rerun: no such log {log!r}")
+    signal.signal(signal.SIGTERM, _stop)  # SIGTERM unwinds like Ctrl-C: the tests stop and the copies go
     again, logged = _survivors(Path(args.rerun)) if args.rerun else (None, set())
     done = resumed([Path(log) for log in args.resume], {m: (ROOT / m).read_text() for m in args.modules})
     t0 = time.perf_counter()
@@ -472,7 +537,7 @@ def main(argv=None):
     for module in args.modules:
         mine = [(found[k][1], found[k][2], o) for k, o in sorted(outcomes.items()) if found[k][0] == module]
         killed = sum(o in ("killed", "timeout") for *_, o in mine)
-        alive = [(at, what, o) for at, what, o in mine if o in ("survived", "unexecuted")]
+        alive = [(at, what, o) for at, what, o in mine if o in ("survived", "unexecuted", "error")]
         same = [m for m in alive if (module, m[0], m[1]) in known]
         print(f"score {killed}/{len(mine)} = {killed / max(len(mine), 1):.1%}; without the {len(same)} equivalent: "
               f"{killed}/{len(mine) - len(same)} = {killed / max(len(mine) - len(same), 1):.1%}  {module}")

@@ -1,6 +1,7 @@
 """benchmarks/mutation.py: the mutants it makes and the tests it picks for each."""
 
 import ast
+import collections
 import importlib.util
 from pathlib import Path
 
@@ -120,3 +121,117 @@ def test_every_run_includes_the_slow_tests_and_its_baseline_says_so(monkeypatch)
     before = mutation._fingerprint(["speculab/backends/warp.py"], ["tests/test_backends.py"])
     monkeypatch.setattr(mutation, "PYTEST_ARGS", [a for a in mutation.PYTEST_ARGS if a != "--runslow"])
     assert mutation._fingerprint(["speculab/backends/warp.py"], ["tests/test_backends.py"]) != before
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--jobs", "0"], "--jobs: at least 1"),
+    (["--slowdown", "0.5"], "--slowdown: at least 1"),
+    (["--slowdown", "nan"], "--slowdown: at least 1"),
+    (["--shard", "0/2"], "--shard: i/n with 1 <= i <= n"),
+    (["--shard", "3/2"], "--shard: i/n"),
+    (["--shard", "1/0"], "--shard: i/n"),
+    (["--shard", "abc"], "--shard: i/n"),
+    (["--resume", "no-such.log"], "no such log 'no-such.log'"),
+    (["--rerun", "no-such.log"], "no such log 'no-such.log'"),
+])
+def test_bad_arguments_are_refused_before_anything_runs(argv, message, capsys):
+    """Each refused with a message naming the argument, before a copy or a baseline is made: a slowdown below 1
+    would time survivors out (counted as killed), a shard past its count would test nothing and score 0/0."""
+    with pytest.raises(SystemExit) as stop:
+        mutation.main(["speculab/theory/biased.py", *argv])
+    assert stop.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_module_is_a_file_of_the_package_named_from_here_or_the_root(capsys, monkeypatch, tmp_path):
+    """Any spelling of a package module becomes its path in the repository (coverage is keyed by it: another
+    spelling matched nothing, and every mutant was 'unexecuted'); a missing file or one outside the package is
+    refused by name."""
+    ap = mutation.argparse.ArgumentParser()
+    here = "speculab/theory/biased.py"
+    monkeypatch.chdir(tmp_path)  # not the repository: the root is tried next
+    assert mutation._module(ap, here) == here
+    assert mutation._module(ap, str(mutation.ROOT / here)) == here
+    monkeypatch.chdir(mutation.ROOT / "speculab")
+    assert mutation._module(ap, "./theory/biased.py") == here
+    assert mutation._module(ap, "../speculab/theory/../theory/biased.py") == here
+    monkeypatch.chdir(mutation.ROOT)
+    for name, message in [("speculab/theory/nope.py", "no such file 'speculab/theory/nope.py'"),
+                          ("benchmarks/mutation.py", "'benchmarks/mutation.py' is not a Python module of the package"),
+                          ("README.md", "'README.md' is not a Python module")]:
+        with pytest.raises(SystemExit):
+            mutation._module(ap, name)
+        assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("job, outcome", [
+    (lambda: 0, "survived"),
+    (lambda: 1, "killed"),  # a test failed
+    (lambda: 2, "killed"),  # the tests could not be collected: the mutant broke an import
+    (lambda: 3, "error"),  # pytest's internal error
+    (lambda: 4, "error"),  # a usage error: a selected test id no longer exists
+    (lambda: 5, "error"),  # no tests collected
+    (lambda: 1 / 0, "error"),  # the job itself raised: exit 3
+    (lambda: mutation.os.kill(mutation.os.getpid(), mutation.signal.SIGKILL), "killed"),  # dead of a signal: a crash
+])
+def test_only_a_failing_test_or_a_crash_kills_a_mutant(job, outcome, tmp_path):
+    """An exit of pytest that says nothing about the mutant (internal or usage error, nothing collected) is an
+    error, counted as not killed and listed with the survivors, not a kill."""
+    _, status = mutation.os.waitpid(mutation._fork(tmp_path, job), 0)
+    assert mutation._outcome(status) == outcome
+
+
+def test_a_test_id_pytest_cannot_find_is_an_error_not_a_kill(tmp_path):
+    job = lambda: mutation._pytest(["tests/test_mutation_tool.py::test_no_such_test"])  # noqa: E731
+    _, status = mutation.os.waitpid(mutation._fork(mutation.ROOT, job), 0)
+    assert mutation.os.waitstatus_to_exitcode(status) == 4 and mutation._outcome(status) == "error"
+
+
+@pytest.mark.slow  # a real run of the tool: its imports, a copy of the repository, then SIGTERM (about 20 s)
+@pytest.mark.skipif(not Path("/proc/self/cwd").exists(), reason="reads /proc")
+def test_a_run_stopped_with_sigterm_stops_its_tests_and_removes_its_copies(tmp_path):
+    """SIGTERM (what a session's end or ``kill`` sends) unwinds like Ctrl-C: the baseline's tests are stopped and
+    the private copies removed (before, each stopped run left a copy of the repository in /tmp)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    run = subprocess.Popen([sys.executable, str(mutation.ROOT / "benchmarks" / "mutation.py"),
+                            "speculab/theory/biased.py", "--tests", "tests/test_methods.py", "--jobs", "1"],
+                           cwd=mutation.ROOT, env=dict(os.environ, TMPDIR=str(tmp_path)),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob("speculab-mutants-*/repo0/speculab")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert run.poll() is None, run.stderr.read()
+    time.sleep(3)  # copying, or into the baseline (test_methods.py under coverage, minutes long): either way
+    run.send_signal(signal.SIGTERM)
+    assert run.wait(timeout=60) == 128 + signal.SIGTERM
+    assert list(tmp_path.iterdir()) == []
+    inside = []
+    for cwd in Path("/proc").glob("[0-9]*/cwd"):
+        try:
+            inside += [cwd] if str(tmp_path) in os.readlink(cwd) else []
+        except OSError:  # gone meanwhile, or not ours
+            pass
+    assert inside == []
+
+
+def test_the_readmes_score_table_matches_the_sources_and_the_list_of_equivalents():
+    """Each row of the README's mutation table: its equivalents are the ones listed for the module, its 'now' is
+    every mutant but those killed (all others killed or listed), and its mutant count is the current source's —
+    unless a footnote (⁸) says the row is for an earlier source. A change to a measured module shows here."""
+    import re
+
+    text = (mutation.ROOT / "README.md").read_text()
+    rows = re.findall(r"^\| (\S+\.py)((?: [¹²³⁴⁵⁶⁷⁸⁹])*) \| (\d+) \| [\d.]+ % \| ([\d.]+) % \| (\d+) \| ([\d.]+) % \|$",
+                      text, re.M)
+    assert len(rows) >= 29
+    listed = collections.Counter(module for module, _, _ in mutation.equivalents())
+    for name, marks, n, now, eq, without in rows:
+        module, n, eq = f"speculab/{name}", int(n), int(eq)
+        assert listed[module] == eq, name
+        if float(without) == 100:
+            assert float(now) == round(100 * (n - eq) / n, 1), name
+        if "⁸" not in marks:
+            assert len(mutation.mutant_names((mutation.ROOT / module).read_text())) == n, name
