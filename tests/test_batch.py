@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from _enumerate import enumerate_batch, sequence_law
 from conftest import binomial_se
 from speculab.kernels import drain
-from speculab.sim import BatchSD, simulate
+from speculab.sim import SD, BatchSD, simulate
 from speculab.testing import distribution_pairs, markov_instances
 from speculab.theory.batch import CONVERGED
 from speculab.theory import (
@@ -412,6 +412,18 @@ def test_an_empty_block_of_several_rows_is_one_token_from_the_first_rows_target(
     law = BatchSD(3, K=2).round_law(np.zeros((1, 3, 0, 4)), q, np.zeros((1, 3, 0), dtype=np.int64), bonus=True)
     assert law.outcome.sum() == 1.0 and law.outcome[0, 0, 0] == 1.0
     np.testing.assert_array_equal(law.correction[0, 0, 0], q[0, 0, 0])
+
+
+def test_a_one_token_vocabulary_accepts_every_row_at_the_root():
+    """V = 1: every row's draft is the target's only token, so the root accepts the first row with certainty and
+    the round's law is the whole block, then the bonus — the same as SD's (found by mutation testing: the root
+    chain read a second token)."""
+    ones = np.ones((1, 2, 2, 1))
+    law = BatchSD(2, K=2).round_law(ones, np.ones((1, 2, 3, 1)), np.zeros((1, 2, 2), dtype=np.int64), bonus=True)
+    sd = SD(K=2).round_law(ones[:, :1], np.ones((1, 1, 3, 1)), np.zeros((1, 1, 2), dtype=np.int64), bonus=True)
+    assert law.outcome.sum() == 1.0 and law.outcome[0, 0, 2] == 1.0
+    np.testing.assert_array_equal(law.outcome[:, :1], sd.outcome)
+    np.testing.assert_array_equal(law.correction[0, 0, 2], sd.correction[0, 0, 2])  # the bonus, q_3 = [1]
 
 
 def test_edges_of_the_inputs():

@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from conftest import binomial_se  # noqa: E402
-from speculab.backends import Sampling, decode, load_pair, ngram_draft  # noqa: E402
+from speculab.backends import PromptLookupModel, Sampling, decode, load_pair, ngram_draft  # noqa: E402
 from speculab.backends.pair import default_prompts  # noqa: E402
 from speculab.methods import SD, Autoregressive, BatchSD, Biased, BlockVerification, Fuzzy  # noqa: E402
 
@@ -174,10 +174,23 @@ def test_on_round_sees_each_rows_own_block(pair):
 def test_on_round_hears_what_the_one_prompt_path_says(pair, method):
     """Round by round, each prompt's ``RoundInfo`` — laws, drafts, the round's law (batch axis 1), the decision —
     equals the one-prompt path's for the same key (float32 logits: equal to 1e-5)."""
-    prompts = default_prompts()[:3]
+    _same_rounds(pair, default_prompts()[:3], method, max_new_tokens=8)
+
+
+def test_on_round_hears_what_the_one_prompt_path_says_of_empty_blocks(pair):
+    """Prompt lookup without a fallback drafts nothing where no n-gram matches: rounds in which some prompts draft
+    and others do not, batched, give each prompt the ``RoundInfo`` of its one-prompt round — an empty block's laws
+    ``(1, 0, V)`` included."""
+    lookup = load_pair(PromptLookupModel(pair.vocab_size), "tiny-target", device="cpu")
+    heard = _same_rounds(lookup, default_prompts()[:4] + ["def f(x): return f(x) + f(x"], SD(K=3), 12)
+    assert {info.p.shape[1] for info in heard} >= {0, 3}  # empty blocks and full ones
+
+
+def _same_rounds(pair, prompts, method, max_new_tokens):
     heard = {1: [], None: []}
     for size in heard:
-        decode(pair, prompts, method, max_new_tokens=8, key=4, batch_size=size, on_round=heard[size].append)
+        decode(pair, prompts, method, max_new_tokens=max_new_tokens, key=4, batch_size=size,
+               on_round=heard[size].append)
     assert len(heard[1]) == len(heard[None]) > 3
     batched = sorted(heard[None], key=lambda info: info.run)  # each run's rounds in order (a stable sort)
     for one, many in zip(heard[1], batched):
@@ -189,6 +202,7 @@ def test_on_round_hears_what_the_one_prompt_path_says(pair, method):
                 assert a.shape == b.shape
                 np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5)
         assert all(f is None or f.shape[0] == 1 for f in many.law)
+    return heard[1]
 
 
 def test_the_cache_is_compacted_and_stays_exact(pair, monkeypatch):

@@ -207,14 +207,16 @@ def test_a_round_without_drafts_gives_what_its_round_law_gives(pair, sampling):
     """The one-prompt loop draws an empty round's token from ``q_1`` without building its law; with ``on_round``
     it builds the law and samples it (the general path). Same key: same tokens, counts and records, for
     autoregressive decoding and for prompt lookup's empty blocks — SD and block verification (whose round law
-    once failed on an empty block)."""
+    once failed on an empty block). Only a method with one draft row stops drafting where prompt lookup proposes
+    nothing: batch SD with two rows drafts its K tokens on both paths alike (a batched path that cut its rows
+    there too would differ: found by mutation testing)."""
     from speculab.methods import BlockVerification
 
     lookup = load_pair(PromptLookupModel(pair.vocab_size), "tiny-target", device="cpu")
     prompts = default_prompts()[:3] + ["def f(x): return f(x) + f(x"]
     seen = []
     for drafted, method in ((pair, Autoregressive()), (lookup, SD(K=3)), (lookup, BlockVerification(3)),
-                            (lookup, BatchSD(1, K=3))):
+                            (lookup, BatchSD(1, K=3)), (lookup, BatchSD(2, K=3))):
         fast = decode(drafted, prompts, method, max_new_tokens=12, sampling=sampling, key=5, batch_size=1)
         general = decode(drafted, prompts, method, max_new_tokens=12, sampling=sampling, key=5, batch_size=1,
                          on_round=lambda info: seen.append(info.drafts.shape[-1]))
