@@ -178,6 +178,37 @@ class _EOSHeavyDraft(HistoryModel):
         return self.law
 
 
+class _IntermittentDraft(HistoryModel):
+    """A user's history draft that proposes nothing after a history whose length is a multiple of 7: blocks of up
+    to 6 drafts end there, mid-round."""
+
+    def __init__(self, vocab_size: int):
+        super().__init__(vocab_size)
+        self.law = torch.softmax(torch.linspace(3.0, -3.0, vocab_size, dtype=torch.float64), 0)
+
+    def probs(self, history: tuple) -> torch.Tensor:
+        return self.law
+
+    def proposes(self, history: tuple) -> bool:
+        return len(history) % 7 != 0
+
+
+def test_a_row_stops_asking_the_draft_at_its_own_block_length(pair):
+    """Batched, a prompt with fewer tokens to go than the round's longest block stops drafting at its own length:
+    a draft that would stop proposing just past it must not lengthen its block (that draft is never asked on the
+    one-prompt path). Batched equals one prompt at a time; blocks ended by the draft and by the horizon occur."""
+    drafted = load_pair(_IntermittentDraft(pair.vocab_size), "tiny-target", device="cpu")
+    prompts, method = default_prompts()[:8], SD(K=6)
+    blocks = []
+    one = decode(drafted, prompts, method, max_new_tokens=24, key=8, batch_size=1)
+    many = decode(drafted, prompts, method, max_new_tokens=24, key=8,
+                  on_round=lambda info: blocks.append(info.drafts.shape[-1]))
+    assert one.tokens == many.tokens
+    for name in ("rejections", "oracle_calls", "draft_calls", "accepted", "bonus"):
+        np.testing.assert_array_equal(getattr(one.counts, name), getattr(many.counts, name), err_msg=name)
+    assert set(range(7)) <= set(blocks)  # every block length from 0 to K
+
+
 def test_no_bonus_is_offered_after_a_drafted_eos(pair):
     """A single row's block that ends with a drafted EOS ends the sequence if accepted, so its round law offers no
     bonus (its weights after the last draft are zero); other blocks short of the horizon offer one."""
