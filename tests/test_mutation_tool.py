@@ -1,8 +1,15 @@
 """benchmarks/mutation.py: the mutants it makes and the tests it picks for each."""
 
+import argparse
 import ast
 import collections
 import importlib.util
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -146,7 +153,7 @@ def test_a_module_is_a_file_of_the_package_named_from_here_or_the_root(capsys, m
     """Any spelling of a package module becomes its path in the repository (coverage is keyed by it: another
     spelling matched nothing, and every mutant was 'unexecuted'); a missing file or one outside the package is
     refused by name."""
-    ap = mutation.argparse.ArgumentParser()
+    ap = argparse.ArgumentParser()
     here = "speculab/theory/biased.py"
     monkeypatch.chdir(tmp_path)  # not the repository: the root is tried next
     assert mutation._module(ap, here) == here
@@ -177,14 +184,11 @@ def test_only_a_failing_test_or_a_crash_kills_a_mutant(code, outcome):
     error, counted as not killed and listed with the survivors, not a kill. (Wait statuses are built here, not
     forked: the suite has JAX's threads running by now.)"""
     status = -code if code < 0 else code << 8  # POSIX: a signal in the low bits, an exit code above them
-    assert mutation.os.waitstatus_to_exitcode(status) == code
+    assert os.waitstatus_to_exitcode(status) == code
     assert mutation._outcome(status) == outcome
 
 
 def test_a_test_id_pytest_cannot_find_is_an_error_not_a_kill():
-    import subprocess
-    import sys
-
     run = subprocess.run([sys.executable, "-m", "pytest", *mutation.PYTEST_ARGS,
                           "tests/test_mutation_tool.py::test_no_such_test"], cwd=mutation.ROOT, capture_output=True)
     assert run.returncode == 4 and mutation._outcome(run.returncode << 8) == "error"
@@ -195,11 +199,6 @@ def test_a_test_id_pytest_cannot_find_is_an_error_not_a_kill():
 def test_a_run_stopped_with_sigterm_stops_its_tests_and_removes_its_copies(tmp_path):
     """SIGTERM (what a session's end or ``kill`` sends) unwinds like Ctrl-C: the baseline's tests are stopped and
     the private copies removed (before, each stopped run left a copy of the repository in /tmp)."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
     run = subprocess.Popen([sys.executable, str(mutation.ROOT / "benchmarks" / "mutation.py"),
                             "speculab/theory/biased.py", "--tests", "tests/test_methods.py", "--jobs", "1"],
                            cwd=mutation.ROOT, env=dict(os.environ, TMPDIR=str(tmp_path)),
@@ -225,8 +224,6 @@ def test_the_readmes_score_table_matches_the_sources_and_the_list_of_equivalents
     """Each row of the README's mutation table: its equivalents are the ones listed for the module, its 'now' is
     every mutant but those killed (all others killed or listed), and its mutant count is the current source's —
     unless a footnote (⁸) says the row is for an earlier source. A change to a measured module shows here."""
-    import re
-
     text = (mutation.ROOT / "README.md").read_text()
     rows = re.findall(r"^\| (\S+\.py)((?: [¹²³⁴⁵⁶⁷⁸⁹])*) \| (\d+) \| [\d.]+ % \| ([\d.]+) % \| (\d+) \| ([\d.]+) % \|$",
                       text, re.M)
