@@ -586,14 +586,17 @@ def test_padding_rows_are_cropped(tmp_path, pair):
 @pytest.mark.parametrize("sampling", [Sampling(1.0), GREEDY], ids=["sampled", "greedy"])
 @pytest.mark.parametrize("batch_size", [None, 1], ids=["batched", "one-prompt"])
 @pytest.mark.parametrize("broken_model", ["draft", "target"])
-def test_nan_logits_are_refused(sampling, batch_size, broken_model):
-    """On both paths and greedy too (an argmax over NaN logits would otherwise be a silent one-hot)."""
+@pytest.mark.parametrize("method, track_draft", [(SD(K=2), False), (Autoregressive(), True)],
+                         ids=["sd", "autoregressive-tracking-the-draft"])
+def test_nan_logits_are_refused(sampling, batch_size, broken_model, method, track_draft):
+    """On both paths and greedy too (an argmax over NaN logits would otherwise be a silent one-hot), and a draft
+    run beside autoregressive decoding only to record ``TV(p_n, q_n)`` (the batched path recorded NaN)."""
     broken = load_pair("tiny", device="cpu")
     with torch.no_grad():
         getattr(broken, broken_model).model.lm_head.weight.fill_(float("nan"))
     with pytest.raises(ValueError, match="NaN"):
-        decode(broken, [PROMPT, PROMPT + " again"], SD(K=2), max_new_tokens=4, sampling=sampling, key=0,
-               batch_size=batch_size)
+        decode(broken, [PROMPT, PROMPT + " again"], method, max_new_tokens=4, sampling=sampling, key=0,
+               batch_size=batch_size, track_draft=track_draft)
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,9 @@ and batch SD. The output law itself is also checked against the target's, comput
 from the target's logits.
 """
 
+import collections
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -173,7 +176,7 @@ def test_on_round_sees_each_rows_own_block(pair):
 @pytest.mark.parametrize("method", [SD(K=3), BatchSD(2, K=2), Biased(0.2, "opt", K=2)], ids=repr)
 def test_on_round_hears_what_the_one_prompt_path_says(pair, method):
     """Round by round, each prompt's ``RoundInfo`` — laws, drafts, the round's law (batch axis 1), the decision —
-    equals the one-prompt path's for the same key (float32 logits: equal to 1e-5)."""
+    equals the one-prompt path's for the same key (float32 logits: equal to round-off, see ``_same_rounds``)."""
     _same_rounds(pair, default_prompts()[:3], method, max_new_tokens=8)
 
 
@@ -196,11 +199,14 @@ def _same_rounds(pair, prompts, method, max_new_tokens):
     for one, many in zip(heard[1], batched):
         assert (one.run, one.row, one.accepted) == (many.run, many.row, many.accepted)
         assert torch.equal(one.drafts, many.drafts)
-        for a, b in [(one.p, many.p), (one.q, many.q), *zip(one.law, many.law)]:
+        # the laws to 1e-5; the round law to 1e-3: batch SD's acceptance probabilities past the root divide by
+        # residual masses, which magnify the laws' round-off (1.8e-5 from laws within 8e-7 on an AMD EPYC, where
+        # 1e-5 failed; the CI machine before passed) — a wrong row or slot still differs by far more
+        for a, b, atol in [(one.p, many.p, 1e-5), (one.q, many.q, 1e-5), *((x, y, 1e-3) for x, y in zip(one.law, many.law))]:
             assert (a is None) == (b is None)
             if a is not None:
                 assert a.shape == b.shape
-                np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5)
+                np.testing.assert_allclose(a.numpy(), b.numpy(), atol=atol)
         assert all(f is None or f.shape[0] == 1 for f in many.law)
     return heard[1]
 
@@ -311,24 +317,40 @@ def test_compaction_gathers_each_rows_valid_entries_in_either_cache_layout():
         assert torch.equal(keys[:, 0, :, 0], kept) and torch.equal(values[:, 0, :, 0], kept + 100), name
 
 
+@dataclasses.dataclass(frozen=True)
+class EveryThirdRoundAutoregressive(BatchSD):
+    """Batch SD that drafts nothing when the tokens to go are a multiple of 3 (a user's method: none of the
+    package's multi-row methods has an empty block)."""
+
+    def draft_length(self, remaining):
+        return 0 if remaining % 3 == 0 else min(2, remaining)
+
+
 def test_a_multi_row_method_that_drafts_nothing_in_some_rounds(pair):
     """Regression: a method with ``M > 1`` draft rows whose ``draft_length`` is 0 for a live prompt (none of the
     package's; a user's may) made the batched path feed ``B M`` empty draft rows beside ``B`` target rows and fail.
     Such a round now has one row per prompt from the start, as on the one-prompt path, which it equals."""
-    import dataclasses
-
-    @dataclasses.dataclass(frozen=True)
-    class EveryThirdRoundAutoregressive(BatchSD):
-        def draft_length(self, remaining):
-            return 0 if remaining % 3 == 0 else min(2, remaining)
-
     method, prompts = EveryThirdRoundAutoregressive(2, K=2), default_prompts()[:3]
     for sampling in (GREEDY, Sampling(1.0)):
         one = decode(pair, prompts, method, max_new_tokens=9, sampling=sampling, key=2, batch_size=1)
         blocks = []  # (rows, drafts) of each prompt's rounds, batched
         _same(one, decode(pair, prompts, method, max_new_tokens=9, sampling=sampling, key=2,
                           on_round=lambda info: blocks.append(tuple(info.p.shape[:2]))))
-        assert (1, 0) in blocks and (2, 2) in blocks  # rounds of nothing drafted, and of two rows drafting
+        assert (2, 0) in blocks and (2, 2) in blocks  # rounds of nothing drafted, and of two rows drafting
+
+
+def test_a_multi_row_methods_empty_block_is_reported_with_every_row(pair):
+    """An empty block of a method with ``M`` draft rows is reported as the one-prompt path reports it — ``p``
+    ``(M, 0, V)``, ``q`` ``(M, 1, V)``, drafts ``(M, 0)``, as :class:`RoundInfo` documents — both in a round where
+    no prompt drafts (the batch then has one row per prompt; it reported ``(1, 0, V)``) and in one where some
+    prompts draft and others do not."""
+    heard = _same_rounds(pair, default_prompts()[:4], EveryThirdRoundAutoregressive(2, K=2), 9)
+    empty = collections.defaultdict(list)  # per prompt, round by round: whether its block was empty
+    for info in heard:
+        empty[info.run].append(info.p.shape[1] == 0)
+    rounds = [{e[t] for e in empty.values() if t < len(e)} for t in range(max(map(len, empty.values())))]
+    assert rounds[0] == {True} and {True, False} in rounds  # a round of empty blocks only, and a mixed one
+    assert {tuple(info.p.shape[:2]) for info in heard} >= {(2, 0), (2, 2)}
 
 
 def test_a_batch_calls_each_model_once_per_round(pair, ngram):

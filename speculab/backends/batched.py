@@ -271,7 +271,7 @@ class _Batch:
         # draft rows per prompt (expanded row e belongs to prompt e // M); nothing drafted: one row per prompt
         M = self.method.rows if L else 1
         X, P, cut, p_next = self._draft(lengths, M)
-        Q = self._verify(X, P, L, M)
+        Q = self._verify(X, P, L, M, p_next)
         u = torch.stack([torch.rand(2, generator=g, dtype=torch.float64, device=self.dev) for g in self.g])
         X_host = X.tolist()  # one synchronisation per round
         blocks = self._blocks(X_host, cut, M)
@@ -324,8 +324,10 @@ class _Batch:
         P = torch.stack(ps, 1) if L else None  # float64, as every law here
         return X, P, cut, p_next
 
-    def _verify(self, X, P, L: int, M: int):
-        """One target call on every row: the unseen tokens and the block; the target's laws ``(B M, L + 1, V)``."""
+    def _verify(self, X, P, L: int, M: int, p_next):
+        """One target call on every row: the unseen tokens and the block; the target's laws ``(B M, L + 1, V)``.
+        NaN logits are refused here, the target's and the draft's (``P``, and ``p_next``: a tracked draft's law
+        when nothing is drafted)."""
         ids, present = _right_aligned(self.unseen_t, self.dev)
         if M > 1:
             self.target.repeat(M)
@@ -333,7 +335,7 @@ class _Batch:
         logits = self.target.feed(torch.cat([ids, X], 1), torch.cat([present, torch.ones_like(X, dtype=torch.bool)], 1),
                                   L + 1)
         Q = self.sampling.probs(logits.double(), check=False)
-        check_laws(Q, *(() if P is None else (P,)))  # NaN logits refused: one synchronisation per round
+        check_laws(Q, *(law for law in (P, p_next) if law is not None))  # one synchronisation per round
         self.unseen_t = [[] for _ in self.live]
         return Q
 
@@ -386,10 +388,11 @@ class _Batch:
             out.counts["draft_calls"] += M * Lr
             out.add_round(Lr, tau, mean, var)
             Pr = P[e, :Lr] if Lr else torch.zeros((0, V), dtype=Q.dtype, device=self.dev)
-            if self.on_round is not None:
-                mine = slice(j * M, (j + 1) * M)
-                Pb = P[mine, :Lr] if Lr else torch.zeros((M, 0, V), dtype=Q.dtype, device=self.dev)
-                self.on_round(RoundInfo(self.index[j], Pb, Q[mine, :Lr + 1], X[mine, :Lr],
+            if self.on_round is not None:  # every draft row, as on one prompt (a round drafting nothing has M = 1)
+                R, mine = self.method.rows, slice(j * M, (j + 1) * M)
+                Pb = P[mine, :Lr] if Lr else torch.zeros((R, 0, V), dtype=Q.dtype, device=self.dev)
+                self.on_round(RoundInfo(self.index[j], Pb, Q[mine, :Lr + 1].expand(R, -1, -1),
+                                        X[mine, :Lr].expand(R, -1),
                                         type(law)(*(None if f is None else f[gi:gi + 1] for f in law)), row, tau))
             tracked = None
             if Lr == 0 and self.track_draft and p_next is not None:  # autoregressive, the draft alongside
