@@ -45,6 +45,7 @@ import collections
 import hashlib
 import importlib
 import json
+import math
 import os
 import re
 import shutil
@@ -306,7 +307,9 @@ def _baseline(workdir: Path, modules: list[str], tests: list[str]):
         cov.stop()
         data = cov.get_data()
         lines = {m: data.contexts_by_lineno(str(workdir / m)) for m in modules}
-        out.write_text(json.dumps({"lines": lines, "seconds": rec.seconds}))
+        partial = out.with_suffix(".partial")  # renamed whole: a run stopped while writing leaves no baseline
+        partial.write_text(json.dumps({"lines": lines, "seconds": rec.seconds}))
+        partial.replace(out)
         return code
 
     if not out.exists():
@@ -320,10 +323,19 @@ def _baseline(workdir: Path, modules: list[str], tests: list[str]):
             raise
         if _outcome(status) != "survived":
             out.unlink(missing_ok=True)
-            raise SystemExit(f"the tests fail on the unmutated modules: nothing to measure (see {log})")
+            raise SystemExit(_baseline_failed(status, log))
     found = json.loads(out.read_text())
     contexts = {m: {int(line): set(ids) for line, ids in by_line.items()} for m, by_line in found["lines"].items()}
     return contexts, found["seconds"]
+
+
+def _baseline_failed(status: int, log: Path) -> str:
+    """Why there is nothing to measure when the baseline's tests did not pass: they failed (or crashed), or pytest
+    could not run them (an ``error`` outcome: e.g. a test id that does not exist)."""
+    if _outcome(status) == "error":
+        return (f"pytest could not run the tests (exit {os.waitstatus_to_exitcode(status)}: an internal or usage "
+                f"error, or no tests collected): nothing to measure (see {log})")
+    return f"the tests fail on the unmutated modules: nothing to measure (see {log})"
 
 
 def _copy(root: Path, dest: Path) -> Path:
@@ -456,6 +468,18 @@ def _module(ap: argparse.ArgumentParser, name: str) -> str:
     return path.relative_to(ROOT).as_posix()
 
 
+def _test_path(ap: argparse.ArgumentParser, name: str) -> str:
+    """A ``--tests`` argument — a file, a folder or a node id ``file::test`` — with its path from the repository's
+    root (the tests run in copies of it), found from the working directory or the root; a missing one is refused,
+    naming it, before the baseline (where pytest would only exit 4)."""
+    path, sep, node = name.partition("::")
+    for base in (Path.cwd(), ROOT):
+        found = (base / path).resolve()
+        if found.exists() and found.is_relative_to(ROOT):
+            return found.relative_to(ROOT).as_posix() + sep + node
+    ap.error(f"--tests: no test file or folder {path!r} in the repository ({ROOT})")
+
+
 def _stop(signum, frame):
     raise SystemExit(128 + signum)
 
@@ -481,13 +505,14 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.jobs < 1:
         ap.error(f"--jobs: at least 1 mutant at a time, not {args.jobs}")
-    if not args.slowdown >= 1:  # below 1, survivors time out and would count as killed
-        ap.error(f"--slowdown: at least 1 (times a mutant's tests' baseline seconds), not {args.slowdown}")
+    if not 1 <= args.slowdown < math.inf:  # below 1, survivors time out (counted as killed); at ∞ a loop never ends
+        ap.error(f"--slowdown: at least 1 and finite (times a mutant's tests' baseline seconds), not {args.slowdown}")
     shard = re.fullmatch(r"(\d+)/(\d+)", args.shard)
     if not shard or not 1 <= int(shard[1]) <= int(shard[2]):
         ap.error(f"--shard: i/n with 1 <= i <= n, not {args.shard!r}")
     i, n = int(shard[1]), int(shard[2])
     args.modules = [_module(ap, m) for m in args.modules]
+    args.tests = [_test_path(ap, t) for t in args.tests]
     for log in [*args.resume, *([args.rerun] if args.rerun else [])]:
         if not Path(log).is_file():
             ap.error(f"--resume/--rerun: no such log {log!r}")

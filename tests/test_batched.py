@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 from conftest import binomial_se  # noqa: E402
 from speculab.backends import PromptLookupModel, Sampling, decode, load_pair, ngram_draft  # noqa: E402
 from speculab.backends.pair import default_prompts  # noqa: E402
-from speculab.methods import SD, Autoregressive, BatchSD, Biased, BlockVerification, Fuzzy  # noqa: E402
+from speculab.methods import SD, Autoregressive, BatchSD, Biased, BlockVerification, Fuzzy, RoundLaw  # noqa: E402
 
 GREEDY = Sampling(temperature=0)
 
@@ -202,7 +202,8 @@ def _same_rounds(pair, prompts, method, max_new_tokens):
         # the laws to 1e-5; the round law to 1e-3: batch SD's acceptance probabilities past the root divide by
         # residual masses, which magnify the laws' round-off (1.8e-5 from laws within 8e-7 on an AMD EPYC, where
         # 1e-5 failed; the CI machine before passed) — a wrong row or slot still differs by far more
-        for a, b, atol in [(one.p, many.p, 1e-5), (one.q, many.q, 1e-5), *((x, y, 1e-3) for x, y in zip(one.law, many.law))]:
+        pairs = [(one.p, many.p, 1e-5), (one.q, many.q, 1e-5), *((x, y, 1e-3) for x, y in zip(one.law, many.law))]
+        for a, b, atol in pairs:
             assert (a is None) == (b is None)
             if a is not None:
                 assert a.shape == b.shape
@@ -326,6 +327,18 @@ class EveryThirdRoundAutoregressive(BatchSD):
         return 0 if remaining % 3 == 0 else min(2, remaining)
 
 
+@dataclasses.dataclass(frozen=True)
+class EmptyBlocksKeepTheirRows(EveryThirdRoundAutoregressive):
+    """Its law of an empty block keeps the ``M`` rows, each followed with probability ``1/M`` (the package's batch SD
+    reduces it to one row; a user's method need not)."""
+
+    def round_law(self, p, q, x, *, bonus):
+        if p.shape[-2]:
+            return super().round_law(p, q, x, bonus=bonus)
+        return RoundLaw(torch.full(q.shape[:-1], 1 / q.shape[-3], dtype=q.dtype), q.clone(),
+                        torch.zeros(q.shape[:-1], dtype=q.dtype), torch.zeros(x.shape, dtype=q.dtype))
+
+
 def test_a_multi_row_method_that_drafts_nothing_in_some_rounds(pair):
     """Regression: a method with ``M > 1`` draft rows whose ``draft_length`` is 0 for a live prompt (none of the
     package's; a user's may) made the batched path feed ``B M`` empty draft rows beside ``B`` target rows and fail.
@@ -351,6 +364,17 @@ def test_a_multi_row_methods_empty_block_is_reported_with_every_row(pair):
     rounds = [{e[t] for e in empty.values() if t < len(e)} for t in range(max(map(len, empty.values())))]
     assert rounds[0] == {True} and {True, False} in rounds  # a round of empty blocks only, and a mixed one
     assert {tuple(info.p.shape[:2]) for info in heard} >= {(2, 0), (2, 2)}
+
+
+def test_a_multi_row_methods_law_of_an_empty_block_sees_every_row(pair):
+    """``round_law`` gets every draft row of an empty block on both paths (``(…, M, 0, V)``, as it documents), also
+    in a round where no prompt drafts: a method whose law keeps the rows then follows the same row, and its
+    ``RoundInfo.law`` has the one-prompt path's shapes (the batched path passed one row and got ``(1, 1, 1)``)."""
+    method, prompts = EmptyBlocksKeepTheirRows(2, K=2), default_prompts()[:4]
+    heard = _same_rounds(pair, prompts, method, 9)
+    assert {info.row for info in heard if info.p.shape[1] == 0} == {0, 1}  # empty blocks following either row
+    _same(decode(pair, prompts, method, max_new_tokens=9, key=4, batch_size=1),  # records too: each token's log q
+          decode(pair, prompts, method, max_new_tokens=9, key=4))               # read from its own prompt's row
 
 
 def test_a_batch_calls_each_model_once_per_round(pair, ngram):

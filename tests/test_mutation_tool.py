@@ -134,6 +134,9 @@ def test_every_run_includes_the_slow_tests_and_its_baseline_says_so(monkeypatch)
     (["--jobs", "0"], "--jobs: at least 1"),
     (["--slowdown", "0.5"], "--slowdown: at least 1"),
     (["--slowdown", "nan"], "--slowdown: at least 1"),
+    (["--slowdown", "inf"], "--slowdown: at least 1 and finite"),
+    (["--tests", "tests/no_such_test.py"], "--tests: no test file or folder 'tests/no_such_test.py'"),
+    (["--tests", "tests/test_rejections.py", "/etc::x"], "--tests: no test file or folder '/etc'"),
     (["--shard", "0/2"], "--shard: i/n with 1 <= i <= n"),
     (["--shard", "3/2"], "--shard: i/n"),
     (["--shard", "1/0"], "--shard: i/n"),
@@ -143,30 +146,35 @@ def test_every_run_includes_the_slow_tests_and_its_baseline_says_so(monkeypatch)
 ])
 def test_bad_arguments_are_refused_before_anything_runs(argv, message, capsys):
     """Each refused with a message naming the argument, before a copy or a baseline is made: a slowdown below 1
-    would time survivors out (counted as killed), a shard past its count would test nothing and score 0/0."""
+    would time survivors out (counted as killed) and an infinite one never stop a mutant that loops, a shard past
+    its count would test nothing and score 0/0, and a missing test file only made pytest exit 4 in the baseline."""
     with pytest.raises(SystemExit) as stop:
         mutation.main(["speculab/theory/biased.py", *argv])
     assert stop.value.code == 2 and message in capsys.readouterr().err
 
 
-def test_a_module_is_a_file_of_the_package_named_from_here_or_the_root(capsys, monkeypatch, tmp_path):
+def test_modules_and_tests_are_paths_of_the_repository_named_from_here_or_the_root(capsys, monkeypatch, tmp_path):
     """Any spelling of a package module becomes its path in the repository (coverage is keyed by it: another
-    spelling matched nothing, and every mutant was 'unexecuted'); a missing file or one outside the package is
-    refused by name."""
+    spelling matched nothing, and every mutant was 'unexecuted'), and so does a ``--tests`` argument, node id kept
+    (the tests run in copies of the repository); a missing file, a module outside the package or tests outside the
+    repository are refused by name."""
     ap = argparse.ArgumentParser()
-    here = "speculab/theory/biased.py"
+    here, test = "speculab/theory/biased.py", "tests/test_rejections.py::test_t1_matches_enumeration"
     monkeypatch.chdir(tmp_path)  # not the repository: the root is tried next
-    assert mutation._module(ap, here) == here
+    assert mutation._module(ap, here) == here and mutation._test_path(ap, test) == test
     assert mutation._module(ap, str(mutation.ROOT / here)) == here
+    assert mutation._test_path(ap, str(mutation.ROOT / test)) == test
     monkeypatch.chdir(mutation.ROOT / "speculab")
-    assert mutation._module(ap, "./theory/biased.py") == here
+    assert mutation._module(ap, "./theory/biased.py") == here and mutation._test_path(ap, "../tests") == "tests"
     assert mutation._module(ap, "../speculab/theory/../theory/biased.py") == here
     monkeypatch.chdir(mutation.ROOT)
-    for name, message in [("speculab/theory/nope.py", "no such file 'speculab/theory/nope.py'"),
-                          ("benchmarks/mutation.py", "'benchmarks/mutation.py' is not a Python module of the package"),
-                          ("README.md", "'README.md' is not a Python module")]:
+    for check, name, message in [
+            (mutation._module, "speculab/theory/nope.py", "no such file 'speculab/theory/nope.py'"),
+            (mutation._module, "benchmarks/mutation.py", "'benchmarks/mutation.py' is not a Python module of the package"),
+            (mutation._module, "README.md", "'README.md' is not a Python module"),
+            (mutation._test_path, str(tmp_path), f"--tests: no test file or folder {str(tmp_path)!r}")]:
         with pytest.raises(SystemExit):
-            mutation._module(ap, name)
+            check(ap, name)
         assert message in capsys.readouterr().err
 
 
@@ -192,6 +200,13 @@ def test_a_test_id_pytest_cannot_find_is_an_error_not_a_kill():
     run = subprocess.run([sys.executable, "-m", "pytest", *mutation.PYTEST_ARGS,
                           "tests/test_mutation_tool.py::test_no_such_test"], cwd=mutation.ROOT, capture_output=True)
     assert run.returncode == 4 and mutation._outcome(run.returncode << 8) == "error"
+
+
+def test_a_baseline_pytest_cannot_run_is_not_called_failing():
+    """The baseline's message says what happened: tests that fail, or pytest unable to run them (exit 4, a test id
+    not found — it said 'the tests fail' for both)."""
+    assert mutation._baseline_failed(1 << 8, Path("b.log")).startswith("the tests fail on the unmutated modules")
+    assert mutation._baseline_failed(4 << 8, Path("b.log")).startswith("pytest could not run the tests (exit 4")
 
 
 @pytest.mark.slow  # a real run of the tool: its imports, a copy of the repository, then SIGTERM (about 20 s)

@@ -355,15 +355,16 @@ class _Batch:
     def _decide(self, blocks, P, Q, X, u, M: int) -> list[_Decision]:
         """Each prompt's decision, drawn from its method's round law; prompts with equal blocks share one call."""
         decided = [None] * len(blocks)
-        V = Q.size(-1)
+        V, R = Q.size(-1), self.method.rows  # the law sees all R draft rows, as on one prompt: in a round drafting
+        # nothing (M = 1) a prompt's one row stands for its R rows, which would all be equal (views, no copies)
         for key in sorted(set(blocks)):
             group = [j for j, b in enumerate(blocks) if b == key]
             Lr, bonus = key
             G = len(group)
             at = torch.tensor([j * M + m for j in group for m in range(M)], device=self.dev)
-            Pg = P[at, :Lr].reshape(G, M, Lr, V) if Lr else torch.zeros((G, M, 0, V), dtype=Q.dtype, device=self.dev)
-            law = self.method.round_law(Pg, Q[at, :Lr + 1].reshape(G, M, Lr + 1, V), X[at, :Lr].reshape(G, M, Lr),
-                                        bonus=bonus)
+            Pg = P[at, :Lr].reshape(G, M, Lr, V) if Lr else torch.zeros((G, R, 0, V), dtype=Q.dtype, device=self.dev)
+            law = self.method.round_law(Pg, Q[at, :Lr + 1].reshape(G, M, Lr + 1, V).expand(G, R, -1, -1),
+                                        X[at, :Lr].reshape(G, M, Lr).expand(G, R, -1), bonus=bonus)
             pick = torch.tensor(group, device=self.dev)
             row, tau, token = sample_round(law, u[pick, 0], u[pick, 1])
             mean, var = law.expected_accepted()
@@ -381,7 +382,7 @@ class _Batch:
         drop_d, drop_t, finished, followed = [], [], [], []
         for j, r in enumerate(self.live):
             law, gi, row, tau, token, mean, var = decided[j]
-            Lr, e = blocks[j][0], j * M + row
+            Lr, e = blocks[j][0], j * M + (row if M > 1 else 0)  # with M = 1 every row of the law is the prompt's one
             followed.append(e)
             out = self.builders[r]
             out.counts["oracle_calls"] += 1
