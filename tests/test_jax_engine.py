@@ -110,7 +110,8 @@ def _token_law_agrees(agrees, c, t: int, target):
 SDPP_COUNTS = ("rejections", "oracle_calls", "draft_calls", "accepted", "bonus")
 
 
-@pytest.mark.parametrize("method", [SpecDecPP(1.0, cap=20), SpecDecPP(0.7, cap=6), SpecDecPP(0.0)], ids=repr)
+@pytest.mark.parametrize("method", [pytest.param(SpecDecPP(1.0, cap=20), marks=pytest.mark.slow), SpecDecPP(0.7, cap=6),
+                                    SpecDecPP(0.0)], ids=repr)
 def test_specdecpp_runs_with_the_drafting_it_discards(method, agrees):
     """Rounds rejected before the rule stops keep drafting (counted only); with T = 24 and caps up to 20 many such
     chains overlap in the pool. The same counts in law as the numpy engine's literal step."""
@@ -135,8 +136,9 @@ def test_specdecpp_that_never_stops_early_is_sd_with_lookahead_cap(agrees):
         agrees(c.estimate(name), e.get(name), f"{name} vs SD(K=5)")
 
 
-@pytest.mark.parametrize("engine", ["numpy", "jax"])
-@pytest.mark.parametrize("T, cap", [(10, 10), (24, 20), (12, 5), (6, 20)])
+@pytest.mark.parametrize("T, cap, engine", [  # JAX's two longest pools are CI's (slow): 17 s of the default run
+    pytest.param(T, cap, engine, marks=pytest.mark.slow if engine == "jax" and min(T, cap) >= 10 else ())
+    for T, cap in [(10, 10), (24, 20), (12, 5), (6, 20)] for engine in ["numpy", "jax"]])
 def test_specdecpp_drafting_past_rejections_is_all_counted(T, cap, engine):
     """Where every draft is rejected, with h = 1 every position starts a round whose drafting outlives its rejection
     by min(cap, T − t) − 1 drafts: each run's count is exactly Σ_t min(cap, T − t), with min(cap, T) − 1 chains of
@@ -168,7 +170,7 @@ def _record_pool_chunks(monkeypatch) -> list:
     return calls
 
 
-@pytest.mark.parametrize("T, cap", [(10, 10), (12, 5), (6, 20), (6, 2), (6, 1)])
+@pytest.mark.parametrize("T, cap", [pytest.param(10, 10, marks=pytest.mark.slow), (12, 5), (6, 20), (6, 2), (6, 1)])
 def test_specdecpp_pool_bound_is_the_most_chains_a_run_holds(T, cap, monkeypatch):
     """The pool's bound per run, G = min(cap, T) − 1 chains drafting past rejections at once, is reached: where every
     draft is rejected and h = 1 each run holds exactly G (the peak the compiled chunk reports is n G; with cap = 2,
@@ -545,8 +547,8 @@ def test_chunks_get_their_own_keys(inst, method, monkeypatch, agrees):
         _agree2(agrees, c, whole, name, f"{name}, chunked JAX vs numpy")
 
 
-@pytest.mark.parametrize("method", [SD(K=3), BatchSD(2), BlockVerification(2), Sprinter(0.8, 0.2), SpecDecPP(0.6)],
-                         ids=repr)
+@pytest.mark.parametrize("method", [SD(K=3), BatchSD(2), BlockVerification(2), Sprinter(0.8, 0.2),
+                                    pytest.param(SpecDecPP(0.6), marks=pytest.mark.slow)], ids=repr)
 def test_every_run_asked_for_is_simulated_once(inst, method, monkeypatch):
     """However the runs split into chunks (CHUNK = 1000 here: one run, two chunks, two chunks and a half), the
     counts and sequences hold exactly ``n_runs`` runs, alone and in a sweep."""

@@ -196,6 +196,7 @@ def test_only_a_failing_test_or_a_crash_kills_a_mutant(code, outcome):
     assert mutation._outcome(status) == outcome
 
 
+@pytest.mark.slow
 def test_a_test_id_pytest_cannot_find_is_an_error_not_a_kill():
     run = subprocess.run([sys.executable, "-m", "pytest", *mutation.PYTEST_ARGS,
                           "tests/test_mutation_tool.py::test_no_such_test"], cwd=mutation.ROOT, capture_output=True)
