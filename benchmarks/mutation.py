@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import ast
 import collections
+import fnmatch
 import hashlib
 import importlib
 import json
@@ -307,7 +308,8 @@ def _baseline(workdir: Path, modules: list[str], tests: list[str]):
         cov.stop()
         data = cov.get_data()
         lines = {m: data.contexts_by_lineno(str(workdir / m)) for m in modules}
-        partial = out.with_suffix(".partial")  # renamed whole: a run stopped while writing leaves no baseline
+        # renamed whole: a run stopped while writing leaves no baseline, and one beside it keeps its own file
+        partial = out.with_suffix(f".partial.{os.getpid()}")
         partial.write_text(json.dumps({"lines": lines, "seconds": rec.seconds}))
         partial.replace(out)
         return code
@@ -338,9 +340,11 @@ def _baseline_failed(status: int, log: Path) -> str:
     return f"the tests fail on the unmutated modules: nothing to measure (see {log})"
 
 
+LEFT_OUT = (".venv", ".git", "results", "*.egg-info", "__pycache__", ".hypothesis", ".mutation-cache")  # of copies
+
+
 def _copy(root: Path, dest: Path) -> Path:
-    shutil.copytree(root, dest, ignore=shutil.ignore_patterns(".venv", ".git", "results", "*.egg-info",
-                                                              "__pycache__", ".hypothesis", ".mutation-cache"))
+    shutil.copytree(root, dest, ignore=shutil.ignore_patterns(*LEFT_OUT))
     check = subprocess.run([sys.executable, "-c", "import speculab; print(speculab.__file__)"], cwd=dest,
                            env=dict(os.environ, PYTHONPATH=str(dest)), capture_output=True, text=True)
     if not check.stdout.strip().startswith(str(dest)):
@@ -470,13 +474,20 @@ def _module(ap: argparse.ArgumentParser, name: str) -> str:
 
 def _test_path(ap: argparse.ArgumentParser, name: str) -> str:
     """A ``--tests`` argument — a file, a folder or a node id ``file::test`` — with its path from the repository's
-    root (the tests run in copies of it), found from the working directory or the root; a missing one is refused,
-    naming it, before the baseline (where pytest would only exit 4)."""
+    root (the tests run in copies of it), found from the working directory or the root; a missing one, or one in a
+    folder the copies leave out (``LEFT_OUT``), is refused, naming it, before the baseline (where pytest would only
+    exit 4)."""
     path, sep, node = name.partition("::")
+    if not path:
+        ap.error(f"--tests: {name!r} names no test file or folder")
     for base in (Path.cwd(), ROOT):
         found = (base / path).resolve()
         if found.exists() and found.is_relative_to(ROOT):
-            return found.relative_to(ROOT).as_posix() + sep + node
+            found = found.relative_to(ROOT)
+            if any(fnmatch.fnmatch(part, pattern) for part in found.parts for pattern in LEFT_OUT):
+                ap.error(f"--tests: {path!r} is in a folder the mutants' copies of the repository leave out "
+                         f"({', '.join(LEFT_OUT)})")
+            return found.as_posix() + sep + node
     ap.error(f"--tests: no test file or folder {path!r} in the repository ({ROOT})")
 
 

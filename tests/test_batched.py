@@ -333,6 +333,7 @@ class EmptyBlocksKeepTheirRows(EveryThirdRoundAutoregressive):
     reduces it to one row; a user's method need not)."""
 
     def round_law(self, p, q, x, *, bonus):
+        assert p.shape[:-2] == x.shape[:-1] == q.shape[:-2], "every draft row's p, x and q"
         if p.shape[-2]:
             return super().round_law(p, q, x, bonus=bonus)
         return RoundLaw(torch.full(q.shape[:-1], 1 / q.shape[-3], dtype=q.dtype), q.clone(),

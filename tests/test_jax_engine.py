@@ -110,8 +110,8 @@ def _token_law_agrees(agrees, c, t: int, target):
 SDPP_COUNTS = ("rejections", "oracle_calls", "draft_calls", "accepted", "bonus")
 
 
-@pytest.mark.parametrize("method", [pytest.param(SpecDecPP(1.0, cap=20), marks=pytest.mark.slow), SpecDecPP(0.7, cap=6),
-                                    SpecDecPP(0.0)], ids=repr)
+@pytest.mark.parametrize("method", [pytest.param(SpecDecPP(1.0, cap=20), marks=pytest.mark.slow),
+                                    SpecDecPP(0.7, cap=6), SpecDecPP(0.0)], ids=repr)
 def test_specdecpp_runs_with_the_drafting_it_discards(method, agrees):
     """Rounds rejected before the rule stops keep drafting (counted only); with T = 24 and caps up to 20 many such
     chains overlap in the pool. The same counts in law as the numpy engine's literal step."""
@@ -547,8 +547,8 @@ def test_chunks_get_their_own_keys(inst, method, monkeypatch, agrees):
         _agree2(agrees, c, whole, name, f"{name}, chunked JAX vs numpy")
 
 
-@pytest.mark.parametrize("method", [SD(K=3), BatchSD(2), BlockVerification(2), Sprinter(0.8, 0.2),
-                                    pytest.param(SpecDecPP(0.6), marks=pytest.mark.slow)], ids=repr)
+@pytest.mark.parametrize("method", [SD(K=3), BatchSD(2), BlockVerification(2), Sprinter(0.8, 0.2), SpecDecPP(0.6)],
+                         ids=repr)
 def test_every_run_asked_for_is_simulated_once(inst, method, monkeypatch):
     """However the runs split into chunks (CHUNK = 1000 here: one run, two chunks, two chunks and a half), the
     counts and sequences hold exactly ``n_runs`` runs, alone and in a sweep."""

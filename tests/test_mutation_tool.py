@@ -137,6 +137,9 @@ def test_every_run_includes_the_slow_tests_and_its_baseline_says_so(monkeypatch)
     (["--slowdown", "inf"], "--slowdown: at least 1 and finite"),
     (["--tests", "tests/no_such_test.py"], "--tests: no test file or folder 'tests/no_such_test.py'"),
     (["--tests", "tests/test_rejections.py", "/etc::x"], "--tests: no test file or folder '/etc'"),
+    (["--tests", ""], "--tests: '' names no test file or folder"),
+    (["--tests", "::x"], "--tests: '::x' names no test file or folder"),
+    (["--tests", ".git"], "--tests: '.git' is in a folder the mutants' copies of the repository leave out"),
     (["--shard", "0/2"], "--shard: i/n with 1 <= i <= n"),
     (["--shard", "3/2"], "--shard: i/n"),
     (["--shard", "1/0"], "--shard: i/n"),
@@ -170,7 +173,8 @@ def test_modules_and_tests_are_paths_of_the_repository_named_from_here_or_the_ro
     monkeypatch.chdir(mutation.ROOT)
     for check, name, message in [
             (mutation._module, "speculab/theory/nope.py", "no such file 'speculab/theory/nope.py'"),
-            (mutation._module, "benchmarks/mutation.py", "'benchmarks/mutation.py' is not a Python module of the package"),
+            (mutation._module, "benchmarks/mutation.py",
+             "'benchmarks/mutation.py' is not a Python module of the package"),
             (mutation._module, "README.md", "'README.md' is not a Python module"),
             (mutation._test_path, str(tmp_path), f"--tests: no test file or folder {str(tmp_path)!r}")]:
         with pytest.raises(SystemExit):
