@@ -4,11 +4,20 @@ Here rather than in ``tests/conftest.py`` so that ``--runslow`` exists whichever
 tool (``benchmarks/mutation.py``) passes it to every run, and its runs may name only doctests.
 """
 
+import os
+
 import pytest
 
 
 def pytest_addoption(parser):
     parser.addoption("--runslow", action="store_true", default=False, help="also run tests marked slow")
+    parser.addoption("--device", default="cpu",
+                     help="where the real-model tests put the models (default cpu; e.g. cuda): tests/conftest.py's "
+                          "model_device() (tests/test_device.py keeps the CPU: its check needs the models there)")
+
+
+def pytest_configure(config):
+    os.environ["SPECULAB_TEST_DEVICE"] = config.getoption("--device")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -283,7 +283,10 @@ def _add_pair_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--pair", default="tiny", help="'tiny' (offline default) — or give --draft and --target")
     g.add_argument("--draft", default=None, help="draft model: Hugging Face name or local path")
     g.add_argument("--target", default=None, help="target model: Hugging Face name or local path")
-    g.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, …")
+    g.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:1, …")
+    g.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                   help="the models' weights (default float32; p and q are formed in float64 from their logits "
+                        "whatever the weights, so every law is exact for what was sampled)")
     g.add_argument("--max-new-tokens", type=int, default=32, help="tokens generated per prompt (default 32)")
     g.add_argument("--temperature", type=float, default=1.0, help="0 = greedy (default 1)")
     g.add_argument("--top-k", type=int, default=None)
@@ -311,11 +314,14 @@ def _pair(args):
     hf_logging.disable_progress_bar()  # the CLI prints its own tables; no weight-loading bars
     if (args.draft is None) != (args.target is None):
         raise ValueError("give both --draft and --target, or neither (then --pair is used)")
+    import torch
+
+    dtype = getattr(torch, args.dtype)
     if args.draft is not None:
-        return load_pair(args.draft, args.target, device=args.device)
+        return load_pair(args.draft, args.target, device=args.device, dtype=dtype)
     if args.pair != "tiny":
         raise ValueError(f"--pair must be 'tiny' (or use --draft/--target); got {args.pair!r}")
-    return load_pair("tiny", device=args.device)
+    return load_pair("tiny", device=args.device, dtype=dtype)
 
 
 def _sampling(args):
@@ -369,6 +375,29 @@ def cmd_compare(args) -> None:
     _emit(args, comp.to_dict(), str(comp))
 
 
+def cmd_validate(args) -> int:
+    from pathlib import Path
+
+    from speculab._files import atomic_path
+    from speculab.validate import validate
+
+    if args.out is not None:
+        _check_writable(args.out)  # before minutes of decoding, not after
+    pair = _pair(args)
+    runs = args.runs if args.runs is not None else (20_000 if pair.device.type == "cuda" else 4_000)
+    report = validate(pair, key=args.seed, runs=runs, methods=args.methods, sampling=_sampling(args),
+                      compare_runs=args.compare_runs, max_new_tokens=args.max_new_tokens, speed=not args.no_speed,
+                      batch_prompts=args.batch_prompts, speed_tokens=args.speed_tokens)
+    payload = report.to_dict()
+    if args.out is not None:
+        path = Path(args.out) / "validation.json"
+        with atomic_path(path) as tmp:
+            Path(tmp).write_text(report.to_json())
+        payload["written"] = str(path)
+    _emit(args, payload, str(report) + (f"\n\nwrote {payload['written']}" if args.out is not None else ""))
+    return 0 if report.passed else 1
+
+
 def _check_writable(folder: str) -> None:
     """Create ``folder`` and write (then remove) a file in it, or say in one line why it cannot be."""
     import tempfile
@@ -393,6 +422,9 @@ def cmd_build_tiny(args) -> None:
                       f"{m['draft_perplexity']:.1f}, mean TV(p, q) {m['mean_tv']:.3f}")
 
 
+#: The methods ``speculab validate`` can test (speculab.validate.METHODS, kept here so --help needs no torch).
+_VALIDATED = ("ar", "sd", "batch", "block", "specdecpp")
+
 #: Examples shown by every command's ``--help`` (each is a valid command line: ``tests/test_cli.py`` parses them).
 EXAMPLES = {
     "theory rejections": ["speculab theory rejections --T 50 --V 7 --rows uniform --seed 10",
@@ -409,6 +441,9 @@ EXAMPLES = {
                 "speculab compare --pair tiny --method sd --K 2 --speed",
                 "speculab compare --draft EleutherAI/pythia-70m --target EleutherAI/pythia-1.4b --method sd",
                 "speculab compare --pair tiny --method batch --M 4 --batch-size 32 --checkpoint ckpt"],
+    "validate": ["speculab validate --device cuda --out results      # then: speculab report --out results",
+                 "speculab validate --device cpu --runs 2000 --no-speed --json",
+                 "speculab validate --draft EleutherAI/pythia-70m --target EleutherAI/pythia-1.4b --dtype bfloat16"],
     "models build-tiny": ["speculab models build-tiny --out tiny-pair", "speculab models build-tiny --out /tmp/t --quick"],
     "repro": ["speculab repro --list", "speculab repro yin-fig2a --n-runs 100000 --out results",
               "speculab repro all --out results              # every figure that runs here, with provenance",
@@ -502,6 +537,22 @@ def build_parser() -> argparse.ArgumentParser:
     _add_journal_args(p)
     p.set_defaults(func=cmd_compare)
 
+    p = sub.add_parser("validate", help="the real-model backend on a device: laws, theory vs measured, speed")
+    common(p)
+    _add_pair_args(p)
+    p.set_defaults(max_new_tokens=32)
+    p.add_argument("--runs", type=int, default=None,
+                   help="runs of each law test (default 20,000 on CUDA, 4,000 elsewhere)")
+    p.add_argument("--methods", nargs="+", default=list(_VALIDATED), choices=list(_VALIDATED),
+                   help="the lossless methods whose law is tested (default all; the biased control always runs)")
+    p.add_argument("--compare-runs", type=int, default=4,
+                   help="runs per prompt of each method's compare rows (0: none; default 4)")
+    p.add_argument("--no-speed", action="store_true", help="leave out the timings")
+    p.add_argument("--batch-prompts", type=int, default=256, help="prompts of the batched timings (default 256)")
+    p.add_argument("--speed-tokens", type=int, default=64, help="tokens per prompt of the timings (default 64)")
+    p.add_argument("--out", default=None, help="also write OUT/validation.json (speculab report shows it)")
+    p.set_defaults(func=cmd_validate)
+
     models = sub.add_parser("models", help="the offline tiny model pair").add_subparsers(dest="action", required=True)
     p = models.add_parser("build-tiny", help="train the tiny draft/target pair (deterministic; ~20 min on 2 CPUs)")
     common(p)
@@ -550,7 +601,7 @@ def main(argv: list[str] | None = None) -> int:
     main_thread = threading.current_thread() is threading.main_thread()  # only there can a handler be set
     previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
     try:
-        args.func(args)
+        code = args.func(args)
     except KeyboardInterrupt:
         print("speculab: interrupted" + getattr(args, "on_interrupt", ""), file=sys.stderr)
         return 128 + signal.SIGINT
@@ -568,7 +619,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if main_thread:
             signal.signal(signal.SIGTERM, previous)
-    return 0
+    return code or 0
 
 
 def _one_line(exc: Exception) -> str:

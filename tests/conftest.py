@@ -14,6 +14,12 @@ settings.register_profile("dev", max_examples=60, deadline=None, suppress_health
 settings.register_profile("thorough", max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
+def model_device() -> str:
+    """Where the real-model tests load the models: the run's ``--device`` option (root ``conftest.py``), default
+    ``cpu``, so the same tests run unchanged on a GPU (``./dev test --device cuda``)."""
+    return os.environ.get("SPECULAB_TEST_DEVICE", "cpu")
+
+
 #: Monte-Carlo agreement bound in standard errors (SPEC/STYLE: |z| < 5).
 Z_BOUND = 5.0
 

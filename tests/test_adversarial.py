@@ -18,6 +18,8 @@ import zipfile
 
 import numpy as np
 import pytest
+
+from conftest import model_device
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -260,7 +262,7 @@ def tiny():
     pytest.importorskip("torch")
     from speculab.backends import load_pair
 
-    return load_pair("tiny", device="cpu")
+    return load_pair("tiny", device=model_device())
 
 
 def _backend_cases():
@@ -301,7 +303,7 @@ def test_compare_without_a_single_draft_leaves_out_the_acceptance_model(tiny):
     from speculab.compare import compare
     from speculab.methods import SD
 
-    pair = load_pair(PromptLookupModel(tiny.vocab_size, 3), "tiny-target", device="cpu")
+    pair = load_pair(PromptLookupModel(tiny.vocab_size, 3), "tiny-target", device=model_device())
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         result = compare(pair, SD(K=2), [[5], [9]], max_new_tokens=1, runs_per_prompt=2, key=0)

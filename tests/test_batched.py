@@ -16,7 +16,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from conftest import binomial_se  # noqa: E402
+from conftest import binomial_se, model_device  # noqa: E402
 from speculab.backends import PromptLookupModel, Sampling, decode, load_pair, ngram_draft  # noqa: E402
 from speculab.backends.pair import default_prompts  # noqa: E402
 from speculab.methods import SD, Autoregressive, BatchSD, Biased, BlockVerification, Fuzzy, RoundLaw  # noqa: E402
@@ -27,13 +27,13 @@ GREEDY = Sampling(temperature=0)
 @pytest.fixture(scope="module")
 def pair():
     torch.set_num_threads(2)
-    return load_pair("tiny", device="cpu")
+    return load_pair("tiny", device=model_device())
 
 
 @pytest.fixture(scope="module")
 def ngram(pair):
     """A bigram draft (counted on the default prompts) beside the tiny target."""
-    return load_pair(ngram_draft(pair.tokenizer, default_prompts(), n=2), "tiny-target", device="cpu")
+    return load_pair(ngram_draft(pair.tokenizer, default_prompts(), n=2), "tiny-target", device=model_device())
 
 
 def _same(a, b):
@@ -68,7 +68,7 @@ def test_rows_that_stop_at_eos_in_different_rounds(pair):
 
 
 def test_a_batch_of_one_and_an_ngram_draft(pair):
-    ngram = load_pair(ngram_draft(pair.tokenizer, default_prompts(), n=3), "tiny-target", device="cpu")
+    ngram = load_pair(ngram_draft(pair.tokenizer, default_prompts(), n=3), "tiny-target", device=model_device())
     prompts = default_prompts()[:5]
     for p in (ngram, pair):
         for prompt in (prompts[:1], prompts):
@@ -184,7 +184,7 @@ def test_on_round_hears_what_the_one_prompt_path_says_of_empty_blocks(pair):
     """Prompt lookup without a fallback drafts nothing where no n-gram matches: rounds in which some prompts draft
     and others do not, batched, give each prompt the ``RoundInfo`` of its one-prompt round — an empty block's laws
     ``(1, 0, V)`` included."""
-    lookup = load_pair(PromptLookupModel(pair.vocab_size), "tiny-target", device="cpu")
+    lookup = load_pair(PromptLookupModel(pair.vocab_size), "tiny-target", device=model_device())
     heard = _same_rounds(lookup, default_prompts()[:4] + ["def f(x): return f(x) + f(x"], SD(K=3), 12)
     assert {info.p.shape[1] for info in heard} >= {0, 3}  # empty blocks and full ones
 
@@ -219,9 +219,9 @@ def test_the_cache_is_compacted_and_stays_exact(pair, monkeypatch):
 
     widths, original = [], batched._HFRows.compact
 
-    def spy(self):
+    def spy(self, W=None):
         before = self.mask.size(1)
-        original(self)
+        original(self, W)
         widths.append((before, self.mask.size(1), int(self.valid.max())))
 
     monkeypatch.setattr(batched._HFRows, "compact", spy)
@@ -260,14 +260,11 @@ def test_decode_batched_called_alone_takes_its_defaults(pair):
 
     encoded = [pair.tokenizer.encode(p) for p in default_prompts()[:3]]
 
-    def generators():
-        return [torch.Generator().manual_seed(s) for s in range(3)]
-
     calls = pair.draft.forward_calls
-    out = decode_batched(pair, encoded, Autoregressive(), max_new_tokens=3, sampling=GREEDY, generators=generators())
-    assert pair.draft.forward_calls == calls and [len(tokens) for tokens, _ in out] == [3, 3, 3]
+    out = decode_batched(pair, encoded, Autoregressive(), max_new_tokens=3, sampling=GREEDY, seeds=[0, 1, 2])
+    assert pair.draft.forward_calls == calls and [len(tokens) for tokens, *_ in out] == [3, 3, 3]
     heard = []
-    decode_batched(pair, encoded, SD(K=2), max_new_tokens=3, sampling=GREEDY, generators=generators(),
+    decode_batched(pair, encoded, SD(K=2), max_new_tokens=3, sampling=GREEDY, seeds=[0, 1, 2],
                    on_round=lambda info: heard.append(info.run))
     assert sorted(set(heard)) == [0, 1, 2]
 
@@ -387,3 +384,49 @@ def test_a_batch_calls_each_model_once_per_round(pair, ngram):
                      track_draft=True)
         rounds = max(len(tokens) for tokens in out.tokens)  # one token per prompt and round
         assert (p.draft.forward_calls - before[0], p.target.forward_calls - before[1]) == (rounds, rounds)
+
+
+class _Dispatches:
+    """Counts the torch operations dispatched (``TorchDispatchMode``): what a GPU is asked to launch."""
+
+    def __init__(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        outer = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                outer.count += 1
+                return func(*args, **(kwargs or {}))
+
+        self.count, self.mode = 0, Mode()
+
+
+@pytest.mark.parametrize("method", [SD(K=2), BatchSD(2, K=2), BlockVerification(2), Biased(0.2, "opt", K=2),
+                                    Autoregressive()], ids=repr)
+def test_a_rounds_operations_do_not_grow_with_the_rows(pair, method, monkeypatch):
+    """The torch operations a round dispatches — both models, the uniforms, the laws, the decision, the records,
+    the rollback — are as many for 1,024 rows as for 16, round by round (sampled at temperature 1), so on a GPU a
+    round costs the models' work, not a loop over rows. Compared over the rounds before any row can finish (no EOS
+    here, 10 tokens, at most 3 per round): a finishing row leaves the batch, a few operations more."""
+    from speculab.backends import batched
+    from speculab.backends.pair import ModelPair
+
+    original = batched._Batch.round
+    monkeypatch.setattr(ModelPair, "eos_token_id", property(lambda self: None))
+    prompts = default_prompts()
+    counts = {}
+    for rows in (16, 1024):
+        counts[rows] = []
+
+        def round(self, seen=counts[rows]):
+            d = _Dispatches()
+            with d.mode:
+                original(self)
+            seen.append(d.count)
+
+        monkeypatch.setattr(batched._Batch, "round", round)
+        decode(pair, [prompts[i % len(prompts)] for i in range(rows)], method, max_new_tokens=10, key=1)
+    early = 3 if method.drafting else 9
+    assert counts[16][:early] == counts[1024][:early], counts
+    assert min(counts[16][:early]) > 100  # the count is of real operations (each forward pass alone is dozens)

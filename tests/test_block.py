@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conftest import agrees_json, claims_of
+from conftest import agrees_json, claims_of, model_device
 from speculab.methods import SD, BlockVerification
 from speculab.methods.block import block_accepted, block_counts, block_kernel, block_round_law
 from speculab.theory import MarkovInstance, lookahead_counts
@@ -340,7 +340,7 @@ def pair():
     from speculab.backends import load_pair
 
     torch.set_num_threads(1)
-    return load_pair("tiny", device="cpu")
+    return load_pair("tiny", device=model_device())
 
 
 def test_real_models_greedy_equals_target_greedy_and_cache_rollback(pair):
@@ -353,7 +353,7 @@ def test_real_models_greedy_equals_target_greedy_and_cache_rollback(pair):
     ar = decode(pair, prompts, Autoregressive(), max_new_tokens=24, sampling=greedy, key=0)
     for gamma in (2, 5):
         assert decode(pair, prompts, BlockVerification(gamma), max_new_tokens=24, sampling=greedy, key=0).tokens == ar.tokens
-    nocache = load_pair("tiny", device="cpu", use_cache=False)
+    nocache = load_pair("tiny", device=model_device(), use_cache=False)
     a = decode(pair, prompts[:2], BlockVerification(3), max_new_tokens=20, key=3)
     b = decode(nocache, prompts[:2], BlockVerification(3), max_new_tokens=20, key=3)
     assert a.tokens == b.tokens

@@ -146,6 +146,8 @@ def test_the_cli_page_lists_the_json_keys_each_command_prints(tmp_path, capsys):
         "instance": ["instance", "--T", "3", "--V", "3", "--out", str(tmp_path / "i.npz")],
         "run": ["run", "--pair", "tiny", "--max-new-tokens", "2"],
         "compare": ["compare", "--pair", "tiny", "--prompt", "a", "--runs-per-prompt", "2", "--max-new-tokens", "2"],
+        "validate": ["validate", "--device", "cpu", "--runs", "300", "--methods", "sd", "--compare-runs", "0",
+                     "--no-speed"],
         "repro all": ["repro", "all", "--only", "yin-fig3", "--out", out],
         "report": ["report", "--out", out],
     }

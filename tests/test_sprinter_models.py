@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 from speculab.backends import decode, load_pair  # noqa: E402
 from speculab.backends.heads import HeadConfig, TrainedHead, make_head  # noqa: E402
 from _heads import constant, random_head, width  # noqa: E402
-from conftest import assert_power, claims_of, power  # noqa: E402
+from conftest import assert_power, claims_of, power, model_device  # noqa: E402
 from speculab.backends.pair import default_prompts  # noqa: E402
 from speculab.backends.warp import Sampling  # noqa: E402
 from speculab.methods import SD, Sprinter  # noqa: E402
@@ -24,7 +24,7 @@ PROMPTS = default_prompts()[:4]
 
 @pytest.fixture(scope="module")
 def pair():
-    return load_pair("tiny", device="cpu")
+    return load_pair("tiny", device=model_device())
 
 
 def _draft_greedy(pair, prompt: str, n: int) -> list[int]:

@@ -3,7 +3,9 @@
 Convention: ``p`` = draft, ``q`` = target. The one-prompt loop of
 :mod:`speculab.backends.decode` pays a forward call of each model per drafted token
 *per prompt*; here a round makes those calls once for all prompts still running, and
-the rows advance by their own accepted lengths:
+the rows advance by their own accepted lengths. A round's cost does not grow with the
+rows beyond the models' own work: it dispatches the same tensor operations whatever
+the number of rows (``tests/test_batched.py`` counts them at 16 and 1,024 rows).
 
 * **Ragged rows without rollback.** Each model keeps one cache for the batch and an
   attention mask over its columns. A token a row no longer holds — a refused draft, a
@@ -15,26 +17,30 @@ the rows advance by their own accepted lengths:
   valid ones, the cache is compacted (each row's entries gathered to the right), so
   it stays within twice the longest sequence however many drafts are refused.
 * **The same round, row by row.** A row with ``remaining`` tokens to go drafts
-  ``L = method.draft_length(remaining)`` tokens, cut after its first drafted EOS or
-  where the draft proposes nothing (as the one-prompt path stops drafting there); rows draft the batch's longest block together
-  and the extra drafts are masked out. The method's :meth:`~speculab.methods.Method.round_law`
-  is evaluated once per group of rows with the same block length and bonus flag (array
-  API, the batch axis is the rows), and the decision is drawn with
-  :func:`~speculab.methods.sample_round`. So the output law of every row is the
+  ``ℓ = method.draft_length(remaining)`` tokens (tabulated once per batch), cut after its
+  first drafted EOS or where a history draft proposes nothing (as the one-prompt path
+  stops drafting there); rows draft the batch's longest block ``L`` together and the extra
+  drafts are masked out. A slotwise method's :meth:`~speculab.methods.Method.round_law`
+  is evaluated once on the whole batch and cut to each row's block
+  (:func:`~speculab.backends.rounds.cut_law`); another method's once per block shape
+  present (at most ``2(L + 1)`` calls, whatever the rows). The decision is drawn with
+  :func:`~speculab.methods.sample_round`, so the output law of every row is the
   one-prompt path's, and its counts mean the same (``draft_calls`` counts a row's own
   block, not the padding drafts).
-* **The same random draws.** Each prompt has its own random stream and consumes it as
-  the one-prompt path does — one uniform per own draft (inverse CDF), two per round —
-  so for the same key both paths give the same tokens and counts prompt by prompt
-  (``tests/test_batched.py``), up to a draw within float round-off of a boundary
-  (the batched logits differ from one row's in the last bits).
-* **No host synchronisation per token, a few per round**: each prompt's uniforms for its
-  block are drawn up front (as on the one-prompt path), a block's cut at a drafted EOS is
-  found after drafting, NaN logits are checked once per round, and the drafted blocks and
-  the decisions come to the host after the round's target call (reading each prompt's
-  decision and records costs a few transfers per prompt and round; none while drafting).
-  (A draft computed on the host from the token history — n-gram, prompt lookup — is on
-  the host anyway.) Only the logits a round reads are computed (``logits_to_keep``).
+* **The same random draws.** Every uniform is a function of the prompt's seed, the
+  round and what it is for (:mod:`speculab.backends.streams`), computed for all rows at
+  once; both paths therefore give the same tokens and counts prompt by prompt
+  (``tests/test_batched.py``), up to a draw within float round-off of a boundary (the
+  batched logits differ from one row's in the last bits), on any device.
+* **One host synchronisation per round**, whatever the rows: at the round's end, reading
+  each row's progress, whether any law held NaN, and the caches' lengths (a method that
+  is not slotwise reads its block shapes once more, before its laws). Nothing is copied
+  to the device within a round either (the round's index enters the uniforms as a
+  scalar; lanes, positions and lengths are computed there). Outputs and records stay on the device
+  (:class:`~speculab.backends.rounds.Records`) and are copied once per batch. (A draft
+  computed on the host from the token history — n-gram, prompt lookup — is on the
+  host anyway, row by row; so is an ``on_round`` callback, called once per prompt.)
+  Only the logits a round reads are computed (``logits_to_keep``).
 
 Every method with a round law: autoregressive decoding, SD with any ``K``, biased,
 fuzzy, rejection-rule and block verification, and batch SD, whose ``M`` draft rows per
@@ -46,15 +52,18 @@ n-gram, prompt lookup).
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import Callable
 
+import numpy as np
 import torch
 
 from speculab import kernels
 from speculab._progress import advance
 from speculab.backends.models import HFModel, HistoryModel, cache_argument
 from speculab.backends.pair import ModelPair
-from speculab.backends.warp import Sampling, check_laws
+from speculab.backends.rounds import Records, RoundInfo, cut_law, pad_law, round_output
+from speculab.backends.streams import OUTCOME, TOKEN, key_words, uniforms
+from speculab.backends.warp import NAN_LOGITS, Sampling, nan_flag
 from speculab.methods import Method, RoundLaw, sample_round
 
 __all__ = ["decode_batched", "batchable"]
@@ -78,14 +87,14 @@ def _holes_are_exact(config) -> bool:
 class _HFRows:
     """A Hugging Face causal LM over ``B`` rows: one cache, a mask over its columns, per-row valid lengths."""
 
-    def __init__(self, adapter: HFModel, prompts: list[list[int]]):
+    def __init__(self, adapter: HFModel, rows: int):
         from transformers import DynamicCache
 
         self.adapter, self.model, self.V = adapter, adapter.model, adapter.vocab_size
         self.dev = adapter.device
         self.cache = DynamicCache()
-        self.mask = torch.zeros((len(prompts), 0), dtype=torch.long, device=self.dev)
-        self.valid = torch.zeros(len(prompts), dtype=torch.long, device=self.dev)
+        self.mask = torch.zeros((rows, 0), dtype=torch.long, device=self.dev)
+        self.valid = torch.zeros(rows, dtype=torch.long, device=self.dev)
         self.logits_to_keep = True
 
     @torch.inference_mode()
@@ -118,23 +127,27 @@ class _HFRows:
         cols = torch.arange(C, device=self.dev)
         self.mask = self.mask * (cols[None, :] < C - counts[:, None]).long()
         self.valid -= counts
-        self.compact()
 
     def keep(self, rows: torch.Tensor) -> None:
         self.cache.batch_select_indices(rows)
         self.mask, self.valid = self.mask[rows], self.valid[rows]
-        self.compact()
 
     def repeat(self, M: int) -> None:
         """Each row ``M`` times, consecutively (a prompt's draft rows)."""
         self.cache.batch_repeat_interleave(M)
         self.mask, self.valid = self.mask.repeat_interleave(M, 0), self.valid.repeat_interleave(M, 0)
 
-    def compact(self) -> None:
+    def longest(self) -> torch.Tensor:
+        """The longest row's valid length, a 0-d tensor (read with the round's other values, see :meth:`compact`)."""
+        return self.valid.max() if self.valid.numel() else torch.zeros((), dtype=torch.long, device=self.dev)
+
+    def compact(self, W: int | None = None) -> None:
         """Drop the masked columns once they outnumber a row's valid ones: each row's valid entries move, in
         order, to the right end of a cache as long as the longest row (left padding). Keys and values keep
-        the positions they were computed at, and attention is over the mask, so nothing else changes."""
-        C, W = self.mask.size(1), int(self.valid.max()) if self.valid.numel() else 0
+        the positions they were computed at, and attention is over the mask, so nothing else changes.
+        ``W``: the longest row's valid length when the caller has read it already (else it is read here)."""
+        C = self.mask.size(1)
+        W = int(self.longest()) if W is None else W
         if C <= 2 * W:
             return
         order = torch.argsort(self.mask, dim=1, stable=True)  # masked columns first, each group in order
@@ -155,16 +168,17 @@ class _HFRows:
 
 
 class _HistoryRows:
-    """A history draft (n-gram, prompt lookup) over ``B`` rows: one token history per row (padding never stored)."""
+    """A history draft (n-gram, prompt lookup) over ``B`` rows: one token history per row (padding never stored),
+    on the host, row by row (its laws are computed there)."""
 
-    def __init__(self, adapter: HistoryModel, prompts: list[list[int]]):
-        self.adapter, self.V = adapter, adapter.vocab_size
-        self.history: list[list[int]] = [[] for _ in prompts]
+    def __init__(self, adapter: HistoryModel, rows: int, dev):
+        self.adapter, self.V, self.dev = adapter, adapter.vocab_size, dev
+        self.history: list[list[int]] = [[] for _ in range(rows)]
 
     def feed(self, ids: torch.Tensor, present: torch.Tensor, keep: int) -> torch.Tensor:
         self.adapter.forward_calls += 1
         B, w = ids.shape
-        out = torch.zeros(B, keep, self.V)
+        out = torch.zeros(B, keep, self.V, device="cpu")
         for r, (row, here) in enumerate(zip(ids.tolist(), present.tolist())):
             for j, (t, h) in enumerate(zip(row, here)):
                 if h:
@@ -183,250 +197,261 @@ class _HistoryRows:
     def repeat(self, M: int) -> None:
         self.history = [list(h) for h in self.history for _ in range(M)]
 
+    def longest(self) -> torch.Tensor:
+        return torch.zeros((), dtype=torch.long, device=self.dev)
 
-def _rows(adapter, prompts):
-    return _HFRows(adapter, prompts) if isinstance(adapter, HFModel) else _HistoryRows(adapter, prompts)
+    def compact(self, W: int | None = None) -> None:
+        """Histories hold no padding: nothing to compact."""
 
 
-def _right_aligned(tokens: list[list[int]], dev) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-row token lists as ``(B, w)`` ids right-aligned (left padding) and the mask of the real ones."""
+def _rows(adapter, rows: int, dev):
+    return _HFRows(adapter, rows) if isinstance(adapter, HFModel) else _HistoryRows(adapter, rows, dev)
+
+
+def right_aligned(tokens: list[list[int]], dev) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row token lists as ``(B, w)`` ids right-aligned (left padding) and the mask of the real ones (built on
+    the host with numpy, then copied once)."""
     w = max(len(t) for t in tokens)
-    ids = torch.zeros((len(tokens), w), dtype=torch.long)
-    present = torch.zeros((len(tokens), w), dtype=torch.bool)
+    ids = np.zeros((len(tokens), w), dtype=np.int64)
+    present = np.zeros((len(tokens), w), dtype=bool)
     for r, t in enumerate(tokens):
         if t:
-            ids[r, w - len(t):] = torch.tensor(t)
+            ids[r, w - len(t):] = t
             present[r, w - len(t):] = True
-    return ids.to(dev), present.to(dev)
+    return torch.from_numpy(ids).to(dev), torch.from_numpy(present).to(dev)
 
 
 # -- decoding -------------------------------------------------------------------------------------------------------
 def decode_batched(pair: ModelPair, encoded: list[list[int]], method: Method, *, max_new_tokens: int,
-                   sampling: Sampling, generators: list, track_draft: bool = False,
+                   sampling: Sampling, seeds: list[int], track_draft: bool = False,
                    on_round: Callable | None = None, batch_size: int | None = None, first_index: int = 0) -> list:
     """Decode the prompts ``encoded`` (token ids, checked by the caller) in batches of ``batch_size`` rows.
 
-    Returns one ``(tokens, builder)`` per prompt (:class:`speculab.backends.decode._Builder`); the
-    caller (:func:`speculab.backends.decode`) assembles the result. ``batch_size=None``: all at once.
-    ``first_index``: the run index of ``encoded[0]`` in the caller's prompts (what ``on_round`` is told).
+    Returns one ``(tokens, RunRecord, RoundRecord, counts)`` per prompt (:meth:`Records.collect
+    <speculab.backends.rounds.Records.collect>`); the caller (:func:`speculab.backends.decode`) assembles the
+    result. ``seeds``: each prompt's stream (:mod:`speculab.backends.streams`). ``batch_size=None``: all at
+    once. ``first_index``: the run index of ``encoded[0]`` in the caller's prompts (what ``on_round`` is told).
     """
     size = len(encoded) if batch_size is None else batch_size
     out = []
     for start in range(0, len(encoded), size):
         out.extend(_Batch(pair, encoded[start:start + size], first_index + start, method, max_new_tokens, sampling,
-                          generators[start:start + size],
-                          track_draft, on_round).run())
+                          seeds[start:start + size], track_draft, on_round).run())
     return out
 
 
-class _Decision(NamedTuple):
-    """A prompt's round as drawn: its group's law and its index there, the followed row, accepted drafts, the
-    final token (-1: none), and ``E[τ | block]``, ``Var[τ | block]``."""
-
-    law: RoundLaw
-    at: int
-    row: int
-    tau: int
-    token: int
-    mean: float
-    var: float
-
-
 class _Batch:
-    """One batch of prompts decoded together (module docstring)."""
+    """One batch of prompts decoded together (module docstring). Per live row, on the device: its run index,
+    stream key, tokens to go and the tokens each model has not seen yet; on the host, the tokens to go (read
+    once per round) and, for history drafts and ``on_round``, what they read."""
 
-    def __init__(self, pair, prompts, first_index, method, max_new, sampling, generators, track_draft, on_round):
-        from speculab.backends.decode import _Builder
-
-        self.pair, self.method, self.sampling, self.g = pair, method, sampling, list(generators)  # one per live row
+    def __init__(self, pair, prompts, first_index, method, max_new, sampling, seeds, track_draft, on_round):
+        self.pair, self.method, self.sampling = pair, method, sampling
         self.max_new, self.eos, self.dev = max_new, pair.eos_token_id, pair.device
         self.on_round = on_round
-        self.index = list(range(first_index, first_index + len(prompts)))  # run index of each live row
-        self.ids = [list(p) for p in prompts]
-        self.n_prompt = [len(p) for p in prompts]
-        self.builders = [_Builder() for _ in prompts]
+        self.first_index = first_index
+        B = len(prompts)
+        self.records = Records(B)
+        self.run_ids = torch.arange(B, device=self.dev)  # each live row's index in this batch
+        self.keys = key_words(seeds, self.dev)  # (B, 2)
+        self.round_index = 0
+        # draft lengths by tokens to go, tabulated once (the method's draft_length is a Python function)
+        self.table = np.array([0] + [method.draft_length(r) for r in range(1, max_new + 1)], dtype=np.int64)
+        self.table_dev = torch.from_numpy(self.table).to(self.dev)
+        self.remaining = np.full(B, max_new, dtype=np.int64)  # host copy, read at each round's end
+        self.remaining_dev = torch.full((B,), max_new, dtype=torch.long, device=self.dev)
         self.track_draft = track_draft
         self.track = track_draft or method.drafting
-        self.target = _rows(pair.target, prompts)
-        self.draft = _rows(pair.draft, prompts) if self.track else None
-        # tokens each model has not seen yet, per live row: the prompt at first
-        self.unseen_t = [list(p) for p in prompts]
-        self.unseen_d = [list(p) for p in prompts]
-        self.live = list(range(len(prompts)))  # positions in self.ids of the rows still running
-
-    def remaining(self, r: int) -> int:
-        return self.max_new - (len(self.ids[r]) - self.n_prompt[r])
+        self.target = _rows(pair.target, B, self.dev)
+        self.draft = _rows(pair.draft, B, self.dev) if self.track else None
+        self.history = isinstance(self.draft, _HistoryRows)
+        self.unseen_t = right_aligned(prompts, self.dev)  # (ids, present): the prompts at first
+        self.unseen_d = self.unseen_t
 
     def run(self) -> list:
-        while self.live:
-            produced = sum(map(len, self.ids))
+        while self.run_ids.numel():
             self.round()
-            advance(sum(map(len, self.ids)) - produced)
-        return [(ids[n:], b) for ids, n, b in zip(self.ids, self.n_prompt, self.builders)]
+        return self.records.collect()
 
     def round(self) -> None:
         """One round for every live prompt: draft, one target call, each prompt's decision, records, rollback."""
-        lengths = [self.method.draft_length(self.remaining(r)) for r in self.live]
-        L = max(lengths)
-        # draft rows per prompt (expanded row e belongs to prompt e // M); nothing drafted: one row per prompt
-        M = self.method.rows if L else 1
-        X, P, cut, p_next = self._draft(lengths, M)
-        Q = self._verify(X, P, L, M, p_next)
-        u = torch.stack([torch.rand(2, generator=g, dtype=torch.float64, device=self.dev) for g in self.g])
-        X_host = X.tolist()  # one synchronisation per round
-        blocks = self._blocks(X_host, cut, M)
-        decided = self._decide(blocks, P, Q, X, u, M)
-        finished = self._apply(decided, blocks, P, Q, X, X_host, L, M, p_next)
-        self._retire(finished)
+        method, dev = self.method, self.dev
+        lengths = self.table[self.remaining]  # (B,) host: each row's block before any cut
+        L = int(lengths.max())
+        B = lengths.size
+        M = method.rows if L else 1  # draft rows per prompt (expanded row e belongs to prompt e // M)
+        lanes = torch.arange(2 + L * M, device=dev)  # OUTCOME, TOKEN, then draft_lane(i, m, M) = 2 + i M + m
+        U = uniforms(self.keys, self.round_index, lanes)  # (B, 2 + L M)
+        X, P, p_next, cut = self._draft(L, M, lengths, U)
+        Q = self._verify(X, L, M)
+        V = Q.size(-1)
+        P4, Q4, X3 = P.reshape(B, M, L, V), Q.reshape(B, M, L + 1, V), X.reshape(B, M, L)
+        if M < method.rows:  # a round drafting nothing: one row per prompt stands for its equal rows (views)
+            R = method.rows
+            P4, Q4, X3 = P4.expand(-1, R, -1, -1), Q4.expand(-1, R, -1, -1), X3.expand(-1, R, -1)
+        nan = nan_flag(P, Q, *(() if p_next is None else (p_next,)))
+        length = self.table_dev[self.remaining_dev] if cut is None else torch.from_numpy(cut).to(dev)
+        if M == 1 and self.eos is not None and L:  # a block ends after its first drafted EOS
+            slot = torch.arange(L, device=dev)
+            eos = (X3[:, 0] == self.eos) & (slot < length[:, None])
+            length = torch.where(eos.any(-1), eos.long().argmax(-1) + 1, length)
+        last = X3[:, 0].gather(1, (length - 1).clamp(min=0)[:, None])[:, 0] if L else None
+        bonus = length < self.remaining_dev
+        if M == 1 and self.eos is not None and L:
+            bonus = bonus & ~((length > 0) & (last == self.eos))
+        law = self._law(P4, Q4, X3, length, bonus, lengths if cut is None else cut, L)
+        decision = sample_round(law, U[:, OUTCOME], U[:, TOKEN])
+        tracked = None
+        if self.track_draft and p_next is not None:  # autoregressive rounds with the draft alongside
+            tracked = kernels.tv(p_next, Q4[:, 0, 0])
+        out = round_output(law, P4, Q4, X3, decision, length, rows=M, eos=self.eos, tracked_tv=tracked)
+        self.records.add(self.run_ids, out.chunk)
+        if self.on_round is not None:
+            self._tell(P4, Q4, X3, length, bonus, decision)
+        row, tau, token = decision
+        self._roll_back(out, row, tau, token, L, M)
+        self.remaining_dev = self.remaining_dev - out.produced
+        finished = out.eos | (self.remaining_dev <= 0)
+        # the round's one reading of the device: progress, NaN, and the caches' longest rows
+        state = torch.cat([self.remaining_dev, finished.long(), nan.long()[None], self.target.longest()[None],
+                           (self.draft.longest() if self.draft is not None else torch.zeros((), dtype=torch.long,
+                                                                                              device=dev))[None]])
+        state = state.cpu().numpy()
+        if state[2 * B]:
+            raise ValueError(NAN_LOGITS)
+        produced = self.remaining - state[:B]
+        advance(int(produced.sum()))
+        self.remaining = state[:B]
+        self.target.compact(int(state[2 * B + 1]))
+        if self.draft is not None:
+            self.draft.compact(int(state[2 * B + 2]))
+        self.round_index += 1
+        done = state[B:2 * B].astype(bool)
+        if done.any():
+            self._retire(np.flatnonzero(~done))
 
-    def _draft(self, lengths: list[int], M: int):
+    # -- the steps of a round ----------------------------------------------------------------------------------
+    def _draft(self, L: int, M: int, lengths: np.ndarray, U):
         """Draft each prompt's block on its ``M`` rows, all rows at once, with no host synchronisation.
 
-        Returns the drafts ``X`` ``(B M, L)``, their laws ``P`` ``(B M, L, V)`` float64 (``None`` if ``L = 0``),
-        each prompt's block length cut where a history draft proposes nothing, and the draft's law at each
-        prompt's next position (``None`` without a draft).
+        Returns the drafts ``X`` ``(B M, L)``, their laws ``P`` ``(B M, L, V)`` float64, the draft's law at each
+        prompt's next position ``(B, V)`` (``None`` without a draft) and, for a history draft, each prompt's
+        block length cut where it proposes nothing (``None`` otherwise: no cut).
         """
-        from speculab.backends.decode import draft_uniforms
-
-        B, L = len(self.live), max(lengths)
+        B, V, dev = lengths.size, self.pair.vocab_size, self.dev
         p = None
         if self.draft is not None:  # catch the draft up: the last column is each row's newest token
-            ids, present = _right_aligned(self.unseen_d, self.dev)
+            ids, present = self.unseen_d
             p = self.sampling.probs(self.draft.feed(ids, present, 1)[:, -1].double(), check=False)  # (B, V)
-            self.unseen_d = [[] for _ in self.live]
         p_next = p
-        if M > 1:  # (only when something is drafted)
+        if L == 0:
+            return (torch.zeros((B, 0), dtype=torch.long, device=dev),
+                    torch.zeros((B, 0, V), dtype=torch.float64, device=dev), p_next, None)
+        if M > 1:
             self.draft.repeat(M)
             p = p.repeat_interleave(M, 0)
-        U = None
-        if L and not self.sampling.greedy:  # each prompt's uniforms for its own block, drawn up front (padding: ½)
-            U = torch.full((B * M, L), 0.5, dtype=torch.float64, device=self.dev)
-            for j, Lj in enumerate(lengths):
-                if Lj:
-                    U[j * M:(j + 1) * M, :Lj] = draft_uniforms(self.g[j], Lj, M, self.dev)
-        drafting = [Lr > 0 for Lr in lengths]  # prompts still drafting (only a history draft is watched: on the host)
-        cut = list(lengths)  # a block ends early where the draft proposes nothing (one draft row, as on one prompt)
-        proposes = getattr(self.pair.draft, "proposes", None) if self.draft is not None and M == 1 else None
+        U = U[:, 2:].reshape(B, L, M).transpose(1, 2).reshape(B * M, L)  # each draft row's uniforms, slot by slot
+        cut = None
+        proposes = getattr(self.pair.draft, "proposes", None) if self.history and M == 1 else None
+        if proposes is not None:
+            cut = lengths.copy()
+            drafting = cut > 0
         xs, ps = [], []
         for i in range(L):
-            if proposes is not None:
-                for j in range(B):
-                    if drafting[j] and not proposes(tuple(self.draft.history[j])):
+            if proposes is not None:  # a history draft, on the host: a block ends where it proposes nothing
+                for j in np.flatnonzero(drafting):
+                    if not proposes(tuple(self.draft.history[j])):
                         drafting[j], cut[j] = False, i
-            x = p.argmax(-1) if U is None else kernels.sample_index(p, U[:, i])  # no host synchronisation
-            drafting = [d and i + 1 < Lj for d, Lj in zip(drafting, lengths)]
+                drafting &= i + 1 < cut
+            x = p.argmax(-1) if self.sampling.greedy else kernels.sample_index(p, U[:, i])  # no host synchronisation
             xs.append(x)
             ps.append(p)
             if i + 1 < L:
                 logits = self.draft.feed(x[:, None], torch.ones_like(x[:, None], dtype=torch.bool), 1)
                 p = self.sampling.probs(logits[:, -1].double(), check=False)
-        X = torch.stack(xs, 1) if L else torch.zeros((B * M, 0), dtype=torch.long, device=self.dev)
-        P = torch.stack(ps, 1) if L else None  # float64, as every law here
-        return X, P, cut, p_next
+        return torch.stack(xs, 1), torch.stack(ps, 1), p_next, cut
 
-    def _verify(self, X, P, L: int, M: int, p_next):
-        """One target call on every row: the unseen tokens and the block; the target's laws ``(B M, L + 1, V)``.
-        NaN logits are refused here, the target's and the draft's (``P``, and ``p_next``: a tracked draft's law
-        when nothing is drafted)."""
-        ids, present = _right_aligned(self.unseen_t, self.dev)
+    def _verify(self, X, L: int, M: int):
+        """One target call on every row: the unseen tokens and the block; the target's laws ``(B M, L + 1, V)``."""
+        ids, present = self.unseen_t
         if M > 1:
             self.target.repeat(M)
             ids, present = ids.repeat_interleave(M, 0), present.repeat_interleave(M, 0)
         logits = self.target.feed(torch.cat([ids, X], 1), torch.cat([present, torch.ones_like(X, dtype=torch.bool)], 1),
                                   L + 1)
-        Q = self.sampling.probs(logits.double(), check=False)
-        check_laws(Q, *(law for law in (P, p_next) if law is not None))  # one synchronisation per round
-        self.unseen_t = [[] for _ in self.live]
-        return Q
+        return self.sampling.probs(logits.double(), check=False)
 
-    def _blocks(self, X_host: list, cut: list[int], M: int) -> list[tuple[int, bool]]:
-        """Per prompt: its own block length (cut after a drafted EOS) and whether a bonus may follow."""
-        from speculab.backends.decode import bonus_possible
+    def _law(self, P, Q, X, length, bonus, lengths: np.ndarray, L: int) -> RoundLaw:
+        """Each prompt's round law ``(B, M, L + 1)``, from laws ``(B, M, ·, V)``: a slotwise method's law of the
+        whole block cut to each row's (the rows drafting nothing get the method's law of an empty block, by
+        index: their count is known on the host); another method's law per block shape present (one read)."""
+        method, dev = self.method, self.dev
+        if L == 0:  # every row's block is empty
+            return method.round_law(P, Q, X, bonus=True)
+        empty = np.flatnonzero(lengths == 0)  # rows with nothing to draft (from the host's table)
+        if method.slotwise:
+            law = cut_law(method.round_law(P, Q, X, bonus=True), Q, length.clamp(min=1), bonus)
+            if empty.size:
+                law = self._splice(law, torch.from_numpy(empty).to(dev), P, Q, X, 0, True, L)
+            return law
+        # not slotwise: one law per (length, bonus) present; the rows of each found by sorting, not by a loop
+        shape = length * 2 + bonus.long()
+        keys, counts = torch.stack(torch.unique(shape, return_counts=True)).tolist()  # the round's one extra read
+        order = torch.argsort(shape, stable=True)
+        law, start = None, 0
+        for k, n in zip(keys, counts):
+            rows = order[start:start + n]
+            start += n
+            part = self._group(rows, P, Q, X, k // 2, bool(k % 2), L)
+            if law is None:
+                law = RoundLaw(*(None if f is None else f.new_zeros((P.size(0), *f.shape[1:])) for f in part))
+            law = RoundLaw(*(None if f is None or g is None else f.index_put((rows,), g) for f, g in zip(law, part)))
+        return law
 
-        blocks = []
-        for j, r in enumerate(self.live):
-            Lr = cut[j]
-            if M == 1 and self.eos is not None and self.eos in X_host[j][:Lr]:
-                Lr = X_host[j].index(self.eos) + 1
-            last = X_host[j * M][Lr - 1] if Lr else None  # row 0 of the prompt (only one row counts)
-            blocks.append((Lr, bonus_possible(Lr, self.remaining(r), M, last, self.eos)))
-        return blocks
+    def _group(self, rows, P, Q, X, ell: int, bonus: bool, L: int) -> RoundLaw:
+        """The law of the blocks of ``rows`` (each of length ``ell``), widened to ``L`` slots."""
+        return pad_law(self.method.round_law(P[rows, :, :ell], Q[rows, :, :ell + 1], X[rows, :, :ell], bonus=bonus),
+                       P.size(1), L + 1)
 
-    def _decide(self, blocks, P, Q, X, u, M: int) -> list[_Decision]:
-        """Each prompt's decision, drawn from its method's round law; prompts with equal blocks share one call."""
-        decided = [None] * len(blocks)
-        V, R = Q.size(-1), self.method.rows  # the law sees all R draft rows, as on one prompt: in a round drafting
-        # nothing (M = 1) a prompt's one row stands for its R rows, which would all be equal (views, no copies)
-        for key in sorted(set(blocks)):
-            group = [j for j, b in enumerate(blocks) if b == key]
-            Lr, bonus = key
-            G = len(group)
-            at = torch.tensor([j * M + m for j in group for m in range(M)], device=self.dev)
-            Pg = P[at, :Lr].reshape(G, M, Lr, V) if Lr else torch.zeros((G, R, 0, V), dtype=Q.dtype, device=self.dev)
-            law = self.method.round_law(Pg, Q[at, :Lr + 1].reshape(G, M, Lr + 1, V).expand(G, R, -1, -1),
-                                        X[at, :Lr].reshape(G, M, Lr).expand(G, R, -1), bonus=bonus)
-            pick = torch.tensor(group, device=self.dev)
-            row, tau, token = sample_round(law, u[pick, 0], u[pick, 1])
-            mean, var = law.expected_accepted()
-            for gi, j in enumerate(group):
-                decided[j] = _Decision(law, gi, int(row[gi]), int(tau[gi]), int(token[gi]), float(mean[gi]),
-                                       float(var[gi]))
-        return decided
+    def _splice(self, law: RoundLaw, rows, P, Q, X, ell: int, bonus: bool, L: int) -> RoundLaw:
+        part = self._group(rows, P, Q, X, ell, bonus, L)
+        return RoundLaw(*(None if f is None else f.index_put((rows,), g) for f, g in zip(law, part)))
 
-    def _apply(self, decided, blocks, P, Q, X, X_host, L: int, M: int, p_next) -> list[bool]:
-        """Record each prompt's round, extend its output and roll both caches back to what it accepted; returns
-        which prompts have finished."""
-        from speculab.backends.decode import RoundInfo, record_round
+    def _tell(self, P, Q, X, length, bonus, decision) -> None:
+        """``on_round`` for each prompt, with its own block and the law of it (one read of the decisions)."""
+        row, tau, _ = decision
+        values = torch.stack([length, bonus.long(), row, tau, self.run_ids]).T.tolist()
+        for j, (ell, bon, r, t, run) in enumerate(values):
+            p, q, x = P[j, :, :ell], Q[j, :, :ell + 1], X[j, :, :ell]
+            law = self.method.round_law(p[None], q[None], x[None], bonus=bool(bon))
+            self.on_round(RoundInfo(self.first_index + run, p, q, x, law, r, t))
 
-        V = Q.size(-1)
-        drop_d, drop_t, finished, followed = [], [], [], []
-        for j, r in enumerate(self.live):
-            law, gi, row, tau, token, mean, var = decided[j]
-            Lr, e = blocks[j][0], j * M + (row if M > 1 else 0)  # with M = 1 every row of the law is the prompt's one
-            followed.append(e)
-            out = self.builders[r]
-            out.counts["oracle_calls"] += 1
-            out.counts["draft_calls"] += M * Lr
-            out.add_round(Lr, tau, mean, var)
-            Pr = P[e, :Lr] if Lr else torch.zeros((0, V), dtype=Q.dtype, device=self.dev)
-            if self.on_round is not None:  # every draft row, as on one prompt (a round drafting nothing has M = 1)
-                R, mine = self.method.rows, slice(j * M, (j + 1) * M)
-                Pb = P[mine, :Lr] if Lr else torch.zeros((R, 0, V), dtype=Q.dtype, device=self.dev)
-                self.on_round(RoundInfo(self.index[j], Pb, Q[mine, :Lr + 1].expand(R, -1, -1),
-                                        X[mine, :Lr].expand(R, -1),
-                                        type(law)(*(None if f is None else f[gi:gi + 1] for f in law)), row, tau))
-            tracked = None
-            if Lr == 0 and self.track_draft and p_next is not None:  # autoregressive, the draft alongside
-                tracked = lambda q, j=j: float(kernels.tv(p_next[j], q))  # noqa: E731
-            new = record_round(out, law, gi, Pr, Q[e, :Lr + 1], X_host[e][:Lr], row, tau, token, Lr, self.eos, tracked)
-            self.ids[r].extend(new)
-            # the caches hold x_1..x_{L−1} (draft) and x_1..x_L (target): keep the accepted ones
-            kept = min(tau, Lr)
-            drop_d.append(max(L - 1, 0) - min(kept, max(L - 1, 0)))
-            drop_t.append(L - kept)
-            self.unseen_t[j] = new[kept:]  # the correction or bonus (and, after a full block, x_L for the draft)
-            self.unseen_d[j] = new[min(kept, max(L - 1, 0)):] if L else new
-            finished.append((self.eos is not None and self.eos in new) or self.remaining(r) <= 0)
+    def _roll_back(self, out, row, tau, token, L: int, M: int) -> None:
+        """Both caches back to what each prompt accepted; the tokens each model is fed next round."""
+        B, dev = tau.size(0), self.dev
         if M > 1:  # every prompt goes on with the row it followed
-            rows = torch.tensor(followed, dtype=torch.long, device=self.dev)
-            self.target.keep(rows)
-            self.draft.keep(rows)
-        self.target.drop_last(torch.tensor(drop_t, device=self.dev))
+            followed = torch.arange(B, device=dev) * M + row
+            self.target.keep(followed)
+            self.draft.keep(followed)
+        # the caches hold x_1..x_L (target) and x_1..x_{L−1} (draft): keep the accepted ones
+        self.target.drop_last(L - tau)
+        present = torch.ones((B, 1), dtype=torch.bool, device=dev)
+        self.unseen_t = token.clamp(min=0)[:, None], present  # the correction or bonus
         if self.draft is not None:
-            self.draft.drop_last(torch.tensor(drop_d, device=self.dev))
-        return finished
+            if L:
+                self.draft.drop_last((L - 1) - tau.clamp(max=L - 1))
+            # after a whole block accepted the draft has not seen x_L either
+            self.unseen_d = (torch.stack([out.last_draft, token.clamp(min=0)], 1),
+                             torch.stack([out.all_accepted, present[:, 0]], 1))
 
-    def _retire(self, finished: list[bool]) -> None:
+    def _retire(self, keep: np.ndarray) -> None:
         """Finished prompts leave the batch (their rows dropped from both models)."""
-        if any(finished):
-            keep = [j for j, f in enumerate(finished) if not f]
-            rows = torch.tensor(keep, dtype=torch.long, device=self.dev)
-            if keep:
-                self.target.keep(rows)
-                if self.draft is not None:
-                    self.draft.keep(rows)
-            self.live = [self.live[j] for j in keep]
-            self.index = [self.index[j] for j in keep]
-            self.g = [self.g[j] for j in keep]
-            self.unseen_t = [self.unseen_t[j] for j in keep]
-            self.unseen_d = [self.unseen_d[j] for j in keep]
+        rows = torch.from_numpy(keep).to(self.dev)
+        if keep.size:
+            self.target.keep(rows)
+            if self.draft is not None:
+                self.draft.keep(rows)
+        self.run_ids, self.keys = self.run_ids[rows], self.keys[rows]
+        self.remaining, self.remaining_dev = self.remaining[keep], self.remaining_dev[rows]
+        self.unseen_t = tuple(t[rows] for t in self.unseen_t)
+        self.unseen_d = tuple(t[rows] for t in self.unseen_d)

@@ -1,4 +1,4 @@
-"""Decoding real language models with any method that has a round rule: one loop, the method's law.
+"""Decoding real language models with any method that has a round rule: the entry point and the one-prompt loop.
 
 Convention: ``p`` = draft, ``q`` = target, both after the same sampling warp
 (:class:`~speculab.backends.warp.Sampling`). Prompts are decoded together as the rows
@@ -9,16 +9,14 @@ rows (one batched draft pass per token), scores them with one batched target
 call, and asks the method for the exact law of its decision given the block
 (:meth:`speculab.methods.Method.round_law`, written once against the array API —
 the same code the simulators run). The decision is drawn from that law with two
-uniforms; both models' KV caches are then reduced to the followed row and cropped
-back to the accepted prefix. Counts follow the simulators
-(:class:`~speculab.counts.Counts`): a *rejection* is a token drawn from a
-correction law (every token of autoregressive decoding), an *oracle call* is one
-target forward pass (a round), *draft calls* are drafted tokens.
+uniforms (:mod:`speculab.backends.streams`); the round's output and records are those
+of :func:`~speculab.backends.rounds.round_output`, as on the batched path; both
+models' KV caches are then reduced to the followed row and cropped back to the
+accepted prefix. Counts follow the simulators (:class:`~speculab.counts.Counts`).
 """
 
 from __future__ import annotations
 
-import math
 import numbers
 import time
 
@@ -33,83 +31,16 @@ from speculab._progress import advance
 from speculab._validate import as_positive_int, as_torch_generator, spawn_seeds
 from speculab.backends.batched import batchable, decode_batched
 from speculab.backends.journal import encode_run, open_journal
-from speculab.methods.probe import RoundProbe
 from speculab.backends.models import HFModel
 from speculab.backends.pair import ModelPair
+from speculab.backends.rounds import COUNTED, Records, RoundInfo, RoundRecord, RunRecord, record, round_output
+from speculab.backends.streams import OUTCOME, TOKEN, head_lane, key_words, uniforms
 from speculab.backends.warp import Sampling, check_laws
-from speculab.counts import BONUS, CORRECTION, DRAFT, KIND_NAMES, TARGET, Counts
-from speculab.methods import SD, Method, RoundLaw, sample_round
+from speculab.counts import KIND_NAMES, Counts
+from speculab.methods import SD, Method, sample_round
+from speculab.methods.probe import RoundProbe
 
-__all__ = ["decode", "DecodeResult", "RunRecord", "RoundRecord", "RoundInfo", "KIND_NAMES"]
-
-
-@dataclass(frozen=True)
-class RunRecord:
-    """Per-position record of one decoded sequence (arrays of length = generated tokens).
-
-    Attributes:
-      tokens: generated token ids.
-      kind: 0 accepted draft, 1 correction (a rejection), 2 bonus, 3 target sample (AR).
-      tv: ``TV(p_n, q_n)`` at the position (NaN where ``p_n`` was not computed).
-      reject_prob: conditional probability, given the prefix, that this position is a
-        rejection (SD: ``TV``; batch root: ``Π r_m``; biased: ``Σ(1−b)p``; bonus: 0).
-      accept_prob: acceptance probability of the draft checked here (NaN if none).
-      loss_tv: ``TV(P_A,n, q_n)`` of the algorithm's one-step output law to the target (0 if unbiased).
-      loss_kl: ``KL(P_A,n ‖ q_n)`` likewise.
-      target_logprob: ``log q_n(x_n)`` of the output token (``-inf`` where the warped target excludes it: a biased
-        method under top-k / top-p can output such a token, and the sequence then has target likelihood 0).
-    """
-
-    tokens: np.ndarray
-    kind: np.ndarray
-    tv: np.ndarray
-    reject_prob: np.ndarray
-    accept_prob: np.ndarray
-    loss_tv: np.ndarray
-    loss_kl: np.ndarray
-    target_logprob: np.ndarray
-
-
-@dataclass(frozen=True)
-class RoundRecord:
-    """Per-round record of one decoded sequence (arrays of length = rounds).
-
-    Attributes:
-      drafted: tokens drafted per row.
-      accepted: drafts accepted, as drawn from the round law (before any cut at EOS).
-      expected_accepted: ``E[τ | drafted block]`` under the method's round law.
-      var_accepted: ``Var[τ | drafted block]``.
-    """
-
-    drafted: np.ndarray
-    accepted: np.ndarray
-    expected_accepted: np.ndarray
-    var_accepted: np.ndarray
-
-
-@dataclass(frozen=True)
-class RoundInfo:
-    """What ``decode(..., on_round=f)`` passes to ``f`` after every round (torch tensors, float64).
-
-    Attributes:
-      run: index of the run (prompt) being decoded.
-      p: ``(M, L, V)`` draft laws at the drafted slots.
-      q: ``(M, L + 1, V)`` target laws there and at the next position.
-      drafts: ``(M, L)`` drafted tokens.
-      law: the method's :class:`~speculab.methods.RoundLaw` (batch axis of size 1).
-      row, accepted: the decision drawn.
-      predictions: what the method's head gave at the drafted slots (SpecDec++'s predicted acceptances,
-        SPRINTER's verdicts), or ``None`` for a method without a head.
-    """
-
-    run: int
-    p: torch.Tensor
-    q: torch.Tensor
-    drafts: torch.Tensor
-    law: RoundLaw
-    row: int
-    accepted: int
-    predictions: list | None = None
+__all__ = ["decode", "DecodeResult", "RunRecord", "RoundRecord", "RoundInfo", "KIND_NAMES", "COUNTED"]
 
 
 @dataclass(frozen=True)
@@ -125,60 +56,26 @@ class DecodeResult:
     seconds: float = float("nan")
 
 
-class _Builder:
-    """Accumulates one run's output, per-position and per-round records."""
-
-    def __init__(self):
-        self.cols = {k: [] for k in RunRecord.__dataclass_fields__}
-        self.round_cols = {k: [] for k in RoundRecord.__dataclass_fields__}
-        self.counts = dict.fromkeys(COUNTED, 0)
-
-    def add(self, token, kind, *, tv=float("nan"), reject_prob=0.0, accept_prob=float("nan"),
-            loss_tv=0.0, loss_kl=0.0, target_logprob=float("nan")):
-        for k, v in (("tokens", token), ("kind", kind), ("tv", tv), ("reject_prob", reject_prob),
-                     ("accept_prob", accept_prob), ("loss_tv", loss_tv), ("loss_kl", loss_kl),
-                     ("target_logprob", target_logprob)):
-            self.cols[k].append(v)
-        key = {CORRECTION: "rejections", TARGET: "rejections", DRAFT: "accepted", BONUS: "bonus"}[kind]
-        self.counts[key] += 1
-
-    def add_round(self, drafted, accepted, mean, var):
-        for k, v in zip(self.round_cols, (drafted, accepted, mean, var)):
-            self.round_cols[k].append(v)
-
-    def record(self) -> RunRecord:
-        return _record(RunRecord, self.cols)
-
-    def round_record(self) -> RoundRecord:
-        return _record(RoundRecord, self.round_cols)
-
-
-#: The counts a run keeps as it decodes (``discarded`` and ``tokens`` follow from them and its tokens).
-COUNTED = ("rejections", "oracle_calls", "draft_calls", "accepted", "bonus")
-
-#: The integer columns of the records (the others are float64).
-_INTEGER = {"tokens", "kind", "drafted", "accepted"}
-
-
-def _record(cls, cols: dict):
-    """A :class:`RunRecord` or :class:`RoundRecord` from its columns (lists, or a journal's JSON lists)."""
-    return cls(**{k: np.asarray(v, dtype=np.int64 if k in _INTEGER else np.float64) for k, v in cols.items()})
-
-
 # -- one run ------------------------------------------------------------------------------------------------
 class _Run:
-    def __init__(self, index: int, pair: ModelPair, prompt: list[int], sampling: Sampling, generator,
-                 max_new: int, track_draft: bool, on_round: Callable | None):
-        self.index, self.pair, self.sampling, self.g = index, pair, sampling, generator
+    """One prompt decoded on its own: the models' caches cropped back after each round (real rollback), a head
+    read while drafting where the method has one. Each round ends as a batched one does
+    (:func:`~speculab.backends.rounds.round_output` on one row), with the same uniforms."""
+
+    def __init__(self, index: int, pair: ModelPair, prompt: list[int], sampling: Sampling, seed: int,
+                 max_new: int, track_draft: bool, on_round: Callable | None, records: Records, slot: int):
+        self.index, self.pair, self.sampling = index, pair, sampling
+        self.dev = pair.device
+        self.key = key_words([seed], self.dev)  # (1, 2)
+        self.round_index = 0
         self.ids = list(prompt)
         self.n_prompt = len(prompt)
         self.max_new = max_new
         self.eos = pair.eos_token_id
-        self.dev = pair.device
         self.ds, self.ts = pair.draft.start(), pair.target.start()
-        self.out = _Builder()
         self.track_draft = track_draft
         self.on_round = on_round
+        self.records, self.slot = records, torch.tensor([slot], device=self.dev)
         self.done = False
 
     @property
@@ -186,7 +83,7 @@ class _Run:
         return self.max_new - (len(self.ids) - self.n_prompt)
 
     def _tensor(self, tokens, rows=1):
-        return torch.tensor([tokens] * rows, dtype=torch.long, device=self.dev)
+        return torch.tensor([tokens] * rows, dtype=torch.long, device=self.dev).reshape(rows, len(tokens))
 
     def _catch_up(self, model, state, hidden: bool = False):
         """Feed ``model`` the accepted tokens it has not seen yet; return the logits after the last ``(1, 1, V)``
@@ -202,10 +99,11 @@ class _Run:
         self.pair.target.crop(self.ts, n)
         self.pair.draft.crop(self.ds, min(self.ds.length, n))
 
-    def _draft(self, L: int, rows: int, method: Method):
+    def _draft(self, L: int, rows: int, method: Method, U):
         """Draft ``L`` tokens per row; returns tokens ``(rows, L)``, their laws ``(rows, L, V)`` and the values the
         method's head gave at the slots (:attr:`~speculab.methods.Method.draft_head`; ``[]`` without one).
 
+        ``U``: the round's uniforms ``(1, ·)`` (:mod:`speculab.backends.streams`: draft lanes, then the head's).
         A single row stops at EOS, or where the draft proposes nothing (the block is then shorter than ``L``,
         possibly empty: the round is then one target step), or where the method's head on the draft's hidden
         states says stop. A head reading the drafted token (SpecDec++) is run on each drafted token but the block's
@@ -214,12 +112,13 @@ class _Run:
         of the pass that computed the slot's law, before the slot is drafted: it costs no forward pass.
         """
         pair, greedy = self.pair, self.sampling.greedy
-        u = None if greedy else draft_uniforms(self.g, L, rows, self.dev)  # the whole block's, drawn up front
+        u = U[0, 2:2 + L * rows].reshape(L, rows).T  # (rows, L): draft_lane(i, m, rows)
         proposes = getattr(pair.draft, "proposes", None) if rows == 1 else None
         if proposes is not None and not proposes(tuple(self.ids)):  # nothing to draft: the draft catches up later
             return (*self._no_drafts(rows, pair.vocab_size), [])
         head = method.draft_head if rows == 1 else None
         previous = head is not None and method.head_reads == "previous"
+        heads = U[0, 2 + L * rows:].tolist() if head is not None else []  # head_lane(i), one per slot
         if previous:
             logits, hidden = self._catch_up(pair.draft, self.ds, hidden=True)
         else:
@@ -234,7 +133,7 @@ class _Run:
             if proposes is not None and not proposes(tuple(self.ds.history[0])):
                 break  # the draft proposes nothing here (prompt lookup without a match): the block ends
             if previous:  # the head reads the state that gave this slot's law
-                predictions.append(method.read_head(head(hidden[0, -1]), self.g))
+                predictions.append(method.read_head(head(hidden[0, -1]), heads[i]))
             x = p.argmax(-1) if greedy else kernels.sample_index(p, u[:, i])
             ps.append(p)
             xs.append(x)
@@ -250,7 +149,7 @@ class _Run:
                 logits = pair.draft.extend(self.ds, x[:, None])
             else:  # the head reads the hidden state at x: stop, or draft on from the same pass's logits
                 logits, hidden = pair.draft.extend(self.ds, x[:, None], hidden=True)
-                predictions.append(method.read_head(head(hidden[0, -1]), self.g))
+                predictions.append(method.read_head(head(hidden[0, -1]), heads[i]))
                 if method.stop_drafting(predictions, self.remaining):
                     break  # the pass that read x is one more draft forward than SD makes for this block
             p = self.sampling.probs(logits[:, -1].double(), check=False)
@@ -266,52 +165,46 @@ class _Run:
         """One round: draft, one target call, the method's law, the decision, records, cache rollback."""
         M, V = method.rows, self.pair.vocab_size
         L = method.draft_length(self.remaining)
+        head = method.draft_head is not None
+        lanes = torch.arange(2 + L * M + (L if head else 0), device=self.dev)
+        lanes[2 + L * M:] += head_lane(0) - (2 + L * M)  # the head's lanes, past every draft lane
+        U = uniforms(self.key, self.round_index, lanes)
+        self.round_index += 1
         predictions = []
         if L > 0:
-            xs, P, predictions = self._draft(L, M, method)  # (M, L), (M, L, V)
+            xs, P, predictions = self._draft(L, M, method, U)  # (M, L), (M, L, V)
             L = xs.size(1)
         else:  # no drafts: the target alone (autoregressive decoding)
             xs, P = self._no_drafts(M, V)
-        head = method.draft_head is not None
         if M > 1:
             self.pair.target.repeat(self.ts, M)
         tokens = torch.cat([self._tensor(self.ids[self.ts.length:], M), xs], 1)
         # laws in float64 from the logits: acceptance ratios, round laws and losses exact to float64
         Q = self.sampling.probs(self.pair.target.extend(self.ts, tokens)[:, -(L + 1):].double(), check=False)
         check_laws(Q, P)  # NaN logits of either model refused, once per round
-        self.out.counts["oracle_calls"] += 1 if not head or method.target_called(predictions) else 0
-        self.out.counts["draft_calls"] += M * L
         last = int(xs[0, -1]) if L else None
         bonus = bonus_possible(L, self.remaining, M, last, self.eos)
-        u = torch.rand(2, generator=self.g, dtype=torch.float64, device=self.dev)
-        if L == 0 and M == 1 and self.on_round is None:
-            # no drafts: every method's round law is one token from q_1 (Method.round_law), drawn here directly, with
-            # the uniform sample_round would use — autoregressive steps, prompt lookup without a match
-            token = int(kernels.sample_index(Q[0], u[1:])[0])  # Q[0]: the one row (1, V) of q_1
-            self.out.add_round(0, 0, 0.0, 0.0)
-            self._emit(None, P[0], Q[0], xs[0], 0, 0, token, 0)
-            return
         law = (method.round_law(P[None], Q[None], xs[None], bonus=bonus, predictions=predictions) if head
                else method.round_law(P[None], Q[None], xs[None], bonus=bonus))
-        row, tau, token = (int(v[0]) for v in sample_round(law, u[:1], u[1:]))
-        mean, var = law.expected_accepted()
-        self.out.add_round(L, tau, float(mean[0]), float(var[0]))
+        decision = sample_round(law, U[:, OUTCOME], U[:, TOKEN])
+        row, tau = int(decision[0][0]), int(decision[1][0])
         if self.on_round is not None:
             self.on_round(RoundInfo(self.index, P, Q, xs, law, row, tau, predictions if head else None))
         if M > 1:
             self.pair.target.select(self.ts, row)
             self.pair.draft.select(self.ds, row)
-        self._emit(law, P[row], Q[row], xs[row], row, tau, token, L)
+        tracked = self._tracked_tv(Q[0, 0]) if self.track_draft and L == 0 else None
+        called = 1 if not head or method.target_called(predictions) else 0
+        length = torch.full((1,), L, dtype=torch.long, device=self.dev)
+        out = round_output(law, P[None], Q[None], xs[None], decision, length, rows=M, eos=self.eos,
+                           tracked_tv=tracked, oracle_calls=torch.full((1,), called, dtype=torch.long, device=self.dev))
+        self.records.add(self.slot, out.chunk)
+        self._accept(out.chunk.tokens[out.chunk.valid].tolist())
 
-    def _emit(self, law: RoundLaw | None, P, Q, xs, row: int, tau: int, token: int, L: int) -> None:
-        """Record the accepted drafts and the final token of the followed row, cut at the first EOS."""
-        tracked = (lambda q: self._tracked_tv(q)) if self.track_draft else None
-        self._accept(record_round(self.out, law, 0, P, Q, xs, row, tau, token, L, self.eos, tracked))
-
-    def _tracked_tv(self, q) -> float:
-        """``TV(p_n, q_n)`` for an autoregressive step, running the draft alongside (``track_draft``)."""
+    def _tracked_tv(self, q):
+        """``TV(p_n, q_n)`` ``(1,)`` for an autoregressive step, running the draft alongside (``track_draft``)."""
         p = self.sampling.probs(self._catch_up(self.pair.draft, self.ds)[0, -1].double())
-        return float(kernels.tv(p, q))
+        return kernels.tv(p, q)[None]
 
 
 def bonus_possible(L: int, remaining: int, rows: int, last: int | None, eos: int | None) -> bool:
@@ -320,53 +213,6 @@ def bonus_possible(L: int, remaining: int, rows: int, last: int | None, eos: int
     The output is cut at an accepted EOS anyway, so the EOS case changes no token or count; it keeps the round law
     honest for whoever reads it (``on_round``: ``tests/test_drafts.py`` checks it there)."""
     return L < remaining and not (rows == 1 and last is not None and eos is not None and last == eos)
-
-
-def draft_uniforms(generator, L: int, rows: int, device) -> torch.Tensor:
-    """The uniforms of a round's drafts, ``(rows, L)``, drawn at once from a prompt's stream (slot by slot, row by
-    row): a round consumes ``L · rows`` of them however soon its block ends (EOS, no proposal), so the batched
-    and the one-prompt path consume each prompt's stream alike without watching the drafts as they come."""
-    return torch.rand(L * rows, generator=generator, dtype=torch.float64, device=device).reshape(L, rows).T
-
-
-def record_round(out: _Builder, law: RoundLaw, at: int, P, Q, xs, row: int, tau: int, token: int, L: int,
-                 eos: int | None, tracked_tv: Callable | None = None) -> list[int]:
-    """Record one round's output in ``out``: the accepted drafts and the final token of the followed row, cut at
-    the first EOS; returns the tokens output. ``law`` holds the round at batch index ``at`` (``None`` for a round
-    without drafts, ``L = 0``, whose law needs no reading); ``P`` ``(L, V)``,
-    ``Q`` ``(L + 1, V)``, ``xs`` ``(L,)`` are the followed row's; ``tracked_tv(q)`` gives ``TV(p_n, q_n)`` of an
-    autoregressive step (or ``None``: not tracked)."""
-    def logq(i: int, x: int) -> float:  # log q_i(x), only where a token is output (not a log over V per round)
-        prob = float(Q[i, x])
-        return math.log(prob) if prob > 0 else -math.inf  # a biased method may output what the warped q excludes
-
-    if L == 0:  # one token from q_1 (a target step)
-        tv_here = tracked_tv(Q[0]) if tracked_tv is not None else float("nan")
-        out.add(token, TARGET, tv=tv_here, reject_prob=1.0, target_logprob=logq(0, token))
-        return [token]
-    tv = kernels.tv(P, Q[:L]).tolist()
-    reject, accept = law.reject_prob[at, row].tolist(), law.accept_prob[at, row].tolist()
-    loss_tv = loss_kl = [0.0] * (L + 1)
-    if law.law is not None:
-        step_law = law.law[at, row]  # (L, V)
-        loss_tv = kernels.tv(step_law, Q[:L]).tolist() + [0.0]
-        loss_kl = kernels.kl(step_law, Q[:L]).tolist() + [0.0]
-    new = []
-    for i in range(tau):
-        x = int(xs[i])
-        out.add(x, DRAFT, tv=tv[i], reject_prob=reject[i], accept_prob=accept[i], loss_tv=loss_tv[i],
-                loss_kl=loss_kl[i], target_logprob=logq(i, x))
-        new.append(x)
-        if x == eos:
-            return new
-    if token >= 0:
-        if tau < L:
-            out.add(token, CORRECTION, tv=tv[tau], reject_prob=reject[tau], accept_prob=accept[tau],
-                    loss_tv=loss_tv[tau], loss_kl=loss_kl[tau], target_logprob=logq(tau, token))
-        else:
-            out.add(token, BONUS, target_logprob=logq(L, token))
-        new.append(token)
-    return new
 
 
 def _hidden_size(model: HFModel) -> int | None:
@@ -434,11 +280,11 @@ def decode(
       sampling: temperature / top-k / top-p, applied identically to ``p`` and ``q``.
       key: an int seed, a ``torch.Generator`` on the pair's device, or a numpy Generator (required,
         also under greedy decoding, so that a call never depends on a hidden default). Each prompt
-        gets its own random stream derived from it (:func:`speculab._validate.spawn_seeds`), consumed
-        in the same order by the batched and the one-prompt path: for the same key both give the
-        same tokens and counts, prompt by prompt (up to draws within float round-off of a boundary). The same key
-        gives the same tokens for a fixed torch thread count (``torch.set_num_threads``): reductions
-        inside the models are ordered by thread, so logits can differ in the last bits between counts.
+        gets its own seed (:func:`speculab._validate.spawn_seeds`), and every uniform it uses is a function of
+        that seed, the round and the decision it is for (:mod:`speculab.backends.streams`): the batched and
+        the one-prompt path, on the CPU or on CUDA, draw the same numbers, so for the same key they give the same
+        tokens and counts, prompt by prompt, up to draws within float round-off of a boundary (the models'
+        logits differ in their last bits between batch shapes, torch thread counts and devices).
       track_draft: for ``Autoregressive``, also run the draft to record ``TV(p_n, q_n)``.
       on_round: called with a :class:`RoundInfo` after every round (e.g. to evaluate another
         rule on the same blocks); it runs under ``torch.inference_mode`` as the loop does (its tensors are
@@ -490,8 +336,7 @@ def decode(
                                             else ""))
     as_torch_generator(key, pair.device)  # checks the key (a torch generator on the models' device type)
     encoded = _encode(pair, prompts, max_new_tokens)
-    seeds = spawn_seeds(key, len(encoded))
-    generators = [torch.Generator(device=pair.device).manual_seed(s) for s in seeds]
+    seeds = spawn_seeds(key, len(encoded))  # each prompt's stream (speculab.backends.streams)
     batched = batch_size != 1 and head is None and batchable(method, pair)  # a drafting head: one prompt at a time
     n = len(encoded)
     block = (batch_size or n) if batched else 1  # what one line of a journal holds: one batch, or one prompt
@@ -517,20 +362,21 @@ def decode(
                 t0 = time.perf_counter()
                 if batched:
                     done = decode_batched(pair, [encoded[i] for i in index], method, max_new_tokens=max_new_tokens,
-                                          sampling=sampling, generators=[generators[i] for i in index],
+                                          sampling=sampling, seeds=[seeds[i] for i in index],
                                           track_draft=track_draft, on_round=on_round, batch_size=batch_size,
                                           first_index=start)
                 else:
-                    done = []
-                    for i in index:
-                        run = _Run(i, pair, encoded[i], sampling, generators[i], max_new_tokens, track_draft, on_round)
+                    records = Records(len(index))
+                    for slot, i in enumerate(index):
+                        run = _Run(i, pair, encoded[i], sampling, seeds[i], max_new_tokens, track_draft, on_round,
+                                   records, slot)
                         while not run.done:
                             produced = len(run.ids)
                             run.round(method)
                             advance(len(run.ids) - produced)
-                        done.append((run.ids[run.n_prompt:], run.out))
+                    done = records.collect()
                 each = (time.perf_counter() - t0) / len(index)
-                new = [(gen, out.record(), out.round_record(), dict(out.counts), each) for gen, out in done]
+                new = [(*run, each) for run in done]
                 if journal is not None:
                     journal.append(b, [encode_run(*r) | ({"probe": probe.rounds(i)[before[i]:]} if probe is not None
                                                          else {}) for i, r in zip(index, new)])
@@ -554,7 +400,7 @@ def decode(
 
 def _replayed(entry: dict) -> tuple:
     """A run read back from a journal (:func:`speculab.backends.journal.encode_run`'s inverse)."""
-    return (entry["tokens"], _record(RunRecord, entry["record"]), _record(RoundRecord, entry["rounds"]),
+    return (entry["tokens"], record(RunRecord, entry["record"]), record(RoundRecord, entry["rounds"]),
             entry["counts"], entry["seconds"])
 
 

@@ -103,7 +103,7 @@ class Examples:
             return self.previous_features
         if which == "token":
             return self.token_features
-        return torch.cat([self.token_features, torch.as_tensor(np.log(self.p), dtype=torch.float32)[:, None]], 1)
+        return torch.cat([self.token_features, torch.as_tensor(np.log(self.p), dtype=torch.float32, device="cpu")[:, None]], 1)
 
     def subset(self, mask: np.ndarray) -> "Examples":
         m = np.asarray(mask, dtype=bool)
@@ -156,7 +156,7 @@ def sprinter_examples(pair, texts: list[str], *, n_prefixes: int = 512, prefix_t
     if isinstance(draft_share, bool) or not isinstance(draft_share, numbers.Real) or not 0 <= draft_share <= 1:
         raise ValueError(f"draft_share must be a number in [0, 1]; got {draft_share!r}")
     g = as_torch_generator(key, "cpu")  # uniforms drawn on the host, then moved: the same on every device
-    rng = np.random.default_rng(int(torch.randint(0, 2**62, (), generator=g)))
+    rng = np.random.default_rng(int(torch.randint(0, 2**62, (), generator=g, device="cpu")))
     texts = [texts] if isinstance(texts, str) else list(texts)
     if not texts or not all(isinstance(t, str) for t in texts):
         raise ValueError("texts must be a non-empty list of strings (the original text prefixes are taken from)")
@@ -178,7 +178,7 @@ def sprinter_examples(pair, texts: list[str], *, n_prefixes: int = 512, prefix_t
         for i in range(C):
             p = sampling.probs(d_logits[:, : pair.vocab_size].double())
             q = sampling.probs(t_logits[:, : pair.vocab_size].double())
-            u = torch.rand(3, B, generator=g, dtype=torch.float64).to(dev)
+            u = torch.rand(3, B, generator=g, dtype=torch.float64, device="cpu").to(dev)
             from_draft = kernels.sample_index(p, u[0])
             from_target = kernels.sample_index(q, u[1])
             use_draft = (src == 1) | ((src == 3) & (u[2] < draft_share))

@@ -107,10 +107,11 @@ class _Head(torch.nn.Module):
 
 
 def make_head(config: HeadConfig, generator: torch.Generator | None = None) -> _Head:
-    """A freshly initialised head (PyTorch's default initialisation, drawn from ``generator``)."""
-    with torch.random.fork_rng(devices=[]):
+    """A freshly initialised head (PyTorch's default initialisation, drawn from ``generator``), on the CPU, where
+    heads are trained (a head follows the hidden states it reads to their device: :class:`TrainedHead`)."""
+    with torch.random.fork_rng(devices=[]), torch.device("cpu"):
         if generator is not None:
-            torch.manual_seed(int(torch.randint(0, 2**62, (), generator=generator)))
+            torch.manual_seed(int(torch.randint(0, 2**62, (), generator=generator, device=generator.device)))
         return _Head(config)
 
 
@@ -132,11 +133,15 @@ class TrainedHead:
             raise ValueError(f"config must be a HeadConfig; got {type(self.config).__name__}")
 
     def __call__(self, h: torch.Tensor) -> torch.Tensor:
-        """The head's probability for hidden states ``h`` ``(..., d_in)``."""
+        """The head's probability for hidden states ``h`` ``(..., d_in)``, on their device (the head follows them
+        there, once: a head trained on the CPU reads a GPU model's states)."""
         if h.shape[-1] != self.config.d_in:
             raise ValueError(f"hidden states must have {self.config.d_in} features (the head's d_in); "
                              f"got shape {tuple(h.shape)}")
-        return self.head.prob(h.to(next(self.head.parameters()).dtype))
+        weight = next(self.head.parameters())
+        if weight.device != h.device:
+            self.head.to(h.device)
+        return self.head.prob(h.to(weight.dtype))
 
 
 def constant_head(d_in: int, score: float) -> TrainedHead:
@@ -160,7 +165,7 @@ def constant_head(d_in: int, score: float) -> TrainedHead:
 
 def _as_examples(features, targets, weights):
     def as_float32(a):
-        return a.float() if isinstance(a, torch.Tensor) else torch.as_tensor(np.asarray(a, dtype=np.float32))
+        return a.float() if isinstance(a, torch.Tensor) else torch.as_tensor(np.asarray(a, dtype=np.float32), device="cpu")
 
     try:
         X, y = as_float32(features), as_float32(targets)
@@ -174,7 +179,7 @@ def _as_examples(features, targets, weights):
         raise ValueError("features contain NaN or infinite values")
     if not bool(((y >= 0) & (y <= 1)).all()):
         raise ValueError("targets must be probabilities in [0, 1] (NaN refused)")
-    w = torch.ones_like(y) if weights is None else torch.as_tensor(weights, dtype=torch.float32)
+    w = torch.ones_like(y) if weights is None else torch.as_tensor(weights, dtype=torch.float32, device="cpu")
     if w.shape != y.shape or not bool(((w >= 0) & torch.isfinite(w)).all()) or not bool(w.sum() > 0):
         raise ValueError(f"weights must be {X.shape[0]} finite non-negative numbers, not all 0")
     return X, y, w
@@ -200,7 +205,7 @@ def _split(n: int, groups, config: HeadConfig, g: torch.Generator) -> tuple[torc
     """Held-out and training indices: ``val_fraction`` of the examples, or of the groups when ``groups`` is given
     (correlated examples — the tokens of one completion — then stay on one side)."""
     if groups is None:
-        order = torch.randperm(n, generator=g)
+        order = torch.randperm(n, generator=g, device="cpu")
         n_val = max(1, int(round(config.val_fraction * n)))
         return order[:n_val], order[n_val:]
     labels = np.asarray(groups)
@@ -209,7 +214,7 @@ def _split(n: int, groups, config: HeadConfig, g: torch.Generator) -> tuple[torc
     unique, inverse = np.unique(labels, return_inverse=True)
     if unique.size < 2:
         raise ValueError("groups must hold at least two distinct groups (one to train on, one to hold out)")
-    order = torch.randperm(unique.size, generator=g).numpy()
+    order = torch.randperm(unique.size, generator=g, device="cpu").numpy()
     held = np.zeros(unique.size, dtype=bool)
     held[order[: max(1, int(round(config.val_fraction * unique.size)))]] = True
     mask = torch.from_numpy(held[inverse])
@@ -265,7 +270,7 @@ def train_head(features, targets, weights=None, *, config: HeadConfig, groups=No
         state = saved["state"]
     while state["epoch"] < config.epochs and state["stale"] < config.patience:
         head.train()
-        perm = train[torch.randperm(train.numel(), generator=g)]
+        perm = train[torch.randperm(train.numel(), generator=g, device="cpu")]
         total = 0.0
         for start in range(0, perm.numel(), config.batch_size):
             idx = perm[start:start + config.batch_size]

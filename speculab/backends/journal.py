@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from speculab.backends.rounds import COUNTED, RoundRecord, RunRecord
 from speculab.sim.checkpoint import active_folder, append_line, call_file, ours, read_lines
 
 __all__ = ["DecodeJournal", "open_journal", "unrecorded", "FORMAT"]
@@ -119,8 +120,6 @@ class DecodeJournal:
         """The runs of finished block ``block``, checked to be what this call writes: ``size`` runs, each with its
         tokens (ids below ``vocab_size``), records of one length, integer counts and a time (and its probe's
         observations when ``probe``). Anything else is refused, naming the file and the block."""
-        from speculab.backends.decode import COUNTED, RoundRecord, RunRecord  # (decode imports this module)
-
         runs = self.done[block]
         where = f"decode journal {self.path}, block {block}"
         if len(runs) != size:

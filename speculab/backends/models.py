@@ -364,7 +364,7 @@ class PromptLookupModel(HistoryModel):
         x = self.proposal(history)
         if x is None:
             return self.fallback.logits(history) if self.fallback is not None else super().logits(history)
-        out = torch.full((self.vocab_size,), -torch.inf)  # log of the one-hot law, formed directly
+        out = torch.full((self.vocab_size,), -torch.inf, device="cpu")  # log of the one-hot law, formed directly
         out[x] = 0.0
         return out
 
@@ -375,7 +375,7 @@ class PromptLookupModel(HistoryModel):
                 return self.fallback.probs(history)
             # the block ends here (proposes() is False) — except for batch SD's M > 1 rows, which draft blocks
             # of one length and so draft from this uniform law where nothing matches (still an exact draft)
-            return torch.full((self.vocab_size,), 1.0 / self.vocab_size, dtype=torch.float64)
-        prob = torch.zeros(self.vocab_size, dtype=torch.float64)
+            return torch.full((self.vocab_size,), 1.0 / self.vocab_size, dtype=torch.float64, device="cpu")
+        prob = torch.zeros(self.vocab_size, dtype=torch.float64, device="cpu")
         prob[x] = 1.0
         return prob

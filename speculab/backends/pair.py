@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from speculab.backends.models import HFModel, NGramModel
+from speculab.backends.models import HFModel, HistoryModel, NGramModel
 
 __all__ = ["ModelPair", "load_pair", "resolve_device", "TINY_DIR", "ngram_draft", "training_ngram_draft", "default_prompts"]
 
@@ -171,7 +171,8 @@ def load_pair(
         draft_adapter = HFModel(draft_model, vocab, use_cache=use_cache)
     else:
         draft_adapter = draft
-        if hasattr(draft_adapter, "device") and torch.device(draft_adapter.device).type != dev.type:
+        on_host = isinstance(draft_adapter, HistoryModel)  # computed from the token history on the host, any target
+        if not on_host and hasattr(draft_adapter, "device") and torch.device(draft_adapter.device).type != dev.type:
             raise ValueError(f"the draft adapter is on {draft_adapter.device}; the target will be on {dev}")
         if getattr(draft_adapter, "vocab_size", None) != vocab:
             raise ValueError(f"draft adapter has vocab_size {getattr(draft_adapter, 'vocab_size', None)}; the target's tokenizer has {vocab}")

@@ -14,7 +14,10 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Sampling"]
+__all__ = ["Sampling", "check_laws", "nan_flag", "NAN_LOGITS"]
+
+#: What a law computed from NaN logits is refused with.
+NAN_LOGITS = "logits contain NaN; the model produced invalid output"
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,7 @@ class Sampling:
         on a GPU): the caller then checks the laws it keeps with :func:`check_laws`.
         """
         if check and torch.isnan(logits).any():
-            raise ValueError("logits contain NaN; the model produced invalid output")
+            raise ValueError(NAN_LOGITS)
         if self.greedy:  # one-hot at the argmax; a row with NaN logits gets a NaN there, for check_laws to see
             top, at = logits.max(-1, keepdim=True)
             return torch.zeros_like(logits).scatter_(-1, at, torch.where(torch.isnan(top), top, 1.0))
@@ -80,8 +83,14 @@ class Sampling:
         return torch.softmax(x, dim=-1)
 
 
+def nan_flag(*laws: torch.Tensor) -> torch.Tensor:
+    """Whether any of ``laws`` was computed from NaN logits: a 0-d bool tensor on their device (no host
+    synchronisation; a caller reads it with the round's other values)."""
+    total = sum(law.sum() for law in laws)  # NaN anywhere makes the sum NaN (laws are finite otherwise)
+    return torch.isnan(total)
+
+
 def check_laws(*laws: torch.Tensor) -> None:
     """Refuse laws computed from NaN logits (one host synchronisation for all of them)."""
-    total = sum(law.sum() for law in laws)  # NaN anywhere makes the sum NaN (laws are finite otherwise)
-    if math.isnan(float(total)):
-        raise ValueError("logits contain NaN; the model produced invalid output")
+    if bool(nan_flag(*laws)):
+        raise ValueError(NAN_LOGITS)

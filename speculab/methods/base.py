@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, NamedTuple
 
 import numpy as np
-from array_api_compat import array_namespace
+from array_api_compat import array_namespace, device
 
 from speculab import kernels
 from speculab._validate import as_lookahead
@@ -196,7 +196,7 @@ class RoundLaw(NamedTuple):
     def expected_accepted(self):
         """``E[τ | block]`` and ``Var[τ | block]``, shape ``(...)`` each."""
         xp = array_namespace(self.outcome)
-        tau = xp.astype(xp.arange(self.outcome.shape[-1]), self.outcome.dtype)
+        tau = xp.arange(self.outcome.shape[-1], dtype=self.outcome.dtype, device=device(self.outcome))
         mean = xp.sum(self.outcome * tau, axis=(-2, -1))
         return mean, xp.sum(self.outcome * tau * tau, axis=(-2, -1)) - mean * mean
 
@@ -357,13 +357,14 @@ class Method(ABC):
     @property
     def draft_head(self):
         """The head the decoding loop runs on the draft's hidden states while drafting, or ``None``. With a head,
-        a round is decoded one prompt at a time: at each slot the loop stores ``read_head(head(hidden), generator)``,
+        a round is decoded one prompt at a time: at each slot the loop stores ``read_head(head(hidden), uniform)``,
         stops drafting where :meth:`stop_drafting` says, passes the stored values to :meth:`round_law` as
         ``predictions`` and counts a target call where :meth:`target_called` says."""
         return None
 
-    def read_head(self, score, generator) -> float:
-        """What the loop stores for a slot from the head's output ``score`` (``generator``: the prompt's stream)."""
+    def read_head(self, score, uniform: float) -> float:
+        """What the loop stores for a slot from the head's output ``score`` (``uniform``: the slot's own uniform
+        from the prompt's stream, :func:`speculab.backends.streams.head_lane`, for a head read at random)."""
         raise NotImplementedError(f"{type(self).__name__} reads no head")
 
     @staticmethod

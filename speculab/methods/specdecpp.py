@@ -332,7 +332,7 @@ class SpecDecPP(Method):
         ``f(t, prev, x)`` or the oracle, which read ``q`` or a Markov instance: not available while drafting)."""
         return self.head if getattr(self.head, "reads_hidden_states", False) else None
 
-    def read_head(self, score, generator) -> float:
+    def read_head(self, score, uniform: float) -> float:
         """A head's prediction as a float, refused unless it is a probability (a NaN would never stop a round)."""
         return self.head_probability(score, "acceptance head")
 

@@ -209,16 +209,14 @@ class Sprinter(Method):
         """The verifier if it is a head trained on the draft's hidden states (what the decoding loop runs), else ``None``."""
         return self.verifier if getattr(self.verifier, "reads_hidden_states", False) else None
 
-    def read_head(self, score, generator) -> float:
+    def read_head(self, score, uniform: float) -> float:
         """The verdict on a slot from the head's ``score``: ``1.0`` (pass: keep the draft, no target call) or ``0.0``.
 
-        ``score >= tau``, or with ``tau=None`` a uniform from ``generator`` below ``score``.
+        ``score >= tau``, or with ``tau=None`` the slot's ``uniform`` below ``score``.
         A score outside ``[0, 1]`` (NaN included) is refused."""
         value = self.head_probability(score, "verifier")
         if self.tau is None:
-            import torch
-
-            return float(torch.rand((), generator=generator, dtype=torch.float64, device=generator.device) < value)
+            return float(uniform < value)
         return float(value >= self.tau)
 
     @staticmethod

@@ -122,6 +122,71 @@ def _environment(data: dict) -> str:
             f'{_e(m.get("platform"))}, {_e(m.get("cpus"))} CPUs{_e(memory)}, {_e(device)}</p>')
 
 
+#: What ``speculab validate --out DIR`` writes beside the reproductions (shown in its own section).
+VALIDATION = "validation.json"
+
+
+def _validation(folder: Path) -> dict | None:
+    """``validation.json`` of the folder, checked to be what :meth:`speculab.validate.Validation.to_dict` writes."""
+    path = folder / VALIDATION
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text())
+        ok = (isinstance(data, dict) and isinstance(data["settings"], dict) and isinstance(data["passed"], bool)
+              and all(isinstance(r, dict) for key in ("laws", "compare", "speed") for r in data[key]))
+        for r in data["laws"]:
+            ok = ok and isinstance(r["method"], str) and all(isinstance(r[k], bool) for k in ("refused", "ok"))
+            ok = ok and all(isinstance(v, (int, float)) for k in ("first", "pair") for v in r[k])
+        for r in data["speed"]:
+            ok = ok and isinstance(r["what"], str) and all(isinstance(r[k], (int, float)) for k in
+                                                           ("tokens", "seconds", "tokens_per_second"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path} is not what `speculab validate --out` writes ({type(exc).__name__}: {exc}); "
+                         f"run it again") from None
+    if not ok:
+        raise ValueError(f"{path} is not what `speculab validate --out` writes (a field of the wrong type); run it again")
+    return data
+
+
+def _validation_section(data: dict) -> str:
+    """The backend's validation on a device: its verdict, law tests, compare rows and timings."""
+    s = data["settings"]
+    verdict = "passed" if data["passed"] else "FAILED"
+    parts = ['<section id="validation"><h2>validation: the real-model backend on a device</h2>',
+             f'<p class="meta">{_e(s.get("pair"))} pair on {_e(s.get("device"))} ({_e(s.get("device_name"))}, '
+             f'{_e(s.get("dtype"))}, torch {_e(s.get("torch"))}): <b>{verdict}</b>; '
+             f'{_e(s.get("runs"))} runs per law test (<code>speculab validate</code>)</p>',
+             "<table><tr><th>method</th><th>G₁ (df), p</th><th>G₁₂ (df), p</th><th>refused</th>"
+             "<th>power vs the control</th><th>as it should</th></tr>"]
+    for r in data["laws"]:
+        cells = [r["method"], "{:.1f} ({}), {:.2g}".format(*r["first"]), "{:.1f} ({}), {:.2g}".format(*r["pair"]),
+                 "yes" if r["refused"] else "no", f'{r["power"]:.3f}', "✓" if r["ok"] else "✗"]
+        parts.append("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
+    parts.append("</table>")
+    if data["compare"]:
+        parts.append("<table><tr><th>method</th><th>quantity</th><th>predicted</th><th>measured</th><th>z</th></tr>")
+        for r in data["compare"]:
+            z = f'{r["z"]:+.2f}' if isinstance(r["z"], (int, float)) and r["z"] == r["z"] else (
+                "holds" if r.get("holds") else "fails")
+            cells = [r["method"], r["quantity"] + ("" if r.get("gates", True) else " (model check)"),
+                     f'{r["predicted"]:.4g}', f'{r["measured"]:.4g}', z]
+            parts.append("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
+        parts.append("</table>")
+    if data["speed"]:
+        parts.append("<table><tr><th>timed</th><th>tokens / s</th><th>tokens</th><th>seconds</th></tr>")
+        for r in data["speed"]:
+            cells = [r["what"], f'{r["tokens_per_second"]:,.0f}', f'{r["tokens"]:,}', f'{r["seconds"]:.2f}']
+            parts.append("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
+        parts.append("</table>")
+    lat = data.get("latency")
+    if isinstance(lat, dict):
+        parts.append(f'<p>latency model: SD speed-up over autoregressive decoding predicted {lat["predicted"]:.3f}, '
+                     f'measured {lat["measured"]:.3f} (error {lat["error"]:+.1%})</p>')
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
 def build_report(out_dir: str | os.PathLike = "results", path: str | os.PathLike | None = None) -> Path:
     """Write the HTML report of the reproductions in ``out_dir`` to ``path`` (default ``out_dir/report.html``)
     and return its path.
@@ -132,12 +197,14 @@ def build_report(out_dir: str | os.PathLike = "results", path: str | os.PathLike
     folder = Path(out_dir)
     if not folder.is_dir():
         raise ValueError(f"out_dir {folder} is not a folder (run `speculab repro all --out {folder}` first)")
+    validation = _validation(folder)
     data = read_provenance(folder)
     results = {name: _figure_result(folder, name) for name in repro.FIGURES}
     shown = [name for name in repro.FIGURES if results[name] is not None
              and data["figures"].get(name, {}).get("status", "ok") == "ok"]
-    if not shown:
-        raise ValueError(f"no reproductions in {folder}: run `speculab repro all --out {folder}` first")
+    if not shown and validation is None:
+        raise ValueError(f"no reproductions in {folder}: run `speculab repro all --out {folder}` (or "
+                         f"`speculab validate --out {folder}`) first")
     overview = ["<tr><th>figure</th><th>status</th><th>wall time</th><th>what</th></tr>"]
     not_run = (data.get("all") or {}).get("skipped", {})
     for name in repro.FIGURES:
@@ -161,10 +228,11 @@ def build_report(out_dir: str | os.PathLike = "results", path: str | os.PathLike
     page = "\n".join([
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         "<title>speculab report</title>", f"<style>{STYLE}</style></head><body>",
-        "<h1>speculab: reproductions</h1>",
+        "<h1>speculab: reproductions</h1>" if shown else "<h1>speculab: validation</h1>",
         f'<p class="meta">{len(shown)} figures from {_e(folder.resolve())}, report generated {generated}{total}</p>',
         _environment(data),
-        f'<table class="overview">{"".join(overview)}</table>',
+        f'<table class="overview">{"".join(overview)}</table>' if len(overview) > 1 else "",
+        _validation_section(validation) if validation is not None else "",
         *(_section(folder, name, data["figures"].get(name), results[name]) for name in shown),
         "</body></html>",
     ])

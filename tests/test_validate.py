@@ -1,0 +1,160 @@
+"""``speculab validate``: its G-test and power against independent references, the control's exact law, the command
+end to end on the CPU (what CI runs), its JSON, its section of the report, and its refusals."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from scipy.stats import power_divergence  # noqa: E402
+
+from conftest import Z_BOUND, model_device  # noqa: E402
+from speculab.backends import Sampling, load_pair  # noqa: E402
+from speculab.backends.pair import default_prompts  # noqa: E402
+from speculab.cli import main  # noqa: E402
+from speculab.methods import Biased  # noqa: E402
+from speculab.validate import CONTROL, _uno_law, g_test, g_test_power, validate  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return load_pair("tiny", device=model_device())
+
+
+def _merged(observed, law, n):
+    """The cells of the G-test written out by hand: expected counts below 5 pooled into one cell."""
+    big = law * n >= 5
+    return np.append(observed[big], observed[~big].sum()), np.append(law[big], law[~big].sum()) * n
+
+
+def test_the_g_test_is_scipys_on_the_merged_cells():
+    rng = np.random.default_rng(0)
+    law = rng.dirichlet(np.full(40, 0.3))
+    n = 500
+    observed = np.bincount(rng.choice(40, size=n, p=law), minlength=40).astype(float)
+    o, e = _merged(observed, law, n)
+    keep = e > 0
+    ref = power_divergence(o[keep], e[keep], lambda_="log-likelihood")
+    g, df, p = g_test(observed, law)
+    assert g == pytest.approx(ref.statistic, rel=1e-12) and df == keep.sum() - 1 and p == pytest.approx(ref.pvalue)
+    impossible = observed.copy()
+    impossible[np.argmin(law)] += 1  # one draw of a token the law cannot draw (its cell would be merged)
+    zero = np.where(np.arange(40) == np.argmin(law), 0.0, law / (1 - law.min()))
+    assert g_test(impossible, zero)[2] == 0.0
+    assert g_test_power(law, zero, n, 1e-4) >= -math.expm1(n * math.log1p(-law.min()))
+
+
+def test_the_stated_power_is_what_the_test_does():
+    """The power :func:`g_test_power` states against a wrong law is the rate at which the G-test refuses samples of
+    it (2,000 simulated experiments of 300 draws; |z| < 5), at two effect sizes; and samples of the right law are
+    refused at most at about the level."""
+    rng = np.random.default_rng(1)
+    law = rng.dirichlet(np.full(12, 2.0))
+    n, alpha, experiments = 300, 0.01, 2000
+    for shift in (0.04, 0.08):
+        wrong = np.clip(law + shift * (np.arange(12) < 6) - shift * (np.arange(12) >= 6), 1e-9, None)
+        wrong /= wrong.sum()
+        stated = g_test_power(wrong, law, n, alpha)
+        refused = np.mean([g_test(np.bincount(rng.choice(12, size=n, p=wrong), minlength=12), law)[2] < alpha
+                           for _ in range(experiments)])
+        se = math.sqrt(stated * (1 - stated) / experiments)
+        assert abs(refused - stated) < Z_BOUND * se + 0.03, (shift, stated, refused)  # + the χ² approximation's error
+    right = np.mean([g_test(np.bincount(rng.choice(12, size=n, p=law), minlength=12), law)[2] < alpha
+                     for _ in range(experiments)])
+    assert right < alpha + Z_BOUND * math.sqrt(alpha / experiments)
+
+
+def test_the_controls_law_is_decoding_unos_first_slot(pair):
+    """``_uno_law`` is the one-step output law Biased(ε, "uno") reports at a round's first slot (its round law)."""
+    ids = pair.tokenizer.encode(default_prompts()[0])
+    with torch.no_grad():
+        p = torch.softmax(pair.draft.model(torch.tensor([ids])).logits[0, -1, :pair.vocab_size].double(), -1)
+        q = torch.softmax(pair.target.model(torch.tensor([ids])).logits[0, -1, :pair.vocab_size].double(), -1)
+    x = torch.zeros((1, 1, 1), dtype=torch.long)
+    law = Biased(CONTROL, "uno", K=1).round_law(p[None, None, None], q.expand(1, 1, 2, -1), x, bonus=True)
+    np.testing.assert_allclose(_uno_law(p.numpy(), q.numpy(), CONTROL), law.law[0, 0, 0].numpy(), atol=1e-15)
+
+
+def test_validate_passes_on_the_cpu_and_refuses_the_control(pair):
+    """What CI runs: every lossless method's first two tokens have the target's law, the control is refused with a
+    stated power above 0.99, the compare rows are within 5 standard errors, and the timings are there."""
+    report = validate(pair, key=0, runs=2000, compare_runs=1, max_new_tokens=8, batch_prompts=16, speed_tokens=8,
+                      speed_prompts=8)
+    assert report.passed, str(report)
+    assert [r.lossless for r in report.laws] == [True] * 5 + [False]
+    control = report.laws[-1]
+    assert control.refused and control.power > 0.99
+    assert all(not r.refused for r in report.laws[:-1]) and all(r.power == control.power for r in report.laws)
+    assert report.compare and all(abs(r["z"]) < 5 for r in report.compare if r["gates"] and math.isfinite(r["z"]))
+    assert {r.what.split(",")[0] for r in report.speed} >= {"Autoregressive()", "SD(K=4)"}
+    assert report.latency is not None and math.isfinite(report.latency["error"])
+    data = json.loads(report.to_json())
+    assert data["passed"] and len(data["laws"]) == 6 and data["settings"]["device"] == "cpu"
+    assert "PASSED" in str(report) and "control: biased uno" in str(report)
+
+
+def test_a_biased_method_posing_as_lossless_fails_the_validation(pair, monkeypatch):
+    """The verdict has teeth: a lossy method in the lossless list is refused, and the command exits 1."""
+    import speculab.validate as v
+
+    original = v._lossless_methods
+    monkeypatch.setattr(v, "_lossless_methods", lambda pair, names: {**original(pair, names),
+                                                                     "a lossy one": Biased(0.3, "uno", K=2)})
+    report = validate(pair, key=1, runs=1000, methods=["sd"], compare_runs=0, speed=False)
+    assert not report.passed and [r.ok for r in report.laws] == [True, False, True]
+    assert main(["validate", "--device", "cpu", "--runs", "1000", "--methods", "sd", "--compare-runs", "0",
+                 "--no-speed", "--json"]) == 1
+
+
+def test_the_command_writes_json_and_the_report_shows_it(tmp_path, capsys):
+    out = tmp_path / "results"
+    assert main(["validate", "--device", "cpu", "--runs", "1000", "--methods", "sd", "block", "--compare-runs", "1",
+                 "--max-new-tokens", "6", "--batch-prompts", "8", "--speed-tokens", "6", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "PASSED" in text and "validation.json" in text
+    data = json.loads((out / "validation.json").read_text())
+    assert data["passed"] and [r["method"] for r in data["laws"]][:2] == ["sd K=4", "block γ=4"]
+    assert main(["report", "--out", str(out)]) == 0
+    page = (out / "report.html").read_text()
+    assert "validation: the real-model backend on a device" in page and "block γ=4" in page
+    bad = dict(data, laws=[dict(data["laws"][0], refused="no")])
+    (out / "validation.json").write_text(json.dumps(bad))
+    assert main(["report", "--out", str(out)]) == 2
+    assert "validation.json is not what `speculab validate --out` writes" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--runs", "0"], "runs must be"),
+    (["--compare-runs", "-1"], "compare_runs must be"),
+    (["--temperature", "0"], "greedy"),
+    (["--device", "cuda:7"], "device"),
+    (["--methods", "fuzzy"], "invalid choice"),
+])
+def test_bad_arguments_are_refused_in_one_line(argv, message, capsys):
+    base = ["validate", "--no-speed"] + ([] if "--compare-runs" in argv else ["--compare-runs", "0"])
+    try:
+        code = main(base + argv)
+    except SystemExit as exit:  # argparse's own refusals
+        code = exit.code
+    assert code == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_sampling_warps_are_validated_too(pair):
+    """Top-k and top-p warp p and q alike: the laws are still the target's (warped) law."""
+    report = validate(pair, key=2, runs=1500, methods=["sd", "batch"], sampling=Sampling(0.8, top_k=40, top_p=0.9),
+                      compare_runs=0, speed=False)
+    assert report.passed, str(report)
+
+
+def test_a_bfloat16_pair_is_validated_with_laws_formed_from_its_logits():
+    """``--dtype bfloat16``: the models' weights in bfloat16, ``p`` and ``q`` formed in float64 from their logits —
+    the laws decode samples from, and so the laws the test holds them to."""
+    half = load_pair("tiny", device=model_device(), dtype=torch.bfloat16)
+    assert next(half.target.model.parameters()).dtype == torch.bfloat16
+    report = validate(half, key=3, runs=1500, methods=["sd", "block"], compare_runs=0, speed=False)
+    assert report.passed and report.settings["dtype"] == "bfloat16", str(report)
