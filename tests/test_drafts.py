@@ -223,10 +223,22 @@ def test_no_bonus_is_offered_after_a_drafted_eos(pair):
     assert any(weight > 0 for ends_eos, weight in bonus if not ends_eos)
 
 
+def test_an_autoregressive_step_builds_no_round_law_unless_one_is_watched(pair, monkeypatch):
+    """The one-prompt loop's shortcut: a round without drafts draws its token from ``q_1`` directly; only with
+    ``on_round``, which is given the law, is one built (a round per token)."""
+    built, round_law = [], Autoregressive.round_law
+    monkeypatch.setattr(Autoregressive, "round_law", lambda self, *a, **k: built.append(1) or round_law(self, *a, **k))
+    prompts = default_prompts()[:2]
+    fast = decode(pair, prompts, Autoregressive(), max_new_tokens=6, key=1, batch_size=1)
+    assert built == [] and fast.counts.tokens.tolist() == [6, 6]
+    decode(pair, prompts, Autoregressive(), max_new_tokens=6, key=1, batch_size=1, on_round=lambda info: None)
+    assert len(built) == 12
+
+
 @pytest.mark.parametrize("sampling", [GREEDY, Sampling()], ids=["greedy", "sampled"])
 def test_a_round_without_drafts_gives_what_its_round_law_gives(pair, sampling):
-    """A round without drafts is one token from ``q_1``, drawn from its round law whether or not ``on_round``
-    watches (an observer changes nothing). Same key: same tokens, counts and records, for
+    """The one-prompt loop draws an empty round's token from ``q_1`` without building its law; with ``on_round``
+    it builds the law and samples it (the general path). Same key: same tokens, counts and records, for
     autoregressive decoding and for prompt lookup's empty blocks — SD and block verification (whose round law
     once failed on an empty block). Only a method with one draft row stops drafting where prompt lookup proposes
     nothing: batch SD with two rows drafts its K tokens on both paths alike (a batched path that cut its rows

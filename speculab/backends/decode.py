@@ -76,6 +76,7 @@ class _Run:
         self.track_draft = track_draft
         self.on_round = on_round
         self.records, self.slot = records, torch.tensor([slot], device=self.dev)
+        self._small: dict[int, torch.Tensor] = {}
         self.done = False
 
     @property
@@ -166,8 +167,7 @@ class _Run:
         M, V = method.rows, self.pair.vocab_size
         L = method.draft_length(self.remaining)
         head = method.draft_head is not None
-        lanes = torch.arange(2 + L * M + (L if head else 0), device=self.dev)
-        lanes[2 + L * M:] += head_lane(0) - (2 + L * M)  # the head's lanes, past every draft lane
+        lanes = list(range(2 + L * M)) + [head_lane(i) for i in range(L if head else 0)]  # the head's: past the drafts'
         U = uniforms(self.key, self.round_index, lanes)
         self.round_index += 1
         predictions = []
@@ -181,13 +181,20 @@ class _Run:
         tokens = torch.cat([self._tensor(self.ids[self.ts.length:], M), xs], 1)
         # laws in float64 from the logits: acceptance ratios, round laws and losses exact to float64
         Q = self.sampling.probs(self.pair.target.extend(self.ts, tokens)[:, -(L + 1):].double(), check=False)
-        check_laws(Q, P)  # NaN logits of either model refused, once per round
+        check_laws(Q, P) if L else check_laws(Q)  # NaN logits of either model refused, once per round
         last = int(xs[0, -1]) if L else None
         bonus = bonus_possible(L, self.remaining, M, last, self.eos)
-        law = (method.round_law(P[None], Q[None], xs[None], bonus=bonus, predictions=predictions) if head
-               else method.round_law(P[None], Q[None], xs[None], bonus=bonus))
-        decision = sample_round(law, U[:, OUTCOME], U[:, TOKEN])
-        row, tau = int(decision[0][0]), int(decision[1][0])
+        if L == 0 and M == 1 and self.on_round is None:
+            # no drafts: every method's round law is one token from q_1 (Method.round_law), drawn here directly
+            # with the uniform sample_round would use — autoregressive steps, prompt lookup without a match
+            law, zero = None, torch.zeros(1, dtype=torch.long, device=self.dev)
+            decision = zero, zero, kernels.sample_index(Q[:1, 0], U[:, TOKEN])
+            row = tau = 0
+        else:
+            law = (method.round_law(P[None], Q[None], xs[None], bonus=bonus, predictions=predictions) if head
+                   else method.round_law(P[None], Q[None], xs[None], bonus=bonus))
+            decision = sample_round(law, U[:, OUTCOME], U[:, TOKEN])
+            row, tau = int(decision[0][0]), int(decision[1][0])
         if self.on_round is not None:
             self.on_round(RoundInfo(self.index, P, Q, xs, law, row, tau, predictions if head else None))
         if M > 1:
@@ -195,11 +202,17 @@ class _Run:
             self.pair.draft.select(self.ds, row)
         tracked = self._tracked_tv(Q[0, 0]) if self.track_draft and L == 0 else None
         called = 1 if not head or method.target_called(predictions) else 0
-        length = torch.full((1,), L, dtype=torch.long, device=self.dev)
-        out = round_output(law, P[None], Q[None], xs[None], decision, length, rows=M, eos=self.eos,
-                           tracked_tv=tracked, oracle_calls=torch.full((1,), called, dtype=torch.long, device=self.dev))
+        out = round_output(law, P[None], Q[None], xs[None], decision, self._counts(L), rows=M, eos=self.eos,
+                           tracked_tv=tracked, oracle_calls=self._counts(called))
         self.records.add(self.slot, out.chunk)
-        self._accept(out.chunk.tokens[out.chunk.valid].tolist())
+        tokens, valid = out.chunk.tokens[0].tolist(), out.chunk.valid[0].tolist()
+        self._accept([t for t, v in zip(tokens, valid) if v])
+
+    def _counts(self, n: int) -> torch.Tensor:
+        """``n`` as a ``(1,)`` tensor on the device, made once per value (a round's block length, its target calls)."""
+        if n not in self._small:
+            self._small[n] = torch.full((1,), n, dtype=torch.long, device=self.dev)
+        return self._small[n]
 
     def _tracked_tv(self, q):
         """``TV(p_n, q_n)`` ``(1,)`` for an autoregressive step, running the draft alongside (``track_draft``)."""

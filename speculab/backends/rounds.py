@@ -210,35 +210,42 @@ def round_output(law: RoundLaw, p, q, x, decision, length, *, rows: int, eos: in
     dev = q.device
     if L == 0:  # every row one target step: its token from q_1 (autoregressive decoding, empty blocks)
         return _target_steps(q[:, 0, 0], token, eos, tracked_tv, oracle_calls)
-    b = torch.arange(B, device=dev)
-    pf, qf, xf = p[b, row], q[b, row], x[b, row]  # (B, L, V), (B, L + 1, V), (B, L): the followed row
+    if x.size(1) == 1:  # one draft row (every method but batch SD's): views, no gathers over the vocabulary
+        pf, qf, xf, reject_row, accept_row = p[:, 0], q[:, 0], x[:, 0], law.reject_prob[:, 0], law.accept_prob[:, 0]
+        step = None if law.law is None else law.law[:, 0]
+    else:
+        b = torch.arange(B, device=dev)
+        pf, qf, xf, reject_row, accept_row = p[b, row], q[b, row], x[b, row], law.reject_prob[b, row], \
+            law.accept_prob[b, row]  # (B, L, V), (B, L + 1, V), (B, L), (B, L + 1), (B, L): the followed row
+        step = None if law.law is None else law.law[b, row]  # (B, L, V): the one-step output law at each slot
     slot = torch.arange(L + 1, device=dev)[None, :]  # (1, L + 1)
     t, ell = tau[:, None], length[:, None]
-    output = (slot < t) | ((slot == t) & (token[:, None] >= 0))
+    output = slot < t + (token[:, None] >= 0)  # the accepted drafts, and the token after them if one follows
     tokens = torch.where(slot == t, token[:, None].clamp(min=0), F.pad(xf, (0, 1)))
     ends = torch.where(ell == 0, TARGET, torch.where(t < ell, CORRECTION, BONUS))  # the kind of the token after τ
     kind = torch.where(slot < t, DRAFT, ends)
-    hit = output & (tokens == eos) if eos is not None else torch.zeros_like(output)
-    valid = output & ((hit.long().cumsum(-1) - hit.long()) == 0)  # nothing after the first EOS
-    drafted_here = (kind == DRAFT) | (kind == CORRECTION)  # a draft was checked at the slot
-    nan = torch.full((), math.nan, dtype=qf.dtype, device=dev)
-    tv = torch.where(drafted_here, F.pad(kernels.tv(pf, qf[:, :L]), (0, 1), value=math.nan), nan)
+    checked = slot < t + (t < ell)  # a draft was checked at the slot: the accepted ones and a corrected one
+    valid = output
+    hit = None
+    if eos is not None:
+        hit = output & (tokens == eos)
+        valid = output & (hit.cumsum(-1) - hit.long() == 0)  # nothing after the first EOS
+    drafted = [kernels.tv(pf, qf[:, :L]), accept_row]  # (B, L) each: TV(p, q) and the acceptance at each slot
+    tv, accept = torch.where(checked, F.pad(torch.stack(drafted), (0, 1)), math.nan).unbind(0)
     if tracked_tv is not None:
         tv = torch.where(kind == TARGET, tracked_tv[:, None], tv)
-    reject = torch.where(drafted_here, law.reject_prob[b, row], (kind == TARGET).to(qf.dtype))
-    accept = torch.where(drafted_here, F.pad(law.accept_prob[b, row], (0, 1), value=math.nan), nan)
-    loss_tv = loss_kl = torch.zeros_like(tv)
-    if law.law is not None:
-        step = law.law[b, row]  # (B, L, V): the one-step output law at each slot
-        loss_tv = torch.where(drafted_here, F.pad(kernels.tv(step, qf[:, :L]), (0, 1)), 0.0)
-        loss_kl = torch.where(drafted_here, F.pad(kernels.kl(step, qf[:, :L]), (0, 1)), 0.0)
+    reject = torch.where(checked, reject_row, (ell == 0).to(qf.dtype))  # a target step is a rejection for sure
+    if step is None:
+        loss_tv = loss_kl = torch.zeros_like(tv)
+    else:
+        losses = torch.stack([kernels.tv(step, qf[:, :L]), kernels.kl(step, qf[:, :L])])
+        loss_tv, loss_kl = torch.where(checked, F.pad(losses, (0, 1)), 0.0).unbind(0)
     logq = torch.log(qf.gather(-1, tokens[..., None])[..., 0])  # -inf where the warped target excludes the token
     mean, var = law.expected_accepted()
-    ones = torch.ones(B, dtype=torch.long, device=dev)
     chunk = Chunk(tokens, kind, tv, reject, accept, loss_tv, loss_kl, logq, valid, length, tau, mean, var,
-                  ones if oracle_calls is None else oracle_calls, rows * length)
-    last = xf[:, -1] if L else torch.zeros_like(tau)
-    return Output(chunk, valid.sum(-1), (hit & valid).any(-1), token, last, (tau == L) & (ell[:, 0] == L) & (L > 0))
+                  torch.ones_like(tau) if oracle_calls is None else oracle_calls, rows * length)
+    eos_out = (hit & valid).any(-1) if hit is not None else torch.zeros_like(tau, dtype=torch.bool)
+    return Output(chunk, valid.sum(-1), eos_out, token, xf[:, -1], (tau == L) & (length == L))
 
 
 def _target_steps(q, token, eos, tracked_tv, oracle_calls) -> Output:
