@@ -3,14 +3,19 @@ r"""``speculab validate``: the real-model backend checked on a device, in one co
 Convention: ``p`` = draft, ``q`` = target. Three parts, each a table of the :class:`Validation` it returns (and
 JSON, and a section of ``speculab report``):
 
-* **Laws.** Each lossless method decodes ``runs`` copies of one prompt for two tokens. The law of the first token
-  must be the target's own ``q(· | prompt)`` and that of the first two ``q(x_1) q(x_2 | x_1)``, both computed here
-  from the target model's logits (float64 from its float32 logits, after the same sampling warp). Each is held to
-  its samples by a G-test (cells whose expected count is below 5 merged into one), at level ``α / 2`` each.
-  A **biased control** — Decoding-UNO ([Yin] §4.2: ``b = min(1, (q + ε)/p)``, rejections drawn from ``q``), whose
-  first-token law :math:`P_A = b\,p + q \sum_x (1 - b(x))\,p(x)` is known exactly — goes through the same test,
-  which must refuse it; the table states the test's power against it (noncentral :math:`\chi^2` on the merged
-  cells, Pearson's noncentrality :math:`n \sum (P_A - q)^2 / q`).
+* **Laws.** Each lossless method decodes ``runs`` copies of one prompt for :data:`LAW_TOKENS` tokens with blocks
+  of :data:`LAW_K` drafts, so the first round meets corrections at every slot and, when it accepts its whole
+  block, a bonus token. The law of the first token must be the target's own ``q(· | prompt)`` and that of the
+  first three ``q(x_1) q(x_2 | x_1) q(x_3 | x_1, x_2)``, computed here from the target model's logits (float64
+  from its float32 logits, after the same sampling warp) for every prefix likely enough to be seen. Each is held
+  to its samples by a G-test (cells whose expected count is below 5 merged into one), at level ``α / 2`` each.
+  Each test's **power is stated against any law at a given TV** from the target on its cells: since
+  :math:`\chi^2(w \| q) \ge 4\,\mathrm{TV}(w, q)^2` (Cauchy–Schwarz), a law at TV ``δ`` gives the G-test a
+  noncentrality of at least :math:`4 n \delta^2` (noncentral :math:`\chi^2`, Pearson's approximation), and the
+  table gives the smallest ``δ`` refused with probability 0.99. A **biased control** — Decoding-UNO ([Yin] §4.2:
+  ``b = min(1, (q + ε)/p)``, rejections drawn from ``q``), whose first-token law
+  :math:`P_A = b\,p + q \sum_x (1 - b(x))\,p(x)` is known exactly — goes through the same test, which must refuse
+  it; the table states the first-token test's power against it.
 * **Theory vs measured**: the rows of :func:`speculab.compare.compare` for each drafting method, whose ``|z|``
   must stay below 5.
 * **Speed** (wall clock, one run each; ratios are what to read): tokens per second of autoregressive decoding and
@@ -34,13 +39,19 @@ import numpy as np
 
 from speculab._validate import as_positive_int, spawn_seeds
 
-__all__ = ["validate", "Validation", "LawRow", "SpeedRow", "g_test", "g_test_power", "METHODS", "CONTROL"]
+__all__ = ["validate", "Validation", "LawRow", "SpeedRow", "g_test", "g_test_power", "detectable_tv", "METHODS",
+           "CONTROL"]
 
 #: The level of the law test (split over its two G-tests).
 ALPHA = 1e-4
+#: The power at which the law tests' detectable TV is stated.
+POWER = 0.99
+#: Tokens whose joint law is tested, and the block length of the law tests' drafting methods: the first round
+#: drafts ``LAW_K`` tokens with a position after them, so its bonus token is among those tested.
+LAW_TOKENS, LAW_K = 3, 2
 #: The biased control's over-acceptance ε (Decoding-UNO).
 CONTROL = 0.1
-#: Block length of the drafting methods (SD, batch SD, block verification, the control) and of assisted generation.
+#: Block length of the drafting methods in the compare rows and the timings (and of assisted generation).
 K = 4
 #: The lossless methods whose law is tested (registry names); SpecDec++ runs with a constant head (its law does not
 #: depend on the head).
@@ -49,17 +60,19 @@ METHODS = ("ar", "sd", "batch", "block", "specdecpp")
 
 @dataclass(frozen=True)
 class LawRow:
-    """One method's law test: the G statistics, degrees of freedom and p-values of the first token and of the
-    first two, whether the test refused the method, whether it should have (``lossless``: it should not), and the
-    test's power against the biased control at these runs."""
+    """One method's law test: ``(G, df, p)`` of the first token and of the first :data:`LAW_TOKENS`, whether the
+    test refused the method, whether it should have (``lossless``: it should not), the first-token test's power
+    against the biased control, and the smallest TV each test refuses with probability :data:`POWER`
+    (``detectable``: first token, first tokens)."""
 
     method: str
     runs: int
     lossless: bool
     first: tuple[float, int, float]
-    pair: tuple[float, int, float]
+    joint: tuple[float, int, float]
     refused: bool
     power: float
+    detectable: tuple[float, float]
 
     @property
     def ok(self) -> bool:
@@ -109,13 +122,15 @@ class Validation:
         s = self.settings
         lines = [f"validation of the {s['pair']} pair on {s['device']} ({s['dtype']}, torch {s['torch']}): "
                  f"{'PASSED' if self.passed else 'FAILED'}", "",
-                 f"laws of the first two tokens ({s['runs']:,} runs each, G-tests at α = {ALPHA:g}; "
-                 f"power against the control, Decoding-UNO ε = {CONTROL}):",
-                 f"  {'method':<40}{'G₁ (df)':>16}{'p₁':>10}{'G₁₂ (df)':>18}{'p₁₂':>10}  {'refused':<8}{'power':>7}  ok"]
+                 f"laws of the first token and of the first {s['law_tokens']} ({s['runs']:,} runs each, blocks of "
+                 f"{s['law_K']}; G-tests at α = {ALPHA:g}; power: against the control, Decoding-UNO ε = {CONTROL}, "
+                 f"and the smallest TV refused with probability {POWER}):",
+                 f"  {'method':<40}{'G₁ (df)':>14}{'p₁':>9}{'G₁₂₃ (df)':>16}{'p₁₂₃':>9}  {'refused':<8}"
+                 f"{'power':>6}{'TV₁':>8}{'TV₁₂₃':>8}  ok"]
         for r in self.laws:
-            lines.append(f"  {r.method:<40}{r.first[0]:>10.1f} ({r.first[1]:>3}){r.first[2]:>10.2g}"
-                         f"{r.pair[0]:>12.1f} ({r.pair[1]:>3}){r.pair[2]:>10.2g}  {'yes' if r.refused else 'no':<8}"
-                         f"{r.power:>7.3f}  {'✓' if r.ok else '✗'}")
+            lines.append(f"  {r.method:<40}{r.first[0]:>8.1f} ({r.first[1]:>3}){r.first[2]:>9.2g}"
+                         f"{r.joint[0]:>10.1f} ({r.joint[1]:>3}){r.joint[2]:>9.2g}  {'yes' if r.refused else 'no':<8}"
+                         f"{r.power:>6.3f}{r.detectable[0]:>8.3f}{r.detectable[1]:>8.3f}  {'✓' if r.ok else '✗'}")
         if self.compare:
             lines += ["", "theory vs measured (speculab compare; a model check is shown, not gated):"]
             for r in self.compare:
@@ -124,7 +139,7 @@ class Validation:
         if self.speed:
             lines += ["", "speed (wall clock, one run each):"]
             for r in self.speed:
-                lines.append(f"  {r.what:<52}{r.tokens_per_second:>12,.0f} tokens/s  ({r.tokens:,} tokens in "
+                lines.append(f"  {r.what:<66}{r.tokens_per_second:>10,.0f} tokens/s  ({r.tokens:,} tokens in "
                              f"{r.seconds:.2f} s){'  ' + r.note if r.note else ''}")
         if self.latency:
             lat = self.latency
@@ -190,17 +205,56 @@ def g_test_power(wrong: np.ndarray, law: np.ndarray, n: int, alpha: float) -> fl
 
 
 # -- exact laws from the models ----------------------------------------------------------------------------------
-def _next_laws(model, ids: list[list[int]], sampling, device, vocab: int):
-    """The warped next-token law after each token list (all of one length), float64 ``(n, V)`` on the host."""
+def detectable_tv(df: int, n: int, alpha: float, power: float = POWER) -> float:
+    """The smallest TV ``δ`` (between laws on the test's cells) at which a G-test of ``n`` samples with ``df`` degrees
+    of freedom at level ``alpha`` refuses *any* law with probability at least ``power``: ``χ² ≥ 4 TV²`` bounds the
+    noncentrality below by ``4 n δ²``, and the noncentral χ² power grows with it."""
+    from scipy.optimize import brentq
+    from scipy.stats import chi2, ncx2
+
+    crit = chi2.isf(alpha, df)
+    lam = brentq(lambda x: ncx2.sf(crit, df, x) - power, 1e-9, 1e7)
+    return math.sqrt(lam / (4 * n))
+
+
+def _target_cells(pair, ids: list[int], sampling, n: int, depth: int) -> dict[tuple, float]:
+    """The target's exact law of its first ``depth`` tokens after ``ids``, as the G-test's cells for ``n`` runs:
+    every outcome (``depth`` tokens, or fewer ending at EOS) whose every prefix and itself have expected counts of
+    at least 5, with its probability; the rest of the mass is one further cell (the caller's). Only the likely
+    prefixes are expanded (one forward pass of the target per prefix, batched), and of each law only its likely
+    children are kept (never a ``(prefixes, V)`` table on the host)."""
+    import torch
+
+    eos = pair.eos_token_id
+    cells, frontier = {}, [((), 1.0)]
+    for d in range(depth):
+        nxt = []
+        for start in range(0, len(frontier), 256):
+            chunk = frontier[start:start + 256]
+            with torch.inference_mode():
+                x = torch.tensor([ids + list(prefix) for prefix, _ in chunk], dtype=torch.long, device=pair.device)
+                logits = pair.target.model(input_ids=x).logits[:, -1, :pair.vocab_size].float()
+                law = sampling.probs(logits.double())  # (chunk, V)
+                mass = torch.tensor([m for _, m in chunk], dtype=law.dtype, device=law.device)[:, None] * law
+                rows, tokens = torch.nonzero(mass * n >= 5, as_tuple=True)  # the likely children
+                values = mass[rows, tokens]
+            for r, t, v in zip(rows.tolist(), tokens.tolist(), values.tolist()):
+                child = chunk[r][0] + (t,)
+                if d + 1 == depth or t == eos:
+                    cells[child] = v
+                else:
+                    nxt.append((child, v))
+        frontier = nxt
+    return cells
+
+
+def _next_law(model, ids: list[int], sampling, device, vocab: int) -> np.ndarray:
+    """The warped next-token law after ``ids``, float64 ``(V,)`` on the host."""
     import torch
 
     with torch.inference_mode():
-        x = torch.tensor(ids, dtype=torch.long, device=device).reshape(len(ids), -1)
-        out = []
-        for chunk in torch.split(x, 256):
-            logits = model(input_ids=chunk).logits[:, -1, :vocab].float()
-            out.append(sampling.probs(logits.double()).cpu())
-        return torch.cat(out).numpy()
+        x = torch.tensor([ids], dtype=torch.long, device=device)
+        return sampling.probs(model(input_ids=x).logits[0, -1, :vocab].float().double()).cpu().numpy()
 
 
 def _uno_law(p: np.ndarray, q: np.ndarray, eps: float) -> np.ndarray:
@@ -209,34 +263,35 @@ def _uno_law(p: np.ndarray, q: np.ndarray, eps: float) -> np.ndarray:
     return b * p + q * float(np.sum((1.0 - b) * p))
 
 
-def _law_row(name: str, tokens: list[list[int]], q1: np.ndarray, q2: dict, eos, control: np.ndarray,
+def _law_row(name: str, tokens: list[list[int]], q1: np.ndarray, cells: dict, eos, control: np.ndarray,
              lossless: bool) -> LawRow:
+    """The law test of runs ``tokens`` against the target's first-token law ``q1`` and its cells of the first
+    tokens (:func:`_target_cells`)."""
     n = len(tokens)
-    V = q1.size
     first = np.array([t[0] for t in tokens])
-    g1 = g_test(np.bincount(first, minlength=V), q1)
-    # the first two tokens: x1 = EOS ends a run (a cell of its own), the likely x1 each a row of q(x2 | x1),
-    # every other x1 one cell ("rest", with whatever the runs drew after it)
-    rows = sorted(q2)
-    index = {x: i for i, x in enumerate(rows)}
-    joint = np.concatenate([(q1[rows, None] * np.stack([q2[x] for x in rows])).ravel() if rows else np.zeros(0),
-                            [q1[eos] if eos is not None and eos not in index else 0.0]])
-    rest = max(1.0 - float(joint.sum()), 0.0)
-    observed = np.zeros(joint.size + 1)
+    g1 = g_test(np.bincount(first, minlength=q1.size), q1)
+    index = {cell: i for i, cell in enumerate(cells)}
+    law = np.append(np.fromiter(cells.values(), float, len(cells)), 0.0)
+    law[-1] = max(1.0 - float(law[:-1].sum()), 0.0)  # every other outcome: one cell
+    observed = np.zeros(law.size)
     for t in tokens:
-        if t[0] in index and len(t) > 1:
-            observed[index[t[0]] * V + t[1]] += 1
-        elif eos is not None and t[0] == eos and eos not in index:
-            observed[joint.size - 1] += 1
-        else:
-            observed[-1] += 1
-    g12 = g_test(observed, np.append(joint, rest))
-    refused = min(g1[2], g12[2]) < ALPHA / 2
-    return LawRow(name, n, lossless, g1, g12, refused, g_test_power(control, q1, n, ALPHA / 2))
+        run = tuple(t[:t.index(eos) + 1]) if eos is not None and eos in t else tuple(t)
+        observed[index.get(run, law.size - 1)] += 1
+    gj = g_test(observed, law)
+    refused = min(g1[2], gj[2]) < ALPHA / 2
+    return LawRow(name, n, lossless, g1, gj, refused, g_test_power(control, q1, n, ALPHA / 2),
+                  (detectable_tv(g1[1], n, ALPHA / 2), detectable_tv(gj[1], n, ALPHA / 2)))
 
 
-def _lossless_methods(pair, names) -> dict:
-    """The methods whose law is tested, by label."""
+def _law_batch(pair, rows: int) -> int:
+    """Prompts decoded together in a law test: as many as keep a round's float64 laws (``rows`` draft rows, ``LAW_K
+    + 1`` slots, about eight arrays of them) within 1 GiB, between 16 and 4,096."""
+    per_prompt = rows * (LAW_K + 1) * pair.vocab_size * 8 * 8
+    return int(min(4096, max(16, (1 << 30) // per_prompt)))
+
+
+def _lossless_methods(pair, names, k: int) -> dict:
+    """The methods whose law is tested, by label, with blocks of ``k`` drafts."""
     from speculab.backends.heads import constant_head
     from speculab.backends.models import HFModel
     from speculab.methods import SD, Autoregressive, BatchSD, BlockVerification, SpecDecPP
@@ -246,16 +301,16 @@ def _lossless_methods(pair, names) -> dict:
         if name == "ar":
             out["ar"] = Autoregressive()
         elif name == "sd":
-            out[f"sd K={K}"] = SD(K=K)
+            out[f"sd K={k}"] = SD(K=k)
         elif name == "batch":
-            out[f"batch M=4 K={K}"] = BatchSD(4, K=K)
+            out[f"batch M=4 K={k}"] = BatchSD(4, K=k)
         elif name == "block":
-            out[f"block γ={K}"] = BlockVerification(K)
+            out[f"block γ={k}"] = BlockVerification(k)
         elif name == "specdecpp":
             if not isinstance(pair.draft, HFModel):
                 continue  # its head reads a Hugging Face draft's hidden states
             width = pair.draft.model.config.hidden_size
-            out[f"specdecpp h=0.5 cap={K} (head ≡ 0.8)"] = SpecDecPP(0.5, head=constant_head(width, 0.8), cap=K)
+            out[f"specdecpp h=0.5 cap={k} (head ≡ 0.8)"] = SpecDecPP(0.5, head=constant_head(width, 0.8), cap=k)
         else:
             raise ValueError(f"methods: {name!r} has no law test here; choose among {', '.join(METHODS)}")
     return out
@@ -264,19 +319,20 @@ def _lossless_methods(pair, names) -> dict:
 # -- the command ---------------------------------------------------------------------------------------------------
 def validate(pair, *, key: Any, runs: int = 20_000, methods=METHODS, prompt: str | None = None, sampling=None,
              compare_runs: int = 4, max_new_tokens: int = 32, speed: bool = True, batch_prompts: int = 256,
-             speed_tokens: int = 64, speed_prompts: int = 16, batch_size: int | None = 4096) -> Validation:
+             speed_tokens: int = 64, speed_prompts: int = 16, batch_size: int | None = None) -> Validation:
     """Validate the real-model backend on ``pair``'s device (module docstring).
 
     Args:
       pair: from :func:`speculab.backends.load_pair` (its device and dtype are what is validated).
       key: an int seed or a generator (required).
-      runs: runs of each law test (the first two tokens of ``prompt``, decoded as one batch per ``batch_size``).
-      methods: the lossless methods to test (:data:`METHODS`; the control always runs).
+      runs: runs of each law test (the first :data:`LAW_TOKENS` tokens of ``prompt``).
+      methods: the lossless methods to test, registry names among :data:`METHODS` (the control always runs).
       prompt: the law tests' prompt (default: the tiny pair's first held-out prompt).
-      sampling: :class:`~speculab.backends.Sampling` (default temperature 1).
+      sampling: :class:`~speculab.backends.Sampling` with temperature > 0 (default temperature 1).
       compare_runs: runs per prompt of each ``compare`` (``0``: no compare rows); ``max_new_tokens`` their length.
       speed: time the decoding paths and the latency model (``batch_prompts`` × ``speed_tokens`` batched;
         ``speed_prompts`` prompts one at a time).
+      batch_size: prompts decoded together in a law test (default: what keeps a round's laws within 1 GiB).
     """
     import torch
 
@@ -289,40 +345,51 @@ def validate(pair, *, key: Any, runs: int = 20_000, methods=METHODS, prompt: str
     as_positive_int(batch_prompts, "batch_prompts")
     as_positive_int(speed_tokens, "speed_tokens")
     speed_prompts = as_positive_int(speed_prompts, "speed_prompts", minimum=2)
-    if isinstance(methods, str):
-        methods = [methods]
-    lossless = _lossless_methods(pair, list(methods))
-    sampling = sampling or Sampling()
+    if batch_size is not None:
+        batch_size = as_positive_int(batch_size, "batch_size")
+    methods = [methods] if isinstance(methods, str) else methods
+    if methods is None or not hasattr(methods, "__iter__") or not list(methods):
+        raise ValueError(f"methods must name at least one of {', '.join(METHODS)}; got {methods!r}")
+    methods = list(methods)
+    sampling = Sampling() if sampling is None else sampling
+    if not isinstance(sampling, Sampling):
+        raise ValueError(f"sampling must be a speculab.backends.Sampling; got {sampling!r}")
     if sampling.greedy:
         raise ValueError("sampling: the law test needs sampling (temperature > 0); greedy decoding has no law to test")
+    if prompt is not None and (not isinstance(prompt, str) or not prompt):
+        raise ValueError(f"prompt must be a non-empty string (or None for the default); got {prompt!r}")
+    if not hasattr(pair.target, "model"):
+        raise ValueError("pair: validate needs a Hugging Face target (its logits give the exact law)")
+    lossless = _lossless_methods(pair, methods, LAW_K)
     prompt = prompt or default_prompts()[0]
     seeds = spawn_seeds(key, 4 + len(lossless))
     dev = pair.device
-    dtype = next(pair.target.model.parameters()).dtype if hasattr(pair.target, "model") else None
+    dtype = next(pair.target.model.parameters()).dtype
     report = Validation({"pair": pair.name, "device": str(dev), "dtype": str(dtype).replace("torch.", ""),
-                         "torch": torch.__version__, "runs": runs, "prompt": prompt, "K": K,
-                         "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
-                         "key": key if isinstance(key, int) else type(key).__name__,
+                         "torch": torch.__version__, "runs": runs, "prompt": prompt, "K": K, "law_K": LAW_K,
+                         "law_tokens": LAW_TOKENS, "temperature": sampling.temperature, "top_k": sampling.top_k,
+                         "top_p": sampling.top_p, "key": key if isinstance(key, int) else type(key).__name__,
                          "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"})
-    # the exact laws: q(x1), the draft's p(x1) (for the control), and q(x2 | x1) for every likely x1
+    # the exact laws: q(x1), the draft's p(x1) (for the control), and the target's cells of the first tokens
     ids = pair.tokenizer.encode(prompt)
-    q1 = _next_laws(pair.target.model, [ids], sampling, dev, pair.vocab_size)[0]
+    q1 = _next_law(pair.target.model, ids, sampling, dev, pair.vocab_size)
     if hasattr(pair.draft, "model"):
-        p1 = _next_laws(pair.draft.model, [ids], sampling, dev, pair.vocab_size)[0]
+        p1 = _next_law(pair.draft.model, ids, sampling, dev, pair.vocab_size)
     else:  # a history draft: its logits are log p
         p1 = sampling.probs(pair.draft.logits(tuple(ids)).double()[None])[0].numpy()
-    likely = [int(x) for x in np.flatnonzero(q1 * runs >= 5) if x != pair.eos_token_id]
-    q2 = dict(zip(likely, _next_laws(pair.target.model, [ids + [x] for x in likely], sampling, dev, pair.vocab_size)))
+    cells = _target_cells(pair, ids, sampling, runs, LAW_TOKENS)
     control = _uno_law(p1, q1, CONTROL)
     tests = [(label, m, True) for label, m in lossless.items()]
-    tests.append((f"control: biased uno ε={CONTROL} K={K}", Biased(CONTROL, "uno", K=K), False))
+    tests.append((f"control: biased uno ε={CONTROL} K={LAW_K}", Biased(CONTROL, "uno", K=LAW_K), False))
     for (label, method, unbiased), seed in zip(tests, seeds):
-        res = decode(pair, [ids] * runs, method, max_new_tokens=2, sampling=sampling, key=seed, batch_size=batch_size)
-        report.laws.append(_law_row(label, res.tokens, q1, q2, pair.eos_token_id, control, unbiased))
+        size = batch_size or _law_batch(pair, method.rows)
+        res = decode(pair, [ids] * runs, method, max_new_tokens=LAW_TOKENS, sampling=sampling, key=seed,
+                     batch_size=size)
+        report.laws.append(_law_row(label, res.tokens, q1, cells, pair.eos_token_id, control, unbiased))
     if compare_runs:
         from speculab.compare import compare
 
-        for label, method in lossless.items():
+        for label, method in _lossless_methods(pair, methods, K).items():
             if not method.drafting or method.draft_head is not None:  # autoregressive decoding is the reference
                 continue
             comp = compare(pair, method, runs_per_prompt=compare_runs, max_new_tokens=max_new_tokens,
@@ -367,7 +434,8 @@ def _speed(report: Validation, pair, sampling, seed: int, batch_prompts: int, to
         for method in (Autoregressive(), SD(K=K)):
             res, s = _timed(pair, lambda: decode(pair, many, method, max_new_tokens=tokens, sampling=sampling,
                                                    key=seed))
-            report.speed.append(SpeedRow(f"{method!r}, {batch_prompts} prompts batched", int(res.counts.tokens.sum()), s))
+            tokens_out = int(res.counts.tokens.sum())
+            report.speed.append(SpeedRow(f"{method!r}, {batch_prompts} prompts batched", tokens_out, s))
         for method in (Autoregressive(), SD(K=K)):
             res, s = _timed(pair, lambda: decode(pair, few, method, max_new_tokens=tokens, sampling=sampling, key=seed,
                                                    batch_size=1))

@@ -44,7 +44,7 @@ def test_greedy_sd_equals_target_greedy_and_hf_assisted(pair, K):
     assert ours.tokens == ar.tokens
     tok = pair.tokenizer
     for prompt, mine in zip(prompts, ours.tokens):
-        ids = torch.tensor([tok.encode(prompt)])
+        ids = torch.tensor([tok.encode(prompt)], device=pair.device)
         out = pair.target.model.generate(
             ids, attention_mask=torch.ones_like(ids), assistant_model=pair.draft.model, do_sample=False,
             max_new_tokens=24, num_assistant_tokens=K, num_assistant_tokens_schedule="constant",
@@ -65,10 +65,10 @@ def test_greedy_batch_and_ngram_drafts_are_exact(pair):
 # -- sampling: the output law is the target's ------------------------------------------------------------
 def _exact_first_token_law(pair, sampling, prompt=PROMPT, model=None):
     """The first token's law under ``sampling``: the target's, or ``model``'s (e.g. ``pair.draft.model``)."""
-    ids = torch.tensor([pair.tokenizer.encode(prompt)])
+    ids = torch.tensor([pair.tokenizer.encode(prompt)], device=pair.device)
     with torch.no_grad():
         logits = (model or pair.target.model)(ids).logits[0, -1, : pair.vocab_size].float()
-    return sampling.probs(logits).double().numpy()
+    return sampling.probs(logits).double().cpu().numpy()
 
 
 def _second_token_laws(pair, sampling, prompt=PROMPT):
@@ -78,9 +78,9 @@ def _second_token_laws(pair, sampling, prompt=PROMPT):
     q1[pair.eos_token_id] = 0.0
     support = np.flatnonzero(q1 > 0)
     base = pair.tokenizer.encode(prompt)
-    ids = torch.tensor([base + [int(x)] for x in support])
+    ids = torch.tensor([base + [int(x)] for x in support], device=pair.device)
     with torch.no_grad():
-        Q2, P2 = (sampling.probs(model(ids).logits[:, -1, : pair.vocab_size].float()).double().numpy()
+        Q2, P2 = (sampling.probs(model(ids).logits[:, -1, : pair.vocab_size].float()).double().cpu().numpy()
                   for model in (pair.target.model, pair.draft.model))
     return q1[support] / q1[support].sum(), support, Q2, P2
 
@@ -404,10 +404,10 @@ def test_recorded_target_logprobs_are_the_targets_own(pair, method):
     prompts = [pair.tokenizer.encode(p) for p in default_prompts()[:3]]
     res = decode(pair, prompts, method, max_new_tokens=12, sampling=sampling, key=5)
     for prompt, out, rec in zip(prompts, res.tokens, res.records):
-        ids = torch.tensor([prompt + out])
+        ids = torch.tensor([prompt + out], device=pair.device)
         with torch.no_grad():
             logits = pair.target.model(input_ids=ids).logits[0, len(prompt) - 1:-1, :pair.vocab_size]
-        q = sampling.probs(logits.double())
+        q = sampling.probs(logits.double()).cpu()
         want = torch.log(q[torch.arange(len(out)), torch.tensor(out)]).numpy()
         np.testing.assert_allclose(rec.target_logprob, want, atol=2e-4)
 

@@ -96,7 +96,8 @@ def test_batched_sampling_has_the_target_law(pair, agrees):
     first = np.array([t[0] for t in res.tokens])
     ids = pair.tokenizer.encode(prompt)
     with torch.no_grad():
-        q1 = torch.softmax(pair.target.model(torch.tensor([ids])).logits[0, -1, : pair.vocab_size].double(), -1).numpy()
+        logits = pair.target.model(torch.tensor([ids], device=pair.device)).logits[0, -1, : pair.vocab_size]
+        q1 = torch.softmax(logits.double(), -1).cpu().numpy()
     top = np.argsort(q1)[::-1][:8]
     freq = np.array([(first == x).mean() for x in top])
     # every row the same draw: the likeliest token's frequency is 0 or 1 — the nearer, 0, while its q is below 1/2
@@ -107,8 +108,8 @@ def test_batched_sampling_has_the_target_law(pair, agrees):
     x1 = np.bincount(first).argmax()
     second = np.array([t[1] for t in res.tokens if t[0] == x1 and len(t) > 1])
     with torch.no_grad():
-        logits = pair.target.model(torch.tensor([ids + [int(x1)]])).logits[0, -1, : pair.vocab_size]
-    q2 = torch.softmax(logits.double(), -1).numpy()
+        logits = pair.target.model(torch.tensor([ids + [int(x1)]], device=pair.device)).logits[0, -1, : pair.vocab_size]
+    q2 = torch.softmax(logits.double(), -1).cpu().numpy()
     top = np.argsort(q2)[::-1][:5]
     freq = np.array([(second == x).mean() for x in top])
     # about 50 rows: power against a 10 % error is low (recorded, not asserted); the second token's law is held, with

@@ -72,7 +72,8 @@ def test_uniforms_are_the_two_words_53_bits():
 def test_lanes_do_not_collide():
     """Every lane a round uses is distinct: the outcome, the token, each draft row's slots, the head's slots."""
     M, L = 4, 30
-    lanes = [OUTCOME, TOKEN] + [draft_lane(i, m, M) for i in range(L) for m in range(M)] + [head_lane(i) for i in range(L)]
+    drafts = [draft_lane(i, m, M) for i in range(L) for m in range(M)]
+    lanes = [OUTCOME, TOKEN] + drafts + [head_lane(i) for i in range(L)]
     assert len(set(lanes)) == len(lanes)
     assert sorted(draft_lane(i, m, M) for i in range(L) for m in range(M)) == list(range(2, 2 + L * M))
 

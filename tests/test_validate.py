@@ -16,7 +16,8 @@ from speculab.backends import Sampling, load_pair  # noqa: E402
 from speculab.backends.pair import default_prompts  # noqa: E402
 from speculab.cli import main  # noqa: E402
 from speculab.methods import Biased  # noqa: E402
-from speculab.validate import CONTROL, _uno_law, g_test, g_test_power, validate  # noqa: E402
+from speculab.validate import (ALPHA, CONTROL, POWER, _uno_law, detectable_tv, g_test, g_test_power,  # noqa: E402
+                               validate)
 
 
 @pytest.fixture(scope="module")
@@ -67,19 +68,42 @@ def test_the_stated_power_is_what_the_test_does():
     assert right < alpha + Z_BOUND * math.sqrt(alpha / experiments)
 
 
+def test_the_detectable_tv_bounds_the_power_against_every_law_at_that_tv():
+    """At the stated TV ``δ``, the least favourable law for the χ² approximation — ``q (1 ± 2δ)`` on two halves
+    of the mass, where ``χ² = 4 TV²`` exactly — is refused with the stated power (computed), other laws at that
+    TV with more, and simulated G-tests refuse the least favourable one at least that often (|z| < 5)."""
+    rng = np.random.default_rng(2)
+    q = np.full(10, 0.1)
+    n, alpha = 2000, ALPHA / 2
+    delta = detectable_tv(9, n, alpha)
+    worst = q * np.where(np.arange(10) < 5, 1 + 2 * delta, 1 - 2 * delta)
+    assert 0.5 * np.abs(worst - q).sum() == pytest.approx(delta)
+    assert g_test_power(worst, q, n, alpha) == pytest.approx(POWER, abs=1e-6)
+    for _ in range(20):  # other laws at the same TV: at least as much power
+        shift = rng.dirichlet(np.ones(10)) - q
+        other = q + delta * shift / (0.5 * np.abs(shift).sum())
+        if other.min() > 0:
+            assert g_test_power(other, q, n, alpha) >= POWER - 1e-9
+    experiments = 3000
+    refused = np.mean([g_test(np.bincount(rng.choice(10, size=n, p=worst), minlength=10), q)[2] < alpha
+                       for _ in range(experiments)])
+    assert refused > POWER - Z_BOUND * math.sqrt(POWER * (1 - POWER) / experiments) - 0.01  # + the approximation's
+
+
 def test_the_controls_law_is_decoding_unos_first_slot(pair):
     """``_uno_law`` is the one-step output law Biased(ε, "uno") reports at a round's first slot (its round law)."""
     ids = pair.tokenizer.encode(default_prompts()[0])
+    x = torch.tensor([ids], device=pair.device)
     with torch.no_grad():
-        p = torch.softmax(pair.draft.model(torch.tensor([ids])).logits[0, -1, :pair.vocab_size].double(), -1)
-        q = torch.softmax(pair.target.model(torch.tensor([ids])).logits[0, -1, :pair.vocab_size].double(), -1)
+        p = torch.softmax(pair.draft.model(x).logits[0, -1, :pair.vocab_size].double(), -1).cpu()
+        q = torch.softmax(pair.target.model(x).logits[0, -1, :pair.vocab_size].double(), -1).cpu()
     x = torch.zeros((1, 1, 1), dtype=torch.long)
     law = Biased(CONTROL, "uno", K=1).round_law(p[None, None, None], q.expand(1, 1, 2, -1), x, bonus=True)
     np.testing.assert_allclose(_uno_law(p.numpy(), q.numpy(), CONTROL), law.law[0, 0, 0].numpy(), atol=1e-15)
 
 
 def test_validate_passes_on_the_cpu_and_refuses_the_control(pair):
-    """What CI runs: every lossless method's first two tokens have the target's law, the control is refused with a
+    """What CI runs: every lossless method's first tokens have the target's law, the control is refused with a
     stated power above 0.99, the compare rows are within 5 standard errors, and the timings are there."""
     report = validate(pair, key=0, runs=2000, compare_runs=1, max_new_tokens=8, batch_prompts=16, speed_tokens=8,
                       speed_prompts=8)
@@ -88,11 +112,12 @@ def test_validate_passes_on_the_cpu_and_refuses_the_control(pair):
     control = report.laws[-1]
     assert control.refused and control.power > 0.99
     assert all(not r.refused for r in report.laws[:-1]) and all(r.power == control.power for r in report.laws)
+    assert all(0 < d < 0.2 for r in report.laws for d in r.detectable)
     assert report.compare and all(abs(r["z"]) < 5 for r in report.compare if r["gates"] and math.isfinite(r["z"]))
     assert {r.what.split(",")[0] for r in report.speed} >= {"Autoregressive()", "SD(K=4)"}
     assert report.latency is not None and math.isfinite(report.latency["error"])
     data = json.loads(report.to_json())
-    assert data["passed"] and len(data["laws"]) == 6 and data["settings"]["device"] == "cpu"
+    assert data["passed"] and len(data["laws"]) == 6 and data["settings"]["device"] == str(pair.device)
     assert "PASSED" in str(report) and "control: biased uno" in str(report)
 
 
@@ -101,12 +126,25 @@ def test_a_biased_method_posing_as_lossless_fails_the_validation(pair, monkeypat
     import speculab.validate as v
 
     original = v._lossless_methods
-    monkeypatch.setattr(v, "_lossless_methods", lambda pair, names: {**original(pair, names),
-                                                                     "a lossy one": Biased(0.3, "uno", K=2)})
+    monkeypatch.setattr(v, "_lossless_methods", lambda pair, names, k: {**original(pair, names, k),
+                                                                        "a lossy one": Biased(0.3, "uno", K=2)})
     report = validate(pair, key=1, runs=1000, methods=["sd"], compare_runs=0, speed=False)
     assert not report.passed and [r.ok for r in report.laws] == [True, False, True]
-    assert main(["validate", "--device", "cpu", "--runs", "1000", "--methods", "sd", "--compare-runs", "0",
+    assert main(["validate", "--device", str(pair.device), "--runs", "1000", "--methods", "sd", "--compare-runs", "0",
                  "--no-speed", "--json"]) == 1
+
+
+def test_a_wrong_bonus_law_fails_the_validation(pair, monkeypatch):
+    """The first round's bonus token is among the tokens tested: an engine drawing the bonus from a wrong law (the
+    target's shifted by one token, in the batched round's cut of the law) is refused, by the test of the first
+    three tokens — the first token alone cannot see it."""
+    from speculab.backends import batched
+
+    original = batched.cut_law
+    monkeypatch.setattr(batched, "cut_law", lambda law, q, length, bonus: original(law, q.roll(1, -1), length, bonus))
+    report = validate(pair, key=4, runs=2000, methods=["sd"], compare_runs=0, speed=False)
+    sd_row = report.laws[0]
+    assert not report.passed and sd_row.refused and sd_row.joint[2] < ALPHA / 2 < sd_row.first[2]
 
 
 def test_the_command_writes_json_and_the_report_shows_it(tmp_path, capsys):
@@ -116,14 +154,24 @@ def test_the_command_writes_json_and_the_report_shows_it(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "PASSED" in text and "validation.json" in text
     data = json.loads((out / "validation.json").read_text())
-    assert data["passed"] and [r["method"] for r in data["laws"]][:2] == ["sd K=4", "block γ=4"]
+    assert data["passed"] and [r["method"] for r in data["laws"]][:2] == ["sd K=2", "block γ=2"]
     assert main(["report", "--out", str(out)]) == 0
     page = (out / "report.html").read_text()
-    assert "validation: the real-model backend on a device" in page and "block γ=4" in page
-    bad = dict(data, laws=[dict(data["laws"][0], refused="no")])
-    (out / "validation.json").write_text(json.dumps(bad))
-    assert main(["report", "--out", str(out)]) == 2
-    assert "validation.json is not what `speculab validate --out` writes" in capsys.readouterr().err
+    assert "validation: the real-model backend on a device" in page and "block γ=2" in page
+    good = data
+    bad = {"refused": dict(good, laws=[dict(good["laws"][0], refused="no")]),
+           "power": dict(good, laws=[dict(good["laws"][0], power="x")]),
+           "first": dict(good, laws=[dict(good["laws"][0], first=[1.0])]),
+           "method": dict(good, compare=[{k: v for k, v in good["compare"][0].items() if k != "method"}]),
+           "z": dict(good, compare=[dict(good["compare"][0], z="x")]),
+           "latency": dict(good, latency={"predicted": 1.0}),
+           "settings": dict(good, settings=[]),
+           "passed": dict(good, passed="yes")}
+    for field, corrupt in bad.items():
+        (out / "validation.json").write_text(json.dumps(corrupt))
+        assert main(["report", "--out", str(out)]) == 2, field
+        err = capsys.readouterr().err
+        assert "validation.json is not what `speculab validate --out` writes" in err and len(err.splitlines()) == 1
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -132,6 +180,7 @@ def test_the_command_writes_json_and_the_report_shows_it(tmp_path, capsys):
     (["--temperature", "0"], "greedy"),
     (["--device", "cuda:7"], "device"),
     (["--methods", "fuzzy"], "invalid choice"),
+    (["--dtype", "float64"], "invalid choice"),
 ])
 def test_bad_arguments_are_refused_in_one_line(argv, message, capsys):
     base = ["validate", "--no-speed"] + ([] if "--compare-runs" in argv else ["--compare-runs", "0"])
@@ -142,6 +191,32 @@ def test_bad_arguments_are_refused_in_one_line(argv, message, capsys):
     assert code == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(methods=[]), "methods must name"),
+    (dict(methods=None), "methods must name"),
+    (dict(methods=["fuzzy"]), "no law test here"),
+    (dict(sampling={"temperature": 1}), "sampling must be"),
+    (dict(sampling=Sampling(0.0)), "greedy"),
+    (dict(prompt=5), "prompt must be"),
+    (dict(prompt=""), "prompt must be"),
+    (dict(runs=0), "runs must be"),
+    (dict(batch_size=0), "batch_size must be"),
+])
+def test_bad_arguments_from_python_are_refused_naming_them(pair, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        validate(pair, key=0, compare_runs=0, speed=False, **{"runs": 100, **kwargs})
+
+
+def test_a_test_of_too_few_runs_fails_for_want_of_power():
+    """Ten runs: no outcome has an expected count of 5, so every outcome shares one cell — nothing can be refused,
+    not even the control, so the validation fails, and the stated power and detectable TV (above 1) say why."""
+    report = validate(load_pair("tiny", device=model_device()), key=0, runs=10, methods=["sd"], compare_runs=0,
+                      speed=False)
+    sd_row, control = report.laws
+    assert sd_row.ok and sd_row.joint[1] == 1 and sd_row.detectable[1] > 1
+    assert not control.refused and control.power < 1e-3 and not report.passed
 
 
 def test_sampling_warps_are_validated_too(pair):

@@ -32,12 +32,14 @@ the number of rows (``tests/test_batched.py`` counts them at 16 and 1,024 rows).
   once; both paths therefore give the same tokens and counts prompt by prompt
   (``tests/test_batched.py``), up to a draw within float round-off of a boundary (the
   batched logits differ from one row's in the last bits), on any device.
-* **One host synchronisation per round**, whatever the rows: at the round's end, reading
-  each row's progress, whether any law held NaN, and the caches' lengths (a method that
-  is not slotwise reads its block shapes once more, before its laws). Nothing is copied
-  to the device within a round either (the round's index enters the uniforms as a
-  scalar; lanes, positions and lengths are computed there). Outputs and records stay on the device
-  (:class:`~speculab.backends.rounds.Records`) and are copied once per batch. (A draft
+* **A fixed number of host synchronisations per round**, whatever the rows: one read of
+  the round's state at its end — each row's progress, whether any law held NaN, the
+  caches' lengths — and, for a method that is not slotwise, one of its block shapes
+  before its laws; besides those the models make themselves (transformers' attention
+  reads the padding mask on the host at each forward call). Nothing is copied to the
+  device within a round either (the round's index enters the uniforms as a scalar;
+  lanes, positions and lengths are computed there). Outputs and records stay on the
+  device (:class:`~speculab.backends.rounds.Records`) and are copied once per batch. (A draft
   computed on the host from the token history — n-gram, prompt lookup — is on the
   host anyway, row by row; so is an ``on_round`` callback, called once per prompt.)
   Only the logits a round reads are computed (``logits_to_keep``).

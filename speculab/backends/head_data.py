@@ -103,7 +103,8 @@ class Examples:
             return self.previous_features
         if which == "token":
             return self.token_features
-        return torch.cat([self.token_features, torch.as_tensor(np.log(self.p), dtype=torch.float32, device="cpu")[:, None]], 1)
+        log_p = torch.as_tensor(np.log(self.p), dtype=torch.float32, device="cpu")
+        return torch.cat([self.token_features, log_p[:, None]], 1)
 
     def subset(self, mask: np.ndarray) -> "Examples":
         m = np.asarray(mask, dtype=bool)

@@ -165,7 +165,9 @@ def constant_head(d_in: int, score: float) -> TrainedHead:
 
 def _as_examples(features, targets, weights):
     def as_float32(a):
-        return a.float() if isinstance(a, torch.Tensor) else torch.as_tensor(np.asarray(a, dtype=np.float32), device="cpu")
+        if isinstance(a, torch.Tensor):
+            return a.float()
+        return torch.as_tensor(np.asarray(a, dtype=np.float32), device="cpu")
 
     try:
         X, y = as_float32(features), as_float32(targets)

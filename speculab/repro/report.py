@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import math
 import os
 from datetime import datetime, timezone
 from pathlib import Path
@@ -126,27 +127,61 @@ def _environment(data: dict) -> str:
 VALIDATION = "validation.json"
 
 
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+#: The fields of ``validation.json``'s rows and the checks each value must pass.
+_VALIDATION_ROWS = {
+    "laws": {"method": lambda v: isinstance(v, str), "runs": lambda v: isinstance(v, int) and not isinstance(v, bool),
+             "lossless": lambda v: isinstance(v, bool), "refused": lambda v: isinstance(v, bool),
+             "ok": lambda v: isinstance(v, bool), "power": _is_number,
+             "first": lambda v: isinstance(v, list) and len(v) == 3 and all(map(_is_number, v)),
+             "joint": lambda v: isinstance(v, list) and len(v) == 3 and all(map(_is_number, v)),
+             "detectable": lambda v: isinstance(v, list) and len(v) == 2 and all(map(_is_number, v))},
+    "compare": {"method": lambda v: isinstance(v, str), "quantity": lambda v: isinstance(v, str),
+                "predicted": _is_number, "measured": _is_number, "z": _is_number,
+                "holds": lambda v: v is None or isinstance(v, bool), "gates": lambda v: isinstance(v, bool)},
+    "speed": {"what": lambda v: isinstance(v, str), "tokens": lambda v: isinstance(v, int) and not isinstance(v, bool),
+              "seconds": _is_number, "tokens_per_second": _is_number, "note": lambda v: isinstance(v, str)},
+}
+_LATENCY = ("predicted", "measured", "error")
+
+
 def _validation(folder: Path) -> dict | None:
-    """``validation.json`` of the folder, checked to be what :meth:`speculab.validate.Validation.to_dict` writes."""
+    """``validation.json`` of the folder, checked field by field to be what
+    :meth:`speculab.validate.Validation.to_dict` writes (a value of another type is refused, naming the file)."""
     path = folder / VALIDATION
     if not path.exists():
         return None
     try:
         data = json.loads(path.read_text())
-        ok = (isinstance(data, dict) and isinstance(data["settings"], dict) and isinstance(data["passed"], bool)
-              and all(isinstance(r, dict) for key in ("laws", "compare", "speed") for r in data[key]))
-        for r in data["laws"]:
-            ok = ok and isinstance(r["method"], str) and all(isinstance(r[k], bool) for k in ("refused", "ok"))
-            ok = ok and all(isinstance(v, (int, float)) for k in ("first", "pair") for v in r[k])
-        for r in data["speed"]:
-            ok = ok and isinstance(r["what"], str) and all(isinstance(r[k], (int, float)) for k in
-                                                           ("tokens", "seconds", "tokens_per_second"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise ValueError(f"{path} is not what `speculab validate --out` writes ({type(exc).__name__}: {exc}); "
-                         f"run it again") from None
-    if not ok:
-        raise ValueError(f"{path} is not what `speculab validate --out` writes (a field of the wrong type); run it again")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path} is not what `speculab validate --out` writes ({exc}); run it again") from None
+    problem = _validation_problem(data)
+    if problem:
+        raise ValueError(f"{path} is not what `speculab validate --out` writes ({problem}); run it again")
     return data
+
+
+def _validation_problem(data) -> str | None:
+    if not isinstance(data, dict) or not isinstance(data.get("settings"), dict) or \
+            not isinstance(data.get("passed"), bool):
+        return "no settings or verdict"
+    for key, fields in _VALIDATION_ROWS.items():
+        rows = data.get(key)
+        if not isinstance(rows, list):
+            return f"{key!r} is not a list"
+        for i, row in enumerate(rows):
+            if not isinstance(row, dict):
+                return f"{key}[{i}] is not an object"
+            for name, ok in fields.items():
+                if name not in row or not ok(row[name]):
+                    return f"{key}[{i}].{name} is missing or of the wrong type"
+    latency = data.get("latency")
+    if latency is not None and not (isinstance(latency, dict) and all(_is_number(latency.get(k)) for k in _LATENCY)):
+        return "latency is not the predicted, measured and error of the latency model"
+    return None
 
 
 def _validation_section(data: dict) -> str:
@@ -157,19 +192,19 @@ def _validation_section(data: dict) -> str:
              f'<p class="meta">{_e(s.get("pair"))} pair on {_e(s.get("device"))} ({_e(s.get("device_name"))}, '
              f'{_e(s.get("dtype"))}, torch {_e(s.get("torch"))}): <b>{verdict}</b>; '
              f'{_e(s.get("runs"))} runs per law test (<code>speculab validate</code>)</p>',
-             "<table><tr><th>method</th><th>G₁ (df), p</th><th>G₁₂ (df), p</th><th>refused</th>"
-             "<th>power vs the control</th><th>as it should</th></tr>"]
+             "<table><tr><th>method</th><th>first token: G (df), p</th><th>first tokens: G (df), p</th>"
+             "<th>refused</th><th>power vs the control</th><th>TV refused w.p. 0.99</th><th>as it should</th></tr>"]
     for r in data["laws"]:
-        cells = [r["method"], "{:.1f} ({}), {:.2g}".format(*r["first"]), "{:.1f} ({}), {:.2g}".format(*r["pair"]),
-                 "yes" if r["refused"] else "no", f'{r["power"]:.3f}', "✓" if r["ok"] else "✗"]
+        cells = [r["method"], "{:.1f} ({}), {:.2g}".format(*r["first"]), "{:.1f} ({}), {:.2g}".format(*r["joint"]),
+                 "yes" if r["refused"] else "no", f'{r["power"]:.3f}', "{:.3f}, {:.3f}".format(*r["detectable"]),
+                 "✓" if r["ok"] else "✗"]
         parts.append("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
     parts.append("</table>")
     if data["compare"]:
         parts.append("<table><tr><th>method</th><th>quantity</th><th>predicted</th><th>measured</th><th>z</th></tr>")
         for r in data["compare"]:
-            z = f'{r["z"]:+.2f}' if isinstance(r["z"], (int, float)) and r["z"] == r["z"] else (
-                "holds" if r.get("holds") else "fails")
-            cells = [r["method"], r["quantity"] + ("" if r.get("gates", True) else " (model check)"),
+            z = f'{r["z"]:+.2f}' if math.isfinite(r["z"]) else ("holds" if r["holds"] else "fails")
+            cells = [r["method"], r["quantity"] + ("" if r["gates"] else " (model check)"),
                      f'{r["predicted"]:.4g}', f'{r["measured"]:.4g}', z]
             parts.append("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
         parts.append("</table>")
