@@ -127,6 +127,23 @@ def test_t3_at_M1_is_t1_and_decreases_to_the_limit(inst):
     assert prof.oracle_calls_per_position[0] == pytest.approx(1.0)
 
 
+@given(markov_instances(max_T=8, max_V=5), st.sampled_from([1, 2, 3, 5]))
+def test_the_root_probability_of_every_position_is_the_round_starts_of_the_lookahead_chain(inst, M):
+    """Thm 3's per-position root probabilities (``f/q``: position ``n`` starts a round, one oracle call) equal
+    the per-position round starts of the exact lookahead chain with a batch root at ``K = ∞`` — an independent
+    computation (rounds propagated by their start, not roots by Thm 3's recursion) — at every position, not
+    only the first (where both are 1)."""
+    from speculab.theory import lookahead_counts
+
+    prof = batch_expected_rejections(inst, M)
+    chain = lookahead_counts(inst, None, M=M)
+    np.testing.assert_allclose(prof.oracle_calls_per_position, chain.oracle_calls_per_position, rtol=1e-12,
+                               atol=1e-14)
+    assert prof.oracle_calls_per_position[0] == pytest.approx(1.0)
+    if inst.T > 1:
+        assert np.all(prof.oracle_calls_per_position[1:] <= 1 + 1e-12)
+
+
 def test_limit_is_positive_on_the_paper_instance_and_reached():
     inst = MarkovInstance.random(50, 7, 10, rows="uniform")
     limit = batch_expected_rejections(inst, np.inf).rejections

@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 
 from conftest import agrees_json, claims_of
@@ -309,3 +310,27 @@ def test_every_command_shows_examples_that_parse(capsys):
             argv = shlex.split(example, comments=True)
             assert argv[0] == "speculab" and " ".join(argv[1:1 + len(words.split())]) == words, example
             parser.parse_args(argv[1:])  # SystemExit (exit 2) on an example that does not parse
+
+
+def test_theory_batch_prints_each_ms_own_theory_row_by_row(capsys):
+    """Every row of ``theory batch --M …``, in the table and in ``--json``, is the Python API's value for its own
+    M (a row printing another M's theory fails), with several M, the limit included."""
+    from speculab.theory import MarkovInstance, batch_expected_rejections
+
+    argv = ["theory", "batch", "--T", "20", "--V", "4", "--seed", "5", "--M", "1", "2", "4", "8", "inf"]
+    out = _json(capsys, argv)
+    inst = MarkovInstance.random(20, 4, 5)
+    assert main(argv) == 0
+    table = [line.split() for line in capsys.readouterr().out.splitlines()[3:]]
+    assert [row[0] for row in table] == ["1", "2", "4", "8", "inf"]
+    for row, M in zip(table, [1, 2, 4, 8, float("inf")]):
+        prof = batch_expected_rejections(inst, M)
+        got = out["M"][row[0]]
+        assert got["rejections"] == pytest.approx(prof.rejections, rel=1e-12)
+        assert got["batch_improvement"] == pytest.approx(prof.improvement, rel=1e-12, abs=1e-15)
+        assert got["oracle_calls"] == pytest.approx(prof.oracle_calls, rel=1e-12)
+        np.testing.assert_allclose(got["rejections_per_position"], prof.rejections_per_position, rtol=1e-12)
+        assert [float(v) for v in row[1:]] == pytest.approx(
+            [prof.rejections, prof.sd_rejections_per_position.sum(), prof.improvement, prof.oracle_calls,
+             prof.acceleration], abs=1e-4)
+    assert len({out["M"][m]["rejections"] for m in out["M"]}) == 5  # five different values: rows cannot coincide

@@ -1,0 +1,98 @@
+"""What ``compare`` prints, against independent computations on synthetic records whose answers are known.
+
+The sign convention is z = (measured − predicted) / s.e. (a measurement above its prediction has z > 0), and each
+standard error scales as 1/√n with the records (doubling them divides it by √2): a flipped sign or a standard
+error scaled by another power of n fails here, in compare's own tests.
+"""
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from speculab.compare import Row, paired_accepted, paired_rejections, side_by_side
+from speculab.counts import BONUS, CORRECTION, DRAFT, Counts, Expected
+
+
+def _record(kinds, reject):
+    n = len(kinds)
+    return SimpleNamespace(kind=np.asarray(kinds), reject_prob=np.asarray(reject, float), tv=np.full(n, np.nan))
+
+
+def _rounds(accepted, mean, var):
+    return SimpleNamespace(drafted=np.full(len(accepted), 3), accepted=np.asarray(accepted),
+                           expected_accepted=np.asarray(mean, float), var_accepted=np.asarray(var, float))
+
+
+def _counts(rejections, tokens):
+    zeros = np.zeros(len(rejections), dtype=np.int64)
+    return Counts(rejections=np.asarray(rejections), oracle_calls=zeros, draft_calls=zeros, accepted=zeros,
+                  discarded=zeros, bonus=zeros, tokens=np.asarray(tokens))
+
+
+def _result(records, rounds, rejections, tokens):
+    return SimpleNamespace(records=records, rounds=rounds, counts=_counts(rejections, tokens))
+
+
+RUNS = [([DRAFT, CORRECTION, DRAFT, BONUS], [0.2, 0.5, 0.1, 0.0]), ([CORRECTION, DRAFT, CORRECTION], [0.9, 0.3, 0.4])]
+
+
+def test_a_rows_z_is_measured_minus_predicted_over_the_combined_se():
+    row = Row("x", predicted=2.0, measured=2.6, predicted_se=0.3, measured_se=0.4)
+    assert row.z == pytest.approx(0.6 / 0.5)
+    assert Row("x", 2.0, 1.4, 0.3, 0.4).z == pytest.approx(-0.6 / 0.5)
+    assert math.isnan(Row("x", 2.0, 1.0, upper_bound=True).z) and Row("x", 2.0, 1.0, upper_bound=True).holds
+
+
+def test_paired_rejections_by_hand_and_its_se_scales_as_one_over_root_n():
+    """Σ r over every position against the counted rejections, per run and per token; s.e. √(Σ r(1 − r)) / n."""
+    records = [_record(k, r) for k, r in RUNS]
+    result = _result(records, [], [1, 2], [4, 3])
+    r = np.concatenate([r for _, r in RUNS])
+    for per, n in (("run", 2), ("token", 7)):
+        row = paired_rejections(result, per=per)
+        assert row.predicted == pytest.approx(r.sum() / n) and row.measured == pytest.approx(3 / n)
+        assert row.predicted_se == pytest.approx(math.sqrt(np.sum(r * (1 - r))) / n) and row.measured_se == 0
+        assert row.z == pytest.approx((3 - r.sum()) / math.sqrt(np.sum(r * (1 - r))))  # sign: measured − predicted
+        assert row.z > 0  # 3 counted against Σ r = 2.4: more rejections than predicted
+    doubled = paired_rejections(_result(records * 2, [], [1, 2, 1, 2], [4, 3, 4, 3]))
+    single = paired_rejections(result)
+    assert doubled.predicted == pytest.approx(single.predicted) and doubled.measured == pytest.approx(single.measured)
+    assert doubled.predicted_se == pytest.approx(single.predicted_se / math.sqrt(2))
+    assert doubled.z == pytest.approx(single.z * math.sqrt(2))
+
+
+def test_paired_accepted_by_hand_and_its_se_scales_as_one_over_root_n():
+    """Mean accepted drafts per round against the mean of E[τ | block]; s.e. √(Σ Var[τ | block]) / rounds."""
+    rounds = [_rounds([3, 0], [2.0, 1.5], [0.5, 0.7]), _rounds([1], [1.0], [0.6])]
+    result = _result([], rounds, [0], [0])
+    row = paired_accepted(result)
+    assert row.predicted == pytest.approx(4.5 / 3) and row.measured == pytest.approx(4 / 3)
+    assert row.predicted_se == pytest.approx(math.sqrt(1.8) / 3)
+    assert row.z == pytest.approx((4 / 3 - 1.5) / (math.sqrt(1.8) / 3)) and row.z < 0  # fewer accepted than predicted
+    doubled = paired_accepted(_result([], rounds * 2, [0], [0]))
+    assert doubled.predicted_se == pytest.approx(row.predicted_se / math.sqrt(2))
+    assert doubled.z == pytest.approx(row.z * math.sqrt(2))
+    assert paired_accepted(_result([], [_rounds([], [], [])], [0], [0])) is None  # no drafts: no row
+
+
+def test_side_by_side_pairs_each_count_with_its_own_expectation():
+    """Each simulated count beside the expectation of the same name, z = (mean − expected) / s.e. of the mean."""
+    rng = np.random.default_rng(0)
+    fields = {k: rng.integers(0, 20, size=50) for k in ("rejections", "oracle_calls", "draft_calls", "accepted",
+                                                         "discarded", "bonus", "tokens")}
+    counts = Counts(**fields)
+    expected = Expected(rejections=9.0, oracle_calls=10.0, draft_calls=9.5, accepted=11.0, discarded=8.0, bonus=7.0,
+                        tokens=10.5, source="made up")
+    comp = side_by_side(expected, counts)
+    for row in comp.rows:
+        if row.quantity not in fields:  # a count derived from the others (tokens per round): measured only
+            assert math.isnan(row.predicted) and row.note == "measured only"
+            continue
+        x = fields[row.quantity]
+        se = x.std(ddof=1) / math.sqrt(x.size)
+        assert row.predicted == getattr(expected, row.quantity)
+        assert row.measured == pytest.approx(x.mean()) and row.measured_se == pytest.approx(se)
+        assert row.z == pytest.approx((x.mean() - row.predicted) / se)
+    assert {row.quantity for row in comp.rows} >= set(fields)
