@@ -233,3 +233,25 @@ def test_a_bfloat16_pair_is_validated_with_laws_formed_from_its_logits():
     assert next(half.target.model.parameters()).dtype == torch.bfloat16
     report = validate(half, key=3, runs=1500, methods=["sd", "block"], compare_runs=0, speed=False)
     assert report.passed and report.settings["dtype"] == "bfloat16", str(report)
+
+
+def test_the_printed_table_is_the_json_row_by_row(pair):
+    """Each law row printed is its JSON row (G, df, p of both tests, the verdict, power, detectable TVs), and each
+    compare row its z: a row printing another row's value fails."""
+    report = validate(pair, key=5, runs=1500, methods=["sd", "block"], compare_runs=1, max_new_tokens=6, speed=False)
+    data = json.loads(report.to_json())
+    text = str(report).splitlines()
+    for row in data["laws"]:
+        line = next(line for line in text if line.strip().startswith(row["method"]))
+        numbers = line[len(row["method"]) + 2:].replace("(", " ").replace(")", " ").split()
+        g1, df1, p1, gj, dfj, pj, refused, power, tv1, tvj, ok = numbers
+        assert (float(g1), int(df1), float(p1)) == pytest.approx(tuple(row["first"]), rel=5e-2, abs=0.05)
+        assert (float(gj), int(dfj), float(pj)) == pytest.approx(tuple(row["joint"]), rel=5e-2, abs=0.05)
+        assert (refused == "yes") == row["refused"] and (ok == "✓") == row["ok"]
+        assert float(power) == pytest.approx(row["power"], abs=5e-4)
+        assert (float(tv1), float(tvj)) == pytest.approx(tuple(row["detectable"]), abs=5e-4)
+    assert len({tuple(r["first"]) for r in data["laws"]}) == len(data["laws"])  # rows differ: a swap would show
+    for row in data["compare"]:
+        line = next(line for line in text if row["quantity"] in line and line.strip().startswith(row["method"]))
+        if math.isfinite(row["z"]):
+            assert float(line.split("z =")[1].split()[0]) == pytest.approx(row["z"], abs=5e-3)
