@@ -52,6 +52,24 @@ def test_report_embeds_every_figure_and_claims_table(results, capsys):
             assert f"<td>{html.escape(row['quantity'])}</td>" in page
 
 
+def test_each_claims_cell_is_the_reproductions_own_in_order(results):
+    """Every claims table, cell by cell and row by row, is its reproduction's ``claims`` of its JSON (columns used
+    by some row; "—" where a row has none): a cell printing another row's or another figure's value fails."""
+    from speculab.repro._io import CLAIM_COLUMNS
+
+    page = build_report(results).read_text()
+    for name in FAST:
+        section = page.split(f'<section id="{name}">')[1].split("</section>")[0]
+        table = section.split('<table class="claims">')[1].split("</table>")[0]
+        rows = re.findall(r"<tr>(.*?)</tr>", table)[1:]  # the first is the header
+        claims = _claims(results, name)
+        used = [c for c in CLAIM_COLUMNS if c == "quantity" or any(r[c] is not None for r in claims)]
+        assert len(rows) == len(claims) > 0
+        for row, claim in zip(rows, claims):
+            cells = [html.unescape(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", row)]
+            assert cells == ["—" if claim[c] is None else str(claim[c]) for c in used], name
+
+
 def test_report_lists_skipped_and_failed_figures_with_the_reason(results, tmp_path):
     entries = runner.read_provenance(results)
     entries["figures"]["draft-design"] = {"status": "skipped", "reason": "needs jax (pip install -e '.[jax]')"}
