@@ -28,18 +28,13 @@ from speculab.backends.pair import default_prompts
 from speculab.methods import SD, Autoregressive
 
 
-def _sync(pair):
-    if pair.device.type == "cuda":
-        torch.cuda.synchronize(pair.device)
-
-
 def _rate(pair, prompts, method, tokens, batch_size, repeats):
     times, res = [], None
     for r in range(repeats):
-        _sync(pair)
+        pair.synchronize()
         t0 = time.perf_counter()
         res = decode(pair, prompts, method, max_new_tokens=tokens, key=r, batch_size=batch_size)
-        _sync(pair)
+        pair.synchronize()
         times.append(time.perf_counter() - t0)
     n = int(res.counts.tokens.sum())
     return n / statistics.median(times), res

@@ -26,6 +26,7 @@ import numpy as np
 
 from speculab._progress import progress
 from speculab.repro._io import jsonable
+from speculab.validate import METHODS as VALIDATED  # (the module imports torch only when it runs)
 
 __all__ = ["main"]
 
@@ -422,9 +423,6 @@ def cmd_build_tiny(args) -> None:
                       f"{m['draft_perplexity']:.1f}, mean TV(p, q) {m['mean_tv']:.3f}")
 
 
-#: The methods ``speculab validate`` can test (speculab.validate.METHODS, kept here so --help needs no torch).
-_VALIDATED = ("ar", "sd", "batch", "block", "specdecpp")
-
 #: Examples shown by every command's ``--help`` (each is a valid command line: ``tests/test_cli.py`` parses them).
 EXAMPLES = {
     "theory rejections": ["speculab theory rejections --T 50 --V 7 --rows uniform --seed 10",
@@ -543,7 +541,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(max_new_tokens=32)
     p.add_argument("--runs", type=int, default=None,
                    help="runs of each law test (default 20,000 on CUDA, 4,000 elsewhere)")
-    p.add_argument("--methods", nargs="+", default=list(_VALIDATED), choices=list(_VALIDATED),
+    p.add_argument("--methods", nargs="+", default=list(VALIDATED), choices=list(VALIDATED),
                    help="the lossless methods whose law is tested (default all; the biased control always runs)")
     p.add_argument("--compare-runs", type=int, default=4,
                    help="runs per prompt of each method's compare rows (0: none; default 4)")

@@ -408,14 +408,11 @@ def _compare_entry(label: str, row) -> dict:
 
 
 def _timed(pair, fn) -> tuple[Any, float]:
-    import torch
-
-    if pair.device.type == "cuda":
-        torch.cuda.synchronize(pair.device)
+    """``fn()`` and its wall time, the device's queued work included."""
+    pair.synchronize()
     t0 = time.perf_counter()
     out = fn()
-    if pair.device.type == "cuda":
-        torch.cuda.synchronize(pair.device)
+    pair.synchronize()
     return out, time.perf_counter() - t0
 
 
@@ -472,19 +469,16 @@ def _assisted(pair, prompts: list[str], tokens: int, sampling, seed: int) -> Spe
         level = hf_logging.get_verbosity()
         hf_logging.set_verbosity_error()  # its assistant's own generate call warns of transformers' own arguments
         try:
-            generate()
+            with torch.inference_mode(), torch.random.fork_rng(devices=[pair.device] if pair.device.type == "cuda"
+                                                               else []):
+                torch.manual_seed(seed)  # generate draws from torch's global generator (forked: restored after)
+                for p in prompts:
+                    ids = torch.tensor([pair.tokenizer.encode(p)], dtype=torch.long, device=pair.device)
+                    out = target.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config,
+                                          assistant_model=draft)
+                    total += out.shape[1] - ids.shape[1]
         finally:
             hf_logging.set_verbosity(level)
-
-    def generate():
-        nonlocal total
-        with torch.inference_mode(), torch.random.fork_rng(devices=[pair.device] if pair.device.type == "cuda" else []):
-            torch.manual_seed(seed)  # generate draws from torch's global generator (forked: restored after)
-            for p in prompts:
-                ids = torch.tensor([pair.tokenizer.encode(p)], dtype=torch.long, device=pair.device)
-                out = target.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config,
-                                      assistant_model=draft)
-                total += out.shape[1] - ids.shape[1]
 
     _, s = _timed(pair, run)
     return SpeedRow(f"Hugging Face assisted generation (K = {K}), one prompt at a time", total, s,

@@ -211,13 +211,16 @@ def test_a_row_stops_asking_the_draft_at_its_own_block_length(pair):
     assert set(range(7)) <= set(blocks)  # every block length from 0 to K
 
 
-def test_no_bonus_is_offered_after_a_drafted_eos(pair):
+@pytest.mark.parametrize("batch_size", [1, None], ids=["one-prompt", "batched"])
+def test_no_bonus_is_offered_after_a_drafted_eos(pair, batch_size):
     """A single row's block that ends with a drafted EOS ends the sequence if accepted, so its round law offers no
-    bonus (its weights after the last draft are zero); other blocks short of the horizon offer one."""
+    bonus (its weights after the last draft are zero); other blocks short of the horizon offer one — one prompt at
+    a time and batched."""
     eos = pair.eos_token_id
     drafted = load_pair(_EOSHeavyDraft(pair.vocab_size, eos), "tiny-target", device=model_device())
     infos = []
-    decode(drafted, default_prompts()[:4], SD(K=3), max_new_tokens=40, key=6, batch_size=1, on_round=infos.append)
+    decode(drafted, default_prompts()[:4], SD(K=3), max_new_tokens=40, key=6, batch_size=batch_size,
+           on_round=infos.append)
     bonus = [(int(i.drafts[0, -1]) == eos, float(i.law.correction[0, 0, -1].sum())) for i in infos if i.drafts.numel()]
     assert {weight for ends_eos, weight in bonus if ends_eos} == {0.0}
     assert any(weight > 0 for ends_eos, weight in bonus if not ends_eos)

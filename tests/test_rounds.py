@@ -101,7 +101,8 @@ def test_a_rounds_output_is_the_records_written_out_by_hand():
     assert math.isnan(c.tv[1, 3]) and c.reject_prob[1, 3] == 0 and math.isnan(c.accept_prob[1, 3])
     torch.testing.assert_close(c.reject_prob[0, :2], tv[0, :2])  # SD's refusal probability is TV(p, q)
     torch.testing.assert_close(c.target_logprob[0, 1], torch.log(q[0, 0, 1, 4]))
-    assert c.drafted.tolist() == [3, 3, 2] and c.draft_calls.tolist() == [3, 3, 2] and c.oracle_calls.tolist() == [1] * 3
+    assert c.drafted.tolist() == [3, 3, 2] and c.draft_calls.tolist() == [3, 3, 2]
+    assert c.oracle_calls.tolist() == [1] * 3
     records = Records(2)
     records.add(torch.tensor([1, 0, 1]), c)  # rows 0 and 2 belong to run 1, in that order
     (t0, rec0, rounds0, counts0), (t1, rec1, rounds1, counts1) = records.collect()

@@ -210,7 +210,7 @@ def _rows(adapter, rows: int, dev):
     return _HFRows(adapter, rows) if isinstance(adapter, HFModel) else _HistoryRows(adapter, rows, dev)
 
 
-def right_aligned(tokens: list[list[int]], dev) -> tuple[torch.Tensor, torch.Tensor]:
+def _right_aligned(tokens: list[list[int]], dev) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row token lists as ``(B, w)`` ids right-aligned (left padding) and the mask of the real ones (built on
     the host with numpy, then copied once)."""
     w = max(len(t) for t in tokens)
@@ -267,7 +267,7 @@ class _Batch:
         self.target = _rows(pair.target, B, self.dev)
         self.draft = _rows(pair.draft, B, self.dev) if self.track else None
         self.history = isinstance(self.draft, _HistoryRows)
-        self.unseen_t = right_aligned(prompts, self.dev)  # (ids, present): the prompts at first
+        self.unseen_t = _right_aligned(prompts, self.dev)  # (ids, present): the prompts at first
         self.unseen_d = self.unseen_t
 
     def run(self) -> list:
@@ -293,14 +293,13 @@ class _Batch:
             P4, Q4, X3 = P4.expand(-1, R, -1, -1), Q4.expand(-1, R, -1, -1), X3.expand(-1, R, -1)
         nan = nan_flag(P, Q, *(() if p_next is None else (p_next,)))
         length = self.table_dev[self.remaining_dev] if cut is None else torch.from_numpy(cut).to(dev)
-        if M == 1 and self.eos is not None and L:  # a block ends after its first drafted EOS
+        bonus = length < self.remaining_dev
+        if M == 1 and self.eos is not None and L:  # a block ends after its first drafted EOS, and nothing follows
             slot = torch.arange(L, device=dev)
             eos = (X3[:, 0] == self.eos) & (slot < length[:, None])
-            length = torch.where(eos.any(-1), eos.long().argmax(-1) + 1, length)
-        last = X3[:, 0].gather(1, (length - 1).clamp(min=0)[:, None])[:, 0] if L else None
-        bonus = length < self.remaining_dev
-        if M == 1 and self.eos is not None and L:
-            bonus = bonus & ~((length > 0) & (last == self.eos))
+            cut_here = eos.any(-1)
+            length = torch.where(cut_here, eos.long().argmax(-1) + 1, length)
+            bonus = bonus & ~cut_here
         law = self._law(P4, Q4, X3, length, bonus, lengths if cut is None else cut, L)
         decision = sample_round(law, U[:, OUTCOME], U[:, TOKEN])
         tracked = None
@@ -402,22 +401,18 @@ class _Batch:
         order = torch.argsort(shape, stable=True)
         law, start = None, 0
         for k, n in zip(keys, counts):
-            rows = order[start:start + n]
+            law = self._splice(law, order[start:start + n], P, Q, X, k // 2, bool(k % 2), L)
             start += n
-            part = self._group(rows, P, Q, X, k // 2, bool(k % 2), L)
-            if law is None:
-                law = RoundLaw(*(None if f is None else f.new_zeros((P.size(0), *f.shape[1:])) for f in part))
-            law = RoundLaw(*(None if f is None or g is None else f.index_put((rows,), g) for f, g in zip(law, part)))
         return law
 
-    def _group(self, rows, P, Q, X, ell: int, bonus: bool, L: int) -> RoundLaw:
-        """The law of the blocks of ``rows`` (each of length ``ell``), widened to ``L`` slots."""
-        return pad_law(self.method.round_law(P[rows, :, :ell], Q[rows, :, :ell + 1], X[rows, :, :ell], bonus=bonus),
+    def _splice(self, law: RoundLaw | None, rows, P, Q, X, ell: int, bonus: bool, L: int) -> RoundLaw:
+        """``law`` with the rows ``rows`` replaced by the method's law of their blocks of length ``ell``, widened to
+        ``L`` drafts (``law=None``: a law of no mass elsewhere)."""
+        part = pad_law(self.method.round_law(P[rows, :, :ell], Q[rows, :, :ell + 1], X[rows, :, :ell], bonus=bonus),
                        P.size(1), L + 1)
-
-    def _splice(self, law: RoundLaw, rows, P, Q, X, ell: int, bonus: bool, L: int) -> RoundLaw:
-        part = self._group(rows, P, Q, X, ell, bonus, L)
-        return RoundLaw(*(None if f is None else f.index_put((rows,), g) for f, g in zip(law, part)))
+        if law is None:
+            law = RoundLaw(*(None if f is None else f.new_zeros((P.size(0), *f.shape[1:])) for f in part))
+        return RoundLaw(*(None if f is None or g is None else f.index_put((rows,), g) for f, g in zip(law, part)))
 
     def _tell(self, P, Q, X, length, bonus, decision) -> None:
         """``on_round`` for each prompt, with its own block and the law of it (one read of the decisions)."""

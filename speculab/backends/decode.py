@@ -181,7 +181,7 @@ class _Run:
         tokens = torch.cat([self._tensor(self.ids[self.ts.length:], M), xs], 1)
         # laws in float64 from the logits: acceptance ratios, round laws and losses exact to float64
         Q = self.sampling.probs(self.pair.target.extend(self.ts, tokens)[:, -(L + 1):].double(), check=False)
-        check_laws(Q, P) if L else check_laws(Q)  # NaN logits of either model refused, once per round
+        check_laws(Q, P)  # NaN logits of either model refused, once per round
         last = int(xs[0, -1]) if L else None
         bonus = bonus_possible(L, self.remaining, M, last, self.eos)
         if L == 0 and M == 1 and self.on_round is None:

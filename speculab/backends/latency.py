@@ -44,7 +44,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 from scipy.optimize import nnls
 
 from speculab.backends.decode import DecodeResult, decode
@@ -101,17 +100,16 @@ class TimedRuns:
 @contextmanager
 def _timing(pair: ModelPair, log: list):
     """Record every ``extend`` call of both adapters (synchronised on CUDA) into ``log``."""
-    sync = torch.cuda.synchronize if pair.device.type == "cuda" else (lambda: None)
     originals = []
     for which, model in enumerate((pair.draft, pair.target)):
         original = model.extend
 
         def timed(state, ids, original=original, which=which, **kw):
             prefill = state.length == 0
-            sync()
+            pair.synchronize()
             t0 = time.perf_counter()
             out = original(state, ids, **kw)
-            sync()
+            pair.synchronize()
             log.append((which, ids.shape[-1], time.perf_counter() - t0, prefill))
             return out
 

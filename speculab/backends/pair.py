@@ -37,6 +37,12 @@ class ModelPair:
     def device(self) -> torch.device:
         return self.target.device
 
+    def synchronize(self) -> None:
+        """Wait until the models' device has finished the work queued on it (CUDA; nothing elsewhere): what a
+        clock reading must follow to time that work."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
     @property
     def eos_token_id(self) -> int | None:
         return self.tokenizer.eos_token_id

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from speculab import kernels
-from speculab.counts import BONUS, CORRECTION, DRAFT, TARGET
+from speculab.counts import BONUS, CORRECTION, DRAFT, TARGET, rejected
 from speculab.methods import RoundLaw
 
 __all__ = ["RunRecord", "RoundRecord", "RoundInfo", "Chunk", "Records", "cut_law", "pad_law", "round_output", "COUNTED"]
@@ -300,7 +300,7 @@ class Records:
         out = []
         for r in range(self.runs):
             kind = positions["kind"][r]
-            counts = {"rejections": int(np.sum((kind == CORRECTION) | (kind == TARGET))),
+            counts = {"rejections": int(np.sum(rejected(kind))),
                       "oracle_calls": int(per_round["oracle_calls"][r].sum()),
                       "draft_calls": int(per_round["draft_calls"][r].sum()),
                       "accepted": int(np.sum(kind == DRAFT)), "bonus": int(np.sum(kind == BONUS))}

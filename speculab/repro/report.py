@@ -184,6 +184,12 @@ def _validation_problem(data) -> str | None:
     return None
 
 
+def _table(head: list[str], rows: list[list]) -> str:
+    """An HTML table of text cells (escaped)."""
+    cells = lambda tag, row: "".join(f"<{tag}>{_e(c)}</{tag}>" for c in row)  # noqa: E731
+    return f"<table><tr>{cells('th', head)}</tr>" + "".join(f"<tr>{cells('td', r)}</tr>" for r in rows) + "</table>"
+
+
 def _validation_section(data: dict) -> str:
     """The backend's validation on a device: its verdict, law tests, compare rows and timings."""
     s = data["settings"]
@@ -192,28 +198,21 @@ def _validation_section(data: dict) -> str:
              f'<p class="meta">{_e(s.get("pair"))} pair on {_e(s.get("device"))} ({_e(s.get("device_name"))}, '
              f'{_e(s.get("dtype"))}, torch {_e(s.get("torch"))}): <b>{verdict}</b>; '
              f'{_e(s.get("runs"))} runs per law test (<code>speculab validate</code>)</p>',
-             "<table><tr><th>method</th><th>first token: G (df), p</th><th>first tokens: G (df), p</th>"
-             "<th>refused</th><th>power vs the control</th><th>TV refused w.p. 0.99</th><th>as it should</th></tr>"]
-    for r in data["laws"]:
-        cells = [r["method"], "{:.1f} ({}), {:.2g}".format(*r["first"]), "{:.1f} ({}), {:.2g}".format(*r["joint"]),
-                 "yes" if r["refused"] else "no", f'{r["power"]:.3f}', "{:.3f}, {:.3f}".format(*r["detectable"]),
-                 "✓" if r["ok"] else "✗"]
-        parts.append("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
-    parts.append("</table>")
+             _table(["method", "first token: G (df), p", "first tokens: G (df), p", "refused", "power vs the control",
+                     "TV refused w.p. 0.99", "as it should"],
+                    [[r["method"], "{:.1f} ({}), {:.2g}".format(*r["first"]), "{:.1f} ({}), {:.2g}".format(*r["joint"]),
+                      "yes" if r["refused"] else "no", f'{r["power"]:.3f}', "{:.3f}, {:.3f}".format(*r["detectable"]),
+                      "✓" if r["ok"] else "✗"] for r in data["laws"]])]
     if data["compare"]:
-        parts.append("<table><tr><th>method</th><th>quantity</th><th>predicted</th><th>measured</th><th>z</th></tr>")
-        for r in data["compare"]:
-            z = f'{r["z"]:+.2f}' if math.isfinite(r["z"]) else ("holds" if r["holds"] else "fails")
-            cells = [r["method"], r["quantity"] + ("" if r["gates"] else " (model check)"),
-                     f'{r["predicted"]:.4g}', f'{r["measured"]:.4g}', z]
-            parts.append("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
-        parts.append("</table>")
+        parts.append(_table(["method", "quantity", "predicted", "measured", "z"],
+                            [[r["method"], r["quantity"] + ("" if r["gates"] else " (model check)"),
+                              f'{r["predicted"]:.4g}', f'{r["measured"]:.4g}',
+                              f'{r["z"]:+.2f}' if math.isfinite(r["z"]) else ("holds" if r["holds"] else "fails")]
+                             for r in data["compare"]]))
     if data["speed"]:
-        parts.append("<table><tr><th>timed</th><th>tokens / s</th><th>tokens</th><th>seconds</th></tr>")
-        for r in data["speed"]:
-            cells = [r["what"], f'{r["tokens_per_second"]:,.0f}', f'{r["tokens"]:,}', f'{r["seconds"]:.2f}']
-            parts.append("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
-        parts.append("</table>")
+        parts.append(_table(["timed", "tokens / s", "tokens", "seconds"],
+                            [[r["what"], f'{r["tokens_per_second"]:,.0f}', f'{r["tokens"]:,}', f'{r["seconds"]:.2f}']
+                             for r in data["speed"]]))
     lat = data.get("latency")
     if isinstance(lat, dict):
         parts.append(f'<p>latency model: SD speed-up over autoregressive decoding predicted {lat["predicted"]:.3f}, '
