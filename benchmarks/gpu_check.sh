@@ -1,16 +1,38 @@
 #!/usr/bin/env bash
 # The GPU checks of the real-model backend, as one script, for a machine with CUDA (run from the repository root,
-# with speculab installed beside the machine's own torch): the validation (laws, theory vs measured, speed), the
-# batched-decoding benchmark, and the real-model tests with their models on the GPU. Everything lands in $OUT.
+# with speculab importable beside the machine's own torch): the validation (laws, theory vs measured, speed) in
+# float32 and a shorter one in bfloat16, the batched-decoding benchmark in both, and the real-model tests with their
+# models on the GPU. Each step has its own time limit (STEP_LIMIT seconds, scaled per step), so one that hangs does
+# not take the others with it. Everything lands in $OUT; the script exits 1 if any step failed.
 #
 #   OUT=results-gpu bash benchmarks/gpu_check.sh
 set -uo pipefail
 OUT=${OUT:-results-gpu}
 PY=${PYTHON:-python}
-mkdir -p "$OUT"
+LIMIT=${STEP_LIMIT:-150}
+DEVICE=${DEVICE:-cuda}
+export HF_HUB_OFFLINE=1 XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1
+mkdir -p "$OUT/bf16"
+exec > >(tee "$OUT/log.txt") 2>&1
 status=0
-"$PY" -m speculab.cli validate --device cuda --out "$OUT" | tee "$OUT/validate.txt" || status=1
-"$PY" benchmarks/bench_batched.py --device cuda --json "$OUT/bench_batched.json" | tee "$OUT/bench_batched.txt" || status=1
-"$PY" -m pytest -q -p no:cacheprovider --device cuda tests/test_batched.py tests/test_drafts.py tests/test_streams.py \
-  tests/test_validate.py 2>&1 | tail -30 | tee "$OUT/pytest.txt" || status=1
+step() {  # step NAME LIMIT_SECONDS COMMAND...: run it, log it, and note its exit status and time
+  local name=$1 limit=$2 start=$SECONDS rc
+  shift 2
+  echo "== $name (limit ${limit} s): $*"
+  timeout "$limit" "$@" 2>&1
+  rc=$?
+  echo "== $name: exit $rc after $((SECONDS - start)) s"
+  [ "$rc" -eq 0 ] || status=1
+}
+step environment 60 "$PY" -c "import torch, transformers, numpy; print(torch.__version__, transformers.__version__,
+numpy.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA')"
+step validate "$LIMIT" "$PY" -m speculab.cli validate --device "$DEVICE" --debug --out "$OUT"
+step bench-float32 $((LIMIT * 2 / 3)) "$PY" benchmarks/bench_batched.py --device "$DEVICE" --json "$OUT/bench_float32.json"
+step tests "$LIMIT" "$PY" -m pytest -q -p no:cacheprovider --device "$DEVICE" --maxfail 10 -n 8 tests/test_batched.py \
+  tests/test_drafts.py tests/test_streams.py tests/test_validate.py tests/test_backends.py tests/test_block.py \
+  tests/test_specdecpp_models.py tests/test_sprinter_models.py tests/test_fsd_models.py tests/test_latency.py
+step validate-bfloat16 $((LIMIT * 2 / 5)) "$PY" -m speculab.cli validate --device "$DEVICE" --dtype bfloat16 --debug \
+  --runs 4000 --compare-runs 0 --no-speed --out "$OUT/bf16"
+step bench-bfloat16 $((LIMIT * 2 / 5)) "$PY" benchmarks/bench_batched.py --device "$DEVICE" --dtype bfloat16 \
+  --repeats 2 --json "$OUT/bench_bfloat16.json"
 exit $status

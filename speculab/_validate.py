@@ -190,20 +190,17 @@ def as_jax_key(key, name: str = "key"):
 def as_torch_generator(key, device, name: str = "key"):
     """A ``torch.Generator`` on ``device`` from any accepted ``key`` (see :data:`KEY_TYPES`).
 
-    A torch generator is used as is (it must live on ``device``'s type); a numpy
-    generator gives one seed for a new torch generator.
+    A torch generator on ``device``'s type is used as is; one elsewhere, or a numpy
+    generator, gives one seed for a new torch generator.
     """
     import torch
 
     device = torch.device(device)
-    if _is_torch_generator(key):
-        if torch.device(key.device).type != device.type:
-            raise ValueError(f"{name} is a generator on {key.device} but the models are on {device}; "
-                             "create it with torch.Generator(device=...) on the models' device")
+    if _is_torch_generator(key) and torch.device(key.device).type == device.type:
         return key
     seed = _seed(key, name)
-    if seed is None and isinstance(key, np.random.Generator):
-        seed = int(key.integers(0, 1 << 62))
+    if seed is None and (isinstance(key, np.random.Generator) or _is_torch_generator(key)):
+        seed = int(as_generator(key, name).integers(0, 1 << 62))
     if seed is None:
         raise ValueError(f"{name} must be {KEY_TYPES}; got {key!r}")
     return torch.Generator(device=device).manual_seed(seed)

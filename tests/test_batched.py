@@ -208,7 +208,7 @@ def _same_rounds(pair, prompts, method, max_new_tokens):
             assert (a is None) == (b is None)
             if a is not None:
                 assert a.shape == b.shape
-                np.testing.assert_allclose(a.numpy(), b.numpy(), atol=atol)
+                np.testing.assert_allclose(a.cpu().numpy(), b.cpu().numpy(), atol=atol)
         assert all(f is None or f.shape[0] == 1 for f in many.law)
     return heard[1]
 
@@ -334,8 +334,9 @@ class EmptyBlocksKeepTheirRows(EveryThirdRoundAutoregressive):
         assert p.shape[:-2] == x.shape[:-1] == q.shape[:-2], "every draft row's p, x and q"
         if p.shape[-2]:
             return super().round_law(p, q, x, bonus=bonus)
-        return RoundLaw(torch.full(q.shape[:-1], 1 / q.shape[-3], dtype=q.dtype), q.clone(),
-                        torch.zeros(q.shape[:-1], dtype=q.dtype), torch.zeros(x.shape, dtype=q.dtype))
+        return RoundLaw(torch.full(q.shape[:-1], 1 / q.shape[-3], dtype=q.dtype, device=q.device), q.clone(),
+                        torch.zeros(q.shape[:-1], dtype=q.dtype, device=q.device),
+                        torch.zeros(x.shape, dtype=q.dtype, device=q.device))
 
 
 def test_a_multi_row_method_that_drafts_nothing_in_some_rounds(pair):

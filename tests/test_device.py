@@ -193,3 +193,25 @@ def test_reproductions_that_decode_build_their_tensors_on_the_models_device(pair
     with torch.device("meta"):
         out = repro.run(key=0, out_dir=tmp_path, **REPRODUCTIONS[module])
     assert out
+
+
+@pytest.mark.parametrize("batch_size", [None, 1], ids=["batched", "one prompt"])
+def test_no_attention_call_may_use_cudnn_and_the_flag_comes_back(pair, monkeypatch, batch_size):
+    """Every attention call of a decode runs with cuDNN's kernel switched off (it builds a plan per new shape: on an
+    H200, bfloat16 decoding ran 15 times slower than float32 through it), including the drafting head's passes, and
+    the user's setting is back afterwards. Checked through the flag torch reads when it picks a kernel, which is
+    there on the CPU too."""
+    from torch.nn import functional
+
+    seen, attention = [], functional.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        seen.append(torch.backends.cuda.cudnn_sdp_enabled())
+        return attention(*args, **kwargs)
+
+    monkeypatch.setattr(functional, "scaled_dot_product_attention", spy)
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    for method in (SD(K=2), SpecDecPP(0.5, head=constant(pair, 0.8), cap=2)):
+        decode(pair, PROMPTS[:2], method, max_new_tokens=5, key=1, batch_size=batch_size)
+    assert seen and not any(seen)
+    assert torch.backends.cuda.cudnn_sdp_enabled() == before

@@ -273,7 +273,7 @@ def test_a_round_without_drafts_gives_what_its_round_law_gives(pair, sampling):
 def test_extend_with_last_gives_the_last_positions_logits_only(pair):
     """``extend(..., last=True)`` (the draft's catch-up) is the last column of the full call, for a Hugging Face
     model and for history drafts, with the state advanced alike."""
-    ids = torch.tensor([[5, 9, 5, 9, 7]])
+    ids = torch.tensor([[5, 9, 5, 9, 7]], device=pair.device)
     models = (pair.draft, ngram_draft(pair.tokenizer, default_prompts(), n=2), PromptLookupModel(pair.vocab_size,
               fallback=ngram_draft(pair.tokenizer, default_prompts(), n=1)))
     for model in models:
@@ -283,7 +283,7 @@ def test_extend_with_last_gives_the_last_positions_logits_only(pair):
         assert last.shape == (1, 1, pair.vocab_size) and full.shape == (1, 5, pair.vocab_size)
         torch.testing.assert_close(last, full[:, -1:], rtol=0, atol=0)
         assert last_state.length == full_state.length == 5
-        more = torch.tensor([[3]])
+        more = torch.tensor([[3]], device=pair.device)
         torch.testing.assert_close(model.extend(last_state, more), model.extend(full_state, more), rtol=0, atol=0)
 
 

@@ -37,10 +37,10 @@ def test_theta_zero_outputs_the_targets_law_and_every_token_from_it(pair):
     """θ = 0: every position refuses its draft and outputs a token from q (law checked at the first position against
     the target's exact law; the same test rejects the draft's law, so it has the power to tell them apart)."""
     prompt = PROMPTS[0]
-    ids = torch.tensor([pair.tokenizer.encode(prompt)])
+    ids = torch.tensor([pair.tokenizer.encode(prompt)], device=pair.device)
     with torch.no_grad():
-        q = torch.softmax(pair.target.model(ids).logits[0, -1, : pair.vocab_size].double(), -1).numpy()
-        p = torch.softmax(pair.draft.model(ids).logits[0, -1, : pair.vocab_size].double(), -1).numpy()
+        q = torch.softmax(pair.target.model(ids).logits[0, -1, : pair.vocab_size].double(), -1).cpu().numpy()
+        p = torch.softmax(pair.draft.model(ids).logits[0, -1, : pair.vocab_size].double(), -1).cpu().numpy()
     n = 2_000
     res = decode(pair, [prompt] * n, Fuzzy(0.0, "js", K=3), max_new_tokens=2, key=11)
     for r in res.records:
@@ -72,9 +72,9 @@ def test_fsd_records_the_exact_per_position_bias(pair, div):
 
     def check_rule(info):  # the decision at each slot is 1{Div(q, p) < θ}, from the very laws of the round
         L = info.p.shape[1]
-        div_here = _divergence(div, info.p[0].numpy(), info.q[0, :L].numpy())
+        div_here = _divergence(div, info.p[0].cpu().numpy(), info.q[0, :L].cpu().numpy())
         refused = info.law.reject_prob[0, 0, :L]
-        slots.append((div_here, refused.numpy()))
+        slots.append((div_here, refused.cpu().numpy()))
 
     res = decode(pair, PROMPTS, Fuzzy(theta, div, K=4), max_new_tokens=24, key=3, on_round=check_rule)
     d, refused = (np.concatenate(x) for x in zip(*slots))

@@ -94,7 +94,8 @@ def test_the_stopping_decisions_are_the_heads_on_the_drafts_hidden_states(pair):
         for drafted, tau in zip(rec.drafted, rec.accepted):
             block = next(rounds)
             with torch.no_grad():
-                hidden = pair.draft.model(torch.tensor([ids + out[:done] + block]), output_hidden_states=True)
+                hidden = pair.draft.model(torch.tensor([ids + out[:done] + block], device=pair.device),
+                                          output_hidden_states=True)
             a = head(hidden.hidden_states[-1][0, -len(block):]).tolist()
             remaining = 24 - done
             k = next((i + 1 for i in range(len(a)) if 1 - math.prod(a[: i + 1]) > h), None)

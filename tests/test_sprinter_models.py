@@ -32,7 +32,7 @@ def _draft_greedy(pair, prompt: str, n: int) -> list[int]:
     out = []
     with torch.no_grad():
         for _ in range(n):
-            x = int(pair.draft.model(torch.tensor([ids + out])).logits[0, -1, : pair.vocab_size].argmax())
+            x = int(pair.draft.model(torch.tensor([ids + out], device=pair.device)).logits[0, -1, : pair.vocab_size].argmax())
             out.append(x)
             if x == pair.eos_token_id:
                 break
@@ -89,7 +89,8 @@ def test_the_verdicts_are_the_heads_on_the_previous_tokens_hidden_states(pair):
             info = next(rounds)
             block = info.drafts[0].tolist()
             with torch.no_grad():
-                hidden = pair.draft.model(torch.tensor([ids + out[:done] + block]), output_hidden_states=True)
+                hidden = pair.draft.model(torch.tensor([ids + out[:done] + block], device=pair.device),
+                                          output_hidden_states=True)
             scores = head(hidden.hidden_states[-1][0, -len(block) - 1: -1]).tolist()  # at the token before each slot
             verdicts = [float(s >= tau) for s in scores]
             assert info.predictions == verdicts
@@ -114,10 +115,10 @@ def test_the_first_tokens_law_is_the_random_verifiers_mixture(pair, record_prope
     c, n = 0.4, 1500
     prompt = PROMPTS[0]
     res = decode(pair, [prompt] * n, Sprinter(verifier=constant(pair, c), tau=None), max_new_tokens=1, key=11)
-    ids = torch.tensor([pair.tokenizer.encode(prompt)])
+    ids = torch.tensor([pair.tokenizer.encode(prompt)], device=pair.device)
     with torch.no_grad():
-        p = torch.softmax(pair.draft.model(ids).logits[0, -1, : pair.vocab_size].double(), -1).numpy()
-        q = torch.softmax(pair.target.model(ids).logits[0, -1, : pair.vocab_size].double(), -1).numpy()
+        p = torch.softmax(pair.draft.model(ids).logits[0, -1, : pair.vocab_size].double(), -1).cpu().numpy()
+        q = torch.softmax(pair.target.model(ids).logits[0, -1, : pair.vocab_size].double(), -1).cpu().numpy()
     in_a = p > q
     hits = np.mean([in_a[t[0]] for t in res.tokens])
     mix = c * p[in_a].sum() + (1 - c) * q[in_a].sum()

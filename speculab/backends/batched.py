@@ -61,7 +61,7 @@ import torch
 
 from speculab import kernels
 from speculab._progress import advance
-from speculab.backends.models import HFModel, HistoryModel, cache_argument
+from speculab.backends.models import HFModel, HistoryModel, attention_kernels, cache_argument
 from speculab.backends.pair import ModelPair
 from speculab.backends.rounds import Records, RoundInfo, cut_law, pad_law, round_output
 from speculab.backends.streams import OUTCOME, TOKEN, key_words, uniforms
@@ -112,14 +112,15 @@ class _HFRows:
         self.adapter.forward_calls += 1
         kwargs = dict(input_ids=ids, attention_mask=self.mask, position_ids=pos, use_cache=True,
                       **cache_argument(self.model, self.cache))
-        if self.logits_to_keep:
-            try:
-                logits = self.model(**kwargs, logits_to_keep=keep).logits
-            except TypeError:  # an older model without logits_to_keep
-                self.logits_to_keep = False
+        with attention_kernels():
+            if self.logits_to_keep:
+                try:
+                    logits = self.model(**kwargs, logits_to_keep=keep).logits
+                except TypeError:  # an older model without logits_to_keep
+                    self.logits_to_keep = False
+                    logits = self.model(**kwargs).logits
+            else:
                 logits = self.model(**kwargs).logits
-        else:
-            logits = self.model(**kwargs).logits
         self.valid += present.sum(-1)
         return logits[:, -keep:, : self.V].float()
 

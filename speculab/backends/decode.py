@@ -28,7 +28,7 @@ import torch
 
 from speculab import kernels
 from speculab._progress import advance
-from speculab._validate import as_positive_int, as_torch_generator, spawn_seeds
+from speculab._validate import as_positive_int, spawn_seeds
 from speculab.backends.batched import batchable, decode_batched
 from speculab.backends.journal import encode_run, open_journal
 from speculab.backends.models import HFModel
@@ -291,7 +291,7 @@ def decode(
         ``Fuzzy(theta, div, K)``, ``RejectionDecoding(b=f, P=g)`` with array-API functions, …
       max_new_tokens: generated tokens per prompt (fewer if EOS is produced).
       sampling: temperature / top-k / top-p, applied identically to ``p`` and ``q``.
-      key: an int seed, a ``torch.Generator`` on the pair's device, or a numpy Generator (required,
+      key: an int seed, a ``torch.Generator`` (on any device: it gives the seeds), or a numpy Generator (required,
         also under greedy decoding, so that a call never depends on a hidden default). Each prompt
         gets its own seed (:func:`speculab._validate.spawn_seeds`), and every uniform it uses is a function of
         that seed, the round and the decision it is for (:mod:`speculab.backends.streams`): the batched and
@@ -347,7 +347,6 @@ def decode(
         raise ValueError(f"on_round must be a function of a RoundInfo or a RoundProbe instance (or None); got "
                          f"{on_round!r}" + (" (a class: give an instance, e.g. Probe())" if isinstance(on_round, type)
                                             else ""))
-    as_torch_generator(key, pair.device)  # checks the key (a torch generator on the models' device type)
     encoded = _encode(pair, prompts, max_new_tokens)
     seeds = spawn_seeds(key, len(encoded))  # each prompt's stream (speculab.backends.streams)
     batched = batch_size != 1 and head is None and batchable(method, pair)  # a drafting head: one prompt at a time

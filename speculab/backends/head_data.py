@@ -41,7 +41,7 @@ import torch
 
 from speculab import kernels
 from speculab._validate import as_positive_int, as_torch_generator
-from speculab.backends.models import HFModel, cache_argument
+from speculab.backends.models import HFModel, attention_kernels, cache_argument
 from speculab.backends.warp import Sampling
 
 __all__ = ["SOURCES", "FEATURES", "Examples", "sprinter_examples", "specdecpp_examples", "specdecpp_targets"]
@@ -127,7 +127,8 @@ def _spans(docs: list[list[int]], n: int, length: int, rng: np.random.Generator)
 
 @torch.inference_mode()
 def _forward(model, ids, cache, hidden: bool):
-    out = model(input_ids=ids, **cache_argument(model, cache), use_cache=True, output_hidden_states=hidden)
+    with attention_kernels():
+        out = model(input_ids=ids, **cache_argument(model, cache), use_cache=True, output_hidden_states=hidden)
     return out.logits[:, -1], (out.hidden_states[-1][:, -1].float() if hidden else None)
 
 

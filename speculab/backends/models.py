@@ -7,6 +7,7 @@ rejection), repeated across rows (batch drafts) and reduced to one row.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import math
@@ -29,6 +30,21 @@ def cache_argument(model, cache) -> dict:
 @functools.cache
 def _cache_keyword(model_type: type) -> str:
     return "cache" if "cache" in inspect.signature(model_type.forward).parameters else "past_key_values"
+
+
+def attention_kernels():
+    """A context in which a forward pass may use every scaled-dot-product attention kernel but cuDNN's.
+
+    torch 2.11 sends bfloat16 and float16 attention on Hopper GPUs to cuDNN first, and cuDNN builds an execution
+    plan for every new shape: decoding, whose key length grows by a few tokens a round, paid one plan per round
+    (the tiny pair's batched SD ran 15 times slower in bfloat16 than in float32 on an H200, almost all of it inside
+    the attention call). Flash and memory-efficient attention need no plan. Elsewhere (the CPU, float32) this
+    changes nothing but the flags it restores on exit."""
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:  # pragma: no cover - torch before 2.3
+        return contextlib.nullcontext()
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
 
 
 def _log32(prob: torch.Tensor) -> torch.Tensor:
@@ -85,13 +101,14 @@ class HFModel:
             state.history = ids
         else:
             state.history = torch.cat([state.history.expand(ids.size(0), -1), ids], 1)
-        if self.use_cache:
-            if state.cache is None:
-                state.cache = DynamicCache()
-            out = self.model(input_ids=ids, **cache_argument(self.model, state.cache), use_cache=True,
-                             output_hidden_states=hidden)
-        else:
-            out = self.model(input_ids=state.history, use_cache=False, output_hidden_states=hidden)
+        with attention_kernels():
+            if self.use_cache:
+                if state.cache is None:
+                    state.cache = DynamicCache()
+                out = self.model(input_ids=ids, **cache_argument(self.model, state.cache), use_cache=True,
+                                 output_hidden_states=hidden)
+            else:
+                out = self.model(input_ids=state.history, use_cache=False, output_hidden_states=hidden)
         n = ids.size(1)
         state.length += n
         state.rows = ids.size(0)
