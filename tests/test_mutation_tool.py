@@ -240,11 +240,11 @@ def test_a_run_stopped_with_sigterm_stops_its_tests_and_removes_its_copies(tmp_p
     assert inside == []
 
 
-def test_the_readmes_score_table_matches_the_sources_and_the_list_of_equivalents():
-    """Each row of the README's mutation table: its equivalents are the ones listed for the module, its 'now' is
+def test_the_score_table_matches_the_sources_and_the_list_of_equivalents():
+    """Each row of the mutation table in docs/measurements.md: its equivalents are the ones listed for the module, its 'now' is
     every mutant but those killed (all others killed or listed), and its mutant count is the current source's.
     A change to a measured module shows here."""
-    text = (mutation.ROOT / "README.md").read_text()
+    text = (mutation.ROOT / "docs" / "measurements.md").read_text()
     rows = re.findall(r"^\| (\S+\.py)(?: [¹²³⁴⁵⁶⁷⁸⁹])* \| (\d+) \| [\d.]+ % \| ([\d.]+) % \| (\d+) \| ([\d.]+) % \|$",
                       text, re.M)
     assert len(rows) >= 28
