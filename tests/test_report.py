@@ -197,3 +197,45 @@ def test_chromium_shows_the_reports_figures_and_tables(results, tmp_path):
     shot = _screenshot(broken, tmp_path / "broken.png", tmp_path)
     assert _find(figures[0], shot) is None and _find(figures[1], shot) is not None
     assert [rows for _, rows in _tables(shot)] == expected[:1]
+
+
+def test_report_refuses_a_figure_whose_files_changed_after_its_run(results, tmp_path, capsys):
+    """A figure JSON edited after its run (a number times 1,000), or a figure whose PNG is gone, is not reported:
+    the report names the file and writes nothing."""
+    import json
+
+    for change in ("edit", "delete"):
+        folder = tmp_path / change
+        shutil.copytree(results, folder)
+        (folder / REPORT).unlink(missing_ok=True)
+        path = folder / "yin_fig3.json"
+        if change == "edit":
+            data = json.loads(path.read_text())
+            key = next(k for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and v)
+            data[key] *= 1000
+            path.write_text(json.dumps(data))
+        else:
+            path = folder / "yin_fig3.png"
+            path.unlink()
+        assert main(["report", "--out", str(folder)]) == 2
+        assert f"{path} is not the file `speculab repro yin-fig3` wrote" in capsys.readouterr().err
+        assert not (folder / REPORT).exists()
+
+
+def test_report_refuses_a_record_naming_a_file_outside_its_folder(results, tmp_path, capsys):
+    """A provenance entry listing ``../secret.png`` or an absolute path is refused before any file is read."""
+    import json
+
+    secret = tmp_path / "secret.png"
+    secret.write_bytes((results / "yin_fig3.png").read_bytes())
+    for name in ("../secret.png", str(secret)):
+        folder = tmp_path / "r"
+        shutil.rmtree(folder, ignore_errors=True)
+        shutil.copytree(results, folder)
+        (folder / REPORT).unlink(missing_ok=True)
+        data = runner.read_provenance(folder)
+        data["figures"]["yin-fig3"]["files"].append(name)
+        (folder / runner.PROVENANCE).write_text(json.dumps(data))
+        assert main(["report", "--out", str(folder)]) == 2
+        assert "not plain names in its folder" in capsys.readouterr().err
+        assert not (folder / REPORT).exists()

@@ -130,3 +130,42 @@ def test_resume_reruns_a_figure_finished_by_other_code(tmp_path):
     (tmp_path / runner.PROVENANCE).write_text(json.dumps(data))
     run = runner.run_all(tmp_path, only=["yin-fig3"], progress=False, resume=True, echo=lambda line: None)
     assert run["ran"] == ["yin-fig3"] and run["kept"] == []
+
+
+def test_resume_reruns_a_figure_whose_files_were_edited(tmp_path):
+    """A finished figure is kept only while its files are the ones its run wrote: one whose JSON was edited (a
+    number times 1,000) runs again, and the rerun writes the computed numbers back."""
+    runner.run_all(tmp_path, only=["yin-fig3"], progress=False, echo=lambda line: None)
+    path = tmp_path / "yin_fig3.json"
+    computed = path.read_text()
+    assert _provenance(tmp_path)["figures"]["yin-fig3"]["sha256"]["yin_fig3.json"] == runner.sha256(path)
+    edited = json.loads(computed)
+    key = next(k for k, v in edited.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and v)
+    edited[key] *= 1000
+    path.write_text(json.dumps(edited))
+    run = runner.run_all(tmp_path, only=["yin-fig3"], progress=False, resume=True, echo=lambda line: None)
+    assert run["ran"] == ["yin-fig3"] and run["kept"] == []
+    assert json.loads(path.read_text()) == json.loads(computed)
+
+
+@pytest.mark.parametrize("files", [["../secret.png"], ["/etc/passwd"], ["sub/x.png"], [".x.png"], ["x\\y.png"],
+                                   [5], "yin_fig3.json"])
+def test_a_record_naming_files_outside_its_folder_is_refused(tmp_path, files):
+    """Provenance is data: a figure's files must be plain names inside the results folder."""
+    runner.run_all(tmp_path, only=["yin-fig3"], progress=False, echo=lambda line: None)
+    data = _provenance(tmp_path)
+    data["figures"]["yin-fig3"]["files"] = files
+    (tmp_path / runner.PROVENANCE).write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="not plain names in its folder"):
+        runner.read_provenance(tmp_path)
+
+
+def test_a_record_without_a_digest_for_each_file_is_refused(tmp_path):
+    runner.run_all(tmp_path, only=["yin-fig3"], progress=False, echo=lambda line: None)
+    for edit in (lambda e: e["sha256"].popitem(), lambda e: e["sha256"].update({"other.png": "0" * 64}),
+                 lambda e: e["sha256"].update({"yin_fig3.json": "not hex"}), lambda e: e.update(sha256=[])):
+        data = _provenance(tmp_path)
+        edit(data["figures"]["yin-fig3"])
+        (tmp_path / runner.PROVENANCE).write_text(json.dumps(data))
+        with pytest.raises(ValueError, match="no valid sha256 for each of its files"):
+            runner.read_provenance(tmp_path)

@@ -21,7 +21,7 @@ from pathlib import Path
 from speculab import repro
 from speculab._files import atomic_path
 from speculab.repro._io import CLAIM_COLUMNS, check_claims
-from speculab.repro.runner import read_provenance
+from speculab.repro.runner import changed_files, read_provenance
 
 __all__ = ["build_report", "REPORT"]
 
@@ -226,13 +226,18 @@ def build_report(out_dir: str | os.PathLike = "results", path: str | os.PathLike
     and return its path.
 
     Reads ``provenance.json`` (:mod:`speculab.repro.runner`) and each figure's JSON and PNG. Raises
-    ``ValueError`` if the folder holds no reproduction, or a file in it is not what it should be.
-    """
+    ``ValueError`` if the folder holds no reproduction, or a file in it is not what it should be: a record
+    naming a file outside the folder, or a figure whose files are not the ones its run wrote (by sha256)."""
     folder = Path(out_dir)
     if not folder.is_dir():
         raise ValueError(f"out_dir {folder} is not a folder (run `speculab repro all --out {folder}` first)")
     validation = _validation(folder)
     data = read_provenance(folder)
+    for name, entry in data["figures"].items():
+        changed = changed_files(folder, entry) if "sha256" in entry and entry.get("status") == "ok" else []
+        if changed:
+            raise ValueError(f"{folder / changed[0]} is not the file `speculab repro {name}` wrote (its sha256 in "
+                             f"{folder / 'provenance.json'} differs, or it is missing): run the figure again")
     results = {name: _figure_result(folder, name) for name in repro.FIGURES}
     shown = [name for name in repro.FIGURES if results[name] is not None
              and data["figures"].get(name, {}).get("status", "ok") == "ok"]

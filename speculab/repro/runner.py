@@ -4,24 +4,29 @@ Every run records, in ``OUT/provenance.json``, what it ran and where: per figure
 (``ok``, ``skipped`` with the reason, ``failed`` with the error), its parameters (the
 reproduction's defaults with the given overrides: the seed among them), the files it wrote,
 its wall time and the environment (speculab's version and git commit, Python and library
-versions, the machine). ``speculab repro NAME`` adds or replaces its figure's entry;
+versions, the machine), and the sha256 of each file it wrote. ``speculab repro NAME`` adds or replaces its
+figure's entry;
 ``speculab repro all`` runs every figure whose requirements are installed (:func:`missing`),
 one after the other, and records the whole run's wall time too. ``speculab report`` reads the
 file back.
 
 Each figure runs inside :func:`speculab.sim.checkpoint.resumable` on ``OUT/.NAME.resume/``,
 so an interrupted figure continues with ``resume=True``; an interrupted ``run_all`` resumed
-also skips the figures already finished with the same parameters on the same code.
+also skips the figures already finished with the same parameters on the same code, whose files are still the
+ones it wrote (by sha256). A record is data, not trusted: its files must be plain names inside ``OUT`` (no
+folders, no absolute paths, nothing hidden), each with its digest, or :func:`read_provenance` refuses it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import importlib.util
 import inspect
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -152,7 +157,39 @@ def read_provenance(out_dir: str | os.PathLike) -> dict:
     if not all(isinstance(e, dict) and isinstance(e.get("status"), str) for e in data["figures"].values()) or \
             not isinstance(data.get("all", {}), dict):
         raise ValueError(f"{path} is not a speculab provenance file (an entry is not a record with a status)")
+    for name, entry in data["figures"].items():
+        files, digests = entry.get("files", []), entry.get("sha256", {})
+        if not isinstance(files, list) or not all(plain_name(f) for f in files):
+            bad = files if not isinstance(files, list) else [f for f in files if not plain_name(f)]
+            raise ValueError(f"{path}: figure {name!r} lists files that are not plain names in its folder: {bad!r}")
+        if not isinstance(digests, dict) or set(digests) != set(files if "sha256" in entry else ()) or not all(
+                isinstance(d, str) and re.fullmatch("[0-9a-f]{64}", d) for d in digests.values()):
+            raise ValueError(f"{path}: figure {name!r} has no valid sha256 for each of its files")
     return data
+
+
+def plain_name(name) -> bool:
+    """Whether ``name`` is a plain, visible file name (no folder part, not absolute, not ``..``): what a
+    provenance record may list, so that reading its files never leaves the results folder."""
+    return (isinstance(name, str) and name not in ("", ".", "..") and not name.startswith(".")
+            and not any(c in name for c in "/\\\0") and not os.path.isabs(name))
+
+
+def sha256(path: Path) -> str:
+    """The file's sha256, read in chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def changed_files(out_dir: str | os.PathLike, entry: dict) -> list[str]:
+    """The files of a provenance ``entry`` that are missing from ``out_dir`` or differ from what its run wrote
+    (all of them for an entry recorded without digests)."""
+    out, digests = Path(out_dir), entry.get("sha256", {})
+    return [f for f in entry.get("files", []) if f not in digests or not (out / f).is_file()
+            or sha256(out / f) != digests[f]]
 
 
 def _write_provenance(out_dir: Path, data: dict) -> None:
@@ -223,19 +260,21 @@ def run_figure(name: str, out_dir: str | os.PathLike = "results", *, progress: b
                      environment=environment())
         _record(out, name, entry)
         raise
-    entry.update(seconds=time.perf_counter() - t0, files=_written(out, started), environment=environment())
+    files = _written(out, started)
+    entry.update(seconds=time.perf_counter() - t0, files=files, sha256={f: sha256(out / f) for f in files},
+                 environment=environment())
     _record(out, name, entry)
     return result, entry
 
 
 def _done(previous: dict | None, params: dict, out: Path, code: dict) -> bool:
     """Whether a recorded entry is this figure's finished run with these parameters, on this ``code`` (speculab's
-    version and git commit), its files intact."""
+    version and git commit), its files the ones it wrote (by sha256)."""
     if not previous or previous.get("status") != "ok" or previous.get("parameters") != jsonable(params):
         return False
     env = previous.get("environment", {})
     same_code = all(env.get(k) == v for k, v in code.items())
-    return same_code and all((out / f).exists() for f in previous.get("files", ()))
+    return same_code and bool(previous.get("files")) and not changed_files(out, previous)
 
 
 def run_all(out_dir: str | os.PathLike = "results", *, only=None, skip=(), key=None, progress: bool = True,
