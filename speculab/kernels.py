@@ -27,6 +27,7 @@ __all__ = [
     "normalize",
     "residual",
     "sd_acceptance",
+    "sd_rejection",
     "over_acceptance",
     "optimal_rejection",
     "kl",
@@ -88,6 +89,12 @@ def sd_acceptance(p, q):
     xp = array_namespace(p, q)
     below = p > q
     return xp.where(below, q / xp.where(below, p, 1.0), 1.0)
+
+
+def sd_rejection(p, q):
+    r"""Speculative decoding's rejection law :math:`P = [q - p]_+` ([Yin] Alg. 1); rows whose residual has no
+    mass (``p = q`` up to round-off: nothing is ever rejected there) fall back to ``q``."""
+    return normalize(excess(q, p), q)
 
 
 def over_acceptance(p, q, eps: float):

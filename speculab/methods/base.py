@@ -43,6 +43,7 @@ from array_api_compat import array_namespace, device
 from speculab import kernels
 from speculab._validate import as_lookahead
 from speculab.counts import Expected
+from speculab.theory.stopping import AdaptiveDrafting
 
 __all__ = [
     "Method",
@@ -217,34 +218,6 @@ def sample_round(law: RoundLaw, u_outcome, u_token):
     cum = xp.cumulative_sum(w, axis=-1)
     token = kernels.sample_cumulative(cum, u_token)  # V (out of range) where w has no mass: replaced by -1
     return idx // L1, idx % L1, xp.where(cum[..., -1] > 0, token, -1)
-
-
-class AdaptiveDrafting(NamedTuple):
-    """How a method that decides each round's length while drafting (SpecDec++) drafts and verifies, as tables.
-
-    A round drafts one token at a time. The ``count``-th draft ``x`` of a round, drafted at
-    position index ``t`` after the token ``a``, multiplies the round's running product
-    (1 at the round's start) by ``score[t, a, x]``, and drafting stops after it when
-    ``stops(prod, count, t, T, *params)``. Each draft is verified as the one-row, one-slot
-    round of ``verifier`` (a slotwise method) decides; the round ends at a rejection or,
-    when drafting stopped with every draft accepted, with a bonus token from ``q``. A
-    round rejected before its rule stopped drafting goes on drafting from the rejected
-    draft (the drafts are counted, never verified) until the rule stops — which is why
-    no per-position law exists.
-
-    Attributes:
-      verifier: the slotwise method whose one-slot law verifies each draft.
-      score: ``(T, V, V)`` the factor of each draft (broadcast views when compact).
-      stops: ``stops(prod, count, t, T, *params) -> bool`` (array API; ``t`` may be traced).
-      params: the numbers ``stops`` reads (traced by engines, so a sweep may vary them).
-      cap: the most drafts a round makes (an upper bound engines size buffers by).
-    """
-
-    verifier: Any
-    score: Any
-    stops: Callable
-    params: tuple
-    cap: int
 
 
 # -- the simulator step -------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from speculab.counts import BONUS, CORRECTION, Estimate, Expected
 from speculab.methods.base import RoundLaw, Step, check_lookahead, param, register
 from speculab.methods.chain import ChainMethod, ChainStep, Rule
 from speculab.methods.sd import SD, sd_rule
+from speculab.rows import Row
 from speculab.theory.batch import root_residual_chain
 from speculab.theory.instance import cumulative, rowwise
 
@@ -205,7 +206,6 @@ class BatchSD(MultiDraft):
 
     def compare_rows(self, ctx) -> list:
         """The batch improvement of [Yin] Thm 3 along the batch runs vs plain SD runs (K = ∞), or measured only."""
-        from speculab.compare import Row
 
         sd = ctx.decode(SD(K=self.K), slot=3)
         sd_rej = Estimate.of(sd.counts.rejections)

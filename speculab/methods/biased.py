@@ -17,6 +17,7 @@ from speculab import kernels
 from speculab.counts import BONUS
 from speculab.methods.base import check_lookahead, param, register
 from speculab.methods.chain import ChainMethod, Rule
+from speculab.rows import Row, paired_rejections
 from speculab.theory.biased import check_eps
 
 __all__ = ["Biased"]
@@ -61,7 +62,6 @@ class Biased(ChainMethod):
 
     def compare_rows(self, ctx) -> list:
         """[Yin] Thm 5 per step (exact for OPT), the per-token bias, and the paired rejection rate per token."""
-        from speculab.compare import Row, paired_rejections
 
         rec = ctx.result.records
         verified = np.concatenate([r.kind != BONUS for r in rec])

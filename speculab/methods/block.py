@@ -58,6 +58,7 @@ from speculab.counts import BONUS, CORRECTION, DRAFT, Estimate, Expected
 from speculab.methods.base import Emit, Method, RoundLaw, Step, param, register, sample_round
 from speculab.methods.probe import RoundProbe
 from speculab.methods.sd import SD
+from speculab.rows import Row
 from speculab.theory.instance import cumulative, rowwise
 
 __all__ = ["BlockVerification", "block_round_law", "block_kernel", "block_counts", "block_accepted", "MAX_PATHS"]
@@ -326,7 +327,6 @@ class BlockVerification(Method):
 
     def compare_rows(self, ctx) -> list:
         """The gain over token verification: on the very same blocks (exact given each block), and against SD runs."""
-        from speculab.compare import Row
 
         gain = np.asarray(ctx.probe.block) - np.asarray(ctx.probe.token)
         g = Estimate.of(gain)

@@ -17,6 +17,7 @@ from speculab import kernels
 from speculab.counts import Estimate, Expected
 from speculab.methods.base import RoundLaw, check_lookahead, param, register
 from speculab.methods.chain import ChainMethod, Rule, chain_law
+from speculab.rows import Row
 from speculab.theory.lookahead import iid_tokens_per_round
 
 __all__ = ["SD", "sd_rule"]
@@ -28,7 +29,7 @@ def sd_rule(p, q) -> Rule:
     Rows whose residual has no mass (``p = q`` up to round-off: nothing is ever
     rejected there) fall back to ``q``.
     """
-    return Rule(kernels.sd_acceptance(p, q), kernels.normalize(kernels.excess(q, p), q))
+    return Rule(kernels.sd_acceptance(p, q), kernels.sd_rejection(p, q))
 
 
 @register
@@ -86,7 +87,6 @@ class SD(ChainMethod):
         return Expected.from_counts(lookahead_counts(inst, self.K), source=source)
 
     def compare_rows(self, ctx) -> list:
-        from speculab.compare import Row
 
         rej = Estimate.of(ctx.result.counts.rejections)
         t1 = ctx.t1

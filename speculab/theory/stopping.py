@@ -41,21 +41,51 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
+from speculab import kernels
 from speculab._validate import as_positive_int
-from speculab.methods.base import AdaptiveDrafting
 from speculab.theory.instance import MarkovInstance, at_position, compact, scalar
 from speculab.theory.lookahead import DraftRates, _check_times
 
-__all__ = ["StoppingCounts", "stopping_counts", "optimal_stopping", "fixed_lookahead", "tree_fits", "NODE_BUDGET"]
+__all__ = ["AdaptiveDrafting", "StoppingCounts", "stopping_counts", "optimal_stopping", "fixed_lookahead", "tree_fits",
+           "NODE_BUDGET", "SD_VERIFIER"]
 
 #: Largest number of draft-tree leaves (``contexts × V^K``) of one round start.
 NODE_BUDGET = 1 << 20
 
 #: The quantities the recursion carries, in this order.
 _FIELDS = ("time", "oracle_calls", "draft_calls", "accepted", "rejections", "bonus")
+
+
+class AdaptiveDrafting(NamedTuple):
+    """How a method that decides each round's length while drafting (SpecDec++) drafts and verifies, as tables.
+
+    A round drafts one token at a time. The ``count``-th draft ``x`` of a round, drafted at
+    position index ``t`` after the token ``a``, multiplies the round's running product
+    (1 at the round's start) by ``score[t, a, x]``, and drafting stops after it when
+    ``stops(prod, count, t, T, *params)``. Each draft is verified as the one-row, one-slot
+    round of ``verifier`` (a slotwise method) decides; the round ends at a rejection or,
+    when drafting stopped with every draft accepted, with a bonus token from ``q``. A
+    round rejected before its rule stopped drafting goes on drafting from the rejected
+    draft (the drafts are counted, never verified) until the rule stops — which is why
+    no per-position law exists.
+
+    Attributes:
+      verifier: the slotwise method whose one-slot law verifies each draft.
+      score: ``(T, V, V)`` the factor of each draft (broadcast views when compact).
+      stops: ``stops(prod, count, t, T, *params) -> bool`` (array API; ``t`` may be traced).
+      params: the numbers ``stops`` reads (traced by engines, so a sweep may vary them).
+      cap: the most drafts a round makes (an upper bound engines size buffers by).
+    """
+
+    verifier: Any
+    score: Any
+    stops: Callable
+    params: tuple
+    cap: int
 
 
 @dataclass(frozen=True)
@@ -89,12 +119,26 @@ class StoppingCounts(DraftRates):
         return self.time / self.T
 
 
+class _SDVerifier:
+    """Speculative decoding's rule ([Yin] Alg. 1) as the verifier of a drafting rule: what ``SD()`` verifies with,
+    from the kernels (the theory does not import the methods, which build on it)."""
+
+    @staticmethod
+    def rule(p, q):
+        return kernels.sd_acceptance(p, q), kernels.sd_rejection(p, q)
+
+    def __repr__(self) -> str:
+        return "SD_VERIFIER"
+
+
+#: SD's rule as a verifier: the default of :func:`stopping_counts` and the verifier of :func:`fixed_lookahead`.
+SD_VERIFIER = _SDVerifier()
+
+
 def fixed_lookahead(K: int) -> AdaptiveDrafting:
     """The rule "draft ``K`` tokens (fewer at the horizon), then verify" — SD with lookahead ``K`` — as a drafting rule."""
-    from speculab.methods.sd import SD
-
     K = as_positive_int(K, "K")
-    return AdaptiveDrafting(SD(), None, lambda prod, count, t, T, K: (count >= K) | (t + 1 >= T), (K,), K)
+    return AdaptiveDrafting(SD_VERIFIER, None, lambda prod, count, t, T, K: (count >= K) | (t + 1 >= T), (K,), K)
 
 
 def _round_values(tables, future, n: int, T: int, K: int, t_draft: float, t_target: float, decide) -> np.ndarray:
@@ -168,10 +212,8 @@ def _solve(inst: MarkovInstance, rule: AdaptiveDrafting | None, t_draft, t_targe
         raise ValueError(f"the draft tree has {V} × {V}^{min(cap, T)} leaves per round start{extra}, over "
                          f"NODE_BUDGET = {NODE_BUDGET} leaves of {len(_FIELDS)} values: use a smaller vocabulary, "
                          f"cap or horizon")
-    from speculab.methods.sd import SD
-
     P, Q = compact(inst.P), compact(inst.Q)
-    verifier = SD() if rule is None else rule.verifier
+    verifier = SD_VERIFIER if rule is None else rule.verifier
     score = None if rule is None or rule.score is None else compact(np.asarray(rule.score))
 
     @lru_cache(maxsize=None)  # a position is read by the rounds of up to `cap` start positions
