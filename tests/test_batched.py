@@ -432,3 +432,31 @@ def test_a_rounds_operations_do_not_grow_with_the_rows(pair, method, monkeypatch
     early = 3 if method.drafting else 9
     assert counts[16][:early] == counts[1024][:early], counts
     assert min(counts[16][:early]) > 100  # the count is of real operations (each forward pass alone is dozens)
+
+
+@pytest.mark.parametrize("sampling", [GREEDY, Sampling(1.0)], ids=["greedy", "sampled"])
+def test_a_drafting_head_is_batched_and_decides_as_one_prompt_at_a_time(pair, sampling):
+    """SpecDec++ with a head that depends on the hidden state decodes its prompts as one batch — one target call
+    per round for all of them — with the tokens, counts and records of one prompt at a time, and on_round hears
+    the same predictions and blocks; the rows' rounds stop at different slots."""
+    from _heads import random_head
+    from speculab.methods import SpecDecPP
+
+    method, prompts = SpecDecPP(0.35, head=random_head(pair, 3), cap=5), default_prompts()[:6] + ["x"]
+    heard, calls = {}, {}
+    for size in (1, None):
+        heard[size], before = [], pair.target.forward_calls
+        result = decode(pair, prompts, method, max_new_tokens=20, sampling=sampling, key=9, batch_size=size,
+                        on_round=heard[size].append)
+        calls[size] = pair.target.forward_calls - before
+        if size == 1:
+            one = result
+    _same(one, result)
+    assert calls[None] * 3 < calls[1]  # batched: far fewer target calls than one per prompt per round
+    batched = sorted(heard[None], key=lambda info: info.run)
+    assert len(batched) == len(heard[1])
+    for a, b in zip(heard[1], batched):
+        assert (a.run, a.row, a.accepted) == (b.run, b.row, b.accepted) and torch.equal(a.drafts, b.drafts)
+        assert a.predictions == pytest.approx(b.predictions, abs=1e-5)
+    lengths = {info.drafts.shape[1] for info in batched}
+    assert len(lengths) >= 3  # rounds the head stopped at several different slots

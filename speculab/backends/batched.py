@@ -41,13 +41,19 @@ the number of rows (``tests/test_batched.py`` counts them at 16 and 1,024 rows).
   lanes, positions and lengths are computed there). Outputs and records stay on the
   device (:class:`~speculab.backends.rounds.Records`) and are copied once per batch. (A draft
   computed on the host from the token history — n-gram, prompt lookup — is on the
-  host anyway, row by row; so is an ``on_round`` callback, called once per prompt.)
-  Only the logits a round reads are computed (``logits_to_keep``).
+  host anyway, row by row; so is an ``on_round`` callback, called once per prompt; and a
+  drafting head's decisions, below.) Only the logits a round reads are computed (``logits_to_keep``).
+* **A head that decides where a round stops** (SpecDec++'s, on each drafted token's
+  hidden state) runs on every row at once after each slot's draft forward; its scores and
+  the slot's drafts are then read (two reads per slot, plus the head's uniforms once per
+  round) and each row still drafting is stopped on the host by the method's own hooks,
+  which take one prompt's values — so both paths decide every round alike.
 
 Every method with a round law: autoregressive decoding, SD with any ``K``, biased,
-fuzzy, rejection-rule and block verification, and batch SD, whose ``M`` draft rows per
+fuzzy, rejection-rule and block verification, SpecDec++ with a head, and batch SD, whose ``M`` draft rows per
 prompt are ``M`` consecutive rows of the batch while it drafts (both caches repeated,
-then reduced to the followed row). Adapters: Hugging Face causal LMs (:class:`~speculab.backends.models.HFModel`)
+then reduced to the followed row). SPRINTER, whose verifier reads the state before each
+slot and may skip the target's call, is decoded one prompt at a time. Adapters: Hugging Face causal LMs (:class:`~speculab.backends.models.HFModel`)
 and drafts computed from the token history (:class:`~speculab.backends.models.HistoryModel`:
 n-gram, prompt lookup).
 """
@@ -64,7 +70,7 @@ from speculab._progress import advance
 from speculab.backends.models import HFModel, HistoryModel, attention_kernels, cache_argument
 from speculab.backends.pair import ModelPair
 from speculab.backends.rounds import Records, RoundInfo, cut_law, pad_law, round_output
-from speculab.backends.streams import OUTCOME, TOKEN, key_words, uniforms
+from speculab.backends.streams import OUTCOME, TOKEN, head_lane, key_words, uniforms
 from speculab.backends.warp import NAN_LOGITS, Sampling, nan_flag
 from speculab.methods import Method, RoundLaw, sample_round
 
@@ -100,9 +106,10 @@ class _HFRows:
         self.logits_to_keep = True
 
     @torch.inference_mode()
-    def feed(self, ids: torch.Tensor, present: torch.Tensor, keep: int) -> torch.Tensor:
+    def feed(self, ids: torch.Tensor, present: torch.Tensor, keep: int, hidden: bool = False):
         """Feed ``ids`` ``(B, w)`` where ``present`` (bool) and padding elsewhere; logits of the last ``keep``
-        columns ``(B, keep, V)`` (float32; the others are not computed when the model supports it)."""
+        columns ``(B, keep, V)`` (float32; the others are not computed when the model supports it), and with
+        ``hidden=True`` also the last layer's hidden states there ``(B, keep, d)`` (float32: what a head reads)."""
         present = present.long()
         # padding drafts of a row past its own block may run past the context: any valid position will do
         # for them (they are dropped unseen); a row's own tokens stay within it (decode checks the prompts)
@@ -111,18 +118,19 @@ class _HFRows:
         self.mask = torch.cat([self.mask, present], 1)
         self.adapter.forward_calls += 1
         kwargs = dict(input_ids=ids, attention_mask=self.mask, position_ids=pos, use_cache=True,
-                      **cache_argument(self.model, self.cache))
+                      output_hidden_states=hidden, **cache_argument(self.model, self.cache))
         with attention_kernels():
             if self.logits_to_keep:
                 try:
-                    logits = self.model(**kwargs, logits_to_keep=keep).logits
+                    out = self.model(**kwargs, logits_to_keep=keep)
                 except TypeError:  # an older model without logits_to_keep
                     self.logits_to_keep = False
-                    logits = self.model(**kwargs).logits
+                    out = self.model(**kwargs)
             else:
-                logits = self.model(**kwargs).logits
+                out = self.model(**kwargs)
         self.valid += present.sum(-1)
-        return logits[:, -keep:, : self.V].float()
+        logits = out.logits[:, -keep:, : self.V].float()
+        return (logits, out.hidden_states[-1][:, -keep:].float()) if hidden else logits
 
     def drop_last(self, counts: torch.Tensor) -> None:
         """Forget the last ``counts[r]`` columns of each row (all fed as present, this round's drafts)."""
@@ -265,6 +273,7 @@ class _Batch:
         self.remaining_dev = torch.full((B,), max_new, dtype=torch.long, device=self.dev)
         self.track_draft = track_draft
         self.track = track_draft or method.drafting
+        self.head = method.draft_head  # a head reading each drafted token's hidden state (decode checks which)
         self.target = _rows(pair.target, B, self.dev)
         self.draft = _rows(pair.draft, B, self.dev) if self.track else None
         self.history = isinstance(self.draft, _HistoryRows)
@@ -284,8 +293,10 @@ class _Batch:
         B = lengths.size
         M = method.rows if L else 1  # draft rows per prompt (expanded row e belongs to prompt e // M)
         lanes = torch.arange(2 + L * M, device=dev)  # OUTCOME, TOKEN, then draft_lane(i, m, M) = 2 + i M + m
-        U = uniforms(self.keys, self.round_index, lanes)  # (B, 2 + L M)
-        X, P, p_next, cut = self._draft(L, M, lengths, U)
+        if self.head is not None:  # then the head's, one per slot
+            lanes = torch.cat([lanes, head_lane(torch.arange(L, device=dev))])
+        U = uniforms(self.keys, self.round_index, lanes)  # (B, 2 + L M [+ L])
+        X, P, p_next, cut, predictions = self._draft(L, M, lengths, U)
         Q = self._verify(X, L, M)
         V = Q.size(-1)
         P4, Q4, X3 = P.reshape(B, M, L, V), Q.reshape(B, M, L + 1, V), X.reshape(B, M, L)
@@ -301,15 +312,19 @@ class _Batch:
             cut_here = eos.any(-1)
             length = torch.where(cut_here, eos.long().argmax(-1) + 1, length)
             bonus = bonus & ~cut_here
-        law = self._law(P4, Q4, X3, length, bonus, lengths if cut is None else cut, L)
+        law = self._law(P4, Q4, X3, length, bonus, lengths if cut is None else cut, L, predictions)
         decision = sample_round(law, U[:, OUTCOME], U[:, TOKEN])
         tracked = None
         if self.track_draft and p_next is not None:  # autoregressive rounds with the draft alongside
             tracked = kernels.tv(p_next, Q4[:, 0, 0])
-        out = round_output(law, P4, Q4, X3, decision, length, rows=M, eos=self.eos, tracked_tv=tracked)
+        called = None
+        if predictions is not None:  # a head: the method says which rounds call the target (host, per row)
+            called = torch.tensor([int(method.target_called(v)) for v in predictions], dtype=torch.long, device=dev)
+        out = round_output(law, P4, Q4, X3, decision, length, rows=M, eos=self.eos, tracked_tv=tracked,
+                           oracle_calls=called)
         self.records.add(self.run_ids, out.chunk)
         if self.on_round is not None:
-            self._tell(P4, Q4, X3, length, bonus, decision)
+            self._tell(P4, Q4, X3, length, bonus, decision, predictions)
         row, tau, token = decision
         self._roll_back(out, row, tau, token, L, M)
         self.remaining_dev = self.remaining_dev - out.produced
@@ -334,11 +349,21 @@ class _Batch:
 
     # -- the steps of a round ----------------------------------------------------------------------------------
     def _draft(self, L: int, M: int, lengths: np.ndarray, U):
-        """Draft each prompt's block on its ``M`` rows, all rows at once, with no host synchronisation.
+        """Draft each prompt's block on its ``M`` rows, all rows at once, with no host synchronisation (but for a
+        history draft or a head, below).
 
         Returns the drafts ``X`` ``(B M, L)``, their laws ``P`` ``(B M, L, V)`` float64, the draft's law at each
-        prompt's next position ``(B, V)`` (``None`` without a draft) and, for a history draft, each prompt's
-        block length cut where it proposes nothing (``None`` otherwise: no cut).
+        prompt's next position ``(B, V)`` (``None`` without a draft), each prompt's block length where drafting
+        stopped before its table's (``None``: no cut) and, with a head, each prompt's values the method stored at
+        its drafted slots (``None`` without one).
+
+        A history draft that proposes nothing ends the block there (checked on the host, row by row). A method's
+        head (SpecDec++'s, reading each drafted token's hidden state) is run on every row at once after each
+        slot's draft forward; its scores and the drafted tokens are then read once per slot, and each prompt
+        still drafting stores :meth:`~speculab.methods.Method.read_head` and stops where
+        :meth:`~speculab.methods.Method.stop_drafting` says — on the host, as the one-prompt loop does (those
+        hooks take one prompt's values), so both paths decide every round alike. As there, no head is read at a
+        prompt's last possible slot, nor after it drafted EOS.
         """
         B, V, dev = lengths.size, self.pair.vocab_size, self.dev
         p = None
@@ -348,16 +373,20 @@ class _Batch:
         p_next = p
         if L == 0:
             return (torch.zeros((B, 0), dtype=torch.long, device=dev),
-                    torch.zeros((B, 0, V), dtype=torch.float64, device=dev), p_next, None)
+                    torch.zeros((B, 0, V), dtype=torch.float64, device=dev), p_next, None, None)
         if M > 1:
             self.draft.repeat(M)
             p = p.repeat_interleave(M, 0)
-        U = U[:, 2:].reshape(B, L, M).transpose(1, 2).reshape(B * M, L)  # each draft row's uniforms, slot by slot
-        cut = None
+        head = self.head if M == 1 else None
+        u_head = U[:, 2 + L:].cpu().numpy() if head is not None else None  # head_lane(i): one per slot, per prompt
+        U = U[:, 2:2 + L * M].reshape(B, L, M).transpose(1, 2).reshape(B * M, L)  # each draft row's, slot by slot
+        cut, predictions = None, None
         proposes = getattr(self.pair.draft, "proposes", None) if self.history and M == 1 else None
-        if proposes is not None:
+        if proposes is not None or head is not None:
             cut = lengths.copy()
             drafting = cut > 0
+        if head is not None:
+            predictions = [[] for _ in range(B)]
         xs, ps = [], []
         for i in range(L):
             if proposes is not None:  # a history draft, on the host: a block ends where it proposes nothing
@@ -369,9 +398,30 @@ class _Batch:
             xs.append(x)
             ps.append(p)
             if i + 1 < L:
-                logits = self.draft.feed(x[:, None], torch.ones_like(x[:, None], dtype=torch.bool), 1)
+                present = torch.ones_like(x[:, None], dtype=torch.bool)
+                if head is None:
+                    logits = self.draft.feed(x[:, None], present, 1)
+                else:
+                    logits, hidden = self.draft.feed(x[:, None], present, 1, hidden=True)
+                    self._read_head(head, hidden[:, -1], x, i, u_head, cut, drafting, predictions)
                 p = self.sampling.probs(logits[:, -1].double(), check=False)
-        return torch.stack(xs, 1), torch.stack(ps, 1), p_next, cut
+        return torch.stack(xs, 1), torch.stack(ps, 1), p_next, cut, predictions
+
+    def _read_head(self, head, hidden, x, i: int, u_head: np.ndarray, cut: np.ndarray, drafting: np.ndarray,
+                   predictions: list) -> None:
+        """The head at slot ``i`` for every prompt still drafting past it (one read of the scores and drafts):
+        each stores its value and, where the method says stop, its block is cut after slot ``i``."""
+        if self.eos is not None:
+            drafting &= x.cpu().numpy() != self.eos  # a block ends at its first drafted EOS: no head read there
+        drafting &= i + 1 < cut  # and none at a prompt's last possible slot
+        if not drafting.any():
+            return
+        scores = head(hidden).tolist()
+        method = self.method
+        for j in np.flatnonzero(drafting):
+            predictions[j].append(method.read_head(scores[j], float(u_head[j, i])))
+            if method.stop_drafting(predictions[j], int(self.remaining[j])):
+                drafting[j], cut[j] = False, i + 1
 
     def _verify(self, X, L: int, M: int):
         """One target call on every row: the unseen tokens and the block; the target's laws ``(B M, L + 1, V)``."""
@@ -383,18 +433,26 @@ class _Batch:
                                   L + 1)
         return self.sampling.probs(logits.double(), check=False)
 
-    def _law(self, P, Q, X, length, bonus, lengths: np.ndarray, L: int) -> RoundLaw:
+    def _law(self, P, Q, X, length, bonus, lengths: np.ndarray, L: int, predictions=None) -> RoundLaw:
         """Each prompt's round law ``(B, M, L + 1)``, from laws ``(B, M, ·, V)``: a slotwise method's law of the
         whole block cut to each row's (the rows drafting nothing get the method's law of an empty block, by
-        index: their count is known on the host); another method's law per block shape present (one read)."""
+        index: their count is known on the host); another method's law per block shape present (one read).
+        A method with a head gets ``predictions=``, each prompt's stored values as an array shaped like its
+        drafts (``NaN`` at the slots where the head was not read); the one-prompt loop passes one prompt's list."""
         method, dev = self.method, self.dev
+        extra = {}
+        if predictions is not None:
+            stored = np.full((len(predictions), 1, L), np.nan)
+            for j, values in enumerate(predictions):
+                stored[j, 0, :len(values)] = values
+            extra["predictions"] = torch.from_numpy(stored).to(dev)
         if L == 0:  # every row's block is empty
-            return method.round_law(P, Q, X, bonus=True)
+            return method.round_law(P, Q, X, bonus=True, **extra)
         empty = np.flatnonzero(lengths == 0)  # rows with nothing to draft (from the host's table)
         if method.slotwise:
-            law = cut_law(method.round_law(P, Q, X, bonus=True), Q, length.clamp(min=1), bonus)
+            law = cut_law(method.round_law(P, Q, X, bonus=True, **extra), Q, length.clamp(min=1), bonus)
             if empty.size:
-                law = self._splice(law, torch.from_numpy(empty).to(dev), P, Q, X, 0, True, L)
+                law = self._splice(law, torch.from_numpy(empty).to(dev), P, Q, X, 0, True, L, extra)
             return law
         # not slotwise: one law per (length, bonus) present; the rows of each found by sorting, not by a loop
         shape = length * 2 + bonus.long()
@@ -402,27 +460,31 @@ class _Batch:
         order = torch.argsort(shape, stable=True)
         law, start = None, 0
         for k, n in zip(keys, counts):
-            law = self._splice(law, order[start:start + n], P, Q, X, k // 2, bool(k % 2), L)
+            law = self._splice(law, order[start:start + n], P, Q, X, k // 2, bool(k % 2), L, extra)
             start += n
         return law
 
-    def _splice(self, law: RoundLaw | None, rows, P, Q, X, ell: int, bonus: bool, L: int) -> RoundLaw:
+    def _splice(self, law: RoundLaw | None, rows, P, Q, X, ell: int, bonus: bool, L: int,
+                extra: dict | None = None) -> RoundLaw:
         """``law`` with the rows ``rows`` replaced by the method's law of their blocks of length ``ell``, widened to
-        ``L`` drafts (``law=None``: a law of no mass elsewhere)."""
-        part = pad_law(self.method.round_law(P[rows, :, :ell], Q[rows, :, :ell + 1], X[rows, :, :ell], bonus=bonus),
-                       P.size(1), L + 1)
+        ``L`` drafts (``law=None``: a law of no mass elsewhere); ``extra``: a head's ``predictions`` (all rows)."""
+        extra = {k: v[rows, :, :ell] for k, v in (extra or {}).items()}
+        part = pad_law(self.method.round_law(P[rows, :, :ell], Q[rows, :, :ell + 1], X[rows, :, :ell], bonus=bonus,
+                                             **extra), P.size(1), L + 1)
         if law is None:
             law = RoundLaw(*(None if f is None else f.new_zeros((P.size(0), *f.shape[1:])) for f in part))
         return RoundLaw(*(None if f is None or g is None else f.index_put((rows,), g) for f, g in zip(law, part)))
 
-    def _tell(self, P, Q, X, length, bonus, decision) -> None:
-        """``on_round`` for each prompt, with its own block and the law of it (one read of the decisions)."""
+    def _tell(self, P, Q, X, length, bonus, decision, predictions=None) -> None:
+        """``on_round`` for each prompt, with its own block and the law of it (one read of the decisions); a
+        method with a head gets the prompt's stored values as the one-prompt loop passes them."""
         row, tau, _ = decision
         values = torch.stack([length, bonus.long(), row, tau, self.run_ids]).T.tolist()
         for j, (ell, bon, r, t, run) in enumerate(values):
             p, q, x = P[j, :, :ell], Q[j, :, :ell + 1], X[j, :, :ell]
-            law = self.method.round_law(p[None], q[None], x[None], bonus=bool(bon))
-            self.on_round(RoundInfo(self.first_index + run, p, q, x, law, r, t))
+            extra = {} if predictions is None else {"predictions": predictions[j]}
+            law = self.method.round_law(p[None], q[None], x[None], bonus=bool(bon), **extra)
+            self.on_round(RoundInfo(self.first_index + run, p, q, x, law, r, t, *extra.values()))
 
     def _roll_back(self, out, row, tau, token, L: int, M: int) -> None:
         """Both caches back to what each prompt accepted; the tokens each model is fed next round."""

@@ -307,8 +307,9 @@ def decode(
       batch_size: prompts decoded together as the rows of one batch (:mod:`speculab.backends.batched`;
         ``None``: all of them); ``1`` decodes one prompt at a time. Both paths give the same
         tokens, counts and records for the same key (each prompt's own random stream, see ``key``).
-        A method whose head decides the round's length while drafting (SpecDec++'s acceptance head,
-        SPRINTER's verifier) is decoded one prompt at a time whatever ``batch_size``.
+        A method whose head decides the round's length while drafting is batched when its head reads each
+        drafted token's hidden state (SpecDec++'s acceptance head), and decoded one prompt at a time whatever
+        ``batch_size`` when it reads the state before each slot (SPRINTER's verifier).
 
     Returns:
       :class:`DecodeResult` with one ``Counts`` run, one :class:`RunRecord` and one
@@ -349,7 +350,8 @@ def decode(
                                             else ""))
     encoded = _encode(pair, prompts, max_new_tokens)
     seeds = spawn_seeds(key, len(encoded))  # each prompt's stream (speculab.backends.streams)
-    batched = batch_size != 1 and head is None and batchable(method, pair)  # a drafting head: one prompt at a time
+    # a head read before each slot is drafted (SPRINTER's verifier, which may skip the target): one prompt at a time
+    batched = batch_size != 1 and (head is None or method.head_reads == "token") and batchable(method, pair)
     n = len(encoded)
     block = (batch_size or n) if batched else 1  # what one line of a journal holds: one batch, or one prompt
     probe = on_round if isinstance(on_round, RoundProbe) else None  # a callback whose observations are journaled

@@ -330,9 +330,9 @@ class Method(ABC):
     @property
     def draft_head(self):
         """The head the decoding loop runs on the draft's hidden states while drafting, or ``None``. With a head,
-        a round is decoded one prompt at a time: at each slot the loop stores ``read_head(head(hidden), uniform)``,
-        stops drafting where :meth:`stop_drafting` says, passes the stored values to :meth:`round_law` as
-        ``predictions`` and counts a target call where :meth:`target_called` says."""
+        at each slot of each prompt the loop stores ``read_head(head(hidden), uniform)``, stops drafting where
+        :meth:`stop_drafting` says, passes the stored values to :meth:`round_law` as ``predictions`` (batched: an
+        array shaped like the drafts, NaN where unread) and counts a target call where :meth:`target_called` says."""
         return None
 
     def read_head(self, score, uniform: float) -> float:
