@@ -38,6 +38,14 @@ def test_the_site_builds_with_warnings_as_errors(tmp_path):
     api = (tmp_path / "site" / "api" / "index.html").read_text()
     for name in ("sd_expected_rejections", "simulate", "decode", "assert_preserves_target_law", "build_report"):
         assert f'id="{name}' in api or f".{name}" in api, name  # rendered from the docstrings
+    # the docstrings' Sphinx roles are rendered (mkdocs_hooks.py): none is left as text on any page, references
+    # link to anchors that exist, and :math: is TeX for MathJax
+    for page in (tmp_path / "site").rglob("*.html"):
+        text = page.read_text()
+        assert not re.search(r":(func|class|meth|data|mod|attr|math):<", text), page
+    links = re.findall(r'<a href="index.html#([\w.]+)"><code>', api)
+    assert len(links) > 100 and all(f'id="{a}"' in api for a in links)
+    assert api.count('class="arithmatex"') > 30 and "\\(" in api
 
 
 def _table_cells(page: str):
@@ -156,3 +164,24 @@ def test_the_cli_page_lists_the_json_keys_each_command_prints(tmp_path, capsys):
         assert main([*args, "--json"]) == 0, command
         printed = json.loads(capsys.readouterr().out)
         assert list(printed) == documented[command], command
+
+
+def test_roles_become_code_links_and_tex():
+    """The hook alone, on a page that defines two anchors: a full path links to its anchor, ``~`` shows the last
+    component, a name that ends one anchor only links to it, an unknown or ambiguous one stays plain code."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        import mkdocs_hooks as hooks
+    finally:
+        sys.path.remove(str(ROOT))
+    page = Path("site/api/index.html")
+    anchors = {"speculab.sim.simulate": page, "speculab.theory.tv": page, "speculab.kernels.tv": page}
+    suffixes = {"simulate": ["speculab.sim.simulate"], "tv": ["speculab.theory.tv", "speculab.kernels.tv"]}
+    html = ("see :func:<code>speculab.sim.simulate</code>, :func:<code>~speculab.sim.simulate</code>, "
+            ":func:<code>simulate</code>, :func:<code>tv</code>, :class:<code>Nowhere</code> and "
+            ":math:<code>a &lt; b</code>")
+    assert hooks.render_roles(html, page, anchors, suffixes) == (
+        'see <a href="index.html#speculab.sim.simulate"><code>speculab.sim.simulate</code></a>, '
+        '<a href="index.html#speculab.sim.simulate"><code>simulate</code></a>, '
+        '<a href="index.html#speculab.sim.simulate"><code>simulate</code></a>, <code>tv</code>, '
+        '<code>Nowhere</code> and <span class="arithmatex">\\(a &lt; b\\)</span>')
