@@ -32,14 +32,32 @@ __all__ = ["main"]
 
 
 # -- instances ---------------------------------------------------------------
+
+def _count(minimum: int):
+    """An argparse type: an integer of at least ``minimum``, checked as the command line is read — before any
+    model is loaded — and refused in terms of the flag (argparse names it)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}; got {value}")
+        return value
+
+    parse.__name__ = "int"
+    return parse
+
 def _add_instance_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("instance (a saved .npz, or a random one)")
     g.add_argument("--instance", metavar="FILE", help="a Markov instance saved with MarkovInstance.save / `speculab instance`")
-    g.add_argument("--T", type=int, default=50, help="horizon (default 50)")
-    g.add_argument("--V", type=int, default=7, help="vocabulary size (default 7)")
+    g.add_argument("--T", type=_count(1), default=50, help="horizon (default 50)")
+    g.add_argument("--V", type=_count(1), default=7, help="vocabulary size (default 7)")
     g.add_argument("--rows", choices=["dirichlet", "uniform"], default="dirichlet", help="row generator (default dirichlet)")
     g.add_argument("--concentration", type=float, default=1.0, help="Dirichlet concentration (default 1)")
-    g.add_argument("--instance-seed", type=int, default=None, help="seed of the random instance (default: --seed)")
+    g.add_argument("--instance-seed", type=_count(0), default=None,
+                   help="seed of the random instance (default: --seed)")
 
 
 def _instance(args):
@@ -288,14 +306,14 @@ def _add_pair_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                    help="the models' weights (default float32; p and q are formed in float64 from their logits "
                         "whatever the weights, so every law is exact for what was sampled)")
-    g.add_argument("--max-new-tokens", type=int, default=32, help="tokens generated per prompt (default 32)")
+    g.add_argument("--max-new-tokens", type=_count(1), default=32, help="tokens generated per prompt (default 32)")
     g.add_argument("--temperature", type=float, default=1.0, help="0 = greedy (default 1)")
-    g.add_argument("--top-k", type=int, default=None)
+    g.add_argument("--top-k", type=_count(1), default=None)
     g.add_argument("--top-p", type=float, default=None)
 
 
 def _add_journal_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--batch-size", type=int, default=None,
+    p.add_argument("--batch-size", type=_count(1), default=None,
                    help="prompts decoded together (default: all): each prompt has its own random stream, so the "
                         "same seed gives the same runs whatever the batch size, up to the models' float round-off "
                         "in differently shaped batches (a draw at a boundary)")
@@ -476,7 +494,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def common(p, seed_default: int | None = 0, *, seeded: bool = True):
         if seeded:
-            p.add_argument("--seed", type=int, default=seed_default, help=f"random seed (default {seed_default})")
+            p.add_argument("--seed", type=_count(0), default=seed_default, help=f"random seed (default {seed_default})")
         p.add_argument("--json", action="store_true", help="print JSON instead of a table")
         p.add_argument("--debug", action="store_true", help="on an error, show the traceback")
 
@@ -498,7 +516,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(p)
     _add_instance_args(p)
     _add_method_args(p)
-    p.add_argument("--n-runs", type=int, default=10_000, help="number of runs (default 10000)")
+    p.add_argument("--n-runs", type=_count(1), default=10_000, help="number of runs (default 10000)")
     p.add_argument("--engine", choices=("numpy", "jax"), default="numpy",
                    help="numpy (reference) or jax (jitted, every method)")
     p.add_argument("--checkpoint", default=None, help="record each finished chunk of runs in this JSON-lines file")
@@ -529,7 +547,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_pair_args(p)
     _add_method_args(p, real_models=True, drafting=True)
     p.add_argument("--prompt", action="append", help="a prompt (repeatable; default: the tiny pair's held-out prompts)")
-    p.add_argument("--runs-per-prompt", type=int, default=8, help="independent runs per prompt (default 8)")
+    p.add_argument("--runs-per-prompt", type=_count(1), default=8, help="independent runs per prompt (default 8)")
     p.add_argument("--speed", action="store_true",
                    help="also the latency model's predicted speed-up over AR vs the clock (fit on half the prompts)")
     _add_journal_args(p)
@@ -539,15 +557,15 @@ def build_parser() -> argparse.ArgumentParser:
     common(p)
     _add_pair_args(p)
     p.set_defaults(max_new_tokens=32)
-    p.add_argument("--runs", type=int, default=None,
+    p.add_argument("--runs", type=_count(1), default=None,
                    help="runs of each law test (default 20,000 on CUDA, 4,000 elsewhere)")
     p.add_argument("--methods", nargs="+", default=list(VALIDATED), choices=list(VALIDATED),
                    help="the lossless methods whose law is tested (default all; the biased control always runs)")
-    p.add_argument("--compare-runs", type=int, default=4,
+    p.add_argument("--compare-runs", type=_count(0), default=4,
                    help="runs per prompt of each method's compare rows (0: none; default 4)")
     p.add_argument("--no-speed", action="store_true", help="leave out the timings")
-    p.add_argument("--batch-prompts", type=int, default=256, help="prompts of the batched timings (default 256)")
-    p.add_argument("--speed-tokens", type=int, default=64, help="tokens per prompt of the timings (default 64)")
+    p.add_argument("--batch-prompts", type=_count(1), default=256, help="prompts of the batched timings (default 256)")
+    p.add_argument("--speed-tokens", type=_count(1), default=64, help="tokens per prompt of the timings (default 64)")
     p.add_argument("--out", default=None, help="also write OUT/validation.json (speculab report shows it)")
     p.set_defaults(func=cmd_validate)
 
@@ -562,7 +580,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("figure", nargs="?", help="figure name, or 'all'; omit or --list to list them")
     common(p, seed_default=None)
     p.add_argument("--list", action="store_true", help="list the figures")
-    p.add_argument("--n-runs", type=int, default=None, help="override the number of simulated runs")
+    p.add_argument("--n-runs", type=_count(1), default=None, help="override the number of simulated runs")
     p.add_argument("--out", default="results", help="output folder (default ./results)")
     p.add_argument("--draft", default=None, help="real-model reproductions: draft model name or path")
     p.add_argument("--target", default=None, help="real-model reproductions: target model name or path")
@@ -595,7 +613,10 @@ def _terminate(signum, frame):
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as stop:  # --help (0), or a command line argparse refuses (2, its one line printed)
+        return stop.code if isinstance(stop.code, int) else 2
     main_thread = threading.current_thread() is threading.main_thread()  # only there can a handler be set
     previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
     try:

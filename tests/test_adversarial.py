@@ -213,30 +213,33 @@ def test_a_model_path_that_is_not_a_model_folder_is_refused(tmp_path, how):
 
 # -- the command line -----------------------------------------------------------------------------------------
 CLI_CASES = [
-    (["sim", "--T", "0"], 2, "T must be"), (["sim", "--T", "abc"], 2, "invalid int value"),
-    (["sim", "--V", "1"], 2, "V must be"), (["sim", "--n-runs", "-5"], 2, "n_runs"),
+    (["sim", "--T", "0"], 2, "argument --T: must be an integer >= 1; got 0"),
+    (["sim", "--T", "abc"], 2, "invalid int value"),
+    (["sim", "--V", "1"], 2, "V must be"), (["sim", "--n-runs", "-5"], 2, "argument --n-runs: must be"),
     (["sim", "--K", "0"], 2, "K must be"), (["sim", "--engine", "foo"], 2, "invalid choice"),
     (["sim", "--method", "nope"], 2, "invalid choice"), (["sim", "--seed", str(2**64)], 2, "key"),
-    (["sim", "--seed", "-1"], 2, "key"), (["sim", "--eps", "0.1"], 2, "--eps does not apply"),
+    (["sim", "--seed", "-1"], 2, "argument --seed: must be an integer >= 0"),
+    (["sim", "--eps", "0.1"], 2, "--eps does not apply"),
     (["theory", "batch", "--M", "0"], 2, "M must be"), (["theory", "batch", "--M", "abc"], 2, "M must be"),
     (["theory", "rejections", "--instance", "/etc/passwd"], 2, "not a speculab Markov instance"),
     (["theory", "rejections", "--T", "5", "--V", "3", "--concentration", "-1"], 2, "concentration"),
     (["instance", "--T", "3"], 2, "--out"), (["repro", "nonexist"], 2, "unknown figure"),
-    (["repro", "yin-fig2a", "--n-runs", "0"], 2, "n_runs"),
+    (["repro", "yin-fig2a", "--n-runs", "0"], 2, "argument --n-runs"),
     (["models", "build-tiny", "--out", "/proc/speculab-cannot-write"], 1, "cannot write"),
     ([], 2, "required"), (["bogus"], 2, "invalid choice"),
     (["run", "--pair", "tiny", "--device", "foo"], 2, "device"),
     (["run", "--draft", "/nonexistent-draft", "--target", "/nonexistent-target"], 2, "no model folder"),
-    (["compare", "--pair", "tiny", "--runs-per-prompt", "0"], 2, "runs_per_prompt"),
+    (["compare", "--pair", "tiny", "--runs-per-prompt", "0"], 2, "argument --runs-per-prompt"),
     (["run", "--pair", "tiny", "--temperature", "-1"], 2, "temperature"),
-    (["run", "--pair", "tiny", "--top-k", "0"], 2, "top_k"), (["run", "--pair", "tiny", "--top-p", "2"], 2, "top_p"),
+    (["run", "--pair", "tiny", "--top-k", "0"], 2, "argument --top-k"),
+    (["run", "--pair", "tiny", "--top-p", "2"], 2, "top_p"),
     (["run", "--pair", "tiny", "--prompt", ""], 2, "empty"),
-    (["run", "--pair", "tiny", "--max-new-tokens", "0"], 2, "max_new_tokens"),
+    (["run", "--pair", "tiny", "--max-new-tokens", "0"], 2, "argument --max-new-tokens"),
     (["run", "--pair", "tiny", "--resume"], 2, "--resume needs --checkpoint"),
     (["run", "--pair", "tiny", "--checkpoint", ""], 2, "folder must be a path"),
     (["compare", "--pair", "tiny", "--checkpoint", "/nonexistent-speculab-journal", "--resume"], 2, "nothing to resume"),
-    (["compare", "--pair", "tiny", "--batch-size", "0"], 2, "batch_size"),
-    (["run", "--pair", "tiny", "--batch-size", "-2"], 2, "batch_size"),
+    (["compare", "--pair", "tiny", "--batch-size", "0"], 2, "argument --batch-size"),
+    (["run", "--pair", "tiny", "--batch-size", "-2"], 2, "argument --batch-size"),
 ]
 
 
@@ -361,7 +364,7 @@ def _repro_with_runs():
 @pytest.mark.parametrize("runs", ["0", "-3"])
 def test_a_reproductions_bad_run_count_is_refused_before_it_computes(name, runs, tmp_path, capsys, monkeypatch):
     """``speculab repro NAME --n-runs 0`` ends at once (nothing simulated, no file written) with one line naming
-    ``n_runs`` and exit 2 — before this check, some reproductions computed their theory for seconds first, and one
+    the flag and exit 2 — before this check, some reproductions computed their theory for seconds first, and one
     blamed its prompts."""
     from speculab import repro
     from speculab.cli import main
@@ -369,5 +372,6 @@ def test_a_reproductions_bad_run_count_is_refused_before_it_computes(name, runs,
     monkeypatch.setattr(repro.get(name), "run", lambda **kw: pytest.fail("the reproduction ran"))
     assert main(["repro", name, "--n-runs", runs, "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("speculab: error: n_runs must be an integer >= 1") and err.count("\n") == 1
+    assert err.startswith("speculab repro: error: argument --n-runs: must be an integer >= 1")
+    assert err.count("\n") == 1
     assert not (tmp_path / "out").exists()

@@ -58,7 +58,7 @@ def test_sim_finite_K_and_autoregressive(capsys, agrees):
     "argv, match",
     [
         (["sim", "--K", "0"], "K must be an integer >= 1"),
-        (["sim", "--n-runs", "0"], "n_runs"),
+        (["sim", "--n-runs", "0"], "argument --n-runs: must be an integer >= 1"),
         (["sim", "--method", "ar", "--K", "3"], "--K does not apply to --method ar"),
         (["sim", "--method", "biased"], "needs --eps"),
         (["theory", "rejections", "--V", "1"], "V must be"),
@@ -301,8 +301,7 @@ def test_every_command_shows_examples_that_parse(capsys):
     leaves = dict(_leaves(parser))
     assert set(leaves) == set(EXAMPLES)
     for words, examples in EXAMPLES.items():
-        with pytest.raises(SystemExit):
-            main([*words.split(), "--help"])
+        assert main([*words.split(), "--help"]) == 0
         shown = capsys.readouterr().out
         assert "examples:" in shown and "--json prints one JSON object" in shown, words
         for example in examples:
@@ -334,3 +333,22 @@ def test_theory_batch_prints_each_ms_own_theory_row_by_row(capsys):
             [prof.rejections, prof.sd_rejections_per_position.sum(), prof.improvement, prof.oracle_calls,
              prof.acceleration], abs=1e-4)
     assert len({out["M"][m]["rejections"] for m in out["M"]}) == 5  # five different values: rows cannot coincide
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "--pair", "tiny", "--batch-size", "0"], ["run", "--pair", "tiny", "--max-new-tokens", "-1"],
+    ["run", "--pair", "tiny", "--seed", "-1"], ["run", "--pair", "tiny", "--top-k", "0"],
+    ["compare", "--pair", "tiny", "--runs-per-prompt", "0"], ["compare", "--pair", "tiny", "--batch-size", "x"],
+    ["validate", "--runs", "0"], ["validate", "--compare-runs", "-1"], ["validate", "--batch-prompts", "0"],
+    ["validate", "--speed-tokens", "0"], ["sim", "--n-runs", "0"], ["sim", "--T", "0"],
+])
+def test_a_bad_count_is_refused_by_its_flag_before_any_model_loads(argv, capsys, monkeypatch):
+    """Counts are checked as the command line is read: the error names the flag, and no model is loaded first (the
+    tiny pair's loading took seconds before a refusal of ``--batch-size 0``)."""
+    from speculab.backends import pair as pair_module
+
+    monkeypatch.setattr(pair_module, "load_pair", lambda *a, **k: pytest.fail("a model was loaded"))
+    flag = next(a for a in reversed(argv) if a.startswith("--"))
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"error: argument {flag}: " in err and err.count("\n") == 1
