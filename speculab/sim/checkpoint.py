@@ -8,6 +8,13 @@ loses at most the chunk under way; a line cut short by it is dropped on resumpti
 Resuming restores the generator's state after the last finished chunk and runs the rest,
 so the result equals an uninterrupted run's with the same key, run for run.
 
+A line is data, not trusted: each carries a SHA-256 digest over the simulation's header and
+its own content, and is checked before it is replayed — the digest, equal lengths, counts
+that are non-negative integers no larger than the horizon allows and consistent with one
+another, rejection rates in ``[0, 1]``, a generator state of the simulation's own kind. An
+edited, foreign or impossible line is refused, naming the file and the line: the
+simulation stops rather than publish a number it did not compute.
+
 :func:`resumable` checkpoints every simulation of a longer computation (a reproduction)
 this way, each in its own file named by what it simulates, so a rerun with ``resume=True``
 reads back the finished simulations, continues the one under way and runs the rest.
@@ -35,7 +42,7 @@ __all__ = ["Journal", "FORMAT", "resumable", "recorded", "active_folder", "call_
 #: journals of real-model decoding (``decode-*``, :mod:`speculab.backends.journal`).
 PATTERNS = ("sim-*.jsonl", "decode-*.jsonl")
 
-FORMAT = "speculab-sim-checkpoint/1"
+FORMAT = "speculab-sim-checkpoint/2"  # /2: a digest per line, checked on replay
 
 
 def instance_digest(inst) -> str:
@@ -56,9 +63,58 @@ def _encode(counts: Counts) -> dict:
 
 
 def _decode(data: dict) -> Counts:
-    fields = {name: np.asarray(v, dtype=np.int64) for name, v in data["fields"].items()}
-    return Counts(**fields, rejections_per_position=np.asarray(data["rejections_per_position"], dtype=np.float64),
-                  extra={k: np.asarray(v, dtype=np.int64) for k, v in data["extra"].items()})
+    """A chunk's counts from their JSON, checked as data (:func:`_checked`); ``ValueError`` says what is wrong."""
+    if not isinstance(data, dict) or set(data) != {"fields", "rejections_per_position", "extra"}:
+        raise ValueError("not a chunk's counts")
+    fields, extra = data["fields"], data["extra"]
+    if not isinstance(fields, dict) or set(fields) != set(Counts.FIELDS) or not isinstance(extra, dict):
+        raise ValueError(f"its count fields are not {', '.join(Counts.FIELDS)}")
+    arrays = {name: _integers(v, name) for name, v in (*fields.items(), *extra.items())}
+    if len({a.shape for a in arrays.values()}) != 1 or next(iter(arrays.values())).size == 0:
+        raise ValueError("its count fields have different lengths (or none)")
+    rates = np.asarray(data["rejections_per_position"], dtype=np.float64)
+    if rates.ndim != 1 or not np.all((rates >= 0) & (rates <= 1)):
+        raise ValueError("its rejection rates per position are not one row of numbers in [0, 1]")
+    counts = Counts(**{n: arrays[n] for n in Counts.FIELDS}, rejections_per_position=rates,
+                    extra={k: arrays[k] for k in extra})
+    _checked(counts, rates.size)
+    return counts
+
+
+def _integers(values, name: str) -> np.ndarray:
+    a = np.asarray(values)
+    if a.ndim != 1 or a.dtype.kind not in "iu" or np.any(a < 0):
+        raise ValueError(f"{name} is not a list of non-negative integers")
+    return a.astype(np.int64)
+
+
+def _checked(c: Counts, T: int) -> None:
+    """Counts a simulation of horizon ``T`` can produce: every run outputs ``T`` tokens, each a rejection, an
+    accepted draft, a bonus token or a target sample, so none of those exceeds ``T``; a round calls the target at
+    most once per token, and no draft is accepted or discarded unless drafted."""
+    if np.any(c.tokens != T):
+        raise ValueError(f"a run has {int(c.tokens.max())} tokens, not the horizon's {T}")
+    if np.any(c.rejections + c.accepted + c.bonus > T) or np.any(c.oracle_calls > T):
+        raise ValueError(f"a run has more rejections, accepted drafts, bonus tokens or target calls than its {T} "
+                         f"tokens allow")
+    if np.any(c.accepted + c.discarded > c.draft_calls):
+        raise ValueError("a run accepts or discards more drafts than it drafted")
+
+
+def line_digest(header: dict, entry: dict) -> str:
+    """SHA-256 of a line's content (but its own ``digest``) with the header of the file it belongs to."""
+    body = {k: v for k, v in entry.items() if k != "digest"}
+    text = json.dumps(header, sort_keys=True) + "\n" + json.dumps(body, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _check_state(state, kind: str) -> None:
+    """A generator state to restore: a dict numpy's ``kind`` bit generator accepts (checked on a scratch one)."""
+    scratch = getattr(np.random, kind)()
+    try:
+        scratch.state = state
+    except (TypeError, ValueError, KeyError) as exc:
+        raise ValueError(f"rng_state is not a {kind} state ({type(exc).__name__})") from None
 
 
 def read_lines(path: Path) -> list[dict]:
@@ -128,13 +184,22 @@ class Journal:
             differ = sorted(k for k in expected if lines[0].get(k) != expected[k])
             raise ValueError(f"checkpoint {self.path} was written for another simulation (its {', '.join(differ)} "
                              f"differ); remove it or give another path")
+        kind = expected["rng_state"]["bit_generator"] if isinstance(expected.get("rng_state"), dict) else None
         for k, entry in enumerate(lines[1:], start=2):
             try:
-                self.parts.append(_decode(entry["counts"]))
-                self.state = entry["rng_state"]
+                if not isinstance(entry, dict) or entry.get("chunk") != k - 2:
+                    raise ValueError("not the next finished chunk")
+                if entry.get("digest") != line_digest(expected, entry):
+                    raise ValueError("its digest does not match its content and this simulation (edited, or "
+                                     "from another run)")
+                counts = _decode(entry["counts"])
+                if kind is not None:
+                    _check_state(entry["rng_state"], kind)
             except (KeyError, TypeError, ValueError) as exc:
-                raise ValueError(f"checkpoint {self.path}, line {k}: not a finished chunk ({type(exc).__name__}: "
-                                 f"{exc}); remove the file to simulate again") from exc
+                raise ValueError(f"checkpoint {self.path}, line {k}: {exc}; remove the file to simulate again") \
+                    from None
+            self.parts.append(counts)
+            self.state = entry["rng_state"]
 
     def _append(self, entry: dict) -> None:
         append_line(self.path, entry)
@@ -142,7 +207,10 @@ class Journal:
     def add(self, part: Counts, rng: np.random.Generator) -> None:
         """Record a finished chunk and the generator's state after it."""
         self.parts.append(part)
-        self._append({"chunk": len(self.parts) - 1, "counts": _encode(part), "rng_state": rng.bit_generator.state})
+        entry = {"chunk": len(self.parts) - 1, "counts": _encode(part), "rng_state": rng.bit_generator.state}
+        entry = json.loads(json.dumps(entry))  # as the file will hold it (what the digest is read against)
+        entry["digest"] = line_digest(json.loads(json.dumps(self.header)), entry)
+        self._append(entry)
 
 
 class _Session:
@@ -286,14 +354,23 @@ def recorded(what, compute):
     path = None if folder is None else call_file(folder, what)
     if path is None:
         return compute()
+    header = {"format": FORMAT, "call": "recorded"}
     if path.exists():
-        lines = path.read_text().splitlines()
-        if len(lines) == 2 and json.loads(lines[0]).get("format") == FORMAT:
-            return [_decode(c) for c in json.loads(lines[1])["counts"]]
+        try:
+            lines = [json.loads(line) for line in path.read_text().splitlines()]
+            if len(lines) != 2 or lines[0] != header:
+                raise ValueError("not a recorded call of this speculab")
+            if lines[1].get("digest") != line_digest(header, lines[1]):
+                raise ValueError("its digest does not match its content (edited, or from another run)")
+            return [_decode(c) for c in lines[1]["counts"]]
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError, KeyError, TypeError,
+                ValueError) as exc:
+            raise ValueError(f"recorded call {path}: {exc}; remove the file to compute it again") from None
     result = compute()
     from speculab._files import atomic_path
 
+    body = json.loads(json.dumps({"counts": [_encode(c) for c in result]}))
+    body["digest"] = line_digest(header, body)
     with atomic_path(path) as tmp:  # whole or not at all
-        tmp.write_text(json.dumps({"format": FORMAT, "call": "recorded"}) + "\n"
-                       + json.dumps({"counts": [_encode(c) for c in result]}) + "\n")
+        tmp.write_text(json.dumps(header) + "\n" + json.dumps(body) + "\n")
     return result
