@@ -156,3 +156,27 @@ def test_a_recorded_call_edited_by_hand_is_refused(tmp_path):
         with checkpoint.resumable(folder, resume=True):
             checkpoint.recorded(("what", 1), compute)
     assert len(calls) == 1
+
+
+def _methods():
+    from speculab import kernels
+    from speculab.methods import (Autoregressive, BatchSD, Biased, BlockVerification, Fuzzy, OptimalMultiDraft,
+                                  RejectionDecoding, SpecDecPP, Sprinter)
+
+    def half(p, q):
+        return 0.5 * kernels.sd_acceptance(p, q)
+
+    return [Autoregressive(), SD(), SD(K=2), BatchSD(3, K=2), Biased(0.1, "opt", K=2), Fuzzy(0.2, "js", K=2),
+            SpecDecPP(0.5, cap=3), Sprinter(0.9, 0.1), BlockVerification(3), OptimalMultiDraft(2, K=2),
+            RejectionDecoding(b=half, K=2)]
+
+
+@pytest.mark.parametrize("method", _methods(), ids=repr)
+def test_every_simulators_lines_pass_the_checks(method, tmp_path):
+    """The data checks refuse nothing a simulator writes: each method's three chunks are replayed to its counts."""
+    path = tmp_path / "sim.jsonl"
+    whole = simulate(INST, method, RUNS, 3, checkpoint=path)
+    assert len(path.read_text().splitlines()) == 4
+    again = simulate(INST, method, RUNS, 3, checkpoint=path, resume=True)
+    for name in whole.FIELDS:
+        np.testing.assert_array_equal(getattr(again, name), getattr(whole, name))
