@@ -27,10 +27,14 @@ step() {  # step NAME LIMIT_SECONDS COMMAND...: run it, log it, and note its exi
 step environment 60 "$PY" -c "import torch, transformers, numpy; print(torch.__version__, transformers.__version__,
 numpy.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA')"
 step validate "$LIMIT" "$PY" -m speculab.cli validate --device "$DEVICE" --debug --out "$OUT"
-step bench-float32 $((LIMIT * 2 / 3)) "$PY" benchmarks/bench_batched.py --device "$DEVICE" --json "$OUT/bench_float32.json"
-step tests "$LIMIT" "$PY" -m pytest -q -p no:cacheprovider --device "$DEVICE" --maxfail 10 -n 8 tests/test_batched.py \
-  tests/test_drafts.py tests/test_streams.py tests/test_validate.py tests/test_backends.py tests/test_block.py \
-  tests/test_specdecpp_models.py tests/test_sprinter_models.py tests/test_fsd_models.py tests/test_latency.py
+step bench-float32 $((LIMIT * 2 / 3)) "$PY" benchmarks/bench_batched.py --device "$DEVICE" \
+  --json "$OUT/bench_float32.json"
+# pytest-xdist, where installed (the GPU machines have it; `./dev`'s environment does not), runs the files at once
+PARALLEL=$("$PY" -c "import xdist" 2>/dev/null && echo "-n 8")
+step tests "$LIMIT" "$PY" -m pytest -q -p no:cacheprovider --device "$DEVICE" --maxfail 10 $PARALLEL \
+  tests/test_batched.py tests/test_drafts.py tests/test_streams.py tests/test_validate.py tests/test_backends.py \
+  tests/test_block.py tests/test_specdecpp_models.py tests/test_sprinter_models.py tests/test_fsd_models.py \
+  tests/test_latency.py
 step validate-bfloat16 $((LIMIT * 2 / 5)) "$PY" -m speculab.cli validate --device "$DEVICE" --dtype bfloat16 --debug \
   --runs 4000 --compare-runs 0 --no-speed --out "$OUT/bf16"
 step bench-bfloat16 $((LIMIT * 2 / 5)) "$PY" benchmarks/bench_batched.py --device "$DEVICE" --dtype bfloat16 \

@@ -7,23 +7,21 @@ Windows within one file system). An interrupted run (Ctrl-C, ``kill``) therefore
 previous run's files whole, each one consistent with the JSON written beside it by that run,
 and no partial file under a result's name.
 
-The temporary file is created by :func:`tempfile.mkstemp` (exclusively, ``O_EXCL``, under an unpredictable
-name), so a symbolic link planted beside the destination in a shared folder is never written through; and
+The temporary file is created exclusively (``O_CREAT | O_EXCL``, which fails on any existing path, a link
+included) under an unpredictable name, so a symbolic link planted beside the destination in a shared folder is
+never written through; it is created with mode ``0o666`` less the process's umask, as a plain ``open`` would; and
 ``os.replace`` replaces a link at the destination itself rather than the file it points to.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
+import secrets
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
 __all__ = ["atomic_path"]
-
-_UMASK = os.umask(0)  # read once, at import (umask can only be read by setting it)
-os.umask(_UMASK)
 
 
 @contextmanager
@@ -32,13 +30,21 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     (including ``KeyboardInterrupt``) it is removed and ``path`` is left as it was. Creates the parent folder."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp = Path(name)
+    tmp = _exclusive(path)
     try:
         yield tmp
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp's 0600 -> what a plain open() would have given
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _exclusive(path: Path) -> Path:
+    """A new empty file beside ``path`` under a random name, made by this call alone (never an existing path)."""
+    while True:
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+        try:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        except FileExistsError:
+            continue
+        return tmp

@@ -31,24 +31,25 @@ from speculab.validate import METHODS as VALIDATED  # (the module imports torch 
 __all__ = ["main"]
 
 
-# -- instances ---------------------------------------------------------------
-
-def _count(minimum: int):
-    """An argparse type: an integer of at least ``minimum``, checked as the command line is read — before any
-    model is loaded — and refused in terms of the flag (argparse names it)."""
+# -- command-line values ------------------------------------------------------
+def _count(minimum: int, below: int | None = None):
+    """An argparse type: an integer of at least ``minimum`` (and below ``below``), checked as the command line is
+    read — before any model is loaded — and refused in terms of the flag (argparse names it)."""
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}; got {value}")
+        if value < minimum or (below is not None and value >= below):
+            within = f">= {minimum}" if below is None else f"in [{minimum}, {below:,})"
+            raise argparse.ArgumentTypeError(f"must be an integer {within}; got {value}")
         return value
 
-    parse.__name__ = "int"
     return parse
 
+
+# -- instances ---------------------------------------------------------------
 def _add_instance_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("instance (a saved .npz, or a random one)")
     g.add_argument("--instance", metavar="FILE", help="a Markov instance saved with MarkovInstance.save / `speculab instance`")
@@ -243,10 +244,6 @@ def cmd_repro(args) -> None:
     if args.only or args.skip:
         raise ValueError("--only and --skip apply to `speculab repro all`")
     mod = repro.get(args.figure)
-    if args.n_runs is not None:  # refused before anything is computed (a reproduction may have a larger minimum)
-        from speculab._validate import as_positive_int
-
-        as_positive_int(args.n_runs, "n_runs")
     accepted = inspect.signature(mod.run).parameters
     overrides = {}
     for flag, name in (("seed", "key"), ("n_runs", "n_runs"), ("draft", "draft"), ("target", "target")):
@@ -367,11 +364,11 @@ def _journaled(args):
 def cmd_run(args) -> None:
     from speculab.backends import decode
 
+    method, sampling, journaled = _method(args), _sampling(args), _journaled(args)  # checked before the models load
     pair = _pair(args)
-    method = _method(args)
     prompts = args.prompt or ["Return the"]
-    with _journaled(args), progress("decoding", total=len(prompts) * args.max_new_tokens, enabled=not args.json):
-        res = decode(pair, prompts, method, max_new_tokens=args.max_new_tokens, sampling=_sampling(args),
+    with journaled, progress("decoding", total=len(prompts) * args.max_new_tokens, enabled=not args.json):
+        res = decode(pair, prompts, method, max_new_tokens=args.max_new_tokens, sampling=sampling,
                      key=args.seed, batch_size=args.batch_size)
     payload = {"pair": pair.name, "method": repr(method), "seed": args.seed, "texts": res.texts,
                "tokens": res.tokens, "counts": res.counts.to_dict()}
@@ -386,10 +383,11 @@ def cmd_run(args) -> None:
 def cmd_compare(args) -> None:
     from speculab.compare import compare
 
+    method, sampling, journaled = _method(args), _sampling(args), _journaled(args)  # checked before the models load
     pair = _pair(args)
-    with _journaled(args), progress("decoding (all runs)", enabled=not args.json):
-        comp = compare(pair, _method(args), args.prompt or None, runs_per_prompt=args.runs_per_prompt,
-                       max_new_tokens=args.max_new_tokens, sampling=_sampling(args), key=args.seed, speed=args.speed,
+    with journaled, progress("decoding (all runs)", enabled=not args.json):
+        comp = compare(pair, method, args.prompt or None, runs_per_prompt=args.runs_per_prompt,
+                       max_new_tokens=args.max_new_tokens, sampling=sampling, key=args.seed, speed=args.speed,
                        batch_size=args.batch_size)
     _emit(args, comp.to_dict(), str(comp))
 
@@ -402,9 +400,10 @@ def cmd_validate(args) -> int:
 
     if args.out is not None:
         _check_writable(args.out)  # before minutes of decoding, not after
+    sampling = _sampling(args)
     pair = _pair(args)
     runs = args.runs if args.runs is not None else (20_000 if pair.device.type == "cuda" else 4_000)
-    report = validate(pair, key=args.seed, runs=runs, methods=args.methods, sampling=_sampling(args),
+    report = validate(pair, key=args.seed, runs=runs, methods=args.methods, sampling=sampling,
                       compare_runs=args.compare_runs, max_new_tokens=args.max_new_tokens, speed=not args.no_speed,
                       batch_prompts=args.batch_prompts, speed_tokens=args.speed_tokens)
     payload = report.to_dict()
@@ -494,7 +493,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     def common(p, seed_default: int | None = 0, *, seeded: bool = True):
         if seeded:
-            p.add_argument("--seed", type=_count(0), default=seed_default, help=f"random seed (default {seed_default})")
+            p.add_argument("--seed", type=_count(0, 1 << 64), default=seed_default,
+                           help=f"random seed (default {seed_default})")
         p.add_argument("--json", action="store_true", help="print JSON instead of a table")
         p.add_argument("--debug", action="store_true", help="on an error, show the traceback")
 

@@ -341,14 +341,44 @@ def test_theory_batch_prints_each_ms_own_theory_row_by_row(capsys):
     ["compare", "--pair", "tiny", "--runs-per-prompt", "0"], ["compare", "--pair", "tiny", "--batch-size", "x"],
     ["validate", "--runs", "0"], ["validate", "--compare-runs", "-1"], ["validate", "--batch-prompts", "0"],
     ["validate", "--speed-tokens", "0"], ["sim", "--n-runs", "0"], ["sim", "--T", "0"],
+    ["run", "--pair", "tiny", "--seed", str(1 << 64)],
 ])
 def test_a_bad_count_is_refused_by_its_flag_before_any_model_loads(argv, capsys, monkeypatch):
     """Counts are checked as the command line is read: the error names the flag, and no model is loaded first (the
     tiny pair's loading took seconds before a refusal of ``--batch-size 0``)."""
-    from speculab.backends import pair as pair_module
+    import speculab.backends
 
-    monkeypatch.setattr(pair_module, "load_pair", lambda *a, **k: pytest.fail("a model was loaded"))
+    monkeypatch.setattr(speculab.backends, "load_pair", _no_models)
     flag = next(a for a in reversed(argv) if a.startswith("--"))
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert f"error: argument {flag}: " in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["run", "--pair", "tiny", "--method", "sd", "--K", "0"], "K must be an integer >= 1"),
+    (["compare", "--pair", "tiny", "--method", "block", "--gamma", "0"], "gamma"),
+    (["run", "--pair", "tiny", "--temperature", "-1"], "temperature"),
+    (["compare", "--pair", "tiny", "--resume"], "--resume needs --checkpoint"),
+    (["validate", "--top-p", "2"], "top_p"),
+])
+def test_a_bad_method_or_sampling_is_refused_before_any_model_loads(argv, match, capsys, monkeypatch):
+    """The method, the sampling and the journal are built from the command line before the models load."""
+    import speculab.backends
+
+    monkeypatch.setattr(speculab.backends, "load_pair", _no_models)
+    assert main(argv) == 2
+    assert match in capsys.readouterr().err
+
+
+def _no_models(*args, **kwargs):
+    pytest.fail("a model was loaded")
+
+
+def test_the_guard_against_loading_models_does_catch_a_load(monkeypatch):
+    """The tests above would pass vacuously if the patched loader were not the one the command line calls."""
+    import speculab.backends
+
+    monkeypatch.setattr(speculab.backends, "load_pair", _no_models)
+    with pytest.raises(pytest.fail.Exception, match="a model was loaded"):
+        main(["run", "--pair", "tiny", "--max-new-tokens", "1", "--debug"])

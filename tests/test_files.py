@@ -7,12 +7,6 @@ import pytest
 from speculab._files import atomic_path
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def test_a_link_planted_at_a_predictable_temporary_name_is_not_followed(tmp_path):
     """The temporary name was ``.NAME.PID.tmp``: a link planted there (in a shared folder) sent the write to the
     file it points to. The temporary file is now made exclusively under a random name."""
@@ -39,11 +33,17 @@ def test_a_link_at_the_destination_is_replaced_not_written_through(tmp_path):
     assert not path.is_symlink() and path.read_text() == "{}"
 
 
-def test_the_file_gets_the_mode_a_plain_open_gives(tmp_path):
-    """``mkstemp`` makes the temporary file private (0600); the result has the umask's usual mode."""
-    with atomic_path(tmp_path / "a.txt") as tmp:
-        tmp.write_text("x")
-    assert (tmp_path / "a.txt").stat().st_mode & 0o777 == 0o666 & ~_umask()
+@pytest.mark.parametrize("mask", [0o022, 0o077, 0o002])
+def test_the_file_gets_the_mode_a_plain_open_gives(tmp_path, mask):
+    """The result's mode is ``0o666`` less the umask in force when it is written (not one read earlier)."""
+    before = os.umask(mask)
+    try:
+        with atomic_path(tmp_path / "a.txt") as tmp:
+            tmp.write_text("x")
+        (tmp_path / "b.txt").write_text("x")
+    finally:
+        os.umask(before)
+    assert (tmp_path / "a.txt").stat().st_mode & 0o777 == (tmp_path / "b.txt").stat().st_mode & 0o777 == 0o666 & ~mask
 
 
 def test_a_failed_write_leaves_nothing_beside_the_old_file(tmp_path):

@@ -146,7 +146,7 @@ def test_nothing_imports_upward():
 
 @pytest.mark.parametrize("source, want", [
     ("from speculab.methods import SD", {"speculab.methods"}),
-    ("from speculab.methods.sd import SD", {"speculab.methods.sd"}),
+    ("from speculab.methods.sprinter import Sprinter", {"speculab.methods.sprinter"}),
     ("from speculab.sim import jax_engine", {"speculab.sim.jax_engine"}),
     ("import speculab.theory.batch", {"speculab.theory.batch"}),
     ("def f():\n    from speculab.compare import Row", {"speculab.compare"}),

@@ -92,8 +92,8 @@ def test_report_lists_skipped_and_failed_figures_with_the_reason(results, tmp_pa
     ("yin_fig3.json", "{not json", "is not a reproduction's JSON"),
     (runner.PROVENANCE, "[]", "is not a speculab provenance file"),
     (runner.PROVENANCE, '{"format": "speculab-provenance/1", "figures": {"yin-fig3": "ok"}}', "not a record"),
-    ("yin_fig3.json", '{"x": 1}', "is not a result of yin-fig3"),
-    ("yin_fig3.json", "[1, 2]", "is not a result of yin-fig3"),
+    ("yin_fig3.json", '{"x": 1}', "no reproductions in"),  # a result without a provenance record is not shown
+    ("yin_fig3.json", "[1, 2]", "no reproductions in"),
 ])
 def test_report_refuses_a_folder_without_reproductions(name, content, message, tmp_path, capsys):
     if content is not None:
@@ -239,3 +239,30 @@ def test_report_refuses_a_record_naming_a_file_outside_its_folder(results, tmp_p
         assert main(["report", "--out", str(folder)]) == 2
         assert "not plain names in its folder" in capsys.readouterr().err
         assert not (folder / REPORT).exists()
+
+
+def test_report_shows_no_figure_without_its_record(results, tmp_path, capsys):
+    """A figure's files are shown only as its recorded run wrote them: with its provenance entry gone (or its
+    digests removed), or its PNG swapped for a link to a file elsewhere, it is not shown or the page is refused."""
+    import json
+
+    folder = tmp_path / "r"
+    shutil.copytree(results, folder)
+    data = runner.read_provenance(folder)
+    del data["figures"]["yin-fig3"]
+    (folder / runner.PROVENANCE).write_text(json.dumps(data))
+    page = build_report(folder).read_text()
+    assert '<section id="yin-fig3">' not in page and "yin_fig3.json has no record in provenance.json" in page
+    assert '<section id="sprinter-fig6">' in page
+    data = runner.read_provenance(results)
+    del data["figures"]["yin-fig3"]["sha256"]
+    (folder / runner.PROVENANCE).write_text(json.dumps(data))
+    assert main(["report", "--out", str(folder)]) == 2
+    assert "has no valid sha256 for each of its files (remove or repair the file" in capsys.readouterr().err
+    (folder / runner.PROVENANCE).write_text(json.dumps(runner.read_provenance(results)))
+    elsewhere = tmp_path / "elsewhere.png"
+    elsewhere.write_bytes((folder / "yin_fig3.png").read_bytes())
+    (folder / "yin_fig3.png").unlink()
+    (folder / "yin_fig3.png").symlink_to(elsewhere)  # the same bytes, through a link: still refused
+    assert main(["report", "--out", str(folder)]) == 2
+    assert "yin_fig3.png is not the file `speculab repro yin-fig3` wrote" in capsys.readouterr().err

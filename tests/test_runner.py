@@ -163,7 +163,8 @@ def test_a_record_naming_files_outside_its_folder_is_refused(tmp_path, files):
 def test_a_record_without_a_digest_for_each_file_is_refused(tmp_path):
     runner.run_all(tmp_path, only=["yin-fig3"], progress=False, echo=lambda line: None)
     for edit in (lambda e: e["sha256"].popitem(), lambda e: e["sha256"].update({"other.png": "0" * 64}),
-                 lambda e: e["sha256"].update({"yin_fig3.json": "not hex"}), lambda e: e.update(sha256=[])):
+                 lambda e: e["sha256"].update({"yin_fig3.json": "not hex"}), lambda e: e.update(sha256=[]),
+                 lambda e: e.pop("sha256")):
         data = _provenance(tmp_path)
         edit(data["figures"]["yin-fig3"])
         (tmp_path / runner.PROVENANCE).write_text(json.dumps(data))

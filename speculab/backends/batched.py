@@ -50,12 +50,13 @@ the number of rows (``tests/test_batched.py`` counts them at 16 and 1,024 rows).
   which take one prompt's values — so both paths decide every round alike.
 
 Every method with a round law: autoregressive decoding, SD with any ``K``, biased,
-fuzzy, rejection-rule and block verification, SpecDec++ with a head, and batch SD, whose ``M`` draft rows per
-prompt are ``M`` consecutive rows of the batch while it drafts (both caches repeated,
-then reduced to the followed row). SPRINTER, whose verifier reads the state before each
-slot and may skip the target's call, is decoded one prompt at a time. Adapters: Hugging Face causal LMs (:class:`~speculab.backends.models.HFModel`)
-and drafts computed from the token history (:class:`~speculab.backends.models.HistoryModel`:
-n-gram, prompt lookup).
+fuzzy, rejection-rule and block verification, SpecDec++ with a head, and batch SD, whose
+``M`` draft rows per prompt are ``M`` consecutive rows of the batch while it drafts (both
+caches repeated, then reduced to the followed row). SPRINTER, whose verifier reads the
+state before each slot and may skip the target's call, is decoded one prompt at a time.
+Adapters: Hugging Face causal LMs (:class:`~speculab.backends.models.HFModel`) and drafts
+computed from the token history (:class:`~speculab.backends.models.HistoryModel`: n-gram,
+prompt lookup).
 """
 
 from __future__ import annotations

@@ -35,11 +35,10 @@ def _cache_keyword(model_type: type) -> str:
 def attention_kernels():
     """A context in which a forward pass may use every scaled-dot-product attention kernel but cuDNN's.
 
-    torch 2.11 sends bfloat16 and float16 attention on Hopper GPUs to cuDNN first, and cuDNN builds an execution
-    plan for every new shape: decoding, whose key length grows by a few tokens a round, paid one plan per round
-    (the tiny pair's batched SD ran 15 times slower in bfloat16 than in float32 on an H200, almost all of it inside
-    the attention call). Flash and memory-efficient attention need no plan. Elsewhere (the CPU, float32) this
-    changes nothing but the flags it restores on exit."""
+    torch may send half-precision attention on a GPU to cuDNN first, and cuDNN builds an execution plan for every
+    new shape: decoding, whose key length grows by a few tokens a round, would pay one plan per round. Flash and
+    memory-efficient attention need no plan. Elsewhere (the CPU, float32) this changes nothing but the flags it
+    restores on exit."""
     try:
         from torch.nn.attention import SDPBackend, sdpa_kernel
     except ImportError:  # pragma: no cover - torch before 2.3

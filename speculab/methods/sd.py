@@ -87,7 +87,6 @@ class SD(ChainMethod):
         return Expected.from_counts(lookahead_counts(inst, self.K), source=source)
 
     def compare_rows(self, ctx) -> list:
-
         rej = Estimate.of(ctx.result.counts.rejections)
         t1 = ctx.t1
         if self.K is None:

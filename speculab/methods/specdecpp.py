@@ -287,7 +287,7 @@ class SpecDecPP(Method):
     it: numpy from its step, JAX from :meth:`adaptive_drafting` (a sweep over ``h`` is one
     compiled call, :func:`speculab.sim.simulate_sweep`).
 
-    On real models (one prompt at a time) the head reads the draft's hidden state at each
+    On real models (batched over prompts) the head reads the draft's hidden state at each
     drafted token. [SDpp] Alg. 1 decides after sampling ``y_i``, from the prediction for
     ``y_{i−1}``: its block ends one token past the decision, drafted from the logits the
     deciding forward pass computed anyway. Here, as SPEC §1 states the rule and as on

@@ -81,9 +81,7 @@ def _images(folder: Path, name: str, entry: dict | None) -> list[Path]:
     return pngs or ([own] if own.exists() else [])
 
 
-def _provenance_line(entry: dict | None) -> str:
-    if not entry:
-        return "no provenance recorded (written by an older speculab or a script)"
+def _provenance_line(entry: dict) -> str:
     env = entry.get("environment", {})
     git = env.get("git") or {}
     commit = f", commit {git['commit'][:10]}{' (modified)' if git.get('modified') else ''}" if git else ""
@@ -239,8 +237,9 @@ def build_report(out_dir: str | os.PathLike = "results", path: str | os.PathLike
             raise ValueError(f"{folder / changed[0]} is not the file `speculab repro {name}` wrote (its sha256 in "
                              f"{folder / 'provenance.json'} differs, or it is missing): run the figure again")
     results = {name: _figure_result(folder, name) for name in repro.FIGURES}
+    # a figure is shown only as its recorded run wrote it: a result without a record is not vouched for
     shown = [name for name in repro.FIGURES if results[name] is not None
-             and data["figures"].get(name, {}).get("status", "ok") == "ok"]
+             and data["figures"].get(name, {}).get("status") == "ok"]
     if not shown and validation is None:
         raise ValueError(f"no reproductions in {folder}: run `speculab repro all --out {folder}` (or "
                          f"`speculab validate --out {folder}`) first")
@@ -252,6 +251,9 @@ def build_report(out_dir: str | os.PathLike = "results", path: str | os.PathLike
             entry = {"status": "skipped", "reason": not_run[name]}
         if name in shown:
             status = '<a href="#{0}">shown</a>'.format(_e(name))
+        elif results[name] is not None and not entry:
+            status = (f'<span class="skipped">not shown: {_e(_stem(name))}.json has no record in provenance.json '
+                      f'(run <code>speculab repro {_e(name)}</code>)</span>')
         elif entry and entry["status"] in ("skipped", "failed"):
             reason = entry.get("reason") or entry.get("error", "")
             status = f'<span class="{entry["status"]}">{entry["status"]}: {_e(reason)}</span>'

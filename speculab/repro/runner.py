@@ -151,26 +151,32 @@ def read_provenance(out_dir: str | os.PathLike) -> dict:
     try:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path} is not a speculab provenance file ({exc})") from None
+        raise ValueError(f"{path} is not a speculab provenance file ({exc}){_REPAIR}") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("figures"), dict):
-        raise ValueError(f"{path} is not a speculab provenance file (format {FORMAT!r} expected)")
+        raise ValueError(f"{path} is not a speculab provenance file (format {FORMAT!r} expected){_REPAIR}")
     if not all(isinstance(e, dict) and isinstance(e.get("status"), str) for e in data["figures"].values()) or \
             not isinstance(data.get("all", {}), dict):
-        raise ValueError(f"{path} is not a speculab provenance file (an entry is not a record with a status)")
+        raise ValueError(f"{path} is not a speculab provenance file (an entry is not a record with a status)"
+                         f"{_REPAIR}")
     for name, entry in data["figures"].items():
         files, digests = entry.get("files", []), entry.get("sha256", {})
         if not isinstance(files, list) or not all(plain_name(f) for f in files):
             bad = files if not isinstance(files, list) else [f for f in files if not plain_name(f)]
-            raise ValueError(f"{path}: figure {name!r} lists files that are not plain names in its folder: {bad!r}")
-        if not isinstance(digests, dict) or set(digests) != set(files if "sha256" in entry else ()) or not all(
+            raise ValueError(f"{path}: figure {name!r} lists files that are not plain names in its folder: {bad!r}"
+                             f"{_REPAIR}")
+        needed = files if entry["status"] == "ok" or "sha256" in entry else []  # a finished figure's files, all
+        if not isinstance(digests, dict) or set(digests) != set(needed) or not all(
                 isinstance(d, str) and re.fullmatch("[0-9a-f]{64}", d) for d in digests.values()):
-            raise ValueError(f"{path}: figure {name!r} has no valid sha256 for each of its files")
+            raise ValueError(f"{path}: figure {name!r} has no valid sha256 for each of its files{_REPAIR}")
     return data
+
+
+_REPAIR = " (remove or repair the file: a figure run again records itself anew)"
 
 
 def plain_name(name) -> bool:
     """Whether ``name`` is a plain, visible file name (no folder part, not absolute, not ``..``): what a
-    provenance record may list, so that reading its files never leaves the results folder."""
+    provenance record may list (a file read is also refused if it is a link: :func:`changed_files`)."""
     return (isinstance(name, str) and name not in ("", ".", "..") and not name.startswith(".")
             and not any(c in name for c in "/\\\0") and not os.path.isabs(name))
 
@@ -185,11 +191,12 @@ def sha256(path: Path) -> str:
 
 
 def changed_files(out_dir: str | os.PathLike, entry: dict) -> list[str]:
-    """The files of a provenance ``entry`` that are missing from ``out_dir`` or differ from what its run wrote
-    (all of them for an entry recorded without digests)."""
+    """The files of a provenance ``entry`` that are missing from ``out_dir``, are links (to be read, a file must be
+    the results folder's own) or differ from what its run wrote (all of them for an entry recorded without
+    digests)."""
     out, digests = Path(out_dir), entry.get("sha256", {})
-    return [f for f in entry.get("files", []) if f not in digests or not (out / f).is_file()
-            or sha256(out / f) != digests[f]]
+    return [f for f in entry.get("files", []) if f not in digests or (out / f).is_symlink()
+            or not (out / f).is_file() or sha256(out / f) != digests[f]]
 
 
 def _write_provenance(out_dir: Path, data: dict) -> None:
