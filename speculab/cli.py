@@ -213,7 +213,7 @@ def cmd_methods(args) -> None:
     payload, lines = {}, []
     for name, cls in REGISTRY.items():
         params = {option(k): f.metadata["help"] for k, f in cli_params(cls).items()}
-        doc = (cls.__doc__ or "").strip().splitlines()[0]
+        doc = (cls.__doc__ or "").strip().splitlines()[0].replace("``", "")  # no reST code marks on a terminal
         payload[name] = {"class": cls.__name__, "summary": doc, "options": params,
                          "real_models": cls.runs_on_real_models(), "cli": cls.constructible_from_cli()}
         where = ("simulation" if not cls.runs_on_real_models() else
