@@ -115,7 +115,7 @@ def as_lookahead(K, name: str = "K") -> int | None:
 
 #: What every ``key`` argument accepts (simulate, decode, compare, the reproductions, MarkovInstance.random).
 KEY_TYPES = "an int seed in [0, 2**64), a numpy.random.Generator or a torch.Generator"
-_SEED_LIMIT = 1 << 64
+SEED_LIMIT = 1 << 64  # int seeds are in [0, SEED_LIMIT) (the command line checks --seed against it too)
 
 
 def _is_torch_generator(key) -> bool:
@@ -124,7 +124,7 @@ def _is_torch_generator(key) -> bool:
 
 def _seed(key, name: str) -> int | None:
     if isinstance(key, numbers.Integral) and not isinstance(key, bool):
-        if not 0 <= key < _SEED_LIMIT:
+        if not 0 <= key < SEED_LIMIT:
             raise ValueError(f"{name} must be {KEY_TYPES}; the int {key} is out of range")
         return int(key)
     return None

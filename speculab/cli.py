@@ -25,6 +25,7 @@ import threading
 import numpy as np
 
 from speculab._progress import progress
+from speculab._validate import SEED_LIMIT
 from speculab.repro._io import jsonable
 from speculab.validate import METHODS as VALIDATED  # (the module imports torch only when it runs)
 
@@ -493,7 +494,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def common(p, seed_default: int | None = 0, *, seeded: bool = True):
         if seeded:
-            p.add_argument("--seed", type=_count(0, 1 << 64), default=seed_default,
+            p.add_argument("--seed", type=_count(0, SEED_LIMIT), default=seed_default,
                            help=f"random seed (default {seed_default})")
         p.add_argument("--json", action="store_true", help="print JSON instead of a table")
         p.add_argument("--debug", action="store_true", help="on an error, show the traceback")

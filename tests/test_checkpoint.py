@@ -101,7 +101,7 @@ def _missing(e):
     (_negative, True, "accepted is not a list of non-negative integers"),
     (_fractional, True, "bonus is not a list of non-negative integers"),
     (_rates, True, r"rejection rates per position are not one row of numbers in \[0, 1\]"),
-    (_tokens, True, "a run has 4 tokens, not|tokens, not the horizon's 4"),
+    (_tokens, True, "a run has 3 tokens, not the horizon's 4"),
     (_accepted_undrafted, True, "more drafts than it drafted"),
     (_state, True, "rng_state is not a PCG64 state"),
     (_foreign_state, True, "rng_state is not a PCG64 state"),

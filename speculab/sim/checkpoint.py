@@ -92,8 +92,9 @@ def _checked(c: Counts, T: int) -> None:
     """Counts a simulation of horizon ``T`` can produce: every run outputs ``T`` tokens, each a rejection, an
     accepted draft, a bonus token or a target sample, so none of those exceeds ``T``; a round calls the target at
     most once per token, and no draft is accepted or discarded unless drafted."""
-    if np.any(c.tokens != T):
-        raise ValueError(f"a run has {int(c.tokens.max())} tokens, not the horizon's {T}")
+    wrong = c.tokens[c.tokens != T]
+    if wrong.size:
+        raise ValueError(f"a run has {int(wrong[0])} tokens, not the horizon's {T}")
     if np.any(c.rejections + c.accepted + c.bonus > T) or np.any(c.oracle_calls > T):
         raise ValueError(f"a run has more rejections, accepted drafts, bonus tokens or target calls than its {T} "
                          f"tokens allow")
@@ -155,7 +156,7 @@ class Journal:
 
     def __init__(self, path: str | os.PathLike, header: dict, *, resume: bool):
         self.path = Path(path)
-        self.header = {"format": FORMAT, **header}
+        self.header = json.loads(json.dumps({"format": FORMAT, **header}))  # as the file holds it (tuples as lists)
         self.parts: list[Counts] = []
         self.state = None  # the generator's state after the last finished chunk
         if self.path.is_dir():
@@ -179,17 +180,16 @@ class Journal:
             return
         if not lines or not isinstance(lines[0], dict) or lines[0].get("format") != FORMAT:
             raise ValueError(f"{self.path} is not a speculab simulation checkpoint")
-        expected = json.loads(json.dumps(self.header))  # as the file holds it (tuples as lists)
-        if lines[0] != expected:
-            differ = sorted(k for k in expected if lines[0].get(k) != expected[k])
+        if lines[0] != self.header:
+            differ = sorted(k for k in self.header if lines[0].get(k) != self.header[k])
             raise ValueError(f"checkpoint {self.path} was written for another simulation (its {', '.join(differ)} "
                              f"differ); remove it or give another path")
-        kind = expected["rng_state"]["bit_generator"] if isinstance(expected.get("rng_state"), dict) else None
+        kind = self.header["rng_state"]["bit_generator"] if isinstance(self.header.get("rng_state"), dict) else None
         for k, entry in enumerate(lines[1:], start=2):
             try:
                 if not isinstance(entry, dict) or entry.get("chunk") != k - 2:
                     raise ValueError("not the next finished chunk")
-                if entry.get("digest") != line_digest(expected, entry):
+                if entry.get("digest") != line_digest(self.header, entry):
                     raise ValueError("its digest does not match its content and this simulation (edited, or "
                                      "from another run)")
                 counts = _decode(entry["counts"])
@@ -208,8 +208,7 @@ class Journal:
         """Record a finished chunk and the generator's state after it."""
         self.parts.append(part)
         entry = {"chunk": len(self.parts) - 1, "counts": _encode(part), "rng_state": rng.bit_generator.state}
-        entry = json.loads(json.dumps(entry))  # as the file will hold it (what the digest is read against)
-        entry["digest"] = line_digest(json.loads(json.dumps(self.header)), entry)
+        entry["digest"] = line_digest(self.header, entry)  # JSON text, so the same as of the line read back
         self._append(entry)
 
 
@@ -369,7 +368,7 @@ def recorded(what, compute):
     result = compute()
     from speculab._files import atomic_path
 
-    body = json.loads(json.dumps({"counts": [_encode(c) for c in result]}))
+    body = {"counts": [_encode(c) for c in result]}
     body["digest"] = line_digest(header, body)
     with atomic_path(path) as tmp:  # whole or not at all
         tmp.write_text(json.dumps(header) + "\n" + json.dumps(body) + "\n")
