@@ -5,6 +5,10 @@ read well in ``help()`` and which mkdocstrings leaves as text. After the site is
 what it means: a reference becomes its name in code, linked to the object's entry in the API reference when one
 has that anchor (``~`` shows the last component only); ``:math:`` becomes inline TeX that MathJax renders
 (``docs/js/mathjax.js``). ``tests/test_docs.py`` builds the site and checks that no role is left.
+
+The pages' own TeX (``$…$``, docs/mathematics.md) is pymdownx.arithmatex's (``mkdocs.yml``), which makes the same
+``<span class="arithmatex">``; here the tables of formulas (columns result, statement, computed by, checked by) are
+given the class ``formulas``, which ``docs/css/extra.css`` fits to the page width.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ ROLE = re.compile(r":(?:py:)?(func|class|meth|data|mod|attr|obj|exc):<code>(~?)(
 MATH = re.compile(r":math:<code>([^<]*)</code>")
 TEXT_ROLE = re.compile(r":(?:py:)?(?:func|class|meth|data|mod|attr|obj|exc|math):")
 ID = re.compile(r'\bid="([A-Za-z_][\w.]*)"')
+FORMULAS = re.compile(r"<table>(?=\s*<thead>\s*<tr>\s*<th>result</th>\s*<th>statement</th>\s*<th>computed by</th>"
+                      r"\s*<th>checked by</th>\s*</tr>)")
 
 
 def _anchors(site: Path) -> dict[str, Path]:
@@ -53,6 +59,15 @@ def render_roles(html: str, page: Path, anchors: dict[str, Path], suffixes: dict
 
     html = MATH.sub(lambda m: f'<span class="arithmatex">\\({m.group(1)}\\)</span>', html)
     return ROLE.sub(reference, html)
+
+
+def mark_formula_tables(html: str) -> str:
+    """``html`` with each table of formulas (result, statement, computed by, checked by) of class ``formulas``."""
+    return FORMULAS.sub('<table class="formulas">', html)
+
+
+def on_page_content(html, **kwargs) -> str:
+    return mark_formula_tables(html)
 
 
 def on_post_build(config, **kwargs) -> None:

@@ -1,12 +1,16 @@
-"""The documentation site: it builds with warnings as errors, and what it names exists.
+"""The documentation site: it builds with warnings as errors, what it names exists, and its mathematics renders.
 
 The examples on its pages run as doctests (``pytest`` collects ``docs/*.md``, see pyproject.toml).
-Here: the mathematics page's functions import and its tests exist, every parameter a public
-docstring documents is in the signature (the check griffe's parser cannot make on "p, q: …"
-lines), and the command line page lists the JSON keys each command prints.
+Here: the mathematics page's functions import and its tests exist, its formulas are TeX that the build hands to
+MathJax and that parses (matplotlib's mathtext, no browser), and in a headless Chromium 1,400 px wide MathJax
+typesets every one without an error and every table fits the page; every parameter a public docstring documents is
+in the signature (the check griffe's parser cannot make on "p, q: …" lines), and the command line page lists the
+JSON keys each command prints. Each check of the mathematics page is also run on a page broken on purpose, and
+must fail there.
 """
 
 import ast
+import html
 import importlib
 import inspect
 import json
@@ -24,23 +28,35 @@ from speculab.cli import main
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 MKDOCS = shutil.which("mkdocs", path=str(Path(sys.executable).parent)) or shutil.which("mkdocs")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+#: Debian's libjs-mathjax (MathJax 2.7): the site loads MathJax 3 from a CDN, which the tests cannot reach.
+MATHJAX = Path("/usr/share/javascript/mathjax/MathJax.js")
+CI = os.environ.get("CI") == "true"
+needs_mkdocs = pytest.mark.skipif(MKDOCS is None and not CI, reason="needs mkdocs (pip install -e '.[docs]')")
 
 #: The modules the API reference renders (docs/api.md's ::: lines).
 API = re.findall(r"^::: (\S+)$", (DOCS / "api.md").read_text(), flags=re.M)
 
 
-@pytest.mark.skipif(MKDOCS is None and os.environ.get("CI") != "true", reason="needs mkdocs (pip install -e '.[docs]')")
-def test_the_site_builds_with_warnings_as_errors(tmp_path):
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """The site, built once for the module with ``mkdocs build --strict``."""
     assert MKDOCS is not None, "CI installs the docs extra (./dev)"
-    done = subprocess.run([MKDOCS, "build", "--strict", "--site-dir", str(tmp_path / "site")], cwd=ROOT,
+    folder = tmp_path_factory.mktemp("docs") / "site"
+    done = subprocess.run([MKDOCS, "build", "--strict", "--site-dir", str(folder)], cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    api = (tmp_path / "site" / "api" / "index.html").read_text()
+    return folder
+
+
+@needs_mkdocs
+def test_the_site_builds_with_warnings_as_errors(site):
+    api = (site / "api" / "index.html").read_text()
     for name in ("sd_expected_rejections", "simulate", "decode", "assert_preserves_target_law", "build_report"):
         assert f'id="{name}' in api or f".{name}" in api, name  # rendered from the docstrings
     # the docstrings' Sphinx roles are rendered (mkdocs_hooks.py): none is left as text on any page, references
     # link to anchors that exist, and :math: is TeX for MathJax
-    for page in (tmp_path / "site").rglob("*.html"):
+    for page in site.rglob("*.html"):
         text = page.read_text()
         assert not re.search(r":(func|class|meth|data|mod|attr|math):<", text), page
     links = re.findall(r'<a href="index.html#([\w.]+)"><code>', api)
@@ -79,6 +95,183 @@ def test_the_mathematics_page_names_what_exists():
             assert obj is not None
         for file, test in tests:
             assert test in _test_ids(ROOT / file), f"{file}::{test} (named for {cells[0]}) does not exist"
+
+
+# -- the mathematics page's formulas: TeX in the source, MathJax's spans in the built page ------------------------
+#: A formula as the build hands it to MathJax (pymdownx.arithmatex, and mkdocs_hooks.py for the docstrings).
+SPAN = re.compile(r'<span class="arithmatex">\\\((.*?)\\\)</span>', flags=re.S)
+#: What a formula left as text would show: a TeX delimiter or command, or a Sphinx role.
+RAW = re.compile(r"\$|\\[()\[\]]|\\[A-Za-z]+|:math:")
+#: The characters of a formula written in Unicode, as the page's code spans once did, instead of TeX.
+UNICODE_MATHS = set("ΣΠ½≤≥−∼‖⊆⊂⊄∖∞⊙≈√ρμηαβγτθεΔ²ᶜ′̃")
+CODE = re.compile(r"<code>(.*?)</code>", flags=re.S)
+#: The results whose statement is words only, no formula.
+WORDS_ONLY = {"Exact counts over the horizon"}
+
+
+def _main(page: str) -> str:
+    """The built page's own content, without the theme's navigation, dialogs and scripts."""
+    match = re.search(r'role="main">(.*?)<div class="modal"', page, flags=re.S)
+    assert match, "the mkdocs theme's layout changed: find the page content anew"
+    return match.group(1)
+
+
+def _statements(page: str) -> list[tuple[str, str]]:
+    """(result, statement) of every row of the built page's tables."""
+    rows = []
+    for table in re.findall(r"<table[^>]*>(.*?)</table>", _main(page), flags=re.S):
+        for row in re.findall(r"<tr>(.*?)</tr>", table.split("</thead>")[-1], flags=re.S):
+            cells = re.findall(r"<td[^>]*>(.*?)</td>", row, flags=re.S)
+            rows.append((cells[0], cells[1]))
+    return rows
+
+
+def _rendering_problems(page: str, source: str) -> list[str]:
+    """What of the built mathematics page is not maths for MathJax: a statement without a formula, a raw delimiter,
+    role or TeX command outside a formula, a formula left in a code span, a formula of the source missing."""
+    problems = []
+    main = _main(page)
+    statements = _statements(page)
+    if len(statements) != len(list(_table_cells(source))):
+        problems.append(f"{len(statements)} table rows built, {len(list(_table_cells(source)))} in the source")
+    for result, statement in statements:
+        rest = SPAN.sub("", statement)
+        if not SPAN.search(statement) and (result not in WORDS_ONLY or set(statement) & (UNICODE_MATHS | set("_^="))):
+            problems.append(f"{result}: no formula")
+        if RAW.search(CODE.sub("", rest)):
+            problems.append(f"{result}: raw TeX outside a formula: {rest}")
+        problems += [f"{result}: a formula in code: {c}" for c in CODE.findall(rest) if set(c) & UNICODE_MATHS]
+    prose = re.sub(r"<table.*?</table>", "", main, flags=re.S)
+    problems += [f"a formula in code: {c}" for c in CODE.findall(SPAN.sub("", prose)) if set(c) & UNICODE_MATHS]
+    rest = CODE.sub("", SPAN.sub("", main))
+    problems += [f"raw TeX outside a formula: …{rest[max(m.start() - 40, 0):m.end() + 40]}…" for m in RAW.finditer(rest)]
+    formulas = re.findall(r"\$[^$]+\$", re.sub(r"`[^`\n]*`", "", source))
+    if len(SPAN.findall(main)) != len(formulas):
+        problems.append(f"{len(SPAN.findall(main))} formulas built, {len(formulas)} in the source")
+    return problems
+
+
+def _tex_problems(page: str) -> list[str]:
+    """Every formula of the built page that matplotlib's mathtext (a subset of TeX) cannot parse, with its error."""
+    from matplotlib.mathtext import MathTextParser
+
+    parser = MathTextParser("path")
+    problems = []
+    for tex in SPAN.findall(_main(page)):
+        try:
+            parser.parse(f"${html.unescape(tex)}$")
+        except ValueError as error:
+            problems.append(f"{html.unescape(tex)}: {str(error).splitlines()[-1]}")
+    return problems
+
+
+@needs_mkdocs
+def test_every_statement_of_the_mathematics_page_is_maths_for_mathjax(site):
+    page = (site / "mathematics" / "index.html").read_text()
+    source = (DOCS / "mathematics.md").read_text()
+    assert len(_statements(page)) >= 40 and len(SPAN.findall(_main(page))) > 200
+    assert _rendering_problems(page, source) == []
+
+    # The check fails on a page whose statement is a code span again, keeps a raw delimiter or role, or lost one.
+    first = SPAN.search(page.split("<tbody>")[1]).group(0)
+    for broken in ("<code>TV(p, q) = ½ Σ abs(p − q)</code>", "$\\mathrm{TV}(p, q)$", ":math:<code>x</code>", ""):
+        assert _rendering_problems(page.replace(first, broken), source), broken
+
+
+@needs_mkdocs
+def test_every_formula_of_the_mathematics_page_parses_as_tex(site):
+    page = (site / "mathematics" / "index.html").read_text()
+    assert _tex_problems(page) == []
+
+    # A typo fails it: an unclosed brace in the first formula, an unknown command in the last.
+    spans = SPAN.findall(_main(page))
+    broken = page.replace(f"\\({spans[0]}\\)", f"\\({spans[0]} \\frac{{1}}{{2\\)", 1)
+    broken = broken.replace(f"\\({spans[-1]}\\)", f"\\({spans[-1]} \\mathrn{{x}}\\)", 1)
+    assert len(_tex_problems(broken)) == 2
+
+
+#: MathJax 2's configuration that matches docs/js/mathjax.js (MathJax 3's): only arithmatex spans, \( \) and \[ \].
+#: Undefined commands are errors, not red text; a probe writes what MathJax and the layout did into the page.
+MATHJAX_PROBE = """<script type="text/x-mathjax-config">
+MathJax.Hub.Config({
+  tex2jax: {inlineMath: [["\\\\(", "\\\\)"]], displayMath: [["\\\\[", "\\\\]"]], processEscapes: true,
+            ignoreClass: ".*|", processClass: "arithmatex"},
+  TeX: {noErrors: {disabled: true}, noUndefined: {disabled: true}},
+  messageStyle: "none", showMathMenu: false
+});
+var probeErrors = [];
+MathJax.Hub.Register.MessageHook("TeX Jax - parse error", function (m) { probeErrors.push(String(m[1])); });
+MathJax.Hub.Register.MessageHook("Math Processing Error", function (m) { probeErrors.push(String(m[2])); });
+MathJax.Hub.Register.StartupHook("End", function () { MathJax.Hub.Queue(function () {
+  var main = document.querySelector("[role=main]"), page = document.documentElement;
+  var r = {window: window.innerWidth, page: [page.scrollWidth, page.clientWidth], errors: probeErrors,
+           typeset: MathJax.Hub.getAllJax(main).length, spans: main.querySelectorAll("span.arithmatex").length,
+           merror: main.querySelectorAll(".mjx-merror, .MathJax_Error, merror").length, tables: []};
+  main.querySelectorAll("table").forEach(function (t) {
+    var box = t.getBoundingClientRect(), parent = t.parentElement, style = getComputedStyle(parent);
+    var cells = Array.prototype.map.call(t.querySelectorAll("th, td"), function (c) { return c.scrollWidth - c.clientWidth; });
+    r.tables.push({right: box.right, room: parent.getBoundingClientRect().right - parseFloat(style.paddingRight),
+                   scroll: t.scrollWidth, client: t.clientWidth, cell: Math.max.apply(null, cells)});
+  });
+  var pre = document.createElement("pre"); pre.id = "probe"; pre.textContent = JSON.stringify(r);
+  document.body.appendChild(pre);
+}); });
+</script>
+<script src="%s?config=TeX-AMS_CHTML"></script>"""
+
+
+def _offline(page: str, folder: Path) -> str:
+    """The built page for a browser without the network: MathJax 2 from Debian's libjs-mathjax (with the probe) for
+    MathJax 3 from the CDN, no other remote file, and the page's own files found in ``folder``."""
+    assert page.count('<script src="../js/mathjax.js"></script>') == 1 and "cdn.jsdelivr.net/npm/mathjax@3" in page
+    page = re.sub(r'<script src="https://[^"]*"></script>|<link [^>]*href="https://[^"]*"[^>]*>', "", page)
+    page = page.replace('<script src="../js/mathjax.js"></script>', MATHJAX_PROBE % MATHJAX.as_uri())
+    assert page.count("<head>") == 1
+    return page.replace("<head>", f'<head>\n<base href="{folder.as_uri()}/">')
+
+
+def _probe(page: Path, tmp_path: Path, width: int = 1400) -> dict:
+    """What the probe found in ``page`` opened in headless Chromium, ``width`` CSS pixels wide, after MathJax ran."""
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
+             f"--user-data-dir={tmp_path / 'chromium-profile'}", "--force-device-scale-factor=1",
+             f"--window-size={width},1000", "--allow-file-access-from-files", "--virtual-time-budget=30000",
+             "--dump-dom"]
+    done = subprocess.run([CHROMIUM, *flags, page.as_uri()], timeout=180, capture_output=True, text=True)
+    found = re.search(r'<pre id="probe">(.*?)</pre>', done.stdout, flags=re.S)
+    assert found, f"MathJax did not finish: {done.stderr[-2000:]}"
+    return json.loads(html.unescape(found.group(1)))
+
+
+def _overflows(probe: dict) -> list[dict]:
+    """The tables wider than the page content, scrolling, or with a cell whose content sticks out."""
+    return [t for t in probe["tables"] if t["right"] > t["room"] + 1 or t["scroll"] > t["client"] + 1 or t["cell"] > 1]
+
+
+@pytest.mark.slow
+@needs_mkdocs
+@pytest.mark.skipif((CHROMIUM is None or not MATHJAX.exists()) and not CI,
+                    reason="needs Debian's chromium and libjs-mathjax (apt-get install chromium libjs-mathjax; "
+                           ".ci/run installs them)")
+def test_chromium_typesets_the_mathematics_page_and_its_tables_fit_1400_px(site, tmp_path):
+    assert CHROMIUM is not None and MATHJAX.exists(), "CI must install chromium and libjs-mathjax (.ci/run)"
+    built = (site / "mathematics" / "index.html").read_text()
+    spans = len(SPAN.findall(_main(built)))
+    tables = len(re.findall(r"<table", _main(built)))
+    page = tmp_path / "mathematics.html"
+    page.write_text(_offline(built, site / "mathematics"))
+    probe = _probe(page, tmp_path)
+    assert probe["window"] == 1400 and tables == 8 and len(probe["tables"]) == tables, probe
+    assert probe["errors"] == [] and probe["merror"] == 0, probe["errors"]
+    assert probe["typeset"] == probe["spans"] == spans > 200, probe  # every formula, none twice
+    assert _overflows(probe) == [] and probe["page"][0] <= probe["page"][1], probe
+
+    # Each check fails on a broken page: a TeX typo, and the tables without the site's CSS (extra.css).
+    broken = built.replace("\\frac{1}{2}", "\\frac{1}{2}\\foo", 1).replace('<link href="../css/extra.css"', "<link ")
+    page.write_text(_offline(broken, site / "mathematics"))
+    probe = _probe(page, tmp_path)
+    assert len(probe["errors"]) == 1 and probe["merror"] >= 1, probe["errors"]
+    assert len(_overflows(probe)) == tables and probe["page"][0] > probe["page"][1], probe
 
 
 def _public(module):
@@ -185,3 +378,16 @@ def test_roles_become_code_links_and_tex():
         '<a href="index.html#speculab.sim.simulate"><code>simulate</code></a>, '
         '<a href="index.html#speculab.sim.simulate"><code>simulate</code></a>, <code>tv</code>, '
         '<code>Nowhere</code> and <span class="arithmatex">\\(a &lt; b\\)</span>')
+
+
+def test_the_hook_marks_the_tables_of_formulas_only():
+    """extra.css sizes the columns of the tables the hook marks: those headed result, statement, computed by,
+    checked by."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        import mkdocs_hooks as hooks
+    finally:
+        sys.path.remove(str(ROOT))
+    head = "<table>\n<thead>\n<tr>\n<th>{}</th>\n<th>statement</th>\n<th>computed by</th>\n<th>checked by</th>\n</tr>"
+    page = head.format("result") + "\n" + head.format("page")
+    assert hooks.mark_formula_tables(page) == page.replace("<table>", '<table class="formulas">', 1)
