@@ -15,6 +15,12 @@ import numpy as np
 SUM_ATOL = 1e-6
 
 
+class TooLarge(ValueError):
+    """An exact computation refused because its size is past a stated budget (block verification's
+    ``MAX_PATHS``, the stopping tree's ``NODE_BUDGET``): the input is valid but has no exact answer within the
+    budget, so a simulation beside it reports "theory: none" and the reason instead of failing."""
+
+
 def as_float_array(x, name: str) -> np.ndarray:
     """``x`` as a float64 array with only finite real entries (complex values refused, not cast)."""
     try:

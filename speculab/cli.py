@@ -167,28 +167,65 @@ def _add_method_args(p: argparse.ArgumentParser, *, real_models: bool = False, d
     for fname, (f, users) in _method_options(choices).items():
         g.add_argument(option(fname), dest=fname, type=f.metadata["type"], choices=f.metadata["choices"], default=None,
                        help=f"{f.metadata['help']} [{', '.join(users)}]")
+    if real_models:
+        g.add_argument("--head", metavar="FILE", default=None,
+                       help="a head trained on the draft's hidden states, as a reproduction saves it (" + "; ".join(
+                           f"--method {m}: `speculab repro {r}` writes {f}" for m, (r, f) in HEAD_SOURCES.items())
+                       + ")")
     p.set_defaults(method_options=tuple(_method_options(choices)))
 
 
-def _method(args):
-    from speculab.methods import build
+#: The reproduction that trains and saves a head for each method that reads one on real models, and its files.
+HEAD_SOURCES = {"sprinter": ("sprinter-roc", "sprinter_verifier_lam*_previous.safetensors"),
+                "specdecpp": ("specdecpp-pareto", "specdecpp_head_wrej*.safetensors")}
 
-    return build(args.method, {name: getattr(args, name) for name in args.method_options})
+
+def _method(args):
+    """The method of ``--method`` and its options; on the real-model commands with the head of ``--head FILE``."""
+    from speculab.methods import build, get
+
+    values = {name: getattr(args, name) for name in args.method_options}
+    if not hasattr(args, "head"):  # sim: Markov instances, where the methods' heads are functions or the oracle
+        return build(args.method, values)
+    if args.head is None:
+        if get(args.method).needs_draft_head:
+            reproduction, files = HEAD_SOURCES[args.method]
+            raise ValueError(f"--method {args.method} on real models needs --head FILE, a head trained on the "
+                             f"draft's hidden states: `speculab repro {reproduction} --out DIR` saves them as "
+                             f"DIR/{files}")
+        return build(args.method, values)
+    from speculab.backends.heads import load_head
+
+    try:
+        head = load_head(args.head)
+    except ValueError as err:
+        raise ValueError(f"--head {args.head}: {err}") from None
+    return build(args.method, values, head)
 
 
 def cmd_sim(args) -> None:
     from speculab.compare import side_by_side
     from speculab.sim import simulate
 
+    from speculab._validate import TooLarge
+
     inst = _instance(args)
     method = _method(args)
+    try:  # the exact theory first: a method without one within its budget is simulated, with the reason shown
+        expected, no_theory = method.expected(inst), None
+    except TooLarge as err:
+        expected, no_theory = None, f"none ({err})"
     if args.checkpoint is not None:
         args.on_interrupt = f" (its finished chunks are kept in {args.checkpoint}: add --resume to continue)"
+    if args.engine == "jax" and not args.json:
+        print("speculab: the jax engine compiles its round first (seconds, once per process): for one short run "
+              "the numpy engine is faster", file=sys.stderr, flush=True)
     counts = simulate(inst, method, args.n_runs, args.seed, engine=args.engine, progress=not args.json,
                       checkpoint=args.checkpoint, resume=args.resume)
-    expected = method.expected(inst)
     head = f"{method!r} on {inst!r}, {args.n_runs:,} runs, seed {args.seed}, {args.engine} engine"
     comp = side_by_side(expected, counts, head)
+    if no_theory is not None:
+        comp.settings["theory"] = no_theory
     rows = [[r.quantity, f"{r.measured:.4f}", f"{r.measured_se:.4f}",
              "" if np.isnan(r.predicted) else f"{r.predicted:.4f}", "" if np.isnan(r.z) else f"{r.z:+.2f}"]
             for r in comp.rows]
@@ -218,7 +255,8 @@ def cmd_methods(args) -> None:
         payload[name] = {"class": cls.__name__, "summary": doc, "options": params,
                          "real_models": cls.runs_on_real_models(), "cli": cls.constructible_from_cli()}
         where = ("simulation" if not cls.runs_on_real_models() else
-                 "simulation + real models (with a trained head, from Python)" if getattr(cls, "needs_draft_head", False)
+                 f"simulation + real models (with --head FILE, from `speculab repro {HEAD_SOURCES[name][0]}`)"
+                 if cls.needs_draft_head
                  else "simulation + real models")
         lines.append(f"{name:10s} {cls.__name__}: {doc}\n{'':10s} {where}; options: "
                      + (", ".join(params) if params else "none") + ("" if cls.constructible_from_cli() else " (Python only)"))
@@ -252,10 +290,6 @@ def cmd_repro(args) -> None:
             if name not in accepted:
                 raise ValueError(f"--{flag.replace('_', '-')} does not apply to {args.figure}")
             overrides[name] = getattr(args, flag)
-    if "draft" in accepted:  # the CLI prints its own summary, no weight-loading bars
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
     folder = runner.resume_folder(args.out, args.figure)
     args.on_interrupt = (f" (its finished simulations and decoded prompts are kept in {folder}: add --resume to "
                          "continue)")
@@ -269,12 +303,6 @@ def _repro_all(args) -> None:
     for flag in ("n_runs", "draft", "target"):
         if getattr(args, flag) is not None:
             raise ValueError(f"--{flag.replace('_', '-')} applies to one figure, not to `speculab repro all`")
-    try:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
-    except ImportError:
-        pass
     args.on_interrupt = (" (add --resume to continue: the figures finished by then are kept and the one under way "
                          "continues from its checkpoints)")
     run = runner.run_all(args.out, only=args.only, skip=args.skip or (), key=args.seed, progress=not args.json,
@@ -324,11 +352,8 @@ def _add_journal_args(p: argparse.ArgumentParser) -> None:
 
 
 def _pair(args):
-    from transformers.utils import logging as hf_logging
-
     from speculab.backends import load_pair
 
-    hf_logging.disable_progress_bar()  # the CLI prints its own tables; no weight-loading bars
     if (args.draft is None) != (args.target is None):
         raise ValueError("give both --draft and --target, or neither (then --pair is used)")
     import torch
@@ -452,11 +477,13 @@ EXAMPLES = {
     "methods": ["speculab methods", "speculab methods --json"],
     "instance": ["speculab instance --T 50 --V 7 --seed 3 --out inst.npz"],
     "run": ["speculab run --pair tiny --method sd --K 4 --prompt 'Return the'",
-            "speculab run --pair tiny --method batch --M 4 --temperature 0.8 --top-k 50 --json"],
+            "speculab run --pair tiny --method batch --M 4 --temperature 0.8 --top-k 50 --json",
+            "speculab run --method specdecpp --h 0.7 --head results/specdecpp_head_wrej6.safetensors"],
     "compare": ["speculab compare --pair tiny --method sd",
                 "speculab compare --pair tiny --method sd --K 2 --speed",
                 "speculab compare --draft EleutherAI/pythia-70m --target EleutherAI/pythia-1.4b --method sd",
-                "speculab compare --pair tiny --method batch --M 4 --batch-size 32 --checkpoint ckpt"],
+                "speculab compare --pair tiny --method batch --M 4 --batch-size 32 --checkpoint ckpt",
+                "speculab compare --method sprinter --head results/sprinter_verifier_lam1.0_previous.safetensors"],
     "validate": ["speculab validate --device cuda --out results      # then: speculab report --out results",
                  "speculab validate --device cpu --runs 2000 --no-speed --json",
                  "speculab validate --draft EleutherAI/pythia-70m --target EleutherAI/pythia-1.4b --dtype bfloat16"],
@@ -489,7 +516,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="speculab", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="speculab", description=__doc__.splitlines()[0].replace("``", ""))
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p, seed_default: int | None = 0, *, seeded: bool = True):
@@ -519,7 +546,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_method_args(p)
     p.add_argument("--n-runs", type=_count(1), default=10_000, help="number of runs (default 10000)")
     p.add_argument("--engine", choices=("numpy", "jax"), default="numpy",
-                   help="numpy (reference) or jax (jitted, every method)")
+                   help="numpy (reference) or jax (jitted, every method; it compiles first, seconds once per "
+                        "process, so it pays off on long runs and sweeps in Python)")
     p.add_argument("--checkpoint", default=None, help="record each finished chunk of runs in this JSON-lines file")
     p.add_argument("--resume", action="store_true",
                    help="continue the simulation recorded in --checkpoint (same arguments): the same final numbers")

@@ -13,7 +13,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["Row", "Comparison", "paired_rejections", "paired_accepted"]
+__all__ = ["Row", "Comparison", "paired_rejections", "paired_accepted", "POWER_SHIFT"]
+
+#: The wrong answer a row's power is stated against: off the prediction by 10 % of it (the size the Monte-Carlo
+#: checks of the tests state their power against).
+POWER_SHIFT = 0.1
+#: A row is refused at ``|z| >= Z_LIMIT``.
+Z_LIMIT = 5.0
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,19 @@ class Row:
         return 0.0 if abs(diff) < 1e-12 else math.copysign(math.inf, diff)
 
 
+    def power(self, shift: float = POWER_SHIFT) -> float:
+        """The chance that the row is refused (``|z| >= 5``) if the truth were off the prediction by ``shift`` of it:
+        ``Φ(d − 5) + Φ(−d − 5)`` with ``d = shift · |predicted| / s.e.`` (normal; the s.e. of ``z``). NaN for a row
+        without a z (exact identities, bounds, measured-only rows); 1 for a z without noise (s.e. 0)."""
+        if math.isnan(self.z):
+            return float("nan")
+        se = math.hypot(self.predicted_se, self.measured_se)
+        if se == 0:
+            return 1.0 if shift * abs(self.predicted) > 0 else 0.0
+        d = shift * abs(self.predicted) / se
+        return 0.5 * math.erfc((Z_LIMIT - d) / math.sqrt(2)) + 0.5 * math.erfc((Z_LIMIT + d) / math.sqrt(2))
+
+
 @dataclass
 class Comparison:
     """The rows of a comparison plus its settings; ``str()`` gives the table."""
@@ -66,13 +85,14 @@ class Comparison:
             "title": self.title,
             "settings": self.settings,
             "rows": [dict(quantity=r.quantity, predicted=r.predicted, predicted_se=r.predicted_se, measured=r.measured,
-                          measured_se=r.measured_se, z=r.z, holds=r.holds, note=r.note) for r in self.rows],
+                          measured_se=r.measured_se, z=r.z, power=r.power(), holds=r.holds, note=r.note)
+                     for r in self.rows],
         }
 
     def __str__(self) -> str:
-        head = ["quantity", "theory / prediction", "measured", "z", "note"]
-        body = [[r.quantity, _pm(r.predicted, r.predicted_se), _pm(r.measured, r.measured_se), _zcell(r), r.note]
-                for r in self.rows]
+        head = ["quantity", "theory / prediction", "measured", "z", f"power ({POWER_SHIFT:.0%})", "note"]
+        body = [[r.quantity, _pm(r.predicted, r.predicted_se), _pm(r.measured, r.measured_se), _zcell(r),
+                 "" if math.isnan(r.power()) else f"{r.power():.3f}", r.note] for r in self.rows]
         widths = [max(len(str(x[i])) for x in body + [head]) for i in range(len(head))]
         line = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
         settings = ", ".join(f"{k}={v}" for k, v in self.settings.items())

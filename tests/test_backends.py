@@ -154,6 +154,7 @@ def _directed_z(samples: np.ndarray, q: np.ndarray, p: np.ndarray) -> float:
     return (float(inside[samples].mean()) - qa) / math.sqrt(qa * (1 - qa) / samples.size)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", [pytest.param(SD(K=2), id="sd"),
                                     pytest.param(BatchSD(3, K=2), id="batch", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("sampling", SAMPLINGS, ids=SAMPLING_IDS)
@@ -473,6 +474,7 @@ def test_biased_records_sit_on_the_pareto_line(pair):
             assert np.all(gap >= -1e-6) and gap.max() > 1e-3
 
 
+@pytest.mark.slow
 def test_repro_yin_table1(tmp_path, monkeypatch):
     """``speculab repro yin-table1`` on 4 prompts × 8 tokens: its JSON, and its claims table carries its numbers."""
     from speculab.repro import yin_table1
@@ -753,3 +755,16 @@ def test_greedy_warp_is_one_hot_and_carries_a_nan_row_into_its_law():
     assert torch.isnan(law[2]).any() and not torch.isnan(law[:2]).any()  # check_laws refuses it
     with pytest.raises(ValueError, match="NaN"):
         GREEDY.probs(logits)
+
+
+def test_loading_a_pair_prints_nothing_and_leaves_the_progress_bar_setting_alone(capfd):
+    """No "Loading weights" bars in Python use (the README's example); the caller's own setting is restored."""
+    from transformers.utils import logging as hf_logging
+
+    for enabled in (True, False):
+        (hf_logging.enable_progress_bar if enabled else hf_logging.disable_progress_bar)()
+        load_pair("tiny")
+        captured = capfd.readouterr()
+        assert captured.err == "" and captured.out == ""
+        assert hf_logging.is_progress_bar_enabled() == enabled
+    hf_logging.enable_progress_bar()

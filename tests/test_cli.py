@@ -1,5 +1,6 @@
 """The command line: tables, JSON, errors, and the Fig. 2(a) reproduction end to end."""
 
+import math
 import json
 
 import numpy as np
@@ -7,7 +8,7 @@ import pytest
 
 from conftest import agrees_json, claims_of
 from speculab import repro
-from speculab.cli import main
+from speculab.cli import jsonable, main
 from speculab.repro import yin_fig2a
 from speculab.theory import MarkovInstance, sd_expected_rejections
 
@@ -104,6 +105,7 @@ def test_sim_batch_reports_t3(capsys, agrees):
     assert main(["sim", "--M", "3"]) == 2 and "--M does not apply" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("figure, runs", [("yin-fig2b", 3000), ("yin-fig2c", 1000), ("yin-fig3", None), ("yin-fig5", 3000)])
 def test_batch_reproductions(capsys, tmp_path, figure, runs):
     argv = ["repro", figure, "--out", str(tmp_path)] + (["--n-runs", str(runs)] if runs else [])
@@ -136,6 +138,7 @@ def test_batch_reproductions(capsys, tmp_path, figure, runs):
         assert rows[4]["theory"].startswith("25.000 at M = 1") and "(1,000 runs each)" in rows[4]["simulation"]
 
 
+@pytest.mark.slow
 def test_sim_on_the_jax_engine(capsys, agrees):
     pytest.importorskip("jax")
     out = _json(capsys, ["sim", "--method", "sd", "--K", "3", "--T", "15", "--V", "4", "--seed", "2",
@@ -148,6 +151,9 @@ def test_sim_on_the_jax_engine(capsys, agrees):
     # but from per-token tables: 50 · 70 · 70² entries exceed TABLE_BUDGET, refused with the way out
     assert main(["sim", "--method", "specdecpp", "--h", "0.5", "--V", "70", "--engine", "jax"]) == 2
     assert "TABLE_BUDGET" in (err := capsys.readouterr().err) and "engine='numpy'" in err
+    # a table run says why it is slower than numpy's the first time (the round compiles); --json stays quiet
+    assert main(["sim", "--T", "4", "--V", "3", "--n-runs", "100", "--engine", "jax"]) == 0
+    assert "the jax engine compiles its round first" in capsys.readouterr().err
 
 
 def test_out_of_memory_is_one_line(capsys, monkeypatch):
@@ -202,6 +208,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signame, code", [("SIGINT", 130), ("SIGTERM", 143)])
 def test_a_real_signal_stops_a_long_simulation_with_one_line(signame, code):
     """A real process, a real signal midway through a simulation that would take minutes: one line on stderr, no
@@ -298,12 +305,14 @@ def test_every_command_shows_examples_that_parse(capsys):
     from speculab.cli import EXAMPLES, _leaves, build_parser
 
     parser = build_parser()
+    assert main(["--help"]) == 0 and "``" not in capsys.readouterr().out
     leaves = dict(_leaves(parser))
     assert set(leaves) == set(EXAMPLES)
     for words, examples in EXAMPLES.items():
         assert main([*words.split(), "--help"]) == 0
         shown = capsys.readouterr().out
         assert "examples:" in shown and "--json prints one JSON object" in shown, words
+        assert "``" not in shown, words  # reST code marks are for the docs, not a terminal
         for example in examples:
             assert example in shown
             argv = shlex.split(example, comments=True)
@@ -382,3 +391,227 @@ def test_the_guard_against_loading_models_does_catch_a_load(monkeypatch):
     monkeypatch.setattr(speculab.backends, "load_pair", _no_models)
     with pytest.raises(pytest.fail.Exception, match="a model was loaded"):
         main(["run", "--pair", "tiny", "--max-new-tokens", "1", "--debug"])
+
+
+# -- the learned methods on real models: a head from --head FILE ---------------------------------------------
+@pytest.fixture(scope="module")
+def head_file(tmp_path_factory):
+    """A head scoring 0.9 whatever the draft's hidden state, saved as a reproduction saves its heads."""
+    pytest.importorskip("torch")
+    from speculab.backends import load_pair
+    from speculab.backends.heads import constant_head, save_head
+
+    width = load_pair("tiny").draft.model.config.hidden_size
+    return str(save_head(constant_head(width, 0.9), tmp_path_factory.mktemp("heads") / "head.safetensors"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("argv, method", [
+    (["--method", "sprinter"], "Sprinter(verifier=HEAD, tau=0.5)"),
+    (["--method", "specdecpp", "--h", "0.5", "--cap", "5"], "SpecDecPP(0.5, head=HEAD, cap=5)"),
+])
+def test_a_head_file_runs_the_learned_methods_from_the_command_line(argv, method, head_file, capsys):
+    """``--head FILE`` decodes what the Python API decodes with the loaded head, token for token and count for
+    count. The constant score 0.9 makes the two methods' counts differ from SD's and from each other: SPRINTER
+    passes every slot (0.9 ≥ τ: no target call), SpecDec++ drafts until 1 − 0.9^L > h (L = 7, capped at 5)."""
+    from speculab.backends import decode, load_pair
+    from speculab.backends.heads import load_head
+    from speculab.methods import SpecDecPP, Sprinter
+
+    out = _json(capsys, ["run", "--pair", "tiny", "--max-new-tokens", "12", "--seed", "3", "--head", head_file] + argv)
+    expected = eval(method, {"HEAD": load_head(head_file), "Sprinter": Sprinter, "SpecDecPP": SpecDecPP})
+    res = decode(load_pair("tiny"), ["Return the"], expected, max_new_tokens=12, key=3)
+    assert out["tokens"] == res.tokens and out["counts"] == json.loads(json.dumps(jsonable(res.counts.to_dict())))
+    calls, drafts = res.counts.oracle_calls[0], res.counts.draft_calls[0]
+    if argv[1] == "sprinter":
+        assert calls == 0 and drafts == 12
+    else:
+        assert drafts >= 5 * calls - 5 and calls >= 3  # full rounds of 5 drafts (the last cut by the horizon)
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--method", "sprinter"], "--method sprinter on real models needs --head FILE"),
+    (["--method", "specdecpp", "--h", "0.5"], "`speculab repro specdecpp-pareto --out DIR` saves them"),
+    (["--method", "sprinter", "--head", "HEAD", "--eta-tp", "0.9"], "--eta-tp does not apply with --head"),
+    (["--method", "sd", "--head", "HEAD"], "--head does not apply to --method sd: it reads no trained head"),
+    (["--method", "specdecpp", "--head", "HEAD"], "--method specdecpp needs --h"),
+    (["--method", "sprinter", "--head", "/no/such/head"], "--head /no/such/head: no head file at"),
+    (["--method", "sprinter", "--head", "README.md"], "--head README.md: README.md is not a safetensors file"),
+])
+def test_a_missing_or_misplaced_head_is_refused_before_any_model_loads(argv, match, head_file, capsys, monkeypatch):
+    import speculab.backends
+
+    monkeypatch.setattr(speculab.backends, "load_pair", _no_models)
+    for command in ("run", "compare"):
+        assert main([command, "--pair", "tiny"] + [head_file if a == "HEAD" else a for a in argv]) == 2
+        err = capsys.readouterr().err
+        assert match in err and err.count("\n") == 1, err
+
+
+def test_each_learned_method_names_the_reproduction_that_saves_its_heads(capsys):
+    """The message of a missing ``--head`` points at a reproduction that exists and writes files of that name."""
+    import dataclasses
+    import inspect
+
+    from speculab.cli import HEAD_SOURCES
+    from speculab.methods import REGISTRY
+
+    learned = {name for name, cls in REGISTRY.items() if cls.needs_draft_head}
+    assert learned == set(HEAD_SOURCES) == {"sprinter", "specdecpp"}
+    for name in learned:
+        assert REGISTRY[name].head_param in {f.name for f in dataclasses.fields(REGISTRY[name])}
+        reproduction, files = HEAD_SOURCES[name]
+        source = inspect.getsource(repro.get(reproduction).run)
+        assert files.split("*")[0].rstrip("abcdefghijklmnopqrstuvwxyz") in source  # "sprinter_verifier_{name}"
+    assert main(["methods"]) == 0
+    assert "real models (with --head FILE, from `speculab repro sprinter-roc`)" in capsys.readouterr().out
+
+
+def test_a_running_mean_is_drawn_at_a_few_thousand_points_of_its_exact_values():
+    """[Yin] Fig. 2(a)'s 500,000 runs were drawn point by point (a 6.6 MB PDF): the curve now has at most
+    ``PLOT_POINTS`` points, evenly spaced on the log axis, each the exact running mean, the first and last included."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from speculab.repro._plots import PLOT_POINTS, log_grid, plot_running, running_mean
+
+    x = np.random.default_rng(0).poisson(3.0, size=100_000)
+    fig, ax = plt.subplots()
+    checks = plot_running(ax, x, 3.0, color="g", theory_color="k", label="sim", theory_label="theory")
+    plt.close(fig)
+    k, mean, _ = running_mean(x)
+    line = ax.get_lines()[0]
+    at = np.asarray(line.get_xdata(), dtype=np.int64) - 1
+    assert PLOT_POINTS / 2 <= at.size <= PLOT_POINTS and at[0] == 0 and at[-1] == x.size - 1
+    np.testing.assert_array_equal(line.get_ydata(), mean[at])
+    gaps = np.diff(np.log(at[at >= 100] + 1))
+    assert gaps.max() <= 2 * np.log(x.size) / PLOT_POINTS  # evenly spread on the log axis (above the integers)
+    assert checks["100000"] == mean[-1] and checks["10"] == mean[9]  # the JSON's checkpoints: every run
+    np.testing.assert_array_equal(log_grid(5), np.arange(5))
+
+
+def test_a_method_whose_exact_theory_is_past_its_budget_is_simulated_with_the_reason(capsys):
+    """``sim --method block --gamma 30`` simulated, then exited 2 on the theory's path cap; now the theory is asked
+    first, and past its budget (a ``TooLarge``, still a ``ValueError``) the run says "theory: none" and why."""
+    from speculab._validate import TooLarge
+    from speculab.methods import BlockVerification
+
+    with pytest.raises(TooLarge, match="MAX_PATHS"):
+        BlockVerification(10).expected(MarkovInstance.random(T=10, V=7, key=0))
+    argv = ["sim", "--method", "block", "--gamma", "10", "--T", "10", "--V", "7", "--n-runs", "500"]
+    out = _json(capsys, argv)
+    assert out["theory"] == {} and out["theory_source"].startswith("none (exact block counts enumerate V^(γ+2) = 7^12")
+    assert out["counts"]["rejections"]["mean"] > 0 and out["z"] == {}
+    assert main(argv) == 0
+    assert "theory: none (exact block counts enumerate" in capsys.readouterr().out
+
+
+# -- each command's table and JSON against the Python API, row by row ----------------------------------------
+#: Every method the command line builds, its options there and the same method built in Python.
+SIM_METHODS = {
+    "ar": ([], "Autoregressive()"), "sd": (["--K", "3"], "SD(K=3)"), "batch": (["--M", "2", "--K", "2"], "BatchSD(2, K=2)"),
+    "biased": (["--eps", "0.1", "--rejection", "uno", "--K", "2"], "Biased(0.1, 'uno', K=2)"),
+    "fuzzy": (["--theta", "0.2", "--div", "kl", "--K", "2"], "Fuzzy(0.2, 'kl', K=2)"),
+    "sprinter": (["--eta-tp", "0.8", "--eta-fp", "0.3"], "Sprinter(0.8, 0.3)"),
+    "specdecpp": (["--h", "0.4", "--cap", "3"], "SpecDecPP(0.4, cap=3)"), "block": (["--gamma", "3"], "BlockVerification(3)"),
+    "optimal-batch": (["--M", "2", "--K", "2"], "OptimalMultiDraft(2, K=2)"),
+}
+
+
+def _cells(text: str, first: str) -> list[str]:
+    """The cells of the table row whose first cell is ``first`` (cells are separated by two or more spaces)."""
+    rows = [line.split() for line in text.splitlines() if line.split()[:1] == [first]]
+    assert len(rows) == 1, (first, text)
+    return rows[0][1:]
+
+
+@pytest.mark.parametrize("name", sorted(SIM_METHODS))
+def test_sim_prints_the_apis_simulation_and_theory_row_by_row_for_every_method(name, capsys):
+    """``sim``'s JSON is ``simulate`` and ``expected`` for the same method, instance and seed, and each table row
+    prints its own count's mean, s.e., theory and z — a row showing another row's value, or z with the other sign,
+    fails here. The instance (T = 5, V = 3, seed 4) gives every count a different value."""
+    import speculab.methods as methods
+    from speculab.methods import names
+    from speculab.sim import simulate
+
+    assert set(SIM_METHODS) == set(names(cli=True))  # a new method gets a line above
+    options, python = SIM_METHODS[name]
+    argv = ["sim", "--method", name, *options, "--T", "5", "--V", "3", "--seed", "4", "--n-runs", "400"]
+    out = _json(capsys, argv)
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    inst, method = MarkovInstance.random(5, 3, 4), eval(python, vars(methods))
+    counts, expected = simulate(inst, method, 400, 4), method.expected(inst)
+    theory = dict(expected.items())
+    assert out["method"] == repr(method) and out["counts"] == json.loads(json.dumps(jsonable(counts.to_dict())))
+    assert out["theory"] == json.loads(json.dumps(jsonable(theory)))
+    shown = 0
+    for quantity, est in counts.summary().items():
+        mean, se, *rest = _cells(text, quantity)
+        assert (mean, se) == (f"{est.mean:.4f}", f"{est.se:.4f}"), quantity
+        if quantity in theory:
+            z = (est.mean - theory[quantity]) / est.se if est.se > 0 else 0.0  # no noise: exact (AR's counts are T)
+            assert rest == [f"{theory[quantity]:.4f}", f"{z:+.2f}"] and out["z"][quantity] == pytest.approx(z), quantity
+            shown += 1
+    assert shown >= 3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["ar", "sd", "batch", "biased", "fuzzy", "block"])
+def test_run_prints_the_apis_decoding_for_every_method_on_real_models(name, capsys):
+    """``run``'s JSON is ``decode`` for the same method, prompts and seed, and its text shows each prompt's own
+    counts (two prompts of different lengths, so that swapped prompts show)."""
+    pytest.importorskip("torch")
+    import speculab.methods as methods
+    from speculab.backends import decode, load_pair
+    from speculab.methods import names
+
+    # every method that runs on real models: here, or with --head in the test above (the learned two)
+    assert set(names(real_models=True, cli=True)) == {"ar", "sd", "batch", "biased", "fuzzy", "block", "sprinter",
+                                                      "specdecpp"}
+    options, python = SIM_METHODS[name]
+    prompts = ["Return the", "It was a bright cold day in April"]
+    argv = ["run", "--pair", "tiny", "--method", name, *options, "--max-new-tokens", "10", "--seed", "5",
+            "--prompt", prompts[0], "--prompt", prompts[1]]
+    out = _json(capsys, argv)
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    res = decode(load_pair("tiny"), prompts, eval(python, vars(methods)), max_new_tokens=10, key=5)
+    assert out["tokens"] == res.tokens and out["texts"] == res.texts
+    assert out["counts"] == json.loads(json.dumps(jsonable(res.counts.to_dict())))
+    c = res.counts
+    for i, prompt in enumerate(prompts):
+        line = (f"tokens {c.tokens[i]}, target calls {c.oracle_calls[i]}, rejections {c.rejections[i]}, "
+                f"draft tokens {c.draft_calls[i]}, bonus {c.bonus[i]}")
+        assert f"[{prompt}]{res.texts[i]}\n  {line}" in text, (prompt, text)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["sd", "block"])
+def test_compare_prints_the_apis_rows_in_its_table_and_json(name, capsys):
+    """``compare``'s JSON is ``speculab.compare.compare`` for the same arguments, and each table row shows its own
+    row's prediction, measurement, z and power."""
+    pytest.importorskip("torch")
+    import speculab.methods as methods
+    from speculab.backends import load_pair
+    from speculab.compare import compare
+
+    options, python = SIM_METHODS[name]
+    argv = ["compare", "--pair", "tiny", "--method", name, *options, "--runs-per-prompt", "2",
+            "--max-new-tokens", "8", "--seed", "6"]
+    out = _json(capsys, argv)
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    comp = compare(load_pair("tiny"), eval(python, vars(methods)), runs_per_prompt=2, max_new_tokens=8, key=6)
+    assert out == json.loads(json.dumps(jsonable(comp.to_dict())))
+    assert len(comp.rows) >= 3
+    lines = text.splitlines()
+    for row in comp.rows:
+        line = next(line for line in lines if line.startswith(row.quantity + "  "))
+        for cell in (f"{row.measured:.4f}", "" if math.isnan(row.z) else f"{row.z:+.2f}",
+                     "" if math.isnan(row.power()) else f"{row.power():.3f}"):
+            assert cell in line, (row.quantity, cell, line)
+        if math.isfinite(row.predicted):
+            assert f"{row.predicted:.4f}" in line, (row.quantity, line)

@@ -96,3 +96,24 @@ def test_side_by_side_pairs_each_count_with_its_own_expectation():
         assert row.measured == pytest.approx(x.mean()) and row.measured_se == pytest.approx(se)
         assert row.z == pytest.approx((x.mean() - row.predicted) / se)
     assert {row.quantity for row in comp.rows} >= set(fields)
+
+
+def test_a_rows_power_is_the_chance_of_refusing_a_prediction_ten_percent_off():
+    """``power`` against a truth 10 % off the prediction, at the |z| < 5 bound: closed form, and by simulating z."""
+    from speculab.rows import Comparison
+
+    row = Row("x", predicted=10.0, measured=10.1, predicted_se=0.09, measured_se=0.12)  # s.e. 0.15: d = 1/0.15
+    d = 1.0 / 0.15
+    phi = lambda x: 0.5 * (1 + math.erf(x / math.sqrt(2)))  # noqa: E731
+    assert row.power() == pytest.approx(phi(d - 5) + phi(-d - 5), rel=1e-12) and 0.9 < row.power() < 0.99
+    z = np.random.default_rng(0).normal(d, 1.0, 400_000)  # z's law under the wrong truth
+    refused = np.mean(np.abs(z) >= 5)
+    assert abs(refused - row.power()) < 5 * math.sqrt(row.power() * (1 - row.power()) / z.size)
+    assert Row("x", 10.0, 10.0, 0.0, 0.3).power(0.2) > Row("x", 10.0, 10.0, 0.0, 0.3).power()  # a larger error
+    assert Row("x", -10.0, -10.0, 0.0, 0.15).power() == row.power()  # |predicted|: the sign does not matter
+    for quiet in (Row("x", 1.0, 1.0, tolerance=1e-9), Row("x", 1.0, 0.5, upper_bound=True), Row("x", math.nan, 1.0)):
+        assert math.isnan(quiet.power())
+    assert Row("x", 2.0, 2.0).power() == 1.0 and Row("x", 0.0, 0.0).power() == 0.0  # no noise
+    comp = Comparison("t", [row, Row("y", 1.0, 1.0, tolerance=1e-9)])
+    assert [r["power"] for r in comp.to_dict()["rows"]][0] == row.power()
+    assert f"{row.power():.3f}" in str(comp) and "power (10%)" in str(comp)

@@ -324,11 +324,11 @@ def decode(
     head = method.draft_head
     if method.needs_draft_head:
         if head is None:
-            given = getattr(method, "head", getattr(method, "verifier", None))
+            given = getattr(method, method.head_param)
             raise ValueError(f"{type(method).__name__} on real models needs a head trained on the draft's hidden states "
-                             f"(speculab.backends.heads.train_head, or load_head on a file a reproduction saved), "
-                             f"given from Python — e.g. Sprinter(verifier=head, tau=0.5), SpecDecPP(h, head=head); "
-                             f"the command line takes no head; got {given!r}")
+                             f"(speculab.backends.heads.train_head, or load_head on a file a reproduction saved) as "
+                             f"its {method.head_param} — e.g. Sprinter(verifier=head, tau=0.5), "
+                             f"SpecDecPP(h, head=head); on the command line --head FILE; got {given!r}")
         if not isinstance(pair.draft, HFModel):
             raise ValueError(f"{type(method).__name__}'s head reads the draft's hidden states: the draft must be a "
                              f"Hugging Face model; got {type(pair.draft).__name__}")

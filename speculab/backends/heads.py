@@ -132,6 +132,11 @@ class TrainedHead:
         if not isinstance(self.config, HeadConfig):
             raise ValueError(f"config must be a HeadConfig; got {type(self.config).__name__}")
 
+    def __repr__(self) -> str:  # one line in a method's repr (the command line prints it), not the module tree
+        c = self.config
+        shape = "linear" if c.kind == "linear" else f"resnet, depth {c.depth}"
+        return f"TrainedHead({shape}, d_in={c.d_in}, epochs={self.metrics.get('epochs', 0)})"
+
     def __call__(self, h: torch.Tensor) -> torch.Tensor:
         """The head's probability for hidden states ``h`` ``(..., d_in)``, on their device (the head follows them
         there, once: a head trained on the CPU reads a GPU model's states)."""

@@ -91,13 +91,20 @@ def _path(name: str) -> str:
 
 def _hub(what: str, name: str, load):
     """``load()``, with a failure to find or read the model (a hub name offline, a folder missing its weights or
-    tokenizer) said in one line that names it."""
+    tokenizer) said in one line that names it. Quiet: transformers' "Loading weights" bars are off while it loads."""
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
     try:
         return load()
     except (OSError, ValueError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ValueError(f"could not load the {what} of {name!r} (a local model folder, or a hub name — the hub may "
                          f"be unreachable): {first}") from exc
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 def _load_tokenizer(path: str):

@@ -132,8 +132,13 @@ def names(*, real_models: bool | None = None, cli: bool | None = None) -> list[s
     return out
 
 
-def build(name: str, values: dict[str, Any]) -> "Method":
+def build(name: str, values: dict[str, Any], head=None) -> "Method":
     """A method from its registry name and command-line values (``None`` = not given).
+
+    ``head``: a head trained on the draft's hidden states (``--head FILE``, loaded), given to the method as its
+    :attr:`~Method.head_param`. It takes the place of the options required only on the command line (those
+    with a default in Python, e.g. SPRINTER's ``--eta-tp``/``--eta-fp``, which stand for a verifier): those
+    are then refused.
 
     Raises a ``ValueError`` naming the option for a parameter the method does not
     take or a required one that is missing; the method's own checks do the rest.
@@ -144,6 +149,18 @@ def build(name: str, values: dict[str, Any]) -> "Method":
     extra = sorted(k for k in given if k not in own)
     if extra:
         raise ValueError(f"{', '.join(option(k) for k in extra)} does not apply to --method {name}")
+    if head is not None:
+        if cls.head_param is None:
+            takers = [n for n, c in REGISTRY.items() if c.head_param is not None]
+            raise ValueError(f"--head does not apply to --method {name}: it reads no trained head "
+                             f"(methods that do: {', '.join(takers)})")
+        replaced = {k for k, f in own.items() if f.metadata["required"] and f.default is not dataclasses.MISSING}
+        clash = sorted(k for k in given if k in replaced)
+        if clash:
+            raise ValueError(f"{', '.join(option(k) for k in clash)} does not apply with --head "
+                             f"(the head takes its place)")
+        own = {k: f for k, f in own.items() if k not in replaced}
+        given[cls.head_param] = head
     missing = [k for k, f in own.items() if f.metadata["required"] and k not in given]
     if missing:
         raise ValueError(f"--method {name} needs {', '.join(option(k) + ' (' + own[k].metadata['help'] + ')' for k in missing)}")
@@ -323,6 +340,8 @@ class Method(ABC):
     # -- a head on the draft's hidden states (real models; SpecDec++, SPRINTER) ------------------------
     #: Whether the method needs, on real models, a head trained on the draft's hidden states (:attr:`draft_head`).
     needs_draft_head: ClassVar[bool] = False
+    #: The parameter that takes that head (the command line's ``--head FILE`` loads a saved head into it), or ``None``.
+    head_param: ClassVar[str | None] = None
     #: Which hidden state the head reads at a slot: ``"token"``, the one after feeding the drafted token (the pass
     #: that computes the next slot's law), or ``"previous"``, the one before it (the pass that computed this slot's).
     head_reads: ClassVar[str] = "token"

@@ -53,7 +53,7 @@ import numpy as np
 from array_api_compat import array_namespace, device
 
 from speculab import kernels
-from speculab._validate import as_positive_int
+from speculab._validate import TooLarge, as_positive_int
 from speculab.counts import BONUS, CORRECTION, DRAFT, Estimate, Expected
 from speculab.methods.base import Emit, Method, RoundLaw, Step, param, register, sample_round
 from speculab.methods.probe import RoundProbe
@@ -130,7 +130,7 @@ def block_kernel(inst, s: int, gamma: int) -> tuple[np.ndarray, np.ndarray]:
     T, V = inst.T, inst.V
     L = min(gamma, T - s)
     if float(V) ** (L + 2) > MAX_PATHS:
-        raise ValueError(f"exact block counts enumerate V^(γ+2) = {V}^{L + 2} block prefixes > MAX_PATHS = {MAX_PATHS}; "
+        raise TooLarge(f"exact block counts enumerate V^(γ+2) = {V}^{L + 2} block prefixes > MAX_PATHS = {MAX_PATHS}; "
                          "use a smaller block size or vocabulary (the simulator has no such limit)")
     J = np.zeros((V, L + 1, V))
     accepted = np.zeros(V)

@@ -324,6 +324,7 @@ class SpecDecPP(Method):
     # -- real models ---------------------------------------------------------------------------------
     #: On real models the round's length is decided while drafting, by a head on the draft's hidden states.
     needs_draft_head: ClassVar[bool] = True
+    head_param: ClassVar[str] = "head"
     head_reads: ClassVar[str] = "token"
 
     @property

@@ -201,6 +201,7 @@ class Sprinter(Method):
     # -- real models ---------------------------------------------------------------------------------
     #: On real models a round drafts until the verifier, a head on the draft's hidden states, refuses a slot.
     needs_draft_head: ClassVar[bool] = True
+    head_param: ClassVar[str] = "verifier"
     #: The head reads the hidden state at the token before each slot ([SPR] §4), not at the drafted token.
     head_reads: ClassVar[str] = "previous"
 

@@ -33,11 +33,27 @@ def checkpoints(mean: np.ndarray) -> dict[str, float]:
     return {str(i): float(mean[i - 1]) for i in at}
 
 
+#: How many points a running-mean curve is drawn with, at most.
+PLOT_POINTS = 2000
+
+
+def log_grid(n: int, points: int = PLOT_POINTS) -> np.ndarray:
+    """Indices ``0..n-1`` evenly spaced in ``log(index + 1)``: every index when ``n <= points``, else about
+    ``points`` of them (fewer: the low ones coincide), always the first and the last."""
+    if n <= points:
+        return np.arange(n)
+    return np.unique(np.geomspace(1, n, points).round().astype(np.int64)) - 1
+
+
 def plot_running(ax, x: np.ndarray, theory: float, *, color: str, theory_color: str, label: str, theory_label: str) -> dict:
-    """Running mean of per-run counts with a ±2 s.e. band and the theory line; returns checkpoints."""
+    """Running mean of per-run counts with a ±2 s.e. band and the theory line; returns checkpoints.
+
+    The curve is drawn at :data:`PLOT_POINTS` run counts spaced evenly on the log axis (the exact running mean
+    there, the last run included), not at every run: 500,000 runs drawn as vectors made a 6.6 MB PDF."""
     k, mean, se = running_mean(x)
-    ax.plot(k, mean, color=color, lw=1.2, label=label)
-    ax.fill_between(k, mean - 2 * se, mean + 2 * se, color=color, alpha=0.25, lw=0)
+    at = log_grid(k.size)
+    ax.plot(k[at], mean[at], color=color, lw=1.2, label=label)
+    ax.fill_between(k[at], mean[at] - 2 * se[at], mean[at] + 2 * se[at], color=color, alpha=0.25, lw=0)
     ax.axhline(theory, color=theory_color, lw=1.5, label=f"{theory_label}: {theory:.3f}")
     ax.set_xscale("log")
     ax.set_xlim(10, k[-1])

@@ -46,7 +46,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from speculab import kernels
-from speculab._validate import as_positive_int
+from speculab._validate import TooLarge, as_positive_int
 from speculab.theory.instance import MarkovInstance, at_position, compact, scalar
 from speculab.theory.lookahead import DraftRates, _check_times
 
@@ -209,7 +209,7 @@ def _solve(inst: MarkovInstance, rule: AdaptiveDrafting | None, t_draft, t_targe
     T, V = inst.T, inst.V
     if not tree_fits(V, T, cap, per_position):
         extra = f" × {len(_FIELDS) + T} values (rejections per position)" if per_position else ""
-        raise ValueError(f"the draft tree has {V} × {V}^{min(cap, T)} leaves per round start{extra}, over "
+        raise TooLarge(f"the draft tree has {V} × {V}^{min(cap, T)} leaves per round start{extra}, over "
                          f"NODE_BUDGET = {NODE_BUDGET} leaves of {len(_FIELDS)} values: use a smaller vocabulary, "
                          f"cap or horizon")
     P, Q = compact(inst.P), compact(inst.Q)
