@@ -5,6 +5,7 @@ tool (``benchmarks/mutation.py``) passes it to every run, and its runs may name 
 """
 
 import os
+import re
 
 import pytest
 
@@ -21,6 +22,10 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    # Test ids are the same in every process (pytest-xdist's workers compare them): no memory address in one.
+    moving = [item.nodeid for item in items if re.search(r" at 0x[0-9a-f]+", item.nodeid)]
+    if moving:
+        raise pytest.UsageError(f"test ids with a memory address (use tests/conftest.py's method_id): {moving[:3]}")
     if config.getoption("--runslow"):
         return
     skip = pytest.mark.skip(reason="slow: run with --runslow")

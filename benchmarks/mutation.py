@@ -513,7 +513,16 @@ def main(argv=None):
                          "of a module and test only its other mutants; the score counts both")
     ap.add_argument("--plan", action="store_true",
                     help="run the baseline, print each module's mutants and worst-case minutes, and stop")
+    ap.add_argument("--tier", choices=("full", "fast"), default="full",
+                    help="full (default): the tests marked slow run too, as in CI; fast: without them, as "
+                         "`./dev test` runs — to measure what the fast tier alone kills")
+    ap.add_argument("--skip-equivalent", action="store_true",
+                    help="do not test the mutants listed in benchmarks/mutation_equivalent.txt (no test can kill "
+                         "them; they count as survivors, as when they are tested)")
     args = ap.parse_args(argv)
+    if args.tier == "fast":
+        global PYTEST_ARGS
+        PYTEST_ARGS = [a for a in PYTEST_ARGS if a != "--runslow"]  # also a baseline of its own (the digest)
     if args.jobs < 1:
         ap.error(f"--jobs: at least 1 mutant at a time, not {args.jobs}")
     if not 1 <= args.slowdown < math.inf:  # below 1, survivors time out (counted as killed); at ∞ a loop never ends
@@ -528,6 +537,7 @@ def main(argv=None):
         if not Path(log).is_file():
             ap.error(f"--resume/--rerun: no such log {log!r}")
     signal.signal(signal.SIGTERM, _stop)  # SIGTERM unwinds like Ctrl-C: the tests stop and the copies go
+    known = equivalents()
     again, logged = _survivors(Path(args.rerun)) if args.rerun else (None, set())
     done = resumed([Path(log) for log in args.resume], {m: (ROOT / m).read_text() for m in args.modules})
     t0 = time.perf_counter()
@@ -551,6 +561,8 @@ def main(argv=None):
                     tests = select_tests(statement_span(tree, line, col), contexts[module], every)
                     if (module, at, what) in done:
                         outcomes[len(found)] = done[module, at, what]
+                    elif args.skip_equivalent and (module, at, what) in known:
+                        outcomes[len(found)] = "not run"
                     found.append((module, at, what, mutated, tests))
         todo = [k for k in range(len(found)) if k not in outcomes]
         budget = {k: sum(seconds[t] for t in found[k][4]) for k in todo}
@@ -568,12 +580,11 @@ def main(argv=None):
             outcomes[k] = outcome
             module, at, what, _, tests = found[k]
             print(f"  {module}:{at}  {what:28s} {outcome} ({len(tests)} tests, {took:.0f} s)", flush=True)
-    print(f"\n{time.perf_counter() - t0:.0f} s; tests: {' '.join(args.tests)}")
-    known = equivalents()
+    print(f"\n{time.perf_counter() - t0:.0f} s; tests: {' '.join(args.tests)}; {args.tier} tier")
     for module in args.modules:
         mine = [(found[k][1], found[k][2], o) for k, o in sorted(outcomes.items()) if found[k][0] == module]
         killed = sum(o in ("killed", "timeout") for *_, o in mine)
-        alive = [(at, what, o) for at, what, o in mine if o in ("survived", "unexecuted", "error")]
+        alive = [(at, what, o) for at, what, o in mine if o in ("survived", "unexecuted", "error", "not run")]
         same = [m for m in alive if (module, m[0], m[1]) in known]
         print(f"score {killed}/{len(mine)} = {killed / max(len(mine), 1):.1%}; without the {len(same)} equivalent: "
               f"{killed}/{len(mine) - len(same)} = {killed / max(len(mine) - len(same), 1):.1%}  {module}")

@@ -1,4 +1,5 @@
 import os
+import re
 
 import numpy as np
 
@@ -18,6 +19,12 @@ def model_device() -> str:
     """Where the real-model tests load the models: the run's ``--device`` option (root ``conftest.py``), default
     ``cpu``, so the same tests run unchanged on a GPU (``./dev test --device cuda``)."""
     return os.environ.get("SPECULAB_TEST_DEVICE", "cpu")
+
+
+def method_id(method) -> str:
+    """A test id from a method's repr without memory addresses (``RejectionDecoding(b=<function f at 0x…>)``): every
+    process must collect the same ids (pytest-xdist's workers do, and the root conftest.py refuses others)."""
+    return re.sub(r" at 0x[0-9a-f]+", "", repr(method))
 
 
 #: Monte-Carlo agreement bound in standard errors (SPEC/STYLE: |z| < 5).

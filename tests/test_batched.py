@@ -46,6 +46,7 @@ def _same(a, b):
         np.testing.assert_allclose(ra.target_logprob, rb.target_logprob, atol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", [Autoregressive(), SD(K=4), SD(), SD(K=1), BlockVerification(3), Fuzzy(0.0, "js", K=3)],
                          ids=repr)
 def test_greedy_batched_equals_one_prompt_at_a_time(pair, method):
@@ -56,6 +57,7 @@ def test_greedy_batched_equals_one_prompt_at_a_time(pair, method):
     assert len({len(t) for t in pair.tokenizer(prompts)["input_ids"]}) > 4
 
 
+@pytest.mark.slow
 def test_rows_that_stop_at_eos_in_different_rounds(pair):
     """Long generations: some rows emit EOS early and leave the batch, the others go on (and batches of 3)."""
     prompts = default_prompts()[:12]
@@ -119,6 +121,7 @@ def test_batched_sampling_has_the_target_law(pair, agrees):
            carried_by="test_backends::test_first_tokens_follow_the_target_law (second tokens in A(x1), batched)")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", [SD(K=4), Autoregressive(), SD(), BlockVerification(3), Biased(0.2, "opt", K=3)],
                          ids=repr)
 def test_sampled_batched_equals_one_prompt_with_the_same_key(pair, method):
@@ -130,6 +133,7 @@ def test_sampled_batched_equals_one_prompt_with_the_same_key(pair, method):
     _same(one, decode(pair, prompts, method, max_new_tokens=24, key=11, batch_size=4))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", [BatchSD(3, K=2), BatchSD(2)], ids=repr)
 def test_batch_sd_batched_equals_one_prompt_with_the_same_key(pair, method):
     """M draft rows per prompt as M consecutive batch rows, reduced to the followed one: same tokens and counts,
@@ -151,6 +155,7 @@ def test_bad_batch_sizes(pair):
             decode(pair, prompts, SD(K=2), max_new_tokens=4, key=0, batch_size=bad)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", [SD(), BatchSD(2)], ids=repr)
 def test_a_prompt_at_the_context_limit_beside_short_ones(pair, method):
     """Regression (review): short rows draft past their own block while the long one drafts on; their padding
@@ -213,6 +218,7 @@ def _same_rounds(pair, prompts, method, max_new_tokens):
     return heard[1]
 
 
+@pytest.mark.slow
 def test_the_cache_is_compacted_and_stays_exact(pair, monkeypatch):
     """K = ∞ refuses most of each round's drafts: the holes are compacted away (spied) and greedy tokens still
     equal the one-prompt path's; the cache never holds more than twice the longest row."""
@@ -404,6 +410,7 @@ class _Dispatches:
         self.count, self.mode = 0, Mode()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", [SD(K=2), BatchSD(2, K=2), BlockVerification(2), Biased(0.2, "opt", K=2),
                                     Autoregressive()], ids=repr)
 def test_a_rounds_operations_do_not_grow_with_the_rows(pair, method, monkeypatch):
@@ -434,6 +441,7 @@ def test_a_rounds_operations_do_not_grow_with_the_rows(pair, method, monkeypatch
     assert min(counts[16][:early]) > 100  # the count is of real operations (each forward pass alone is dozens)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sampling", [GREEDY, Sampling(1.0)], ids=["greedy", "sampled"])
 def test_a_drafting_head_is_batched_and_decides_as_one_prompt_at_a_time(pair, sampling):
     """SpecDec++ with a head that depends on the hidden state decodes its prompts as one batch — one target call

@@ -450,6 +450,7 @@ def test_real_models_gain_on_the_same_blocks_and_compare(pair, agrees):
     assert any("same blocks" in r.quantity for r in comp.rows)
 
 
+@pytest.mark.slow
 def test_gain_reproduction_smoke(pair, tmp_path, agrees):
     """``speculab repro block-gain``: exact = what the library computes, simulated within |z| < 5, files written."""
     from speculab.backends.pair import default_prompts

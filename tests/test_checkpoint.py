@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pytest
 
+from conftest import method_id
 from speculab.methods import SD, BatchSD
 from speculab.sim import checkpoint, simulate
 from speculab.theory import MarkovInstance
@@ -171,7 +172,7 @@ def _methods():
             RejectionDecoding(b=half, K=2)]
 
 
-@pytest.mark.parametrize("method", _methods(), ids=repr)
+@pytest.mark.parametrize("method", _methods(), ids=method_id)
 def test_every_simulators_lines_pass_the_checks(method, tmp_path):
     """The data checks refuse nothing a simulator writes: each method's three chunks are replayed to its counts."""
     path = tmp_path / "sim.jsonl"

@@ -75,6 +75,7 @@ def test_the_meta_device_catches_a_tensor_built_without_a_device(pair, meta):
         float((torch.ones(3, device="cpu") * torch.ones(3)).sum())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(names(real_models=True)))
 @pytest.mark.parametrize("batch_size", [None, 1], ids=["batched", "one-prompt"])
 def test_every_method_on_every_path_builds_its_tensors_on_the_models_device(pair, name, batch_size):
@@ -126,6 +127,7 @@ def test_a_journaled_run_interrupted_and_resumed_on_the_meta_device(pair, tmp_pa
     assert probe.block  # the probe's observations: replayed and new
 
 
+@pytest.mark.slow
 def test_compare_with_speed_and_validate_on_the_meta_device(pair):
     from speculab.compare import compare
     from speculab.validate import validate

@@ -118,6 +118,7 @@ def pair():
     return load_pair("tiny", device=model_device())
 
 
+@pytest.mark.slow
 def test_greedy_sd_with_cheap_drafts_is_the_targets_greedy_decoding(pair):
     """Exact drafts: under greedy decoding SD outputs what the target alone does, on both decoding paths."""
     prompts = ["def f(x): return f(x", "The default value of the default"] + default_prompts()[:3]
@@ -132,6 +133,7 @@ def test_greedy_sd_with_cheap_drafts_is_the_targets_greedy_decoding(pair):
             assert res.counts.accepted.sum() > 0  # the lookups do propose accepted tokens
 
 
+@pytest.mark.slow
 def test_sampled_sd_with_prompt_lookup_matches_the_exact_rejection_rate(pair, agrees):
     """Temperature 1: each position's rejection probability is TV(p_n, q_n) (SD, Thm 1 along the run); the mean
     rejections per run equal the summed TV along the runs within standard errors."""
@@ -144,6 +146,7 @@ def test_sampled_sd_with_prompt_lookup_matches_the_exact_rejection_rate(pair, ag
     agrees(rej.mean(), predicted.mean(), "rejections per run", se=diff.std(ddof=1) / np.sqrt(diff.size))
 
 
+@pytest.mark.slow
 def test_prompt_lookup_without_a_match_proposes_nothing_and_both_paths_agree(pair, agrees):
     """No fallback: where no n-gram matches the block ends (possibly empty: one target step, counted like an
     autoregressive step); the batched path cuts each row's block where the one-prompt path stops drafting, so the
@@ -195,6 +198,7 @@ class _IntermittentDraft(HistoryModel):
         return len(history) % 7 != 0
 
 
+@pytest.mark.slow
 def test_a_row_stops_asking_the_draft_at_its_own_block_length(pair):
     """Batched, a prompt with fewer tokens to go than the round's longest block stops drafting at its own length:
     a draft that would stop proposing just past it must not lengthen its block (that draft is never asked on the
@@ -238,6 +242,7 @@ def test_an_autoregressive_step_builds_no_round_law_unless_one_is_watched(pair, 
     assert len(built) == 12
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sampling", [GREEDY, Sampling()], ids=["greedy", "sampled"])
 def test_a_round_without_drafts_gives_what_its_round_law_gives(pair, sampling):
     """The one-prompt loop draws an empty round's token from ``q_1`` without building its law; with ``on_round``

@@ -33,6 +33,7 @@ def _binned_test(counts: np.ndarray, law: np.ndarray, bins: int = 20):
     return power_divergence(observed, expected, lambda_="log-likelihood").pvalue
 
 
+@pytest.mark.slow
 def test_theta_zero_outputs_the_targets_law_and_every_token_from_it(pair):
     """θ = 0: every position refuses its draft and outputs a token from q (law checked at the first position against
     the target's exact law; the same test rejects the draft's law, so it has the power to tell them apart)."""
@@ -112,6 +113,7 @@ def test_random_acceptance_refuses_a_rate_outside_the_unit_interval(rate):
         random_acceptance(rate, 3)
 
 
+@pytest.mark.slow
 def test_repro_fsd_tradeoff(tmp_path, monkeypatch):
     import json
 

@@ -71,6 +71,7 @@ def test_resnet_head_with_soft_labels_and_weights():
     assert auc(p, y) > 0.97 and np.all((p > 0) & (p < 1))
 
 
+@pytest.mark.slow
 def test_an_interrupted_training_resumes_to_the_same_weights(tmp_path):
     """A real process killed mid-training (SIGKILL after its third epoch's checkpoint), then resumed (with this
     process's torch thread count: another count changes the weights' last bits, see the module's docstring)."""
@@ -108,6 +109,7 @@ H.train_head(X, y, config=H.HeadConfig(**{config!r}), checkpoint=r"{ckpt}")
         train_head(X, y, config=HeadConfig(**config), checkpoint=tmp_path / "none.pt", resume=True)
 
 
+@pytest.mark.slow
 def test_zero_weight_examples_are_left_out_and_never_make_a_nan():
     """A batch whose examples all weigh 0 adds nothing (it used to divide 0 by 0); the examples weighing 0 do not
     change the head: training with them is training without them, up to the batches they shuffle into."""

@@ -28,6 +28,7 @@ def _same(a, b):
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", [SD(K=3), BatchSD(2), BlockVerification(2)], ids=repr)
 def test_same_key_same_counts_and_keys_of_every_kind(inst, method):
     a = simulate(inst, method, 3000, key=5, engine="jax")
@@ -110,6 +111,7 @@ def _token_law_agrees(agrees, c, t: int, target):
 SDPP_COUNTS = ("rejections", "oracle_calls", "draft_calls", "accepted", "bonus")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", [pytest.param(SpecDecPP(1.0, cap=20), marks=pytest.mark.slow),
                                     SpecDecPP(0.7, cap=6), SpecDecPP(0.0)], ids=repr)
 def test_specdecpp_runs_with_the_drafting_it_discards(method, agrees):
@@ -126,6 +128,7 @@ def test_specdecpp_runs_with_the_drafting_it_discards(method, agrees):
         assert np.all(b.discarded >= b.rejections) and b.discarded.mean() > b.rejections.mean() + 1  # and counted
 
 
+@pytest.mark.slow
 def test_specdecpp_that_never_stops_early_is_sd_with_lookahead_cap(agrees):
     """h = 1: every round drafts min(cap, remaining) tokens whatever is rejected, as SD(K=cap) does: the exact
     lookahead counts hold for every count."""
@@ -136,6 +139,7 @@ def test_specdecpp_that_never_stops_early_is_sd_with_lookahead_cap(agrees):
         agrees(c.estimate(name), e.get(name), f"{name} vs SD(K=5)")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("T, cap, engine", [  # JAX's two longest pools are CI's (slow): 17 s of the default run
     pytest.param(T, cap, engine, marks=pytest.mark.slow if engine == "jax" and min(T, cap) >= 10 else ())
     for T, cap in [(10, 10), (24, 20), (12, 5), (6, 20)] for engine in ["numpy", "jax"]])
@@ -170,6 +174,7 @@ def _record_pool_chunks(monkeypatch) -> list:
     return calls
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("T, cap", [pytest.param(10, 10, marks=pytest.mark.slow), (12, 5), (6, 20), (6, 2), (6, 1)])
 def test_specdecpp_pool_bound_is_the_most_chains_a_run_holds(T, cap, monkeypatch):
     """The pool's bound per run, G = min(cap, T) − 1 chains drafting past rejections at once, is reached: where every
@@ -186,6 +191,7 @@ def test_specdecpp_pool_bound_is_the_most_chains_a_run_holds(T, cap, monkeypatch
     assert calls[-1][0] >= 200 * G and (calls == [(0, 0)]) == (G == 0)
 
 
+@pytest.mark.slow
 def test_a_sweep_over_the_cap_sizes_its_pool_for_the_largest(monkeypatch):
     """Points with different caps share one pool, sized for the largest cap's chains: every point's drafting past
     rejections is counted in full; and a bound that is too small is an error, not a silent loss of drafts."""
@@ -240,6 +246,7 @@ def test_adaptive_drafting_the_engine_cannot_run_is_refused(inst):
     assert len(simulate_sweep(inst, [Drafting(0.5), Drafting(0.7, stops=stops_drafting)], 10, 0)) == 2
 
 
+@pytest.mark.slow
 def test_specdecpp_counts_do_not_depend_on_the_pool_size(inst, monkeypatch):
     """The chains drafting past rejections share a pool that grows when it overflows: a pool started with one slot
     (overflow, then the chunk run again with a larger one) gives the same counts as the default, for the same key."""
@@ -259,6 +266,7 @@ def test_specdecpp_counts_do_not_depend_on_the_pool_size(inst, monkeypatch):
     assert sizes[0] == 1 and len(sizes) >= 2 and sizes[-1] > 1
 
 
+@pytest.mark.slow
 def test_specdecpp_heads_as_tables_and_functions_run_on_jax(inst, agrees):
     from speculab.methods.specdecpp import miscalibrated_head, noisy_head
 
@@ -322,6 +330,7 @@ def test_sprinter_corrects_only_at_a_position_it_called_the_target(engine):
     assert (c.oracle_calls == 0).sum() > 100  # and passes without one
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", [pytest.param(SD(K=2), marks=pytest.mark.slow), BatchSD(2, K=2),
                                     pytest.param(BlockVerification(2), marks=pytest.mark.slow)], ids=repr)
 def test_jitted_and_eager_runs_agree(method):
@@ -340,6 +349,7 @@ class _BatchWithoutRootTable(BatchSD):
         return None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", [SD(K=2), Biased(0.1), Fuzzy(0.2, "tv"), BatchSD(2, K=2),
                                     _BatchWithoutRootTable(2, K=2)], ids=repr)
 def test_tabulated_and_evaluated_slot_laws_agree_in_law(inst, method, monkeypatch, agrees):
@@ -360,6 +370,7 @@ def test_sequences_are_the_runs_tokens(inst, agrees):
     _token_law_agrees(agrees, c, 1, inst.rho @ inst.Q[0])  # x_1 ~ Σ_a ρ(a) Q[0, a] (SD is unbiased)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method, p, q", [
     (SD(K=2), [0.6, 0.2, 0.2, 0.0], [0.2, 0.2, 0.3, 0.3]),
     (BatchSD(2, K=2), [0.7, 0.1, 0.1, 0.1], [0.1, 0.3, 0.3, 0.3]),
@@ -425,6 +436,7 @@ def test_a_compact_table_is_read_as_its_full_broadcast(layout):
                 np.testing.assert_array_equal(_at(stack, 1, t, a), full[t, a] + 1)
 
 
+@pytest.mark.slow
 def test_stationary_instance_stays_compact_on_the_device(agrees):
     rng = np.random.default_rng(0)
     P, Q = rng.dirichlet(np.ones(300), size=300), rng.dirichlet(np.ones(300), size=300)
@@ -433,6 +445,7 @@ def test_stationary_instance_stays_compact_on_the_device(agrees):
     agrees(c.estimate("rejections"), SD().expected(inst).rejections, "rejections")
 
 
+@pytest.mark.slow
 def test_sweep_over_eps_in_one_call_matches_each_points_theory(inst, agrees):
     eps = [0.0, 0.05, 0.2, 0.6]
     methods = [Biased(e, K=3) for e in eps]
@@ -457,6 +470,7 @@ def test_a_sweep_of_one_point(inst, agrees):
     agrees(c.estimate("oracle_calls"), SD(K=2).expected(inst).oracle_calls, "oracle calls")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("methods", [
     [SD(K=1), SD(K=2), SD(K=5), SD()],
     [BatchSD(1), BatchSD(2, K=3), BatchSD(4), BatchSD(3, K=1)],
@@ -469,6 +483,7 @@ def test_sweeps_over_lookahead_and_draft_rows(inst, methods, agrees):
             agrees(c.estimate(name), e.get(name), f"{name}, {m}")
 
 
+@pytest.mark.slow
 def test_sweep_over_the_specdecpp_threshold(inst, agrees):
     """h and cap are traced numbers of one compiled call; the points share one pool of chains drafting past rejections."""
     methods = [SpecDecPP(h, cap=c) for h, c in [(0.0, 20), (0.3, 3), (0.6, 5), (0.9, 20), (1.0, 4)]]
@@ -534,6 +549,7 @@ def test_sweep_is_sharded_over_several_devices():
     assert two.split() == [",".join(str(int(c.rejections.sum())) for c in r) for r in one]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", [SD(K=3), BatchSD(2), BlockVerification(2), Sprinter(0.8, 0.2), SpecDecPP(0.6)],
                          ids=repr)
 def test_chunks_get_their_own_keys(inst, method, monkeypatch, agrees):
@@ -547,6 +563,7 @@ def test_chunks_get_their_own_keys(inst, method, monkeypatch, agrees):
         _agree2(agrees, c, whole, name, f"{name}, chunked JAX vs numpy")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", [SD(K=3), BatchSD(2), BlockVerification(2), Sprinter(0.8, 0.2), SpecDecPP(0.6)],
                          ids=repr)
 def test_every_run_asked_for_is_simulated_once(inst, method, monkeypatch):
@@ -561,6 +578,7 @@ def test_every_run_asked_for_is_simulated_once(inst, method, monkeypatch):
             assert [p.n_runs for p in simulate_sweep(inst, [method, method], n, key=0)] == [n, n]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method, width, budget", [
     (SD(K=3), 3, None), (BatchSD(2), 3, None), (BatchSD(2), 4, 0), (_BatchWithoutRootTable(2), 4, None),
     (BlockVerification(2), 4, None),
@@ -606,6 +624,7 @@ def test_sweep_points_get_independent_keys(inst, agrees):
     _agree2(agrees, a, b, "rejections", "rejections of two sweep points")
 
 
+@pytest.mark.slow
 def test_large_vocabularies_run_in_smaller_chunks(monkeypatch):
     """Without tables a run evaluates rows of V inside the scan: the chunk shrinks so memory stays bounded."""
     big = MarkovInstance.context_free(np.full(20_000, 1 / 20_000), np.full(20_000, 1 / 20_000), T=3)

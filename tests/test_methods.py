@@ -278,6 +278,7 @@ def _right_enumeration(method):
     return enumerate_rounds(inst.P, inst.Q, inst.rho, method.round_law, method.draft_length, method.rows)
 
 
+@pytest.mark.slow
 @pytest.mark.power
 @pytest.mark.parametrize("method, kind", [  # the heaviest enumerations are CI's (slow): 48 s of the 60
     pytest.param(m, kind, id=f"{m!r}-{kind}",
@@ -574,6 +575,7 @@ def test_rule_arrays_are_tied_to_their_instance():
 
 
 # -- the JAX engine runs every method's own rule ---------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("method", METHODS, ids=IDS)
 def test_jax_engine_matches_the_enumeration(method, agrees):
     """engine='jax' reads only the protocol (slotwise flag, rows, draft_length, round_law, position_law,

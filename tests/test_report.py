@@ -172,6 +172,7 @@ def _tables(shot):
     return seen
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None and os.environ.get("CI") != "true",
                     reason="needs Debian's chromium (apt-get install chromium; .ci/run installs it)")
 def test_chromium_shows_the_reports_figures_and_tables(results, tmp_path):

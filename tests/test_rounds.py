@@ -13,6 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from conftest import method_id  # noqa: E402
 from speculab import kernels  # noqa: E402
 from speculab.backends.rounds import Records, cut_law, pad_law, round_output  # noqa: E402
 from speculab.counts import BONUS, CORRECTION, DRAFT  # noqa: E402
@@ -41,7 +42,7 @@ def _block(rng, B: int, M: int, L: int, V: int):
     return p, q, x
 
 
-@pytest.mark.parametrize("method", SLOTWISE, ids=repr)
+@pytest.mark.parametrize("method", SLOTWISE, ids=method_id)
 def test_a_cut_law_is_the_methods_law_of_the_cut_block(method):
     assert method.slotwise
     rng = np.random.default_rng(0)

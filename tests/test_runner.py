@@ -66,6 +66,7 @@ def test_a_failing_figure_is_recorded_and_the_others_still_run(tmp_path, monkeyp
         "yin-fig3": "RuntimeError: a broken reproduction"}
 
 
+@pytest.mark.slow
 def test_resume_keeps_finished_figures_and_reruns_changed_ones(tmp_path):
     runner.run_all(tmp_path, only=FAST, progress=False, echo=lambda line: None)
     before = {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
@@ -115,6 +116,7 @@ def test_one_figure_adds_its_entry_to_the_provenance(tmp_path, capsys):
     assert "provenance in" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_the_seed_goes_to_the_figures_that_take_one(tmp_path):
     run = runner.run_all(tmp_path, only=FAST, key=5, progress=False, echo=lambda line: None)
     assert run["ran"] == FAST
@@ -122,6 +124,7 @@ def test_the_seed_goes_to_the_figures_that_take_one(tmp_path):
     assert figures["yin-fig3"]["parameters"] == {} and figures["sprinter-fig6"]["parameters"]["key"] == 5
 
 
+@pytest.mark.slow
 def test_resume_reruns_a_figure_finished_by_other_code(tmp_path):
     """A figure recorded as finished by another speculab commit is not kept: its numbers may differ."""
     runner.run_all(tmp_path, only=["yin-fig3"], progress=False, echo=lambda line: None)
@@ -132,6 +135,7 @@ def test_resume_reruns_a_figure_finished_by_other_code(tmp_path):
     assert run["ran"] == ["yin-fig3"] and run["kept"] == []
 
 
+@pytest.mark.slow
 def test_resume_reruns_a_figure_whose_files_were_edited(tmp_path):
     """A finished figure is kept only while its files are the ones its run wrote: one whose JSON was edited (a
     number times 1,000) runs again, and the rerun writes the computed numbers back."""
@@ -148,6 +152,7 @@ def test_resume_reruns_a_figure_whose_files_were_edited(tmp_path):
     assert json.loads(path.read_text()) == json.loads(computed)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("files", [["../secret.png"], ["/etc/passwd"], ["sub/x.png"], [".x.png"], ["x\\y.png"],
                                    [5], "yin_fig3.json"])
 def test_a_record_naming_files_outside_its_folder_is_refused(tmp_path, files):

@@ -244,6 +244,7 @@ def test_a_checkpoint_resumes_only_its_own_simulation(tmp_path):
         simulate(inst, SD(), 100, 5, checkpoint=tmp_path / "junk.jsonl", resume=True)
 
 
+@pytest.mark.slow
 def test_an_interrupted_reproduction_resumes_to_the_uninterrupted_result(tmp_path, monkeypatch, capsys):
     """``speculab repro yin-fig2b`` (two simulations of two chunks each) interrupted in the second simulation's
     second chunk: ``--resume`` reads the first simulation and the finished chunk back, runs one chunk, and writes the
@@ -282,6 +283,7 @@ def test_an_interrupted_reproduction_resumes_to_the_uninterrupted_result(tmp_pat
     assert "nothing to resume" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_jax_simulations_and_sweeps_are_recorded_and_read_back_inside_resumable(tmp_path, monkeypatch):
     """Inside ``resumable`` a finished JAX simulation or sweep is kept whole; a resumed block reads it back (the
     engine is not called again) with identical counts; a different key is a different call."""

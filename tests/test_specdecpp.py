@@ -249,6 +249,7 @@ def test_specdecpp_exact_counts_with_an_imperfect_head_match_simulation(agrees):
 
 
 # -- the [SDpp] Fig. 3 reproduction ----------------------------------------------------------
+@pytest.mark.slow
 def test_fig3_reproduction_smoke(tmp_path):
     """run() writes the figure, the JSON and the instance; its fixed-K points are the exact counts of that instance."""
     import json

@@ -345,6 +345,7 @@ def test_bad_verifier_and_method():
 
 
 # -- reproductions -------------------------------------------------------------------------
+@pytest.mark.slow
 def test_repro_sprinter_fig5_and_fig6(tmp_path, agrees):
     from speculab.repro import sprinter_fig5, sprinter_fig6
 

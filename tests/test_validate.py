@@ -102,6 +102,7 @@ def test_the_controls_law_is_decoding_unos_first_slot(pair):
     np.testing.assert_allclose(_uno_law(p.numpy(), q.numpy(), CONTROL), law.law[0, 0, 0].numpy(), atol=1e-15)
 
 
+@pytest.mark.slow
 def test_validate_passes_on_the_cpu_and_refuses_the_control(pair):
     """What CI runs: every lossless method's first tokens have the target's law, the control is refused with a
     stated power above 0.99, the compare rows are within 5 standard errors, and the timings are there."""
@@ -121,6 +122,7 @@ def test_validate_passes_on_the_cpu_and_refuses_the_control(pair):
     assert "PASSED" in str(report) and "control: biased uno" in str(report)
 
 
+@pytest.mark.slow
 def test_a_biased_method_posing_as_lossless_fails_the_validation(pair, monkeypatch):
     """The verdict has teeth: a lossy method in the lossless list is refused, and the command exits 1."""
     import speculab.validate as v
@@ -134,6 +136,7 @@ def test_a_biased_method_posing_as_lossless_fails_the_validation(pair, monkeypat
                  "--no-speed", "--json"]) == 1
 
 
+@pytest.mark.slow
 def test_a_wrong_bonus_law_fails_the_validation(pair, monkeypatch):
     """The first round's bonus token is among the tokens tested: an engine drawing the bonus from a wrong law (the
     target's shifted by one token, in the batched round's cut of the law) is refused, by the test of the first
@@ -147,6 +150,7 @@ def test_a_wrong_bonus_law_fails_the_validation(pair, monkeypatch):
     assert not report.passed and sd_row.refused and sd_row.joint[2] < ALPHA / 2 < sd_row.first[2]
 
 
+@pytest.mark.slow
 def test_the_command_writes_json_and_the_report_shows_it(tmp_path, capsys):
     out = tmp_path / "results"
     assert main(["validate", "--device", "cpu", "--runs", "1000", "--methods", "sd", "block", "--compare-runs", "1",
@@ -215,6 +219,7 @@ def test_a_test_of_too_few_runs_fails_for_want_of_power():
     assert not control.refused and control.power < 1e-3 and not report.passed
 
 
+@pytest.mark.slow
 def test_sampling_warps_are_validated_too(pair):
     """Top-k and top-p warp p and q alike: the laws are still the target's (warped) law."""
     report = validate(pair, key=2, runs=1500, methods=["sd", "batch"], sampling=Sampling(0.8, top_k=40, top_p=0.9),
@@ -222,6 +227,7 @@ def test_sampling_warps_are_validated_too(pair):
     assert report.passed, str(report)
 
 
+@pytest.mark.slow
 def test_a_bfloat16_pair_is_validated_with_laws_formed_from_its_logits():
     """``--dtype bfloat16``: the models' weights in bfloat16, ``p`` and ``q`` formed in float64 from their logits —
     the laws decode samples from, and so the laws the test holds them to."""
@@ -231,6 +237,7 @@ def test_a_bfloat16_pair_is_validated_with_laws_formed_from_its_logits():
     assert report.passed and report.settings["dtype"] == "bfloat16", str(report)
 
 
+@pytest.mark.slow
 def test_the_printed_table_is_the_json_row_by_row(pair):
     """Each law row printed is its JSON row (G, df, p of both tests, the verdict, power, detectable TVs), and each
     compare row its z: a row printing another row's value fails."""
