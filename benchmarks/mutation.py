@@ -491,6 +491,13 @@ def _test_path(ap: argparse.ArgumentParser, name: str) -> str:
     ap.error(f"--tests: no test file or folder {path!r} in the repository ({ROOT})")
 
 
+def log_tier(text: str) -> str:
+    """The test tier a run's output was made with: its first line ``tier NAME``, or the end of its summary line
+    (``…; NAME tier``); ``full`` for the logs written before the tiers (they all ran the slow tests)."""
+    found = re.search(r"^tier (full|fast)$", text, re.M) or re.search(r"; (full|fast) tier$", text, re.M)
+    return found.group(1) if found else "full"
+
+
 def _stop(signum, frame):
     raise SystemExit(128 + signum)
 
@@ -536,11 +543,15 @@ def main(argv=None):
     for log in [*args.resume, *([args.rerun] if args.rerun else [])]:
         if not Path(log).is_file():
             ap.error(f"--resume/--rerun: no such log {log!r}")
+        tier = log_tier(Path(log).read_text())
+        if tier != args.tier:
+            ap.error(f"--resume/--rerun: {log} is a run of the {tier} tier, this one of the {args.tier} tier")
     signal.signal(signal.SIGTERM, _stop)  # SIGTERM unwinds like Ctrl-C: the tests stop and the copies go
     known = equivalents()
     again, logged = _survivors(Path(args.rerun)) if args.rerun else (None, set())
     done = resumed([Path(log) for log in args.resume], {m: (ROOT / m).read_text() for m in args.modules})
     t0 = time.perf_counter()
+    print(f"tier {args.tier}", flush=True)
     with tempfile.TemporaryDirectory(prefix="speculab-mutants-") as tmp:
         copies = [_copy(ROOT, Path(tmp) / f"repo{j}") for j in range(max(args.jobs, 1))]
         contexts, seconds = _baseline(copies[0], args.modules, args.tests)

@@ -203,6 +203,18 @@ def _method(args):
     return build(args.method, values, head)
 
 
+def _check_head_fits(args, method, pair) -> None:
+    """``--head FILE`` against the loaded draft: a head for another model is named by its flag and file."""
+    if getattr(args, "head", None) is None:
+        return
+    config = pair.draft.model.config
+    width = getattr(config, "hidden_size", None) or getattr(config, "n_embd", None)
+    d_in = getattr(method, method.head_param).config.d_in
+    if width is not None and d_in != width:
+        raise ValueError(f"--head {args.head}: the head reads {d_in} features but the draft's hidden states have "
+                         f"{width} (a head trained on another draft model?)")
+
+
 def cmd_sim(args) -> None:
     from speculab.compare import side_by_side
     from speculab.sim import simulate
@@ -392,6 +404,7 @@ def cmd_run(args) -> None:
 
     method, sampling, journaled = _method(args), _sampling(args), _journaled(args)  # checked before the models load
     pair = _pair(args)
+    _check_head_fits(args, method, pair)
     prompts = args.prompt or ["Return the"]
     with journaled, progress("decoding", total=len(prompts) * args.max_new_tokens, enabled=not args.json):
         res = decode(pair, prompts, method, max_new_tokens=args.max_new_tokens, sampling=sampling,
@@ -411,6 +424,7 @@ def cmd_compare(args) -> None:
 
     method, sampling, journaled = _method(args), _sampling(args), _journaled(args)  # checked before the models load
     pair = _pair(args)
+    _check_head_fits(args, method, pair)
     with journaled, progress("decoding (all runs)", enabled=not args.json):
         comp = compare(pair, method, args.prompt or None, runs_per_prompt=args.runs_per_prompt,
                        max_new_tokens=args.max_new_tokens, sampling=sampling, key=args.seed, speed=args.speed,

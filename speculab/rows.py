@@ -58,16 +58,16 @@ class Row:
             return diff / se
         return 0.0 if abs(diff) < 1e-12 else math.copysign(math.inf, diff)
 
-
     def power(self, shift: float = POWER_SHIFT) -> float:
         """The chance that the row is refused (``|z| >= 5``) if the truth were off the prediction by ``shift`` of it:
         ``Φ(d − 5) + Φ(−d − 5)`` with ``d = shift · |predicted| / s.e.`` (normal; the s.e. of ``z``). NaN for a row
-        without a z (exact identities, bounds, measured-only rows); 1 for a z without noise (s.e. 0)."""
-        if math.isnan(self.z):
+        without a z (exact identities, bounds, measured-only rows) and for a prediction of 0, which no error
+        relative to it can miss; 1 for a z without noise (s.e. 0)."""
+        if math.isnan(self.z) or self.predicted == 0:
             return float("nan")
         se = math.hypot(self.predicted_se, self.measured_se)
         if se == 0:
-            return 1.0 if shift * abs(self.predicted) > 0 else 0.0
+            return 1.0
         d = shift * abs(self.predicted) / se
         return 0.5 * math.erfc((Z_LIMIT - d) / math.sqrt(2)) + 0.5 * math.erfc((Z_LIMIT + d) / math.sqrt(2))
 

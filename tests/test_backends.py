@@ -154,7 +154,6 @@ def _directed_z(samples: np.ndarray, q: np.ndarray, p: np.ndarray) -> float:
     return (float(inside[samples].mean()) - qa) / math.sqrt(qa * (1 - qa) / samples.size)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("method", [pytest.param(SD(K=2), id="sd"),
                                     pytest.param(BatchSD(3, K=2), id="batch", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("sampling", SAMPLINGS, ids=SAMPLING_IDS)

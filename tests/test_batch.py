@@ -519,3 +519,36 @@ def test_the_jumps_have_two_passes_per_token_and_then_refuse(monkeypatch):
     assert u[0, 1] > 0  # token 1 still drafted from
     with pytest.raises(RuntimeError, match="could not all be located"):
         _drain_in_jumps(q, p, 9)
+
+
+def test_a_jax_root_chain_steps_all_its_drafts_even_past_the_jump_threshold():
+    """JAX arrays never take numpy's jumps (they step all ``M`` drafts, traced or not) and give numpy's values, also
+    for ``M`` past ``JUMP_FROM`` — found by mutation testing of the fast tier (``or`` for ``and`` sent JAX arrays
+    into the numpy-only jumps; only slow JAX tests saw it)."""
+    jnp = pytest.importorskip("jax.numpy")
+    from speculab.theory.batch import JUMP_FROM
+
+    rng = np.random.default_rng(3)
+    p, q = rng.dirichlet(np.ones(5), size=3), rng.dirichlet(np.ones(5), size=3)
+    p[0, 1] = 0.0
+    p[0] /= p[0].sum()
+    M = JUMP_FROM + 6
+    import jax
+
+    with jax.enable_x64(True):  # float64, to compare with numpy to 1e-12
+        u, R = root_residual_chain(jnp.asarray(q), jnp.asarray(p), M)
+    u_np, R_np = root_residual_chain(q, p, M)
+    np.testing.assert_allclose(np.asarray(u), u_np, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(R), R_np, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("u", [0.0, 1.0])
+@pytest.mark.parametrize("v", [0.3, 0.7])
+def test_bernoulli_closed_form_at_a_point_mass_draft(u, v):
+    """``p`` a point mass (``u`` = 0 or 1): more drafts repeat the same token, so the improvement is 0 at every M,
+    ∞ included, as the general recursion says — the edges Hypothesis rarely draws exactly (found by mutation testing
+    of the fast tier: the point-mass test at ``u = 0`` read as ``u = 1`` survived)."""
+    p, q = np.array([1 - u, u]), np.array([1 - v, v])
+    for M in (2, 5, np.inf):
+        assert bernoulli_batch_improvement(u, v, M) == 0.0, M
+        assert batch_improvement(q, p, M) == pytest.approx(0.0, abs=1e-15), M  # the recursion: to round-off

@@ -437,6 +437,7 @@ def test_a_head_file_runs_the_learned_methods_from_the_command_line(argv, method
     (["--method", "specdecpp", "--head", "HEAD"], "--method specdecpp needs --h"),
     (["--method", "sprinter", "--head", "/no/such/head"], "--head /no/such/head: no head file at"),
     (["--method", "sprinter", "--head", "README.md"], "--head README.md: README.md is not a safetensors file"),
+    (["--method", "sprinter", "--head", "docs"], "--head docs: docs is a folder, not a head file"),
 ])
 def test_a_missing_or_misplaced_head_is_refused_before_any_model_loads(argv, match, head_file, capsys, monkeypatch):
     import speculab.backends
@@ -521,7 +522,7 @@ SIM_METHODS = {
 
 
 def _cells(text: str, first: str) -> list[str]:
-    """The cells of the table row whose first cell is ``first`` (cells are separated by two or more spaces)."""
+    """The cells of the table row whose first cell is ``first`` (no cell of ``sim``'s table holds a space)."""
     rows = [line.split() for line in text.splitlines() if line.split()[:1] == [first]]
     assert len(rows) == 1, (first, text)
     return rows[0][1:]
@@ -615,3 +616,17 @@ def test_compare_prints_the_apis_rows_in_its_table_and_json(name, capsys):
             assert cell in line, (row.quantity, cell, line)
         if math.isfinite(row.predicted):
             assert f"{row.predicted:.4f}" in line, (row.quantity, line)
+
+
+def test_a_head_for_another_draft_is_named_by_its_flag_and_file(tmp_path, capsys):
+    """A head of the wrong width loads (the file is a head) but cannot read this draft's states: one line naming
+    ``--head`` and the file, exit 2."""
+    pytest.importorskip("torch")
+    from speculab.backends.heads import constant_head, save_head
+
+    path = save_head(constant_head(3, 0.5), tmp_path / "narrow.safetensors")
+    for command in ("run", "compare"):
+        assert main([command, "--pair", "tiny", "--method", "sprinter", "--head", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert f"--head {path}: the head reads 3 features but the draft's hidden states have 64" in err
+        assert err.count("\n") == 1

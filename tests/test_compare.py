@@ -113,7 +113,8 @@ def test_a_rows_power_is_the_chance_of_refusing_a_prediction_ten_percent_off():
     assert Row("x", -10.0, -10.0, 0.0, 0.15).power() == row.power()  # |predicted|: the sign does not matter
     for quiet in (Row("x", 1.0, 1.0, tolerance=1e-9), Row("x", 1.0, 0.5, upper_bound=True), Row("x", math.nan, 1.0)):
         assert math.isnan(quiet.power())
-    assert Row("x", 2.0, 2.0).power() == 1.0 and Row("x", 0.0, 0.0).power() == 0.0  # no noise
+    assert Row("x", 2.0, 2.0).power() == 1.0  # no noise
+    assert math.isnan(Row("x", 0.0, 0.0).power()) and math.isnan(Row("x", 0.0, 0.1, 0.0, 0.05).power())  # 10 % of 0
     comp = Comparison("t", [row, Row("y", 1.0, 1.0, tolerance=1e-9)])
     assert [r["power"] for r in comp.to_dict()["rows"]][0] == row.power()
     assert f"{row.power():.3f}" in str(comp) and "power (10%)" in str(comp)

@@ -111,7 +111,6 @@ def _token_law_agrees(agrees, c, t: int, target):
 SDPP_COUNTS = ("rejections", "oracle_calls", "draft_calls", "accepted", "bonus")
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("method", [pytest.param(SpecDecPP(1.0, cap=20), marks=pytest.mark.slow),
                                     SpecDecPP(0.7, cap=6), SpecDecPP(0.0)], ids=repr)
 def test_specdecpp_runs_with_the_drafting_it_discards(method, agrees):
@@ -139,8 +138,7 @@ def test_specdecpp_that_never_stops_early_is_sd_with_lookahead_cap(agrees):
         agrees(c.estimate(name), e.get(name), f"{name} vs SD(K=5)")
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("T, cap, engine", [  # JAX's two longest pools are CI's (slow): 17 s of the default run
+@pytest.mark.parametrize("T, cap, engine", [  # JAX's two longest pools: the full tier's
     pytest.param(T, cap, engine, marks=pytest.mark.slow if engine == "jax" and min(T, cap) >= 10 else ())
     for T, cap in [(10, 10), (24, 20), (12, 5), (6, 20)] for engine in ["numpy", "jax"]])
 def test_specdecpp_drafting_past_rejections_is_all_counted(T, cap, engine):
@@ -174,7 +172,6 @@ def _record_pool_chunks(monkeypatch) -> list:
     return calls
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("T, cap", [pytest.param(10, 10, marks=pytest.mark.slow), (12, 5), (6, 20), (6, 2), (6, 1)])
 def test_specdecpp_pool_bound_is_the_most_chains_a_run_holds(T, cap, monkeypatch):
     """The pool's bound per run, G = min(cap, T) − 1 chains drafting past rejections at once, is reached: where every
@@ -331,8 +328,7 @@ def test_sprinter_corrects_only_at_a_position_it_called_the_target(engine):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", [pytest.param(SD(K=2), marks=pytest.mark.slow), BatchSD(2, K=2),
-                                    pytest.param(BlockVerification(2), marks=pytest.mark.slow)], ids=repr)
+@pytest.mark.parametrize("method", [SD(K=2), BatchSD(2, K=2), BlockVerification(2)], ids=repr)  # compile-bound
 def test_jitted_and_eager_runs_agree(method):
     short = MarkovInstance.random(4, 3, 2, concentration=0.7)  # eager JAX dispatches op by op: keep it small
     jitted = simulate(short, method, 100, key=3, engine="jax")

@@ -251,3 +251,49 @@ def test_latency_per_token_takes_lists_next_to_arrays():
 
     np.testing.assert_allclose(latency_per_token(np.array([0.1]), [0.2], 0.1, 1.0), [0.29])
     assert latency_per_token(0.1, 0.2, 0.1, 1.0) == pytest.approx(0.29)
+
+
+def test_a_rule_given_by_its_acceptance_or_its_rejection_law_alone_is_that_rule():
+    """``b`` alone (with its unbiased rejection law) and ``P`` alone (with SD's acceptance) each change the counts
+    from SD's, to Theorem 2's ([Yin], :func:`expected_rejections`, another code path) at ``K = ∞`` — found by
+    mutation testing of the fast tier: ``or`` for ``and`` in the SD shortcut survived."""
+    from speculab.theory import expected_rejections, sd_acceptance
+    from speculab.theory.lookahead import lookahead_counts
+
+    inst = MarkovInstance.random(4, 3, 11)
+    half = lambda p, q: 0.5 * sd_acceptance(p, q)  # noqa: E731 — unbiased, rejects more than SD
+    flat = np.full((4, 3, 3), 1 / 3)  # a rejection law other than the residual: biased, another output chain
+    sd = lookahead_counts(inst, None).rejections
+    for b, P in ((half, None), (None, flat)):
+        theory = expected_rejections(inst, b if b is not None else sd_acceptance(inst.P, inst.Q), P).rejections
+        got = lookahead_counts(inst, None, b=b, P=P).rejections
+        assert got == pytest.approx(theory, rel=1e-12) and abs(got - sd) > 1e-3, (b, P)
+
+
+def test_the_slot_chain_has_a_bonus_slot_only_when_a_round_can_end_before_the_horizon():
+    """``lookahead_slots``: ``K >= T`` (or ``None``) never reaches a bonus, so only two slots are kept (root, rest);
+    ``K < T`` keeps the root, ``K − 1`` slots and the bonus (found by mutation testing of the fast tier: ``<=`` for
+    ``<`` survived there)."""
+    from speculab.theory.lookahead import lookahead_slots
+
+    assert lookahead_slots(4, None) == (4, False, 2) and lookahead_slots(4, 4) == (4, False, 2)
+    assert lookahead_slots(4, 9) == (4, False, 2) and lookahead_slots(1, None) == (1, False, 1)
+    assert lookahead_slots(4, 3) == (3, True, 4) and lookahead_slots(4, 1) == (1, True, 2)
+
+
+def test_lookahead_defaults_and_refusals_the_fast_tier_checks():
+    """Found by mutation testing of the fast tier (only slow tests saw them): the counts are frozen, batch SD takes
+    no other rule (``b`` alone or ``P`` alone is refused, not only both), and ``best_lookahead`` tries K = 1..20 by
+    default."""
+    from conftest import assert_frozen
+    from speculab.theory import sd_acceptance
+    from speculab.theory.lookahead import best_lookahead, lookahead_counts
+
+    inst = MarkovInstance.random(4, 3, 2)
+    assert_frozen(lookahead_counts(inst, 2))
+    for rule in ({"b": lambda p, q: 0.5 * sd_acceptance(p, q)}, {"P": np.full((4, 3, 3), 1 / 3)}):
+        with pytest.raises(ValueError, match=r"M > 1 \(batch SD, \[Yin\] Alg. 4\) uses SD's rule"):
+            lookahead_counts(inst, 2, M=2, **rule)
+    best = best_lookahead(inst, 0.1, 1.0)
+    assert len(best.latencies) == 20
+    assert_frozen(best)

@@ -280,10 +280,8 @@ def _right_enumeration(method):
 
 @pytest.mark.slow
 @pytest.mark.power
-@pytest.mark.parametrize("method, kind", [  # the heaviest enumerations are CI's (slow): 48 s of the 60
-    pytest.param(m, kind, id=f"{m!r}-{kind}",
-                 marks=pytest.mark.slow if isinstance(m, OptimalMultiDraft) or m == BatchSD(2, K=2) else ())
-    for kind in WRONG for m in POWER_CASES])
+@pytest.mark.parametrize("method, kind", [  # the full tier's: 60 s of enumerations
+    pytest.param(m, kind, id=f"{m!r}-{kind}") for kind in WRONG for m in POWER_CASES])
 def test_the_simulation_check_has_power_against_plausible_bugs(method, kind, record_property):
     """Power of ``test_simulation_matches_the_enumeration`` (N runs, |z| < 5) against each named bug of a round,
     computed from the exact law of the wrong method (enumerated like the right one): above 0.99 for every pair

@@ -255,3 +255,15 @@ def test_the_score_table_matches_the_sources_and_the_list_of_equivalents():
         if float(without) == 100:
             assert float(now) == round(100 * (n - eq) / n, 1), name
         assert len(mutation.mutant_names((mutation.ROOT / module).read_text())) == n, name
+
+
+def test_a_log_is_resumed_only_by_a_run_of_its_own_tier(tmp_path, capsys):
+    """An outcome measured with the slow tests says nothing of the fast tier alone, and the other way round."""
+    assert mutation.log_tier("tier fast\nbaseline: 3 tests in 1 s\n") == "fast"
+    assert mutation.log_tier("…\n12 s; tests: tests; fast tier\n") == "fast"
+    assert mutation.log_tier("baseline: 3 tests in 1 s\n") == "full"  # written before the tiers: all ran --runslow
+    log = tmp_path / "full.log"
+    log.write_text("tier full\n")
+    with pytest.raises(SystemExit):
+        mutation.main(["speculab/theory/rejections.py", "--tier", "fast", "--resume", str(log)])
+    assert "is a run of the full tier, this one of the fast tier" in capsys.readouterr().err

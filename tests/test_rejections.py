@@ -174,3 +174,33 @@ def test_rejection_rows_that_are_never_sampled_need_not_be_distributions():
     b = np.ones((4, 2, 2))
     P = np.zeros((4, 2, 2))
     assert expected_rejections(inst, b, P).rejections == 0.0
+
+
+def test_the_unbiasedness_check_allows_round_off_of_exactly_1e_12_and_no_more():
+    """``b·p − q`` may exceed 0 by round-off up to 1e-12, not beyond: exactly 1e-12 passes, 1.5e-12 is refused
+    (found by mutation testing of the fast tier: ``>=`` for ``>`` and a tolerance of 2e-12 survived). With ``p = 1``
+    and ``q = 0`` at the first token, ``b·p − q`` is ``b`` exactly."""
+    p, q = np.array([1.0, 0.0]), np.array([0.0, 1.0])
+    unbiased_rejection_distribution(p, q, np.array([1e-12, 0.0]))
+    with pytest.raises(ValueError, match=r"b <= min\(1, q/p\).*b\*p - q = 1.5e-12 > 0"):
+        unbiased_rejection_distribution(p, q, np.array([1.5e-12, 0.0]))
+
+
+def test_a_given_rejection_law_is_used_on_every_row_that_can_reject():
+    """``rejection_array`` keeps the user's rows where ``Σ (1 − b) p > 0`` and zeros the rows that never reject:
+    found by mutation testing of the fast tier (a fill of 1 for 0 on those rows survived: no fast test read the
+    rows back)."""
+    from speculab.theory.rejections import rejection_array
+
+    inst = MarkovInstance.random(3, 3, 7)
+    b = np.full((3, 3, 3), 0.5)
+    b[1, 2] = 1.0  # the row of position 1, previous token 2: never rejects
+    P = np.broadcast_to(np.array([0.2, 0.3, 0.5]), (3, 3, 3)).copy()
+    R = rejection_array(inst, b, P)
+    used = np.ones((3, 3), dtype=bool)
+    used[1, 2] = False
+    np.testing.assert_array_equal(R[used], P[used])
+    np.testing.assert_array_equal(R[1, 2], 0.0)
+    # and the law it gives is Alg. 2's, b p + P Σ (1 − b) p, row by row, written out here
+    mass = np.sum((1 - b) * inst.P, axis=-1, keepdims=True)
+    np.testing.assert_allclose(output_law(inst, b, P), b * inst.P + P * mass, rtol=0, atol=1e-15)

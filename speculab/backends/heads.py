@@ -337,7 +337,7 @@ def load_head(path: str | Path) -> TrainedHead:
 
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"no head file at {path}")
+        raise ValueError(f"{path} is a folder, not a head file" if path.is_dir() else f"no head file at {path}")
     try:
         with safe_open(str(path), framework="pt") as f:
             meta = f.metadata() or {}
