@@ -91,3 +91,14 @@ def test_broadcasts_over_leading_axes():
 def test_bad_input_is_refused(fn, p, q, match):
     with pytest.raises(ValueError, match=match):
         fn(p, q)
+
+
+def test_inverse_cdf_sampling_never_returns_a_zero_weight_index_and_breaks_ties_upward():
+    """``sample_cumulative`` returns the smallest ``i`` with ``cum[i] > u · total``: a uniform landing exactly on a
+    boundary goes to the next index with weight, so a leading zero weight is never drawn, even at ``u = 0`` (found
+    by mutation testing of the fast tier: ``<`` for ``<=`` survived; only slow tests drew such a tie)."""
+    from speculab import kernels
+
+    cum = np.cumsum([0.0, 0.5, 0.5])  # weights 0, 1/2, 1/2
+    u = np.array([0.0, 0.25, 0.5, 0.75])
+    np.testing.assert_array_equal(kernels.sample_cumulative(np.broadcast_to(cum, (4, 3)), u), [1, 1, 2, 2])
