@@ -205,10 +205,11 @@ def _method(args):
 
 def _check_head_fits(args, method, pair) -> None:
     """``--head FILE`` against the loaded draft: a head for another model is named by its flag and file."""
+    from speculab.backends.decode import hidden_size
+
     if getattr(args, "head", None) is None:
         return
-    config = pair.draft.model.config
-    width = getattr(config, "hidden_size", None) or getattr(config, "n_embd", None)
+    width = hidden_size(pair.draft)
     d_in = getattr(method, method.head_param).config.d_in
     if width is not None and d_in != width:
         raise ValueError(f"--head {args.head}: the head reads {d_in} features but the draft's hidden states have "

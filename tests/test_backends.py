@@ -665,10 +665,10 @@ def test_a_drafts_width_is_read_under_either_configs_name():
     """A head's input width is checked against the draft's hidden size: Llama-style configs call it ``hidden_size``,
     GPT-2's ``n_embd`` (the tiny pair's config answers to both, so decode alone cannot tell them apart)."""
     from types import SimpleNamespace as Model
-    from speculab.backends.decode import _hidden_size
-    assert _hidden_size(Model(model=Model(config=Model(hidden_size=24)))) == 24
-    assert _hidden_size(Model(model=Model(config=Model(n_embd=16)))) == 16
-    assert _hidden_size(Model(model=Model(config=Model()))) is None
+    from speculab.backends.decode import hidden_size
+    assert hidden_size(Model(model=Model(config=Model(hidden_size=24)))) == 24
+    assert hidden_size(Model(model=Model(config=Model(n_embd=16)))) == 16
+    assert hidden_size(Model(model=Model(config=Model()))) is None
 
 
 def test_bad_method_and_sampling_arguments():

@@ -228,7 +228,8 @@ def bonus_possible(L: int, remaining: int, rows: int, last: int | None, eos: int
     return L < remaining and not (rows == 1 and last is not None and eos is not None and last == eos)
 
 
-def _hidden_size(model: HFModel) -> int | None:
+def hidden_size(model: HFModel) -> int | None:
+    """The width of ``model``'s hidden states (what a head reads), or ``None`` when its config does not say."""
     config = model.model.config
     return getattr(config, "hidden_size", None) or getattr(config, "n_embd", None)
 
@@ -332,7 +333,7 @@ def decode(
         if not isinstance(pair.draft, HFModel):
             raise ValueError(f"{type(method).__name__}'s head reads the draft's hidden states: the draft must be a "
                              f"Hugging Face model; got {type(pair.draft).__name__}")
-        width = _hidden_size(pair.draft)
+        width = hidden_size(pair.draft)
         d_in = getattr(getattr(head, "config", None), "d_in", None)
         if d_in is None:
             raise ValueError(f"{type(method).__name__}'s head must be a speculab.backends.heads.TrainedHead "
