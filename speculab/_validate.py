@@ -101,12 +101,13 @@ def check_same_shape(a: np.ndarray, b: np.ndarray, name_a: str, name_b: str) -> 
         raise ValueError(f"{name_a} and {name_b} must have the same shape; got {a.shape} and {b.shape}")
 
 
-def as_positive_int(x, name: str, *, minimum: int = 1) -> int:
-    """``x`` as a Python int ``>= minimum`` (booleans refused)."""
+def as_positive_int(x, name: str, *, minimum: int = 1, maximum: int | None = None) -> int:
+    """``x`` as a Python int ``>= minimum`` (and ``<= maximum``, when given; booleans refused)."""
+    within = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum:,}]"
     if isinstance(x, bool) or not isinstance(x, numbers.Integral):
-        raise ValueError(f"{name} must be an integer >= {minimum}; got {x!r}")
-    if x < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}; got {x}")
+        raise ValueError(f"{name} must be an integer {within}; got {x!r}")
+    if x < minimum or (maximum is not None and x > maximum):
+        raise ValueError(f"{name} must be an integer {within}; got {x}")
     return int(x)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
+import math
 import os
 import signal
 import sys
@@ -24,6 +25,7 @@ import threading
 
 import numpy as np
 
+from speculab._budget import work_budget
 from speculab._progress import progress
 from speculab._validate import SEED_LIMIT
 from speculab.repro._io import jsonable
@@ -48,6 +50,17 @@ def _count(minimum: int, below: int | None = None):
         return value
 
     return parse
+
+
+def _scale(text: str) -> float:
+    """An argparse type: a work budget's scale, a finite number > 0 (``--budget``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number: {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0 (a multiple of the default budgets); got {text}")
+    return value
 
 
 # -- instances ---------------------------------------------------------------
@@ -217,6 +230,11 @@ def _check_head_fits(args, method, pair) -> None:
 
 
 def cmd_sim(args) -> None:
+    with work_budget(args.budget):
+        return _sim(args)
+
+
+def _sim(args) -> None:
     from speculab.compare import side_by_side
     from speculab.sim import simulate
 
@@ -566,6 +584,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", default=None, help="record each finished chunk of runs in this JSON-lines file")
     p.add_argument("--resume", action="store_true",
                    help="continue the simulation recorded in --checkpoint (same arguments): the same final numbers")
+    p.add_argument("--budget", type=_scale, default=1.0, metavar="K",
+                   help="multiply the work budgets of the exact computations that explode (block paths, SpecDec++'s "
+                        "draft tree, optimal multi-draft linear programs) by K (default 1): past its budget a "
+                        "method's theory is 'none' with the estimate")
     p.set_defaults(func=cmd_sim)
 
     p = sub.add_parser("methods", help="list the registered methods and their options")

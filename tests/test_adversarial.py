@@ -220,6 +220,8 @@ CLI_CASES = [
     (["sim", "--method", "nope"], 2, "invalid choice"), (["sim", "--seed", str(2**64)], 2, "argument --seed: must be an integer in"),
     (["sim", "--seed", "-1"], 2, "argument --seed: must be an integer in [0, "),
     (["sim", "--eps", "0.1"], 2, "--eps does not apply"),
+    (["sim", "--method", "batch", "--M", str(10**20)], 2, "M must be an integer in [1, 9,007,199,254,740,992]; got 1"),
+    (["theory", "batch", "--M", str(10**20)], 2, "M must be at most 2^53 (or np.inf for the limit M → ∞)"),
     (["theory", "batch", "--M", "0"], 2, "M must be"), (["theory", "batch", "--M", "abc"], 2, "M must be"),
     (["theory", "rejections", "--instance", "/etc/passwd"], 2, "not a speculab Markov instance"),
     (["theory", "rejections", "--T", "5", "--V", "3", "--concentration", "-1"], 2, "concentration"),
@@ -375,3 +377,33 @@ def test_a_reproductions_bad_run_count_is_refused_before_it_computes(name, runs,
     assert err.startswith("speculab repro: error: argument --n-runs: must be an integer >= 1")
     assert err.count("\n") == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_every_function_of_an_instance_refuses_anything_else_by_name():
+    """Each public function of ``speculab.theory`` whose first argument is ``inst``, and every method's ``expected``,
+    refuses a file name, an array or ``None`` given for the instance with one ``ValueError`` naming ``inst`` (found
+    by an adversarial review: 23 of them failed deep inside with ``AttributeError: 'str' object has no attribute
+    'T'``)."""
+    import inspect
+
+    import speculab.theory as theory
+    from speculab.methods import REGISTRY
+
+    checked = []
+    for name in theory.__all__:
+        f = getattr(theory, name)
+        if inspect.isfunction(f) and list(inspect.signature(f).parameters)[:1] == ["inst"]:
+            checked.append(f)
+    methods = [cls(**{"sd": {}, "ar": {}, "batch": {"M": 2}, "rejection": {"b": lambda p, q: 0 * p},
+                      "biased": {"eps": 0.1}, "fuzzy": {"theta": 0.1}, "sprinter": {"eta_tp": 0.5, "eta_fp": 0.5},
+                      "specdecpp": {"h": 0.5}, "block": {"gamma": 2}, "optimal-batch": {"M": 2}}[name])
+               for name, cls in REGISTRY.items()]
+    assert len(checked) >= 20 and len(methods) == len(REGISTRY)
+    for bad in ("inst.npz", np.ones((3, 2, 2)), None):
+        for f in checked:
+            with pytest.raises(ValueError, match=r"^inst must be a MarkovInstance"):
+                f(bad, *[0.5] * (sum(p.default is inspect.Parameter.empty
+                                     for p in inspect.signature(f).parameters.values()) - 1))
+        for method in methods:
+            with pytest.raises(ValueError, match=r"^inst must be a MarkovInstance"):
+                method.expected(bad)

@@ -16,6 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import agrees_json, claims_of, model_device
+from speculab import work_budget
+from speculab._validate import TooLarge
 from speculab.methods import SD, BlockVerification
 from speculab.methods.block import block_accepted, block_counts, block_kernel, block_round_law
 from speculab.theory import MarkovInstance, lookahead_counts
@@ -308,8 +310,14 @@ def test_kernel_rows_are_distributions_and_refuse_huge_blocks():
     rng = np.random.default_rng(0)
     four = MarkovInstance.stationary(rng.dirichlet(np.ones(4), size=4), rng.dirichlet(np.ones(4), size=4), T=30)
     np.testing.assert_allclose(block_kernel(four, 0, 10)[0].sum(axis=(1, 2)), 1.0, atol=1e-12)
-    with pytest.raises(ValueError, match=r"V\^\(γ\+2\) = 4\^13 block prefixes > MAX_PATHS = 16777216"):
+    with pytest.raises(TooLarge, match=r"^exact block counts \(V\^\(γ\+2\) = 4\^13 block prefixes\) would take 67,108,864 "
+                                       r"prefixes, over the budget of 16,777,216 prefixes \(MAX_PATHS\): use a smaller"):
         block_kernel(four, 0, 11)
+    with work_budget(0.25):  # a quarter of the budget: 4^11 prefixes fit, 4^12 are refused
+        np.testing.assert_allclose(block_kernel(four, 0, 9)[0].sum(axis=(1, 2)), 1.0, atol=1e-12)
+        with pytest.raises(TooLarge, match=r"would take 16,777,216 prefixes, over the budget of 4,194,304 prefixes "
+                                           r"\(MAX_PATHS, times 0.25\)"):
+            block_kernel(four, 0, 10)
 
 
 @pytest.mark.parametrize("gamma, match", [(0, "gamma"), (True, "gamma"), (2.5, "gamma"), (None, "gamma")])
@@ -473,3 +481,39 @@ def test_gain_reproduction_smoke(pair, tmp_path, agrees):
     assert rows[1]["theory"] == f"{ex['block']['oracle_calls']:.2f} / {ex['sd']['oracle_calls']:.2f}"
     assert rows[4]["quantity"].startswith("γ = 4, tiny pair") and rows[4]["measured"].endswith(
         f"; {gain['mean']:+.3f} ± {gain['se']:.3f} ({gain['rounds']:,} blocks)".replace("-", "−"))
+
+
+def test_a_block_without_batch_axes_has_the_law_of_a_batch_of_one():
+    """``block_round_law`` takes ``(1, L, V)`` laws with no batch axis as well as ``(..., 1, L, V)``; the law is the
+    same as for a batch of one. Found by mutation testing of the fast tier: reading ``L`` from axis 2, the batch
+    shape from ``shape[:2]`` or joining the corrections on axis 2 — right for rank 4 only — survived, as every
+    fast test passed a batch. L = 2, V = 3, so axis 2 is not the slot axis at rank 3."""
+    rng = np.random.default_rng(5)
+    L, V = 2, 3
+    p, q = rng.dirichlet(np.ones(V), size=(1, L)), rng.dirichlet(np.ones(V), size=(1, L + 1))
+    x = np.array([[2, 0]])
+    for bonus in (True, False):
+        single = block_round_law(p, q, x, bonus=bonus)
+        batch = block_round_law(p[None], q[None], x[None], bonus=bonus)
+        for name, got, want in zip(single._fields, single, batch):
+            if want is None:
+                assert got is None, name
+                continue
+            assert got.shape == want.shape[1:], name
+            np.testing.assert_array_equal(got, want[0], err_msg=name)
+        assert single.outcome.shape == (1, L + 1) and single.correction.shape == (1, L + 1, V)
+
+
+def test_a_block_longer_than_the_horizon_is_the_horizon():
+    """``γ`` past ``T`` drafts what is left, as ``γ = T`` does: the same runs for the same key, the same theory —
+    ``γ = 10^20`` included (found by review: the simulator sized its buffers by ``γ`` and failed in numpy with
+    "Maximum allowed dimension exceeded")."""
+    from speculab.sim import simulate
+
+    inst = MarkovInstance.random(5, 3, 6)
+    same = simulate(inst, BlockVerification(5), 200, key=3)
+    for gamma in (6, 10**20):
+        c = simulate(inst, BlockVerification(gamma), 200, key=3)
+        np.testing.assert_array_equal(c.rejections, same.rejections)
+        np.testing.assert_array_equal(c.oracle_calls, same.oracle_calls)
+        assert BlockVerification(gamma).expected(inst).rejections == BlockVerification(5).expected(inst).rejections

@@ -1,6 +1,8 @@
 """The command line: tables, JSON, errors, and the Fig. 2(a) reproduction end to end."""
 
+import dataclasses
 import math
+import re
 import json
 
 import numpy as np
@@ -433,6 +435,8 @@ def test_a_head_file_runs_the_learned_methods_from_the_command_line(argv, method
     (["--method", "sprinter"], "--method sprinter on real models needs --head FILE"),
     (["--method", "specdecpp", "--h", "0.5"], "`speculab repro specdecpp-pareto --out DIR` saves them"),
     (["--method", "sprinter", "--head", "HEAD", "--eta-tp", "0.9"], "--eta-tp does not apply with --head"),
+    (["--method", "sprinter", "--head", "HEAD", "--eta-fp", "0.1", "--eta-tp", "0.9"],
+     "--eta-fp, --eta-tp does not apply with --head"),
     (["--method", "sd", "--head", "HEAD"],
      "--head does not apply to --method sd: it reads no trained head (methods that do: sprinter, specdecpp)"),
     (["--method", "specdecpp", "--head", "HEAD"], "--method specdecpp needs --h"),
@@ -504,10 +508,30 @@ def test_a_method_whose_exact_theory_is_past_its_budget_is_simulated_with_the_re
         BlockVerification(10).expected(MarkovInstance.random(T=10, V=7, key=0))
     argv = ["sim", "--method", "block", "--gamma", "10", "--T", "10", "--V", "7", "--n-runs", "500"]
     out = _json(capsys, argv)
-    assert out["theory"] == {} and out["theory_source"].startswith("none (exact block counts enumerate V^(γ+2) = 7^12")
+    assert out["theory"] == {} and out["theory_source"].startswith("none (exact block counts (V^(γ+2) = 7^12 block "
+                                                                   "prefixes) would take 13,841,287,201 prefixes")
     assert out["counts"]["rejections"]["mean"] > 0 and out["z"] == {}
     assert main(argv) == 0
-    assert "theory: none (exact block counts enumerate" in capsys.readouterr().out
+    assert "theory: none (exact block counts (V^(γ+2) = 7^12" in capsys.readouterr().out
+
+
+def test_sim_budget_scales_the_exact_theorys_budget(capsys):
+    """``sim --budget K`` multiplies the work budgets: ``--gamma 8`` on ``V = 4`` (4^10 = 1,048,576 prefixes, within
+    MAX_PATHS) has its theory at the default and none below 1,048,576 / 16,777,216 = 0.0625 of it; SpecDec++'s
+    draft tree likewise. A scale that is not a finite number > 0 is refused by the flag."""
+    base = ["sim", "--method", "block", "--gamma", "8", "--T", "10", "--V", "4", "--n-runs", "200"]
+    assert _json(capsys, base)["theory_source"] == _json(capsys, base + ["--budget", "0.0625"])["theory_source"]
+    out = _json(capsys, base + ["--budget", "0.06"])
+    assert out["theory"] == {} and out["theory_source"] == (
+        "none (exact block counts (V^(γ+2) = 4^10 block prefixes) would take 1,048,576 prefixes, over the budget of "
+        "1,006,633 prefixes (MAX_PATHS, times 0.06): use a smaller block size or vocabulary (the simulator has no such "
+        "limit), or raise the budget: speculab.work_budget(k) in Python, --budget k on the command line)")
+    tree = ["sim", "--method", "specdecpp", "--h", "0.5", "--cap", "16", "--T", "60", "--V", "2", "--n-runs", "50"]
+    assert _json(capsys, tree)["theory"] == {}  # 2 × 2^16 leaves of 66 values: 8,650,752 values
+    assert _json(capsys, tree + ["--budget", "1.375"])["theory"]["rejections"] > 0
+    for bad in ("0", "-1", "nan", "inf", "x"):
+        assert main(base + ["--budget", bad]) == 2
+        assert "argument --budget: " in capsys.readouterr().err
 
 
 # -- each command's table and JSON against the Python API, row by row ----------------------------------------
@@ -631,3 +655,66 @@ def test_a_head_for_another_draft_is_named_by_its_flag_and_file(tmp_path, capsys
         err = capsys.readouterr().err
         assert f"--head {path}: the head reads 3 features but the draft's hidden states have 64" in err
         assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("options, api", [
+    ([], dict(T=50, V=7, key=0)),
+    (["--T", "6", "--V", "3", "--seed", "2"], dict(T=6, V=3, key=2)),
+    (["--T", "5", "--V", "4", "--rows", "uniform", "--seed", "9"], dict(T=5, V=4, key=9, rows="uniform")),
+    (["--T", "7", "--V", "2", "--concentration", "0.3", "--instance-seed", "4", "--seed", "1"],
+     dict(T=7, V=2, key=4, concentration=0.3)),
+], ids=["defaults", "T V seed", "uniform rows", "concentration, instance seed"])
+def test_theory_rejections_and_instance_print_the_apis_values_row_by_row(options, api, capsys, tmp_path):
+    """``theory rejections`` (table, ``--per-position`` and ``--json``) and ``instance`` for several instance flags:
+    every number is the Python API's for the instance those flags name (a row printing another position's value, or
+    a flag read into the wrong argument, fails)."""
+    inst = MarkovInstance.random(api.pop("T"), api.pop("V"), api.pop("key"), **api)
+    prof = sd_expected_rejections(inst)
+    out = _json(capsys, ["theory", "rejections", *options])
+    assert (out["instance"]["T"], out["instance"]["V"]) == (inst.T, inst.V)
+    assert out["rejections"] == prof.rejections and out["oracle_calls"] == prof.oracle_calls
+    assert out["acceleration"] == inst.T / prof.rejections
+    assert out["rejections_per_position"] == prof.rejections_per_position.tolist()
+    assert main(["theory", "rejections", *options, "--per-position"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    value = {line.split("  ")[0].strip(): line.split()[-1] for line in lines[3:6]}
+    assert value == {"E[N_rej]": f"{prof.rejections:.6f}", "E[oracle calls]": f"{prof.oracle_calls:.6f}",
+                     "acceleration T / E[N_rej]": f"{inst.T / prof.rejections:.4f}"}
+    head = next(i for i, line in enumerate(lines) if line.split() == ["n", "E_q[TV(p_n,", "q_n)]"])
+    per_position = [line.split() for line in lines[head + 2:]]
+    assert per_position == [[str(n + 1), f"{v:.6f}"] for n, v in enumerate(prof.rejections_per_position)]
+    path = tmp_path / "saved.npz"
+    assert main(["instance", *options, "--out", str(path)]) == 0
+    saved = MarkovInstance.load(path)
+    for name in ("P", "Q", "rho"):
+        np.testing.assert_array_equal(getattr(saved, name), getattr(inst, name), err_msg=name)
+
+
+def test_methods_lists_each_methods_own_options_and_reach(capsys):
+    """``methods`` (table and ``--json``): each method's row names its own class, options and reach, written out
+    here by hand (a row showing another method's options fails; a new method must be added here)."""
+    from speculab.methods import REGISTRY
+
+    options = {"ar": [], "sd": ["--K"], "batch": ["--M", "--K"], "rejection": ["--K"],
+               "biased": ["--eps", "--rejection", "--K"], "fuzzy": ["--theta", "--div", "--K"],
+               "sprinter": ["--eta-tp", "--eta-fp"], "specdecpp": ["--h", "--cap"], "block": ["--gamma"],
+               "optimal-batch": ["--M", "--K"]}
+    out = _json(capsys, ["methods"])
+    assert list(out) == list(options) == list(REGISTRY)
+    assert main(["methods"]) == 0
+    text = capsys.readouterr().out
+    blocks = dict(zip(out, re.split(r"\n(?=\S)", text.strip())))
+    for name, entry in out.items():
+        cls = REGISTRY[name]
+        assert entry["class"] == cls.__name__ and list(entry["options"]) == options[name], name
+        assert entry["real_models"] == (name != "optimal-batch") and entry["cli"] == (name != "rejection"), name
+        assert entry["summary"] == cls.__doc__.strip().splitlines()[0].replace("``", ""), name
+        for flag, help_text in entry["options"].items():
+            field = {f.name: f for f in dataclasses.fields(cls)}[flag[2:].replace("-", "_")]
+            assert help_text == field.metadata["help"], (name, flag)
+        block = blocks[name]
+        assert block.startswith(f"{name} ") and f"{cls.__name__}: {entry['summary']}" in block, name
+        assert block.endswith("options: " + (", ".join(options[name]) or "none")
+                              + ("" if entry["cli"] else " (Python only)")), name
+        reach = "simulation" if name == "optimal-batch" else "simulation + real models"
+        assert block.split("\n")[1].strip().startswith(reach + (";" if name not in ("sprinter", "specdecpp") else " (with --head FILE, from `speculab repro ")), name

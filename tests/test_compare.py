@@ -6,6 +6,7 @@ error scaled by another power of n fails here, in compare's own tests.
 """
 
 import math
+import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -118,3 +119,20 @@ def test_a_rows_power_is_the_chance_of_refusing_a_prediction_ten_percent_off():
     comp = Comparison("t", [row, Row("y", 1.0, 1.0, tolerance=1e-9)])
     assert [r["power"] for r in comp.to_dict()["rows"]][0] == row.power()
     assert f"{row.power():.3f}" in str(comp) and "power (10%)" in str(comp)
+
+
+def test_compare_takes_drafting_methods_on_real_models_only():
+    """Autoregressive decoding drafts nothing (it is the reference the others are measured against) and optimal
+    multi-draft verification does not run on real models: ``compare`` refuses both before loading anything, and
+    lists the methods it takes; the command line offers only those."""
+    from speculab.cli import main
+    from speculab.compare import compare
+    from speculab.methods import Autoregressive, OptimalMultiDraft, get, names
+
+    takers = [n for n in names(real_models=True) if n != "ar"]
+    assert [n for n in names(real_models=True) if get(n).drafting] == takers
+    for method in (Autoregressive(), OptimalMultiDraft(2), "sd"):
+        with pytest.raises(ValueError, match="method must be a drafting method that runs on real models, one of "
+                                             + re.escape(str(takers))):
+            compare(None, method, key=0)
+    assert main(["compare", "--pair", "tiny", "--method", "ar"]) == 2

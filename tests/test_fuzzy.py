@@ -8,6 +8,8 @@ from hypothesis import strategies as st
 from _enumerate import enumerate_decoding
 from _enumerate import sequence_law as brute_law
 from conftest import Z_BOUND, assert_frozen, assert_power, binomial_se, claims_of, power
+from speculab import work_budget
+from speculab._validate import TooLarge
 from speculab.sim import Fuzzy, simulate
 from speculab.testing import markov_instances
 from speculab.theory import MarkovInstance, chain_marginals
@@ -246,7 +248,8 @@ def test_simulated_draft_fraction_of_the_counterexample(agrees):
         (lambda i: sequence_law(i.rho, np.broadcast_to(i.Q[:1], (40, i.V, i.V))), "MAX_ENUMERATION"),
         (lambda i: fuzzy_bound_check(MarkovInstance.random(30, 4, 0), 0.1, "js"), "MAX_ENUMERATION"),
         (lambda i: fuzzy_sequence_law(MarkovInstance.random(30, 4, 0), 0.1, "js", K=2),
-         r"V\^\(T\+1\) = 4\^31 sequences exceeds MAX_ENUMERATION"),
+         r"^the sequence law \(4\^31 sequences\) would take 4,611,686,018,427,387,904 sequences, over the budget "
+         r"of 4,194,304 sequences \(MAX_ENUMERATION\): use a shorter horizon or a smaller vocabulary, or raise"),
     ],
 )
 def test_bad_inputs(call, match):
@@ -282,8 +285,13 @@ def test_sequence_law_enumerates_exactly_up_to_its_cap():
     A = np.full((21, 2, 2), 0.5)
     law = sequence_law([0.5, 0.5], A)  # 2^22 sequences
     assert law.shape == (2,) * 22 and law.sum() == pytest.approx(1.0, abs=1e-12)
-    with pytest.raises(ValueError, match=r"V\^\(T\+1\) = 2\^23 sequences exceeds MAX_ENUMERATION"):
+    with pytest.raises(TooLarge, match=r"\(2\^23 sequences\) would take 8,388,608 sequences, over the budget of "
+                                       r"4,194,304 sequences \(MAX_ENUMERATION\)"):
         sequence_law([0.5, 0.5], np.full((22, 2, 2), 0.5))
+    with work_budget(2):  # twice the budget: 2^23 sequences, one more power refused
+        assert sequence_law([0.5, 0.5], np.full((22, 2, 2), 0.5)).shape == (2,) * 23
+        with pytest.raises(TooLarge, match=r"budget of 8,388,608 sequences \(MAX_ENUMERATION, times 2\)"):
+            sequence_law([0.5, 0.5], np.full((23, 2, 2), 0.5))
 
 
 def test_a_divergence_equal_to_theta_is_not_accepted():
@@ -312,5 +320,14 @@ def test_fuzzy_sequence_law_enumerates_exactly_up_to_its_cap():
     """2^22 sequences with the round phase tracked (K = 3): a law; one more position: refused."""
     law = fuzzy_sequence_law(MarkovInstance.random(21, 2, 0), 0.1, "js", K=3)
     assert law.shape == (2,) * 22 and law.sum() == pytest.approx(1.0, abs=1e-12)
-    with pytest.raises(ValueError, match=r"2\^23 sequences exceeds MAX_ENUMERATION"):
+    with pytest.raises(TooLarge, match=r"\(2\^23 sequences\) would take 8,388,608 sequences"):
         fuzzy_sequence_law(MarkovInstance.random(22, 2, 0), 0.1, "js", K=3)
+
+
+def test_only_theta_zero_is_unbiased():
+    """θ = 0 accepts nothing (every token from q): unbiased. Any θ > 0 — 1 included — can accept a draft whose law
+    differs from q's, so the method reports its bias (found by mutation testing of the fast tier: ``== 1`` for
+    ``== 0`` survived)."""
+    assert Fuzzy(0.0).unbiased
+    for theta in (1e-9, 0.5, 1.0, 2.0, float("inf")):
+        assert not Fuzzy(theta).unbiased, theta

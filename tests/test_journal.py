@@ -92,6 +92,7 @@ def test_what_is_not_journaled_runs_again(pair, tmp_path):
     method that cannot be pickled leave no journal; a journal of another call is refused by name."""
     from speculab.backends.journal import DecodeJournal
     from speculab import kernels
+    from speculab.sim.checkpoint import line_digest
     from speculab.methods import RejectionDecoding
 
     class Holding(_Seen):
@@ -121,7 +122,9 @@ def test_what_is_not_journaled_runs_again(pair, tmp_path):
         DecodeJournal(path, {"call": "another"})
     path.write_text('{"format": "speculab-decode-jou')  # killed while writing its header: starts again
     assert DecodeJournal(path, {"call": "one"}).done == {} and path.read_text().count("\n") == 1
-    path.write_text(path.read_text() + '{"block": 0, "runs": []}\n{"block": 1, "ru')  # a cut line is dropped
+    block = {"block": 0, "runs": []}
+    block["digest"] = line_digest(json.loads(path.read_text().splitlines()[0]), block)
+    path.write_text(path.read_text() + json.dumps(block) + '\n{"block": 1, "ru')  # a cut line is dropped
     journal = DecodeJournal(path, {"call": "one"})
     assert list(journal.done) == [0] and path.read_text().count("\n") == 2
 
@@ -245,15 +248,20 @@ def test_a_probe_used_twice_or_interrupted_resumes_to_what_it_would_hold(pair, t
 def test_journal_lines_are_checked_before_use(pair, tmp_path):
     """Found by review: a journaled block with too few runs was replayed short, tokens outside the vocabulary were
     replayed into the output, and malformed lines failed deep (KeyError, TypeError). Each is refused naming the
-    file and the block or line."""
+    file and the block or line. Each line carries a digest over its content and the call: an edited line is refused
+    as such, and so is a line copied from another call's journal; the data checks are tried with the digest
+    recomputed, as a forger would."""
+    from speculab.sim.checkpoint import line_digest
+
     folder = tmp_path / "j"
     with resumable(folder):
         decode(pair, PROMPTS[:2], SD(K=2), max_new_tokens=4, key=0, batch_size=1)
         (journal,) = folder.glob("decode-*.jsonl")
         text = journal.read_text()
     header, line0, line1 = text.splitlines()
-    entry = json.loads(line0)
-    bad_token = json.loads(line0)
+    signed = lambda entry: {**entry, "digest": line_digest(json.loads(header), entry)}  # noqa: E731
+    entry = {k: v for k, v in json.loads(line0).items() if k != "digest"}
+    bad_token = json.loads(json.dumps(entry))
     bad_token["runs"][0]["tokens"][0] = 99_999_999
     bad_token["runs"][0]["record"]["tokens"][0] = 99_999_999
     cases = {
@@ -268,11 +276,26 @@ def test_journal_lines_are_checked_before_use(pair, tmp_path):
             **entry["runs"][0]["record"], "kind": [7] * len(entry["runs"][0]["tokens"])}}]},
         "round records of different lengths": {**entry, "runs": [{**entry["runs"][0], "rounds": {
             **entry["runs"][0]["rounds"], "accepted": entry["runs"][0]["rounds"]["accepted"] + [1]}}]},
+        "counts that do not match the position record": {**entry, "runs": [{**entry["runs"][0], "counts": {
+            **entry["runs"][0]["counts"], "rejections": entry["runs"][0]["counts"]["rejections"] + 1}}]},
+        "more accepted drafts than drafts": {**entry, "runs": [{**entry["runs"][0], "counts": {
+            **entry["runs"][0]["counts"], "draft_calls": entry["runs"][0]["counts"]["accepted"] - 1}}]},
     }
     for message, bad in cases.items():
         journal.parent.mkdir(exist_ok=True)
-        journal.write_text(header + "\n" + json.dumps(bad) + "\n" + line1 + "\n")
+        journal.write_text(header + "\n" + json.dumps(signed(bad)) + "\n" + line1 + "\n")
         with pytest.raises(ValueError, match=message), resumable(folder, resume=True):
+            decode(pair, PROMPTS[:2], SD(K=2), max_new_tokens=4, key=0, batch_size=1)
+    edited = json.loads(line0)  # a count changed, the digest left as it was
+    edited["runs"][0]["seconds"] = 0.0
+    other = tmp_path / "other"  # the same block of another call (one token fewer), with its own valid digest
+    with resumable(other):
+        decode(pair, PROMPTS[:2], SD(K=2), max_new_tokens=3, key=0, batch_size=1)
+        foreign = next(other.glob("decode-*.jsonl")).read_text().splitlines()[1]
+    for line in (json.dumps(edited), foreign):
+        journal.write_text("\n".join([header, line, line1]) + "\n")
+        with pytest.raises(ValueError, match=r"line 2: its digest does not match its content and this call "
+                                             r"\(edited, or copied from another run\)"), resumable(folder, resume=True):
             decode(pair, PROMPTS[:2], SD(K=2), max_new_tokens=4, key=0, batch_size=1)
     for lines in (['{"block": 0}'], [line0, line0]):  # no runs; a block twice (which would win?)
         journal.write_text("\n".join([header, *lines]) + "\n")

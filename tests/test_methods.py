@@ -756,3 +756,54 @@ def test_sample_round_batched_over_two_axes_is_each_blocks_own_draw():
         one = type(law)(*(None if a is None else a[i:i + 1] for a in law))
         expected = sample_round(one, u[i:i + 1], v[i:i + 1])
         assert (row.reshape(-1)[i], tau.reshape(-1)[i], token.reshape(-1)[i]) == tuple(int(e[0]) for e in expected)
+
+
+class _Uniforms:
+    """A generator whose ``random(n)`` returns ``n`` copies of one value (to hit a boundary of a uniform draw)."""
+
+    def __init__(self, u: float):
+        self.u = u
+
+    def random(self, n: int) -> np.ndarray:
+        return np.full(n, self.u)
+
+
+@pytest.mark.parametrize("u", [0.0, np.nextafter(1.0, 0.0)])
+def test_a_draft_is_accepted_iff_its_uniform_is_below_b(u):
+    """The numpy simulator accepts a draft iff ``U < b`` with ``U`` uniform on [0, 1): a draft with ``b = 0`` is
+    refused even at ``U = 0``, one with ``b = 1`` accepted even at ``U`` just below 1 (found by mutation testing of
+    the fast tier: ``<=`` for ``<`` survived — it accepts with probability ``b + 2⁻⁵³`` at ``b = 0``)."""
+    from speculab.methods.chain import ChainStep
+    from speculab.counts import CORRECTION, DRAFT
+
+    inst = _tiny(4)
+    b = np.zeros((inst.T, inst.V, inst.V))
+    b[..., 1] = 1.0  # token 1 always accepted, the others never
+    step = ChainStep(inst, b, inst.Q, None)
+    r, draft = np.arange(4), np.array([0, 1, 2, 1])
+    x, kinds = np.full(4, -1), np.zeros(4, dtype=np.int8)
+    ok, rejected = step.verify(0, r, np.zeros(4, dtype=int), np.zeros(4, dtype=int), draft, x, kinds, _Uniforms(u))
+    np.testing.assert_array_equal(ok, [False, True, False, True])
+    np.testing.assert_array_equal(rejected, [0, 2])
+    np.testing.assert_array_equal(kinds, [CORRECTION, DRAFT, CORRECTION, DRAFT])
+    np.testing.assert_array_equal(x[[1, 3]], [1, 1])
+
+
+@pytest.mark.parametrize("lead", [(), (3,)], ids=["no batch", "batch of 3"])
+def test_autoregressive_round_law_is_one_token_from_q(lead):
+    """A round of autoregressive decoding, with or without batch axes: one row, no draft, one slot whose token is
+    drawn from ``q_1`` and counted as a rejection — outcome and rejection probability 1, no acceptance
+    (``(..., 1, 0)``), the correction ``q`` itself (found by mutation testing of the fast tier: reading the shapes
+    from the wrong axes survived — no fast test called this law without a batch axis)."""
+    rng = np.random.default_rng(2)
+    V = 4
+    p, x = np.zeros((*lead, 1, 0, V)), np.zeros((*lead, 1, 0), dtype=np.int64)
+    q = rng.dirichlet(np.ones(V), size=(*lead, 1, 1))
+    law = Autoregressive().round_law(p, q, x, bonus=True)
+    np.testing.assert_array_equal(law.outcome, np.ones((*lead, 1, 1)))
+    np.testing.assert_array_equal(law.reject_prob, np.ones((*lead, 1, 1)))
+    assert law.accept_prob.shape == (*lead, 1, 0) and law.law is None
+    np.testing.assert_array_equal(law.correction, q)
+    _, tau, token = sample_round(law, np.full(lead, 0.3), np.full(lead, 0.6))
+    np.testing.assert_array_equal(tau, 0)
+    np.testing.assert_array_equal(token, np.argmax(np.cumsum(q[..., 0, 0, :], axis=-1) > 0.6, axis=-1))

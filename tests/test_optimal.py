@@ -546,3 +546,81 @@ def test_the_forward_pass_repeats_the_backward_pass_choice_on_peaked_instances()
         for M in (2, 3):
             forward = optimal_batch_rejections(inst, M).rejections
             assert forward == pytest.approx(batch_rejections_backward(inst, M)[0], rel=1e-12, abs=1e-12)
+
+
+def test_the_round_law_reads_concrete_jax_and_torch_arrays():
+    """The coupling's linear program runs on numpy values: ``round_law`` reads concrete JAX arrays (eager, not
+    traced) and torch tensors as well as numpy's, and gives the same law in their own library (found by mutation
+    testing of the fast tier: ``or`` for ``and`` in the test that picks ``.cpu()`` survived — it calls ``.cpu()`` on a
+    JAX array, which has none, and the error reads as a traced array)."""
+    import jax.numpy as jnp
+    import torch
+
+    from speculab.methods import OptimalMultiDraft
+
+    rng = np.random.default_rng(8)
+    M, L, V = 2, 1, 3
+    p = rng.dirichlet(np.ones(V), size=(M, L)).astype(np.float32)
+    q = rng.dirichlet(np.ones(V), size=(M, L + 1)).astype(np.float32)
+    p[1], q[1] = p[0], q[0]  # rows drafted from one law (the rows share their context)
+    x = np.array([[0], [2]])
+    want = OptimalMultiDraft(M, K=L).round_law(p, q, x, bonus=True)
+    for lib in (jnp.asarray, torch.from_numpy):
+        got = OptimalMultiDraft(M, K=L).round_law(lib(p), lib(q), lib(x), bonus=True)
+        for name, a, b in zip(want._fields, got, want):
+            if b is not None:
+                np.testing.assert_allclose(np.asarray(a), b, rtol=0, atol=1e-6, err_msg=f"{lib.__module__}: {name}")
+
+
+def test_the_linear_programs_size_is_the_draft_sets_members():
+    """``lp_variables`` (the estimate the budget reads) counts one variable per token of each draft set of positive
+    probability, as the program is built: checked against ``draft_set_law`` with zeros in ``p`` and ``M`` below,
+    at and above the support's size."""
+    from speculab.methods.optimal import lp_variables
+    from speculab.theory.optimal import draft_set_law
+
+    rng = np.random.default_rng(4)
+    for V, zeros, M in ((5, 0, 1), (5, 0, 3), (6, 2, 2), (6, 2, 4), (6, 2, 9), (4, 3, 2)):
+        p = rng.dirichlet(np.ones(V))
+        p[:zeros] = 0.0
+        p /= p.sum()
+        sets = np.flatnonzero(draft_set_law(p, M) > 0)
+        assert lp_variables(p, M) == sum(bin(s).count("1") for s in sets), (V, zeros, M)
+    assert lp_variables(np.full(14, 1 / 14), 8) == 81_368  # the module's example: V = 14, M = 8
+
+
+def test_the_root_couplings_are_estimated_then_refused_past_their_budget():
+    """``OptimalMultiDraft`` solves one linear program per distinct pair of rows: before any, their variables are
+    summed and refused past ``LP_BUDGET`` (scaled by ``work_budget``) with the estimate — by the theory and by the
+    simulator alike, at once. Pairs solved before are not counted again."""
+    from speculab import work_budget
+    from speculab._validate import TooLarge
+    from speculab.methods import SD, OptimalMultiDraft
+    from speculab.methods.optimal import LP_BUDGET, lp_variables
+    from speculab.sim import simulate
+
+    big = MarkovInstance.random(5, 14, 31)  # 70 pairs of 81,368 variables: 5,695,760 > LP_BUDGET
+    message = (r"^OptimalMultiDraft\(M=8, K=None\)'s root couplings \(70 linear programs\) would take 5,695,760 "
+               r"linear-program variables, over the budget of 4,000,000 linear-program variables \(LP_BUDGET\): use "
+               r"fewer drafts or a smaller vocabulary, or raise the budget: speculab.work_budget\(k\) in Python, "
+               r"--budget k on the command line$")
+    assert LP_BUDGET == 4_000_000
+    with pytest.raises(TooLarge, match=message):
+        OptimalMultiDraft(8).expected(big)
+    with pytest.raises(TooLarge, match=message):
+        simulate(big, OptimalMultiDraft(8), 10, key=0)
+    with work_budget(1e-9), pytest.raises(TooLarge, match=r"OptimalMultiDraft\(M=2, K=None\)'s root couplings"):
+        simulate(MarkovInstance.random(2, 3, 33), OptimalMultiDraft(2), 10, key=0)  # M = 2 alike
+    with work_budget(1e-9):  # one draft: SD's rule, no linear program to budget
+        assert OptimalMultiDraft(1).expected(big).rejections == SD().expected(big).rejections
+        assert simulate(big, OptimalMultiDraft(1), 10, key=0).n_runs == 10
+    small = MarkovInstance.random(2, 4, 32)  # 8 pairs
+    need = sum(lp_variables(small.P[t, a], 3) for t in range(2) for a in range(4))
+    with work_budget(need / LP_BUDGET * 0.999), pytest.raises(TooLarge, match=rf"\(8 linear programs\) would take "
+                                                                             rf"{need:,} linear-program variables"):
+        OptimalMultiDraft(3).expected(small)
+    with work_budget(need / LP_BUDGET):  # exactly the estimate: solved
+        first = OptimalMultiDraft(3).expected(small)
+    with work_budget(1e-9):  # all 8 solved before: nothing new to estimate
+        again = OptimalMultiDraft(3).expected(small)
+    assert again.rejections == first.rejections and again.oracle_calls == first.oracle_calls

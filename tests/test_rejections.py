@@ -204,3 +204,27 @@ def test_a_given_rejection_law_is_used_on_every_row_that_can_reject():
     # and the law it gives is Alg. 2's, b p + P Σ (1 − b) p, row by row, written out here
     mass = np.sum((1 - b) * inst.P, axis=-1, keepdims=True)
     np.testing.assert_allclose(output_law(inst, b, P), b * inst.P + P * mass, rtol=0, atol=1e-15)
+
+
+def test_a_users_rule_on_real_model_laws_is_checked_at_its_boundaries():
+    """``RejectionDecoding.rule`` (the path real models take, with functions ``b(p, q)`` and ``P(p, q, b)``) checks
+    its arguments with exact boundaries: ``b`` in [0, 1]; for ``P=None``, ``b·p − q`` at most 16 float64 epsilons
+    (``p = 1`` makes ``b·p − q`` exact: 16 ε passes, 16.5 ε is refused); ``P`` non-negative — zeros allowed — and
+    finite. Found by mutation testing of the fast tier (``b <= 2``, ``>=`` for ``>``, 17 ε, ``P > 0``, ``P <= inf``
+    survived: the fast tests checked these on Markov instances, through ``acceptance_array``, only)."""
+    from speculab.methods import RejectionDecoding
+
+    p, q = np.array([1.0, 0.0]), np.array([0.5, 0.5])
+    eps = np.finfo(np.float64).eps
+    law = lambda b: RejectionDecoding(b=lambda p, q: b).rule(p, q)  # noqa: E731
+    law(np.array([0.5 + 16 * eps, 0.0]))
+    with pytest.raises(ValueError, match=r"b <= min\(1, q/p\)"):
+        law(np.array([0.5 + 16.5 * eps, 0.0]))
+    assert 0.5 + 16.5 * eps - 0.5 == 16.5 * eps  # both sums above are exact
+    with pytest.raises(ValueError, match=r"acceptance probabilities in \[0, 1\]"):
+        RejectionDecoding(b=lambda p, q: np.array([1.5, 0.0]), P=lambda p, q, b: q).rule(p, q)
+    half = lambda p, q: np.array([0.5, 0.0])  # noqa: E731
+    rule = RejectionDecoding(b=half, P=lambda p, q, b: np.array([0.0, 1.0])).rule(p, q)
+    np.testing.assert_array_equal(rule.rejection, [0.0, 1.0])
+    with pytest.raises(ValueError, match="non-negative finite weights"):
+        RejectionDecoding(b=half, P=lambda p, q, b: np.array([np.inf, 1.0])).rule(p, q)

@@ -224,13 +224,18 @@ def test_bad_input(call, match):
 def test_specdecpp_needs_a_trained_head_on_real_models_and_has_exact_counts_only_on_small_instances():
     """SpecDec++ runs on real models with a head trained on the draft's hidden states (tests/test_specdecpp_models.py;
     without one decoding is refused); its exact counts come from the draft-tree recursion, which has no closed
-    form and is refused (None) once the trees exceed the node budget."""
+    form and is refused (``TooLarge``, with the estimate) once the trees exceed the node budget."""
+    from speculab._validate import TooLarge
     from speculab.theory import MarkovInstance
 
     assert SpecDecPP(0.5).runs_on_real_models() and SpecDecPP.needs_draft_head
     assert SpecDecPP(0.5).draft_head is None  # the oracle reads q: not a drafting head
     assert SpecDecPP(0.5).expected(_tiny(0)) is not None
-    assert SpecDecPP(0.5, cap=20).expected(MarkovInstance.random(30, 8, 0)) is None  # 8^21 leaves
+    with pytest.raises(TooLarge, match=r"draft tree \(8 × 8\^20 leaves per round start\) would take "
+                       r"332,041,393,326,771,929,088 values, over the budget of 6,291,456 values \(NODE_BUDGET "
+                       r"leaves of 6 values\): use a smaller vocabulary, cap or horizon, or raise the budget: "
+                       r"speculab.work_budget\(k\) in Python, --budget k on the command line"):
+        SpecDecPP(0.5, cap=20).expected(MarkovInstance.random(30, 8, 0))  # 8^21 leaves of 6 + 30 values
 
 
 def test_specdecpp_exact_counts_with_an_imperfect_head_match_simulation(agrees):
@@ -307,4 +312,43 @@ def test_boundaries_of_the_inputs():
     assert method.stop_drafting([1.0] * 3, remaining=3) and not method.stop_drafting([1.0] * 2, remaining=3)
     big = MarkovInstance.random(60, 2, 0)  # fits without per-position values, not with them
     assert tree_fits(2, 60, 16) and not tree_fits(2, 60, 16, per_position=True)
-    assert SpecDecPP(0.5, cap=16).expected(big) is None
+    from speculab import work_budget
+    from speculab._validate import TooLarge
+
+    with pytest.raises(TooLarge, match=r"would take 8,650,752 values, over the budget of 6,291,456 values"):
+        SpecDecPP(0.5, cap=16).expected(big)  # 2 × 2^16 leaves of 6 + 60 values
+    with work_budget(1.375):  # exactly enough: 8,650,752 = 1.375 × 6,291,456
+        assert SpecDecPP(0.5, cap=16).expected(big).rejections > 0
+    with work_budget(1.37), pytest.raises(TooLarge, match=r"budget of 8,619,295 values \(NODE_BUDGET leaves of 6 values, times 1.37\)"):
+        SpecDecPP(0.5, cap=16).expected(big)
+
+
+def test_the_default_cap_is_the_papers_twenty_drafts():
+    """[SDpp] caps a round at 20 drafts, the default here: with ``p = q`` (every draft accepted, the head never
+    stops) 22 tokens take a round of 20 drafts and a bonus, then one of a single draft — two target calls (found
+    by mutation testing of the fast tier: a default of 21, one round, survived)."""
+    one = np.array([1.0])
+    inst = MarkovInstance.context_free(one, one, T=22)
+    e = SpecDecPP(0.5).expected(inst)
+    assert (e.oracle_calls, e.draft_calls, e.bonus) == (2.0, 21.0, 1.0)
+    assert SpecDecPP(0.5, cap=21).expected(inst).oracle_calls == 1.0
+
+
+def test_the_noisy_head_is_its_definition():
+    """``noisy_head(inst, s, key)`` is ``σ(logit(clip(a*, ε, 1 − ε)) + s Z)`` with ``ε = 0.01`` by default and ``Z``
+    the standard normals of ``key``'s generator, written out here (found by mutation testing of the fast tier:
+    ``− s Z`` — the same law, another head for the key — and ``ε = 0.02`` survived)."""
+    from scipy.special import expit, logit
+
+    inst = _tiny(6, T=5, V=4)
+    a = np.clip(sd_rule(inst.P, inst.Q)[0], 0.01, 0.99)
+    z = np.random.default_rng(3).standard_normal(a.shape)
+    np.testing.assert_allclose(noisy_head(inst, 0.7, key=3).table, expit(logit(a) + 0.7 * z), rtol=1e-12, atol=0)
+
+
+def test_a_round_on_real_models_drafts_at_most_the_cap_and_the_tokens_left():
+    """The decoding loop drafts up to ``draft_length(remaining)`` tokens and stops earlier where the head says:
+    at most ``cap``, and never past the tokens left to output (found by mutation testing of the fast tier: ``max``
+    for ``min`` survived — only slow real-model tests read it)."""
+    assert SpecDecPP(0.5, cap=3).draft_length(10) == 3
+    assert SpecDecPP(0.5).draft_length(5) == 5 and SpecDecPP(0.5).draft_length(50) == 20

@@ -461,3 +461,28 @@ def test_the_command_line_needs_both_rates(capsys):
     for argv in (["--eta-fp", "0.1"], ["--eta-tp", "0.9"]):
         assert main(["sim", "--method", "sprinter", "--T", "4", "--V", "2", "--n-runs", "10", *argv]) == 2
         assert "needs --eta-" in capsys.readouterr().err
+
+
+def test_the_signed_tv_statistic_is_its_definition_run_by_run():
+    """``signed_tv_statistic`` is ``Σ_n ½ [s_n(x_{n−1}, x_n) − Σ_y s_n(x_{n−1}, y) q_n(y | x_{n−1})]`` per run, with
+    ``s = sign(p − q)``: written out here with loops over runs and positions (found by mutation testing of the
+    fast tier: pairing the wrong previous tokens with the outputs survived — the one fast test had ``T = 1``)."""
+    inst = MarkovInstance.random(3, 3, 4)
+    seq = np.array([[0, 1, 2, 0], [2, 2, 1, 1], [1, 0, 0, 2]])
+    want = np.zeros(len(seq))
+    for run, xs in enumerate(seq):
+        for n in range(inst.T):
+            a, x = xs[n], xs[n + 1]
+            s = np.sign(inst.P[n, a] - inst.Q[n, a])
+            want[run] += 0.5 * (s[x] - float(np.dot(s, inst.Q[n, a])))
+    np.testing.assert_allclose(signed_tv_statistic(inst, seq), want, rtol=0, atol=1e-15)
+
+
+def test_a_trained_verifiers_default_threshold_is_the_papers_one_half():
+    """By default a trained verifier passes a slot iff its score is ``>= 0.5``, the inference threshold [SPR] A.9
+    reports as sufficient, whatever the uniform (found by mutation testing of the fast tier: a default of 1.0
+    survived — every fast test gave ``tau``)."""
+    m = Sprinter(verifier=lambda t, prev, x: np.full(np.shape(x), 0.5))
+    for u in (0.0, 0.99):
+        assert m.read_head(0.5, u) == 1.0 and m.read_head(0.75, u) == 1.0
+        assert m.read_head(np.nextafter(0.5, 0.0), u) == 0.0

@@ -36,11 +36,11 @@ import numpy as np
 import torch
 
 from speculab.backends.rounds import COUNTED, RoundRecord, RunRecord
-from speculab.sim.checkpoint import active_folder, append_line, call_file, ours, read_lines
+from speculab.sim.checkpoint import active_folder, append_line, call_file, line_digest, ours, read_lines
 
 __all__ = ["DecodeJournal", "open_journal", "unrecorded", "FORMAT"]
 
-FORMAT = "speculab-decode-journal/1"
+FORMAT = "speculab-decode-journal/2"  # /2: a digest per line, checked before replay
 
 _UNRECORDED: ContextVar[bool] = ContextVar("speculab_unrecorded_decode", default=False)
 
@@ -114,6 +114,9 @@ class DecodeJournal:
             if type(block) is not int or block < 0 or not isinstance(entry.get("runs"), list) or block in self.done:
                 raise ValueError(f"decode journal {self.path}, line {k}: not a finished block (a 'block' index, once, "
                                  f"and its 'runs'); remove the file to decode again")
+            if entry.get("digest") != line_digest(self.header, entry):
+                raise ValueError(f"decode journal {self.path}, line {k}: its digest does not match its content and "
+                                 f"this call (edited, or copied from another run); remove the file to decode again")
             self.done[block] = entry["runs"]
 
     def replay(self, block: int, size: int, vocab_size: int, probe: bool) -> list[dict]:
@@ -133,8 +136,9 @@ class DecodeJournal:
 
     def append(self, block: int, runs: list[dict]) -> None:
         """Record a finished block's runs (``encode_run`` each)."""
-        append_line(self.path, {"block": int(block), "runs": runs})
-        self.done[int(block)] = runs
+        entry = json.loads(json.dumps({"block": int(block), "runs": runs}))  # as the file will hold it
+        append_line(self.path, {**entry, "digest": line_digest(self.header, entry)})
+        self.done[int(block)] = entry["runs"]
 
 
 def _run_problem(run, vocab_size: int, probe: bool, record_fields: set, round_fields: set,
@@ -160,6 +164,12 @@ def _run_problem(run, vocab_size: int, probe: bool, record_fields: set, round_fi
         return "position kinds other than 0–3, or round records of different lengths"
     if not (isinstance(counts, dict) and set(counts) == count_fields and all(type(v) is int for v in counts.values())):
         return f"counts that are not the integers {sorted(count_fields)}"
+    kinds = record["kind"]  # 0 accepted draft, 1 correction, 2 bonus, 3 target sample: what the counts count
+    implied = {"rejections": kinds.count(1) + kinds.count(3), "accepted": kinds.count(0), "bonus": kinds.count(2)}
+    if any(counts[k] != v for k, v in implied.items()) or not 0 <= counts["accepted"] <= counts["draft_calls"] \
+            or counts["oracle_calls"] < 0:
+        return ("counts that do not match the position record (rejections, accepted drafts, bonus tokens), negative "
+                "calls or more accepted drafts than drafts")
     if type(run["seconds"]) not in (int, float):
         return "a time that is not a number"
     if probe and not isinstance(run["probe"], list):

@@ -11,12 +11,13 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
-from array_api_compat import array_namespace
+from array_api_compat import array_namespace, device
 
 from speculab import kernels
 from speculab.counts import TARGET, Expected
 from speculab.methods.base import Emit, Method, RoundLaw, Step, register
 from speculab.theory.instance import cumulative, rowwise
+from speculab.theory._checks import takes_instance
 
 __all__ = ["Autoregressive"]
 
@@ -50,6 +51,7 @@ class Autoregressive(Method):
     def simulator(self, inst) -> Step:
         return _Step(inst)
 
+    @takes_instance
     def expected(self, inst) -> Expected:
         T = float(inst.T)
         return Expected(rejections=T, oracle_calls=T, draft_calls=0.0, accepted=0.0, discarded=0.0, bonus=0.0,
@@ -61,5 +63,5 @@ class Autoregressive(Method):
     def round_law(self, p, q, x, *, bonus: bool) -> RoundLaw:
         """A round without drafts: the one output token is drawn from ``q_1`` (every token is a "rejection")."""
         xp = array_namespace(q)
-        one = xp.ones_like(q[..., :1, 0])  # (..., 1, 1)
-        return RoundLaw(outcome=one, correction=q[..., :1, :], reject_prob=one, accept_prob=q[..., :1, :0, 0])
+        one = xp.ones(q.shape[:-1], dtype=q.dtype, device=device(q))  # (..., 1, 1): one row, one slot (L = 0)
+        return RoundLaw(outcome=one, correction=q, reject_prob=one, accept_prob=one[..., :0])

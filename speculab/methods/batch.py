@@ -30,8 +30,9 @@ from speculab.methods.base import RoundLaw, Step, check_lookahead, param, regist
 from speculab.methods.chain import ChainMethod, ChainStep, Rule
 from speculab.methods.sd import SD, sd_rule
 from speculab.rows import Row
-from speculab.theory.batch import root_residual_chain
+from speculab.theory.batch import MAX_M, root_residual_chain
 from speculab.theory.instance import cumulative, rowwise
+from speculab.theory._checks import takes_instance
 
 __all__ = ["BatchSD", "MultiDraft", "batch_root_law", "Root", "rooted_round_law", "paired_improvement"]
 
@@ -138,7 +139,7 @@ class MultiDraft(ChainMethod):
     K: int | None = param(None, help="lookahead: drafts per round (default ∞)", type=int)
 
     def __post_init__(self):
-        as_positive_int(self.M, "M")
+        as_positive_int(self.M, "M", maximum=MAX_M)  # float64 counts hold every integer up to MAX_M = 2^53
         check_lookahead(self.K)
 
     @property
@@ -177,6 +178,7 @@ class BatchSD(MultiDraft):
         b, R = self.instance_rule(inst)
         return ChainStep(inst, b, R, self.K, rows=self.M, root=_Root(inst, self.M) if self.M > 1 else None)
 
+    @takes_instance
     def expected(self, inst) -> Expected:
         from speculab.theory.lookahead import lookahead_counts
 

@@ -53,13 +53,15 @@ import numpy as np
 from array_api_compat import array_namespace, device
 
 from speculab import kernels
-from speculab._validate import TooLarge, as_positive_int
+from speculab._budget import limit, refuse
+from speculab._validate import as_positive_int
 from speculab.counts import BONUS, CORRECTION, DRAFT, Estimate, Expected
 from speculab.methods.base import Emit, Method, RoundLaw, Step, param, register, sample_round
 from speculab.methods.probe import RoundProbe
 from speculab.methods.sd import SD
 from speculab.rows import Row
 from speculab.theory.instance import cumulative, rowwise
+from speculab.theory._checks import takes_instance
 
 __all__ = ["BlockVerification", "block_round_law", "block_kernel", "block_counts", "block_accepted", "MAX_PATHS"]
 
@@ -129,9 +131,9 @@ def block_kernel(inst, s: int, gamma: int) -> tuple[np.ndarray, np.ndarray]:
     """
     T, V = inst.T, inst.V
     L = min(gamma, T - s)
-    if float(V) ** (L + 2) > MAX_PATHS:
-        raise TooLarge(f"exact block counts enumerate V^(γ+2) = {V}^{L + 2} block prefixes > MAX_PATHS = {MAX_PATHS}; "
-                         "use a smaller block size or vocabulary (the simulator has no such limit)")
+    if float(V) ** (L + 2) > limit(MAX_PATHS):
+        raise refuse(f"exact block counts (V^(γ+2) = {V}^{L + 2} block prefixes)", float(V) ** (L + 2), MAX_PATHS,
+                     "prefixes", "MAX_PATHS", "use a smaller block size or vocabulary (the simulator has no such limit)")
     J = np.zeros((V, L + 1, V))
     accepted = np.zeros(V)
     start = np.arange(V)
@@ -228,7 +230,7 @@ class _Step(Step):
     """Draft a whole block at each round start, decide it with :func:`block_round_law`, emit it position by position."""
 
     def __init__(self, inst, gamma: int):
-        self.P, self.Q, self.T, self.V, self.gamma = inst.P, inst.Q, inst.T, inst.V, gamma
+        self.P, self.Q, self.T, self.V, self.gamma = inst.P, inst.Q, inst.T, inst.V, min(gamma, inst.T)
         self.cP = rowwise(cumulative, inst.P)
 
     def start(self, n: int) -> _State:
@@ -312,6 +314,7 @@ class BlockVerification(Method):
     def simulator(self, inst) -> Step:
         return _Step(inst, self.gamma)
 
+    @takes_instance
     def expected(self, inst) -> Expected:
         return Expected.from_counts(block_counts(inst, self.gamma),
                                     source="block verification (Sun et al. 2025): exact, blocks enumerated")

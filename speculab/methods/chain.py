@@ -35,6 +35,7 @@ from speculab import kernels
 from speculab.counts import BONUS, CORRECTION, DRAFT, Expected
 from speculab.methods.base import Emit, Method, RoundLaw, Step
 from speculab.theory.instance import cumulative, rowwise
+from speculab.theory._checks import takes_instance
 
 __all__ = ["Rule", "ChainMethod", "ChainStep", "chain_round_law", "chain_law"]
 
@@ -179,6 +180,7 @@ class ChainMethod(Method):
         b, R = self.instance_rule(inst)
         return ChainStep(inst, b, R, self.K)
 
+    @takes_instance
     def expected(self, inst) -> Expected:
         """Exact counts for any ``K``: :func:`~speculab.theory.lookahead_counts` with this rule."""
         from speculab.theory.lookahead import lookahead_counts

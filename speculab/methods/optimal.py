@@ -34,6 +34,8 @@ verifier literally (draws the ``M`` tokens, forms ``D``, samples the coupling).
 
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass
 from collections import OrderedDict
 from typing import ClassVar
@@ -42,6 +44,7 @@ import numpy as np
 from array_api_compat import array_namespace, device
 
 from speculab import kernels
+from speculab._budget import budgeted
 from speculab.counts import Expected
 from speculab.methods.base import RoundLaw, Step, register
 from speculab.methods.batch import MultiDraft, Root, rooted_round_law
@@ -49,6 +52,7 @@ from speculab.methods.chain import ChainStep
 from speculab.methods.sd import SD
 from speculab.theory.instance import cumulative, rowwise
 from speculab.theory.optimal import MAX_SET_DRAFTS, SetCoupling, optimal_coupling
+from speculab.theory._checks import takes_instance
 
 __all__ = ["OptimalMultiDraft"]
 
@@ -56,6 +60,11 @@ __all__ = ["OptimalMultiDraft"]
 #: Bytes of couplings kept for reuse (a coupling holds ``P(D = S)`` and acceptance rows over the draft sets:
 #: about 1 MB at ``V = 14``), least recently used dropped first.
 CACHE_BYTES = 256 << 20
+
+#: Linear-program variables (``Σ_S |S|`` over a pair's draft sets with ``P(D = S) > 0``) that one call may solve,
+#: summed over the pairs of rows not solved before (:mod:`speculab._budget`): 42 pairs at ``V = 14, M = 8``
+#: (81,368 variables each) fit, about a second each with HiGHS's interior-point method on one core.
+LP_BUDGET = 4_000_000
 
 
 class _Couplings:
@@ -69,9 +78,12 @@ class _Couplings:
     def size(c: SetCoupling) -> int:
         return c.accept.nbytes + c.sets.nbytes + c.set_prob.nbytes
 
+    @staticmethod
+    def key(p: np.ndarray, q: np.ndarray, M: int) -> tuple:
+        return np.ascontiguousarray(p, dtype=np.float64).tobytes(), np.ascontiguousarray(q, dtype=np.float64).tobytes(), M
+
     def get(self, p: np.ndarray, q: np.ndarray, M: int) -> SetCoupling:
-        key = (np.ascontiguousarray(p, dtype=np.float64).tobytes(), np.ascontiguousarray(q, dtype=np.float64).tobytes(),
-               M)
+        key = self.key(p, q, M)
         if key in self.items:
             self.items.move_to_end(key)
             return self.items[key]
@@ -88,6 +100,22 @@ _cache = _Couplings()
 def _coupling(p: np.ndarray, q: np.ndarray, M: int) -> SetCoupling:
     """The optimal coupling of ``M`` drafts from ``p`` with ``q`` (one linear program per distinct pair, cached)."""
     return _cache.get(p, q, M)
+
+
+def _lookup(laws: dict, M: int, p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """The accepted laws ``(..., V)`` of the rows of ``p, q`` from ``laws`` (:meth:`OptimalMultiDraft._solve`)."""
+    p, q = np.broadcast_arrays(np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64))
+    out = np.empty(p.shape)
+    for i in np.ndindex(p.shape[:-1]):
+        out[i] = laws[_cache.key(p[i], q[i], M)]
+    return out
+
+
+def lp_variables(p: np.ndarray, M: int) -> int:
+    """The variables of the coupling's linear program for ``M`` i.i.d. drafts from ``p``: one per token of each draft
+    set of positive probability, the non-empty subsets of ``supp p`` of at most ``M`` tokens: ``Σ_j j C(s, j)``."""
+    s = int(np.count_nonzero(np.asarray(p) > 0))
+    return sum(j * math.comb(s, j) for j in range(1, min(M, s) + 1))
 
 
 def _host(a) -> np.ndarray:
@@ -151,12 +179,28 @@ class OptimalMultiDraft(MultiDraft):
         return False
 
     def accepted_law(self, p, q) -> np.ndarray:
-        """The root's accepted law ``a(y) = P(Y = y, accepted)`` ``(..., V)``, total ``α*``, per pair of rows (numpy)."""
+        """The root's accepted law ``a(y) = P(Y = y, accepted)`` ``(..., V)``, total ``α*``, per pair of rows (numpy).
+
+        The pairs not solved before are estimated first (:func:`lp_variables`, against :data:`LP_BUDGET` scaled by
+        :func:`speculab.work_budget`: refused past it with the estimate) and solved under a progress bar."""
         p, q = np.broadcast_arrays(np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64))
+        keys, laws = self._solve(p, q)
         out = np.empty(p.shape)
-        for i in np.ndindex(p.shape[:-1]):
-            out[i] = _coupling(p[i], q[i], self.M).accepted_law
+        for i, k in keys.items():
+            out[i] = laws[k]
         return out
+
+    def _solve(self, p: np.ndarray, q: np.ndarray) -> tuple[dict, dict]:
+        """``({row index: pair key}, {pair key: accepted law})`` for the rows of ``p, q`` (within the budget)."""
+        keys = {i: _cache.key(p[i], q[i], self.M) for i in np.ndindex(p.shape[:-1])}
+        new = {k: i for i, k in keys.items() if k not in _cache.items}  # a row of each pair not solved before
+        laws = {k: _cache.items[k].accepted_law for k in set(keys.values()) - set(new)}
+        for k, i in budgeted(list(new.items()), [lp_variables(p[i], self.M) for i in new.values()], base=LP_BUDGET,
+                             what=f"{self!r}'s root couplings ({len(new)} linear programs)",
+                             unit="linear-program variables", name="LP_BUDGET",
+                             advice="use fewer drafts or a smaller vocabulary", desc="optimal couplings"):
+            laws[k] = _coupling(p[i], q[i], self.M).accepted_law
+        return keys, laws
 
     def root_outcome(self, p, q):
         """``(..., 2V)``: the coupling's accepted law ``a``, then ``q − a`` (output by a refusal)."""
@@ -166,15 +210,22 @@ class OptimalMultiDraft(MultiDraft):
 
     # -- engines ---------------------------------------------------------------------------------------------------
     def simulator(self, inst) -> Step:
+        if self.M > 1:
+            self._solve(*np.broadcast_arrays(inst.P, inst.Q))  # every root's linear program, within the budget
         b, R = self.instance_rule(inst)
         return ChainStep(inst, b, R, self.K, rows=self.M, root=_OptimalRoot(inst, self.M) if self.M > 1 else None)
 
+    @takes_instance
     def expected(self, inst) -> Expected:
         """Exact counts for any ``K``: the lookahead chain with this root's accepted law (SPEC L with root kernels
         ``a`` and ``q − a``)."""
         from speculab.theory.lookahead import lookahead_counts
 
-        counts = lookahead_counts(inst, self.K, M=self.M, root=self.accepted_law if self.M > 1 else None)
+        root = None
+        if self.M > 1:  # every pair's linear program first, within the budget; the recursion then reads them
+            laws = self._solve(*np.broadcast_arrays(inst.P, inst.Q))[1]
+            root = functools.partial(_lookup, laws, self.M)
+        counts = lookahead_counts(inst, self.K, M=self.M, root=root)
         return Expected.from_counts(counts, source="exact lookahead counts with the optimal-coupling root (SPEC O, L)")
 
     def round_law(self, p, q, x, *, bonus: bool) -> RoundLaw:

@@ -19,6 +19,7 @@ from speculab.methods.base import RoundLaw, check_lookahead, param, register
 from speculab.methods.chain import ChainMethod, Rule, chain_law
 from speculab.rows import Row
 from speculab.theory.lookahead import iid_tokens_per_round
+from speculab.theory._checks import takes_instance
 
 __all__ = ["SD", "sd_rule"]
 
@@ -80,6 +81,7 @@ class SD(ChainMethod):
         a = kernels.sd_acceptance(kernels.gather(p, x), kernels.gather(qs, x))  # elementwise: b at the drafts only
         return chain_law(a, mass, weights, q, bonus=bonus)
 
+    @takes_instance
     def expected(self, inst) -> Expected:
         from speculab.theory.lookahead import lookahead_counts
 

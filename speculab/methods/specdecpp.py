@@ -64,6 +64,7 @@ from speculab.methods.base import AdaptiveDrafting, Emit, Method, Step, check_pr
 from speculab.methods.chain import ChainStep
 from speculab.methods.sd import SD, sd_rule
 from speculab.theory.instance import MarkovInstance, rowwise
+from speculab.theory._checks import takes_instance
 
 __all__ = ["SpecDecPP", "TableHead", "oracle_head", "noisy_head", "miscalibrated_head", "stops_drafting"]
 
@@ -350,15 +351,15 @@ class SpecDecPP(Method):
         """SD's round law: the stopping rule reads only the drafts, so a round verifies its block as SD does."""
         return SD().round_law(p, q, x, bonus=bonus)
 
-    def expected(self, inst) -> Expected | None:
-        """Exact counts, every head, on instances whose draft trees fit
-        :data:`~speculab.theory.stopping.NODE_BUDGET` (:func:`~speculab.theory.stopping.tree_fits`:
-        ``V^(min(cap, T) + 1)`` leaves of ``6 + T`` values, against the budget's leaves of 6);
-        ``None`` above (no closed form). Recursion over the tree: :func:`~speculab.theory.stopping_counts`."""
-        from speculab.theory.stopping import stopping_counts, tree_fits
+    @takes_instance
+    def expected(self, inst) -> Expected:
+        """Exact counts, every head, by recursion over the draft tree (:func:`~speculab.theory.stopping_counts`):
+        ``V^(min(cap, T) + 1)`` leaves of ``6 + T`` values, within
+        :data:`~speculab.theory.stopping.NODE_BUDGET` leaves of 6 (:func:`speculab.work_budget` scales it).
+        Raises :class:`~speculab._validate.TooLarge` with the estimate above it: the counts exist, the budget
+        stops them (no closed form is known)."""
+        from speculab.theory.stopping import stopping_counts
 
-        if not tree_fits(inst.V, inst.T, self.cap, per_position=True):
-            return None
         counts = stopping_counts(inst, self.adaptive_drafting(inst), per_position=True)
         return Expected.from_counts(counts, source="exact recursion over the draft tree (speculab.theory.stopping)")
 

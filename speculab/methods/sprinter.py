@@ -64,6 +64,7 @@ from speculab.methods.chain import Rule, chain_round_law
 from speculab.methods.sd import sd_rule
 from speculab.theory.sprinter import sprinter_pass_probabilities, sprinter_profile
 from speculab.theory.instance import cumulative, rowwise
+from speculab.theory._checks import takes_instance
 
 __all__ = ["Sprinter", "simulate_stopping", "signed_tv_statistic"]
 
@@ -189,6 +190,7 @@ class Sprinter(Method):
         b, R = rowwise(sd_rule, inst.P, inst.Q)
         return v, rowwise(lambda v, b: (1.0 - v) * b, v, b), R, _Step.extra
 
+    @takes_instance
     def expected(self, inst) -> Expected:
         """Exact counts from :func:`~speculab.theory.sprinter_profile` (the law along SPRINTER's own chain)."""
         prof = sprinter_profile(inst, self.pass_probabilities(inst))

@@ -34,6 +34,7 @@ from speculab.theory.lookahead import (
     lookahead_slots,
 )
 from speculab.theory.rejections import RejectionProfile, chain_advance
+from speculab.theory._checks import takes_instance
 
 __all__ = [
     "arrays_of",
@@ -50,6 +51,7 @@ def _jax():
     return import_jax("speculab.theory.autodiff")
 
 
+@takes_instance
 def arrays_of(inst: MarkovInstance):
     """``(P, Q, rho, T)`` of an instance as JAX arrays, compact (a stationary kernel is passed once)."""
     _, jnp = _jax()

@@ -26,6 +26,7 @@ from speculab import kernels
 from speculab._validate import as_pair, as_positive_int
 from speculab.theory.instance import MarkovInstance, compact, expect, per_position, push, scalar
 from speculab.theory.rejections import RejectionProfile
+from speculab.theory._checks import takes_instance
 
 __all__ = [
     "BatchProfile",
@@ -270,6 +271,7 @@ def batch_advance(state, ker):
     return (push(mu, q), push(plain, excess) + push(g, u)), out
 
 
+@takes_instance
 def batch_expected_rejections(inst: MarkovInstance, M) -> BatchProfile:
     r"""Expected rejections of batch SD with ``M`` drafts on a Markov instance, [Yin] Thm 3.
 

@@ -39,6 +39,8 @@ from speculab import kernels
 from speculab._validate import as_distribution, as_positive_int
 from speculab.theory.divergences import js
 from speculab.theory.instance import MarkovInstance, rowwise
+from speculab._budget import limit, refuse
+from speculab.theory._checks import takes_instance
 
 __all__ = [
     "DIVERGENCES",
@@ -87,6 +89,7 @@ def check_theta(theta) -> float:
     return float(theta)
 
 
+@takes_instance
 def fuzzy_divergence(inst: MarkovInstance, div: str) -> np.ndarray:
     """``Div(q_n, p_n)(a)`` for every position and context, shape ``(T, V)``.
 
@@ -95,6 +98,7 @@ def fuzzy_divergence(inst: MarkovInstance, div: str) -> np.ndarray:
     return rowwise(DIVERGENCES[check_div(div)], inst.P, inst.Q)
 
 
+@takes_instance
 def fuzzy_output_law(inst: MarkovInstance, theta: float, div: str = "js") -> np.ndarray:
     r"""Transitions of FSD's output chain, shape ``(T, V, V)`` ([FSD] §4; SPEC F).
 
@@ -146,8 +150,9 @@ def sequence_law(rho, A) -> np.ndarray:
     rho = as_distribution(rho, "rho", ndim=1)
     A = as_distribution(A, "A", ndim=3)
     T, V = A.shape[0], A.shape[-1]
-    if float(V) ** (T + 1) > MAX_ENUMERATION:
-        raise ValueError(f"V^(T+1) = {V}^{T + 1} sequences exceeds MAX_ENUMERATION = {MAX_ENUMERATION}")
+    if float(V) ** (T + 1) > limit(MAX_ENUMERATION):
+        raise refuse(f"the sequence law ({V}^{T + 1} sequences)", float(V) ** (T + 1), MAX_ENUMERATION, "sequences",
+                     "MAX_ENUMERATION", "use a shorter horizon or a smaller vocabulary")
     joint = rho
     for n in range(T):
         joint = joint[..., :, None] * A[n]  # (V,)*(n+1) -> (V,)*(n+2)
@@ -257,6 +262,7 @@ def _weighted(w: np.ndarray, rows: np.ndarray) -> float:
     return float(np.multiply(w, rows, out=np.zeros_like(w), where=w > 0).sum())
 
 
+@takes_instance
 def fuzzy_profile(inst: MarkovInstance, theta: float, div: str = "js", K: int | None = None) -> FuzzyProfile:
     r"""Exact per-position acceptance and both sequence KLs of ``Fuzzy(theta, div, K)``.
 
@@ -313,6 +319,7 @@ def fuzzy_profile(inst: MarkovInstance, theta: float, div: str = "js", K: int | 
     )
 
 
+@takes_instance
 def fuzzy_sequence_law(inst: MarkovInstance, theta: float, div: str = "js", K: int | None = None) -> np.ndarray:
     """Exact joint law of FSD's output ``(x_0, ..., x_T)``, shape ``(V,) * (T + 1)`` (small instances).
 
@@ -322,8 +329,9 @@ def fuzzy_sequence_law(inst: MarkovInstance, theta: float, div: str = "js", K: i
     check_div(div)
     T, V = inst.T, inst.V
     Kc = _lookahead(K, T)
-    if float(V) ** (T + 1) > MAX_ENUMERATION:
-        raise ValueError(f"V^(T+1) = {V}^{T + 1} sequences exceeds MAX_ENUMERATION = {MAX_ENUMERATION}")
+    if float(V) ** (T + 1) > limit(MAX_ENUMERATION):
+        raise refuse(f"the sequence law ({V}^{T + 1} sequences)", float(V) ** (T + 1), MAX_ENUMERATION, "sequences",
+                     "MAX_ENUMERATION", "use a shorter horizon or a smaller vocabulary")
     accept = fuzzy_divergence(inst, div) < check_theta(theta)  # (T, V)
     joint = np.array(inst.rho)
     phase = np.zeros(V, dtype=np.int64)  # drafts accepted in the current round, per prefix
@@ -363,6 +371,7 @@ def holds_within(x: float, bound: float) -> bool:
     return bool(x <= bound + 1e-12 * max(1.0, bound))
 
 
+@takes_instance
 def fuzzy_bound_check(inst: MarkovInstance, theta: float, div: str = "js", K: int | None = None) -> FuzzyBoundCheck:
     """Check [FSD]'s sequence-level bound (§4.2, App. B) exactly on a Markov instance.
 

@@ -54,6 +54,7 @@ from speculab._validate import as_float_array, as_lookahead, as_positive_int
 from speculab.theory.batch import root_residual_chain
 from speculab.theory.instance import MarkovInstance, compact, expect, per_position, push, scalar
 from speculab.theory.rejections import acceptance_array, rejection_array
+from speculab.theory._checks import takes_instance
 
 __all__ = [
     "LookaheadCounts",
@@ -299,6 +300,7 @@ def lookahead_advance(S, ker: tuple, k: int, bonus_slot: bool):
     return nxt, (rej, xp.zeros_like(start), acc, start)
 
 
+@takes_instance
 def lookahead_counts(inst: MarkovInstance, K: int | None, *, b=None, P=None, M: int = 1,
                      root=None) -> LookaheadCounts:
     r"""Exact expected counts of a fixed-lookahead method with the bonus token (SPEC L).
@@ -370,6 +372,7 @@ class LookaheadChoice:
     counts: LookaheadCounts
 
 
+@takes_instance
 def best_lookahead(inst: MarkovInstance, t_draft: float, t_target: float, K_max: int = 20) -> LookaheadChoice:
     r"""The fixed ``K ∈ {1..K_max}`` that minimises the exact latency per token, [SDpp] eq. (5.1).
 

@@ -64,6 +64,7 @@ from speculab import kernels
 from speculab._validate import as_pair
 from speculab.theory.batch import BatchProfile, _check_M, batch_advance, root_residual_chain
 from speculab.theory.instance import MarkovInstance, at_position, compact, scalar
+from speculab.theory._checks import takes_instance
 
 __all__ = [
     "optimal_acceptance",
@@ -215,6 +216,7 @@ def _rows(P: np.ndarray, Q: np.ndarray, n: int):
     return np.broadcast_to(p, shape), np.broadcast_to(q, shape)
 
 
+@takes_instance
 def batch_rejections_backward(inst: MarkovInstance, M, root_law=None) -> tuple[float, np.ndarray, np.ndarray]:
     r"""Expected rejections of batch SD (``K = ∞``) by dynamic programming backwards over positions.
 
@@ -247,6 +249,7 @@ def batch_rejections_backward(inst: MarkovInstance, M, root_law=None) -> tuple[f
     return scalar(inst.rho @ W[0]), W, N
 
 
+@takes_instance
 def optimal_batch_rejections(inst: MarkovInstance, M) -> OptimalBatchProfile:
     r"""The fewest expected rejections batch SD with ``M`` drafts can reach by verifying its roots differently.
 
@@ -443,7 +446,7 @@ def optimal_coupling(p, q, M: int, *, replacement: bool = True) -> SetCoupling:
     n, k = sets.size, S.size
     cols = np.arange(k)  # sparse: two ones per variable (a dense matrix is 2^V · V 2^V floats, 30 GB at V = 14)
     A = sparse.csr_array((np.ones(2 * k), (np.concatenate([S, n + Y]), np.concatenate([cols, cols]))), shape=(n + V, k))
-    res = linprog(-np.ones(k), A_ub=A, b_ub=np.concatenate([law[sets], q]), bounds=(0, None), method="highs")
+    res = linprog(-np.ones(k), A_ub=A, b_ub=np.concatenate([law[sets], q]), bounds=(0, None), method="highs-ipm")
     if res.status != 0:
         raise RuntimeError(f"the coupling's linear program failed: {res.message}")
     kappa = np.zeros((n, V))

@@ -15,6 +15,7 @@ import numpy as np
 from speculab import kernels
 from speculab._validate import as_distribution, as_float_array, as_pair, as_probability_array, check_same_shape
 from speculab.theory.instance import MarkovInstance, compact, expect, per_position, push, rowwise, scalar
+from speculab.theory._checks import takes_instance
 
 __all__ = [
     "RejectionProfile",
@@ -70,6 +71,7 @@ class RejectionProfile:
         return self.T / self.rejections if self.rejections > 0 else float("inf")
 
 
+@takes_instance
 def sd_expected_rejections(inst: MarkovInstance) -> RejectionProfile:
     r"""Expected rejections of speculative decoding, [Yin] Thm 1 (``K = ∞``).
 
@@ -109,11 +111,13 @@ def _along_chain(rho, rows, T: int, dtype=None) -> np.ndarray:
     return out
 
 
+@takes_instance
 def acceleration(inst: MarkovInstance) -> float:
     """[Yin]'s acceleration ``T / E[N_rej]`` of speculative decoding (Thm 1)."""
     return sd_expected_rejections(inst).acceleration
 
 
+@takes_instance
 def acceptance_array(inst: MarkovInstance, b: Acceptance) -> np.ndarray:
     """Resolve an acceptance rule to a checked ``(T, V, V)`` array of probabilities.
 
@@ -149,6 +153,7 @@ def _check_unbiased(p: np.ndarray, q: np.ndarray, b: np.ndarray, name: str = "b"
         )
 
 
+@takes_instance
 def is_unbiased(inst: MarkovInstance, b: Acceptance) -> bool:
     """Whether ``b <= min(1, q/p)`` wherever ``p > 0`` (necessary and sufficient, [Yin] Thm 2)."""
     arr = acceptance_array(inst, b)
@@ -176,6 +181,7 @@ def unbiased_rejection_distribution(p, q, b) -> np.ndarray:
     return _unbiased_rejection(p, q, b)
 
 
+@takes_instance
 def rejection_array(inst: MarkovInstance, b: np.ndarray, P: RejectionRule = None) -> np.ndarray:
     """Resolve a rejection rule to ``(T, V, V)`` rows, given the resolved acceptance array ``b``.
 
@@ -207,6 +213,7 @@ def rejection_array(inst: MarkovInstance, b: np.ndarray, P: RejectionRule = None
     return rowwise(used_rows_only, inst.P, b, arr)
 
 
+@takes_instance
 def output_law(inst: MarkovInstance, b: Acceptance, P: RejectionRule = None) -> np.ndarray:
     r"""Per-position output law of [Yin] Algorithm 2 on a Markov instance.
 
@@ -231,6 +238,7 @@ def _output_kernel(p: np.ndarray, b: np.ndarray, R: np.ndarray) -> np.ndarray:
     return b * p + R * kernels.rejection_mass(b, p)[..., None]
 
 
+@takes_instance
 def expected_rejections(inst: MarkovInstance, b: Acceptance, P: RejectionRule = None) -> RejectionProfile:
     r"""Expected rejections of Algorithm 2 with acceptance ``b`` (``K = ∞``), [Yin] Thm 2.
 

@@ -49,6 +49,7 @@ import numpy as np
 from speculab import kernels
 from speculab._validate import as_float_array, as_pair, as_positive_int, as_probability_array, check_same_shape
 from speculab.theory.instance import MarkovInstance, chain_marginals, rowwise
+from speculab.theory._checks import takes_instance
 
 __all__ = [
     "SprinterDistribution",
@@ -286,6 +287,7 @@ def sprinter_flops(gamma: int, F_d, F_v, F_t):
 
 
 # -- Markov instances -------------------------------------------------------------------
+@takes_instance
 def sprinter_pass_probabilities(inst: MarkovInstance, eta_tp: float, eta_fp: float) -> np.ndarray:
     """Pass probabilities ``v[t, a, x]`` of the i.i.d. verifier of [SPR] §3.1, shape ``(T, V, V)``.
 
@@ -303,6 +305,7 @@ def _pass_array(inst: MarkovInstance, v) -> np.ndarray:
     return v
 
 
+@takes_instance
 def sprinter_output_law(inst: MarkovInstance, v) -> np.ndarray:
     r"""Transitions of SPRINTER's output chain on a Markov instance, shape ``(T, V, V)``.
 
@@ -363,6 +366,7 @@ class SprinterProfile:
         return self.accepted / self.T
 
 
+@takes_instance
 def sprinter_profile(inst: MarkovInstance, v) -> SprinterProfile:
     r"""Exact per-position counts and sequence divergences of SPRINTER on a Markov instance.
 

@@ -46,14 +46,17 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from speculab import kernels
-from speculab._validate import TooLarge, as_positive_int
+from speculab._budget import limit, refuse
+from speculab._validate import as_positive_int
 from speculab.theory.instance import MarkovInstance, at_position, compact, scalar
 from speculab.theory.lookahead import DraftRates, _check_times
+from speculab.theory._checks import takes_instance
 
 __all__ = ["AdaptiveDrafting", "StoppingCounts", "stopping_counts", "optimal_stopping", "fixed_lookahead", "tree_fits",
            "NODE_BUDGET", "SD_VERIFIER"]
 
-#: Largest number of draft-tree leaves (``contexts × V^K``) of one round start.
+#: Largest number of draft-tree leaves (``contexts × V^K``) of one round start (scaled by
+#: :func:`speculab.work_budget`).
 NODE_BUDGET = 1 << 20
 
 #: The quantities the recursion carries, in this order.
@@ -196,8 +199,12 @@ def _round_values(tables, future, n: int, T: int, K: int, t_draft: float, t_targ
 def tree_fits(V: int, T: int, cap: int, per_position: bool = False) -> bool:
     """Whether the draft trees of an instance (``V`` tokens, horizon ``T``, at most ``cap`` drafts per round)
     fit :data:`NODE_BUDGET`: ``V · V^min(cap, T)`` leaves of 6 values (``6 + T`` with ``per_position``)."""
-    leaves = V * V ** min(cap, T)
-    return leaves * (len(_FIELDS) + (T if per_position else 0)) <= NODE_BUDGET * len(_FIELDS)
+    return _tree_values(V, T, cap, per_position) <= limit(NODE_BUDGET * len(_FIELDS))
+
+
+def _tree_values(V: int, T: int, cap: int, per_position: bool) -> float:
+    """The values the recursion holds: ``V · V^min(cap, T)`` leaves of 6 values (``6 + T`` with ``per_position``)."""
+    return V * float(V) ** min(cap, T) * (len(_FIELDS) + (T if per_position else 0))
 
 
 def _solve(inst: MarkovInstance, rule: AdaptiveDrafting | None, t_draft, t_target, cap: int,
@@ -208,10 +215,9 @@ def _solve(inst: MarkovInstance, rule: AdaptiveDrafting | None, t_draft, t_targe
     cap = as_positive_int(cap, "cap")
     T, V = inst.T, inst.V
     if not tree_fits(V, T, cap, per_position):
-        extra = f" × {len(_FIELDS) + T} values (rejections per position)" if per_position else ""
-        raise TooLarge(f"the draft tree has {V} × {V}^{min(cap, T)} leaves per round start{extra}, over "
-                         f"NODE_BUDGET = {NODE_BUDGET} leaves of {len(_FIELDS)} values: use a smaller vocabulary, "
-                         f"cap or horizon")
+        raise refuse(f"the exact recursion over the draft tree ({V} × {V}^{min(cap, T)} leaves per round start)",
+                     _tree_values(V, T, cap, per_position), NODE_BUDGET * len(_FIELDS), "values",
+                     "NODE_BUDGET leaves of 6 values", "use a smaller vocabulary, cap or horizon")
     P, Q = compact(inst.P), compact(inst.Q)
     verifier = SD_VERIFIER if rule is None else rule.verifier
     score = None if rule is None or rule.score is None else compact(np.asarray(rule.score))
@@ -238,6 +244,7 @@ def _solve(inst: MarkovInstance, rule: AdaptiveDrafting | None, t_draft, t_targe
                           rejections_per_position=total[len(_FIELDS):] if per_position else None)
 
 
+@takes_instance
 def stopping_counts(inst: MarkovInstance, rule: AdaptiveDrafting, t_draft: float = 0.0,
                     t_target: float = 1.0, *, per_position: bool = False) -> StoppingCounts:
     """Exact expected counts and time of a drafting rule on a small Markov instance (module docstring).
@@ -268,6 +275,7 @@ def stopping_counts(inst: MarkovInstance, rule: AdaptiveDrafting, t_draft: float
     return _solve(inst, rule, t_draft, t_target, rule.cap, per_position)
 
 
+@takes_instance
 def optimal_stopping(inst: MarkovInstance, t_draft: float, t_target: float, cap: int) -> StoppingCounts:
     r"""The fewest expected time any stopping rule of at most ``cap`` drafts per round reaches, and its counts.
 

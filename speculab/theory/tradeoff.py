@@ -33,6 +33,7 @@ from speculab import kernels
 from speculab._validate import as_distribution, as_pair, as_positive_int, as_probability_array, check_same_shape
 from speculab.theory.instance import MarkovInstance, chain_marginals, rowwise
 from speculab.theory.rejections import Acceptance, RejectionRule, acceptance_array, output_law
+from speculab.theory._checks import takes_instance
 
 __all__ = [
     "OptimalRejection",
@@ -314,6 +315,7 @@ class TradeoffProfile:
         return float((self.rejections_per_position + self.loss_per_position - self.tv_per_position).mean())
 
 
+@takes_instance
 def tradeoff_profile(inst: MarkovInstance, b: Acceptance, P: RejectionRule = None) -> TradeoffProfile:
     r"""Rejections and TV bias per position of Algorithm 2 ``(b, P)`` on a Markov instance.
 
@@ -470,6 +472,7 @@ def _kl_tv_bound(kl: float) -> float:
     return min(np.sqrt(kl / 2.0), np.sqrt(-np.expm1(-kl))) if np.isfinite(kl) else 1.0
 
 
+@takes_instance
 def sequence_bias(
     inst: MarkovInstance, b: Acceptance, P: RejectionRule = None, *, max_sequences: int = MAX_SEQUENCES
 ) -> SequenceBias:

@@ -1,0 +1,92 @@
+"""Work budgets of the exact computations whose size explodes with the instance.
+
+Block verification's exact counts enumerate ``V^(γ+2)`` block prefixes (``MAX_PATHS``), SpecDec++'s
+recursion walks a draft tree of ``V · V^min(cap, T)`` leaves (``NODE_BUDGET``), and optimal multi-draft
+verification solves one linear program of ``Σ_S |S|`` variables per pair of rows (``LP_BUDGET``). Each is
+estimated before any work starts and refused past its budget with a :class:`~speculab._validate.TooLarge`
+that gives the estimate; :func:`work_budget` scales every budget for a block of code (``--budget`` on the
+command line), and :func:`budgeted` shows a progress bar over work that does run for more than a few seconds.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Iterable, Iterator, Sequence, TypeVar
+
+from speculab._validate import TooLarge
+
+__all__ = ["work_budget", "budget_scale", "limit", "refuse", "budgeted", "RAISE"]
+
+_SCALE: ContextVar[float] = ContextVar("speculab_work_budget", default=1.0)
+
+#: How every refusal says the budget can be raised.
+RAISE = "or raise the budget: speculab.work_budget(k) in Python, --budget k on the command line"
+
+#: Seconds of work before :func:`budgeted` shows its bar (on a terminal only).
+BAR_DELAY = 3.0
+
+Item = TypeVar("Item")
+
+
+def _check_scale(scale) -> float:
+    ok = isinstance(scale, numbers.Real) and not isinstance(scale, bool) and math.isfinite(scale) and scale > 0
+    if not ok:
+        raise ValueError(f"the work budget's scale must be a finite number > 0; got {scale!r}")
+    return float(scale)
+
+
+@contextmanager
+def work_budget(scale: float):
+    """Multiply the budget of every exact computation by ``scale`` inside the ``with`` block (nested blocks: the
+    innermost scale).
+
+    Example:
+      >>> from speculab import work_budget
+      >>> from speculab._budget import limit
+      >>> with work_budget(4):
+      ...     limit(1000)
+      4000.0
+      >>> limit(1000)
+      1000.0
+    """
+    token = _SCALE.set(_check_scale(scale))
+    try:
+        yield
+    finally:
+        _SCALE.reset(token)
+
+
+def budget_scale() -> float:
+    """The scale in force (1 outside :func:`work_budget`)."""
+    return _SCALE.get()
+
+
+def limit(base: float) -> float:
+    """A budget of ``base`` units of work, scaled by the :func:`work_budget` in force."""
+    return base * _SCALE.get()
+
+
+def refuse(what: str, work: float, base: float, unit: str, name: str, advice: str) -> TooLarge:
+    """The refusal of ``work`` units past the budget ``base`` (scaled; the constant ``name``), naming both and how
+    to get below it."""
+    scale = _SCALE.get()
+    budget = f"{base * scale:,.0f} {unit} ({name}" + (")" if scale == 1 else f", times {scale:g})")
+    return TooLarge(f"{what} would take {work:,.0f} {unit}, over the budget of {budget}: {advice}, {RAISE}")
+
+
+def budgeted(items: Sequence[Item], costs: Iterable[float], *, base: float, what: str, unit: str, name: str,
+             advice: str, desc: str) -> Iterator[Item]:
+    """``items`` one by one, after checking that their ``costs`` sum to at most the budget ``base`` (scaled).
+
+    Raises :class:`~speculab._validate.TooLarge` with the estimate before the first item when they do not; while
+    they run, a progress bar counts them once :data:`BAR_DELAY` seconds have passed (on a terminal only).
+    """
+    work = float(sum(costs))
+    if work > limit(base):
+        raise refuse(what, work, base, unit, name, advice)
+    from tqdm.auto import tqdm
+
+    yield from tqdm(items, desc=desc, unit="", leave=False, disable=None, delay=BAR_DELAY)
