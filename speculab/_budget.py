@@ -5,7 +5,7 @@ recursion walks a draft tree of ``V · V^min(cap, T)`` leaves (``NODE_BUDGET``),
 verification solves one linear program of ``Σ_S |S|`` variables per pair of rows (``LP_BUDGET``). Each is
 estimated before any work starts and refused past its budget with a :class:`~speculab._validate.TooLarge`
 that gives the estimate; :func:`work_budget` scales every budget for a block of code (``--budget`` on the
-command line), and :func:`budgeted` shows a progress bar over work that does run for more than a few seconds.
+command line), and :func:`budgeted` and :func:`progress_bar` show a bar over work that does run for more than a few seconds.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Iterable, Iterator, Sequence, TypeVar
 
 from speculab._validate import TooLarge
 
-__all__ = ["work_budget", "budget_scale", "limit", "refuse", "budgeted", "RAISE"]
+__all__ = ["work_budget", "budget_scale", "limit", "refuse", "budgeted", "progress_bar", "RAISE"]
 
 _SCALE: ContextVar[float] = ContextVar("speculab_work_budget", default=1.0)
 
@@ -87,6 +87,12 @@ def budgeted(items: Sequence[Item], costs: Iterable[float], *, base: float, what
     work = float(sum(costs))
     if work > limit(base):
         raise refuse(what, work, base, unit, name, advice)
+    yield from progress_bar(items, desc)
+
+
+def progress_bar(items: Iterable[Item], desc: str, unit: str = "") -> Iterable[Item]:
+    """``items`` under a progress bar that shows once :data:`BAR_DELAY` seconds have passed, on a terminal only
+    (the exact computations within their budget that can still take a while)."""
     from tqdm.auto import tqdm
 
-    yield from tqdm(items, desc=desc, unit="", leave=False, disable=None, delay=BAR_DELAY)
+    return tqdm(items, desc=desc, unit=unit, leave=False, disable=None, delay=BAR_DELAY)

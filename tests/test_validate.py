@@ -265,7 +265,7 @@ def test_a_work_budget_scales_every_budget_inside_its_block_only():
     after it — an error included — and refuses a scale that is not a finite number > 0, naming it; ``budgeted``
     refuses before its first item, with the estimate, and otherwise yields every item in order."""
     from speculab import work_budget
-    from speculab._budget import budget_scale, budgeted, limit
+    from speculab._budget import budget_scale, budgeted, limit, progress_bar
     from speculab._validate import TooLarge
 
     with work_budget(2.5):
@@ -288,3 +288,4 @@ def test_a_work_budget_scales_every_budget_inside_its_block_only():
         for item in budgeted(["a", "b"], [5, 6], **kw):
             seen.append(item)
     assert seen == []
+    assert list(progress_bar(range(4), "toy", "step")) == [0, 1, 2, 3]  # a bar on a terminal only, items unchanged

@@ -53,7 +53,7 @@ import numpy as np
 from array_api_compat import array_namespace, device
 
 from speculab import kernels
-from speculab._budget import limit, refuse
+from speculab._budget import limit, progress_bar, refuse
 from speculab._validate import as_positive_int
 from speculab.counts import BONUS, CORRECTION, DRAFT, Estimate, Expected
 from speculab.methods.base import Emit, Method, RoundLaw, Step, param, register, sample_round
@@ -182,7 +182,7 @@ def block_counts(inst, gamma: int):
     D = np.zeros((T + 1, V))
     D[0] = inst.rho
     rej, bonus, acc, start = (np.zeros(T) for _ in range(4))
-    for s in range(T):
+    for s in progress_bar(range(T), "exact block counts", "position"):
         if not D[s].any():
             continue
         L = min(gamma, T - s)

@@ -46,7 +46,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from speculab import kernels
-from speculab._budget import limit, refuse
+from speculab._budget import limit, progress_bar, refuse
 from speculab._validate import as_positive_int
 from speculab.theory.instance import MarkovInstance, at_position, compact, scalar
 from speculab.theory.lookahead import DraftRates, _check_times
@@ -237,7 +237,7 @@ def _solve(inst: MarkovInstance, rule: AdaptiveDrafting | None, t_draft, t_targe
             return np.broadcast_to(k > 0, prod.shape) & np.asarray(rule.stops(prod, k, t, T, *rule.params), dtype=bool)
 
     future = np.zeros((T + 1, V, len(_FIELDS) + (T if per_position else 0)))
-    for n in range(T - 1, -1, -1):
+    for n in progress_bar(range(T - 1, -1, -1), "draft-tree recursion", "position"):
         future[n] = _round_values(tables, future, n, T, min(cap, T - n), t_draft, t_target, decide)
     total = inst.rho @ future[0]
     return StoppingCounts(*(scalar(x) for x in total[:len(_FIELDS)]), T=T, t_draft=t_draft, t_target=t_target,
