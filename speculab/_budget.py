@@ -5,7 +5,8 @@ recursion walks a draft tree of ``V · V^min(cap, T)`` leaves (``NODE_BUDGET``),
 verification solves one linear program of ``Σ_S |S|`` variables per pair of rows (``LP_BUDGET``). Each is
 estimated before any work starts and refused past its budget with a :class:`~speculab._validate.TooLarge`
 that gives the estimate; :func:`work_budget` scales every budget for a block of code (``--budget`` on the
-command line), and :func:`budgeted` and :func:`progress_bar` show a bar over work that does run for more than a few seconds.
+command line), and :func:`budgeted` and :func:`progress_bar` show a bar over work that does run for more
+than a few seconds.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Iterable, Iterator, Sequence, TypeVar
 
 from speculab._validate import TooLarge
 
-__all__ = ["work_budget", "budget_scale", "limit", "refuse", "budgeted", "progress_bar", "RAISE"]
+__all__ = ["work_budget", "budget_scale", "check_scale", "limit", "refuse", "budgeted", "progress_bar", "RAISE"]
 
 _SCALE: ContextVar[float] = ContextVar("speculab_work_budget", default=1.0)
 
@@ -31,11 +32,15 @@ BAR_DELAY = 3.0
 Item = TypeVar("Item")
 
 
-def _check_scale(scale) -> float:
-    ok = isinstance(scale, numbers.Real) and not isinstance(scale, bool) and math.isfinite(scale) and scale > 0
-    if not ok:
+def check_scale(scale) -> float:
+    """A work budget's scale as a float: a finite number > 0 (booleans, NaN and overflowing integers refused)."""
+    try:
+        value = float(scale) if isinstance(scale, numbers.Real) and not isinstance(scale, bool) else math.nan
+    except OverflowError:  # an integer past float64's range
+        value = math.inf
+    if not (math.isfinite(value) and value > 0):
         raise ValueError(f"the work budget's scale must be a finite number > 0; got {scale!r}")
-    return float(scale)
+    return value
 
 
 @contextmanager
@@ -52,7 +57,7 @@ def work_budget(scale: float):
       >>> limit(1000)
       1000.0
     """
-    token = _SCALE.set(_check_scale(scale))
+    token = _SCALE.set(check_scale(scale))
     try:
         yield
     finally:

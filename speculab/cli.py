@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
-import math
 import os
 import signal
 import sys
@@ -54,13 +53,13 @@ def _count(minimum: int, below: int | None = None):
 
 def _scale(text: str) -> float:
     """An argparse type: a work budget's scale, a finite number > 0 (``--budget``)."""
+    from speculab._budget import check_scale
+
     try:
-        value = float(text)
+        return check_scale(float(text))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number: {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0 (a multiple of the default budgets); got {text}")
-    return value
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0 (a multiple of the default budgets); "
+                                         f"got {text!r}") from None
 
 
 # -- instances ---------------------------------------------------------------

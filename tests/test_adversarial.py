@@ -221,7 +221,7 @@ CLI_CASES = [
     (["sim", "--seed", "-1"], 2, "argument --seed: must be an integer in [0, "),
     (["sim", "--eps", "0.1"], 2, "--eps does not apply"),
     (["sim", "--method", "batch", "--M", str(10**20)], 2, "M must be an integer in [1, 9,007,199,254,740,992]; got 1"),
-    (["theory", "batch", "--M", str(10**20)], 2, "M must be at most 2^53 (or np.inf for the limit M → ∞)"),
+    (["theory", "batch", "--M", str(10**20)], 2, "M must be at most 2^53 (or inf for the limit M → ∞)"),
     (["theory", "batch", "--M", "0"], 2, "M must be"), (["theory", "batch", "--M", "abc"], 2, "M must be"),
     (["theory", "rejections", "--instance", "/etc/passwd"], 2, "not a speculab Markov instance"),
     (["theory", "rejections", "--T", "5", "--V", "3", "--concentration", "-1"], 2, "concentration"),
@@ -407,3 +407,5 @@ def test_every_function_of_an_instance_refuses_anything_else_by_name():
         for method in methods:
             with pytest.raises(ValueError, match=r"^inst must be a MarkovInstance"):
                 method.expected(bad)
+    with pytest.raises(TypeError, match="missing 1 required positional argument: 'inst'"):
+        theory.sd_expected_rejections()  # no instance at all: Python's own error, not a wrong type

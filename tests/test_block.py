@@ -310,8 +310,9 @@ def test_kernel_rows_are_distributions_and_refuse_huge_blocks():
     rng = np.random.default_rng(0)
     four = MarkovInstance.stationary(rng.dirichlet(np.ones(4), size=4), rng.dirichlet(np.ones(4), size=4), T=30)
     np.testing.assert_allclose(block_kernel(four, 0, 10)[0].sum(axis=(1, 2)), 1.0, atol=1e-12)
-    with pytest.raises(TooLarge, match=r"^exact block counts \(V\^\(γ\+2\) = 4\^13 block prefixes\) would take 67,108,864 "
-                                       r"prefixes, over the budget of 16,777,216 prefixes \(MAX_PATHS\): use a smaller"):
+    with pytest.raises(TooLarge, match=r"^exact block counts \(V\^\(γ\+2\) = 4\^13 block prefixes\) would take "
+                                       r"67,108,864 prefixes, over the budget of 16,777,216 prefixes "
+                                       r"\(MAX_PATHS\): use a smaller"):
         block_kernel(four, 0, 11)
     with work_budget(0.25):  # a quarter of the budget: 4^11 prefixes fit, 4^12 are refused
         np.testing.assert_allclose(block_kernel(four, 0, 9)[0].sum(axis=(1, 2)), 1.0, atol=1e-12)

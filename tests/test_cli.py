@@ -717,4 +717,5 @@ def test_methods_lists_each_methods_own_options_and_reach(capsys):
         assert block.endswith("options: " + (", ".join(options[name]) or "none")
                               + ("" if entry["cli"] else " (Python only)")), name
         reach = "simulation" if name == "optimal-batch" else "simulation + real models"
-        assert block.split("\n")[1].strip().startswith(reach + (";" if name not in ("sprinter", "specdecpp") else " (with --head FILE, from `speculab repro ")), name
+        after = ";" if name not in ("sprinter", "specdecpp") else " (with --head FILE, from `speculab repro "
+        assert block.split("\n")[1].strip().startswith(reach + after), name

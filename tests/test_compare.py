@@ -136,3 +136,16 @@ def test_compare_takes_drafting_methods_on_real_models_only():
                                              + re.escape(str(takers))):
             compare(None, method, key=0)
     assert main(["compare", "--pair", "tiny", "--method", "ar"]) == 2
+
+
+def test_the_command_line_and_python_compare_the_same_runs_by_default():
+    """``speculab compare`` and ``compare(pair, method, key=…)`` decode the same number of runs per prompt and
+    tokens per run when neither is given: the command line's defaults are the function's."""
+    import inspect
+
+    from speculab.cli import build_parser
+    from speculab.compare import compare
+
+    defaults = {k: p.default for k, p in inspect.signature(compare).parameters.items()}
+    args = build_parser().parse_args(["compare", "--pair", "tiny"])
+    assert (args.runs_per_prompt, args.max_new_tokens) == (defaults["runs_per_prompt"], defaults["max_new_tokens"])

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "speculab"
-GROUND = {"speculab", "speculab._validate", "speculab._budget", "speculab._files", "speculab._progress", "speculab.kernels",
-          "speculab.counts", "speculab.rows"}
+GROUND = {"speculab", "speculab._validate", "speculab._budget", "speculab._files", "speculab._progress",
+          "speculab.kernels", "speculab.counts", "speculab.rows"}
 LAYERS = [("speculab.theory", 1), ("speculab.methods", 2), ("speculab.sim", 3), ("speculab.backends", 4),
           ("speculab.compare", 5), ("speculab.validate", 6), ("speculab.testing", 6), ("speculab.repro", 6),
           ("speculab.cli", 6)]

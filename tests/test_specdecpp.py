@@ -319,7 +319,8 @@ def test_boundaries_of_the_inputs():
         SpecDecPP(0.5, cap=16).expected(big)  # 2 × 2^16 leaves of 6 + 60 values
     with work_budget(1.375):  # exactly enough: 8,650,752 = 1.375 × 6,291,456
         assert SpecDecPP(0.5, cap=16).expected(big).rejections > 0
-    with work_budget(1.37), pytest.raises(TooLarge, match=r"budget of 8,619,295 values \(NODE_BUDGET leaves of 6 values, times 1.37\)"):
+    with work_budget(1.37), pytest.raises(TooLarge, match=r"budget of 8,619,295 values \(NODE_BUDGET leaves of 6 "
+                                                          r"values, times 1.37\)"):
         SpecDecPP(0.5, cap=16).expected(big)
 
 

@@ -229,6 +229,7 @@ def test_per_position_values_count_against_the_node_budget():
     assert tree_fits(2, 60, 19) and not tree_fits(2, 60, 20)  # 2 · 2^19 = NODE_BUDGET leaves fit, twice that not
     assert optimal_stopping(MarkovInstance.random(4, 2, 0), 0.1, 1.0, cap=2).rejections_per_position is None
     with pytest.raises(TooLarge, match=r"^the exact recursion over the draft tree \(2 × 2\^16 leaves per round start\) "
-                                       r"would take 8,650,752 values, over the budget of 6,291,456 values \(NODE_BUDGET "
-                                       r"leaves of 6 values\): use a smaller vocabulary, cap or horizon, or raise"):
+                                       r"would take 8,650,752 values, over the budget of 6,291,456 values "
+                                       r"\(NODE_BUDGET leaves of 6 values\): use a smaller vocabulary, cap or "
+                                       r"horizon, or raise"):
         stopping_counts(MarkovInstance.random(60, 2, 0), fixed_lookahead(16), per_position=True)

@@ -314,7 +314,9 @@ class Method(ABC):
 
     # -- theory ------------------------------------------------------------------------------
     def expected(self, inst) -> Expected | None:
-        """Exact expected counts on a Markov instance (``None``: no exact theory)."""
+        """Exact expected counts on a Markov instance (``None``: the method has no exact theory). A theory whose
+        work explodes with the instance raises :class:`~speculab._validate.TooLarge` past its budget
+        (:func:`speculab.work_budget`)."""
         return None
 
     # -- real models -------------------------------------------------------------------------

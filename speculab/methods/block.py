@@ -133,7 +133,8 @@ def block_kernel(inst, s: int, gamma: int) -> tuple[np.ndarray, np.ndarray]:
     L = min(gamma, T - s)
     if float(V) ** (L + 2) > limit(MAX_PATHS):
         raise refuse(f"exact block counts (V^(γ+2) = {V}^{L + 2} block prefixes)", float(V) ** (L + 2), MAX_PATHS,
-                     "prefixes", "MAX_PATHS", "use a smaller block size or vocabulary (the simulator has no such limit)")
+                     "prefixes", "MAX_PATHS", "use a smaller block size or vocabulary (the simulator has no "
+                     "such limit)")
     J = np.zeros((V, L + 1, V))
     accepted = np.zeros(V)
     start = np.arange(V)

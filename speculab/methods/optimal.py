@@ -80,7 +80,8 @@ class _Couplings:
 
     @staticmethod
     def key(p: np.ndarray, q: np.ndarray, M: int) -> tuple:
-        return np.ascontiguousarray(p, dtype=np.float64).tobytes(), np.ascontiguousarray(q, dtype=np.float64).tobytes(), M
+        as_bytes = lambda a: np.ascontiguousarray(a, dtype=np.float64).tobytes()  # noqa: E731
+        return as_bytes(p), as_bytes(q), M
 
     def get(self, p: np.ndarray, q: np.ndarray, M: int) -> SetCoupling:
         key = self.key(p, q, M)

@@ -25,6 +25,7 @@ from speculab.methods import (
 from speculab.methods.specdecpp import TableHead, miscalibrated_head, noisy_head, oracle_head
 from speculab.sim.engine import run_steps
 from speculab.theory.instance import MarkovInstance
+from speculab.theory._checks import MESSAGE
 
 __all__ = [
     "simulate",
@@ -92,7 +93,7 @@ def simulate(
       True
     """
     if not isinstance(inst, MarkovInstance):
-        raise ValueError(f"inst must be a MarkovInstance; got {type(inst).__name__}")
+        raise ValueError(f"{MESSAGE}; got {type(inst).__name__}")
     if not isinstance(method, Method):
         raise ValueError(f"method must be a speculab method (e.g. SD(), BatchSD(4)); got {method!r}")
     n_runs = as_positive_int(n_runs, "n_runs")

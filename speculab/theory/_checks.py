@@ -12,6 +12,9 @@ __all__ = ["takes_instance"]
 
 F = TypeVar("F", bound=Callable)
 
+#: What a refusal says, before the type it got.
+MESSAGE = "inst must be a MarkovInstance (from MarkovInstance.random or .load)"
+
 
 def takes_instance(f: F) -> F:
     """Refuse, with a one-line ``ValueError`` naming it, an argument ``inst`` of ``f`` that is not a
@@ -25,16 +28,16 @@ def takes_instance(f: F) -> F:
       >>> horizon("inst.npz")
       Traceback (most recent call last):
       ...
-      ValueError: inst must be a MarkovInstance (e.g. MarkovInstance.random(T, V, key) or MarkovInstance.load(path)); got str
+      ValueError: inst must be a MarkovInstance (from MarkovInstance.random or .load); got str
     """
     at = list(inspect.signature(f).parameters).index("inst")
+    missing = object()
 
     @functools.wraps(f)
     def checked(*args, **kwargs):
-        inst = args[at] if len(args) > at else kwargs.get("inst")
-        if not isinstance(inst, MarkovInstance):
-            raise ValueError("inst must be a MarkovInstance (e.g. MarkovInstance.random(T, V, key) or "
-                             f"MarkovInstance.load(path)); got {type(inst).__name__}")
+        inst = args[at] if len(args) > at else kwargs.get("inst", missing)
+        if inst is not missing and not isinstance(inst, MarkovInstance):  # missing: f's own TypeError
+            raise ValueError(f"{MESSAGE}; got {type(inst).__name__}")
         return f(*args, **kwargs)
 
     return checked

@@ -54,7 +54,7 @@ def _check_M(M) -> float:
         return np.inf
     M = as_positive_int(M, "M")
     if M > MAX_M:
-        raise ValueError(f"M must be at most 2^53 (or np.inf for the limit M → ∞); got {M}")
+        raise ValueError(f"M must be at most 2^53 (or inf for the limit M → ∞); got {M}")
     return M
 
 
