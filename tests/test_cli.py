@@ -633,6 +633,9 @@ def test_compare_prints_the_apis_rows_in_its_table_and_json(name, capsys):
     comp = compare(load_pair("tiny"), eval(python, vars(methods)), runs_per_prompt=2, max_new_tokens=8, key=6)
     assert out == json.loads(json.dumps(jsonable(comp.to_dict())))
     assert len(comp.rows) >= 3
+    quantities = [row.quantity for row in comp.rows]  # every method here drafts: both paired rows are there
+    assert "rejections per run (paired: Σ r_n)" in quantities
+    assert "accepted drafts per round (paired: E[τ | block])" in quantities
     lines = text.splitlines()
     for row in comp.rows:
         line = next(line for line in lines if line.startswith(row.quantity + "  "))

@@ -149,3 +149,25 @@ def test_the_command_line_and_python_compare_the_same_runs_by_default():
     defaults = {k: p.default for k, p in inspect.signature(compare).parameters.items()}
     args = build_parser().parse_args(["compare", "--pair", "tiny"])
     assert (args.runs_per_prompt, args.max_new_tokens) == (defaults["runs_per_prompt"], defaults["max_new_tokens"])
+
+
+@pytest.mark.parametrize("name", ["sd", "block", "batch"])
+def test_each_decode_of_a_comparison_draws_from_its_own_stream(name, monkeypatch):
+    """A comparison decodes the method, and for some methods a baseline (SD for block verification and batch SD)
+    and target samples: each from its own slot of the key's streams, so no two of its rows share random draws."""
+    pytest.importorskip("torch")
+    from speculab.backends import load_pair
+    from speculab.compare import Context, compare
+    from speculab.methods import SD, BatchSD, BlockVerification
+
+    slots = []
+    real = Context.decode
+
+    def spy(self, method, slot, **kwargs):
+        slots.append(slot)
+        return real(self, method, slot, **kwargs)
+
+    monkeypatch.setattr(Context, "decode", spy)
+    method = {"sd": SD(), "block": BlockVerification(2), "batch": BatchSD(2, K=2)}[name]
+    compare(load_pair("tiny"), method, ["Return the"], runs_per_prompt=2, max_new_tokens=4, key=0)
+    assert len(slots) >= 1 + (name != "sd") and len(slots) == len(set(slots)), slots
