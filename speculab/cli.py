@@ -80,7 +80,22 @@ def _instance(args):
     if args.instance:
         return MarkovInstance.load(args.instance)
     seed = args.seed if args.instance_seed is None else args.instance_seed
-    return MarkovInstance.random(args.T, args.V, seed, rows=args.rows, concentration=args.concentration)
+    try:
+        return MarkovInstance.random(args.T, args.V, seed, rows=args.rows, concentration=args.concentration)
+    except ValueError as err:
+        raise _flagged(err, ("T", "V", "concentration")) from None
+
+
+def _flagged(err: ValueError, names) -> ValueError:
+    """A check's refusal of one of ``names`` ("K must be …") told in terms of its flag, as argparse tells its own:
+    "argument --K: must be …" (Python's "None for ∞" becomes "omit --K"). Other errors are returned as they are."""
+    text = str(err)
+    for name in names:
+        if text.startswith(f"{name} must "):
+            flag = "--" + name.replace("_", "-")
+            rest = text[len(name) + 1:].replace(" (or None for ∞)", f" (omit {flag} for ∞)")
+            return ValueError(f"argument {flag}: {rest}")
+    return err
 
 
 def _describe(args, inst) -> dict:
@@ -126,13 +141,18 @@ def cmd_theory_rejections(args) -> None:
 
 
 def _parse_M(text: str) -> float:
-    """``--M``: a whole number >= 1, or ``inf`` for the limit."""
+    """``--M``: a whole number in ``[1, 2^53]`` (float64 counts hold each), or ``inf`` for the limit."""
+    from speculab.theory.batch import MAX_M
+
     if text.strip().lower() in ("inf", "infinity", "∞"):
         return float("inf")
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"M must be a whole number >= 1 or 'inf'; got {text!r}") from None
+        value = 0
+    if not 1 <= value <= MAX_M:
+        raise argparse.ArgumentTypeError(f"must be a whole number in [1, 2^53] or 'inf'; got {text!r}") from None
+    return value
 
 
 def cmd_theory_batch(args) -> None:
@@ -198,21 +218,29 @@ def _method(args):
 
     values = {name: getattr(args, name) for name in args.method_options}
     if not hasattr(args, "head"):  # sim: Markov instances, where the methods' heads are functions or the oracle
-        return build(args.method, values)
+        return _build(build, args.method, values)
     if args.head is None:
         if get(args.method).needs_draft_head:
             reproduction, files = HEAD_SOURCES[args.method]
             raise ValueError(f"--method {args.method} on real models needs --head FILE, a head trained on the "
                              f"draft's hidden states: `speculab repro {reproduction} --out DIR` saves them as "
                              f"DIR/{files}")
-        return build(args.method, values)
+        return _build(build, args.method, values)
     from speculab.backends.heads import load_head
 
     try:
         head = load_head(args.head)
     except ValueError as err:
         raise ValueError(f"--head {args.head}: {err}") from None
-    return build(args.method, values, head)
+    return _build(build, args.method, values, head)
+
+
+def _build(build, name: str, values: dict, head=None):
+    """``build(name, values, head)``, a parameter's refusal told in terms of its flag (:func:`_flagged`)."""
+    try:
+        return build(name, values, head)
+    except ValueError as err:
+        raise _flagged(err, [k for k, v in values.items() if v is not None]) from None
 
 
 def _check_head_fits(args, method, pair) -> None:

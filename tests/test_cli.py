@@ -60,11 +60,11 @@ def test_sim_finite_K_and_autoregressive(capsys, agrees):
 @pytest.mark.parametrize(
     "argv, match",
     [
-        (["sim", "--K", "0"], "K must be an integer >= 1"),
+        (["sim", "--K", "0"], "argument --K: must be an integer >= 1"),
         (["sim", "--n-runs", "0"], "argument --n-runs: must be an integer >= 1"),
         (["sim", "--method", "ar", "--K", "3"], "--K does not apply to --method ar"),
         (["sim", "--method", "biased"], "needs --eps"),
-        (["theory", "rejections", "--V", "1"], "V must be"),
+        (["theory", "rejections", "--V", "1"], "argument --V: must be"),
         (["theory", "rejections", "--instance", "/nonexistent.npz"], "nonexistent"),
         (["repro", "no-such-figure"], "unknown figure"),
     ],
@@ -367,7 +367,7 @@ def test_a_bad_count_is_refused_by_its_flag_before_any_model_loads(argv, capsys,
 
 
 @pytest.mark.parametrize("argv, match", [
-    (["run", "--pair", "tiny", "--method", "sd", "--K", "0"], "K must be an integer >= 1"),
+    (["run", "--pair", "tiny", "--method", "sd", "--K", "0"], "argument --K: must be an integer >= 1 (omit --K for ∞)"),
     (["compare", "--pair", "tiny", "--method", "block", "--gamma", "0"], "gamma"),
     (["run", "--pair", "tiny", "--temperature", "-1"], "temperature"),
     (["compare", "--pair", "tiny", "--resume"], "--resume needs --checkpoint"),

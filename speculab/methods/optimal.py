@@ -199,7 +199,7 @@ class OptimalMultiDraft(MultiDraft):
         for k, i in budgeted(list(new.items()), [lp_variables(p[i], self.M) for i in new.values()], base=LP_BUDGET,
                              what=f"{self!r}'s root couplings ({len(new)} linear programs)",
                              unit="linear-program variables", name="LP_BUDGET",
-                             advice="use fewer drafts or a smaller vocabulary", desc="optimal couplings"):
+                             advice="use fewer drafts M or a smaller vocabulary V", desc="optimal couplings"):
             laws[k] = _coupling(p[i], q[i], self.M).accepted_law
         return keys, laws
 
