@@ -83,6 +83,9 @@ def _instance(args):
     try:
         return MarkovInstance.random(args.T, args.V, seed, rows=args.rows, concentration=args.concentration)
     except ValueError as err:
+        if "array is too big" in str(err):  # numpy's refusal of an allocation past its limits: out of memory
+            raise MemoryError(f"--T {args.T} --V {args.V}: the instance's 2·T·V² = {2 * args.T * args.V ** 2:,} "
+                              "float64 values") from None
         raise _flagged(err, ("T", "V", "concentration")) from None
 
 

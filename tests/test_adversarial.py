@@ -216,6 +216,8 @@ CLI_CASES = [
     (["sim", "--T", "0"], 2, "argument --T: must be an integer >= 1; got 0"),
     (["sim", "--T", "abc"], 2, "invalid int value"),
     (["sim", "--V", "1"], 2, "argument --V: must be an integer >= 2; got 1"),
+    (["sim", "--V", "100000000", "--T", "100000"], 1, "out of memory (MemoryError: --T 100000 --V 100000000: the "
+     "instance's 2·T·V² = 2,000,000,000,000,000,000,000 float64 values); use a smaller --T or --V"),
     (["sim", "--n-runs", "-5"], 2, "argument --n-runs: must be"),
     (["sim", "--K", "0"], 2, "argument --K: must be an integer >= 1 (omit --K for ∞); got 0"),
     (["sim", "--engine", "foo"], 2, "invalid choice"),

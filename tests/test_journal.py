@@ -280,6 +280,8 @@ def test_journal_lines_are_checked_before_use(pair, tmp_path):
             **entry["runs"][0]["counts"], "rejections": entry["runs"][0]["counts"]["rejections"] + 1}}]},
         "more accepted drafts than drafts": {**entry, "runs": [{**entry["runs"][0], "counts": {
             **entry["runs"][0]["counts"], "draft_calls": entry["runs"][0]["counts"]["accepted"] - 1}}]},
+        "more target calls than rounds": {**entry, "runs": [{**entry["runs"][0], "counts": {
+            **entry["runs"][0]["counts"], "oracle_calls": len(entry["runs"][0]["rounds"]["accepted"]) + 1}}]},
     }
     for message, bad in cases.items():
         journal.parent.mkdir(exist_ok=True)

@@ -166,10 +166,11 @@ def _run_problem(run, vocab_size: int, probe: bool, record_fields: set, round_fi
         return f"counts that are not the integers {sorted(count_fields)}"
     kinds = record["kind"]  # 0 accepted draft, 1 correction, 2 bonus, 3 target sample: what the counts count
     implied = {"rejections": kinds.count(1) + kinds.count(3), "accepted": kinds.count(0), "bonus": kinds.count(2)}
+    n_rounds = len(next(iter(rounds.values()), []))  # a round calls the target at most once
     if any(counts[k] != v for k, v in implied.items()) or not 0 <= counts["accepted"] <= counts["draft_calls"] \
-            or counts["oracle_calls"] < 0:
-        return ("counts that do not match the position record (rejections, accepted drafts, bonus tokens), negative "
-                "calls or more accepted drafts than drafts")
+            or not 0 <= counts["oracle_calls"] <= n_rounds:
+        return ("counts that do not match the position record (rejections, accepted drafts, bonus tokens) or its "
+                "rounds (more target calls than rounds), negative calls or more accepted drafts than drafts")
     if type(run["seconds"]) not in (int, float):
         return "a time that is not a number"
     if probe and not isinstance(run["probe"], list):
