@@ -217,29 +217,32 @@ HEAD_SOURCES = {"sprinter": ("sprinter-roc", "sprinter_verifier_lam*_previous.sa
 
 def _method(args):
     """The method of ``--method`` and its options; on the real-model commands with the head of ``--head FILE``."""
-    from speculab.methods import build, get
+    from speculab.methods import get
 
     values = {name: getattr(args, name) for name in args.method_options}
     if not hasattr(args, "head"):  # sim: Markov instances, where the methods' heads are functions or the oracle
-        return _build(build, args.method, values)
+        return _build(args.method, values)
     if args.head is None:
         if get(args.method).needs_draft_head:
             reproduction, files = HEAD_SOURCES[args.method]
             raise ValueError(f"--method {args.method} on real models needs --head FILE, a head trained on the "
                              f"draft's hidden states: `speculab repro {reproduction} --out DIR` saves them as "
                              f"DIR/{files}")
-        return _build(build, args.method, values)
+        return _build(args.method, values)
     from speculab.backends.heads import load_head
 
     try:
         head = load_head(args.head)
     except ValueError as err:
         raise ValueError(f"--head {args.head}: {err}") from None
-    return _build(build, args.method, values, head)
+    return _build(args.method, values, head)
 
 
-def _build(build, name: str, values: dict, head=None):
-    """``build(name, values, head)``, a parameter's refusal told in terms of its flag (:func:`_flagged`)."""
+def _build(name: str, values: dict, head=None):
+    """``speculab.methods.build(name, values, head)``, a parameter's refusal told in terms of its flag
+    (:func:`_flagged`)."""
+    from speculab.methods import build
+
     try:
         return build(name, values, head)
     except ValueError as err:

@@ -185,14 +185,10 @@ class OptimalMultiDraft(MultiDraft):
         The pairs not solved before are estimated first (:func:`lp_variables`, against :data:`LP_BUDGET` scaled by
         :func:`speculab.work_budget`: refused past it with the estimate) and solved under a progress bar."""
         p, q = np.broadcast_arrays(np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64))
-        keys, laws = self._solve(p, q)
-        out = np.empty(p.shape)
-        for i, k in keys.items():
-            out[i] = laws[k]
-        return out
+        return _lookup(self._solve(p, q), self.M, p, q)
 
-    def _solve(self, p: np.ndarray, q: np.ndarray) -> tuple[dict, dict]:
-        """``({row index: pair key}, {pair key: accepted law})`` for the rows of ``p, q`` (within the budget)."""
+    def _solve(self, p: np.ndarray, q: np.ndarray) -> dict:
+        """``{pair key: accepted law}`` for the rows of ``p, q``, solving the new pairs within the budget."""
         keys = {i: _cache.key(p[i], q[i], self.M) for i in np.ndindex(p.shape[:-1])}
         new = {k: i for i, k in keys.items() if k not in _cache.items}  # a row of each pair not solved before
         laws = {k: _cache.items[k].accepted_law for k in set(keys.values()) - set(new)}
@@ -201,7 +197,7 @@ class OptimalMultiDraft(MultiDraft):
                              unit="linear-program variables", name="LP_BUDGET",
                              advice="use fewer drafts M or a smaller vocabulary V", desc="optimal couplings"):
             laws[k] = _coupling(p[i], q[i], self.M).accepted_law
-        return keys, laws
+        return laws
 
     def root_outcome(self, p, q):
         """``(..., 2V)``: the coupling's accepted law ``a``, then ``q − a`` (output by a refusal)."""
@@ -224,8 +220,7 @@ class OptimalMultiDraft(MultiDraft):
 
         root = None
         if self.M > 1:  # every pair's linear program first, within the budget; the recursion then reads them
-            laws = self._solve(*np.broadcast_arrays(inst.P, inst.Q))[1]
-            root = functools.partial(_lookup, laws, self.M)
+            root = functools.partial(_lookup, self._solve(*np.broadcast_arrays(inst.P, inst.Q)), self.M)
         counts = lookahead_counts(inst, self.K, M=self.M, root=root)
         return Expected.from_counts(counts, source="exact lookahead counts with the optimal-coupling root (SPEC O, L)")
 
