@@ -218,12 +218,13 @@ HEAD_SOURCES = {"sprinter": ("sprinter-roc", "sprinter_verifier_lam*_previous.sa
 def _method(args):
     """The method of ``--method`` and its options; on the real-model commands with the head of ``--head FILE``."""
     from speculab.methods import get
+    from speculab.methods.capabilities import DraftHead, has
 
     values = {name: getattr(args, name) for name in args.method_options}
     if not hasattr(args, "head"):  # sim: Markov instances, where the methods' heads are functions or the oracle
         return _build(args.method, values)
     if args.head is None:
-        if get(args.method).needs_draft_head:
+        if has(get(args.method), DraftHead):
             reproduction, files = HEAD_SOURCES[args.method]
             raise ValueError(f"--method {args.method} on real models needs --head FILE, a head trained on the "
                              f"draft's hidden states: `speculab repro {reproduction} --out DIR` saves them as "
@@ -311,6 +312,7 @@ def _sim(args) -> None:
 def cmd_methods(args) -> None:
     from speculab.methods import REGISTRY
     from speculab.methods.base import cli_params, option
+    from speculab.methods.capabilities import DraftHead, has
 
     payload, lines = {}, []
     for name, cls in REGISTRY.items():
@@ -320,7 +322,7 @@ def cmd_methods(args) -> None:
                          "real_models": cls.runs_on_real_models(), "cli": cls.constructible_from_cli()}
         where = ("simulation" if not cls.runs_on_real_models() else
                  f"simulation + real models (with --head FILE, from `speculab repro {HEAD_SOURCES[name][0]}`)"
-                 if cls.needs_draft_head
+                 if has(cls, DraftHead)
                  else "simulation + real models")
         lines.append(f"{name:10s} {cls.__name__}: {doc}\n{'':10s} {where}; options: "
                      + (", ".join(params) if params else "none") + ("" if cls.constructible_from_cli() else " (Python only)"))

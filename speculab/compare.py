@@ -36,6 +36,7 @@ import numpy as np
 from speculab._validate import as_positive_int, spawn_seeds
 from speculab.counts import Counts, Estimate, Expected
 from speculab.methods import SD, Autoregressive, Method
+from speculab.methods.capabilities import RoundProbing, has
 from speculab.rows import Comparison, Row, paired_accepted, paired_rejections
 
 __all__ = ["Row", "Comparison", "Context", "compare", "side_by_side", "paired_rejections", "paired_accepted"]
@@ -156,7 +157,7 @@ def compare(
     if batch_size is not None:
         batch_size = as_positive_int(batch_size, "batch_size")
     ctx = Context(pair, runs, max_new_tokens, sampling, seeds=spawn_seeds(key, 8), batch_size=batch_size)
-    ctx.probe = method.round_probe()
+    ctx.probe = method.round_probe() if has(method, RoundProbing) else None
     ctx.result = ctx.decode(method, slot=2, on_round=ctx.probe)
     settings = dict(pair=pair.name, method=repr(method), prompts=len(prompts), runs=len(runs),
                     max_new_tokens=max_new_tokens, temperature=sampling.temperature,

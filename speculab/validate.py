@@ -388,9 +388,10 @@ def validate(pair, *, key: Any, runs: int = 20_000, methods=METHODS, prompt: str
         report.laws.append(_law_row(label, res.tokens, q1, cells, pair.eos_token_id, control, unbiased))
     if compare_runs:
         from speculab.compare import compare
+        from speculab.methods.capabilities import head_of
 
         for label, method in _lossless_methods(pair, methods, K).items():
-            if not method.drafting or method.draft_head is not None:  # autoregressive decoding is the reference
+            if not method.drafting or head_of(method) is not None:  # autoregressive decoding is the reference
                 continue
             comp = compare(pair, method, runs_per_prompt=compare_runs, max_new_tokens=max_new_tokens,
                            sampling=sampling, key=seeds[-1])

@@ -461,8 +461,9 @@ def test_each_learned_method_names_the_reproduction_that_saves_its_heads(capsys)
 
     from speculab.cli import HEAD_SOURCES
     from speculab.methods import REGISTRY
+    from speculab.methods.capabilities import DraftHead, has
 
-    learned = {name for name, cls in REGISTRY.items() if cls.needs_draft_head}
+    learned = {name for name, cls in REGISTRY.items() if has(cls, DraftHead)}
     assert learned == set(HEAD_SOURCES) == {"sprinter", "specdecpp"}
     for name in learned:
         assert REGISTRY[name].head_param in {f.name for f in dataclasses.fields(REGISTRY[name])}

@@ -122,20 +122,9 @@ def test_every_module_has_a_layer():
         layer(name)
 
 
-#: Cycles still to break, each with why it is there. Any other cycle fails the test, and so does one listed here
-#: that no longer exists (so the list only shrinks).
-KNOWN_CYCLES = {
-    ("speculab.sim.jax_adaptive", "speculab.sim.jax_engine"):
-        "the adaptive pool reads the engine's tables, tallies and budgets, and the engine's entry points hand "
-        "adaptive methods to it; splitting the shared part into a lower module moves measured mutants "
-        "(docs/measurements.md) and is left to a session that measures them again",
-}
-
-
 def test_the_import_graph_has_no_cycle():
-    cycles = [tuple(c) for c in _cycles()]
-    assert [c for c in cycles if c not in KNOWN_CYCLES] == [], "\n".join(" -> ".join(c) for c in cycles)
-    assert sorted(KNOWN_CYCLES) == sorted(c for c in cycles if c in KNOWN_CYCLES), "a known cycle is gone: unlist it"
+    cycles = _cycles()
+    assert cycles == [], "\n".join(" -> ".join(c) for c in cycles)
 
 
 def test_nothing_imports_upward():

@@ -13,7 +13,8 @@ jax = pytest.importorskip("jax")
 from conftest import binomial_se  # noqa: E402
 from speculab.methods import (SD, Autoregressive, BatchSD, Biased, BlockVerification, Fuzzy, Method,  # noqa: E402
                               SpecDecPP, Sprinter)
-from speculab.sim import jax_engine, simulate  # noqa: E402
+from speculab.sim import jax_common, jax_engine, simulate  # noqa: E402
+from speculab.methods.capabilities import Slotwise, has  # noqa: E402
 from speculab.sim.jax_engine import simulate_sweep  # noqa: E402
 from speculab.theory import MarkovInstance  # noqa: E402
 
@@ -56,18 +57,9 @@ def test_bad_run_counts_are_refused(inst):
         simulate(inst, SD(), 10, key=0, engine="torch")
 
 
-def test_methods_without_a_law_the_engine_reads_are_refused_with_the_reason(inst):
-    class Opaque(SD):  # a method with only a numpy simulator step
-        slotwise = False
-        round_law = Method.round_law
-
-    with pytest.raises(ValueError, match="Opaque has none: use engine='numpy'"):
-        simulate(inst, Opaque(), 10, key=0, engine="jax")
-
-
 class _AvoidsTheDraft(SD):
     """Not Algorithm 2: after a refusal it weighs the refused draft twice in the correction, which then depends on
-    the draft — what :attr:`~speculab.methods.Method.slotwise` rules out."""
+    the draft — what :class:`~speculab.methods.capabilities.Slotwise` rules out."""
 
     def round_law(self, p, q, x, *, bonus):
         import jax.numpy as jnp
@@ -290,9 +282,9 @@ def test_bad_heads_are_refused_on_both_engines(inst, head, match, engine):
 def test_specdecpp_tables_over_the_budget_are_refused(inst, monkeypatch):
     """Per-token tables (T' A' V² = T V³ entries on a full instance) run at a budget of exactly that and are refused
     one entry below it."""
-    monkeypatch.setattr(jax_engine, "TABLE_BUDGET", inst.T * inst.V ** 3)
+    monkeypatch.setattr(jax_common, "TABLE_BUDGET", inst.T * inst.V ** 3)
     assert simulate(inst, SpecDecPP(0.5), 10, key=0, engine="jax").n_runs == 10
-    monkeypatch.setattr(jax_engine, "TABLE_BUDGET", inst.T * inst.V ** 3 - 1)
+    monkeypatch.setattr(jax_common, "TABLE_BUDGET", inst.T * inst.V ** 3 - 1)
     with pytest.raises(ValueError, match="SpecDecPP from per-token tables, which would exceed TABLE_BUDGET"):
         simulate(inst, SpecDecPP(0.5), 10, key=0, engine="jax")
 
@@ -338,11 +330,10 @@ def test_jitted_and_eager_runs_agree(method):
 
 
 class _BatchWithoutRootTable(BatchSD):
-    """Batch SD without :meth:`~speculab.methods.Method.root_outcome`: its later slots from tables, its root's
-    one-slot round over the M rows evaluated in the scan (``M + 2`` uniforms)."""
+    """Batch SD without its :class:`~speculab.methods.capabilities.RootTable`: its later slots from tables, its
+    root's one-slot round over the M rows evaluated in the scan (``M + 2`` uniforms)."""
 
-    def root_outcome(self, P, Q):
-        return None
+    root_outcome = None  # opts out of the capability
 
 
 @pytest.mark.slow
@@ -352,7 +343,7 @@ def test_tabulated_and_evaluated_slot_laws_agree_in_law(inst, method, monkeypatc
     """Above TABLE_BUDGET the one-slot law is evaluated inside the scan: the same counts in law as the tables."""
     expected = method.expected(inst)
     tabulated = simulate(inst, method, 20_000, key=1, engine="jax")
-    monkeypatch.setattr(jax_engine, "TABLE_BUDGET", 0)
+    monkeypatch.setattr(jax_common, "TABLE_BUDGET", 0)
     evaluated = simulate(inst, method, 20_000, key=2, engine="jax")
     for kind, c in (("tabulated", tabulated), ("evaluated", evaluated)):
         for name in ("rejections", "oracle_calls", "accepted", "bonus"):
@@ -389,7 +380,7 @@ def test_a_correction_is_drawn_with_its_own_uniform(method, p, q, budget, monkey
     either: drawn with the third draft's (``u[2]``, which with two rows is the outcome's own), x_1 = 0 had
     frequency 0.030 instead of 0.1 in 16,000 runs."""
     if budget is not None:
-        monkeypatch.setattr(jax_engine, "TABLE_BUDGET", budget)
+        monkeypatch.setattr(jax_common, "TABLE_BUDGET", budget)
     free = MarkovInstance.context_free(p, q, T=2)
     n = 16_000  # against a 10 % error, 12,000 runs have power 0.985 only (SD's instance: q's entries of 0.2)
     c = simulate(free, method, n, key=0, engine="jax", return_sequences=True)
@@ -550,7 +541,7 @@ def test_sweep_is_sharded_over_several_devices():
                          ids=repr)
 def test_chunks_get_their_own_keys(inst, method, monkeypatch, agrees):
     """Runs past one compiled call (CHUNK) come from a new key: the chunks differ and the law is unchanged."""
-    monkeypatch.setattr(jax_engine, "CHUNK", 1000)
+    monkeypatch.setattr(jax_common, "CHUNK", 1000)
     # 20 chunks: the bonus (of SD(K=3), SpecDecPP) needs 20,000 runs beside the reference's to see a 10 % error
     c = simulate(inst, method, 20_000, key=3, engine="jax", return_sequences=True)
     assert not np.array_equal(c.sequences[:1000], c.sequences[1000:2000])
@@ -565,8 +556,8 @@ def test_chunks_get_their_own_keys(inst, method, monkeypatch, agrees):
 def test_every_run_asked_for_is_simulated_once(inst, method, monkeypatch):
     """However the runs split into chunks (CHUNK = 1000 here: one run, two chunks, two chunks and a half), the
     counts and sequences hold exactly ``n_runs`` runs, alone and in a sweep."""
-    monkeypatch.setattr(jax_engine, "CHUNK", 1000)
-    sweepable = method.slotwise or isinstance(method, SpecDecPP)
+    monkeypatch.setattr(jax_common, "CHUNK", 1000)
+    sweepable = has(method, Slotwise) or isinstance(method, SpecDecPP)
     for n in (1, 2000, 2501):
         c = simulate(inst, method, n, key=0, engine="jax", return_sequences=True)
         assert c.n_runs == n and c.rejections.shape == c.bonus.shape == (n,) and c.sequences.shape == (n, inst.T + 1)
@@ -586,7 +577,7 @@ def test_uniforms_per_position_are_those_a_run_draws(inst, method, width, budget
     SpecDec++ — is the width of the uniforms each run draws per position (recorded while the chunk is traced) and
     what ``uniforms_per_position`` reports."""
     if budget is not None:
-        monkeypatch.setattr(jax_engine, "TABLE_BUDGET", budget)
+        monkeypatch.setattr(jax_common, "TABLE_BUDGET", budget)
     n, widths, uniform = 37, set(), jax.random.uniform
 
     def recording(key, shape=(), *args, **kwargs):
@@ -624,24 +615,24 @@ def test_sweep_points_get_independent_keys(inst, agrees):
 def test_large_vocabularies_run_in_smaller_chunks(monkeypatch):
     """Without tables a run evaluates rows of V inside the scan: the chunk shrinks so memory stays bounded."""
     big = MarkovInstance.context_free(np.full(20_000, 1 / 20_000), np.full(20_000, 1 / 20_000), T=3)
-    assert jax_engine._chunk_runs(SD(), big, None) == jax_engine.SCAN_BUDGET // 20_000
-    assert jax_engine._chunk_runs(BatchSD(4), big, None) == jax_engine.SCAN_BUDGET // 80_000
-    assert jax_engine._chunk_runs(BlockVerification(2), big, None) == jax_engine.SCAN_BUDGET // 60_000  # rows (L + 1) V
-    assert jax_engine._chunk_runs(SD(), big, {"table": 1}) == jax_engine.CHUNK
-    assert jax_engine._chunk_runs(SD(), MarkovInstance.random(3, 4, 0), None) == jax_engine.CHUNK  # at most CHUNK
+    assert jax_engine._chunk_runs(SD(), big, None) == jax_common.SCAN_BUDGET // 20_000
+    assert jax_engine._chunk_runs(BatchSD(4), big, None) == jax_common.SCAN_BUDGET // 80_000
+    assert jax_engine._chunk_runs(BlockVerification(2), big, None) == jax_common.SCAN_BUDGET // 60_000  # rows (L + 1) V
+    assert jax_engine._chunk_runs(SD(), big, {"table": 1}) == jax_common.CHUNK
+    assert jax_engine._chunk_runs(SD(), MarkovInstance.random(3, 4, 0), None) == jax_common.CHUNK  # at most CHUNK
     c = simulate(big, SD(), 2000, key=0, engine="jax")  # p = q: nothing is ever rejected
     assert c.rejections.sum() == 0 and c.accepted.mean() == 3
-    monkeypatch.setattr(jax_engine, "SCAN_BUDGET", 10_000)  # one run's rows over the budget: one run at a time
+    monkeypatch.setattr(jax_common, "SCAN_BUDGET", 10_000)  # one run's rows over the budget: one run at a time
     assert jax_engine._chunk_runs(SD(), big, None) == 1
 
 
 def test_function_heads_and_verifiers_over_the_table_budget_are_refused(monkeypatch):
-    monkeypatch.setattr(jax_engine, "TABLE_BUDGET", 100)
+    monkeypatch.setattr(jax_common, "TABLE_BUDGET", 100)
     inst = MarkovInstance.stationary(np.full((4, 4), 0.25), np.full((4, 4), 0.25), T=20)  # 16 entries, tabled
     head = lambda t, prev, x: np.full(x.shape, 0.5)  # noqa: E731  a function: tabulated over (T, V, V) = 320
     with pytest.raises(ValueError, match="TABLE_BUDGET"):
         simulate(inst, SpecDecPP(0.5, head=head), 10, key=0, engine="jax")
     with pytest.raises(ValueError, match="TABLE_BUDGET"):
         simulate(inst, Sprinter(verifier=lambda t, prev, x: np.ones(x.shape)), 10, key=0, engine="jax")
-    monkeypatch.setattr(jax_engine, "TABLE_BUDGET", 3 * 320)  # SPRINTER's three (T, V, V) tables: exactly the budget
+    monkeypatch.setattr(jax_common, "TABLE_BUDGET", 3 * 320)  # SPRINTER's three (T, V, V) tables: exactly the budget
     assert simulate(inst, Sprinter(verifier=lambda t, prev, x: np.ones(x.shape)), 10, key=0, engine="jax").n_runs == 10

@@ -36,6 +36,7 @@ from speculab.methods import (
     sample_round,
 )
 from speculab.methods.base import Method, cli_params, option
+from speculab.methods.capabilities import head_probability
 from speculab.sim import simulate
 from speculab.theory import MarkovInstance
 
@@ -259,8 +260,8 @@ def _power(right, wrong, right_law) -> float:
 
 
 WRONG = ("correction drawn from q", "bonus drawn from q_L", "bonus never drawn")
-POWER_CASES = [m for m in METHODS if type(m).round_law is not Method.round_law  # a round law that drafts and
-               and not isinstance(m, Sprinter) and m.draft_length(3) > 0]  # needs no verifier's verdicts
+POWER_CASES = [m for m in METHODS  # a round law that drafts and needs no verifier's verdicts
+               if not isinstance(m, Sprinter) and m.draft_length(3) > 0]
 
 
 def _not_a_bug(method, kind: str) -> str | None:
@@ -345,7 +346,7 @@ def _blocks(rng, n=6, M=1, L=3, V=5):
     return p, q, x
 
 
-ROUND_CASES = [m for m in METHODS if type(m).round_law is not Method.round_law]  # with a round law (real models or not)
+ROUND_CASES = METHODS  # every method has a round law (real models or not)
 
 
 def _round_law(method, p, q, x, *, bonus: bool):
@@ -708,18 +709,17 @@ def test_register_refuses_what_would_break_the_registry_or_the_command_line():
 
 
 def test_protocol_defaults():
-    """What a method or a step that says nothing gets: no target or draft call at a position, every round calls the
-    target, a head's output must be a probability, and a round law's variance of τ."""
-    from speculab.methods.base import Emit, RoundLaw
+    """What the protocol's helpers give: a head's output must be a probability, a round law's variance of τ, every
+    round of a head-reading method that does not say otherwise calls the target."""
+    from speculab.methods.base import RoundLaw
 
-    emit = Emit(np.zeros(2, dtype=np.int64), np.zeros(2, dtype=np.int8))
-    assert emit.oracle_calls == 0 and emit.draft_calls == 0 and emit.extra == {}
-    assert SD().target_called([0.3, 0.9]) is True
+    assert SpecDecPP(0.5).target_called([0.3, 0.9]) is True and Sprinter(0.9, 0.1).target_called([1.0, 0.0]) is True
+    assert Sprinter(0.9, 0.1).target_called([1.0, 1.0]) is False
     for ok in (0, 0.5, 1):
-        assert Method.head_probability(ok, "head") == ok
+        assert head_probability(ok, "head") == ok
     for bad in (-0.1, 1.5, float("nan")):
         with pytest.raises(ValueError, match="the head gave"):
-            Method.head_probability(bad, "head")
+            head_probability(bad, "head")
     law = RoundLaw(outcome=np.array([[[0.2, 0.3, 0.5]]]), correction=None, reject_prob=None, accept_prob=None)
     mean, var = law.expected_accepted()
     assert mean[0] == pytest.approx(1.3, abs=1e-15) and var[0] == pytest.approx(2.3 - 1.3**2, abs=1e-15)
@@ -773,19 +773,20 @@ def test_a_draft_is_accepted_iff_its_uniform_is_below_b(u):
     """The numpy simulator accepts a draft iff ``U < b`` with ``U`` uniform on [0, 1): a draft with ``b = 0`` is
     refused even at ``U = 0``, one with ``b = 1`` accepted even at ``U`` just below 1 (found by mutation testing of
     the fast tier: ``<=`` for ``<`` survived — it accepts with probability ``b + 2⁻⁵³`` at ``b = 0``)."""
-    from speculab.methods.chain import ChainStep
-    from speculab.counts import CORRECTION, DRAFT
+    from speculab.methods.chain import Rule
+    from speculab.sim.engine import _Verify
+
+    @dataclasses.dataclass(frozen=True)
+    class OnlyOne(SD):
+        def rule(self, p, q):
+            b = np.zeros_like(p)
+            b[..., 1] = 1.0  # token 1 always accepted, the others never
+            return Rule(b, q)
 
     inst = _tiny(4)
-    b = np.zeros((inst.T, inst.V, inst.V))
-    b[..., 1] = 1.0  # token 1 always accepted, the others never
-    step = ChainStep(inst, b, inst.Q, None)
-    r, draft = np.arange(4), np.array([0, 1, 2, 1])
-    x, kinds = np.full(4, -1), np.zeros(4, dtype=np.int8)
-    ok, rejected = step.verify(0, r, np.zeros(4, dtype=int), np.zeros(4, dtype=int), draft, x, kinds, _Uniforms(u))
+    draft = np.array([0, 1, 2, 1])
+    ok, x = _Verify(OnlyOne(), inst)(0, np.zeros(4, dtype=int), draft, _Uniforms(u))
     np.testing.assert_array_equal(ok, [False, True, False, True])
-    np.testing.assert_array_equal(rejected, [0, 2])
-    np.testing.assert_array_equal(kinds, [CORRECTION, DRAFT, CORRECTION, DRAFT])
     np.testing.assert_array_equal(x[[1, 3]], [1, 1])
 
 

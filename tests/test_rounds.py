@@ -18,6 +18,7 @@ from speculab import kernels  # noqa: E402
 from speculab.backends.rounds import Records, cut_law, pad_law, round_output  # noqa: E402
 from speculab.counts import BONUS, CORRECTION, DRAFT  # noqa: E402
 from speculab.methods import SD, BatchSD, Biased, Fuzzy, RejectionDecoding, sample_round  # noqa: E402
+from speculab.methods.capabilities import Slotwise, has  # noqa: E402
 
 
 def _scaled(p, q):
@@ -44,7 +45,7 @@ def _block(rng, B: int, M: int, L: int, V: int):
 
 @pytest.mark.parametrize("method", SLOTWISE, ids=method_id)
 def test_a_cut_law_is_the_methods_law_of_the_cut_block(method):
-    assert method.slotwise
+    assert has(method, Slotwise)
     rng = np.random.default_rng(0)
     B, L, V = 6, 4, 5
     p, q, x = _block(rng, B, method.rows, L, V)

@@ -1,11 +1,16 @@
 """The numpy simulator against exact enumeration and T1 (Monte Carlo, fixed seeds, |z| < 5)."""
 
+import dataclasses
+from typing import ClassVar
+
 import numpy as np
 import pytest
 
 from _enumerate import enumerate_decoding
 from conftest import assert_power, binomial_se, power
-from speculab.sim import SD, Autoregressive, BatchSD, RejectionDecoding, simulate
+from speculab.sim import SD, Autoregressive, BatchSD, BlockVerification, RejectionDecoding, simulate
+from speculab.methods import Method
+from speculab.methods.capabilities import Slotwise, has
 from speculab.methods.sd import sd_rule
 from speculab.theory import (
     MarkovInstance,
@@ -163,26 +168,205 @@ def test_z_of_a_constant_count_tolerates_the_theorys_round_off():
 
 
 def test_chunks_are_sized_from_a_memory_budget():
-    """Up to V = 1024 the chunks are as before (the same runs for a seed); beyond, a (runs, V) float64 array of a
-    chunk stays within CHUNK_BYTES, and the peak memory of a simulation is the step's (T, V, V) tables plus about
-    one such array — not the 2 GB per gather that 32,768 runs × V = 8192 would take."""
+    """Up to V = 1024 a method read one row at a time runs chunks of CHUNK runs; beyond, a chunk's per-run floats
+    (a (runs, V) row each; a round's block of laws for a method run round by round) stay within CHUNK_BYTES, and
+    the peak memory of a simulation is the (T, V, V) tables plus about one such array — not the 2 GB per gather
+    that 32,768 runs × V = 8192 would take, nor a block of γ + 1 such arrays per run."""
     import tracemalloc
 
-    from speculab.sim.engine import CHUNK, CHUNK_BYTES, chunk_size
+    from speculab.sim.engine import CHUNK, CHUNK_BYTES, chunk_runs, walker
 
-    assert chunk_size(7) == chunk_size(1024) == CHUNK
-    for V in (1025, 5000, 50_000, 10**9):
-        assert 1 <= chunk_size(V) < CHUNK and (chunk_size(V) * 8 * V <= CHUNK_BYTES or chunk_size(V) == 1)
-    V = 2048
-    inst = MarkovInstance.random(1, V, np.random.default_rng(0))
-    tracemalloc.start()
-    try:
-        simulate(inst, SD(), 40_000, 1)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    tables = 4 * V * V * 8  # SD's step: cumulative P, Q and residual rows, and the acceptance table
-    assert peak <= tables + 1.5 * CHUNK_BYTES, peak / 1e6
+    def runs(floats):
+        return chunk_runs(type("Walk", (), {"floats_per_run": floats})())
+
+    assert runs(7) == runs(1024) == CHUNK
+    for floats in (1025, 5000, 50_000, 10**9):
+        assert 1 <= runs(floats) < CHUNK and (runs(floats) * 8 * floats <= CHUNK_BYTES or runs(floats) == 1)
+    small = MarkovInstance.random(3, 7, np.random.default_rng(0))
+    assert chunk_runs(walker(SD(), small)) == chunk_runs(walker(BlockVerification(3), small)) == CHUNK
+    for method, V, tables in [(SD(), 2048, 4), (BlockVerification(3), 256, 4)]:  # cumulative P, Q, residual; b
+        inst = MarkovInstance.random(1 if method == SD() else 4, V, np.random.default_rng(0))
+        walk = walker(method, inst)
+        assert chunk_runs(walk) < CHUNK and chunk_runs(walk) * 8 * walk.floats_per_run <= CHUNK_BYTES
+        tracemalloc.start()
+        try:
+            simulate(inst, method, 40_000, 1)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak <= tables * inst.T * V * V * 8 + 1.5 * CHUNK_BYTES, (method, peak / 1e6)
+
+
+@dataclasses.dataclass(frozen=True)
+class _RootByLaw(BatchSD):
+    """Batch SD without its root table: the engine draws the root from a one-slot round law over the M rows."""
+
+    root_outcome = None  # opts out of the capability (capabilities.has)
+
+
+@dataclasses.dataclass(frozen=True)
+class _BatchByRounds(BatchSD):
+    """Batch SD read round by round (its rule taken away: not slotwise): whole blocks of M rows decided by its round
+    law (which reads SD's rule past the root, not the method's)."""
+
+    rule = None  # opts out of the capability (capabilities.has)
+
+
+def test_a_round_of_one_draft_is_read_round_by_round():
+    """Block verification with γ = 1 is SD(K = 1) (SPEC BV): its rounds of one draft go through its round law — only
+    a method that never drafts is read as one target sample per position."""
+    inst = _tiny(1, T=5)
+    c = simulate(inst, BlockVerification(1), N, key=8)
+    exact = SD(K=1).expected(inst)
+    for name in ("rejections", "oracle_calls", "draft_calls", "accepted", "bonus"):
+        assert abs(c.estimate(name).z(getattr(exact, name))) < 5, name
+    assert c.draft_calls.mean() > 0
+
+
+@dataclasses.dataclass(frozen=True)
+class _OddByTarget(BlockVerification):
+    """Block verification that drafts nothing when an odd number of tokens is left: those rounds have no drafts."""
+
+    def draft_length(self, remaining):
+        return min(self.gamma, 1) if remaining % 2 == 0 else 0
+
+
+def test_a_round_without_drafts_among_rounds_with_drafts_is_one_target_sample():
+    """A round of ``L = 0`` drafts between rounds that draft (the protocol: one token from ``q``, nothing to accept)
+    outputs a target sample, counted as a rejection: every run's first token here (T = 5 left), and no other
+    position is always rejected."""
+    inst = _tiny(0, T=5)
+    c = simulate(inst, _OddByTarget(2), 2000, key=3)
+    assert c.rejections_per_position[0] == 1.0 and c.rejections_per_position[1:].max() < 1.0
+    np.testing.assert_array_equal(c.accepted + c.rejections + c.bonus, inst.T)
+
+
+@pytest.mark.parametrize("method", [_RootByLaw(3, K=2), _BatchByRounds(3, K=2), _BatchByRounds(2)], ids=repr)
+def test_every_reading_of_a_method_gives_its_counts(method, agrees):
+    """The engine runs a method from whichever law it gives (module docstring of speculab.sim.engine): batch SD's root
+    from the round law of a one-slot round over its rows, or whole rounds from its round law, give its exact counts
+    (Thm 3 and the lookahead chain with a batch root) — the paths batch SD itself does not take."""
+    inst = _tiny(2, T=5)
+    exact = BatchSD(method.M, K=method.K).expected(inst)
+    c = simulate(inst, method, N, key=21)
+    for name in ("rejections", "oracle_calls", "draft_calls", "accepted", "bonus"):
+        agrees(c.estimate(name), getattr(exact, name), name)
+    agrees(c.rejections_per_position, exact.rejections_per_position, "rejection rate per position",
+           se=binomial_se(exact.rejections_per_position, N))
+    np.testing.assert_array_equal(c.accepted + c.rejections + c.bonus, inst.T)
+    if not has(method, Slotwise):  # a round drafts M · min(K, T − t) tokens at once
+        assert set(np.unique(c.draft_calls % method.M)) == {0}
+
+
+def test_every_method_gives_the_core_round_law():
+    """The core protocol: a method without ``draft_length`` and ``round_law`` cannot be made, so every method runs
+    on both engines (round by round when it declares no other capability)."""
+    @dataclasses.dataclass(frozen=True)
+    class Lawless(Method):
+        name: ClassVar[str] = "lawless-test"
+
+    with pytest.raises(TypeError, match="abstract"):
+        Lawless()
+
+
+@dataclasses.dataclass(frozen=True)
+class _RootTable(BatchSD):
+    """Batch SD whose root table is cut, poisoned or scaled by ``how``."""
+
+    how: str = "width"
+
+    def root_outcome(self, p, q):
+        table = super().root_outcome(p, q)
+        V = p.shape[-1]
+        return {"width": table[..., :V + 1], "nan": table * np.nan, "half": table / 2}[self.how]
+
+
+@dataclasses.dataclass(frozen=True)
+class _BadRule(SD):
+    """SD with its rule spoilt by ``how``."""
+
+    how: str = "b"
+
+    def rule(self, p, q):
+        b, R = super().rule(p, q)
+        return {"b": (b + 0.5, R), "P": (b, R - 1.0), "inf": (b, R + np.inf)}.get(self.how, (b, R))
+
+    def instance_rule(self, inst):
+        b, R = super().instance_rule(inst)
+        return (b[:1], R) if self.how == "shape" else (b, R)
+
+
+@dataclasses.dataclass(frozen=True)
+class _BadLaw(_BatchByRounds):
+    """Batch SD read round by round, its round law spoilt by ``how``."""
+
+    how: str = "outcome"
+
+    def round_law(self, p, q, x, *, bonus):
+        law = super().round_law(p, q, x, bonus=bonus)
+        outcome = law.outcome.copy()
+        if self.how == "outcome":  # the first block's outcome halved: one block of many is enough to refuse
+            outcome[0] *= 0.5
+            return law._replace(outcome=outcome)
+        if self.how == "signed":  # a negative entry, every block still summing to 1
+            outcome[..., 0, 0] += 2.0
+            outcome[..., 0, 1] -= 2.0
+            return law._replace(outcome=outcome)
+        if self.how == "shape":
+            return law._replace(correction=law.correction[..., :1])
+        if self.how == "negative":  # finite, and negative where there was no weight
+            return law._replace(correction=law.correction - 0.01)
+        return law._replace(correction=law.correction * 0.0)  # nothing to output after a refusal
+
+
+@pytest.mark.parametrize("method, match", [
+    (_RootTable(2, how="width"), r"_RootTable.root_outcome must return a law over 2V = 6 outcomes per row, shape "
+                                 r"\(5, 3, 6\); got \(5, 3, 4\)"),
+    (_RootTable(2, how="nan"), r"_RootTable.root_outcome must return non-negative rows summing to 1"),
+    (_RootTable(2, how="half"), r"_RootTable.root_outcome must return non-negative rows summing to 1"),
+    (_BadRule(how="b"), r"_BadRule's rule gave an acceptance b outside \[0, 1\]"),
+    (_BadRule(how="P"), r"_BadRule's rule gave a rejection law P with negative"),
+    (_BadRule(how="inf"), r"_BadRule's rule gave a rejection law P with negative, infinite or NaN weights"),
+    (_BadRule(how="shape"), r"_BadRule's rule gave its acceptance b of shape \(1, 3, 3\); the instance's laws are "
+                            r"\(5, 3, 3\)"),
+    (_BadLaw(2, how="outcome"), r"_BadLaw.round_law gave outcome probabilities that are not a law"),
+    (_BadLaw(2, how="signed"), r"_BadLaw.round_law gave outcome probabilities that are not a law"),
+    (_BadLaw(2, how="shape"), r"_BadLaw.round_law gave an outcome of shape"),
+    (_BadLaw(2, how="zero"), r"_BadLaw.round_law gave an outcome without a token to output"),
+    (_BadLaw(2, how="negative"), r"_BadLaw.round_law gave correction weights that are negative, infinite or NaN"),
+], ids=lambda v: getattr(v, "how", None) and f"{type(v).__name__}-{v.how}")
+def test_a_methods_spoilt_law_is_refused_by_name(method, match):
+    """What the engine reads of a method — its root table, its rule, its round law — is checked as it is read: a
+    table of the wrong width, NaN or not a law, an acceptance outside [0, 1], negative rejection weights, a round
+    law that is not a law or leaves nothing to output are refused with the method's and the member's names."""
+    with pytest.raises(ValueError, match=match):
+        simulate(_tiny(2, T=5), method, 200, key=0)
+
+
+def test_both_engines_read_a_method_the_same_way():
+    """``reading`` is the one dispatch both engines use, in its order (adaptive, slots, positions, rounds)."""
+    from speculab.methods import Autoregressive, BlockVerification, Sprinter, SpecDecPP
+    from speculab.methods.capabilities import reading
+    from speculab.sim import engine
+
+    cases = {SD(): ("slots", "_Slots"), BatchSD(3): ("slots", "_Slots"),
+             Sprinter(0.9, 0.1): ("positions", "_Positions"), SpecDecPP(0.5, cap=3): ("adaptive", "_Adaptive"),
+             BlockVerification(2): ("rounds", "_Rounds"), Autoregressive(): ("rounds", "_Rounds"),
+             _BatchByRounds(2): ("rounds", "_Rounds")}
+    for method, (how, walk) in cases.items():
+        assert reading(method) == how and type(engine.walker(method, _tiny(0))).__name__ == walk, method
+
+
+def test_an_adaptive_method_needs_a_one_row_slotwise_verifier():
+    from speculab.methods import SpecDecPP
+
+    @dataclasses.dataclass(frozen=True)
+    class Batched(SpecDecPP):
+        def adaptive_drafting(self, inst):
+            return super().adaptive_drafting(inst)._replace(verifier=BatchSD(3))
+
+    with pytest.raises(ValueError, match="Batched's verifier must be a slotwise method of one row; got BatchSD"):
+        simulate(_tiny(0), Batched(0.5, cap=3), 10, key=0)
 
 
 def _same_counts(a, b):

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from _enumerate import enumerate_specdecpp, sequence_law
 from conftest import Z_BOUND, assert_power, binomial_se, claims_of, power
 from speculab.sim import SpecDecPP, simulate
+from speculab.methods.capabilities import DraftHead, has
 from speculab.methods.specdecpp import TableHead, miscalibrated_head, noisy_head, oracle_head
 from speculab.testing import markov_instances
 from speculab.methods.sd import sd_rule
@@ -56,11 +57,13 @@ def test_a_lone_chain_drafts_on_after_a_rejection_until_the_rule_stops():
     chain left passed, as thousands of runs per chunk rarely leave exactly one). With h = 1 the rule stops only at
     the cap or the horizon, so the number of further drafts is exact."""
     inst = _tiny(2, T=6)
-    step = SpecDecPP(1.0, cap=4).simulator(inst)
+    from speculab.sim.engine import walker
+
+    walk = walker(SpecDecPP(1.0, cap=4), inst)
     rng = np.random.default_rng(0)
     for t, count, more in [(0, 1, 3), (1, 2, 2), (3, 1, 2), (4, 1, 1)]:  # min(cap − count, T − 1 − t) more drafts
         for n in (1, 5):
-            extra = step._rest_of_chain(t, np.zeros(n, dtype=np.int64), np.ones(n), np.full(n, count), rng)
+            extra = walk._drafts_on(t, np.zeros(n, dtype=np.int64), np.ones(n), np.full(n, count), rng)
             np.testing.assert_array_equal(extra, more)
 
 
@@ -228,7 +231,7 @@ def test_specdecpp_needs_a_trained_head_on_real_models_and_has_exact_counts_only
     from speculab._validate import TooLarge
     from speculab.theory import MarkovInstance
 
-    assert SpecDecPP(0.5).runs_on_real_models() and SpecDecPP.needs_draft_head
+    assert SpecDecPP(0.5).runs_on_real_models() and has(SpecDecPP, DraftHead)
     assert SpecDecPP(0.5).draft_head is None  # the oracle reads q: not a drafting head
     assert SpecDecPP(0.5).expected(_tiny(0)) is not None
     with pytest.raises(TooLarge, match=r"draft tree \(8 × 8\^20 leaves per round start\) would take "
@@ -353,3 +356,15 @@ def test_a_round_on_real_models_drafts_at_most_the_cap_and_the_tokens_left():
     for ``min`` survived — only slow real-model tests read it)."""
     assert SpecDecPP(0.5, cap=3).draft_length(10) == 3
     assert SpecDecPP(0.5).draft_length(5) == 5 and SpecDecPP(0.5).draft_length(50) == 20
+
+
+def test_a_head_certain_of_every_draft_drafts_to_the_cap(agrees):
+    """A head function that predicts 1 everywhere — a probability, so accepted — never stops a round before the cap
+    (``1 − Π a = 0 ≤ h``): the rounds are those of ``SD(K = cap)``, whose target calls it then makes (found by
+    mutation testing: refusing a prediction of exactly 1 survived once the engine tabulated function heads)."""
+    from speculab.methods import SD
+
+    inst = _tiny(3, T=6)
+    certain = SpecDecPP(0.5, head=lambda t, prev, x: np.ones(x.shape), cap=3)
+    c = simulate(inst, certain, 20_000, key=4)
+    agrees(c.estimate("oracle_calls"), SD(K=3).expected(inst).oracle_calls, "target calls")

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from speculab import kernels
 from speculab.methods import (SD, Autoregressive, BatchSD, Biased, BlockVerification, Fuzzy, OptimalMultiDraft,
                               RejectionDecoding, Sprinter)
+from speculab.methods.chain import Rule, chain_round_law
 from speculab.theory import MarkovInstance, tv
 from speculab.testing import (OverAcceptance, acceptance_rules, assert_counts_match_theory,
                               assert_preserves_target_law, enumerate_method, markov_instances,
@@ -57,8 +58,13 @@ class _WrongTheory(SD):
 
 @dataclasses.dataclass(frozen=True)
 class _WrongSimulator(SD):
-    def simulator(self, inst):
-        return SD(K=1).simulator(inst)  # one draft per round, while round_law and expected say K = ∞
+    """Its round law accepts half as often as its rule, which the engines simulate: a slotwise method's rule and
+    round law must agree (the engines read the one, the enumeration the other)."""
+
+    def round_law(self, p, q, x, *, bonus):
+        b, R = self.rule(p, q[..., :-1, :])
+        return chain_round_law(Rule(0.5 * b, kernels.optimal_rejection(p, q[..., :-1, :], 0.5 * b)), p, q, x,
+                               bonus=bonus, biased=False)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -74,6 +74,7 @@ from speculab.backends.rounds import Records, RoundInfo, cut_law, pad_law, round
 from speculab.backends.streams import OUTCOME, TOKEN, head_lane, key_words, uniforms
 from speculab.backends.warp import NAN_LOGITS, Sampling, nan_flag
 from speculab.methods import Method, RoundLaw, sample_round
+from speculab.methods.capabilities import Slotwise, has, head_of
 
 __all__ = ["decode_batched", "batchable"]
 
@@ -274,7 +275,7 @@ class _Batch:
         self.remaining_dev = torch.full((B,), max_new, dtype=torch.long, device=self.dev)
         self.track_draft = track_draft
         self.track = track_draft or method.drafting
-        self.head = method.draft_head  # a head reading each drafted token's hidden state (decode checks which)
+        self.head = head_of(method)  # a head reading each drafted token's hidden state (decode checks which)
         self.target = _rows(pair.target, B, self.dev)
         self.draft = _rows(pair.draft, B, self.dev) if self.track else None
         self.history = isinstance(self.draft, _HistoryRows)
@@ -361,8 +362,8 @@ class _Batch:
         A history draft that proposes nothing ends the block there (checked on the host, row by row). A method's
         head (SpecDec++'s, reading each drafted token's hidden state) is run on every row at once after each
         slot's draft forward; its scores and the drafted tokens are then read once per slot, and each prompt
-        still drafting stores :meth:`~speculab.methods.Method.read_head` and stops where
-        :meth:`~speculab.methods.Method.stop_drafting` says — on the host, as the one-prompt loop does (those
+        still drafting stores the method's ``read_head`` (:class:`~speculab.methods.capabilities.DraftHead`) and
+        stops where its ``stop_drafting`` says — on the host, as the one-prompt loop does (those
         hooks take one prompt's values), so both paths decide every round alike. As there, no head is read at a
         prompt's last possible slot, nor after it drafted EOS.
         """
@@ -450,7 +451,7 @@ class _Batch:
         if L == 0:  # every row's block is empty
             return method.round_law(P, Q, X, bonus=True, **extra)
         empty = np.flatnonzero(lengths == 0)  # rows with nothing to draft (from the host's table)
-        if method.slotwise:
+        if has(method, Slotwise):
             law = cut_law(method.round_law(P, Q, X, bonus=True, **extra), Q, length.clamp(min=1), bonus)
             if empty.size:
                 law = self._splice(law, torch.from_numpy(empty).to(dev), P, Q, X, 0, True, L, extra)

@@ -38,6 +38,7 @@ from speculab.backends.streams import OUTCOME, TOKEN, head_lane, key_words, unif
 from speculab.backends.warp import Sampling, check_laws
 from speculab.counts import KIND_NAMES, Counts
 from speculab.methods import SD, Method, sample_round
+from speculab.methods.capabilities import DraftHead, has, head_of
 from speculab.methods.probe import RoundProbe
 
 __all__ = ["decode", "DecodeResult", "RunRecord", "RoundRecord", "RoundInfo", "KIND_NAMES", "COUNTED"]
@@ -102,7 +103,7 @@ class _Run:
 
     def _draft(self, L: int, rows: int, method: Method, U):
         """Draft ``L`` tokens per row; returns tokens ``(rows, L)``, their laws ``(rows, L, V)`` and the values the
-        method's head gave at the slots (:attr:`~speculab.methods.Method.draft_head`; ``[]`` without one).
+        method's head gave at the slots (:class:`~speculab.methods.capabilities.DraftHead`; ``[]`` without one).
 
         ``U``: the round's uniforms ``(1, ·)`` (:mod:`speculab.backends.streams`: draft lanes, then the head's).
         A single row stops at EOS, or where the draft proposes nothing (the block is then shorter than ``L``,
@@ -117,7 +118,7 @@ class _Run:
         proposes = getattr(pair.draft, "proposes", None) if rows == 1 else None
         if proposes is not None and not proposes(tuple(self.ids)):  # nothing to draft: the draft catches up later
             return (*self._no_drafts(rows, pair.vocab_size), [])
-        head = method.draft_head if rows == 1 else None
+        head = head_of(method) if rows == 1 else None
         previous = head is not None and method.head_reads == "previous"
         heads = U[0, 2 + L * rows:].tolist() if head is not None else []  # head_lane(i), one per slot
         if previous:
@@ -166,7 +167,7 @@ class _Run:
         """One round: draft, one target call, the method's law, the decision, records, cache rollback."""
         M, V = method.rows, self.pair.vocab_size
         L = method.draft_length(self.remaining)
-        head = method.draft_head is not None
+        head = head_of(method) is not None
         lanes = list(range(2 + L * M)) + [head_lane(i) for i in range(L if head else 0)]  # the head's: past the drafts'
         U = uniforms(self.key, self.round_index, lanes)
         self.round_index += 1
@@ -322,8 +323,8 @@ def decode(
     if not method.runs_on_real_models():
         raise ValueError(f"method {type(method).__name__} does not run on real models (it needs a trained "
                          f"component); methods that do: {', '.join(_real_model_names())}")
-    head = method.draft_head
-    if method.needs_draft_head:
+    head = head_of(method)
+    if has(method, DraftHead):
         if head is None:
             given = getattr(method, method.head_param)
             raise ValueError(f"{type(method).__name__} on real models needs a head trained on the draft's hidden states "

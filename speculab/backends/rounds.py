@@ -132,7 +132,7 @@ def pad_law(law: RoundLaw, rows: int, width: int) -> RoundLaw:
 def cut_law(law: RoundLaw, q: torch.Tensor, length: torch.Tensor, bonus: torch.Tensor) -> RoundLaw:
     r"""Each row's law of its own block from a slotwise method's law of the longest block (drafts ``L``).
 
-    A slotwise method (:attr:`~speculab.methods.Method.slotwise`) decides slot ``i`` from slot ``i``'s laws and
+    A slotwise method (:class:`~speculab.methods.capabilities.Slotwise`) decides slot ``i`` from slot ``i``'s laws and
     draft alone, so the law of a block's first ``ℓ`` drafts is the law of the whole block with every outcome
     :math:`\tau \ge \ell` folded into :math:`\tau = \ell` (the first ``ℓ`` drafts accepted), followed there by
     the bonus law ``q_{ℓ+1}`` when a position follows (``bonus``) and by nothing otherwise.

@@ -2,15 +2,16 @@
 
 Every method is a small frozen dataclass (``SD(K=4)``, ``BatchSD(M=4)``,
 ``Biased(eps=0.1)``, …) that owns its verification rule (array API), its
-simulator step, its exact expectations and its registration; ``simulate``,
+exact expectations and its registration; ``simulate``,
 ``decode``, ``compare`` and the CLI find it through :data:`REGISTRY`.
 Convention: ``p`` = draft, ``q`` = target.
 
 Adding a method is one module plus one line below (see the README, "Add your own method").
 """
 
-from speculab.methods.base import REGISTRY, Emit, Method, RoundLaw, Step, build, get, names, param, register, sample_round
-from speculab.methods.chain import ChainMethod, ChainStep, Rule
+from speculab.methods.base import REGISTRY, Method, RoundLaw, build, get, names, param, register, sample_round
+from speculab.methods.capabilities import has
+from speculab.methods.chain import ChainMethod, Rule
 from speculab.methods.probe import RoundProbe
 
 # The registry: importing a method module registers it (its @register decorator), one line each.
@@ -26,8 +27,8 @@ from speculab.methods.block import BlockVerification
 from speculab.methods.optimal import OptimalMultiDraft
 
 __all__ = [
-    "Method", "RoundLaw", "Step", "Emit", "ChainMethod", "ChainStep", "Rule",
-    "REGISTRY", "register", "get", "names", "build", "param", "sample_round", "RoundProbe",
+    "Method", "RoundLaw", "ChainMethod", "Rule",
+    "has", "REGISTRY", "register", "get", "names", "build", "param", "sample_round", "RoundProbe",
     "Autoregressive", "SD", "BatchSD", "RejectionDecoding", "Biased", "Fuzzy", "Sprinter", "SpecDecPP", "BlockVerification",
     "OptimalMultiDraft",
 ]

@@ -13,25 +13,11 @@ from typing import ClassVar
 import numpy as np
 from array_api_compat import array_namespace, device
 
-from speculab import kernels
-from speculab.counts import TARGET, Expected
-from speculab.methods.base import Emit, Method, RoundLaw, Step, register
-from speculab.theory.instance import cumulative, rowwise
+from speculab.counts import Expected
+from speculab.methods.base import Method, RoundLaw, register
 from speculab.theory._checks import takes_instance
 
 __all__ = ["Autoregressive"]
-
-
-class _Step(Step):
-    def __init__(self, inst):
-        self.cQ = rowwise(cumulative, inst.Q)
-
-    def start(self, n: int) -> None:
-        return None
-
-    def __call__(self, t, prev, state, rng) -> Emit:
-        x = kernels.sample_cumulative(self.cQ[t, prev], rng.random(prev.size))
-        return Emit(x, np.full(prev.size, TARGET, dtype=np.int8), oracle_calls=1)
 
 
 @register
@@ -47,9 +33,6 @@ class Autoregressive(Method):
 
     name: ClassVar[str] = "ar"
     drafting: ClassVar[bool] = False
-
-    def simulator(self, inst) -> Step:
-        return _Step(inst)
 
     @takes_instance
     def expected(self, inst) -> Expected:

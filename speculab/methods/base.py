@@ -7,11 +7,10 @@ with everything else). It owns
 * its **rule** — the verification step on arrays, written once against the array
   API (:mod:`speculab.kernels`): :meth:`Method.round_law` gives the exact law of
   one round's decision given the drafted block; numpy (the simulators), torch
-  (the real-model backend) and JAX run it unchanged;
-* its **simulator step** — :meth:`Method.simulator` returns a :class:`Step` that
-  advances ``n`` runs on a Markov instance by one output position; the one shared
-  loop (:func:`speculab.sim.simulate`) does chunking, progress, sequences and the
-  :class:`~speculab.counts.Counts`;
+  (the real-model backend) and JAX run it unchanged. Both simulation engines run
+  every method from its laws alone (:mod:`speculab.sim.engine`): the round law, the
+  rule ``(b, P)`` of a slotwise method, or the position law or adaptive drafting of
+  a method without a round law of its own;
 * its **exact expectations** — :meth:`Method.expected` returns an
   :class:`~speculab.counts.Expected` whose fields are named as ``Counts``' (or
   ``None`` where no theory exists);
@@ -34,23 +33,20 @@ import dataclasses
 import math
 import numbers
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, NamedTuple
 
-import numpy as np
 from array_api_compat import array_namespace, device
 
 from speculab import kernels
 from speculab._validate import as_lookahead
 from speculab.counts import Expected
+from speculab.methods.capabilities import DraftHead, has
 from speculab.theory.stopping import AdaptiveDrafting
 
 __all__ = [
     "Method",
     "RoundLaw",
     "AdaptiveDrafting",
-    "Emit",
-    "Step",
     "param",
     "register",
     "REGISTRY",
@@ -79,7 +75,7 @@ def param(default=dataclasses.MISSING, *, help: str, cli: bool = True, type: Cal
     """
     meta = {"help": help, "cli": cli, "type": type, "choices": choices,
             "required": required or default is dataclasses.MISSING}
-    return field(default=default, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
 
 
 #: Method name -> method class, filled by :func:`register` (one line per method in ``speculab.methods``).
@@ -136,7 +132,7 @@ def build(name: str, values: dict[str, Any], head=None) -> "Method":
     """A method from its registry name and command-line values (``None`` = not given).
 
     ``head``: a head trained on the draft's hidden states (``--head FILE``, loaded), given to the method as its
-    :attr:`~Method.head_param`. It takes the place of the options required only on the command line (those
+    ``head_param`` (:class:`~speculab.methods.capabilities.DraftHead`). It takes the place of the options required only on the command line (those
     with a default in Python, e.g. SPRINTER's ``--eta-tp``/``--eta-fp``, which stand for a verifier): those
     are then refused.
 
@@ -150,8 +146,8 @@ def build(name: str, values: dict[str, Any], head=None) -> "Method":
     if extra:
         raise ValueError(f"{', '.join(option(k) for k in extra)} does not apply to --method {name}")
     if head is not None:
-        if cls.head_param is None:
-            takers = [n for n, c in REGISTRY.items() if c.head_param is not None]
+        if not has(cls, DraftHead):
+            takers = [n for n, c in REGISTRY.items() if has(c, DraftHead)]
             raise ValueError(f"--head does not apply to --method {name}: it reads no trained head "
                              f"(methods that do: {', '.join(takers)})")
         replaced = {k for k, f in own.items() if f.metadata["required"] and f.default is not dataclasses.MISSING}
@@ -237,64 +233,22 @@ def sample_round(law: RoundLaw, u_outcome, u_token):
     return idx // L1, idx % L1, xp.where(cum[..., -1] > 0, token, -1)
 
 
-# -- the simulator step -------------------------------------------------------------------------
-@dataclass
-class Emit:
-    """What a simulator step returns for ``n`` runs at one output position.
-
-    Attributes:
-      tokens: ``(n,)`` the token output at this position.
-      kinds: ``(n,)`` how it was produced: ``DRAFT``, ``CORRECTION``, ``BONUS`` or ``TARGET``
-        (:mod:`speculab.counts`); corrections and target samples count as rejections.
-      oracle_calls: ``(n,)`` (or a scalar) target calls started at this position.
-      draft_calls: ``(n,)`` (or a scalar) tokens drafted at this position.
-      extra: further per-run counts of the method (e.g. ``{"verifier_calls": 1}``).
-    """
-
-    tokens: np.ndarray
-    kinds: np.ndarray
-    oracle_calls: np.ndarray | int = 0
-    draft_calls: np.ndarray | int = 0
-    extra: dict[str, np.ndarray | int] = field(default_factory=dict)
-
-
-class Step(ABC):
-    """A method on one Markov instance, advanced one output position at a time for ``n`` runs.
-
-    Built once per ``(method, instance)`` by :meth:`Method.simulator` (tables are
-    precomputed there); per-run state lives in the object :meth:`start` returns,
-    so one ``Step`` serves every chunk of a simulation. Randomness comes only from
-    the ``rng`` passed in.
-    """
-
-    extra: ClassVar[tuple[str, ...]] = ()  # names of the extra per-run counts it emits
-
-    @abstractmethod
-    def start(self, n: int) -> Any:
-        """Fresh per-run state for ``n`` runs at position index 0."""
-
-    @abstractmethod
-    def __call__(self, t: int, prev: np.ndarray, state: Any, rng: np.random.Generator) -> Emit:
-        """Produce position index ``t`` (0-based) for every run, given the previous tokens ``prev`` ``(n,)``."""
-
-
 # -- the protocol -------------------------------------------------------------------------------------
 class Method(ABC):
-    """Base of every decoding method (a frozen dataclass registered with :func:`register`).
+    """Base of every decoding method (a frozen dataclass registered with :func:`register`): the core protocol.
 
-    Subclasses set ``name`` and implement :meth:`simulator`; the rest is optional:
-    :meth:`expected` (exact theory), :meth:`draft_length` and :meth:`round_law`
-    (real models), :meth:`compare_rows` (method-specific rows of ``compare``).
+    Subclasses set ``name`` and give :meth:`draft_length` and :meth:`round_law`, from which both simulation
+    engines and the real-model backend run them; :meth:`expected` (exact theory) and :meth:`compare_rows`
+    (method-specific rows of ``compare``) are optional. What a method may give beyond this — a slotwise rule,
+    a root table, a position law, adaptive drafting, a head on the draft, a probe of each round — it declares by
+    defining a capability's members (:mod:`speculab.methods.capabilities`, checked by its ``has``).
     """
 
     name: ClassVar[str] = ""
     #: Whether the method drafts tokens (autoregressive decoding, the reference of every comparison, does not).
     drafting: ClassVar[bool] = True
-    #: Whether a round is verified one slot at a time: the root by the law of a one-slot round over
-    #: the ``M`` rows, every later slot by that of a one-slot round on the followed row, so an engine may
-    #: advance position by position and draw each draft only when it is verified (Algorithm 2's family: after
-    #: a refusal the correction is the rule's rejection law at the slot, whatever the refused draft).
-    slotwise: ClassVar[bool] = False
+    #: Whether the method runs on real models (optimal multi-draft's linear programs do not fit a real vocabulary).
+    real_models: ClassVar[bool] = True
 
     # -- what the method is -------------------------------------------------------------
     @property
@@ -307,23 +261,12 @@ class Method(ABC):
         """Draft rows per round (batch SD drafts ``M``)."""
         return 1
 
-    # -- simulation ------------------------------------------------------------------------
+    # -- a round ------------------------------------------------------------------------------
     @abstractmethod
-    def simulator(self, inst) -> Step:
-        """The :class:`Step` of this method on a :class:`~speculab.theory.MarkovInstance`."""
-
-    # -- theory ------------------------------------------------------------------------------
-    def expected(self, inst) -> Expected | None:
-        """Exact expected counts on a Markov instance (``None``: the method has no exact theory). A theory whose
-        work explodes with the instance raises :class:`~speculab._validate.TooLarge` past its budget
-        (:func:`speculab.work_budget`)."""
-        return None
-
-    # -- real models -------------------------------------------------------------------------
     def draft_length(self, remaining: int) -> int:
         """Tokens to draft per row in a round that may output at most ``remaining`` tokens (0: none)."""
-        raise NotImplementedError(f"{type(self).__name__} does not run on real models")
 
+    @abstractmethod
     def round_law(self, p, q, x, *, bonus: bool) -> RoundLaw:
         """The exact law of a round's decision given the block (array API).
 
@@ -333,102 +276,30 @@ class Method(ABC):
           x: ``(..., M, L)`` integer drafted tokens.
           bonus: whether a position follows the block (else ``q[..., L, :]`` is unused).
 
-        A method with a :attr:`draft_head` also receives ``predictions=``, its stored values at the slots.
-        A round without drafts (``L = 0``: autoregressive decoding, a draft that proposes nothing) must be one
-        token from ``q[..., 0, :]`` — there is nothing to accept; the one-prompt decoding loop draws it directly.
+        A method with a head on the draft (:class:`~speculab.methods.capabilities.DraftHead`) also receives
+        ``predictions=``, its stored values at the slots. A round without drafts (``L = 0``: autoregressive
+        decoding, a draft that proposes nothing) must be one token from ``q[..., 0, :]`` — there is nothing to
+        accept; the engines and the one-prompt decoding loop draw it directly.
         """
-        raise NotImplementedError(f"{type(self).__name__} does not run on real models")
 
-    # -- a head on the draft's hidden states (real models; SpecDec++, SPRINTER) ------------------------
-    #: Whether the method needs, on real models, a head trained on the draft's hidden states (:attr:`draft_head`).
-    needs_draft_head: ClassVar[bool] = False
-    #: The parameter that takes that head (the command line's ``--head FILE`` loads a saved head into it), or ``None``.
-    head_param: ClassVar[str | None] = None
-    #: Which hidden state the head reads at a slot: ``"token"``, the one after feeding the drafted token (the pass
-    #: that computes the next slot's law), or ``"previous"``, the one before it (the pass that computed this slot's).
-    head_reads: ClassVar[str] = "token"
-
-    @property
-    def draft_head(self):
-        """The head the decoding loop runs on the draft's hidden states while drafting, or ``None``. With a head,
-        at each slot of each prompt the loop stores ``read_head(head(hidden), uniform)``, stops drafting where
-        :meth:`stop_drafting` says, passes the stored values to :meth:`round_law` as ``predictions`` (batched: an
-        array shaped like the drafts, NaN where unread) and counts a target call where :meth:`target_called` says."""
+    # -- theory ------------------------------------------------------------------------------
+    def expected(self, inst) -> Expected | None:
+        """Exact expected counts on a Markov instance (``None``: the method has no exact theory). A theory whose
+        work explodes with the instance raises :class:`~speculab._validate.TooLarge` past its budget
+        (:func:`speculab.work_budget`)."""
         return None
 
-    def read_head(self, score, uniform: float) -> float:
-        """What the loop stores for a slot from the head's output ``score`` (``uniform``: the slot's own uniform
-        from the prompt's stream, :func:`speculab.backends.streams.head_lane`, for a head read at random)."""
-        raise NotImplementedError(f"{type(self).__name__} reads no head")
+    def compare_rows(self, ctx) -> list:
+        """Method-specific rows of :func:`speculab.compare.compare` (``ctx``: :class:`speculab.compare.Context`)."""
+        return []
 
-    @staticmethod
-    def head_probability(score, what: str) -> float:
-        """A head's output as a float, refused unless it is a probability in ``[0, 1]`` (NaN included): ``what``
-        names the head in the message."""
-        value = float(score)
-        if not 0 <= value <= 1:
-            raise ValueError(f"the {what} gave {value}; its output must be a probability in [0, 1]")
-        return value
-
-    def stop_drafting(self, predictions: list[float], remaining: int) -> bool:
-        """Whether a round stops drafting after the slots whose stored values are ``predictions``."""
-        raise NotImplementedError(f"{type(self).__name__} reads no head")
-
-    def target_called(self, predictions: list[float]) -> bool:
-        """Whether a round with these stored values calls the target (every round does unless a method says not)."""
-        return True
-
+    # -- the registry's view ----------------------------------------------------------------------
     @classmethod
     def runs_on_real_models(cls) -> bool:
-        return cls.round_law is not Method.round_law
+        return cls.real_models
 
     @classmethod
     def constructible_from_cli(cls) -> bool:
         """Whether every required parameter is a command-line option."""
         return all(f.metadata.get("cli") for f in dataclasses.fields(cls)
                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
-
-    def position_law(self, inst):
-        """For a method without rounds that drafts one token per position and decides it there (SPRINTER):
-        the law of that decision on ``inst``, or ``None``.
-
-        Returns ``(free, called, correction, extra)``: for the drafted token ``x`` at ``(t, a)``,
-        the probability that ``x`` is output without a target call, ``(T, V, V)``, and after
-        one, ``(T, V, V)``; otherwise a target call outputs a correction from the weights
-        ``correction`` ``(T, V, V)`` (rows; broadcast views when the instance is compact);
-        ``extra`` names the method's counts that grow by one at every position (e.g.
-        ``verifier_calls``). Every position makes one draft call. Engines without the
-        method's :meth:`simulator` (the JAX engine) run the method from this.
-        """
-        return None
-
-    def adaptive_drafting(self, inst) -> AdaptiveDrafting | None:
-        """For a method that decides each round's length while drafting (SpecDec++): its
-        :class:`AdaptiveDrafting` on ``inst``, or ``None``. Engines without the method's
-        :meth:`simulator` (the JAX engine) run the method from it.
-        """
-        return None
-
-    def root_outcome(self, p, q):
-        """For a slotwise method with several draft rows: the law of its root's outcome as one table, or ``None``.
-
-        Returns ``(..., 2V)`` (array API, from draft and target laws ``(..., V)`` at the root):
-        entry ``x < V``, the probability that the root accepts a draft equal to ``x`` and
-        follows a row that drafted it; entry ``V + y``, that every row is refused and ``y`` is
-        output. That is all a round's later slots and its counts depend on (the followed
-        row's later drafts are fresh draws from ``p`` whichever row drafted ``x``), so an
-        engine may tabulate it per context once and draw the root with one uniform (the
-        JAX engine does); ``None``: engines evaluate the root's :meth:`round_law`. The
-        table-driven tests check it against the round law's root averaged over the drafts.
-        """
-        return None
-
-    def round_probe(self):
-        """A :class:`~speculab.methods.RoundProbe` ``decode`` calls after every round (``compare`` reads it in
-        :meth:`compare_rows`), or ``None``; being a probe, it is journaled with the runs (a resumed ``compare``
-        decodes only what is left)."""
-        return None
-
-    def compare_rows(self, ctx) -> list:
-        """Method-specific rows of :func:`speculab.compare.compare` (``ctx``: :class:`speculab.compare.Context`)."""
-        return []

@@ -26,12 +26,11 @@ from array_api_compat import array_namespace
 from speculab import kernels
 from speculab._validate import as_positive_int
 from speculab.counts import BONUS, CORRECTION, Estimate, Expected
-from speculab.methods.base import RoundLaw, Step, check_lookahead, param, register
-from speculab.methods.chain import ChainMethod, ChainStep, Rule
+from speculab.methods.base import RoundLaw, check_lookahead, param, register
+from speculab.methods.chain import ChainMethod, Rule
 from speculab.methods.sd import SD, sd_rule
 from speculab.rows import Row
 from speculab.theory.batch import MAX_M, root_residual_chain
-from speculab.theory.instance import cumulative, rowwise
 from speculab.theory._checks import takes_instance
 
 __all__ = ["BatchSD", "MultiDraft", "batch_root_law", "Root", "rooted_round_law", "paired_improvement"]
@@ -94,43 +93,6 @@ def rooted_round_law(root: Root, p, q, x, *, K: int | None, bonus: bool) -> Roun
     )
 
 
-class _Root:
-    """The root decision for runs whose previous token is ``a`` (used by the position-major simulator).
-
-    Draft ``m`` is accepted iff ``U < min(1, u_{m−1}(x)/(R_{m−1} p(x)))`` (:func:`~speculab.kernels.root_acceptance`,
-    as in :func:`batch_root_law`), with ``u``, ``R`` drained by :func:`~speculab.kernels.drain`; drafts are
-    drawn lazily, only while no earlier one was accepted.
-    """
-
-    def __init__(self, inst, M: int):
-        self.P, self.Q, self.M = inst.P, inst.Q, M
-        self.cP = rowwise(cumulative, inst.P)
-
-    def __call__(self, t: int, a: np.ndarray, rng: np.random.Generator):
-        P_t = self.P[t]
-        x = np.empty(a.size, dtype=np.int64)
-        pending = np.arange(a.size)
-        u = self.Q[t][a].copy()  # (n, V): u_0 = q
-        R = np.ones(a.size)
-        for _ in range(self.M):
-            pa = P_t[a[pending]]
-            draft = kernels.sample_cumulative(self.cP[t, a[pending]], rng.random(pending.size))
-            rows = np.arange(pending.size)
-            ok = rng.random(pending.size) < kernels.root_acceptance(u[pending], R[pending], pa)[rows, draft]
-            x[pending[ok]] = draft[ok]
-            pending, pa = pending[~ok], pa[~ok]
-            if pending.size == 0:
-                break
-            u[pending], R[pending] = kernels.drain(u[pending], R[pending], pa)
-            if np.any(R[pending] == 0):  # r_m = 0 means acceptance w.p. 1: only round-off gets here
-                raise FloatingPointError("batch root: a draft was rejected against a residual equal to p (round-off)")
-        rejected = np.zeros(a.size, dtype=bool)
-        rejected[pending] = True
-        if pending.size:
-            x[pending] = kernels.sample_index(u[pending], rng.random(pending.size))  # x ~ q^{M+1}
-        return x, rejected
-
-
 @dataclass(frozen=True)
 class MultiDraft(ChainMethod):
     """What methods drafting ``M`` continuations per round share: ``M``, ``K``, their checks, SD past the root."""
@@ -173,10 +135,6 @@ class BatchSD(MultiDraft):
     """
 
     name: ClassVar[str] = "batch"
-
-    def simulator(self, inst) -> Step:
-        b, R = self.instance_rule(inst)
-        return ChainStep(inst, b, R, self.K, rows=self.M, root=_Root(inst, self.M) if self.M > 1 else None)
 
     @takes_instance
     def expected(self, inst) -> Expected:

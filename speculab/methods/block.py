@@ -55,12 +55,11 @@ from array_api_compat import array_namespace, device
 from speculab import kernels
 from speculab._budget import limit, progress_bar, refuse
 from speculab._validate import as_positive_int
-from speculab.counts import BONUS, CORRECTION, DRAFT, Estimate, Expected
-from speculab.methods.base import Emit, Method, RoundLaw, Step, param, register, sample_round
+from speculab.counts import Estimate, Expected
+from speculab.methods.base import Method, RoundLaw, param, register
 from speculab.methods.probe import RoundProbe
 from speculab.methods.sd import SD
 from speculab.rows import Row
-from speculab.theory.instance import cumulative, rowwise
 from speculab.theory._checks import takes_instance
 
 __all__ = ["BlockVerification", "block_round_law", "block_kernel", "block_counts", "block_accepted", "MAX_PATHS"]
@@ -218,55 +217,6 @@ def block_accepted(p, q, gamma: int) -> float:
     return float(block_kernel(inst, 0, gamma)[1][0])
 
 
-# -- the simulator step -------------------------------------------------------------------------------------
-class _State:
-    def __init__(self, n: int, gamma: int):
-        self.tokens = np.zeros((n, gamma + 1), dtype=np.int64)  # the current round's output, emitted in order
-        self.kinds = np.zeros((n, gamma + 1), dtype=np.int8)
-        self.pos = np.zeros(n, dtype=np.int64)  # next buffer slot to emit
-        self.length = np.zeros(n, dtype=np.int64)  # tokens the current round outputs
-
-
-class _Step(Step):
-    """Draft a whole block at each round start, decide it with :func:`block_round_law`, emit it position by position."""
-
-    def __init__(self, inst, gamma: int):
-        self.P, self.Q, self.T, self.V, self.gamma = inst.P, inst.Q, inst.T, inst.V, min(gamma, inst.T)
-        self.cP = rowwise(cumulative, inst.P)
-
-    def start(self, n: int) -> _State:
-        return _State(n, self.gamma)
-
-    def __call__(self, t: int, prev: np.ndarray, st: _State, rng: np.random.Generator) -> Emit:
-        new = st.pos == st.length  # the previous round is fully emitted: a round starts here
-        runs = np.flatnonzero(new)
-        L = min(self.gamma, self.T - t)
-        if runs.size:
-            n = runs.size
-            x = np.empty((n, L), dtype=np.int64)
-            p = np.empty((n, L, self.V))
-            q = np.full((n, L + 1, self.V), 1.0 / self.V)  # the last row is used only with a bonus
-            last = prev[runs]
-            for i in range(L):
-                p[:, i], q[:, i] = self.P[t + i, last], self.Q[t + i, last]
-                last = x[:, i] = kernels.sample_cumulative(self.cP[t + i, last], rng.random(n))
-            bonus = t + L < self.T
-            if bonus:
-                q[:, L] = self.Q[t + L, last]
-            law = block_round_law(p[:, None], q[:, None], x[:, None], bonus=bonus)
-            _, tau, token = sample_round(law, rng.random(n), rng.random(n))
-            st.tokens[runs, :L] = x
-            st.kinds[runs] = DRAFT
-            st.tokens[runs, tau] = np.where(token >= 0, token, 0)  # the correction or bonus after τ drafts
-            st.kinds[runs, tau] = np.where(tau < L, CORRECTION, BONUS)
-            st.length[runs] = tau + (token >= 0)
-            st.pos[runs] = 0
-        here = np.arange(prev.size)
-        x_t, kind = st.tokens[here, st.pos], st.kinds[here, st.pos]
-        st.pos += 1
-        return Emit(x_t.copy(), kind.copy(), oracle_calls=new, draft_calls=np.where(new, L, 0))
-
-
 # -- the method ------------------------------------------------------------------------------------------------
 class _GainProbe(RoundProbe):
     """Per round of a real-model run: ``E[τ | block]`` under block verification and under SD on the same block."""
@@ -311,9 +261,6 @@ class BlockVerification(Method):
 
     def __post_init__(self):
         as_positive_int(self.gamma, "gamma")
-
-    def simulator(self, inst) -> Step:
-        return _Step(inst, self.gamma)
 
     @takes_instance
     def expected(self, inst) -> Expected:

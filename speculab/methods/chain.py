@@ -1,4 +1,4 @@
-r"""Algorithm 2 of [Yin] as shared machinery: a rule ``(b, P)`` turned into a round law, a simulator step and exact counts.
+r"""Algorithm 2 of [Yin] as shared machinery: a rule ``(b, P)`` turned into a round law and exact counts.
 
 Every method of this family — speculative decoding, any unbiased or biased
 acceptance rule, Decoding-OPT/UNO, FSD — is fully described by its **rule** on
@@ -14,11 +14,11 @@ array API; this module derives from it
   them in order with probabilities ``b_i(x_i)``, and at the first refusal outputs
   a token from ``P_i``; after ``L`` acceptances it outputs a bonus token from
   ``q_{L+1}`` when a next position exists;
-* the numpy simulator step (:class:`ChainStep`), position-major with lazy drafting:
-  a round's drafts beyond its first rejection are discarded unseen, so drawing
-  each draft only when it is verified gives the same joint law of outputs and
-  counts as drafting the whole chain up front (checked against a literal,
-  enumerate-every-branch implementation in ``tests/``);
+* the simulators' reading of it (:class:`~speculab.methods.capabilities.Slotwise`): both engines draw a
+  draft only when it is verified, since a round's drafts beyond its first rejection
+  are discarded unseen — the same joint law of outputs and counts as drafting the
+  whole chain up front (checked against a literal, enumerate-every-branch
+  implementation in ``tests/``);
 * exact expected counts (:func:`speculab.theory.lookahead_counts` with the rule).
 
 Convention: ``p`` = draft, ``q`` = target.
@@ -26,18 +26,17 @@ Convention: ``p`` = draft, ``q`` = target.
 
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar, NamedTuple
+from typing import Any, NamedTuple
 
-import numpy as np
 from array_api_compat import array_namespace, device
 
 from speculab import kernels
-from speculab.counts import BONUS, CORRECTION, DRAFT, Expected
-from speculab.methods.base import Emit, Method, RoundLaw, Step
-from speculab.theory.instance import cumulative, rowwise
+from speculab.counts import Expected
+from speculab.methods.base import Method, RoundLaw
+from speculab.theory.instance import rowwise
 from speculab.theory._checks import takes_instance
 
-__all__ = ["Rule", "ChainMethod", "ChainStep", "chain_round_law", "chain_law"]
+__all__ = ["Rule", "ChainMethod", "chain_round_law", "chain_law"]
 
 
 class Rule(NamedTuple):
@@ -89,73 +88,6 @@ def chain_law(a, reject, weights, q, *, bonus: bool, law=None) -> RoundLaw:
     return RoundLaw(outcome=outcome, correction=correction, reject_prob=reject_prob, accept_prob=a, law=law)
 
 
-class ChainStep(Step):
-    """The lazy position-major simulator of Algorithm 2 (module docstring), optionally with a batch root.
-
-    Args:
-      inst: the Markov instance.
-      b, R: the rule on the instance, ``(T, V, V)`` arrays (``b[t, a, x]``; ``R[t, a]`` rows).
-      K: lookahead (``None`` = ∞).
-      rows: draft rows per round (drafted tokens per slot).
-      root: for batch SD, ``root(t, a, rng) -> (x, rejected)`` deciding a round's first
-        position for runs whose previous token is ``a``.
-    """
-
-    def __init__(self, inst, b: np.ndarray, R: np.ndarray, K: int | None, *, rows: int = 1,
-                 root: Callable | None = None):
-        T = inst.T
-        self.k = T if K is None else min(K, T)
-        self.b = b
-        self.cP, self.cQ, self.cR = (rowwise(cumulative, a) for a in (inst.P, inst.Q, R))
-        self.root = root
-        self.drafts_at = kernels.drafts_per_round(rows, self.k, T - np.arange(T))  # drafts of a round starting at t
-
-    # -- pieces shared with other position-major steps (SpecDec++) ----------------------------------
-    def draw_bonus(self, t: int, prev: np.ndarray, mask: np.ndarray, x: np.ndarray, kinds: np.ndarray, rng) -> None:
-        """Bonus tokens from ``q`` for the runs in ``mask`` (all drafts of their round accepted)."""
-        if mask.any():
-            x[mask] = kernels.sample_cumulative(self.cQ[t, prev[mask]], rng.random(int(mask.sum())))
-            kinds[mask] = BONUS
-
-    def draw_drafts(self, t: int, a: np.ndarray, rng) -> np.ndarray:
-        """One draft token per run from ``p(· | a)`` at position index ``t``."""
-        return kernels.sample_cumulative(self.cP[t, a], rng.random(a.size))
-
-    def verify(self, t: int, r: np.ndarray, a: np.ndarray, prev: np.ndarray, draft: np.ndarray, x: np.ndarray,
-               kinds: np.ndarray, rng) -> tuple[np.ndarray, np.ndarray]:
-        """Runs ``r`` (previous tokens ``a = prev[r]``) verify their ``draft``: accepted w.p. ``b``, else a
-        correction from ``R``; returns ``(ok, rejected runs)``."""
-        ok = rng.random(r.size) < self.b[t, a, draft]
-        x[r[ok]] = draft[ok]
-        kinds[r[ok]] = DRAFT
-        rej = r[~ok]
-        if rej.size:
-            x[rej] = kernels.sample_cumulative(self.cR[t, prev[rej]], rng.random(rej.size))
-            kinds[rej] = CORRECTION
-        return ok, rej
-
-    def start(self, n: int) -> np.ndarray:
-        return np.zeros(n, dtype=np.int64)  # where each run's current round began
-
-    def __call__(self, t: int, prev: np.ndarray, start: np.ndarray, rng: np.random.Generator) -> Emit:
-        n = prev.size
-        x = np.empty(n, dtype=np.int64)
-        kinds = np.empty(n, dtype=np.int8)
-        new_round = start == t
-        is_bonus = (t - start) == self.k  # all K drafts of this round accepted
-        self.draw_bonus(t, prev, is_bonus, x, kinds, rng)
-        r = np.flatnonzero(~is_bonus)  # runs that verify a draft at t
-        if self.root is not None:
-            at_root = start[r] == t
-            root, r = r[at_root], r[~at_root]
-            x[root], rejected = self.root(t, prev[root], rng)
-            kinds[root] = np.where(rejected, CORRECTION, DRAFT)
-        a = prev[r]
-        self.verify(t, r, a, prev, self.draw_drafts(t, a, rng), x, kinds, rng)
-        start[is_bonus | (kinds == CORRECTION)] = t + 1  # a round ends at a rejection or a bonus token
-        return Emit(x, kinds, oracle_calls=new_round, draft_calls=np.where(new_round, self.drafts_at[t], 0))
-
-
 class ChainMethod(Method):
     """A method that is [Yin] Algorithm 2 with a rule (``b``, ``P``) and a lookahead ``K``.
 
@@ -164,7 +96,6 @@ class ChainMethod(Method):
     """
 
     K: int | None
-    slotwise: ClassVar[bool] = True
 
     def rule(self, p, q) -> Rule:
         """The acceptance ``b`` and rejection distribution ``P`` at positions with draft law ``p``
@@ -175,11 +106,7 @@ class ChainMethod(Method):
         """The rule as ``(T, V, V)`` numpy arrays on a Markov instance (views of the compact kernels' rule)."""
         return Rule(*rowwise(self.rule, inst.P, inst.Q))
 
-    # -- simulation and theory -------------------------------------------------------------------
-    def simulator(self, inst) -> Step:
-        b, R = self.instance_rule(inst)
-        return ChainStep(inst, b, R, self.K)
-
+    # -- theory ----------------------------------------------------------------------------------
     @takes_instance
     def expected(self, inst) -> Expected:
         """Exact counts for any ``K``: :func:`~speculab.theory.lookahead_counts` with this rule."""

@@ -28,8 +28,8 @@ SPEC O are silent on which ``α*``-coupling to use.
 Costs and scope: one linear program over the ``2^V`` draft sets per distinct root pair
 ``(p, q)`` (cached), so vocabularies up to :data:`~speculab.theory.optimal.MAX_SET_V`
 tokens — Markov instances, not real language models. Engines draw the root from its
-marginal table (:meth:`OptimalMultiDraft.root_outcome`); the numpy simulator runs the
-verifier literally (draws the ``M`` tokens, forms ``D``, samples the coupling).
+marginal table (:meth:`OptimalMultiDraft.root_outcome`); the round law runs the verifier
+literally (the coupling's verdict on the set ``D`` of the ``M`` drafted tokens).
 """
 
 from __future__ import annotations
@@ -43,14 +43,11 @@ from typing import ClassVar
 import numpy as np
 from array_api_compat import array_namespace, device
 
-from speculab import kernels
 from speculab._budget import budgeted
 from speculab.counts import Expected
-from speculab.methods.base import RoundLaw, Step, register
+from speculab.methods.base import RoundLaw, register
 from speculab.methods.batch import MultiDraft, Root, rooted_round_law
-from speculab.methods.chain import ChainStep
 from speculab.methods.sd import SD
-from speculab.theory.instance import cumulative, rowwise
 from speculab.theory.optimal import MAX_SET_DRAFTS, SetCoupling, optimal_coupling
 from speculab.theory._checks import takes_instance
 
@@ -129,26 +126,6 @@ def _host(a) -> np.ndarray:
                          "TABLE_BUDGET) or use engine='numpy'") from err
 
 
-class _OptimalRoot:
-    """The root decision for runs whose previous token is ``a``: ``M`` drafts, their set, the coupling's verdict."""
-
-    def __init__(self, inst, M: int):
-        self.P, self.Q, self.M = inst.P, inst.Q, M
-        self.cP = rowwise(cumulative, inst.P)
-
-    def __call__(self, t: int, a: np.ndarray, rng: np.random.Generator):
-        x = np.empty(a.size, dtype=np.int64)
-        rejected = np.empty(a.size, dtype=bool)
-        for c in np.unique(a):
-            runs = np.flatnonzero(a == c)
-            coupling = _coupling(self.P[t, c], self.Q[t, c], self.M)
-            cum = np.broadcast_to(self.cP[t, c], (runs.size, self.M, self.cP.shape[-1]))
-            drafts = kernels.sample_cumulative(cum, rng.random((runs.size, self.M)))
-            ok, token = coupling.sample(drafts, rng.random(runs.size), rng.random(runs.size))
-            x[runs], rejected[runs] = token, ~ok
-        return x, rejected
-
-
 @register
 @dataclass(frozen=True)
 class OptimalMultiDraft(MultiDraft):
@@ -174,10 +151,9 @@ class OptimalMultiDraft(MultiDraft):
             raise ValueError(f"M must be at most MAX_SET_DRAFTS = {MAX_SET_DRAFTS} (the law of the draft set is built "
                              f"draft by draft); got {self.M}")
 
-    @classmethod
-    def runs_on_real_models(cls) -> bool:
-        """No: the root's linear program has ``2^V`` draft sets (``V ≤ MAX_SET_V``), far below any real vocabulary."""
-        return False
+    #: Not on real models: the root's linear program has ``2^V`` draft sets (``V ≤ MAX_SET_V``), far below any real
+    #: vocabulary.
+    real_models: ClassVar[bool] = False
 
     def accepted_law(self, p, q) -> np.ndarray:
         """The root's accepted law ``a(y) = P(Y = y, accepted)`` ``(..., V)``, total ``α*``, per pair of rows (numpy).
@@ -206,12 +182,6 @@ class OptimalMultiDraft(MultiDraft):
         return xp.concat([a, q - a], axis=-1)
 
     # -- engines ---------------------------------------------------------------------------------------------------
-    def simulator(self, inst) -> Step:
-        if self.M > 1:
-            self._solve(*np.broadcast_arrays(inst.P, inst.Q))  # every root's linear program, within the budget
-        b, R = self.instance_rule(inst)
-        return ChainStep(inst, b, R, self.K, rows=self.M, root=_OptimalRoot(inst, self.M) if self.M > 1 else None)
-
     @takes_instance
     def expected(self, inst) -> Expected:
         """Exact counts for any ``K``: the lookahead chain with this root's accepted law (SPEC L with root kernels

@@ -1,7 +1,8 @@
 """Round probes: ``on_round`` callbacks whose observations an interrupted ``decode`` keeps.
 
-What :meth:`speculab.methods.Method.round_probe` returns, and what a reproduction passes to
-:func:`speculab.backends.decode` to see every round (re-exported there); no torch needed here.
+What a :class:`~speculab.methods.capabilities.RoundProbing` method's ``round_probe`` returns, and what a
+reproduction passes to :func:`speculab.backends.decode` to see every round (re-exported there); no torch needed
+here.
 
 A plain function passed as ``decode(..., on_round=f)`` has side effects that cannot be
 replayed, so inside :func:`speculab.sim.checkpoint.resumable` such a call is not journaled

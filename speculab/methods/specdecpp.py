@@ -1,4 +1,4 @@
-r"""SpecDec++ ([SDpp] Alg. 1; SPEC §1, D): adaptive candidate lengths by an acceptance head; its simulator and heads.
+r"""SpecDec++ ([SDpp] Alg. 1; SPEC §1, D): adaptive candidate lengths by an acceptance head; its law and heads.
 
 Convention: ``p`` = draft, ``q`` = target. [SDpp] writes ``q`` for the draft and
 ``p`` for the target; everything here is translated.
@@ -26,8 +26,8 @@ Unbiased whatever the head: the stopping decisions depend only on the drafts,
 and once a draft is accepted it *is* the output prefix, so every position is
 decided by an SD verification against ``q`` given the output prefix.
 
-**Vectorisation (exact in law).** Runs are advanced position by position, as in
-:mod:`speculab.methods.chain`: at each position a run verifies the draft it
+**Vectorisation (exact in law).** Both engines run SpecDec++ from
+:meth:`SpecDecPP.adaptive_drafting`, position by position: at each position a run verifies the draft it
 samples there, or draws a bonus token. Unlike SD, the *number* of drafts of a
 round depends on drafts after its first rejection (the head keeps reading the
 draft chain until it stops), so those drafts cannot be skipped: at a rejection
@@ -36,9 +36,8 @@ rejected draft token, not from the correction) is drawn at once and only
 counted. Each draft is drawn from the same conditional law and every
 verification uniform is independent of the drafts, so the joint law of outputs
 and counts is that of the literal algorithm (checked against exact enumeration
-in ``tests/test_specdecpp.py``). The JAX engine draws that same chain one token per
-position instead, from :meth:`SpecDecPP.adaptive_drafting` (the chains still drafting
-share one pool of slots; :mod:`speculab.sim.jax_engine`).
+in ``tests/test_specdecpp.py``; :mod:`speculab.sim.engine`). The JAX engine draws that same chain one
+token per position instead (the chains still drafting share one pool of slots; :mod:`speculab.sim.jax_adaptive`).
 
 **Heads.** A head is ``head(t, prev, x) -> a`` with ``t`` the position index
 (an int, ``0..T−1``), ``prev`` the previous tokens ``(n,)`` and ``x`` the drafted
@@ -60,8 +59,8 @@ from scipy.special import expit
 
 from speculab._validate import as_generator, as_positive_int
 from speculab.counts import Expected
-from speculab.methods.base import AdaptiveDrafting, Emit, Method, Step, check_probability, param, register
-from speculab.methods.chain import ChainStep
+from speculab.methods.base import AdaptiveDrafting, Method, check_probability, param, register
+from speculab.methods.capabilities import head_probability
 from speculab.methods.sd import SD, sd_rule
 from speculab.theory.instance import MarkovInstance, rowwise
 from speculab.theory._checks import takes_instance
@@ -198,79 +197,6 @@ def stops_drafting(prod, count, t, T, h, cap):
     return (1.0 - prod > h) | (count >= cap) | (t + 1 >= T)
 
 
-# -- simulator ----------------------------------------------------------------
-class _State:
-    """Per-run state of SpecDec++ runs: the round's drafts so far, their product of predictions, bonus and round flags."""
-
-    def __init__(self, n: int):
-        self.is_bonus = np.zeros(n, dtype=bool)  # position t is the bonus token of a fully accepted round
-        self.new_round = np.ones(n, dtype=bool)  # position t starts a round (one target call)
-        self.count = np.zeros(n, dtype=np.int64)  # drafts so far in the current round
-        self.prod = np.ones(n)  # Π a_i over the current round's drafts
-
-
-class _Step(ChainStep):
-    """SpecDec++ runs (module docstring), position by position, vectorised across runs; SD's verification."""
-
-    def __init__(self, inst: MarkovInstance, method: "SpecDecPP"):
-        b, R = rowwise(sd_rule, inst.P, inst.Q)
-        super().__init__(inst, b, R, None)
-        self.T = inst.T
-        self.predict = _predictor(method.head, b)
-        self.h, self.cap = float(method.h), method.cap
-
-    def _stops(self, t: int, prod: np.ndarray, count: np.ndarray) -> np.ndarray:
-        """Drafting stops after the draft at position index ``t`` (:func:`stops_drafting`)."""
-        return stops_drafting(prod, count, t, self.T, self.h, self.cap)
-
-    def _rest_of_chain(self, t: int, y: np.ndarray, prod: np.ndarray, count: np.ndarray, rng) -> np.ndarray:
-        """Draft on from ``y`` (drafted at ``t``) until the rule stops; return how many more drafts."""
-        extra = np.zeros(y.size, dtype=np.int64)
-        alive = np.arange(y.size)
-        y, prod = y.copy(), prod.copy()
-        for s in range(t + 1, self.T):
-            z = self.draw_drafts(s, y[alive], rng)
-            extra[alive] += 1
-            prod[alive] *= self.predict(s, y[alive], z)
-            y[alive] = z
-            alive = alive[~self._stops(s, prod[alive], count[alive] + extra[alive])]
-            if alive.size == 0:
-                break
-        return extra
-
-    def start(self, n: int) -> _State:
-        return _State(n)
-
-    def __call__(self, t: int, prev: np.ndarray, st: _State, rng: np.random.Generator) -> Emit:
-        n = prev.size
-        x = np.empty(n, dtype=np.int64)
-        kinds = np.empty(n, dtype=np.int8)
-        drafts = np.zeros(n, dtype=np.int64)
-        oracle = st.new_round.copy()
-        self.draw_bonus(t, prev, st.is_bonus, x, kinds, rng)
-        r = np.flatnonzero(~st.is_bonus)  # runs that draft and verify at t
-        a = prev[r]
-        y = self.draw_drafts(t, a, rng)
-        drafts[r] += 1
-        st.count[r] += 1
-        st.prod[r] *= self.predict(t, a, y)
-        stop = self._stops(t, st.prod[r], st.count[r])
-        ok, rej = self.verify(t, r, a, prev, y, x, kinds, rng)
-        cont = ~ok & ~stop  # rejected before the round stopped drafting: its later drafts are discarded
-        if cont.any():
-            drafts[r[cont]] += self._rest_of_chain(t, y[cont], st.prod[r[cont]], st.count[r[cont]], rng)
-
-        # A round ends at a rejection or a bonus token; one that stopped with all drafts accepted gets a bonus next.
-        ended = st.is_bonus.copy()
-        ended[rej] = True
-        st.new_round = ended
-        st.count[ended] = 0
-        st.prod[ended] = 1.0
-        st.is_bonus = np.zeros(n, dtype=bool)
-        st.is_bonus[r[ok & stop]] = True
-        return Emit(x, kinds, oracle_calls=oracle, draft_calls=drafts)
-
-
 # -- the method --------------------------------------------------------------------
 @register
 @dataclass(frozen=True, eq=False)
@@ -285,7 +211,7 @@ class SpecDecPP(Method):
     fully accepted round. No closed form exists (the stopping time depends on the product
     of predictions): :meth:`expected` gives exact counts on small instances by recursion
     over each round's draft tree; on real models it needs a trained head. Both engines run
-    it: numpy from its step, JAX from :meth:`adaptive_drafting` (a sweep over ``h`` is one
+    it from :meth:`adaptive_drafting` (with JAX, a sweep over ``h`` is one
     compiled call, :func:`speculab.sim.simulate_sweep`).
 
     On real models (batched over prompts) the head reads the draft's hidden state at each
@@ -319,12 +245,9 @@ class SpecDecPP(Method):
             raise ValueError(f"head must be callable or None; got {self.head!r}")
         as_positive_int(self.cap, "cap")
 
-    def simulator(self, inst) -> Step:
-        return _Step(_check_head(self.head, inst), self)
-
     # -- real models ---------------------------------------------------------------------------------
-    #: On real models the round's length is decided while drafting, by a head on the draft's hidden states.
-    needs_draft_head: ClassVar[bool] = True
+    #: On real models the round's length is decided while drafting, by a head on the draft's hidden states
+    #: (:class:`~speculab.methods.capabilities.DraftHead`).
     head_param: ClassVar[str] = "head"
     head_reads: ClassVar[str] = "token"
 
@@ -336,13 +259,18 @@ class SpecDecPP(Method):
 
     def read_head(self, score, uniform: float) -> float:
         """A head's prediction as a float, refused unless it is a probability (a NaN would never stop a round)."""
-        return self.head_probability(score, "acceptance head")
+        return head_probability(score, "acceptance head")
 
     def stop_drafting(self, predictions: list[float], remaining: int) -> bool:
         """Whether the round stops after the drafts whose head predictions are ``predictions`` (``remaining``: tokens
         still to output before this round): :func:`stops_drafting`."""
         return bool(stops_drafting(math.prod(predictions), len(predictions), len(predictions) - 1, remaining,
                                    self.h, self.cap))
+
+    @staticmethod
+    def target_called(predictions: list[float]) -> bool:
+        """Every round calls the target: the head decides only how long the round drafts."""
+        return True
 
     def draft_length(self, remaining: int) -> int:
         return min(self.cap, remaining)

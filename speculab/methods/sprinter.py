@@ -21,9 +21,9 @@ after a "not acceptable" verdict):
   ``rejections`` = target-rejected tokens (``discarded = rejections``); ``bonus = 0``.
 
 Random numbers are drawn in the same order whatever the verifier: per position
-``n`` uniforms for the draft, ``n`` for the verdict, ``n`` for the target's
-check, then one per rejection. A verifier function returning ``η_TP``/``η_FP``
-by acceptability therefore gives the very same runs as ``Sprinter(eta_tp, eta_fp)``.
+``n`` uniforms for the draft, ``n`` for the verdict and the target's check together,
+then one per rejection. A verifier function returning ``η_TP``/``η_FP`` by
+acceptability therefore gives the very same runs as ``Sprinter(eta_tp, eta_fp)``.
 
 **On real models** (:func:`speculab.backends.decode`, one prompt at a time) the verifier is a
 head trained on the draft's hidden states (:class:`speculab.backends.heads.TrainedHead`), and
@@ -56,14 +56,14 @@ from typing import Callable, ClassVar
 import numpy as np
 from array_api_compat import array_namespace, device
 
-from speculab import kernels
 from speculab._validate import as_float_array, as_generator, as_positive_int, as_probability_array
-from speculab.counts import CORRECTION, DRAFT, Expected
-from speculab.methods.base import Emit, Method, Step, check_probability, param, register
+from speculab.counts import Expected
+from speculab.methods.base import Method, check_probability, param, register
+from speculab.methods.capabilities import head_probability
 from speculab.methods.chain import Rule, chain_round_law
 from speculab.methods.sd import sd_rule
 from speculab.theory.sprinter import sprinter_pass_probabilities, sprinter_profile
-from speculab.theory.instance import cumulative, rowwise
+from speculab.theory.instance import rowwise
 from speculab.theory._checks import takes_instance
 
 __all__ = ["Sprinter", "simulate_stopping", "signed_tv_statistic"]
@@ -85,33 +85,6 @@ def _markov_verifier(verifier):
         raise ValueError("a verifier trained on a draft's hidden states (speculab.backends.heads) runs on real models "
                          "only; on a Markov instance give Sprinter(eta_tp, eta_fp) or a function f(t, prev, x)")
     return verifier
-
-
-class _Step(Step):
-    extra = ("verifier_calls",)
-
-    def __init__(self, inst, method: "Sprinter"):
-        b, R = rowwise(sd_rule, inst.P, inst.Q)
-        self.keep, self.cR = b, rowwise(cumulative, R)  # the target's check: min(1, q/p), then [q − p]_+
-        self.cP = rowwise(cumulative, inst.P)
-        self.verifier = _markov_verifier(method.verifier)
-        self.v = None if method.verifier is not None else sprinter_pass_probabilities(inst, method.eta_tp, method.eta_fp)
-
-    def start(self, n: int) -> None:
-        return None
-
-    def __call__(self, t, prev, state, rng) -> Emit:
-        n = prev.size
-        x = kernels.sample_cumulative(self.cP[t, prev], rng.random(n))
-        v = self.v[t, prev, x] if self.v is not None else _call_verifier(self.verifier, t, prev, x)
-        stop = rng.random(n) >= v  # verdict "not acceptable": call the target
-        kept = rng.random(n) < self.keep[t, prev, x]
-        rej = np.flatnonzero(stop & ~kept)
-        if rej.size:
-            x[rej] = kernels.sample_cumulative(self.cR[t, prev[rej]], rng.random(rej.size))
-        kinds = np.full(n, DRAFT, dtype=np.int8)
-        kinds[rej] = CORRECTION
-        return Emit(x, kinds, oracle_calls=stop, draft_calls=1, extra={"verifier_calls": 1})
 
 
 @register
@@ -180,15 +153,12 @@ class Sprinter(Method):
         prev, x = np.divmod(np.arange(V * V), V)  # every (a, x) pair, a-major
         return np.stack([_call_verifier(self.verifier, t, prev, x).reshape(V, V) for t in range(inst.T)])
 
-    def simulator(self, inst) -> Step:
-        return _Step(inst, self)
-
     def position_law(self, inst):
         """Verifier passes (``v``): ``x`` is kept without a target call; otherwise the target keeps it w.p.
-        ``min(1, q/p)`` or draws ``[q − p]_+`` — the law of :class:`_Step`, as tables."""
+        ``min(1, q/p)`` or draws ``[q − p]_+`` — as tables, which both engines run."""
         v = self.pass_probabilities(inst)
         b, R = rowwise(sd_rule, inst.P, inst.Q)
-        return v, rowwise(lambda v, b: (1.0 - v) * b, v, b), R, _Step.extra
+        return v, rowwise(lambda v, b: (1.0 - v) * b, v, b), R, ("verifier_calls",)
 
     @takes_instance
     def expected(self, inst) -> Expected:
@@ -201,8 +171,8 @@ class Sprinter(Method):
                         source="[SPR] Thm 3.1 along SPRINTER's output chain")
 
     # -- real models ---------------------------------------------------------------------------------
-    #: On real models a round drafts until the verifier, a head on the draft's hidden states, refuses a slot.
-    needs_draft_head: ClassVar[bool] = True
+    #: On real models a round drafts until the verifier, a head on the draft's hidden states, refuses a slot
+    #: (:class:`~speculab.methods.capabilities.DraftHead`).
     head_param: ClassVar[str] = "verifier"
     #: The head reads the hidden state at the token before each slot ([SPR] §4), not at the drafted token.
     head_reads: ClassVar[str] = "previous"
@@ -217,7 +187,7 @@ class Sprinter(Method):
 
         ``score >= tau``, or with ``tau=None`` the slot's ``uniform`` below ``score``.
         A score outside ``[0, 1]`` (NaN included) is refused."""
-        value = self.head_probability(score, "verifier")
+        value = head_probability(score, "verifier")
         if self.tau is None:
             return float(uniform < value)
         return float(value >= self.tau)

@@ -35,6 +35,7 @@ import numpy as np
 
 from speculab._validate import as_positive_int, spawn_seeds
 from speculab.counts import Estimate
+from speculab.methods.capabilities import head_of
 from speculab.methods.probe import RoundProbe
 from speculab.repro._io import claim, describe_key, new_figure, pm, save_figure, signed, write_json
 from speculab.repro._plots import interpolate_points
@@ -115,7 +116,7 @@ def _measure(pair, prompts, method, max_new_tokens: int, key) -> dict:
         "draft_tv_per_slot": float(tv.mean()),
         "slots": int(tv.size),
     }
-    if getattr(method, "draft_head", None) is None:  # SD: every draft is checked by the target
+    if head_of(method) is None:  # SD: every draft is checked by the target
         out["acceptance_rate"] = float(c.accepted.sum() / c.draft_calls.sum())
         return out
     # SPRINTER: measured rates on the drafted tokens, and S1 / S4 at them

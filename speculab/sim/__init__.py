@@ -1,8 +1,8 @@
 """Monte-Carlo simulators of speculative decoding on Markov instances.
 
-``simulate(inst, method, n_runs, key)`` runs any registered method (its
-:class:`~speculab.methods.Step`, inside the one loop of :mod:`speculab.sim.engine`)
-and returns :class:`Counts` with per-run counts, means and standard errors.
+``simulate(inst, method, n_runs, key)`` runs any registered method from its laws (the numpy engine,
+:mod:`speculab.sim.engine`, or the JAX one, :mod:`speculab.sim.jax_engine`) and returns :class:`Counts` with
+per-run counts, means and standard errors.
 Convention: ``p`` = draft, ``q`` = target.
 """
 
@@ -23,7 +23,7 @@ from speculab.methods import (
     Sprinter,
 )
 from speculab.methods.specdecpp import TableHead, miscalibrated_head, noisy_head, oracle_head
-from speculab.sim.engine import run_steps
+from speculab.sim import engine as _engine
 from speculab.theory.instance import MarkovInstance
 from speculab.theory._checks import MESSAGE
 
@@ -109,6 +109,7 @@ def simulate(
     if engine != "numpy":
         raise ValueError(f"engine must be 'numpy' or 'jax'; got {engine!r}")
     rng = as_generator(key)
+    walk = _engine.walker(method, inst)
     journal = None
     if checkpoint is None and not resume and not return_sequences:  # inside checkpoint.resumable, if any
         from speculab.sim.checkpoint import active_checkpoint
@@ -116,17 +117,15 @@ def simulate(
         checkpoint, resume = active_checkpoint(inst, method, n_runs, rng) or (None, False)
     if checkpoint is not None:
         from speculab.sim.checkpoint import Journal, instance_digest
-        from speculab.sim.engine import chunk_size
 
         if return_sequences:
             raise ValueError("checkpoint records counts only; it cannot be combined with return_sequences=True")
         header = {"instance": instance_digest(inst), "method": repr(method), "n_runs": n_runs,
-                  "chunk": chunk_size(inst.V), "rng_state": rng.bit_generator.state}
+                  "chunk": _engine.chunk_runs(walk), "rng_state": rng.bit_generator.state}
         journal = Journal(checkpoint, header, resume=bool(resume))
     elif resume:
         raise ValueError("resume=True needs the checkpoint file to resume")
-    return run_steps(method.simulator(inst), inst, n_runs, rng, return_sequences=return_sequences, progress=progress,
-                     journal=journal)
+    return _engine.run(walk, inst, n_runs, rng, return_sequences=return_sequences, progress=progress, journal=journal)
 
 
 def simulate_sweep(inst, methods, n_runs: int, key) -> list[Counts]:

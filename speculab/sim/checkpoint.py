@@ -42,7 +42,7 @@ __all__ = ["Journal", "FORMAT", "resumable", "recorded", "active_folder", "call_
 #: journals of real-model decoding (``decode-*``, :mod:`speculab.backends.journal`).
 PATTERNS = ("sim-*.jsonl", "decode-*.jsonl")
 
-FORMAT = "speculab-sim-checkpoint/2"  # /2: a digest per line, checked on replay
+FORMAT = "speculab-sim-checkpoint/3"  # /2: a digest per line; /3: every method run from its laws (new draws)
 
 
 def instance_digest(inst) -> str:

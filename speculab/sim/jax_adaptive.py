@@ -1,7 +1,7 @@
 r"""The JAX engine for methods that decide each round's length while drafting (SpecDec++): :mod:`speculab.sim.jax_engine`'s
 scan with a pool of the chains still drafting after a rejection.
 
-A method gives its :meth:`~speculab.methods.Method.adaptive_drafting` — its verifier's one-slot tables, its
+A method gives its :class:`~speculab.methods.capabilities.AdaptiveLength` — its verifier's one-slot tables, its
 head's scores and its stopping rule — and runs position by position. A round rejected before its rule stopped
 goes on drafting from the rejected draft (drafts that are counted, never verified); those chains, of every run
 of a chunk, draft one token per position in a pool of slots the runs share, which grows when it overflows
@@ -17,10 +17,11 @@ import numpy as np
 
 from speculab import kernels
 from speculab.counts import BONUS, CORRECTION, DRAFT, Counts
-from speculab.sim import jax_engine as engine
+from speculab.methods.capabilities import adaptive_verifier
+from speculab.sim import jax_common as common
 from speculab.theory.instance import compact
 
-_jax = engine._jax
+_jax = common._jax
 
 def _adaptive_tables(methods: list, insts: list, P_Q: list):
     """The points' :class:`~speculab.methods.base.AdaptiveDrafting` as device tables stacked over the points: each
@@ -29,15 +30,14 @@ def _adaptive_tables(methods: list, insts: list, P_Q: list):
     jax, jnp = _jax()
     rules = [m.adaptive_drafting(i) for m, i in zip(methods, insts)]
     for m, r in zip(methods, rules):
-        engine._check_table_size(compact(np.asarray(r.score)).size, "its scores (a head given as a function is "
+        common._check_table_size(compact(np.asarray(r.score)).size, "its scores (a head given as a function is "
                           "tabulated over (T, V, V))", m)
-        if not r.verifier.slotwise or r.verifier.rows != 1:
-            raise ValueError(f"{type(m).__name__}'s verifier must be a slotwise method of one row; got {r.verifier!r}")
+        adaptive_verifier(m, r)
     if len({r.stops for r in rules}) > 1:
         raise ValueError("the points of a sweep must share one stopping rule (AdaptiveDrafting.stops)")
     points = []
     for r, (P, Q) in zip(rules, P_Q):
-        tables = engine._slot_tables(r.verifier, P, Q)
+        tables = common._slot_tables(r.verifier, P, Q)
         tables["score"] = jnp.asarray(compact(r.score), dtype=P.dtype)
         tables["params"] = tuple(jnp.asarray(v, dtype=P.dtype) for v in r.params)
         points.append(tables)
@@ -162,7 +162,7 @@ def _adaptive_chunk_fn(stops, T: int, S: int, n: int, C: int, keep: bool):
                                             jax.random.uniform(k_pool, (C,), dtype=dtype))
                 pool, live = _join_pool(pool, spawn)
                 d, peak = d + ghost, jnp.maximum(peak, live)
-            counts, rej = engine._tally(counts, x, kind, new_round, d)
+            counts, rej = common._tally(counts, x, kind, new_round, d)
             return (state, pool, peak, counts), (jnp.sum(rej.reshape(S, n), axis=1), x if keep else None)
 
         carry = (state, pool, jnp.zeros((), jnp.int32), jnp.zeros((5, N), jnp.int32))
@@ -177,13 +177,13 @@ def _simulate_adaptive(methods: list, insts: list, tables: list, n_runs: int, ke
     jax, jnp = _jax()
     if not tables[0].small(insts[0].V):
         raise ValueError(f"engine='jax' runs {type(methods[0]).__name__} from per-token tables, which would exceed "
-                         f"TABLE_BUDGET = {engine.TABLE_BUDGET} entries for this instance: use engine='numpy'")
+                         f"TABLE_BUDGET = {common.TABLE_BUDGET} entries for this instance: use engine='numpy'")
     stacked, stops, G = _adaptive_tables(methods, insts, [t.arrays[:2] for t in tables])
     rho = jnp.stack([t.arrays[2] for t in tables])
     S, T = len(methods), insts[0].T
     runs = [[] for _ in range(S)]
-    for start in range(0, n_runs, engine.CHUNK):
-        n = min(engine.CHUNK, n_runs - start)
+    for start in range(0, n_runs, common.CHUNK):
+        n = min(common.CHUNK, n_runs - start)
         key, sub = jax.random.split(key)
 
         def chunk(C, n=n, sub=sub):
@@ -192,7 +192,8 @@ def _simulate_adaptive(methods: list, insts: list, tables: list, n_runs: int, ke
         counts, per_position, seq = _pooled(chunk, (stops, T, S, n), S * n, G)
         for s in range(S):
             tokens = None if seq is None else np.asarray(seq)[:, s * n:(s + 1) * n]
-            runs[s].append(engine._counts(np.asarray(counts[:, s], dtype=np.int64), np.asarray(per_position[:, s]), tokens, T))
+            runs[s].append(common._counts(np.asarray(counts[:, s], dtype=np.int64), np.asarray(per_position[:, s]),
+                                          tokens, T))
     return [r[0] if len(r) == 1 else Counts.concatenate(r) for r in runs]
 
 

@@ -2,7 +2,7 @@ r"""The JAX simulation engine: each method's own array-API round law, jitted, vm
 
 Nothing here is specific to a method. The engine reads the protocol only:
 
-* :attr:`~speculab.methods.Method.slotwise` methods (the chain family of [Yin]
+* :class:`~speculab.methods.capabilities.Slotwise` methods (the chain family of [Yin]
   Algorithm 2: SD, batch SD, any rule ``(b, P)``, biased, Fuzzy) verify a round
   one slot at a time, so a run advances **position by position**: at a round's
   first slot (the root) the :meth:`~speculab.methods.Method.round_law` of a one-slot
@@ -18,24 +18,24 @@ Nothing here is specific to a method. The engine reads the protocol only:
   bonus availability so every shape is static.
 
 Each position draws a fixed number of uniforms for every run (``3`` for a slotwise
-method read from its tables — the root's too, with :meth:`~speculab.methods.Method.root_outcome` —,
+method read from its tables — the root's too, with a :class:`~speculab.methods.capabilities.RootTable` —,
 ``M + 2`` when its law is evaluated in the scan, ``max(M L, 1) + 2`` round by round, ``L``
 the longest round, ``3`` for SPRINTER and for SpecDec++, plus one per pool slot) from a key folded from the chunk's key
 and the position, so keys are split and never reused; a chunk of
-:data:`CHUNK` runs is one compiled call (``jax.jit`` of a ``lax.scan`` over
+:data:`~speculab.sim.jax_common.CHUNK` runs is one compiled call (``jax.jit`` of a ``lax.scan`` over
 positions of a ``jax.vmap`` over runs; fewer runs per call when each run evaluates rows of a
-large vocabulary inside the scan, :data:`SCAN_BUDGET`). The same key gives the same
+large vocabulary inside the scan, :data:`~speculab.sim.jax_common.SCAN_BUDGET`). The same key gives the same
 :class:`~speculab.counts.Counts`. Probabilities are kept in JAX's default float
 (float32 unless ``jax_enable_x64`` is set), which for sampling is far below
 Monte-Carlo error. Instances stay compact: a stationary instance's kernel is
 passed once and indexed by position and context inside the scan.
 
 SPRINTER has no rounds: it decides each drafted token where it is drafted, so it runs
-from its :meth:`~speculab.methods.Method.position_law` (kept without a target call, kept
+from its :class:`~speculab.methods.capabilities.PositionLaw` (kept without a target call, kept
 after one, or corrected), tabulated once. SpecDec++ decides each round's length while it
 drafts, and a round rejected before its rule stopped goes on drafting (drafts that are
 counted, never verified), so it has neither law: it runs from its
-:meth:`~speculab.methods.Method.adaptive_drafting` — its verifier's one-slot tables, its
+:class:`~speculab.methods.capabilities.AdaptiveLength` — its verifier's one-slot tables, its
 head's scores and stopping rule — position by position. The rounds still drafting after a
 rejection draft one token per position in a pool the chunk's runs share, which grows
 when it overflows (:mod:`speculab.sim.jax_adaptive`); the numpy engine draws the same chain at once.
@@ -48,109 +48,35 @@ from functools import lru_cache, partial
 import numpy as np
 
 from speculab import kernels
-from speculab._validate import import_jax
-from speculab.counts import BONUS, CORRECTION, DRAFT, TARGET, Counts, rejected
+from speculab.counts import BONUS, CORRECTION, DRAFT, TARGET, Counts
 from speculab.methods.base import Method, sample_round
+from speculab.methods.capabilities import reading
+from speculab.sim import jax_common as common
+from speculab.sim.jax_adaptive import _simulate_adaptive
+from speculab.sim.jax_common import _check_table_size, _counts, _jax, _slot_tables, _tally, _Tables
 from speculab.theory.instance import MarkovInstance, compact
 
-__all__ = ["simulate_jax", "simulate_sweep", "CHUNK", "TABLE_BUDGET", "positions_per_second_bound",
-           "uniforms_per_position"]
-
-#: Runs per compiled call (fixed for an instance and method, so a key gives the same result however many runs are
-#: asked for in total); fewer when every run carries rows of the vocabulary inside the scan (:func:`_chunk_runs`).
-CHUNK = 1 << 16
-#: Most vocabulary-sized entries the runs of one chunk may carry inside the scan together.
-SCAN_BUDGET = 1 << 24
-
-
-def _jax():
-    return import_jax("engine='jax'")
-
+__all__ = ["simulate_jax", "simulate_sweep", "positions_per_second_bound", "uniforms_per_position"]
 
 def _positionwise(method: Method) -> bool:
-    return type(method).position_law is not Method.position_law
+    return reading(method) == "positions"
 
 
 def _adaptive(method: Method) -> bool:
-    return type(method).adaptive_drafting is not Method.adaptive_drafting
+    return reading(method) == "adaptive"
+
+
+def _slotwise(method: Method) -> bool:
+    return reading(method) == "slots"
 
 
 def check_method(method: Method) -> None:
-    """Refuse, with the reason, a method the JAX engine cannot run (not slotwise, no round law, no position law)."""
+    """Refuse what is not a method (every method has a round law, which the engine runs if nothing else)."""
     if not isinstance(method, Method):
         raise ValueError(f"method must be a speculab method (e.g. SD(), BatchSD(4)); got {method!r}")
-    # runs_on_real_models: it has a round law
-    if not (method.slotwise or type(method).runs_on_real_models() or _positionwise(method) or _adaptive(method)):
-        raise ValueError(
-            f"engine='jax' runs methods with a round law, a position law or adaptive drafting (the protocol's "
-            f"round_law, position_law, adaptive_drafting); {type(method).__name__} has none: use engine='numpy'"
-        )
-
-
-class _Tables:
-    """The instance's compact kernels on the device and how to read a row ``(position, context)``."""
-
-    def __init__(self, inst: MarkovInstance, jnp):
-        P, Q = compact(inst.P), compact(inst.Q)
-        dtype = jnp.zeros(0).dtype  # JAX's default float
-        self.arrays = (jnp.asarray(P, dtype=dtype), jnp.asarray(Q, dtype=dtype), jnp.asarray(inst.rho, dtype=dtype))
-        self.shapes = (P.shape, Q.shape)
-
-    def small(self, V: int) -> bool:
-        """Whether per-token tables of this instance (``T' A' V²`` entries) fit :data:`TABLE_BUDGET`."""
-        return int(np.prod(np.broadcast_shapes(*self.shapes)[:-1])) * V ** 2 <= TABLE_BUDGET
-
-    @staticmethod
-    def row(A, t, a):
-        """``A[t, a]`` of a compact ``(T', A', V)`` stack: an axis of size 1 (``T' = 1`` or ``A' = 1``, broadcast) is
-        read at 0 whatever the index (``mode="clip"``)."""
-        return A.at[t, a].get(mode="clip")
 
 
 # -- slotwise methods: position by position --------------------------------------------------------------
-#: Largest ``T' A' V²`` for which a slotwise method's one-slot law is tabulated before the scan
-#: (per context and drafted token); above it the law is evaluated inside the scan.
-TABLE_BUDGET = 1 << 24
-
-
-def _slot_tables(method: Method, P, Q, root: bool | None = None) -> dict:
-    """The one-slot law of a slotwise method for every ``(position, context, drafted token)``, computed once.
-
-    Returns the cumulative rows of the draft (``cP``) and of the target (``cQ``, for
-    bonus tokens), the probability that drafting ``x`` is accepted (``accept``,
-    ``(T', A', V)``) and the cumulative correction weights after a refusal
-    (``cC``, ``(T', A', V)``: a slotwise method's do not depend on the refused draft) — read off
-    :meth:`~speculab.methods.Method.round_law` of a one-slot, one-row round, so the
-    tables are the method's own rule, evaluated once instead of at every position.
-
-    With ``root`` (default: for more than one draft row) and the method's
-    :meth:`~speculab.methods.Method.root_outcome`, also the root's outcome as one
-    cumulative table ``root_cJ`` ``(T', A', 2V)``: entry ``x < V`` that the root accepts a
-    draft equal to ``x``, entry ``V + y`` that every row is refused and ``y`` is output.
-    That is all a round's later slots and its counts depend on (they follow the accepted
-    row whatever its index, and a round drafts ``M min(K, remaining)`` tokens), so the
-    root costs one uniform instead of ``M + 2``.
-    """
-    jax, jnp = _jax()
-    shape = jnp.broadcast_shapes(P.shape, Q.shape)
-    P, Q = jnp.broadcast_to(P, shape), jnp.broadcast_to(Q, shape)
-    V = shape[-1]
-    x = jnp.broadcast_to(jnp.arange(V, dtype=jnp.int32)[:, None, None], (*shape[:-1], V, 1, 1))
-    p = jnp.broadcast_to(P[..., None, None, None, :], (*shape[:-1], V, 1, 1, V))
-    q = jnp.broadcast_to(Q[..., None, None, None, :], (*shape[:-1], V, 1, 2, V))
-    law = method.round_law(p, q, x, bonus=False)
-    cC = jnp.cumsum(law.correction[..., 0, 0, :], axis=-1)  # (T', A', V, V): one row per refused draft
-    if not bool(jnp.all(cC == cC[..., :1, :])):  # decided on the values, outside jit
-        raise ValueError(f"{type(method).__name__} is slotwise but its correction after a refused draft depends on "
-                         "the draft; a slotwise method's must not (Method.slotwise: Algorithm 2's rule)")
-    cC = cC[..., 0, :]
-    tables = {"cP": jnp.cumsum(P, axis=-1), "cQ": jnp.cumsum(Q, axis=-1), "accept": law.outcome[..., 0, 1], "cC": cC}
-    root_law = method.root_outcome(P, Q) if (method.rows > 1 if root is None else root) else None
-    if root_law is not None:
-        tables["root_cJ"] = jnp.cumsum(jnp.asarray(root_law, dtype=P.dtype), axis=-1)
-    return tables
-
-
 def _slot_width(rows: int, tables) -> int:
     """Uniforms per position of a slotwise method: 3 from its tables (the root's too), ``rows + 2`` otherwise."""
     return 3 if tables is not None and (rows == 1 or "root_cJ" in tables) else rows + 2
@@ -217,7 +143,8 @@ def _decide(method: Method, p, q, drafts, u_outcome, u_token):
 
 # -- methods without rounds: one draft decided per position (SPRINTER) ----------------------------------------------
 def _position_tables(method: Method, inst: MarkovInstance) -> dict:
-    """The method's :meth:`~speculab.methods.Method.position_law` as compact JAX tables (cumulative where sampled)."""
+    """The method's :class:`~speculab.methods.capabilities.PositionLaw` as compact JAX tables (cumulative where
+    sampled)."""
     _, jnp = _jax()
     free, called, correction, extra = method.position_law(inst)
     _check_table_size(3 * max(compact(np.asarray(a)).size for a in (free, called, correction)),
@@ -294,13 +221,6 @@ def _segments(method: Method, T: int) -> list[tuple[int, int, int, bool]]:
 
 
 # -- the compiled chunk ---------------------------------------------------------------------------------------
-def _tally(counts, x, kind, new_round, d):
-    """Add one position's outcome to the per-run counts ``(5, n)``; also return the rejections ``(n,)``."""
-    _, jnp = _jax()
-    rej = rejected(kind)
-    return counts + jnp.stack([rej, new_round, d, kind == DRAFT, kind == BONUS]).astype(jnp.int32), rej
-
-
 def _chunk_fn(method: Method, T: int, n: int, keep: bool, sweep: tuple[int, bool] | None = None):
     """A jitted ``(key, P, Q, rho, slot tables, (k, M)) -> (counts (5, n), rejected per position (T,), tokens or None)``.
 
@@ -327,12 +247,12 @@ def _chunk_fn(method: Method, T: int, n: int, keep: bool, sweep: tuple[int, bool
                                     jax.random.uniform(first, (n,), dtype=P.dtype)).astype(jnp.int32)
         zeros = jnp.zeros(n, dtype=jnp.int32)
         counts = jnp.zeros((5, n), dtype=jnp.int32)
-        if _positionwise(method) and not method.slotwise:
+        if _positionwise(method):
             def step(P, Q, t, s, u):
                 return _decided_position(P, Q, slot_tables, t, s, u)
 
             (_, counts), (per_position, xs) = scan_positions(step, 3, P, Q, (prev, counts), key, jnp.arange(T))
-        elif method.slotwise:
+        elif _slotwise(method):
             k, m = (method.draft_length(T), M) if shape is None else shape
             rows, bonus_possible = (M, k < T) if sweep is None else sweep
 
@@ -371,7 +291,7 @@ def simulate_jax(inst: MarkovInstance, method: Method, n_runs: int, key, *, retu
     Args:
       inst: the Markov instance (kept compact on the device).
       method: a registered method (one with a round law, a position law or adaptive drafting).
-      n_runs: number of runs (>= 1); chunks of :data:`CHUNK` runs, each one compiled call.
+      n_runs: number of runs (>= 1); chunks of :data:`~speculab.sim.jax_common.CHUNK` runs, each one compiled call.
       key: a JAX PRNG key, or anything :func:`speculab._validate.as_jax_key` accepts.
       return_sequences: also return the ``(n_runs, T + 1)`` sampled tokens.
     """
@@ -385,11 +305,9 @@ def simulate_jax(inst: MarkovInstance, method: Method, n_runs: int, key, *, retu
     key = as_jax_key(key)
     tables = _Tables(inst, jnp)
     if _adaptive(method):
-        from speculab.sim.jax_adaptive import _simulate_adaptive
-
         return _simulate_adaptive([method], [inst], [tables], n_runs, key, return_sequences)[0]
     extra = ()
-    if method.slotwise:
+    if _slotwise(method):
         slot_tables = _slot_tables(method, *tables.arrays[:2]) if tables.small(inst.V) else None
     elif _positionwise(method):
         slot_tables, extra = _position_tables(method, inst)
@@ -411,29 +329,24 @@ def simulate_jax(inst: MarkovInstance, method: Method, n_runs: int, key, *, retu
 
 
 def _chunk_runs(method: Method, inst: MarkovInstance, slot_tables) -> int:
-    """Runs per compiled call: :data:`CHUNK`, or fewer so that the rows of ``V`` a run evaluates inside the scan
-    (a slotwise method whose tables exceed :data:`TABLE_BUDGET`: its ``rows``; a method run round by round:
-    ``rows × (L + 1)``) stay within :data:`SCAN_BUDGET` for the whole chunk."""
+    """Runs per compiled call: :data:`~speculab.sim.jax_common.CHUNK`, or fewer so that the rows of ``V`` a run
+    evaluates inside the scan (a slotwise method whose tables exceed :data:`~speculab.sim.jax_common.TABLE_BUDGET`:
+    its ``rows``; a method run round by round: ``rows × (L + 1)``) stay within
+    :data:`~speculab.sim.jax_common.SCAN_BUDGET` for the whole chunk."""
     if slot_tables is not None:
-        return CHUNK
-    if method.slotwise:
+        return common.CHUNK
+    if _slotwise(method):
         per_run = method.rows * inst.V
     else:
         per_run = method.rows * (method.draft_length(inst.T) + 1) * inst.V
-    return max(1, min(CHUNK, SCAN_BUDGET // per_run))
-
-
-def _check_table_size(entries: int, what: str, method: Method) -> None:
-    if entries > TABLE_BUDGET:
-        raise ValueError(f"engine='jax' runs {type(method).__name__} from {what} of {entries} entries, over "
-                         f"TABLE_BUDGET = {TABLE_BUDGET}: use engine='numpy'")
+    return max(1, min(common.CHUNK, common.SCAN_BUDGET // per_run))
 
 
 def simulate_sweep(inst, methods, n_runs: int, key) -> list[Counts]:
     """Simulate a grid of one method's rule parameter and/or a stack of instances in one compiled call per chunk.
 
     The points of the sweep differ in their tables (the one-slot law of
-    :func:`_slot_tables`, the root's outcome from :meth:`~speculab.methods.Method.root_outcome`
+    :func:`_slot_tables`, the root's outcome from its :class:`~speculab.methods.capabilities.RootTable`
     when some point has several draft rows, and the instance's kernels) and in traced numbers,
     the lookahead ``K`` and the draft rows ``M`` (an adaptively drafting method: its
     rule's parameters, e.g. SpecDec++'s ``h`` and ``cap``, and its scores); they are stacked
@@ -472,7 +385,7 @@ def simulate_sweep(inst, methods, n_runs: int, key) -> list[Counts]:
     first, T = methods[0], insts[0].T
     for m in methods:
         check_method(m)
-        if not (m.slotwise or _adaptive(m)):
+        if not (_slotwise(m) or _adaptive(m)):
             raise ValueError(f"a sweep varies the parameters of one slotwise or adaptively drafting method; "
                              f"{type(m).__name__} is neither: run its points with simulate(..., engine='jax')")
         if type(m) is not type(first):
@@ -481,18 +394,16 @@ def simulate_sweep(inst, methods, n_runs: int, key) -> list[Counts]:
     if len({(i.T, t.shapes) for i, t in zip(insts, tables)}) > 1:
         raise ValueError("the instances of a sweep must have the same T, V and storage (all stationary, or all not)")
     if not tables[0].small(insts[0].V):
-        raise ValueError(f"the sweep's tables would exceed TABLE_BUDGET = {TABLE_BUDGET} entries per point; "
+        raise ValueError(f"the sweep's tables would exceed TABLE_BUDGET = {common.TABLE_BUDGET} entries per point; "
                          "run the points one by one with simulate(..., engine='jax')")
     key = as_jax_key(key)
     if _adaptive(first):
-        from speculab.sim.jax_adaptive import _simulate_adaptive
-
         return _simulate_adaptive(methods, insts, tables, n_runs, key, False)
     rows = max(m.rows for m in methods)
     slot = [_slot_tables(m, *t.arrays[:2], root=rows > 1) for m, t in zip(methods, tables)]
     for m, s in zip(methods, slot):
         if rows > 1 and "root_cJ" not in s:
-            raise ValueError(f"a sweep over draft rows needs the root as tables (Method.root_outcome); "
+            raise ValueError(f"a sweep over draft rows needs the root as tables (capabilities.RootTable); "
                              f"{type(m).__name__} has none")
     stacked = [jnp.stack([t.arrays[i] for t in tables]) for i in range(3)]
     stacked.append(jax.tree_util.tree_map(lambda *a: jnp.stack(a), *slot))
@@ -506,8 +417,8 @@ def simulate_sweep(inst, methods, n_runs: int, key) -> list[Counts]:
         sharding = NamedSharding(Mesh(np.array(devices), ("sweep",)), PartitionSpec("sweep"))
         stacked = jax.device_put(stacked, sharding)
     runs = [[] for _ in range(S)]
-    for start in range(0, n_runs, CHUNK):
-        n = min(CHUNK, n_runs - start)
+    for start in range(0, n_runs, common.CHUNK):
+        n = min(common.CHUNK, n_runs - start)
         key, sub = jax.random.split(key)
         counts, per_position, _ = _compiled_sweep(first, T, n, sweep)(jax.random.split(sub, S), *stacked)
         for s in range(S):
@@ -522,19 +433,11 @@ def _compiled_sweep(method: Method, T: int, n: int, sweep: tuple[int, bool]):
     return jax.jit(jax.vmap(_chunk_fn(method, T, n, False, sweep)))
 
 
-def _counts(counts: np.ndarray, rejected_per_position: np.ndarray, seq, T: int, extra: tuple = ()) -> Counts:
-    rejections, oracle, drafts, accepted, bonus = counts
-    return Counts.of_runs(rejections=rejections, oracle_calls=oracle, draft_calls=drafts, accepted=accepted,
-                          bonus=bonus, T=T, rejected_per_position=rejected_per_position,
-                          sequences=None if seq is None else np.ascontiguousarray(np.asarray(seq).T, dtype=np.int64),
-                          extra={name: np.full(rejections.size, T, dtype=np.int64) for name in extra})
-
-
 def uniforms_per_position(method: Method, inst: MarkovInstance) -> int:
     """The uniforms the engine draws per position and run for ``method`` on ``inst`` (the module docstring;
     SpecDec++ also draws one per slot of its pool, which holds about as many chains as are drafting past rejections)."""
     check_method(method)
-    if method.slotwise:
+    if _slotwise(method):
         tables = _Tables(inst, _jax()[1])
         return _slot_width(method.rows, _slot_tables(method, *tables.arrays[:2]) if tables.small(inst.V) else None)
     if _adaptive(method):  # 3 per run, and one per slot of the pool of chains drafting past rejections

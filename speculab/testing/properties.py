@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from speculab.methods.base import Method
+from speculab.methods.capabilities import AdaptiveLength, PositionLaw, has
 from speculab.theory.instance import MarkovInstance
 
 __all__ = ["MethodEnumeration", "enumerate_method", "assert_preserves_target_law", "assert_counts_match_theory"]
@@ -68,7 +69,7 @@ def _check(method, inst, max_sequences: int) -> None:
     if inst.V ** (inst.T + 1) > max_sequences:
         raise ValueError(f"inst has {inst.V}^{inst.T + 1} = {inst.V ** (inst.T + 1):,} sequences, more than "
                          f"max_sequences={max_sequences:,}: exact enumeration is for a few tokens and positions")
-    if method.position_law(inst) is not None or method.adaptive_drafting(inst) is not None:
+    if has(method, PositionLaw) or has(method, AdaptiveLength):
         raise ValueError(f"{type(method).__name__} has no round rule of its own (it decides per position or while "
                          f"drafting): these checks enumerate round laws only")
 

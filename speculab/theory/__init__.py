@@ -1,8 +1,8 @@
 """Closed forms of speculative decoding theory (numpy/scipy only, no sampling).
 
 Convention everywhere: ``p`` = draft model, ``q`` = target model (as in [Yin]).
-This package holds the mathematics; how each method runs (its rule, simulator
-step and exact expectations) is in :mod:`speculab.methods`.
+This package holds the mathematics; how each method runs (its rule, its laws and
+exact expectations) is in :mod:`speculab.methods`.
 """
 
 from speculab.theory.divergences import js, kl, residual, residual_mass, sd_acceptance, tv
