@@ -124,9 +124,10 @@ def markdown(result: dict) -> str:
         if other:
             line += f" {row['other_s']:.3f} | {row['ratio']:.2f} |"
         lines.append(line)
+    labels = f" --label \"{result['label']}\"" + (f" --other-label \"{result['other_label']}\"" if other else "")
     note = (f"Medians of {result['repeats']} alternating runs of {result['runs']:,} simulated runs per case "
             f"(`python benchmarks/bench_engine.py --runs {result['runs']} --repeats {result['repeats']}"
-            + (" --against DIR" if other else "") + "`)")
+            + (" --against DIR" if other else "") + labels + "`)")
     if other:
         note += f"; median ratio over the {len(result['cases'])} cases: {result['median_ratio']:.2f}"
     return "\n".join(lines) + "\n\n" + note + ".\n"

@@ -313,9 +313,9 @@ def test_a_huge_M_costs_what_convergence_costs_and_is_the_limit():
 
 
 def test_a_chunk_of_one_run_draws_every_root_row(agrees):
-    """The root loop leaves early once no run is pending; with one run per chunk, a run still pending after a
-    refused row must go on to the next row, not to the residual (found by mutation testing: ``== 1`` for ``== 0``
-    passed, since with thousands of runs per chunk exactly one pending run is rare). Root law against q, |z| < 5."""
+    """With one run per chunk, batch SD's root (drawn from its table, ``BatchSD.root_outcome``) still gives every
+    root row its chance (the old numpy root loop, which left early once no run was pending, failed this when a
+    mutant made it leave with one run left). Root law against q, |z| < 5."""
     from speculab.sim import BatchSD, engine, simulate
 
     p, q = np.array([0.8, 0.1, 0.1]), np.array([0.1, 0.1, 0.8])  # far apart: a refused root row is likely

@@ -360,7 +360,7 @@ ROOT_CASES = [m for m in METHODS if m.rows > 1]
 @pytest.mark.parametrize("method", ROOT_CASES, ids=[repr(m) for m in ROOT_CASES])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_root_outcome_is_the_round_laws_root_over_the_drafts(method, seed):
-    """The table engines read (Method.root_outcome) is the round law's root averaged over the M drafted tokens:
+    """The table engines read (RootTable.root_outcome) is the round law's root averaged over the M drafted tokens:
     for every tuple of first tokens (weight Π p(x_m)), a followed row adds its token, a refusal its correction law."""
     import itertools
 

@@ -8,7 +8,7 @@ import pytest
 
 from _enumerate import enumerate_decoding
 from conftest import assert_power, binomial_se, power
-from speculab.sim import SD, Autoregressive, BatchSD, BlockVerification, RejectionDecoding, simulate
+from speculab.sim import SD, Autoregressive, BatchSD, BlockVerification, RejectionDecoding, Sprinter, simulate
 from speculab.methods import Method
 from speculab.methods.capabilities import Slotwise, has
 from speculab.methods.sd import sd_rule
@@ -341,6 +341,39 @@ def test_a_methods_spoilt_law_is_refused_by_name(method, match):
     law that is not a law or leaves nothing to output are refused with the method's and the member's names."""
     with pytest.raises(ValueError, match=match):
         simulate(_tiny(2, T=5), method, 200, key=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class _NoRejectionWeight(SD):
+    def rule(self, p, q):
+        b, R = super().rule(p, q)
+        return b * 0.5, R * 0.0  # refusals possible, nothing to output after one
+
+
+@dataclasses.dataclass(frozen=True)
+class _LongRounds(BlockVerification):
+    def draft_length(self, remaining):
+        return remaining + 1
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _KeepsTooOften(Sprinter):
+    def position_law(self, inst):
+        free, called, correction, extra = super().position_law(inst)
+        return 3 * free, called, correction, extra
+
+
+@pytest.mark.parametrize("engine", ["numpy", "jax"])
+@pytest.mark.parametrize("method, match", [
+    (_NoRejectionWeight(), r"_NoRejectionWeight's rule gives a rejection law P without weight at a context where"),
+    (_LongRounds(2), r"_LongRounds.draft_length\(1\) gave 2; a round that may output 1 more tokens drafts 0 to 1"),
+    (_KeepsTooOften(0.9, 0.1), r"_KeepsTooOften.position_law gave probabilities of keeping a draft that are"),
+], ids=lambda v: type(v).__name__ if not isinstance(v, str) else None)
+def test_laws_no_engine_can_run_are_refused_before_either_runs(method, match, engine):
+    """simulate checks, for both engines, what neither checks well inside its loop: a refusal with nothing to output,
+    a round drafting more than it may output, a position law that is not a law (speculab/sim/_laws.py)."""
+    with pytest.raises(ValueError, match=match):
+        simulate(_tiny(0), method, 10, key=0, engine=engine)
 
 
 def test_both_engines_read_a_method_the_same_way():

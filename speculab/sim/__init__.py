@@ -24,6 +24,7 @@ from speculab.methods import (
 )
 from speculab.methods.specdecpp import TableHead, miscalibrated_head, noisy_head, oracle_head
 from speculab.sim import engine as _engine
+from speculab.sim._laws import check_laws
 from speculab.theory.instance import MarkovInstance
 from speculab.theory._checks import MESSAGE
 
@@ -97,6 +98,7 @@ def simulate(
     if not isinstance(method, Method):
         raise ValueError(f"method must be a speculab method (e.g. SD(), BatchSD(4)); got {method!r}")
     n_runs = as_positive_int(n_runs, "n_runs")
+    check_laws(method, inst)
     if engine == "jax":
         from speculab.sim.jax_engine import simulate_jax
 
