@@ -30,10 +30,10 @@ def cases():
     from speculab.methods import OptimalMultiDraft
     from speculab.theory import MarkovInstance
 
-    narrow = MarkovInstance.random(T=50, V=7, key=10, rows="uniform")
+    narrow = MarkovInstance.random(T=50, V=7, key=10, row_law="uniform")
     wide = MarkovInstance.random(T=20, V=256, key=10)
     methods = [Autoregressive(), SD(), SD(K=4), BatchSD(4), Biased(0.1), Fuzzy(0.3), BlockVerification(4),
-               Sprinter(0.9, 0.1), SpecDecPP(0.5, cap=4), OptimalMultiDraft(2, K=4)]
+               Sprinter(0.9, 0.1), SpecDecPP(0.5, max_K=4), OptimalMultiDraft(2, K=4)]
     out = [(f"{m!r} T=50 V=7", narrow, m) for m in methods]
     out += [(f"{m!r} T=20 V=256", wide, m) for m in methods if not isinstance(m, OptimalMultiDraft)]
     return out

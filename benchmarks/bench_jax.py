@@ -1,7 +1,7 @@
 """The JAX simulation engine against the numpy engine, measured in one run.
 
 On a [Yin] App. F instance (T = 50, V = 7, uniform rows) for SD (K = ∞), batch SD
-(M = 8), biased (ε = 0.1) and SpecDec++ (h = 0.8, cap 20, oracle head): token positions
+(M = 8), biased (ε = 0.1) and SpecDec++ (h = 0.8, max_K = 20, oracle head): token positions
 per second of each engine (median of repeats, after one call that compiles — compile
 time reported apart), their ratio, and the random-number bound of the JAX engine
 (JAX's uniforms per second divided by the uniforms the method draws per position,
@@ -41,7 +41,7 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--sweep-runs", type=int, default=20_000)
     args = ap.parse_args(argv)
-    inst = MarkovInstance.random(T=50, V=7, key=0, rows="uniform")
+    inst = MarkovInstance.random(T=50, V=7, key=0, row_law="uniform")
     positions = args.runs * inst.T
     for method in (SD(), BatchSD(M=8), Biased(0.1), SpecDecPP(0.8)):
         t0 = time.perf_counter()

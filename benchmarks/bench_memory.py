@@ -49,8 +49,8 @@ CASES = {
         STATIONARY, "sprinter_profile(inst, sprinter_pass_probabilities(inst, 0.9, 0.2))"),
     "tradeoff_profile (biased ε=0.1), stationary T=V=1000": (
         STATIONARY, "tradeoff_profile(inst, lambda p, q: biased_acceptance(p, q, 0.1), canonical_optimal_rejection)"),
-    "optimal_stopping, at NODE_BUDGET (V=2, cap=19)": (
-        "inst = MarkovInstance.random(30, 2, 0)", "optimal_stopping(inst, 0.1, 1.0, cap=19)"),
+    "optimal_stopping, at NODE_BUDGET (V=2, max_K=19)": (
+        "inst = MarkovInstance.random(30, 2, 0)", "optimal_stopping(inst, 0.1, 1.0, max_K=19)"),
     "markov_tv, at MAX_SEQUENCES (2^20)": (
         "inst = MarkovInstance.random(19, 2, 0)", "markov_tv(inst.rho, inst.P, inst.Q)"),
     "fuzzy_sequence_law, at MAX_ENUMERATION (2^22)": (

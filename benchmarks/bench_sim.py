@@ -52,7 +52,7 @@ def main() -> None:
     ap.add_argument("--baseline-runs", type=int, default=1_000, help="runs for the slow loop (scaled per run)")
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
-    inst = MarkovInstance.random(50, 7, np.random.default_rng(10), rows="uniform")
+    inst = MarkovInstance.random(50, 7, np.random.default_rng(10), row_law="uniform")
     rng = np.random.default_rng(0)
     fast = _median_seconds(lambda: simulate(inst, SD(), args.runs, rng), args.repeats)
     slow = _median_seconds(lambda: loop_baseline(inst, args.baseline_runs, rng), max(1, args.repeats // 2))

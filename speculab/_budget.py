@@ -1,7 +1,7 @@
 """Work budgets of the exact computations whose size explodes with the instance.
 
-Block verification's exact counts enumerate ``V^(γ+2)`` block prefixes (``MAX_PATHS``), SpecDec++'s
-recursion walks a draft tree of ``V · V^min(cap, T)`` leaves (``NODE_BUDGET``), and optimal multi-draft
+Block verification's exact counts enumerate ``V^(K+2)`` block prefixes (``MAX_PATHS``), SpecDec++'s
+recursion walks a draft tree of ``V · V^min(max_K, T)`` leaves (``NODE_BUDGET``), and optimal multi-draft
 verification solves one linear program of ``Σ_S |S|`` variables per pair of rows (``LP_BUDGET``). Each is
 estimated before any work starts and refused past its budget with a :class:`~speculab._validate.TooLarge`
 that gives the estimate; :func:`work_budget` scales every budget for a block of code (``--budget`` on the

@@ -68,7 +68,7 @@ def _add_instance_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--instance", metavar="FILE", help="a Markov instance saved with MarkovInstance.save / `speculab instance`")
     g.add_argument("--T", type=_count(1), default=50, help="horizon (default 50)")
     g.add_argument("--V", type=_count(1), default=7, help="vocabulary size (default 7)")
-    g.add_argument("--rows", choices=["dirichlet", "uniform"], default="dirichlet", help="row generator (default dirichlet)")
+    g.add_argument("--row-law", choices=["dirichlet", "uniform"], default="dirichlet", help="how each row of P and Q is drawn (default dirichlet)")
     g.add_argument("--concentration", type=float, default=1.0, help="Dirichlet concentration (default 1)")
     g.add_argument("--instance-seed", type=_count(0), default=None,
                    help="seed of the random instance (default: --seed)")
@@ -81,7 +81,7 @@ def _instance(args):
         return MarkovInstance.load(args.instance)
     seed = args.seed if args.instance_seed is None else args.instance_seed
     try:
-        return MarkovInstance.random(args.T, args.V, seed, rows=args.rows, concentration=args.concentration)
+        return MarkovInstance.random(args.T, args.V, seed, row_law=args.row_law, concentration=args.concentration)
     except ValueError as err:
         if "array is too big" in str(err):  # numpy's refusal of an allocation past its limits: out of memory
             raise MemoryError(f"--T {args.T} --V {args.V}: the instance's 2·T·V² = {2 * args.T * args.V ** 2:,} "
@@ -105,7 +105,7 @@ def _describe(args, inst) -> dict:
     if args.instance:
         return {"file": args.instance, "T": inst.T, "V": inst.V}
     seed = args.seed if args.instance_seed is None else args.instance_seed
-    return {"T": inst.T, "V": inst.V, "rows": args.rows, "concentration": args.concentration, "seed": seed}
+    return {"T": inst.T, "V": inst.V, "row_law": args.row_law, "concentration": args.concentration, "seed": seed}
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
@@ -536,12 +536,12 @@ def cmd_build_tiny(args) -> None:
 
 #: Examples shown by every command's ``--help`` (each is a valid command line: ``tests/test_cli.py`` parses them).
 EXAMPLES = {
-    "theory rejections": ["speculab theory rejections --T 50 --V 7 --rows uniform --seed 10",
+    "theory rejections": ["speculab theory rejections --T 50 --V 7 --row-law uniform --seed 10",
                           "speculab theory rejections --instance inst.npz --per-position --json"],
-    "theory batch": ["speculab theory batch --T 50 --V 7 --rows uniform --seed 10 --M 1 2 4 8 inf"],
+    "theory batch": ["speculab theory batch --T 50 --V 7 --row-law uniform --seed 10 --M 1 2 4 8 inf"],
     "sim": ["speculab sim --T 50 --V 7 --seed 0 --n-runs 100000",
             "speculab sim --method batch --M 4 --n-runs 20000 --engine jax",
-            "speculab sim --method block --gamma 4 --checkpoint sim.jsonl   # Ctrl-C, then the same + --resume"],
+            "speculab sim --method block --K 4 --checkpoint sim.jsonl   # Ctrl-C, then the same + --resume"],
     "methods": ["speculab methods", "speculab methods --json"],
     "instance": ["speculab instance --T 50 --V 7 --seed 3 --out inst.npz"],
     "run": ["speculab run --pair tiny --method sd --K 4 --prompt 'Return the'",

@@ -176,11 +176,11 @@ def compare(
     return comp
 
 
-def _speed_rows(pair, prompts, method, max_new_tokens, sampling, seed) -> list[Row]:
+def _speed_rows(pair, prompts, method, max_new_tokens, sampling, key) -> list[Row]:
     """The latency model's predicted speed-up and times per token against the clock (no z: one timed run each)."""
     from speculab.backends.latency import speed_check
 
-    check = speed_check(pair, prompts, method, max_new_tokens=max_new_tokens, key=seed, sampling=sampling)
+    check = speed_check(pair, prompts, method, max_new_tokens=max_new_tokens, key=key, sampling=sampling)
     where = f"fit on {check.fit_prompts} prompts, measured on {check.test_prompts}, one prompt at a time"
     nan = float("nan")
     return [

@@ -305,12 +305,12 @@ def _lossless_methods(pair, names, k: int) -> dict:
         elif name == "batch":
             out[f"batch M=4 K={k}"] = BatchSD(4, K=k)
         elif name == "block":
-            out[f"block γ={k}"] = BlockVerification(k)
+            out[f"block K={k}"] = BlockVerification(k)
         elif name == "specdecpp":
             if not isinstance(pair.draft, HFModel):
                 continue  # its head reads a Hugging Face draft's hidden states
             width = pair.draft.model.config.hidden_size
-            out[f"specdecpp h=0.5 cap={k} (head ≡ 0.8)"] = SpecDecPP(0.5, head=constant_head(width, 0.8), cap=k)
+            out[f"specdecpp h=0.5 max_K={k} (head ≡ 0.8)"] = SpecDecPP(0.5, head=constant_head(width, 0.8), max_K=k)
         else:
             raise ValueError(f"methods: {name!r} has no law test here; choose among {', '.join(METHODS)}")
     return out
@@ -417,7 +417,7 @@ def _timed(pair, fn) -> tuple[Any, float]:
     return out, time.perf_counter() - t0
 
 
-def _speed(report: Validation, pair, sampling, seed: int, batch_prompts: int, tokens: int, one_prompts: int) -> None:
+def _speed(report: Validation, pair, sampling, key: int, batch_prompts: int, tokens: int, one_prompts: int) -> None:
     from speculab.backends import decode
     from speculab.backends.journal import unrecorded
     from speculab.backends.latency import speed_check
@@ -428,26 +428,26 @@ def _speed(report: Validation, pair, sampling, seed: int, batch_prompts: int, to
     many = [prompts[i % len(prompts)] for i in range(batch_prompts)]
     few = [prompts[i % len(prompts)] for i in range(one_prompts)]
     with unrecorded():
-        decode(pair, few[:2], SD(K=K), max_new_tokens=4, sampling=sampling, key=seed)  # warm-up (kernels, caches)
+        decode(pair, few[:2], SD(K=K), max_new_tokens=4, sampling=sampling, key=key)  # warm-up (kernels, caches)
         for method in (Autoregressive(), SD(K=K)):
             res, s = _timed(pair, lambda: decode(pair, many, method, max_new_tokens=tokens, sampling=sampling,
-                                                   key=seed))
+                                                   key=key))
             tokens_out = int(res.counts.tokens.sum())
             report.speed.append(SpeedRow(f"{method!r}, {batch_prompts} prompts batched", tokens_out, s))
         for method in (Autoregressive(), SD(K=K)):
-            res, s = _timed(pair, lambda: decode(pair, few, method, max_new_tokens=tokens, sampling=sampling, key=seed,
+            res, s = _timed(pair, lambda: decode(pair, few, method, max_new_tokens=tokens, sampling=sampling, key=key,
                                                    batch_size=1))
             report.speed.append(SpeedRow(f"{method!r}, one prompt at a time", int(res.counts.tokens.sum()), s))
-    assisted = _assisted(pair, few, tokens, sampling, seed)
+    assisted = _assisted(pair, few, tokens, sampling, key)
     if assisted is not None:
         report.speed.append(assisted)
-    check = speed_check(pair, prompts[: max(one_prompts, 8)], SD(K=K), max_new_tokens=tokens, key=seed,
+    check = speed_check(pair, prompts[: max(one_prompts, 8)], SD(K=K), max_new_tokens=tokens, key=key,
                         sampling=sampling)
     report.latency = {"predicted": check.predicted, "measured": check.measured, "error": check.error,
                       "fit_prompts": check.fit_prompts, "test_prompts": check.test_prompts}
 
 
-def _assisted(pair, prompts: list[str], tokens: int, sampling, seed: int) -> SpeedRow | None:
+def _assisted(pair, prompts: list[str], tokens: int, sampling, key: int) -> SpeedRow | None:
     """Hugging Face's assisted generation (its own speculative sampling) at the same ``K``, one prompt at a time
     (``None`` where the draft is not a Hugging Face model)."""
     import torch
@@ -472,7 +472,7 @@ def _assisted(pair, prompts: list[str], tokens: int, sampling, seed: int) -> Spe
         try:
             with torch.inference_mode(), torch.random.fork_rng(devices=[pair.device] if pair.device.type == "cuda"
                                                                else []):
-                torch.manual_seed(seed)  # generate draws from torch's global generator (forked: restored after)
+                torch.manual_seed(key)  # generate draws from torch's global generator (forked: restored after)
                 for p in prompts:
                     ids = torch.tensor([pair.tokenizer.encode(p)], dtype=torch.long, device=pair.device)
                     out = target.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config,

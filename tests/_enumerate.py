@@ -381,11 +381,11 @@ def enumerate_sprinter(P, Q, rho, v) -> Enumeration:
                        rejections_sq=mom["rej2"], oracle_calls_sq=mom["orc2"])
 
 
-def enumerate_specdecpp(P, Q, rho, A, h, cap) -> dict:
+def enumerate_specdecpp(P, Q, rho, A, h, max_K) -> dict:
     """Exact law and expected counts of SpecDec++ with head table ``A[t, prev, x]``, run literally.
 
     Each round (from prefix ``x_0..x_s``) drafts ``y_1, y_2, …`` one at a time from P,
-    multiplies the predictions ``A``, stops when ``1 − Π > h``, at ``cap`` drafts or at
+    multiplies the predictions ``A``, stops when ``1 − Π > h``, at ``max_K`` drafts or at
     the horizon; then scans the drafts with ``min(1, Q/P)``, draws ``[Q − P]_+`` at the
     first rejection, or a bonus from Q after all drafts if a position is left.
     """
@@ -417,7 +417,7 @@ def enumerate_specdecpp(P, Q, rho, A, h, cap) -> dict:
                 continue
             pr = prod * A[s, prev, y]
             grown = chain + (y,)
-            if 1.0 - pr > h or len(grown) >= cap or s + 1 >= T:
+            if 1.0 - pr > h or len(grown) >= max_K or s + 1 >= T:
                 scan(seq, grown, wy, {**c, "draft_calls": c["draft_calls"] + len(grown)})
             else:
                 draft(seq, grown, pr, wy, c)

@@ -408,7 +408,7 @@ def test_every_function_of_an_instance_refuses_anything_else_by_name():
             checked.append(f)
     methods = [cls(**{"sd": {}, "ar": {}, "batch": {"M": 2}, "rejection": {"b": lambda p, q: 0 * p},
                       "biased": {"eps": 0.1}, "fuzzy": {"theta": 0.1}, "sprinter": {"eta_tp": 0.5, "eta_fp": 0.5},
-                      "specdecpp": {"h": 0.5}, "block": {"gamma": 2}, "optimal-batch": {"M": 2}}[name])
+                      "specdecpp": {"h": 0.5}, "block": {"K": 2}, "optimal-batch": {"M": 2}}[name])
                for name, cls in REGISTRY.items()]
     assert len(checked) >= 20 and len(methods) == len(REGISTRY)
     for bad in ("inst.npz", np.ones((3, 2, 2)), None):

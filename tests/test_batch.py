@@ -145,7 +145,7 @@ def test_the_root_probability_of_every_position_is_the_round_starts_of_the_looka
 
 
 def test_limit_is_positive_on_the_paper_instance_and_reached():
-    inst = MarkovInstance.random(50, 7, 10, rows="uniform")
+    inst = MarkovInstance.random(50, 7, 10, row_law="uniform")
     limit = batch_expected_rejections(inst, np.inf).rejections
     assert 0 < limit < sd_expected_rejections(inst).rejections
     assert batch_expected_rejections(inst, 20_000).rejections == pytest.approx(limit, abs=1e-3)
@@ -161,7 +161,7 @@ def test_support_gap_instance_limit():
 # -- Monte Carlo -------------------------------------------------------------------------
 @pytest.mark.parametrize("M", [1, 2, 4])
 def test_simulation_matches_t3(M, agrees):
-    inst = MarkovInstance.random(50, 7, 10, rows="uniform")
+    inst = MarkovInstance.random(50, 7, 10, row_law="uniform")
     prof = batch_expected_rejections(inst, M)
     c = simulate(inst, BatchSD(M), 20_000, key=M)
     agrees(c.estimate("rejections"), prof.rejections, "rejections")
@@ -294,10 +294,10 @@ def test_the_jumps_are_closer_to_the_exact_chain_than_stepping():
 
 
 def test_yins_instance_at_a_million_drafts_is_the_limit():
-    """[Yin]'s T = 50, V = 7 instance (``speculab theory batch --T 50 --V 7 --rows uniform --seed 10``): M = 10^6 is
+    """[Yin]'s T = 50, V = 7 instance (``speculab theory batch --T 50 --V 7 --row-law uniform --seed 10``): M = 10^6 is
     the M = ∞ value to every digit (the issue's case, minutes when stepped); M = 10^4 is not yet, by what the
     stepped chain gave (11.968042282095695, 10 s)."""
-    inst = MarkovInstance.random(50, 7, 10, rows="uniform")
+    inst = MarkovInstance.random(50, 7, 10, row_law="uniform")
     limit = batch_expected_rejections(inst, np.inf).rejections
     assert batch_expected_rejections(inst, 10**6).rejections == limit == pytest.approx(11.967354430489578, abs=1e-14)
     assert batch_expected_rejections(inst, 10**4).rejections - limit == pytest.approx(6.878516e-4, rel=1e-5)

@@ -450,7 +450,7 @@ def test_a_drafting_head_is_batched_and_decides_as_one_prompt_at_a_time(pair, sa
     from _heads import random_head
     from speculab.methods import SpecDecPP
 
-    method, prompts = SpecDecPP(0.35, head=random_head(pair, 3), cap=5), default_prompts()[:6] + ["x"]
+    method, prompts = SpecDecPP(0.35, head=random_head(pair, 3), max_K=5), default_prompts()[:6] + ["x"]
     heard, calls = {}, {}
     for size in (1, None):
         heard[size], before = [], pair.target.forward_calls

@@ -1,6 +1,6 @@
 """Block verification (Sun et al., ICLR 2025; SPEC BV): the rule against a literal reading of the algorithm.
 
-The reference below enumerates every block ``x_1..x_γ`` and reads the algorithm
+The reference below enumerates every block ``x_1..x_K`` and reads the algorithm
 literally (``τ`` = the largest ``i`` with ``η_i < h_i``, so ``P(τ = i | block) =
 h_i Π_{j>i}(1 − h_j)``), with its own loops; nothing in it comes from speculab.
 The generic checks (law = target's on Markov instances, exact counts = enumeration,
@@ -24,15 +24,15 @@ from speculab.theory import MarkovInstance, lookahead_counts
 
 
 # -- a literal reference ---------------------------------------------------------------------------------------
-def _literal(Pk, Qk, a0, gamma):
+def _literal(Pk, Qk, a0, K):
     """Every block with its probability and the algorithm's quantities, read literally.
 
     ``Pk[i][a, x]``, ``Qk[i][a, x]``: draft and target laws of slot ``i + 1`` after token ``a``
-    (``Qk`` has ``γ + 1`` slots). Returns ``{block: (prob, w, r, h, P(τ = ·))}``.
+    (``Qk`` has ``K + 1`` slots). Returns ``{block: (prob, w, r, h, P(τ = ·))}``.
     """
     V = Pk[0].shape[0]
     out = {}
-    for block in itertools.product(range(V), repeat=gamma):
+    for block in itertools.product(range(V), repeat=K):
         prev, prob, w = a0, 1.0, [1.0]
         for i, x in enumerate(block):
             prob *= Pk[i][prev, x]
@@ -42,30 +42,30 @@ def _literal(Pk, Qk, a0, gamma):
         if prob == 0:
             continue
         ctx = (a0,) + block
-        r = [sum(max(w[i] * Qk[i][ctx[i], y] - Pk[i][ctx[i], y], 0.0) for y in range(V)) for i in range(gamma)]
+        r = [sum(max(w[i] * Qk[i][ctx[i], y] - Pk[i][ctx[i], y], 0.0) for y in range(V)) for i in range(K)]
         # h_i = r_i / (r_i + 1 − w_i), summed as (1 − w_i) + r_i: exact near w_i = 1, so h_i <= 1 in floats too
-        h = [1.0] + [r[i] / ((1 - w[i]) + r[i]) if (1 - w[i]) + r[i] > 0 else 0.0 for i in range(1, gamma)] + [w[gamma]]
-        tau = [h[i] * math.prod(1 - h[j] for j in range(i + 1, gamma + 1)) for i in range(gamma + 1)]
+        h = [1.0] + [r[i] / ((1 - w[i]) + r[i]) if (1 - w[i]) + r[i] > 0 else 0.0 for i in range(1, K)] + [w[K]]
+        tau = [h[i] * math.prod(1 - h[j] for j in range(i + 1, K + 1)) for i in range(K + 1)]
         out[block] = (prob, w, r, h, tau)
     return out
 
 
-def _kernels(draw, V, gamma):
+def _kernels(draw, V, K):
     def law():
         w = np.array(draw(st.lists(st.floats(0, 1), min_size=V, max_size=V)))
         w[draw(st.integers(0, V - 1))] += 0.05  # never all zero
         return w / w.sum()
 
-    Pk = [np.array([law() for _ in range(V)]) for _ in range(gamma)]
-    Qk = [np.array([law() for _ in range(V)]) for _ in range(gamma + 1)]
+    Pk = [np.array([law() for _ in range(V)]) for _ in range(K)]
+    Qk = [np.array([law() for _ in range(V)]) for _ in range(K + 1)]
     return Pk, Qk
 
 
 @st.composite
 def blocks(draw):
-    V, gamma = draw(st.integers(2, 3)), draw(st.integers(1, 3))
-    Pk, Qk = _kernels(draw, V, gamma)
-    return Pk, Qk, draw(st.integers(0, V - 1)), gamma
+    V, K = draw(st.integers(2, 3)), draw(st.integers(1, 3))
+    Pk, Qk = _kernels(draw, V, K)
+    return Pk, Qk, draw(st.integers(0, V - 1)), K
 
 
 def _arrays(Pk, Qk, a0, block):
@@ -78,8 +78,8 @@ def _arrays(Pk, Qk, a0, block):
 
 @given(blocks())
 def test_round_law_is_the_literal_algorithm(case):
-    Pk, Qk, a0, gamma = case
-    for block, (_, _, r, _, tau) in _literal(Pk, Qk, a0, gamma).items():
+    Pk, Qk, a0, K = case
+    for block, (_, _, r, _, tau) in _literal(Pk, Qk, a0, K).items():
         law = block_round_law(*_arrays(Pk, Qk, a0, block), bonus=True)
         np.testing.assert_allclose(law.outcome[0, 0], tau, atol=1e-12)
         assert law.outcome[0, 0].sum() == pytest.approx(1.0, abs=1e-12)
@@ -88,21 +88,21 @@ def test_round_law_is_the_literal_algorithm(case):
 @given(blocks())
 def test_prefix_property_output_law_and_paired_probabilities(case):
     """P(τ ≥ i, x_{1:i}) = p(x_{1:i}) w_i; the output is the target's law; r_i/w_i and the accept probability."""
-    Pk, Qk, a0, gamma = case
+    Pk, Qk, a0, K = case
     V = Pk[0].shape[0]
-    lit = _literal(Pk, Qk, a0, gamma)
+    lit = _literal(Pk, Qk, a0, K)
     ge = {}  # (prefix) -> P(τ ≥ len(prefix), x̃ starts with prefix)
-    out = np.zeros((V,) * (gamma + 1))  # the output continued by the target to γ + 1 tokens
+    out = np.zeros((V,) * (K + 1))  # the output continued by the target to K + 1 tokens
     for block, (prob, w, r, h, tau) in lit.items():
-        for i in range(gamma + 1):
+        for i in range(K + 1):
             ge[block[:i]] = ge.get(block[:i], 0.0) + prob * sum(tau[i:])
         law = block_round_law(*_arrays(Pk, Qk, a0, block), bonus=True)
-        for i in range(gamma + 1):
+        for i in range(K + 1):
             corr = law.correction[0, 0, i] / law.correction[0, 0, i].sum()
             for y in range(V):
                 z = block[:i] + (y,)
                 mass = prob * tau[i] * corr[y]
-                for rest in itertools.product(range(V), repeat=gamma - i):  # continue from the target
+                for rest in itertools.product(range(V), repeat=K - i):  # continue from the target
                     full, m = z + rest, mass
                     for j, v in enumerate(rest, start=i + 1):
                         m *= Qk[j][full[j - 1], v]
@@ -116,7 +116,7 @@ def test_prefix_property_output_law_and_paired_probabilities(case):
             w_i = 1.0 if w_i * Qk[j][prev, x] >= Pk[j][prev, x] else w_i * Qk[j][prev, x] / Pk[j][prev, x]
             prev = x
         assert mass == pytest.approx(p_i * w_i, abs=1e-12)
-        if i < gamma and mass > 1e-9:
+        if i < K and mass > 1e-9:
             block = next(b for b in lit if b[:i] == prefix)
             law = block_round_law(*_arrays(Pk, Qk, a0, block), bonus=True)
             stop = mass - sum(ge.get(prefix + (x,), 0.0) for x in range(V))
@@ -132,23 +132,23 @@ def test_prefix_property_output_law_and_paired_probabilities(case):
                     law2 = block_round_law(*_arrays(Pk, Qk, a0, b2), bonus=True)
                     assert law2.accept_prob[0, 0, i] == pytest.approx(ge[grown] / at_least_i, abs=1e-9)
     target = np.zeros_like(out)
-    for z in itertools.product(range(V), repeat=gamma + 1):
+    for z in itertools.product(range(V), repeat=K + 1):
         ctx = (a0,) + z
-        target[z] = math.prod(Qk[j][ctx[j], ctx[j + 1]] for j in range(gamma + 1))
+        target[z] = math.prod(Qk[j][ctx[j], ctx[j + 1]] for j in range(K + 1))
     np.testing.assert_allclose(out, target, atol=1e-12)
 
 
 @given(blocks())
 def test_never_fewer_accepted_drafts_than_token_verification_in_expectation(case):
     """E[τ] of block verification >= that of SD over the blocks drafted from a context (Sun et al.: optimal)."""
-    Pk, Qk, a0, gamma = case
+    Pk, Qk, a0, K = case
     bv_mean = sd_mean = 0.0
-    for block, (prob, _, _, _, tau) in _literal(Pk, Qk, a0, gamma).items():
+    for block, (prob, _, _, _, tau) in _literal(Pk, Qk, a0, K).items():
         args = _arrays(Pk, Qk, a0, block)
         bv = block_round_law(*args, bonus=True).expected_accepted()[0][0]
         assert bv == pytest.approx(sum(i * t for i, t in enumerate(tau)), abs=1e-12)
         bv_mean += prob * bv
-        sd_mean += prob * SD(K=gamma).round_law(*args, bonus=True).expected_accepted()[0][0]
+        sd_mean += prob * SD(K=K).round_law(*args, bonus=True).expected_accepted()[0][0]
     assert bv_mean >= sd_mean - 1e-12
 
 
@@ -174,7 +174,7 @@ def test_not_per_block():
 
 
 def test_binary_example_of_the_paper():
-    """SPEC BV: q = (1/3, 2/3), p = (2/3, 1/3), γ = 2 — SD accepts 10/9 drafts per round, BV 11/9."""
+    """SPEC BV: q = (1/3, 2/3), p = (2/3, 1/3), K = 2 — SD accepts 10/9 drafts per round, BV 11/9."""
     p, q = [2 / 3, 1 / 3], [1 / 3, 2 / 3]
     assert block_accepted(p, q, 2) == pytest.approx(11 / 9, abs=1e-14)
     P, Q = np.array([p, p]), np.array([q, q])  # context-free kernels
@@ -183,7 +183,7 @@ def test_binary_example_of_the_paper():
                                 for b, (prob, *_) in lit.items())
     assert per_round(block_round_law) == pytest.approx(11 / 9, abs=1e-14)
     assert per_round(SD(K=2).round_law) == pytest.approx(10 / 9, abs=1e-14)  # α + α², α = 1 − TV = 2/3
-    assert block_accepted(p, q, 1) == pytest.approx(2 / 3, abs=1e-14)  # γ = 1: SD's 1 − TV
+    assert block_accepted(p, q, 1) == pytest.approx(2 / 3, abs=1e-14)  # K = 1: SD's 1 − TV
 
 
 def test_gamma_one_is_speculative_decoding():
@@ -202,21 +202,21 @@ def test_gamma_one_is_speculative_decoding():
     np.testing.assert_allclose(unit(a.correction), unit(b.correction), atol=1e-15)
 
 
-@pytest.mark.parametrize("gamma", [1, 2, 3])
-def test_counts_per_position_equal_the_enumeration(gamma):
+@pytest.mark.parametrize("K", [1, 2, 3])
+def test_counts_per_position_equal_the_enumeration(K):
     """Where each rejection and each bonus falls, not only how many (the generic table checks totals and
-    rejections per position): against the literal enumeration of rounds, and at γ = 1 against SD's own lookahead
+    rejections per position): against the literal enumeration of rounds, and at K = 1 against SD's own lookahead
     counts, every per-position array (a bonus booked at ``s − L`` instead of ``s + L`` was found by mutation)."""
     from _enumerate import enumerate_rounds
 
     inst = MarkovInstance.random(5, 2, 11, concentration=0.6)
-    method = BlockVerification(gamma)
-    exact = block_counts(inst, gamma)
+    method = BlockVerification(K)
+    exact = block_counts(inst, K)
     e = enumerate_rounds(inst.P, inst.Q, inst.rho, method.round_law, method.draft_length)
     np.testing.assert_allclose(exact.rejections_per_position, e.rejections_per_position, atol=1e-12)
     np.testing.assert_allclose(exact.bonus_per_position, e.bonus_per_position, atol=1e-12)
-    assert exact.bonus_per_position[:gamma].sum() == 0  # a bonus follows γ drafts: never before position γ + 1
-    if gamma == 1:
+    assert exact.bonus_per_position[:K].sum() == 0  # a bonus follows K drafts: never before position K + 1
+    if K == 1:
         sd = lookahead_counts(inst, 1)
         for name in ("rejections_per_position", "bonus_per_position", "accepted_per_position",
                      "oracle_calls_per_position"):
@@ -235,16 +235,16 @@ def test_gain_probe_records_both_expectations_of_each_block():
     and under SD on the very same block, ``Σ_i Π_{j ≤ i} min(1, q_j(x_j) / p_j(x_j))`` — means, not variances."""
     from types import SimpleNamespace
 
-    V, gamma = 3, 3
+    V, K = 3, 3
     rng = np.random.default_rng(5)
-    Pk = [rng.dirichlet(np.ones(V), size=V) for _ in range(gamma)]
-    Qk = [rng.dirichlet(np.ones(V), size=V) for _ in range(gamma + 1)]
-    probe = BlockVerification(gamma).round_probe()
-    literal = _literal(Pk, Qk, 0, gamma)
+    Pk = [rng.dirichlet(np.ones(V), size=V) for _ in range(K)]
+    Qk = [rng.dirichlet(np.ones(V), size=V) for _ in range(K + 1)]
+    probe = BlockVerification(K).round_probe()
+    literal = _literal(Pk, Qk, 0, K)
     for block in [(0, 1, 2), (2, 2, 0)]:
         p, q, x = _arrays(Pk, Qk, 0, block)
         probe(SimpleNamespace(run=0, p=p[0], q=q[0], drafts=x[0], law=block_round_law(p, q, x, bonus=True)))
-        ratio = np.minimum(1.0, q[0, 0, np.arange(gamma), x[0, 0]] / p[0, 0, np.arange(gamma), x[0, 0]])
+        ratio = np.minimum(1.0, q[0, 0, np.arange(K), x[0, 0]] / p[0, 0, np.arange(K), x[0, 0]])
         assert probe.token[-1] == pytest.approx(np.cumprod(ratio).sum(), abs=1e-14)
         assert probe.block[-1] == pytest.approx(sum(i * t for i, t in enumerate(literal[block][4])), abs=1e-14)
 
@@ -279,38 +279,38 @@ def test_gain_rows_of_compare():
 
 
 def test_gain_over_token_verification_exact_and_simulated(agrees):
-    """Markov instance: BV(γ) makes fewer target calls than SD(K=γ) for γ >= 2, exactly and in simulation."""
+    """Markov instance: BV(K) makes fewer target calls than SD(K=K) for K >= 2, exactly and in simulation."""
     from speculab.sim import simulate
 
     inst = MarkovInstance.random(30, 3, 8, concentration=0.5)
-    for gamma in (2, 4):
-        bv, sd = block_counts(inst, gamma), lookahead_counts(inst, gamma)
+    for K in (2, 4):
+        bv, sd = block_counts(inst, K), lookahead_counts(inst, K)
         assert bv.oracle_calls < sd.oracle_calls - 0.05 and bv.accepted > sd.accepted
-        c_bv = simulate(inst, BlockVerification(gamma), 20_000, key=gamma)
-        c_sd = simulate(inst, SD(K=gamma), 20_000, key=10 + gamma)
+        c_bv = simulate(inst, BlockVerification(K), 20_000, key=K)
+        c_sd = simulate(inst, SD(K=K), 20_000, key=10 + K)
         diff = c_sd.estimate("oracle_calls").mean - c_bv.estimate("oracle_calls").mean
         se = math.hypot(c_sd.estimate("oracle_calls").se, c_bv.estimate("oracle_calls").se)
-        # the bug this check is for: no gain at all (a 10 % error of the gain is 1.4 s.e. at γ = 2; the counts
+        # the bug this check is for: no gain at all (a 10 % error of the gain is 1.4 s.e. at K = 2; the counts
         # themselves are held to 10 % by the method table's checks)
-        agrees(diff, sd.oracle_calls - bv.oracle_calls, f"target calls saved by BV({gamma}) over SD(K = {gamma})",
-               se=se, wrong=0.0, alternative=f"BV({gamma}) saves no target calls over SD(K = {gamma})")
+        agrees(diff, sd.oracle_calls - bv.oracle_calls, f"target calls saved by BV({K}) over SD(K = {K})",
+               se=se, wrong=0.0, alternative=f"BV({K}) saves no target calls over SD(K = {K})")
 
 
 def test_kernel_rows_are_distributions_and_refuse_huge_blocks():
     inst = MarkovInstance.random(6, 3, 2)
     J, acc = block_kernel(inst, 1, 3)
-    assert J.shape == (3, 4, 3) and block_kernel(inst, 4, 3)[0].shape == (3, 3, 3)  # (V, L + 1, V), L = min(γ, T − s)
+    assert J.shape == (3, 4, 3) and block_kernel(inst, 4, 3)[0].shape == (3, 3, 3)  # (V, L + 1, V), L = min(K, T − s)
     np.testing.assert_allclose(J.sum(axis=(1, 2)), 1.0, atol=1e-12)  # s + L < T: every round ends in a token
     J_end, _ = block_kernel(inst, 3, 3)  # s + L = T: the all-accepted mass has no next token
     assert np.all(J_end.sum(axis=(1, 2)) < 1 + 1e-12) and np.all(acc <= 3)
     big = MarkovInstance.random(30, 40, 0)
     with pytest.raises(ValueError, match="MAX_PATHS"):
         block_counts(big, 4)
-    # exactly at the cap, V^(γ+2) = 4^12 = MAX_PATHS block prefixes are enumerated; one more power of V is refused
+    # exactly at the cap, V^(K+2) = 4^12 = MAX_PATHS block prefixes are enumerated; one more power of V is refused
     rng = np.random.default_rng(0)
     four = MarkovInstance.stationary(rng.dirichlet(np.ones(4), size=4), rng.dirichlet(np.ones(4), size=4), T=30)
     np.testing.assert_allclose(block_kernel(four, 0, 10)[0].sum(axis=(1, 2)), 1.0, atol=1e-12)
-    with pytest.raises(TooLarge, match=r"^exact block counts \(V\^\(γ\+2\) = 4\^13 block prefixes\) would take "
+    with pytest.raises(TooLarge, match=r"^exact block counts \(V\^\(K\+2\) = 4\^13 block prefixes\) would take "
                                        r"67,108,864 prefixes, over the budget of 16,777,216 prefixes "
                                        r"\(MAX_PATHS\): use a smaller"):
         block_kernel(four, 0, 11)
@@ -321,10 +321,10 @@ def test_kernel_rows_are_distributions_and_refuse_huge_blocks():
             block_kernel(four, 0, 10)
 
 
-@pytest.mark.parametrize("gamma, match", [(0, "gamma"), (True, "gamma"), (2.5, "gamma"), (None, "gamma")])
-def test_bad_block_size(gamma, match):
+@pytest.mark.parametrize("K, match", [(0, "K"), (True, "K"), (2.5, "K"), (None, "K")])
+def test_bad_block_size(K, match):
     with pytest.raises(ValueError, match=match):
-        BlockVerification(gamma)
+        BlockVerification(K)
 
 
 def test_cli(capsys, agrees):
@@ -332,13 +332,13 @@ def test_cli(capsys, agrees):
 
     from speculab.cli import main
 
-    argv = ["sim", "--method", "block", "--gamma", "3", "--T", "12", "--V", "3", "--n-runs", "5000", "--json"]
+    argv = ["sim", "--method", "block", "--K", "3", "--T", "12", "--V", "3", "--n-runs", "5000", "--json"]
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["theory"]["oracle_calls"] == pytest.approx(
         block_counts(MarkovInstance.random(12, 3, 0), 3).oracle_calls, rel=1e-12)
     agrees_json(agrees, out)
-    assert main(["sim", "--method", "block"]) == 2 and "needs --gamma" in capsys.readouterr().err
+    assert main(["sim", "--method", "block"]) == 2 and "needs --K" in capsys.readouterr().err
 
 
 # -- real models ------------------------------------------------------------------------------------------------
@@ -360,8 +360,8 @@ def test_real_models_greedy_equals_target_greedy_and_cache_rollback(pair):
     prompts = default_prompts()[:3]
     greedy = Sampling(temperature=0)
     ar = decode(pair, prompts, Autoregressive(), max_new_tokens=24, sampling=greedy, key=0)
-    for gamma in (2, 5):
-        assert decode(pair, prompts, BlockVerification(gamma), max_new_tokens=24, sampling=greedy, key=0).tokens == ar.tokens
+    for K in (2, 5):
+        assert decode(pair, prompts, BlockVerification(K), max_new_tokens=24, sampling=greedy, key=0).tokens == ar.tokens
     nocache = load_pair("tiny", device=model_device(), use_cache=False)
     a = decode(pair, prompts[:2], BlockVerification(3), max_new_tokens=20, key=3)
     b = decode(nocache, prompts[:2], BlockVerification(3), max_new_tokens=20, key=3)
@@ -373,7 +373,7 @@ def test_real_models_greedy_equals_target_greedy_and_cache_rollback(pair):
 
 @pytest.mark.power
 def test_real_models_records_are_the_block_law_of_their_logits(pair, record_property):
-    """Block verification (γ = 3) on real models, every round, exactly: from that round's logits, with the weights
+    """Block verification (K = 3) on real models, every round, exactly: from that round's logits, with the weights
     written out here (``w_0 = 1``, ``w_i = min(1, w_{i−1} q_i(x_i) / p_i(x_i))``, ``r_i = Σ(w_i q_{i+1} − p_{i+1})_+``,
     ``h_i = r_i / (r_i + 1 − w_i)``), each output slot ``i`` records the rejection probability ``r_i / w_i``, a
     verified draft the acceptance probability ``w_{i+1} / (1 − (1 − h_i)(1 − w_{i+1}))``, a bonus 0, and a
@@ -468,19 +468,19 @@ def test_gain_reproduction_smoke(pair, tmp_path, agrees):
     res = block_gain.run(key=0, n_runs=3000, out_dir=tmp_path, prompts=default_prompts()[:2], runs_per_prompt=1,
                          max_new_tokens=8)
     inst = MarkovInstance.load(tmp_path / "block_gain_instance.npz")
-    for gamma in block_gain.GAMMAS:
-        row = res["gamma"][str(gamma)]
-        assert row["exact"]["block"]["oracle_calls"] == pytest.approx(block_counts(inst, gamma).oracle_calls, rel=1e-12)
+    for K in block_gain.KS:
+        row = res["K"][str(K)]
+        assert row["exact"]["block"]["oracle_calls"] == pytest.approx(block_counts(inst, K).oracle_calls, rel=1e-12)
         assert row["exact"]["block"]["oracle_calls"] < row["exact"]["sd"]["oracle_calls"]
         for name in ("block", "sd"):
             for field, v in row["simulated"][name].items():
-                agrees(v["mean"], row["exact"][name][field], f"repro block-gain γ = {gamma}, {name}: {field}",
+                agrees(v["mean"], row["exact"][name][field], f"repro block-gain K = {K}, {name}: {field}",
                        se=v["se"])
-    assert (tmp_path / "block_gain.png").stat().st_size > 10_000 and "γ" in block_gain.summary(res)
+    assert (tmp_path / "block_gain.png").stat().st_size > 10_000 and "K" in block_gain.summary(res)
     rows = claims_of(block_gain, res)
-    ex, gain = res["gamma"]["4"]["exact"], res["gamma"]["4"]["measured"]["same_block_gain"]
+    ex, gain = res["K"]["4"]["exact"], res["K"]["4"]["measured"]["same_block_gain"]
     assert rows[1]["theory"] == f"{ex['block']['oracle_calls']:.2f} / {ex['sd']['oracle_calls']:.2f}"
-    assert rows[4]["quantity"].startswith("γ = 4, tiny pair") and rows[4]["measured"].endswith(
+    assert rows[4]["quantity"].startswith("K = 4, tiny pair") and rows[4]["measured"].endswith(
         f"; {gain['mean']:+.3f} ± {gain['se']:.3f} ({gain['rounds']:,} blocks)".replace("-", "−"))
 
 
@@ -506,15 +506,15 @@ def test_a_block_without_batch_axes_has_the_law_of_a_batch_of_one():
 
 
 def test_a_block_longer_than_the_horizon_is_the_horizon():
-    """``γ`` past ``T`` drafts what is left, as ``γ = T`` does: the same runs for the same key, the same theory —
-    ``γ = 10^20`` included (found by review: the simulator sized its buffers by ``γ`` and failed in numpy with
+    """``K`` past ``T`` drafts what is left, as ``K = T`` does: the same runs for the same key, the same theory —
+    ``K = 10^20`` included (found by review: the simulator sized its buffers by ``K`` and failed in numpy with
     "Maximum allowed dimension exceeded")."""
     from speculab.sim import simulate
 
     inst = MarkovInstance.random(5, 3, 6)
     same = simulate(inst, BlockVerification(5), 200, key=3)
-    for gamma in (6, 10**20):
-        c = simulate(inst, BlockVerification(gamma), 200, key=3)
+    for K in (6, 10**20):
+        c = simulate(inst, BlockVerification(K), 200, key=3)
         np.testing.assert_array_equal(c.rejections, same.rejections)
         np.testing.assert_array_equal(c.oracle_calls, same.oracle_calls)
-        assert BlockVerification(gamma).expected(inst).rejections == BlockVerification(5).expected(inst).rejections
+        assert BlockVerification(K).expected(inst).rejections == BlockVerification(5).expected(inst).rejections

@@ -168,7 +168,7 @@ def _methods():
         return 0.5 * kernels.sd_acceptance(p, q)
 
     return [Autoregressive(), SD(), SD(K=2), BatchSD(3, K=2), Biased(0.1, "opt", K=2), Fuzzy(0.2, "js", K=2),
-            SpecDecPP(0.5, cap=3), Sprinter(0.9, 0.1), BlockVerification(3), OptimalMultiDraft(2, K=2),
+            SpecDecPP(0.5, max_K=3), Sprinter(0.9, 0.1), BlockVerification(3), OptimalMultiDraft(2, K=2),
             RejectionDecoding(b=half, K=2)]
 
 

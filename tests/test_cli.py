@@ -368,7 +368,7 @@ def test_a_bad_count_is_refused_by_its_flag_before_any_model_loads(argv, capsys,
 
 @pytest.mark.parametrize("argv, match", [
     (["run", "--pair", "tiny", "--method", "sd", "--K", "0"], "argument --K: must be an integer >= 1 (omit --K for ∞)"),
-    (["compare", "--pair", "tiny", "--method", "block", "--gamma", "0"], "gamma"),
+    (["compare", "--pair", "tiny", "--method", "block", "--K", "0"], "K"),
     (["run", "--pair", "tiny", "--temperature", "-1"], "temperature"),
     (["compare", "--pair", "tiny", "--resume"], "--resume needs --checkpoint"),
     (["validate", "--top-p", "2"], "top_p"),
@@ -409,8 +409,8 @@ def head_file(tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("argv, method", [
-    (["--method", "sprinter"], "Sprinter(verifier=HEAD, tau=0.5)"),
-    (["--method", "specdecpp", "--h", "0.5", "--cap", "5"], "SpecDecPP(0.5, head=HEAD, cap=5)"),
+    (["--method", "sprinter"], "Sprinter(verifier=HEAD, threshold=0.5)"),
+    (["--method", "specdecpp", "--h", "0.5", "--max-K", "5"], "SpecDecPP(0.5, head=HEAD, max_K=5)"),
 ])
 def test_a_head_file_runs_the_learned_methods_from_the_command_line(argv, method, head_file, capsys):
     """``--head FILE`` decodes what the Python API decodes with the loaded head, token for token and count for
@@ -500,35 +500,35 @@ def test_a_running_mean_is_drawn_at_a_few_thousand_points_of_its_exact_values():
 
 
 def test_a_method_whose_exact_theory_is_past_its_budget_is_simulated_with_the_reason(capsys):
-    """``sim --method block --gamma 30`` simulated, then exited 2 on the theory's path cap; now the theory is asked
+    """``sim --method block --K 30`` simulated, then exited 2 on the theory's path cap; now the theory is asked
     first, and past its budget (a ``TooLarge``, still a ``ValueError``) the run says "theory: none" and why."""
     from speculab._validate import TooLarge
     from speculab.methods import BlockVerification
 
     with pytest.raises(TooLarge, match="MAX_PATHS"):
         BlockVerification(10).expected(MarkovInstance.random(T=10, V=7, key=0))
-    argv = ["sim", "--method", "block", "--gamma", "10", "--T", "10", "--V", "7", "--n-runs", "500"]
+    argv = ["sim", "--method", "block", "--K", "10", "--T", "10", "--V", "7", "--n-runs", "500"]
     out = _json(capsys, argv)
-    assert out["theory"] == {} and out["theory_source"].startswith("none (exact block counts (V^(γ+2) = 7^12 block "
+    assert out["theory"] == {} and out["theory_source"].startswith("none (exact block counts (V^(K+2) = 7^12 block "
                                                                    "prefixes) would take 13,841,287,201 prefixes")
     assert out["counts"]["rejections"]["mean"] > 0 and out["z"] == {}
     assert main(argv) == 0
-    assert "theory: none (exact block counts (V^(γ+2) = 7^12" in capsys.readouterr().out
+    assert "theory: none (exact block counts (V^(K+2) = 7^12" in capsys.readouterr().out
 
 
 def test_sim_budget_scales_the_exact_theorys_budget(capsys):
-    """``sim --budget K`` multiplies the work budgets: ``--gamma 8`` on ``V = 4`` (4^10 = 1,048,576 prefixes, within
+    """``sim --budget K`` multiplies the work budgets: ``--K 8`` on ``V = 4`` (4^10 = 1,048,576 prefixes, within
     MAX_PATHS) has its theory at the default and none below 1,048,576 / 16,777,216 = 0.0625 of it; SpecDec++'s
     draft tree likewise. A scale that is not a finite number > 0 is refused by the flag."""
-    base = ["sim", "--method", "block", "--gamma", "8", "--T", "10", "--V", "4", "--n-runs", "200"]
+    base = ["sim", "--method", "block", "--K", "8", "--T", "10", "--V", "4", "--n-runs", "200"]
     assert _json(capsys, base)["theory_source"] == _json(capsys, base + ["--budget", "0.0625"])["theory_source"]
     out = _json(capsys, base + ["--budget", "0.06"])
     assert out["theory"] == {} and out["theory_source"] == (
-        "none (exact block counts (V^(γ+2) = 4^10 block prefixes) would take 1,048,576 prefixes, over the budget of "
+        "none (exact block counts (V^(K+2) = 4^10 block prefixes) would take 1,048,576 prefixes, over the budget of "
         "1,006,633 prefixes (MAX_PATHS, times 0.06): use a smaller block size or vocabulary (the simulator has no such "
         "limit), or raise the budget: speculab.work_budget(k) in Python, speculab sim --budget k on the command "
         "line)")
-    tree = ["sim", "--method", "specdecpp", "--h", "0.5", "--cap", "16", "--T", "60", "--V", "2", "--n-runs", "50"]
+    tree = ["sim", "--method", "specdecpp", "--h", "0.5", "--max-K", "16", "--T", "60", "--V", "2", "--n-runs", "50"]
     assert _json(capsys, tree)["theory"] == {}  # 2 × 2^16 leaves of 66 values: 8,650,752 values
     assert _json(capsys, tree + ["--budget", "1.375"])["theory"]["rejections"] > 0
     for bad in ("0", "-1", "nan", "inf", "x"):
@@ -543,7 +543,7 @@ SIM_METHODS = {
     "biased": (["--eps", "0.1", "--rejection", "uno", "--K", "2"], "Biased(0.1, 'uno', K=2)"),
     "fuzzy": (["--theta", "0.2", "--div", "kl", "--K", "2"], "Fuzzy(0.2, 'kl', K=2)"),
     "sprinter": (["--eta-tp", "0.8", "--eta-fp", "0.3"], "Sprinter(0.8, 0.3)"),
-    "specdecpp": (["--h", "0.4", "--cap", "3"], "SpecDecPP(0.4, cap=3)"), "block": (["--gamma", "3"], "BlockVerification(3)"),
+    "specdecpp": (["--h", "0.4", "--max-K", "3"], "SpecDecPP(0.4, max_K=3)"), "block": (["--K", "3"], "BlockVerification(3)"),
     "optimal-batch": (["--M", "2", "--K", "2"], "OptimalMultiDraft(2, K=2)"),
 }
 
@@ -665,7 +665,7 @@ def test_a_head_for_another_draft_is_named_by_its_flag_and_file(tmp_path, capsys
 @pytest.mark.parametrize("options, api", [
     ([], dict(T=50, V=7, key=0)),
     (["--T", "6", "--V", "3", "--seed", "2"], dict(T=6, V=3, key=2)),
-    (["--T", "5", "--V", "4", "--rows", "uniform", "--seed", "9"], dict(T=5, V=4, key=9, rows="uniform")),
+    (["--T", "5", "--V", "4", "--row-law", "uniform", "--seed", "9"], dict(T=5, V=4, key=9, row_law="uniform")),
     (["--T", "7", "--V", "2", "--concentration", "0.3", "--instance-seed", "4", "--seed", "1"],
      dict(T=7, V=2, key=4, concentration=0.3)),
 ], ids=["defaults", "T V seed", "uniform rows", "concentration, instance seed"])
@@ -702,7 +702,7 @@ def test_methods_lists_each_methods_own_options_and_reach(capsys):
 
     options = {"ar": [], "sd": ["--K"], "batch": ["--M", "--K"], "rejection": ["--K"],
                "biased": ["--eps", "--rejection", "--K"], "fuzzy": ["--theta", "--div", "--K"],
-               "sprinter": ["--eta-tp", "--eta-fp"], "specdecpp": ["--h", "--cap"], "block": ["--gamma"],
+               "sprinter": ["--eta-tp", "--eta-fp"], "specdecpp": ["--h", "--max-K"], "block": ["--K"],
                "optimal-batch": ["--M", "--K"]}
     out = _json(capsys, ["methods"])
     assert list(out) == list(options) == list(REGISTRY)

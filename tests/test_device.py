@@ -38,8 +38,8 @@ def methods(pair) -> dict:
         "rejection": RejectionDecoding(b=_scaled_sd, K=2),
         "biased": Biased(0.1, "opt", K=2),
         "fuzzy": Fuzzy(0.2, "js", K=2),
-        "sprinter": Sprinter(verifier=constant(pair, 0.6), tau=None),
-        "specdecpp": SpecDecPP(0.5, head=constant(pair, 0.8), cap=4),
+        "sprinter": Sprinter(verifier=constant(pair, 0.6), threshold=None),
+        "specdecpp": SpecDecPP(0.5, head=constant(pair, 0.8), max_K=4),
         "block": BlockVerification(3),
     }
 
@@ -161,7 +161,7 @@ def test_heads_from_data_to_decoding_on_the_meta_device(pair):
         targets, weights = specdecpp_targets(mixed, 6.0)
         head = train_head(mixed.features("token"), targets, weights, config=config)
         runs = [decode(pair, PROMPTS, m, max_new_tokens=6, key=4) for m in
-                (Sprinter(verifier=verifier, tau=0.5), SpecDecPP(0.5, head=head, cap=3))]
+                (Sprinter(verifier=verifier, threshold=0.5), SpecDecPP(0.5, head=head, max_K=3))]
         return examples, runs
 
     expected, expected_runs = life()
@@ -213,7 +213,7 @@ def test_no_attention_call_may_use_cudnn_and_the_flag_comes_back(pair, monkeypat
 
     monkeypatch.setattr(functional, "scaled_dot_product_attention", spy)
     before = torch.backends.cuda.cudnn_sdp_enabled()
-    for method in (SD(K=2), SpecDecPP(0.5, head=constant(pair, 0.8), cap=2)):
+    for method in (SD(K=2), SpecDecPP(0.5, head=constant(pair, 0.8), max_K=2)):
         decode(pair, PROMPTS[:2], method, max_new_tokens=5, key=1, batch_size=batch_size)
     assert seen and not any(seen)
     assert torch.backends.cuda.cudnn_sdp_enabled() == before

@@ -19,13 +19,13 @@ def test_random_is_reproducible_and_valid():
 
 
 def test_random_rows_kinds_and_concentration():
-    u = MarkovInstance.random(200, 7, 0, rows="uniform")
+    u = MarkovInstance.random(200, 7, 0, row_law="uniform")
     peaked = MarkovInstance.random(200, 7, 0, concentration=0.1)
     flat = MarkovInstance.random(200, 7, 0, concentration=100.0)
     # peaked Dirichlet rows are far apart, concentrated ones are close
     assert peaked.tv().mean() > u.tv().mean() > flat.tv().mean()
-    with pytest.raises(ValueError, match="rows"):
-        MarkovInstance.random(3, 3, 0, rows="gaussian")
+    with pytest.raises(ValueError, match="row_law"):
+        MarkovInstance.random(3, 3, 0, row_law="gaussian")
     with pytest.raises(ValueError, match="concentration"):
         MarkovInstance.random(3, 3, 0, concentration=0.0)
     with pytest.raises(ValueError, match="V must be an integer >= 2"):

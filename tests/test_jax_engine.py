@@ -103,10 +103,10 @@ def _token_law_agrees(agrees, c, t: int, target):
 SDPP_COUNTS = ("rejections", "oracle_calls", "draft_calls", "accepted", "bonus")
 
 
-@pytest.mark.parametrize("method", [pytest.param(SpecDecPP(1.0, cap=20), marks=pytest.mark.slow),
-                                    SpecDecPP(0.7, cap=6), SpecDecPP(0.0)], ids=repr)
+@pytest.mark.parametrize("method", [pytest.param(SpecDecPP(1.0, max_K=20), marks=pytest.mark.slow),
+                                    SpecDecPP(0.7, max_K=6), SpecDecPP(0.0)], ids=repr)
 def test_specdecpp_runs_with_the_drafting_it_discards(method, agrees):
-    """Rounds rejected before the rule stops keep drafting (counted only); with T = 24 and caps up to 20 many such
+    """Rounds rejected before the rule stops keep drafting (counted only); with T = 24 and max_Ks up to 20 many such
     chains overlap in the pool. The same counts in law as the numpy engine's literal step."""
     long = MarkovInstance.random(24, 4, 6, concentration=0.5)
     a = simulate(long, method, 20_000, key=1)
@@ -121,27 +121,27 @@ def test_specdecpp_runs_with_the_drafting_it_discards(method, agrees):
 
 @pytest.mark.slow
 def test_specdecpp_that_never_stops_early_is_sd_with_lookahead_cap(agrees):
-    """h = 1: every round drafts min(cap, remaining) tokens whatever is rejected, as SD(K=cap) does: the exact
+    """h = 1: every round drafts min(max_K, remaining) tokens whatever is rejected, as SD(K=max_K) does: the exact
     lookahead counts hold for every count."""
     inst = MarkovInstance.random(12, 4, 2, concentration=0.5)
     # 2 chunks of CHUNK = 2^16 runs, one compiled shape: the bonus (6 % of runs) needs 82,000 to see a 10 % error
-    c, e = simulate(inst, SpecDecPP(1.0, cap=5), 131_072, key=1, engine="jax"), SD(K=5).expected(inst)
+    c, e = simulate(inst, SpecDecPP(1.0, max_K=5), 131_072, key=1, engine="jax"), SD(K=5).expected(inst)
     for name in SDPP_COUNTS:
         agrees(c.estimate(name), e.get(name), f"{name} vs SD(K=5)")
 
 
-@pytest.mark.parametrize("T, cap, engine", [  # JAX's two longest pools: the full tier's
-    pytest.param(T, cap, engine, marks=pytest.mark.slow if engine == "jax" and min(T, cap) >= 10 else ())
-    for T, cap in [(10, 10), (24, 20), (12, 5), (6, 20)] for engine in ["numpy", "jax"]])
-def test_specdecpp_drafting_past_rejections_is_all_counted(T, cap, engine):
+@pytest.mark.parametrize("T, max_K, engine", [  # JAX's two longest pools: the full tier's
+    pytest.param(T, max_K, engine, marks=pytest.mark.slow if engine == "jax" and min(T, max_K) >= 10 else ())
+    for T, max_K in [(10, 10), (24, 20), (12, 5), (6, 20)] for engine in ["numpy", "jax"]])
+def test_specdecpp_drafting_past_rejections_is_all_counted(T, max_K, engine):
     """Where every draft is rejected, with h = 1 every position starts a round whose drafting outlives its rejection
-    by min(cap, T − t) − 1 drafts: each run's count is exactly Σ_t min(cap, T − t), with min(cap, T) − 1 chains of
+    by min(max_K, T − t) − 1 drafts: each run's count is exactly Σ_t min(max_K, T − t), with min(max_K, T) − 1 chains of
     each run drafting at once (a pool one chain short per run loses drafts)."""
     disjoint = MarkovInstance.context_free([0.5, 0.5, 0, 0], [0, 0, 0.5, 0.5], T)
-    c = simulate(disjoint, SpecDecPP(1.0, cap=cap), 500, key=0, engine=engine)
-    np.testing.assert_array_equal(c.draft_calls, sum(min(cap, T - t) for t in range(T)))
+    c = simulate(disjoint, SpecDecPP(1.0, max_K=max_K), 500, key=0, engine=engine)
+    np.testing.assert_array_equal(c.draft_calls, sum(min(max_K, T - t) for t in range(T)))
     np.testing.assert_array_equal(c.rejections, T)
-    assert SD(K=cap).expected(disjoint).draft_calls == pytest.approx(c.draft_calls[0], abs=1e-9)
+    assert SD(K=max_K).expected(disjoint).draft_calls == pytest.approx(c.draft_calls[0], abs=1e-9)
 
 
 def _record_pool_chunks(monkeypatch) -> list:
@@ -164,36 +164,36 @@ def _record_pool_chunks(monkeypatch) -> list:
     return calls
 
 
-@pytest.mark.parametrize("T, cap", [pytest.param(10, 10, marks=pytest.mark.slow), (12, 5), (6, 20), (6, 2), (6, 1)])
-def test_specdecpp_pool_bound_is_the_most_chains_a_run_holds(T, cap, monkeypatch):
-    """The pool's bound per run, G = min(cap, T) − 1 chains drafting past rejections at once, is reached: where every
-    draft is rejected and h = 1 each run holds exactly G (the peak the compiled chunk reports is n G; with cap = 2,
-    one), and with cap = 1 none, so no pool is compiled (C = 0)."""
+@pytest.mark.parametrize("T, max_K", [pytest.param(10, 10, marks=pytest.mark.slow), (12, 5), (6, 20), (6, 2), (6, 1)])
+def test_specdecpp_pool_bound_is_the_most_chains_a_run_holds(T, max_K, monkeypatch):
+    """The pool's bound per run, G = min(max_K, T) − 1 chains drafting past rejections at once, is reached: where every
+    draft is rejected and h = 1 each run holds exactly G (the peak the compiled chunk reports is n G; with max_K = 2,
+    one), and with max_K = 1 none, so no pool is compiled (C = 0)."""
     from speculab.sim import jax_adaptive
 
     calls = _record_pool_chunks(monkeypatch)
     monkeypatch.setattr(jax_adaptive, "_POOL_HINT", {})
     disjoint = MarkovInstance.context_free([0.5, 0.5, 0, 0], [0, 0, 0.5, 0.5], T)
-    simulate(disjoint, SpecDecPP(1.0, cap=cap), 200, key=0, engine="jax")
-    G = min(cap, T) - 1
+    simulate(disjoint, SpecDecPP(1.0, max_K=max_K), 200, key=0, engine="jax")
+    G = min(max_K, T) - 1
     assert calls[-1][1] == 200 * G
     assert calls[-1][0] >= 200 * G and (calls == [(0, 0)]) == (G == 0)
 
 
 @pytest.mark.slow
 def test_a_sweep_over_the_cap_sizes_its_pool_for_the_largest(monkeypatch):
-    """Points with different caps share one pool, sized for the largest cap's chains: every point's drafting past
+    """Points with different max_Ks share one pool, sized for the largest max_K's chains: every point's drafting past
     rejections is counted in full; and a bound that is too small is an error, not a silent loss of drafts."""
     from speculab.sim import jax_adaptive
 
-    T, caps = 12, (2, 8, 5)
+    T, max_Ks = 12, (2, 8, 5)
     disjoint = MarkovInstance.context_free([0.5, 0.5, 0, 0], [0, 0, 0.5, 0.5], T)
-    points = simulate_sweep(disjoint, [SpecDecPP(1.0, cap=c) for c in caps], 200, key=0)
-    for cap, c in zip(caps, points):
-        np.testing.assert_array_equal(c.draft_calls, sum(min(cap, T - t) for t in range(T)))
-    monkeypatch.setattr(jax_adaptive, "_ghost_slots", lambda cap, T: 1)
+    points = simulate_sweep(disjoint, [SpecDecPP(1.0, max_K=c) for c in max_Ks], 200, key=0)
+    for max_K, c in zip(max_Ks, points):
+        np.testing.assert_array_equal(c.draft_calls, sum(min(max_K, T - t) for t in range(T)))
+    monkeypatch.setattr(jax_adaptive, "_ghost_slots", lambda max_K, T: 1)
     with pytest.raises(RuntimeError, match="overflowed"):
-        simulate(disjoint, SpecDecPP(1.0, cap=5), 200, key=1, engine="jax")
+        simulate(disjoint, SpecDecPP(1.0, max_K=5), 200, key=1, engine="jax")
 
 
 @pytest.mark.parametrize("n", [1, 8, 40, 100, 4096])
@@ -227,8 +227,8 @@ def test_adaptive_drafting_the_engine_cannot_run_is_refused(inst):
             simulate(inst, Drafting(0.5, verifier), 10, key=0, engine="jax")
     from speculab.methods.specdecpp import stops_drafting
 
-    def never_before_the_cap(prod, count, t, T, h, cap):
-        return (count >= cap) | (t + 1 >= T)
+    def never_before_the_cap(prod, count, t, T, h, max_K):
+        return (count >= max_K) | (t + 1 >= T)
 
     with pytest.raises(ValueError, match="share one stopping rule"):
         simulate_sweep(inst, [Drafting(0.5, stops=stops_drafting), Drafting(0.5, stops=never_before_the_cap)], 10, 0)
@@ -239,7 +239,7 @@ def test_adaptive_drafting_the_engine_cannot_run_is_refused(inst):
 def test_specdecpp_counts_do_not_depend_on_the_pool_size(inst, monkeypatch):
     """The chains drafting past rejections share a pool that grows when it overflows: a pool started with one slot
     (overflow, then the chunk run again with a larger one) gives the same counts as the default, for the same key."""
-    method = SpecDecPP(0.9, cap=6)
+    method = SpecDecPP(0.9, max_K=6)
     default = simulate(inst, method, 3000, key=4, engine="jax")
 
     class OneSlot(dict):
@@ -262,7 +262,7 @@ def test_specdecpp_heads_as_tables_and_functions_run_on_jax(inst, agrees):
     heads = {"noisy": noisy_head(inst, 1.0, 3), "miscalibrated": miscalibrated_head(inst, 2.0),
              "function": lambda t, prev, x: np.where(prev == x, 0.9, 0.6 - 0.05 * t)}
     for kind, head in heads.items():
-        method = SpecDecPP(0.5, head=head, cap=4)
+        method = SpecDecPP(0.5, head=head, max_K=4)
         a, b = simulate(inst, method, 20_000, key=1), simulate(inst, method, 20_000, key=2, engine="jax")
         for name in SDPP_COUNTS:
             _agree2(agrees, b, a, name, f"{name}, {kind} head, JAX vs numpy")
@@ -472,8 +472,8 @@ def test_sweeps_over_lookahead_and_draft_rows(inst, methods, agrees):
 
 @pytest.mark.slow
 def test_sweep_over_the_specdecpp_threshold(inst, agrees):
-    """h and cap are traced numbers of one compiled call; the points share one pool of chains drafting past rejections."""
-    methods = [SpecDecPP(h, cap=c) for h, c in [(0.0, 20), (0.3, 3), (0.6, 5), (0.9, 20), (1.0, 4)]]
+    """h and max_K are traced numbers of one compiled call; the points share one pool of chains drafting past rejections."""
+    methods = [SpecDecPP(h, max_K=c) for h, c in [(0.0, 20), (0.3, 3), (0.6, 5), (0.9, 20), (1.0, 4)]]
     n = 131_072  # 2 chunks of one compiled shape: the bonus of h = 0.9 needs 78,000 runs on each side
     runs = simulate_sweep(inst, methods, n, key=5)
     for m, b in zip(methods, runs):

@@ -137,7 +137,7 @@ def test_compare_and_run_resume_from_the_command_line(pair, tmp_path, monkeypatc
     from speculab.cli import main
 
     dec = importlib.import_module("speculab.backends.decode")
-    argv = ["compare", "--pair", "tiny", "--device", "cpu", "--method", "block", "--gamma", "3", "--runs-per-prompt",
+    argv = ["compare", "--pair", "tiny", "--device", "cpu", "--method", "block", "--K", "3", "--runs-per-prompt",
             "1", "--max-new-tokens", "8", "--batch-size", "2", "--json"] + sum((["--prompt", p] for p in PROMPTS), [])
     assert main(argv) == 0
     whole = json.loads(capsys.readouterr().out)

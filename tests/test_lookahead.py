@@ -67,7 +67,7 @@ def test_K_at_least_T_is_theorem_1(inst, extra):
 
 def test_finite_K_differs_from_theorem_1():
     """Power check: on a T = 50 instance, K = 3 has clearly fewer rejections than T1 (bonus positions)."""
-    inst = MarkovInstance.random(50, 7, 10, rows="uniform")
+    inst = MarkovInstance.random(50, 7, 10, row_law="uniform")
     assert lookahead_counts(inst, 3).rejections < sd_expected_rejections(inst).rejections - 1.0
 
 
@@ -147,7 +147,7 @@ def test_root_kernels_are_batched_over_leading_axes():
 @pytest.mark.parametrize("K", [1, 4, 11])
 def test_matches_the_simulator(K, agrees):
     """T = 50, V = 7: every simulated count of SD(K) within |z| < 5 of the exact value, per position too."""
-    inst = MarkovInstance.random(50, 7, 21, rows="uniform")
+    inst = MarkovInstance.random(50, 7, 21, row_law="uniform")
     exact = lookahead_counts(inst, K)
     n = 35_000  # the bonus of K = 11 needs 30,000 runs to see a 10 % error
     sim: Counts = simulate(inst, SD(K=K), n, key=1000 + K)
@@ -161,7 +161,7 @@ def test_matches_the_simulator(K, agrees):
 def test_a_wrong_K_would_be_caught(record_property):
     """Power check: the simulator's counts for K = 4 are far from the exact counts for K = 5 (an off-by-one in the
     lookahead), in standard errors of the same simulation."""
-    inst = MarkovInstance.random(50, 7, 21, rows="uniform")
+    inst = MarkovInstance.random(50, 7, 21, row_law="uniform")
     sim = simulate(inst, SD(K=4), 20_000, key=7)
     wrong, right = lookahead_counts(inst, 5), lookahead_counts(inst, 4)
     shift = (wrong.oracle_calls - right.oracle_calls) / sim.estimate("oracle_calls").se
@@ -202,20 +202,20 @@ def test_cost_model_on_runs_counted_by_hand(same):
 
 def test_best_lookahead_is_the_argmin_and_agrees_with_leviathan():
     inst = MarkovInstance.random(40, 6, 5)
-    best = best_lookahead(inst, 0.1, 1.0, K_max=12)
+    best = best_lookahead(inst, 0.1, 1.0, max_K=12)
     brute = [lookahead_counts(inst, K).latency(0.1, 1.0) for K in range(1, 13)]
     assert best.K == int(np.argmin(brute)) + 1
     np.testing.assert_allclose(best.latencies, brute, rtol=1e-13)
     assert best.latency == min(brute) and best.counts.K == best.K
     # free drafts: verification rate is non-increasing in K, so the largest K is (among the) best
-    free = best_lookahead(inst, 0.0, 1.0, K_max=12)
+    free = best_lookahead(inst, 0.0, 1.0, max_K=12)
     assert free.latency == pytest.approx(lookahead_counts(inst, 12).latency(0.0, 1.0), rel=1e-12)
     # i.i.d. with a long horizon: Leviathan's optimal K maximises the walltime factor
     p, q = [0.5, 0.3, 0.2], [0.4, 0.35, 0.25]
     alpha = 1.0 - float(tv(p, q))
     for c in (0.05, 0.2):
         expected = 1 + int(np.argmax([iid_speedup(alpha, K, c) for K in range(1, 21)]))
-        assert best_lookahead(MarkovInstance.context_free(p, q, 3000), c, 1.0, K_max=20).K == expected
+        assert best_lookahead(MarkovInstance.context_free(p, q, 3000), c, 1.0, max_K=20).K == expected
 
 
 @pytest.mark.parametrize(
@@ -226,7 +226,7 @@ def test_best_lookahead_is_the_argmin_and_agrees_with_leviathan():
         (lambda inst: lookahead_counts(inst.P, 2), "inst must be a MarkovInstance"),
         (lambda inst: lookahead_counts(inst, 2).latency(-0.1, 1.0), "t_draft"),
         (lambda inst: lookahead_counts(inst, 2).total_time(0.1, 0.0), "t_target"),
-        (lambda inst: best_lookahead(inst, 0.1, 1.0, K_max=0), "K_max"),
+        (lambda inst: best_lookahead(inst, 0.1, 1.0, max_K=0), "max_K"),
         (lambda inst: best_lookahead(inst, float("nan"), 1.0), "t_draft"),
         (lambda inst: iid_tokens_per_round(1.5, 3), "alpha"),
         (lambda inst: iid_speedup(0.5, 3, -1.0), "c must be"),
@@ -266,7 +266,7 @@ def test_a_rule_given_by_its_acceptance_or_its_rejection_law_alone_is_that_rule(
     sd = lookahead_counts(inst, None).rejections
     for b, P in ((half, None), (None, flat)):
         theory = expected_rejections(inst, b if b is not None else sd_acceptance(inst.P, inst.Q), P).rejections
-        got = lookahead_counts(inst, None, b=b, P=P).rejections
+        got = lookahead_counts(inst, None, b=b, rejection=P).rejections
         assert got == pytest.approx(theory, rel=1e-12) and abs(got - sd) > 1e-3, (b, P)
 
 
@@ -291,7 +291,7 @@ def test_lookahead_defaults_and_refusals_the_fast_tier_checks():
 
     inst = MarkovInstance.random(4, 3, 2)
     assert_frozen(lookahead_counts(inst, 2))
-    for rule in ({"b": lambda p, q: 0.5 * sd_acceptance(p, q)}, {"P": np.full((4, 3, 3), 1 / 3)}):
+    for rule in ({"b": lambda p, q: 0.5 * sd_acceptance(p, q)}, {"rejection": np.full((4, 3, 3), 1 / 3)}):
         with pytest.raises(ValueError, match=r"M > 1 \(batch SD, \[Yin\] Alg. 4\) uses SD's rule"):
             lookahead_counts(inst, 2, M=2, **rule)
     best = best_lookahead(inst, 0.1, 1.0)

@@ -55,7 +55,7 @@ def _sprinter(method, inst):
 def _specdecpp(method, inst):
     """SpecDec++'s stopping policy with the oracle head, read literally."""
     table = kernels.sd_acceptance(inst.P, inst.Q)
-    d = enumerate_specdecpp(inst.P, inst.Q, inst.rho, table, method.h, method.cap)
+    d = enumerate_specdecpp(inst.P, inst.Q, inst.rho, table, method.h, method.max_K)
     return d["law"], {k: d[k] for k in COUNTS}, d["rej_pos"]
 
 
@@ -93,7 +93,7 @@ CASES = [
     Case(Fuzzy(0.1, "js", K=2)),  # θ = 0.05 never accepts two drafts on these instances: no bonus to test
     Case(Sprinter(0.8, 0.0), _sprinter, min_target_calls=0),
     Case(Sprinter(0.7, 0.3), _sprinter, min_target_calls=0),
-    Case(SpecDecPP(0.4, cap=3), _specdecpp),
+    Case(SpecDecPP(0.4, max_K=3), _specdecpp),
     Case(BlockVerification(2)),
     Case(BlockVerification(3)),
     Case(OptimalMultiDraft(2, K=2)),
@@ -474,7 +474,7 @@ def test_every_command_line_parameter_has_a_command_line_type():
     for cls in REGISTRY.values():
         for name, f in cli_params(cls).items():
             assert f.metadata["type"] in (int, float, str), (cls.name, name)
-    assert "head" not in cli_params(SpecDecPP) and not {"verifier", "tau"} & set(cli_params(Sprinter))
+    assert "head" not in cli_params(SpecDecPP) and not {"verifier", "threshold"} & set(cli_params(Sprinter))
 
 
 @pytest.mark.parametrize("method", CLI_CASES, ids=[repr(m) for m in CLI_CASES])
@@ -540,7 +540,7 @@ def test_key_is_one_argument_with_the_same_types_everywhere():
 ])
 def test_a_user_rule_is_checked_wherever_it_runs(b, P, match):
     """The same checks on the simulator's tables and on the laws a real model gives one round at a time."""
-    method = RejectionDecoding(b=b, P=P)
+    method = RejectionDecoding(b=b, rejection=P)
     p = np.array([[[0.5, 0.3, 0.2]]])
     q = np.array([[[0.2, 0.3, 0.5], [0.1, 0.1, 0.8]]])
     with pytest.raises(ValueError, match=match):
@@ -567,10 +567,10 @@ def test_rule_arrays_are_tied_to_their_instance():
                                          r"b\(p, q\) to use it elsewhere"):
         RejectionDecoding(b=b).rule(inst.P[0], inst.Q[0])
     P = kernels.optimal_rejection(inst.P, inst.Q, 0.5 * b)
-    np.testing.assert_array_equal(RejectionDecoding(b=lambda p, q: 0.3 * kernels.sd_acceptance(p, q), P=P)
+    np.testing.assert_array_equal(RejectionDecoding(b=lambda p, q: 0.3 * kernels.sd_acceptance(p, q), rejection=P)
                                   .rule(inst.P, inst.Q).rejection, P)
-    with pytest.raises(ValueError, match=r"P is a .* array tied to one Markov instance; give a function P\(p, q, b\)"):
-        RejectionDecoding(b=lambda p, q: 0.3 * kernels.sd_acceptance(p, q), P=P).rule(inst.P[0], inst.Q[0])
+    with pytest.raises(ValueError, match=r"rejection is a .* array tied to one Markov instance; give a function rejection\(p, q, b\)"):
+        RejectionDecoding(b=lambda p, q: 0.3 * kernels.sd_acceptance(p, q), rejection=P).rule(inst.P[0], inst.Q[0])
 
 
 # -- the JAX engine runs every method's own rule ---------------------------------------------------------------

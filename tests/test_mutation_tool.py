@@ -267,3 +267,42 @@ def test_a_log_is_resumed_only_by_a_run_of_its_own_tier(tmp_path, capsys):
     with pytest.raises(SystemExit):
         mutation.main(["speculab/theory/rejections.py", "--tier", "fast", "--resume", str(log)])
     assert "is a run of the full tier, this one of the fast tier" in capsys.readouterr().err
+
+
+def _remap_tool():
+    sys.modules.setdefault("mutation", mutation)  # the tool imports the module this file loaded
+    spec = importlib.util.spec_from_file_location("remap_equivalents",
+                                                  Path(__file__).parents[1] / "benchmarks" / "remap_equivalents.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool
+
+
+def test_remap_carries_equivalents_across_a_rename_and_a_reformat():
+    """A rename and a new layout move every mutant but change none: each entry follows its mutant (found by index
+    in the syntax tree's order), and the moved entry names the same change at its new place."""
+    tool = _remap_tool()
+    before = "def f(gamma):\n    return min(gamma, 3) + 1\n"
+    after = "def f(\n    K,\n):\n    return (\n        min(K, 3)\n        + 1\n    )\n"
+    old, new = mutation.mutant_names(before), mutation.mutant_names(after)
+    mapping = tool.remap(before, after)
+    assert mapping == {a: b for (a, _), (b, _) in zip(old, new)} and mapping != {a: a for a in mapping}
+    lines = ["# a comment", "", f"m.py:{old[1][0]} | {old[1][1]} | why"]
+    out, moved, left = tool.remap_lines(lines, lambda module: (before, after))
+    assert out[:2] == lines[:2] and out[2] == f"m.py:{new[1][0]} | {new[1][1]} | why" and not left
+    assert moved == [f"m.py:{old[1][0]} -> {new[1][0]}"]
+
+
+def test_remap_leaves_a_module_whose_mutants_changed_and_says_so():
+    """A mutant more (a new constant), or another change at the same index: no entry can be carried by its index,
+    so the module's entries stay as they are and the module is named; an entry naming no mutant is named too."""
+    tool = _remap_tool()
+    before = "def f(x):\n    return x + 1\n"
+    for after in ("def f(x):\n    return x + 1 + 2\n", "def f(x):\n    return x - 1\n"):
+        assert tool.remap(before, after) is None
+        lines = ["m.py:2:11 | Add → Sub | why"]
+        out, moved, left = tool.remap_lines(lines, lambda module: (before, after))
+        assert out == lines and not moved and left == ["m.py: its mutants differ before and after (remap its entries "
+                                                       "by hand)"]
+    out, moved, left = tool.remap_lines(["m.py:9:9 | Add → Sub | why"], lambda module: (before, before))
+    assert out == ["m.py:9:9 | Add → Sub | why"] and left == ["m.py:9:9: no such mutant before"]

@@ -222,9 +222,9 @@ def test_a_users_rule_on_real_model_laws_is_checked_at_its_boundaries():
         law(np.array([0.5 + 16.5 * eps, 0.0]))
     assert 0.5 + 16.5 * eps - 0.5 == 16.5 * eps  # both sums above are exact
     with pytest.raises(ValueError, match=r"acceptance probabilities in \[0, 1\]"):
-        RejectionDecoding(b=lambda p, q: np.array([1.5, 0.0]), P=lambda p, q, b: q).rule(p, q)
+        RejectionDecoding(b=lambda p, q: np.array([1.5, 0.0]), rejection=lambda p, q, b: q).rule(p, q)
     half = lambda p, q: np.array([0.5, 0.0])  # noqa: E731
-    rule = RejectionDecoding(b=half, P=lambda p, q, b: np.array([0.0, 1.0])).rule(p, q)
+    rule = RejectionDecoding(b=half, rejection=lambda p, q, b: np.array([0.0, 1.0])).rule(p, q)
     np.testing.assert_array_equal(rule.rejection, [0.0, 1.0])
     with pytest.raises(ValueError, match="non-negative finite weights"):
-        RejectionDecoding(b=half, P=lambda p, q, b: np.array([np.inf, 1.0])).rule(p, q)
+        RejectionDecoding(b=half, rejection=lambda p, q, b: np.array([np.inf, 1.0])).rule(p, q)

@@ -93,7 +93,7 @@ def test_compact_and_full_instances_give_the_same_theory(kind):
         lambda i: lookahead_counts(i, 3).oracle_calls_per_position,
         lambda i: lookahead_counts(i, None).rejections_per_position,
         lambda i: lookahead_counts(i, 2, M=3).accepted_per_position,
-        lambda i: lookahead_counts(i, 4, b=biased_b, P=biased_P).bonus_per_position,
+        lambda i: lookahead_counts(i, 4, b=biased_b, rejection=biased_P).bonus_per_position,
         lambda i: i.marginals(),
         lambda i: i.tv(),
     ]
@@ -101,7 +101,7 @@ def test_compact_and_full_instances_give_the_same_theory(kind):
         np.testing.assert_allclose(check(inst), check(full), rtol=0, atol=1e-13)
 
 
-@pytest.mark.parametrize("method", [SD(), SD(K=3), BatchSD(M=3), Biased(0.05, K=2), BlockVerification(gamma=3)],
+@pytest.mark.parametrize("method", [SD(), SD(K=3), BatchSD(M=3), Biased(0.05, K=2), BlockVerification(K=3)],
                          ids=str)
 def test_compact_and_full_instances_give_the_same_simulation(method):
     """The same key gives token-for-token the same runs: the simulators read the same rows."""

@@ -63,7 +63,7 @@ def test_alg2_with_user_acceptance_matches_enumeration(agrees):
 
 def test_sequence_law_matches_target_marginals(agrees):
     """Sampled tokens of SD follow q: per-position marginals within |z| < 5 of μ_n."""
-    inst = MarkovInstance.random(12, 5, 8, rows="uniform")
+    inst = MarkovInstance.random(12, 5, 8, row_law="uniform")
     c = simulate(inst, SD(K=3), N, key=9, return_sequences=True)
     mu = inst.marginals()
     assert c.sequences.shape == (N, inst.T + 1)
@@ -80,7 +80,7 @@ def test_sequence_law_matches_target_marginals(agrees):
 
 def test_t1_on_the_paper_sized_instance(agrees):
     """[Yin] Fig. 2(a) setting: T = 50, V = 7; the simulated mean agrees with T1."""
-    inst = MarkovInstance.random(50, 7, 10, rows="uniform")
+    inst = MarkovInstance.random(50, 7, 10, row_law="uniform")
     t1 = sd_expected_rejections(inst)
     c = simulate(inst, SD(), 20_000, key=11)
     agrees(c.estimate("rejections"), t1.rejections, "rejections")
@@ -94,7 +94,7 @@ def test_a_wrong_formula_would_be_caught(record_property):
     """Power of ``test_t1_on_the_paper_sized_instance`` against a plausible wrong answer (T1 under the draft's
     marginals instead of the target's), in standard errors of the same simulation. The total alone sits 4.5 s.e.
     away (power 0.31: this test once passed on a lucky draw); the per-position rates carry the power."""
-    inst = MarkovInstance.random(50, 7, 10, rows="uniform")
+    inst = MarkovInstance.random(50, 7, 10, row_law="uniform")
     per_position = np.einsum("na,na->n", chain_marginals(inst.rho, inst.P)[:-1], inst.tv())
     c = simulate(inst, SD(), 20_000, key=11)
     t1 = sd_expected_rejections(inst)
@@ -228,7 +228,7 @@ class _OddByTarget(BlockVerification):
     """Block verification that drafts nothing when an odd number of tokens is left: those rounds have no drafts."""
 
     def draft_length(self, remaining):
-        return min(self.gamma, 1) if remaining % 2 == 0 else 0
+        return min(self.K, 1) if remaining % 2 == 0 else 0
 
 
 def test_a_round_without_drafts_among_rounds_with_drafts_is_one_target_sample():
@@ -383,7 +383,7 @@ def test_both_engines_read_a_method_the_same_way():
     from speculab.sim import engine
 
     cases = {SD(): ("slots", "_Slots"), BatchSD(3): ("slots", "_Slots"),
-             Sprinter(0.9, 0.1): ("positions", "_Positions"), SpecDecPP(0.5, cap=3): ("adaptive", "_Adaptive"),
+             Sprinter(0.9, 0.1): ("positions", "_Positions"), SpecDecPP(0.5, max_K=3): ("adaptive", "_Adaptive"),
              BlockVerification(2): ("rounds", "_Rounds"), Autoregressive(): ("rounds", "_Rounds"),
              _BatchByRounds(2): ("rounds", "_Rounds")}
     for method, (how, walk) in cases.items():
@@ -399,7 +399,7 @@ def test_an_adaptive_method_needs_a_one_row_slotwise_verifier():
             return super().adaptive_drafting(inst)._replace(verifier=BatchSD(3))
 
     with pytest.raises(ValueError, match="Batched's verifier must be a slotwise method of one row; got BatchSD"):
-        simulate(_tiny(0), Batched(0.5, cap=3), 10, key=0)
+        simulate(_tiny(0), Batched(0.5, max_K=3), 10, key=0)
 
 
 def _same_counts(a, b):

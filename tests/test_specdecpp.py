@@ -2,7 +2,7 @@
 
 References: a literal enumeration of every branch of SpecDec++ on tiny instances
 (below, independent of the simulator), the exact fixed-K counts at the two ends of
-the threshold (h = 1 is SD(K = cap); h = 0 is SD(K = 1) when no draft is ever
+the threshold (h = 1 is SD(K = max_K); h = 0 is SD(K = 1) when no draft is ever
 certain), and the target's marginals (the output law is q whatever the head).
 Monte Carlo with fixed seeds and |z| < 5.
 """
@@ -42,8 +42,8 @@ def _check_identities(c, T):
 def test_counts_match_enumeration(h, head, agrees):
     inst = _tiny(2)
     table = oracle_head(inst) if head == "oracle" else noisy_head(inst, 1.5, key=3, eps=0.05)
-    e = enumerate_specdecpp(inst.P, inst.Q, inst.rho, table.table, h, cap=3)
-    c = simulate(inst, SpecDecPP(h, head=None if head == "oracle" else table, cap=3), N, key=17)
+    e = enumerate_specdecpp(inst.P, inst.Q, inst.rho, table.table, h, max_K=3)
+    c = simulate(inst, SpecDecPP(h, head=None if head == "oracle" else table, max_K=3), N, key=17)
     for name in FIELDS:
         agrees(c.estimate(name), e[name], name)
     p = e["rej_pos"]
@@ -55,13 +55,13 @@ def test_a_lone_chain_drafts_on_after_a_rejection_until_the_rule_stops():
     """A round rejected before its rule stopped goes on drafting; the loop over those chains leaves once none is
     left — a lone chain (one run per chunk) must still draft to the end (found by mutation testing: leaving at one
     chain left passed, as thousands of runs per chunk rarely leave exactly one). With h = 1 the rule stops only at
-    the cap or the horizon, so the number of further drafts is exact."""
+    max_K or the horizon, so the number of further drafts is exact."""
     inst = _tiny(2, T=6)
     from speculab.sim.engine import walker
 
-    walk = walker(SpecDecPP(1.0, cap=4), inst)
+    walk = walker(SpecDecPP(1.0, max_K=4), inst)
     rng = np.random.default_rng(0)
-    for t, count, more in [(0, 1, 3), (1, 2, 2), (3, 1, 2), (4, 1, 1)]:  # min(cap − count, T − 1 − t) more drafts
+    for t, count, more in [(0, 1, 3), (1, 2, 2), (3, 1, 2), (4, 1, 1)]:  # min(max_K − count, T − 1 − t) more drafts
         for n in (1, 5):
             extra = walk._drafts_on(t, np.zeros(n, dtype=np.int64), np.ones(n), np.full(n, count), rng)
             np.testing.assert_array_equal(extra, more)
@@ -72,9 +72,9 @@ def test_a_wrong_stopping_rule_would_be_caught(record_property):
     """Power check: the enumeration at a different threshold is far from the simulation (in its standard errors)."""
     inst = _tiny(2)
     A = oracle_head(inst).table
-    c = simulate(inst, SpecDecPP(0.6, cap=3), N, key=17)
-    wrong = enumerate_specdecpp(inst.P, inst.Q, inst.rho, A, 0.25, cap=3)
-    right = enumerate_specdecpp(inst.P, inst.Q, inst.rho, A, 0.6, cap=3)
+    c = simulate(inst, SpecDecPP(0.6, max_K=3), N, key=17)
+    wrong = enumerate_specdecpp(inst.P, inst.Q, inst.rho, A, 0.25, max_K=3)
+    right = enumerate_specdecpp(inst.P, inst.Q, inst.rho, A, 0.6, max_K=3)
     shift = max(abs(wrong[f] - right[f]) / c.estimate(f).se for f in FIELDS)
     assert_power(record_property, f"SpecDec++ h = 0.6 counts vs enumeration (N = {N:,}): the threshold 0.25",
                  power(shift))
@@ -82,10 +82,10 @@ def test_a_wrong_stopping_rule_would_be_caught(record_property):
 
 
 @given(markov_instances(max_T=3, max_V=3), st.floats(0, 1), st.integers(1, 3), st.integers(0, 2**32 - 1))
-def test_literal_algorithm_is_unbiased_for_any_head(inst, h, cap, seed):
-    """Exact: for any head table, threshold and cap the output law is q (the stopping rule only sees drafts)."""
+def test_literal_algorithm_is_unbiased_for_any_head(inst, h, max_K, seed):
+    """Exact: for any head table, threshold and max_K the output law is q (the stopping rule only sees drafts)."""
     A = np.random.default_rng(seed).random(inst.P.shape)
-    e = enumerate_specdecpp(inst.P, inst.Q, inst.rho, A, h, cap)
+    e = enumerate_specdecpp(inst.P, inst.Q, inst.rho, A, h, max_K)
     target = sequence_law(inst.Q, inst.rho)
     for k in set(e["law"]) | set(target):
         assert abs(e["law"].get(k, 0.0) - target.get(k, 0.0)) < 1e-12, k
@@ -93,20 +93,20 @@ def test_literal_algorithm_is_unbiased_for_any_head(inst, h, cap, seed):
 
 
 # -- the two ends of the threshold --------------------------------------------------------
-@pytest.mark.parametrize("cap", [1, 5, 20])
-def test_h_one_is_fixed_K_equal_to_cap(cap, agrees):
-    inst = MarkovInstance.random(50, 7, 31, rows="uniform")
-    exact, n = lookahead_counts(inst, cap), 70_000
-    c = simulate(inst, SpecDecPP(1.0, cap=cap), n, key=cap)
+@pytest.mark.parametrize("max_K", [1, 5, 20])
+def test_h_one_is_fixed_K_equal_to_cap(max_K, agrees):
+    inst = MarkovInstance.random(50, 7, 31, row_law="uniform")
+    exact, n = lookahead_counts(inst, max_K), 70_000
+    c = simulate(inst, SpecDecPP(1.0, max_K=max_K), n, key=max_K)
     for name in FIELDS:
-        if name == "bonus" and cap == 20:
+        if name == "bonus" and max_K == 20:
             # 20 accepted drafts in a row end 0.34 % of runs on a bonus: a 10 % error would need 1.6 M runs. The bug
-            # this test is for is the cap off by one — the rule stopping a draft early, SD(K = 19), whose bonus is
+            # this test is for is max_K off by one — the rule stopping a draft early, SD(K = 19), whose bonus is
             # 1.5 times as large (70,000 runs see it; the other counts see a 10 % error).
-            agrees(c.estimate(name), exact.bonus, f"{name} vs SD(K={cap})", wrong=lookahead_counts(inst, cap - 1).bonus,
-                   alternative=f"bonus vs SD(K={cap}): the cap off by one, SD(K={cap - 1})")
+            agrees(c.estimate(name), exact.bonus, f"{name} vs SD(K={max_K})", wrong=lookahead_counts(inst, max_K - 1).bonus,
+                   alternative=f"bonus vs SD(K={max_K}): max_K off by one, SD(K={max_K - 1})")
         else:
-            agrees(c.estimate(name), getattr(exact, name), f"{name} vs SD(K={cap})")
+            agrees(c.estimate(name), getattr(exact, name), f"{name} vs SD(K={max_K})")
     p = exact.rejections_per_position
     agrees(c.rejections_per_position, p, "rejection rate per position", se=binomial_se(p, n))
 
@@ -134,7 +134,7 @@ def test_h_zero_is_K_one_when_no_draft_is_certain(agrees):
 def test_h_zero_drafts_through_certain_tokens():
     """In general h = 0 keeps drafting while Π a_i = 1: never a draft after an uncertain one, so
     discarded = rejections run by run, and fewer target calls than K = 1 (it is *not* SD(K=1))."""
-    inst = MarkovInstance.random(50, 7, 31, rows="uniform")
+    inst = MarkovInstance.random(50, 7, 31, row_law="uniform")
     c = simulate(inst, SpecDecPP(0.0), 20_000, key=3)
     np.testing.assert_array_equal(c.discarded, c.rejections)
     k1 = lookahead_counts(inst, 1)
@@ -144,9 +144,9 @@ def test_h_zero_drafts_through_certain_tokens():
 # -- output law and bookkeeping ----------------------------------------------------------
 @pytest.mark.parametrize("head", ["oracle", "noisy", "miscalibrated"])
 def test_output_law_is_q(head, agrees):
-    inst = MarkovInstance.random(12, 5, 8, rows="uniform")
+    inst = MarkovInstance.random(12, 5, 8, row_law="uniform")
     heads = {"oracle": None, "noisy": noisy_head(inst, 2.0, key=1), "miscalibrated": miscalibrated_head(inst, 3.0)}
-    c = simulate(inst, SpecDecPP(0.5, head=heads[head], cap=6), N, key=9, return_sequences=True)
+    c = simulate(inst, SpecDecPP(0.5, head=heads[head], max_K=6), N, key=9, return_sequences=True)
     mu = inst.marginals()
     for n in range(inst.T + 1):
         freq = np.bincount(c.sequences[:, n], minlength=inst.V) / N
@@ -161,20 +161,20 @@ def test_output_law_is_q(head, agrees):
 
 def test_oracle_head_object_is_head_none_and_seeds_reproduce():
     inst = _tiny(4, T=10)
-    a = simulate(inst, SpecDecPP(0.4, cap=5), 3000, key=11, return_sequences=True)
-    b = simulate(inst, SpecDecPP(0.4, head=oracle_head(inst), cap=5), 3000, key=np.random.default_rng(11),
+    a = simulate(inst, SpecDecPP(0.4, max_K=5), 3000, key=11, return_sequences=True)
+    b = simulate(inst, SpecDecPP(0.4, head=oracle_head(inst), max_K=5), 3000, key=np.random.default_rng(11),
                  return_sequences=True)
     for name in FIELDS:
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
     np.testing.assert_array_equal(a.sequences, b.sequences)
-    c = simulate(inst, SpecDecPP(0.4, cap=5), 3000, key=12)
+    c = simulate(inst, SpecDecPP(0.4, max_K=5), 3000, key=12)
     assert not np.array_equal(a.draft_calls, c.draft_calls)
 
 
 def test_larger_threshold_drafts_more():
     """For a fixed draft chain the stopping time is non-decreasing in h, so are the mean drafts and discards."""
-    inst = MarkovInstance.random(30, 6, 12, rows="uniform")
-    runs = [simulate(inst, SpecDecPP(h, cap=12), 10_000, key=4) for h in (0.1, 0.5, 0.9)]
+    inst = MarkovInstance.random(30, 6, 12, row_law="uniform")
+    runs = [simulate(inst, SpecDecPP(h, max_K=12), 10_000, key=4) for h in (0.1, 0.5, 0.9)]
     for name in ("draft_calls", "discarded"):
         means = [c.estimate(name).mean for c in runs]
         assert means[0] < means[1] < means[2], name
@@ -216,7 +216,7 @@ def test_heads():
         (lambda inst: TableHead(np.ones((2, 3))), "shape"),
         (lambda inst: TableHead(np.full((2, 3, 3), 1.5)), r"\[0, 1\]"),
         (lambda inst: SpecDecPP(1.5), "h must be"),
-        (lambda inst: SpecDecPP(0.5, cap=0), "cap"),
+        (lambda inst: SpecDecPP(0.5, max_K=0), "max_K"),
     ],
 )
 def test_bad_input(call, match):
@@ -236,9 +236,9 @@ def test_specdecpp_needs_a_trained_head_on_real_models_and_has_exact_counts_only
     assert SpecDecPP(0.5).expected(_tiny(0)) is not None
     with pytest.raises(TooLarge, match=r"draft tree \(8 × 8\^20 leaves per round start\) would take "
                        r"332,041,393,326,771,929,088 values, over the budget of 6,291,456 values \(NODE_BUDGET "
-                       r"leaves of 6 values\): use a smaller vocabulary, cap or horizon, or raise the budget: "
+                       r"leaves of 6 values\): use a smaller vocabulary, max_K or horizon, or raise the budget: "
                        r"speculab.work_budget\(k\) in Python, speculab sim --budget k on the command line"):
-        SpecDecPP(0.5, cap=20).expected(MarkovInstance.random(30, 8, 0))  # 8^21 leaves of 6 + 30 values
+        SpecDecPP(0.5, max_K=20).expected(MarkovInstance.random(30, 8, 0))  # 8^21 leaves of 6 + 30 values
 
 
 def test_specdecpp_exact_counts_with_an_imperfect_head_match_simulation(agrees):
@@ -246,7 +246,7 @@ def test_specdecpp_exact_counts_with_an_imperfect_head_match_simulation(agrees):
     from speculab.theory import MarkovInstance
 
     inst = MarkovInstance.random(5, 3, 4, concentration=0.7)
-    method = SpecDecPP(0.5, head=miscalibrated_head(inst, 0.3), cap=4)
+    method = SpecDecPP(0.5, head=miscalibrated_head(inst, 0.3), max_K=4)
     exact = method.expected(inst)
     c = simulate(inst, method, 40_000, key=2)
     for name in ("rejections", "oracle_calls", "draft_calls", "accepted", "bonus"):
@@ -274,7 +274,7 @@ def test_fig3_reproduction_smoke(tmp_path):
         exact = lookahead_counts(inst, K)
         assert saved["fixed_K"][str(K)]["verification_rate"] == pytest.approx(exact.verification_rate, rel=1e-12)
         assert saved["fixed_K"][str(K)]["latency"]["0.2"] == pytest.approx(exact.latency(0.2, 1.0), rel=1e-12)
-    assert saved["best"]["0.05"]["fixed_K"]["K"] == fig3.best_lookahead(inst, 0.05, 1.0, K_max=fig3.CAP).K
+    assert saved["best"]["0.05"]["fixed_K"]["K"] == fig3.best_lookahead(inst, 0.05, 1.0, max_K=fig3.MAX_K).K
     assert len(saved["thresholds"]) == 3 and "best latency, c = 0.05" in fig3.summary(result)
     rows = claims_of(fig3, result)
     best = saved["best"]["0.2"]
@@ -310,8 +310,8 @@ def test_boundaries_of_the_inputs():
         TableHead(np.full((2, 3, 4), 0.5))
     inst = _tiny(1)
     zero = lambda t, prev, x: np.zeros(np.shape(x))  # noqa: E731  (a head that predicts certain rejection)
-    assert simulate(inst, SpecDecPP(0.5, head=zero, cap=3), 200, key=0).oracle_calls.min() >= 1
-    method = SpecDecPP(1.0, cap=10)
+    assert simulate(inst, SpecDecPP(0.5, head=zero, max_K=3), 200, key=0).oracle_calls.min() >= 1
+    method = SpecDecPP(1.0, max_K=10)
     assert method.stop_drafting([1.0] * 3, remaining=3) and not method.stop_drafting([1.0] * 2, remaining=3)
     big = MarkovInstance.random(60, 2, 0)  # fits without per-position values, not with them
     assert tree_fits(2, 60, 16) and not tree_fits(2, 60, 16, per_position=True)
@@ -319,23 +319,23 @@ def test_boundaries_of_the_inputs():
     from speculab._validate import TooLarge
 
     with pytest.raises(TooLarge, match=r"would take 8,650,752 values, over the budget of 6,291,456 values"):
-        SpecDecPP(0.5, cap=16).expected(big)  # 2 × 2^16 leaves of 6 + 60 values
+        SpecDecPP(0.5, max_K=16).expected(big)  # 2 × 2^16 leaves of 6 + 60 values
     with work_budget(1.375):  # exactly enough: 8,650,752 = 1.375 × 6,291,456
-        assert SpecDecPP(0.5, cap=16).expected(big).rejections > 0
+        assert SpecDecPP(0.5, max_K=16).expected(big).rejections > 0
     with work_budget(1.37), pytest.raises(TooLarge, match=r"budget of 8,619,295 values \(NODE_BUDGET leaves of 6 "
                                                           r"values, times 1.37\)"):
-        SpecDecPP(0.5, cap=16).expected(big)
+        SpecDecPP(0.5, max_K=16).expected(big)
 
 
 def test_the_default_cap_is_the_papers_twenty_drafts():
-    """[SDpp] caps a round at 20 drafts, the default here: with ``p = q`` (every draft accepted, the head never
+    """[SDpp] max_Ks a round at 20 drafts, the default here: with ``p = q`` (every draft accepted, the head never
     stops) 22 tokens take a round of 20 drafts and a bonus, then one of a single draft — two target calls (found
     by mutation testing of the fast tier: a default of 21, one round, survived)."""
     one = np.array([1.0])
     inst = MarkovInstance.context_free(one, one, T=22)
     e = SpecDecPP(0.5).expected(inst)
     assert (e.oracle_calls, e.draft_calls, e.bonus) == (2.0, 21.0, 1.0)
-    assert SpecDecPP(0.5, cap=21).expected(inst).oracle_calls == 1.0
+    assert SpecDecPP(0.5, max_K=21).expected(inst).oracle_calls == 1.0
 
 
 def test_the_noisy_head_is_its_definition():
@@ -352,19 +352,19 @@ def test_the_noisy_head_is_its_definition():
 
 def test_a_round_on_real_models_drafts_at_most_the_cap_and_the_tokens_left():
     """The decoding loop drafts up to ``draft_length(remaining)`` tokens and stops earlier where the head says:
-    at most ``cap``, and never past the tokens left to output (found by mutation testing of the fast tier: ``max``
+    at most ``max_K``, and never past the tokens left to output (found by mutation testing of the fast tier: ``max``
     for ``min`` survived — only slow real-model tests read it)."""
-    assert SpecDecPP(0.5, cap=3).draft_length(10) == 3
+    assert SpecDecPP(0.5, max_K=3).draft_length(10) == 3
     assert SpecDecPP(0.5).draft_length(5) == 5 and SpecDecPP(0.5).draft_length(50) == 20
 
 
 def test_a_head_certain_of_every_draft_drafts_to_the_cap(agrees):
-    """A head function that predicts 1 everywhere — a probability, so accepted — never stops a round before the cap
-    (``1 − Π a = 0 ≤ h``): the rounds are those of ``SD(K = cap)``, whose target calls it then makes (found by
+    """A head function that predicts 1 everywhere — a probability, so accepted — never stops a round before max_K
+    (``1 − Π a = 0 ≤ h``): the rounds are those of ``SD(K = max_K)``, whose target calls it then makes (found by
     mutation testing: refusing a prediction of exactly 1 survived once the engine tabulated function heads)."""
     from speculab.methods import SD
 
     inst = _tiny(3, T=6)
-    certain = SpecDecPP(0.5, head=lambda t, prev, x: np.ones(x.shape), cap=3)
+    certain = SpecDecPP(0.5, head=lambda t, prev, x: np.ones(x.shape), max_K=3)
     c = simulate(inst, certain, 20_000, key=4)
     agrees(c.estimate("oracle_calls"), SD(K=3).expected(inst).oracle_calls, "target calls")

@@ -30,9 +30,9 @@ def _forwards(pair, method, **kwargs):
 
 
 def test_h_one_never_stops_early_and_is_sd_with_the_cap(pair):
-    """h = 1: the rule never fires before the cap, so the run is SD(K = cap) token for token, count for count and
+    """h = 1: the rule never fires before max_K, so the run is SD(K = max_K) token for token, count for count and
     draft forward pass for pass (the block's last possible draft is never fed to the head)."""
-    a, fa = _forwards(pair, SpecDecPP(1.0, head=constant(pair, 0.3), cap=4), max_new_tokens=20, key=5)
+    a, fa = _forwards(pair, SpecDecPP(1.0, head=constant(pair, 0.3), max_K=4), max_new_tokens=20, key=5)
     b, fb = _forwards(pair, SD(K=4), max_new_tokens=20, key=5)
     assert a.tokens == b.tokens and fa == fb
     for f in ("rejections", "oracle_calls", "draft_calls", "accepted", "bonus", "tokens"):
@@ -84,7 +84,7 @@ def test_the_stopping_decisions_are_the_heads_on_the_drafts_hidden_states(pair):
     def keep(info):
         blocks.append(info.drafts[0].tolist())
 
-    res = decode(pair, PROMPTS[:2], SpecDecPP(h, head=head, cap=6), max_new_tokens=24, key=8, batch_size=1,
+    res = decode(pair, PROMPTS[:2], SpecDecPP(h, head=head, max_K=6), max_new_tokens=24, key=8, batch_size=1,
                  on_round=keep)
     checked = stopped_early = 0
     rounds = iter(blocks)
@@ -116,7 +116,7 @@ def test_the_draft_cache_agrees_with_an_uncached_draft(pair):
 
     uncached = ModelPair(HFModel(pair.draft.model, pair.vocab_size, use_cache=False), pair.target, pair.tokenizer,
                          pair.vocab_size)
-    method = SpecDecPP(0.45, head=random_head(pair, 4), cap=5)
+    method = SpecDecPP(0.45, head=random_head(pair, 4), max_K=5)
     a = decode(pair, PROMPTS, method, max_new_tokens=24, key=9)
     b = decode(uncached, PROMPTS, method, max_new_tokens=24, key=9)
     assert a.tokens == b.tokens

@@ -148,7 +148,7 @@ def test_exact_law_and_counts_vs_simulation(eta_tp, eta_fp, agrees):
 @pytest.mark.power
 def test_thm_3_1_tv_and_a_4_acceptance_by_simulation(record_property, agrees):
     """The signed TV statistic estimates η_FP Σ_n E[TV_n]; accepted/T estimates mean β_SPR (Thm A.4)."""
-    inst = MarkovInstance.random(20, 5, 21, rows="uniform")
+    inst = MarkovInstance.random(20, 5, 21, row_law="uniform")
     eta_fp = 0.4
     m = Sprinter(0.7, eta_fp)
     prof = sprinter_profile(inst, m.pass_probabilities(inst))
@@ -316,7 +316,7 @@ def test_flops():
         (lambda: sprinter_tokens_pmf(1.5, 0.5, 0.5, 3), "i must be"),
         (lambda: sprinter_stopping_time(0.5, 0.5, 5, 0.0), "t_d"),
         (lambda: sprinter_stopping_time(0.5, 0.5, 5, np.inf), "t_d"),
-        (lambda: sd_flops(0, 1.0, 1.0), "gamma"),
+        (lambda: sd_flops(0, 1.0, 1.0), "K"),
         (lambda: sprinter_flops(3, 1.0, -1.0, 1.0), "F_v"),
         (lambda: simulate_stopping(0.5, 1.0, 3, 10, 0), "infinite"),
         (lambda: simulate_stopping(0.5, 0.5, 3, 0, 0), "n_runs"),
@@ -429,8 +429,8 @@ def test_boundaries_of_the_inputs():
     a verifier goes with neither η; η_FP = 1 is refused exactly when the stopping time is infinite (η_TP^r > 0);
     sequences of the wrong rank or length are refused."""
     f = lambda t, prev, x: np.full(np.shape(x), 0.5)  # noqa: E731
-    for tau in (0.0, 1.0):
-        assert Sprinter(verifier=f, tau=tau).tau == tau
+    for threshold in (0.0, 1.0):
+        assert Sprinter(verifier=f, threshold=threshold).threshold == threshold
     for eta in ({"eta_tp": 0.5}, {"eta_fp": 0.5}):
         with pytest.raises(ValueError):
             Sprinter(verifier=f, **eta)
@@ -481,7 +481,7 @@ def test_the_signed_tv_statistic_is_its_definition_run_by_run():
 def test_a_trained_verifiers_default_threshold_is_the_papers_one_half():
     """By default a trained verifier passes a slot iff its score is ``>= 0.5``, the inference threshold [SPR] A.9
     reports as sufficient, whatever the uniform (found by mutation testing of the fast tier: a default of 1.0
-    survived — every fast test gave ``tau``)."""
+    survived — every fast test gave ``threshold``)."""
     m = Sprinter(verifier=lambda t, prev, x: np.full(np.shape(x), 0.5))
     for u in (0.0, 0.99):
         assert m.read_head(0.5, u) == 1.0 and m.read_head(0.75, u) == 1.0

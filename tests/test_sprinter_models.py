@@ -42,7 +42,7 @@ def _draft_greedy(pair, prompt: str, n: int) -> list[int]:
 def test_a_verifier_that_passes_everything_outputs_the_draft_and_never_calls_the_target(pair):
     """Score 0.7 ≥ τ = 0.5 at every slot: the output is the draft's own (greedy: its argmax chain), no target
     call is counted, and every position's one-step law is the draft's (its TV to the target is TV(p, q))."""
-    method = Sprinter(verifier=constant(pair, 0.7), tau=0.5)
+    method = Sprinter(verifier=constant(pair, 0.7), threshold=0.5)
     greedy = decode(pair, PROMPTS, method, max_new_tokens=16, sampling=Sampling(0.0), key=0)
     for prompt, tokens in zip(PROMPTS, greedy.tokens):
         assert tokens == _draft_greedy(pair, prompt, 16)
@@ -58,7 +58,7 @@ def test_a_verifier_that_passes_everything_outputs_the_draft_and_never_calls_the
 def test_a_verifier_that_refuses_everything_is_sd_with_one_draft_and_no_bonus(pair):
     """Score 0.7 < τ = 0.8: every slot is refused, so every round drafts one token and calls the target on it; the
     law is the target's (greedy: SD's tokens), one target call per token, no bonus token ever."""
-    method = Sprinter(verifier=constant(pair, 0.7), tau=0.8)
+    method = Sprinter(verifier=constant(pair, 0.7), threshold=0.8)
     a = decode(pair, PROMPTS, method, max_new_tokens=16, sampling=Sampling(0.0), key=0)
     b = decode(pair, PROMPTS, SD(K=1), max_new_tokens=16, sampling=Sampling(0.0), key=0)
     assert a.tokens == b.tokens
@@ -77,9 +77,9 @@ def test_the_verdicts_are_the_heads_on_the_previous_tokens_hidden_states(pair):
     uncached draft forward over the prompt, the output so far and the block) at the token before each slot; a round
     ends at its first refusal; a target call is counted for exactly the rounds with a refusal; each slot's TV to the
     target is its verdict times TV(p, q)."""
-    head, tau = random_head(pair, 3, kind="linear", depth=0, scale=8.0), 0.5
+    head, threshold = random_head(pair, 3, kind="linear", depth=0, scale=8.0), 0.5
     infos = []
-    res = decode(pair, PROMPTS[:2], Sprinter(verifier=head, tau=tau), max_new_tokens=24, key=8, on_round=infos.append)
+    res = decode(pair, PROMPTS[:2], Sprinter(verifier=head, threshold=threshold), max_new_tokens=24, key=8, on_round=infos.append)
     rounds = iter(infos)
     passes = refusals = 0
     for prompt, out, rec, rr, calls in zip(PROMPTS[:2], res.tokens, res.records, res.rounds, res.counts.oracle_calls):
@@ -92,7 +92,7 @@ def test_the_verdicts_are_the_heads_on_the_previous_tokens_hidden_states(pair):
                 hidden = pair.draft.model(torch.tensor([ids + out[:done] + block], device=pair.device),
                                           output_hidden_states=True)
             scores = head(hidden.hidden_states[-1][0, -len(block) - 1: -1]).tolist()  # at the token before each slot
-            verdicts = [float(s >= tau) for s in scores]
+            verdicts = [float(s >= threshold) for s in scores]
             assert info.predictions == verdicts
             assert all(verdicts[:-1])  # drafting stopped at the first refusal
             called += not verdicts[-1]
@@ -108,13 +108,13 @@ def test_the_verdicts_are_the_heads_on_the_previous_tokens_hidden_states(pair):
 @pytest.mark.slow
 @pytest.mark.power
 def test_the_first_tokens_law_is_the_random_verifiers_mixture(pair, record_property, agrees):
-    """``tau=None`` with a constant score ``c`` passes a slot with probability ``c`` whatever the context: the first
+    """``threshold=None`` with a constant score ``c`` passes a slot with probability ``c`` whatever the context: the first
     token's law is ``c p + (1 − c) q`` exactly ([SPR] Thm 3.1 with ``η = c``). Tested by the share of first tokens in
     ``A = {p > q}``, whose law differs from the target's by ``c · TV(p, q)``; the same statistic refutes the
     target's law and the draft's at this sample size (power, computed from the exact laws)."""
     c, n = 0.4, 1500
     prompt = PROMPTS[0]
-    res = decode(pair, [prompt] * n, Sprinter(verifier=constant(pair, c), tau=None), max_new_tokens=1, key=11)
+    res = decode(pair, [prompt] * n, Sprinter(verifier=constant(pair, c), threshold=None), max_new_tokens=1, key=11)
     ids = torch.tensor([pair.tokenizer.encode(prompt)], device=pair.device)
     with torch.no_grad():
         p = torch.softmax(pair.draft.model(ids).logits[0, -1, : pair.vocab_size].double(), -1).cpu().numpy()
@@ -133,7 +133,7 @@ def test_the_first_tokens_law_is_the_random_verifiers_mixture(pair, record_prope
 
 
 def test_the_same_key_gives_the_same_run(pair):
-    method = Sprinter(verifier=constant(pair, 0.6), tau=None)
+    method = Sprinter(verifier=constant(pair, 0.6), threshold=None)
     a = decode(pair, PROMPTS, method, max_new_tokens=16, key=4)
     b = decode(pair, PROMPTS, method, max_new_tokens=16, key=4)
     assert a.tokens == b.tokens
@@ -145,7 +145,7 @@ def test_a_score_equal_to_the_threshold_passes(pair):
     scoring exactly 0.5 at ``τ = 0.5`` passes every slot — no target call, the draft's output."""
     head = constant(pair, 0.5)
     assert float(head(torch.zeros(width(pair)))) == 0.5
-    res = decode(pair, PROMPTS, Sprinter(verifier=head, tau=0.5), max_new_tokens=8, sampling=Sampling(0.0), key=0)
+    res = decode(pair, PROMPTS, Sprinter(verifier=head, threshold=0.5), max_new_tokens=8, sampling=Sampling(0.0), key=0)
     np.testing.assert_array_equal(res.counts.oracle_calls, 0)
     for prompt, tokens in zip(PROMPTS, res.tokens):
         assert tokens == _draft_greedy(pair, prompt, 8)
@@ -165,9 +165,9 @@ def test_sprinter_on_real_models_refuses_what_it_cannot_run(pair):
         nan_head.head.out.bias.fill_(float("nan"))
     with pytest.raises(ValueError, match="must be a probability"):
         decode(pair, PROMPTS[:1], Sprinter(verifier=nan_head), max_new_tokens=4, key=0)
-    for tau in ("0.5", float("nan"), True, 1.5, -1.0, float("inf")):
-        with pytest.raises(ValueError, match=r"tau must be a number in \[0, 1\]"):
-            Sprinter(verifier=nan_head, tau=tau)
+    for threshold in ("0.5", float("nan"), True, 1.5, -1.0, float("inf")):
+        with pytest.raises(ValueError, match=r"threshold must be a number in \[0, 1\]"):
+            Sprinter(verifier=nan_head, threshold=threshold)
     inst = MarkovInstance.random(T=4, V=3, key=0)
     for run in (lambda m: simulate(inst, m, 10, key=0), lambda m: m.expected(inst)):
         with pytest.raises(ValueError, match="runs on real models only"):
@@ -192,7 +192,7 @@ def test_repro_sprinter_tradeoff(tmp_path, monkeypatch):
     assert (tmp_path / "sprinter_tradeoff.png").stat().st_size > 0
     assert saved["prompts"] == len(PROMPTS) and set(saved["sprinter"]) == {"1.2"} and set(saved["sd"]) == {"1"}
     low, high = result["sprinter"]["1.2"]
-    assert low["tau"] > high["tau"] and low["pass_share"] < high["pass_share"]
+    assert low["threshold"] > high["threshold"] and low["pass_share"] < high["pass_share"]
     assert low["target_calls_per_token"] > high["target_calls_per_token"]
     for t, r in zip(result["sprinter"]["1.2"], result["random_verifier"]["1.2"]):
         assert r["rate"] == t["pass_share"]

@@ -38,8 +38,8 @@ def test_fixed_lookahead_is_the_lookahead_chain(name, K):
 
 
 @pytest.mark.parametrize("name, method", [
-    ("random", SpecDecPP(0.6, cap=5)), ("random", SpecDecPP(0.3, cap=8)), ("random", SpecDecPP(1.0, cap=3)),
-    ("stationary", SpecDecPP(0.5, head=noisy_head(INSTANCES["stationary"], 1.0, key=0), cap=6)),
+    ("random", SpecDecPP(0.6, max_K=5)), ("random", SpecDecPP(0.3, max_K=8)), ("random", SpecDecPP(1.0, max_K=3)),
+    ("stationary", SpecDecPP(0.5, head=noisy_head(INSTANCES["stationary"], 1.0, key=0), max_K=6)),
 ], ids=repr)
 def test_specdecpp_exact_counts_match_simulation(name, method, agrees):
     inst = INSTANCES[name]
@@ -51,7 +51,7 @@ def test_specdecpp_exact_counts_match_simulation(name, method, agrees):
 
 def test_specdecpp_that_never_stops_early_is_fixed_lookahead_at_its_cap():
     inst = INSTANCES["random"]
-    a = stopping_counts(inst, SpecDecPP(1.0, cap=4).adaptive_drafting(inst))
+    a = stopping_counts(inst, SpecDecPP(1.0, max_K=4).adaptive_drafting(inst))
     b = stopping_counts(inst, fixed_lookahead(4))
     assert a == b
     assert (a.t_draft, a.t_target) == (0.0, 1.0)  # the documented default times: a free draft, a unit target call
@@ -61,10 +61,10 @@ def test_specdecpp_that_never_stops_early_is_fixed_lookahead_at_its_cap():
 @pytest.mark.parametrize("name", INSTANCES)
 @pytest.mark.parametrize("t_draft", [0.02, 0.2, 0.6])
 def test_the_optimum_is_never_worse_than_any_threshold_or_fixed_lookahead(name, t_draft):
-    inst, cap = INSTANCES[name], 6
-    best = optimal_stopping(inst, t_draft, 1.0, cap)
-    rivals = [stopping_counts(inst, fixed_lookahead(K), t_draft, 1.0) for K in range(1, cap + 1)]
-    rivals += [stopping_counts(inst, SpecDecPP(h, cap=cap).adaptive_drafting(inst), t_draft, 1.0)
+    inst, max_K = INSTANCES[name], 6
+    best = optimal_stopping(inst, t_draft, 1.0, max_K)
+    rivals = [stopping_counts(inst, fixed_lookahead(K), t_draft, 1.0) for K in range(1, max_K + 1)]
+    rivals += [stopping_counts(inst, SpecDecPP(h, max_K=max_K).adaptive_drafting(inst), t_draft, 1.0)
                for h in np.linspace(0.0, 1.0, 21)]
     assert all(best.time <= r.time + 1e-12 for r in rivals)
     assert best.time <= inst.T * 1.0 + 1e-12  # autoregressive decoding costs T target calls
@@ -74,26 +74,26 @@ def test_the_optimum_beats_every_threshold_on_a_random_instance():
     """[SDpp] Thm 4.3's Δ is not zero here: the best threshold is measurably slower than the optimum."""
     inst = INSTANCES["random"]
     best = optimal_stopping(inst, 0.1, 1.0, 6).time
-    threshold = min(stopping_counts(inst, SpecDecPP(h, cap=6).adaptive_drafting(inst), 0.1, 1.0).time
+    threshold = min(stopping_counts(inst, SpecDecPP(h, max_K=6).adaptive_drafting(inst), 0.1, 1.0).time
                     for h in np.linspace(0.0, 1.0, 101))
     assert threshold - best > 0.01 * best
 
 
-def _nodes(inst, cap):
+def _nodes(inst, max_K):
     """The decision nodes of every round's draft tree: ``(round start n, last token a, drafts so far)``."""
     return [(n, a, path) for n in range(inst.T) for a in range(inst.V)
-            for k in range(min(cap, inst.T - n)) for path in itertools.product(range(inst.V), repeat=k)]
+            for k in range(min(max_K, inst.T - n)) for path in itertools.product(range(inst.V), repeat=k)]
 
 
-def _brute_force_best_time(inst, t_draft, t_target, cap):
+def _brute_force_best_time(inst, t_draft, t_target, max_K):
     """Every deterministic stopping rule of the instance (a stop/go choice at every node of every round's draft tree,
     stopping before the first draft included), each evaluated by direct recursion over the process."""
-    nodes = _nodes(inst, cap)
-    return min(_rule_time(inst, t_draft, t_target, cap, dict(zip(nodes, choice)))
+    nodes = _nodes(inst, max_K)
+    return min(_rule_time(inst, t_draft, t_target, max_K, dict(zip(nodes, choice)))
                for choice in itertools.product([False, True], repeat=len(nodes)))
 
 
-def _rule_time(inst, t_draft, t_target, cap, stops):
+def _rule_time(inst, t_draft, t_target, max_K, stops):
     """The expected time of the stopping rule ``stops[(n, a, path)]`` (stop and verify there?), by direct recursion."""
     T, V = inst.T, inst.V
     P, Q = np.asarray(inst.P), np.asarray(inst.Q)
@@ -104,7 +104,7 @@ def _rule_time(inst, t_draft, t_target, cap, stops):
 
     def drafted(n, a, path):
         k = len(path)
-        if k == min(cap, T - n) or stops[(n, a, path)]:
+        if k == min(max_K, T - n) or stops[(n, a, path)]:
             return verified(n, a, path)
         last = path[-1] if path else a
         return sum(P[n + k, last, z] * drafted(n, a, path + (z,)) for z in range(V) if P[n + k, last, z] > 0)
@@ -131,13 +131,13 @@ def test_a_rule_that_depends_on_the_position_is_asked_at_the_drafts_position():
     """A rule that reads the position index ``t`` of the draft it has just made (stop after drafting at a position
     index 1 mod 3), against the direct recursion: the tree must pass the draft's own position, not the round's."""
     inst = MarkovInstance.random(5, 2, 3, concentration=0.7)
-    cap = 3
+    max_K = 3
     rule = lambda prod, count, t, T, K: (count >= K) | (t + 1 >= T) | (t % 3 == 1)  # noqa: E731
-    every_third = fixed_lookahead(cap)._replace(stops=rule)
-    stops = {(n, a, path): len(path) > 0 and (n + len(path) - 1) % 3 == 1 for n, a, path in _nodes(inst, cap)}
+    every_third = fixed_lookahead(max_K)._replace(stops=rule)
+    stops = {(n, a, path): len(path) > 0 and (n + len(path) - 1) % 3 == 1 for n, a, path in _nodes(inst, max_K)}
     tree = stopping_counts(inst, every_third, 0.3, 1.0)
-    assert tree.time == pytest.approx(_rule_time(inst, 0.3, 1.0, cap, stops), rel=1e-12)
-    assert abs(tree.time - stopping_counts(inst, fixed_lookahead(cap), 0.3, 1.0).time) > 0.05  # it does change things
+    assert tree.time == pytest.approx(_rule_time(inst, 0.3, 1.0, max_K, stops), rel=1e-12)
+    assert abs(tree.time - stopping_counts(inst, fixed_lookahead(max_K), 0.3, 1.0).time) > 0.05  # it does change things
 
 
 def test_bellman_ties_verify_at_once():
@@ -151,14 +151,14 @@ def test_bellman_ties_verify_at_once():
 @pytest.mark.parametrize("T, key, t_draft", [(2, 5, 0.05), (2, 6, 0.3), (2, 7, 0.8),
                                              pytest.param(3, 5, 0.2, marks=pytest.mark.slow)])
 def test_the_optimum_equals_brute_force_over_every_stopping_rule(T, key, t_draft):
-    """V = 2, cap = 2: 8 decision nodes (256 rules) at T = 2, 14 (16,384 rules) at T = 3."""
+    """V = 2, max_K = 2: 8 decision nodes (256 rules) at T = 2, 14 (16,384 rules) at T = 3."""
     inst = MarkovInstance.random(T, 2, key, concentration=0.8)
     assert optimal_stopping(inst, t_draft, 1.0, 2).time == pytest.approx(
         _brute_force_best_time(inst, t_draft, 1.0, 2), rel=1e-12)
 
 
 def test_free_drafts_make_the_longest_lookahead_optimal():
-    """With t_draft = 0 drafting more never costs time, so verifying only at the cap (or the horizon) is optimal."""
+    """With t_draft = 0 drafting more never costs time, so verifying only at max_K (or the horizon) is optimal."""
     inst = INSTANCES["random"]
     assert optimal_stopping(inst, 0.0, 1.0, 5).time == pytest.approx(
         stopping_counts(inst, fixed_lookahead(5), 0.0, 1.0).time, rel=1e-12)
@@ -176,7 +176,7 @@ def test_bad_inputs_are_refused():
         optimal_stopping(inst, 0.1, 0.0, 3)
     with pytest.raises(ValueError, match="t_draft"):
         optimal_stopping(inst, -0.1, 1.0, 3)
-    with pytest.raises(ValueError, match="cap"):
+    with pytest.raises(ValueError, match="max_K"):
         optimal_stopping(inst, 0.1, 1.0, 0)
     with pytest.raises(ValueError, match="NODE_BUDGET"):
         optimal_stopping(MarkovInstance.random(30, 7, 0), 0.1, 1.0, 20)
@@ -208,7 +208,7 @@ def test_reproduction_optimal_stopping(tmp_path, capsys):
     rows = claims_of(optimal_stopping, out)
     last = out["rows"][-1]
     assert rows[-1]["theory"] == (f"{last['optimal']:.3f}; h = {last['h']:.2f}: {last['threshold']:.3f}, "
-                                  f"K = {last['K']}: {last['fixed']:.3f}, γ = {last['gamma']}: {last['block']:.3f}")
+                                  f"K = {last['K']}: {last['fixed']:.3f}, K = {last['block_K']}: {last['block']:.3f}")
     assert f"{last['delta'] / last['optimal']:+.1%} (c = 0.5)" in rows[0]["theory"]  # Δ grows with the cost ratio
 
 
@@ -227,9 +227,9 @@ def test_per_position_values_count_against_the_node_budget():
 
     assert tree_fits(2, 60, 16) and not tree_fits(2, 60, 16, per_position=True)  # 2^17 leaves × 6 vs × 66 values
     assert tree_fits(2, 60, 19) and not tree_fits(2, 60, 20)  # 2 · 2^19 = NODE_BUDGET leaves fit, twice that not
-    assert optimal_stopping(MarkovInstance.random(4, 2, 0), 0.1, 1.0, cap=2).rejections_per_position is None
+    assert optimal_stopping(MarkovInstance.random(4, 2, 0), 0.1, 1.0, max_K=2).rejections_per_position is None
     with pytest.raises(TooLarge, match=r"^the exact recursion over the draft tree \(2 × 2\^16 leaves per round start\) "
                                        r"would take 8,650,752 values, over the budget of 6,291,456 values "
-                                       r"\(NODE_BUDGET leaves of 6 values\): use a smaller vocabulary, cap or "
+                                       r"\(NODE_BUDGET leaves of 6 values\): use a smaller vocabulary, max_K or "
                                        r"horizon, or raise"):
         stopping_counts(MarkovInstance.random(60, 2, 0), fixed_lookahead(16), per_position=True)

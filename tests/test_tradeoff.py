@@ -130,14 +130,14 @@ def test_the_optimal_set_attains_the_loss_and_nothing_else_does(t, seed):
     p, q, b = t
     res = optimal_rejection(p, q, b)
     loss = float(res.loss)
-    assert res.P.sum() == pytest.approx(1.0, abs=1e-12) and np.all(res.P >= 0)
-    assert is_optimal_rejection(p, q, b, res.P)
-    assert rejection_loss(p, q, b, res.P) == pytest.approx(loss, abs=1e-12)
-    assert float(tv(_output(p, b, res.P), q)) == pytest.approx(loss, abs=1e-12)
+    assert res.rejection.sum() == pytest.approx(1.0, abs=1e-12) and np.all(res.rejection >= 0)
+    assert is_optimal_rejection(p, q, b, res.rejection)
+    assert rejection_loss(p, q, b, res.rejection) == pytest.approx(loss, abs=1e-12)
+    assert float(tv(_output(p, b, res.rejection), q)) == pytest.approx(loss, abs=1e-12)
     assert rejection_loss(p, q, b, q) >= loss - 1e-12  # Decoding-UNO is never better
     rng = np.random.default_rng(seed)
-    if res.rejection <= 1e-6:  # D = 0: every P is optimal; tiny D: the set is ill-conditioned
-        if res.rejection == 0:
+    if res.rejection_prob <= 1e-6:  # D = 0: every P is optimal; tiny D: the set is ill-conditioned
+        if res.rejection_prob == 0:
             P = rng.dirichlet(np.ones(p.size))
             assert is_optimal_rejection(p, q, b, P)
             assert rejection_loss(p, q, b, P) == pytest.approx(float(tv(p, q)), abs=1e-12)
@@ -148,7 +148,7 @@ def test_the_optimal_set_attains_the_loss_and_nothing_else_does(t, seed):
     # leaving the set costs exactly D·P(A−) + Σ_{A+} (D P − (q − bp))_+
     other = rng.dirichlet(np.ones(p.size))
     r = q - b * p
-    excess = res.rejection * other[r < 0].sum() + np.maximum(res.rejection * other - r, 0)[r >= 0].sum()
+    excess = res.rejection_prob * other[r < 0].sum() + np.maximum(res.rejection_prob * other - r, 0)[r >= 0].sum()
     assert rejection_loss(p, q, b, other) - loss == pytest.approx(excess, abs=1e-12)
     if excess > 1e-6:
         assert not is_optimal_rejection(p, q, b, other)
@@ -167,9 +167,9 @@ def test_seeded_random_cases_with_substantial_loss():
         b = [u, np.minimum(s + u * (1 - s), 1.0), u * s][i % 3]
         res = optimal_rejection(p, q, b)
         assert res.loss == pytest.approx(optimal_loss_lp(p, q, b), abs=1e-7)
-        assert res.rejection + res.loss == pytest.approx(float(tv(p, q) + pareto_gap(p, q, b)), abs=1e-12)
-        assert is_optimal_rejection(p, q, b, res.P)
-        if res.rejection > 1e-6:
+        assert res.rejection_prob + res.loss == pytest.approx(float(tv(p, q) + pareto_gap(p, q, b)), abs=1e-12)
+        assert is_optimal_rejection(p, q, b, res.rejection)
+        if res.rejection_prob > 1e-6:
             member = _optimal_set_member(q, p, b, rng)
             assert is_optimal_rejection(p, q, b, member)
             assert rejection_loss(p, q, b, member) == pytest.approx(float(res.loss), abs=1e-12)
@@ -197,7 +197,7 @@ def test_lp_recovers_the_box_of_the_optimal_set(t):
     """Over all optimal P, P(x) spans exactly what {P = 0 on A−, 0 ≤ P ≤ A on A+, ΣP = 1} allows ([Yin] Thm 4)."""
     p, q, b = t
     res = optimal_rejection(p, q, b)
-    if res.rejection < 1e-3:
+    if res.rejection_prob < 1e-3:
         return
     A_plus = np.maximum(res.A, 0.0)
     for x in range(p.size):
@@ -214,22 +214,22 @@ def test_unbiased_b_has_zero_loss_and_P_star_is_A(pq, u):
     b = np.array(u[: p.size]) * sd_acceptance(p, q)
     res = optimal_rejection(p, q, b)
     assert res.loss == pytest.approx(0.0, abs=1e-12)
-    np.testing.assert_allclose(res.P * res.rejection, q - b * p, atol=1e-12)  # D·P* = D·A
-    np.testing.assert_allclose(_output(p, b, res.P), q, atol=1e-12)
-    if res.rejection > 1e-6:
-        np.testing.assert_allclose(res.P, res.A, atol=1e-9)
+    np.testing.assert_allclose(res.rejection * res.rejection_prob, q - b * p, atol=1e-12)  # D·P* = D·A
+    np.testing.assert_allclose(_output(p, b, res.rejection), q, atol=1e-12)
+    if res.rejection_prob > 1e-6:
+        np.testing.assert_allclose(res.rejection, res.A, atol=1e-9)
 
 
 def test_always_accepting_loses_tv_whatever_P():
     p, q = np.array([0.6, 0.4, 0.0]), np.array([0.3, 0.2, 0.5])
     res = optimal_rejection(p, q, np.ones(3))
-    assert res.rejection == 0 and res.loss == pytest.approx(0.5) and np.all(np.isnan(res.A))
-    np.testing.assert_allclose(res.P, [0, 0, 1])  # the residual, a valid choice
+    assert res.rejection_prob == 0 and res.loss == pytest.approx(0.5) and np.all(np.isnan(res.A))
+    np.testing.assert_allclose(res.rejection, [0, 0, 1])  # the residual, a valid choice
     for P in ([1, 0, 0], [0.2, 0.3, 0.5]):
         assert is_optimal_rejection(p, q, np.ones(3), P)
         assert rejection_loss(p, q, np.ones(3), P) == pytest.approx(0.5)
     same = optimal_rejection(q, q, np.ones(3))  # p = q, nothing to reject: P* falls back to q
-    np.testing.assert_array_equal(same.P, q)
+    np.testing.assert_array_equal(same.rejection, q)
     assert same.loss == 0
 
 
@@ -240,7 +240,7 @@ def test_overacceptance_opt_is_the_residual_and_beats_uno():
     for eps in (0.01, 0.1, 0.3):
         b = biased_acceptance(p, q, eps)
         res = optimal_rejection(p, q, b)
-        np.testing.assert_allclose(res.P, np.maximum(q - p, 0) / tv(p, q))  # [Yin] App. G: P* = [q − p]_+
+        np.testing.assert_allclose(res.rejection, np.maximum(q - p, 0) / tv(p, q))  # [Yin] App. G: P* = [q − p]_+
         assert rejection_loss(p, q, b, q) > res.loss + 1e-3
     # the batched form agrees with row-by-row calls
     bs = np.stack([biased_acceptance(p, q, e) for e in (0.0, 0.05, 0.2)])
@@ -257,7 +257,7 @@ def _rules(inst, eps, rej):
     """
     b, R = biased_arrays(inst, eps, rej)
     if rej == "opt":
-        P_star = optimal_rejection(inst.P, inst.Q, b).P
+        P_star = optimal_rejection(inst.P, inst.Q, b).rejection
         ok = R.sum(axis=-1) > 0
         np.testing.assert_array_equal(R[ok], P_star[ok])
         R = P_star
@@ -353,7 +353,7 @@ def test_sequence_kl_and_tv_match_enumeration(inst, eps, rej):
 
 
 def test_sequence_tv_bounds_and_refusal_on_the_paper_instance():
-    inst = MarkovInstance.random(50, 7, 10, rows="uniform")
+    inst = MarkovInstance.random(50, 7, 10, row_law="uniform")
     b, R = biased_arrays(inst, 0.1, "opt")
     d = sequence_bias(inst, b, R)
     assert d.tv is None and 0 < d.tv_lower <= d.tv_upper <= 1
@@ -364,7 +364,7 @@ def test_sequence_tv_bounds_and_refusal_on_the_paper_instance():
 
 def test_opt_beats_uno_on_the_paper_instance():
     """Same b, so nearly the same rejections; OPT has less per-token bias and, here, less sequence KL."""
-    inst = MarkovInstance.random(50, 7, 10, rows="uniform")
+    inst = MarkovInstance.random(50, 7, 10, row_law="uniform")
     for eps in (0.05, 0.1, 0.2):
         (bo, Ro), (bu, Ru) = biased_arrays(inst, eps, "opt"), biased_arrays(inst, eps, "uno")
         po, pu = tradeoff_profile(inst, bo, Ro), tradeoff_profile(inst, bu, Ru)
@@ -462,12 +462,12 @@ P2, Q2 = [0.5, 0.5], [0.2, 0.8]
         (lambda: optimal_loss([0.5, 0.6], Q2, [1.0, 1.0]), "p must sum to 1"),
         (lambda: optimal_loss(P2, [1.2, -0.2], [1.0, 1.0]), "q must be non-negative"),
         (lambda: optimal_loss(P2, [np.nan, 1.0], [1.0, 1.0]), "q must be finite"),
-        (lambda: rejection_loss(P2, Q2, [1.0, 1.0], [0.3, 0.3]), "P must sum to 1"),
-        (lambda: is_optimal_rejection(P2, Q2, [1.0, 1.0], [1.0]), "P and p must have the same shape"),
+        (lambda: rejection_loss(P2, Q2, [1.0, 1.0], [0.3, 0.3]), "rejection must sum to 1"),
+        (lambda: is_optimal_rejection(P2, Q2, [1.0, 1.0], [1.0]), "rejection and p must have the same shape"),
         (lambda: rejection_probability(P2, [2.0, 1.0]), r"b must lie in \[0, 1\]"),
-        (lambda: pareto_loss(P2, Q2, 1.5), r"rejection must lie in \[0, 1\]"),
+        (lambda: pareto_loss(P2, Q2, 1.5), r"rejection_prob must lie in \[0, 1\]"),
         (lambda: optimal_loss_lp([P2, P2], [Q2, Q2], np.ones((2, 2))), "single vectors"),
-        (lambda: markov_kl([0.5, 0.5], np.full((2, 2, 2), 0.5), np.full((3, 2, 2), 0.5)), "L must have shape"),
+        (lambda: markov_kl([0.5, 0.5], np.full((2, 2, 2), 0.5), np.full((3, 2, 2), 0.5)), "reference must have shape"),
         (lambda: markov_tv([1.0], np.full((2, 2, 2), 0.5), np.full((2, 2, 2), 0.5)), "rho must have length"),
         (lambda: log_likelihood_ratio(np.full((2, 2, 2), 0.5), np.full((2, 2, 2), 0.5), [[0, 1]]),
          r"sequences must be integers of shape \(N, T \+ 1 = 3\)"),

@@ -158,10 +158,10 @@ def test_the_command_writes_json_and_the_report_shows_it(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "PASSED" in text and "validation.json" in text
     data = json.loads((out / "validation.json").read_text())
-    assert data["passed"] and [r["method"] for r in data["laws"]][:2] == ["sd K=2", "block γ=2"]
+    assert data["passed"] and [r["method"] for r in data["laws"]][:2] == ["sd K=2", "block K=2"]
     assert main(["report", "--out", str(out)]) == 0
     page = (out / "report.html").read_text()
-    assert "validation: the real-model backend on a device" in page and "block γ=2" in page
+    assert "validation: the real-model backend on a device" in page and "block K=2" in page
     good = data
     bad = {"refused": dict(good, laws=[dict(good["laws"][0], refused="no")]),
            "power": dict(good, laws=[dict(good["laws"][0], power="x")]),

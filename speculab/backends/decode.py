@@ -63,11 +63,11 @@ class _Run:
     read while drafting where the method has one. Each round ends as a batched one does
     (:func:`~speculab.backends.rounds.round_output` on one row), with the same uniforms."""
 
-    def __init__(self, index: int, pair: ModelPair, prompt: list[int], sampling: Sampling, seed: int,
+    def __init__(self, index: int, pair: ModelPair, prompt: list[int], sampling: Sampling, key: int,
                  max_new: int, track_draft: bool, on_round: Callable | None, records: Records, slot: int):
         self.index, self.pair, self.sampling = index, pair, sampling
         self.dev = pair.device
-        self.key = key_words([seed], self.dev)  # (1, 2)
+        self.key = key_words([key], self.dev)  # (1, 2)
         self.round_index = 0
         self.ids = list(prompt)
         self.n_prompt = len(prompt)
@@ -290,7 +290,7 @@ def decode(
       prompts: a string, a list of strings, or a list of token-id lists.
       method: any registered method with a round rule (``speculab.methods.names(real_models=True)``):
         ``Autoregressive()``, ``SD(K)``, ``BatchSD(M, K)``, ``Biased(eps, "opt" | "uno", K)``,
-        ``Fuzzy(theta, div, K)``, ``RejectionDecoding(b=f, P=g)`` with array-API functions, …
+        ``Fuzzy(theta, div, K)``, ``RejectionDecoding(b=f, rejection=g)`` with array-API functions, …
       max_new_tokens: generated tokens per prompt (fewer if EOS is produced).
       sampling: temperature / top-k / top-p, applied identically to ``p`` and ``q``.
       key: an int seed, a ``torch.Generator`` (on any device: it gives the seeds), or a numpy Generator (required,
@@ -329,7 +329,7 @@ def decode(
             given = getattr(method, method.head_param)
             raise ValueError(f"{type(method).__name__} on real models needs a head trained on the draft's hidden states "
                              f"(speculab.backends.heads.train_head, or load_head on a file a reproduction saved) as "
-                             f"its {method.head_param} — e.g. Sprinter(verifier=head, tau=0.5), "
+                             f"its {method.head_param} — e.g. Sprinter(verifier=head, threshold=0.5), "
                              f"SpecDecPP(h, head=head); on the command line --head FILE; got {given!r}")
         if not isinstance(pair.draft, HFModel):
             raise ValueError(f"{type(method).__name__}'s head reads the draft's hidden states: the draft must be a "

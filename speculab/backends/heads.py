@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from speculab._files import atomic_path
+from speculab._validate import as_torch_generator
 
 __all__ = ["HeadConfig", "TrainedHead", "make_head", "constant_head", "train_head", "save_head", "load_head", "roc_curve", "auc"]
 
@@ -98,20 +99,23 @@ class _Head(torch.nn.Module):
         self.blocks = torch.nn.Sequential(*(_Residual(config.d_in) for _ in range(config.depth)))
         self.out = torch.nn.Linear(config.d_in, 1)
 
-    def forward(self, h):  # the logit
-        return self.out(self.blocks(h))[..., 0]
+    def forward(self, hidden):  # the logit
+        return self.out(self.blocks(hidden))[..., 0]
 
     @torch.no_grad()
-    def prob(self, h):
-        return torch.sigmoid(self.forward(h))
+    def prob(self, hidden):
+        return torch.sigmoid(self.forward(hidden))
 
 
-def make_head(config: HeadConfig, generator: torch.Generator | None = None) -> _Head:
-    """A freshly initialised head (PyTorch's default initialisation, drawn from ``generator``), on the CPU, where
-    heads are trained (a head follows the hidden states it reads to their device: :class:`TrainedHead`)."""
+def make_head(config: HeadConfig, key=None) -> _Head:
+    """A freshly initialised head (PyTorch's default initialisation, drawn from ``key``, any key speculab accepts;
+    ``None``: torch's global generator), on the CPU, where heads are trained (a head follows the hidden states it
+    reads to their device: :class:`TrainedHead`)."""
+    if key is not None:
+        key = as_torch_generator(key, "cpu")
     with torch.random.fork_rng(devices=[]), torch.device("cpu"):
-        if generator is not None:
-            torch.manual_seed(int(torch.randint(0, 2**62, (), generator=generator, device=generator.device)))
+        if key is not None:
+            torch.manual_seed(int(torch.randint(0, 2**62, (), generator=key, device=key.device)))
         return _Head(config)
 
 
@@ -137,21 +141,21 @@ class TrainedHead:
         shape = "linear" if c.kind == "linear" else f"resnet, depth {c.depth}"
         return f"TrainedHead({shape}, d_in={c.d_in}, epochs={self.metrics.get('epochs', 0)})"
 
-    def __call__(self, h: torch.Tensor) -> torch.Tensor:
-        """The head's probability for hidden states ``h`` ``(..., d_in)``, on their device (the head follows them
+    def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The head's probability for hidden states ``hidden`` ``(..., d_in)``, on their device (the head follows them
         there, once: a head trained on the CPU reads a GPU model's states)."""
-        if h.shape[-1] != self.config.d_in:
+        if hidden.shape[-1] != self.config.d_in:
             raise ValueError(f"hidden states must have {self.config.d_in} features (the head's d_in); "
-                             f"got shape {tuple(h.shape)}")
+                             f"got shape {tuple(hidden.shape)}")
         weight = next(self.head.parameters())
-        if weight.device != h.device:
-            self.head.to(h.device)
-        return self.head.prob(h.to(weight.dtype))
+        if weight.device != hidden.device:
+            self.head.to(hidden.device)
+        return self.head.prob(hidden.to(weight.dtype))
 
 
 def constant_head(d_in: int, score: float) -> TrainedHead:
     """A linear head scoring ``score`` whatever its input (zero weights, bias ``logit(score)``): a baseline that knows
-    nothing (e.g. SPRINTER's random verifier with ``tau=None``) and a head whose decisions a test can predict.
+    nothing (e.g. SPRINTER's random verifier with ``threshold=None``) and a head whose decisions a test can predict.
 
     Args:
       d_in: the width of the hidden states it will read.
@@ -208,11 +212,11 @@ def _atomic_save(obj, path: Path) -> None:
         torch.save(obj, tmp)
 
 
-def _split(n: int, groups, config: HeadConfig, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def _split(n: int, groups, config: HeadConfig, rng: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """Held-out and training indices: ``val_fraction`` of the examples, or of the groups when ``groups`` is given
     (correlated examples — the tokens of one completion — then stay on one side)."""
     if groups is None:
-        order = torch.randperm(n, generator=g, device="cpu")
+        order = torch.randperm(n, generator=rng, device="cpu")
         n_val = max(1, int(round(config.val_fraction * n)))
         return order[:n_val], order[n_val:]
     labels = np.asarray(groups)
@@ -221,7 +225,7 @@ def _split(n: int, groups, config: HeadConfig, g: torch.Generator) -> tuple[torc
     unique, inverse = np.unique(labels, return_inverse=True)
     if unique.size < 2:
         raise ValueError("groups must hold at least two distinct groups (one to train on, one to hold out)")
-    order = torch.randperm(unique.size, generator=g, device="cpu").numpy()
+    order = torch.randperm(unique.size, generator=rng, device="cpu").numpy()
     held = np.zeros(unique.size, dtype=bool)
     held[order[: max(1, int(round(config.val_fraction * unique.size)))]] = True
     mask = torch.from_numpy(held[inverse])
@@ -253,14 +257,14 @@ def train_head(features, targets, weights=None, *, config: HeadConfig, groups=No
     X, y, w = _as_examples(features, targets, weights)
     if X.shape[1] != config.d_in:
         raise ValueError(f"features have {X.shape[1]} columns but config.d_in = {config.d_in}")
-    g = torch.Generator().manual_seed(config.seed)
-    val, train = _split(X.shape[0], groups, config, g)
+    rng = torch.Generator().manual_seed(config.seed)
+    val, train = _split(X.shape[0], groups, config, rng)
     if train.numel() == 0:
         raise ValueError(f"no training examples left after holding out {val.numel()} of {X.shape[0]}")
     if not bool(w[val].sum() > 0) or not bool(w[train].sum() > 0):
         raise ValueError("the held-out and the training split must each have some weight > 0")
     scale_train, scale_val = float(w[train].mean()), float(w[val].sum())
-    head = make_head(config, g)
+    head = make_head(config, rng)
     opt = torch.optim.Adam(head.parameters(), lr=config.lr)
     state = {"epoch": 0, "best": math.inf, "best_epoch": -1, "best_weights": None, "stale": 0, "history": []}
     path = None if checkpoint is None else Path(checkpoint)
@@ -273,11 +277,11 @@ def train_head(features, targets, weights=None, *, config: HeadConfig, groups=No
             raise ValueError(f"checkpoint {path} was written for another configuration or data set; not resuming")
         head.load_state_dict(saved["head"])
         opt.load_state_dict(saved["opt"])
-        g.set_state(saved["generator"])
+        rng.set_state(saved["generator"])
         state = saved["state"]
     while state["epoch"] < config.epochs and state["stale"] < config.patience:
         head.train()
-        perm = train[torch.randperm(train.numel(), generator=g, device="cpu")]
+        perm = train[torch.randperm(train.numel(), generator=rng, device="cpu")]
         total = 0.0
         for start in range(0, perm.numel(), config.batch_size):
             idx = perm[start:start + config.batch_size]
@@ -305,7 +309,7 @@ def train_head(features, targets, weights=None, *, config: HeadConfig, groups=No
                   f"{'  (best)' if state['stale'] == 0 else ''}", file=sys.stderr, flush=True)
         if path is not None:
             _atomic_save({"config": asdict(config), "data": data, "head": head.state_dict(),
-                          "opt": opt.state_dict(), "generator": g.get_state(), "state": state}, path)
+                          "opt": opt.state_dict(), "generator": rng.get_state(), "state": state}, path)
     head.load_state_dict(state["best_weights"])
     head.eval()
     with torch.no_grad():

@@ -353,13 +353,13 @@ class PromptLookupModel(HistoryModel):
             self._source[h[:m]] = found
         return found
 
-    def _next_source(self, h: tuple, previous: int | None) -> int | None:
-        if previous is not None and h[previous] == h[-1]:
+    def _next_source(self, history: tuple, previous: int | None) -> int | None:
+        if previous is not None and history[previous] == history[-1]:
             return previous + 1  # continue the copy: the source's next token (earlier than the end)
-        for n in range(min(self.max_ngram, len(h) - 1), 0, -1):
-            suffix = h[-n:]
-            for start in range(len(h) - n):  # earliest first; the suffix's own place excluded
-                if h[start:start + n] == suffix:
+        for n in range(min(self.max_ngram, len(history) - 1), 0, -1):
+            suffix = history[-n:]
+            for start in range(len(history) - n):  # earliest first; the suffix's own place excluded
+                if history[start:start + n] == suffix:
                     return start + n
         return None
 

@@ -1,29 +1,31 @@
 r"""Block verification (Sun, Mendlovic, Leviathan, Aharoni, Ro, Beirami, Suresh, ICLR 2025; SPEC "BV").
 
+The paper writes the block size ``γ``; here it is ``K``, the name of every lookahead in speculab.
+
 Token verification (SD) decides each drafted token on its own; block verification
 decides the whole block jointly and accepts at least as many tokens in expectation,
 with the same output law (the target's). Not on every block: SPEC BV's "never below
 SD with the same block" holds averaged over the blocks drafted from a context, and a
 single block can do worse (``tests/test_block.py::test_not_per_block``: SD accepts
-``1 + 1/21`` drafts of the block ``(0, 0, 1)`` in expectation, block verification 1). One round, drafts ``x_1..x_γ ~ p`` with
-conditionals ``p_i``, target conditionals ``q_i`` (``i ≤ γ + 1``):
+``1 + 1/21`` drafts of the block ``(0, 0, 1)`` in expectation, block verification 1). One round, drafts ``x_1..x_K ~ p`` with
+conditionals ``p_i``, target conditionals ``q_i`` (``i ≤ K + 1``):
 
 .. math::
     w_0 = 1,\quad w_i = \min\Big(1, w_{i-1} \frac{q_i(x_i)}{p_i(x_i)}\Big),\qquad
     r_i = \sum_x \big(w_i\, q_{i+1}(x) - p_{i+1}(x)\big)_+,\qquad
-    h_i = \frac{r_i}{r_i + 1 - w_i}\ (i < γ),\quad h_γ = w_γ,
+    h_i = \frac{r_i}{r_i + 1 - w_i}\ (i < K),\quad h_K = w_K,
 
 (``h_i = 0`` where the denominator is 0). With independent ``η_i ~ U(0, 1)``, ``τ`` is
 the largest ``i`` with ``η_i ≤ h_i`` (``0`` if none; SPEC BV — ``<`` or ``≤`` differ with probability 0); the round outputs ``x_{1:τ}``, then
-a correction from ``(w_τ q_{τ+1} − p_{τ+1})_+`` normalised (``τ < γ``) or a bonus from
-``q_{γ+1}`` (``τ = γ``, if a next position exists). ``γ = 1`` is SD.
+a correction from ``(w_τ q_{τ+1} − p_{τ+1})_+`` normalised (``τ < K``) or a bonus from
+``q_{K+1}`` (``τ = K``, if a next position exists). ``K = 1`` is SD.
 
 **The law used everywhere here** (derived below, checked against the literal
 algorithm by enumeration in ``tests/test_block.py``): for every prefix of the block,
 
 .. math:: P(\tau \ge i,\ \tilde x_{1:i} = x_{1:i}) = p(x_{1:i})\, w_i(x_{1:i}).
 
-By induction from the end: ``P(τ ≥ γ | x_{1:γ}) = h_γ = w_γ``; if ``P(τ ≥ i+1 | x_{1:i+1}) =
+By induction from the end: ``P(τ ≥ K | x_{1:K}) = h_K = w_K``; if ``P(τ ≥ i+1 | x_{1:i+1}) =
 w_{i+1}``, then, ``η_i`` being independent of the later drafts,
 ``P(τ ≥ i | x_{1:i}) = 1 − (1 − h_i)(1 − E_{x_{i+1} ~ p_{i+1}}[w_{i+1}])`` and
 ``E[w_{i+1}] = Σ_x min(p_{i+1}, w_i q_{i+1}) = w_i − r_i``, which gives ``w_i``. Hence
@@ -36,9 +38,9 @@ w_{i+1}``, then, ``η_i`` being independent of the later drafts,
 * on a Markov instance, the exact counts over ``T`` tokens follow by propagating the
   distribution of round starts with these kernels (:func:`block_counts`). The weights
   ``w_i`` depend on the whole prefix, so the prefixes of a block are enumerated:
-  ``O(T V^{γ+2})`` time (no polynomial method is used here).
+  ``O(T V^{K+2})`` time (no polynomial method is used here).
 
-The paper's binary example (SPEC BV): ``q = (1/3, 2/3)``, ``p = (2/3, 1/3)``, ``γ = 2``: SD
+The paper's binary example (SPEC BV): ``q = (1/3, 2/3)``, ``p = (2/3, 1/3)``, ``K = 2``: SD
 accepts ``10/9`` tokens per round, block verification ``11/9`` (:func:`block_accepted`).
 Convention: ``p`` = draft, ``q`` = target.
 """
@@ -64,7 +66,7 @@ from speculab.theory._checks import takes_instance
 
 __all__ = ["BlockVerification", "block_round_law", "block_kernel", "block_counts", "block_accepted", "MAX_PATHS"]
 
-#: Largest number of block prefixes ``V^(γ+1)`` (times ``V``) that :func:`block_kernel` enumerates.
+#: Largest number of block prefixes ``V^(K+1)`` (times ``V``) that :func:`block_kernel` enumerates.
 MAX_PATHS = 1 << 24
 
 
@@ -117,21 +119,21 @@ def block_round_law(p, q, x, *, bonus: bool) -> RoundLaw:
 
 
 # -- exact theory on Markov instances ----------------------------------------------------------------------
-def block_kernel(inst, s: int, gamma: int) -> tuple[np.ndarray, np.ndarray]:
+def block_kernel(inst, s: int, K: int) -> tuple[np.ndarray, np.ndarray]:
     """The exact law of one round that starts at position index ``s`` (0-based), for every last token ``a``.
 
     Args:
-      inst: the Markov instance; s: position index of the round's first draft; gamma: block size.
+      inst: the Markov instance; s: position index of the round's first draft; K: block size.
 
     Returns:
       ``(J, accepted)``: ``J[a, i, y] = P(τ = i, next token y | a)`` of shape ``(V, L + 1, V)``
-      with ``L = min(γ, T − s)`` — a correction for ``i < L``, the bonus for ``i = L`` (all
+      with ``L = min(K, T − s)`` — a correction for ``i < L``, the bonus for ``i = L`` (all
       zeros when ``s + L = T``: nothing follows); ``accepted[a] = E[τ | a]``.
     """
     T, V = inst.T, inst.V
-    L = min(gamma, T - s)
+    L = min(K, T - s)
     if float(V) ** (L + 2) > limit(MAX_PATHS):
-        raise refuse(f"exact block counts (V^(γ+2) = {V}^{L + 2} block prefixes)", float(V) ** (L + 2), MAX_PATHS,
+        raise refuse(f"exact block counts (V^(K+2) = {V}^{L + 2} block prefixes)", float(V) ** (L + 2), MAX_PATHS,
                      "prefixes", "MAX_PATHS", "use a smaller block size or vocabulary (the simulator has no "
                      "such limit)")
     J = np.zeros((V, L + 1, V))
@@ -157,16 +159,16 @@ def block_kernel(inst, s: int, gamma: int) -> tuple[np.ndarray, np.ndarray]:
     return J, accepted
 
 
-def block_counts(inst, gamma: int):
-    r"""Exact expected counts of block verification with block size ``γ`` over the horizon.
+def block_counts(inst, K: int):
+    r"""Exact expected counts of block verification with block size ``K`` over the horizon.
 
     Propagates the distribution of round starts ``D_s(a)`` (position index ``s``, last token
     ``a``) with the round kernels of :func:`block_kernel`: a round at ``s`` drafts
-    ``L = min(γ, T − s)`` tokens, accepts ``τ``, and the next round starts at ``s + τ + 1``
+    ``L = min(K, T − s)`` tokens, accepts ``τ``, and the next round starts at ``s + τ + 1``
     with the correction (or bonus) as last token. Counting as for SD (:mod:`speculab.theory.lookahead`).
 
     Returns:
-      :class:`~speculab.theory.LookaheadCounts` with ``K = γ`` (same fields and cost model as SD's).
+      :class:`~speculab.theory.LookaheadCounts` with ``K = K`` (same fields and cost model as SD's).
 
     Example:
       >>> from speculab.theory import MarkovInstance, lookahead_counts
@@ -177,7 +179,7 @@ def block_counts(inst, gamma: int):
     """
     from speculab.theory.lookahead import LookaheadCounts
 
-    gamma = as_positive_int(gamma, "gamma")
+    K = as_positive_int(K, "K")
     T, V = inst.T, inst.V
     D = np.zeros((T + 1, V))
     D[0] = inst.rho
@@ -185,8 +187,8 @@ def block_counts(inst, gamma: int):
     for s in progress_bar(range(T), "exact block counts", "position"):
         if not D[s].any():
             continue
-        L = min(gamma, T - s)
-        J, _ = block_kernel(inst, s, gamma)
+        L = min(K, T - s)
+        J, _ = block_kernel(inst, s, K)
         tau = np.einsum("a,aiy->i", D[s], J)  # (L + 1,): P(round at s accepts exactly i), i < L (and bonus at L)
         start[s] = D[s].sum()
         rej[s:s + L] += tau[:L]
@@ -197,14 +199,14 @@ def block_counts(inst, gamma: int):
         if s + L < T:
             bonus[s + L] += tau[L]
             D[s + L + 1] += D[s] @ J[:, L]
-    return LookaheadCounts(K=gamma, rejections_per_position=rej, bonus_per_position=bonus,
+    return LookaheadCounts(K=K, rejections_per_position=rej, bonus_per_position=bonus,
                            accepted_per_position=acc, oracle_calls_per_position=start)
 
 
-def block_accepted(p, q, gamma: int) -> float:
+def block_accepted(p, q, K: int) -> float:
     r"""Expected accepted drafts of one block-verification round on a context-free pair ``(p, q)``.
 
-    .. math:: E[\tau] = \sum_{i=1}^{\gamma} \sum_{x_{1:i}} p(x_{1:i})\, w_i(x_{1:i})
+    .. math:: E[\tau] = \sum_{i=1}^{K} \sum_{x_{1:i}} p(x_{1:i})\, w_i(x_{1:i})
 
     Example (SPEC BV; SD accepts ``α + α² = 10/9`` with ``α = 1 − TV = 2/3``):
       >>> round(block_accepted([2 / 3, 1 / 3], [1 / 3, 2 / 3], 2) * 9, 12)
@@ -212,18 +214,18 @@ def block_accepted(p, q, gamma: int) -> float:
     """
     from speculab.theory import MarkovInstance
 
-    gamma = as_positive_int(gamma, "gamma")
-    inst = MarkovInstance.context_free(p, q, T=gamma + 1)
-    return float(block_kernel(inst, 0, gamma)[1][0])
+    K = as_positive_int(K, "K")
+    inst = MarkovInstance.context_free(p, q, T=K + 1)
+    return float(block_kernel(inst, 0, K)[1][0])
 
 
 # -- the method ------------------------------------------------------------------------------------------------
 class _GainProbe(RoundProbe):
     """Per round of a real-model run: ``E[τ | block]`` under block verification and under SD on the same block."""
 
-    def __init__(self, gamma: int):
+    def __init__(self, K: int):
         super().__init__()
-        self.sd = SD(K=gamma)
+        self.sd = SD(K=K)
 
     def observe(self, info) -> list[float]:
         sd = self.sd.round_law(info.p[None], info.q[None], info.drafts[None], bonus=True)  # τ's law ignores the bonus
@@ -241,13 +243,13 @@ class _GainProbe(RoundProbe):
 @register
 @dataclass(frozen=True)
 class BlockVerification(Method):
-    """Block verification (Sun et al., ICLR 2025): draft ``γ`` tokens, accept a prefix decided jointly.
+    """Block verification (Sun et al., ICLR 2025): draft ``K`` tokens, accept a prefix decided jointly.
 
     Unbiased; in expectation never fewer accepted drafts than SD with the same draft
-    model and block size (on a single block it can be fewer); ``γ = 1`` is SD.
+    model and block size (on a single block it can be fewer); ``K = 1`` is SD.
 
     Args:
-      gamma: block size ``γ`` (drafts per round, ``>= 1``).
+      K: block size ``K`` (drafts per round, ``>= 1``).
 
     Example:
       >>> from speculab.theory import MarkovInstance
@@ -257,36 +259,36 @@ class BlockVerification(Method):
     """
 
     name: ClassVar[str] = "block"
-    gamma: int = param(help="block size γ: drafts per round", type=int)
+    K: int = param(help="block size K: drafts per round", type=int)
 
     def __post_init__(self):
-        as_positive_int(self.gamma, "gamma")
+        as_positive_int(self.K, "K")
 
     @takes_instance
     def expected(self, inst) -> Expected:
-        return Expected.from_counts(block_counts(inst, self.gamma),
+        return Expected.from_counts(block_counts(inst, self.K),
                                     source="block verification (Sun et al. 2025): exact, blocks enumerated")
 
     def draft_length(self, remaining: int) -> int:
-        return min(self.gamma, remaining)
+        return min(self.K, remaining)
 
     def round_law(self, p, q, x, *, bonus: bool) -> RoundLaw:
         return block_round_law(p, q, x, bonus=bonus)
 
     def round_probe(self) -> _GainProbe:
-        return _GainProbe(self.gamma)
+        return _GainProbe(self.K)
 
     def compare_rows(self, ctx) -> list:
         """The gain over token verification: on the very same blocks (exact given each block), and against SD runs."""
 
         gain = np.asarray(ctx.probe.block) - np.asarray(ctx.probe.token)
         g = Estimate.of(gain)
-        sd = ctx.decode(SD(K=self.gamma), slot=3)
+        sd = ctx.decode(SD(K=self.K), slot=3)
         rate = lambda r: r.counts.oracle_calls / np.maximum(r.counts.tokens, 1)  # noqa: E731
         mine, theirs = Estimate.of(rate(ctx.result)), Estimate.of(rate(sd))
         return [
-            Row(f"E[τ | block]: block − token verification, γ={self.gamma} (same blocks)", float("nan"), g.mean, 0.0,
+            Row(f"E[τ | block]: block − token verification, K={self.K} (same blocks)", float("nan"), g.mean, 0.0,
                 g.se, note=f"{gain.size} blocks; ≥ 0 on average (Sun et al.), not block by block"),
-            Row(f"target calls per token: SD(K={self.gamma}) − block (separate runs)", float("nan"),
+            Row(f"target calls per token: SD(K={self.K}) − block (separate runs)", float("nan"),
                 theirs.mean - mine.mean, 0.0, math.hypot(theirs.se, mine.se), note="> 0: block verification calls less"),
         ]

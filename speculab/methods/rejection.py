@@ -1,9 +1,9 @@
 """[Yin] Algorithm 2 with any acceptance rule ``b`` and rejection distribution ``P``.
 
-``RejectionDecoding(b, P=None, K=None)``: ``b`` and ``P`` are either ``(T, V, V)``
+``RejectionDecoding(b, rejection=None, K=None)``: ``b`` and the rejection law ``rejection`` (``P``) are either ``(T, V, V)``
 arrays tied to a Markov instance or functions of the draft and target laws
-(``b(p, q)``, ``P(p, q, b)``), which also run on real models when written with
-array-API operations. ``P=None`` is the unique unbiased choice of [Yin] Thm 2,
+(``b(p, q)``, ``rejection(p, q, b)``), which also run on real models when written with
+array-API operations. ``rejection=None`` is the unique unbiased choice of [Yin] Thm 2,
 ``(q − b p)/Σ(1 − b)p``, which requires ``b ≤ min(1, q/p)``.
 """
 
@@ -44,14 +44,14 @@ def _check_acceptance(b, p, q, *, unbiased: bool) -> None:
     if not bool(xp.all((b >= 0) & (b <= 1))):
         raise ValueError("b(p, q) must return acceptance probabilities in [0, 1] (NaN refused)")
     if unbiased and bool(xp.any(b * p - q > 16 * xp.finfo(p.dtype).eps)):
-        raise ValueError("b must satisfy b <= min(1, q/p) for an unbiased algorithm ([Yin] Thm 2, P=None); "
-                         "give a rejection law P for a biased rule")
+        raise ValueError("b must satisfy b <= min(1, q/p) for an unbiased algorithm ([Yin] Thm 2, rejection=None); "
+                         "give a rejection law for a biased rule")
 
 
-def _check_rejection(P, p) -> None:
-    xp = _checked(P, p, "P(p, q, b)")
-    if xp is not None and not bool(xp.all((P >= 0) & (P < float("inf")))):
-        raise ValueError("P(p, q, b) must return non-negative finite weights (NaN refused)")
+def _check_rejection(rejection, p) -> None:
+    xp = _checked(rejection, p, "rejection(p, q, b)")
+    if xp is not None and not bool(xp.all((rejection >= 0) & (rejection < float("inf")))):
+        raise ValueError("rejection(p, q, b) must return non-negative finite weights (NaN refused)")
 
 
 @register
@@ -62,7 +62,7 @@ class RejectionDecoding(ChainMethod):
     Args:
       b: ``(T, V, V)`` array of acceptance probabilities ``b[n-1, a, x]``, or a
         function ``b(p, q)`` applied to draft and target laws of shape ``(..., V)``.
-      P: rejection distributions in the same forms (a function receives
+      rejection: rejection distributions ``P`` in the same forms (a function receives
         ``(p, q, b)``), or ``None`` for the unique unbiased choice
         ``(q − b p) / Σ (1 − b) p`` ([Yin] Thm 2), which requires ``b ≤ min(1, q/p)``.
       K: lookahead, as in :class:`~speculab.methods.SD`.
@@ -77,29 +77,29 @@ class RejectionDecoding(ChainMethod):
 
     name: ClassVar[str] = "rejection"
     b: Any = param(help="acceptance rule: (T, V, V) array or function b(p, q)", cli=False)
-    P: Any = param(None, help="rejection distribution: array, function P(p, q, b), or None (unbiased)", cli=False)
+    rejection: Any = param(None, help="rejection distribution P: array, function rejection(p, q, b), or None (unbiased)", cli=False)
     K: int | None = param(None, help="lookahead: drafts per round (default ∞)", type=int)
 
     def __post_init__(self):
         check_lookahead(self.K)
         if not callable(self.b):
             object.__setattr__(self, "b", as_float_array(self.b, "b"))
-        if self.P is not None and not callable(self.P):
-            object.__setattr__(self, "P", as_float_array(self.P, "P"))
+        if self.rejection is not None and not callable(self.rejection):
+            object.__setattr__(self, "rejection", as_float_array(self.rejection, "rejection"))
 
     @property
     def unbiased(self) -> bool:
-        """With ``P=None`` the rule is unbiased by construction ([Yin] Thm 2; ``b`` is checked)."""
-        return self.P is None
+        """With ``rejection=None`` the rule is unbiased by construction ([Yin] Thm 2; ``b`` is checked)."""
+        return self.rejection is None
 
     def rule(self, p, q) -> Rule:
         """The user's ``b`` and ``P`` at these laws, checked (on concrete arrays: numpy, torch, eager JAX)."""
         b = self.b(p, q) if callable(self.b) else self._tied(self.b, p, "b")
-        _check_acceptance(b, p, q, unbiased=self.P is None)
-        if self.P is None:
+        _check_acceptance(b, p, q, unbiased=self.rejection is None)
+        if self.rejection is None:
             P = kernels.optimal_rejection(p, q, b)  # = (q − b p)/Σ(1 − b)p when b ≤ min(1, q/p)
         else:
-            P = self.P(p, q, b) if callable(self.P) else self._tied(self.P, p, "P")
+            P = self.rejection(p, q, b) if callable(self.rejection) else self._tied(self.rejection, p, "rejection")
             _check_rejection(P, p)
         return Rule(b, P)
 
@@ -107,11 +107,11 @@ class RejectionDecoding(ChainMethod):
     def _tied(arr: np.ndarray, p, name: str):
         if getattr(p, "shape", None) != arr.shape:
             raise ValueError(f"{name} is a {arr.shape} array tied to one Markov instance; "
-                             f"give a function {name}(p, q{', b' if name == 'P' else ''}) to use it elsewhere")
+                             f"give a function {name}(p, q{', b' if name == 'rejection' else ''}) to use it elsewhere")
         return arr
 
     def instance_rule(self, inst) -> Rule:
         """The rule on ``inst``, validated: ``b`` in ``[0, 1]``, ``P`` rows distributions where used,
-        unbiasedness for ``P=None``."""
+        unbiasedness for ``rejection=None``."""
         b = acceptance_array(inst, self.b)
-        return Rule(b, rejection_array(inst, b, self.P))
+        return Rule(b, rejection_array(inst, b, self.rejection))

@@ -8,7 +8,7 @@ Convention: ``p`` = draft, ``q`` = target. [SDpp] writes ``q`` for the draft and
 = min(1, q(Y_k)/p(Y_k))`` (context: the previous *drafted* token), and drafting
 stops when
 
-.. math:: 1 - \prod_{i \le k} a_i > h \quad\text{or}\quad k = \text{cap} \quad\text{or the horizon is reached.}
+.. math:: 1 - \prod_{i \le k} a_i > h \quad\text{or}\quad k = K_{\max} \quad\text{or the horizon is reached.}
 
 The drafts are then verified as in SD with one target call: accept ``Y_i`` with
 probability ``min(1, q/p)``; at the first rejection output ``[q − p]_+`` and end
@@ -16,7 +16,7 @@ the round; if all drafts are accepted and a next position exists, output a
 **bonus** token from ``q`` there. The bonus is free exactly as in SD: the one
 target call that scores the drafts also computes ``q`` at the next position
 ([SDpp] Alg. 1, "sample y' from p_{K+1}" in their letters). So ``h = 1`` (never
-stop early) is ``SD(K=cap)``. With ``h = 0`` drafting continues while every draft
+stop early) is ``SD(K=max_K)``. With ``h = 0`` drafting continues while every draft
 is certain to be accepted (``Π a_i = 1``) and stops at the first uncertain one;
 this is ``SD(K=1)`` only if no draft is ever certain. Either way no draft
 follows an uncertain one, so the only discarded drafts are the rejected ones
@@ -187,14 +187,14 @@ def _predictor(head: Callable | None, B: np.ndarray) -> Callable[[int, np.ndarra
     return predict
 
 
-def stops_drafting(prod, count, t, T, h, cap):
-    """[SDpp] Alg. 1's stopping rule with the cap and the horizon (array API; ``t`` and ``h`` may be traced).
+def stops_drafting(prod, count, t, T, h, max_K):
+    """[SDpp] Alg. 1's stopping rule with max_K and the horizon (array API; ``t`` and ``h`` may be traced).
 
     Drafting stops after the ``count``-th draft of a round, drafted at position index
     ``t`` of ``T``, when ``1 − prod > h`` (``prod``: the product of the round's predictions),
-    when ``count >= cap``, or at the last position.
+    when ``count >= max_K``, or at the last position.
     """
-    return (1.0 - prod > h) | (count >= cap) | (t + 1 >= T)
+    return (1.0 - prod > h) | (count >= max_K) | (t + 1 >= T)
 
 
 # -- the method --------------------------------------------------------------------
@@ -204,7 +204,7 @@ class SpecDecPP(Method):
     """SpecDec++ ([SDpp] Alg. 1; SPEC §1 — [SDpp] writes ``p`` for the target, translated here).
 
     Draft one token at a time; an acceptance head predicts ``a_i ≈ min(1, q(Y_i)/p(Y_i))``;
-    stop drafting when ``1 − Π_{i≤k} a_i > h`` or at ``cap`` drafts, then verify as SD.
+    stop drafting when ``1 − Π_{i≤k} a_i > h`` or at ``max_K`` drafts, then verify as SD.
     Counts: ``oracle_calls`` = rounds (``N_target``), ``draft_calls`` every drafted token
     (``N_draft``, including those drafted after a round's first rejection),
     ``discarded = draft_calls − accepted``, ``bonus`` the tokens drawn from ``q`` after a
@@ -225,25 +225,25 @@ class SpecDecPP(Method):
 
     Args:
       h: stopping threshold in ``[0, 1]`` (``h = 0`` stops after one draft unless it
-        is certain to be accepted; ``h = 1`` never stops before the cap).
+        is certain to be accepted; ``h = 1`` never stops before max_K).
       head: ``head(t, prev, x) -> predicted acceptance`` (arrays as for
         :class:`~speculab.methods.Sprinter`), or ``None`` for the oracle ``min(1, q/p)`` — on
         Markov instances; on real models a head trained on the draft's hidden states
         (:class:`speculab.backends.heads.TrainedHead`), which the decoding loop runs at every
         drafted token.
-      cap: hard cap on the number of drafts per round (20 in [SDpp]).
+      max_K: the most drafts a round makes (20 in [SDpp]).
     """
 
     name: ClassVar[str] = "specdecpp"
     h: float = param(help="stopping threshold h in [0, 1]", type=float)
     head: Callable | None = param(None, help="acceptance head head(t, prev, x), or None for the oracle", cli=False)
-    cap: int = param(20, help="hard cap on drafts per round (default 20)", type=int)
+    max_K: int = param(20, help="the most drafts per round (default 20)", type=int)
 
     def __post_init__(self):
         check_probability(self.h, "h")
         if self.head is not None and not callable(self.head):
             raise ValueError(f"head must be callable or None; got {self.head!r}")
-        as_positive_int(self.cap, "cap")
+        as_positive_int(self.max_K, "max_K")
 
     # -- real models ---------------------------------------------------------------------------------
     #: On real models the round's length is decided while drafting, by a head on the draft's hidden states
@@ -265,7 +265,7 @@ class SpecDecPP(Method):
         """Whether the round stops after the drafts whose head predictions are ``predictions`` (``remaining``: tokens
         still to output before this round): :func:`stops_drafting`."""
         return bool(stops_drafting(math.prod(predictions), len(predictions), len(predictions) - 1, remaining,
-                                   self.h, self.cap))
+                                   self.h, self.max_K))
 
     @staticmethod
     def target_called(predictions: list[float]) -> bool:
@@ -273,7 +273,7 @@ class SpecDecPP(Method):
         return True
 
     def draft_length(self, remaining: int) -> int:
-        return min(self.cap, remaining)
+        return min(self.max_K, remaining)
 
     def round_law(self, p, q, x, *, bonus: bool, predictions=None):
         """SD's round law: the stopping rule reads only the drafts, so a round verifies its block as SD does."""
@@ -282,7 +282,7 @@ class SpecDecPP(Method):
     @takes_instance
     def expected(self, inst) -> Expected:
         """Exact counts, every head, by recursion over the draft tree (:func:`~speculab.theory.stopping_counts`):
-        ``V^(min(cap, T) + 1)`` leaves of ``6 + T`` values, within
+        ``V^(min(max_K, T) + 1)`` leaves of ``6 + T`` values, within
         :data:`~speculab.theory.stopping.NODE_BUDGET` leaves of 6 (:func:`speculab.work_budget` scales it).
         Raises :class:`~speculab._validate.TooLarge` with the estimate above it: the counts exist, the budget
         stops them (no closed form is known)."""
@@ -293,7 +293,7 @@ class SpecDecPP(Method):
 
     def adaptive_drafting(self, inst) -> AdaptiveDrafting:
         """The round as tables (what the JAX engine runs): SD's verification, the head's predictions as the
-        scores, :func:`stops_drafting` with ``(h, cap)``.
+        scores, :func:`stops_drafting` with ``(h, max_K)``.
 
         The head is tabulated once over ``(t, prev, x)`` — a head is a deterministic function of
         them — so a head given as a function costs ``T`` calls of ``V²`` tokens each and a
@@ -308,4 +308,4 @@ class SpecDecPP(Method):
             predict = _predictor(self.head, None)
             prev, x = (g.ravel() for g in np.indices((inst.V, inst.V)))
             score = np.stack([predict(t, prev, x).reshape(inst.V, inst.V) for t in range(inst.T)])
-        return AdaptiveDrafting(SD(), score, stops_drafting, (self.h, self.cap), self.cap)
+        return AdaptiveDrafting(SD(), score, stops_drafting, (self.h, self.max_K), self.max_K)

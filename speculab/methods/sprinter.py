@@ -33,7 +33,7 @@ law ``p`` returns anyway. The verdict is ``score ≥ τ`` (the inference thresho
 detailed algorithm in its appendix: "if V(s(x, Prefix)) ≥ τ then r += 1"; the paper is not
 consistent — its §3 Algorithm 1 breaks at ``V ≤ τ``, passing only ``V > τ``; the two differ
 only at a score exactly ``τ``, and ``tests/test_sprinter_models.py`` pins the choice),
-or with ``tau=None`` a coin with probability ``score`` (so a constant head is the random
+or with ``threshold=None`` a coin with probability ``score`` (so a constant head is the random
 verifier). The verdict is therefore fixed before ``x`` is drafted and does not depend on
 ``x``, and the one-step law is exact: ``p`` after a pass, ``q`` after a refusal (the target
 checks ``x ~ p`` as SD does) — the law above with ``v`` constant over the vocabulary, so
@@ -102,9 +102,9 @@ class Sprinter(Method):
     acceptable`` (arrays: position index ``t`` (int), previous tokens ``(n,)``,
     drafted tokens ``(n,)``), e.g. a trained verifier.
 
-    On real models, ``Sprinter(verifier=head, tau=τ)`` with a head trained on the draft's hidden
+    On real models, ``Sprinter(verifier=head, threshold=τ)`` with a head trained on the draft's hidden
     states (:func:`speculab.backends.heads.train_head`): it reads the hidden state at the token
-    before each slot ([SPR] §4) and passes the slot iff its score is ``≥ τ`` (``tau=None``: with
+    before each slot ([SPR] §4) and passes the slot iff its score is ``≥ τ`` (``threshold=None``: with
     probability the score). Module docstring: the exact law, the counts.
 
     ``η_TP = η_FP = 1`` is allowed: the verifier always says acceptable, no target call
@@ -116,7 +116,7 @@ class Sprinter(Method):
     eta_tp: float | None = param(None, help="η_TP: P(verifier passes | acceptable)", type=float, required=True)
     eta_fp: float | None = param(None, help="η_FP: P(verifier passes | not acceptable)", type=float, required=True)
     verifier: Callable | None = param(None, help="verifier function f(t, prev, x) -> pass probability", cli=False)
-    tau: float | None = param(0.5, help="inference threshold τ in [0, 1] on a trained verifier's score (read only with a trained head)", cli=False)
+    threshold: float | None = param(0.5, help="inference threshold τ in [0, 1] on a trained verifier's score (read only with a trained head)", cli=False)
 
     def __post_init__(self):
         if self.verifier is None:
@@ -129,11 +129,11 @@ class Sprinter(Method):
                 raise ValueError(f"verifier must be callable; got {self.verifier!r}")
             if self.eta_tp is not None or self.eta_fp is not None:
                 raise ValueError("give either eta_tp/eta_fp or a verifier, not both")
-        if self.tau is not None:
-            ok = isinstance(self.tau, numbers.Real) and not isinstance(self.tau, bool) and 0 <= self.tau <= 1
+        if self.threshold is not None:
+            ok = isinstance(self.threshold, numbers.Real) and not isinstance(self.threshold, bool) and 0 <= self.threshold <= 1
             if not ok:
-                raise ValueError(f"tau must be a number in [0, 1] (the verifier passes a slot iff its score >= tau) "
-                                 f"or None (a coin with the score's probability); got {self.tau!r}")
+                raise ValueError(f"threshold must be a number in [0, 1] (the verifier passes a slot iff its score >= threshold) "
+                                 f"or None (a coin with the score's probability); got {self.threshold!r}")
 
     @property
     def unbiased(self) -> bool:
@@ -185,12 +185,12 @@ class Sprinter(Method):
     def read_head(self, score, uniform: float) -> float:
         """The verdict on a slot from the head's ``score``: ``1.0`` (pass: keep the draft, no target call) or ``0.0``.
 
-        ``score >= tau``, or with ``tau=None`` the slot's ``uniform`` below ``score``.
+        ``score >= threshold``, or with ``threshold=None`` the slot's ``uniform`` below ``score``.
         A score outside ``[0, 1]`` (NaN included) is refused."""
         value = head_probability(score, "verifier")
-        if self.tau is None:
+        if self.threshold is None:
             return float(uniform < value)
-        return float(value >= self.tau)
+        return float(value >= self.threshold)
 
     @staticmethod
     def stop_drafting(verdicts: list[float], remaining: int) -> bool:

@@ -33,7 +33,7 @@ FIGURES = {
     "specdecpp-pareto": ("speculab.repro.specdecpp_pareto",
                          "[SDpp] Fig. 3 on real models: a trained acceptance head's thresholds vs every fixed K"),
     "block-gain": ("speculab.repro.block_gain",
-                   "Block verification vs SD at γ = 2, 4, 8: exact and simulated (Markov), measured (tiny pair)"),
+                   "Block verification vs SD at K = 2, 4, 8: exact and simulated (Markov), measured (tiny pair)"),
     "batch-optimality": ("speculab.repro.batch_optimality",
                          "Algorithm 4 vs the best root verifier over M: exact E[N_rej] (DP) and the α* gap (SPEC O)"),
     "optimal-stopping": ("speculab.repro.optimal_stopping",

@@ -12,7 +12,7 @@ YIN_V = 7
 
 def yin_instance(T: int, rng: np.random.Generator) -> MarkovInstance:
     """A seeded instance of the kind used in [Yin] App. F (generator: see ``MarkovInstance.random``)."""
-    return MarkovInstance.random(T, YIN_V, rng, rows="uniform")
+    return MarkovInstance.random(T, YIN_V, rng, row_law="uniform")
 
 
 def running_mean(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -63,7 +63,7 @@ def random_acceptance(rate: float, K: int):
     def P(p, q, b):
         return q
 
-    return RejectionDecoding(b=b, P=P, K=K)
+    return RejectionDecoding(b=b, rejection=P, K=K)
 
 
 def _thresholds(pair, prompts, K: int, max_new_tokens: int, key) -> dict[str, list[float]]:

@@ -14,10 +14,10 @@ context, so each row mixes the target with noise in a context-dependent amount:
 (mostly near 0 or near 1), ``q`` and ``ν`` Dirichlet rows, ``T = 100``, 7 tokens.
 
 Fixed ``K``: exact (:func:`speculab.theory.lookahead_counts`). Thresholds:
-simulated SpecDec++ (cap 20, as in the paper) with the oracle head
+simulated SpecDec++ (max_K = 20, the paper's cap) with the oracle head
 ``min(1, q/p)``, a noisy head (logit noise) and a miscalibrated one (temperature).
 Best latencies use ``t_target = 1`` and ``t_draft = c``; the best fixed ``K`` is
-searched over ``1..20`` (the same maximum draft length as the cap).
+searched over ``1..20`` (the same maximum draft length as max_K).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from speculab.theory.lookahead import best_lookahead, latency_per_token, lookahe
 T, V = 100, 7
 LAMBDA_BETA = 0.4  # λ ~ Beta(a, a): U-shaped, so alignment varies strongly across contexts
 Q_CONCENTRATION = 0.5
-CAP = 20
+MAX_K = 20
 FIXED_K = tuple(range(2, 15))  # [SDpp] Fig. 3
 THRESHOLDS = (0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 0.999)
 NOISE, NOISE_EPS, TEMPERATURE = 1.0, 0.02, 2.0
@@ -117,19 +117,19 @@ def run(key=0, n_runs: int = 20_000, out_dir: str | Path = "results", progress: 
     }
 
     fixed = {}
-    for K in range(1, CAP + 1):
+    for K in range(1, MAX_K + 1):
         c = lookahead_counts(inst, K)
         fixed[str(K)] = {"discard_rate": c.discard_rate, "verification_rate": c.verification_rate,
                          "latency": {str(r): c.latency(r, 1.0) for r in COST_RATIOS},
                          "_latency_grid": [c.latency(r, 1.0) for r in COST_GRID]}
     thresholds = {}
     for name, head in heads.items():
-        thresholds[name] = {str(h): _simulated_point(simulate(inst, SpecDecPP(h, head=head, cap=CAP), n_runs, rng,
+        thresholds[name] = {str(h): _simulated_point(simulate(inst, SpecDecPP(h, head=head, max_K=MAX_K), n_runs, rng,
                                                               progress=progress), inst.T) for h in THRESHOLDS}
 
     best = {}
     for r in COST_RATIOS:
-        choice = best_lookahead(inst, r, 1.0, K_max=CAP)
+        choice = best_lookahead(inst, r, 1.0, max_K=MAX_K)
         entry = {"fixed_K": {"K": choice.K, "latency": choice.latency},
                  "h_theory_delta0": (1.0 - r) / 1.0}  # [SDpp] Thm 4.3 with Δ = 0: c2 / (c1 + c2)
         for name, pts in thresholds.items():
@@ -160,7 +160,7 @@ def run(key=0, n_runs: int = 20_000, out_dir: str | Path = "results", progress: 
         "instance": {"T": inst.T, "V": inst.V, "generator": "p = (1-λ) q + λ ν, λ ~ Beta(0.4, 0.4) per (n, a)",
                      "q_concentration": Q_CONCENTRATION, "tv_mean": float(tv.mean()),
                      "tv_quantiles_10_50_90": np.quantile(tv, [0.1, 0.5, 0.9]), "file": "specdecpp_fig3_instance.npz"},
-        "cap": CAP,
+        "max_K": MAX_K,
         "fixed_K": fixed,
         "thresholds": thresholds,
         "best": best,
@@ -200,7 +200,7 @@ def _plot(result: dict, path: Path) -> None:
                     ax.annotate(f"h={h}", (x, y), textcoords="offset points", xytext=(4, -10), fontsize=7, color=color)
     ax.set_xlabel("discard rate N_discarded / N")
     ax.set_ylabel("verification rate N_target / N")
-    ax.set_title(f"T={result['instance']['T']}, {result['instance']['V']} tokens, cap {result['cap']} (key {result['key']})")
+    ax.set_title(f"T={result['instance']['T']}, {result['instance']['V']} tokens, max_K = {result['max_K']} (key {result['key']})")
     ax.legend(fontsize=7)
 
     styles = ("-", "--")

@@ -5,7 +5,7 @@ The head is trained as [SDpp] §4 trains it, on the tiny pair's training text
 tokens from the target — token mixing —, soft labels ``min(1, q/p)`` on the draft's tokens,
 the weighted BCE with ``w_rej ∈ {1, 3, 6, 12}``, a ``(D+1)``-layer ResNet with SiLU,
 early stopping on held-out prefixes). Each head then decodes the held-out prompts with
-SpecDec++ at thresholds ``h`` (cap 16), beside SD with every fixed ``K ∈ 1..8``, and each
+SpecDec++ at thresholds ``h`` (max_K = 16), beside SD with every fixed ``K ∈ 1..8``, and each
 run is placed by its discard rate ``N_discarded / N`` and verification rate
 ``N_target / N`` (measured counts). Latency per token follows [SDpp] eq. (5.1) with the
 draft-to-target cost ratio ``c = t_draft / t_target`` measured on this machine
@@ -29,7 +29,7 @@ from speculab.repro._io import claim, describe_key, new_figure, pm, save_figure,
 W_REJ = (1.0, 3.0, 6.0, 12.0)
 THRESHOLDS = (0.2, 0.4, 0.6, 0.8)
 KS = tuple(range(1, 9))
-CAP = 16
+MAX_K = 16
 DEPTH = 3
 #: Prefixes of 16 tokens with completions of 16 the head is trained on.
 PREFIXES = 2048
@@ -113,7 +113,7 @@ def run(key=0, n_runs: int = 2, out_dir: str | Path = "results", progress: bool 
         save_head(head, out / f"specdecpp_head_wrej{w_rej:g}.safetensors")
         points = []
         for h, s in zip(THRESHOLDS, spawn_seeds(decode_seed, len(THRESHOLDS))):
-            points.append({"h": h, **_decode(pair, prompts, SpecDecPP(h, head=head, cap=CAP), max_new_tokens, s)})
+            points.append({"h": h, **_decode(pair, prompts, SpecDecPP(h, head=head, max_K=MAX_K), max_new_tokens, s)})
         heads[f"{w_rej:g}"] = {"val_loss": head.metrics["val_loss"], "epochs": head.metrics["epochs"],
                                "points": points}
         say(f"  w_rej = {w_rej:g}: {len(points)} thresholds decoded")
@@ -133,7 +133,7 @@ def run(key=0, n_runs: int = 2, out_dir: str | Path = "results", progress: bool 
     free = min(((w, r) for w, hd in heads.items() for r in hd["points"]),
                key=lambda wr: wr[1]["latency_without_stop_pass"])
     result = {"figure": "[SDpp] Fig. 3 (analogue on real models)", "pair": pair.name, "key": describe_key(key),
-              "prompts": len(prompts), "max_new_tokens": max_new_tokens, "cap": CAP, "depth": DEPTH,
+              "prompts": len(prompts), "max_new_tokens": max_new_tokens, "max_K": MAX_K, "depth": DEPTH,
               "training_tokens": int(ex.p.size), "cost_ratio": c, "fixed_K": {str(K): r for K, r in fixed.items()},
               "heads": heads, "best_fixed_K": {"K": best_K, "latency": fixed[best_K]["latency"]},
               "best_threshold": {"w_rej": best_h[0], "h": best_h[1]["h"], "latency": best_h[1]["latency"]},

@@ -24,7 +24,7 @@ from speculab._validate import as_positive_int, spawn_seeds
 from speculab.repro._io import claim, describe_key, new_figure, save_figure, write_json
 
 LAMBDAS = (1.0, 1.2, 1.5)
-TAU = 0.5
+THRESHOLD = 0.5
 #: [SPR] Table 5: the λ (and τ = 0.5) behind every latency and quality result of the paper.
 PAPER_LAMBDA = 1.2
 #: What [SPR] App. A.10 (Figs. 12–13) says of the AUC at each λ; it prints no value.
@@ -44,11 +44,11 @@ def held_out_split(ex, n_prefixes: int, key):
     return ex.subset(~is_test), ex.subset(is_test)
 
 
-def verifier_config(d_in: int, seed: int):
+def verifier_config(d_in: int, key: int):
     """[SPR]'s verifier: a linear layer and the sigmoid, trained with Adam and early stopping."""
     from speculab.backends.heads import HeadConfig
 
-    return HeadConfig(kind="linear", d_in=d_in, lr=1e-2, epochs=200, patience=10, seed=seed % 2**31)
+    return HeadConfig(kind="linear", d_in=d_in, lr=1e-2, epochs=200, patience=10, seed=key % 2**31)
 
 
 def run(key=0, n_runs: int = 4096, out_dir: str | Path = "results", progress: bool = False,
@@ -79,7 +79,7 @@ def run(key=0, n_runs: int = 4096, out_dir: str | Path = "results", progress: bo
                 print(f"sprinter-roc: λ = {lam}, input {which}", flush=True)
             head = train_head(X, y_train, config=config, groups=train.prefix)
             scores = head(test.features(which)).numpy()
-            passed = scores >= TAU
+            passed = scores >= THRESHOLD
             fpr, tpr, _ = roc_curve(scores, y_test)
             name = f"lam{lam}_{which.replace('+', '_')}"
             save_head(head, out / f"sprinter_verifier_{name}.safetensors")
@@ -90,7 +90,7 @@ def run(key=0, n_runs: int = 4096, out_dir: str | Path = "results", progress: bo
                           "best_epoch": head.metrics["best_epoch"]}
     share = {s: float(np.mean(ex.source == i)) for i, s in enumerate(SOURCES)}
     result = {"figure": "[SPR] App. A.10, Figs. 12-13 (analogue)", "pair": pair.name, "key": describe_key(key),
-              "prefixes": n_prefixes, "examples": int(ex.p.size), "test_examples": int(test.p.size), "tau": TAU,
+              "prefixes": n_prefixes, "examples": int(ex.p.size), "test_examples": int(test.p.size), "threshold": THRESHOLD,
               "source_shares": share, "verifiers": rows}
     fig, axes = new_figure(ncols=len(LAMBDAS), width=4.2)
     for ax, lam in zip(axes, LAMBDAS):
@@ -113,7 +113,7 @@ def summary(result: dict) -> str:
     lines = [f"[SPR] verifier ROC — {result['pair']} pair, {result['examples']} examples from {result['prefixes']} "
              f"prefixes ({result['test_examples']} on test prefixes), key {result['key']}",
              "  sources: " + ", ".join(f"{k} {v:.0%}" for k, v in result["source_shares"].items()),
-             f"  λ     input        AUC     η_TP    η_FP  (τ = {result['tau']})  acceptable"]
+             f"  λ     input        AUC     η_TP    η_FP  (τ = {result['threshold']})  acceptable"]
     for r in result["verifiers"].values():
         lines.append(f"  {r['lambda']:<5} {r['input']:<11} {r['auc']:.3f}   {r['eta_tp']:.3f}   {r['eta_fp']:.3f}"
                      f"              {r['acceptable_share']:.3f}")
@@ -126,16 +126,16 @@ def claims(result: dict) -> list[dict]:
     by_lambda: dict[float, list[dict]] = {}
     for r in result["verifiers"].values():
         by_lambda.setdefault(r["lambda"], []).append(r)
-    tau = result["tau"]
+    threshold = result["threshold"]
     rows = [claim(f"verifier AUC on held-out prefixes, λ = {lam:g}", paper=PAPER_AUC.get(lam),
                   measured=", ".join(f"{r['input']} {r['auc']:.3f}" for r in rs)) for lam, rs in by_lambda.items()]
     for r in by_lambda.get(PAPER_LAMBDA, []):
         if r["input"] == "previous":
-            rows.append(claim(f"η_TP, η_FP at τ = {tau:g}, λ = {PAPER_LAMBDA:g}, [SPR]'s input (previous token)",
+            rows.append(claim(f"η_TP, η_FP at τ = {threshold:g}, λ = {PAPER_LAMBDA:g}, [SPR]'s input (previous token)",
                               paper="(λ, τ) = (1.2, 0.5) throughout (Table 5); rates not printed",
                               measured=f"η_TP {r['eta_tp']:.3f}, η_FP {r['eta_fp']:.3f}"))
     every = [r for rs in by_lambda.values() for r in rs]
-    rows.append(claim(f"η_TP, η_FP at τ = {tau:g}, all {len(every)} verifiers",
+    rows.append(claim(f"η_TP, η_FP at τ = {threshold:g}, all {len(every)} verifiers",
                       measured=f"η_TP {min(r['eta_tp'] for r in every):.2f}–{max(r['eta_tp'] for r in every):.2f}, "
                                f"η_FP {min(r['eta_fp'] for r in every):.2f}–{max(r['eta_fp'] for r in every):.2f}"))
     rows.append(claim("acceptable test tokens, p(x)/q(x) ≤ λ",

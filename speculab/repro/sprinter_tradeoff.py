@@ -6,10 +6,10 @@ completions, labels ``p(x)/q(x) ≤ λ`` for ``λ ∈ {1, 1.2, 1.5}``; early sto
 prefixes), as ``speculab repro sprinter-roc`` trains it. For each λ the inference threshold τ
 is set at quantiles of the verifier's scores on held-out prefixes so that it passes about
 25 %, 50 % and 75 % of the slots. Every (λ, τ) decodes the held-out prompts with
-``Sprinter(verifier=head, tau=τ)``; beside it:
+``Sprinter(verifier=head, threshold=τ)``; beside it:
 
 * the **random verifier** at the same measured pass share (a constant score ``ρ`` with
-  ``tau=None``: each slot passed with probability ``ρ`` whatever the context) — the speed is
+  ``threshold=None``: each slot passed with probability ``ρ`` whatever the context) — the speed is
   the same, so the gap in quality is what the trained verifier knows;
 * SD with ``K = 1`` and ``K = 4`` (exact: TV 0).
 
@@ -65,10 +65,10 @@ def _train(pair, key, say) -> dict:
         X = train.features("previous")
         head = train_head(X, train.labels(lam), config=verifier_config(X.shape[1], seed), groups=train.prefix)
         scores = head(test.features("previous")).numpy()
-        taus = [float(np.quantile(scores, 1.0 - s)) for s in PASS_SHARES]
-        out[lam] = {"head": head, "auc": auc(scores, test.labels(lam)), "taus": taus}
+        thresholds = [float(np.quantile(scores, 1.0 - s)) for s in PASS_SHARES]
+        out[lam] = {"head": head, "auc": auc(scores, test.labels(lam)), "thresholds": thresholds}
         say(f"sprinter-tradeoff: verifier λ = {lam}: held-out AUC {out[lam]['auc']:.3f}, τ = "
-            + ", ".join(f"{t:.3f}" for t in taus))
+            + ", ".join(f"{t:.3f}" for t in thresholds))
     return out
 
 
@@ -147,8 +147,8 @@ def _random_verifier(pair, rate: float):
 
     d = pair.draft.model.config.hidden_size
     if 0 < rate < 1:
-        return Sprinter(verifier=constant_head(d, rate), tau=None)
-    return Sprinter(verifier=constant_head(d, 0.5), tau=1.0 if rate == 0 else 0.0)  # a sure verdict
+        return Sprinter(verifier=constant_head(d, rate), threshold=None)
+    return Sprinter(verifier=constant_head(d, 0.5), threshold=1.0 if rate == 0 else 0.0)  # a sure verdict
 
 
 def run(key=0, n_runs: int = 2, out_dir: str | Path = "results", progress: bool = False,
@@ -172,14 +172,14 @@ def run(key=0, n_runs: int = 2, out_dir: str | Path = "results", progress: bool 
     for lam, k in zip(LAMBDAS, keys):
         v = verifiers[lam]
         trained[str(lam)], random[str(lam)] = [], []
-        for share, tau, (k1, k2) in zip(PASS_SHARES, v["taus"], np.reshape(spawn_seeds(k, 2 * len(PASS_SHARES)), (-1, 2))):
-            point = {"target_pass_share": share, "tau": tau,
-                     **_measure(pair, prompts, Sprinter(verifier=v["head"], tau=tau), max_new_tokens, int(k1))}
+        for share, threshold, (k1, k2) in zip(PASS_SHARES, v["thresholds"], np.reshape(spawn_seeds(k, 2 * len(PASS_SHARES)), (-1, 2))):
+            point = {"target_pass_share": share, "threshold": threshold,
+                     **_measure(pair, prompts, Sprinter(verifier=v["head"], threshold=threshold), max_new_tokens, int(k1))}
             rate = point["pass_share"]
             baseline = {"rate": rate, **_measure(pair, prompts, _random_verifier(pair, rate), max_new_tokens, int(k2))}
             trained[str(lam)].append(point)
             random[str(lam)].append(baseline)
-            say(f"  λ = {lam}, τ = {tau:.3f}: pass share {rate:.2f}, TV {point['per_token_tv']:.4f} "
+            say(f"  λ = {lam}, τ = {threshold:.3f}: pass share {rate:.2f}, TV {point['per_token_tv']:.4f} "
                 f"(random at that share {baseline['per_token_tv']:.4f})")
     pairs = [(t, r) for lam in trained for t, r in zip(trained[lam], random[lam])]
     gaps = [(r["per_token_tv"] - t["per_token_tv"]) / math.hypot(r["per_token_tv_se"], t["per_token_tv_se"])
@@ -258,7 +258,7 @@ def summary(result: dict) -> str:
         lines.append(line(f"SD K={K}", r))
     for lam, pts in result["sprinter"].items():
         for t, r in zip(pts, result["random_verifier"][lam]):
-            lines.append(line(f"λ={lam} τ={t['tau']:.3f}", t))
+            lines.append(line(f"λ={lam} τ={t['threshold']:.3f}", t))
             lines.append(line(f"  random ρ={r['rate']:.3f}", r))
     c, i = result["trained_vs_random"], result["iid_assumption"]
     lines.append(f"  at the same pass share the trained verifier's per-token TV is below the random verifier's in "

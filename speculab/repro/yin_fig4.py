@@ -150,7 +150,7 @@ def _single_token_panel(ax, p: np.ndarray, q: np.ndarray, rng: np.random.Generat
     b = np.where(on_front, np.minimum(s + u * (1 - s), 1.0), u)  # half in the Pareto range [min(1, q/p), 1]
     P = rng.dirichlet(np.full(Vp, 0.5), size=N_RANDOM)
     kind = rng.integers(0, 3, size=(N_RANDOM, 1))  # random P, P*, or q
-    P = np.where(kind == 1, optimal_rejection(np.broadcast_to(p, b.shape), np.broadcast_to(q, b.shape), b).P, P)
+    P = np.where(kind == 1, optimal_rejection(np.broadcast_to(p, b.shape), np.broadcast_to(q, b.shape), b).rejection, P)
     P = np.where(kind == 2, q, P)
     pp, qq = np.broadcast_to(p, b.shape), np.broadcast_to(q, b.shape)
     loss, rej = rejection_loss(pp, qq, b, P), rejection_probability(pp, b)
@@ -162,7 +162,7 @@ def _single_token_panel(ax, p: np.ndarray, q: np.ndarray, rng: np.random.Generat
         pts = []
         for eps in grid:
             be = np.ones_like(p) if eps == np.inf else biased_acceptance(p, q, eps)
-            Pe = optimal_rejection(p, q, be).P if rej_name == "opt" else q
+            Pe = optimal_rejection(p, q, be).rejection if rej_name == "opt" else q
             pts.append((float(rejection_loss(p, q, be, Pe)), float(rejection_probability(p, be))))
         pts = np.array(pts)
         ax.plot(pts[:, 0], pts[:, 1], color=COLORS[rej_name], lw=2, label=f"{label}, b = min(1, (q+ε)/p)")

@@ -66,9 +66,9 @@ def simulate(
     Args:
       inst: the draft/target pair (:class:`~speculab.theory.MarkovInstance`).
       method: any registered method, e.g. ``Autoregressive()``, ``SD(K=None | int)``,
-        ``BatchSD(M, K=None)``, ``RejectionDecoding(b, P=None, K=None)`` ([Yin] Alg. 3, 1, 4, 2),
+        ``BatchSD(M, K=None)``, ``RejectionDecoding(b, rejection=None, K=None)`` ([Yin] Alg. 3, 1, 4, 2),
         ``Biased(eps, "opt" | "uno")``, ``Fuzzy(theta, div)``, ``Sprinter(...)``, ``SpecDecPP(h, ...)``,
-        ``BlockVerification(gamma)`` (``speculab methods`` lists them all).
+        ``BlockVerification(K)`` (``speculab methods`` lists them all).
       n_runs: number of independent runs (>= 1).
       key: an int seed, a ``numpy.random.Generator`` or a ``torch.Generator`` (consumed, never reset).
       engine: ``"numpy"`` (the reference engine) or ``"jax"`` (:mod:`speculab.sim.jax_engine`:

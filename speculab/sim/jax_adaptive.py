@@ -45,13 +45,13 @@ def _adaptive_tables(methods: list, insts: list, P_Q: list):
     for p in points:
         p["score"] = jnp.broadcast_to(p["score"], score_shape)
     stacked = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *points)
-    return stacked, rules[0].stops, max(_ghost_slots(r.cap, insts[0].T) for r in rules)
+    return stacked, rules[0].stops, max(_ghost_slots(r.max_K, insts[0].T) for r in rules)
 
 
-def _ghost_slots(cap: int, T: int) -> int:
-    """Drafting that goes on after a rejection lasts at most ``min(cap, T) − 1`` positions, so a run has at most
+def _ghost_slots(max_K: int, T: int) -> int:
+    """Drafting that goes on after a rejection lasts at most ``min(max_K, T) − 1`` positions, so a run has at most
     that many such chains at once (one starts per position at most)."""
-    return max(min(cap, T) - 1, 0)
+    return max(min(max_K, T) - 1, 0)
 
 
 def _at(A, point, t, a):

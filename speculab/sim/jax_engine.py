@@ -349,7 +349,7 @@ def simulate_sweep(inst, methods, n_runs: int, key) -> list[Counts]:
     :func:`_slot_tables`, the root's outcome from its :class:`~speculab.methods.capabilities.RootTable`
     when some point has several draft rows, and the instance's kernels) and in traced numbers,
     the lookahead ``K`` and the draft rows ``M`` (an adaptively drafting method: its
-    rule's parameters, e.g. SpecDec++'s ``h`` and ``cap``, and its scores); they are stacked
+    rule's parameters, e.g. SpecDec++'s ``h`` and ``max_K``, and its scores); they are stacked
     and ``jax.vmap``-ed over, and with several devices the stack is sharded over them
     (``jax.sharding``). An adaptively drafting method's points instead run as one batch of
     runs sharing one pool of the chains drafting past rejections (:mod:`speculab.sim.jax_adaptive`;

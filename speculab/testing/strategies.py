@@ -181,5 +181,5 @@ def acceptance_rules(draw, *, unbiased: bool | None = None, lookaheads=(None, 1,
     if unbiased:
         rule = draw(st.one_of(st.builds(ScaledAcceptance, st.floats(0.0, 1.0)),
                               st.builds(PoweredAcceptance, st.floats(1.0, 4.0))))
-        return RejectionDecoding(b=rule, P=None, K=K)
-    return RejectionDecoding(b=OverAcceptance(draw(st.floats(1.5, 4.0))), P=_target_law, K=K)
+        return RejectionDecoding(b=rule, rejection=None, K=K)
+    return RejectionDecoding(b=OverAcceptance(draw(st.floats(1.5, 4.0))), rejection=_target_law, K=K)

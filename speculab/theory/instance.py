@@ -257,17 +257,17 @@ class MarkovInstance:
         V: int,
         key,
         *,
-        rows: str = "dirichlet",
+        row_law: str = "dirichlet",
         concentration: float = 1.0,
         rho: np.ndarray | None = None,
         dtype: str = "float64",
     ) -> "MarkovInstance":
         r"""Random non-stationary draft and target chains with independent rows.
 
-        ``rows="dirichlet"``: every row ``P[n, a]``, ``Q[n, a]`` is an independent
+        ``row_law="dirichlet"``: every row ``P[n, a]``, ``Q[n, a]`` is an independent
         :math:`\mathrm{Dirichlet}(c, \dots, c)` draw, ``c = concentration``
         (small ``c`` gives peaked rows and a larger TV).
-        ``rows="uniform"``: i.i.d. ``U(0, 1)`` entries normalised per row — the
+        ``row_law="uniform"``: i.i.d. ``U(0, 1)`` entries normalised per row — the
         generator that reproduces the scale of [Yin] App. F (``E[N_rej] ≈ 16.4``
         at ``T = 50, V = 7``; the paper reports 16.41).
 
@@ -275,8 +275,8 @@ class MarkovInstance:
           T: horizon.
           V: vocabulary size (>= 2).
           key: int seed or ``np.random.Generator``.
-          rows: ``"dirichlet"`` or ``"uniform"``.
-          concentration: Dirichlet concentration ``c > 0`` (``rows="dirichlet"`` only).
+          row_law: how each row is drawn, ``"dirichlet"`` or ``"uniform"``.
+          concentration: Dirichlet concentration ``c > 0`` (``row_law="dirichlet"`` only).
           rho: prompt law; uniform if omitted.
           dtype: ``"float64"`` or ``"float32"`` (the draws are made in float64).
         """
@@ -285,17 +285,17 @@ class MarkovInstance:
         if not (np.isfinite(concentration) and concentration > 0):
             raise ValueError(f"concentration must be a finite number > 0; got {concentration!r}")
         rng = as_generator(key)
-        if rows == "dirichlet":
+        if row_law == "dirichlet":
             alpha = np.full(V, float(concentration))
             P = rng.dirichlet(alpha, size=(T, V))
             Q = rng.dirichlet(alpha, size=(T, V))
-        elif rows == "uniform":
+        elif row_law == "uniform":
             P = rng.random((T, V, V))
             Q = rng.random((T, V, V))
             P /= P.sum(axis=-1, keepdims=True)
             Q /= Q.sum(axis=-1, keepdims=True)
         else:
-            raise ValueError(f"rows must be 'dirichlet' or 'uniform'; got {rows!r}")
+            raise ValueError(f"row_law must be 'dirichlet' or 'uniform'; got {row_law!r}")
         rho = np.full(V, 1.0 / V) if rho is None else rho
         return cls(P, Q, rho, dtype=dtype)
 

@@ -228,14 +228,14 @@ class LookaheadCounts(DraftRates):
         return latency_per_token(self.discard_rate, self.verification_rate, t_draft, t_target)
 
 
-def _rule(inst: MarkovInstance, b, P, M) -> tuple[np.ndarray, ...]:
+def _rule(inst: MarkovInstance, b, rejection, M) -> tuple[np.ndarray, ...]:
     """The compact arrays the kernels are built from: ``(P, Q)`` for SD, ``(P, Q, b, R)`` for any other rule."""
-    if M > 1 and (b is not None or P is not None):
-        raise ValueError("M > 1 (batch SD, [Yin] Alg. 4) uses SD's rule; give no b or P with it")
-    if b is None and P is None:
+    if M > 1 and (b is not None or rejection is not None):
+        raise ValueError("M > 1 (batch SD, [Yin] Alg. 4) uses SD's rule; give no b or rejection with it")
+    if b is None and rejection is None:
         return compact(inst.P), compact(inst.Q)
     b_arr = acceptance_array(inst, b if b is not None else lambda p, q: kernels.sd_acceptance(p, q))
-    R = rejection_array(inst, b_arr, P)
+    R = rejection_array(inst, b_arr, rejection)
     return compact(inst.P), compact(inst.Q), compact(b_arr), compact(R)
 
 
@@ -301,7 +301,7 @@ def lookahead_advance(S, ker: tuple, k: int, bonus_slot: bool):
 
 
 @takes_instance
-def lookahead_counts(inst: MarkovInstance, K: int | None, *, b=None, P=None, M: int = 1,
+def lookahead_counts(inst: MarkovInstance, K: int | None, *, b=None, rejection=None, M: int = 1,
                      root=None) -> LookaheadCounts:
     r"""Exact expected counts of a fixed-lookahead method with the bonus token (SPEC L).
 
@@ -316,7 +316,7 @@ def lookahead_counts(inst: MarkovInstance, K: int | None, *, b=None, P=None, M: 
     Args:
       inst: the Markov instance (``P`` = draft, ``Q`` = target).
       K: lookahead (int ``>= 1``) or ``None`` for ``K = ∞``.
-      b, P: any rule of [Yin] Algorithm 2, in the forms of
+      b, rejection: any rule of [Yin] Algorithm 2, in the forms of
         :func:`~speculab.theory.expected_rejections` (``None``: speculative decoding);
         biased rules are followed along their own output chain.
       M: drafts per round at the root, [Yin] Algorithm 4 (batch SD, SD's rule only);
@@ -342,7 +342,7 @@ def lookahead_counts(inst: MarkovInstance, K: int | None, *, b=None, P=None, M: 
                          f"(M = 1 is the rule's own root); got root={root!r} with M={M}")
     T, V = inst.T, inst.V
     k, bonus_slot, n_slots = lookahead_slots(T, K)
-    rows = per_position(lambda *arrays: lookahead_kernels(M, *arrays, root=root), T, *_rule(inst, b, P, M))
+    rows = per_position(lambda *arrays: lookahead_kernels(M, *arrays, root=root), T, *_rule(inst, b, rejection, M))
     dtype = np.result_type(inst.rho, inst.P)
     rej, bonus, acc, start = (np.zeros(T, dtype=dtype) for _ in range(4))
     S = np.zeros((n_slots, V), dtype=dtype)  # (slot, last token)
@@ -362,7 +362,7 @@ class LookaheadChoice:
     Attributes:
       K: the best lookahead (the smallest on ties).
       latency: its expected time per token.
-      latencies: ``(K_max,)`` latency of ``K = 1..K_max``.
+      latencies: ``(max_K,)`` latency of ``K = 1..max_K``.
       counts: the :class:`LookaheadCounts` of the best ``K``.
     """
 
@@ -373,19 +373,19 @@ class LookaheadChoice:
 
 
 @takes_instance
-def best_lookahead(inst: MarkovInstance, t_draft: float, t_target: float, K_max: int = 20) -> LookaheadChoice:
-    r"""The fixed ``K ∈ {1..K_max}`` that minimises the exact latency per token, [SDpp] eq. (5.1).
+def best_lookahead(inst: MarkovInstance, t_draft: float, t_target: float, max_K: int = 20) -> LookaheadChoice:
+    r"""The fixed ``K ∈ {1..max_K}`` that minimises the exact latency per token, [SDpp] eq. (5.1).
 
     .. math:: K^* = \arg\min_K\ t_{draft}(1 + E[N_{discarded}]/T) + (t_{target} - t_{draft}) E[N_{target}]/T
 
     Args:
       inst: the Markov instance.
       t_draft, t_target: forward-pass times of the draft and target models.
-      K_max: largest lookahead tried (``>= 1``); cost ``O(T K_max² V²)``.
+      max_K: largest lookahead tried (``>= 1``); cost ``O(T max_K² V²)``.
     """
     t_draft, t_target = _check_times(t_draft, t_target)
-    K_max = as_positive_int(K_max, "K_max")
-    all_counts = [lookahead_counts(inst, K) for K in range(1, K_max + 1)]
+    max_K = as_positive_int(max_K, "max_K")
+    all_counts = [lookahead_counts(inst, K) for K in range(1, max_K + 1)]
     lat = np.array([c.latency(t_draft, t_target) for c in all_counts])
     i = int(np.argmin(lat))
     return LookaheadChoice(K=i + 1, latency=float(lat[i]), latencies=lat, counts=all_counts[i])

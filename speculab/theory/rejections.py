@@ -182,45 +182,45 @@ def unbiased_rejection_distribution(p, q, b) -> np.ndarray:
 
 
 @takes_instance
-def rejection_array(inst: MarkovInstance, b: np.ndarray, P: RejectionRule = None) -> np.ndarray:
+def rejection_array(inst: MarkovInstance, b: np.ndarray, rejection: RejectionRule = None) -> np.ndarray:
     """Resolve a rejection rule to ``(T, V, V)`` rows, given the resolved acceptance array ``b``.
 
-    ``P=None`` means the unbiased choice of [Yin] Thm 2 (and requires an unbiased ``b``).
+    ``rejection=None`` means the unbiased choice of [Yin] Thm 2 (and requires an unbiased ``b``).
     Rows that are used (``Σ (1 − b) p > 0``) must be distributions; unused rows may be anything.
     """
-    if P is None:
+    if rejection is None:
         def unbiased(p, q, b):
             _check_unbiased(p, q, b)
             return _unbiased_rejection(p, q, b)
 
         return rowwise(unbiased, inst.P, inst.Q, b)
-    if callable(P):
+    if callable(rejection):
         def checked(p, q, b):
-            out = as_float_array(P(p, q, b), "P(p, q, b)")
-            check_same_shape(out, p, "P(p, q, b)", "its arguments p, q, b")
+            out = as_float_array(rejection(p, q, b), "rejection(p, q, b)")
+            check_same_shape(out, p, "rejection(p, q, b)", "its arguments p, q, b")
             return out
 
         arr = rowwise(checked, inst.P, inst.Q, b)
     else:
-        arr = rowwise(lambda x: as_float_array(x, "P (rejection distribution)"), np.asarray(P))
-    check_same_shape(arr, inst.P, "P (rejection distribution)", "the instance's P")
+        arr = rowwise(lambda x: as_float_array(x, "rejection (the rejection distribution)"), np.asarray(rejection))
+    check_same_shape(arr, inst.P, "rejection (the rejection distribution)", "the instance's draft P")
 
     def used_rows_only(p, b, r):
         used = kernels.rejection_mass(b, p) > 0
-        as_distribution(r[used], "P (rejection distribution) rows that can be sampled")
+        as_distribution(r[used], "rejection (the rejection distribution) rows that can be sampled")
         return np.where(used[..., None], r, 0.0)
 
     return rowwise(used_rows_only, inst.P, b, arr)
 
 
 @takes_instance
-def output_law(inst: MarkovInstance, b: Acceptance, P: RejectionRule = None) -> np.ndarray:
+def output_law(inst: MarkovInstance, b: Acceptance, rejection: RejectionRule = None) -> np.ndarray:
     r"""Per-position output law of [Yin] Algorithm 2 on a Markov instance.
 
     .. math:: P_{A,n}(x) = b_n(x)\, p_n(x) + P_n(x) \sum_{\tilde x} (1 - b_n(\tilde x))\, p_n(\tilde x)
 
     With ``K = ∞`` the output is itself a Markov chain with these transitions.
-    Unbiased ``b`` with ``P=None`` gives exactly ``Q`` ([Yin] Thm 2) whatever the
+    Unbiased ``b`` with ``rejection=None`` gives exactly ``Q`` ([Yin] Thm 2) whatever the
     lookahead; a *biased* rule with finite ``K`` mixes in bonus tokens drawn from
     ``q``, so its law then depends on the round phase (see
     :func:`speculab.theory.fuzzy_profile` for an exact phase-tracking computation).
@@ -229,7 +229,7 @@ def output_law(inst: MarkovInstance, b: Acceptance, P: RejectionRule = None) -> 
       ``(T, V, V)`` transition array of the output chain.
     """
     b_arr = acceptance_array(inst, b)
-    R = rejection_array(inst, b_arr, P)
+    R = rejection_array(inst, b_arr, rejection)
     return rowwise(_output_kernel, inst.P, b_arr, R)
 
 
@@ -239,7 +239,7 @@ def _output_kernel(p: np.ndarray, b: np.ndarray, R: np.ndarray) -> np.ndarray:
 
 
 @takes_instance
-def expected_rejections(inst: MarkovInstance, b: Acceptance, P: RejectionRule = None) -> RejectionProfile:
+def expected_rejections(inst: MarkovInstance, b: Acceptance, rejection: RejectionRule = None) -> RejectionProfile:
     r"""Expected rejections of Algorithm 2 with acceptance ``b`` (``K = ∞``), [Yin] Thm 2.
 
     .. math:: E[N_{rej}] = \sum_n E_{x_{1:n-1} \sim P_A}\Big[\sum_x (1 - b_n(x))\, p_n(x)\Big]
@@ -249,7 +249,7 @@ def expected_rejections(inst: MarkovInstance, b: Acceptance, P: RejectionRule = 
     (Thm 2), with equality for ``b = min(1, q/p)``.
     """
     b_arr = acceptance_array(inst, b)
-    R = rejection_array(inst, b_arr, P)
+    R = rejection_array(inst, b_arr, rejection)
     parts = compact(inst.P), compact(b_arr), compact(R)
     rows = per_position(lambda p, b, r: (kernels.rejection_mass(b, p), _output_kernel(p, b, r)), inst.T, *parts)
     per_position_rejections = _along_chain(inst.rho, rows, inst.T, np.result_type(inst.rho, *parts))

@@ -258,32 +258,32 @@ def _flops(x, name: str) -> np.ndarray:
     return arr
 
 
-def sd_flops(gamma: int, F_d, F_t):
-    r"""FLOPs of one SD round with ``γ`` drafts, [SPR] eq. (5): :math:`\gamma F_d + \gamma F_t`.
+def sd_flops(K: int, F_d, F_t):
+    r"""FLOPs of one SD round with ``K`` drafts, [SPR] eq. (5): :math:`K F_d + K F_t`.
 
-    The target's parallel verification still costs ``γ`` forward passes of compute.
+    The target's parallel verification still costs ``K`` forward passes of compute.
 
     Args:
-      gamma: drafts per round, integer ``>= 1``.
+      K: drafts per round, integer ``>= 1``.
       F_d: FLOPs of one draft forward pass (``>= 0``).
       F_t: FLOPs of one target forward pass (``>= 0``).
     """
-    gamma = as_positive_int(gamma, "gamma")
-    return _scalar_or_array(gamma * _flops(F_d, "F_d") + gamma * _flops(F_t, "F_t"))
+    K = as_positive_int(K, "K")
+    return _scalar_or_array(K * _flops(F_d, "F_d") + K * _flops(F_t, "F_t"))
 
 
-def sprinter_flops(gamma: int, F_d, F_v, F_t):
-    r"""FLOPs of one SPRINTER run with ``γ`` drafts, [SPR] eq. (6): :math:`\gamma F_d + \gamma F_v + F_t`.
+def sprinter_flops(K: int, F_d, F_v, F_t):
+    r"""FLOPs of one SPRINTER run with ``K`` drafts, [SPR] eq. (6): :math:`K F_d + K F_v + F_t`.
 
     One verifier pass per draft and a single target pass (perfect verifier).
-    Saving over :func:`sd_flops`: ``(γ − 1) F_t − γ F_v``.
+    Saving over :func:`sd_flops`: ``(K − 1) F_t − K F_v``.
 
     Args:
-      gamma: drafts, integer ``>= 1``.
+      K: drafts, integer ``>= 1``.
       F_d, F_v, F_t: FLOPs of one draft, verifier and target forward pass (``>= 0``).
     """
-    gamma = as_positive_int(gamma, "gamma")
-    return _scalar_or_array(gamma * _flops(F_d, "F_d") + gamma * _flops(F_v, "F_v") + _flops(F_t, "F_t"))
+    K = as_positive_int(K, "K")
+    return _scalar_or_array(K * _flops(F_d, "F_d") + K * _flops(F_v, "F_v") + _flops(F_t, "F_t"))
 
 
 # -- Markov instances -------------------------------------------------------------------

@@ -33,7 +33,7 @@ Bellman's recursion over the tree — exact, and never worse than any rule that 
 no more than the drafts (SpecDec++'s threshold with any head, every fixed ``K``).
 Positions run backwards, so every ``F_{n+i}`` is known when round ``n`` is solved.
 
-The tree has ``V^K`` leaves per start, ``K = min(cap, T − n)``: small instances only
+The tree has ``V^K`` leaves per start, ``K = min(max_K, T − n)``: small instances only
 (:data:`NODE_BUDGET`).
 """
 
@@ -81,14 +81,14 @@ class AdaptiveDrafting(NamedTuple):
       score: ``(T, V, V)`` the factor of each draft (broadcast views when compact).
       stops: ``stops(prod, count, t, T, *params) -> bool`` (array API; ``t`` may be traced).
       params: the numbers ``stops`` reads (traced by engines, so a sweep may vary them).
-      cap: the most drafts a round makes (an upper bound engines size buffers by).
+      max_K: the most drafts a round makes (an upper bound engines size buffers by).
     """
 
     verifier: Any
     score: Any
     stops: Callable
     params: tuple
-    cap: int
+    max_K: int
 
 
 @dataclass(frozen=True)
@@ -196,33 +196,33 @@ def _round_values(tables, future, n: int, T: int, K: int, t_draft: float, t_targ
     return value[:, 0, :]
 
 
-def tree_fits(V: int, T: int, cap: int, per_position: bool = False) -> bool:
-    """Whether the draft trees of an instance (``V`` tokens, horizon ``T``, at most ``cap`` drafts per round)
-    fit :data:`NODE_BUDGET`: ``V · V^min(cap, T)`` leaves of 6 values (``6 + T`` with ``per_position``)."""
-    return _tree_values(V, T, cap, per_position) <= limit(NODE_BUDGET * len(_FIELDS))
+def tree_fits(V: int, T: int, max_K: int, per_position: bool = False) -> bool:
+    """Whether the draft trees of an instance (``V`` tokens, horizon ``T``, at most ``max_K`` drafts per round)
+    fit :data:`NODE_BUDGET`: ``V · V^min(max_K, T)`` leaves of 6 values (``6 + T`` with ``per_position``)."""
+    return _tree_values(V, T, max_K, per_position) <= limit(NODE_BUDGET * len(_FIELDS))
 
 
-def _tree_values(V: int, T: int, cap: int, per_position: bool) -> float:
-    """The values the recursion holds: ``V · V^min(cap, T)`` leaves of 6 values (``6 + T`` with ``per_position``)."""
-    return V * float(V) ** min(cap, T) * (len(_FIELDS) + (T if per_position else 0))
+def _tree_values(V: int, T: int, max_K: int, per_position: bool) -> float:
+    """The values the recursion holds: ``V · V^min(max_K, T)`` leaves of 6 values (``6 + T`` with ``per_position``)."""
+    return V * float(V) ** min(max_K, T) * (len(_FIELDS) + (T if per_position else 0))
 
 
-def _solve(inst: MarkovInstance, rule: AdaptiveDrafting | None, t_draft, t_target, cap: int,
+def _solve(inst: MarkovInstance, rule: AdaptiveDrafting | None, t_draft, t_target, max_K: int,
            per_position: bool = False) -> StoppingCounts:
     if not isinstance(inst, MarkovInstance):
         raise ValueError(f"inst must be a MarkovInstance; got {type(inst).__name__}")
     t_draft, t_target = _check_times(t_draft, t_target)
-    cap = as_positive_int(cap, "cap")
+    max_K = as_positive_int(max_K, "max_K")
     T, V = inst.T, inst.V
-    if not tree_fits(V, T, cap, per_position):
-        raise refuse(f"the exact recursion over the draft tree ({V} × {V}^{min(cap, T)} leaves per round start)",
-                     _tree_values(V, T, cap, per_position), NODE_BUDGET * len(_FIELDS), "values",
-                     "NODE_BUDGET leaves of 6 values", "use a smaller vocabulary, cap or horizon")
+    if not tree_fits(V, T, max_K, per_position):
+        raise refuse(f"the exact recursion over the draft tree ({V} × {V}^{min(max_K, T)} leaves per round start)",
+                     _tree_values(V, T, max_K, per_position), NODE_BUDGET * len(_FIELDS), "values",
+                     "NODE_BUDGET leaves of 6 values", "use a smaller vocabulary, max_K or horizon")
     P, Q = compact(inst.P), compact(inst.Q)
     verifier = SD_VERIFIER if rule is None else rule.verifier
     score = None if rule is None or rule.score is None else compact(np.asarray(rule.score))
 
-    @lru_cache(maxsize=None)  # a position is read by the rounds of up to `cap` start positions
+    @lru_cache(maxsize=None)  # a position is read by the rounds of up to `max_K` start positions
     def tables(m):
         p, q = (np.broadcast_to(at_position(A, m), (V, V)) for A in (P, Q))  # one row per context
         b, res = verifier.rule(p, q)
@@ -238,7 +238,7 @@ def _solve(inst: MarkovInstance, rule: AdaptiveDrafting | None, t_draft, t_targe
 
     future = np.zeros((T + 1, V, len(_FIELDS) + (T if per_position else 0)))
     for n in progress_bar(range(T - 1, -1, -1), "draft-tree recursion", "position"):
-        future[n] = _round_values(tables, future, n, T, min(cap, T - n), t_draft, t_target, decide)
+        future[n] = _round_values(tables, future, n, T, min(max_K, T - n), t_draft, t_target, decide)
     total = inst.rho @ future[0]
     return StoppingCounts(*(scalar(x) for x in total[:len(_FIELDS)]), T=T, t_draft=t_draft, t_target=t_target,
                           rejections_per_position=total[len(_FIELDS):] if per_position else None)
@@ -250,7 +250,7 @@ def stopping_counts(inst: MarkovInstance, rule: AdaptiveDrafting, t_draft: float
     """Exact expected counts and time of a drafting rule on a small Markov instance (module docstring).
 
     Args:
-      inst: the Markov instance (``V · V^min(cap, T)`` within :data:`NODE_BUDGET`).
+      inst: the Markov instance (``V · V^min(max_K, T)`` within :data:`NODE_BUDGET`).
       rule: an :class:`~speculab.methods.base.AdaptiveDrafting` — e.g.
         ``SpecDecPP(h).adaptive_drafting(inst)`` (any head) or :func:`fixed_lookahead` — whose
         verifier is a method of [Yin] Algorithm 2 (its ``rule(p, q)`` verifies each draft).
@@ -272,23 +272,23 @@ def stopping_counts(inst: MarkovInstance, rule: AdaptiveDrafting, t_draft: float
     if not hasattr(rule.verifier, "rule"):
         raise ValueError(f"the rule's verifier must be a method of [Yin] Algorithm 2 (with rule(p, q)); "
                          f"got {rule.verifier!r}")
-    return _solve(inst, rule, t_draft, t_target, rule.cap, per_position)
+    return _solve(inst, rule, t_draft, t_target, rule.max_K, per_position)
 
 
 @takes_instance
-def optimal_stopping(inst: MarkovInstance, t_draft: float, t_target: float, cap: int) -> StoppingCounts:
-    r"""The fewest expected time any stopping rule of at most ``cap`` drafts per round reaches, and its counts.
+def optimal_stopping(inst: MarkovInstance, t_draft: float, t_target: float, max_K: int) -> StoppingCounts:
+    r"""The fewest expected time any stopping rule of at most ``max_K`` drafts per round reaches, and its counts.
 
     Bellman's recursion over each round's draft tree (module docstring), SD verification:
     at every node the rule verifies if that is at least as cheap in expected time as
     drafting one more. No rule that decides from the drafts (SpecDec++'s threshold with
-    any head, a fixed ``K ≤ cap``) has a smaller expected time on ``inst``; the measured
+    any head, a fixed ``K ≤ max_K``) has a smaller expected time on ``inst``; the measured
     ``Δ`` of [SDpp] Thm 4.3 is the gap to the best threshold.
 
     Args:
-      inst: a small Markov instance (``V · V^min(cap, T)`` within :data:`NODE_BUDGET`).
+      inst: a small Markov instance (``V · V^min(max_K, T)`` within :data:`NODE_BUDGET`).
       t_draft: time of one draft forward pass (``>= 0``).
       t_target: time of one target forward pass (``> 0``).
-      cap: the most drafts a round may make.
+      max_K: the most drafts a round may make.
     """
-    return _solve(inst, None, t_draft, t_target, cap)
+    return _solve(inst, None, t_draft, t_target, max_K)

@@ -73,9 +73,9 @@ def _optimal_loss(p: np.ndarray, q: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.maximum(b * p - q, 0.0).sum(axis=-1)
 
 
-def _rejection_loss(p, q, b, P) -> np.ndarray:
+def _rejection_loss(p, q, b, rejection) -> np.ndarray:
     D = kernels.rejection_mass(b, p)[..., None]
-    return np.maximum(b * p + D * P - q, 0.0).sum(axis=-1)  # TV(P_A, q) = Σ (P_A − q)_+
+    return np.maximum(b * p + D * rejection - q, 0.0).sum(axis=-1)  # TV(P_A, q) = Σ (P_A − q)_+
 
 
 def rejection_probability(p, b) -> np.ndarray:
@@ -118,16 +118,16 @@ class OptimalRejection(NamedTuple):
     """[Yin] Thm 4 for one acceptance rule (arrays broadcast over leading axes).
 
     Attributes:
-      P: the canonical optimal rejection distribution ``P* = [A]_+ ∝ (q − b p)_+``;
-        where ``(q − b p)_+ = 0`` (then ``D = 0`` and every ``P`` is optimal) it is ``q``.
+      rejection: the canonical optimal rejection distribution ``P* = [A]_+ ∝ (q − b p)_+``;
+        where ``(q − b p)_+ = 0`` (then ``D = 0`` and every rejection law is optimal) it is ``q``.
       loss: ``Loss*_TV(b)``, shape ``(...)``.
-      rejection: ``D = Σ (1 − b) p = P(reject)``, shape ``(...)``.
+      rejection_prob: ``D = Σ (1 − b) p = P(reject)``, shape ``(...)``.
       A: ``A = (q − b p) / D``, shape ``(..., V)``; ``nan`` where ``D = 0``.
     """
 
-    P: np.ndarray
-    loss: np.ndarray
     rejection: np.ndarray
+    loss: np.ndarray
+    rejection_prob: np.ndarray
     A: np.ndarray
 
 
@@ -148,7 +148,7 @@ def optimal_rejection(p, q, b) -> OptimalRejection:
 
     Example:
       >>> r = optimal_rejection([0.6, 0.4], [0.3, 0.7], [1.0, 1.0])   # always accept
-      >>> float(r.loss), float(r.rejection)   # TV(p, q), never rejects
+      >>> float(r.loss), float(r.rejection_prob)   # TV(p, q), never rejects
       (0.3, 0.0)
     """
     p, q, b = _triple(p, q, b)
@@ -156,23 +156,23 @@ def optimal_rejection(p, q, b) -> OptimalRejection:
     P = kernels.optimal_rejection(p, q, b)
     with np.errstate(over="ignore"):  # D can be subnormal: A is then huge, honestly
         A = np.divide(q - b * p, D[..., None], out=np.full(p.shape, np.nan), where=D[..., None] > 0)
-    return OptimalRejection(P=P, loss=_optimal_loss(p, q, b), rejection=D, A=A)
+    return OptimalRejection(rejection=P, loss=_optimal_loss(p, q, b), rejection_prob=D, A=A)
 
 
-def rejection_loss(p, q, b, P) -> np.ndarray:
-    r"""TV bias of Algorithm 2 with acceptance ``b`` and rejection distribution ``P`` ([Yin] eq. (1)).
+def rejection_loss(p, q, b, rejection) -> np.ndarray:
+    r"""TV bias of Algorithm 2 with acceptance ``b`` and rejection distribution ``rejection = P`` ([Yin] eq. (1)).
 
     .. math:: \mathrm{TV}(P_A, q),\quad P_A = b\,p + P \sum_{\tilde x} (1 - b(\tilde x))\, p(\tilde x).
 
     ``P = q`` is Decoding-UNO ([Yin] §4.2); ``P = P*`` attains :func:`optimal_loss`.
     """
     p, q, b = _triple(p, q, b)
-    P = as_distribution(P, "P")
-    check_same_shape(P, p, "P", "p")
+    P = as_distribution(rejection, "rejection")
+    check_same_shape(P, p, "rejection", "p")
     return _rejection_loss(p, q, b, P)
 
 
-def is_optimal_rejection(p, q, b, P, *, atol: float = 1e-9) -> np.ndarray:
+def is_optimal_rejection(p, q, b, rejection, *, atol: float = 1e-9) -> np.ndarray:
     r"""Membership in the optimal set of [Yin] Thm 4: ``P = 0`` on ``A−`` and ``0 ≤ P ≤ A`` on ``A+``.
 
     Checked without dividing by ``D``: ``P(x) ≤ atol`` where ``q − b p < 0`` and
@@ -183,15 +183,15 @@ def is_optimal_rejection(p, q, b, P, *, atol: float = 1e-9) -> np.ndarray:
 
     Args:
       p, q, b: as in :func:`optimal_rejection`.
-      P: candidate rejection distribution(s), same shape (must be distributions).
+      rejection: candidate rejection distribution(s) ``P``, same shape (must be distributions).
       atol: tolerance on ``P``.
 
     Returns:
       Boolean array of shape ``(...)``.
     """
     p, q, b = _triple(p, q, b)
-    P = as_distribution(P, "P")
-    check_same_shape(P, p, "P", "p")
+    P = as_distribution(rejection, "rejection")
+    check_same_shape(P, p, "rejection", "p")
     D = kernels.rejection_mass(b, p)[..., None]
     r = q - b * p  # = D · A
     inside = np.where(r < -_ROUNDOFF, P <= atol, D * P <= r + atol * D + _ROUNDOFF)
@@ -222,7 +222,7 @@ def optimal_loss_lp(p, q, b) -> float:
     return float(res.fun)
 
 
-def pareto_loss(p, q, rejection) -> np.ndarray:
+def pareto_loss(p, q, rejection_prob) -> np.ndarray:
     r"""The Pareto front of [Yin] Thm 5: the least TV bias at a given rejection probability ``r``.
 
     .. math:: L(r) = (\mathrm{TV}(p, q) - r)_+ , \qquad r \in [0, 1].
@@ -234,10 +234,10 @@ def pareto_loss(p, q, rejection) -> np.ndarray:
     Args:
       p: draft distribution(s), shape ``(..., V)``.
       q: target distribution(s), same shape.
-      rejection: rejection probabilities in ``[0, 1]``, broadcastable to ``(...)``.
+      rejection_prob: rejection probabilities in ``[0, 1]``, broadcastable to ``(...)``.
     """
     p, q = as_pair(p, q)
-    r = as_probability_array(rejection, "rejection")
+    r = as_probability_array(rejection_prob, "rejection_prob")
     return np.maximum(kernels.tv(p, q) - r, 0.0)
 
 
@@ -316,7 +316,7 @@ class TradeoffProfile:
 
 
 @takes_instance
-def tradeoff_profile(inst: MarkovInstance, b: Acceptance, P: RejectionRule = None) -> TradeoffProfile:
+def tradeoff_profile(inst: MarkovInstance, b: Acceptance, rejection: RejectionRule = None) -> TradeoffProfile:
     r"""Rejections and TV bias per position of Algorithm 2 ``(b, P)`` on a Markov instance.
 
     .. math:: \mathrm{rej}_n = E_{\nu_{n-1}}\Big[\sum_x (1 - b_n(x))p_n(x)\Big],\quad
@@ -328,77 +328,77 @@ def tradeoff_profile(inst: MarkovInstance, b: Acceptance, P: RejectionRule = Non
 
     Args:
       inst: the draft/target pair.
-      b, P: acceptance and rejection rules as for :func:`~speculab.theory.output_law`,
+      b, rejection: acceptance and rejection rules as for :func:`~speculab.theory.output_law`,
         e.g. a method's rule on the instance: ``Biased(eps, "opt").rule(inst.P, inst.Q)``.
     """
     b_arr = acceptance_array(inst, b)
-    K = output_law(inst, b_arr, P)  # (T, V, V)
-    nu = chain_marginals(inst.rho, K)  # (T+1, V)
+    out = output_law(inst, b_arr, rejection)  # (T, V, V)
+    nu = chain_marginals(inst.rho, out)  # (T+1, V)
     per_ctx = {  # each (T, V), from the kernels' compact parts (nothing of size T V² on a compact instance)
         "rejections_per_position": rowwise(kernels.rejection_mass, b_arr, inst.P),
-        "loss_per_position": rowwise(kernels.tv, K, inst.Q),
+        "loss_per_position": rowwise(kernels.tv, out, inst.Q),
         "optimal_loss_per_position": rowwise(_optimal_loss, inst.P, inst.Q, b_arr),
         "tv_per_position": inst.tv(),
     }
     avg = {k: np.einsum("na,na->n", nu[:-1], v) for k, v in per_ctx.items()}
-    return TradeoffProfile(**avg, output=K, marginals=nu)
+    return TradeoffProfile(**avg, output=out, marginals=nu)
 
 
 # -- sequence level ---------------------------------------------------------------------
-def _chain(K, name: str, shape=None) -> np.ndarray:
-    K = np.asarray(K)
-    if K.ndim != 3:
-        raise ValueError(f"{name} must have 3 dimension(s); got shape {K.shape}")
-    K = rowwise(lambda part: as_distribution(part, name), K)  # a compact (broadcast) chain is checked once
-    if K.shape[1] != K.shape[2]:
-        raise ValueError(f"{name} must have shape (T, V, V); got {K.shape}")
-    if shape is not None and K.shape != shape:
-        raise ValueError(f"{name} must have shape {shape}; got {K.shape}")
-    return K
+def _chain(C, name: str, shape=None) -> np.ndarray:
+    C = np.asarray(C)
+    if C.ndim != 3:
+        raise ValueError(f"{name} must have 3 dimension(s); got shape {C.shape}")
+    C = rowwise(lambda part: as_distribution(part, name), C)  # a compact (broadcast) chain is checked once
+    if C.shape[1] != C.shape[2]:
+        raise ValueError(f"{name} must have shape (T, V, V); got {C.shape}")
+    if shape is not None and C.shape != shape:
+        raise ValueError(f"{name} must have shape {shape}; got {C.shape}")
+    return C
 
 
-def markov_kl(rho, K, L) -> np.ndarray:
+def markov_kl(rho, chain, reference) -> np.ndarray:
     r"""Chain-rule terms of the KL divergence between two Markov chains with the same start law.
 
-    .. math:: \mathrm{KL}(P^K \| P^L) = \sum_{n=1}^{T} E_{x_{n-1} \sim \nu_{n-1}}
+    .. math:: \mathrm{KL}(P^C \| P^R) = \sum_{n=1}^{T} E_{x_{n-1} \sim \nu_{n-1}}
               \big[\mathrm{KL}(K_n(\cdot \mid x_{n-1}) \,\|\, L_n(\cdot \mid x_{n-1}))\big],
 
-    ``ν`` the marginals of chain ``K``. A term is ``inf`` iff a context reachable
-    under ``K`` (decided on supports, not on underflowing products) has an infinite row KL.
+    ``ν`` the marginals of chain ``C``. A term is ``inf`` iff a context reachable
+    under ``C`` (decided on supports, not on underflowing products) has an infinite row KL.
 
     Args:
       rho: law of ``x_0``, shape ``(V,)``.
-      K, L: ``(T, V, V)`` transitions; ``K`` is the chain in the first argument of KL.
+      chain, reference: ``(T, V, V)`` transitions ``C`` and ``R``; ``C`` is the chain in the first argument of KL.
 
     Returns:
       ``(T,)`` per-position terms; their sum is the sequence-level KL.
     """
     rho = as_distribution(rho, "rho", ndim=1)
-    K = _chain(K, "K")
-    L = _chain(L, "L", K.shape)
-    if rho.shape[0] != K.shape[2]:
-        raise ValueError(f"rho must have length V = {K.shape[2]}; got {rho.shape[0]}")
-    nu = chain_marginals(rho, K)
-    row = rowwise(kernels.kl, K, L)  # (T, V)
+    C = _chain(chain, "chain")
+    R = _chain(reference, "reference", C.shape)
+    if rho.shape[0] != C.shape[2]:
+        raise ValueError(f"rho must have length V = {C.shape[2]}; got {rho.shape[0]}")
+    nu = chain_marginals(rho, C)
+    row = rowwise(kernels.kl, C, R)  # (T, V)
     reach = rho > 0
-    out = np.empty(K.shape[0])
-    for n in range(K.shape[0]):
+    out = np.empty(C.shape[0])
+    for n in range(C.shape[0]):
         out[n] = np.inf if np.any(reach & np.isinf(row[n])) else nu[n] @ np.where(reach, row[n], 0.0)
-        reach = (reach.astype(np.float64) @ (K[n] > 0)) > 0
+        reach = (reach.astype(np.float64) @ (C[n] > 0)) > 0
     return out
 
 
-def markov_tv(rho, K, L, *, max_sequences: int = MAX_SEQUENCES) -> float:
+def markov_tv(rho, chain, reference, *, max_sequences: int = MAX_SEQUENCES) -> float:
     r"""Exact TV distance between the laws of ``(x_0, …, x_T)`` under two Markov chains, by enumeration.
 
-    .. math:: \mathrm{TV} = \sum_{x_{0:T}} \big(P^K(x_{0:T}) - P^L(x_{0:T})\big)_+
+    .. math:: \mathrm{TV} = \sum_{x_{0:T}} \big(P^C(x_{0:T}) - P^R(x_{0:T})\big)_+
 
     Builds both laws over all ``V^(T+1)`` sequences; refuses more than ``max_sequences``.
     """
     rho = as_distribution(rho, "rho", ndim=1)
-    K = _chain(K, "K")
-    L = _chain(L, "L", K.shape)
-    T, V = K.shape[0], K.shape[2]
+    C = _chain(chain, "chain")
+    R = _chain(reference, "reference", C.shape)
+    T, V = C.shape[0], C.shape[2]
     if rho.shape[0] != V:
         raise ValueError(f"rho must have length V = {V}; got {rho.shape[0]}")
     max_sequences = as_positive_int(max_sequences, "max_sequences")
@@ -407,38 +407,38 @@ def markov_tv(rho, K, L, *, max_sequences: int = MAX_SEQUENCES) -> float:
     a, c = rho.copy(), rho.copy()  # laws of x_{0:n}, flattened with x_n the fastest index
     for n in range(T):
         last = np.arange(a.size) % V
-        a = (a[:, None] * K[n][last]).ravel()  # (V^(n+1), V) -> (V^(n+2),)
-        c = (c[:, None] * L[n][last]).ravel()
+        a = (a[:, None] * C[n][last]).ravel()  # (V^(n+1), V) -> (V^(n+2),)
+        c = (c[:, None] * R[n][last]).ravel()
     return float(np.maximum(a - c, 0.0).sum())
 
 
-def log_likelihood_ratio(K, L, sequences) -> np.ndarray:
-    r"""``log P^K(x_{1:T} | x_0) − log P^L(x_{1:T} | x_0)`` for given sequences (both chains start from ``ρ``).
+def log_likelihood_ratio(chain, reference, sequences) -> np.ndarray:
+    r"""``log P^C(x_{1:T} | x_0) − log P^R(x_{1:T} | x_0)`` for given sequences (both chains start from ``ρ``).
 
-    For sequences drawn from chain ``K`` this is the Monte-Carlo integrand of both
-    sequence-level divergences: ``KL(P^K ‖ P^L) = E_K[ℓ]`` and
-    ``TV(P^K, P^L) = E_K[(1 − e^{−ℓ})_+]`` (values in ``[0, 1]``, so the estimate's
-    standard error is at most ``1/(2√N)``). ``+inf`` where ``L`` gives the sequence probability 0.
+    For sequences drawn from chain ``C`` this is the Monte-Carlo integrand of both
+    sequence-level divergences: ``KL(P^C ‖ P^R) = E_C[ℓ]`` and
+    ``TV(P^C, P^R) = E_C[(1 − e^{−ℓ})_+]`` (values in ``[0, 1]``, so the estimate's
+    standard error is at most ``1/(2√N)``). ``+inf`` where ``R`` gives the sequence probability 0.
 
     Args:
-      K, L: ``(T, V, V)`` transitions.
-      sequences: ``(N, T + 1)`` integer tokens ``x_0..x_T`` (e.g. ``Counts.sequences``), each with ``P^K > 0``.
+      chain, reference: ``(T, V, V)`` transitions ``C`` and ``R``.
+      sequences: ``(N, T + 1)`` integer tokens ``x_0..x_T`` (e.g. ``Counts.sequences``), each with ``P^C > 0``.
 
     Returns:
       ``(N,)`` log-likelihood ratios.
     """
-    K = _chain(K, "K")
-    L = _chain(L, "L", K.shape)
+    C = _chain(chain, "chain")
+    R = _chain(reference, "reference", C.shape)
     seq = np.asarray(sequences)
-    T, V = K.shape[0], K.shape[2]
+    T, V = C.shape[0], C.shape[2]
     if seq.ndim != 2 or seq.shape[1] != T + 1 or not np.issubdtype(seq.dtype, np.integer):
         raise ValueError(f"sequences must be integers of shape (N, T + 1 = {T + 1}); got {seq.dtype} {seq.shape}")
     if seq.size and (seq.min() < 0 or seq.max() >= V):
         raise ValueError(f"sequences must hold tokens in 0..{V - 1}")
     n = np.arange(T)
-    k, l = K[n, seq[:, :-1], seq[:, 1:]], L[n, seq[:, :-1], seq[:, 1:]]  # (N, T) transition probabilities
+    k, l = C[n, seq[:, :-1], seq[:, 1:]], R[n, seq[:, :-1], seq[:, 1:]]  # (N, T) transition probabilities
     if np.any(k == 0):
-        raise ValueError("sequences must have positive probability under K")
+        raise ValueError("sequences must have positive probability under chain")
     logl = np.log(l, out=np.full(l.shape, -np.inf), where=l > 0)
     return (np.log(k) - logl).sum(axis=1)
 
@@ -474,7 +474,7 @@ def _kl_tv_bound(kl: float) -> float:
 
 @takes_instance
 def sequence_bias(
-    inst: MarkovInstance, b: Acceptance, P: RejectionRule = None, *, max_sequences: int = MAX_SEQUENCES
+    inst: MarkovInstance, b: Acceptance, rejection: RejectionRule = None, *, max_sequences: int = MAX_SEQUENCES
 ) -> SequenceBias:
     r"""Exact sequence-level bias of Algorithm 2 ``(b, P)`` on a Markov instance (beyond [Yin]; Remark 6).
 
@@ -492,15 +492,15 @@ def sequence_bias(
     context) can have a larger sequence TV than Decoding-UNO, because it changes
     which contexts later positions see (an example with ``T = 2`` is in ``tests/test_tradeoff.py``).
     """
-    prof = tradeoff_profile(inst, b, P)
-    K, Q, rho = prof.output, inst.Q, inst.rho
-    fwd, rev = markov_kl(rho, K, Q), markov_kl(rho, Q, K)
+    prof = tradeoff_profile(inst, b, rejection)
+    out, Q, rho = prof.output, inst.Q, inst.rho
+    fwd, rev = markov_kl(rho, out, Q), markov_kl(rho, Q, out)
     kl, kl_rev = float(fwd.sum()), float(rev.sum())
     nu, mu = prof.marginals, inst.marginals()
     # the largest TV of the laws of a pair (x_{n-1}, x_n), one position at a time (O(V²) memory, not O(T V²))
-    tv_lower = max(float(np.maximum(nu[n][:, None] * K[n] - mu[n][:, None] * Q[n], 0.0).sum()) for n in range(inst.T))
+    tv_lower = max(float(np.maximum(nu[n][:, None] * out[n] - mu[n][:, None] * Q[n], 0.0).sum()) for n in range(inst.T))
     tv_upper = min(1.0, float(prof.loss_per_position.sum()), _kl_tv_bound(kl), _kl_tv_bound(kl_rev))
     T, V = inst.T, inst.V
-    tv = markov_tv(rho, K, Q, max_sequences=max_sequences) if V ** (T + 1) <= max_sequences else None
+    tv = markov_tv(rho, out, Q, max_sequences=max_sequences) if V ** (T + 1) <= max_sequences else None
     return SequenceBias(kl=kl, kl_reverse=kl_rev, kl_per_position=fwd, kl_reverse_per_position=rev,
                         tv=tv, tv_lower=tv_lower, tv_upper=tv_upper)

@@ -82,7 +82,7 @@ def _docstrings(root: str) -> list[str]:
     return out
 
 
-def corpus(seed: int) -> tuple[list[str], list[str], dict]:
+def corpus(key: int) -> tuple[list[str], list[str], dict]:
     """``(train_docs, heldout_docs, provenance)`` from stdlib, numpy and scipy docstrings."""
     import numpy
     import scipy
@@ -98,7 +98,7 @@ def corpus(seed: int) -> tuple[list[str], list[str], dict]:
         found = [d for d in _docstrings(root) if not (d in seen or seen.add(d))]
         counts[name] = {"documents": len(found), "characters": sum(map(len, found))}
         docs.extend(found)
-    random.Random(seed).shuffle(docs)
+    random.Random(key).shuffle(docs)
     n_held = max(1, len(docs) // 50)
     digest = hashlib.sha256("\x00".join(docs).encode()).hexdigest()
     prov = {
@@ -149,12 +149,12 @@ def _model(cfg: BuildConfig, layers: int, width: int, heads: int, eos: int):
     return GPT2LMHeadModel(config)
 
 
-def _batches(data, cfg: BuildConfig, steps: int, generator):
+def _batches(data, cfg: BuildConfig, steps: int, rng):
     import torch
 
     L = cfg.seq_len
     for _ in range(steps):
-        start = torch.randint(0, data.numel() - L - 1, (cfg.batch,), generator=generator)
+        start = torch.randint(0, data.numel() - L - 1, (cfg.batch,), generator=rng)
         idx = start[:, None] + torch.arange(L + 1)  # (B, L+1)
         yield data[idx]
 
@@ -166,16 +166,16 @@ def _lr(step: int, steps: int, peak: float) -> float:
     return peak * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, steps - warm)))
 
 
-def train(model, data, cfg: BuildConfig, steps: int, lr: float, seed: int, teacher=None, log=print):
+def train(model, data, cfg: BuildConfig, steps: int, lr: float, key: int, teacher=None, log=print):
     """Next-token training; with ``teacher``, distillation ``w·KL(q‖p) + (1−w)·CE``."""
     import torch
     import torch.nn.functional as F
 
-    g = torch.Generator().manual_seed(seed)
+    rng = torch.Generator().manual_seed(key)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.95))
     model.train()
     t0 = time.perf_counter()
-    for step, batch in enumerate(_batches(data, cfg, steps, g)):
+    for step, batch in enumerate(_batches(data, cfg, steps, rng)):
         for group in opt.param_groups:
             group["lr"] = _lr(step, steps, lr)
         x, y = batch[:, :-1], batch[:, 1:]
