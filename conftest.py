@@ -12,9 +12,12 @@ import pytest
 
 def pytest_addoption(parser):
     parser.addoption("--runslow", action="store_true", default=False, help="also run tests marked slow")
-    parser.addoption("--device", default="cpu",
-                     help="where the real-model tests put the models (default cpu; e.g. cuda): tests/conftest.py's "
-                          "model_device() (tests/test_device.py keeps the CPU: its check needs the models there)")
+    parser.addoption(
+        "--device",
+        default="cpu",
+        help="where the real-model tests put the models (default cpu; e.g. cuda): tests/conftest.py's "
+        "model_device() (tests/test_device.py keeps the CPU: its check needs the models there)",
+    )
 
 
 def pytest_configure(config):

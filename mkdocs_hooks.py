@@ -22,8 +22,10 @@ ROLE = re.compile(r":(?:py:)?(func|class|meth|data|mod|attr|obj|exc):<code>(~?)(
 MATH = re.compile(r":math:<code>([^<]*)</code>")
 TEXT_ROLE = re.compile(r":(?:py:)?(?:func|class|meth|data|mod|attr|obj|exc|math):")
 ID = re.compile(r'\bid="([A-Za-z_][\w.]*)"')
-FORMULAS = re.compile(r"<table>(?=\s*<thead>\s*<tr>\s*<th>result</th>\s*<th>statement</th>\s*<th>computed by</th>"
-                      r"\s*<th>checked by</th>\s*</tr>)")
+FORMULAS = re.compile(
+    r"<table>(?=\s*<thead>\s*<tr>\s*<th>result</th>\s*<th>statement</th>\s*<th>computed by</th>"
+    r"\s*<th>checked by</th>\s*</tr>)"
+)
 
 
 def _anchors(site: Path) -> dict[str, Path]:

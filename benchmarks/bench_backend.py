@@ -62,9 +62,14 @@ def _ours(pair, prompts, method, sampling, tokens, repeats, batch_size=1):
     n = int(res.counts.tokens.sum())
     i = times.index(statistics.median(times))
     calls = int(res.counts.oracle_calls.sum())
-    return {"tokens_per_s": n / times[i], "target_calls_per_token": calls / n,
-            "forward_share": fwd[i] / times[i], "seconds": times[i], "tokens": n,
-            "overhead_per_call": (times[i] - fwd[i]) / calls}  # all but the forward passes, per target call
+    return {
+        "tokens_per_s": n / times[i],
+        "target_calls_per_token": calls / n,
+        "forward_share": fwd[i] / times[i],
+        "seconds": times[i],
+        "tokens": n,
+        "overhead_per_call": (times[i] - fwd[i]) / calls,
+    }  # all but the forward passes, per target call
 
 
 def _hf(pair, prompts, K, sampling, tokens, repeats, lookup: bool = False):
@@ -90,8 +95,12 @@ def _hf(pair, prompts, K, sampling, tokens, repeats, lookup: bool = False):
     finally:
         del target.forward
     i = times.index(statistics.median(times))
-    return {"tokens_per_s": n / times[i], "seconds": times[i], "tokens": n,
-            "overhead_per_call": (times[i] - fwd[i]) / calls[i]}
+    return {
+        "tokens_per_s": n / times[i],
+        "seconds": times[i],
+        "tokens": n,
+        "overhead_per_call": (times[i] - fwd[i]) / calls[i],
+    }
 
 
 def _hf_repeat(tok, target, draft, prompts, K, sampling, tokens, lookup, r, times, device) -> int:
@@ -126,7 +135,9 @@ def main() -> None:
     pair = load_pair("tiny", device="cpu")
     lookup = load_pair(PromptLookupModel(pair.vocab_size, max_ngram=2), "tiny-target", device="cpu")
     prompts = default_prompts()[: args.prompts]
-    print(f"tiny pair, {len(prompts)} prompts × {args.tokens} tokens, {args.threads} thread(s), median of {args.repeats}")
+    print(
+        f"tiny pair, {len(prompts)} prompts × {args.tokens} tokens, {args.threads} thread(s), median of {args.repeats}"
+    )
     for label, sampling in (("greedy", Sampling(0)), ("sampled T=1", Sampling(1.0))):
         ar = _ours(pair, prompts, Autoregressive(), sampling, args.tokens, args.repeats)
         sds = {K: _ours(pair, prompts, SD(K=K), sampling, args.tokens, args.repeats) for K in KS}
@@ -142,27 +153,39 @@ def main() -> None:
             s = sds[K]
             print(f"  {f'SD K={K} (ours)':28s} {s['tokens_per_s']:9.1f} {s['target_calls_per_token']:19.3f}")
         print(f"  {f'HF assisted, K={best}':28s} {hf['tokens_per_s']:9.1f}")
-        print(f"  ours / HF assisted at K={best}: {ours['tokens_per_s'] / hf['tokens_per_s']:.2f}x;  "
-              f"ours SD / ours AR: {ours['tokens_per_s'] / ar['tokens_per_s']:.2f}x")
-        print(f"  our SD time in model forwards: {100 * ours['forward_share']:.0f}%  (overhead {100 * (1 - ours['forward_share']):.0f}%)")
-        # prompt lookup: ours (PromptLookupModel, max n-gram 2, nothing proposed without a match) vs prompt_lookup_num_tokens
+        print(
+            f"  ours / HF assisted at K={best}: {ours['tokens_per_s'] / hf['tokens_per_s']:.2f}x;  "
+            f"ours SD / ours AR: {ours['tokens_per_s'] / ar['tokens_per_s']:.2f}x"
+        )
+        print(
+            f"  our SD time in model forwards: {100 * ours['forward_share']:.0f}%  (overhead "
+            f"{100 * (1 - ours['forward_share']):.0f}%)"
+        )
+        # prompt lookup: ours (PromptLookupModel, max n-gram 2, nothing proposed without a match) vs
+        # prompt_lookup_num_tokens
         look = {K: _ours(lookup, prompts, SD(K=K), sampling, args.tokens, args.repeats) for K in LOOKUP_KS}
         hf_look = {K: _hf(pair, prompts, K, sampling, args.tokens, args.repeats, lookup=True) for K in LOOKUP_KS}
         for K in LOOKUP_KS:
-            print(f"  prompt lookup K={K}: ours {look[K]['tokens_per_s']:7.1f}, HF {hf_look[K]['tokens_per_s']:7.1f} "
-                  f"tokens/s ({look[K]['tokens_per_s'] / hf_look[K]['tokens_per_s']:.2f}x)")
+            print(
+                f"  prompt lookup K={K}: ours {look[K]['tokens_per_s']:7.1f}, HF {hf_look[K]['tokens_per_s']:7.1f} "
+                f"tokens/s ({look[K]['tokens_per_s'] / hf_look[K]['tokens_per_s']:.2f}x)"
+            )
         bo, bh = (max(d.values(), key=lambda v: v["tokens_per_s"])["tokens_per_s"] for d in (look, hf_look))
         print(f"  prompt lookup, best K each: ours / HF = {bo / bh:.2f}x")
         kh = max(hf_look, key=lambda K: hf_look[K]["tokens_per_s"])
-        print(f"  time per target call beyond the forward pass, prompt lookup at K={kh}: ours "
-              f"{look[kh]['overhead_per_call'] * 1e3:.3f} ms, HF {hf_look[kh]['overhead_per_call'] * 1e3:.3f} ms")
+        print(
+            f"  time per target call beyond the forward pass, prompt lookup at K={kh}: ours "
+            f"{look[kh]['overhead_per_call'] * 1e3:.3f} ms, HF {hf_look[kh]['overhead_per_call'] * 1e3:.3f} ms"
+        )
         # our default decoding: the prompts as the rows of one batch (assisted generation takes one prompt at a time)
         kb = max(look, key=lambda K: look[K]["tokens_per_s"])
         batched = _ours(pair, prompts, SD(K=best), sampling, args.tokens, args.repeats, batch_size=None)
         batched_look = _ours(lookup, prompts, SD(K=kb), sampling, args.tokens, args.repeats, batch_size=None)
-        print(f"  prompts batched (our default): SD K={best} {batched['tokens_per_s']:7.1f} tokens/s "
-              f"({batched['tokens_per_s'] / hf['tokens_per_s']:.2f}x HF assisted), prompt lookup K={kb} "
-              f"{batched_look['tokens_per_s']:7.1f} ({batched_look['tokens_per_s'] / bh:.2f}x HF prompt lookup)")
+        print(
+            f"  prompts batched (our default): SD K={best} {batched['tokens_per_s']:7.1f} tokens/s "
+            f"({batched['tokens_per_s'] / hf['tokens_per_s']:.2f}x HF assisted), prompt lookup K={kb} "
+            f"{batched_look['tokens_per_s']:7.1f} ({batched_look['tokens_per_s'] / bh:.2f}x HF prompt lookup)"
+        )
 
 
 if __name__ == "__main__":

@@ -53,28 +53,37 @@ def main(argv=None):
     ap.add_argument("--json", default=None, metavar="FILE", help="also write the rates as JSON")
     args = ap.parse_args(argv)
     if min(args.prompts, args.one) < 2 or min(args.tokens, args.repeats, args.one_repeats, args.threads) < 1:
-        ap.error("--prompts and --one need >= 2 (a standard error), --tokens, --repeats, --one-repeats and "
-                 "--threads >= 1")
+        ap.error(
+            "--prompts and --one need >= 2 (a standard error), --tokens, --repeats, --one-repeats and --threads >= 1"
+        )
     torch.set_num_threads(args.threads)
     pair = load_pair("tiny", device=args.device, dtype=getattr(torch, args.dtype))
     decode(pair, default_prompts()[:2], SD(K=4), max_new_tokens=4, key=0)  # warm-up: kernels, allocator
     base = default_prompts()
     prompts = (base * (args.prompts // len(base) + 1))[: args.prompts]
-    print(f"tiny pair on {pair.device}, {args.threads} threads: {args.prompts} prompts × {args.tokens} tokens "
-          f"(one-prompt path on {args.one} prompts, median of {args.one_repeats}; batched median of {args.repeats})")
-    print(f"{'method':>10}  {'batched tok/s':>13}  {'one-prompt tok/s':>16}  {'ratio':>6}  mean rejections batched / one")
+    print(
+        f"tiny pair on {pair.device}, {args.threads} threads: {args.prompts} prompts × {args.tokens} tokens "
+        f"(one-prompt path on {args.one} prompts, median of {args.one_repeats}; batched median of {args.repeats})"
+    )
+    print(
+        f"{'method':>10}  {'batched tok/s':>13}  {'one-prompt tok/s':>16}  {'ratio':>6}  mean rejections batched / one"
+    )
     rows = []
     for method in (SD(K=4), Autoregressive()):
         fast, a = _rate(pair, prompts, method, args.tokens, None, args.repeats)
         slow, b = _rate(pair, prompts[: args.one], method, args.tokens, 1, args.one_repeats)
         rows.append({"method": repr(method), "batched_tokens_per_second": fast, "one_prompt_tokens_per_second": slow})
         ra, rb = a.counts.rejections, b.counts.rejections
-        print(f"{type(method).__name__ + ('' if method.draft_length(2) == 0 else f' K={method.K}'):>10}  "
-              f"{fast:13.1f}  {slow:16.1f}  {fast / slow:5.1f}×  {ra.mean():.2f} ± {ra.std(ddof=1) / np.sqrt(ra.size):.2f}"
-              f" / {rb.mean():.2f} ± {rb.std(ddof=1) / np.sqrt(rb.size):.2f}")
+        print(
+            f"{type(method).__name__ + ('' if method.draft_length(2) == 0 else f' K={method.K}'):>10}  "
+            f"{fast:13.1f}  {slow:16.1f}  {fast / slow:5.1f}×  {ra.mean():.2f} ± "
+            f"{ra.std(ddof=1) / np.sqrt(ra.size):.2f}"
+            f" / {rb.mean():.2f} ± {rb.std(ddof=1) / np.sqrt(rb.size):.2f}"
+        )
     if args.json:
-        settings = {k: getattr(args, k) for k in ("prompts", "tokens", "one", "repeats", "one_repeats", "threads",
-                                                   "dtype")}
+        settings = {
+            k: getattr(args, k) for k in ("prompts", "tokens", "one", "repeats", "one_repeats", "threads", "dtype")
+        }
         with open(args.json, "w") as f:
             json.dump({"device": str(pair.device), "torch": torch.__version__, **settings, "rows": rows}, f, indent=2)
 

@@ -26,14 +26,24 @@ from pathlib import Path
 
 def cases():
     """``(label, instance, method)`` for every timed case (built by the speculab on ``sys.path``)."""
-    from speculab.sim import (SD, Autoregressive, BatchSD, Biased, BlockVerification, Fuzzy, SpecDecPP, Sprinter)
+    from speculab.sim import SD, Autoregressive, BatchSD, Biased, BlockVerification, Fuzzy, SpecDecPP, Sprinter
     from speculab.methods import OptimalMultiDraft
     from speculab.theory import MarkovInstance
 
     narrow = MarkovInstance.random(T=50, V=7, key=10, row_law="uniform")
     wide = MarkovInstance.random(T=20, V=256, key=10)
-    methods = [Autoregressive(), SD(), SD(K=4), BatchSD(4), Biased(0.1), Fuzzy(0.3), BlockVerification(4),
-               Sprinter(0.9, 0.1), SpecDecPP(0.5, max_K=4), OptimalMultiDraft(2, K=4)]
+    methods = [
+        Autoregressive(),
+        SD(),
+        SD(K=4),
+        BatchSD(4),
+        Biased(0.1),
+        Fuzzy(0.3),
+        BlockVerification(4),
+        Sprinter(0.9, 0.1),
+        SpecDecPP(0.5, max_K=4),
+        OptimalMultiDraft(2, K=4),
+    ]
     out = [(f"{m!r} T=50 V=7", narrow, m) for m in methods]
     out += [(f"{m!r} T=20 V=256", wide, m) for m in methods if not isinstance(m, OptimalMultiDraft)]
     return out
@@ -103,13 +113,14 @@ def main() -> None:
     if args.against:
         ratios = [r["ratio"] for r in result["cases"].values()]
         result["median_ratio"] = statistics.median(ratios)
-        print(f"median ratio this/other over {len(ratios)} cases: {result['median_ratio']:.2f} "
-              f"(medians of {args.repeats} alternating runs of {args.runs:,} runs each)")
+        print(
+            f"median ratio this/other over {len(ratios)} cases: {result['median_ratio']:.2f} "
+            f"(medians of {args.repeats} alternating runs of {args.runs:,} runs each)"
+        )
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        result.update(label=args.label, other_label=args.other_label, python=sys.version.split()[0],
-                      timings=times)
+        result.update(label=args.label, other_label=args.other_label, python=sys.version.split()[0], timings=times)
         (out / "bench_engine.json").write_text(json.dumps(result, indent=1) + "\n")
         (out / "bench_engine.md").write_text(markdown(result))
 
@@ -124,10 +135,14 @@ def markdown(result: dict) -> str:
         if other:
             line += f" {row['other_s']:.3f} | {row['ratio']:.2f} |"
         lines.append(line)
-    labels = f" --label \"{result['label']}\"" + (f" --other-label \"{result['other_label']}\"" if other else "")
-    note = (f"Medians of {result['repeats']} alternating runs of {result['runs']:,} simulated runs per case "
-            f"(`python benchmarks/bench_engine.py --runs {result['runs']} --repeats {result['repeats']}"
-            + (" --against DIR" if other else "") + labels + "`)")
+    labels = f' --label "{result["label"]}"' + (f' --other-label "{result["other_label"]}"' if other else "")
+    note = (
+        f"Medians of {result['repeats']} alternating runs of {result['runs']:,} simulated runs per case "
+        f"(`python benchmarks/bench_engine.py --runs {result['runs']} --repeats {result['repeats']}"
+        + (" --against DIR" if other else "")
+        + labels
+        + "`)"
+    )
     if other:
         note += f"; median ratio over the {len(result['cases'])} cases: {result['median_ratio']:.2f}"
     return "\n".join(lines) + "\n\n" + note + ".\n"

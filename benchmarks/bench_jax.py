@@ -50,18 +50,25 @@ def main(argv=None):
         jx = _median_seconds(lambda r: simulate(inst, method, args.runs, key=r + 1, engine="jax"), args.repeats)
         npy = _median_seconds(lambda r: simulate(inst, method, args.runs, key=r + 1), args.repeats)
         bound = positions_per_second_bound(uniforms_per_position(method, inst))
-        print(f"{method!r:42s} jax {positions / jx / 1e6:6.1f} M pos/s, numpy {positions / npy / 1e6:6.1f} M pos/s: "
-              f"{npy / jx:.2f}×; compile ≈ {first - jx:.1f} s; RNG bound {bound / 1e6:.0f} M pos/s "
-              f"(jax at {positions / jx / bound:.0%} of it)", flush=True)
-    grids = {"ε": [Biased(float(e)) for e in np.linspace(0.0, 0.5, 100)],
-             "h": [SpecDecPP(float(h)) for h in np.linspace(0.0, 1.0, 20)]}
+        print(
+            f"{method!r:42s} jax {positions / jx / 1e6:6.1f} M pos/s, numpy {positions / npy / 1e6:6.1f} M pos/s: "
+            f"{npy / jx:.2f}×; compile ≈ {first - jx:.1f} s; RNG bound {bound / 1e6:.0f} M pos/s "
+            f"(jax at {positions / jx / bound:.0%} of it)",
+            flush=True,
+        )
+    grids = {
+        "ε": [Biased(float(e)) for e in np.linspace(0.0, 0.5, 100)],
+        "h": [SpecDecPP(float(h)) for h in np.linspace(0.0, 1.0, 20)],
+    }
     for name, methods in grids.items():
         simulate_sweep(inst, methods, args.sweep_runs, key=0)  # compile
         sweep = _median_seconds(lambda r: simulate_sweep(inst, methods, args.sweep_runs, key=r + 1), args.repeats)
-        loop = _median_seconds(lambda r: [simulate(inst, m, args.sweep_runs, key=r + 1) for m in methods],
-                               args.repeats)
-        print(f"{len(methods)}-point {name} sweep × {args.sweep_runs} runs: one jax call {sweep:.2f} s, "
-              f"{len(methods)} numpy calls {loop:.2f} s: {loop / sweep:.2f}×", flush=True)
+        loop = _median_seconds(lambda r: [simulate(inst, m, args.sweep_runs, key=r + 1) for m in methods], args.repeats)
+        print(
+            f"{len(methods)}-point {name} sweep × {args.sweep_runs} runs: one jax call {sweep:.2f} s, "
+            f"{len(methods)} numpy calls {loop:.2f} s: {loop / sweep:.2f}×",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

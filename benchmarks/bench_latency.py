@@ -41,12 +41,17 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     tiny = load_pair("tiny")
     ngram = training_ngram_draft(tiny.tokenizer, 3)
-    print(f"n-gram (n = 3) on the tiny pair's training text: {ngram.provenance['tokens']} tokens, "
-          f"same text as the shipped pair: {ngram.provenance['same_as_shipped_pair']}")
-    drafts = {"tiny draft": tiny, "n-gram": load_pair(ngram, "tiny-target"),
-              "prompt lookup + n-gram": load_pair(PromptLookupModel(tiny.vocab_size, 3, fallback=ngram), "tiny-target")}
+    print(
+        f"n-gram (n = 3) on the tiny pair's training text: {ngram.provenance['tokens']} tokens, "
+        f"same text as the shipped pair: {ngram.provenance['same_as_shipped_pair']}"
+    )
+    drafts = {
+        "tiny draft": tiny,
+        "n-gram": load_pair(ngram, "tiny-target"),
+        "prompt lookup + n-gram": load_pair(PromptLookupModel(tiny.vocab_size, 3, fallback=ngram), "tiny-target"),
+    }
     prompts = default_prompts()
-    fit_prompts, test_prompts = prompts[: len(prompts) // 2], prompts[len(prompts) // 2:]
+    fit_prompts, test_prompts = prompts[: len(prompts) // 2], prompts[len(prompts) // 2 :]
     summary = []
     for temperature in args.temperatures:
         sampling = Sampling(temperature=temperature)
@@ -63,18 +68,24 @@ def _against_the_clock(name, pair, sampling, fit_prompts, test_prompts, args):
     """Fit the latency model on ``fit_prompts``, then time AR/SD pairs on ``test_prompts`` for K = 1..8 and print
     measured vs predicted speed-ups; returns ``((best speed-up, its K), worst |error|)``."""
     run = dict(max_new_tokens=args.tokens, sampling=sampling)
-    calib = [timed_decode(pair, fit_prompts, m, key=1, **run)
-             for m in (Autoregressive(), SD(K=1), SD(K=2), SD(K=4), SD(K=8))]
+    calib = [
+        timed_decode(pair, fit_prompts, m, key=1, **run) for m in (Autoregressive(), SD(K=1), SD(K=2), SD(K=4), SD(K=8))
+    ]
     model = fit_latency(calib)
     t = model.target
-    print(f"\n{name}: t_draft(1) = {model.draft(1) * 1e3:.3f} ms, t_target(k) = "
-          + ", ".join(f"{k}: {t(k) * 1e3:.3f}" for k in (1, 2, 3, 5, 9)) + f" ms (line {t.base * 1e3:.3f} + "
-          f"{t.per_token * 1e3:.3f} k, R² {t.r2:.2f}); loop {model.per_round * 1e3:.3f} ms per round + "
-          f"{model.per_draft * 1e3:.3f} per draft + {model.per_token * 1e3:.3f} per token + "
-          f"{model.per_run * 1e3:.1f} per run + {model.per_drafting_run * 1e3:.1f} per drafting run"
-          + (f" (not identified, in the others: {', '.join(model.unidentified)})" if model.unidentified else ""))
-    print(f"   {'K':>2}  {'AR ms/tok':>9}  {'ms/token':>8}  {'predicted':>9}  {'speed-up':>8}  {'predicted':>9}  "
-          f"{'error':>6}  accepted/round")
+    print(
+        f"\n{name}: t_draft(1) = {model.draft(1) * 1e3:.3f} ms, t_target(k) = "
+        + ", ".join(f"{k}: {t(k) * 1e3:.3f}" for k in (1, 2, 3, 5, 9))
+        + f" ms (line {t.base * 1e3:.3f} + "
+        f"{t.per_token * 1e3:.3f} k, R² {t.r2:.2f}); loop {model.per_round * 1e3:.3f} ms per round + "
+        f"{model.per_draft * 1e3:.3f} per draft + {model.per_token * 1e3:.3f} per token + "
+        f"{model.per_run * 1e3:.1f} per run + {model.per_drafting_run * 1e3:.1f} per drafting run"
+        + (f" (not identified, in the others: {', '.join(model.unidentified)})" if model.unidentified else "")
+    )
+    print(
+        f"   {'K':>2}  {'AR ms/tok':>9}  {'ms/token':>8}  {'predicted':>9}  {'speed-up':>8}  {'predicted':>9}  "
+        f"{'error':>6}  accepted/round"
+    )
     worst, best, ar_latencies = 0.0, (0.0, 0), []
     for K in range(1, 9):  # AR timed just before each SD run: each measured ratio is of two adjacent runs
         ratios = []
@@ -90,12 +101,17 @@ def _against_the_clock(name, pair, sampling, fit_prompts, test_prompts, args):
         err = predicted / measured - 1
         worst = max(worst, abs(err))
         best = max(best, (measured, K))
-        print(f"   {K:>2}  {ar_latency * 1e3:9.3f}  {sd_latency * 1e3:8.3f}  {predicted_sd * 1e3:9.3f}  "
-              f"{measured:7.2f}×  {predicted:8.2f}×  {err:+6.1%}  {c.accepted.sum() / c.oracle_calls.sum():.2f}")
-    print(f"   the same AR runs' clock varied by {max(ar_latencies) / min(ar_latencies) - 1:.1%} over their "
-          f"{len(ar_latencies)} repeats")
+        print(
+            f"   {K:>2}  {ar_latency * 1e3:9.3f}  {sd_latency * 1e3:8.3f}  {predicted_sd * 1e3:9.3f}  "
+            f"{measured:7.2f}×  {predicted:8.2f}×  {err:+6.1%}  {c.accepted.sum() / c.oracle_calls.sum():.2f}"
+        )
+    print(
+        f"   the same AR runs' clock varied by {max(ar_latencies) / min(ar_latencies) - 1:.1%} over their "
+        f"{len(ar_latencies)} repeats"
+    )
     print(f"   worst |error| over K = 1..8: {worst:.1%}")
     return best, worst
+
 
 if __name__ == "__main__":
     main()

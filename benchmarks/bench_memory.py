@@ -3,7 +3,8 @@
 For each case a new interpreter imports speculab, builds the inputs, resets its peak resident
 size (Linux: ``/proc/self/clear_refs``) and runs the call once: the table gives the call's peak
 resident memory beyond what the process held before it (MB), the process's peak resident size
-over its whole life (``ru_maxrss``, MB, imports and inputs included) and the call's seconds. "Largest" is the size the function is
+over its whole life (``ru_maxrss``, MB, imports and inputs included) and the call's seconds. "Largest" is the size
+the function is
 built for: the stationary T = V = 1000 and context-free V = 50,000 instances (their (T, V, V)
 stacks would be 8 GB and 2·10¹³ bytes), batch SD at M = 10⁶, the enumerations at their caps,
 the simulator at V = 5000, the tiny model pair on a batch of prompts.
@@ -36,35 +37,54 @@ CASES = {
     "sd_expected_rejections, stationary T=V=1000": (STATIONARY, "sd_expected_rejections(inst)"),
     "sd_expected_rejections, context-free V=50,000": (CONTEXT_FREE, "sd_expected_rejections(inst)"),
     "expected_rejections (biased ε=0.1), stationary T=V=1000": (
-        STATIONARY, "expected_rejections(inst, lambda p, q: biased_acceptance(p, q, 0.1), canonical_optimal_rejection)"),
+        STATIONARY,
+        "expected_rejections(inst, lambda p, q: biased_acceptance(p, q, 0.1), canonical_optimal_rejection)",
+    ),
     "batch_expected_rejections M=8, stationary T=V=1000": (STATIONARY, "batch_expected_rejections(inst, 8)"),
     "batch_expected_rejections M=8, context-free V=50,000": (CONTEXT_FREE, "batch_expected_rejections(inst, 8)"),
     "batch_expected_rejections M=10^6, [Yin] T=50 V=7": (
-        "inst = MarkovInstance.random(50, 7, 0)", "batch_expected_rejections(inst, 10**6)"),
+        "inst = MarkovInstance.random(50, 7, 0)",
+        "batch_expected_rejections(inst, 10**6)",
+    ),
     "lookahead_counts K=4, stationary T=V=1000": (STATIONARY, "lookahead_counts(inst, 4)"),
     "lookahead_counts K=4, context-free V=50,000": (CONTEXT_FREE, "lookahead_counts(inst, 4)"),
     "best_lookahead K≤20, context-free V=50,000": (CONTEXT_FREE, "best_lookahead(inst, 0.1, 1.0)"),
     "fuzzy_profile θ=0.1 js, stationary T=V=1000": (STATIONARY, "fuzzy_profile(inst, 0.1, 'js')"),
     "sprinter_profile η=(0.9, 0.2), stationary T=V=1000": (
-        STATIONARY, "sprinter_profile(inst, sprinter_pass_probabilities(inst, 0.9, 0.2))"),
+        STATIONARY,
+        "sprinter_profile(inst, sprinter_pass_probabilities(inst, 0.9, 0.2))",
+    ),
     "tradeoff_profile (biased ε=0.1), stationary T=V=1000": (
-        STATIONARY, "tradeoff_profile(inst, lambda p, q: biased_acceptance(p, q, 0.1), canonical_optimal_rejection)"),
+        STATIONARY,
+        "tradeoff_profile(inst, lambda p, q: biased_acceptance(p, q, 0.1), canonical_optimal_rejection)",
+    ),
     "optimal_stopping, at NODE_BUDGET (V=2, max_K=19)": (
-        "inst = MarkovInstance.random(30, 2, 0)", "optimal_stopping(inst, 0.1, 1.0, max_K=19)"),
+        "inst = MarkovInstance.random(30, 2, 0)",
+        "optimal_stopping(inst, 0.1, 1.0, max_K=19)",
+    ),
     "markov_tv, at MAX_SEQUENCES (2^20)": (
-        "inst = MarkovInstance.random(19, 2, 0)", "markov_tv(inst.rho, inst.P, inst.Q)"),
+        "inst = MarkovInstance.random(19, 2, 0)",
+        "markov_tv(inst.rho, inst.P, inst.Q)",
+    ),
     "fuzzy_sequence_law, at MAX_ENUMERATION (2^22)": (
-        "inst = MarkovInstance.random(21, 2, 0)", "fuzzy_sequence_law(inst, 0.1, 'js', K=3)"),
+        "inst = MarkovInstance.random(21, 2, 0)",
+        "fuzzy_sequence_law(inst, 0.1, 'js', K=3)",
+    ),
     "simulate SD, V=5000 T=2, 40,000 runs": (
         "rng = np.random.default_rng(0)\n"
         "inst = MarkovInstance.stationary(rng.dirichlet(np.ones(5000), size=5000), "
-        "rng.dirichlet(np.ones(5000), size=5000), T=2)", "simulate(inst, SD(), 40_000, key=0)"),
+        "rng.dirichlet(np.ones(5000), size=5000), T=2)",
+        "simulate(inst, SD(), 40_000, key=0)",
+    ),
     "simulate SD, context-free V=50,000 T=100, 20,000 runs": (
-        CONTEXT_FREE.replace("T=1000", "T=100"), "simulate(inst, SD(), 20_000, key=0)"),
+        CONTEXT_FREE.replace("T=1000", "T=100"),
+        "simulate(inst, SD(), 20_000, key=0)",
+    ),
     "decode SD K=4, tiny pair, 16 prompts × 64 tokens (batched)": (
         "from speculab.backends import decode, load_pair\npair = load_pair('tiny', device='cpu')\n"
         "prompts = [f'Once upon a time there was a {w}' for w in 'cat dog fox owl bee ant elk yak'.split()] * 2",
-        "decode(pair, prompts, SD(K=4), key=0, max_new_tokens=64, batch_size=16)"),
+        "decode(pair, prompts, SD(K=4), key=0, max_new_tokens=64, batch_size=16)",
+    ),
 }
 
 _CHILD = """
@@ -87,8 +107,8 @@ before = status("VmRSS")
 t0 = time.perf_counter()
 {call}
 seconds = time.perf_counter() - t0
-print(json.dumps({{"call_mb": status("VmHWM") - before, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "seconds": seconds}}))
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({{"call_mb": status("VmHWM") - before, "rss_mb": rss, "seconds": seconds}}))
 """
 
 

@@ -58,7 +58,10 @@ def main() -> None:
     slow = _median_seconds(lambda: loop_baseline(inst, args.baseline_runs, rng), max(1, args.repeats // 2))
     fast_rate, slow_rate = args.runs / fast, args.baseline_runs / slow
     check = loop_baseline(inst, 2000, np.random.default_rng(1)).mean()
-    print(f"instance: T=50, V=7 (Fig. 2(a)); T1 = {sd_expected_rejections(inst).rejections:.3f}, loop baseline mean = {check:.3f} (2000 runs)")
+    print(
+        f"instance: T=50, V=7 (Fig. 2(a)); T1 = {sd_expected_rejections(inst).rejections:.3f}, loop baseline mean = "
+        f"{check:.3f} (2000 runs)"
+    )
     print(f"numpy engine : {args.runs:>7,} runs in {fast:.3f} s (median of {args.repeats}) -> {fast_rate:,.0f} runs/s")
     print(f"python loop  : {args.baseline_runs:>7,} runs in {slow:.3f} s -> {slow_rate:,.0f} runs/s")
     print(f"speed-up     : {fast_rate / slow_rate:,.0f}x")

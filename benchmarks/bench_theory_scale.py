@@ -40,8 +40,10 @@ def _instances():
     rng = np.random.default_rng(0)
     P, Q = rng.dirichlet(np.ones(1000), size=1000), rng.dirichlet(np.ones(1000), size=1000)
     yield "stationary T=1000 V=1000", MarkovInstance.stationary(P, Q, T=1000)
-    yield "context-free T=1000 V=50000", MarkovInstance.context_free(
-        rng.dirichlet(np.ones(50_000)), rng.dirichlet(np.ones(50_000)), T=1000)
+    yield (
+        "context-free T=1000 V=50000",
+        MarkovInstance.context_free(rng.dirichlet(np.ones(50_000)), rng.dirichlet(np.ones(50_000)), T=1000),
+    )
     yield "random T=10000 V=50", MarkovInstance.random(10_000, 50, key=0)
 
 
@@ -62,15 +64,20 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", help="write the results to this file")
-    ap.add_argument("--small-only", action="store_true",
-                    help="only the T = V = 300 comparison (runs on versions without compact instances)")
+    ap.add_argument(
+        "--small-only",
+        action="store_true",
+        help="only the T = V = 300 comparison (runs on versions without compact instances)",
+    )
     args = ap.parse_args(argv)
     results = {}
-    for label, inst in ([] if args.small_only else _instances()):
+    for label, inst in [] if args.small_only else _instances():
         for name, fn in COUNTS.items():
             r = results[f"{label} {name}"] = _measure(fn, inst, args.repeats)
-            print(f"{label:30s} {name:9s} {r['value']:12.4f}  {r['seconds']:7.3f} s  peak {r['peak_mb']:8.1f} MB",
-                  flush=True)
+            print(
+                f"{label:30s} {name:9s} {r['value']:12.4f}  {r['seconds']:7.3f} s  peak {r['peak_mb']:8.1f} MB",
+                flush=True,
+            )
     rng = np.random.default_rng(1)
     P, Q = rng.dirichlet(np.ones(300), size=300), rng.dirichlet(np.ones(300), size=300)
     compact = MarkovInstance.stationary(P, Q, T=300)
@@ -78,13 +85,19 @@ def main(argv=None):
     for name, fn in COUNTS.items():
         c, f = _measure(fn, compact, args.repeats), _measure(fn, full, args.repeats)
         results[f"stationary T=V=300 {name} compact vs full"] = {"compact": c, "full": f}
-        print(f"stationary T=V=300 {name:9s} compact {c['seconds']:.3f} s / {c['peak_mb']:.1f} MB, "
-              f"full {f['seconds']:.3f} s / {f['peak_mb']:.1f} MB: {f['seconds'] / c['seconds']:.1f}× faster; "
-              f"same value: {abs(c['value'] - f['value']) < 1e-9}", flush=True)
+        print(
+            f"stationary T=V=300 {name:9s} compact {c['seconds']:.3f} s / {c['peak_mb']:.1f} MB, "
+            f"full {f['seconds']:.3f} s / {f['peak_mb']:.1f} MB: {f['seconds'] / c['seconds']:.1f}× faster; "
+            f"same value: {abs(c['value'] - f['value']) < 1e-9}",
+            flush=True,
+        )
     stored = {k: sum(_compact(a).nbytes for a in (i.P, i.Q)) / 2**20 for k, i in (("compact", compact), ("full", full))}
     results["stationary T=V=300 storage MB"] = stored
-    print(f"stationary T=V=300 storage of P and Q: compact {stored['compact']:.1f} MB, full {stored['full']:.1f} MB "
-          "(the peaks above exclude it)", flush=True)
+    print(
+        f"stationary T=V=300 storage of P and Q: compact {stored['compact']:.1f} MB, full {stored['full']:.1f} MB "
+        "(the peaks above exclude it)",
+        flush=True,
+    )
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(results, fh, indent=2)

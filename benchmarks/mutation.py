@@ -80,7 +80,7 @@ def equivalents(path: Path = EQUIVALENT) -> dict[tuple[str, str, str], str]:
     One line per mutant: ``module:line:column | change | why no test can tell it from the original``.
     """
     out = {}
-    for line in (path.read_text().splitlines() if path.exists() else []):
+    for line in path.read_text().splitlines() if path.exists() else []:
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         where, change, reason = (part.strip() for part in line.split("|", 2))
@@ -88,10 +88,28 @@ def equivalents(path: Path = EQUIVALENT) -> dict[tuple[str, str, str], str]:
         out[(module, at, change)] = reason
     return out
 
-BINOPS = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult, ast.Pow: ast.Mult,
-          ast.FloorDiv: ast.Mult, ast.Mod: ast.FloorDiv}
-CMPOPS = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq,
-          ast.Is: ast.IsNot, ast.IsNot: ast.Is, ast.In: ast.NotIn, ast.NotIn: ast.In}
+
+BINOPS = {
+    ast.Add: ast.Sub,
+    ast.Sub: ast.Add,
+    ast.Mult: ast.Div,
+    ast.Div: ast.Mult,
+    ast.Pow: ast.Mult,
+    ast.FloorDiv: ast.Mult,
+    ast.Mod: ast.FloorDiv,
+}
+CMPOPS = {
+    ast.Lt: ast.LtE,
+    ast.LtE: ast.Lt,
+    ast.Gt: ast.GtE,
+    ast.GtE: ast.Gt,
+    ast.Eq: ast.NotEq,
+    ast.NotEq: ast.Eq,
+    ast.Is: ast.IsNot,
+    ast.IsNot: ast.Is,
+    ast.In: ast.NotIn,
+    ast.NotIn: ast.In,
+}
 NAMES = {"min": "max", "max": "min", "minimum": "maximum", "maximum": "minimum"}
 
 
@@ -128,6 +146,7 @@ def _sites(tree: ast.AST):
 
                     def flip(n, i=i, new=new):
                         n.ops[i] = new()
+
                     yield node, f"{type(op).__name__} → {new.__name__}", flip
         elif isinstance(node, ast.BoolOp):
             new = ast.Or if isinstance(node.op, ast.And) else ast.And
@@ -203,8 +222,7 @@ def statement_span(tree: ast.AST, lineno: int, col: int) -> tuple[int, int]:
     """
     best = None
     for node in ast.walk(tree):
-        if isinstance(node, ast.stmt) and (node.lineno, node.col_offset) <= (lineno, col) \
-                and lineno <= node.end_lineno:
+        if isinstance(node, ast.stmt) and (node.lineno, node.col_offset) <= (lineno, col) and lineno <= node.end_lineno:
             if best is None or (node.lineno, node.col_offset) >= (best.lineno, best.col_offset):
                 best = node
     return (best.lineno, best.end_lineno) if best is not None else (lineno, lineno)
@@ -301,6 +319,7 @@ def _baseline(workdir: Path, modules: list[str], tests: list[str]):
 
     def job():
         import coverage
+
         cov = coverage.Coverage(data_file=None, include=[str(workdir / m) for m in modules])
         rec = _Recorder(cov)
         cov.start()
@@ -335,8 +354,10 @@ def _baseline_failed(status: int, log: Path) -> str:
     """Why there is nothing to measure when the baseline's tests did not pass: they failed (or crashed), or pytest
     could not run them (an ``error`` outcome: e.g. a test id that does not exist)."""
     if _outcome(status) == "error":
-        return (f"pytest could not run the tests (exit {os.waitstatus_to_exitcode(status)}: an internal or usage "
-                f"error, or no tests collected): nothing to measure (see {log})")
+        return (
+            f"pytest could not run the tests (exit {os.waitstatus_to_exitcode(status)}: an internal or usage "
+            f"error, or no tests collected): nothing to measure (see {log})"
+        )
     return f"the tests fail on the unmutated modules: nothing to measure (see {log})"
 
 
@@ -345,8 +366,13 @@ LEFT_OUT = (".venv", ".git", "results", "*.egg-info", "__pycache__", ".hypothesi
 
 def _copy(root: Path, dest: Path) -> Path:
     shutil.copytree(root, dest, ignore=shutil.ignore_patterns(*LEFT_OUT))
-    check = subprocess.run([sys.executable, "-c", "import speculab; print(speculab.__file__)"], cwd=dest,
-                           env=dict(os.environ, PYTHONPATH=str(dest)), capture_output=True, text=True)
+    check = subprocess.run(
+        [sys.executable, "-c", "import speculab; print(speculab.__file__)"],
+        cwd=dest,
+        env=dict(os.environ, PYTHONPATH=str(dest)),
+        capture_output=True,
+        text=True,
+    )
     if not check.stdout.strip().startswith(str(dest)):
         raise SystemExit(f"the copy's speculab is not the one imported ({check.stdout.strip()})")
     return dest
@@ -406,8 +432,10 @@ def _run(tasks, copies: list[Path], originals: dict[str, str]):
 
 
 #: A mutant's line in the output: ``  module:line:column  change  outcome (N tests[, S s])``.
-OUTCOME_LINE = re.compile(r"^\s+(?P<module>[^\s:]+):(?P<at>\d+:\d+(?:#\d+)?)\s+(?P<what>.+?)\s+"
-                          r"(?P<outcome>killed|timeout|survived|unexecuted|error) \(\d+ tests(?:, [\d.]+ s)?\)$")
+OUTCOME_LINE = re.compile(
+    r"^\s+(?P<module>[^\s:]+):(?P<at>\d+:\d+(?:#\d+)?)\s+(?P<what>.+?)\s+"
+    r"(?P<outcome>killed|timeout|survived|unexecuted|error) \(\d+ tests(?:, [\d.]+ s)?\)$"
+)
 #: The line naming the source a run mutated: ``source module sha256 digest``.
 SOURCE_LINE = re.compile(r"^source (?P<module>\S+) sha256 (?P<digest>[0-9a-f]+)$")
 
@@ -485,8 +513,10 @@ def _test_path(ap: argparse.ArgumentParser, name: str) -> str:
         if found.exists() and found.is_relative_to(ROOT):
             found = found.relative_to(ROOT)
             if any(fnmatch.fnmatch(part, pattern) for part in found.parts for pattern in LEFT_OUT):
-                ap.error(f"--tests: {path!r} is in a folder the mutants' copies of the repository leave out "
-                         f"({', '.join(LEFT_OUT)})")
+                ap.error(
+                    f"--tests: {path!r} is in a folder the mutants' copies of the repository leave out "
+                    f"({', '.join(LEFT_OUT)})"
+                )
             return found.as_posix() + sep + node
     ap.error(f"--tests: no test file or folder {path!r} in the repository ({ROOT})")
 
@@ -505,27 +535,53 @@ def _stop(signum, frame):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("modules", nargs="+", help="the modules to mutate, e.g. speculab/theory/rejections.py")
-    ap.add_argument("--tests", nargs="+", default=["tests"],
-                    help="the test files, folders or node ids that should catch the mutants (default: tests)")
+    ap.add_argument(
+        "--tests",
+        nargs="+",
+        default=["tests"],
+        help="the test files, folders or node ids that should catch the mutants (default: tests)",
+    )
     ap.add_argument("--jobs", type=int, default=2, help="mutants tested at once (default 2)")
-    ap.add_argument("--slowdown", type=float, default=3.0,
-                    help="a mutant's tests time out past this many times their baseline seconds, plus 10 s "
-                         "(default 3)")
+    ap.add_argument(
+        "--slowdown",
+        type=float,
+        default=3.0,
+        help="a mutant's tests time out past this many times their baseline seconds, plus 10 s (default 3)",
+    )
     ap.add_argument("--shard", default="1/1", help="i/n: run every n-th mutant from the i-th (default 1/1)")
-    ap.add_argument("--rerun", default=None, metavar="LOG",
-                    help="of the modules an earlier run's output LOG lists, only the mutants it lists as survived, "
-                         "unexecuted or timed out (after new tests: which of them are killed now); other modules whole")
-    ap.add_argument("--resume", nargs="+", default=[], metavar="LOG",
-                    help="reuse the outcomes earlier (e.g. interrupted) runs' outputs LOG record for the same source "
-                         "of a module and test only its other mutants; the score counts both")
-    ap.add_argument("--plan", action="store_true",
-                    help="run the baseline, print each module's mutants and worst-case minutes, and stop")
-    ap.add_argument("--tier", choices=("full", "fast"), default="full",
-                    help="full (default): the tests marked slow run too, as in CI; fast: without them, as "
-                         "`./dev test` runs — to measure what the fast tier alone kills")
-    ap.add_argument("--skip-equivalent", action="store_true",
-                    help="do not test the mutants listed in benchmarks/mutation_equivalent.txt (no test can kill "
-                         "them; they count as survivors, as when they are tested)")
+    ap.add_argument(
+        "--rerun",
+        default=None,
+        metavar="LOG",
+        help="of the modules an earlier run's output LOG lists, only the mutants it lists as survived, "
+        "unexecuted or timed out (after new tests: which of them are killed now); other modules whole",
+    )
+    ap.add_argument(
+        "--resume",
+        nargs="+",
+        default=[],
+        metavar="LOG",
+        help="reuse the outcomes earlier (e.g. interrupted) runs' outputs LOG record for the same source "
+        "of a module and test only its other mutants; the score counts both",
+    )
+    ap.add_argument(
+        "--plan",
+        action="store_true",
+        help="run the baseline, print each module's mutants and worst-case minutes, and stop",
+    )
+    ap.add_argument(
+        "--tier",
+        choices=("full", "fast"),
+        default="full",
+        help="full (default): the tests marked slow run too, as in CI; fast: without them, as "
+        "`./dev test` runs — to measure what the fast tier alone kills",
+    )
+    ap.add_argument(
+        "--skip-equivalent",
+        action="store_true",
+        help="do not test the mutants listed in benchmarks/mutation_equivalent.txt (no test can kill "
+        "them; they count as survivors, as when they are tested)",
+    )
     args = ap.parse_args(argv)
     if args.tier == "fast":
         global PYTEST_ARGS
@@ -582,9 +638,12 @@ def main(argv=None):
                 mine = [b for k, b in budget.items() if found[k][0] == module]
                 print(f"  {module}: {len(mine)} mutants to test, at most {sum(mine) / 60:.1f} min of tests")
             return
-        print(f"{len(found)} mutants of {len(args.modules)} modules (shard {args.shard}), {len(outcomes)} of them "
-              f"tested before (--resume); {args.jobs} at a time; at most "
-              f"{sum(budget.values()) / max(args.jobs, 1) / 60:.0f} min if every mutant survived", flush=True)
+        print(
+            f"{len(found)} mutants of {len(args.modules)} modules (shard {args.shard}), {len(outcomes)} of them "
+            f"tested before (--resume); {args.jobs} at a time; at most "
+            f"{sum(budget.values()) / max(args.jobs, 1) / 60:.0f} min if every mutant survived",
+            flush=True,
+        )
         tasks = [(found[k][0], found[k][3], found[k][4], args.slowdown * budget[k] + 10) for k in todo]
         for j, outcome, took in _run(tasks, copies, originals):
             k = todo[j]
@@ -597,11 +656,15 @@ def main(argv=None):
         killed = sum(o in ("killed", "timeout") for *_, o in mine)
         alive = [(at, what, o) for at, what, o in mine if o in ("survived", "unexecuted", "error", "not run")]
         same = [m for m in alive if (module, m[0], m[1]) in known]
-        print(f"score {killed}/{len(mine)} = {killed / max(len(mine), 1):.1%}; without the {len(same)} equivalent: "
-              f"{killed}/{len(mine) - len(same)} = {killed / max(len(mine) - len(same), 1):.1%}  {module}")
+        print(
+            f"score {killed}/{len(mine)} = {killed / max(len(mine), 1):.1%}; without the {len(same)} equivalent: "
+            f"{killed}/{len(mine) - len(same)} = {killed / max(len(mine) - len(same), 1):.1%}  {module}"
+        )
         for at, what, outcome in sorted(alive, key=lambda m: _position(m[0])):
             reason = known.get((module, at, what))
-            print(f"  {'equivalent' if reason else outcome}: {module}:{at}: {what}" + (f" ({reason})" if reason else ""))
+            print(
+                f"  {'equivalent' if reason else outcome}: {module}:{at}: {what}" + (f" ({reason})" if reason else "")
+            )
 
 
 if __name__ == "__main__":

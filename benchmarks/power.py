@@ -55,15 +55,34 @@ def collect(extra: list[str] = ()) -> list[dict]:
     (``carried_by``: ``None`` for an asserted power, else what the record names as carrying it)."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "power.xml"
-        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "power", "--runslow",
-                               "-p", "no:cacheprovider", f"--junitxml={report}", *extra, "tests"],
-                              cwd=ROOT, capture_output=True, text=True)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-m",
+                "power",
+                "--runslow",
+                "-p",
+                "no:cacheprovider",
+                f"--junitxml={report}",
+                *extra,
+                "tests",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
         if done.returncode != 0:
             sys.stderr.write(done.stdout[-4000:] + done.stderr[-2000:])
             raise SystemExit(f"the power tests failed (exit {done.returncode})")
-        rows = [row(f"{case.get('classname')}::{case.get('name')}", prop.get("value"))
-                for case in ET.parse(report).iter("testcase") for prop in case.iter("property")
-                if prop.get("name") == "power"]
+        rows = [
+            row(f"{case.get('classname')}::{case.get('name')}", prop.get("value"))
+            for case in ET.parse(report).iter("testcase")
+            for prop in case.iter("property")
+            if prop.get("name") == "power"
+        ]
     return sorted(rows, key=lambda r: r["power"])
 
 
@@ -72,8 +91,12 @@ def row(test: str, record: str) -> dict:
     ``power | alternative``, with `` [not asserted: carried by …]`` after a power that is not asserted."""
     value, alternative = record.split(" | ", 1)
     alternative, _, carried = alternative.partition(" [not asserted: carried by ")
-    return {"test": test, "power": float(value), "alternative": alternative,
-            "carried_by": carried.removesuffix("]") or None}
+    return {
+        "test": test,
+        "power": float(value),
+        "alternative": alternative,
+        "carried_by": carried.removesuffix("]") or None,
+    }
 
 
 def kind(alternative: str) -> str:
@@ -98,11 +121,23 @@ def settings() -> dict:
 def run_info(wall_s: float) -> dict:
     """The run: the commit the tests ran at, the tracked files changed from it (``git status``), the date (UTC), the
     machine's CPUs and the wall time of the tests, in seconds."""
-    git = lambda *args: subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,  # noqa: E731
-                                       check=True).stdout
+    git = lambda *args: (  # noqa: E731
+        subprocess.run(
+            ["git", *args],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,  # noqa: E731
+            check=True,
+        ).stdout
+    )
     changed = [line[3:] for line in git("status", "--porcelain", "--untracked-files=no").splitlines()]
-    return {"commit": git("rev-parse", "HEAD").strip(), "changed": changed,
-            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "cpus": os.cpu_count(), "wall_s": wall_s}
+    return {
+        "commit": git("rev-parse", "HEAD").strip(),
+        "changed": changed,
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+        "cpus": os.cpu_count(),
+        "wall_s": wall_s,
+    }
 
 
 def summary(rows: list[dict], bounds: dict) -> dict:
@@ -115,15 +150,20 @@ def summary(rows: list[dict], bounds: dict) -> dict:
     for name in KINDS:
         of = [r["power"] for r in asserted if kind(r["alternative"]) == name]
         kinds[name] = {"checks": len(of), "lowest": min(of, default=None)}
-    return {**bounds, "checks": len(asserted), "tests": len({r["test"] for r in asserted}), "lowest": lowest,
-            "kinds": kinds, "recorded_only": {"checks": len(carried), "tests": len({r["test"] for r in carried})}}
+    return {
+        **bounds,
+        "checks": len(asserted),
+        "tests": len({r["test"] for r in asserted}),
+        "lowest": lowest,
+        "kinds": kinds,
+        "recorded_only": {"checks": len(carried), "tests": len({r["test"] for r in carried})},
+    }
 
 
 def result(rows: list[dict], bounds: dict, run: dict) -> dict:
     """power.json's content: the summary, the run and the rows (lowest power first, each with its ``kind``)."""
     rows = sorted(rows, key=lambda r: r["power"])
-    return {"summary": summary(rows, bounds), "run": run,
-            "rows": [{**r, "kind": kind(r["alternative"])} for r in rows]}
+    return {"summary": summary(rows, bounds), "run": run, "rows": [{**r, "kind": kind(r["alternative"])} for r in rows]}
 
 
 def _n(count: int, noun: str) -> str:
@@ -138,7 +178,7 @@ def _minutes(seconds: float) -> str:
 def _shown(text: str, limit: int | None = None) -> str:
     """``text`` as power.md shows it, escaped for HTML: cut to ``limit`` characters and each word to ``WORD`` (a
     parametrized test's id can hold an array's repr), never inside a number or an HTML entity, ending in "…"."""
-    cut = lambda s, n: s if len(s) <= n else re.sub(r"(&[#\w]*|[\d.,]*)$", "", s[:n - 1]) + "…"  # noqa: E731
+    cut = lambda s, n: s if len(s) <= n else re.sub(r"(&[#\w]*|[\d.,]*)$", "", s[: n - 1]) + "…"  # noqa: E731
     text = html.escape(text, quote=False)
     return " ".join(cut(word, WORD) for word in cut(text, limit or len(text)).split(" "))
 
@@ -166,35 +206,51 @@ def markdown(data: dict) -> str:
     else:
         low, by = s["lowest"], s["kinds"]
         least = lambda k: f" (lowest {by[k]['lowest']:.6f})" if by[k]["checks"] else ""  # noqa: E731
-        words = (f"{_n(s['checks'], 'check')} in {_n(s['tests'], 'test')} assert that they refuse their wrong answer "
-                 f"with a probability above {s['threshold']:g} at their own sample size, each check asserting "
-                 f"`|z| < {s['z_bound']:g}`: {_n(by['relative']['checks'], 'check')} against a "
-                 f"{s['rel_error'] * 100:g} % error of the value checked{least('relative')}; "
-                 f"{_n(by['exact']['checks'], 'exact check')}{least('exact')}, which refuse any other value (every "
-                 f"run gave the same count); {_n(by['named']['checks'], 'check')} against a named bug or neighbouring "
-                 f"parameter{least('named')}. The lowest power is {low['power']:.6f}: {text(low['alternative'])} "
-                 f"({test(low)}).")
+        words = (
+            f"{_n(s['checks'], 'check')} in {_n(s['tests'], 'test')} assert that they refuse their wrong answer "
+            f"with a probability above {s['threshold']:g} at their own sample size, each check asserting "
+            f"`|z| < {s['z_bound']:g}`: {_n(by['relative']['checks'], 'check')} against a "
+            f"{s['rel_error'] * 100:g} % error of the value checked{least('relative')}; "
+            f"{_n(by['exact']['checks'], 'exact check')}{least('exact')}, which refuse any other value (every "
+            f"run gave the same count); {_n(by['named']['checks'], 'check')} against a named bug or neighbouring "
+            f"parameter{least('named')}. The lowest power is {low['power']:.6f}: {text(low['alternative'])} "
+            f"({test(low)})."
+        )
     only = s["recorded_only"]
     if only["checks"]:
-        words += (f" {_n(only['checks'], 'more check')} in {_n(only['tests'], 'test')} record their power without "
-                  f"asserting it (their sample size is set by cost; another test carries the power), listed "
-                  f"apart below.")
+        words += (
+            f" {_n(only['checks'], 'more check')} in {_n(only['tests'], 'test')} record their power without "
+            f"asserting it (their sample size is set by cost; another test carries the power), listed "
+            f"apart below."
+        )
     changed = run["changed"]
-    where = (f" with {', '.join(f'`{c}`' for c in changed)} changed" if len(changed) <= 3
-             else f" with {len(changed):,} files changed") if changed else ""
-    words += (f" Run at commit `{run['commit'][:7]}`{where} on {run['date']}, in {_minutes(run['wall_s'])} on "
-              f"{run['cpus']} CPUs: `python benchmarks/power.py --out benchmarks/tables`.")
+    where = (
+        (
+            f" with {', '.join(f'`{c}`' for c in changed)} changed"
+            if len(changed) <= 3
+            else f" with {len(changed):,} files changed"
+        )
+        if changed
+        else ""
+    )
+    words += (
+        f" Run at commit `{run['commit'][:7]}`{where} on {run['date']}, in {_minutes(run['wall_s'])} on "
+        f"{run['cpus']} CPUs: `python benchmarks/power.py --out benchmarks/tables`."
+    )
     lines = textwrap.wrap(words, WIDTH, break_long_words=False, break_on_hyphens=False) + [""]
     asserted = [r for r in data["rows"] if r["carried_by"] is None]
     carried = [r for r in data["rows"] if r["carried_by"] is not None]
     if asserted:
-        lines += _table(["power", "check: wrong answer", "test"],
-                        [[f"{r['power']:.6f}", text(r["alternative"]), test(r)] for r in asserted]) + [""]
+        lines += _table(
+            ["power", "check: wrong answer", "test"],
+            [[f"{r['power']:.6f}", text(r["alternative"]), test(r)] for r in asserted],
+        ) + [""]
     if carried:
         lines += ["Recorded, not asserted (sample size set by cost; the power is carried by another test):", ""]
-        lines += _table(["power", "check: wrong answer", "carried by", "test"],
-                        [[f"{r['power']:.6f}", text(r["alternative"]), text(r["carried_by"]), test(r)]
-                         for r in carried]) + [""]
+        lines += _table(
+            ["power", "check: wrong answer", "carried by", "test"],
+            [[f"{r['power']:.6f}", text(r["alternative"]), text(r["carried_by"]), test(r)] for r in carried],
+        ) + [""]
     return "\n".join(lines)
 
 
@@ -220,8 +276,11 @@ def _out_dir(ap: argparse.ArgumentParser, name: str) -> Path:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
-    parser.add_argument("--out", metavar="DIR",
-                        help="also write DIR/power.json (rows, summary, run) and DIR/power.md (for the documentation)")
+    parser.add_argument(
+        "--out",
+        metavar="DIR",
+        help="also write DIR/power.json (rows, summary, run) and DIR/power.md (for the documentation)",
+    )
     args = parser.parse_args(argv)
     out = _out_dir(parser, args.out) if args.out is not None else None
     bounds = settings() if out is not None else None
@@ -245,8 +304,12 @@ def main(argv=None) -> int:
             test = r["test"].removeprefix("tests.")
             print(f"| {r['power']:.6f} | {cell(r['alternative'])} | {cell(r['carried_by'])} | `{test}` |")
     tests = len({r["test"] for r in asserted})
-    print(f"\n{len(asserted)} checks in {tests} tests asserted, lowest power {asserted[0]['power']:.6f}; "
-          f"{len(carried)} recorded only" if asserted else "no power checks recorded")
+    print(
+        f"\n{len(asserted)} checks in {tests} tests asserted, lowest power {asserted[0]['power']:.6f}; "
+        f"{len(carried)} recorded only"
+        if asserted
+        else "no power checks recorded"
+    )
     return 0
 
 

@@ -30,8 +30,11 @@ def _where(frame) -> str:
     path = code.co_filename
     for marker in ("site-packages/", "/speculab/", "/benchmarks/"):
         if marker in path:
-            path = path.split(marker, 1)[1] if marker == "site-packages/" else marker.strip("/") + "/" + \
+            path = (
                 path.split(marker, 1)[1]
+                if marker == "site-packages/"
+                else marker.strip("/") + "/" + path.split(marker, 1)[1]
+            )
             break
     return f"{path}:{frame.f_lineno}({code.co_name})"
 

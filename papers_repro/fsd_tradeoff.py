@@ -1,4 +1,5 @@
-"""[FSD] Table 2 / App. E analogue on real models. Same as `speculab repro fsd-tradeoff`; the logic lives in speculab.repro.
+"""[FSD] Table 2 / App. E analogue on real models. Same as `speculab repro fsd-tradeoff`; the logic lives in
+speculab.repro.
 
 Any pair: `python papers_repro/fsd_tradeoff.py --draft PATH_OR_NAME --target PATH_OR_NAME`.
 """

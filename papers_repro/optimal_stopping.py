@@ -1,4 +1,5 @@
-"""Optimal stopping ([SDpp] Fig. 3 with the optimum). Same as `speculab repro optimal-stopping`; the logic lives in speculab.repro."""
+"""Optimal stopping ([SDpp] Fig. 3 with the optimum). Same as `speculab repro optimal-stopping`; the logic lives in
+speculab.repro."""
 
 import sys
 

@@ -1,4 +1,5 @@
-"""[SPR] Fig. 1 / Table 2 analogue: SPRINTER decoding with a trained verifier. Same as `speculab repro sprinter-tradeoff`.
+"""[SPR] Fig. 1 / Table 2 analogue: SPRINTER decoding with a trained verifier. Same as `speculab repro
+sprinter-tradeoff`.
 
 Any pair: `python papers_repro/sprinter_tradeoff.py --draft PATH_OR_NAME --target PATH_OR_NAME`.
 """

@@ -82,8 +82,17 @@ def refuse(what: str, work: float, base: float, unit: str, name: str, advice: st
     return TooLarge(f"{what} would take {work:,.0f} {unit}, over the budget of {budget}: {advice}, {RAISE}")
 
 
-def budgeted(items: Sequence[Item], costs: Iterable[float], *, base: float, what: str, unit: str, name: str,
-             advice: str, desc: str) -> Iterator[Item]:
+def budgeted(
+    items: Sequence[Item],
+    costs: Iterable[float],
+    *,
+    base: float,
+    what: str,
+    unit: str,
+    name: str,
+    advice: str,
+    desc: str,
+) -> Iterator[Item]:
     """``items`` one by one, after checking that their ``costs`` sum to at most the budget ``base`` (scaled).
 
     Raises :class:`~speculab._validate.TooLarge` with the estimate before the first item when they do not; while

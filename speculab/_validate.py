@@ -26,8 +26,9 @@ def as_float_array(x, name: str) -> np.ndarray:
     try:
         raw = np.asarray(x)
     except (TypeError, ValueError) as exc:  # nested sequences of different lengths
-        raise ValueError(f"{name} must be a rectangular array of numbers (rows of one length); got "
-                         f"{type(x).__name__}") from exc
+        raise ValueError(
+            f"{name} must be a rectangular array of numbers (rows of one length); got {type(x).__name__}"
+        ) from exc
     if np.iscomplexobj(raw) or (raw.dtype == object and any(isinstance(v, complex) for v in raw.flat)):
         raise ValueError(f"{name} must hold real numbers; got complex values")
     try:
@@ -36,9 +37,7 @@ def as_float_array(x, name: str) -> np.ndarray:
         raise ValueError(f"{name} must be an array of numbers; got {type(x).__name__}") from exc
     if arr.size and not np.all(np.isfinite(arr)):
         bad = np.argwhere(~np.isfinite(arr))[0]
-        raise ValueError(
-            f"{name} must be finite; entry {tuple(int(i) for i in bad)} is {arr[tuple(bad)]}"
-        )
+        raise ValueError(f"{name} must be finite; entry {tuple(int(i) for i in bad)} is {arr[tuple(bad)]}")
     return arr
 
 
@@ -61,17 +60,14 @@ def as_distribution(x, name: str, *, ndim: int | None = None, atol: float = SUM_
         raise ValueError(f"{name} must be a non-empty probability vector; got shape {arr.shape}")
     if np.any(arr < 0):
         bad = np.argwhere(arr < 0)[0]
-        raise ValueError(
-            f"{name} must be non-negative; entry {tuple(int(i) for i in bad)} is {arr[tuple(bad)]:.6g}"
-        )
+        raise ValueError(f"{name} must be non-negative; entry {tuple(int(i) for i in bad)} is {arr[tuple(bad)]:.6g}")
     sums = arr.sum(axis=-1)
     err = np.abs(sums - 1.0)
     if np.any(err > atol):
         worst = np.unravel_index(np.argmax(err), err.shape) if err.ndim else ()
         where = f" (row {tuple(int(i) for i in worst)})" if err.ndim else ""
         raise ValueError(
-            f"{name} must sum to 1 along its last axis (tolerance {atol:g}); "
-            f"a sum is {float(sums[worst]):.10g}{where}"
+            f"{name} must sum to 1 along its last axis (tolerance {atol:g}); a sum is {float(sums[worst]):.10g}{where}"
         )
     return arr
 
@@ -89,9 +85,7 @@ def as_probability_array(x, name: str) -> np.ndarray:
     arr = as_float_array(x, name)
     if arr.size and (arr.min() < 0 or arr.max() > 1):
         bad = np.argwhere((arr < 0) | (arr > 1))[0]
-        raise ValueError(
-            f"{name} must lie in [0, 1]; entry {tuple(int(i) for i in bad)} is {arr[tuple(bad)]:.6g}"
-        )
+        raise ValueError(f"{name} must lie in [0, 1]; entry {tuple(int(i) for i in bad)} is {arr[tuple(bad)]:.6g}")
     return arr
 
 
@@ -182,8 +176,10 @@ def as_jax_key(key, name: str = "key"):
     if _is_jax_key(key):
         typed = jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
         if not ((typed and key.shape == ()) or (not typed and key.dtype == np.uint32 and key.shape == (2,))):
-            raise ValueError(f"{name} must be a JAX PRNG key (jax.random.key(seed)); got an array of "
-                             f"dtype {key.dtype} and shape {key.shape}")
+            raise ValueError(
+                f"{name} must be a JAX PRNG key (jax.random.key(seed)); got an array of "
+                f"dtype {key.dtype} and shape {key.shape}"
+            )
         return key
     seed = _seed(key, name)
     if seed is None:

@@ -58,20 +58,29 @@ def _scale(text: str) -> float:
     try:
         return check_scale(float(text))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0 (a multiple of the default budgets); "
-                                         f"got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"must be a finite number > 0 (a multiple of the default budgets); got {text!r}"
+        ) from None
 
 
 # -- instances ---------------------------------------------------------------
 def _add_instance_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("instance (a saved .npz, or a random one)")
-    g.add_argument("--instance", metavar="FILE", help="a Markov instance saved with MarkovInstance.save / `speculab instance`")
+    g.add_argument(
+        "--instance", metavar="FILE", help="a Markov instance saved with MarkovInstance.save / `speculab instance`"
+    )
     g.add_argument("--T", type=_count(1), default=50, help="horizon (default 50)")
     g.add_argument("--V", type=_count(1), default=7, help="vocabulary size (default 7)")
-    g.add_argument("--row-law", choices=["dirichlet", "uniform"], default="dirichlet", help="how each row of P and Q is drawn (default dirichlet)")
+    g.add_argument(
+        "--row-law",
+        choices=["dirichlet", "uniform"],
+        default="dirichlet",
+        help="how each row of P and Q is drawn (default dirichlet)",
+    )
     g.add_argument("--concentration", type=float, default=1.0, help="Dirichlet concentration (default 1)")
-    g.add_argument("--instance-seed", type=_count(0), default=None,
-                   help="seed of the random instance (default: --seed)")
+    g.add_argument(
+        "--instance-seed", type=_count(0), default=None, help="seed of the random instance (default: --seed)"
+    )
 
 
 def _instance(args):
@@ -84,8 +93,9 @@ def _instance(args):
         return MarkovInstance.random(args.T, args.V, seed, row_law=args.row_law, concentration=args.concentration)
     except ValueError as err:
         if "array is too big" in str(err):  # numpy's refusal of an allocation past its limits: out of memory
-            raise MemoryError(f"--T {args.T} --V {args.V}: the instance's 2·T·V² = {2 * args.T * args.V ** 2:,} "
-                              "float64 values") from None
+            raise MemoryError(
+                f"--T {args.T} --V {args.V}: the instance's 2·T·V² = {2 * args.T * args.V**2:,} float64 values"
+            ) from None
         raise _flagged(err, ("T", "V", "concentration")) from None
 
 
@@ -96,7 +106,7 @@ def _flagged(err: ValueError, names) -> ValueError:
     for name in names:
         if text.startswith(f"{name} must "):
             flag = "--" + name.replace("_", "-")
-            rest = text[len(name) + 1:].replace(" (or None for ∞)", f" (omit {flag} for ∞)")
+            rest = text[len(name) + 1 :].replace(" (or None for ∞)", f" (omit {flag} for ∞)")
             return ValueError(f"argument {flag}: {rest}")
     return err
 
@@ -138,8 +148,9 @@ def cmd_theory_rejections(args) -> None:
     ]
     text = f"speculative decoding (K = ∞) on {inst!r}\n" + _table(rows, ["quantity", "value"])
     if args.per_position:
-        text += "\n\n" + _table([[str(n + 1), f"{v:.6f}"] for n, v in enumerate(prof.rejections_per_position)],
-                               ["n", "E_q[TV(p_n, q_n)]"])
+        text += "\n\n" + _table(
+            [[str(n + 1), f"{v:.6f}"] for n, v in enumerate(prof.rejections_per_position)], ["n", "E_q[TV(p_n, q_n)]"]
+        )
     _emit(args, payload, text)
 
 
@@ -166,14 +177,26 @@ def cmd_theory_batch(args) -> None:
     for M in args.M:
         prof = batch_expected_rejections(inst, M)
         payload["M"][str(M)] = {
-            "rejections": prof.rejections, "sd_rejections": float(prof.sd_rejections_per_position.sum()),
-            "batch_improvement": prof.improvement, "oracle_calls": prof.oracle_calls,
-            "acceleration": prof.acceleration, "rejections_per_position": prof.rejections_per_position,
+            "rejections": prof.rejections,
+            "sd_rejections": float(prof.sd_rejections_per_position.sum()),
+            "batch_improvement": prof.improvement,
+            "oracle_calls": prof.oracle_calls,
+            "acceleration": prof.acceleration,
+            "rejections_per_position": prof.rejections_per_position,
         }
-        rows.append([str(M), f"{prof.rejections:.6f}", f"{prof.sd_rejections_per_position.sum():.6f}", f"{prof.improvement:.6f}",
-                     f"{prof.oracle_calls:.6f}", f"{prof.acceleration:.4f}"])
+        rows.append(
+            [
+                str(M),
+                f"{prof.rejections:.6f}",
+                f"{prof.sd_rejections_per_position.sum():.6f}",
+                f"{prof.improvement:.6f}",
+                f"{prof.oracle_calls:.6f}",
+                f"{prof.acceleration:.4f}",
+            ]
+        )
     text = f"batch speculative decoding ([Yin] Thm 3; M = inf is the exact limit) on {inst!r}\n" + _table(
-        rows, ["M", "E[N_rej]", "SD term (T1)", "batch improvement", "E[oracle calls]", "acceleration"])
+        rows, ["M", "E[N_rej]", "SD term (T1)", "batch improvement", "E[oracle calls]", "acceleration"]
+    )
     _emit(args, payload, text)
 
 
@@ -200,19 +223,31 @@ def _add_method_args(p: argparse.ArgumentParser, *, real_models: bool = False, d
     g = p.add_argument_group("method (`speculab methods` lists them with their options)")
     g.add_argument("--method", choices=choices, default="sd", help="decoding method (default sd)")
     for fname, (f, users) in _method_options(choices).items():
-        g.add_argument(option(fname), dest=fname, type=f.metadata["type"], choices=f.metadata["choices"], default=None,
-                       help=f"{f.metadata['help']} [{', '.join(users)}]")
+        g.add_argument(
+            option(fname),
+            dest=fname,
+            type=f.metadata["type"],
+            choices=f.metadata["choices"],
+            default=None,
+            help=f"{f.metadata['help']} [{', '.join(users)}]",
+        )
     if real_models:
-        g.add_argument("--head", metavar="FILE", default=None,
-                       help="a head trained on the draft's hidden states, as a reproduction saves it (" + "; ".join(
-                           f"--method {m}: `speculab repro {r}` writes {f}" for m, (r, f) in HEAD_SOURCES.items())
-                       + ")")
+        g.add_argument(
+            "--head",
+            metavar="FILE",
+            default=None,
+            help="a head trained on the draft's hidden states, as a reproduction saves it ("
+            + "; ".join(f"--method {m}: `speculab repro {r}` writes {f}" for m, (r, f) in HEAD_SOURCES.items())
+            + ")",
+        )
     p.set_defaults(method_options=tuple(_method_options(choices)))
 
 
 #: The reproduction that trains and saves a head for each method that reads one on real models, and its files.
-HEAD_SOURCES = {"sprinter": ("sprinter-roc", "sprinter_verifier_lam*_previous.safetensors"),
-                "specdecpp": ("specdecpp-pareto", "specdecpp_head_wrej*.safetensors")}
+HEAD_SOURCES = {
+    "sprinter": ("sprinter-roc", "sprinter_verifier_lam*_previous.safetensors"),
+    "specdecpp": ("specdecpp-pareto", "specdecpp_head_wrej*.safetensors"),
+}
 
 
 def _method(args):
@@ -226,9 +261,11 @@ def _method(args):
     if args.head is None:
         if has(get(args.method), DraftHead):
             reproduction, files = HEAD_SOURCES[args.method]
-            raise ValueError(f"--method {args.method} on real models needs --head FILE, a head trained on the "
-                             f"draft's hidden states: `speculab repro {reproduction} --out DIR` saves them as "
-                             f"DIR/{files}")
+            raise ValueError(
+                f"--method {args.method} on real models needs --head FILE, a head trained on the "
+                f"draft's hidden states: `speculab repro {reproduction} --out DIR` saves them as "
+                f"DIR/{files}"
+            )
         return _build(args.method, values)
     from speculab.backends.heads import load_head
 
@@ -259,8 +296,10 @@ def _check_head_fits(args, method, pair) -> None:
     width = hidden_size(pair.draft)
     d_in = getattr(method, method.head_param).config.d_in
     if width is not None and d_in != width:
-        raise ValueError(f"--head {args.head}: the head reads {d_in} features but the draft's hidden states have "
-                         f"{width} (a head trained on another draft model?)")
+        raise ValueError(
+            f"--head {args.head}: the head reads {d_in} features but the draft's hidden states have "
+            f"{width} (a head trained on another draft model?)"
+        )
 
 
 def cmd_sim(args) -> None:
@@ -283,17 +322,36 @@ def _sim(args) -> None:
     if args.checkpoint is not None:
         args.on_interrupt = f" (its finished chunks are kept in {args.checkpoint}: add --resume to continue)"
     if args.engine == "jax" and not args.json:
-        print("speculab: the jax engine compiles its round first (seconds, once per process): for one short run "
-              "the numpy engine is faster", file=sys.stderr, flush=True)
-    counts = simulate(inst, method, args.n_runs, args.seed, engine=args.engine, progress=not args.json,
-                      checkpoint=args.checkpoint, resume=args.resume)
+        print(
+            "speculab: the jax engine compiles its round first (seconds, once per process): for one short run "
+            "the numpy engine is faster",
+            file=sys.stderr,
+            flush=True,
+        )
+    counts = simulate(
+        inst,
+        method,
+        args.n_runs,
+        args.seed,
+        engine=args.engine,
+        progress=not args.json,
+        checkpoint=args.checkpoint,
+        resume=args.resume,
+    )
     head = f"{method!r} on {inst!r}, {args.n_runs:,} runs, seed {args.seed}, {args.engine} engine"
     comp = side_by_side(expected, counts, head)
     if no_theory is not None:
         comp.settings["theory"] = no_theory
-    rows = [[r.quantity, f"{r.measured:.4f}", f"{r.measured_se:.4f}",
-             "" if np.isnan(r.predicted) else f"{r.predicted:.4f}", "" if np.isnan(r.z) else f"{r.z:+.2f}"]
-            for r in comp.rows]
+    rows = [
+        [
+            r.quantity,
+            f"{r.measured:.4f}",
+            f"{r.measured_se:.4f}",
+            "" if np.isnan(r.predicted) else f"{r.predicted:.4f}",
+            "" if np.isnan(r.z) else f"{r.z:+.2f}",
+        ]
+        for r in comp.rows
+    ]
     theory = dict(expected.items()) if expected is not None else {}
     payload = {
         "instance": _describe(args, inst),
@@ -318,14 +376,25 @@ def cmd_methods(args) -> None:
     for name, cls in REGISTRY.items():
         params = {option(k): f.metadata["help"] for k, f in cli_params(cls).items()}
         doc = (cls.__doc__ or "").strip().splitlines()[0].replace("``", "")  # no reST code marks on a terminal
-        payload[name] = {"class": cls.__name__, "summary": doc, "options": params,
-                         "real_models": cls.runs_on_real_models(), "cli": cls.constructible_from_cli()}
-        where = ("simulation" if not cls.runs_on_real_models() else
-                 f"simulation + real models (with --head FILE, from `speculab repro {HEAD_SOURCES[name][0]}`)"
-                 if has(cls, DraftHead)
-                 else "simulation + real models")
-        lines.append(f"{name:10s} {cls.__name__}: {doc}\n{'':10s} {where}; options: "
-                     + (", ".join(params) if params else "none") + ("" if cls.constructible_from_cli() else " (Python only)"))
+        payload[name] = {
+            "class": cls.__name__,
+            "summary": doc,
+            "options": params,
+            "real_models": cls.runs_on_real_models(),
+            "cli": cls.constructible_from_cli(),
+        }
+        where = (
+            "simulation"
+            if not cls.runs_on_real_models()
+            else f"simulation + real models (with --head FILE, from `speculab repro {HEAD_SOURCES[name][0]}`)"
+            if has(cls, DraftHead)
+            else "simulation + real models"
+        )
+        lines.append(
+            f"{name:10s} {cls.__name__}: {doc}\n{'':10s} {where}; options: "
+            + (", ".join(params) if params else "none")
+            + ("" if cls.constructible_from_cli() else " (Python only)")
+        )
     _emit(args, payload, "\n".join(lines))
 
 
@@ -340,9 +409,12 @@ def cmd_repro(args) -> None:
     from speculab.repro import runner
 
     if args.figure is None or args.list:
-        _emit(args, {k: v[1] for k, v in repro.FIGURES.items()},
-              "\n".join(f"{k:17s} {v[1]}" for k, v in repro.FIGURES.items())
-              + "\nall               every figure above that can run here (speculab repro all --help)")
+        _emit(
+            args,
+            {k: v[1] for k, v in repro.FIGURES.items()},
+            "\n".join(f"{k:17s} {v[1]}" for k, v in repro.FIGURES.items())
+            + "\nall               every figure above that can run here (speculab repro all --help)",
+        )
         return
     if args.figure == "all":
         return _repro_all(args)
@@ -357,8 +429,9 @@ def cmd_repro(args) -> None:
                 raise ValueError(f"--{flag.replace('_', '-')} does not apply to {args.figure}")
             overrides[name] = getattr(args, flag)
     folder = runner.resume_folder(args.out, args.figure)
-    args.on_interrupt = (f" (its finished simulations and decoded prompts are kept in {folder}: add --resume to "
-                         "continue)")
+    args.on_interrupt = (
+        f" (its finished simulations and decoded prompts are kept in {folder}: add --resume to continue)"
+    )
     result, _ = runner.run_figure(args.figure, args.out, progress=not args.json, resume=args.resume, **overrides)
     _emit(args, result, mod.summary(result) + f"\n  wrote {args.out}/ (provenance in {args.out}/{runner.PROVENANCE})")
 
@@ -369,16 +442,29 @@ def _repro_all(args) -> None:
     for flag in ("n_runs", "draft", "target"):
         if getattr(args, flag) is not None:
             raise ValueError(f"--{flag.replace('_', '-')} applies to one figure, not to `speculab repro all`")
-    args.on_interrupt = (" (add --resume to continue: the figures finished by then are kept and the one under way "
-                         "continues from its checkpoints)")
-    run = runner.run_all(args.out, only=args.only, skip=args.skip or (), key=args.seed, progress=not args.json,
-                         resume=args.resume, echo=(lambda line: None) if args.json else print)
-    text = (f"repro all: {len(run['ran'])} run, {len(run['kept'])} kept, {len(run['skipped'])} skipped, "
-            f"{len(run['failed'])} failed in {run['wall_seconds']:.0f} s; outputs and provenance in {args.out}/")
+    args.on_interrupt = (
+        " (add --resume to continue: the figures finished by then are kept and the one under way "
+        "continues from its checkpoints)"
+    )
+    run = runner.run_all(
+        args.out,
+        only=args.only,
+        skip=args.skip or (),
+        key=args.seed,
+        progress=not args.json,
+        resume=args.resume,
+        echo=(lambda line: None) if args.json else print,
+    )
+    text = (
+        f"repro all: {len(run['ran'])} run, {len(run['kept'])} kept, {len(run['skipped'])} skipped, "
+        f"{len(run['failed'])} failed in {run['wall_seconds']:.0f} s; outputs and provenance in {args.out}/"
+    )
     _emit(args, run, text)
     if run["failed"]:
-        raise RuntimeError(f"{len(run['failed'])} reproduction(s) failed: {', '.join(run['failed'])} "
-                           f"(errors in {args.out}/{runner.PROVENANCE})")
+        raise RuntimeError(
+            f"{len(run['failed'])} reproduction(s) failed: {', '.join(run['failed'])} "
+            f"(errors in {args.out}/{runner.PROVENANCE})"
+        )
 
 
 def cmd_report(args) -> None:
@@ -395,9 +481,13 @@ def _add_pair_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--draft", default=None, help="draft model: Hugging Face name or local path")
     g.add_argument("--target", default=None, help="target model: Hugging Face name or local path")
     g.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:1, …")
-    g.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
-                   help="the models' weights (default float32; p and q are formed in float64 from their logits "
-                        "whatever the weights, so every law is exact for what was sampled)")
+    g.add_argument(
+        "--dtype",
+        default="float32",
+        choices=["float32", "bfloat16", "float16"],
+        help="the models' weights (default float32; p and q are formed in float64 from their logits "
+        "whatever the weights, so every law is exact for what was sampled)",
+    )
     g.add_argument("--max-new-tokens", type=_count(1), default=32, help="tokens generated per prompt (default 32)")
     g.add_argument("--temperature", type=float, default=1.0, help="0 = greedy (default 1)")
     g.add_argument("--top-k", type=_count(1), default=None)
@@ -405,16 +495,27 @@ def _add_pair_args(p: argparse.ArgumentParser) -> None:
 
 
 def _add_journal_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--batch-size", type=_count(1), default=None,
-                   help="prompts decoded together (default: all): each prompt has its own random stream, so the "
-                        "same seed gives the same runs whatever the batch size, up to the models' float round-off "
-                        "in differently shaped batches (a draw at a boundary)")
-    p.add_argument("--checkpoint", metavar="DIR", default=None,
-                   help="journal each finished batch of the decoding in this folder, removed when the command "
-                        "finishes; an interrupted run keeps it")
-    p.add_argument("--resume", action="store_true",
-                   help="continue the run journaled in --checkpoint (same arguments): only the unfinished batches are "
-                        "decoded, and the output is the uninterrupted run's")
+    p.add_argument(
+        "--batch-size",
+        type=_count(1),
+        default=None,
+        help="prompts decoded together (default: all): each prompt has its own random stream, so the "
+        "same seed gives the same runs whatever the batch size, up to the models' float round-off "
+        "in differently shaped batches (a draw at a boundary)",
+    )
+    p.add_argument(
+        "--checkpoint",
+        metavar="DIR",
+        default=None,
+        help="journal each finished batch of the decoding in this folder, removed when the command "
+        "finishes; an interrupted run keeps it",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run journaled in --checkpoint (same arguments): only the unfinished batches are "
+        "decoded, and the output is the uninterrupted run's",
+    )
 
 
 def _pair(args):
@@ -449,7 +550,7 @@ def _journaled(args):
         if args.resume:
             raise ValueError("--resume needs --checkpoint DIR: the folder the interrupted run journaled in")
         return contextlib.nullcontext()
-    args.on_interrupt = (f" (its decoded prompts are kept in {args.checkpoint}: add --resume to continue)")
+    args.on_interrupt = f" (its decoded prompts are kept in {args.checkpoint}: add --resume to continue)"
     return resumable(args.checkpoint, resume=args.resume, stale="refuse")
 
 
@@ -461,15 +562,30 @@ def cmd_run(args) -> None:
     _check_head_fits(args, method, pair)
     prompts = args.prompt or ["Return the"]
     with journaled, progress("decoding", total=len(prompts) * args.max_new_tokens, enabled=not args.json):
-        res = decode(pair, prompts, method, max_new_tokens=args.max_new_tokens, sampling=sampling,
-                     key=args.seed, batch_size=args.batch_size)
-    payload = {"pair": pair.name, "method": repr(method), "seed": args.seed, "texts": res.texts,
-               "tokens": res.tokens, "counts": res.counts.to_dict()}
+        res = decode(
+            pair,
+            prompts,
+            method,
+            max_new_tokens=args.max_new_tokens,
+            sampling=sampling,
+            key=args.seed,
+            batch_size=args.batch_size,
+        )
+    payload = {
+        "pair": pair.name,
+        "method": repr(method),
+        "seed": args.seed,
+        "texts": res.texts,
+        "tokens": res.tokens,
+        "counts": res.counts.to_dict(),
+    }
     lines = [f"{method!r} on the {pair.name} pair, seed {args.seed}"]
     c = res.counts
     for i, (prompt, text) in enumerate(zip(prompts, res.texts)):
-        lines.append(f"\n[{prompt}]{text}\n  tokens {c.tokens[i]}, target calls {c.oracle_calls[i]}, "
-                     f"rejections {c.rejections[i]}, draft tokens {c.draft_calls[i]}, bonus {c.bonus[i]}")
+        lines.append(
+            f"\n[{prompt}]{text}\n  tokens {c.tokens[i]}, target calls {c.oracle_calls[i]}, "
+            f"rejections {c.rejections[i]}, draft tokens {c.draft_calls[i]}, bonus {c.bonus[i]}"
+        )
     _emit(args, payload, "\n".join(lines))
 
 
@@ -480,9 +596,17 @@ def cmd_compare(args) -> None:
     pair = _pair(args)
     _check_head_fits(args, method, pair)
     with journaled, progress("decoding (all runs)", enabled=not args.json):
-        comp = compare(pair, method, args.prompt or None, runs_per_prompt=args.runs_per_prompt,
-                       max_new_tokens=args.max_new_tokens, sampling=sampling, key=args.seed, speed=args.speed,
-                       batch_size=args.batch_size)
+        comp = compare(
+            pair,
+            method,
+            args.prompt or None,
+            runs_per_prompt=args.runs_per_prompt,
+            max_new_tokens=args.max_new_tokens,
+            sampling=sampling,
+            key=args.seed,
+            speed=args.speed,
+            batch_size=args.batch_size,
+        )
     _emit(args, comp.to_dict(), str(comp))
 
 
@@ -497,9 +621,18 @@ def cmd_validate(args) -> int:
     sampling = _sampling(args)
     pair = _pair(args)
     runs = args.runs if args.runs is not None else (20_000 if pair.device.type == "cuda" else 4_000)
-    report = validate(pair, key=args.seed, runs=runs, methods=args.methods, sampling=sampling,
-                      compare_runs=args.compare_runs, max_new_tokens=args.max_new_tokens, speed=not args.no_speed,
-                      batch_prompts=args.batch_prompts, speed_tokens=args.speed_tokens)
+    report = validate(
+        pair,
+        key=args.seed,
+        runs=runs,
+        methods=args.methods,
+        sampling=sampling,
+        compare_runs=args.compare_runs,
+        max_new_tokens=args.max_new_tokens,
+        speed=not args.no_speed,
+        batch_prompts=args.batch_prompts,
+        speed_tokens=args.speed_tokens,
+    )
     payload = report.to_dict()
     if args.out is not None:
         path = Path(args.out) / "validation.json"
@@ -530,38 +663,60 @@ def cmd_build_tiny(args) -> None:
     _check_writable(args.out)  # before minutes of training, not after
     info = build(args.out, cfg, log=(lambda *_: None) if args.json else print)
     m = info["metrics"]
-    _emit(args, info, f"wrote {args.out}: target ppl {m['target_perplexity']:.1f}, draft ppl "
-                      f"{m['draft_perplexity']:.1f}, mean TV(p, q) {m['mean_tv']:.3f}")
+    _emit(
+        args,
+        info,
+        f"wrote {args.out}: target ppl {m['target_perplexity']:.1f}, draft ppl "
+        f"{m['draft_perplexity']:.1f}, mean TV(p, q) {m['mean_tv']:.3f}",
+    )
 
 
 #: Examples shown by every command's ``--help`` (each is a valid command line: ``tests/test_cli.py`` parses them).
 EXAMPLES = {
-    "theory rejections": ["speculab theory rejections --T 50 --V 7 --row-law uniform --seed 10",
-                          "speculab theory rejections --instance inst.npz --per-position --json"],
+    "theory rejections": [
+        "speculab theory rejections --T 50 --V 7 --row-law uniform --seed 10",
+        "speculab theory rejections --instance inst.npz --per-position --json",
+    ],
     "theory batch": ["speculab theory batch --T 50 --V 7 --row-law uniform --seed 10 --M 1 2 4 8 inf"],
-    "sim": ["speculab sim --T 50 --V 7 --seed 0 --n-runs 100000",
-            "speculab sim --method batch --M 4 --n-runs 20000 --engine jax",
-            "speculab sim --method block --K 4 --checkpoint sim.jsonl   # Ctrl-C, then the same + --resume"],
+    "sim": [
+        "speculab sim --T 50 --V 7 --seed 0 --n-runs 100000",
+        "speculab sim --method batch --M 4 --n-runs 20000 --engine jax",
+        "speculab sim --method block --K 4 --checkpoint sim.jsonl   # Ctrl-C, then the same + --resume",
+    ],
     "methods": ["speculab methods", "speculab methods --json"],
     "instance": ["speculab instance --T 50 --V 7 --seed 3 --out inst.npz"],
-    "run": ["speculab run --pair tiny --method sd --K 4 --prompt 'Return the'",
-            "speculab run --pair tiny --method batch --M 4 --temperature 0.8 --top-k 50 --json",
-            "speculab run --method specdecpp --h 0.7 --head results/specdecpp_head_wrej6.safetensors"],
-    "compare": ["speculab compare --pair tiny --method sd",
-                "speculab compare --pair tiny --method sd --K 2 --speed",
-                "speculab compare --draft EleutherAI/pythia-70m --target EleutherAI/pythia-1.4b --method sd",
-                "speculab compare --pair tiny --method batch --M 4 --batch-size 32 --checkpoint ckpt",
-                "speculab compare --method sprinter --head results/sprinter_verifier_lam1.0_previous.safetensors"],
-    "validate": ["speculab validate --device cuda --out results      # then: speculab report --out results",
-                 "speculab validate --device cpu --runs 2000 --no-speed --json",
-                 "speculab validate --draft EleutherAI/pythia-70m --target EleutherAI/pythia-1.4b --dtype bfloat16"],
-    "models build-tiny": ["speculab models build-tiny --out tiny-pair", "speculab models build-tiny --out /tmp/t --quick"],
-    "repro": ["speculab repro --list", "speculab repro yin-fig2a --n-runs 100000 --out results",
-              "speculab repro all --out results              # every figure that runs here, with provenance",
-              "speculab repro all --out results --resume     # after an interruption",
-              "speculab repro all --only yin-fig2a yin-fig3 --out results"],
-    "report": ["speculab report --out results                 # writes results/report.html",
-               "speculab report --out results --html /tmp/report.html"],
+    "run": [
+        "speculab run --pair tiny --method sd --K 4 --prompt 'Return the'",
+        "speculab run --pair tiny --method batch --M 4 --temperature 0.8 --top-k 50 --json",
+        "speculab run --method specdecpp --h 0.7 --head results/specdecpp_head_wrej6.safetensors",
+    ],
+    "compare": [
+        "speculab compare --pair tiny --method sd",
+        "speculab compare --pair tiny --method sd --K 2 --speed",
+        "speculab compare --draft EleutherAI/pythia-70m --target EleutherAI/pythia-1.4b --method sd",
+        "speculab compare --pair tiny --method batch --M 4 --batch-size 32 --checkpoint ckpt",
+        "speculab compare --method sprinter --head results/sprinter_verifier_lam1.0_previous.safetensors",
+    ],
+    "validate": [
+        "speculab validate --device cuda --out results      # then: speculab report --out results",
+        "speculab validate --device cpu --runs 2000 --no-speed --json",
+        "speculab validate --draft EleutherAI/pythia-70m --target EleutherAI/pythia-1.4b --dtype bfloat16",
+    ],
+    "models build-tiny": [
+        "speculab models build-tiny --out tiny-pair",
+        "speculab models build-tiny --out /tmp/t --quick",
+    ],
+    "repro": [
+        "speculab repro --list",
+        "speculab repro yin-fig2a --n-runs 100000 --out results",
+        "speculab repro all --out results              # every figure that runs here, with provenance",
+        "speculab repro all --out results --resume     # after an interruption",
+        "speculab repro all --only yin-fig2a yin-fig3 --out results",
+    ],
+    "report": [
+        "speculab report --out results                 # writes results/report.html",
+        "speculab report --out results --html /tmp/report.html",
+    ],
 }
 
 
@@ -589,8 +744,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     def common(p, seed_default: int | None = 0, *, seeded: bool = True):
         if seeded:
-            p.add_argument("--seed", type=_count(0, SEED_LIMIT), default=seed_default,
-                           help=f"random seed (default {seed_default})")
+            p.add_argument(
+                "--seed", type=_count(0, SEED_LIMIT), default=seed_default, help=f"random seed (default {seed_default})"
+            )
         p.add_argument("--json", action="store_true", help="print JSON instead of a table")
         p.add_argument("--debug", action="store_true", help="on an error, show the traceback")
 
@@ -604,8 +760,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = th.add_parser("batch", help="[Yin] Thm 3: expected rejections of batch SD, SD term and batch improvement")
     common(p)
     _add_instance_args(p)
-    p.add_argument("--M", type=_parse_M, nargs="+", default=[1, 2, 4, 8, float("inf")],
-                   help="numbers of drafts (default 1 2 4 8 inf)")
+    p.add_argument(
+        "--M",
+        type=_parse_M,
+        nargs="+",
+        default=[1, 2, 4, 8, float("inf")],
+        help="numbers of drafts (default 1 2 4 8 inf)",
+    )
     p.set_defaults(func=cmd_theory_batch)
 
     p = sub.add_parser("sim", help="Monte-Carlo simulation, with theory and z-scores beside it")
@@ -613,16 +774,28 @@ def build_parser() -> argparse.ArgumentParser:
     _add_instance_args(p)
     _add_method_args(p)
     p.add_argument("--n-runs", type=_count(1), default=10_000, help="number of runs (default 10000)")
-    p.add_argument("--engine", choices=("numpy", "jax"), default="numpy",
-                   help="numpy (reference) or jax (jitted, every method; it compiles first, seconds once per "
-                        "process, so it pays off on long runs and sweeps in Python)")
+    p.add_argument(
+        "--engine",
+        choices=("numpy", "jax"),
+        default="numpy",
+        help="numpy (reference) or jax (jitted, every method; it compiles first, seconds once per "
+        "process, so it pays off on long runs and sweeps in Python)",
+    )
     p.add_argument("--checkpoint", default=None, help="record each finished chunk of runs in this JSON-lines file")
-    p.add_argument("--resume", action="store_true",
-                   help="continue the simulation recorded in --checkpoint (same arguments): the same final numbers")
-    p.add_argument("--budget", type=_scale, default=1.0, metavar="K",
-                   help="multiply the work budgets of the exact computations that explode (block paths, SpecDec++'s "
-                        "draft tree, optimal multi-draft linear programs) by K (default 1): past its budget a "
-                        "method's theory is 'none' with the estimate")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the simulation recorded in --checkpoint (same arguments): the same final numbers",
+    )
+    p.add_argument(
+        "--budget",
+        type=_scale,
+        default=1.0,
+        metavar="K",
+        help="multiply the work budgets of the exact computations that explode (block paths, SpecDec++'s "
+        "draft tree, optimal multi-draft linear programs) by K (default 1): past its budget a "
+        "method's theory is 'none' with the estimate",
+    )
     p.set_defaults(func=cmd_sim)
 
     p = sub.add_parser("methods", help="list the registered methods and their options")
@@ -649,8 +822,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_method_args(p, real_models=True, drafting=True)
     p.add_argument("--prompt", action="append", help="a prompt (repeatable; default: the tiny pair's held-out prompts)")
     p.add_argument("--runs-per-prompt", type=_count(1), default=8, help="independent runs per prompt (default 8)")
-    p.add_argument("--speed", action="store_true",
-                   help="also the latency model's predicted speed-up over AR vs the clock (fit on half the prompts)")
+    p.add_argument(
+        "--speed",
+        action="store_true",
+        help="also the latency model's predicted speed-up over AR vs the clock (fit on half the prompts)",
+    )
     _add_journal_args(p)
     p.set_defaults(func=cmd_compare)
 
@@ -658,12 +834,22 @@ def build_parser() -> argparse.ArgumentParser:
     common(p)
     _add_pair_args(p)
     p.set_defaults(max_new_tokens=32)
-    p.add_argument("--runs", type=_count(1), default=None,
-                   help="runs of each law test (default 20,000 on CUDA, 4,000 elsewhere)")
-    p.add_argument("--methods", nargs="+", default=list(VALIDATED), choices=list(VALIDATED),
-                   help="the lossless methods whose law is tested (default all; the biased control always runs)")
-    p.add_argument("--compare-runs", type=_count(0), default=4,
-                   help="runs per prompt of each method's compare rows (0: none; default 4)")
+    p.add_argument(
+        "--runs", type=_count(1), default=None, help="runs of each law test (default 20,000 on CUDA, 4,000 elsewhere)"
+    )
+    p.add_argument(
+        "--methods",
+        nargs="+",
+        default=list(VALIDATED),
+        choices=list(VALIDATED),
+        help="the lossless methods whose law is tested (default all; the biased control always runs)",
+    )
+    p.add_argument(
+        "--compare-runs",
+        type=_count(0),
+        default=4,
+        help="runs per prompt of each method's compare rows (0: none; default 4)",
+    )
     p.add_argument("--no-speed", action="store_true", help="leave out the timings")
     p.add_argument("--batch-prompts", type=_count(1), default=256, help="prompts of the batched timings (default 256)")
     p.add_argument("--speed-tokens", type=_count(1), default=64, help="tokens per prompt of the timings (default 64)")
@@ -685,10 +871,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="results", help="output folder (default ./results)")
     p.add_argument("--draft", default=None, help="real-model reproductions: draft model name or path")
     p.add_argument("--target", default=None, help="real-model reproductions: target model name or path")
-    p.add_argument("--resume", action="store_true",
-                   help="continue an interrupted run (same seed and options): its finished simulations, JAX sweeps "
-                        "and decoded batches are read back, not rerun, and the one under way continues; with 'all', "
-                        "figures already finished with the same parameters are kept")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue an interrupted run (same seed and options): its finished simulations, JAX sweeps "
+        "and decoded batches are read back, not rerun, and the one under way continues; with 'all', "
+        "figures already finished with the same parameters are kept",
+    )
     p.add_argument("--only", nargs="+", metavar="NAME", help="with 'all': run only these figures")
     p.add_argument("--skip", nargs="+", metavar="NAME", help="with 'all': leave these figures out")
     p.set_defaults(func=cmd_repro)
@@ -700,8 +889,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_report)
     for words, leaf in _leaves(parser):
         leaf.formatter_class = argparse.RawDescriptionHelpFormatter
-        leaf.epilog = ("examples:\n" + "\n".join(f"  {line}" for line in EXAMPLES[words])
-                       + "\n\n--json prints one JSON object instead of the table (its keys: docs/cli.md)")
+        leaf.epilog = (
+            "examples:\n"
+            + "\n".join(f"  {line}" for line in EXAMPLES[words])
+            + "\n\n--json prints one JSON object instead of the table (its keys: docs/cli.md)"
+        )
     return parser
 
 

@@ -85,8 +85,15 @@ class Context:
         comparison's batches."""
         from speculab.backends import decode
 
-        return decode(self.pair, self.prompts, method, max_new_tokens=self.max_new_tokens, sampling=self.sampling,
-                      key=self.seeds[slot], **{"batch_size": self.batch_size, **kwargs})
+        return decode(
+            self.pair,
+            self.prompts,
+            method,
+            max_new_tokens=self.max_new_tokens,
+            sampling=self.sampling,
+            key=self.seeds[slot],
+            **{"batch_size": self.batch_size, **kwargs},
+        )
 
     @cached_property
     def reference(self):
@@ -142,8 +149,10 @@ def compare(
         from speculab.methods import get, names
 
         choices = [n for n in names(real_models=True) if get(n).drafting]
-        raise ValueError(f"method must be a drafting method that runs on real models, one of {choices} "
-                         f"(autoregressive decoding is the reference); got {method!r}")
+        raise ValueError(
+            f"method must be a drafting method that runs on real models, one of {choices} "
+            f"(autoregressive decoding is the reference); got {method!r}"
+        )
     runs_per_prompt = as_positive_int(runs_per_prompt, "runs_per_prompt")
     sampling = sampling or Sampling()
     prompts = default_prompts() if prompts is None else prompt_list(prompts)
@@ -151,17 +160,25 @@ def compare(
         from speculab.backends.latency import SPEED_PROMPTS
 
         if len(prompts) < SPEED_PROMPTS:
-            raise ValueError(f"speed=True needs at least {SPEED_PROMPTS} prompts (half to fit the latency model, half "
-                             f"to measure); got {len(prompts)}")
+            raise ValueError(
+                f"speed=True needs at least {SPEED_PROMPTS} prompts (half to fit the latency model, half "
+                f"to measure); got {len(prompts)}"
+            )
     runs = [p for p in prompts for _ in range(runs_per_prompt)]
     if batch_size is not None:
         batch_size = as_positive_int(batch_size, "batch_size")
     ctx = Context(pair, runs, max_new_tokens, sampling, seeds=spawn_seeds(key, 8), batch_size=batch_size)
     ctx.probe = method.round_probe() if has(method, RoundProbing) else None
     ctx.result = ctx.decode(method, slot=2, on_round=ctx.probe)
-    settings = dict(pair=pair.name, method=repr(method), prompts=len(prompts), runs=len(runs),
-                    max_new_tokens=max_new_tokens, temperature=sampling.temperature,
-                    key=key if isinstance(key, int) else type(key).__name__)
+    settings = dict(
+        pair=pair.name,
+        method=repr(method),
+        prompts=len(prompts),
+        runs=len(runs),
+        max_new_tokens=max_new_tokens,
+        temperature=sampling.temperature,
+        key=key if isinstance(key, int) else type(key).__name__,
+    )
     comp = Comparison(f"theory vs measured: {method!r} on the {pair.name} pair", settings=settings)
     comp.rows.extend(method.compare_rows(ctx))
     comp.rows.append(paired_rejections(ctx.result))
@@ -169,8 +186,14 @@ def compare(
     if accepted is not None:
         comp.rows.append(accepted)
     counts = ctx.result.counts
-    comp.rows.append(Row("target calls per token", float("nan"), float(counts.oracle_calls.sum() / counts.tokens.sum()),
-                         note="measured"))
+    comp.rows.append(
+        Row(
+            "target calls per token",
+            float("nan"),
+            float(counts.oracle_calls.sum() / counts.tokens.sum()),
+            note="measured",
+        )
+    )
     if speed:
         comp.rows.extend(_speed_rows(pair, prompts, method, max_new_tokens, sampling, ctx.seeds[7]))
     return comp
@@ -184,10 +207,25 @@ def _speed_rows(pair, prompts, method, max_new_tokens, sampling, key) -> list[Ro
     where = f"fit on {check.fit_prompts} prompts, measured on {check.test_prompts}, one prompt at a time"
     nan = float("nan")
     return [
-        Row("speed-up over AR (latency model)", check.predicted, check.measured, measured_se=nan,
-            note=f"error {check.error:+.1%}; {where}"),
-        Row("ms per token, AR", 1e3 * check.predicted_latency[0], 1e3 * check.latency[0], measured_se=nan,
-            note="wall clock vs fitted forward times + loop"),
-        Row(f"ms per token, {type(method).__name__}", 1e3 * check.predicted_latency[1], 1e3 * check.latency[1],
-            measured_se=nan, note="wall clock vs fitted forward times + loop"),
+        Row(
+            "speed-up over AR (latency model)",
+            check.predicted,
+            check.measured,
+            measured_se=nan,
+            note=f"error {check.error:+.1%}; {where}",
+        ),
+        Row(
+            "ms per token, AR",
+            1e3 * check.predicted_latency[0],
+            1e3 * check.latency[0],
+            measured_se=nan,
+            note="wall clock vs fitted forward times + loop",
+        ),
+        Row(
+            f"ms per token, {type(method).__name__}",
+            1e3 * check.predicted_latency[1],
+            1e3 * check.latency[1],
+            measured_se=nan,
+            note="wall clock vs fitted forward times + loop",
+        ),
     ]

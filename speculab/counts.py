@@ -19,7 +19,16 @@ from typing import Mapping, NamedTuple
 import numpy as np
 
 __all__ = [
-    "Counts", "Estimate", "Expected", "COUNT_FIELDS", "KIND_NAMES", "DRAFT", "CORRECTION", "BONUS", "TARGET", "rejected",
+    "Counts",
+    "Estimate",
+    "Expected",
+    "COUNT_FIELDS",
+    "KIND_NAMES",
+    "DRAFT",
+    "CORRECTION",
+    "BONUS",
+    "TARGET",
+    "rejected",
 ]
 
 #: The per-run count fields, in display order (shared by Counts and Expected).
@@ -33,6 +42,8 @@ DRAFT, CORRECTION, BONUS, TARGET = 0, 1, 2, 3
 def rejected(kinds):
     """Whether each token counts as a rejection: a correction or a target sample (any array library)."""
     return (kinds == CORRECTION) | (kinds == TARGET)
+
+
 KIND_NAMES = ("draft", "correction", "bonus", "target")
 
 
@@ -53,7 +64,8 @@ class Estimate(NamedTuple):
 
     def z(self, expected: float) -> float:
         """``(mean − expected) / se``; with ``se = 0`` (every run gave the same count): ``0`` if they agree to the
-        round-off of the exact value (``1e-9`` relative — a theory sums floats, a count is an integer), else ``±inf``."""
+        round-off of the exact value (``1e-9`` relative — a theory sums floats, a count is an integer), else
+        ``±inf``."""
         diff = self.mean - expected
         if self.se > 0:
             return diff / self.se
@@ -134,17 +146,37 @@ class Counts:
         return out
 
     @classmethod
-    def of_runs(cls, *, rejections, oracle_calls, draft_calls, accepted, bonus, T: int, rejected_per_position,
-                sequences=None, extra=None) -> "Counts":
+    def of_runs(
+        cls,
+        *,
+        rejections,
+        oracle_calls,
+        draft_calls,
+        accepted,
+        bonus,
+        T: int,
+        rejected_per_position,
+        sequences=None,
+        extra=None,
+    ) -> "Counts":
         """The counts of ``n`` simulated runs of ``T`` tokens from their per-run totals (what every engine has).
 
         ``discarded = draft_calls − accepted``, ``tokens = T`` and the per-position rate
         ``rejected_per_position / n`` follow.
         """
         n = rejections.shape[0]
-        return cls(rejections=rejections, oracle_calls=oracle_calls, draft_calls=draft_calls, accepted=accepted,
-                   discarded=draft_calls - accepted, bonus=bonus, tokens=np.full(n, T, dtype=np.int64),
-                   rejections_per_position=rejected_per_position / n, sequences=sequences, extra=extra or {})
+        return cls(
+            rejections=rejections,
+            oracle_calls=oracle_calls,
+            draft_calls=draft_calls,
+            accepted=accepted,
+            discarded=draft_calls - accepted,
+            bonus=bonus,
+            tokens=np.full(n, T, dtype=np.int64),
+            rejections_per_position=rejected_per_position / n,
+            sequences=sequences,
+            extra=extra or {},
+        )
 
     @classmethod
     def concatenate(cls, parts: list["Counts"]) -> "Counts":
@@ -204,5 +236,9 @@ class Expected:
         """Read every count field off an exact result that names them as :class:`Counts` does
         (e.g. :class:`~speculab.theory.LookaheadCounts`)."""
         values = {name: float(getattr(exact, name)) for name in COUNT_FIELDS}
-        return cls(**values, rejections_per_position=np.asarray(exact.rejections_per_position),
-                   extra=dict(extra or {}), source=source)
+        return cls(
+            **values,
+            rejections_per_position=np.asarray(exact.rejections_per_position),
+            extra=dict(extra or {}),
+            source=source,
+        )

@@ -162,7 +162,8 @@ def root_acceptance(u, R, p):
 
 
 def rejection_mass(b, p):
-    r"""Probability that a draft ``x ~ p`` is refused by acceptance ``b``: :math:`D = \sum_x (1 - b(x))\, p(x)` ([Yin] Alg. 2)."""
+    r"""Probability that a draft ``x ~ p`` is refused by acceptance ``b``: :math:`D = \sum_x (1 - b(x))\, p(x)`
+    ([Yin] Alg. 2)."""
     xp = array_namespace(b, p)
     return xp.sum((1.0 - b) * p, axis=-1)
 

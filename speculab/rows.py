@@ -47,8 +47,11 @@ class Row:
 
     @property
     def z(self) -> float:
-        if self.tolerance is not None or self.upper_bound or not (math.isfinite(self.predicted)
-                                                                  and math.isfinite(self.measured)):
+        if (
+            self.tolerance is not None
+            or self.upper_bound
+            or not (math.isfinite(self.predicted) and math.isfinite(self.measured))
+        ):
             return float("nan")
         se = math.hypot(self.predicted_se, self.measured_se)
         if math.isnan(se):
@@ -84,15 +87,35 @@ class Comparison:
         return {
             "title": self.title,
             "settings": self.settings,
-            "rows": [dict(quantity=r.quantity, predicted=r.predicted, predicted_se=r.predicted_se, measured=r.measured,
-                          measured_se=r.measured_se, z=r.z, power=r.power(), holds=r.holds, note=r.note)
-                     for r in self.rows],
+            "rows": [
+                dict(
+                    quantity=r.quantity,
+                    predicted=r.predicted,
+                    predicted_se=r.predicted_se,
+                    measured=r.measured,
+                    measured_se=r.measured_se,
+                    z=r.z,
+                    power=r.power(),
+                    holds=r.holds,
+                    note=r.note,
+                )
+                for r in self.rows
+            ],
         }
 
     def __str__(self) -> str:
         head = ["quantity", "theory / prediction", "measured", "z", f"power ({POWER_SHIFT:.0%})", "note"]
-        body = [[r.quantity, _pm(r.predicted, r.predicted_se), _pm(r.measured, r.measured_se), _zcell(r),
-                 "" if math.isnan(r.power()) else f"{r.power():.3f}", r.note] for r in self.rows]
+        body = [
+            [
+                r.quantity,
+                _pm(r.predicted, r.predicted_se),
+                _pm(r.measured, r.measured_se),
+                _zcell(r),
+                "" if math.isnan(r.power()) else f"{r.power():.3f}",
+                r.note,
+            ]
+            for r in self.rows
+        ]
         widths = [max(len(str(x[i])) for x in body + [head]) for i in range(len(head))]
         line = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
         settings = ", ".join(f"{k}={v}" for k, v in self.settings.items())
@@ -124,8 +147,13 @@ def paired_rejections(result, per: str = "run") -> Row:
     predicted = float(r.sum())
     sd = math.sqrt(float(np.clip(r * (1 - r), 0.0, None).sum()))  # r can exceed 1 by round-off (FSD: r = Σ p = 1)
     n = result.counts.n_runs if per == "run" else float(result.counts.tokens.sum())
-    return Row(f"rejections per {per} (paired: Σ r_n)", predicted / n, counted / n, predicted_se=sd / n,
-               note="martingale z; r_n = P(rejection at n | past)")
+    return Row(
+        f"rejections per {per} (paired: Σ r_n)",
+        predicted / n,
+        counted / n,
+        predicted_se=sd / n,
+        note="martingale z; r_n = P(rejection at n | past)",
+    )
 
 
 def paired_accepted(result) -> Row | None:
@@ -137,5 +165,10 @@ def paired_accepted(result) -> Row | None:
     mean = np.concatenate([r.expected_accepted for r in rounds])
     var = np.concatenate([r.var_accepted for r in rounds])
     n = tau.size
-    return Row("accepted drafts per round (paired: E[τ | block])", float(mean.mean()), float(tau.mean()),
-               predicted_se=math.sqrt(max(float(var.sum()), 0.0)) / n, note=f"{n} rounds; τ drawn from the round law")
+    return Row(
+        "accepted drafts per round (paired: E[τ | block])",
+        float(mean.mean()),
+        float(tau.mean()),
+        predicted_se=math.sqrt(max(float(var.sum()), 0.0)) / n,
+        note=f"{n} rounds; τ drawn from the round law",
+    )

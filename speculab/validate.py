@@ -39,8 +39,17 @@ import numpy as np
 
 from speculab._validate import as_positive_int, spawn_seeds
 
-__all__ = ["validate", "Validation", "LawRow", "SpeedRow", "g_test", "g_test_power", "detectable_tv", "METHODS",
-           "CONTROL"]
+__all__ = [
+    "validate",
+    "Validation",
+    "LawRow",
+    "SpeedRow",
+    "g_test",
+    "g_test_power",
+    "detectable_tv",
+    "METHODS",
+    "CONTROL",
+]
 
 #: The level of the law test (split over its two G-tests).
 ALPHA = 1e-4
@@ -110,27 +119,36 @@ class Validation:
         return all(r.ok for r in self.laws) and all(_row_passes(r) for r in self.compare if r["gates"])
 
     def to_dict(self) -> dict:
-        return {"settings": self.settings, "passed": self.passed,
-                "laws": [asdict(r) | {"ok": r.ok} for r in self.laws], "compare": self.compare,
-                "speed": [asdict(r) | {"tokens_per_second": r.tokens_per_second} for r in self.speed],
-                "latency": self.latency}
+        return {
+            "settings": self.settings,
+            "passed": self.passed,
+            "laws": [asdict(r) | {"ok": r.ok} for r in self.laws],
+            "compare": self.compare,
+            "speed": [asdict(r) | {"tokens_per_second": r.tokens_per_second} for r in self.speed],
+            "latency": self.latency,
+        }
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, default=float)
 
     def __str__(self) -> str:
         s = self.settings
-        lines = [f"validation of the {s['pair']} pair on {s['device']} ({s['dtype']}, torch {s['torch']}): "
-                 f"{'PASSED' if self.passed else 'FAILED'}", "",
-                 f"laws of the first token and of the first {s['law_tokens']} ({s['runs']:,} runs each, blocks of "
-                 f"{s['law_K']}; G-tests at α = {ALPHA:g}; power: against the control, Decoding-UNO ε = {CONTROL}, "
-                 f"and the smallest TV refused with probability {POWER}):",
-                 f"  {'method':<40}{'G₁ (df)':>14}{'p₁':>9}{'G₁₂₃ (df)':>16}{'p₁₂₃':>9}  {'refused':<8}"
-                 f"{'power':>6}{'TV₁':>8}{'TV₁₂₃':>8}  ok"]
+        lines = [
+            f"validation of the {s['pair']} pair on {s['device']} ({s['dtype']}, torch {s['torch']}): "
+            f"{'PASSED' if self.passed else 'FAILED'}",
+            "",
+            f"laws of the first token and of the first {s['law_tokens']} ({s['runs']:,} runs each, blocks of "
+            f"{s['law_K']}; G-tests at α = {ALPHA:g}; power: against the control, Decoding-UNO ε = {CONTROL}, "
+            f"and the smallest TV refused with probability {POWER}):",
+            f"  {'method':<40}{'G₁ (df)':>14}{'p₁':>9}{'G₁₂₃ (df)':>16}{'p₁₂₃':>9}  {'refused':<8}"
+            f"{'power':>6}{'TV₁':>8}{'TV₁₂₃':>8}  ok",
+        ]
         for r in self.laws:
-            lines.append(f"  {r.method:<40}{r.first[0]:>8.1f} ({r.first[1]:>3}){r.first[2]:>9.2g}"
-                         f"{r.joint[0]:>10.1f} ({r.joint[1]:>3}){r.joint[2]:>9.2g}  {'yes' if r.refused else 'no':<8}"
-                         f"{r.power:>6.3f}{r.detectable[0]:>8.3f}{r.detectable[1]:>8.3f}  {'✓' if r.ok else '✗'}")
+            lines.append(
+                f"  {r.method:<40}{r.first[0]:>8.1f} ({r.first[1]:>3}){r.first[2]:>9.2g}"
+                f"{r.joint[0]:>10.1f} ({r.joint[1]:>3}){r.joint[2]:>9.2g}  {'yes' if r.refused else 'no':<8}"
+                f"{r.power:>6.3f}{r.detectable[0]:>8.3f}{r.detectable[1]:>8.3f}  {'✓' if r.ok else '✗'}"
+            )
         if self.compare:
             lines += ["", "theory vs measured (speculab compare; a model check is shown, not gated):"]
             for r in self.compare:
@@ -139,12 +157,16 @@ class Validation:
         if self.speed:
             lines += ["", "speed (wall clock, one run each):"]
             for r in self.speed:
-                lines.append(f"  {r.what:<66}{r.tokens_per_second:>10,.0f} tokens/s  ({r.tokens:,} tokens in "
-                             f"{r.seconds:.2f} s){'  ' + r.note if r.note else ''}")
+                lines.append(
+                    f"  {r.what:<66}{r.tokens_per_second:>10,.0f} tokens/s  ({r.tokens:,} tokens in "
+                    f"{r.seconds:.2f} s){'  ' + r.note if r.note else ''}"
+                )
         if self.latency:
             lat = self.latency
-            lines.append(f"  latency model: SD speed-up over AR predicted {lat['predicted']:.3f}, measured "
-                         f"{lat['measured']:.3f} (error {lat['error']:+.1%})")
+            lines.append(
+                f"  latency model: SD speed-up over AR predicted {lat['predicted']:.3f}, measured "
+                f"{lat['measured']:.3f} (error {lat['error']:+.1%})"
+            )
         return "\n".join(lines)
 
 
@@ -230,10 +252,10 @@ def _target_cells(pair, ids: list[int], sampling, n: int, depth: int) -> dict[tu
     for d in range(depth):
         nxt = []
         for start in range(0, len(frontier), 256):
-            chunk = frontier[start:start + 256]
+            chunk = frontier[start : start + 256]
             with torch.inference_mode():
                 x = torch.tensor([ids + list(prefix) for prefix, _ in chunk], dtype=torch.long, device=pair.device)
-                logits = pair.target.model(input_ids=x).logits[:, -1, :pair.vocab_size].float()
+                logits = pair.target.model(input_ids=x).logits[:, -1, : pair.vocab_size].float()
                 law = sampling.probs(logits.double())  # (chunk, V)
                 mass = torch.tensor([m for _, m in chunk], dtype=law.dtype, device=law.device)[:, None] * law
                 rows, tokens = torch.nonzero(mass * n >= 5, as_tuple=True)  # the likely children
@@ -263,8 +285,9 @@ def _uno_law(p: np.ndarray, q: np.ndarray, eps: float) -> np.ndarray:
     return b * p + q * float(np.sum((1.0 - b) * p))
 
 
-def _law_row(name: str, tokens: list[list[int]], q1: np.ndarray, cells: dict, eos, control: np.ndarray,
-             lossless: bool) -> LawRow:
+def _law_row(
+    name: str, tokens: list[list[int]], q1: np.ndarray, cells: dict, eos, control: np.ndarray, lossless: bool
+) -> LawRow:
     """The law test of runs ``tokens`` against the target's first-token law ``q1`` and its cells of the first
     tokens (:func:`_target_cells`)."""
     n = len(tokens)
@@ -275,12 +298,20 @@ def _law_row(name: str, tokens: list[list[int]], q1: np.ndarray, cells: dict, eo
     law[-1] = max(1.0 - float(law[:-1].sum()), 0.0)  # every other outcome: one cell
     observed = np.zeros(law.size)
     for t in tokens:
-        run = tuple(t[:t.index(eos) + 1]) if eos is not None and eos in t else tuple(t)
+        run = tuple(t[: t.index(eos) + 1]) if eos is not None and eos in t else tuple(t)
         observed[index.get(run, law.size - 1)] += 1
     gj = g_test(observed, law)
     refused = min(g1[2], gj[2]) < ALPHA / 2
-    return LawRow(name, n, lossless, g1, gj, refused, g_test_power(control, q1, n, ALPHA / 2),
-                  (detectable_tv(g1[1], n, ALPHA / 2), detectable_tv(gj[1], n, ALPHA / 2)))
+    return LawRow(
+        name,
+        n,
+        lossless,
+        g1,
+        gj,
+        refused,
+        g_test_power(control, q1, n, ALPHA / 2),
+        (detectable_tv(g1[1], n, ALPHA / 2), detectable_tv(gj[1], n, ALPHA / 2)),
+    )
 
 
 def _law_batch(pair, rows: int) -> int:
@@ -317,9 +348,22 @@ def _lossless_methods(pair, names, k: int) -> dict:
 
 
 # -- the command ---------------------------------------------------------------------------------------------------
-def validate(pair, *, key: Any, runs: int = 20_000, methods=METHODS, prompt: str | None = None, sampling=None,
-             compare_runs: int = 4, max_new_tokens: int = 32, speed: bool = True, batch_prompts: int = 256,
-             speed_tokens: int = 64, speed_prompts: int = 16, batch_size: int | None = None) -> Validation:
+def validate(
+    pair,
+    *,
+    key: Any,
+    runs: int = 20_000,
+    methods=METHODS,
+    prompt: str | None = None,
+    sampling=None,
+    compare_runs: int = 4,
+    max_new_tokens: int = 32,
+    speed: bool = True,
+    batch_prompts: int = 256,
+    speed_tokens: int = 64,
+    speed_prompts: int = 16,
+    batch_size: int | None = None,
+) -> Validation:
     """Validate the real-model backend on ``pair``'s device (module docstring).
 
     Args:
@@ -365,11 +409,24 @@ def validate(pair, *, key: Any, runs: int = 20_000, methods=METHODS, prompt: str
     seeds = spawn_seeds(key, 4 + len(lossless))
     dev = pair.device
     dtype = next(pair.target.model.parameters()).dtype
-    report = Validation({"pair": pair.name, "device": str(dev), "dtype": str(dtype).replace("torch.", ""),
-                         "torch": torch.__version__, "runs": runs, "prompt": prompt, "K": K, "law_K": LAW_K,
-                         "law_tokens": LAW_TOKENS, "temperature": sampling.temperature, "top_k": sampling.top_k,
-                         "top_p": sampling.top_p, "key": key if isinstance(key, int) else type(key).__name__,
-                         "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"})
+    report = Validation(
+        {
+            "pair": pair.name,
+            "device": str(dev),
+            "dtype": str(dtype).replace("torch.", ""),
+            "torch": torch.__version__,
+            "runs": runs,
+            "prompt": prompt,
+            "K": K,
+            "law_K": LAW_K,
+            "law_tokens": LAW_TOKENS,
+            "temperature": sampling.temperature,
+            "top_k": sampling.top_k,
+            "top_p": sampling.top_p,
+            "key": key if isinstance(key, int) else type(key).__name__,
+            "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+        }
+    )
     # the exact laws: q(x1), the draft's p(x1) (for the control), and the target's cells of the first tokens
     ids = pair.tokenizer.encode(prompt)
     q1 = _next_law(pair.target.model, ids, sampling, dev, pair.vocab_size)
@@ -383,8 +440,9 @@ def validate(pair, *, key: Any, runs: int = 20_000, methods=METHODS, prompt: str
     tests.append((f"control: biased uno ε={CONTROL} K={LAW_K}", Biased(CONTROL, "uno", K=LAW_K), False))
     for (label, method, unbiased), seed in zip(tests, seeds):
         size = batch_size or _law_batch(pair, method.rows)
-        res = decode(pair, [ids] * runs, method, max_new_tokens=LAW_TOKENS, sampling=sampling, key=seed,
-                     batch_size=size)
+        res = decode(
+            pair, [ids] * runs, method, max_new_tokens=LAW_TOKENS, sampling=sampling, key=seed, batch_size=size
+        )
         report.laws.append(_law_row(label, res.tokens, q1, cells, pair.eos_token_id, control, unbiased))
     if compare_runs:
         from speculab.compare import compare
@@ -393,8 +451,14 @@ def validate(pair, *, key: Any, runs: int = 20_000, methods=METHODS, prompt: str
         for label, method in _lossless_methods(pair, methods, K).items():
             if not method.drafting or head_of(method) is not None:  # autoregressive decoding is the reference
                 continue
-            comp = compare(pair, method, runs_per_prompt=compare_runs, max_new_tokens=max_new_tokens,
-                           sampling=sampling, key=seeds[-1])
+            comp = compare(
+                pair,
+                method,
+                runs_per_prompt=compare_runs,
+                max_new_tokens=max_new_tokens,
+                sampling=sampling,
+                key=seeds[-1],
+            )
             report.compare += [_compare_entry(label, r) for r in comp.rows if math.isfinite(r.z) or r.holds is not None]
     if speed:
         _speed(report, pair, sampling, seeds[-2], batch_prompts, speed_tokens, speed_prompts)
@@ -404,8 +468,15 @@ def validate(pair, *, key: Any, runs: int = 20_000, methods=METHODS, prompt: str
 def _compare_entry(label: str, row) -> dict:
     """A compare row as validate reports it. It *gates* the verdict unless it is a model check (a prediction
     under an assumption the pair need not meet, e.g. Leviathan's i.i.d. acceptance): then it is shown only."""
-    return {"method": label, "quantity": row.quantity, "predicted": row.predicted, "measured": row.measured,
-            "z": row.z, "holds": row.holds, "gates": not row.note.startswith("model check")}
+    return {
+        "method": label,
+        "quantity": row.quantity,
+        "predicted": row.predicted,
+        "measured": row.measured,
+        "z": row.z,
+        "holds": row.holds,
+        "gates": not row.note.startswith("model check"),
+    }
 
 
 def _timed(pair, fn) -> tuple[Any, float]:
@@ -430,21 +501,27 @@ def _speed(report: Validation, pair, sampling, key: int, batch_prompts: int, tok
     with unrecorded():
         decode(pair, few[:2], SD(K=K), max_new_tokens=4, sampling=sampling, key=key)  # warm-up (kernels, caches)
         for method in (Autoregressive(), SD(K=K)):
-            res, s = _timed(pair, lambda: decode(pair, many, method, max_new_tokens=tokens, sampling=sampling,
-                                                   key=key))
+            res, s = _timed(pair, lambda: decode(pair, many, method, max_new_tokens=tokens, sampling=sampling, key=key))
             tokens_out = int(res.counts.tokens.sum())
             report.speed.append(SpeedRow(f"{method!r}, {batch_prompts} prompts batched", tokens_out, s))
         for method in (Autoregressive(), SD(K=K)):
-            res, s = _timed(pair, lambda: decode(pair, few, method, max_new_tokens=tokens, sampling=sampling, key=key,
-                                                   batch_size=1))
+            res, s = _timed(
+                pair, lambda: decode(pair, few, method, max_new_tokens=tokens, sampling=sampling, key=key, batch_size=1)
+            )
             report.speed.append(SpeedRow(f"{method!r}, one prompt at a time", int(res.counts.tokens.sum()), s))
     assisted = _assisted(pair, few, tokens, sampling, key)
     if assisted is not None:
         report.speed.append(assisted)
-    check = speed_check(pair, prompts[: max(one_prompts, 8)], SD(K=K), max_new_tokens=tokens, key=key,
-                        sampling=sampling)
-    report.latency = {"predicted": check.predicted, "measured": check.measured, "error": check.error,
-                      "fit_prompts": check.fit_prompts, "test_prompts": check.test_prompts}
+    check = speed_check(
+        pair, prompts[: max(one_prompts, 8)], SD(K=K), max_new_tokens=tokens, key=key, sampling=sampling
+    )
+    report.latency = {
+        "predicted": check.predicted,
+        "measured": check.measured,
+        "error": check.error,
+        "fit_prompts": check.fit_prompts,
+        "test_prompts": check.test_prompts,
+    }
 
 
 def _assisted(pair, prompts: list[str], tokens: int, sampling, key: int) -> SpeedRow | None:
@@ -458,8 +535,14 @@ def _assisted(pair, prompts: list[str], tokens: int, sampling, key: int) -> Spee
     from transformers.utils import logging as hf_logging
 
     target, draft = pair.target.model, pair.draft.model
-    settings = dict(max_new_tokens=tokens, num_assistant_tokens=K, num_assistant_tokens_schedule="constant",
-                    assistant_confidence_threshold=0.0, do_sample=not sampling.greedy, pad_token_id=pair.eos_token_id)
+    settings = dict(
+        max_new_tokens=tokens,
+        num_assistant_tokens=K,
+        num_assistant_tokens_schedule="constant",
+        assistant_confidence_threshold=0.0,
+        do_sample=not sampling.greedy,
+        pad_token_id=pair.eos_token_id,
+    )
     if not sampling.greedy:
         settings.update(temperature=sampling.temperature, top_k=sampling.top_k or 0, top_p=sampling.top_p or 1.0)
     config = GenerationConfig(**settings)
@@ -470,17 +553,24 @@ def _assisted(pair, prompts: list[str], tokens: int, sampling, key: int) -> Spee
         level = hf_logging.get_verbosity()
         hf_logging.set_verbosity_error()  # its assistant's own generate call warns of transformers' own arguments
         try:
-            with torch.inference_mode(), torch.random.fork_rng(devices=[pair.device] if pair.device.type == "cuda"
-                                                               else []):
+            with (
+                torch.inference_mode(),
+                torch.random.fork_rng(devices=[pair.device] if pair.device.type == "cuda" else []),
+            ):
                 torch.manual_seed(key)  # generate draws from torch's global generator (forked: restored after)
                 for p in prompts:
                     ids = torch.tensor([pair.tokenizer.encode(p)], dtype=torch.long, device=pair.device)
-                    out = target.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config,
-                                          assistant_model=draft)
+                    out = target.generate(
+                        ids, attention_mask=torch.ones_like(ids), generation_config=config, assistant_model=draft
+                    )
                     total += out.shape[1] - ids.shape[1]
         finally:
             hf_logging.set_verbosity(level)
 
     _, s = _timed(pair, run)
-    return SpeedRow(f"Hugging Face assisted generation (K = {K}), one prompt at a time", total, s,
-                    note="transformers' own speculative sampling, same models")
+    return SpeedRow(
+        f"Hugging Face assisted generation (K = {K}), one prompt at a time",
+        total,
+        s,
+        note="transformers' own speculative sampling, same models",
+    )

@@ -7,6 +7,7 @@ does the same for batch speculative decoding with M independent draft chains
 ([Yin] Algorithm 4, corrected description).  Uses only numpy and the standard
 library; it deliberately does not import ``speculab``.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -18,6 +19,7 @@ import numpy as np
 @dataclass(frozen=True)
 class Enumeration:
     """Exact law of (x_0..x_T) plus exact expectations of the decoding counters."""
+
     law: dict
     rejections_per_position: np.ndarray  # (T,) P(position n produced by a rejection)
     bonus_per_position: np.ndarray  # (T,) P(position n is a bonus token)
@@ -51,16 +53,32 @@ class _Tally:
                 self.rej_pos[i] += w
             elif m == "b":
                 self.bonus_pos[i] += w
-        for key, val in (("rej", nr), ("orc", oracle), ("drf", draft), ("acc", na),
-                         ("bon", nb), ("rej2", nr * nr), ("orc2", oracle * oracle)):
+        for key, val in (
+            ("rej", nr),
+            ("orc", oracle),
+            ("drf", draft),
+            ("acc", na),
+            ("bon", nb),
+            ("rej2", nr * nr),
+            ("orc2", oracle * oracle),
+        ):
             self.mom[key] += w * val
 
     def result(self) -> "Enumeration":
         m = self.mom
-        return Enumeration(law=self.law, rejections_per_position=self.rej_pos, bonus_per_position=self.bonus_pos,
-                           rejections=m["rej"], oracle_calls=m["orc"], draft_calls=m["drf"], accepted=m["acc"],
-                           discarded=m["drf"] - m["acc"], bonus=m["bon"], rejections_sq=m["rej2"],
-                           oracle_calls_sq=m["orc2"])
+        return Enumeration(
+            law=self.law,
+            rejections_per_position=self.rej_pos,
+            bonus_per_position=self.bonus_pos,
+            rejections=m["rej"],
+            oracle_calls=m["orc"],
+            draft_calls=m["drf"],
+            accepted=m["acc"],
+            discarded=m["drf"] - m["acc"],
+            bonus=m["bon"],
+            rejections_sq=m["rej2"],
+            oracle_calls_sq=m["orc2"],
+        )
 
 
 def enumerate_decoding(P, Q, rho, B, R, K=None) -> Enumeration:
@@ -352,7 +370,13 @@ def enumerate_sprinter(P, Q, rho, v) -> Enumeration:
         t = len(prefix) - 1
         if t == T:
             law[prefix] = law.get(prefix, 0.0) + w
-            for key, val in (("rej", nrej), ("orc", ncall), ("acc", nacc), ("rej2", nrej * nrej), ("orc2", ncall * ncall)):
+            for key, val in (
+                ("rej", nrej),
+                ("orc", ncall),
+                ("acc", nacc),
+                ("rej2", nrej * nrej),
+                ("orc2", ncall * ncall),
+            ):
                 mom[key] += w * val
             return
         a = prefix[-1]
@@ -375,10 +399,19 @@ def enumerate_sprinter(P, Q, rho, v) -> Enumeration:
     for x0 in range(V):
         if rho[x0] > 0:
             step((x0,), float(rho[x0]), 0, 0, 0)
-    return Enumeration(law=law, rejections_per_position=rej_pos, bonus_per_position=np.zeros(T),
-                       rejections=mom["rej"], oracle_calls=mom["orc"], draft_calls=float(T),
-                       accepted=mom["acc"], discarded=float(T) - mom["acc"], bonus=0.0,
-                       rejections_sq=mom["rej2"], oracle_calls_sq=mom["orc2"])
+    return Enumeration(
+        law=law,
+        rejections_per_position=rej_pos,
+        bonus_per_position=np.zeros(T),
+        rejections=mom["rej"],
+        oracle_calls=mom["orc"],
+        draft_calls=float(T),
+        accepted=mom["acc"],
+        discarded=float(T) - mom["acc"],
+        bonus=0.0,
+        rejections_sq=mom["rej2"],
+        oracle_calls_sq=mom["orc2"],
+    )
 
 
 def enumerate_specdecpp(P, Q, rho, A, h, max_K) -> dict:
@@ -393,7 +426,11 @@ def enumerate_specdecpp(P, Q, rho, A, h, max_K) -> dict:
     B = np.divide(Q, P, out=np.ones_like(P), where=P > Q)
     res = np.maximum(Q - P, 0.0)
     R = np.divide(res, res.sum(-1, keepdims=True), out=np.zeros_like(res), where=res.sum(-1, keepdims=True) > 0)
-    out = {"law": {}, "rej_pos": np.zeros(T), **dict.fromkeys(("rejections", "oracle_calls", "draft_calls", "accepted", "discarded", "bonus"), 0.0)}
+    out = {
+        "law": {},
+        "rej_pos": np.zeros(T),
+        **dict.fromkeys(("rejections", "oracle_calls", "draft_calls", "accepted", "discarded", "bonus"), 0.0),
+    }
 
     def leaf(seq, w, c):
         out["law"][seq] = out["law"].get(seq, 0.0) + w
@@ -479,11 +516,21 @@ if __name__ == "__main__":
     import time
 
     def _enum_gap(a: Enumeration, b: Enumeration) -> float:
-        gaps = [_law_gap(a.law, b.law),
-                float(np.abs(a.rejections_per_position - b.rejections_per_position).max()),
-                float(np.abs(a.bonus_per_position - b.bonus_per_position).max())]
-        for f in ("rejections", "oracle_calls", "draft_calls", "accepted", "discarded", "bonus",
-                  "rejections_sq", "oracle_calls_sq"):
+        gaps = [
+            _law_gap(a.law, b.law),
+            float(np.abs(a.rejections_per_position - b.rejections_per_position).max()),
+            float(np.abs(a.bonus_per_position - b.bonus_per_position).max()),
+        ]
+        for f in (
+            "rejections",
+            "oracle_calls",
+            "draft_calls",
+            "accepted",
+            "discarded",
+            "bonus",
+            "rejections_sq",
+            "oracle_calls_sq",
+        ):
             gaps.append(abs(getattr(a, f) - getattr(b, f)))
         return max(gaps)
 
@@ -507,9 +554,11 @@ if __name__ == "__main__":
                     assert e.rejections <= prev_rej + 1e-12, (name, M, e.rejections, prev_rej)
                     prev_rej = e.rejections
                 extra = f", M=1 vs enumerate_decoding max gap {sd_gap:.1e}" if M == 1 else ""
-                print(f"[{name}] M={M} K={K}: law gap {gap:.1e}, E[rej]={e.rejections:.6f}, "
-                      f"E[calls]={e.oracle_calls:.6f}, E[acc]={e.accepted:.6f}, "
-                      f"E[bonus]={e.bonus:.6f}, {dt:.2f}s{extra}")
+                print(
+                    f"[{name}] M={M} K={K}: law gap {gap:.1e}, E[rej]={e.rejections:.6f}, "
+                    f"E[calls]={e.oracle_calls:.6f}, E[acc]={e.accepted:.6f}, "
+                    f"E[bonus]={e.bonus:.6f}, {dt:.2f}s{extra}"
+                )
 
     _check_batch("dirichlet", P, Q, rho)
     p0, q0 = np.array([0.5, 0.5, 0.0]), np.array([0.2, 0.3, 0.5])

@@ -15,6 +15,7 @@ settings.register_profile("dev", max_examples=60, deadline=None, suppress_health
 settings.register_profile("thorough", max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
+
 def model_device() -> str:
     """Where the real-model tests load the models: the run's ``--device`` option (root ``conftest.py``), default
     ``cpu``, so the same tests run unchanged on a GPU (``./dev test --device cuda``)."""
@@ -108,8 +109,17 @@ def make_agrees(record_property):
     the same quantity, and is not asserted.
     """
 
-    def check(measured, expected, what: str, *, se=None, wrong=None, alternative: str | None = None,
-              wrong_se=None, carried_by: str | None = None) -> None:
+    def check(
+        measured,
+        expected,
+        what: str,
+        *,
+        se=None,
+        wrong=None,
+        alternative: str | None = None,
+        wrong_se=None,
+        carried_by: str | None = None,
+    ) -> None:
         from speculab.counts import Estimate
 
         if isinstance(measured, Estimate):
@@ -126,12 +136,14 @@ def make_agrees(record_property):
         assert not bad.any(), (what, "measured", measured[bad], "expected", expected[bad], "z", z[bad])
         relative = wrong is None
         assert not (relative and np.any((expected == 0) & (se > 0))), (
-            f"{what}: an expected value of 0 has no 10 % error; name a wrong answer (wrong=…, alternative=…)")
+            f"{what}: an expected value of 0 has no 10 % error; name a wrong answer (wrong=…, alternative=…)"
+        )
         if relative:
             wrong = expected * (1 + REL_ERROR)
             exact_only = not np.any(se > 0)  # every entry checked exactly: it refuses any other value, not only 10 %
-            alternative = alternative or (f"{what}: any other value (an exact check)" if exact_only
-                                          else f"{what}: {REL_ERROR:.0%} off")
+            alternative = alternative or (
+                f"{what}: any other value (an exact check)" if exact_only else f"{what}: {REL_ERROR:.0%} off"
+            )
         wrong = np.broadcast_to(np.asarray(wrong, dtype=np.float64), expected.shape)
         gap = np.abs(wrong - expected)
         exact = relative | (gap > roundoff)  # an entry with se = 0 is checked exactly: it refuses any other value
@@ -159,8 +171,12 @@ def agrees_json(agrees, out: dict, names=None) -> None:
     """The simulated counts of a ``speculab sim --json`` output against its own theory, each through ``agrees``
     (the output carries every count's mean and standard error beside the theory it is held against)."""
     for name in names or out["z"]:
-        agrees(out["counts"][name]["mean"], out["theory"][name], f"{name} (speculab sim --json)",
-               se=out["counts"][name]["se"])
+        agrees(
+            out["counts"][name]["mean"],
+            out["theory"][name],
+            f"{name} (speculab sim --json)",
+            se=out["counts"][name]["se"],
+        )
 
 
 def claims_of(module, result: dict) -> list[dict]:

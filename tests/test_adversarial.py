@@ -55,17 +55,31 @@ PAIR_FUNCTIONS = {
 }
 
 BAD_DISTRIBUTIONS = {
-    "nan": [np.nan, 0.5, 0.5], "inf": [np.inf, 0.0, 0.0], "negative": [-0.1, 0.6, 0.5], "sum 0.6": [0.3, 0.2, 0.1],
-    "sum 1.01": [0.51, 0.3, 0.2], "complex": np.array([0.5 + 0j, 0.3, 0.2]),
-    "complex objects": np.array([0.5 + 1j, 0.3, 0.2], dtype=object), "text": "abc", "None": None, "empty": [],
-    "other vocabulary": [0.5, 0.5], "ragged": [[0.5, 0.3, 0.2], [0.2, 0.3]], "scalar": 1.0,
+    "nan": [np.nan, 0.5, 0.5],
+    "inf": [np.inf, 0.0, 0.0],
+    "negative": [-0.1, 0.6, 0.5],
+    "sum 0.6": [0.3, 0.2, 0.1],
+    "sum 1.01": [0.51, 0.3, 0.2],
+    "complex": np.array([0.5 + 0j, 0.3, 0.2]),
+    "complex objects": np.array([0.5 + 1j, 0.3, 0.2], dtype=object),
+    "text": "abc",
+    "None": None,
+    "empty": [],
+    "other vocabulary": [0.5, 0.5],
+    "ragged": [[0.5, 0.3, 0.2], [0.2, 0.3]],
+    "scalar": 1.0,
 }
 BAD_SCALARS = {
     "M": {"0": 0, "negative": -1, "fraction": 1.5, "nan": np.nan, "text": "2", "bool": True},
     "eps": {"nan": np.nan, "negative": -0.5, "text": "x", "inf": np.inf},
     "eta_fp": {"nan": np.nan, "negative": -0.5, "above 1": 1.5, "text": "x"},
-    "b": {"nan": [np.nan, 1, 1], "above 1": [1.5, 1, 1], "negative": [-0.1, 1, 1], "other vocabulary": [1, 1],
-          "text": "abc"},
+    "b": {
+        "nan": [np.nan, 1, 1],
+        "above 1": [1.5, 1, 1],
+        "negative": [-0.1, 1, 1],
+        "other vocabulary": [1, 1],
+        "text": "abc",
+    },
 }
 
 
@@ -82,13 +96,21 @@ def _call(name, **bad):
 def _refused(argument, call):
     with pytest.raises(ValueError) as info:
         call()
-    assert re.search(rf"\b{re.escape(argument)}\b", str(info.value)), f"the message does not name {argument}: {info.value}"
+    assert re.search(rf"\b{re.escape(argument)}\b", str(info.value)), (
+        f"the message does not name {argument}: {info.value}"
+    )
 
 
-DISTRIBUTION_CASES = [(name, arg, label) for name, (f, _) in PAIR_FUNCTIONS.items()
-                      for arg in ("p", "q") if arg in f.__code__.co_varnames for label in BAD_DISTRIBUTIONS]
-SCALAR_CASES = [(name, arg, label) for name, (f, extra) in PAIR_FUNCTIONS.items()
-                for arg in extra for label in BAD_SCALARS[arg]]
+DISTRIBUTION_CASES = [
+    (name, arg, label)
+    for name, (f, _) in PAIR_FUNCTIONS.items()
+    for arg in ("p", "q")
+    if arg in f.__code__.co_varnames
+    for label in BAD_DISTRIBUTIONS
+]
+SCALAR_CASES = [
+    (name, arg, label) for name, (f, extra) in PAIR_FUNCTIONS.items() for arg in extra for label in BAD_SCALARS[arg]
+]
 
 
 @pytest.mark.parametrize("name, argument, label", DISTRIBUTION_CASES)
@@ -124,8 +146,11 @@ def corrupted(draw):
     return V, p
 
 
-@given(corrupted(), st.sampled_from(sorted(name for name in PAIR_FUNCTIONS if name != "rejection_probability")),
-       st.sampled_from(["p", "q"]))
+@given(
+    corrupted(),
+    st.sampled_from(sorted(name for name in PAIR_FUNCTIONS if name != "rejection_probability")),
+    st.sampled_from(["p", "q"]),
+)
 def test_corrupted_distributions_are_refused_by_name(case, name, argument):
     V, bad = case
     rng = np.random.default_rng(V)
@@ -172,8 +197,18 @@ def _write(path, how: str):
         path.mkdir()
 
 
-FILE_CASES = ["missing", "empty", "random bytes", "text", "truncated", "pickle", "object arrays", "npy", "other zip",
-              "folder"]
+FILE_CASES = [
+    "missing",
+    "empty",
+    "random bytes",
+    "text",
+    "truncated",
+    "pickle",
+    "object arrays",
+    "npy",
+    "other zip",
+    "folder",
+]
 
 
 @pytest.mark.parametrize("how", FILE_CASES)
@@ -216,8 +251,12 @@ CLI_CASES = [
     (["sim", "--T", "0"], 2, "argument --T: must be an integer >= 1; got 0"),
     (["sim", "--T", "abc"], 2, "invalid int value"),
     (["sim", "--V", "1"], 2, "argument --V: must be an integer >= 2; got 1"),
-    (["sim", "--V", "100000000", "--T", "100000"], 1, "out of memory (MemoryError: --T 100000 --V 100000000: the "
-     "instance's 2·T·V² = 2,000,000,000,000,000,000,000 float64 values); use a smaller --T or --V"),
+    (
+        ["sim", "--V", "100000000", "--T", "100000"],
+        1,
+        "out of memory (MemoryError: --T 100000 --V 100000000: the "
+        "instance's 2·T·V² = 2,000,000,000,000,000,000,000 float64 values); use a smaller --T or --V",
+    ),
     (["sim", "--n-runs", "-5"], 2, "argument --n-runs: must be"),
     (["sim", "--K", "0"], 2, "argument --K: must be an integer >= 1 (omit --K for ∞); got 0"),
     (["sim", "--engine", "foo"], 2, "invalid choice"),
@@ -225,21 +264,32 @@ CLI_CASES = [
     (["sim", "--seed", str(2**64)], 2, "argument --seed: must be an integer in"),
     (["sim", "--seed", "-1"], 2, "argument --seed: must be an integer in [0, "),
     (["sim", "--eps", "0.1"], 2, "--eps does not apply"),
-    (["sim", "--method", "batch", "--M", str(10**20)], 2,
-     "argument --M: must be an integer in [1, 9,007,199,254,740,992]"),
+    (
+        ["sim", "--method", "batch", "--M", str(10**20)],
+        2,
+        "argument --M: must be an integer in [1, 9,007,199,254,740,992]",
+    ),
     (["theory", "batch", "--M", str(10**20)], 2, "argument --M: must be a whole number in [1, 2^53] or 'inf'"),
     (["sim", "--method", "fuzzy", "--theta", "-1"], 2, "argument --theta: must be a number >= 0; got -1.0"),
-    (["sim", "--method", "sprinter", "--eta-tp", "2", "--eta-fp", "0"], 2,
-     "argument --eta-tp: must be a number in [0, 1]"),
+    (
+        ["sim", "--method", "sprinter", "--eta-tp", "2", "--eta-fp", "0"],
+        2,
+        "argument --eta-tp: must be a number in [0, 1]",
+    ),
     (["theory", "batch", "--M", "0"], 2, "argument --M: must be"),
     (["theory", "batch", "--M", "abc"], 2, "argument --M: must be"),
     (["theory", "rejections", "--instance", "/etc/passwd"], 2, "not a speculab Markov instance"),
-    (["theory", "rejections", "--T", "5", "--V", "3", "--concentration", "-1"], 2,
-     "argument --concentration: must be a finite number > 0"),
-    (["instance", "--T", "3"], 2, "--out"), (["repro", "nonexist"], 2, "unknown figure"),
+    (
+        ["theory", "rejections", "--T", "5", "--V", "3", "--concentration", "-1"],
+        2,
+        "argument --concentration: must be a finite number > 0",
+    ),
+    (["instance", "--T", "3"], 2, "--out"),
+    (["repro", "nonexist"], 2, "unknown figure"),
     (["repro", "yin-fig2a", "--n-runs", "0"], 2, "argument --n-runs"),
     (["models", "build-tiny", "--out", "/proc/speculab-cannot-write"], 1, "cannot write"),
-    ([], 2, "required"), (["bogus"], 2, "invalid choice"),
+    ([], 2, "required"),
+    (["bogus"], 2, "invalid choice"),
     (["run", "--pair", "tiny", "--device", "foo"], 2, "device"),
     (["run", "--draft", "/nonexistent-draft", "--target", "/nonexistent-target"], 2, "no model folder"),
     (["compare", "--pair", "tiny", "--runs-per-prompt", "0"], 2, "argument --runs-per-prompt"),
@@ -250,8 +300,11 @@ CLI_CASES = [
     (["run", "--pair", "tiny", "--max-new-tokens", "0"], 2, "argument --max-new-tokens"),
     (["run", "--pair", "tiny", "--resume"], 2, "--resume needs --checkpoint"),
     (["run", "--pair", "tiny", "--checkpoint", ""], 2, "folder must be a path"),
-    (["compare", "--pair", "tiny", "--checkpoint", "/nonexistent-speculab-journal", "--resume"], 2,
-     "nothing to resume"),
+    (
+        ["compare", "--pair", "tiny", "--checkpoint", "/nonexistent-speculab-journal", "--resume"],
+        2,
+        "nothing to resume",
+    ),
     (["compare", "--pair", "tiny", "--batch-size", "0"], 2, "argument --batch-size"),
     (["run", "--pair", "tiny", "--batch-size", "-2"], 2, "argument --batch-size"),
 ]
@@ -295,19 +348,36 @@ def _backend_cases():
         "NGramModel(2-D ids)": (lambda t: NGramModel([[1, 2]], 2, 5), "token_ids"),
         "NGramModel(vocab_size=0)": (lambda t: NGramModel([1, 2], 2, 0), "vocab_size"),
         "PromptLookupModel(vocab_size=0)": (lambda t: PromptLookupModel(0), "vocab_size"),
-        "decode(on_round=3)": (lambda t: __import__("speculab.backends", fromlist=["decode"]).decode(
-            t, ["a"], SD(), key=0, on_round=3), "on_round"),
-        "speed_check(same prompt ×4)": (lambda t: speed_check(t, ["a"] * 4, SD(K=2), max_new_tokens=4, key=0),
-                                        "distinct"),
-        "speed_check(Autoregressive)": (lambda t: speed_check(t, ["a", "b", "c", "d"], Autoregressive(),
-                                                              max_new_tokens=4, key=0), "method"),
+        "decode(on_round=3)": (
+            lambda t: __import__("speculab.backends", fromlist=["decode"]).decode(t, ["a"], SD(), key=0, on_round=3),
+            "on_round",
+        ),
+        "speed_check(same prompt ×4)": (
+            lambda t: speed_check(t, ["a"] * 4, SD(K=2), max_new_tokens=4, key=0),
+            "distinct",
+        ),
+        "speed_check(Autoregressive)": (
+            lambda t: speed_check(t, ["a", "b", "c", "d"], Autoregressive(), max_new_tokens=4, key=0),
+            "method",
+        ),
     }
 
 
-@pytest.mark.parametrize("case", ["ngram_draft(str)", "timed_decode([])", "NGramModel(alpha=inf)",
-                                  "NGramModel(float ids)", "NGramModel(2-D ids)", "NGramModel(vocab_size=0)",
-                                  "PromptLookupModel(vocab_size=0)", "decode(on_round=3)",
-                                  "speed_check(same prompt ×4)", "speed_check(Autoregressive)"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "ngram_draft(str)",
+        "timed_decode([])",
+        "NGramModel(alpha=inf)",
+        "NGramModel(float ids)",
+        "NGramModel(2-D ids)",
+        "NGramModel(vocab_size=0)",
+        "PromptLookupModel(vocab_size=0)",
+        "decode(on_round=3)",
+        "speed_check(same prompt ×4)",
+        "speed_check(Autoregressive)",
+    ],
+)
 def test_backend_inputs_are_refused_by_name(tiny, case):
     call, argument = _backend_cases()[case]
     _refused(argument, lambda: call(tiny))
@@ -353,8 +423,13 @@ def _method_cases():
         seen.add(type(method))
         for field, f in cli_params(type(method)).items():
             for value in bad.get(f.metadata.get("type"), []):
-                cases.append(pytest.param(lambda m=method, k=field, v=value: dataclasses.replace(m, **{k: v}), field,
-                                          id=f"{type(method).__name__}({field}={value!r})"))
+                cases.append(
+                    pytest.param(
+                        lambda m=method, k=field, v=value: dataclasses.replace(m, **{k: v}),
+                        field,
+                        id=f"{type(method).__name__}({field}={value!r})",
+                    )
+                )
     return cases
 
 
@@ -406,16 +481,32 @@ def test_every_function_of_an_instance_refuses_anything_else_by_name():
         f = getattr(theory, name)
         if inspect.isfunction(f) and list(inspect.signature(f).parameters)[:1] == ["inst"]:
             checked.append(f)
-    methods = [cls(**{"sd": {}, "ar": {}, "batch": {"M": 2}, "rejection": {"b": lambda p, q: 0 * p},
-                      "biased": {"eps": 0.1}, "fuzzy": {"theta": 0.1}, "sprinter": {"eta_tp": 0.5, "eta_fp": 0.5},
-                      "specdecpp": {"h": 0.5}, "block": {"K": 2}, "optimal-batch": {"M": 2}}[name])
-               for name, cls in REGISTRY.items()]
+    methods = [
+        cls(
+            **{
+                "sd": {},
+                "ar": {},
+                "batch": {"M": 2},
+                "rejection": {"b": lambda p, q: 0 * p},
+                "biased": {"eps": 0.1},
+                "fuzzy": {"theta": 0.1},
+                "sprinter": {"eta_tp": 0.5, "eta_fp": 0.5},
+                "specdecpp": {"h": 0.5},
+                "block": {"K": 2},
+                "optimal-batch": {"M": 2},
+            }[name]
+        )
+        for name, cls in REGISTRY.items()
+    ]
     assert len(checked) >= 20 and len(methods) == len(REGISTRY)
     for bad in ("inst.npz", np.ones((3, 2, 2)), None):
         for f in checked:
             with pytest.raises(ValueError, match=r"^inst must be a MarkovInstance"):
-                f(bad, *[0.5] * (sum(p.default is inspect.Parameter.empty
-                                     for p in inspect.signature(f).parameters.values()) - 1))
+                f(
+                    bad,
+                    *[0.5]
+                    * (sum(p.default is inspect.Parameter.empty for p in inspect.signature(f).parameters.values()) - 1),
+                )
         for method in methods:
             with pytest.raises(ValueError, match=r"^inst must be a MarkovInstance"):
                 method.expected(bad)

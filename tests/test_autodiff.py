@@ -29,17 +29,23 @@ def x64():
 def _instances():
     rng = np.random.default_rng(4)
     Pm, Qm = rng.dirichlet(np.full(5, 0.6), size=5), rng.dirichlet(np.full(5, 0.6), size=5)
-    return [MarkovInstance.random(9, 4, 0, concentration=0.5),
-            MarkovInstance.random(2, 4, 1, concentration=0.5),  # two stored positions, each read at its own step
-            MarkovInstance.stationary(Pm, Qm, T=11, rho=Qm[1]),
-            MarkovInstance.context_free(Pm[0], Qm[0], T=7)]
+    return [
+        MarkovInstance.random(9, 4, 0, concentration=0.5),
+        MarkovInstance.random(2, 4, 1, concentration=0.5),  # two stored positions, each read at its own step
+        MarkovInstance.stationary(Pm, Qm, T=11, rho=Qm[1]),
+        MarkovInstance.context_free(Pm[0], Qm[0], T=7),
+    ]
 
 
 @pytest.mark.parametrize("inst", _instances(), ids=["random", "random T=2", "stationary", "context-free"])
 def test_jax_theory_is_the_numpy_theory(inst):
     P, Q, rho, T = ad.arrays_of(inst)
-    np.testing.assert_allclose(ad.sd_expected_rejections(P, Q, rho, T).rejections_per_position,
-                               sd_expected_rejections(inst).rejections_per_position, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(
+        ad.sd_expected_rejections(P, Q, rho, T).rejections_per_position,
+        sd_expected_rejections(inst).rejections_per_position,
+        rtol=0,
+        atol=1e-12,
+    )
     for M in (1, 3, np.inf):
         a, b = ad.batch_expected_rejections(P, Q, rho, M, T), batch_expected_rejections(inst, M)
         np.testing.assert_allclose(a.rejections_per_position, b.rejections_per_position, rtol=0, atol=1e-12)
@@ -49,7 +55,8 @@ def test_jax_theory_is_the_numpy_theory(inst):
         for name in COUNTS:
             assert float(getattr(a, name)) == pytest.approx(getattr(b, name), abs=1e-10), (K, M, name)
     assert float(ad.latency(P, Q, rho, 3, 0.2, 1.0, T=T)) == pytest.approx(
-        lookahead_counts(inst, 3).latency(0.2, 1.0), abs=1e-12)
+        lookahead_counts(inst, 3).latency(0.2, 1.0), abs=1e-12
+    )
     kl = ad.along_target(lambda p, q: kernels.kl(q, p), P, Q, rho, T)
     mu = inst.marginals()[:-1]
     np.testing.assert_allclose(kl, np.einsum("na,na->n", mu, kernels.kl(inst.Q, inst.P)), rtol=1e-12)
@@ -84,7 +91,8 @@ def test_compiled_and_differentiated_in_one_call():
     inst = MarkovInstance.random(5, 3, 0)
     P, Q, rho, T = ad.arrays_of(inst)
     value, grad = jax.jit(jax.value_and_grad(lambda L: ad.latency(ad.draft_from_logits(L), Q, rho, 2, 0.1, 1.0, T=T)))(
-        jnp.log(P))
+        jnp.log(P)
+    )
     assert float(value) == pytest.approx(lookahead_counts(inst, 2).latency(0.1, 1.0), abs=1e-12)
     assert grad.shape == P.shape
 
@@ -119,9 +127,12 @@ def test_bad_horizons_are_refused():
 def test_bad_values_are_refused_where_they_exist():
     """Concrete kernels are checked as distributions (under ``jax.grad`` only their shapes can be)."""
     P, Q, rho, _ = ad.arrays_of(MarkovInstance.random(5, 3, 0))
-    cases = [(P.at[0, 0, 0].set(jnp.nan), Q, rho, "P must be finite"),
-             (P.at[0, 0].set(jnp.array([1.5, -0.5, 0.0])), Q, rho, "P must be non-negative"),
-             (P, 2 * Q, rho, "Q must sum to 1"), (P, Q, 3 * rho, "rho must sum to 1")]
+    cases = [
+        (P.at[0, 0, 0].set(jnp.nan), Q, rho, "P must be finite"),
+        (P.at[0, 0].set(jnp.array([1.5, -0.5, 0.0])), Q, rho, "P must be non-negative"),
+        (P, 2 * Q, rho, "Q must sum to 1"),
+        (P, Q, 3 * rho, "rho must sum to 1"),
+    ]
     for bad_P, bad_Q, bad_rho, match in cases:
         with pytest.raises(ValueError, match=match):
             ad.sd_expected_rejections(bad_P, bad_Q, bad_rho)
@@ -176,5 +187,6 @@ def test_rows_that_change_with_the_position_but_not_the_context():
     rho = rng.dirichlet(np.ones(V))
     full = MarkovInstance(np.repeat(p[:, None], V, axis=1), np.repeat(q[:, None], V, axis=1), rho)
     got = ad.sd_expected_rejections(jnp.asarray(p[:, None]), jnp.asarray(q[:, None]), jnp.asarray(rho))
-    np.testing.assert_allclose(got.rejections_per_position, sd_expected_rejections(full).rejections_per_position,
-                               rtol=0, atol=1e-12)
+    np.testing.assert_allclose(
+        got.rejections_per_position, sd_expected_rejections(full).rejections_per_position, rtol=0, atol=1e-12
+    )

@@ -46,11 +46,16 @@ def test_greedy_sd_equals_target_greedy_and_hf_assisted(pair, K):
     for prompt, mine in zip(prompts, ours.tokens):
         ids = torch.tensor([tok.encode(prompt)], device=pair.device)
         out = pair.target.model.generate(
-            ids, attention_mask=torch.ones_like(ids), assistant_model=pair.draft.model, do_sample=False,
-            max_new_tokens=24, num_assistant_tokens=K, num_assistant_tokens_schedule="constant",
+            ids,
+            attention_mask=torch.ones_like(ids),
+            assistant_model=pair.draft.model,
+            do_sample=False,
+            max_new_tokens=24,
+            num_assistant_tokens=K,
+            num_assistant_tokens_schedule="constant",
             pad_token_id=tok.eos_token_id,
         )
-        assert out[0, ids.size(1):].tolist() == mine
+        assert out[0, ids.size(1) :].tolist() == mine
 
 
 def test_greedy_batch_and_ngram_drafts_are_exact(pair):
@@ -80,8 +85,10 @@ def _second_token_laws(pair, sampling, prompt=PROMPT):
     base = pair.tokenizer.encode(prompt)
     ids = torch.tensor([base + [int(x)] for x in support], device=pair.device)
     with torch.no_grad():
-        Q2, P2 = (sampling.probs(model(ids).logits[:, -1, : pair.vocab_size].float()).double().cpu().numpy()
-                  for model in (pair.target.model, pair.draft.model))
+        Q2, P2 = (
+            sampling.probs(model(ids).logits[:, -1, : pair.vocab_size].float()).double().cpu().numpy()
+            for model in (pair.target.model, pair.draft.model)
+        )
     return q1[support] / q1[support].sum(), support, Q2, P2
 
 
@@ -100,8 +107,13 @@ def _wrong_second_token_rows(bug: str, pair, sampling, Q2, P2, support):
     q1 = torch.from_numpy(_exact_first_token_law(pair, sampling))
     R1, u1 = _residual_chain(q1, torch.from_numpy(_exact_first_token_law(pair, sampling, model=pair.draft.model)), 3)
     rejected = (R1 * u1.numpy() / np.where(q1.numpy() > 0, q1.numpy(), 1.0))[support][:, None]
-    root = np.stack([q - R * u.numpy() + R * q for q, p in zip(Q2, P2)
-                     for R, u in [_residual_chain(torch.from_numpy(q), torch.from_numpy(p), 3)]])
+    root = np.stack(
+        [
+            q - R * u.numpy() + R * q
+            for q, p in zip(Q2, P2)
+            for R, u in [_residual_chain(torch.from_numpy(q), torch.from_numpy(p), 3)]
+        ]
+    )
     return (1 - rejected) * sd + rejected * root
 
 
@@ -126,8 +138,14 @@ SAMPLING_IDS = ["t1", "t0.7-k50", "t1.2-p0.9"]
 # 1,200, batch SD's needs 4,800 but at top-k 50, which concentrates the laws), and that the directed second-token
 # check refuses the same bugs at the second position (at 1,200 runs: 0.92–0.96 for SD, 0.77 for batch SD at top-k
 # 50; the second-token G-test has 0.004–0.38)
-N_LAW = {("sd", "t1"): 2000, ("sd", "t0.7-k50"): 2000, ("sd", "t1.2-p0.9"): 2000,
-         ("batch", "t1"): 4800, ("batch", "t0.7-k50"): 2400, ("batch", "t1.2-p0.9"): 4800}
+N_LAW = {
+    ("sd", "t1"): 2000,
+    ("sd", "t0.7-k50"): 2000,
+    ("sd", "t1.2-p0.9"): 2000,
+    ("batch", "t1"): 4800,
+    ("batch", "t0.7-k50"): 2400,
+    ("batch", "t1.2-p0.9"): 4800,
+}
 
 
 # The real-model ``compare`` rows run on a handful of prompts, a size set by cost: against a 10 % error their power
@@ -142,8 +160,13 @@ def _compare_rows_agree(agrees, comp, label: str, carried_by: str = COMPARE_CARR
     with its power recorded only."""
     for row in comp.rows:
         if math.isfinite(row.z):
-            agrees(row.measured, row.predicted, f"{label}: {row.quantity}",
-                   se=math.hypot(row.predicted_se, row.measured_se), carried_by=carried_by)
+            agrees(
+                row.measured,
+                row.predicted,
+                f"{label}: {row.quantity}",
+                se=math.hypot(row.predicted_se, row.measured_se),
+                carried_by=carried_by,
+            )
 
 
 def _directed_z(samples: np.ndarray, q: np.ndarray, p: np.ndarray) -> float:
@@ -154,8 +177,9 @@ def _directed_z(samples: np.ndarray, q: np.ndarray, p: np.ndarray) -> float:
     return (float(inside[samples].mean()) - qa) / math.sqrt(qa * (1 - qa) / samples.size)
 
 
-@pytest.mark.parametrize("method", [pytest.param(SD(K=2), id="sd"),
-                                    pytest.param(BatchSD(3, K=2), id="batch", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "method", [pytest.param(SD(K=2), id="sd"), pytest.param(BatchSD(3, K=2), id="batch", marks=pytest.mark.slow)]
+)
 @pytest.mark.parametrize("sampling", SAMPLINGS, ids=SAMPLING_IDS)
 def test_first_tokens_follow_the_target_law(pair, method, sampling, agrees, record_property):
     bug, at = "batch" if isinstance(method, BatchSD) else "sd", SAMPLING_IDS[SAMPLINGS.index(sampling)]
@@ -167,8 +191,16 @@ def test_first_tokens_follow_the_target_law(pair, method, sampling, agrees, reco
     p = _exact_first_token_law(pair, sampling, model=pair.draft.model)
     assert abs(_directed_z(first, q, p)) < Z_BOUND
     what = "SD's" if bug == "sd" else "batch SD's (M = 3)"
-    second_token_law_agrees(agrees, record_property, pair, sampling, res.tokens, bug,
-                            f"{what} corrections drawn from q at the second position", f"{method!r}, {at}")
+    second_token_law_agrees(
+        agrees,
+        record_property,
+        pair,
+        sampling,
+        res.tokens,
+        bug,
+        f"{what} corrections drawn from q at the second position",
+        f"{method!r}, {at}",
+    )
 
 
 def second_token_law_agrees(agrees, record_property, pair, sampling, tokens, bug: str, named: str, label: str):
@@ -181,16 +213,24 @@ def second_token_law_agrees(agrees, record_property, pair, sampling, tokens, bug
     n = len(pairs)
     assert _gof_pvalue(pairs[:, 1], w @ Q2) > 1e-4
     wrong = _wrong_second_token_rows(bug, pair, sampling, Q2, P2, support)
-    record_property("power", f"{_gtest_power(w @ wrong, w @ Q2, n):.6f} | {label} second-token G-test (N = {n:,}): "
-                             f"{named} [not asserted: carried by the directed second-token check]")
+    record_property(
+        "power",
+        f"{_gtest_power(w @ wrong, w @ Q2, n):.6f} | {label} second-token G-test (N = {n:,}): "
+        f"{named} [not asserted: carried by the directed second-token check]",
+    )
     inside = Q2 > P2
     rows = np.searchsorted(support, pairs[:, 0])
     assert np.all(support[rows] == pairs[:, 0])
     share, wrong_share = float(w @ (Q2 * inside).sum(axis=1)), float(w @ (wrong * inside).sum(axis=1))
-    agrees(float(inside[rows, pairs[:, 1]].mean()), share, f"{label} second tokens in A(x1)",
-           se=math.sqrt(share * (1 - share) / n), wrong=wrong_share,
-           wrong_se=math.sqrt(wrong_share * (1 - wrong_share) / n),
-           alternative=f"{label} second tokens in A(x1) (N = {n:,}): {named}")
+    agrees(
+        float(inside[rows, pairs[:, 1]].mean()),
+        share,
+        f"{label} second tokens in A(x1)",
+        se=math.sqrt(share * (1 - share) / n),
+        wrong=wrong_share,
+        wrong_se=math.sqrt(wrong_share * (1 - wrong_share) / n),
+        alternative=f"{label} second tokens in A(x1) (N = {n:,}): {named}",
+    )
 
 
 def _wrong_first_token_laws(q, p):
@@ -232,14 +272,22 @@ def test_the_law_tests_have_power(pair, sampling, record_property):
     the exact laws of the pair; and it refuses samples from the draft's law (what a verifier accepting everything
     would output) in a real run."""
     at = SAMPLING_IDS[SAMPLINGS.index(sampling)]
-    q, p = (law / law.sum() for law in (_exact_first_token_law(pair, sampling),
-                                        _exact_first_token_law(pair, sampling, model=pair.draft.model)))
+    q, p = (
+        law / law.sum()
+        for law in (
+            _exact_first_token_law(pair, sampling),
+            _exact_first_token_law(pair, sampling, model=pair.draft.model),
+        )
+    )
     for bug, wrong in _wrong_first_token_laws(q, p).items():
         assert abs(wrong.sum() - 1) < 1e-12
         n = N_LAW[bug, at]
         what = "SD's correction" if bug == "sd" else "batch SD's (M = 3) root correction"
-        assert_power(record_property, f"real-model first-token law, {at} (N = {n:,}): {what} drawn from q",
-                     _law_test_power(wrong, q, p, n))
+        assert_power(
+            record_property,
+            f"real-model first-token law, {at} (N = {n:,}): {what} drawn from q",
+            _law_test_power(wrong, q, p, n),
+        )
         assert _law_test_power(q, q, p, n) < 1e-3  # the right law is (almost) never refused
     draft_only = load_pair(pair.draft, "tiny-draft", device=model_device())  # AR from the draft model
     res = decode(draft_only, [PROMPT] * 1200, Autoregressive(), max_new_tokens=1, sampling=sampling, key=7)
@@ -268,8 +316,13 @@ def test_the_target_reads_each_token_once_and_the_draft_runs_once_per_draft(pair
     fed = {"target": [], "draft": []}
     for name in fed:
         model = getattr(pair, name)
-        monkeypatch.setattr(model, "extend", lambda state, tokens, _f=model.extend, _n=name, **kw:
-                            fed[_n].append(tokens.shape) or _f(state, tokens, **kw))
+        monkeypatch.setattr(
+            model,
+            "extend",
+            lambda state, tokens, _f=model.extend, _n=name, **kw: (
+                fed[_n].append(tokens.shape) or _f(state, tokens, **kw)
+            ),
+        )
     prompt = pair.tokenizer.encode(default_prompts()[0])
     res = decode(pair, [prompt], method, max_new_tokens=24, key=4, batch_size=1)
     drafted = res.rounds[0].drafted
@@ -308,7 +361,9 @@ def test_bonus_and_target_positions_are_recorded_as_samples_of_q(pair, method):
         for kind, reject in ((2, 0.0), (3, 1.0)):
             at = rec.kind == kind
             seen |= {kind} if at.any() else set()
-            assert np.all(rec.reject_prob[at] == reject) and np.all(rec.loss_tv[at] == 0) and np.all(rec.loss_kl[at] == 0)
+            assert (
+                np.all(rec.reject_prob[at] == reject) and np.all(rec.loss_tv[at] == 0) and np.all(rec.loss_kl[at] == 0)
+            )
             assert np.all(np.isnan(rec.tv[at])) and np.all(np.isnan(rec.accept_prob[at]))
     assert seen == ({3} if isinstance(method, Autoregressive) else {2})
 
@@ -373,11 +428,19 @@ def test_bonus_tokens_come_as_often_as_full_blocks_are_accepted(pair, batch_size
         x = info.drafts[0][:, None]
         return float(torch.prod(torch.clamp(num.gather(-1, x)[:, 0] / den.gather(-1, x)[:, 0], max=1.0)))
 
-    seen = lambda info: rounds.setdefault(info.run, []).append(  # noqa: E731
-        (info.drafts[0].tolist(), info.accepted, full(info, info.q[0, :-1], info.p[0]),
-         full(info, info.p[0], info.q[0, :-1])))
-    res = decode(pair, default_prompts()[:16], SD(K=K), max_new_tokens=n_new, key=11, on_round=seen,
-                 batch_size=batch_size)
+    seen = (  # noqa: E731
+        lambda info: rounds.setdefault(info.run, []).append(
+            (
+                info.drafts[0].tolist(),
+                info.accepted,
+                full(info, info.q[0, :-1], info.p[0]),
+                full(info, info.p[0], info.q[0, :-1]),
+            )
+        )
+    )
+    res = decode(
+        pair, default_prompts()[:16], SD(K=K), max_new_tokens=n_new, key=11, on_round=seen, batch_size=batch_size
+    )
     observed = predicted = variance = backwards = 0.0
     for run, rec in enumerate(res.records):
         kinds, pos = rec.kind.tolist(), 0
@@ -391,12 +454,28 @@ def test_bonus_tokens_come_as_often_as_full_blocks_are_accepted(pair, batch_size
             pos += tau + (after in (1, 2))
         assert pos == len(kinds)
     assert predicted > 30
-    agrees(observed, predicted, "bonus tokens on real models (16 prompts, K = 2)", se=math.sqrt(variance),
-           wrong=backwards, alternative="bonus tokens on real models (16 prompts, K = 2): acceptance min(1, p/q)")
+    agrees(
+        observed,
+        predicted,
+        "bonus tokens on real models (16 prompts, K = 2)",
+        se=math.sqrt(variance),
+        wrong=backwards,
+        alternative="bonus tokens on real models (16 prompts, K = 2): acceptance min(1, p/q)",
+    )
 
 
-@pytest.mark.parametrize("method", [Autoregressive(), SD(K=3), BatchSD(M=2, K=2), Biased(0.2, "opt", K=2),
-                                    Fuzzy(0.3, "js", K=2), BlockVerification(3)], ids=repr)
+@pytest.mark.parametrize(
+    "method",
+    [
+        Autoregressive(),
+        SD(K=3),
+        BatchSD(M=2, K=2),
+        Biased(0.2, "opt", K=2),
+        Fuzzy(0.3, "js", K=2),
+        BlockVerification(3),
+    ],
+    ids=repr,
+)
 def test_recorded_target_logprobs_are_the_targets_own(pair, method):
     """Every output token's recorded ``log q`` is the warped target's log-probability at its position, read off
     one uncached forward pass of the target over prompt + output (an off-by-one in any row or slot fails)."""
@@ -406,7 +485,7 @@ def test_recorded_target_logprobs_are_the_targets_own(pair, method):
     for prompt, out, rec in zip(prompts, res.tokens, res.records):
         ids = torch.tensor([prompt + out], device=pair.device)
         with torch.no_grad():
-            logits = pair.target.model(input_ids=ids).logits[0, len(prompt) - 1:-1, :pair.vocab_size]
+            logits = pair.target.model(input_ids=ids).logits[0, len(prompt) - 1 : -1, : pair.vocab_size]
         q = sampling.probs(logits.double()).cpu()
         want = torch.log(q[torch.arange(len(out)), torch.tensor(out)]).numpy()
         np.testing.assert_allclose(rec.target_logprob, want, atol=2e-4)
@@ -435,8 +514,7 @@ def test_batch_sd_roots_record_their_rejection_and_correct_from_the_last_residua
     M = 3
     rounds = {}
     seen = lambda info: rounds.setdefault(info.run, []).append(info)  # noqa: E731
-    res = decode(pair, default_prompts()[:16], BatchSD(M, K=2), max_new_tokens=24, key=13, on_round=seen,
-                 batch_size=1)
+    res = decode(pair, default_prompts()[:16], BatchSD(M, K=2), max_new_tokens=24, key=13, on_round=seen, batch_size=1)
     outside, corrections = 0.0, 0
     for run, rec in enumerate(res.records):
         kinds, pos = rec.kind.tolist(), 0
@@ -457,8 +535,11 @@ def test_batch_sd_roots_record_their_rejection_and_correct_from_the_last_residua
         # the output ends at the horizon or after an accepted EOS (a block of M > 1 rows is not cut there)
         assert pos == len(kinds) or (pos > len(kinds) and rec.tokens[-1] == pair.eos_token_id)
     assert corrections > 0 and outside > 20, (corrections, outside)  # power above 1 − e^{-20}
-    assert_power(record_property, "batch SD (M = 3) real-model roots, exact support check (16 runs): the root "
-                 "correction drawn from q", -math.expm1(-outside))
+    assert_power(
+        record_property,
+        "batch SD (M = 3) real-model roots, exact support check (16 runs): the root correction drawn from q",
+        -math.expm1(-outside),
+    )
 
 
 def test_biased_records_sit_on_the_pareto_line(pair):
@@ -487,7 +568,9 @@ def test_repro_yin_table1(tmp_path, monkeypatch):
     win = next(r for r in rows if r["quantity"] == "OPT win rate over UNO, ε = 0.1")
     assert win["paper"] == "53% (RM-Mistral-7B), 54.5% (GPT-4)"
     at = result["eps"]["0.1"]
-    assert win["measured"].startswith(pm(at["opt_win_rate"], at["opt_win_rate_se"], 2) + " (judge: target log-likelihood")
+    assert win["measured"].startswith(
+        pm(at["opt_win_rate"], at["opt_win_rate_se"], 2) + " (judge: target log-likelihood"
+    )
     tv = next(r for r in rows if r["quantity"].startswith("exact per-token TV"))
     first = result["eps"]["0.01"]
     assert tv["measured"].startswith(f"{first['opt']['per_token_tv']:.3f} / {first['uno']['per_token_tv']:.3f}; ")
@@ -546,10 +629,23 @@ def test_batch_improvement_is_measured_on_real_models_with_power(pair, agrees):
     bi = within - noise
     assert bi.min() >= -1e-9 and bi.mean() > 0.3  # Π r_m ≤ TV at every root: the improvement is never negative
     se = float(noise.std(ddof=1) / np.sqrt(noise.size))
-    agrees(within.mean(), bi.mean(), "real-model batch improvement, paired (384 runs)", se=se, wrong=0.0,
-           alternative="real-model batch improvement (384 runs): the root rejecting as SD's (no improvement)")
-    agrees(within.mean(), bi.mean(), "real-model batch improvement, paired (384 runs)", se=se, carried_by=(
-        "test_batch_sd_roots_record_their_rejection_and_correct_from_the_last_residual (exact root probabilities)"))
+    agrees(
+        within.mean(),
+        bi.mean(),
+        "real-model batch improvement, paired (384 runs)",
+        se=se,
+        wrong=0.0,
+        alternative="real-model batch improvement (384 runs): the root rejecting as SD's (no improvement)",
+    )
+    agrees(
+        within.mean(),
+        bi.mean(),
+        "real-model batch improvement, paired (384 runs)",
+        se=se,
+        carried_by=(
+            "test_batch_sd_roots_record_their_rejection_and_correct_from_the_last_residual (exact root probabilities)"
+        ),
+    )
 
 
 # -- bad input ----------------------------------------------------------------------------------------------
@@ -561,7 +657,9 @@ def test_mismatched_tokenizers_are_refused(tmp_path, pair):
     shutil.copytree(TINY_DIR / "draft", other)
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel()
-    tok.train_from_iterator(["a different corpus entirely"] * 10, trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"]))
+    tok.train_from_iterator(
+        ["a different corpus entirely"] * 10, trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"])
+    )
     PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>").save_pretrained(other)
     with pytest.raises(ValueError, match="different tokenizers"):
         load_pair(str(other), str(TINY_DIR / "target"), device=model_device())
@@ -575,7 +673,7 @@ def test_padding_rows_are_cropped(tmp_path, pair):
     model = AutoModelForCausalLM.from_pretrained(TINY_DIR / "target")
     model.resize_token_embeddings(pair.vocab_size + 16)
     with torch.no_grad():
-        model.get_output_embeddings().weight[pair.vocab_size:] = 10.0  # padding rows that would win the argmax
+        model.get_output_embeddings().weight[pair.vocab_size :] = 10.0  # padding rows that would win the argmax
     model.save_pretrained(padded)
     pair.tokenizer.save_pretrained(padded)
     p2 = load_pair(str(TINY_DIR / "draft"), str(padded), device=model_device())
@@ -588,8 +686,9 @@ def test_padding_rows_are_cropped(tmp_path, pair):
 @pytest.mark.parametrize("sampling", [Sampling(1.0), GREEDY], ids=["sampled", "greedy"])
 @pytest.mark.parametrize("batch_size", [None, 1], ids=["batched", "one-prompt"])
 @pytest.mark.parametrize("broken_model", ["draft", "target"])
-@pytest.mark.parametrize("method, track_draft", [(SD(K=2), False), (Autoregressive(), True)],
-                         ids=["sd", "autoregressive-tracking-the-draft"])
+@pytest.mark.parametrize(
+    "method, track_draft", [(SD(K=2), False), (Autoregressive(), True)], ids=["sd", "autoregressive-tracking-the-draft"]
+)
 def test_nan_logits_are_refused(sampling, batch_size, broken_model, method, track_draft):
     """On both paths and greedy too (an argmax over NaN logits would otherwise be a silent one-hot), and a draft
     run beside autoregressive decoding only to record ``TV(p_n, q_n)`` (the batched path recorded NaN)."""
@@ -597,8 +696,16 @@ def test_nan_logits_are_refused(sampling, batch_size, broken_model, method, trac
     with torch.no_grad():
         getattr(broken, broken_model).model.lm_head.weight.fill_(float("nan"))
     with pytest.raises(ValueError, match="NaN"):
-        decode(broken, [PROMPT, PROMPT + " again"], method, max_new_tokens=4, sampling=sampling, key=0,
-               batch_size=batch_size, track_draft=track_draft)
+        decode(
+            broken,
+            [PROMPT, PROMPT + " again"],
+            method,
+            max_new_tokens=4,
+            sampling=sampling,
+            key=0,
+            batch_size=batch_size,
+            track_draft=track_draft,
+        )
 
 
 @pytest.mark.parametrize(
@@ -629,8 +736,10 @@ def test_key_types_and_same_key_same_tokens(pair):
     """decode and compare take the same ``key`` as simulate: an int seed, a torch or a numpy Generator."""
     from speculab.compare import compare
 
-    runs = [decode(pair, PROMPT, SD(K=3), max_new_tokens=8, key=k).tokens
-            for k in (5, 5, torch.Generator().manual_seed(5), np.random.default_rng(5))]
+    runs = [
+        decode(pair, PROMPT, SD(K=3), max_new_tokens=8, key=k).tokens
+        for k in (5, 5, torch.Generator().manual_seed(5), np.random.default_rng(5))
+    ]
     assert runs[0] == runs[1]
     with pytest.raises(ValueError, match="key must be"):
         decode(pair, PROMPT, SD(K=3), max_new_tokens=8, key=-1)
@@ -655,6 +764,7 @@ def test_a_method_without_a_round_law_is_refused_with_those_that_run(pair):
     """Optimal multi-draft verification has no round law to run on real models: the error says so and lists the
     methods that do run — not the refused one."""
     from speculab.methods import OptimalMultiDraft
+
     with pytest.raises(ValueError, match="OptimalMultiDraft does not run on real models") as refused:
         decode(pair, [PROMPT], OptimalMultiDraft(2), max_new_tokens=2, key=0)
     listed = str(refused.value).split("methods that do: ")[1].split(", ")
@@ -666,6 +776,7 @@ def test_a_drafts_width_is_read_under_either_configs_name():
     GPT-2's ``n_embd`` (the tiny pair's config answers to both, so decode alone cannot tell them apart)."""
     from types import SimpleNamespace as Model
     from speculab.backends.decode import hidden_size
+
     assert hidden_size(Model(model=Model(config=Model(hidden_size=24)))) == 24
     assert hidden_size(Model(model=Model(config=Model(n_embd=16)))) == 16
     assert hidden_size(Model(model=Model(config=Model()))) is None
@@ -701,8 +812,18 @@ def test_sampling_accepts_the_edges_of_its_ranges():
     assert sorted(Sampling(top_p=0.5).probs(torch.zeros(1, 2, dtype=torch.float64))[0].tolist()) == [0.0, 1.0]
 
 
-@pytest.mark.parametrize("warp", [Sampling(0.7), Sampling(1.0), Sampling(2.0), Sampling(2.5, top_k=2),
-                                  Sampling(1.2, top_p=0.9), Sampling(0.5, top_k=4, top_p=0.6)], ids=repr)
+@pytest.mark.parametrize(
+    "warp",
+    [
+        Sampling(0.7),
+        Sampling(1.0),
+        Sampling(2.0),
+        Sampling(2.5, top_k=2),
+        Sampling(1.2, top_p=0.9),
+        Sampling(0.5, top_k=4, top_p=0.6),
+    ],
+    ids=repr,
+)
 def test_the_warp_is_the_tempered_truncated_softmax(warp):
     """``Sampling.probs`` against the definition computed here token by token: softmax(logits / temperature), then
     the ``top_k`` most likely kept, then the fewest most likely whose mass reaches ``top_p`` (the one crossing kept),
@@ -712,10 +833,10 @@ def test_the_warp_is_the_tempered_truncated_softmax(warp):
     for row, law in zip(logits, got):
         w = np.exp(row / warp.temperature)
         order = sorted(range(len(row)), key=lambda i: -row[i])
-        kept = order[:warp.top_k] if warp.top_k else order
+        kept = order[: warp.top_k] if warp.top_k else order
         if warp.top_p is not None:
             mass = w[kept] / w[kept].sum()
-            kept = kept[:next(j for j in range(len(kept)) if mass[:j + 1].sum() >= warp.top_p) + 1]
+            kept = kept[: next(j for j in range(len(kept)) if mass[: j + 1].sum() >= warp.top_p) + 1]
         expected = np.zeros(len(row))
         expected[kept] = w[kept] / w[kept].sum()
         np.testing.assert_allclose(law, expected, rtol=1e-12, atol=1e-15)
@@ -734,10 +855,15 @@ def test_batch_with_one_draft_stopping_at_eos_is_exact(pair):
     for prompt in ("x = 1", "Return the", default_prompts()[5]):
         ar = decode(ngram, prompt, Autoregressive(), max_new_tokens=20, sampling=GREEDY, key=0)
         for method in (BatchSD(1), BatchSD(1, K=3), SD()):
-            assert decode(ngram, prompt, method, max_new_tokens=20, sampling=GREEDY, key=0).tokens == ar.tokens, (prompt, method)
+            assert decode(ngram, prompt, method, max_new_tokens=20, sampling=GREEDY, key=0).tokens == ar.tokens, (
+                prompt,
+                method,
+            )
 
 
-@pytest.mark.parametrize("sampling", [GREEDY, Sampling(1.0, top_p=0.5), Sampling(1.0, top_k=1)], ids=["greedy", "p0.5", "k1"])
+@pytest.mark.parametrize(
+    "sampling", [GREEDY, Sampling(1.0, top_p=0.5), Sampling(1.0, top_k=1)], ids=["greedy", "p0.5", "k1"]
+)
 def test_biased_losses_are_finite_when_p_equals_q(pair, sampling):
     """Regression: where the warped p and q coincide the OPT rejection weights vanish; losses stay finite."""
     res = decode(pair, default_prompts()[:3], Biased(0.1, "opt"), max_new_tokens=12, sampling=sampling, key=0)

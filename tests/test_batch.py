@@ -116,7 +116,9 @@ def test_alg4_with_finite_K_is_unbiased(K):
 @given(markov_instances(max_T=6, max_V=4))
 def test_t3_at_M1_is_t1_and_decreases_to_the_limit(inst):
     t1 = sd_expected_rejections(inst)
-    np.testing.assert_allclose(batch_expected_rejections(inst, 1).rejections_per_position, t1.rejections_per_position, atol=1e-13)
+    np.testing.assert_allclose(
+        batch_expected_rejections(inst, 1).rejections_per_position, t1.rejections_per_position, atol=1e-13
+    )
     totals = [batch_expected_rejections(inst, M).rejections for M in (1, 2, 3, 5, 8, 200)]
     limit = batch_expected_rejections(inst, np.inf)
     assert all(b <= a + 1e-12 for a, b in zip(totals, totals[1:]))
@@ -137,8 +139,7 @@ def test_the_root_probability_of_every_position_is_the_round_starts_of_the_looka
 
     prof = batch_expected_rejections(inst, M)
     chain = lookahead_counts(inst, None, M=M)
-    np.testing.assert_allclose(prof.oracle_calls_per_position, chain.oracle_calls_per_position, rtol=1e-12,
-                               atol=1e-14)
+    np.testing.assert_allclose(prof.oracle_calls_per_position, chain.oracle_calls_per_position, rtol=1e-12, atol=1e-14)
     assert prof.oracle_calls_per_position[0] == pytest.approx(1.0)
     if inst.T > 1:
         assert np.all(prof.oracle_calls_per_position[1:] <= 1 + 1e-12)
@@ -166,8 +167,12 @@ def test_simulation_matches_t3(M, agrees):
     c = simulate(inst, BatchSD(M), 20_000, key=M)
     agrees(c.estimate("rejections"), prof.rejections, "rejections")
     agrees(c.estimate("oracle_calls"), prof.oracle_calls, "oracle calls")
-    agrees(c.rejections_per_position, prof.rejections_per_position, "rejection rate per position",
-           se=binomial_se(prof.rejections_per_position, 20_000))
+    agrees(
+        c.rejections_per_position,
+        prof.rejections_per_position,
+        "rejection rate per position",
+        se=binomial_se(prof.rejections_per_position, 20_000),
+    )
 
 
 @pytest.mark.parametrize("K", [None, 1, 2])
@@ -212,8 +217,9 @@ def _slow_rows():
     return p / p.sum(-1, keepdims=True), np.tile([1.0, 0, 0, 0, 0], (8, 1))
 
 
-@pytest.mark.parametrize("p, q, M", [(np.array([0.999, 0.001]), np.array([0.0, 1.0]), 60_000),
-                                     (*SUPPORT_GAP, 50), (*_slow_rows(), 60_000)])
+@pytest.mark.parametrize(
+    "p, q, M", [(np.array([0.999, 0.001]), np.array([0.0, 1.0]), 60_000), (*SUPPORT_GAP, 50), (*_slow_rows(), 60_000)]
+)
 def test_the_root_chain_stops_early_only_within_its_bound(p, q, M):
     """A finite M stops once the mass left to drain is at most CONVERGED: the result is the full M-step chain's to
     within that (the cases converge, by underflow or exactly, well before M; a looser stop would fail here)."""
@@ -283,10 +289,12 @@ def test_the_jumps_are_closer_to_the_exact_chain_than_stepping():
     visible. The reference is the literal recursion in 60-digit arithmetic (mpmath):
     R_5000 = 0.96854526978157838291892022…; and a residual that decays for ever, R_M = 0.999^M at M = 60,000,
     keeps its relative precision."""
-    q = np.array([0.9685452699833669, 1.6449018533731196e-17, 0.03145473001661314, 1.480386526864813e-24,
-                  1.996477333363137e-14])
-    p = np.array([4.166809483768132e-14, 0.0004943877282826602, 0.9937303132111347, 0.005553707674030881,
-                  0.0002215913865100498])
+    q = np.array(
+        [0.9685452699833669, 1.6449018533731196e-17, 0.03145473001661314, 1.480386526864813e-24, 1.996477333363137e-14]
+    )
+    p = np.array(
+        [4.166809483768132e-14, 0.0004943877282826602, 0.9937303132111347, 0.005553707674030881, 0.0002215913865100498]
+    )
     assert abs(root_residual_chain(q, p, 5000)[1] - 0.968545269781578382918920222) < 2e-16
     assert abs(_chain_without_stop(q, p, 5000)[1] - 0.968545269781578382918920222) > 1e-13  # what stepping gives
     R = root_residual_chain(np.array([0.0, 1.0]), np.array([0.999, 0.001]), 60_000)[1]
@@ -347,8 +355,16 @@ def test_the_batch_improvement_along_a_run_sums_over_its_round_starts():
     tv = np.array([0.5, 0.1, 0.4, 0.2, 0.3, 0.0, 0.25])
     reject = np.array([0.2, 0.1, 0.3, 0.2, 0.3, 0.0, 0.05])
     z = np.zeros(kind.size)
-    rec = RunRecord(tokens=np.arange(kind.size), kind=kind, tv=tv, reject_prob=reject, accept_prob=z, loss_tv=z,
-                    loss_kl=z, target_logprob=z)
+    rec = RunRecord(
+        tokens=np.arange(kind.size),
+        kind=kind,
+        tv=tv,
+        reject_prob=reject,
+        accept_prob=z,
+        loss_tv=z,
+        loss_kl=z,
+        target_logprob=z,
+    )
     roots = [0, 1, 3, 6]  # the first; after the corrections at 0 and 2; after the bonus at 5
     assert _root_improvement([rec]) == [pytest.approx(float((tv[roots] - reject[roots]).sum()), abs=1e-15)]
 
@@ -373,7 +389,9 @@ def _ctx(rejections_sd, rejections, records=(), t1=None):
         assert slot not in (1, 2)  # a seed of its own: slots 1 and 2 are the reference and the method
         return SimpleNamespace(counts=SimpleNamespace(rejections=np.array(rejections_sd, dtype=float)))
 
-    result = SimpleNamespace(counts=SimpleNamespace(rejections=np.array(rejections, dtype=float)), records=list(records))
+    result = SimpleNamespace(
+        counts=SimpleNamespace(rejections=np.array(rejections, dtype=float)), records=list(records)
+    )
     return SimpleNamespace(decode=decode, result=result, t1=t1)
 
 
@@ -399,8 +417,16 @@ def test_compare_rows_pair_the_improvement_with_its_batch_run():
 
     def record(tv, reject):  # two rounds: a correction, then a round starting after it
         kind, z = np.array([CORRECTION, DRAFT]), np.zeros(2)
-        return RunRecord(tokens=np.arange(2), kind=kind, tv=np.array(tv), reject_prob=np.array(reject), accept_prob=z,
-                         loss_tv=z, loss_kl=z, target_logprob=z)
+        return RunRecord(
+            tokens=np.arange(2),
+            kind=kind,
+            tv=np.array(tv),
+            reject_prob=np.array(reject),
+            accept_prob=z,
+            loss_tv=z,
+            loss_kl=z,
+            target_logprob=z,
+        )
 
     records = [record([0.5, 0.4], [0.2, 0.1]), record([0.3, 0.3], [0.3, 0.1]), record([0.6, 0.2], [0.1, 0.1])]
     bi = np.array([0.6, 0.2, 0.6])  # Σ (TV − Π r) over the round starts of each run
@@ -450,8 +476,9 @@ def test_edges_of_the_inputs():
 
     assert MAX_M == 2**53
     p, q = np.array([0.7, 0.3]), np.array([0.4, 0.6])
-    assert batch_rejection_probability(q, p, MAX_M) == pytest.approx(batch_rejection_probability(q, p, np.inf),
-                                                                       abs=1e-15)
+    assert batch_rejection_probability(q, p, MAX_M) == pytest.approx(
+        batch_rejection_probability(q, p, np.inf), abs=1e-15
+    )
     with pytest.raises(ValueError, match=r"M must be at most 2\^53"):
         batch_rejection_probability(q, p, MAX_M + 1)
     for u, v in ((1.5, 0.5), (0.5, 1.5), (0.5, -0.1), (float("nan"), 0.5), (0.5, float("nan"))):
@@ -466,7 +493,8 @@ def test_edges_of_the_inputs():
     # q off supp p, is never drained: R_∞ = q(outside))
     p0, q0 = np.array([0.7, 0.3, 0.0]), np.array([0.4, 0.3, 0.3])
     assert batch_rejection_probability(q0, p0, MAX_M) == pytest.approx(
-        float(batch_rejection_probability(q0, p0, np.inf)), abs=1e-15)
+        float(batch_rejection_probability(q0, p0, np.inf)), abs=1e-15
+    )
 
 
 def test_the_root_chain_stops_when_every_context_has_converged():
@@ -474,6 +502,7 @@ def test_the_root_chain_stops_when_every_context_has_converged():
     mass), so each context's R_M is the one computed alone."""
     p = np.array([[0.5, 0.5, 0.0], [0.98, 0.01, 0.01]])
     q = np.array([[0.5, 0.5, 0.0], [0.01, 0.01, 0.98]])  # the first context is done at once, the second is slow
+
     def literal(q, p, M):  # R_M = Π_m TV(q^m, p), q^{m+1} the residual of q^m (SPEC B), read literally
         R = 1.0
         for _ in range(M):
@@ -494,8 +523,9 @@ def test_the_profiles_improvement_is_t1_minus_t3():
     inst = MarkovInstance.random(6, 3, 4, concentration=0.6)
     t3 = batch_expected_rejections(inst, 3)
     t1 = sd_expected_rejections(inst)
-    np.testing.assert_allclose(t3.improvement_per_position, t1.rejections_per_position - t3.rejections_per_position,
-                               atol=1e-15)
+    np.testing.assert_allclose(
+        t3.improvement_per_position, t1.rejections_per_position - t3.rejections_per_position, atol=1e-15
+    )
     assert t3.improvement == pytest.approx(t1.rejections - t3.rejections, abs=1e-14) and t3.improvement > 0.01
     assert np.all(t3.improvement_per_position >= -1e-15)
 

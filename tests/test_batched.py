@@ -42,13 +42,16 @@ def _same(a, b):
         np.testing.assert_array_equal(getattr(a.counts, name), getattr(b.counts, name), err_msg=name)
     for ra, rb in zip(a.records, b.records):
         np.testing.assert_array_equal(ra.kind, rb.kind)
-        np.testing.assert_allclose(ra.tv, rb.tv, atol=1e-5)  # float32 logits: batched reductions differ in the last bits
+        np.testing.assert_allclose(
+            ra.tv, rb.tv, atol=1e-5
+        )  # float32 logits: batched reductions differ in the last bits
         np.testing.assert_allclose(ra.target_logprob, rb.target_logprob, atol=1e-4)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", [Autoregressive(), SD(K=4), SD(), SD(K=1), BlockVerification(3), Fuzzy(0.0, "js", K=3)],
-                         ids=repr)
+@pytest.mark.parametrize(
+    "method", [Autoregressive(), SD(K=4), SD(), SD(K=1), BlockVerification(3), Fuzzy(0.0, "js", K=3)], ids=repr
+)
 def test_greedy_batched_equals_one_prompt_at_a_time(pair, method):
     prompts = default_prompts()[:6] + ["x", "def f(" * 20]  # lengths from 1 token to over 100
     one = decode(pair, prompts, method, max_new_tokens=20, sampling=GREEDY, key=0, batch_size=1)
@@ -74,14 +77,17 @@ def test_a_batch_of_one_and_an_ngram_draft(pair):
     prompts = default_prompts()[:5]
     for p in (ngram, pair):
         for prompt in (prompts[:1], prompts):
-            _same(decode(p, prompt, SD(K=3), max_new_tokens=16, sampling=GREEDY, key=1, batch_size=1),
-                  decode(p, prompt, SD(K=3), max_new_tokens=16, sampling=GREEDY, key=1))
+            _same(
+                decode(p, prompt, SD(K=3), max_new_tokens=16, sampling=GREEDY, key=1, batch_size=1),
+                decode(p, prompt, SD(K=3), max_new_tokens=16, sampling=GREEDY, key=1),
+            )
 
 
 def test_autoregressive_tracking_the_draft(pair):
     prompts = default_prompts()[:4]
-    one = decode(pair, prompts, Autoregressive(), max_new_tokens=8, sampling=GREEDY, key=0, batch_size=1,
-                 track_draft=True)
+    one = decode(
+        pair, prompts, Autoregressive(), max_new_tokens=8, sampling=GREEDY, key=0, batch_size=1, track_draft=True
+    )
     many = decode(pair, prompts, Autoregressive(), max_new_tokens=8, sampling=GREEDY, key=0, track_draft=True)
     _same(one, many)
     assert np.isfinite(np.concatenate([r.tv for r in many.records])).all()
@@ -105,8 +111,15 @@ def test_batched_sampling_has_the_target_law(pair, agrees):
     # every row the same draw: the likeliest token's frequency is 0 or 1 — the nearer, 0, while its q is below 1/2
     assert q1[top[0]] < 0.5
     shared = np.zeros(top.size)
-    agrees(freq, q1[top], "batched first-token law", se=binomial_se(q1[top], n), wrong=shared, wrong_se=0,
-           alternative=f"batched first-token law ({n} rows): rows sharing their random numbers")
+    agrees(
+        freq,
+        q1[top],
+        "batched first-token law",
+        se=binomial_se(q1[top], n),
+        wrong=shared,
+        wrong_se=0,
+        alternative=f"batched first-token law ({n} rows): rows sharing their random numbers",
+    )
     x1 = np.bincount(first).argmax()
     second = np.array([t[1] for t in res.tokens if t[0] == x1 and len(t) > 1])
     with torch.no_grad():
@@ -117,13 +130,19 @@ def test_batched_sampling_has_the_target_law(pair, agrees):
     # about 50 rows: power against a 10 % error is low (recorded, not asserted); the second token's law is held, with
     # power against named bugs at the second position, by test_backends' directed second-token checks (whose runs
     # are decoded as one batch)
-    agrees(freq, q2[top], f"batched second-token law ({second.size} rows)", se=binomial_se(q2[top], second.size),
-           carried_by="test_backends::test_first_tokens_follow_the_target_law (second tokens in A(x1), batched)")
+    agrees(
+        freq,
+        q2[top],
+        f"batched second-token law ({second.size} rows)",
+        se=binomial_se(q2[top], second.size),
+        carried_by="test_backends::test_first_tokens_follow_the_target_law (second tokens in A(x1), batched)",
+    )
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", [SD(K=4), Autoregressive(), SD(), BlockVerification(3), Biased(0.2, "opt", K=3)],
-                         ids=repr)
+@pytest.mark.parametrize(
+    "method", [SD(K=4), Autoregressive(), SD(), BlockVerification(3), Biased(0.2, "opt", K=3)], ids=repr
+)
 def test_sampled_batched_equals_one_prompt_with_the_same_key(pair, method):
     """Temperature 1: each prompt consumes its own random stream in the same order on both paths, so the same key
     gives the same tokens and counts prompt by prompt (ragged rows, EOS, different prompt lengths included)."""
@@ -172,8 +191,14 @@ def test_prompts_longer_than_the_context_are_refused(pair):
 
 def test_on_round_sees_each_rows_own_block(pair):
     seen = []
-    decode(pair, default_prompts()[:3], SD(K=3), max_new_tokens=6, key=0,
-           on_round=lambda info: seen.append((info.run, tuple(info.p.shape), tuple(info.q.shape), info.accepted)))
+    decode(
+        pair,
+        default_prompts()[:3],
+        SD(K=3),
+        max_new_tokens=6,
+        key=0,
+        on_round=lambda info: seen.append((info.run, tuple(info.p.shape), tuple(info.q.shape), info.accepted)),
+    )
     assert {r for r, *_ in seen} == {0, 1, 2}
     for _, p, q, acc in seen:
         assert p[0] == 1 and q[1] == p[1] + 1 and 0 <= acc <= p[1]
@@ -198,8 +223,9 @@ def test_on_round_hears_what_the_one_prompt_path_says_of_empty_blocks(pair):
 def _same_rounds(pair, prompts, method, max_new_tokens):
     heard = {1: [], None: []}
     for size in heard:
-        decode(pair, prompts, method, max_new_tokens=max_new_tokens, key=4, batch_size=size,
-               on_round=heard[size].append)
+        decode(
+            pair, prompts, method, max_new_tokens=max_new_tokens, key=4, batch_size=size, on_round=heard[size].append
+        )
     assert len(heard[1]) == len(heard[None]) > 3
     batched = sorted(heard[None], key=lambda info: info.run)  # each run's rounds in order (a stable sort)
     for one, many in zip(heard[1], batched):
@@ -271,8 +297,15 @@ def test_decode_batched_called_alone_takes_its_defaults(pair):
     out = decode_batched(pair, encoded, Autoregressive(), max_new_tokens=3, sampling=GREEDY, seeds=[0, 1, 2])
     assert pair.draft.forward_calls == calls and [len(tokens) for tokens, *_ in out] == [3, 3, 3]
     heard = []
-    decode_batched(pair, encoded, SD(K=2), max_new_tokens=3, sampling=GREEDY, seeds=[0, 1, 2],
-                   on_round=lambda info: heard.append(info.run))
+    decode_batched(
+        pair,
+        encoded,
+        SD(K=2),
+        max_new_tokens=3,
+        sampling=GREEDY,
+        seeds=[0, 1, 2],
+        on_round=lambda info: heard.append(info.run),
+    )
     assert sorted(set(heard)) == [0, 1, 2]
 
 
@@ -306,9 +339,11 @@ def test_compaction_gathers_each_rows_valid_entries_in_either_cache_layout():
     mask = torch.tensor([[0, 1, 0, 0, 1, 0], [1, 0, 0, 0, 0, 0]])
     entries = (10 * torch.arange(2)[:, None] + torch.arange(6)).float()[:, None, :, None]  # (B, heads, C, d)
     kept = torch.tensor([[1.0, 4.0], [15.0, 10.0]])
-    layouts = {"layers": lambda: SimpleNamespace(layers=[SimpleNamespace(keys=entries, values=entries + 100)]),
-               "lists": lambda: SimpleNamespace(key_cache=[entries], value_cache=[entries + 100]),
-               "unknown": lambda: SimpleNamespace()}
+    layouts = {
+        "layers": lambda: SimpleNamespace(layers=[SimpleNamespace(keys=entries, values=entries + 100)]),
+        "lists": lambda: SimpleNamespace(key_cache=[entries], value_cache=[entries + 100]),
+        "unknown": lambda: SimpleNamespace(),
+    }
     for name, cache in layouts.items():
         rows = _HFRows.__new__(_HFRows)
         rows.mask, rows.valid, rows.cache = mask.clone(), torch.tensor([2, 1]), cache()
@@ -316,8 +351,11 @@ def test_compaction_gathers_each_rows_valid_entries_in_either_cache_layout():
         if name == "unknown":
             assert torch.equal(rows.mask, mask)
             continue
-        keys, values = ((rows.cache.layers[0].keys, rows.cache.layers[0].values) if name == "layers"
-                        else (rows.cache.key_cache[0], rows.cache.value_cache[0]))
+        keys, values = (
+            (rows.cache.layers[0].keys, rows.cache.layers[0].values)
+            if name == "layers"
+            else (rows.cache.key_cache[0], rows.cache.value_cache[0])
+        )
         assert torch.equal(rows.mask, torch.tensor([[1, 1], [0, 1]])), name
         assert torch.equal(keys[:, 0, :, 0], kept) and torch.equal(values[:, 0, :, 0], kept + 100), name
 
@@ -340,9 +378,12 @@ class EmptyBlocksKeepTheirRows(EveryThirdRoundAutoregressive):
         assert p.shape[:-2] == x.shape[:-1] == q.shape[:-2], "every draft row's p, x and q"
         if p.shape[-2]:
             return super().round_law(p, q, x, bonus=bonus)
-        return RoundLaw(torch.full(q.shape[:-1], 1 / q.shape[-3], dtype=q.dtype, device=q.device), q.clone(),
-                        torch.zeros(q.shape[:-1], dtype=q.dtype, device=q.device),
-                        torch.zeros(x.shape, dtype=q.dtype, device=q.device))
+        return RoundLaw(
+            torch.full(q.shape[:-1], 1 / q.shape[-3], dtype=q.dtype, device=q.device),
+            q.clone(),
+            torch.zeros(q.shape[:-1], dtype=q.dtype, device=q.device),
+            torch.zeros(x.shape, dtype=q.dtype, device=q.device),
+        )
 
 
 def test_a_multi_row_method_that_drafts_nothing_in_some_rounds(pair):
@@ -353,8 +394,18 @@ def test_a_multi_row_method_that_drafts_nothing_in_some_rounds(pair):
     for sampling in (GREEDY, Sampling(1.0)):
         one = decode(pair, prompts, method, max_new_tokens=9, sampling=sampling, key=2, batch_size=1)
         blocks = []  # (rows, drafts) of each prompt's rounds, batched
-        _same(one, decode(pair, prompts, method, max_new_tokens=9, sampling=sampling, key=2,
-                          on_round=lambda info: blocks.append(tuple(info.p.shape[:2]))))
+        _same(
+            one,
+            decode(
+                pair,
+                prompts,
+                method,
+                max_new_tokens=9,
+                sampling=sampling,
+                key=2,
+                on_round=lambda info: blocks.append(tuple(info.p.shape[:2])),
+            ),
+        )
         assert (2, 0) in blocks and (2, 2) in blocks  # rounds of nothing drafted, and of two rows drafting
 
 
@@ -379,8 +430,10 @@ def test_a_multi_row_methods_law_of_an_empty_block_sees_every_row(pair):
     method, prompts = EmptyBlocksKeepTheirRows(2, K=2), default_prompts()[:4]
     heard = _same_rounds(pair, prompts, method, 9)
     assert {info.row for info in heard if info.p.shape[1] == 0} == {0, 1}  # empty blocks following either row
-    _same(decode(pair, prompts, method, max_new_tokens=9, key=4, batch_size=1),  # records too: each token's log q
-          decode(pair, prompts, method, max_new_tokens=9, key=4))               # read from its own prompt's row
+    _same(
+        decode(pair, prompts, method, max_new_tokens=9, key=4, batch_size=1),  # records too: each token's log q
+        decode(pair, prompts, method, max_new_tokens=9, key=4),
+    )  # read from its own prompt's row
 
 
 def test_a_batch_calls_each_model_once_per_round(pair, ngram):
@@ -388,8 +441,9 @@ def test_a_batch_calls_each_model_once_per_round(pair, ngram):
     each model per round for the whole batch — a GPT-2 draft or an n-gram one — however many prompts it holds."""
     for p in (pair, ngram):
         before = p.draft.forward_calls, p.target.forward_calls
-        out = decode(p, default_prompts()[:4], Autoregressive(), max_new_tokens=5, sampling=GREEDY, key=0,
-                     track_draft=True)
+        out = decode(
+            p, default_prompts()[:4], Autoregressive(), max_new_tokens=5, sampling=GREEDY, key=0, track_draft=True
+        )
         rounds = max(len(tokens) for tokens in out.tokens)  # one token per prompt and round
         assert (p.draft.forward_calls - before[0], p.target.forward_calls - before[1]) == (rounds, rounds)
 
@@ -411,8 +465,9 @@ class _Dispatches:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", [SD(K=2), BatchSD(2, K=2), BlockVerification(2), Biased(0.2, "opt", K=2),
-                                    Autoregressive()], ids=repr)
+@pytest.mark.parametrize(
+    "method", [SD(K=2), BatchSD(2, K=2), BlockVerification(2), Biased(0.2, "opt", K=2), Autoregressive()], ids=repr
+)
 def test_a_rounds_operations_do_not_grow_with_the_rows(pair, method, monkeypatch):
     """The torch operations a round dispatches — both models, the uniforms, the laws, the decision, the records,
     the rollback — are as many for 1,024 rows as for 16, round by round (sampled at temperature 1), so on a GPU a
@@ -454,8 +509,16 @@ def test_a_drafting_head_is_batched_and_decides_as_one_prompt_at_a_time(pair, sa
     heard, calls = {}, {}
     for size in (1, None):
         heard[size], before = [], pair.target.forward_calls
-        result = decode(pair, prompts, method, max_new_tokens=20, sampling=sampling, key=9, batch_size=size,
-                        on_round=heard[size].append)
+        result = decode(
+            pair,
+            prompts,
+            method,
+            max_new_tokens=20,
+            sampling=sampling,
+            key=9,
+            batch_size=size,
+            on_round=heard[size].append,
+        )
         calls[size] = pair.target.forward_calls - before
         if size == 1:
             one = result

@@ -168,8 +168,9 @@ def test_not_per_block():
     sd = SD(K=3).round_law(*args, bonus=True).expected_accepted()[0][0]
     assert bv == pytest.approx(1.0, abs=1e-15) and sd == pytest.approx(1 + e, abs=1e-15)
     lit = _literal(Pk, Qk, 0, 3)
-    mean = lambda law: sum(prob * law(*_arrays(Pk, Qk, 0, b), bonus=True).expected_accepted()[0][0]  # noqa: E731
-                           for b, (prob, *_) in lit.items())
+    mean = lambda law: sum(  # noqa: E731
+        prob * law(*_arrays(Pk, Qk, 0, b), bonus=True).expected_accepted()[0][0] for b, (prob, *_) in lit.items()
+    )
     assert mean(block_round_law) > mean(SD(K=3).round_law) + 0.04
 
 
@@ -179,8 +180,10 @@ def test_binary_example_of_the_paper():
     assert block_accepted(p, q, 2) == pytest.approx(11 / 9, abs=1e-14)
     P, Q = np.array([p, p]), np.array([q, q])  # context-free kernels
     lit = _literal([P, P], [Q, Q, Q], 0, 2)
-    per_round = lambda law: sum(prob * law(*_arrays([P, P], [Q, Q, Q], 0, b), bonus=True).expected_accepted()[0][0]  # noqa: E731
-                                for b, (prob, *_) in lit.items())
+    per_round = lambda law: sum(  # noqa: E731
+        prob * law(*_arrays([P, P], [Q, Q, Q], 0, b), bonus=True).expected_accepted()[0][0]
+        for b, (prob, *_) in lit.items()
+    )
     assert per_round(block_round_law) == pytest.approx(11 / 9, abs=1e-14)
     assert per_round(SD(K=2).round_law) == pytest.approx(10 / 9, abs=1e-14)  # α + α², α = 1 − TV = 2/3
     assert block_accepted(p, q, 1) == pytest.approx(2 / 3, abs=1e-14)  # K = 1: SD's 1 − TV
@@ -218,8 +221,12 @@ def test_counts_per_position_equal_the_enumeration(K):
     assert exact.bonus_per_position[:K].sum() == 0  # a bonus follows K drafts: never before position K + 1
     if K == 1:
         sd = lookahead_counts(inst, 1)
-        for name in ("rejections_per_position", "bonus_per_position", "accepted_per_position",
-                     "oracle_calls_per_position"):
+        for name in (
+            "rejections_per_position",
+            "bonus_per_position",
+            "accepted_per_position",
+            "oracle_calls_per_position",
+        ):
             np.testing.assert_allclose(getattr(exact, name), getattr(sd, name), atol=1e-12, err_msg=name)
 
 
@@ -255,8 +262,9 @@ def test_gain_rows_of_compare():
     minus block verification's (a run of zero tokens counts as one), with the s.e. of a difference of two runs."""
     from types import SimpleNamespace
 
-    run = lambda calls, tokens: SimpleNamespace(counts=SimpleNamespace(  # noqa: E731
-        oracle_calls=np.array(calls), tokens=np.array(tokens)))
+    run = lambda calls, tokens: SimpleNamespace(  # noqa: E731
+        counts=SimpleNamespace(oracle_calls=np.array(calls), tokens=np.array(tokens))
+    )
     slots = []
 
     def decode(method, slot):
@@ -292,8 +300,14 @@ def test_gain_over_token_verification_exact_and_simulated(agrees):
         se = math.hypot(c_sd.estimate("oracle_calls").se, c_bv.estimate("oracle_calls").se)
         # the bug this check is for: no gain at all (a 10 % error of the gain is 1.4 s.e. at K = 2; the counts
         # themselves are held to 10 % by the method table's checks)
-        agrees(diff, sd.oracle_calls - bv.oracle_calls, f"target calls saved by BV({K}) over SD(K = {K})",
-               se=se, wrong=0.0, alternative=f"BV({K}) saves no target calls over SD(K = {K})")
+        agrees(
+            diff,
+            sd.oracle_calls - bv.oracle_calls,
+            f"target calls saved by BV({K}) over SD(K = {K})",
+            se=se,
+            wrong=0.0,
+            alternative=f"BV({K}) saves no target calls over SD(K = {K})",
+        )
 
 
 def test_kernel_rows_are_distributions_and_refuse_huge_blocks():
@@ -310,14 +324,20 @@ def test_kernel_rows_are_distributions_and_refuse_huge_blocks():
     rng = np.random.default_rng(0)
     four = MarkovInstance.stationary(rng.dirichlet(np.ones(4), size=4), rng.dirichlet(np.ones(4), size=4), T=30)
     np.testing.assert_allclose(block_kernel(four, 0, 10)[0].sum(axis=(1, 2)), 1.0, atol=1e-12)
-    with pytest.raises(TooLarge, match=r"^exact block counts \(V\^\(K\+2\) = 4\^13 block prefixes\) would take "
-                                       r"67,108,864 prefixes, over the budget of 16,777,216 prefixes "
-                                       r"\(MAX_PATHS\): use a smaller"):
+    with pytest.raises(
+        TooLarge,
+        match=r"^exact block counts \(V\^\(K\+2\) = 4\^13 block prefixes\) would take "
+        r"67,108,864 prefixes, over the budget of 16,777,216 prefixes "
+        r"\(MAX_PATHS\): use a smaller",
+    ):
         block_kernel(four, 0, 11)
     with work_budget(0.25):  # a quarter of the budget: 4^11 prefixes fit, 4^12 are refused
         np.testing.assert_allclose(block_kernel(four, 0, 9)[0].sum(axis=(1, 2)), 1.0, atol=1e-12)
-        with pytest.raises(TooLarge, match=r"would take 16,777,216 prefixes, over the budget of 4,194,304 prefixes "
-                                           r"\(MAX_PATHS, times 0.25\)"):
+        with pytest.raises(
+            TooLarge,
+            match=r"would take 16,777,216 prefixes, over the budget of 4,194,304 prefixes "
+            r"\(MAX_PATHS, times 0.25\)",
+        ):
             block_kernel(four, 0, 10)
 
 
@@ -336,7 +356,8 @@ def test_cli(capsys, agrees):
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["theory"]["oracle_calls"] == pytest.approx(
-        block_counts(MarkovInstance.random(12, 3, 0), 3).oracle_calls, rel=1e-12)
+        block_counts(MarkovInstance.random(12, 3, 0), 3).oracle_calls, rel=1e-12
+    )
     agrees_json(agrees, out)
     assert main(["sim", "--method", "block"]) == 2 and "needs --K" in capsys.readouterr().err
 
@@ -361,7 +382,9 @@ def test_real_models_greedy_equals_target_greedy_and_cache_rollback(pair):
     greedy = Sampling(temperature=0)
     ar = decode(pair, prompts, Autoregressive(), max_new_tokens=24, sampling=greedy, key=0)
     for K in (2, 5):
-        assert decode(pair, prompts, BlockVerification(K), max_new_tokens=24, sampling=greedy, key=0).tokens == ar.tokens
+        assert (
+            decode(pair, prompts, BlockVerification(K), max_new_tokens=24, sampling=greedy, key=0).tokens == ar.tokens
+        )
     nocache = load_pair("tiny", device=model_device(), use_cache=False)
     a = decode(pair, prompts[:2], BlockVerification(3), max_new_tokens=20, key=3)
     b = decode(nocache, prompts[:2], BlockVerification(3), max_new_tokens=20, key=3)
@@ -414,8 +437,11 @@ def test_real_models_records_are_the_block_law_of_their_logits(pair, record_prop
             pos += tau + (after in (1, 2))
         assert pos == len(kinds)
     assert checked > 200 and corrections > 0 and outside > 20, (checked, corrections, outside)
-    assert_power(record_property, "BV(3) real-model corrections, exact support check (16 runs): the correction drawn "
-                 "from q", -math.expm1(-outside))
+    assert_power(
+        record_property,
+        "BV(3) real-model corrections, exact support check (16 runs): the correction drawn from q",
+        -math.expm1(-outside),
+    )
 
 
 @pytest.mark.slow
@@ -430,15 +456,32 @@ def test_real_models_first_tokens_follow_the_target_law(pair, agrees, record_pro
     q = tb._exact_first_token_law(pair, sampling)
     assert tb._gof_pvalue(first, q) > 1e-4
     p = tb._exact_first_token_law(pair, sampling, model=pair.draft.model)
-    record_property("power", f"{tb._gtest_power(p, q, n):.6f} | BV(3) real-model first-token G-test (N = {n:,}): the "
-                             "draft's tokens kept unverified [not asserted: carried by the directed check below]")
+    record_property(
+        "power",
+        f"{tb._gtest_power(p, q, n):.6f} | BV(3) real-model first-token G-test (N = {n:,}): the "
+        "draft's tokens kept unverified [not asserted: carried by the directed check below]",
+    )
     inside = q > p  # the directed check of test_backends: the share of first tokens in A = {q > p}
     qa, pa = float(q[inside].sum()), float(p[inside].sum())
-    agrees(float(inside[first].mean()), qa, "BV(3) real-model first tokens in {q > p}",
-           se=math.sqrt(qa * (1 - qa) / n), wrong=pa, wrong_se=math.sqrt(pa * (1 - pa) / n),
-           alternative=f"BV(3) real-model first tokens in {{q > p}} (N = {n:,}): the draft's tokens kept unverified")
-    tb.second_token_law_agrees(agrees, record_property, pair, sampling, res.tokens, "draft",
-                               "the draft's second token kept unverified", "BV(3), t1")
+    agrees(
+        float(inside[first].mean()),
+        qa,
+        "BV(3) real-model first tokens in {q > p}",
+        se=math.sqrt(qa * (1 - qa) / n),
+        wrong=pa,
+        wrong_se=math.sqrt(pa * (1 - pa) / n),
+        alternative=f"BV(3) real-model first tokens in {{q > p}} (N = {n:,}): the draft's tokens kept unverified",
+    )
+    tb.second_token_law_agrees(
+        agrees,
+        record_property,
+        pair,
+        sampling,
+        res.tokens,
+        "draft",
+        "the draft's second token kept unverified",
+        "BV(3), t1",
+    )
 
 
 def test_real_models_gain_on_the_same_blocks_and_compare(pair, agrees):
@@ -453,9 +496,13 @@ def test_real_models_gain_on_the_same_blocks_and_compare(pair, agrees):
     gain = np.asarray(probe.block) - np.asarray(probe.token)
     assert gain.size > 10 and gain.mean() > 0  # positive on average (per block it can be negative: test_not_per_block)
     comp = compare(pair, method, default_prompts()[:8], runs_per_prompt=2, max_new_tokens=16, key=1)
-    tb._compare_rows_agree(agrees, comp, "compare BV(4) (tiny pair, 16 runs)",
-                           carried_by="test_real_models_records_are_the_block_law_of_their_logits (records, "
-                                      "exactly) and the simulation checks (formulas)")
+    tb._compare_rows_agree(
+        agrees,
+        comp,
+        "compare BV(4) (tiny pair, 16 runs)",
+        carried_by="test_real_models_records_are_the_block_law_of_their_logits (records, "
+        "exactly) and the simulation checks (formulas)",
+    )
     assert any("same blocks" in r.quantity for r in comp.rows)
 
 
@@ -465,8 +512,9 @@ def test_gain_reproduction_smoke(pair, tmp_path, agrees):
     from speculab.backends.pair import default_prompts
     from speculab.repro import block_gain
 
-    res = block_gain.run(key=0, n_runs=3000, out_dir=tmp_path, prompts=default_prompts()[:2], runs_per_prompt=1,
-                         max_new_tokens=8)
+    res = block_gain.run(
+        key=0, n_runs=3000, out_dir=tmp_path, prompts=default_prompts()[:2], runs_per_prompt=1, max_new_tokens=8
+    )
     inst = MarkovInstance.load(tmp_path / "block_gain_instance.npz")
     for K in block_gain.KS:
         row = res["K"][str(K)]
@@ -474,14 +522,14 @@ def test_gain_reproduction_smoke(pair, tmp_path, agrees):
         assert row["exact"]["block"]["oracle_calls"] < row["exact"]["sd"]["oracle_calls"]
         for name in ("block", "sd"):
             for field, v in row["simulated"][name].items():
-                agrees(v["mean"], row["exact"][name][field], f"repro block-gain K = {K}, {name}: {field}",
-                       se=v["se"])
+                agrees(v["mean"], row["exact"][name][field], f"repro block-gain K = {K}, {name}: {field}", se=v["se"])
     assert (tmp_path / "block_gain.png").stat().st_size > 10_000 and "K" in block_gain.summary(res)
     rows = claims_of(block_gain, res)
     ex, gain = res["K"]["4"]["exact"], res["K"]["4"]["measured"]["same_block_gain"]
     assert rows[1]["theory"] == f"{ex['block']['oracle_calls']:.2f} / {ex['sd']['oracle_calls']:.2f}"
     assert rows[4]["quantity"].startswith("K = 4, tiny pair") and rows[4]["measured"].endswith(
-        f"; {gain['mean']:+.3f} ± {gain['se']:.3f} ({gain['rounds']:,} blocks)".replace("-", "−"))
+        f"; {gain['mean']:+.3f} ± {gain['se']:.3f} ({gain['rounds']:,} blocks)".replace("-", "−")
+    )
 
 
 def test_a_block_without_batch_axes_has_the_law_of_a_batch_of_one():

@@ -26,8 +26,11 @@ def test_a_work_budget_scales_every_budget_inside_its_block_only():
     seen = []
     kw = dict(base=10, what="the toy", unit="steps", name="TOY", advice="smaller", desc="toy")
     assert list(budgeted(["a", "b"], [4, 6], **kw)) == ["a", "b"]
-    with pytest.raises(TooLarge, match=r"^the toy would take 11 steps, over the budget of 10 steps \(TOY\): smaller, "
-                                       r"or raise the budget"):
+    with pytest.raises(
+        TooLarge,
+        match=r"^the toy would take 11 steps, over the budget of 10 steps \(TOY\): smaller, "
+        r"or raise the budget",
+    ):
         for item in budgeted(["a", "b"], [5, 6], **kw):
             seen.append(item)
     assert seen == []

@@ -6,8 +6,16 @@ from typing import ClassVar
 import pytest
 
 from speculab.methods import REGISTRY, SD, BatchSD, Sprinter, SpecDecPP
-from speculab.methods.capabilities import (AdaptiveLength, DraftHead, PositionLaw, RootTable, RoundProbing, Slotwise,
-                                           has, head_of)
+from speculab.methods.capabilities import (
+    AdaptiveLength,
+    DraftHead,
+    PositionLaw,
+    RootTable,
+    RoundProbing,
+    Slotwise,
+    has,
+    head_of,
+)
 
 CAPABILITIES = (Slotwise, RootTable, PositionLaw, AdaptiveLength, DraftHead, RoundProbing)
 

@@ -94,21 +94,25 @@ def _missing(e):
     del e["counts"]["fields"]["discarded"]
 
 
-@pytest.mark.parametrize("change, sign, match", [
-    (_times_1000, False, "digest does not match"),
-    (_ragged, False, "digest does not match"),
-    (_ragged, True, "different lengths"),
-    (_impossible, True, "more rejections, accepted drafts, bonus tokens or target calls"),
-    (_negative, True, "accepted is not a list of non-negative integers"),
-    (_fractional, True, "bonus is not a list of non-negative integers"),
-    (_rates, True, r"rejection rates per position are not one row of numbers in \[0, 1\]"),
-    (_tokens, True, "a run has 3 tokens, not the horizon's 4"),
-    (_accepted_undrafted, True, "more drafts than it drafted"),
-    (_state, True, "rng_state is not a PCG64 state"),
-    (_foreign_state, True, "rng_state is not a PCG64 state"),
-    (_order, True, "not the next finished chunk"),
-    (_missing, True, "count fields are not"),
-], ids=lambda v: getattr(v, "__name__", str(v)))
+@pytest.mark.parametrize(
+    "change, sign, match",
+    [
+        (_times_1000, False, "digest does not match"),
+        (_ragged, False, "digest does not match"),
+        (_ragged, True, "different lengths"),
+        (_impossible, True, "more rejections, accepted drafts, bonus tokens or target calls"),
+        (_negative, True, "accepted is not a list of non-negative integers"),
+        (_fractional, True, "bonus is not a list of non-negative integers"),
+        (_rates, True, r"rejection rates per position are not one row of numbers in \[0, 1\]"),
+        (_tokens, True, "a run has 3 tokens, not the horizon's 4"),
+        (_accepted_undrafted, True, "more drafts than it drafted"),
+        (_state, True, "rng_state is not a PCG64 state"),
+        (_foreign_state, True, "rng_state is not a PCG64 state"),
+        (_order, True, "not the next finished chunk"),
+        (_missing, True, "count fields are not"),
+    ],
+    ids=lambda v: getattr(v, "__name__", str(v)),
+)
 def test_an_edited_line_is_refused_with_the_file_and_line(written, change, sign, match):
     path, _ = written
     _edit(path, 3, change, sign=sign)
@@ -161,15 +165,34 @@ def test_a_recorded_call_edited_by_hand_is_refused(tmp_path):
 
 def _methods():
     from speculab import kernels
-    from speculab.methods import (Autoregressive, BatchSD, Biased, BlockVerification, Fuzzy, OptimalMultiDraft,
-                                  RejectionDecoding, SpecDecPP, Sprinter)
+    from speculab.methods import (
+        Autoregressive,
+        BatchSD,
+        Biased,
+        BlockVerification,
+        Fuzzy,
+        OptimalMultiDraft,
+        RejectionDecoding,
+        SpecDecPP,
+        Sprinter,
+    )
 
     def half(p, q):
         return 0.5 * kernels.sd_acceptance(p, q)
 
-    return [Autoregressive(), SD(), SD(K=2), BatchSD(3, K=2), Biased(0.1, "opt", K=2), Fuzzy(0.2, "js", K=2),
-            SpecDecPP(0.5, max_K=3), Sprinter(0.9, 0.1), BlockVerification(3), OptimalMultiDraft(2, K=2),
-            RejectionDecoding(b=half, K=2)]
+    return [
+        Autoregressive(),
+        SD(),
+        SD(K=2),
+        BatchSD(3, K=2),
+        Biased(0.1, "opt", K=2),
+        Fuzzy(0.2, "js", K=2),
+        SpecDecPP(0.5, max_K=3),
+        Sprinter(0.9, 0.1),
+        BlockVerification(3),
+        OptimalMultiDraft(2, K=2),
+        RejectionDecoding(b=half, K=2),
+    ]
 
 
 @pytest.mark.parametrize("method", _methods(), ids=method_id)

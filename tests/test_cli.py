@@ -50,7 +50,15 @@ def test_sim_reports_theory_and_z(capsys, agrees):
 def test_sim_finite_K_and_autoregressive(capsys, agrees):
     out = _json(capsys, ["sim", "--T", "10", "--V", "3", "--K", "2", "--n-runs", "2000"])
     assert out["counts"]["bonus"]["mean"] > 0  # finite K: the exact lookahead counts are the theory
-    assert set(out["theory"]) == {"rejections", "oracle_calls", "draft_calls", "accepted", "discarded", "bonus", "tokens"}
+    assert set(out["theory"]) == {
+        "rejections",
+        "oracle_calls",
+        "draft_calls",
+        "accepted",
+        "discarded",
+        "bonus",
+        "tokens",
+    }
     assert out["theory_source"] == "exact lookahead counts (SPEC L)"
     agrees_json(agrees, out, ["bonus"])
     out = _json(capsys, ["sim", "--T", "10", "--V", "3", "--method", "ar", "--n-runs", "50"])
@@ -108,7 +116,9 @@ def test_sim_batch_reports_t3(capsys, agrees):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("figure, runs", [("yin-fig2b", 3000), ("yin-fig2c", 1000), ("yin-fig3", None), ("yin-fig5", 3000)])
+@pytest.mark.parametrize(
+    "figure, runs", [("yin-fig2b", 3000), ("yin-fig2c", 1000), ("yin-fig3", None), ("yin-fig5", 3000)]
+)
 def test_batch_reproductions(capsys, tmp_path, figure, runs):
     argv = ["repro", figure, "--out", str(tmp_path)] + (["--n-runs", str(runs)] if runs else [])
     out = _json(capsys, argv)
@@ -143,12 +153,50 @@ def test_batch_reproductions(capsys, tmp_path, figure, runs):
 @pytest.mark.slow
 def test_sim_on_the_jax_engine(capsys, agrees):
     pytest.importorskip("jax")
-    out = _json(capsys, ["sim", "--method", "sd", "--K", "3", "--T", "15", "--V", "4", "--seed", "2",
-                         "--n-runs", "20000", "--engine", "jax", "--json"])
+    out = _json(
+        capsys,
+        [
+            "sim",
+            "--method",
+            "sd",
+            "--K",
+            "3",
+            "--T",
+            "15",
+            "--V",
+            "4",
+            "--seed",
+            "2",
+            "--n-runs",
+            "20000",
+            "--engine",
+            "jax",
+            "--json",
+        ],
+    )
     assert out["engine"] == "jax" and out["theory_source"]
     agrees_json(agrees, out)
-    out = _json(capsys, ["sim", "--method", "specdecpp", "--h", "0.5", "--T", "15", "--V", "4", "--seed", "2",
-                         "--n-runs", "2000", "--engine", "jax", "--json"])
+    out = _json(
+        capsys,
+        [
+            "sim",
+            "--method",
+            "specdecpp",
+            "--h",
+            "0.5",
+            "--T",
+            "15",
+            "--V",
+            "4",
+            "--seed",
+            "2",
+            "--n-runs",
+            "2000",
+            "--engine",
+            "jax",
+            "--json",
+        ],
+    )
     assert out["engine"] == "jax" and out["counts"]["discarded"]["mean"] > 0  # SpecDec++ runs on the JAX engine too
     # but from per-token tables: 50 · 70 · 70² entries exceed TABLE_BUDGET, refused with the way out
     assert main(["sim", "--method", "specdecpp", "--h", "0.5", "--V", "70", "--engine", "jax"]) == 2
@@ -185,8 +233,15 @@ def test_an_unexpected_error_is_one_line_and_exit_1_unless_debug(capsys, monkeyp
         main(["methods", "--debug"])
 
 
-@pytest.mark.parametrize("exc, code", [(ValueError("bad --T"), 2), (FileNotFoundError("no file x.npz"), 2),
-                                       (PermissionError("cannot write /x"), 1), (MemoryError(), 1)])
+@pytest.mark.parametrize(
+    "exc, code",
+    [
+        (ValueError("bad --T"), 2),
+        (FileNotFoundError("no file x.npz"), 2),
+        (PermissionError("cannot write /x"), 1),
+        (MemoryError(), 1),
+    ],
+)
 def test_exit_codes_separate_bad_input_from_failed_runs(capsys, monkeypatch, exc, code):
     import speculab.cli as cli
 
@@ -221,8 +276,9 @@ def test_a_real_signal_stops_a_long_simulation_with_one_line(signame, code):
     import time
 
     argv = ["sim", "--T", "50", "--V", "7", "--n-runs", "100000000"]
-    proc = subprocess.Popen([sys.executable, "-c", _RUN_UNTIL_SIGNALLED, *argv], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _RUN_UNTIL_SIGNALLED, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout.readline() == "ready\n"
         time.sleep(1.0)  # inside main (its handlers set up within microseconds of "ready"), simulating
@@ -241,8 +297,10 @@ def test_a_reader_that_leaves_early_ends_the_command_quietly():
     import subprocess
     import sys
 
-    closed_pipe = ("import os, sys; r, w = os.pipe(); os.close(r); os.dup2(w, 1)\n"
-                   "from speculab.cli import main; sys.exit(main(['repro', '--list', '--json']))")
+    closed_pipe = (
+        "import os, sys; r, w = os.pipe(); os.close(r); os.dup2(w, 1)\n"
+        "from speculab.cli import main; sys.exit(main(['repro', '--list', '--json']))"
+    )
     proc = subprocess.run([sys.executable, "-c", closed_pipe], capture_output=True, text=True, timeout=120)
     assert (proc.returncode, proc.stderr) == (141, "")
 
@@ -278,8 +336,12 @@ def test_a_simulation_killed_midway_resumes_to_the_same_numbers(tmp_path, capsys
 
     path = tmp_path / "sim.jsonl"
     argv = ["sim", "--T", "300", "--V", "5", "--n-runs", str(6 * 32768), "--seed", "4", "--K", "3", "--json"]
-    proc = subprocess.Popen([sys.executable, "-c", _RUN_UNTIL_SIGNALLED, *argv, "--checkpoint", str(path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _RUN_UNTIL_SIGNALLED, *argv, "--checkpoint", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and proc.poll() is None:
@@ -291,8 +353,9 @@ def test_a_simulation_killed_midway_resumes_to_the_same_numbers(tmp_path, capsys
         _, err = proc.communicate(timeout=120)
     finally:
         proc.kill()
-    assert proc.returncode == 130 and err.strip() == (f"speculab: interrupted (its finished chunks are kept in {path}: "
-                                                      f"add --resume to continue)"), err
+    assert proc.returncode == 130 and err.strip() == (
+        f"speculab: interrupted (its finished chunks are kept in {path}: add --resume to continue)"
+    ), err
     finished = path.read_text().count("\n") - 1
     assert 2 <= finished < 6
     resumed = _json(capsys, argv[:-1] + ["--checkpoint", str(path), "--resume"])
@@ -318,7 +381,7 @@ def test_every_command_shows_examples_that_parse(capsys):
         for example in examples:
             assert example in shown
             argv = shlex.split(example, comments=True)
-            assert argv[0] == "speculab" and " ".join(argv[1:1 + len(words.split())]) == words, example
+            assert argv[0] == "speculab" and " ".join(argv[1 : 1 + len(words.split())]) == words, example
             parser.parse_args(argv[1:])  # SystemExit (exit 2) on an example that does not parse
 
 
@@ -341,19 +404,36 @@ def test_theory_batch_prints_each_ms_own_theory_row_by_row(capsys):
         assert got["oracle_calls"] == pytest.approx(prof.oracle_calls, rel=1e-12)
         np.testing.assert_allclose(got["rejections_per_position"], prof.rejections_per_position, rtol=1e-12)
         assert [float(v) for v in row[1:]] == pytest.approx(
-            [prof.rejections, prof.sd_rejections_per_position.sum(), prof.improvement, prof.oracle_calls,
-             prof.acceleration], abs=1e-4)
+            [
+                prof.rejections,
+                prof.sd_rejections_per_position.sum(),
+                prof.improvement,
+                prof.oracle_calls,
+                prof.acceleration,
+            ],
+            abs=1e-4,
+        )
     assert len({out["M"][m]["rejections"] for m in out["M"]}) == 5  # five different values: rows cannot coincide
 
 
-@pytest.mark.parametrize("argv", [
-    ["run", "--pair", "tiny", "--batch-size", "0"], ["run", "--pair", "tiny", "--max-new-tokens", "-1"],
-    ["run", "--pair", "tiny", "--seed", "-1"], ["run", "--pair", "tiny", "--top-k", "0"],
-    ["compare", "--pair", "tiny", "--runs-per-prompt", "0"], ["compare", "--pair", "tiny", "--batch-size", "x"],
-    ["validate", "--runs", "0"], ["validate", "--compare-runs", "-1"], ["validate", "--batch-prompts", "0"],
-    ["validate", "--speed-tokens", "0"], ["sim", "--n-runs", "0"], ["sim", "--T", "0"],
-    ["run", "--pair", "tiny", "--seed", str(1 << 64)],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "--pair", "tiny", "--batch-size", "0"],
+        ["run", "--pair", "tiny", "--max-new-tokens", "-1"],
+        ["run", "--pair", "tiny", "--seed", "-1"],
+        ["run", "--pair", "tiny", "--top-k", "0"],
+        ["compare", "--pair", "tiny", "--runs-per-prompt", "0"],
+        ["compare", "--pair", "tiny", "--batch-size", "x"],
+        ["validate", "--runs", "0"],
+        ["validate", "--compare-runs", "-1"],
+        ["validate", "--batch-prompts", "0"],
+        ["validate", "--speed-tokens", "0"],
+        ["sim", "--n-runs", "0"],
+        ["sim", "--T", "0"],
+        ["run", "--pair", "tiny", "--seed", str(1 << 64)],
+    ],
+)
 def test_a_bad_count_is_refused_by_its_flag_before_any_model_loads(argv, capsys, monkeypatch):
     """Counts are checked as the command line is read: the error names the flag, and no model is loaded first (the
     tiny pair's loading took seconds before a refusal of ``--batch-size 0``)."""
@@ -366,13 +446,19 @@ def test_a_bad_count_is_refused_by_its_flag_before_any_model_loads(argv, capsys,
     assert f"error: argument {flag}: " in err and err.count("\n") == 1
 
 
-@pytest.mark.parametrize("argv, match", [
-    (["run", "--pair", "tiny", "--method", "sd", "--K", "0"], "argument --K: must be an integer >= 1 (omit --K for ∞)"),
-    (["compare", "--pair", "tiny", "--method", "block", "--K", "0"], "K"),
-    (["run", "--pair", "tiny", "--temperature", "-1"], "temperature"),
-    (["compare", "--pair", "tiny", "--resume"], "--resume needs --checkpoint"),
-    (["validate", "--top-p", "2"], "top_p"),
-])
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (
+            ["run", "--pair", "tiny", "--method", "sd", "--K", "0"],
+            "argument --K: must be an integer >= 1 (omit --K for ∞)",
+        ),
+        (["compare", "--pair", "tiny", "--method", "block", "--K", "0"], "K"),
+        (["run", "--pair", "tiny", "--temperature", "-1"], "temperature"),
+        (["compare", "--pair", "tiny", "--resume"], "--resume needs --checkpoint"),
+        (["validate", "--top-p", "2"], "top_p"),
+    ],
+)
 def test_a_bad_method_or_sampling_is_refused_before_any_model_loads(argv, match, capsys, monkeypatch):
     """The method, the sampling and the journal are built from the command line before the models load."""
     import speculab.backends
@@ -408,10 +494,13 @@ def head_file(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("argv, method", [
-    (["--method", "sprinter"], "Sprinter(verifier=HEAD, threshold=0.5)"),
-    (["--method", "specdecpp", "--h", "0.5", "--max-K", "5"], "SpecDecPP(0.5, head=HEAD, max_K=5)"),
-])
+@pytest.mark.parametrize(
+    "argv, method",
+    [
+        (["--method", "sprinter"], "Sprinter(verifier=HEAD, threshold=0.5)"),
+        (["--method", "specdecpp", "--h", "0.5", "--max-K", "5"], "SpecDecPP(0.5, head=HEAD, max_K=5)"),
+    ],
+)
 def test_a_head_file_runs_the_learned_methods_from_the_command_line(argv, method, head_file, capsys):
     """``--head FILE`` decodes what the Python API decodes with the loaded head, token for token and count for
     count. The constant score 0.9 makes the two methods' counts differ from SD's and from each other: SPRINTER
@@ -431,19 +520,26 @@ def test_a_head_file_runs_the_learned_methods_from_the_command_line(argv, method
         assert drafts >= 5 * calls - 5 and calls >= 3  # full rounds of 5 drafts (the last cut by the horizon)
 
 
-@pytest.mark.parametrize("argv, match", [
-    (["--method", "sprinter"], "--method sprinter on real models needs --head FILE"),
-    (["--method", "specdecpp", "--h", "0.5"], "`speculab repro specdecpp-pareto --out DIR` saves them"),
-    (["--method", "sprinter", "--head", "HEAD", "--eta-tp", "0.9"], "--eta-tp does not apply with --head"),
-    (["--method", "sprinter", "--head", "HEAD", "--eta-fp", "0.1", "--eta-tp", "0.9"],
-     "--eta-fp, --eta-tp does not apply with --head"),
-    (["--method", "sd", "--head", "HEAD"],
-     "--head does not apply to --method sd: it reads no trained head (methods that do: sprinter, specdecpp)"),
-    (["--method", "specdecpp", "--head", "HEAD"], "--method specdecpp needs --h"),
-    (["--method", "sprinter", "--head", "/no/such/head"], "--head /no/such/head: no head file at"),
-    (["--method", "sprinter", "--head", "README.md"], "--head README.md: README.md is not a safetensors file"),
-    (["--method", "sprinter", "--head", "docs"], "--head docs: docs is a folder, not a head file"),
-])
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["--method", "sprinter"], "--method sprinter on real models needs --head FILE"),
+        (["--method", "specdecpp", "--h", "0.5"], "`speculab repro specdecpp-pareto --out DIR` saves them"),
+        (["--method", "sprinter", "--head", "HEAD", "--eta-tp", "0.9"], "--eta-tp does not apply with --head"),
+        (
+            ["--method", "sprinter", "--head", "HEAD", "--eta-fp", "0.1", "--eta-tp", "0.9"],
+            "--eta-fp, --eta-tp does not apply with --head",
+        ),
+        (
+            ["--method", "sd", "--head", "HEAD"],
+            "--head does not apply to --method sd: it reads no trained head (methods that do: sprinter, specdecpp)",
+        ),
+        (["--method", "specdecpp", "--head", "HEAD"], "--method specdecpp needs --h"),
+        (["--method", "sprinter", "--head", "/no/such/head"], "--head /no/such/head: no head file at"),
+        (["--method", "sprinter", "--head", "README.md"], "--head README.md: README.md is not a safetensors file"),
+        (["--method", "sprinter", "--head", "docs"], "--head docs: docs is a folder, not a head file"),
+    ],
+)
 def test_a_missing_or_misplaced_head_is_refused_before_any_model_loads(argv, match, head_file, capsys, monkeypatch):
     import speculab.backends
 
@@ -509,8 +605,9 @@ def test_a_method_whose_exact_theory_is_past_its_budget_is_simulated_with_the_re
         BlockVerification(10).expected(MarkovInstance.random(T=10, V=7, key=0))
     argv = ["sim", "--method", "block", "--K", "10", "--T", "10", "--V", "7", "--n-runs", "500"]
     out = _json(capsys, argv)
-    assert out["theory"] == {} and out["theory_source"].startswith("none (exact block counts (V^(K+2) = 7^12 block "
-                                                                   "prefixes) would take 13,841,287,201 prefixes")
+    assert out["theory"] == {} and out["theory_source"].startswith(
+        "none (exact block counts (V^(K+2) = 7^12 block prefixes) would take 13,841,287,201 prefixes"
+    )
     assert out["counts"]["rejections"]["mean"] > 0 and out["z"] == {}
     assert main(argv) == 0
     assert "theory: none (exact block counts (V^(K+2) = 7^12" in capsys.readouterr().out
@@ -527,7 +624,8 @@ def test_sim_budget_scales_the_exact_theorys_budget(capsys):
         "none (exact block counts (V^(K+2) = 4^10 block prefixes) would take 1,048,576 prefixes, over the budget of "
         "1,006,633 prefixes (MAX_PATHS, times 0.06): use a smaller block size or vocabulary (the simulator has no such "
         "limit), or raise the budget: speculab.work_budget(k) in Python, speculab sim --budget k on the command "
-        "line)")
+        "line)"
+    )
     tree = ["sim", "--method", "specdecpp", "--h", "0.5", "--max-K", "16", "--T", "60", "--V", "2", "--n-runs", "50"]
     assert _json(capsys, tree)["theory"] == {}  # 2 × 2^16 leaves of 66 values: 8,650,752 values
     assert _json(capsys, tree + ["--budget", "1.375"])["theory"]["rejections"] > 0
@@ -539,11 +637,14 @@ def test_sim_budget_scales_the_exact_theorys_budget(capsys):
 # -- each command's table and JSON against the Python API, row by row ----------------------------------------
 #: Every method the command line builds, its options there and the same method built in Python.
 SIM_METHODS = {
-    "ar": ([], "Autoregressive()"), "sd": (["--K", "3"], "SD(K=3)"), "batch": (["--M", "2", "--K", "2"], "BatchSD(2, K=2)"),
+    "ar": ([], "Autoregressive()"),
+    "sd": (["--K", "3"], "SD(K=3)"),
+    "batch": (["--M", "2", "--K", "2"], "BatchSD(2, K=2)"),
     "biased": (["--eps", "0.1", "--rejection", "uno", "--K", "2"], "Biased(0.1, 'uno', K=2)"),
     "fuzzy": (["--theta", "0.2", "--div", "kl", "--K", "2"], "Fuzzy(0.2, 'kl', K=2)"),
     "sprinter": (["--eta-tp", "0.8", "--eta-fp", "0.3"], "Sprinter(0.8, 0.3)"),
-    "specdecpp": (["--h", "0.4", "--max-K", "3"], "SpecDecPP(0.4, max_K=3)"), "block": (["--K", "3"], "BlockVerification(3)"),
+    "specdecpp": (["--h", "0.4", "--max-K", "3"], "SpecDecPP(0.4, max_K=3)"),
+    "block": (["--K", "3"], "BlockVerification(3)"),
     "optimal-batch": (["--M", "2", "--K", "2"], "OptimalMultiDraft(2, K=2)"),
 }
 
@@ -597,12 +698,34 @@ def test_run_prints_the_apis_decoding_for_every_method_on_real_models(name, caps
     from speculab.methods import names
 
     # every method that runs on real models: here, or with --head in the test above (the learned two)
-    assert set(names(real_models=True, cli=True)) == {"ar", "sd", "batch", "biased", "fuzzy", "block", "sprinter",
-                                                      "specdecpp"}
+    assert set(names(real_models=True, cli=True)) == {
+        "ar",
+        "sd",
+        "batch",
+        "biased",
+        "fuzzy",
+        "block",
+        "sprinter",
+        "specdecpp",
+    }
     options, python = SIM_METHODS[name]
     prompts = ["Return the", "It was a bright cold day in April"]
-    argv = ["run", "--pair", "tiny", "--method", name, *options, "--max-new-tokens", "10", "--seed", "5",
-            "--prompt", prompts[0], "--prompt", prompts[1]]
+    argv = [
+        "run",
+        "--pair",
+        "tiny",
+        "--method",
+        name,
+        *options,
+        "--max-new-tokens",
+        "10",
+        "--seed",
+        "5",
+        "--prompt",
+        prompts[0],
+        "--prompt",
+        prompts[1],
+    ]
     out = _json(capsys, argv)
     assert main(argv) == 0
     text = capsys.readouterr().out
@@ -611,8 +734,10 @@ def test_run_prints_the_apis_decoding_for_every_method_on_real_models(name, caps
     assert out["counts"] == json.loads(json.dumps(jsonable(res.counts.to_dict())))
     c = res.counts
     for i, prompt in enumerate(prompts):
-        line = (f"tokens {c.tokens[i]}, target calls {c.oracle_calls[i]}, rejections {c.rejections[i]}, "
-                f"draft tokens {c.draft_calls[i]}, bonus {c.bonus[i]}")
+        line = (
+            f"tokens {c.tokens[i]}, target calls {c.oracle_calls[i]}, rejections {c.rejections[i]}, "
+            f"draft tokens {c.draft_calls[i]}, bonus {c.bonus[i]}"
+        )
         assert f"[{prompt}]{res.texts[i]}\n  {line}" in text, (prompt, text)
 
 
@@ -627,8 +752,20 @@ def test_compare_prints_the_apis_rows_in_its_table_and_json(name, capsys):
     from speculab.compare import compare
 
     options, python = SIM_METHODS[name]
-    argv = ["compare", "--pair", "tiny", "--method", name, *options, "--runs-per-prompt", "2",
-            "--max-new-tokens", "8", "--seed", "6"]
+    argv = [
+        "compare",
+        "--pair",
+        "tiny",
+        "--method",
+        name,
+        *options,
+        "--runs-per-prompt",
+        "2",
+        "--max-new-tokens",
+        "8",
+        "--seed",
+        "6",
+    ]
     out = _json(capsys, argv)
     assert main(argv) == 0
     text = capsys.readouterr().out
@@ -641,8 +778,11 @@ def test_compare_prints_the_apis_rows_in_its_table_and_json(name, capsys):
     lines = text.splitlines()
     for row in comp.rows:
         line = next(line for line in lines if line.startswith(row.quantity + "  "))
-        for cell in (f"{row.measured:.4f}", "" if math.isnan(row.z) else f"{row.z:+.2f}",
-                     "" if math.isnan(row.power()) else f"{row.power():.3f}"):
+        for cell in (
+            f"{row.measured:.4f}",
+            "" if math.isnan(row.z) else f"{row.z:+.2f}",
+            "" if math.isnan(row.power()) else f"{row.power():.3f}",
+        ):
             assert cell in line, (row.quantity, cell, line)
         if math.isfinite(row.predicted):
             assert f"{row.predicted:.4f}" in line, (row.quantity, line)
@@ -662,13 +802,19 @@ def test_a_head_for_another_draft_is_named_by_its_flag_and_file(tmp_path, capsys
         assert err.count("\n") == 1
 
 
-@pytest.mark.parametrize("options, api", [
-    ([], dict(T=50, V=7, key=0)),
-    (["--T", "6", "--V", "3", "--seed", "2"], dict(T=6, V=3, key=2)),
-    (["--T", "5", "--V", "4", "--row-law", "uniform", "--seed", "9"], dict(T=5, V=4, key=9, row_law="uniform")),
-    (["--T", "7", "--V", "2", "--concentration", "0.3", "--instance-seed", "4", "--seed", "1"],
-     dict(T=7, V=2, key=4, concentration=0.3)),
-], ids=["defaults", "T V seed", "uniform rows", "concentration, instance seed"])
+@pytest.mark.parametrize(
+    "options, api",
+    [
+        ([], dict(T=50, V=7, key=0)),
+        (["--T", "6", "--V", "3", "--seed", "2"], dict(T=6, V=3, key=2)),
+        (["--T", "5", "--V", "4", "--row-law", "uniform", "--seed", "9"], dict(T=5, V=4, key=9, row_law="uniform")),
+        (
+            ["--T", "7", "--V", "2", "--concentration", "0.3", "--instance-seed", "4", "--seed", "1"],
+            dict(T=7, V=2, key=4, concentration=0.3),
+        ),
+    ],
+    ids=["defaults", "T V seed", "uniform rows", "concentration, instance seed"],
+)
 def test_theory_rejections_and_instance_print_the_apis_values_row_by_row(options, api, capsys, tmp_path):
     """``theory rejections`` (table, ``--per-position`` and ``--json``) and ``instance`` for several instance flags:
     every number is the Python API's for the instance those flags name (a row printing another position's value, or
@@ -683,10 +829,13 @@ def test_theory_rejections_and_instance_print_the_apis_values_row_by_row(options
     assert main(["theory", "rejections", *options, "--per-position"]) == 0
     lines = capsys.readouterr().out.splitlines()
     value = {line.split("  ")[0].strip(): line.split()[-1] for line in lines[3:6]}
-    assert value == {"E[N_rej]": f"{prof.rejections:.6f}", "E[oracle calls]": f"{prof.oracle_calls:.6f}",
-                     "acceleration T / E[N_rej]": f"{inst.T / prof.rejections:.4f}"}
+    assert value == {
+        "E[N_rej]": f"{prof.rejections:.6f}",
+        "E[oracle calls]": f"{prof.oracle_calls:.6f}",
+        "acceleration T / E[N_rej]": f"{inst.T / prof.rejections:.4f}",
+    }
     head = next(i for i, line in enumerate(lines) if line.split() == ["n", "E_q[TV(p_n,", "q_n)]"])
-    per_position = [line.split() for line in lines[head + 2:]]
+    per_position = [line.split() for line in lines[head + 2 :]]
     assert per_position == [[str(n + 1), f"{v:.6f}"] for n, v in enumerate(prof.rejections_per_position)]
     path = tmp_path / "saved.npz"
     assert main(["instance", *options, "--out", str(path)]) == 0
@@ -700,10 +849,18 @@ def test_methods_lists_each_methods_own_options_and_reach(capsys):
     here by hand (a row showing another method's options fails; a new method must be added here)."""
     from speculab.methods import REGISTRY
 
-    options = {"ar": [], "sd": ["--K"], "batch": ["--M", "--K"], "rejection": ["--K"],
-               "biased": ["--eps", "--rejection", "--K"], "fuzzy": ["--theta", "--div", "--K"],
-               "sprinter": ["--eta-tp", "--eta-fp"], "specdecpp": ["--h", "--max-K"], "block": ["--K"],
-               "optimal-batch": ["--M", "--K"]}
+    options = {
+        "ar": [],
+        "sd": ["--K"],
+        "batch": ["--M", "--K"],
+        "rejection": ["--K"],
+        "biased": ["--eps", "--rejection", "--K"],
+        "fuzzy": ["--theta", "--div", "--K"],
+        "sprinter": ["--eta-tp", "--eta-fp"],
+        "specdecpp": ["--h", "--max-K"],
+        "block": ["--K"],
+        "optimal-batch": ["--M", "--K"],
+    }
     out = _json(capsys, ["methods"])
     assert list(out) == list(options) == list(REGISTRY)
     assert main(["methods"]) == 0
@@ -719,8 +876,9 @@ def test_methods_lists_each_methods_own_options_and_reach(capsys):
             assert help_text == field.metadata["help"], (name, flag)
         block = blocks[name]
         assert block.startswith(f"{name} ") and f"{cls.__name__}: {entry['summary']}" in block, name
-        assert block.endswith("options: " + (", ".join(options[name]) or "none")
-                              + ("" if entry["cli"] else " (Python only)")), name
+        assert block.endswith(
+            "options: " + (", ".join(options[name]) or "none") + ("" if entry["cli"] else " (Python only)")
+        ), name
         reach = "simulation" if name == "optimal-batch" else "simulation + real models"
         after = ";" if name not in ("sprinter", "specdecpp") else " (with --head FILE, from `speculab repro "
         assert block.split("\n")[1].strip().startswith(reach + after), name

@@ -22,14 +22,25 @@ def _record(kinds, reject):
 
 
 def _rounds(accepted, mean, var):
-    return SimpleNamespace(drafted=np.full(len(accepted), 3), accepted=np.asarray(accepted),
-                           expected_accepted=np.asarray(mean, float), var_accepted=np.asarray(var, float))
+    return SimpleNamespace(
+        drafted=np.full(len(accepted), 3),
+        accepted=np.asarray(accepted),
+        expected_accepted=np.asarray(mean, float),
+        var_accepted=np.asarray(var, float),
+    )
 
 
 def _counts(rejections, tokens):
     zeros = np.zeros(len(rejections), dtype=np.int64)
-    return Counts(rejections=np.asarray(rejections), oracle_calls=zeros, draft_calls=zeros, accepted=zeros,
-                  discarded=zeros, bonus=zeros, tokens=np.asarray(tokens))
+    return Counts(
+        rejections=np.asarray(rejections),
+        oracle_calls=zeros,
+        draft_calls=zeros,
+        accepted=zeros,
+        discarded=zeros,
+        bonus=zeros,
+        tokens=np.asarray(tokens),
+    )
 
 
 def _result(records, rounds, rejections, tokens):
@@ -81,11 +92,21 @@ def test_paired_accepted_by_hand_and_its_se_scales_as_one_over_root_n():
 def test_side_by_side_pairs_each_count_with_its_own_expectation():
     """Each simulated count beside the expectation of the same name, z = (mean − expected) / s.e. of the mean."""
     rng = np.random.default_rng(0)
-    fields = {k: rng.integers(0, 20, size=50) for k in ("rejections", "oracle_calls", "draft_calls", "accepted",
-                                                         "discarded", "bonus", "tokens")}
+    fields = {
+        k: rng.integers(0, 20, size=50)
+        for k in ("rejections", "oracle_calls", "draft_calls", "accepted", "discarded", "bonus", "tokens")
+    }
     counts = Counts(**fields)
-    expected = Expected(rejections=9.0, oracle_calls=10.0, draft_calls=9.5, accepted=11.0, discarded=8.0, bonus=7.0,
-                        tokens=10.5, source="made up")
+    expected = Expected(
+        rejections=9.0,
+        oracle_calls=10.0,
+        draft_calls=9.5,
+        accepted=11.0,
+        discarded=8.0,
+        bonus=7.0,
+        tokens=10.5,
+        source="made up",
+    )
     comp = side_by_side(expected, counts)
     for row in comp.rows:
         if row.quantity not in fields:  # a count derived from the others (tokens per round): measured only
@@ -132,8 +153,10 @@ def test_compare_takes_drafting_methods_on_real_models_only():
     takers = [n for n in names(real_models=True) if n != "ar"]
     assert [n for n in names(real_models=True) if get(n).drafting] == takers
     for method in (Autoregressive(), OptimalMultiDraft(2), "sd"):
-        with pytest.raises(ValueError, match="method must be a drafting method that runs on real models, one of "
-                                             + re.escape(str(takers))):
+        with pytest.raises(
+            ValueError,
+            match="method must be a drafting method that runs on real models, one of " + re.escape(str(takers)),
+        ):
             compare(None, method, key=0)
     assert main(["compare", "--pair", "tiny", "--method", "ar"]) == 2
 

@@ -16,8 +16,18 @@ torch = pytest.importorskip("torch")
 from _heads import constant  # noqa: E402
 from speculab.backends import decode, load_pair, ngram_draft  # noqa: E402
 from speculab.backends.pair import default_prompts  # noqa: E402
-from speculab.methods import (SD, Autoregressive, BatchSD, Biased, BlockVerification, Fuzzy,  # noqa: E402
-                              RejectionDecoding, SpecDecPP, Sprinter, names)
+from speculab.methods import (  # noqa: E402
+    SD,
+    Autoregressive,
+    BatchSD,
+    Biased,
+    BlockVerification,
+    Fuzzy,
+    RejectionDecoding,
+    SpecDecPP,
+    Sprinter,
+    names,
+)
 from speculab.sim.checkpoint import resumable  # noqa: E402
 
 PROMPTS = default_prompts()[:3] + ["x"]
@@ -137,8 +147,17 @@ def test_compare_with_speed_and_validate_on_the_meta_device(pair):
     expected = compare(pair, BatchSD(2, K=2), prompts, **kwargs)
     with torch.device("meta"):
         got = compare(pair, BatchSD(2, K=2), prompts, **kwargs)
-        report = validate(pair, methods=["sd", "block"], runs=64, compare_runs=1, max_new_tokens=4, batch_prompts=8,
-                          speed_tokens=4, speed_prompts=8, key=0)
+        report = validate(
+            pair,
+            methods=["sd", "block"],
+            runs=64,
+            compare_runs=1,
+            max_new_tokens=4,
+            batch_prompts=8,
+            speed_tokens=4,
+            speed_prompts=8,
+            key=0,
+        )
     for a, b in zip(expected.rows, got.rows):  # the timed rows differ; every computed value agrees
         if "ms per token" not in a.quantity and "speed-up" not in a.quantity:
             np.testing.assert_equal((a.quantity, a.predicted, a.measured), (b.quantity, b.predicted, b.measured))
@@ -160,8 +179,10 @@ def test_heads_from_data_to_decoding_on_the_meta_device(pair):
         verifier = train_head(examples.features("previous"), examples.labels(1.0), config=config)
         targets, weights = specdecpp_targets(mixed, 6.0)
         head = train_head(mixed.features("token"), targets, weights, config=config)
-        runs = [decode(pair, PROMPTS, m, max_new_tokens=6, key=4) for m in
-                (Sprinter(verifier=verifier, threshold=0.5), SpecDecPP(0.5, head=head, max_K=3))]
+        runs = [
+            decode(pair, PROMPTS, m, max_new_tokens=6, key=4)
+            for m in (Sprinter(verifier=verifier, threshold=0.5), SpecDecPP(0.5, head=head, max_K=3))
+        ]
         return examples, runs
 
     expected, expected_runs = life()

@@ -43,8 +43,9 @@ def site(tmp_path_factory):
     """The site, built once for the module with ``mkdocs build --strict``."""
     assert MKDOCS is not None, "CI installs the docs extra (./dev)"
     folder = tmp_path_factory.mktemp("docs") / "site"
-    done = subprocess.run([MKDOCS, "build", "--strict", "--site-dir", str(folder)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [MKDOCS, "build", "--strict", "--site-dir", str(folder)], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return folder
 
@@ -144,7 +145,9 @@ def _rendering_problems(page: str, source: str) -> list[str]:
     prose = re.sub(r"<table.*?</table>", "", main, flags=re.S)
     problems += [f"a formula in code: {c}" for c in CODE.findall(SPAN.sub("", prose)) if set(c) & UNICODE_MATHS]
     rest = CODE.sub("", SPAN.sub("", main))
-    problems += [f"raw TeX outside a formula: …{rest[max(m.start() - 40, 0):m.end() + 40]}…" for m in RAW.finditer(rest)]
+    problems += [
+        f"raw TeX outside a formula: …{rest[max(m.start() - 40, 0) : m.end() + 40]}…" for m in RAW.finditer(rest)
+    ]
     formulas = re.findall(r"\$[^$]+\$", re.sub(r"`[^`\n]*`", "", source))
     if len(SPAN.findall(main)) != len(formulas):
         problems.append(f"{len(SPAN.findall(main))} formulas built, {len(formulas)} in the source")
@@ -209,7 +212,8 @@ MathJax.Hub.Register.StartupHook("End", function () { MathJax.Hub.Queue(function
            merror: main.querySelectorAll(".mjx-merror, .MathJax_Error, merror").length, tables: []};
   main.querySelectorAll("table").forEach(function (t) {
     var box = t.getBoundingClientRect(), parent = t.parentElement, style = getComputedStyle(parent);
-    var cells = Array.prototype.map.call(t.querySelectorAll("th, td"), function (c) { return c.scrollWidth - c.clientWidth; });
+    var cells = Array.prototype.map.call(t.querySelectorAll("th, td"),
+                                         function (c) { return c.scrollWidth - c.clientWidth; });
     r.tables.push({right: box.right, room: parent.getBoundingClientRect().right - parseFloat(style.paddingRight),
                    scroll: t.scrollWidth, client: t.clientWidth, cell: Math.max.apply(null, cells)});
   });
@@ -232,11 +236,23 @@ def _offline(page: str, folder: Path) -> str:
 
 def _probe(page: Path, tmp_path: Path, width: int = 1400) -> dict:
     """What the probe found in ``page`` opened in headless Chromium, ``width`` CSS pixels wide, after MathJax ran."""
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
-             f"--user-data-dir={tmp_path / 'chromium-profile'}", "--force-device-scale-factor=1",
-             f"--window-size={width},1000", "--allow-file-access-from-files", "--virtual-time-budget=30000",
-             "--dump-dom"]
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--hide-scrollbars",
+        f"--user-data-dir={tmp_path / 'chromium-profile'}",
+        "--force-device-scale-factor=1",
+        f"--window-size={width},1000",
+        "--allow-file-access-from-files",
+        "--virtual-time-budget=30000",
+        "--dump-dom",
+    ]
     done = subprocess.run([CHROMIUM, *flags, page.as_uri()], timeout=180, capture_output=True, text=True)
     found = re.search(r'<pre id="probe">(.*?)</pre>', done.stdout, flags=re.S)
     assert found, f"MathJax did not finish: {done.stderr[-2000:]}"
@@ -250,9 +266,10 @@ def _overflows(probe: dict) -> list[dict]:
 
 @pytest.mark.slow
 @needs_mkdocs
-@pytest.mark.skipif((CHROMIUM is None or not MATHJAX.exists()) and not CI,
-                    reason="needs Debian's chromium and libjs-mathjax (apt-get install chromium libjs-mathjax; "
-                           ".ci/run installs them)")
+@pytest.mark.skipif(
+    (CHROMIUM is None or not MATHJAX.exists()) and not CI,
+    reason="needs Debian's chromium and libjs-mathjax (apt-get install chromium libjs-mathjax; .ci/run installs them)",
+)
 def test_chromium_typesets_the_mathematics_page_and_its_tables_fit_1400_px(site, tmp_path):
     assert CHROMIUM is not None and MATHJAX.exists(), "CI must install chromium and libjs-mathjax (.ci/run)"
     built = (site / "mathematics" / "index.html").read_text()
@@ -328,12 +345,13 @@ def _json_keys(page: str) -> dict[str, list[str]]:
     keys, command = {}, None
     for line in page.splitlines():
         if line.startswith("## speculab "):
-            command = line[len("## speculab "):]
+            command = line[len("## speculab ") :]
         elif line.startswith("JSON: `") and command is not None:
             keys[command] = re.findall(r"`(\w+)`", line)
         elif line.startswith("`speculab repro all` — JSON: "):
-            keys["repro all"] = re.findall(r"`(\w+)`", line.split("JSON:")[1]
-                                           + "".join(page.split(line)[1].split("\n\n")[0]))
+            keys["repro all"] = re.findall(
+                r"`(\w+)`", line.split("JSON:")[1] + "".join(page.split(line)[1].split("\n\n")[0])
+            )
     return keys
 
 
@@ -347,8 +365,18 @@ def test_the_cli_page_lists_the_json_keys_each_command_prints(tmp_path, capsys):
         "instance": ["instance", "--T", "3", "--V", "3", "--out", str(tmp_path / "i.npz")],
         "run": ["run", "--pair", "tiny", "--max-new-tokens", "2"],
         "compare": ["compare", "--pair", "tiny", "--prompt", "a", "--runs-per-prompt", "2", "--max-new-tokens", "2"],
-        "validate": ["validate", "--device", "cpu", "--runs", "300", "--methods", "sd", "--compare-runs", "0",
-                     "--no-speed"],
+        "validate": [
+            "validate",
+            "--device",
+            "cpu",
+            "--runs",
+            "300",
+            "--methods",
+            "sd",
+            "--compare-runs",
+            "0",
+            "--no-speed",
+        ],
         "repro all": ["repro", "all", "--only", "yin-fig3", "--out", out],
         "report": ["report", "--out", out],
     }
@@ -370,14 +398,17 @@ def test_roles_become_code_links_and_tex():
     page = Path("site/api/index.html")
     anchors = {"speculab.sim.simulate": page, "speculab.theory.tv": page, "speculab.kernels.tv": page}
     suffixes = {"simulate": ["speculab.sim.simulate"], "tv": ["speculab.theory.tv", "speculab.kernels.tv"]}
-    html = ("see :func:<code>speculab.sim.simulate</code>, :func:<code>~speculab.sim.simulate</code>, "
-            ":func:<code>simulate</code>, :func:<code>tv</code>, :class:<code>Nowhere</code> and "
-            ":math:<code>a &lt; b</code>")
+    html = (
+        "see :func:<code>speculab.sim.simulate</code>, :func:<code>~speculab.sim.simulate</code>, "
+        ":func:<code>simulate</code>, :func:<code>tv</code>, :class:<code>Nowhere</code> and "
+        ":math:<code>a &lt; b</code>"
+    )
     assert hooks.render_roles(html, page, anchors, suffixes) == (
         'see <a href="index.html#speculab.sim.simulate"><code>speculab.sim.simulate</code></a>, '
         '<a href="index.html#speculab.sim.simulate"><code>simulate</code></a>, '
         '<a href="index.html#speculab.sim.simulate"><code>simulate</code></a>, <code>tv</code>, '
-        '<code>Nowhere</code> and <span class="arithmatex">\\(a &lt; b\\)</span>')
+        '<code>Nowhere</code> and <span class="arithmatex">\\(a &lt; b\\)</span>'
+    )
 
 
 def test_the_hook_marks_the_tables_of_formulas_only():

@@ -19,13 +19,13 @@ GREEDY = Sampling(temperature=0)
 
 def _ngram_brute(ids, n, V, alpha, history):
     """The interpolated add-alpha formula of NGramModel's docstring, counted by brute force over the text."""
-    context = tuple(history[max(0, len(history) - (n - 1)):])
+    context = tuple(history[max(0, len(history) - (n - 1)) :])
     prob = np.full(V, 1.0 / V)
     for k in range(len(context) + 1):
-        ctx = context[len(context) - k:]
+        ctx = context[len(context) - k :]
         counts = np.zeros(V)
         for i in range(k, len(ids)):
-            if tuple(ids[i - k:i]) == ctx:
+            if tuple(ids[i - k : i]) == ctx:
                 counts[ids[i]] += 1
         if counts.sum() == 0:
             break
@@ -68,8 +68,12 @@ def test_the_memoised_logits_are_the_laws_logs_bounded_and_forgotten_on_request(
 
 
 def test_ngram_refuses_bad_arguments():
-    for bad, match in (({"n": 0}, "n must"), ({"n": 2.5}, "n must"), ({"alpha": 0.0}, "alpha"),
-                       ({"alpha": float("nan")}, "alpha")):
+    for bad, match in (
+        ({"n": 0}, "n must"),
+        ({"n": 2.5}, "n must"),
+        ({"alpha": 0.0}, "alpha"),
+        ({"alpha": float("nan")}, "alpha"),
+    ):
         kwargs = {"n": 2, **bad}
         with pytest.raises(ValueError, match=match):
             NGramModel([1, 2, 3], kwargs.pop("n"), 10, **kwargs)
@@ -97,16 +101,24 @@ def test_prompt_lookup_copies_a_block_and_is_a_function_of_the_history_alone():
     m = PromptLookupModel(10, max_ngram=2)
     history = (1, 2, 3, 4, 9, 1, 2)
     assert [m.proposal(history + (3, 4)[:i]) for i in range(3)] == [3, 4, 9]  # the block after (1, 2), copied on
-    assert m.proposal((7, 1, 2, 5, 1, 2)) == 5 and m.proposal((7, 1, 2, 5, 1, 2, 3)) is None  # 3 ≠ the copied 5: looked up, no match
+    assert (
+        m.proposal((7, 1, 2, 5, 1, 2)) == 5 and m.proposal((7, 1, 2, 5, 1, 2, 3)) is None
+    )  # 3 ≠ the copied 5: looked up, no match
     fresh = PromptLookupModel(10, max_ngram=2)
     fresh.MEMO = 2  # forgets almost everything: the same answers, recomputed
     for h in [history, history + (3,), history + (3, 4), (7, 1, 2, 5, 1, 2, 3)]:
         assert fresh.proposal(h) == PromptLookupModel(10, max_ngram=2).proposal(h) == m.proposal(h)
 
 
-@pytest.mark.parametrize("bad, match", [({"max_ngram": 0}, "max_ngram"), ({"max_ngram": True}, "max_ngram"),
-                                        ({"fallback": "ngram"}, "fallback"),
-                                        ({"fallback": NGramModel([1], 1, 5)}, "same 10 tokens")])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ({"max_ngram": 0}, "max_ngram"),
+        ({"max_ngram": True}, "max_ngram"),
+        ({"fallback": "ngram"}, "fallback"),
+        ({"fallback": NGramModel([1], 1, 5)}, "same 10 tokens"),
+    ],
+)
 def test_prompt_lookup_refuses_bad_arguments(bad, match):
     with pytest.raises(ValueError, match=match):
         PromptLookupModel(10, **bad)
@@ -137,8 +149,11 @@ def test_greedy_sd_with_cheap_drafts_is_the_targets_greedy_decoding(pair):
 def test_sampled_sd_with_prompt_lookup_matches_the_exact_rejection_rate(pair, agrees):
     """Temperature 1: each position's rejection probability is TV(p_n, q_n) (SD, Thm 1 along the run); the mean
     rejections per run equal the summed TV along the runs within standard errors."""
-    drafted = load_pair(PromptLookupModel(pair.vocab_size, fallback=ngram_draft(pair.tokenizer, default_prompts())),
-                        "tiny-target", device=model_device())
+    drafted = load_pair(
+        PromptLookupModel(pair.vocab_size, fallback=ngram_draft(pair.tokenizer, default_prompts())),
+        "tiny-target",
+        device=model_device(),
+    )
     res = decode(drafted, default_prompts() * 4, SD(K=3), max_new_tokens=16, key=3)
     rej = res.counts.rejections.astype(float)
     predicted = np.array([np.nansum(np.where(r.kind == 2, 0.0, r.reject_prob)) for r in res.records])
@@ -207,8 +222,9 @@ def test_a_row_stops_asking_the_draft_at_its_own_block_length(pair):
     prompts, method = default_prompts()[:8], SD(K=6)
     blocks = []
     one = decode(drafted, prompts, method, max_new_tokens=24, key=8, batch_size=1)
-    many = decode(drafted, prompts, method, max_new_tokens=24, key=8,
-                  on_round=lambda info: blocks.append(info.drafts.shape[-1]))
+    many = decode(
+        drafted, prompts, method, max_new_tokens=24, key=8, on_round=lambda info: blocks.append(info.drafts.shape[-1])
+    )
     assert one.tokens == many.tokens
     for name in ("rejections", "oracle_calls", "draft_calls", "accepted", "bonus"):
         np.testing.assert_array_equal(getattr(one.counts, name), getattr(many.counts, name), err_msg=name)
@@ -223,8 +239,9 @@ def test_no_bonus_is_offered_after_a_drafted_eos(pair, batch_size):
     eos = pair.eos_token_id
     drafted = load_pair(_EOSHeavyDraft(pair.vocab_size, eos), "tiny-target", device=model_device())
     infos = []
-    decode(drafted, default_prompts()[:4], SD(K=3), max_new_tokens=40, key=6, batch_size=batch_size,
-           on_round=infos.append)
+    decode(
+        drafted, default_prompts()[:4], SD(K=3), max_new_tokens=40, key=6, batch_size=batch_size, on_round=infos.append
+    )
     bonus = [(int(i.drafts[0, -1]) == eos, float(i.law.correction[0, 0, -1].sum())) for i in infos if i.drafts.numel()]
     assert {weight for ends_eos, weight in bonus if ends_eos} == {0.0}
     assert any(weight > 0 for ends_eos, weight in bonus if not ends_eos)
@@ -256,11 +273,24 @@ def test_a_round_without_drafts_gives_what_its_round_law_gives(pair, sampling):
     lookup = load_pair(PromptLookupModel(pair.vocab_size), "tiny-target", device=model_device())
     prompts = default_prompts()[:3] + ["def f(x): return f(x) + f(x"]
     seen = []
-    for drafted, method in ((pair, Autoregressive()), (lookup, SD(K=3)), (lookup, BlockVerification(3)),
-                            (lookup, BatchSD(1, K=3)), (lookup, BatchSD(2, K=3))):
+    for drafted, method in (
+        (pair, Autoregressive()),
+        (lookup, SD(K=3)),
+        (lookup, BlockVerification(3)),
+        (lookup, BatchSD(1, K=3)),
+        (lookup, BatchSD(2, K=3)),
+    ):
         fast = decode(drafted, prompts, method, max_new_tokens=12, sampling=sampling, key=5, batch_size=1)
-        general = decode(drafted, prompts, method, max_new_tokens=12, sampling=sampling, key=5, batch_size=1,
-                         on_round=lambda info: seen.append(info.drafts.shape[-1]))
+        general = decode(
+            drafted,
+            prompts,
+            method,
+            max_new_tokens=12,
+            sampling=sampling,
+            key=5,
+            batch_size=1,
+            on_round=lambda info: seen.append(info.drafts.shape[-1]),
+        )
         assert fast.tokens == general.tokens
         for name in ("rejections", "oracle_calls", "draft_calls", "accepted", "bonus"):
             np.testing.assert_array_equal(getattr(fast.counts, name), getattr(general.counts, name))
@@ -279,8 +309,11 @@ def test_extend_with_last_gives_the_last_positions_logits_only(pair):
     """``extend(..., last=True)`` (the draft's catch-up) is the last column of the full call, for a Hugging Face
     model and for history drafts, with the state advanced alike."""
     ids = torch.tensor([[5, 9, 5, 9, 7]], device=pair.device)
-    models = (pair.draft, ngram_draft(pair.tokenizer, default_prompts(), n=2), PromptLookupModel(pair.vocab_size,
-              fallback=ngram_draft(pair.tokenizer, default_prompts(), n=1)))
+    models = (
+        pair.draft,
+        ngram_draft(pair.tokenizer, default_prompts(), n=2),
+        PromptLookupModel(pair.vocab_size, fallback=ngram_draft(pair.tokenizer, default_prompts(), n=1)),
+    )
     for model in models:
         full_state, last_state = model.start(), model.start()
         full = model.extend(full_state, ids)

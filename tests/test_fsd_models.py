@@ -59,9 +59,17 @@ def _divergence(div: str, p: np.ndarray, q: np.ndarray) -> np.ndarray:
     from scipy.stats import entropy
 
     rows = zip(p, q)
-    return np.array([{"js": lambda a, b: jensenshannon(b, a) ** 2, "kl": lambda a, b: entropy(b, a),
-                      "kl_reverse": lambda a, b: entropy(a, b), "tv": lambda a, b: 0.5 * np.abs(a - b).sum()}[div](a, b)
-                     for a, b in rows])
+    return np.array(
+        [
+            {
+                "js": lambda a, b: jensenshannon(b, a) ** 2,
+                "kl": lambda a, b: entropy(b, a),
+                "kl_reverse": lambda a, b: entropy(a, b),
+                "tv": lambda a, b: 0.5 * np.abs(a - b).sum(),
+            }[div](a, b)
+            for a, b in rows
+        ]
+    )
 
 
 @pytest.mark.parametrize("div", sorted(DIVERGENCES))
@@ -137,8 +145,13 @@ def test_repro_fsd_tradeoff(tmp_path, monkeypatch):
     rows = {row["quantity"]: row for row in claims_of(fsd_tradeoff, result)}
     sd, beats = result["sd"], result["fsd_beats_random"]
     assert rows["per-token TV, FSD vs random acceptance at the same draft share"]["measured"].startswith(
-        f"FSD lower in {beats['fsd_lower_tv']} of {beats['compared']} comparisons")
+        f"FSD lower in {beats['fsd_lower_tv']} of {beats['compared']} comparisons"
+    )
     assert rows["accepted drafts per round (ALen), FSD (JS) across θ"]["measured"].startswith(
-        f"SD {sd['acceptance_length']:.3f}; FSD ")
+        f"SD {sd['acceptance_length']:.3f}; FSD "
+    )
     row = rows["SD's rejections per token, predicted along the runs vs counted"]
-    assert (row["theory"], row["measured"]) == (f"{sd['predicted_rejections_per_token']:.3f}", f"{sd['rejections_per_token']:.3f}")
+    assert (row["theory"], row["measured"]) == (
+        f"{sd['predicted_rejections_per_token']:.3f}",
+        f"{sd['rejections_per_token']:.3f}",
+    )

@@ -148,8 +148,11 @@ def test_finite_lookahead_vs_simulation(K, agrees):
         mu = joint.sum(axis=tuple(i for i in range(inst.T + 1) if i != n))
         freq = np.bincount(c.sequences[:, n], minlength=inst.V) / N
         agrees(freq, mu, f"marginal law of x_{n}", se=binomial_se(mu, N))
-    for name, exact in (("rejections", prof.rejections), ("bonus", prof.bonus),
-                        ("accepted", inst.T * prof.draft_fraction)):
+    for name, exact in (
+        ("rejections", prof.rejections),
+        ("bonus", prof.bonus),
+        ("accepted", inst.T * prof.draft_fraction),
+    ):
         agrees(c.estimate(name), exact, name)
 
 
@@ -247,9 +250,11 @@ def test_simulated_draft_fraction_of_the_counterexample(agrees):
         (lambda i: fuzzy_output_law(i, 0.1, "jsd"), "div must be"),
         (lambda i: sequence_law(i.rho, np.broadcast_to(i.Q[:1], (40, i.V, i.V))), "MAX_ENUMERATION"),
         (lambda i: fuzzy_bound_check(MarkovInstance.random(30, 4, 0), 0.1, "js"), "MAX_ENUMERATION"),
-        (lambda i: fuzzy_sequence_law(MarkovInstance.random(30, 4, 0), 0.1, "js", K=2),
-         r"^the sequence law \(4\^31 sequences\) would take 4,611,686,018,427,387,904 sequences, over the budget "
-         r"of 4,194,304 sequences \(MAX_ENUMERATION\): use a shorter horizon or a smaller vocabulary, or raise"),
+        (
+            lambda i: fuzzy_sequence_law(MarkovInstance.random(30, 4, 0), 0.1, "js", K=2),
+            r"^the sequence law \(4\^31 sequences\) would take 4,611,686,018,427,387,904 sequences, over the budget "
+            r"of 4,194,304 sequences \(MAX_ENUMERATION\): use a shorter horizon or a smaller vocabulary, or raise",
+        ),
     ],
 )
 def test_bad_inputs(call, match):
@@ -273,9 +278,11 @@ def test_repro_fsd_bound(tmp_path):
     rows = {row["quantity"]: row for row in claims_of(fsd_bound, r)}
     tv, adv = s["tv"], r["adversarial_summary"]["kl"]
     assert rows["TV threshold: sequence TV vs the bound (N = 8, V = 4)"]["theory"] == (
-        f"holds at all {tv['n_theta']} θ (max Div/bound {tv['max_ratio']:.3f})")
+        f"holds at all {tv['n_theta']} θ (max Div/bound {tv['max_ratio']:.3f})"
+    )
     assert rows["two-state counterexample (N = 8; JS at N = 2)"]["theory"].startswith(
-        f"KL(q‖p) threshold fails at {adv['fails']} of {adv['n_theta']} θ (ratio up to {adv['max_ratio']:.2f})")
+        f"KL(q‖p) threshold fails at {adv['fails']} of {adv['n_theta']} θ (ratio up to {adv['max_ratio']:.2f})"
+    )
 
 
 def test_sequence_law_enumerates_exactly_up_to_its_cap():
@@ -285,8 +292,11 @@ def test_sequence_law_enumerates_exactly_up_to_its_cap():
     A = np.full((21, 2, 2), 0.5)
     law = sequence_law([0.5, 0.5], A)  # 2^22 sequences
     assert law.shape == (2,) * 22 and law.sum() == pytest.approx(1.0, abs=1e-12)
-    with pytest.raises(TooLarge, match=r"\(2\^23 sequences\) would take 8,388,608 sequences, over the budget of "
-                                       r"4,194,304 sequences \(MAX_ENUMERATION\)"):
+    with pytest.raises(
+        TooLarge,
+        match=r"\(2\^23 sequences\) would take 8,388,608 sequences, over the budget of "
+        r"4,194,304 sequences \(MAX_ENUMERATION\)",
+    ):
         sequence_law([0.5, 0.5], np.full((22, 2, 2), 0.5))
     with work_budget(2):  # twice the budget: 2^23 sequences, one more power refused
         assert sequence_law([0.5, 0.5], np.full((22, 2, 2), 0.5)).shape == (2,) * 23

@@ -53,10 +53,16 @@ def test_sprinter_examples_are_the_models_own_probabilities(pair):
         ex.labels(0)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(texts=[]), "non-empty list of strings"), (dict(texts=[1, 2]), "non-empty list of strings"),
-    (dict(n_prefixes=0), "n_prefixes"), (dict(prefix_tokens=600, completion_tokens=600), "context"),
-    (dict(texts=["too short"]), "no document has")])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(texts=[]), "non-empty list of strings"),
+        (dict(texts=[1, 2]), "non-empty list of strings"),
+        (dict(n_prefixes=0), "n_prefixes"),
+        (dict(prefix_tokens=600, completion_tokens=600), "context"),
+        (dict(texts=["too short"]), "no document has"),
+    ],
+)
 def test_sprinter_examples_refuse_bad_arguments(pair, kwargs, match):
     args = {"texts": [" ".join(default_prompts())], **kwargs}
     with pytest.raises(ValueError, match=match):
@@ -76,8 +82,9 @@ def test_specdecpp_examples_mix_the_target_in_and_weigh_the_drafts_tokens_only(p
 
     text = " ".join(default_prompts() * 4)
     # 160 prefixes (not 64): 1,280 tokens, so that the draft's share is seen 10 % off (0.935 for 0.85)
-    ex = specdecpp_examples(pair, [text], target_share=0.15, n_prefixes=160, prefix_tokens=6, completion_tokens=8,
-                            key=4)
+    ex = specdecpp_examples(
+        pair, [text], target_share=0.15, n_prefixes=160, prefix_tokens=6, completion_tokens=8, key=4
+    )
     n = ex.p.size
     share = ex.from_draft.mean()
     agrees(share, 0.85, "share of the draft's tokens", se=binomial_se(0.85, n))  # each token from the draft w.p. 0.85

@@ -11,7 +11,15 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from speculab.backends.heads import (  # noqa: E402
-    HeadConfig, TrainedHead, auc, load_head, make_head, roc_curve, save_head, train_head)
+    HeadConfig,
+    TrainedHead,
+    auc,
+    load_head,
+    make_head,
+    roc_curve,
+    save_head,
+    train_head,
+)
 from speculab.backends.head_data import FEATURES, SOURCES  # noqa: E402
 from conftest import claims_of  # noqa: E402
 
@@ -39,9 +47,15 @@ def test_auc_and_roc_match_brute_force_with_ties():
     assert np.trapezoid(tpr, fpr) == pytest.approx(brute, abs=1e-12)  # ties: the diagonal step is the half
 
 
-@pytest.mark.parametrize("bad, match", [
-    (([0.1, 0.2], [1, 2]), "labels must be 0 or 1"), (([0.1, np.nan], [0, 1]), "NaN"),
-    (([0.1, 0.2], [1, 1]), "both classes"), (([0.1], [0, 1]), "one length")])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (([0.1, 0.2], [1, 2]), "labels must be 0 or 1"),
+        (([0.1, np.nan], [0, 1]), "NaN"),
+        (([0.1, 0.2], [1, 1]), "both classes"),
+        (([0.1], [0, 1]), "one length"),
+    ],
+)
 def test_roc_refuses_bad_inputs(bad, match):
     with pytest.raises(ValueError, match=match):
         auc(*bad)
@@ -125,8 +139,13 @@ def test_zero_weight_examples_are_left_out_and_never_make_a_nan():
     again = train_head(X, wrong, w, config=config)
     assert torch.equal(again.head.out.weight, trained.head.out.weight)
     with pytest.raises(ValueError, match="each have some weight"):
-        train_head(X, y, np.r_[np.zeros(100), np.ones(100)], config=HeadConfig(d_in=6, val_fraction=0.5, seed=0),
-                   groups=np.r_[np.zeros(100), np.ones(100)])
+        train_head(
+            X,
+            y,
+            np.r_[np.zeros(100), np.ones(100)],
+            config=HeadConfig(d_in=6, val_fraction=0.5, seed=0),
+            groups=np.r_[np.zeros(100), np.ones(100)],
+        )
 
 
 def test_groups_keep_correlated_examples_on_one_side_of_the_split():
@@ -169,10 +188,19 @@ def test_save_and_load_keep_weights_config_and_metrics(tmp_path):
         back(torch.zeros(3, 5))
 
 
-@pytest.mark.parametrize("bad, match", [
-    (dict(kind="mlp"), "kind must be"), (dict(d_in=0), "d_in must"), (dict(depth=2), "no residual blocks"),
-    (dict(lr=float("nan")), "lr must"), (dict(lr=True), "lr must"), (dict(val_fraction=1.0), "val_fraction"),
-    (dict(epochs=True), "epochs"), (dict(d_in=2.0), "d_in must")])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (dict(kind="mlp"), "kind must be"),
+        (dict(d_in=0), "d_in must"),
+        (dict(depth=2), "no residual blocks"),
+        (dict(lr=float("nan")), "lr must"),
+        (dict(lr=True), "lr must"),
+        (dict(val_fraction=1.0), "val_fraction"),
+        (dict(epochs=True), "epochs"),
+        (dict(d_in=2.0), "d_in must"),
+    ],
+)
 def test_head_config_refuses_bad_values(bad, match):
     with pytest.raises(ValueError, match=match):
         HeadConfig(**{"d_in": 4, **bad})
@@ -182,8 +210,12 @@ def test_head_config_refuses_bad_values(bad, match):
 def test_training_refuses_bad_data():
     X, y = _data(n=20)
     config = HeadConfig(d_in=6)
-    for args, match in (((X, y[:-1]), "one per example"), ((X, y + 1), r"probabilities in \[0, 1\]"),
-                        ((np.where(np.eye(20, 6) > 0, np.nan, X), y), "NaN"), ((X[:, :5], y), "d_in = 6")):
+    for args, match in (
+        ((X, y[:-1]), "one per example"),
+        ((X, y + 1), r"probabilities in \[0, 1\]"),
+        ((np.where(np.eye(20, 6) > 0, np.nan, X), y), "NaN"),
+        ((X[:, :5], y), "d_in = 6"),
+    ):
         with pytest.raises(ValueError, match=match):
             train_head(*args, config=config)
     with pytest.raises(ValueError, match="not all 0"):
@@ -216,8 +248,10 @@ def test_repro_sprinter_roc(tmp_path):
     rows = {row["quantity"]: row for row in claims_of(sprinter_roc, result)}
     v = result["verifiers"]["lam1.2_previous"]  # [SPR] Table 5's λ, [SPR]'s input
     assert rows["verifier AUC on held-out prefixes, λ = 1.2"]["measured"].startswith(f"previous {v['auc']:.3f}, token ")
-    assert (rows["η_TP, η_FP at τ = 0.5, λ = 1.2, [SPR]'s input (previous token)"]["measured"]
-            == f"η_TP {v['eta_tp']:.3f}, η_FP {v['eta_fp']:.3f}")
+    assert (
+        rows["η_TP, η_FP at τ = 0.5, λ = 1.2, [SPR]'s input (previous token)"]["measured"]
+        == f"η_TP {v['eta_tp']:.3f}, η_FP {v['eta_fp']:.3f}"
+    )
 
 
 def test_a_constant_head_scores_its_constant_and_refuses_a_score_outside_the_open_interval():

@@ -22,11 +22,27 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "speculab"
-GROUND = {"speculab", "speculab._validate", "speculab._budget", "speculab._files", "speculab._progress",
-          "speculab.kernels", "speculab.counts", "speculab.rows"}
-LAYERS = [("speculab.theory", 1), ("speculab.methods", 2), ("speculab.sim", 3), ("speculab.backends", 4),
-          ("speculab.compare", 5), ("speculab.validate", 6), ("speculab.testing", 6), ("speculab.repro", 6),
-          ("speculab.cli", 6)]
+GROUND = {
+    "speculab",
+    "speculab._validate",
+    "speculab._budget",
+    "speculab._files",
+    "speculab._progress",
+    "speculab.kernels",
+    "speculab.counts",
+    "speculab.rows",
+}
+LAYERS = [
+    ("speculab.theory", 1),
+    ("speculab.methods", 2),
+    ("speculab.sim", 3),
+    ("speculab.backends", 4),
+    ("speculab.compare", 5),
+    ("speculab.validate", 6),
+    ("speculab.testing", 6),
+    ("speculab.repro", 6),
+    ("speculab.cli", 6),
+]
 
 
 def _modules() -> dict[str, Path]:
@@ -58,7 +74,7 @@ def imports(name: str) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                up = package.split(".")[:len(package.split(".")) - node.level + 1]
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(up + ([base] if base else []))
             if base.startswith("speculab"):
                 found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else _target(base) for a in node.names}
@@ -128,19 +144,26 @@ def test_the_import_graph_has_no_cycle():
 
 
 def test_nothing_imports_upward():
-    upward = sorted(f"{a} (layer {layer(a)}) imports {b} (layer {layer(b)})"
-                    for a, targets in GRAPH.items() for b in targets if layer(b) > layer(a))
+    upward = sorted(
+        f"{a} (layer {layer(a)}) imports {b} (layer {layer(b)})"
+        for a, targets in GRAPH.items()
+        for b in targets
+        if layer(b) > layer(a)
+    )
     assert upward == [], "\n".join(upward)
 
 
-@pytest.mark.parametrize("source, want", [
-    ("from speculab.methods import SD", {"speculab.methods"}),
-    ("from speculab.methods.sprinter import Sprinter", {"speculab.methods.sprinter"}),
-    ("from speculab.sim import jax_engine", {"speculab.sim.jax_engine"}),
-    ("import speculab.theory.batch", {"speculab.theory.batch"}),
-    ("def f():\n    from speculab.compare import Row", {"speculab.compare"}),
-    ("from .base import Method", {"speculab.methods.base"}),
-])
+@pytest.mark.parametrize(
+    "source, want",
+    [
+        ("from speculab.methods import SD", {"speculab.methods"}),
+        ("from speculab.methods.sprinter import Sprinter", {"speculab.methods.sprinter"}),
+        ("from speculab.sim import jax_engine", {"speculab.sim.jax_engine"}),
+        ("import speculab.theory.batch", {"speculab.theory.batch"}),
+        ("def f():\n    from speculab.compare import Row", {"speculab.compare"}),
+        ("from .base import Method", {"speculab.methods.base"}),
+    ],
+)
 def test_the_graph_reads_every_kind_of_import(source, want, tmp_path, monkeypatch):
     """The reader itself: module-level, function-local, relative and package imports (``speculab.methods.sd``
     reads a new source here)."""

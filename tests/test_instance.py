@@ -138,8 +138,9 @@ def test_a_broadcast_stack_stays_compact():
     from speculab.theory.instance import compact
 
     P = np.array([[0.9, 0.1], [0.2, 0.8]])
-    inst = MarkovInstance(np.broadcast_to(P, (100_000, 2, 2)), np.broadcast_to(P[::-1], (100_000, 2, 2)),
-                          np.array([1.0, 0.0]))
+    inst = MarkovInstance(
+        np.broadcast_to(P, (100_000, 2, 2)), np.broadcast_to(P[::-1], (100_000, 2, 2)), np.array([1.0, 0.0])
+    )
     assert inst.T == 100_000 and compact(inst.P).shape == (1, 2, 2) and compact(inst.Q).shape == (1, 2, 2)
 
 
@@ -198,16 +199,17 @@ def test_instance_files_with_bad_contents_name_the_reason(tmp_path):
         MarkovInstance.load(bad)
     inst = MarkovInstance.random(3, 2, 0)
     for name, T in (("vector", np.array([3])), ("float", np.float64(3.0))):
-        np.savez(tmp_path / f"{name}.npz", P=np.asarray(inst.P), Q=np.asarray(inst.Q), rho=inst.rho, T=T,
-                 format_version=2)
+        np.savez(
+            tmp_path / f"{name}.npz", P=np.asarray(inst.P), Q=np.asarray(inst.Q), rho=inst.rho, T=T, format_version=2
+        )
         with pytest.raises(ValueError, match="T must be one integer"):
             MarkovInstance.load(tmp_path / f"{name}.npz")
-    np.savez(tmp_path / "flat.npz", P=np.asarray(inst.P)[0], Q=np.asarray(inst.Q), rho=inst.rho, T=3,
-             format_version=2)
+    np.savez(tmp_path / "flat.npz", P=np.asarray(inst.P)[0], Q=np.asarray(inst.Q), rho=inst.rho, T=3, format_version=2)
     with pytest.raises(ValueError, match=r"P and Q have shapes \(2, 2\) and \(3, 2, 2\)"):
         MarkovInstance.load(tmp_path / "flat.npz")
-    np.savez(tmp_path / "flatq.npz", P=np.asarray(inst.P), Q=np.asarray(inst.Q)[0], rho=inst.rho, T=3,
-             format_version=2)  # Q of two dimensions with P's vocabulary: refused too, not broadcast
+    np.savez(
+        tmp_path / "flatq.npz", P=np.asarray(inst.P), Q=np.asarray(inst.Q)[0], rho=inst.rho, T=3, format_version=2
+    )  # Q of two dimensions with P's vocabulary: refused too, not broadcast
     with pytest.raises(ValueError, match=r"P and Q have shapes \(3, 2, 2\) and \(2, 2\)"):
         MarkovInstance.load(tmp_path / "flatq.npz")
     free = MarkovInstance.context_free([0.6, 0.3, 0.1], [0.2, 0.3, 0.5], T=4)

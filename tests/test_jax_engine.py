@@ -11,8 +11,17 @@ import pytest
 jax = pytest.importorskip("jax")
 
 from conftest import binomial_se  # noqa: E402
-from speculab.methods import (SD, Autoregressive, BatchSD, Biased, BlockVerification, Fuzzy, Method,  # noqa: E402
-                              SpecDecPP, Sprinter)
+from speculab.methods import (  # noqa: E402
+    SD,
+    Autoregressive,
+    BatchSD,
+    Biased,
+    BlockVerification,
+    Fuzzy,
+    Method,
+    SpecDecPP,
+    Sprinter,
+)
 from speculab.sim import jax_common, jax_engine, simulate  # noqa: E402
 from speculab.methods.capabilities import Slotwise, has  # noqa: E402
 from speculab.sim.jax_engine import simulate_sweep  # noqa: E402
@@ -34,17 +43,26 @@ def _same(a, b):
 def test_same_key_same_counts_and_keys_of_every_kind(inst, method):
     a = simulate(inst, method, 3000, key=5, engine="jax")
     _same(a, simulate(inst, method, 3000, key=5, engine="jax"))
-    _same(simulate(inst, method, 3000, key=jax.random.key(9), engine="jax"),
-          simulate(inst, method, 3000, key=jax.random.key(9), engine="jax"))
+    _same(
+        simulate(inst, method, 3000, key=jax.random.key(9), engine="jax"),
+        simulate(inst, method, 3000, key=jax.random.key(9), engine="jax"),
+    )
     b = simulate(inst, method, 3000, key=6, engine="jax")
     assert not np.array_equal(a.rejections, b.rejections)
     simulate(inst, method, 10, key=np.random.default_rng(0), engine="jax")  # a numpy generator gives a seed
     simulate(inst, method, 10, key=2**64 - 1, engine="jax")  # 64-bit seeds are folded, not truncated
 
 
-@pytest.mark.parametrize("key, match", [(-1, "out of range"), ("seed", "key must be"), (1.5, "key must be"),
-                                        (np.zeros(3, dtype=np.float32), "key must be"),
-                                        (jax.random.split(jax.random.key(0), 2), "JAX PRNG key")])
+@pytest.mark.parametrize(
+    "key, match",
+    [
+        (-1, "out of range"),
+        ("seed", "key must be"),
+        (1.5, "key must be"),
+        (np.zeros(3, dtype=np.float32), "key must be"),
+        (jax.random.split(jax.random.key(0), 2), "JAX PRNG key"),
+    ],
+)
 def test_bad_keys_are_refused(inst, key, match):
     with pytest.raises(ValueError, match=match):
         simulate(inst, SD(), 10, key=key, engine="jax")
@@ -103,8 +121,11 @@ def _token_law_agrees(agrees, c, t: int, target):
 SDPP_COUNTS = ("rejections", "oracle_calls", "draft_calls", "accepted", "bonus")
 
 
-@pytest.mark.parametrize("method", [pytest.param(SpecDecPP(1.0, max_K=20), marks=pytest.mark.slow),
-                                    SpecDecPP(0.7, max_K=6), SpecDecPP(0.0)], ids=repr)
+@pytest.mark.parametrize(
+    "method",
+    [pytest.param(SpecDecPP(1.0, max_K=20), marks=pytest.mark.slow), SpecDecPP(0.7, max_K=6), SpecDecPP(0.0)],
+    ids=repr,
+)
 def test_specdecpp_runs_with_the_drafting_it_discards(method, agrees):
     """Rounds rejected before the rule stops keep drafting (counted only); with T = 24 and max_Ks up to 20 many such
     chains overlap in the pool. The same counts in law as the numpy engine's literal step."""
@@ -130,9 +151,14 @@ def test_specdecpp_that_never_stops_early_is_sd_with_lookahead_cap(agrees):
         agrees(c.estimate(name), e.get(name), f"{name} vs SD(K=5)")
 
 
-@pytest.mark.parametrize("T, max_K, engine", [  # JAX's two longest pools: the full tier's
-    pytest.param(T, max_K, engine, marks=pytest.mark.slow if engine == "jax" and min(T, max_K) >= 10 else ())
-    for T, max_K in [(10, 10), (24, 20), (12, 5), (6, 20)] for engine in ["numpy", "jax"]])
+@pytest.mark.parametrize(
+    "T, max_K, engine",
+    [  # JAX's two longest pools: the full tier's
+        pytest.param(T, max_K, engine, marks=pytest.mark.slow if engine == "jax" and min(T, max_K) >= 10 else ())
+        for T, max_K in [(10, 10), (24, 20), (12, 5), (6, 20)]
+        for engine in ["numpy", "jax"]
+    ],
+)
 def test_specdecpp_drafting_past_rejections_is_all_counted(T, max_K, engine):
     """Where every draft is rejected, with h = 1 every position starts a round whose drafting outlives its rejection
     by min(max_K, T − t) − 1 drafts: each run's count is exactly Σ_t min(max_K, T − t), with min(max_K, T) − 1 chains of
@@ -206,7 +232,7 @@ def test_specdecpp_pool_grows_by_doubling_from_an_eighth_of_the_runs(n, G):
     start = max(n // 8, 1)
     for peak in range(0, n * G + 1, max(n * G // 37, 1)):
         k = max(0, int(np.ceil(np.log2(max(1.25 * peak, 1) / start) - 1e-12)))
-        assert _pool_size(n, G, peak) == min(start * 2 ** k, n * G), (n, G, peak)
+        assert _pool_size(n, G, peak) == min(start * 2**k, n * G), (n, G, peak)
 
 
 def test_adaptive_drafting_the_engine_cannot_run_is_refused(inst):
@@ -259,8 +285,11 @@ def test_specdecpp_counts_do_not_depend_on_the_pool_size(inst, monkeypatch):
 def test_specdecpp_heads_as_tables_and_functions_run_on_jax(inst, agrees):
     from speculab.methods.specdecpp import miscalibrated_head, noisy_head
 
-    heads = {"noisy": noisy_head(inst, 1.0, 3), "miscalibrated": miscalibrated_head(inst, 2.0),
-             "function": lambda t, prev, x: np.where(prev == x, 0.9, 0.6 - 0.05 * t)}
+    heads = {
+        "noisy": noisy_head(inst, 1.0, 3),
+        "miscalibrated": miscalibrated_head(inst, 2.0),
+        "function": lambda t, prev, x: np.where(prev == x, 0.9, 0.6 - 0.05 * t),
+    }
     for kind, head in heads.items():
         method = SpecDecPP(0.5, head=head, max_K=4)
         a, b = simulate(inst, method, 20_000, key=1), simulate(inst, method, 20_000, key=2, engine="jax")
@@ -268,11 +297,14 @@ def test_specdecpp_heads_as_tables_and_functions_run_on_jax(inst, agrees):
             _agree2(agrees, b, a, name, f"{name}, {kind} head, JAX vs numpy")
 
 
-@pytest.mark.parametrize("head, match", [
-    (lambda t, prev, x: np.full(3, 0.5), "must return an array of shape"),
-    (lambda t, prev, x: 2.0 + 0 * x, r"probabilities in \[0, 1\]"),
-    ("head", "head must be callable"),
-])
+@pytest.mark.parametrize(
+    "head, match",
+    [
+        (lambda t, prev, x: np.full(3, 0.5), "must return an array of shape"),
+        (lambda t, prev, x: 2.0 + 0 * x, r"probabilities in \[0, 1\]"),
+        ("head", "head must be callable"),
+    ],
+)
 @pytest.mark.parametrize("engine", ["numpy", "jax"])
 def test_bad_heads_are_refused_on_both_engines(inst, head, match, engine):
     with pytest.raises(ValueError, match=match):
@@ -282,9 +314,9 @@ def test_bad_heads_are_refused_on_both_engines(inst, head, match, engine):
 def test_specdecpp_tables_over_the_budget_are_refused(inst, monkeypatch):
     """Per-token tables (T' A' V² = T V³ entries on a full instance) run at a budget of exactly that and are refused
     one entry below it."""
-    monkeypatch.setattr(jax_common, "TABLE_BUDGET", inst.T * inst.V ** 3)
+    monkeypatch.setattr(jax_common, "TABLE_BUDGET", inst.T * inst.V**3)
     assert simulate(inst, SpecDecPP(0.5), 10, key=0, engine="jax").n_runs == 10
-    monkeypatch.setattr(jax_common, "TABLE_BUDGET", inst.T * inst.V ** 3 - 1)
+    monkeypatch.setattr(jax_common, "TABLE_BUDGET", inst.T * inst.V**3 - 1)
     with pytest.raises(ValueError, match="SpecDecPP from per-token tables, which would exceed TABLE_BUDGET"):
         simulate(inst, SpecDecPP(0.5), 10, key=0, engine="jax")
 
@@ -337,8 +369,9 @@ class _BatchWithoutRootTable(BatchSD):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", [SD(K=2), Biased(0.1), Fuzzy(0.2, "tv"), BatchSD(2, K=2),
-                                    _BatchWithoutRootTable(2, K=2)], ids=repr)
+@pytest.mark.parametrize(
+    "method", [SD(K=2), Biased(0.1), Fuzzy(0.2, "tv"), BatchSD(2, K=2), _BatchWithoutRootTable(2, K=2)], ids=repr
+)
 def test_tabulated_and_evaluated_slot_laws_agree_in_law(inst, method, monkeypatch, agrees):
     """Above TABLE_BUDGET the one-slot law is evaluated inside the scan: the same counts in law as the tables."""
     expected = method.expected(inst)
@@ -358,11 +391,15 @@ def test_sequences_are_the_runs_tokens(inst, agrees):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method, p, q", [
-    (SD(K=2), [0.6, 0.2, 0.2, 0.0], [0.2, 0.2, 0.3, 0.3]),
-    (BatchSD(2, K=2), [0.7, 0.1, 0.1, 0.1], [0.1, 0.3, 0.3, 0.3]),
-    (BatchSD(3, K=2), [0.7, 0.1, 0.1, 0.1], [0.1, 0.3, 0.3, 0.3]),
-], ids=["SD", "BatchSD, M = 2", "BatchSD, M = 3"])
+@pytest.mark.parametrize(
+    "method, p, q",
+    [
+        (SD(K=2), [0.6, 0.2, 0.2, 0.0], [0.2, 0.2, 0.3, 0.3]),
+        (BatchSD(2, K=2), [0.7, 0.1, 0.1, 0.1], [0.1, 0.3, 0.3, 0.3]),
+        (BatchSD(3, K=2), [0.7, 0.1, 0.1, 0.1], [0.1, 0.3, 0.3, 0.3]),
+    ],
+    ids=["SD", "BatchSD, M = 2", "BatchSD, M = 3"],
+)
 @pytest.mark.parametrize("budget", [None, 0], ids=["tabulated", "evaluated"])
 def test_a_correction_is_drawn_with_its_own_uniform(method, p, q, budget, monkeypatch, agrees):
     """A correction drawn with the uniform that decided the refusal is drawn from part of [0, 1) only, which moves
@@ -403,8 +440,11 @@ def test_batch_sd_runs_on_a_context_free_instance(agrees):
     _token_law_agrees(agrees, c, 1, free.Q[0, 0])  # batch SD is unbiased: every token is q's
 
 
-@pytest.mark.parametrize("layout", [(True, True), (True, False), (False, True), (False, False)],
-                         ids=["full", "per position", "stationary", "context-free"])
+@pytest.mark.parametrize(
+    "layout",
+    [(True, True), (True, False), (False, True), (False, False)],
+    ids=["full", "per position", "stationary", "context-free"],
+)
 def test_a_compact_table_is_read_as_its_full_broadcast(layout):
     """Both engines read row ``(t, a)`` of a compact ``(T', A', V)`` table (``T' = 1`` or ``A' = 1`` broadcast) as the
     full table's — ``_Tables.row``, and ``_at`` on a stack of sweep points — against numpy's ``broadcast_to``, at
@@ -458,10 +498,14 @@ def test_a_sweep_of_one_point(inst, agrees):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("methods", [
-    [SD(K=1), SD(K=2), SD(K=5), SD()],
-    [BatchSD(1), BatchSD(2, K=3), BatchSD(4), BatchSD(3, K=1)],
-], ids=["K", "M and K"])
+@pytest.mark.parametrize(
+    "methods",
+    [
+        [SD(K=1), SD(K=2), SD(K=5), SD()],
+        [BatchSD(1), BatchSD(2, K=3), BatchSD(4), BatchSD(3, K=1)],
+    ],
+    ids=["K", "M and K"],
+)
 def test_sweeps_over_lookahead_and_draft_rows(inst, methods, agrees):
     """K and M are traced numbers of one compiled call; the root tables are padded to the largest M."""
     for m, c in zip(methods, simulate_sweep(inst, methods, 65_536, key=4)):  # the bonus of K = 5 needs 58,000
@@ -472,7 +516,8 @@ def test_sweeps_over_lookahead_and_draft_rows(inst, methods, agrees):
 
 @pytest.mark.slow
 def test_sweep_over_the_specdecpp_threshold(inst, agrees):
-    """h and max_K are traced numbers of one compiled call; the points share one pool of chains drafting past rejections."""
+    """h and max_K are traced numbers of one compiled call; the points share one pool of chains drafting past
+    rejections."""
     methods = [SpecDecPP(h, max_K=c) for h, c in [(0.0, 20), (0.3, 3), (0.6, 5), (0.9, 20), (1.0, 4)]]
     n = 131_072  # 2 chunks of one compiled shape: the bonus of h = 0.9 needs 78,000 runs on each side
     runs = simulate_sweep(inst, methods, n, key=5)
@@ -484,13 +529,16 @@ def test_sweep_over_the_specdecpp_threshold(inst, agrees):
     assert all(r.sequences is None for r in runs)  # a sweep keeps no sequences
 
 
-@pytest.mark.parametrize("methods, match", [
-    ([SD(), Biased(0.1)], "parameters of one method; got SD"),
-    ([BlockVerification(2)], "BlockVerification is neither"),
-    ([SpecDecPP(0.5), SD()], "parameters of one method; got SpecDecPP"),
-    ([], "give one instance or one method"),
-    ([_BatchWithoutRootTable(2, K=1), _BatchWithoutRootTable(2, K=2)], "needs the root as tables"),
-])
+@pytest.mark.parametrize(
+    "methods, match",
+    [
+        ([SD(), Biased(0.1)], "parameters of one method; got SD"),
+        ([BlockVerification(2)], "BlockVerification is neither"),
+        ([SpecDecPP(0.5), SD()], "parameters of one method; got SpecDecPP"),
+        ([], "give one instance or one method"),
+        ([_BatchWithoutRootTable(2, K=1), _BatchWithoutRootTable(2, K=2)], "needs the root as tables"),
+    ],
+)
 def test_sweeps_that_would_change_shapes_are_refused(inst, methods, match):
     with pytest.raises(ValueError, match=match):
         simulate_sweep(inst, methods, 10, key=0)
@@ -498,8 +546,11 @@ def test_sweeps_that_would_change_shapes_are_refused(inst, methods, match):
 
 def test_sweeps_over_instances_that_do_not_stack_are_refused(inst):
     """The points' instances stack only with the same T, V and storage; lists must pair up."""
-    for other in (MarkovInstance.random(inst.T + 1, inst.V, 0), MarkovInstance.random(inst.T, inst.V + 1, 0),
-                  MarkovInstance.stationary(inst.P[0], inst.Q[0], inst.T)):
+    for other in (
+        MarkovInstance.random(inst.T + 1, inst.V, 0),
+        MarkovInstance.random(inst.T, inst.V + 1, 0),
+        MarkovInstance.stationary(inst.P[0], inst.Q[0], inst.T),
+    ):
         with pytest.raises(ValueError, match="the instances of a sweep must have the same T, V and storage"):
             simulate_sweep([inst, other], SD(), 10, key=0)
     with pytest.raises(ValueError, match="inst must be a MarkovInstance or a list of them; got str"):
@@ -532,13 +583,16 @@ def test_sweep_is_sharded_over_several_devices():
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
     two = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     inst = MarkovInstance.random(6, 3, 0)
-    one = [simulate_sweep(inst, [Biased(e) for e in eps], 500, key=0) for eps in ((0.0, 0.1, 0.2, 0.3), (0.0, 0.1, 0.2))]
+    one = [
+        simulate_sweep(inst, [Biased(e) for e in eps], 500, key=0) for eps in ((0.0, 0.1, 0.2, 0.3), (0.0, 0.1, 0.2))
+    ]
     assert two.split() == [",".join(str(int(c.rejections.sum())) for c in r) for r in one]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", [SD(K=3), BatchSD(2), BlockVerification(2), Sprinter(0.8, 0.2), SpecDecPP(0.6)],
-                         ids=repr)
+@pytest.mark.parametrize(
+    "method", [SD(K=3), BatchSD(2), BlockVerification(2), Sprinter(0.8, 0.2), SpecDecPP(0.6)], ids=repr
+)
 def test_chunks_get_their_own_keys(inst, method, monkeypatch, agrees):
     """Runs past one compiled call (CHUNK) come from a new key: the chunks differ and the law is unchanged."""
     monkeypatch.setattr(jax_common, "CHUNK", 1000)
@@ -551,8 +605,9 @@ def test_chunks_get_their_own_keys(inst, method, monkeypatch, agrees):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", [SD(K=3), BatchSD(2), BlockVerification(2), Sprinter(0.8, 0.2), SpecDecPP(0.6)],
-                         ids=repr)
+@pytest.mark.parametrize(
+    "method", [SD(K=3), BatchSD(2), BlockVerification(2), Sprinter(0.8, 0.2), SpecDecPP(0.6)], ids=repr
+)
 def test_every_run_asked_for_is_simulated_once(inst, method, monkeypatch):
     """However the runs split into chunks (CHUNK = 1000 here: one run, two chunks, two chunks and a half), the
     counts and sequences hold exactly ``n_runs`` runs, alone and in a sweep."""
@@ -566,11 +621,21 @@ def test_every_run_asked_for_is_simulated_once(inst, method, monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method, width, budget", [
-    (SD(K=3), 3, None), (BatchSD(2), 3, None), (BatchSD(2), 4, 0), (_BatchWithoutRootTable(2), 4, None),
-    (BlockVerification(2), 4, None),
-    (BatchSD(3, K=1), 3, None), (Autoregressive(), 3, None), (Sprinter(0.8, 0.2), 3, None),
-    (SpecDecPP(0.6), 3, None)], ids=lambda v: repr(v) if isinstance(v, Method) else str(v))
+@pytest.mark.parametrize(
+    "method, width, budget",
+    [
+        (SD(K=3), 3, None),
+        (BatchSD(2), 3, None),
+        (BatchSD(2), 4, 0),
+        (_BatchWithoutRootTable(2), 4, None),
+        (BlockVerification(2), 4, None),
+        (BatchSD(3, K=1), 3, None),
+        (Autoregressive(), 3, None),
+        (Sprinter(0.8, 0.2), 3, None),
+        (SpecDecPP(0.6), 3, None),
+    ],
+    ids=lambda v: repr(v) if isinstance(v, Method) else str(v),
+)
 def test_uniforms_per_position_are_those_a_run_draws(inst, method, width, budget, monkeypatch):
     """The module docstring's count — 3 for a slotwise method read from its tables (the root's too), M + 2 when its
     law is evaluated in the scan (tables over the budget), max(M L, 1) + 2 round by round, 3 for SPRINTER and

@@ -16,6 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from conftest import model_device  # noqa: E402
+
 pytest.importorskip("transformers")
 
 from speculab.backends import decode, load_pair  # noqa: E402
@@ -105,9 +106,15 @@ def test_what_is_not_journaled_runs_again(pair, tmp_path):
         decode(pair, PROMPTS[:2], SD(K=2), max_new_tokens=4, key=0, on_round=Holding())
         with unrecorded():
             decode(pair, PROMPTS[:2], SD(K=2), max_new_tokens=4, key=0)
-        decode(pair, PROMPTS[:2], RejectionDecoding(b=lambda p, q: 0.5 * kernels.sd_acceptance(p, q), K=2),
-               max_new_tokens=4, key=0)
+        decode(
+            pair,
+            PROMPTS[:2],
+            RejectionDecoding(b=lambda p, q: 0.5 * kernels.sd_acceptance(p, q), K=2),
+            max_new_tokens=4,
+            key=0,
+        )
         assert not list(folder.glob("decode-*"))
+
     class Live(RoundProbe):
         def observe(self, info):
             return info.p  # a tensor is not a JSON value
@@ -137,8 +144,24 @@ def test_compare_and_run_resume_from_the_command_line(pair, tmp_path, monkeypatc
     from speculab.cli import main
 
     dec = importlib.import_module("speculab.backends.decode")
-    argv = ["compare", "--pair", "tiny", "--device", "cpu", "--method", "block", "--K", "3", "--runs-per-prompt",
-            "1", "--max-new-tokens", "8", "--batch-size", "2", "--json"] + sum((["--prompt", p] for p in PROMPTS), [])
+    argv = [
+        "compare",
+        "--pair",
+        "tiny",
+        "--device",
+        "cpu",
+        "--method",
+        "block",
+        "--K",
+        "3",
+        "--runs-per-prompt",
+        "1",
+        "--max-new-tokens",
+        "8",
+        "--batch-size",
+        "2",
+        "--json",
+    ] + sum((["--prompt", p] for p in PROMPTS), [])
     assert main(argv) == 0
     whole = json.loads(capsys.readouterr().out)
     started, real = [], dec.decode_batched
@@ -158,8 +181,24 @@ def test_compare_and_run_resume_from_the_command_line(pair, tmp_path, monkeypatc
     assert json.loads(capsys.readouterr().out) == whole
     assert len(started) == 2 + 4  # the method's last two batches, then the SD runs block verification is held against
     assert not folder.exists()
-    argv = ["run", "--pair", "tiny", "--device", "cpu", "--method", "sd", "--K", "2", "--max-new-tokens", "6",
-            "--batch-size", "1", "--json", "--checkpoint", str(folder)] + sum((["--prompt", p] for p in PROMPTS[:3]), [])
+    argv = [
+        "run",
+        "--pair",
+        "tiny",
+        "--device",
+        "cpu",
+        "--method",
+        "sd",
+        "--K",
+        "2",
+        "--max-new-tokens",
+        "6",
+        "--batch-size",
+        "1",
+        "--json",
+        "--checkpoint",
+        str(folder),
+    ] + sum((["--prompt", p] for p in PROMPTS[:3]), [])
     assert main(argv) == 0 and not folder.exists()
 
 
@@ -177,8 +216,24 @@ def test_a_resume_with_other_arguments_is_refused_and_keeps_the_journals(pair, t
     foreign = [folder / "sim-notes.jsonl", folder / "decode-mine.jsonl"]
     for f in foreign:
         f.write_text('{"not": "speculab"}\n')
-    argv = ["run", "--pair", "tiny", "--device", "cpu", "--method", "sd", "--K", "2", "--max-new-tokens", "6",
-            "--batch-size", "1", "--json", "--checkpoint", str(folder)] + sum((["--prompt", p] for p in PROMPTS[:4]), [])
+    argv = [
+        "run",
+        "--pair",
+        "tiny",
+        "--device",
+        "cpu",
+        "--method",
+        "sd",
+        "--K",
+        "2",
+        "--max-new-tokens",
+        "6",
+        "--batch-size",
+        "1",
+        "--json",
+        "--checkpoint",
+        str(folder),
+    ] + sum((["--prompt", p] for p in PROMPTS[:4]), [])
     started, real = [], dec._Run
 
     def counting(*args, **kwargs):
@@ -270,18 +325,63 @@ def test_journal_lines_are_checked_before_use(pair, tmp_path):
         "a run without its": {"block": 0, "runs": ["x"]},
         "counts that are not the integers": {**entry, "runs": [{**entry["runs"][0], "counts": {"rejections": "1"}}]},
         "line 2: not a finished block": {"block": "zero", "runs": []},
-        "records without exactly the fields": {**entry, "runs": [{**entry["runs"][0], "record": {
-            k: v for k, v in entry["runs"][0]["record"].items() if k != "kind"}}]},
-        "position kinds other than 0–3": {**entry, "runs": [{**entry["runs"][0], "record": {
-            **entry["runs"][0]["record"], "kind": [7] * len(entry["runs"][0]["tokens"])}}]},
-        "round records of different lengths": {**entry, "runs": [{**entry["runs"][0], "rounds": {
-            **entry["runs"][0]["rounds"], "accepted": entry["runs"][0]["rounds"]["accepted"] + [1]}}]},
-        "counts that do not match the position record": {**entry, "runs": [{**entry["runs"][0], "counts": {
-            **entry["runs"][0]["counts"], "rejections": entry["runs"][0]["counts"]["rejections"] + 1}}]},
-        "more accepted drafts than drafts": {**entry, "runs": [{**entry["runs"][0], "counts": {
-            **entry["runs"][0]["counts"], "draft_calls": entry["runs"][0]["counts"]["accepted"] - 1}}]},
-        "more target calls than rounds": {**entry, "runs": [{**entry["runs"][0], "counts": {
-            **entry["runs"][0]["counts"], "oracle_calls": len(entry["runs"][0]["rounds"]["accepted"]) + 1}}]},
+        "records without exactly the fields": {
+            **entry,
+            "runs": [
+                {**entry["runs"][0], "record": {k: v for k, v in entry["runs"][0]["record"].items() if k != "kind"}}
+            ],
+        },
+        "position kinds other than 0–3": {
+            **entry,
+            "runs": [
+                {
+                    **entry["runs"][0],
+                    "record": {**entry["runs"][0]["record"], "kind": [7] * len(entry["runs"][0]["tokens"])},
+                }
+            ],
+        },
+        "round records of different lengths": {
+            **entry,
+            "runs": [
+                {
+                    **entry["runs"][0],
+                    "rounds": {**entry["runs"][0]["rounds"], "accepted": entry["runs"][0]["rounds"]["accepted"] + [1]},
+                }
+            ],
+        },
+        "counts that do not match the position record": {
+            **entry,
+            "runs": [
+                {
+                    **entry["runs"][0],
+                    "counts": {
+                        **entry["runs"][0]["counts"],
+                        "rejections": entry["runs"][0]["counts"]["rejections"] + 1,
+                    },
+                }
+            ],
+        },
+        "more accepted drafts than drafts": {
+            **entry,
+            "runs": [
+                {
+                    **entry["runs"][0],
+                    "counts": {**entry["runs"][0]["counts"], "draft_calls": entry["runs"][0]["counts"]["accepted"] - 1},
+                }
+            ],
+        },
+        "more target calls than rounds": {
+            **entry,
+            "runs": [
+                {
+                    **entry["runs"][0],
+                    "counts": {
+                        **entry["runs"][0]["counts"],
+                        "oracle_calls": len(entry["runs"][0]["rounds"]["accepted"]) + 1,
+                    },
+                }
+            ],
+        },
     }
     for message, bad in cases.items():
         journal.parent.mkdir(exist_ok=True)
@@ -296,8 +396,14 @@ def test_journal_lines_are_checked_before_use(pair, tmp_path):
         foreign = next(other.glob("decode-*.jsonl")).read_text().splitlines()[1]
     for line in (json.dumps(edited), foreign):
         journal.write_text("\n".join([header, line, line1]) + "\n")
-        with pytest.raises(ValueError, match=r"line 2: its digest does not match its content and this call "
-                                             r"\(edited, or copied from another run\)"), resumable(folder, resume=True):
+        with (
+            pytest.raises(
+                ValueError,
+                match=r"line 2: its digest does not match its content and this call "
+                r"\(edited, or copied from another run\)",
+            ),
+            resumable(folder, resume=True),
+        ):
             decode(pair, PROMPTS[:2], SD(K=2), max_new_tokens=4, key=0, batch_size=1)
     for lines in (['{"block": 0}'], [line0, line0]):  # no runs; a block twice (which would win?)
         journal.write_text("\n".join([header, *lines]) + "\n")
@@ -385,8 +491,12 @@ def test_a_decode_killed_by_a_signal_resumes_without_redoing_finished_prompts(pa
     rerun with ``resume``, it decodes only the rest, and its tokens and counts are the uninterrupted run's."""
     folder, out = tmp_path / "resume", tmp_path / "out.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, str(folder), "new", str(out)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SCRIPT, str(folder), "new", str(out)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
         journals = list(folder.glob("decode-*.jsonl"))
@@ -398,8 +508,14 @@ def test_a_decode_killed_by_a_signal_resumes_without_redoing_finished_prompts(pa
     assert proc.returncode == -signal.SIGKILL and not out.exists(), "the run finished before it could be killed"
     finished = (next(folder.glob("decode-*.jsonl")).read_text().count("\n")) - 1
     assert 2 <= finished < 8
-    subprocess.run([sys.executable, "-c", SCRIPT, str(folder), "resume", str(out)], env=env, check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
+    subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(folder), "resume", str(out)],
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        timeout=600,
+    )
     resumed = json.loads(out.read_text())
     assert resumed["decoded"] == 8 - finished
     whole = decode(pair, default_prompts()[:8], SD(K=3), max_new_tokens=40, key=9, batch_size=1)
@@ -430,4 +546,3 @@ def test_resumable_refuses_what_is_not_a_folder_or_a_flag(tmp_path):
         pass
     with pytest.raises(ValueError, match="stale must be"), resumable(tmp_path, stale="keep"):
         pass
-

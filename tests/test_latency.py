@@ -8,8 +8,14 @@ torch = pytest.importorskip("torch")
 from conftest import model_device  # noqa: E402
 
 from speculab.backends import load_pair  # noqa: E402
-from speculab.backends.latency import (ForwardFit, LatencyModel, TimedRuns, _fit_forward, fit_latency,  # noqa: E402
-                                      timed_decode)
+from speculab.backends.latency import (  # noqa: E402
+    ForwardFit,
+    LatencyModel,
+    TimedRuns,
+    _fit_forward,
+    fit_latency,
+    timed_decode,
+)
 from speculab.backends.pair import default_prompts  # noqa: E402
 from speculab.counts import Counts  # noqa: E402
 from speculab.methods import SD, Autoregressive  # noqa: E402
@@ -28,26 +34,47 @@ def _synthetic(draft_calls, oracle_calls, tokens, truth: dict, target=None, bonu
         run = [(1, 8 + L, truth["prefill"], 1)] + ([(0, 8, truth["draft_prefill"], 1)] if d else [])
         for i in range(r):
             catch_up = 2 if 0 < i <= b else 1  # after a round with a bonus, the draft is fed two tokens
-            run += ([(0, catch_up, draft(catch_up), 0)] + [(0, 1, draft(1), 0)] * (L - 1) if L else [])
+            run += [(0, catch_up, draft(catch_up), 0)] + [(0, 1, draft(1), 0)] * (L - 1) if L else []
             run += [(1, L + 1, target(L + 1), 0)] if i else []
         calls += run
-        seconds.append(sum(s for *_, s, _ in run) + truth["round"] * r + truth["draft"] * d + truth["token"] * n
-                       + truth["run"])
+        seconds.append(
+            sum(s for *_, s, _ in run) + truth["round"] * r + truth["draft"] * d + truth["token"] * n + truth["run"]
+        )
     z = np.zeros(len(tokens), dtype=np.int64)
-    counts = Counts(rejections=z, oracle_calls=np.asarray(oracle_calls), draft_calls=np.asarray(draft_calls),
-                    accepted=z, discarded=z, bonus=np.asarray(bonus), tokens=np.asarray(tokens))
-    return TimedRuns(type("R", (), {"counts": counts, "rounds": None})(), np.asarray(seconds),
-                     np.asarray(calls, dtype=float))
+    counts = Counts(
+        rejections=z,
+        oracle_calls=np.asarray(oracle_calls),
+        draft_calls=np.asarray(draft_calls),
+        accepted=z,
+        discarded=z,
+        bonus=np.asarray(bonus),
+        tokens=np.asarray(tokens),
+    )
+    return TimedRuns(
+        type("R", (), {"counts": counts, "rounds": None})(), np.asarray(seconds), np.asarray(calls, dtype=float)
+    )
 
 
-TRUTH = {"d0": 1e-4, "d1": 2e-5, "t0": 2e-3, "t1": 3e-4, "round": 5e-4, "draft": 7e-5, "token": 1e-4, "run": 3e-3,
-         "prefill": 4e-3, "draft_prefill": 1e-3}
+TRUTH = {
+    "d0": 1e-4,
+    "d1": 2e-5,
+    "t0": 2e-3,
+    "t1": 3e-4,
+    "round": 5e-4,
+    "draft": 7e-5,
+    "token": 1e-4,
+    "run": 3e-3,
+    "prefill": 4e-3,
+    "draft_prefill": 1e-3,
+}
 
 
 def _runs(truth, target=None):
-    return [_synthetic([0, 0, 0], [30, 28, 32], [30, 28, 32], truth, target),  # autoregressive
-            _synthetic([20, 24, 30], [20, 24, 15], [30, 33, 32], truth, target),
-            _synthetic([40, 48, 56], [10, 12, 14], [30, 31, 35], truth, target)]
+    return [
+        _synthetic([0, 0, 0], [30, 28, 32], [30, 28, 32], truth, target),  # autoregressive
+        _synthetic([20, 24, 30], [20, 24, 15], [30, 33, 32], truth, target),
+        _synthetic([40, 48, 56], [10, 12, 14], [30, 31, 35], truth, target),
+    ]
 
 
 def test_the_fit_recovers_a_clock_that_follows_the_model():
@@ -79,9 +106,11 @@ def test_a_forward_time_that_is_not_affine_in_the_tokens_fed_is_priced_per_size(
         assert model.target(k) == pytest.approx(target(k), rel=1e-12)
     for r in runs:
         np.testing.assert_allclose(model.seconds(r.result.counts), r.seconds, rtol=1e-6)
-    line = LatencyModel(ForwardFit(model.draft.base, model.draft.per_token, 0, 0), ForwardFit(
-        model.target.base, model.target.per_token, 0, 0), *(getattr(model, k) for k in (
-            "per_round", "per_draft", "per_token", "per_run", "per_drafting_run")))
+    line = LatencyModel(
+        ForwardFit(model.draft.base, model.draft.per_token, 0, 0),
+        ForwardFit(model.target.base, model.target.per_token, 0, 0),
+        *(getattr(model, k) for k in ("per_round", "per_draft", "per_token", "per_run", "per_drafting_run")),
+    )
     ar = runs[0].result.counts
     assert abs(line.latency(ar) / model.latency(ar) - 1) > 0.05  # the line alone is off by more than 5 % here
 
@@ -101,13 +130,16 @@ def test_predictions_from_counts_alone_take_the_mean_block_and_refuse_misaligned
     model = fit_latency(_runs(TRUTH))
     runs = _runs(TRUTH)[2]
     counts = runs.result.counts
+
     def rounds_of(drafted):  # no block fully accepted: these synthetic runs have no bonus
         return type("Rounds", (), {"drafted": np.asarray(drafted), "accepted": np.zeros(len(drafted), int)})()
 
     rounds = [rounds_of(np.full(int(r), d // r)) for d, r in zip(counts.draft_calls, counts.oracle_calls)]
     np.testing.assert_allclose(model.seconds(counts, rounds), model.seconds(counts), rtol=1e-12)
     uneven = [rounds_of([4] * (int(r) - 2) + [1, 7]) for r in counts.oracle_calls]
-    t = fit_latency(_runs({**TRUTH, "t0": 0.0, "t1": 0.0}, {1: 1.0e-3, 2: 1.6e-3, 3: 1.7e-3, 5: 1.9e-3}.__getitem__)).target
+    t = fit_latency(
+        _runs({**TRUTH, "t0": 0.0, "t1": 0.0}, {1: 1.0e-3, 2: 1.6e-3, 3: 1.7e-3, 5: 1.9e-3}.__getitem__)
+    ).target
     model = LatencyModel(model.draft, t, 0.0, 0.0, 0.0)
     gap = t(2) + t(8) - 2 * t(5)  # two rounds of 4 drafts become one of 1 and one of 7: a target call each
     assert abs(gap) > 1e-4
@@ -189,9 +221,11 @@ def test_each_timed_run_starts_with_the_drafts_memo_empty(monkeypatch):
 def test_runs_of_one_length_cannot_separate_the_cost_per_token_from_the_cost_per_run():
     """Every run 32 tokens long: the token column is 32 × the run column, so per_token is not identified — it is
     named, set to 0 and its cost carried by per_run; runs of that length are still predicted exactly."""
-    runs = [_synthetic([0, 0, 0], [32, 32, 32], [32, 32, 32], TRUTH),
-            _synthetic([20, 24, 30], [20, 24, 15], [32, 32, 32], TRUTH),
-            _synthetic([40, 48, 56], [10, 12, 14], [32, 32, 32], TRUTH)]
+    runs = [
+        _synthetic([0, 0, 0], [32, 32, 32], [32, 32, 32], TRUTH),
+        _synthetic([20, 24, 30], [20, 24, 15], [32, 32, 32], TRUTH),
+        _synthetic([40, 48, 56], [10, 12, 14], [32, 32, 32], TRUTH),
+    ]
     model = fit_latency(runs)
     assert model.unidentified == ("per_token",) and model.per_token == 0
     assert model.per_run == pytest.approx(TRUTH["run"] + TRUTH["prefill"] + 32 * TRUTH["token"], rel=1e-6)
@@ -204,10 +238,12 @@ def test_a_catch_up_after_a_bonus_is_priced_as_a_two_token_draft_call():
     """After a bonus the next round's first draft call feeds two tokens; with a draft whose second token costs more
     than the line through one token predicts, the table prices those calls (one per bonus) exactly."""
     draft = {1: 1e-4, 2: 3e-4}.__getitem__
-    runs = [_synthetic([0, 0, 0], [30, 28, 32], [30, 28, 32], TRUTH),
-            _synthetic([20, 24, 30], [20, 24, 15], [30, 33, 32], TRUTH, bonus=[0, 0, 0], draft=draft),
-            _synthetic([40, 48, 56], [10, 12, 14], [30, 31, 35], TRUTH, bonus=[9, 11, 13], draft=draft),
-            _synthetic([40, 48, 56], [20, 24, 28], [36, 40, 44], TRUTH, bonus=[0, 1, 2], draft=draft)]
+    runs = [
+        _synthetic([0, 0, 0], [30, 28, 32], [30, 28, 32], TRUTH),
+        _synthetic([20, 24, 30], [20, 24, 15], [30, 33, 32], TRUTH, bonus=[0, 0, 0], draft=draft),
+        _synthetic([40, 48, 56], [10, 12, 14], [30, 31, 35], TRUTH, bonus=[9, 11, 13], draft=draft),
+        _synthetic([40, 48, 56], [20, 24, 28], [36, 40, 44], TRUTH, bonus=[0, 1, 2], draft=draft),
+    ]
     model = fit_latency(runs)
     assert model.draft(2) == pytest.approx(3e-4, rel=1e-12) and model.draft(1) == pytest.approx(1e-4, rel=1e-12)
     for r in runs:

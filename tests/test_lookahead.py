@@ -46,7 +46,9 @@ def test_every_position_is_accepted_rejected_or_bonus(inst, extra):
     """Per position the three outcomes partition probability one; the finite-horizon gap is a probability."""
     K = None if extra is None else inst.T + extra if extra else max(1, inst.T // 2)
     c = lookahead_counts(inst, K)
-    np.testing.assert_allclose(c.accepted_per_position + c.rejections_per_position + c.bonus_per_position, 1.0, atol=1e-12)
+    np.testing.assert_allclose(
+        c.accepted_per_position + c.rejections_per_position + c.bonus_per_position, 1.0, atol=1e-12
+    )
     assert c.oracle_calls_per_position[0] == pytest.approx(1.0, abs=1e-12)
     assert -1e-12 <= c.final_round_all_accepted <= 1 + 1e-12
     assert c.discarded == pytest.approx(c.draft_calls - c.accepted, abs=1e-12)
@@ -105,7 +107,9 @@ def test_context_free_matches_the_iid_renewal_recursion(pq, K, T):
 
 
 @pytest.mark.parametrize("K", [1, 3, 8])
-@pytest.mark.parametrize("pq", [([0.5, 0.5], [0.8, 0.2]), ([0.2, 0.3, 0.5], [0.25, 0.25, 0.5]), ([0.6, 0.4], [0.6, 0.4])])
+@pytest.mark.parametrize(
+    "pq", [([0.5, 0.5], [0.8, 0.2]), ([0.2, 0.3, 0.5], [0.25, 0.25, 0.5]), ([0.6, 0.4], [0.6, 0.4])]
+)
 def test_tokens_per_round_away_from_the_horizon_is_leviathan(pq, K):
     """The per-round average away from the end: rounds added per extra position → (1 − α)/(1 − α^{K+1}).
 
@@ -117,7 +121,9 @@ def test_tokens_per_round_away_from_the_horizon_is_leviathan(pq, K):
     assert iid_tokens_per_round(alpha, K) == pytest.approx(closed, rel=1e-12)
     calls = {T: lookahead_counts(MarkovInstance.context_free(p, q, T), K).oracle_calls for T in (360, 720)}
     assert (720 - 360) / (calls[720] - calls[360]) == pytest.approx(closed, rel=1e-9)
-    assert lookahead_counts(MarkovInstance.context_free(p, q, 720), K).tokens_per_round == pytest.approx(closed, rel=0.02)
+    assert lookahead_counts(MarkovInstance.context_free(p, q, 720), K).tokens_per_round == pytest.approx(
+        closed, rel=0.02
+    )
 
 
 def test_iid_formulas():
@@ -165,8 +171,9 @@ def test_a_wrong_K_would_be_caught(record_property):
     sim = simulate(inst, SD(K=4), 20_000, key=7)
     wrong, right = lookahead_counts(inst, 5), lookahead_counts(inst, 4)
     shift = (wrong.oracle_calls - right.oracle_calls) / sim.estimate("oracle_calls").se
-    assert_power(record_property, "SD(K=4) target calls vs exact lookahead counts (N = 20,000): K off by one",
-                 power(shift))
+    assert_power(
+        record_property, "SD(K=4) target calls vs exact lookahead counts (N = 20,000): K off by one", power(shift)
+    )
     assert abs(sim.estimate("oracle_calls").z(wrong.oracle_calls)) > Z_BOUND
     assert abs(sim.estimate("draft_calls").z(wrong.draft_calls)) > Z_BOUND
 
@@ -177,7 +184,9 @@ def test_cost_model_conventions():
     inst = MarkovInstance.random(30, 5, 4)
     c = lookahead_counts(inst, 4)
     td, tt = 0.07, 1.3
-    assert c.forward_pass_time(td, tt) - c.total_time(td, tt) == pytest.approx(td * c.final_round_all_accepted, abs=1e-12)
+    assert c.forward_pass_time(td, tt) - c.total_time(td, tt) == pytest.approx(
+        td * c.final_round_all_accepted, abs=1e-12
+    )
     assert c.latency(td, tt) == pytest.approx(c.total_time(td, tt) / c.T, rel=1e-13)
     np.testing.assert_allclose(latency_per_token([0.0, 1.0], [1.0, 0.5], 0.1, 1.0), [1.0, 0.65])
 
@@ -192,7 +201,8 @@ def test_cost_model_on_runs_counted_by_hand(same):
     c = lookahead_counts(MarkovInstance.context_free(p, q, 8), 4)
     drafts, target, discarded, last = (7, 2, 0, 1) if same else (26, 8, 26, 0)
     assert (c.draft_calls, c.oracle_calls, c.discarded, c.final_round_all_accepted) == pytest.approx(
-        (drafts, target, discarded, last), abs=1e-12)
+        (drafts, target, discarded, last), abs=1e-12
+    )
     td, tt = 0.07, 1.3
     assert c.forward_pass_time(td, tt) == pytest.approx(drafts * td + target * tt, rel=1e-13)  # eq. (3.1)
     total = td * (8 + discarded) + (tt - td) * target  # eq. (3.2): one draft pass charged per output token
@@ -235,8 +245,10 @@ def test_best_lookahead_is_the_argmin_and_agrees_with_leviathan():
         (lambda inst: latency_per_token(0.1, 0.2, float("inf"), 1.0), "t_draft must be a finite number"),
         (lambda inst: latency_per_token(0.1, 0.2, "fast", 1.0), "t_draft must be a finite number"),
         (lambda inst: latency_per_token(0.1, 0.2, 0.1, True), "t_target must be a finite number"),
-        (lambda inst: lookahead_counts(inst, 2, M=2, root=lambda p, q: np.zeros(0)),
-         r"got shape \(0,\), range \[0, 0\]"),
+        (
+            lambda inst: lookahead_counts(inst, 2, M=2, root=lambda p, q: np.zeros(0)),
+            r"got shape \(0,\), range \[0, 0\]",
+        ),
         (lambda inst: latency_per_token(0.1, [0.2, float("nan")], 0.1, 1.0), "verification_rate must be finite"),
     ],
 )

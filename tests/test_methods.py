@@ -40,6 +40,7 @@ from speculab.methods.capabilities import head_probability
 from speculab.sim import simulate
 from speculab.theory import MarkovInstance
 
+
 def _rounds(method, inst):
     """Methods with a round law: every branch of every round, through the method's own law."""
     e = enumerate_rounds(inst.P, inst.Q, inst.rho, method.round_law, method.draft_length, method.rows)
@@ -147,8 +148,11 @@ def test_what_holds_an_unhashable_callable_or_an_array_is_still_hashable():
         def __call__(self, t, prev, x):
             return np.ones(np.shape(x))
 
-    for held in (SpecDecPP(0.4, head=Unhashable()), Sprinter(verifier=Unhashable()),
-                 RejectionDecoding(b=np.full((3, 2, 2), 0.5))):
+    for held in (
+        SpecDecPP(0.4, head=Unhashable()),
+        Sprinter(verifier=Unhashable()),
+        RejectionDecoding(b=np.full((3, 2, 2), 0.5)),
+    ):
         assert hash(held) == hash(held) and held == held
     inst = _tiny(0)
     head = oracle_head(inst)
@@ -216,6 +220,7 @@ def _assert_matches(agrees, c, law, exact, rej_pos, label: str, method):
 
 def _wrong_round_law(method, kind: str):
     """``method``'s round law with one plausible bug (the named wrong alternatives of the power check)."""
+
     def law(p, q, x, *, bonus):
         right = method.round_law(p, q, x, bonus=bonus)
         corr = np.array(right.correction, dtype=float)  # (n, M, L + 1, V)
@@ -227,12 +232,14 @@ def _wrong_round_law(method, kind: str):
         elif kind == "bonus never drawn":  # a round that accepts every draft ends there
             corr[..., L, :] = 0.0
         return right._replace(correction=corr)
+
     return law
 
 
 def _rejects(p_true: float, p_wrong: float, bound: float) -> float:
     """P(|k/N − p_true| ≥ bound) for k ~ Binomial(N, p_wrong): the chance one check of ``_assert_matches`` fails."""
     from scipy.stats import binom
+
     if p_true == 0.0:
         return 1.0 - (1.0 - p_wrong) ** N  # any occurrence of an impossible sequence fails
     lo, hi = np.ceil(N * (p_true - bound)) - 1, np.floor(N * (p_true + bound)) + 1  # passing: lo < k < hi
@@ -246,11 +253,18 @@ def _power(right, wrong, right_law) -> float:
     the rejection rate of each position (binomial) and the rejection and target-call means
     (normal, with the wrong method's own standard error): a union is at least its largest part.
     """
-    checks = [_rejects(right_law.get(s, 0.0), wrong.law.get(s, 0.0), Z_BOUND * np.sqrt(
-        right_law.get(s, 0.0) * (1 - right_law.get(s, 0.0)) / N) + 1e-12) for s in set(right_law) | set(wrong.law)]
+    checks = [
+        _rejects(
+            right_law.get(s, 0.0),
+            wrong.law.get(s, 0.0),
+            Z_BOUND * np.sqrt(right_law.get(s, 0.0) * (1 - right_law.get(s, 0.0)) / N) + 1e-12,
+        )
+        for s in set(right_law) | set(wrong.law)
+    ]
     for r, w in zip(right.rejections_per_position, wrong.rejections_per_position):
         checks.append(_rejects(r, w, Z_BOUND * np.sqrt(max(r * (1 - r), 1e-12) / N)))
     from scipy.stats import norm
+
     for name in ("rejections", "oracle_calls"):
         mean, sq = getattr(wrong, name), getattr(wrong, name + "_sq")
         se = np.sqrt(max(sq - mean * mean, 0.0) / N)
@@ -260,8 +274,11 @@ def _power(right, wrong, right_law) -> float:
 
 
 WRONG = ("correction drawn from q", "bonus drawn from q_L", "bonus never drawn")
-POWER_CASES = [m for m in METHODS  # a round law that drafts and needs no verifier's verdicts
-               if not isinstance(m, Sprinter) and m.draft_length(3) > 0]
+POWER_CASES = [
+    m
+    for m in METHODS  # a round law that drafts and needs no verifier's verdicts
+    if not isinstance(m, Sprinter) and m.draft_length(3) > 0
+]
 
 
 def _not_a_bug(method, kind: str) -> str | None:
@@ -281,24 +298,30 @@ def _right_enumeration(method):
 
 @pytest.mark.slow
 @pytest.mark.power
-@pytest.mark.parametrize("method, kind", [  # the full tier's: 60 s of enumerations
-    pytest.param(m, kind, id=f"{m!r}-{kind}") for kind in WRONG for m in POWER_CASES])
+@pytest.mark.parametrize(
+    "method, kind",
+    [  # the full tier's: 60 s of enumerations
+        pytest.param(m, kind, id=f"{m!r}-{kind}") for kind in WRONG for m in POWER_CASES
+    ],
+)
 def test_the_simulation_check_has_power_against_plausible_bugs(method, kind, record_property):
     """Power of ``test_simulation_matches_the_enumeration`` (N runs, |z| < 5) against each named bug of a round,
     computed from the exact law of the wrong method (enumerated like the right one): above 0.99 for every pair
     where it is a bug; where it is not (``_not_a_bug``), the wrong law must equal the right one."""
     inst = _tiny(3)
     right = _right_enumeration(method)
-    wrong = enumerate_rounds(inst.P, inst.Q, inst.rho, _wrong_round_law(method, kind), method.draft_length,
-                             method.rows)
-    gap = max(max(abs(right.law.get(s, 0.0) - wrong.law.get(s, 0.0)) for s in set(right.law) | set(wrong.law)),
-              np.abs(right.rejections_per_position - wrong.rejections_per_position).max(),
-              abs(right.oracle_calls - wrong.oracle_calls))
+    wrong = enumerate_rounds(inst.P, inst.Q, inst.rho, _wrong_round_law(method, kind), method.draft_length, method.rows)
+    gap = max(
+        max(abs(right.law.get(s, 0.0) - wrong.law.get(s, 0.0)) for s in set(right.law) | set(wrong.law)),
+        np.abs(right.rejections_per_position - wrong.rejections_per_position).max(),
+        abs(right.oracle_calls - wrong.oracle_calls),
+    )
     if _not_a_bug(method, kind):
         assert gap < 1e-12, _not_a_bug(method, kind)
     else:
-        assert_power(record_property, f"{method!r}: {kind} (simulation vs enumeration, N = {N})",
-                     _power(right, wrong, right.law))
+        assert_power(
+            record_property, f"{method!r}: {kind} (simulation vs enumeration, N = {N})", _power(right, wrong, right.law)
+        )
 
 
 @pytest.mark.parametrize("method", METHODS, ids=IDS)
@@ -332,6 +355,7 @@ def test_same_key_same_counts(method):
 # -- one rule for every array library ---------------------------------------------------------------------
 def _blocks(rng, n=6, M=1, L=3, V=5):
     """Random blocks with exact zeros and near-equal laws: p (n, M, L, V), q (n, M, L+1, V), x (n, M, L)."""
+
     def laws(*shape):
         w = rng.dirichlet(np.full(V, 0.5), size=shape)
         w[rng.random(w.shape) < 0.15] = 0.0
@@ -354,6 +378,8 @@ def _round_law(method, p, q, x, *, bonus: bool):
     if isinstance(method, Sprinter):
         return method.round_law(p, q, x, bonus=bonus, predictions=[1.0] * (x.shape[-1] - 1) + [0.0])
     return method.round_law(p, q, x, bonus=bonus)
+
+
 ROOT_CASES = [m for m in METHODS if m.rows > 1]
 
 
@@ -374,14 +400,14 @@ def test_root_outcome_is_the_round_laws_root_over_the_drafts(method, seed):
         weight = np.prod(p[list(x)])
         if weight == 0:
             continue
-        law = method.round_law(np.broadcast_to(p, (M, 1, V)), np.broadcast_to(q, (M, 2, V)), np.array(x)[:, None],
-                               bonus=False)
+        law = method.round_law(
+            np.broadcast_to(p, (M, 1, V)), np.broadcast_to(q, (M, 2, V)), np.array(x)[:, None], bonus=False
+        )
         np.add.at(expected, list(x), weight * law.outcome[:, 1])
         refusal = law.correction[0, 0] / law.correction[0, 0].sum()
         expected[V:] += weight * law.outcome[:, 0].sum() * refusal
     np.testing.assert_allclose(method.root_outcome(p, q), expected, atol=1e-12)
     assert method.root_outcome(p, q)[V:].sum() == pytest.approx(law.reject_prob[0, 0], abs=1e-12)
-
 
 
 @pytest.mark.parametrize("method", ROUND_CASES, ids=[repr(m) for m in ROUND_CASES])
@@ -530,14 +556,17 @@ def test_key_is_one_argument_with_the_same_types_everywhere():
             MarkovInstance.random(6, 3, bad)
 
 
-@pytest.mark.parametrize("b, P, match", [
-    (lambda p, q: p * 0 + 1, None, r"b <= min\(1, q/p\)"),  # accept everything, yet "unbiased": refused
-    (lambda p, q: p * 0 + 3, None, r"in \[0, 1\]"),
-    (lambda p, q: p * np.nan, None, "NaN refused"),
-    (lambda p, q: q[..., :1], None, "shape of p"),
-    (lambda p, q: 0.5 * kernels.sd_acceptance(p, q), lambda p, q, b: -q, "non-negative"),
-    (lambda p, q: 0.5 * kernels.sd_acceptance(p, q), lambda p, q, b: q[..., :1], "shape of p"),
-])
+@pytest.mark.parametrize(
+    "b, P, match",
+    [
+        (lambda p, q: p * 0 + 1, None, r"b <= min\(1, q/p\)"),  # accept everything, yet "unbiased": refused
+        (lambda p, q: p * 0 + 3, None, r"in \[0, 1\]"),
+        (lambda p, q: p * np.nan, None, "NaN refused"),
+        (lambda p, q: q[..., :1], None, "shape of p"),
+        (lambda p, q: 0.5 * kernels.sd_acceptance(p, q), lambda p, q, b: -q, "non-negative"),
+        (lambda p, q: 0.5 * kernels.sd_acceptance(p, q), lambda p, q, b: q[..., :1], "shape of p"),
+    ],
+)
 def test_a_user_rule_is_checked_wherever_it_runs(b, P, match):
     """The same checks on the simulator's tables and on the laws a real model gives one round at a time."""
     method = RejectionDecoding(b=b, rejection=P)
@@ -563,13 +592,20 @@ def test_rule_arrays_are_tied_to_their_instance():
     b = 0.6 * kernels.sd_acceptance(inst.P, inst.Q)
     rule = RejectionDecoding(b=b).rule(inst.P, inst.Q)
     np.testing.assert_array_equal(rule.acceptance, b)
-    with pytest.raises(ValueError, match=r"b is a \(3, 3, 3\) array tied to one Markov instance; give a function "
-                                         r"b\(p, q\) to use it elsewhere"):
+    with pytest.raises(
+        ValueError,
+        match=r"b is a \(3, 3, 3\) array tied to one Markov instance; give a function "
+        r"b\(p, q\) to use it elsewhere",
+    ):
         RejectionDecoding(b=b).rule(inst.P[0], inst.Q[0])
     P = kernels.optimal_rejection(inst.P, inst.Q, 0.5 * b)
-    np.testing.assert_array_equal(RejectionDecoding(b=lambda p, q: 0.3 * kernels.sd_acceptance(p, q), rejection=P)
-                                  .rule(inst.P, inst.Q).rejection, P)
-    with pytest.raises(ValueError, match=r"rejection is a .* array tied to one Markov instance; give a function rejection\(p, q, b\)"):
+    np.testing.assert_array_equal(
+        RejectionDecoding(b=lambda p, q: 0.3 * kernels.sd_acceptance(p, q), rejection=P).rule(inst.P, inst.Q).rejection,
+        P,
+    )
+    with pytest.raises(
+        ValueError, match=r"rejection is a .* array tied to one Markov instance; give a function rejection\(p, q, b\)"
+    ):
         RejectionDecoding(b=lambda p, q: 0.3 * kernels.sd_acceptance(p, q), rejection=P).rule(inst.P[0], inst.Q[0])
 
 
@@ -660,11 +696,18 @@ def test_biased_compare_rows_read_the_verified_steps(rejection):
 
     def record(kind, tv, reject, loss):
         n = len(kind)
-        return SimpleNamespace(kind=np.array(kind), tv=np.array(tv), reject_prob=np.array(reject),
-                               loss_tv=np.array(loss), loss_kl=np.full(n, 0.5))
+        return SimpleNamespace(
+            kind=np.array(kind),
+            tv=np.array(tv),
+            reject_prob=np.array(reject),
+            loss_tv=np.array(loss),
+            loss_kl=np.full(n, 0.5),
+        )
 
-    records = [record([DRAFT, CORRECTION], [0.3, 0.2], [0.1, 0.25], [0.2, 0.0]),  # gaps 0, +0.05
-               record([DRAFT, BONUS], [0.4, 0.0], [0.2, 0.9], [0.1, 0.9])]  # gaps −0.1, (bonus: 1.8, ignored)
+    records = [
+        record([DRAFT, CORRECTION], [0.3, 0.2], [0.1, 0.25], [0.2, 0.0]),  # gaps 0, +0.05
+        record([DRAFT, BONUS], [0.4, 0.0], [0.2, 0.9], [0.1, 0.9]),
+    ]  # gaps −0.1, (bonus: 1.8, ignored)
     counts = SimpleNamespace(rejections=np.array([1.0, 0.0]), tokens=np.array([2.0, 2.0]), n_runs=2)
     rows = Biased(0.1, rejection).compare_rows(SimpleNamespace(result=SimpleNamespace(records=records, counts=counts)))
     gap = rows[0]
@@ -724,8 +767,9 @@ def test_protocol_defaults():
     mean, var = law.expected_accepted()
     assert mean[0] == pytest.approx(1.3, abs=1e-15) and var[0] == pytest.approx(2.3 - 1.3**2, abs=1e-15)
     # every draft accepted at the horizon: nothing follows, the token is -1 (documented)
-    done = RoundLaw(outcome=np.array([[[0.0, 1.0]]]), correction=np.zeros((1, 1, 2, 3)), reject_prob=None,
-                    accept_prob=None)
+    done = RoundLaw(
+        outcome=np.array([[[0.0, 1.0]]]), correction=np.zeros((1, 1, 2, 3)), reject_prob=None, accept_prob=None
+    )
     assert [int(v[0]) for v in sample_round(done, np.array([0.5]), np.array([0.5]))] == [0, 1, -1]
     assert not RejectionDecoding.constructible_from_cli() and SD.constructible_from_cli()  # b has no CLI form
 
@@ -753,8 +797,8 @@ def test_sample_round_batched_over_two_axes_is_each_blocks_own_draw():
     grid = type(law)(*(None if a is None else a.reshape(2, 3, *a.shape[1:]) for a in law))
     row, tau, token = sample_round(grid, u.reshape(2, 3), v.reshape(2, 3))
     for i in range(6):
-        one = type(law)(*(None if a is None else a[i:i + 1] for a in law))
-        expected = sample_round(one, u[i:i + 1], v[i:i + 1])
+        one = type(law)(*(None if a is None else a[i : i + 1] for a in law))
+        expected = sample_round(one, u[i : i + 1], v[i : i + 1])
         assert (row.reshape(-1)[i], tau.reshape(-1)[i], token.reshape(-1)[i]) == tuple(int(e[0]) for e in expected)
 
 

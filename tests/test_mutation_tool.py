@@ -33,9 +33,21 @@ def f(x, scale=2):
 def test_every_mutant_changes_one_site_and_nothing_else():
     found = mutation.mutants(SOURCE)
     described = sorted((line, what) for line, _, what, _ in found)
-    assert described == sorted([
-        (2, "0.5 → 1.0"), (5, "2 → 3"), (7, "Lt → LtE"), (7, "And → Or"), (7, "drop Not"), (7, "Eq → NotEq"),
-        (7, "0 → 1"), (8, "min → max"), (8, "Mult → Div"), (8, "drop USub"), (8, "1 → 2")])
+    assert described == sorted(
+        [
+            (2, "0.5 → 1.0"),
+            (5, "2 → 3"),
+            (7, "Lt → LtE"),
+            (7, "And → Or"),
+            (7, "drop Not"),
+            (7, "Eq → NotEq"),
+            (7, "0 → 1"),
+            (8, "min → max"),
+            (8, "Mult → Div"),
+            (8, "drop USub"),
+            (8, "1 → 2"),
+        ]
+    )
     original = ast.dump(ast.parse(SOURCE))
     for line, col, what, text in found:
         assert ast.dump(ast.parse(text)) != original, what
@@ -99,13 +111,19 @@ def test_an_interrupted_runs_outcomes_are_kept_only_for_the_same_source(tmp_path
     module = "speculab/toy.py"
     names = {what: at for at, what, _ in mutation.named_mutants(SOURCE)}
     (at, what), (at2, what2) = (names["Mult → Div"], "Mult → Div"), (names["min → max"], "min → max")
-    lines = [f"  {module}:{at}  {what:28s} killed (3 tests, 2 s)", f"  {module}:{at2}  {what2:28s} survived (7 tests)",
-             "  elsewhere.py:1:0  Add → Sub                   timeout (1 tests, 40 s)"]
+    lines = [
+        f"  {module}:{at}  {what:28s} killed (3 tests, 2 s)",
+        f"  {module}:{at2}  {what2:28s} survived (7 tests)",
+        "  elsewhere.py:1:0  Add → Sub                   timeout (1 tests, 40 s)",
+    ]
     log = tmp_path / "run.log"
     log.write_text("\n".join([f"source {module} sha256 {mutation.digest(SOURCE)}", *lines]) + "\n")
     outcomes, digests = mutation.read_log(log)
-    assert outcomes == {(module, at, what): "killed", (module, at2, what2): "survived",
-                        ("elsewhere.py", "1:0", "Add → Sub"): "timeout"}
+    assert outcomes == {
+        (module, at, what): "killed",
+        (module, at2, what2): "survived",
+        ("elsewhere.py", "1:0", "Add → Sub"): "timeout",
+    }
     assert digests == {module: mutation.digest(SOURCE)}
     kept = {(module, at, what): "killed", (module, at2, what2): "survived"}
     assert mutation.resumed([log], {module: SOURCE}) == kept  # other modules' outcomes are not taken
@@ -130,23 +148,26 @@ def test_every_run_includes_the_slow_tests_and_its_baseline_says_so(monkeypatch)
     assert mutation._fingerprint(["speculab/backends/warp.py"], ["tests/test_backends.py"]) != before
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--jobs", "0"], "--jobs: at least 1"),
-    (["--slowdown", "0.5"], "--slowdown: at least 1"),
-    (["--slowdown", "nan"], "--slowdown: at least 1"),
-    (["--slowdown", "inf"], "--slowdown: at least 1 and finite"),
-    (["--tests", "tests/no_such_test.py"], "--tests: no test file or folder 'tests/no_such_test.py'"),
-    (["--tests", "tests/test_rejections.py", "/etc::x"], "--tests: no test file or folder '/etc'"),
-    (["--tests", ""], "--tests: '' names no test file or folder"),
-    (["--tests", "::x"], "--tests: '::x' names no test file or folder"),
-    (["--tests", ".git"], "--tests: '.git' is in a folder the mutants' copies of the repository leave out"),
-    (["--shard", "0/2"], "--shard: i/n with 1 <= i <= n"),
-    (["--shard", "3/2"], "--shard: i/n"),
-    (["--shard", "1/0"], "--shard: i/n"),
-    (["--shard", "abc"], "--shard: i/n"),
-    (["--resume", "no-such.log"], "no such log 'no-such.log'"),
-    (["--rerun", "no-such.log"], "no such log 'no-such.log'"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--jobs", "0"], "--jobs: at least 1"),
+        (["--slowdown", "0.5"], "--slowdown: at least 1"),
+        (["--slowdown", "nan"], "--slowdown: at least 1"),
+        (["--slowdown", "inf"], "--slowdown: at least 1 and finite"),
+        (["--tests", "tests/no_such_test.py"], "--tests: no test file or folder 'tests/no_such_test.py'"),
+        (["--tests", "tests/test_rejections.py", "/etc::x"], "--tests: no test file or folder '/etc'"),
+        (["--tests", ""], "--tests: '' names no test file or folder"),
+        (["--tests", "::x"], "--tests: '::x' names no test file or folder"),
+        (["--tests", ".git"], "--tests: '.git' is in a folder the mutants' copies of the repository leave out"),
+        (["--shard", "0/2"], "--shard: i/n with 1 <= i <= n"),
+        (["--shard", "3/2"], "--shard: i/n"),
+        (["--shard", "1/0"], "--shard: i/n"),
+        (["--shard", "abc"], "--shard: i/n"),
+        (["--resume", "no-such.log"], "no such log 'no-such.log'"),
+        (["--rerun", "no-such.log"], "no such log 'no-such.log'"),
+    ],
+)
 def test_bad_arguments_are_refused_before_anything_runs(argv, message, capsys):
     """Each refused with a message naming the argument, before a copy or a baseline is made: a slowdown below 1
     would time survivors out (counted as killed) and an infinite one never stop a mutant that loops, a shard past
@@ -172,25 +193,28 @@ def test_modules_and_tests_are_paths_of_the_repository_named_from_here_or_the_ro
     assert mutation._module(ap, "../speculab/theory/../theory/biased.py") == here
     monkeypatch.chdir(mutation.ROOT)
     for check, name, message in [
-            (mutation._module, "speculab/theory/nope.py", "no such file 'speculab/theory/nope.py'"),
-            (mutation._module, "benchmarks/mutation.py",
-             "'benchmarks/mutation.py' is not a Python module of the package"),
-            (mutation._module, "README.md", "'README.md' is not a Python module"),
-            (mutation._test_path, str(tmp_path), f"--tests: no test file or folder {str(tmp_path)!r}")]:
+        (mutation._module, "speculab/theory/nope.py", "no such file 'speculab/theory/nope.py'"),
+        (mutation._module, "benchmarks/mutation.py", "'benchmarks/mutation.py' is not a Python module of the package"),
+        (mutation._module, "README.md", "'README.md' is not a Python module"),
+        (mutation._test_path, str(tmp_path), f"--tests: no test file or folder {str(tmp_path)!r}"),
+    ]:
         with pytest.raises(SystemExit):
             check(ap, name)
         assert message in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("code, outcome", [
-    (0, "survived"),
-    (1, "killed"),  # a test failed
-    (2, "killed"),  # the tests could not be collected: the mutant broke an import
-    (3, "error"),  # pytest's internal error (also a job that raised: _fork exits 3)
-    (4, "error"),  # a usage error: a selected test id no longer exists
-    (5, "error"),  # no tests collected
-    (-9, "killed"),  # dead of a signal: a crash
-])
+@pytest.mark.parametrize(
+    "code, outcome",
+    [
+        (0, "survived"),
+        (1, "killed"),  # a test failed
+        (2, "killed"),  # the tests could not be collected: the mutant broke an import
+        (3, "error"),  # pytest's internal error (also a job that raised: _fork exits 3)
+        (4, "error"),  # a usage error: a selected test id no longer exists
+        (5, "error"),  # no tests collected
+        (-9, "killed"),  # dead of a signal: a crash
+    ],
+)
 def test_only_a_failing_test_or_a_crash_kills_a_mutant(code, outcome):
     """An exit of pytest that says nothing about the mutant (internal or usage error, nothing collected) is an
     error, counted as not killed and listed with the survivors, not a kill. (Wait statuses are built here, not
@@ -202,8 +226,11 @@ def test_only_a_failing_test_or_a_crash_kills_a_mutant(code, outcome):
 
 @pytest.mark.slow
 def test_a_test_id_pytest_cannot_find_is_an_error_not_a_kill():
-    run = subprocess.run([sys.executable, "-m", "pytest", *mutation.PYTEST_ARGS,
-                          "tests/test_mutation_tool.py::test_no_such_test"], cwd=mutation.ROOT, capture_output=True)
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", *mutation.PYTEST_ARGS, "tests/test_mutation_tool.py::test_no_such_test"],
+        cwd=mutation.ROOT,
+        capture_output=True,
+    )
     assert run.returncode == 4 and mutation._outcome(run.returncode << 8) == "error"
 
 
@@ -219,10 +246,22 @@ def test_a_baseline_pytest_cannot_run_is_not_called_failing():
 def test_a_run_stopped_with_sigterm_stops_its_tests_and_removes_its_copies(tmp_path):
     """SIGTERM (what a session's end or ``kill`` sends) unwinds like Ctrl-C: the baseline's tests are stopped and
     the private copies removed (before, each stopped run left a copy of the repository in /tmp)."""
-    run = subprocess.Popen([sys.executable, str(mutation.ROOT / "benchmarks" / "mutation.py"),
-                            "speculab/theory/biased.py", "--tests", "tests/test_methods.py", "--jobs", "1"],
-                           cwd=mutation.ROOT, env=dict(os.environ, TMPDIR=str(tmp_path)),
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    run = subprocess.Popen(
+        [
+            sys.executable,
+            str(mutation.ROOT / "benchmarks" / "mutation.py"),
+            "speculab/theory/biased.py",
+            "--tests",
+            "tests/test_methods.py",
+            "--jobs",
+            "1",
+        ],
+        cwd=mutation.ROOT,
+        env=dict(os.environ, TMPDIR=str(tmp_path)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 120
     while not list(tmp_path.glob("speculab-mutants-*/repo0/speculab")) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -241,12 +280,14 @@ def test_a_run_stopped_with_sigterm_stops_its_tests_and_removes_its_copies(tmp_p
 
 
 def test_the_score_table_matches_the_sources_and_the_list_of_equivalents():
-    """Each row of the mutation table in docs/measurements.md: its equivalents are the ones listed for the module, its 'now' is
+    """Each row of the mutation table in docs/measurements.md: its equivalents are the ones listed for the module,
+    its 'now' is
     every mutant but those killed (all others killed or listed), and its mutant count is the current source's.
     A change to a measured module shows here."""
     text = (mutation.ROOT / "docs" / "measurements.md").read_text()
-    rows = re.findall(r"^\| (\S+\.py)(?: [¹²³⁴⁵⁶⁷⁸⁹⁰]+)* \| (\d+) \| [\d.]+ % \| ([\d.]+) % \| (\d+) \| ([\d.]+) % \|$",
-                      text, re.M)
+    rows = re.findall(
+        r"^\| (\S+\.py)(?: [¹²³⁴⁵⁶⁷⁸⁹⁰]+)* \| (\d+) \| [\d.]+ % \| ([\d.]+) % \| (\d+) \| ([\d.]+) % \|$", text, re.M
+    )
     assert len(rows) >= 28
     listed = collections.Counter(module for module, _, _ in mutation.equivalents())
     for name, n, now, eq, without in rows:
@@ -271,8 +312,9 @@ def test_a_log_is_resumed_only_by_a_run_of_its_own_tier(tmp_path, capsys):
 
 def _remap_tool():
     sys.modules.setdefault("mutation", mutation)  # the tool imports the module this file loaded
-    spec = importlib.util.spec_from_file_location("remap_equivalents",
-                                                  Path(__file__).parents[1] / "benchmarks" / "remap_equivalents.py")
+    spec = importlib.util.spec_from_file_location(
+        "remap_equivalents", Path(__file__).parents[1] / "benchmarks" / "remap_equivalents.py"
+    )
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
     return tool
@@ -302,7 +344,10 @@ def test_remap_leaves_a_module_whose_mutants_changed_and_says_so():
         assert tool.remap(before, after) is None
         lines = ["m.py:2:11 | Add → Sub | why"]
         out, moved, left = tool.remap_lines(lines, lambda module: (before, after))
-        assert out == lines and not moved and left == ["m.py: its mutants differ before and after (remap its entries "
-                                                       "by hand)"]
+        assert (
+            out == lines
+            and not moved
+            and left == ["m.py: its mutants differ before and after (remap its entries by hand)"]
+        )
     out, moved, left = tool.remap_lines(["m.py:9:9 | Add → Sub | why"], lambda module: (before, before))
     assert out == ["m.py:9:9 | Add → Sub | why"] and left == ["m.py:9:9: no such mutant before"]

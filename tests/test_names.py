@@ -45,16 +45,23 @@ def _names(tree):
 
 
 def test_no_parameter_or_field_carries_a_retired_name():
-    found = [f"{module}:{line}: {kind} {name} of {owner}" for module, tree in _modules()
-             for kind, owner, name, line in _names(tree)
-             if name in RETIRED and not (kind == "field" and name == "seed" and (module, owner) in STORED_SEEDS)]
+    found = [
+        f"{module}:{line}: {kind} {name} of {owner}"
+        for module, tree in _modules()
+        for kind, owner, name, line in _names(tree)
+        if name in RETIRED and not (kind == "field" and name == "seed" and (module, owner) in STORED_SEEDS)
+    ]
     assert not found, found
 
 
 def test_the_stored_seed_fields_still_exist():
     """The exception is for fields that exist (a stale exception would hide a new ``seed``)."""
-    fields = {(module, owner) for module, tree in _modules() for kind, owner, name, _ in _names(tree)
-              if kind == "field" and name == "seed"}
+    fields = {
+        (module, owner)
+        for module, tree in _modules()
+        for kind, owner, name, _ in _names(tree)
+        if kind == "field" and name == "seed"
+    }
     assert fields == STORED_SEEDS
 
 
@@ -125,6 +132,10 @@ def test_the_names_page_retires_what_these_tests_check():
 
 def test_h_is_only_specdecpps_threshold():
     """``h`` is SpecDec++'s stopping threshold; hidden states are ``hidden``, a history ``history``."""
-    found = [f"{module}:{line}: {owner}" for module, tree in _modules() for kind, owner, name, line in _names(tree)
-             if name == "h" and module != "speculab/methods/specdecpp.py"]
+    found = [
+        f"{module}:{line}: {owner}"
+        for module, tree in _modules()
+        for kind, owner, name, line in _names(tree)
+        if name == "h" and module != "speculab/methods/specdecpp.py"
+    ]
     assert not found, found

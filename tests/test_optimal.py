@@ -56,10 +56,10 @@ def _alpha_coupling_lp(p, q, M):
     c = np.zeros(n)
     A = np.zeros((len(tuples) + V, n))
     for i, t in enumerate(tuples):
-        A[i, i * V:(i + 1) * V] = 1.0
+        A[i, i * V : (i + 1) * V] = 1.0
         for y in set(t):
             c[i * V + y] = -1.0
-        A[len(tuples):, i * V:(i + 1) * V] += np.eye(V)
+        A[len(tuples) :, i * V : (i + 1) * V] += np.eye(V)
     b = np.concatenate([[np.prod(p[list(t)]) for t in tuples], q])
     res = linprog(c, A_eq=A, b_eq=b, bounds=(0, None), method="highs")
     assert res.status == 0
@@ -78,8 +78,11 @@ def _best_law_lp(p, q, M, w):
 
 
 def _feasible(a, p, q, M, atol=1e-12):
-    return bool(np.all(a >= -atol) and np.all(a <= q + atol) and all(
-        a[S].sum() <= coverage(p[S].sum(), M) + atol for S in _subsets(len(p))))
+    return bool(
+        np.all(a >= -atol)
+        and np.all(a <= q + atol)
+        and all(a[S].sum() <= coverage(p[S].sum(), M) + atol for S in _subsets(len(p)))
+    )
 
 
 # -- α* at one position ------------------------------------------------------------------------------
@@ -155,8 +158,10 @@ def test_rank_is_the_brute_force_minimum(pair, M, data):
     got = accepted_law_rank(p, q, M, members)
     for S, g in zip(members, got):
         S = list(np.flatnonzero(S))
-        ref = min(coverage(p[T].sum(), M) + q[[x for x in S if x not in T]].sum()
-                  for T in (list(T) for r in range(len(S) + 1) for T in itertools.combinations(S, r)))
+        ref = min(
+            coverage(p[T].sum(), M) + q[[x for x in S if x not in T]].sum()
+            for T in (list(T) for r in range(len(S) + 1) for T in itertools.combinations(S, r))
+        )
         assert g == pytest.approx(ref, abs=1e-12)
 
 
@@ -231,6 +236,7 @@ def test_optimal_roots_gain_on_a_random_instance():
 @given(markov_instances(max_T=3, max_V=3), st.sampled_from([2, 3]))
 def test_dynamic_programme_equals_a_linear_programme_at_every_root(inst, M):
     """The greedy inside the recursion against scipy's LP over the polymatroid (one constraint per subset)."""
+
     def lp_law(p, q, M, w):
         out = np.zeros_like(p)
         for i in range(p.shape[0]):
@@ -242,8 +248,9 @@ def test_dynamic_programme_equals_a_linear_programme_at_every_root(inst, M):
             out[i] = res.x
         return out
 
-    assert batch_rejections_backward(inst, M)[0] == pytest.approx(batch_rejections_backward(inst, M, lp_law)[0],
-                                                                 abs=1e-6)  # HiGHS: feasible to 1e-7
+    assert batch_rejections_backward(inst, M)[0] == pytest.approx(
+        batch_rejections_backward(inst, M, lp_law)[0], abs=1e-6
+    )  # HiGHS: feasible to 1e-7
 
 
 def test_compact_and_broadcast_instances_agree():
@@ -276,15 +283,20 @@ def test_reproduction_batch_optimality(tmp_path, agrees):
     for M, r in zip(c["M"], c["rejections"]):  # the α*-coupling method lies between the optimum and Algorithm 4 here
         i = list(out["M"]).index(M)
         assert out["optimal_rejections"][i] - 1e-9 <= r < out["algorithm4_rejections"][i]
-    agrees(c["simulated"], c["exact"], f"rejections of the α*-coupling method at M = {c['simulated_M']}",
-           se=c["simulated_se"])
+    agrees(
+        c["simulated"],
+        c["exact"],
+        f"rejections of the α*-coupling method at M = {c['simulated_M']}",
+        se=c["simulated_se"],
+    )
     real = out["real"]
     assert real["positions"] >= 8 and all(g >= -1e-12 for g in real["gap_mean"])
     assert all(o > a for o, a in zip(real["optimal"], real["algorithm4"]))  # the tiny pair leaves acceptance behind
     rows = claims_of(batch_optimality, out)
     i = list(out["M"]).index(4)
-    assert rows[1]["theory"] == (f"{out['algorithm4_rejections'][i]:.3f} / {out['optimal_rejections'][i]:.4f} / "
-                                 f"{c['exact']:.4f}")
+    assert rows[1]["theory"] == (
+        f"{out['algorithm4_rejections'][i]:.3f} / {out['optimal_rejections'][i]:.4f} / {c['exact']:.4f}"
+    )
     assert rows[1]["simulation"].startswith(f"α*-coupling method: {c['simulated']:.4f} ± {c['simulated_se']:.4f}")
     assert rows[-1]["measured"].startswith(f"M = 2: {real['optimal'][0]:.3f} / {real['algorithm4'][0]:.3f}; ")
 
@@ -316,8 +328,9 @@ def _set_law_brute(p, M, replacement):
 @given(pair=distribution_pairs(max_V=4), M=st.integers(1, 4))
 def test_draft_set_law_is_the_enumeration(replacement, pair, M):
     p, _ = pair
-    np.testing.assert_allclose(draft_set_law(p, M, replacement=replacement), _set_law_brute(p, M, replacement),
-                               atol=1e-12)
+    np.testing.assert_allclose(
+        draft_set_law(p, M, replacement=replacement), _set_law_brute(p, M, replacement), atol=1e-12
+    )
 
 
 @given(distribution_pairs(max_V=6), Ms)
@@ -523,8 +536,10 @@ def test_root_shortfall_is_the_largest_gap_below_the_best_acceptance(monkeypatch
     M = 2
     monkeypatch.setattr(optimal, "best_accepted_law", lambda p, q, M, w: algorithm4_accepted_law(p, q, M))
     profile = optimal_batch_rejections(inst, M)
-    gaps = [optimal_acceptance(inst.P[n], inst.Q[n], M) - algorithm4_accepted_law(inst.P[n], inst.Q[n], M).sum(-1)
-            for n in range(inst.T)]
+    gaps = [
+        optimal_acceptance(inst.P[n], inst.Q[n], M) - algorithm4_accepted_law(inst.P[n], inst.Q[n], M).sum(-1)
+        for n in range(inst.T)
+    ]
     assert profile.root_shortfall == pytest.approx(float(np.max(gaps)), abs=1e-15) and profile.root_shortfall > 0.01
 
 
@@ -600,10 +615,12 @@ def test_the_root_couplings_are_estimated_then_refused_past_their_budget():
     from speculab.sim import simulate
 
     big = MarkovInstance.random(5, 14, 31)  # 70 pairs of 81,368 variables: 5,695,760 > LP_BUDGET
-    message = (r"^OptimalMultiDraft\(M=8, K=None\)'s root couplings \(70 linear programs\) would take 5,695,760 "
-               r"linear-program variables, over the budget of 4,000,000 linear-program variables \(LP_BUDGET\): use "
-               r"fewer drafts M or a smaller vocabulary V, or raise the budget: speculab.work_budget\(k\) in Python, "
-               r"speculab sim --budget k on the command line$")
+    message = (
+        r"^OptimalMultiDraft\(M=8, K=None\)'s root couplings \(70 linear programs\) would take 5,695,760 "
+        r"linear-program variables, over the budget of 4,000,000 linear-program variables \(LP_BUDGET\): use "
+        r"fewer drafts M or a smaller vocabulary V, or raise the budget: speculab.work_budget\(k\) in Python, "
+        r"speculab sim --budget k on the command line$"
+    )
     assert LP_BUDGET == 4_000_000
     with pytest.raises(TooLarge, match=message):
         OptimalMultiDraft(8).expected(big)
@@ -616,8 +633,14 @@ def test_the_root_couplings_are_estimated_then_refused_past_their_budget():
         assert simulate(big, OptimalMultiDraft(1), 10, key=0).n_runs == 10
     small = MarkovInstance.random(2, 4, 32)  # 8 pairs
     need = sum(lp_variables(small.P[t, a], 3) for t in range(2) for a in range(4))
-    with work_budget(need / LP_BUDGET * 0.999), pytest.raises(TooLarge, match=rf"\(8 linear programs\) would take "
-                                                                             rf"{need:,} linear-program variables"):
+    with (
+        work_budget(need / LP_BUDGET * 0.999),
+        pytest.raises(
+            TooLarge,
+            match=rf"\(8 linear programs\) would take "
+            rf"{need:,} linear-program variables",
+        ),
+    ):
         OptimalMultiDraft(3).expected(small)
     with work_budget(need / LP_BUDGET):  # exactly the estimate: solved
         first = OptimalMultiDraft(3).expected(small)

@@ -45,9 +45,12 @@ def test_agrees_checks_exact_entries_exactly_and_arrays_by_their_best_entry():
         agrees(np.array([1e-3, 0.499, 0.5]), np.array([0.0, 0.5, 0.5]), "a law", se=np.array([0.0, 0.01, 0.01]))
     with pytest.raises(AssertionError, match="se="):
         agrees(0.5, 0.5, "no standard error")
-    for bad in (dict(measured=np.nan, expected=1.0, se=0.01), dict(measured=0.0, expected=np.nan, se=0.0),
-                dict(measured=np.array([0.5, np.nan]), expected=np.array([0.5, 0.5]), se=0.01),
-                dict(measured=np.array([0.5, 0.5]), expected=np.full((3, 2), 0.5), se=0.01)):
+    for bad in (
+        dict(measured=np.nan, expected=1.0, se=0.01),
+        dict(measured=0.0, expected=np.nan, se=0.0),
+        dict(measured=np.array([0.5, np.nan]), expected=np.array([0.5, 0.5]), se=0.01),
+        dict(measured=np.array([0.5, 0.5]), expected=np.full((3, 2), 0.5), se=0.01),
+    ):
         with pytest.raises(AssertionError, match="not finite|shapes"):  # the old |z| < 5 failed on NaN too
             agrees(what="a bad input", **bad)
     with pytest.raises(AssertionError, match="wrong_se"):
@@ -68,15 +71,22 @@ def test_records_name_the_alternative_and_what_carries_an_unasserted_power():
     agrees(Estimate(10.0, 1.0, 10), 10.0, "a small run", carried_by="another test")
     agrees(Estimate(0.0, 0.0, 10), 0.0, "a count that is always 0")
     agrees(Estimate(10.0, 0.1, 100), 10.0, "a count")
-    assert seen == [("power", "0.000032 | a small run: 10% off [not asserted: carried by another test]"),
-                    ("power", "1.000000 | a count that is always 0: any other value (an exact check)"),
-                    ("power", "1.000000 | a count: 10% off")]
+    assert seen == [
+        ("power", "0.000032 | a small run: 10% off [not asserted: carried by another test]"),
+        ("power", "1.000000 | a count that is always 0: any other value (an exact check)"),
+        ("power", "1.000000 | a count: 10% off"),
+    ]
 
 
 #: Bounds unlike conftest's (0.99, 5, 10 %): a number power.md typed by hand instead of reading it would show.
 BOUNDS = {"threshold": 0.95, "z_bound": 4.0, "rel_error": 0.2}
-RUN = {"commit": "c0ffeeabcdef" * 3 + "c0ff", "changed": ["benchmarks/power.py"], "date": "2031-07-09", "cpus": 3,
-       "wall_s": 1234.6}
+RUN = {
+    "commit": "c0ffeeabcdef" * 3 + "c0ff",
+    "changed": ["benchmarks/power.py"],
+    "date": "2031-07-09",
+    "cpus": 3,
+    "wall_s": 1234.6,
+}
 
 
 def synthetic_rows() -> list[dict]:
@@ -85,19 +95,48 @@ def synthetic_rows() -> list[dict]:
     2 exact, 2 against named bugs (one in a test that also checks a 10 % error) and 2 recorded only, in one test."""
     records = []
     for test, calls in [
-            ("tests.test_a::test_counts", [dict(measured=Estimate(10.0, 0.1, 100), expected=10.0, what="a count"),
-                                           dict(measured=Estimate(20.0, 0.27, 100), expected=20.0, what="a mean"),
-                                           dict(measured=Estimate(0.0, 0.0, 10), expected=0.0, what="always 0")]),
-            ("tests.test_b::test_law[SD(K=None)]",
-             [dict(measured=Estimate(5.0, 0.066, 100), expected=5.0, what="a law at N = 70,000"),
-              dict(measured=Estimate(0.5, 0.01, 100), expected=0.5, what="a share", wrong=0.42,
-                   alternative="a share: the correction drawn from q where {q > p}"),
-              dict(measured=Estimate(3.0, 0.0, 10), expected=3.0, what="a sum of 3 counts")]),
-            ("tests.test_c::test_models", [dict(measured=Estimate(2.0, 0.3, 8), expected=2.0, what="a compare row",
-                                                carried_by="tests/test_b.py::test_law"),
-                                           dict(measured=Estimate(0.5, 0.1, 8), expected=0.5, what="a pass rate",
-                                                wrong=0.25, alternative="a pass rate: the score read the wrong way "
-                                                "round (1 − c)", carried_by="tests/test_a.py::test_counts")])]:
+        (
+            "tests.test_a::test_counts",
+            [
+                dict(measured=Estimate(10.0, 0.1, 100), expected=10.0, what="a count"),
+                dict(measured=Estimate(20.0, 0.27, 100), expected=20.0, what="a mean"),
+                dict(measured=Estimate(0.0, 0.0, 10), expected=0.0, what="always 0"),
+            ],
+        ),
+        (
+            "tests.test_b::test_law[SD(K=None)]",
+            [
+                dict(measured=Estimate(5.0, 0.066, 100), expected=5.0, what="a law at N = 70,000"),
+                dict(
+                    measured=Estimate(0.5, 0.01, 100),
+                    expected=0.5,
+                    what="a share",
+                    wrong=0.42,
+                    alternative="a share: the correction drawn from q where {q > p}",
+                ),
+                dict(measured=Estimate(3.0, 0.0, 10), expected=3.0, what="a sum of 3 counts"),
+            ],
+        ),
+        (
+            "tests.test_c::test_models",
+            [
+                dict(
+                    measured=Estimate(2.0, 0.3, 8),
+                    expected=2.0,
+                    what="a compare row",
+                    carried_by="tests/test_b.py::test_law",
+                ),
+                dict(
+                    measured=Estimate(0.5, 0.1, 8),
+                    expected=0.5,
+                    what="a pass rate",
+                    wrong=0.25,
+                    alternative="a pass rate: the score read the wrong way round (1 − c)",
+                    carried_by="tests/test_a.py::test_counts",
+                ),
+            ],
+        ),
+    ]:
         made = []
         agrees = make_agrees(lambda name, value: made.append(value))
         for call in calls:
@@ -169,8 +208,9 @@ def test_power_json_summary_counts_the_checks_by_kind():
     # the lowest asserted power: K off by one at 7.35 s.e., not a recorded-only one (lower still)
     assert s["lowest"]["alternative"] == "SD(K=4) calls: K off by one" and s["lowest"]["power"] == round(power(7.35), 6)
     assert s["kinds"]["named"]["lowest"] == s["lowest"]["power"] and s["kinds"]["exact"]["lowest"] == 1.0
-    assert s["kinds"]["relative"]["lowest"] == min(r["power"] for r in rows if r["alternative"].endswith(": 10% off")
-                                                   and r["carried_by"] is None)
+    assert s["kinds"]["relative"]["lowest"] == min(
+        r["power"] for r in rows if r["alternative"].endswith(": 10% off") and r["carried_by"] is None
+    )
     assert [r["power"] for r in data["rows"]] == sorted(r["power"] for r in rows)
     assert [r["kind"] for r in data["rows"] if r["alternative"].startswith("a law")] == ["relative"]
     assert sum(r["carried_by"] is not None for r in data["rows"]) == 2

@@ -74,12 +74,16 @@ def test_biased_alg2_output_law_matches_enumeration(inst, seed):
     e = enumerate_decoding(inst.P, inst.Q, inst.rho, b, P, None)
     law = output_law(inst, b, P)
     _assert_same_law(e.law, sequence_law(law, inst.rho))
-    np.testing.assert_allclose(e.rejections_per_position, expected_rejections(inst, b, P).rejections_per_position, atol=1e-12)
+    np.testing.assert_allclose(
+        e.rejections_per_position, expected_rejections(inst, b, P).rejections_per_position, atol=1e-12
+    )
 
 
 def test_sd_attains_the_lower_bound():
     inst = MarkovInstance.random(20, 5, 0)
-    assert expected_rejections(inst, sd_acceptance).rejections == pytest.approx(sd_expected_rejections(inst).rejections, rel=1e-13)
+    assert expected_rejections(inst, sd_acceptance).rejections == pytest.approx(
+        sd_expected_rejections(inst).rejections, rel=1e-13
+    )
     half = lambda p, q: 0.5 * sd_acceptance(p, q)  # noqa: E731
     assert expected_rejections(inst, half).rejections > sd_expected_rejections(inst).rejections + 1
     # b ≡ 0 is autoregressive decoding: every token is a rejection.

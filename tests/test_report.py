@@ -86,15 +86,18 @@ def test_report_lists_skipped_and_failed_figures_with_the_reason(results, tmp_pa
     assert '<section id="yin-fig2a">' not in page
 
 
-@pytest.mark.parametrize("name, content, message", [
-    ("missing/", None, "is not a folder"),
-    ("", None, "no reproductions in"),
-    ("yin_fig3.json", "{not json", "is not a reproduction's JSON"),
-    (runner.PROVENANCE, "[]", "is not a speculab provenance file"),
-    (runner.PROVENANCE, '{"format": "speculab-provenance/1", "figures": {"yin-fig3": "ok"}}', "not a record"),
-    ("yin_fig3.json", '{"x": 1}', "no reproductions in"),  # a result without a provenance record is not shown
-    ("yin_fig3.json", "[1, 2]", "no reproductions in"),
-])
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("missing/", None, "is not a folder"),
+        ("", None, "no reproductions in"),
+        ("yin_fig3.json", "{not json", "is not a reproduction's JSON"),
+        (runner.PROVENANCE, "[]", "is not a speculab provenance file"),
+        (runner.PROVENANCE, '{"format": "speculab-provenance/1", "figures": {"yin-fig3": "ok"}}', "not a record"),
+        ("yin_fig3.json", '{"x": 1}', "no reproductions in"),  # a result without a provenance record is not shown
+        ("yin_fig3.json", "[1, 2]", "no reproductions in"),
+    ],
+)
 def test_report_refuses_a_folder_without_reproductions(name, content, message, tmp_path, capsys):
     if content is not None:
         (tmp_path / name).write_text(content)
@@ -113,10 +116,21 @@ def _screenshot(html_path, png_path, tmp_path, width=1900, height=3600):
     """Chromium's headless screenshot of a page at 1 CSS pixel per pixel, as an (H, W, 3) uint8 array."""
     from matplotlib.image import imread
 
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
-             f"--user-data-dir={tmp_path / 'chromium-profile'}", "--force-device-scale-factor=1",
-             f"--window-size={width},{height}", f"--screenshot={png_path}"]
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--hide-scrollbars",
+        f"--user-data-dir={tmp_path / 'chromium-profile'}",
+        "--force-device-scale-factor=1",
+        f"--window-size={width},{height}",
+        f"--screenshot={png_path}",
+    ]
     subprocess.run([CHROMIUM, *flags, html_path.as_uri()], check=True, timeout=120, capture_output=True)
     return _rgb(imread(png_path))
 
@@ -134,9 +148,9 @@ def _find(image, shot, tol=3):
     r = int(np.argmax(variety))
     c = int(np.argmax(np.any(image[r] != image[r, 0], axis=-1)))  # the row's first pixel unlike its margin
     c = min(c, w - 32)
-    run = image[r, c:c + 32]
+    run = image[r, c : c + 32]
     H, W, _ = shot.shape
-    ys, xs = np.nonzero(np.all(np.abs(shot[:, :W - 31] - run[0]) <= tol, axis=-1))  # run[0] is not margin colour
+    ys, xs = np.nonzero(np.all(np.abs(shot[:, : W - 31] - run[0]) <= tol, axis=-1))  # run[0] is not margin colour
     for k in range(1, 32):
         keep = np.all(np.abs(shot[ys, xs + k] - run[k]) <= tol, axis=-1)
         ys, xs = ys[keep], xs[keep]
@@ -144,7 +158,7 @@ def _find(image, shot, tol=3):
         top, left = y - r, x - c
         if top < 0 or left < 0 or top + h > H or left + w > W:
             continue
-        if np.all(np.abs(shot[top:top + h, left:left + w] - image) <= tol):
+        if np.all(np.abs(shot[top : top + h, left : left + w] - image) <= tol):
             return int(top), int(left)
     return None
 
@@ -173,8 +187,10 @@ def _tables(shot):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(CHROMIUM is None and os.environ.get("CI") != "true",
-                    reason="needs Debian's chromium (apt-get install chromium; .ci/run installs it)")
+@pytest.mark.skipif(
+    CHROMIUM is None and os.environ.get("CI") != "true",
+    reason="needs Debian's chromium (apt-get install chromium; .ci/run installs it)",
+)
 def test_chromium_shows_the_reports_figures_and_tables(results, tmp_path):
     from matplotlib.image import imread
 
@@ -191,8 +207,11 @@ def test_chromium_shows_the_reports_figures_and_tables(results, tmp_path):
     assert [rows for _, rows in tables] == expected, tables
 
     # Each check fails on a page without what it looks for: figures swapped out, claims tables removed.
-    page = re.sub(r'<img alt="yin_fig3.png" src="data:image/png;base64,[^"]*"',
-                  '<img alt="yin_fig3.png" src="data:image/png;base64,AAAA"', report.read_text())
+    page = re.sub(
+        r'<img alt="yin_fig3.png" src="data:image/png;base64,[^"]*"',
+        '<img alt="yin_fig3.png" src="data:image/png;base64,AAAA"',
+        report.read_text(),
+    )
     broken = tmp_path / "broken.html"
     broken.write_text(re.sub(r'<table class="claims">.*?</table>', "", page, flags=re.S))
     shot = _screenshot(broken, tmp_path / "broken.png", tmp_path)

@@ -25,13 +25,22 @@ def _scaled(p, q):
     return 0.6 * kernels.sd_acceptance(p, q)
 
 
-SLOTWISE = [SD(K=4), BatchSD(2, K=4), BatchSD(3, K=4), Biased(0.1, "opt", K=4), Biased(0.2, "uno", K=4),
-            Fuzzy(0.3, "js", K=4), Fuzzy(0.2, "tv", K=4), RejectionDecoding(b=_scaled, K=4)]
+SLOTWISE = [
+    SD(K=4),
+    BatchSD(2, K=4),
+    BatchSD(3, K=4),
+    Biased(0.1, "opt", K=4),
+    Biased(0.2, "uno", K=4),
+    Fuzzy(0.3, "js", K=4),
+    Fuzzy(0.2, "tv", K=4),
+    RejectionDecoding(b=_scaled, K=4),
+]
 
 
 def _block(rng, B: int, M: int, L: int, V: int):
     """Random laws ``p`` ``(B, M, L, V)``, ``q`` ``(B, M, L + 1, V)`` (some entries 0) and drafts from ``p``; the rows
     of one prompt share their first slot's laws (they draft from one context)."""
+
     def laws(shape):
         w = rng.dirichlet(np.full(V, 0.5), size=shape) * (rng.random((*shape, V)) > 0.2)
         w[..., 0] += 1e-3  # never an all-zero row
@@ -54,18 +63,18 @@ def test_a_cut_law_is_the_methods_law_of_the_cut_block(method):
         for bonus in (True, False):
             length = torch.full((B,), ell)
             cut = cut_law(whole, q, length, torch.full((B,), bonus))
-            own = method.round_law(p[..., :ell, :], q[..., :ell + 1, :], x[..., :ell], bonus=bonus)
-            torch.testing.assert_close(cut.outcome[..., :ell + 1], own.outcome, rtol=0, atol=1e-15)
-            assert not cut.outcome[..., ell + 1:].any()
-            torch.testing.assert_close(cut.correction[..., :ell + 1, :], own.correction, rtol=0, atol=1e-15)
-            torch.testing.assert_close(cut.reject_prob[..., :ell + 1], own.reject_prob, rtol=0, atol=1e-15)
+            own = method.round_law(p[..., :ell, :], q[..., : ell + 1, :], x[..., :ell], bonus=bonus)
+            torch.testing.assert_close(cut.outcome[..., : ell + 1], own.outcome, rtol=0, atol=1e-15)
+            assert not cut.outcome[..., ell + 1 :].any()
+            torch.testing.assert_close(cut.correction[..., : ell + 1, :], own.correction, rtol=0, atol=1e-15)
+            torch.testing.assert_close(cut.reject_prob[..., : ell + 1], own.reject_prob, rtol=0, atol=1e-15)
             torch.testing.assert_close(cut.accept_prob[..., :ell], own.accept_prob, rtol=0, atol=1e-15)
             if own.law is not None:
                 torch.testing.assert_close(cut.law[..., :ell, :], own.law, rtol=0, atol=1e-15)
     mixed = cut_law(whole, q, torch.tensor([1, 2, 3, 4, 2, 4]), torch.tensor([True, False, True, False, True, True]))
     for b, (ell, bonus) in enumerate([(1, True), (2, False), (3, True), (4, False), (2, True), (4, True)]):
-        own = method.round_law(p[b:b + 1, :, :ell], q[b:b + 1, :, :ell + 1], x[b:b + 1, :, :ell], bonus=bonus)
-        torch.testing.assert_close(mixed.outcome[b:b + 1, :, :ell + 1], own.outcome, rtol=0, atol=1e-15)
+        own = method.round_law(p[b : b + 1, :, :ell], q[b : b + 1, :, : ell + 1], x[b : b + 1, :, :ell], bonus=bonus)
+        torch.testing.assert_close(mixed.outcome[b : b + 1, :, : ell + 1], own.outcome, rtol=0, atol=1e-15)
 
 
 @pytest.mark.parametrize("method", [SD(K=3), BatchSD(3, K=3)], ids=repr)
@@ -75,7 +84,7 @@ def test_a_widened_law_draws_what_the_law_draws(method):
     p, q, x = _block(rng, 400, method.rows, 2, 4)
     law = method.round_law(p, q, x, bonus=True)
     wide = pad_law(law, 4, 6)
-    assert wide.outcome.shape == (400, 4, 6) and not wide.outcome[:, method.rows:].any()
+    assert wide.outcome.shape == (400, 4, 6) and not wide.outcome[:, method.rows :].any()
     u, v = (torch.from_numpy(rng.random(400)) for _ in range(2))
     for a, b in zip(sample_round(law, u, v), sample_round(wide, u, v)):
         assert torch.equal(a, b)
@@ -88,8 +97,7 @@ def test_a_rounds_output_is_the_records_written_out_by_hand():
     p, q, x = _block(rng, 3, 1, 3, 6)
     eos = 5
     x[2, 0, 1] = eos
-    law = cut_law(SD(K=3).round_law(p, q, x, bonus=True), q, torch.tensor([3, 3, 2]),
-                  torch.tensor([True, True, False]))
+    law = cut_law(SD(K=3).round_law(p, q, x, bonus=True), q, torch.tensor([3, 3, 2]), torch.tensor([True, True, False]))
     decision = torch.tensor([0, 0, 0]), torch.tensor([1, 3, 2]), torch.tensor([4, 2, -1])
     out = round_output(law, p, q, x, decision, torch.tensor([3, 3, 2]), rows=1, eos=eos)
     c = out.chunk

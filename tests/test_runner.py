@@ -63,7 +63,8 @@ def test_a_failing_figure_is_recorded_and_the_others_still_run(tmp_path, monkeyp
     data = _provenance(tmp_path)
     assert data["figures"]["yin-fig3"]["status"] == "failed" and "a broken" in data["figures"]["yin-fig3"]["error"]
     assert data["figures"]["sprinter-fig6"]["status"] == "ok" and data["all"]["failed"] == {
-        "yin-fig3": "RuntimeError: a broken reproduction"}
+        "yin-fig3": "RuntimeError: a broken reproduction"
+    }
 
 
 @pytest.mark.slow
@@ -83,16 +84,19 @@ def test_resume_keeps_finished_figures_and_reruns_changed_ones(tmp_path):
     assert run["ran"] == FAST  # without resume everything runs
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["repro", "all", "--only", "no-such"], "unknown figure 'no-such'"),
-    (["repro", "all", "--skip", "no-such"], "unknown figure 'no-such'"),
-    (["repro", "all", "--n-runs", "5"], "--n-runs applies to one figure"),
-    (["repro", "all", "--draft", "x"], "--draft applies to one figure"),
-    (["repro", "yin-fig3", "--only", "yin-fig2a"], "--only and --skip apply to `speculab repro all`"),
-    (["repro", "all", "--only", "yin-fig3", "--skip", "yin-fig3"], "nothing to run"),
-    (["repro", "all", "--only", "yin-fig3", "--out", str(__file__)], "is a file, not a folder"),
-    (["repro", "all", "--only", "yin-fig3", "--out", str(__file__) + "/sub"], "a part of its path is a file"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["repro", "all", "--only", "no-such"], "unknown figure 'no-such'"),
+        (["repro", "all", "--skip", "no-such"], "unknown figure 'no-such'"),
+        (["repro", "all", "--n-runs", "5"], "--n-runs applies to one figure"),
+        (["repro", "all", "--draft", "x"], "--draft applies to one figure"),
+        (["repro", "yin-fig3", "--only", "yin-fig2a"], "--only and --skip apply to `speculab repro all`"),
+        (["repro", "all", "--only", "yin-fig3", "--skip", "yin-fig3"], "nothing to run"),
+        (["repro", "all", "--only", "yin-fig3", "--out", str(__file__)], "is a file, not a folder"),
+        (["repro", "all", "--only", "yin-fig3", "--out", str(__file__) + "/sub"], "a part of its path is a file"),
+    ],
+)
 def test_repro_all_refuses_bad_options_before_running(argv, message, tmp_path, capsys):
     assert main([*argv, "--out", str(tmp_path / "out")] if "--out" not in argv else argv) == 2
     assert message in capsys.readouterr().err
@@ -153,8 +157,9 @@ def test_resume_reruns_a_figure_whose_files_were_edited(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("files", [["../secret.png"], ["/etc/passwd"], ["sub/x.png"], [".x.png"], ["x\\y.png"],
-                                   [5], "yin_fig3.json"])
+@pytest.mark.parametrize(
+    "files", [["../secret.png"], ["/etc/passwd"], ["sub/x.png"], [".x.png"], ["x\\y.png"], [5], "yin_fig3.json"]
+)
 def test_a_record_naming_files_outside_its_folder_is_refused(tmp_path, files):
     """Provenance is data: a figure's files must be plain names inside the results folder."""
     runner.run_all(tmp_path, only=["yin-fig3"], progress=False, echo=lambda line: None)
@@ -167,9 +172,13 @@ def test_a_record_naming_files_outside_its_folder_is_refused(tmp_path, files):
 
 def test_a_record_without_a_digest_for_each_file_is_refused(tmp_path):
     runner.run_all(tmp_path, only=["yin-fig3"], progress=False, echo=lambda line: None)
-    for edit in (lambda e: e["sha256"].popitem(), lambda e: e["sha256"].update({"other.png": "0" * 64}),
-                 lambda e: e["sha256"].update({"yin_fig3.json": "not hex"}), lambda e: e.update(sha256=[]),
-                 lambda e: e.pop("sha256")):
+    for edit in (
+        lambda e: e["sha256"].popitem(),
+        lambda e: e["sha256"].update({"other.png": "0" * 64}),
+        lambda e: e["sha256"].update({"yin_fig3.json": "not hex"}),
+        lambda e: e.update(sha256=[]),
+        lambda e: e.pop("sha256"),
+    ):
         data = _provenance(tmp_path)
         edit(data["figures"]["yin-fig3"])
         (tmp_path / runner.PROVENANCE).write_text(json.dumps(data))

@@ -101,8 +101,7 @@ def test_compact_and_full_instances_give_the_same_theory(kind):
         np.testing.assert_allclose(check(inst), check(full), rtol=0, atol=1e-13)
 
 
-@pytest.mark.parametrize("method", [SD(), SD(K=3), BatchSD(M=3), Biased(0.05, K=2), BlockVerification(K=3)],
-                         ids=str)
+@pytest.mark.parametrize("method", [SD(), SD(K=3), BatchSD(M=3), Biased(0.05, K=2), BlockVerification(K=3)], ids=str)
 def test_compact_and_full_instances_give_the_same_simulation(method):
     """The same key gives token-for-token the same runs: the simulators read the same rows."""
     Pm, Qm = _pair(4, seed=5, concentration=0.5)
@@ -141,9 +140,11 @@ def test_stationary_counts_stream_in_memory_of_order_V_squared():
     Pm, Qm = _pair(500, seed=1)
     inst = MarkovInstance.stationary(Pm, Qm, T=2000)
     kernel_mb = 500 * 500 * 8 / 2**20  # 1.9 MB
-    for name, fn in [("T1", lambda: sd_expected_rejections(inst)),
-                     ("T3", lambda: batch_expected_rejections(inst, 8)),
-                     ("L", lambda: lookahead_counts(inst, 4))]:
+    for name, fn in [
+        ("T1", lambda: sd_expected_rejections(inst)),
+        ("T3", lambda: batch_expected_rejections(inst, 8)),
+        ("L", lambda: lookahead_counts(inst, 4)),
+    ]:
         assert _peak_mb(fn) < 12 * kernel_mb, name
 
 
@@ -152,9 +153,11 @@ def test_float32_instances_agree_with_float64():
     a = MarkovInstance.stationary(Pm, Qm, T=300)
     b = MarkovInstance.stationary(Pm, Qm, T=300, dtype="float32")
     assert b.P.dtype == b.rho.dtype == np.float32 and b.dtype == "float32"
-    for fn in (lambda i: sd_expected_rejections(i).rejections,
-               lambda i: batch_expected_rejections(i, 4).rejections,
-               lambda i: lookahead_counts(i, 3).oracle_calls):
+    for fn in (
+        lambda i: sd_expected_rejections(i).rejections,
+        lambda i: batch_expected_rejections(i, 4).rejections,
+        lambda i: lookahead_counts(i, 3).oracle_calls,
+    ):
         assert fn(b) == pytest.approx(fn(a), rel=1e-5)
     assert sd_expected_rejections(b).rejections_per_position.dtype == np.float32
     with pytest.raises(ValueError, match="dtype must be 'float64' or 'float32'"):
@@ -186,17 +189,20 @@ def test_empty_horizon_is_refused():
         MarkovInstance(np.ones((0, 2, 2)) / 2, np.ones((0, 2, 2)) / 2, [0.5, 0.5])
 
 
-@pytest.mark.parametrize("name, fn", [
-    ("simulate SD", lambda inst: simulate(inst, SD(K=4), 200, key=0)),
-    ("simulate batch", lambda inst: simulate(inst, BatchSD(3), 200, key=0)),
-    ("simulate biased", lambda inst: simulate(inst, Biased(0.01), 200, key=0)),
-    ("simulate block", lambda inst: simulate(inst, BlockVerification(3), 200, key=0)),
-    ("simulate sprinter", lambda inst: simulate(inst, Sprinter(0.9, 0.1), 200, key=0)),
-    ("simulate specdec++", lambda inst: simulate(inst, SpecDecPP(0.5), 200, key=0)),
-    ("sprinter theory", lambda inst: Sprinter(0.9, 0.1).expected(inst)),
-    ("fuzzy theory", lambda inst: fuzzy_profile(inst, 0.3, "js", 3)),
-    ("is_unbiased", lambda inst: is_unbiased(inst, kernels.sd_acceptance)),
-])
+@pytest.mark.parametrize(
+    "name, fn",
+    [
+        ("simulate SD", lambda inst: simulate(inst, SD(K=4), 200, key=0)),
+        ("simulate batch", lambda inst: simulate(inst, BatchSD(3), 200, key=0)),
+        ("simulate biased", lambda inst: simulate(inst, Biased(0.01), 200, key=0)),
+        ("simulate block", lambda inst: simulate(inst, BlockVerification(3), 200, key=0)),
+        ("simulate sprinter", lambda inst: simulate(inst, Sprinter(0.9, 0.1), 200, key=0)),
+        ("simulate specdec++", lambda inst: simulate(inst, SpecDecPP(0.5), 200, key=0)),
+        ("sprinter theory", lambda inst: Sprinter(0.9, 0.1).expected(inst)),
+        ("fuzzy theory", lambda inst: fuzzy_profile(inst, 0.3, "js", 3)),
+        ("is_unbiased", lambda inst: is_unbiased(inst, kernels.sd_acceptance)),
+    ],
+)
 def test_simulators_and_other_theory_keep_compact_instances_compact(name, fn):
     """V = T = 200 stationary: one (T, V, V) float64 stack is 61 MB; none is built (bound 10 MB)."""
     Pm, Qm = _pair(200, seed=6)
@@ -225,7 +231,9 @@ def test_format_2_files_with_a_bad_horizon_are_refused(tmp_path):
 
 @pytest.mark.parametrize("dtype", ["f4", np.float32, "float32"])
 def test_float32_is_asked_for_in_any_numpy_spelling(dtype):
-    assert MarkovInstance.stationary(np.eye(2) * 0.5 + 0.25, np.eye(2) * 0.5 + 0.25, T=3, dtype=dtype).dtype == "float32"
+    assert (
+        MarkovInstance.stationary(np.eye(2) * 0.5 + 0.25, np.eye(2) * 0.5 + 0.25, T=3, dtype=dtype).dtype == "float32"
+    )
 
 
 @pytest.mark.parametrize("dtype", ["float16", None, [1], "int64"])

@@ -85,8 +85,12 @@ def test_t1_on_the_paper_sized_instance(agrees):
     c = simulate(inst, SD(), 20_000, key=11)
     agrees(c.estimate("rejections"), t1.rejections, "rejections")
     agrees(c.estimate("oracle_calls"), t1.oracle_calls, "oracle calls")
-    agrees(c.rejections_per_position, t1.rejections_per_position, "rejection rate per position",
-           se=binomial_se(t1.rejections_per_position, 20_000))
+    agrees(
+        c.rejections_per_position,
+        t1.rejections_per_position,
+        "rejection rate per position",
+        se=binomial_se(t1.rejections_per_position, 20_000),
+    )
 
 
 @pytest.mark.power
@@ -102,8 +106,11 @@ def test_a_wrong_formula_would_be_caught(record_property):
     r = t1.rejections_per_position
     rates = np.abs(per_position - r) / np.sqrt(r * (1 - r) / 20_000)
     assert power(total) < 0.5 < power(rates.max())
-    assert_power(record_property, "SD rejections vs T1, total and per position (T = 50, V = 7, N = 20,000): T1 under "
-                 "the draft's marginals", power(rates.max()))
+    assert_power(
+        record_property,
+        "SD rejections vs T1, total and per position (T = 50, V = 7, N = 20,000): T1 under the draft's marginals",
+        power(rates.max()),
+    )
 
 
 def test_autoregressive_counts_and_law(agrees):
@@ -251,8 +258,12 @@ def test_every_reading_of_a_method_gives_its_counts(method, agrees):
     c = simulate(inst, method, N, key=21)
     for name in ("rejections", "oracle_calls", "draft_calls", "accepted", "bonus"):
         agrees(c.estimate(name), getattr(exact, name), name)
-    agrees(c.rejections_per_position, exact.rejections_per_position, "rejection rate per position",
-           se=binomial_se(exact.rejections_per_position, N))
+    agrees(
+        c.rejections_per_position,
+        exact.rejections_per_position,
+        "rejection rate per position",
+        se=binomial_se(exact.rejections_per_position, N),
+    )
     np.testing.assert_array_equal(c.accepted + c.rejections + c.bonus, inst.T)
     if not has(method, Slotwise):  # a round drafts M · min(K, T − t) tokens at once
         assert set(np.unique(c.draft_calls % method.M)) == {0}
@@ -261,6 +272,7 @@ def test_every_reading_of_a_method_gives_its_counts(method, agrees):
 def test_every_method_gives_the_core_round_law():
     """The core protocol: a method without ``draft_length`` and ``round_law`` cannot be made, so every method runs
     on both engines (round by round when it declares no other capability)."""
+
     @dataclasses.dataclass(frozen=True)
     class Lawless(Method):
         name: ClassVar[str] = "lawless-test"
@@ -278,7 +290,7 @@ class _RootTable(BatchSD):
     def root_outcome(self, p, q):
         table = super().root_outcome(p, q)
         V = p.shape[-1]
-        return {"width": table[..., :V + 1], "nan": table * np.nan, "half": table / 2}[self.how]
+        return {"width": table[..., : V + 1], "nan": table * np.nan, "half": table / 2}[self.how]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -319,22 +331,32 @@ class _BadLaw(_BatchByRounds):
         return law._replace(correction=law.correction * 0.0)  # nothing to output after a refusal
 
 
-@pytest.mark.parametrize("method, match", [
-    (_RootTable(2, how="width"), r"_RootTable.root_outcome must return a law over 2V = 6 outcomes per row, shape "
-                                 r"\(5, 3, 6\); got \(5, 3, 4\)"),
-    (_RootTable(2, how="nan"), r"_RootTable.root_outcome must return non-negative rows summing to 1"),
-    (_RootTable(2, how="half"), r"_RootTable.root_outcome must return non-negative rows summing to 1"),
-    (_BadRule(how="b"), r"_BadRule's rule gave an acceptance b outside \[0, 1\]"),
-    (_BadRule(how="P"), r"_BadRule's rule gave a rejection law P with negative"),
-    (_BadRule(how="inf"), r"_BadRule's rule gave a rejection law P with negative, infinite or NaN weights"),
-    (_BadRule(how="shape"), r"_BadRule's rule gave its acceptance b of shape \(1, 3, 3\); the instance's laws are "
-                            r"\(5, 3, 3\)"),
-    (_BadLaw(2, how="outcome"), r"_BadLaw.round_law gave outcome probabilities that are not a law"),
-    (_BadLaw(2, how="signed"), r"_BadLaw.round_law gave outcome probabilities that are not a law"),
-    (_BadLaw(2, how="shape"), r"_BadLaw.round_law gave an outcome of shape"),
-    (_BadLaw(2, how="zero"), r"_BadLaw.round_law gave an outcome without a token to output"),
-    (_BadLaw(2, how="negative"), r"_BadLaw.round_law gave correction weights that are negative, infinite or NaN"),
-], ids=lambda v: getattr(v, "how", None) and f"{type(v).__name__}-{v.how}")
+@pytest.mark.parametrize(
+    "method, match",
+    [
+        (
+            _RootTable(2, how="width"),
+            r"_RootTable.root_outcome must return a law over 2V = 6 outcomes per row, shape "
+            r"\(5, 3, 6\); got \(5, 3, 4\)",
+        ),
+        (_RootTable(2, how="nan"), r"_RootTable.root_outcome must return non-negative rows summing to 1"),
+        (_RootTable(2, how="half"), r"_RootTable.root_outcome must return non-negative rows summing to 1"),
+        (_BadRule(how="b"), r"_BadRule's rule gave an acceptance b outside \[0, 1\]"),
+        (_BadRule(how="P"), r"_BadRule's rule gave a rejection law P with negative"),
+        (_BadRule(how="inf"), r"_BadRule's rule gave a rejection law P with negative, infinite or NaN weights"),
+        (
+            _BadRule(how="shape"),
+            r"_BadRule's rule gave its acceptance b of shape \(1, 3, 3\); the instance's laws are "
+            r"\(5, 3, 3\)",
+        ),
+        (_BadLaw(2, how="outcome"), r"_BadLaw.round_law gave outcome probabilities that are not a law"),
+        (_BadLaw(2, how="signed"), r"_BadLaw.round_law gave outcome probabilities that are not a law"),
+        (_BadLaw(2, how="shape"), r"_BadLaw.round_law gave an outcome of shape"),
+        (_BadLaw(2, how="zero"), r"_BadLaw.round_law gave an outcome without a token to output"),
+        (_BadLaw(2, how="negative"), r"_BadLaw.round_law gave correction weights that are negative, infinite or NaN"),
+    ],
+    ids=lambda v: getattr(v, "how", None) and f"{type(v).__name__}-{v.how}",
+)
 def test_a_methods_spoilt_law_is_refused_by_name(method, match):
     """What the engine reads of a method — its root table, its rule, its round law — is checked as it is read: a
     table of the wrong width, NaN or not a law, an acceptance outside [0, 1], negative rejection weights, a round
@@ -364,11 +386,15 @@ class _KeepsTooOften(Sprinter):
 
 
 @pytest.mark.parametrize("engine", ["numpy", "jax"])
-@pytest.mark.parametrize("method, match", [
-    (_NoRejectionWeight(), r"_NoRejectionWeight's rule gives a rejection law P without weight at a context where"),
-    (_LongRounds(2), r"_LongRounds.draft_length\(1\) gave 2; a round that may output 1 more tokens drafts 0 to 1"),
-    (_KeepsTooOften(0.9, 0.1), r"_KeepsTooOften.position_law gave probabilities of keeping a draft that are"),
-], ids=lambda v: type(v).__name__ if not isinstance(v, str) else None)
+@pytest.mark.parametrize(
+    "method, match",
+    [
+        (_NoRejectionWeight(), r"_NoRejectionWeight's rule gives a rejection law P without weight at a context where"),
+        (_LongRounds(2), r"_LongRounds.draft_length\(1\) gave 2; a round that may output 1 more tokens drafts 0 to 1"),
+        (_KeepsTooOften(0.9, 0.1), r"_KeepsTooOften.position_law gave probabilities of keeping a draft that are"),
+    ],
+    ids=lambda v: type(v).__name__ if not isinstance(v, str) else None,
+)
 def test_laws_no_engine_can_run_are_refused_before_either_runs(method, match, engine):
     """simulate checks, for both engines, what neither checks well inside its loop: a refusal with nothing to output,
     a round drafting more than it may output, a position law that is not a law (speculab/sim/_laws.py)."""
@@ -382,10 +408,15 @@ def test_both_engines_read_a_method_the_same_way():
     from speculab.methods.capabilities import reading
     from speculab.sim import engine
 
-    cases = {SD(): ("slots", "_Slots"), BatchSD(3): ("slots", "_Slots"),
-             Sprinter(0.9, 0.1): ("positions", "_Positions"), SpecDecPP(0.5, max_K=3): ("adaptive", "_Adaptive"),
-             BlockVerification(2): ("rounds", "_Rounds"), Autoregressive(): ("rounds", "_Rounds"),
-             _BatchByRounds(2): ("rounds", "_Rounds")}
+    cases = {
+        SD(): ("slots", "_Slots"),
+        BatchSD(3): ("slots", "_Slots"),
+        Sprinter(0.9, 0.1): ("positions", "_Positions"),
+        SpecDecPP(0.5, max_K=3): ("adaptive", "_Adaptive"),
+        BlockVerification(2): ("rounds", "_Rounds"),
+        Autoregressive(): ("rounds", "_Rounds"),
+        _BatchByRounds(2): ("rounds", "_Rounds"),
+    }
     for method, (how, walk) in cases.items():
         assert reading(method) == how and type(engine.walker(method, _tiny(0))).__name__ == walk, method
 
@@ -445,8 +476,12 @@ def test_a_checkpoint_resumes_only_its_own_simulation(tmp_path):
     inst = MarkovInstance.random(6, 4, 3)
     path = tmp_path / "sim.jsonl"
     simulate(inst, SD(), 100, 5, checkpoint=path)
-    for change, match in [(dict(key=6), "rng_state"), (dict(n_runs=200), "n_runs"), (dict(method=SD(K=3)), "method"),
-                          (dict(inst=MarkovInstance.random(6, 4, 4)), "instance")]:
+    for change, match in [
+        (dict(key=6), "rng_state"),
+        (dict(n_runs=200), "n_runs"),
+        (dict(method=SD(K=3)), "method"),
+        (dict(inst=MarkovInstance.random(6, 4, 4)), "instance"),
+    ]:
         kwargs = dict(inst=inst, method=SD(), n_runs=100, key=5) | change
         with pytest.raises(ValueError, match=f"another simulation.*{match}"):
             simulate(**kwargs, checkpoint=path, resume=True)

@@ -76,8 +76,9 @@ def test_a_wrong_stopping_rule_would_be_caught(record_property):
     wrong = enumerate_specdecpp(inst.P, inst.Q, inst.rho, A, 0.25, max_K=3)
     right = enumerate_specdecpp(inst.P, inst.Q, inst.rho, A, 0.6, max_K=3)
     shift = max(abs(wrong[f] - right[f]) / c.estimate(f).se for f in FIELDS)
-    assert_power(record_property, f"SpecDec++ h = 0.6 counts vs enumeration (N = {N:,}): the threshold 0.25",
-                 power(shift))
+    assert_power(
+        record_property, f"SpecDec++ h = 0.6 counts vs enumeration (N = {N:,}): the threshold 0.25", power(shift)
+    )
     assert max(abs(c.estimate(f).z(wrong[f])) for f in FIELDS) > Z_BOUND
 
 
@@ -103,8 +104,13 @@ def test_h_one_is_fixed_K_equal_to_cap(max_K, agrees):
             # 20 accepted drafts in a row end 0.34 % of runs on a bonus: a 10 % error would need 1.6 M runs. The bug
             # this test is for is max_K off by one — the rule stopping a draft early, SD(K = 19), whose bonus is
             # 1.5 times as large (70,000 runs see it; the other counts see a 10 % error).
-            agrees(c.estimate(name), exact.bonus, f"{name} vs SD(K={max_K})", wrong=lookahead_counts(inst, max_K - 1).bonus,
-                   alternative=f"bonus vs SD(K={max_K}): max_K off by one, SD(K={max_K - 1})")
+            agrees(
+                c.estimate(name),
+                exact.bonus,
+                f"{name} vs SD(K={max_K})",
+                wrong=lookahead_counts(inst, max_K - 1).bonus,
+                alternative=f"bonus vs SD(K={max_K}): max_K off by one, SD(K={max_K - 1})",
+            )
         else:
             agrees(c.estimate(name), getattr(exact, name), f"{name} vs SD(K={max_K})")
     p = exact.rejections_per_position
@@ -162,8 +168,13 @@ def test_output_law_is_q(head, agrees):
 def test_oracle_head_object_is_head_none_and_seeds_reproduce():
     inst = _tiny(4, T=10)
     a = simulate(inst, SpecDecPP(0.4, max_K=5), 3000, key=11, return_sequences=True)
-    b = simulate(inst, SpecDecPP(0.4, head=oracle_head(inst), max_K=5), 3000, key=np.random.default_rng(11),
-                 return_sequences=True)
+    b = simulate(
+        inst,
+        SpecDecPP(0.4, head=oracle_head(inst), max_K=5),
+        3000,
+        key=np.random.default_rng(11),
+        return_sequences=True,
+    )
     for name in FIELDS:
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
     np.testing.assert_array_equal(a.sequences, b.sequences)
@@ -234,10 +245,13 @@ def test_specdecpp_needs_a_trained_head_on_real_models_and_has_exact_counts_only
     assert SpecDecPP(0.5).runs_on_real_models() and has(SpecDecPP, DraftHead)
     assert SpecDecPP(0.5).draft_head is None  # the oracle reads q: not a drafting head
     assert SpecDecPP(0.5).expected(_tiny(0)) is not None
-    with pytest.raises(TooLarge, match=r"draft tree \(8 × 8\^20 leaves per round start\) would take "
-                       r"332,041,393,326,771,929,088 values, over the budget of 6,291,456 values \(NODE_BUDGET "
-                       r"leaves of 6 values\): use a smaller vocabulary, max_K or horizon, or raise the budget: "
-                       r"speculab.work_budget\(k\) in Python, speculab sim --budget k on the command line"):
+    with pytest.raises(
+        TooLarge,
+        match=r"draft tree \(8 × 8\^20 leaves per round start\) would take "
+        r"332,041,393,326,771,929,088 values, over the budget of 6,291,456 values \(NODE_BUDGET "
+        r"leaves of 6 values\): use a smaller vocabulary, max_K or horizon, or raise the budget: "
+        r"speculab.work_budget\(k\) in Python, speculab sim --budget k on the command line",
+    ):
         SpecDecPP(0.5, max_K=20).expected(MarkovInstance.random(30, 8, 0))  # 8^21 leaves of 6 + 30 values
 
 
@@ -322,8 +336,14 @@ def test_boundaries_of_the_inputs():
         SpecDecPP(0.5, max_K=16).expected(big)  # 2 × 2^16 leaves of 6 + 60 values
     with work_budget(1.375):  # exactly enough: 8,650,752 = 1.375 × 6,291,456
         assert SpecDecPP(0.5, max_K=16).expected(big).rejections > 0
-    with work_budget(1.37), pytest.raises(TooLarge, match=r"budget of 8,619,295 values \(NODE_BUDGET leaves of 6 "
-                                                          r"values, times 1.37\)"):
+    with (
+        work_budget(1.37),
+        pytest.raises(
+            TooLarge,
+            match=r"budget of 8,619,295 values \(NODE_BUDGET leaves of 6 "
+            r"values, times 1.37\)",
+        ),
+    ):
         SpecDecPP(0.5, max_K=16).expected(big)
 
 

@@ -1,4 +1,5 @@
-"""SpecDec++ on real models: a head on the draft's hidden states decides each round's length; the verification is SD's."""
+"""SpecDec++ on real models: a head on the draft's hidden states decides each round's length; the verification is
+SD's."""
 
 import math
 
@@ -63,8 +64,14 @@ def test_a_constant_head_stops_where_its_product_crosses_the_threshold(pair):
     """a = 0.8, h = 0.5: 1 − 0.8^k > 0.5 first at k = 4 (0.8³ = 0.512), so every round drafts 4 tokens unless fewer
     remain (or the block drafted an EOS)."""
     blocks = []
-    res = decode(pair, PROMPTS, SpecDecPP(0.5, head=constant(pair, 0.8)), max_new_tokens=24, key=7,
-                 on_round=lambda info: blocks.append(info.drafts[0].tolist()))
+    res = decode(
+        pair,
+        PROMPTS,
+        SpecDecPP(0.5, head=constant(pair, 0.8)),
+        max_new_tokens=24,
+        key=7,
+        on_round=lambda info: blocks.append(info.drafts[0].tolist()),
+    )
     rounds = iter(blocks)
     for r in res.rounds:
         done = 0
@@ -84,8 +91,9 @@ def test_the_stopping_decisions_are_the_heads_on_the_drafts_hidden_states(pair):
     def keep(info):
         blocks.append(info.drafts[0].tolist())
 
-    res = decode(pair, PROMPTS[:2], SpecDecPP(h, head=head, max_K=6), max_new_tokens=24, key=8, batch_size=1,
-                 on_round=keep)
+    res = decode(
+        pair, PROMPTS[:2], SpecDecPP(h, head=head, max_K=6), max_new_tokens=24, key=8, batch_size=1, on_round=keep
+    )
     checked = stopped_early = 0
     rounds = iter(blocks)
     for prompt, out, rec in zip(PROMPTS[:2], res.tokens, res.rounds):
@@ -94,9 +102,10 @@ def test_the_stopping_decisions_are_the_heads_on_the_drafts_hidden_states(pair):
         for drafted, tau in zip(rec.drafted, rec.accepted):
             block = next(rounds)
             with torch.no_grad():
-                hidden = pair.draft.model(torch.tensor([ids + out[:done] + block], device=pair.device),
-                                          output_hidden_states=True)
-            a = head(hidden.hidden_states[-1][0, -len(block):]).tolist()
+                hidden = pair.draft.model(
+                    torch.tensor([ids + out[:done] + block], device=pair.device), output_hidden_states=True
+                )
+            a = head(hidden.hidden_states[-1][0, -len(block) :]).tolist()
             remaining = 24 - done
             k = next((i + 1 for i in range(len(a)) if 1 - math.prod(a[: i + 1]) > h), None)
             expected = min(k or 6, 6, remaining)
@@ -114,8 +123,9 @@ def test_the_draft_cache_agrees_with_an_uncached_draft(pair):
     from speculab.backends.models import HFModel
     from speculab.backends.pair import ModelPair
 
-    uncached = ModelPair(HFModel(pair.draft.model, pair.vocab_size, use_cache=False), pair.target, pair.tokenizer,
-                         pair.vocab_size)
+    uncached = ModelPair(
+        HFModel(pair.draft.model, pair.vocab_size, use_cache=False), pair.target, pair.tokenizer, pair.vocab_size
+    )
     method = SpecDecPP(0.45, head=random_head(pair, 4), max_K=5)
     a = decode(pair, PROMPTS, method, max_new_tokens=24, key=9)
     b = decode(uncached, PROMPTS, method, max_new_tokens=24, key=9)
@@ -196,5 +206,7 @@ def test_repro_specdecpp_pareto(tmp_path, monkeypatch):
     fixed = result["fixed_K"][str(k["K"])]
     best = result["best_threshold"]
     assert rows[3]["measured"].startswith(f"w_rej {best['w_rej']}, h = {best['h']:g}: {best['latency']:.3f} ± ")
-    assert (f"vs K = {k['K']}: {fixed['latency']:.3f} ± {fixed['latency_se']:.3f} "
-            f"({100 * result['latency_change']:+.1f} %".replace("-", "−")) in rows[3]["measured"]
+    assert (
+        f"vs K = {k['K']}: {fixed['latency']:.3f} ± {fixed['latency_se']:.3f} "
+        f"({100 * result['latency_change']:+.1f} %".replace("-", "−")
+    ) in rows[3]["measured"]

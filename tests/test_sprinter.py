@@ -165,8 +165,11 @@ def test_thm_3_1_tv_and_a_4_acceptance_by_simulation(record_property, agrees):
     # the statistic can fail: with the wrong η_FP the same data are rejected
     wrong = 0.6 * float(np.einsum("na,na->", mu, inst.tv()))
     assert abs(stat.mean() - wrong) / se > Z_BOUND
-    assert_power(record_property, f"SPRINTER's signed TV statistic vs Thm 3.1 (N = {N:,}): η_FP = 0.6 for 0.4",
-                 power((wrong - claimed) / se))
+    assert_power(
+        record_property,
+        f"SPRINTER's signed TV statistic vs Thm 3.1 (N = {N:,}): η_FP = 0.6 for 0.4",
+        power((wrong - claimed) / se),
+    )
 
 
 def test_verifier_function_equals_iid_path():
@@ -179,8 +182,9 @@ def test_verifier_function_equals_iid_path():
     for name in a.names:
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
     np.testing.assert_array_equal(a.sequences, b.sequences)
-    np.testing.assert_allclose(Sprinter(verifier=f).pass_probabilities(inst),
-                               Sprinter(0.75, 0.2).pass_probabilities(inst))
+    np.testing.assert_allclose(
+        Sprinter(verifier=f).pass_probabilities(inst), Sprinter(0.75, 0.2).pass_probabilities(inst)
+    )
 
 
 def test_token_dependent_verifier_function_vs_simulation(agrees):
@@ -360,25 +364,42 @@ def test_repro_sprinter_fig5_and_fig6(tmp_path, agrees):
     for key, chk in r5["markov"].items():
         assert chk["law_matches_mixture"] and chk["law_max_abs_z"] < Z_BOUND
         law = chk["law_marginals"]  # per position, the share of runs with each token: binomial errors over the runs
-        agrees(law["frequency"], law["theory"], f"Fig. 5 Markov marginal law at η_FP = {key}",
-               se=binomial_se(law["theory"], r5["n_runs"]))
-        agrees(law["frequency"], law["theory"], f"Fig. 5 Markov marginal law at η_FP = {key}",
-               se=binomial_se(law["theory"], r5["n_runs"]), wrong=law["target"],
-               alternative=f"Fig. 5 Markov marginal law at η_FP = {key}: the target's (false passes not kept)")
+        agrees(
+            law["frequency"],
+            law["theory"],
+            f"Fig. 5 Markov marginal law at η_FP = {key}",
+            se=binomial_se(law["theory"], r5["n_runs"]),
+        )
+        agrees(
+            law["frequency"],
+            law["theory"],
+            f"Fig. 5 Markov marginal law at η_FP = {key}",
+            se=binomial_se(law["theory"], r5["n_runs"]),
+            wrong=law["target"],
+            alternative=f"Fig. 5 Markov marginal law at η_FP = {key}: the target's (false passes not kept)",
+        )
         for name in ("tv_sum", "acceptance_rate", "target_calls", "rejections"):
             est = chk[name]
             agrees(est["mean"], est["theory"], f"Fig. 5 Markov {name} at η_FP = {key}", se=est["se"])
     for key, cf in r5["context_free"].items():
         # the pooled tokens are i.i.d. draws from the law: binomial errors over n_runs · T of them
-        agrees(cf["frequency"], cf["law"], f"Fig. 5 context-free law at η_FP = {key}",
-               se=binomial_se(cf["law"], r5["n_runs"] * sprinter_fig5.T_CONTEXT_FREE))
+        agrees(
+            cf["frequency"],
+            cf["law"],
+            f"Fig. 5 context-free law at η_FP = {key}",
+            se=binomial_se(cf["law"], r5["n_runs"] * sprinter_fig5.T_CONTEXT_FREE),
+        )
         agrees(cf["tv"]["mean"], cf["tv"]["theory"], f"Fig. 5 context-free TV at η_FP = {key}", se=cf["tv"]["se"])
     assert "Fig. 5" in sprinter_fig5.summary(r5)
     rows = {row["quantity"]: row for row in claims_of(sprinter_fig5, r5)}
     assert rows["E[N] at η_TP = 1, η_FP = 0.5 (r = 5)"]["theory"] == "6.000 (gap 1.000)"  # Thm 3.3: r + η_FP/(1 − η_FP)
     pts, tv = r5["points"]["0.1"], r5["markov"]["0.1"]["tv_sum"]
-    assert rows["E[N] at η_TP = 1, η_FP = 0.1 (r = 5)"]["simulation"].startswith(f"{pts['mean'][-1]:.3f} ± {pts['se'][-1]:.3f} (z = ")
-    assert rows["Σ_n TV(P_SPR,n, q_n), Markov T = 50, η_FP = 0.1"]["simulation"].startswith(f"{tv['mean']:.3f} ± {tv['se']:.3f}")
+    assert rows["E[N] at η_TP = 1, η_FP = 0.1 (r = 5)"]["simulation"].startswith(
+        f"{pts['mean'][-1]:.3f} ± {pts['se'][-1]:.3f} (z = "
+    )
+    assert rows["Σ_n TV(P_SPR,n, q_n), Markov T = 50, η_FP = 0.1"]["simulation"].startswith(
+        f"{tv['mean']:.3f} ± {tv['se']:.3f}"
+    )
 
     r6 = sprinter_fig6.run(key=1, n_runs=4_000, out_dir=tmp_path)
     assert (tmp_path / "sprinter_fig6.png").exists() and (tmp_path / "sprinter_fig6.json").exists()
@@ -389,7 +410,9 @@ def test_repro_sprinter_fig5_and_fig6(tmp_path, agrees):
     rows = {row["quantity"]: row for row in claims_of(sprinter_fig6, r6)}
     pts = r6["points"]["0.5"]
     row = rows["E[T_stop] at η_TP = 1, η_FP = 0.5 (r = 5, t_d = 0.1)"]
-    assert row["theory"] == "0.7000 (gap 0.1000)" and row["simulation"].startswith(f"{pts['mean'][-1]:.4f} ± {pts['se'][-1]:.4f}")
+    assert row["theory"] == "0.7000 (gap 0.1000)" and row["simulation"].startswith(
+        f"{pts['mean'][-1]:.4f} ± {pts['se'][-1]:.4f}"
+    )
 
 
 def test_the_round_law_on_real_models_keeps_passed_drafts_and_checks_the_refused_one():

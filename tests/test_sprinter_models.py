@@ -32,7 +32,11 @@ def _draft_greedy(pair, prompt: str, n: int) -> list[int]:
     out = []
     with torch.no_grad():
         for _ in range(n):
-            x = int(pair.draft.model(torch.tensor([ids + out], device=pair.device)).logits[0, -1, : pair.vocab_size].argmax())
+            x = int(
+                pair.draft.model(torch.tensor([ids + out], device=pair.device))
+                .logits[0, -1, : pair.vocab_size]
+                .argmax()
+            )
             out.append(x)
             if x == pair.eos_token_id:
                 break
@@ -79,7 +83,9 @@ def test_the_verdicts_are_the_heads_on_the_previous_tokens_hidden_states(pair):
     target is its verdict times TV(p, q)."""
     head, threshold = random_head(pair, 3, kind="linear", depth=0, scale=8.0), 0.5
     infos = []
-    res = decode(pair, PROMPTS[:2], Sprinter(verifier=head, threshold=threshold), max_new_tokens=24, key=8, on_round=infos.append)
+    res = decode(
+        pair, PROMPTS[:2], Sprinter(verifier=head, threshold=threshold), max_new_tokens=24, key=8, on_round=infos.append
+    )
     rounds = iter(infos)
     passes = refusals = 0
     for prompt, out, rec, rr, calls in zip(PROMPTS[:2], res.tokens, res.records, res.rounds, res.counts.oracle_calls):
@@ -89,15 +95,16 @@ def test_the_verdicts_are_the_heads_on_the_previous_tokens_hidden_states(pair):
             info = next(rounds)
             block = info.drafts[0].tolist()
             with torch.no_grad():
-                hidden = pair.draft.model(torch.tensor([ids + out[:done] + block], device=pair.device),
-                                          output_hidden_states=True)
-            scores = head(hidden.hidden_states[-1][0, -len(block) - 1: -1]).tolist()  # at the token before each slot
+                hidden = pair.draft.model(
+                    torch.tensor([ids + out[:done] + block], device=pair.device), output_hidden_states=True
+                )
+            scores = head(hidden.hidden_states[-1][0, -len(block) - 1 : -1]).tolist()  # at the token before each slot
             verdicts = [float(s >= threshold) for s in scores]
             assert info.predictions == verdicts
             assert all(verdicts[:-1])  # drafting stopped at the first refusal
             called += not verdicts[-1]
-            tv = np.asarray(rec.tv[done: done + min(accepted, drafted) + (accepted < drafted)])
-            np.testing.assert_allclose(rec.loss_tv[done: done + tv.size], tv * verdicts[: tv.size], atol=1e-12)
+            tv = np.asarray(rec.tv[done : done + min(accepted, drafted) + (accepted < drafted)])
+            np.testing.assert_allclose(rec.loss_tv[done : done + tv.size], tv * verdicts[: tv.size], atol=1e-12)
             passes += int(sum(verdicts))
             refusals += int(not verdicts[-1])
             done += accepted + (accepted < drafted)  # a refused slot the target rejects outputs its correction
@@ -108,7 +115,8 @@ def test_the_verdicts_are_the_heads_on_the_previous_tokens_hidden_states(pair):
 @pytest.mark.slow
 @pytest.mark.power
 def test_the_first_tokens_law_is_the_random_verifiers_mixture(pair, record_property, agrees):
-    """``threshold=None`` with a constant score ``c`` passes a slot with probability ``c`` whatever the context: the first
+    """``threshold=None`` with a constant score ``c`` passes a slot with probability ``c`` whatever the context: the
+    first
     token's law is ``c p + (1 − c) q`` exactly ([SPR] Thm 3.1 with ``η = c``). Tested by the share of first tokens in
     ``A = {p > q}``, whose law differs from the target's by ``c · TV(p, q)``; the same statistic refutes the
     target's law and the draft's at this sample size (power, computed from the exact laws)."""
@@ -125,11 +133,18 @@ def test_the_first_tokens_law_is_the_random_verifiers_mixture(pair, record_prope
     se = math.sqrt(mix * (1 - mix) / n)
     assert abs(hits - mix) / se < 5
     for wrong, what in ((q[in_a].sum(), "a verifier refusing always"), (p[in_a].sum(), "a verifier passing always")):
-        assert_power(record_property, f"SPRINTER real-model first-token mixture (N = {n:,}): {what}",
-                     power((wrong - mix) / se))
+        assert_power(
+            record_property, f"SPRINTER real-model first-token mixture (N = {n:,}): {what}", power((wrong - mix) / se)
+        )
     passed = res.counts.oracle_calls == 0  # one slot per run: passed iff no target call
-    agrees(passed.mean(), c, "SPRINTER real-model pass rate", se=math.sqrt(c * (1 - c) / n), wrong=1 - c,
-           alternative=f"SPRINTER real-model pass rate (N = {n:,}): the score read the wrong way round (1 − c)")
+    agrees(
+        passed.mean(),
+        c,
+        "SPRINTER real-model pass rate",
+        se=math.sqrt(c * (1 - c) / n),
+        wrong=1 - c,
+        alternative=f"SPRINTER real-model pass rate (N = {n:,}): the score read the wrong way round (1 − c)",
+    )
 
 
 def test_the_same_key_gives_the_same_run(pair):
@@ -174,8 +189,9 @@ def test_sprinter_on_real_models_refuses_what_it_cannot_run(pair):
             run(Sprinter(verifier=constant(pair, 0.5)))
     with pytest.raises(ValueError, match="needs the verifier's verdicts"):
         p = torch.full((1, 1, 2, 4), 0.25, dtype=torch.float64)
-        Sprinter(0.9, 0.1).round_law(p, torch.full((1, 1, 3, 4), 0.25, dtype=torch.float64),
-                                     torch.zeros((1, 1, 2), dtype=torch.long), bonus=True)
+        Sprinter(0.9, 0.1).round_law(
+            p, torch.full((1, 1, 3, 4), 0.25, dtype=torch.float64), torch.zeros((1, 1, 2), dtype=torch.long), bonus=True
+        )
 
 
 @pytest.mark.slow
@@ -198,13 +214,17 @@ def test_repro_sprinter_tradeoff(tmp_path, monkeypatch):
         assert r["rate"] == t["pass_share"]
         for point in (t, r):
             assert 0 <= point["eta_fp"] <= 1 and 0 <= point["eta_tp"] <= 1
-            # S1 at the TV-weighted pass rate is the measured TV exactly: each slot is one output position, its law p or q
-            assert point["per_token_tv"] == pytest.approx(point["eta_tv_weighted"] * point["draft_tv_per_slot"], rel=1e-9)
+            # S1 at the TV-weighted pass rate is the measured TV exactly: each slot is one output position, its law p
+            # or q
+            assert point["per_token_tv"] == pytest.approx(
+                point["eta_tv_weighted"] * point["draft_tv_per_slot"], rel=1e-9
+            )
     assert result["sd"]["1"]["per_token_tv"] == 0.0
     assert "SPRINTER's per-token TV" in repro.summary(result)
     rows = {row["quantity"]: row for row in claims_of(repro, result)}
     assert rows["verifier AUC, held-out prefixes ([SPR]'s input: the previous token's hidden state)"]["measured"] == (
-        f"{result['auc']['1.2']:.3f} (λ = 1.2)")
+        f"{result['auc']['1.2']:.3f} (λ = 1.2)"
+    )
     t = max(result["sprinter"]["1.2"], key=lambda t: abs(t["s4_gap_in_se"]))  # the setting furthest from S4
     row = rows["acceptance rate vs S4 at the measured η_FP (the furthest of the trained settings)"]
     assert row["theory"].startswith(f"S4: {t['acceptance_rate_s4']:.3f} (λ = 1.2, ")

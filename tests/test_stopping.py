@@ -1,4 +1,5 @@
-"""Exact counts of drafting rules and the optimal stopping rule (speculab.theory.stopping), against independent references:
+"""Exact counts of drafting rules and the optimal stopping rule (speculab.theory.stopping), against independent
+references:
 the lookahead chain (fixed K), Monte Carlo (SpecDec++), and brute force over every stopping rule of a tiny instance."""
 
 import itertools
@@ -37,10 +38,16 @@ def test_fixed_lookahead_is_the_lookahead_chain(name, K):
     assert tree.latency_per_token - eq51 == pytest.approx(0.2 * chain.final_round_all_accepted / inst.T, abs=1e-12)
 
 
-@pytest.mark.parametrize("name, method", [
-    ("random", SpecDecPP(0.6, max_K=5)), ("random", SpecDecPP(0.3, max_K=8)), ("random", SpecDecPP(1.0, max_K=3)),
-    ("stationary", SpecDecPP(0.5, head=noisy_head(INSTANCES["stationary"], 1.0, key=0), max_K=6)),
-], ids=repr)
+@pytest.mark.parametrize(
+    "name, method",
+    [
+        ("random", SpecDecPP(0.6, max_K=5)),
+        ("random", SpecDecPP(0.3, max_K=8)),
+        ("random", SpecDecPP(1.0, max_K=3)),
+        ("stationary", SpecDecPP(0.5, head=noisy_head(INSTANCES["stationary"], 1.0, key=0), max_K=6)),
+    ],
+    ids=repr,
+)
 def test_specdecpp_exact_counts_match_simulation(name, method, agrees):
     inst = INSTANCES[name]
     exact = stopping_counts(inst, method.adaptive_drafting(inst), 0.1, 1.0)
@@ -64,8 +71,10 @@ def test_the_optimum_is_never_worse_than_any_threshold_or_fixed_lookahead(name, 
     inst, max_K = INSTANCES[name], 6
     best = optimal_stopping(inst, t_draft, 1.0, max_K)
     rivals = [stopping_counts(inst, fixed_lookahead(K), t_draft, 1.0) for K in range(1, max_K + 1)]
-    rivals += [stopping_counts(inst, SpecDecPP(h, max_K=max_K).adaptive_drafting(inst), t_draft, 1.0)
-               for h in np.linspace(0.0, 1.0, 21)]
+    rivals += [
+        stopping_counts(inst, SpecDecPP(h, max_K=max_K).adaptive_drafting(inst), t_draft, 1.0)
+        for h in np.linspace(0.0, 1.0, 21)
+    ]
     assert all(best.time <= r.time + 1e-12 for r in rivals)
     assert best.time <= inst.T * 1.0 + 1e-12  # autoregressive decoding costs T target calls
 
@@ -74,23 +83,32 @@ def test_the_optimum_beats_every_threshold_on_a_random_instance():
     """[SDpp] Thm 4.3's Δ is not zero here: the best threshold is measurably slower than the optimum."""
     inst = INSTANCES["random"]
     best = optimal_stopping(inst, 0.1, 1.0, 6).time
-    threshold = min(stopping_counts(inst, SpecDecPP(h, max_K=6).adaptive_drafting(inst), 0.1, 1.0).time
-                    for h in np.linspace(0.0, 1.0, 101))
+    threshold = min(
+        stopping_counts(inst, SpecDecPP(h, max_K=6).adaptive_drafting(inst), 0.1, 1.0).time
+        for h in np.linspace(0.0, 1.0, 101)
+    )
     assert threshold - best > 0.01 * best
 
 
 def _nodes(inst, max_K):
     """The decision nodes of every round's draft tree: ``(round start n, last token a, drafts so far)``."""
-    return [(n, a, path) for n in range(inst.T) for a in range(inst.V)
-            for k in range(min(max_K, inst.T - n)) for path in itertools.product(range(inst.V), repeat=k)]
+    return [
+        (n, a, path)
+        for n in range(inst.T)
+        for a in range(inst.V)
+        for k in range(min(max_K, inst.T - n))
+        for path in itertools.product(range(inst.V), repeat=k)
+    ]
 
 
 def _brute_force_best_time(inst, t_draft, t_target, max_K):
     """Every deterministic stopping rule of the instance (a stop/go choice at every node of every round's draft tree,
     stopping before the first draft included), each evaluated by direct recursion over the process."""
     nodes = _nodes(inst, max_K)
-    return min(_rule_time(inst, t_draft, t_target, max_K, dict(zip(nodes, choice)))
-               for choice in itertools.product([False, True], repeat=len(nodes)))
+    return min(
+        _rule_time(inst, t_draft, t_target, max_K, dict(zip(nodes, choice)))
+        for choice in itertools.product([False, True], repeat=len(nodes))
+    )
 
 
 def _rule_time(inst, t_draft, t_target, max_K, stops):
@@ -148,26 +166,33 @@ def test_bellman_ties_verify_at_once():
     assert (best.time, best.oracle_calls, best.draft_calls, best.rejections) == (4.0, 4.0, 0.0, 4.0)
 
 
-@pytest.mark.parametrize("T, key, t_draft", [(2, 5, 0.05), (2, 6, 0.3), (2, 7, 0.8),
-                                             pytest.param(3, 5, 0.2, marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "T, key, t_draft", [(2, 5, 0.05), (2, 6, 0.3), (2, 7, 0.8), pytest.param(3, 5, 0.2, marks=pytest.mark.slow)]
+)
 def test_the_optimum_equals_brute_force_over_every_stopping_rule(T, key, t_draft):
     """V = 2, max_K = 2: 8 decision nodes (256 rules) at T = 2, 14 (16,384 rules) at T = 3."""
     inst = MarkovInstance.random(T, 2, key, concentration=0.8)
     assert optimal_stopping(inst, t_draft, 1.0, 2).time == pytest.approx(
-        _brute_force_best_time(inst, t_draft, 1.0, 2), rel=1e-12)
+        _brute_force_best_time(inst, t_draft, 1.0, 2), rel=1e-12
+    )
 
 
 def test_free_drafts_make_the_longest_lookahead_optimal():
     """With t_draft = 0 drafting more never costs time, so verifying only at max_K (or the horizon) is optimal."""
     inst = INSTANCES["random"]
     assert optimal_stopping(inst, 0.0, 1.0, 5).time == pytest.approx(
-        stopping_counts(inst, fixed_lookahead(5), 0.0, 1.0).time, rel=1e-12)
+        stopping_counts(inst, fixed_lookahead(5), 0.0, 1.0).time, rel=1e-12
+    )
 
 
 def test_expensive_drafts_make_autoregressive_decoding_optimal():
     inst = INSTANCES["random"]
     best = optimal_stopping(inst, 1.0, 1.0, 4)  # a draft costs a target call: never worth it
-    assert best.draft_calls == 0 and best.oracle_calls == pytest.approx(inst.T) and best.rejections == pytest.approx(inst.T)
+    assert (
+        best.draft_calls == 0
+        and best.oracle_calls == pytest.approx(inst.T)
+        and best.rejections == pytest.approx(inst.T)
+    )
 
 
 def test_bad_inputs_are_refused():
@@ -184,7 +209,7 @@ def test_bad_inputs_are_refused():
         stopping_counts(inst, SpecDecPP(0.5))
     with pytest.raises(ValueError, match="inst must be a MarkovInstance"):
         optimal_stopping("inst", 0.1, 1.0, 3)
-    assert NODE_BUDGET >= 3 * 3 ** 8
+    assert NODE_BUDGET >= 3 * 3**8
 
 
 def test_a_rule_is_asked_only_after_a_draft():
@@ -207,8 +232,10 @@ def test_reproduction_optimal_stopping(tmp_path, capsys):
     assert out["rows"][-1]["delta"] > 0.01  # Δ of [SDpp] Thm 4.3 is measurably positive at c = 0.5
     rows = claims_of(optimal_stopping, out)
     last = out["rows"][-1]
-    assert rows[-1]["theory"] == (f"{last['optimal']:.3f}; h = {last['h']:.2f}: {last['threshold']:.3f}, "
-                                  f"K = {last['K']}: {last['fixed']:.3f}, K = {last['block_K']}: {last['block']:.3f}")
+    assert rows[-1]["theory"] == (
+        f"{last['optimal']:.3f}; h = {last['h']:.2f}: {last['threshold']:.3f}, "
+        f"K = {last['K']}: {last['fixed']:.3f}, K = {last['block_K']}: {last['block']:.3f}"
+    )
     assert f"{last['delta'] / last['optimal']:+.1%} (c = 0.5)" in rows[0]["theory"]  # Δ grows with the cost ratio
 
 
@@ -228,8 +255,11 @@ def test_per_position_values_count_against_the_node_budget():
     assert tree_fits(2, 60, 16) and not tree_fits(2, 60, 16, per_position=True)  # 2^17 leaves × 6 vs × 66 values
     assert tree_fits(2, 60, 19) and not tree_fits(2, 60, 20)  # 2 · 2^19 = NODE_BUDGET leaves fit, twice that not
     assert optimal_stopping(MarkovInstance.random(4, 2, 0), 0.1, 1.0, max_K=2).rejections_per_position is None
-    with pytest.raises(TooLarge, match=r"^the exact recursion over the draft tree \(2 × 2\^16 leaves per round start\) "
-                                       r"would take 8,650,752 values, over the budget of 6,291,456 values "
-                                       r"\(NODE_BUDGET leaves of 6 values\): use a smaller vocabulary, max_K or "
-                                       r"horizon, or raise"):
+    with pytest.raises(
+        TooLarge,
+        match=r"^the exact recursion over the draft tree \(2 × 2\^16 leaves per round start\) "
+        r"would take 8,650,752 values, over the budget of 6,291,456 values "
+        r"\(NODE_BUDGET leaves of 6 values\): use a smaller vocabulary, max_K or "
+        r"horizon, or raise",
+    ):
         stopping_counts(MarkovInstance.random(60, 2, 0), fixed_lookahead(16), per_position=True)

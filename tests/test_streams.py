@@ -11,18 +11,30 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from speculab.backends.streams import (  # noqa: E402
-    OUTCOME, TOKEN, draft_lane, head_lane, key_words, threefry2x32, torch_uniforms, uniforms)
+    OUTCOME,
+    TOKEN,
+    draft_lane,
+    head_lane,
+    key_words,
+    threefry2x32,
+    torch_uniforms,
+    uniforms,
+)
 
 
 def _words(*values):
     return [torch.tensor(v, dtype=torch.int64) for v in values]
 
 
-@pytest.mark.parametrize("key, counter, expected", [
-    ((0, 0), (0, 0), (0x6B200159, 0x99BA4EFE)),
-    ((0xFFFFFFFF, 0xFFFFFFFF), (0xFFFFFFFF, 0xFFFFFFFF), (0x1CB996FC, 0xBB002BE7)),
-    ((0x13198A2E, 0x03707344), (0x243F6A88, 0x85A308D3), (0xC4923A9C, 0x483DF7A0)),
-], ids=["zeros", "ones", "pi"])
+@pytest.mark.parametrize(
+    "key, counter, expected",
+    [
+        ((0, 0), (0, 0), (0x6B200159, 0x99BA4EFE)),
+        ((0xFFFFFFFF, 0xFFFFFFFF), (0xFFFFFFFF, 0xFFFFFFFF), (0x1CB996FC, 0xBB002BE7)),
+        ((0x13198A2E, 0x03707344), (0x243F6A88, 0x85A308D3), (0xC4923A9C, 0x483DF7A0)),
+    ],
+    ids=["zeros", "ones", "pi"],
+)
 def test_threefry_matches_random123s_known_answers(key, counter, expected):
     """Salmon et al.'s Random123 known-answer vectors for threefry2x32 with 20 rounds."""
     y0, y1 = threefry2x32(*_words(*key), *_words(*counter))
@@ -59,12 +71,12 @@ def test_uniforms_are_the_two_words_53_bits():
     for b in range(4):
         for j, lane in enumerate(lanes.tolist()):
             y0, y1 = threefry2x32(keys[b, 0], keys[b, 1], torch.tensor(7), torch.tensor(lane))
-            assert u[b, j].item() == ((int(y0) >> 5) * 2 ** 26 + (int(y1) >> 6)) / 2 ** 53
+            assert u[b, j].item() == ((int(y0) >> 5) * 2**26 + (int(y1) >> 6)) / 2**53
     per_row = uniforms(keys, torch.tensor([7, 7, 7, 7]), lanes)  # a round index per row: the same numbers
     assert torch.equal(per_row, u)
     assert torch.equal(torch_uniforms(keys, 7, lanes), u)  # the device path (torch operations): the same numbers
     for b in range(4):  # one prompt (Python's integers): the same numbers
-        assert torch.equal(uniforms(keys[b:b + 1], 7, lanes), u[b:b + 1])
+        assert torch.equal(uniforms(keys[b : b + 1], 7, lanes), u[b : b + 1])
     assert torch.equal(torch_uniforms(keys, torch.tensor([7, 7, 7, 7]), lanes.tolist()), u)
     assert not torch.equal(uniforms(keys, 8, lanes), u)  # another round, other numbers
 

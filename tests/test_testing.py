@@ -13,17 +13,41 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from speculab import kernels
-from speculab.methods import (SD, Autoregressive, BatchSD, Biased, BlockVerification, Fuzzy, OptimalMultiDraft,
-                              RejectionDecoding, Sprinter)
+from speculab.methods import (
+    SD,
+    Autoregressive,
+    BatchSD,
+    Biased,
+    BlockVerification,
+    Fuzzy,
+    OptimalMultiDraft,
+    RejectionDecoding,
+    Sprinter,
+)
 from speculab.methods.chain import Rule, chain_round_law
 from speculab.theory import MarkovInstance, tv
-from speculab.testing import (OverAcceptance, acceptance_rules, assert_counts_match_theory,
-                              assert_preserves_target_law, enumerate_method, markov_instances,
-                              nasty_distribution_pairs, nasty_markov_instances)
+from speculab.testing import (
+    OverAcceptance,
+    acceptance_rules,
+    assert_counts_match_theory,
+    assert_preserves_target_law,
+    enumerate_method,
+    markov_instances,
+    nasty_distribution_pairs,
+    nasty_markov_instances,
+)
 
 INST = MarkovInstance.random(3, 3, key=1)
-UNBIASED = [Autoregressive(), SD(), SD(K=1), SD(K=2), BatchSD(2), BatchSD(2, K=1), BlockVerification(2),
-            OptimalMultiDraft(2, K=1)]
+UNBIASED = [
+    Autoregressive(),
+    SD(),
+    SD(K=1),
+    SD(K=2),
+    BatchSD(2),
+    BatchSD(2, K=1),
+    BlockVerification(2),
+    OptimalMultiDraft(2, K=1),
+]
 BIASED = [Biased(0.2, "opt"), Biased(0.2, "uno", K=2), Fuzzy(0.3)]
 
 
@@ -63,8 +87,9 @@ class _WrongSimulator(SD):
 
     def round_law(self, p, q, x, *, bonus):
         b, R = self.rule(p, q[..., :-1, :])
-        return chain_round_law(Rule(0.5 * b, kernels.optimal_rejection(p, q[..., :-1, :], 0.5 * b)), p, q, x,
-                               bonus=bonus, biased=False)
+        return chain_round_law(
+            Rule(0.5 * b, kernels.optimal_rejection(p, q[..., :-1, :], 0.5 * b)), p, q, x, bonus=bonus, biased=False
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,13 +117,16 @@ def test_the_checks_catch_a_wrong_theory_simulator_and_rule():
         enumerate_method(_NotALaw(), INST)
 
 
-@pytest.mark.parametrize("args, message", [
-    (("sd", INST), "method must be a speculab.methods.Method"),
-    ((SD(), "inst"), "inst must be a speculab.theory.MarkovInstance"),
-    ((Sprinter(0.5, 0.1), INST), "has no round rule"),
-    ((BatchSD(4, K=4), MarkovInstance.random(4, 6, key=0)), "exceed max_blocks"),
-    ((SD(K=1), MarkovInstance.random(8, 4, key=0)), "more than max_sequences"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("sd", INST), "method must be a speculab.methods.Method"),
+        ((SD(), "inst"), "inst must be a speculab.theory.MarkovInstance"),
+        ((Sprinter(0.5, 0.1), INST), "has no round rule"),
+        ((BatchSD(4, K=4), MarkovInstance.random(4, 6, key=0)), "exceed max_blocks"),
+        ((SD(K=1), MarkovInstance.random(8, 4, key=0)), "more than max_sequences"),
+    ],
+)
 def test_bad_inputs_are_refused(args, message):
     with pytest.raises(ValueError, match=message):
         enumerate_method(*args)

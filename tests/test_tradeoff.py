@@ -34,7 +34,6 @@ from speculab.theory.tradeoff import (
 )
 
 
-
 def biased_arrays(inst, eps, rejection):
     """``(b, P)`` of ``Biased(eps, rejection)`` on the instance (the method's rule)."""
     return BiasedMethod(eps, rejection).rule(inst.P, inst.Q)
@@ -271,7 +270,9 @@ def test_profile_matches_theory_and_enumeration(inst, eps, rej):
     prof = tradeoff_profile(inst, b, R)
     assert_frozen(prof)
     assert prof.T == inst.T
-    np.testing.assert_allclose(prof.rejections_per_position, expected_rejections(inst, b, R).rejections_per_position, atol=1e-12)
+    np.testing.assert_allclose(
+        prof.rejections_per_position, expected_rejections(inst, b, R).rejections_per_position, atol=1e-12
+    )
     assert np.all(prof.loss_per_position >= prof.optimal_loss_per_position - 1e-12)
     if rej == "opt":  # Thm 4 and Thm 5 per context, averaged under the algorithm's own prefixes
         np.testing.assert_allclose(prof.loss_per_position, prof.optimal_loss_per_position, atol=1e-12)
@@ -311,7 +312,7 @@ def _brute_tv_bounds(law: dict, target: dict, Q) -> tuple[float, float]:
         pairs = [{}, {}]
         for side, d in enumerate((law, target)):
             for seq, w in d.items():
-                pairs[side][seq[n - 1:n + 1]] = pairs[side].get(seq[n - 1:n + 1], 0.0) + w
+                pairs[side][seq[n - 1 : n + 1]] = pairs[side].get(seq[n - 1 : n + 1], 0.0) + w
         keys = set(pairs[0]) | set(pairs[1])
         lower = max(lower, sum(max(pairs[0].get(k, 0.0) - pairs[1].get(k, 0.0), 0.0) for k in keys))
         for a in range(Q.shape[1]):
@@ -323,8 +324,15 @@ def _brute_tv_bounds(law: dict, target: dict, Q) -> tuple[float, float]:
 
 @settings(max_examples=30)
 @given(markov_instances(max_T=3, max_V=3), st.floats(0.0, 0.6), st.sampled_from(["opt", "uno"]))
-@example(MarkovInstance(np.array([[[0.0, 0, 1], [0, 0, 1], [0, 0, 1]]]),  # the output's KL sums to -1e-17 here
-                        np.array([[[0.0, 0, 1], [0, 2 / 3, 1 / 3], [0, 0, 1]]]), np.array([0.0, 1, 0])), 0.0, "opt")
+@example(
+    MarkovInstance(
+        np.array([[[0.0, 0, 1], [0, 0, 1], [0, 0, 1]]]),  # the output's KL sums to -1e-17 here
+        np.array([[[0.0, 0, 1], [0, 2 / 3, 1 / 3], [0, 0, 1]]]),
+        np.array([0.0, 1, 0]),
+    ),
+    0.0,
+    "opt",
+)
 @example(MarkovInstance.random(3, 3, 0, concentration=5.0), 0.05, "opt")  # near-equal chains: Pinsker's bound binds
 def test_sequence_kl_and_tv_match_enumeration(inst, eps, rej):
     b, R = _rules(inst, eps, rej)
@@ -376,10 +384,14 @@ def test_opt_beats_uno_on_the_paper_instance():
 
 def test_per_token_optimal_is_not_sequence_optimal():
     """[Yin] Remark 6 is a real gap: here UNO's sequence TV is below OPT's (T = 2, ε = 0.3; found by random search)."""
-    P = [[[0.34, 0.66, 0.0], [0.66, 0.02, 0.32], [0.01, 0.13, 0.86]],
-         [[0.48, 0.36, 0.16], [0.0, 0.9, 0.1], [0.82, 0.02, 0.16]]]
-    Q = [[[0.9, 0.07, 0.03], [0.99, 0.01, 0.0], [0.59, 0.4, 0.01]],
-         [[0.26, 0.11, 0.63], [0.04, 0.9, 0.06], [0.57, 0.43, 0.0]]]
+    P = [
+        [[0.34, 0.66, 0.0], [0.66, 0.02, 0.32], [0.01, 0.13, 0.86]],
+        [[0.48, 0.36, 0.16], [0.0, 0.9, 0.1], [0.82, 0.02, 0.16]],
+    ]
+    Q = [
+        [[0.9, 0.07, 0.03], [0.99, 0.01, 0.0], [0.59, 0.4, 0.01]],
+        [[0.26, 0.11, 0.63], [0.04, 0.9, 0.06], [0.57, 0.43, 0.0]],
+    ]
     inst = MarkovInstance(P, Q, np.full(3, 1 / 3))
     target = sequence_law(inst.Q, inst.rho)
     seq_tv = {}
@@ -392,7 +404,9 @@ def test_per_token_optimal_is_not_sequence_optimal():
     b, _ = _rules(inst, 0.3, "opt")  # yet OPT is optimal at every context (n, x_{n-1}) ...
     assert np.all(optimal_loss(inst.P, inst.Q, b) <= rejection_loss(inst.P, inst.Q, b, inst.Q) + 1e-12)
     po, pu = (tradeoff_profile(inst, *_rules(inst, 0.3, r)) for r in ("opt", "uno"))
-    assert po.loss_per_position[1] > pu.loss_per_position[1]  # ... but steers position 2 toward contexts where the bias is larger
+    assert (
+        po.loss_per_position[1] > pu.loss_per_position[1]
+    )  # ... but steers position 2 toward contexts where the bias is larger
 
 
 # -- Monte Carlo ------------------------------------------------------------------------------
@@ -424,8 +438,11 @@ def test_simulated_per_position_laws_match_the_exact_output_chain(rej, record_pr
         shift = max(shift, float((np.abs(wrong - right) / np.sqrt(np.maximum(right * (1 - right), 1e-12) / N)).max()))
     assert worst_other > Z_BOUND  # power: the other method's law is rejected
     other_name = "UNO" if rej == "opt" else "OPT"
-    assert_power(record_property, f"Biased {rej.upper()} pair laws vs the exact output chain (N = {N:,}): {other_name}'s "
-                 "law", power(shift))
+    assert_power(
+        record_property,
+        f"Biased {rej.upper()} pair laws vs the exact output chain (N = {N:,}): {other_name}'s law",
+        power(shift),
+    )
     agrees(c.estimate("rejections"), prof.rejections, "rejections")
 
 
@@ -469,10 +486,15 @@ P2, Q2 = [0.5, 0.5], [0.2, 0.8]
         (lambda: optimal_loss_lp([P2, P2], [Q2, Q2], np.ones((2, 2))), "single vectors"),
         (lambda: markov_kl([0.5, 0.5], np.full((2, 2, 2), 0.5), np.full((3, 2, 2), 0.5)), "reference must have shape"),
         (lambda: markov_tv([1.0], np.full((2, 2, 2), 0.5), np.full((2, 2, 2), 0.5)), "rho must have length"),
-        (lambda: log_likelihood_ratio(np.full((2, 2, 2), 0.5), np.full((2, 2, 2), 0.5), [[0, 1]]),
-         r"sequences must be integers of shape \(N, T \+ 1 = 3\)"),
+        (
+            lambda: log_likelihood_ratio(np.full((2, 2, 2), 0.5), np.full((2, 2, 2), 0.5), [[0, 1]]),
+            r"sequences must be integers of shape \(N, T \+ 1 = 3\)",
+        ),
         (lambda: log_likelihood_ratio(np.full((2, 2, 2), 0.5), np.full((2, 2, 2), 0.5), [[0, 1, 2]]), "tokens in 0..1"),
-        (lambda: log_likelihood_ratio(np.full((2, 2, 2), 0.5), np.full((2, 2, 2), 0.5), [[0, -1, 1]]), "tokens in 0..1"),
+        (
+            lambda: log_likelihood_ratio(np.full((2, 2, 2), 0.5), np.full((2, 2, 2), 0.5), [[0, -1, 1]]),
+            "tokens in 0..1",
+        ),
         (lambda: markov_kl([1.0], np.full((2, 2, 2), 0.5), np.full((2, 2, 2), 0.5)), "rho must have length V = 2"),
         (lambda: markov_kl([0.5, 0.5], np.full((2, 2, 3), 1 / 3), np.full((2, 2, 3), 1 / 3)), r"shape \(T, V, V\)"),
     ],
@@ -523,8 +545,9 @@ def test_yin_fig4_runs_and_its_numbers_agree(tmp_path, agrees):
     loss = next(r for r in rows if r["quantity"].startswith("per-token loss") and "ε = 0.2," in r["quantity"])
     assert loss["theory"] == f"{opt['token_loss']:.4f} / {uno['token_loss']:.4f}"
     z = f"{opt['z']['token_loss']:+.2f}".replace("-", "−")
-    assert loss["simulation"].startswith(f"{opt['token_loss_sim'][0]:.4f} ± {opt['token_loss_sim'][1]:.4f} "
-                                         f"(z = {z}) / {uno['token_loss_sim'][0]:.4f} ± ")
+    assert loss["simulation"].startswith(
+        f"{opt['token_loss_sim'][0]:.4f} ± {opt['token_loss_sim'][1]:.4f} (z = {z}) / {uno['token_loss_sim'][0]:.4f} ± "
+    )
 
 
 def test_exact_sequence_tv_up_to_its_cap():
@@ -568,8 +591,17 @@ def test_the_residual_itself_is_an_optimal_rejection_law(pq, scale):
 def test_rejection_probability_is_a_probability_even_when_p_sums_above_one():
     """A distribution whose float sum is 1 + 2⁻⁵² (accepted: within the package's tolerance) refused outright
     (``b = 0``) is refused with probability exactly 1, not 1.0000000000000002."""
-    p = np.array([0.0905289383011126, 0.5185969787956244, 0.017660136164851795, 0.045836983569566996,
-                  0.04874024103741121, 0.12520139289440163, 0.1534353292370314])
+    p = np.array(
+        [
+            0.0905289383011126,
+            0.5185969787956244,
+            0.017660136164851795,
+            0.045836983569566996,
+            0.04874024103741121,
+            0.12520139289440163,
+            0.1534353292370314,
+        ]
+    )
     assert p.sum() > 1.0
     assert rejection_probability(p, np.zeros(7)) == 1.0
 
@@ -595,8 +627,10 @@ def test_profiles_of_a_compact_instance_stream_its_kernels():
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert peak < stack / 10, (peak, stack)
-    ref, ref_d = tradeoff_profile(full, b, canonical_optimal_rejection), sequence_bias(full, b, canonical_optimal_rejection,
-                                                                                      max_sequences=1)
+    ref, ref_d = (
+        tradeoff_profile(full, b, canonical_optimal_rejection),
+        sequence_bias(full, b, canonical_optimal_rejection, max_sequences=1),
+    )
     for name in ("rejections_per_position", "loss_per_position", "optimal_loss_per_position", "tv_per_position"):
         np.testing.assert_allclose(getattr(prof, name), getattr(ref, name), rtol=1e-12, atol=1e-15, err_msg=name)
     for name in ("kl", "kl_reverse", "tv_lower", "tv_upper"):

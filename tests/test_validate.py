@@ -16,8 +16,16 @@ from speculab.backends import Sampling, load_pair  # noqa: E402
 from speculab.backends.pair import default_prompts  # noqa: E402
 from speculab.cli import main  # noqa: E402
 from speculab.methods import Biased  # noqa: E402
-from speculab.validate import (ALPHA, CONTROL, POWER, _uno_law, detectable_tv, g_test, g_test_power,  # noqa: E402
-                               validate)
+from speculab.validate import (  # noqa: E402
+    ALPHA,
+    CONTROL,
+    POWER,
+    _uno_law,
+    detectable_tv,
+    g_test,
+    g_test_power,
+    validate,
+)
 
 
 @pytest.fixture(scope="module")
@@ -59,12 +67,17 @@ def test_the_stated_power_is_what_the_test_does():
         wrong = np.clip(law + shift * (np.arange(12) < 6) - shift * (np.arange(12) >= 6), 1e-9, None)
         wrong /= wrong.sum()
         stated = g_test_power(wrong, law, n, alpha)
-        refused = np.mean([g_test(np.bincount(rng.choice(12, size=n, p=wrong), minlength=12), law)[2] < alpha
-                           for _ in range(experiments)])
+        refused = np.mean(
+            [
+                g_test(np.bincount(rng.choice(12, size=n, p=wrong), minlength=12), law)[2] < alpha
+                for _ in range(experiments)
+            ]
+        )
         se = math.sqrt(stated * (1 - stated) / experiments)
         assert abs(refused - stated) < Z_BOUND * se + 0.03, (shift, stated, refused)  # + the χ² approximation's error
-    right = np.mean([g_test(np.bincount(rng.choice(12, size=n, p=law), minlength=12), law)[2] < alpha
-                     for _ in range(experiments)])
+    right = np.mean(
+        [g_test(np.bincount(rng.choice(12, size=n, p=law), minlength=12), law)[2] < alpha for _ in range(experiments)]
+    )
     assert right < alpha + Z_BOUND * math.sqrt(alpha / experiments)
 
 
@@ -85,8 +98,9 @@ def test_the_detectable_tv_bounds_the_power_against_every_law_at_that_tv():
         if other.min() > 0:
             assert g_test_power(other, q, n, alpha) >= POWER - 1e-9
     experiments = 3000
-    refused = np.mean([g_test(np.bincount(rng.choice(10, size=n, p=worst), minlength=10), q)[2] < alpha
-                       for _ in range(experiments)])
+    refused = np.mean(
+        [g_test(np.bincount(rng.choice(10, size=n, p=worst), minlength=10), q)[2] < alpha for _ in range(experiments)]
+    )
     assert refused > POWER - Z_BOUND * math.sqrt(POWER * (1 - POWER) / experiments) - 0.01  # + the approximation's
 
 
@@ -95,8 +109,8 @@ def test_the_controls_law_is_decoding_unos_first_slot(pair):
     ids = pair.tokenizer.encode(default_prompts()[0])
     x = torch.tensor([ids], device=pair.device)
     with torch.no_grad():
-        p = torch.softmax(pair.draft.model(x).logits[0, -1, :pair.vocab_size].double(), -1).cpu()
-        q = torch.softmax(pair.target.model(x).logits[0, -1, :pair.vocab_size].double(), -1).cpu()
+        p = torch.softmax(pair.draft.model(x).logits[0, -1, : pair.vocab_size].double(), -1).cpu()
+        q = torch.softmax(pair.target.model(x).logits[0, -1, : pair.vocab_size].double(), -1).cpu()
     x = torch.zeros((1, 1, 1), dtype=torch.long)
     law = Biased(CONTROL, "uno", K=1).round_law(p[None, None, None], q.expand(1, 1, 2, -1), x, bonus=True)
     np.testing.assert_allclose(_uno_law(p.numpy(), q.numpy(), CONTROL), law.law[0, 0, 0].numpy(), atol=1e-15)
@@ -106,8 +120,9 @@ def test_the_controls_law_is_decoding_unos_first_slot(pair):
 def test_validate_passes_on_the_cpu_and_refuses_the_control(pair):
     """What CI runs: every lossless method's first tokens have the target's law, the control is refused with a
     stated power above 0.99, the compare rows are within 5 standard errors, and the timings are there."""
-    report = validate(pair, key=0, runs=2000, compare_runs=1, max_new_tokens=8, batch_prompts=16, speed_tokens=8,
-                      speed_prompts=8)
+    report = validate(
+        pair, key=0, runs=2000, compare_runs=1, max_new_tokens=8, batch_prompts=16, speed_tokens=8, speed_prompts=8
+    )
     assert report.passed, str(report)
     assert [r.lossless for r in report.laws] == [True] * 5 + [False]
     control = report.laws[-1]
@@ -128,12 +143,31 @@ def test_a_biased_method_posing_as_lossless_fails_the_validation(pair, monkeypat
     import speculab.validate as v
 
     original = v._lossless_methods
-    monkeypatch.setattr(v, "_lossless_methods", lambda pair, names, k: {**original(pair, names, k),
-                                                                        "a lossy one": Biased(0.3, "uno", K=2)})
+    monkeypatch.setattr(
+        v,
+        "_lossless_methods",
+        lambda pair, names, k: {**original(pair, names, k), "a lossy one": Biased(0.3, "uno", K=2)},
+    )
     report = validate(pair, key=1, runs=1000, methods=["sd"], compare_runs=0, speed=False)
     assert not report.passed and [r.ok for r in report.laws] == [True, False, True]
-    assert main(["validate", "--device", str(pair.device), "--runs", "1000", "--methods", "sd", "--compare-runs", "0",
-                 "--no-speed", "--json"]) == 1
+    assert (
+        main(
+            [
+                "validate",
+                "--device",
+                str(pair.device),
+                "--runs",
+                "1000",
+                "--methods",
+                "sd",
+                "--compare-runs",
+                "0",
+                "--no-speed",
+                "--json",
+            ]
+        )
+        == 1
+    )
 
 
 @pytest.mark.slow
@@ -153,8 +187,31 @@ def test_a_wrong_bonus_law_fails_the_validation(pair, monkeypatch):
 @pytest.mark.slow
 def test_the_command_writes_json_and_the_report_shows_it(tmp_path, capsys):
     out = tmp_path / "results"
-    assert main(["validate", "--device", "cpu", "--runs", "1000", "--methods", "sd", "block", "--compare-runs", "1",
-                 "--max-new-tokens", "6", "--batch-prompts", "8", "--speed-tokens", "6", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "validate",
+                "--device",
+                "cpu",
+                "--runs",
+                "1000",
+                "--methods",
+                "sd",
+                "block",
+                "--compare-runs",
+                "1",
+                "--max-new-tokens",
+                "6",
+                "--batch-prompts",
+                "8",
+                "--speed-tokens",
+                "6",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert "PASSED" in text and "validation.json" in text
     data = json.loads((out / "validation.json").read_text())
@@ -163,14 +220,16 @@ def test_the_command_writes_json_and_the_report_shows_it(tmp_path, capsys):
     page = (out / "report.html").read_text()
     assert "validation: the real-model backend on a device" in page and "block K=2" in page
     good = data
-    bad = {"refused": dict(good, laws=[dict(good["laws"][0], refused="no")]),
-           "power": dict(good, laws=[dict(good["laws"][0], power="x")]),
-           "first": dict(good, laws=[dict(good["laws"][0], first=[1.0])]),
-           "method": dict(good, compare=[{k: v for k, v in good["compare"][0].items() if k != "method"}]),
-           "z": dict(good, compare=[dict(good["compare"][0], z="x")]),
-           "latency": dict(good, latency={"predicted": 1.0}),
-           "settings": dict(good, settings=[]),
-           "passed": dict(good, passed="yes")}
+    bad = {
+        "refused": dict(good, laws=[dict(good["laws"][0], refused="no")]),
+        "power": dict(good, laws=[dict(good["laws"][0], power="x")]),
+        "first": dict(good, laws=[dict(good["laws"][0], first=[1.0])]),
+        "method": dict(good, compare=[{k: v for k, v in good["compare"][0].items() if k != "method"}]),
+        "z": dict(good, compare=[dict(good["compare"][0], z="x")]),
+        "latency": dict(good, latency={"predicted": 1.0}),
+        "settings": dict(good, settings=[]),
+        "passed": dict(good, passed="yes"),
+    }
     for field, corrupt in bad.items():
         (out / "validation.json").write_text(json.dumps(corrupt))
         assert main(["report", "--out", str(out)]) == 2, field
@@ -178,14 +237,17 @@ def test_the_command_writes_json_and_the_report_shows_it(tmp_path, capsys):
         assert "validation.json is not what `speculab validate --out` writes" in err and len(err.splitlines()) == 1
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--runs", "0"], "argument --runs: must be an integer >= 1"),
-    (["--compare-runs", "-1"], "argument --compare-runs: must be an integer >= 0"),
-    (["--temperature", "0"], "greedy"),
-    (["--device", "cuda:7"], "device"),
-    (["--methods", "fuzzy"], "invalid choice"),
-    (["--dtype", "float64"], "invalid choice"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--runs", "0"], "argument --runs: must be an integer >= 1"),
+        (["--compare-runs", "-1"], "argument --compare-runs: must be an integer >= 0"),
+        (["--temperature", "0"], "greedy"),
+        (["--device", "cuda:7"], "device"),
+        (["--methods", "fuzzy"], "invalid choice"),
+        (["--dtype", "float64"], "invalid choice"),
+    ],
+)
 def test_bad_arguments_are_refused_in_one_line(argv, message, capsys):
     base = ["validate", "--no-speed"] + ([] if "--compare-runs" in argv else ["--compare-runs", "0"])
     assert main(base + argv) == 2  # argparse's own refusals too: main returns its exit status
@@ -193,17 +255,20 @@ def test_bad_arguments_are_refused_in_one_line(argv, message, capsys):
     assert message in err and len(err.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(methods=[]), "methods must name"),
-    (dict(methods=None), "methods must name"),
-    (dict(methods=["fuzzy"]), "no law test here"),
-    (dict(sampling={"temperature": 1}), "sampling must be"),
-    (dict(sampling=Sampling(0.0)), "greedy"),
-    (dict(prompt=5), "prompt must be"),
-    (dict(prompt=""), "prompt must be"),
-    (dict(runs=0), "runs must be"),
-    (dict(batch_size=0), "batch_size must be"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(methods=[]), "methods must name"),
+        (dict(methods=None), "methods must name"),
+        (dict(methods=["fuzzy"]), "no law test here"),
+        (dict(sampling={"temperature": 1}), "sampling must be"),
+        (dict(sampling=Sampling(0.0)), "greedy"),
+        (dict(prompt=5), "prompt must be"),
+        (dict(prompt=""), "prompt must be"),
+        (dict(runs=0), "runs must be"),
+        (dict(batch_size=0), "batch_size must be"),
+    ],
+)
 def test_bad_arguments_from_python_are_refused_naming_them(pair, kwargs, message):
     with pytest.raises(ValueError, match=message):
         validate(pair, key=0, compare_runs=0, speed=False, **{"runs": 100, **kwargs})
@@ -212,8 +277,9 @@ def test_bad_arguments_from_python_are_refused_naming_them(pair, kwargs, message
 def test_a_test_of_too_few_runs_fails_for_want_of_power():
     """Ten runs: no outcome has an expected count of 5, so every outcome shares one cell — nothing can be refused,
     not even the control, so the validation fails, and the stated power and detectable TV (above 1) say why."""
-    report = validate(load_pair("tiny", device=model_device()), key=0, runs=10, methods=["sd"], compare_runs=0,
-                      speed=False)
+    report = validate(
+        load_pair("tiny", device=model_device()), key=0, runs=10, methods=["sd"], compare_runs=0, speed=False
+    )
     sd_row, control = report.laws
     assert sd_row.ok and sd_row.joint[1] == 1 and sd_row.detectable[1] > 1
     assert not control.refused and control.power < 1e-3 and not report.passed
@@ -222,8 +288,15 @@ def test_a_test_of_too_few_runs_fails_for_want_of_power():
 @pytest.mark.slow
 def test_sampling_warps_are_validated_too(pair):
     """Top-k and top-p warp p and q alike: the laws are still the target's (warped) law."""
-    report = validate(pair, key=2, runs=1500, methods=["sd", "batch"], sampling=Sampling(0.8, top_k=40, top_p=0.9),
-                      compare_runs=0, speed=False)
+    report = validate(
+        pair,
+        key=2,
+        runs=1500,
+        methods=["sd", "batch"],
+        sampling=Sampling(0.8, top_k=40, top_p=0.9),
+        compare_runs=0,
+        speed=False,
+    )
     assert report.passed, str(report)
 
 
@@ -246,7 +319,7 @@ def test_the_printed_table_is_the_json_row_by_row(pair):
     text = str(report).splitlines()
     for row in data["laws"]:
         line = next(line for line in text if line.strip().startswith(row["method"]))
-        numbers = line[len(row["method"]) + 2:].replace("(", " ").replace(")", " ").split()
+        numbers = line[len(row["method"]) + 2 :].replace("(", " ").replace(")", " ").split()
         g1, df1, p1, gj, dfj, pj, refused, power, tv1, tvj, ok = numbers
         assert (float(g1), int(df1), float(p1)) == pytest.approx(tuple(row["first"]), rel=5e-2, abs=0.05)
         assert (float(gj), int(dfj), float(pj)) == pytest.approx(tuple(row["joint"]), rel=5e-2, abs=0.05)

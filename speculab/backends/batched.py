@@ -84,13 +84,19 @@ def batchable(method: Method, pair: ModelPair) -> bool:
     attention reads positions from ``position_ids`` over the whole cache (not a sliding window, not ALiBi), so a
     masked hole in a row changes nothing (tested on GPT-2; others fall back to one prompt at a time)."""
     models = [m for m in (pair.draft, pair.target) if isinstance(m, HFModel)]
-    return (isinstance(pair.target, HFModel) and isinstance(pair.draft, (HFModel, HistoryModel))
-            and all(_holes_are_exact(m.model.config) for m in models))
+    return (
+        isinstance(pair.target, HFModel)
+        and isinstance(pair.draft, (HFModel, HistoryModel))
+        and all(_holes_are_exact(m.model.config) for m in models)
+    )
 
 
 def _holes_are_exact(config) -> bool:
-    return (not getattr(config, "sliding_window", None) and not getattr(config, "alibi", False)
-            and getattr(config, "model_type", "") not in ("bloom", "mpt", "falcon"))
+    return (
+        not getattr(config, "sliding_window", None)
+        and not getattr(config, "alibi", False)
+        and getattr(config, "model_type", "") not in ("bloom", "mpt", "falcon")
+    )
 
 
 # -- the models as batches of ragged rows ---------------------------------------------------------------------
@@ -119,8 +125,14 @@ class _HFRows:
         pos = (self.valid[:, None] + present.cumsum(-1) - 1).clamp(0, top)
         self.mask = torch.cat([self.mask, present], 1)
         self.adapter.forward_calls += 1
-        kwargs = dict(input_ids=ids, attention_mask=self.mask, position_ids=pos, use_cache=True,
-                      output_hidden_states=hidden, **cache_argument(self.model, self.cache))
+        kwargs = dict(
+            input_ids=ids,
+            attention_mask=self.mask,
+            position_ids=pos,
+            use_cache=True,
+            output_hidden_states=hidden,
+            **cache_argument(self.model, self.cache),
+        )
         with attention_kernels():
             if self.logits_to_keep:
                 try:
@@ -164,7 +176,7 @@ class _HFRows:
         if C <= 2 * W:
             return
         order = torch.argsort(self.mask, dim=1, stable=True)  # masked columns first, each group in order
-        idx = order[:, C - W:]  # (B, W): every valid column of the row, right-aligned
+        idx = order[:, C - W :]  # (B, W): every valid column of the row, right-aligned
 
         def gather(t):  # (B, heads, C, d) -> (B, heads, W, d)
             return torch.gather(t, 2, idx[:, None, :, None].expand(-1, t.size(1), -1, t.size(3)))
@@ -202,7 +214,7 @@ class _HistoryRows:
 
     def drop_last(self, counts: torch.Tensor) -> None:
         for hist, n in zip(self.history, counts.tolist()):
-            del hist[len(hist) - n:]
+            del hist[len(hist) - n :]
 
     def keep(self, rows: torch.Tensor) -> None:
         self.history = [list(self.history[r]) for r in rows.tolist()]
@@ -229,15 +241,25 @@ def _right_aligned(tokens: list[list[int]], dev) -> tuple[torch.Tensor, torch.Te
     present = np.zeros((len(tokens), w), dtype=bool)
     for r, t in enumerate(tokens):
         if t:
-            ids[r, w - len(t):] = t
-            present[r, w - len(t):] = True
+            ids[r, w - len(t) :] = t
+            present[r, w - len(t) :] = True
     return torch.from_numpy(ids).to(dev), torch.from_numpy(present).to(dev)
 
 
 # -- decoding -------------------------------------------------------------------------------------------------------
-def decode_batched(pair: ModelPair, encoded: list[list[int]], method: Method, *, max_new_tokens: int,
-                   sampling: Sampling, seeds: list[int], track_draft: bool = False,
-                   on_round: Callable | None = None, batch_size: int | None = None, first_index: int = 0) -> list:
+def decode_batched(
+    pair: ModelPair,
+    encoded: list[list[int]],
+    method: Method,
+    *,
+    max_new_tokens: int,
+    sampling: Sampling,
+    seeds: list[int],
+    track_draft: bool = False,
+    on_round: Callable | None = None,
+    batch_size: int | None = None,
+    first_index: int = 0,
+) -> list:
     """Decode the prompts ``encoded`` (token ids, checked by the caller) in batches of ``batch_size`` rows.
 
     Returns one ``(tokens, RunRecord, RoundRecord, counts)`` per prompt (:meth:`Records.collect
@@ -248,8 +270,19 @@ def decode_batched(pair: ModelPair, encoded: list[list[int]], method: Method, *,
     size = len(encoded) if batch_size is None else batch_size
     out = []
     for start in range(0, len(encoded), size):
-        out.extend(_Batch(pair, encoded[start:start + size], first_index + start, method, max_new_tokens, sampling,
-                          seeds[start:start + size], track_draft, on_round).run())
+        out.extend(
+            _Batch(
+                pair,
+                encoded[start : start + size],
+                first_index + start,
+                method,
+                max_new_tokens,
+                sampling,
+                seeds[start : start + size],
+                track_draft,
+                on_round,
+            ).run()
+        )
     return out
 
 
@@ -322,8 +355,9 @@ class _Batch:
         called = None
         if predictions is not None:  # a head: the method says which rounds call the target (host, per row)
             called = torch.tensor([int(method.target_called(v)) for v in predictions], dtype=torch.long, device=dev)
-        out = round_output(law, P4, Q4, X3, decision, length, rows=M, eos=self.eos, tracked_tv=tracked,
-                           oracle_calls=called)
+        out = round_output(
+            law, P4, Q4, X3, decision, length, rows=M, eos=self.eos, tracked_tv=tracked, oracle_calls=called
+        )
         self.records.add(self.run_ids, out.chunk)
         if self.on_round is not None:
             self._tell(P4, Q4, X3, length, bonus, decision, predictions)
@@ -332,9 +366,17 @@ class _Batch:
         self.remaining_dev = self.remaining_dev - out.produced
         finished = out.eos | (self.remaining_dev <= 0)
         # the round's one reading of the device: progress, NaN, and the caches' longest rows
-        state = torch.cat([self.remaining_dev, finished.long(), nan.long()[None], self.target.longest()[None],
-                           (self.draft.longest() if self.draft is not None else torch.zeros((), dtype=torch.long,
-                                                                                              device=dev))[None]])
+        state = torch.cat(
+            [
+                self.remaining_dev,
+                finished.long(),
+                nan.long()[None],
+                self.target.longest()[None],
+                (self.draft.longest() if self.draft is not None else torch.zeros((), dtype=torch.long, device=dev))[
+                    None
+                ],
+            ]
+        )
         state = state.cpu().numpy()
         if state[2 * B]:
             raise ValueError(NAN_LOGITS)
@@ -345,7 +387,7 @@ class _Batch:
         if self.draft is not None:
             self.draft.compact(int(state[2 * B + 2]))
         self.round_index += 1
-        done = state[B:2 * B].astype(bool)
+        done = state[B : 2 * B].astype(bool)
         if done.any():
             self._retire(np.flatnonzero(~done))
 
@@ -374,14 +416,19 @@ class _Batch:
             p = self.sampling.probs(self.draft.feed(ids, present, 1)[:, -1].double(), check=False)  # (B, V)
         p_next = p
         if L == 0:
-            return (torch.zeros((B, 0), dtype=torch.long, device=dev),
-                    torch.zeros((B, 0, V), dtype=torch.float64, device=dev), p_next, None, None)
+            return (
+                torch.zeros((B, 0), dtype=torch.long, device=dev),
+                torch.zeros((B, 0, V), dtype=torch.float64, device=dev),
+                p_next,
+                None,
+                None,
+            )
         if M > 1:
             self.draft.repeat(M)
             p = p.repeat_interleave(M, 0)
         head = self.head if M == 1 else None
-        u_head = U[:, 2 + L:].cpu().numpy() if head is not None else None  # head_lane(i): one per slot, per prompt
-        U = U[:, 2:2 + L * M].reshape(B, L, M).transpose(1, 2).reshape(B * M, L)  # each draft row's, slot by slot
+        u_head = U[:, 2 + L :].cpu().numpy() if head is not None else None  # head_lane(i): one per slot, per prompt
+        U = U[:, 2 : 2 + L * M].reshape(B, L, M).transpose(1, 2).reshape(B * M, L)  # each draft row's, slot by slot
         cut, predictions = None, None
         proposes = getattr(self.pair.draft, "proposes", None) if self.history and M == 1 else None
         if proposes is not None or head is not None:
@@ -409,8 +456,9 @@ class _Batch:
                 p = self.sampling.probs(logits[:, -1].double(), check=False)
         return torch.stack(xs, 1), torch.stack(ps, 1), p_next, cut, predictions
 
-    def _read_head(self, head, hidden, x, i: int, u_head: np.ndarray, cut: np.ndarray, drafting: np.ndarray,
-                   predictions: list) -> None:
+    def _read_head(
+        self, head, hidden, x, i: int, u_head: np.ndarray, cut: np.ndarray, drafting: np.ndarray, predictions: list
+    ) -> None:
         """The head at slot ``i`` for every prompt still drafting past it (one read of the scores and drafts):
         each stores its value and, where the method says stop, its block is cut after slot ``i``."""
         if self.eos is not None:
@@ -431,8 +479,9 @@ class _Batch:
         if M > 1:
             self.target.repeat(M)
             ids, present = ids.repeat_interleave(M, 0), present.repeat_interleave(M, 0)
-        logits = self.target.feed(torch.cat([ids, X], 1), torch.cat([present, torch.ones_like(X, dtype=torch.bool)], 1),
-                                  L + 1)
+        logits = self.target.feed(
+            torch.cat([ids, X], 1), torch.cat([present, torch.ones_like(X, dtype=torch.bool)], 1), L + 1
+        )
         return self.sampling.probs(logits.double(), check=False)
 
     def _law(self, P, Q, X, length, bonus, lengths: np.ndarray, L: int, predictions=None) -> RoundLaw:
@@ -446,7 +495,7 @@ class _Batch:
         if predictions is not None:
             stored = np.full((len(predictions), 1, L), np.nan)
             for j, values in enumerate(predictions):
-                stored[j, 0, :len(values)] = values
+                stored[j, 0, : len(values)] = values
             extra["predictions"] = torch.from_numpy(stored).to(dev)
         if L == 0:  # every row's block is empty
             return method.round_law(P, Q, X, bonus=True, **extra)
@@ -462,17 +511,21 @@ class _Batch:
         order = torch.argsort(shape, stable=True)
         law, start = None, 0
         for k, n in zip(keys, counts):
-            law = self._splice(law, order[start:start + n], P, Q, X, k // 2, bool(k % 2), L, extra)
+            law = self._splice(law, order[start : start + n], P, Q, X, k // 2, bool(k % 2), L, extra)
             start += n
         return law
 
-    def _splice(self, law: RoundLaw | None, rows, P, Q, X, ell: int, bonus: bool, L: int,
-                extra: dict | None = None) -> RoundLaw:
+    def _splice(
+        self, law: RoundLaw | None, rows, P, Q, X, ell: int, bonus: bool, L: int, extra: dict | None = None
+    ) -> RoundLaw:
         """``law`` with the rows ``rows`` replaced by the method's law of their blocks of length ``ell``, widened to
         ``L`` drafts (``law=None``: a law of no mass elsewhere); ``extra``: a head's ``predictions`` (all rows)."""
         extra = {k: v[rows, :, :ell] for k, v in (extra or {}).items()}
-        part = pad_law(self.method.round_law(P[rows, :, :ell], Q[rows, :, :ell + 1], X[rows, :, :ell], bonus=bonus,
-                                             **extra), P.size(1), L + 1)
+        part = pad_law(
+            self.method.round_law(P[rows, :, :ell], Q[rows, :, : ell + 1], X[rows, :, :ell], bonus=bonus, **extra),
+            P.size(1),
+            L + 1,
+        )
         if law is None:
             law = RoundLaw(*(None if f is None else f.new_zeros((P.size(0), *f.shape[1:])) for f in part))
         return RoundLaw(*(None if f is None or g is None else f.index_put((rows,), g) for f, g in zip(law, part)))
@@ -483,7 +536,7 @@ class _Batch:
         row, tau, _ = decision
         values = torch.stack([length, bonus.long(), row, tau, self.run_ids]).T.tolist()
         for j, (ell, bon, r, t, run) in enumerate(values):
-            p, q, x = P[j, :, :ell], Q[j, :, :ell + 1], X[j, :, :ell]
+            p, q, x = P[j, :, :ell], Q[j, :, : ell + 1], X[j, :, :ell]
             extra = {} if predictions is None else {"predictions": predictions[j]}
             law = self.method.round_law(p[None], q[None], x[None], bonus=bool(bon), **extra)
             self.on_round(RoundInfo(self.first_index + run, p, q, x, law, r, t, *extra.values()))
@@ -503,8 +556,10 @@ class _Batch:
             if L:
                 self.draft.drop_last((L - 1) - tau.clamp(max=L - 1))
             # after a whole block accepted the draft has not seen x_L either
-            self.unseen_d = (torch.stack([out.last_draft, token.clamp(min=0)], 1),
-                             torch.stack([out.all_accepted, present[:, 0]], 1))
+            self.unseen_d = (
+                torch.stack([out.last_draft, token.clamp(min=0)], 1),
+                torch.stack([out.all_accepted, present[:, 0]], 1),
+            )
 
     def _retire(self, keep: np.ndarray) -> None:
         """Finished prompts leave the batch (their rows dropped from both models)."""

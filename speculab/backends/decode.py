@@ -63,8 +63,19 @@ class _Run:
     read while drafting where the method has one. Each round ends as a batched one does
     (:func:`~speculab.backends.rounds.round_output` on one row), with the same uniforms."""
 
-    def __init__(self, index: int, pair: ModelPair, prompt: list[int], sampling: Sampling, key: int,
-                 max_new: int, track_draft: bool, on_round: Callable | None, records: Records, slot: int):
+    def __init__(
+        self,
+        index: int,
+        pair: ModelPair,
+        prompt: list[int],
+        sampling: Sampling,
+        key: int,
+        max_new: int,
+        track_draft: bool,
+        on_round: Callable | None,
+        records: Records,
+        slot: int,
+    ):
         self.index, self.pair, self.sampling = index, pair, sampling
         self.dev = pair.device
         self.key = key_words([key], self.dev)  # (1, 2)
@@ -90,7 +101,7 @@ class _Run:
     def _catch_up(self, model, state, hidden: bool = False):
         """Feed ``model`` the accepted tokens it has not seen yet; return the logits after the last ``(1, 1, V)``
         (with ``hidden``: the logits and the last hidden states at all of them, ``(1, n, V)`` and ``(1, n, d)``)."""
-        tokens = self._tensor(self.ids[state.length:])
+        tokens = self._tensor(self.ids[state.length :])
         return model.extend(state, tokens, hidden=True) if hidden else model.extend(state, tokens, last=True)
 
     def _accept(self, tokens: list[int]) -> None:
@@ -114,13 +125,13 @@ class _Run:
         of the pass that computed the slot's law, before the slot is drafted: it costs no forward pass.
         """
         pair, greedy = self.pair, self.sampling.greedy
-        u = U[0, 2:2 + L * rows].reshape(L, rows).T  # (rows, L): draft_lane(i, m, rows)
+        u = U[0, 2 : 2 + L * rows].reshape(L, rows).T  # (rows, L): draft_lane(i, m, rows)
         proposes = getattr(pair.draft, "proposes", None) if rows == 1 else None
         if proposes is not None and not proposes(tuple(self.ids)):  # nothing to draft: the draft catches up later
             return (*self._no_drafts(rows, pair.vocab_size), [])
         head = head_of(method) if rows == 1 else None
         previous = head is not None and method.head_reads == "previous"
-        heads = U[0, 2 + L * rows:].tolist() if head is not None else []  # head_lane(i), one per slot
+        heads = U[0, 2 + L * rows :].tolist() if head is not None else []  # head_lane(i), one per slot
         if previous:
             logits, hidden = self._catch_up(pair.draft, self.ds, hidden=True)
         else:
@@ -160,8 +171,10 @@ class _Run:
 
     def _no_drafts(self, rows: int, V: int):
         """An empty block: tokens ``(rows, 0)`` and laws ``(rows, 0, V)``."""
-        return (torch.zeros((rows, 0), dtype=torch.long, device=self.dev),
-                torch.zeros((rows, 0, V), dtype=torch.float64, device=self.dev))
+        return (
+            torch.zeros((rows, 0), dtype=torch.long, device=self.dev),
+            torch.zeros((rows, 0, V), dtype=torch.float64, device=self.dev),
+        )
 
     def round(self, method: Method) -> None:
         """One round: draft, one target call, the method's law, the decision, records, cache rollback."""
@@ -179,9 +192,9 @@ class _Run:
             xs, P = self._no_drafts(M, V)
         if M > 1:
             self.pair.target.repeat(self.ts, M)
-        tokens = torch.cat([self._tensor(self.ids[self.ts.length:], M), xs], 1)
+        tokens = torch.cat([self._tensor(self.ids[self.ts.length :], M), xs], 1)
         # laws in float64 from the logits: acceptance ratios, round laws and losses exact to float64
-        Q = self.sampling.probs(self.pair.target.extend(self.ts, tokens)[:, -(L + 1):].double(), check=False)
+        Q = self.sampling.probs(self.pair.target.extend(self.ts, tokens)[:, -(L + 1) :].double(), check=False)
         check_laws(Q, P)  # NaN logits of either model refused, once per round
         last = int(xs[0, -1]) if L else None
         bonus = bonus_possible(L, self.remaining, M, last, self.eos)
@@ -192,8 +205,11 @@ class _Run:
             decision = zero, zero, kernels.sample_index(Q[:1, 0], U[:, TOKEN])
             row = tau = 0
         else:
-            law = (method.round_law(P[None], Q[None], xs[None], bonus=bonus, predictions=predictions) if head
-                   else method.round_law(P[None], Q[None], xs[None], bonus=bonus))
+            law = (
+                method.round_law(P[None], Q[None], xs[None], bonus=bonus, predictions=predictions)
+                if head
+                else method.round_law(P[None], Q[None], xs[None], bonus=bonus)
+            )
             decision = sample_round(law, U[:, OUTCOME], U[:, TOKEN])
             row, tau = int(decision[0][0]), int(decision[1][0])
         if self.on_round is not None:
@@ -203,8 +219,18 @@ class _Run:
             self.pair.draft.select(self.ds, row)
         tracked = self._tracked_tv(Q[0, 0]) if self.track_draft and L == 0 else None
         called = 1 if not head or method.target_called(predictions) else 0
-        out = round_output(law, P[None], Q[None], xs[None], decision, self._counts(L), rows=M, eos=self.eos,
-                           tracked_tv=tracked, oracle_calls=self._counts(called))
+        out = round_output(
+            law,
+            P[None],
+            Q[None],
+            xs[None],
+            decision,
+            self._counts(L),
+            rows=M,
+            eos=self.eos,
+            tracked_tv=tracked,
+            oracle_calls=self._counts(called),
+        )
         self.records.add(self.slot, out.chunk)
         tokens, valid = out.chunk.tokens[0].tolist(), out.chunk.valid[0].tolist()
         self._accept([t for t, v in zip(tokens, valid) if v])
@@ -258,8 +284,10 @@ def _token_ids(p, i: int, vocab_size: int) -> list[int]:
 
 
 def _encode(pair: ModelPair, prompts, max_new_tokens: int) -> list[list[int]]:
-    encoded = [pair.tokenizer.encode(p) if isinstance(p, str) else _token_ids(p, i, pair.vocab_size)
-               for i, p in enumerate(prompt_list(prompts))]
+    encoded = [
+        pair.tokenizer.encode(p) if isinstance(p, str) else _token_ids(p, i, pair.vocab_size)
+        for i, p in enumerate(prompt_list(prompts))
+    ]
     for i, ids in enumerate(encoded):
         if not ids:
             raise ValueError(f"prompt {i} is empty; give at least one token")
@@ -321,35 +349,45 @@ def decode(
     if not isinstance(method, Method):
         raise ValueError(f"method must be a speculab method (e.g. SD(K=4)); got {method!r}")
     if not method.runs_on_real_models():
-        raise ValueError(f"method {type(method).__name__} does not run on real models (it needs a trained "
-                         f"component); methods that do: {', '.join(_real_model_names())}")
+        raise ValueError(
+            f"method {type(method).__name__} does not run on real models (it needs a trained "
+            f"component); methods that do: {', '.join(_real_model_names())}"
+        )
     head = head_of(method)
     if has(method, DraftHead):
         if head is None:
             given = getattr(method, method.head_param)
-            raise ValueError(f"{type(method).__name__} on real models needs a head trained on the draft's hidden states "
-                             f"(speculab.backends.heads.train_head, or load_head on a file a reproduction saved) as "
-                             f"its {method.head_param} — e.g. Sprinter(verifier=head, threshold=0.5), "
-                             f"SpecDecPP(h, head=head); on the command line --head FILE; got {given!r}")
+            raise ValueError(
+                f"{type(method).__name__} on real models needs a head trained on the draft's hidden states "
+                f"(speculab.backends.heads.train_head, or load_head on a file a reproduction saved) as "
+                f"its {method.head_param} — e.g. Sprinter(verifier=head, threshold=0.5), "
+                f"SpecDecPP(h, head=head); on the command line --head FILE; got {given!r}"
+            )
         if not isinstance(pair.draft, HFModel):
-            raise ValueError(f"{type(method).__name__}'s head reads the draft's hidden states: the draft must be a "
-                             f"Hugging Face model; got {type(pair.draft).__name__}")
+            raise ValueError(
+                f"{type(method).__name__}'s head reads the draft's hidden states: the draft must be a "
+                f"Hugging Face model; got {type(pair.draft).__name__}"
+            )
         width = hidden_size(pair.draft)
         d_in = getattr(getattr(head, "config", None), "d_in", None)
         if d_in is None:
-            raise ValueError(f"{type(method).__name__}'s head must be a speculab.backends.heads.TrainedHead "
-                             f"(train_head or load_head); got {head!r}")
+            raise ValueError(
+                f"{type(method).__name__}'s head must be a speculab.backends.heads.TrainedHead "
+                f"(train_head or load_head); got {head!r}"
+            )
         if width is not None and d_in != width:
             raise ValueError(f"the head reads {d_in} features but the draft's hidden states have {width}")
     if not isinstance(sampling, Sampling):
-        raise ValueError(f"sampling must be a speculab.backends.Sampling (e.g. Sampling(temperature=0.8)); "
-                         f"got {sampling!r}")
+        raise ValueError(
+            f"sampling must be a speculab.backends.Sampling (e.g. Sampling(temperature=0.8)); got {sampling!r}"
+        )
     if batch_size is not None:
         batch_size = as_positive_int(batch_size, "batch_size")
     if on_round is not None and (not callable(on_round) or isinstance(on_round, type)):
-        raise ValueError(f"on_round must be a function of a RoundInfo or a RoundProbe instance (or None); got "
-                         f"{on_round!r}" + (" (a class: give an instance, e.g. Probe())" if isinstance(on_round, type)
-                                            else ""))
+        raise ValueError(
+            f"on_round must be a function of a RoundInfo or a RoundProbe instance (or None); got "
+            f"{on_round!r}" + (" (a class: give an instance, e.g. Probe())" if isinstance(on_round, type) else "")
+        )
     encoded = _encode(pair, prompts, max_new_tokens)
     seeds = spawn_seeds(key, len(encoded))  # each prompt's stream (speculab.backends.streams)
     # a head read before each slot is drafted (SPRINTER's verifier, which may skip the target): one prompt at a time
@@ -357,9 +395,22 @@ def decode(
     n = len(encoded)
     block = (batch_size or n) if batched else 1  # what one line of a journal holds: one batch, or one prompt
     probe = on_round if isinstance(on_round, RoundProbe) else None  # a callback whose observations are journaled
-    journal = None if on_round is not None and probe is None else open_journal(
-        pair, encoded, method, sampling, seeds, max_new_tokens=max_new_tokens, track_draft=track_draft,
-        block_size=block, batched=batched, probe=probe)
+    journal = (
+        None
+        if on_round is not None and probe is None
+        else open_journal(
+            pair,
+            encoded,
+            method,
+            sampling,
+            seeds,
+            max_new_tokens=max_new_tokens,
+            track_draft=track_draft,
+            block_size=block,
+            batched=batched,
+            probe=probe,
+        )
+    )
     if journal is None:
         block = n  # not journaled: one pass over every prompt, as the batched path splits them itself
     runs: list[tuple] = []  # per prompt: tokens, RunRecord, RoundRecord, counts, seconds
@@ -377,15 +428,33 @@ def decode(
                     continue
                 t0 = time.perf_counter()
                 if batched:
-                    done = decode_batched(pair, [encoded[i] for i in index], method, max_new_tokens=max_new_tokens,
-                                          sampling=sampling, seeds=[seeds[i] for i in index],
-                                          track_draft=track_draft, on_round=on_round, batch_size=batch_size,
-                                          first_index=start)
+                    done = decode_batched(
+                        pair,
+                        [encoded[i] for i in index],
+                        method,
+                        max_new_tokens=max_new_tokens,
+                        sampling=sampling,
+                        seeds=[seeds[i] for i in index],
+                        track_draft=track_draft,
+                        on_round=on_round,
+                        batch_size=batch_size,
+                        first_index=start,
+                    )
                 else:
                     records = Records(len(index))
                     for slot, i in enumerate(index):
-                        run = _Run(i, pair, encoded[i], sampling, seeds[i], max_new_tokens, track_draft, on_round,
-                                   records, slot)
+                        run = _Run(
+                            i,
+                            pair,
+                            encoded[i],
+                            sampling,
+                            seeds[i],
+                            max_new_tokens,
+                            track_draft,
+                            on_round,
+                            records,
+                            slot,
+                        )
                         while not run.done:
                             produced = len(run.ids)
                             run.round(method)
@@ -394,8 +463,13 @@ def decode(
                 each = (time.perf_counter() - t0) / len(index)
                 new = [(*run, each) for run in done]
                 if journal is not None:
-                    journal.append(b, [encode_run(*r) | ({"probe": probe.rounds(i)[before[i]:]} if probe is not None
-                                                         else {}) for i, r in zip(index, new)])
+                    journal.append(
+                        b,
+                        [
+                            encode_run(*r) | ({"probe": probe.rounds(i)[before[i] :]} if probe is not None else {})
+                            for i, r in zip(index, new)
+                        ],
+                    )
                 runs += new
     except BaseException:
         if probe is not None:  # back as it was before the call (a resumed call puts back what was journaled)
@@ -410,14 +484,20 @@ def decode(
     counts = Counts(**{k: np.asarray(v, dtype=np.int64) for k, v in fields.items()})
     results = [r[0] for r in runs]
     texts = [pair.tokenizer.decode(t, skip_special_tokens=True) for t in results]
-    return DecodeResult(results, texts, counts, [r[1] for r in runs], [r[2] for r in runs],
-                        float(sum(r[4] for r in runs)))
+    return DecodeResult(
+        results, texts, counts, [r[1] for r in runs], [r[2] for r in runs], float(sum(r[4] for r in runs))
+    )
 
 
 def _replayed(entry: dict) -> tuple:
     """A run read back from a journal (:func:`speculab.backends.journal.encode_run`'s inverse)."""
-    return (entry["tokens"], record(RunRecord, entry["record"]), record(RoundRecord, entry["rounds"]),
-            entry["counts"], entry["seconds"])
+    return (
+        entry["tokens"],
+        record(RunRecord, entry["record"]),
+        record(RoundRecord, entry["rounds"]),
+        entry["counts"],
+        entry["seconds"],
+    )
 
 
 def _real_model_names() -> list[str]:

@@ -109,8 +109,17 @@ class Examples:
     def subset(self, mask: np.ndarray) -> "Examples":
         m = np.asarray(mask, dtype=bool)
         t = torch.from_numpy(m)
-        return Examples(self.token_features[t], self.previous_features[t], self.p[m], self.q[m], self.source[m],
-                        self.prefix[m], self.step[m], self.ids, self.from_draft[m])
+        return Examples(
+            self.token_features[t],
+            self.previous_features[t],
+            self.p[m],
+            self.q[m],
+            self.source[m],
+            self.prefix[m],
+            self.step[m],
+            self.ids,
+            self.from_draft[m],
+        )
 
 
 def _spans(docs: list[list[int]], n: int, length: int, rng: np.random.Generator) -> np.ndarray:
@@ -121,7 +130,7 @@ def _spans(docs: list[list[int]], n: int, length: int, rng: np.random.Generator)
     out = np.empty((n, length), dtype=np.int64)
     for i, j in enumerate(rng.integers(0, len(long), n)):
         start = rng.integers(0, len(long[j]) - length + 1)
-        out[i] = long[j][start:start + length]
+        out[i] = long[j][start : start + length]
     return out
 
 
@@ -132,9 +141,19 @@ def _forward(model, ids, cache, hidden: bool):
     return out.logits[:, -1], (out.hidden_states[-1][:, -1].float() if hidden else None)
 
 
-def sprinter_examples(pair, texts: list[str], *, n_prefixes: int = 512, prefix_tokens: int = 16,
-                      completion_tokens: int = 16, sampling: Sampling = Sampling(1.0), key=0,
-                      batch_size: int = 128, sources: tuple = SOURCES, draft_share: float = 0.5) -> Examples:
+def sprinter_examples(
+    pair,
+    texts: list[str],
+    *,
+    n_prefixes: int = 512,
+    prefix_tokens: int = 16,
+    completion_tokens: int = 16,
+    sampling: Sampling = Sampling(1.0),
+    key=0,
+    batch_size: int = 128,
+    sources: tuple = SOURCES,
+    draft_share: float = 0.5,
+) -> Examples:
     """Examples for a SPRINTER verifier from ``texts`` (module docstring), ``n_prefixes · completion_tokens`` rows.
 
     The ``sources`` (names from :data:`SOURCES`) take turns over the prefixes (equal shares); a
@@ -152,7 +171,9 @@ def sprinter_examples(pair, texts: list[str], *, n_prefixes: int = 512, prefix_t
     if not isinstance(sampling, Sampling) or sampling.greedy:
         raise ValueError("sampling must be a Sampling with temperature > 0 (labels compare probabilities)")
     if pair.max_length and P + C > pair.max_length:
-        raise ValueError(f"prefix_tokens + completion_tokens = {P + C} exceeds the models' context of {pair.max_length}")
+        raise ValueError(
+            f"prefix_tokens + completion_tokens = {P + C} exceeds the models' context of {pair.max_length}"
+        )
     if not sources or any(src not in SOURCES for src in sources):
         raise ValueError(f"sources must be a non-empty sequence of names from {SOURCES}; got {sources!r}")
     if isinstance(draft_share, bool) or not isinstance(draft_share, numbers.Real) or not 0 <= draft_share <= 1:
@@ -197,10 +218,17 @@ def sprinter_examples(pair, texts: list[str], *, n_prefixes: int = 512, prefix_t
             cols[k].append(torch.stack(v, 1).reshape(B * C, *v[0].shape[1:]).cpu())
         cols["ids"].append(torch.cat([span[:, :P], torch.stack(xs, 1)], 1).cpu())
     n = n_prefixes * C
-    return Examples(torch.cat(cols["tok"]), torch.cat(cols["prev"]), torch.cat(cols["p"]).numpy(),
-                    torch.cat(cols["q"]).numpy(), np.repeat(source, C), np.repeat(np.arange(n_prefixes), C),
-                    np.tile(np.arange(C), n_prefixes)[:n], torch.cat(cols["ids"]).numpy(),
-                    torch.cat(cols["draft"]).numpy())
+    return Examples(
+        torch.cat(cols["tok"]),
+        torch.cat(cols["prev"]),
+        torch.cat(cols["p"]).numpy(),
+        torch.cat(cols["q"]).numpy(),
+        np.repeat(source, C),
+        np.repeat(np.arange(n_prefixes), C),
+        np.tile(np.arange(C), n_prefixes)[:n],
+        torch.cat(cols["ids"]).numpy(),
+        torch.cat(cols["draft"]).numpy(),
+    )
 
 
 def specdecpp_examples(pair, texts: list[str], *, target_share: float = 0.15, **kwargs) -> Examples:

@@ -31,7 +31,17 @@ import torch
 from speculab._files import atomic_path
 from speculab._validate import as_torch_generator
 
-__all__ = ["HeadConfig", "TrainedHead", "make_head", "constant_head", "train_head", "save_head", "load_head", "roc_curve", "auc"]
+__all__ = [
+    "HeadConfig",
+    "TrainedHead",
+    "make_head",
+    "constant_head",
+    "train_head",
+    "save_head",
+    "load_head",
+    "roc_curve",
+    "auc",
+]
 
 KINDS = ("linear", "resnet")
 
@@ -66,16 +76,24 @@ class HeadConfig:
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}; got {self.kind!r}")
-        for name, minimum in (("d_in", 1), ("depth", 0), ("epochs", 1), ("batch_size", 1), ("patience", 1),
-                              ("seed", 0)):
+        for name, minimum in (
+            ("d_in", 1),
+            ("depth", 0),
+            ("epochs", 1),
+            ("batch_size", 1),
+            ("patience", 1),
+            ("seed", 0),
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
                 raise ValueError(f"{name} must be an integer >= {minimum}; got {value!r}")
             object.__setattr__(self, name, int(value))
         if self.kind == "linear" and self.depth:
             raise ValueError(f"a linear head has no residual blocks; got depth={self.depth}")
-        for name, ok, expected in (("lr", lambda v: math.isfinite(v) and v > 0, "a finite number > 0"),
-                                   ("val_fraction", lambda v: 0 < v < 1, "a number in (0, 1)")):
+        for name, ok, expected in (
+            ("lr", lambda v: math.isfinite(v) and v > 0, "a finite number > 0"),
+            ("val_fraction", lambda v: 0 < v < 1, "a number in (0, 1)"),
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, numbers.Real) or not ok(value):
                 raise ValueError(f"{name} must be {expected}; got {value!r}")
@@ -132,7 +150,9 @@ class TrainedHead:
 
     def __post_init__(self):
         if not isinstance(self.head, torch.nn.Module):
-            raise ValueError(f"head must be a torch module from make_head or train_head; got {type(self.head).__name__}")
+            raise ValueError(
+                f"head must be a torch module from make_head or train_head; got {type(self.head).__name__}"
+            )
         if not isinstance(self.config, HeadConfig):
             raise ValueError(f"config must be a HeadConfig; got {type(self.config).__name__}")
 
@@ -145,8 +165,10 @@ class TrainedHead:
         """The head's probability for hidden states ``hidden`` ``(..., d_in)``, on their device (the head follows them
         there, once: a head trained on the CPU reads a GPU model's states)."""
         if hidden.shape[-1] != self.config.d_in:
-            raise ValueError(f"hidden states must have {self.config.d_in} features (the head's d_in); "
-                             f"got shape {tuple(hidden.shape)}")
+            raise ValueError(
+                f"hidden states must have {self.config.d_in} features (the head's d_in); "
+                f"got shape {tuple(hidden.shape)}"
+            )
         weight = next(self.head.parameters())
         if weight.device != hidden.device:
             self.head.to(hidden.device)
@@ -239,8 +261,17 @@ def _fingerprint(*tensors: torch.Tensor) -> str:
     return h.hexdigest()
 
 
-def train_head(features, targets, weights=None, *, config: HeadConfig, groups=None, progress: bool = False,
-               checkpoint: str | Path | None = None, resume: bool = False) -> TrainedHead:
+def train_head(
+    features,
+    targets,
+    weights=None,
+    *,
+    config: HeadConfig,
+    groups=None,
+    progress: bool = False,
+    checkpoint: str | Path | None = None,
+    resume: bool = False,
+) -> TrainedHead:
     """Train a head on ``features`` ``(n, d)`` and ``targets`` ``(n,)`` in [0, 1] (hard or soft labels).
 
     The held-out split (``config.val_fraction`` of the examples, or of the ``groups`` when
@@ -252,8 +283,9 @@ def train_head(features, targets, weights=None, *, config: HeadConfig, groups=No
     uninterrupted run ends.
     """
     if not isinstance(config, HeadConfig):
-        raise ValueError(f"config must be a HeadConfig (e.g. HeadConfig(d_in=..., kind='linear')); "
-                         f"got {type(config).__name__}")
+        raise ValueError(
+            f"config must be a HeadConfig (e.g. HeadConfig(d_in=..., kind='linear')); got {type(config).__name__}"
+        )
     X, y, w = _as_examples(features, targets, weights)
     if X.shape[1] != config.d_in:
         raise ValueError(f"features have {X.shape[1]} columns but config.d_in = {config.d_in}")
@@ -284,7 +316,7 @@ def train_head(features, targets, weights=None, *, config: HeadConfig, groups=No
         perm = train[torch.randperm(train.numel(), generator=rng, device="cpu")]
         total = 0.0
         for start in range(0, perm.numel(), config.batch_size):
-            idx = perm[start:start + config.batch_size]
+            idx = perm[start : start + config.batch_size]
             opt.zero_grad()
             loss = _loss(head, X[idx], y[idx], w[idx], scale_train * idx.numel())
             loss.backward()
@@ -294,30 +326,55 @@ def train_head(features, targets, weights=None, *, config: HeadConfig, groups=No
         with torch.no_grad():
             val_loss = float(_loss(head, X[val], y[val], w[val], scale_val))
         if not math.isfinite(val_loss):
-            raise ValueError(f"training diverged at epoch {state['epoch'] + 1} (held-out loss {val_loss}); "
-                             f"lower lr (now {config.lr})")
+            raise ValueError(
+                f"training diverged at epoch {state['epoch'] + 1} (held-out loss {val_loss}); "
+                f"lower lr (now {config.lr})"
+            )
         state["epoch"] += 1
         train_loss = total / train.numel()  # the weighted objective: Σ w bce / Σ w over the training split
         state["history"].append({"epoch": state["epoch"], "train_loss": train_loss, "val_loss": val_loss})
         if val_loss < state["best"]:
-            state.update(best=val_loss, best_epoch=state["epoch"], stale=0,
-                         best_weights={k: v.clone() for k, v in head.state_dict().items()})
+            state.update(
+                best=val_loss,
+                best_epoch=state["epoch"],
+                stale=0,
+                best_weights={k: v.clone() for k, v in head.state_dict().items()},
+            )
         else:
             state["stale"] += 1
         if progress:
-            print(f"  epoch {state['epoch']:3d}: train loss {train_loss:.4f}, held-out {val_loss:.4f}"
-                  f"{'  (best)' if state['stale'] == 0 else ''}", file=sys.stderr, flush=True)
+            print(
+                f"  epoch {state['epoch']:3d}: train loss {train_loss:.4f}, held-out {val_loss:.4f}"
+                f"{'  (best)' if state['stale'] == 0 else ''}",
+                file=sys.stderr,
+                flush=True,
+            )
         if path is not None:
-            _atomic_save({"config": asdict(config), "data": data, "head": head.state_dict(),
-                          "opt": opt.state_dict(), "generator": rng.get_state(), "state": state}, path)
+            _atomic_save(
+                {
+                    "config": asdict(config),
+                    "data": data,
+                    "head": head.state_dict(),
+                    "opt": opt.state_dict(),
+                    "generator": rng.get_state(),
+                    "state": state,
+                },
+                path,
+            )
     head.load_state_dict(state["best_weights"])
     head.eval()
     with torch.no_grad():
         scores = torch.sigmoid(head(X[val])).numpy()
     hard = y[val].numpy()
-    metrics = {"epochs": state["epoch"], "best_epoch": state["best_epoch"], "val_loss": state["best"],
-               "stopped_early": state["stale"] >= config.patience, "history": state["history"],
-               "n_train": int(train.numel()), "n_val": int(val.numel())}
+    metrics = {
+        "epochs": state["epoch"],
+        "best_epoch": state["best_epoch"],
+        "val_loss": state["best"],
+        "stopped_early": state["stale"] >= config.patience,
+        "history": state["history"],
+        "n_train": int(train.numel()),
+        "n_val": int(val.numel()),
+    }
     if np.all((hard == 0) | (hard == 1)) and 0 < hard.sum() < hard.size:
         metrics["val_auc"] = auc(scores, hard)
     return TrainedHead(head, config, metrics)
@@ -328,8 +385,11 @@ def save_head(trained: TrainedHead, path: str | Path) -> Path:
     from safetensors.torch import save_file
 
     path = Path(path)
-    meta = {"format": "speculab-head/1", "config": json.dumps(asdict(trained.config)),
-            "metrics": json.dumps(trained.metrics)}
+    meta = {
+        "format": "speculab-head/1",
+        "config": json.dumps(asdict(trained.config)),
+        "metrics": json.dumps(trained.metrics),
+    }
     with atomic_path(path) as tmp:
         save_file({k: v.detach().contiguous() for k, v in trained.head.state_dict().items()}, str(tmp), metadata=meta)
     return path
@@ -349,16 +409,19 @@ def load_head(path: str | Path) -> TrainedHead:
     except Exception as err:  # safetensors raises its own error types for non-safetensors files
         raise ValueError(f"{path} is not a safetensors file ({err})") from None
     if meta.get("format") != "speculab-head/1":
-        raise ValueError(f"{path} is a safetensors file but not a speculab head (metadata format "
-                         f"{meta.get('format')!r})")
+        raise ValueError(
+            f"{path} is a safetensors file but not a speculab head (metadata format {meta.get('format')!r})"
+        )
     try:
         config = HeadConfig(**json.loads(meta["config"]))
         metrics = json.loads(meta["metrics"])
         head = _Head(config)
         head.load_state_dict(tensors)
     except (KeyError, TypeError, ValueError, RuntimeError) as err:
-        raise ValueError(f"{path} is a speculab head file whose configuration, metrics or weights do not fit "
-                         f"together ({type(err).__name__}: {err})") from None
+        raise ValueError(
+            f"{path} is a speculab head file whose configuration, metrics or weights do not fit "
+            f"together ({type(err).__name__}: {err})"
+        ) from None
     head.eval()
     return TrainedHead(head, config, metrics)
 

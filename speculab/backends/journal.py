@@ -72,8 +72,11 @@ def model_identity(model) -> list:
         return [type(model).__name__, str(name), sum(p.numel() for p in params), sums]
     if model is None or isinstance(model, (int, float, str, bool)):
         return [model]
-    state = {k: (model_identity(v) if hasattr(v, "__dict__") and not isinstance(v, (torch.Tensor, np.ndarray))
-                 else v) for k, v in sorted(vars(model).items()) if not k.startswith("_") and k not in _USE}
+    state = {
+        k: (model_identity(v) if hasattr(v, "__dict__") and not isinstance(v, (torch.Tensor, np.ndarray)) else v)
+        for k, v in sorted(vars(model).items())
+        if not k.startswith("_") and k not in _USE
+    }
     return [type(model).__name__, hashlib.sha256(pickle.dumps(state)).hexdigest()]
 
 
@@ -112,11 +115,15 @@ class DecodeJournal:
         for k, entry in enumerate(lines[1:], start=2):
             block = entry.get("block") if isinstance(entry, dict) else None
             if type(block) is not int or block < 0 or not isinstance(entry.get("runs"), list) or block in self.done:
-                raise ValueError(f"decode journal {self.path}, line {k}: not a finished block (a 'block' index, once, "
-                                 f"and its 'runs'); remove the file to decode again")
+                raise ValueError(
+                    f"decode journal {self.path}, line {k}: not a finished block (a 'block' index, once, "
+                    f"and its 'runs'); remove the file to decode again"
+                )
             if entry.get("digest") != line_digest(self.header, entry):
-                raise ValueError(f"decode journal {self.path}, line {k}: its digest does not match its content and "
-                                 f"this call (edited, or copied from another run); remove the file to decode again")
+                raise ValueError(
+                    f"decode journal {self.path}, line {k}: its digest does not match its content and "
+                    f"this call (edited, or copied from another run); remove the file to decode again"
+                )
             self.done[block] = entry["runs"]
 
     def replay(self, block: int, size: int, vocab_size: int, probe: bool) -> list[dict]:
@@ -141,8 +148,9 @@ class DecodeJournal:
         self.done[int(block)] = entry["runs"]
 
 
-def _run_problem(run, vocab_size: int, probe: bool, record_fields: set, round_fields: set,
-                 count_fields: set) -> str | None:
+def _run_problem(
+    run, vocab_size: int, probe: bool, record_fields: set, round_fields: set, count_fields: set
+) -> str | None:
     """What is wrong with a journaled run (``encode_run``'s output), or ``None``; ``*_fields``: what a
     :class:`RunRecord`, a :class:`RoundRecord` and the loop's counts hold."""
     keys = {"tokens", "record", "rounds", "counts", "seconds"} | ({"probe"} if probe else set())
@@ -152,8 +160,12 @@ def _run_problem(run, vocab_size: int, probe: bool, record_fields: set, round_fi
     if not isinstance(tokens, list) or not all(type(t) is int and 0 <= t < vocab_size for t in tokens):
         return f"tokens that are not token ids below the vocabulary size {vocab_size}"
     record, rounds, counts = run["record"], run["rounds"], run["counts"]
-    if not (isinstance(record, dict) and isinstance(rounds, dict) and set(record) == record_fields
-            and set(rounds) == round_fields):
+    if not (
+        isinstance(record, dict)
+        and isinstance(rounds, dict)
+        and set(record) == record_fields
+        and set(rounds) == round_fields
+    ):
         return f"records without exactly the fields {sorted(record_fields)} and {sorted(round_fields)}"
     columns = (*record.values(), *rounds.values())
     if not all(isinstance(v, list) and all(type(x) in (int, float) for x in v) for v in columns):
@@ -167,10 +179,15 @@ def _run_problem(run, vocab_size: int, probe: bool, record_fields: set, round_fi
     kinds = record["kind"]  # 0 accepted draft, 1 correction, 2 bonus, 3 target sample: what the counts count
     implied = {"rejections": kinds.count(1) + kinds.count(3), "accepted": kinds.count(0), "bonus": kinds.count(2)}
     n_rounds = len(next(iter(rounds.values()), []))  # a round calls the target at most once
-    if any(counts[k] != v for k, v in implied.items()) or not 0 <= counts["accepted"] <= counts["draft_calls"] \
-            or not 0 <= counts["oracle_calls"] <= n_rounds:
-        return ("counts that do not match the position record (rejections, accepted drafts, bonus tokens) or its "
-                "rounds (more target calls than rounds), negative calls or more accepted drafts than drafts")
+    if (
+        any(counts[k] != v for k, v in implied.items())
+        or not 0 <= counts["accepted"] <= counts["draft_calls"]
+        or not 0 <= counts["oracle_calls"] <= n_rounds
+    ):
+        return (
+            "counts that do not match the position record (rejections, accepted drafts, bonus tokens) or its "
+            "rounds (more target calls than rounds), negative calls or more accepted drafts than drafts"
+        )
     if type(run["seconds"]) not in (int, float):
         return "a time that is not a number"
     if probe and not isinstance(run["probe"], list):
@@ -180,14 +197,28 @@ def _run_problem(run, vocab_size: int, probe: bool, record_fields: set, round_fi
 
 def encode_run(tokens: list[int], record, rounds, counts: dict, seconds: float) -> dict:
     """One run as JSON: its tokens, :class:`RunRecord` and :class:`RoundRecord` fields, counts and time."""
-    return {"tokens": [int(t) for t in tokens],
-            "record": {k: np.asarray(v).tolist() for k, v in vars(record).items()},
-            "rounds": {k: np.asarray(v).tolist() for k, v in vars(rounds).items()},
-            "counts": {k: int(v) for k, v in counts.items()}, "seconds": float(seconds)}
+    return {
+        "tokens": [int(t) for t in tokens],
+        "record": {k: np.asarray(v).tolist() for k, v in vars(record).items()},
+        "rounds": {k: np.asarray(v).tolist() for k, v in vars(rounds).items()},
+        "counts": {k: int(v) for k, v in counts.items()},
+        "seconds": float(seconds),
+    }
 
 
-def open_journal(pair, encoded: list[list[int]], method, sampling, seeds: list[int], *, max_new_tokens: int,
-                 track_draft: bool, block_size: int, batched: bool, probe=None) -> DecodeJournal | None:
+def open_journal(
+    pair,
+    encoded: list[list[int]],
+    method,
+    sampling,
+    seeds: list[int],
+    *,
+    max_new_tokens: int,
+    track_draft: bool,
+    block_size: int,
+    batched: bool,
+    probe=None,
+) -> DecodeJournal | None:
     """The journal of this decode call inside :func:`~speculab.sim.checkpoint.resumable`, or ``None`` when the
     call is not journaled (outside it, under :func:`unrecorded`, or a method that cannot be pickled). ``probe``:
     the call's :class:`~speculab.backends.RoundProbe`, if any (its type and settings are part of the call)."""
@@ -195,17 +226,49 @@ def open_journal(pair, encoded: list[list[int]], method, sampling, seeds: list[i
     if folder is None or _UNRECORDED.get():
         return None
     try:  # a probe by its type, its code and its settings (public attributes; its observations are ``_``-attributes)
-        probed = None if probe is None else [type(probe).__module__, type(probe).__qualname__, _source(type(probe)),
-                                             hashlib.sha256(pickle.dumps({k: v for k, v in sorted(vars(probe).items())
-                                                                          if not k.startswith("_")})).hexdigest()]
+        probed = (
+            None
+            if probe is None
+            else [
+                type(probe).__module__,
+                type(probe).__qualname__,
+                _source(type(probe)),
+                hashlib.sha256(
+                    pickle.dumps({k: v for k, v in sorted(vars(probe).items()) if not k.startswith("_")})
+                ).hexdigest(),
+            ]
+        )
     except (pickle.PicklingError, TypeError, AttributeError):  # a probe holding a lambda or a live object
         return None
-    path = call_file(Path(folder), (model_identity(pair.draft), model_identity(pair.target), int(pair.vocab_size),
-                                    encoded, method, repr(sampling), seeds, int(max_new_tokens), bool(track_draft),
-                                    int(block_size), bool(batched), torch.get_num_threads(), pair.device.type,
-                                    probed),
-                     prefix="decode")
+    path = call_file(
+        Path(folder),
+        (
+            model_identity(pair.draft),
+            model_identity(pair.target),
+            int(pair.vocab_size),
+            encoded,
+            method,
+            repr(sampling),
+            seeds,
+            int(max_new_tokens),
+            bool(track_draft),
+            int(block_size),
+            bool(batched),
+            torch.get_num_threads(),
+            pair.device.type,
+            probed,
+        ),
+        prefix="decode",
+    )
     if path is None:  # a method holding a lambda or a live object: not journaled, it reruns
         return None
-    return DecodeJournal(path, {"call": path.stem, "prompts": len(encoded), "method": repr(method),
-                                "block_size": block_size, "probe": None if probe is None else type(probe).__name__})
+    return DecodeJournal(
+        path,
+        {
+            "call": path.stem,
+            "prompts": len(encoded),
+            "method": repr(method),
+            "block_size": block_size,
+            "probe": None if probe is None else type(probe).__name__,
+        },
+    )

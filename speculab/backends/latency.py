@@ -58,7 +58,8 @@ class ForwardFit:
     """One model's forward time ``t(k)`` in seconds against the tokens fed ``k`` (prefills left out).
 
     ``t(k)`` is the mean time of the calls of ``k`` tokens where ``k`` lies among ``sizes``
-    (those with at least :data:`MIN_CALLS` calls), linear between them, and along the least-squares line ``base + per_token · k`` (``R²``
+    (those with at least :data:`MIN_CALLS` calls), linear between them, and along the least-squares line ``base +
+    per_token · k`` (``R²``
     ``r2``) parallel-shifted to the nearest size beyond them.
     """
 
@@ -140,13 +141,19 @@ def timed_decode(pair: ModelPair, prompts: list, method, *, max_new_tokens: int,
             for model in (pair.draft, pair.target):
                 getattr(model, "clear_cache", lambda: None)()
             t0 = time.perf_counter()
-            results.append(decode(pair, [prompt], method, max_new_tokens=max_new_tokens, key=seed, batch_size=1,
-                                  **kwargs))
+            results.append(
+                decode(pair, [prompt], method, max_new_tokens=max_new_tokens, key=seed, batch_size=1, **kwargs)
+            )
             seconds.append(time.perf_counter() - t0)
     counts = type(results[0].counts).concatenate([r.counts for r in results])
-    merged = DecodeResult([t for r in results for t in r.tokens], [t for r in results for t in r.texts], counts,
-                          [x for r in results for x in r.records], [x for r in results for x in r.rounds],
-                          float(sum(seconds)))
+    merged = DecodeResult(
+        [t for r in results for t in r.tokens],
+        [t for r in results for t in r.texts],
+        counts,
+        [x for r in results for x in r.records],
+        [x for r in results for x in r.rounds],
+        float(sum(seconds)),
+    )
     return TimedRuns(merged, np.asarray(seconds), np.asarray(log, dtype=float).reshape(-1, 4))
 
 
@@ -245,8 +252,10 @@ def fit_latency(runs: list[TimedRuns]) -> LatencyModel:
     for which, name in enumerate(("draft", "target")):
         mine = calls[(calls[:, 0] == which) & (calls[:, 3] == 0)]
         if mine.size == 0:
-            raise ValueError(f"no {name} forward call past a prefill among the runs; include a method that drafts "
-                             f"and one that calls the target")
+            raise ValueError(
+                f"no {name} forward call past a prefill among the runs; include a method that drafts "
+                f"and one that calls the target"
+            )
         fits.append(_fit_forward(mine[:, 1], mine[:, 2]))
     forward = LatencyModel(*fits, 0.0, 0.0, 0.0)
     counts = [r.result.counts for r in runs]
@@ -271,8 +280,16 @@ def _loop_features(counts) -> np.ndarray:
     """What each run pays a loop cost for, ``(n_runs, 5)`` in the order of :data:`LOOP_TERMS`: rounds, drafted
     tokens, output tokens, the run itself, and whether it drafts."""
     d = np.asarray(counts.draft_calls, dtype=float)
-    return np.stack([np.asarray(counts.oracle_calls, dtype=float), d, np.asarray(counts.tokens, dtype=float),
-                     np.ones_like(d), (d > 0).astype(float)], axis=1)
+    return np.stack(
+        [
+            np.asarray(counts.oracle_calls, dtype=float),
+            d,
+            np.asarray(counts.tokens, dtype=float),
+            np.ones_like(d),
+            (d > 0).astype(float),
+        ],
+        axis=1,
+    )
 
 
 def _identified(X: np.ndarray) -> list[int]:
@@ -324,18 +341,25 @@ def speed_check(pair: ModelPair, prompts: list, method, *, max_new_tokens: int, 
     prompts = list(prompts)
     distinct = len({p if isinstance(p, str) else tuple(p) for p in prompts})
     if distinct < SPEED_PROMPTS:
-        raise ValueError(f"a speed check needs at least {SPEED_PROMPTS} distinct prompts (half to fit the latency "
-                         f"model, half to measure); got {distinct} distinct of {len(prompts)}")
+        raise ValueError(
+            f"a speed check needs at least {SPEED_PROMPTS} distinct prompts (half to fit the latency "
+            f"model, half to measure); got {distinct} distinct of {len(prompts)}"
+        )
     if isinstance(method, Autoregressive):
-        raise ValueError("a speed check measures a drafting method's speed-up over autoregressive decoding; "
-                         "method must draft (e.g. SD(K=4)), not Autoregressive()")
-    fit, test = prompts[: len(prompts) // 2], prompts[len(prompts) // 2:]
+        raise ValueError(
+            "a speed check measures a drafting method's speed-up over autoregressive decoding; "
+            "method must draft (e.g. SD(K=4)), not Autoregressive()"
+        )
+    fit, test = prompts[: len(prompts) // 2], prompts[len(prompts) // 2 :]
     seeds = spawn_seeds(key, 2)
-    calib = [timed_decode(pair, fit, m, max_new_tokens=max_new_tokens, key=seeds[0], **kwargs)
-             for m in (Autoregressive(), SD(K=1), method)]
+    calib = [
+        timed_decode(pair, fit, m, max_new_tokens=max_new_tokens, key=seeds[0], **kwargs)
+        for m in (Autoregressive(), SD(K=1), method)
+    ]
     model = fit_latency(calib)
     ar = timed_decode(pair, test, Autoregressive(), max_new_tokens=max_new_tokens, key=seeds[1], **kwargs)
     run = timed_decode(pair, test, method, max_new_tokens=max_new_tokens, key=seeds[1], **kwargs)
     pred = (model.latency(ar.result.counts, ar.result.rounds), model.latency(run.result.counts, run.result.rounds))
-    return SpeedCheck(model, pred[0] / pred[1], ar.latency / run.latency, (ar.latency, run.latency), pred,
-                      len(fit), len(test))
+    return SpeedCheck(
+        model, pred[0] / pred[1], ar.latency / run.latency, (ar.latency, run.latency), pred, len(fit), len(test)
+    )

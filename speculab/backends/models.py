@@ -76,7 +76,9 @@ class HFModel:
         self.model = model.eval()
         self.vocab_size = int(vocab_size)
         self.use_cache = use_cache
-        self.max_length = getattr(model.config, "n_positions", None) or getattr(model.config, "max_position_embeddings", None)
+        self.max_length = getattr(model.config, "n_positions", None) or getattr(
+            model.config, "max_position_embeddings", None
+        )
         self.device = next(model.parameters()).device
         self.forward_calls = 0
 
@@ -104,8 +106,12 @@ class HFModel:
             if self.use_cache:
                 if state.cache is None:
                     state.cache = DynamicCache()
-                out = self.model(input_ids=ids, **cache_argument(self.model, state.cache), use_cache=True,
-                                 output_hidden_states=hidden)
+                out = self.model(
+                    input_ids=ids,
+                    **cache_argument(self.model, state.cache),
+                    use_cache=True,
+                    output_hidden_states=hidden,
+                )
             else:
                 out = self.model(input_ids=state.history, use_cache=False, output_hidden_states=hidden)
         n = ids.size(1)
@@ -226,14 +232,16 @@ class NGramModel(HistoryModel):
             raise ValueError(f"n must be an integer >= 1; got {n!r}")
         if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0 < alpha < math.inf:
             raise ValueError(f"alpha must be a finite number > 0; got {alpha!r}")
-        if vocab_size ** n >= 1 << 62:
+        if vocab_size**n >= 1 << 62:
             raise ValueError(f"n = {n} over {vocab_size} tokens overflows the 64-bit codes of (context, token)")
         super().__init__(vocab_size)
         self.n, self.alpha = int(n), float(alpha)
         ids = np.asarray(token_ids)
         if ids.ndim != 1 or not (ids.size == 0 or np.issubdtype(ids.dtype, np.integer)):
-            raise ValueError(f"token_ids must be one sequence of integer token ids; got an array of shape {ids.shape} "
-                             f"and dtype {ids.dtype}")
+            raise ValueError(
+                f"token_ids must be one sequence of integer token ids; got an array of shape {ids.shape} "
+                f"and dtype {ids.dtype}"
+            )
         ids = ids.astype(np.int64)
         if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
             raise ValueError(f"token ids must lie in [0, {vocab_size}); got range [{ids.min()}, {ids.max()}]")
@@ -241,7 +249,7 @@ class NGramModel(HistoryModel):
         for k in range(n):
             code = np.zeros(max(ids.size - k, 0), dtype=np.int64)
             for j in range(k + 1):  # the k context tokens, then the token
-                code = code * vocab_size + ids[j: ids.size - k + j]
+                code = code * vocab_size + ids[j : ids.size - k + j]
             self.tables.append(np.unique(code, return_counts=True))
         self._memo: dict[tuple, torch.Tensor] = {}  # context -> p, bounded by MEMO
         self._log_memo: dict[tuple, torch.Tensor] = {}  # context -> float32 log p (what decoding reads)
@@ -263,7 +271,7 @@ class NGramModel(HistoryModel):
         self._log_memo.clear()
 
     def logits(self, history: tuple) -> torch.Tensor:
-        context = history[max(0, len(history) - (self.n - 1)):]
+        context = history[max(0, len(history) - (self.n - 1)) :]
         out = self._log_memo.get(context)
         if out is None:
             if len(self._log_memo) >= self.MEMO:
@@ -272,7 +280,7 @@ class NGramModel(HistoryModel):
         return out
 
     def probs(self, history: tuple) -> torch.Tensor:
-        context = history[max(0, len(history) - (self.n - 1)):]
+        context = history[max(0, len(history) - (self.n - 1)) :]
         out = self._memo.get(context)
         if out is None:
             out = self._law(context)
@@ -327,8 +335,10 @@ class PromptLookupModel(HistoryModel):
         if isinstance(max_ngram, bool) or not isinstance(max_ngram, numbers.Integral) or max_ngram < 1:
             raise ValueError(f"max_ngram must be an integer >= 1; got {max_ngram!r}")
         if fallback is not None and (not isinstance(fallback, HistoryModel) or fallback.vocab_size != vocab_size):
-            raise ValueError(f"fallback must be a HistoryModel over the same {vocab_size} tokens (e.g. an NGramModel); "
-                             f"got {fallback!r}")
+            raise ValueError(
+                f"fallback must be a HistoryModel over the same {vocab_size} tokens (e.g. an NGramModel); "
+                f"got {fallback!r}"
+            )
         super().__init__(vocab_size)
         self.max_ngram, self.fallback = int(max_ngram), fallback
         self._source: dict[tuple, int | None] = {}
@@ -359,7 +369,7 @@ class PromptLookupModel(HistoryModel):
         for n in range(min(self.max_ngram, len(history) - 1), 0, -1):
             suffix = history[-n:]
             for start in range(len(history) - n):  # earliest first; the suffix's own place excluded
-                if history[start:start + n] == suffix:
+                if history[start : start + n] == suffix:
                     return start + n
         return None
 

@@ -10,7 +10,15 @@ import torch
 
 from speculab.backends.models import HFModel, HistoryModel, NGramModel
 
-__all__ = ["ModelPair", "load_pair", "resolve_device", "TINY_DIR", "ngram_draft", "training_ngram_draft", "default_prompts"]
+__all__ = [
+    "ModelPair",
+    "load_pair",
+    "resolve_device",
+    "TINY_DIR",
+    "ngram_draft",
+    "training_ngram_draft",
+    "default_prompts",
+]
 
 #: Where the shipped tiny pair lives (``speculab models build-tiny`` writes it).
 TINY_DIR = Path(__file__).parent / "tiny"
@@ -62,8 +70,9 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     except (RuntimeError, TypeError) as exc:
         raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N' (a torch device); got {device!r}") from exc
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r}: CUDA is not available here (torch {torch.__version__}); "
-                         f"use 'cpu' or 'auto'")
+        raise ValueError(
+            f"device {device!r}: CUDA is not available here (torch {torch.__version__}); use 'cpu' or 'auto'"
+        )
     if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
         raise ValueError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
     return dev
@@ -100,8 +109,10 @@ def _hub(what: str, name: str, load):
         return load()
     except (OSError, ValueError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise ValueError(f"could not load the {what} of {name!r} (a local model folder, or a hub name — the hub may "
-                         f"be unreachable): {first}") from exc
+        raise ValueError(
+            f"could not load the {what} of {name!r} (a local model folder, or a hub name — the hub may "
+            f"be unreachable): {first}"
+        ) from exc
     finally:
         if bars:
             hf_logging.enable_progress_bar()
@@ -120,8 +131,13 @@ def _same_tokenizer(a, b) -> bool:
 def _load_model(path: str, device: torch.device, dtype: torch.dtype, allow_pickle: bool = False):
     from transformers import AutoModelForCausalLM
 
-    model = _hub("model", path, lambda: AutoModelForCausalLM.from_pretrained(
-        path, dtype=dtype, use_safetensors=None if allow_pickle else True, trust_remote_code=False))
+    model = _hub(
+        "model",
+        path,
+        lambda: AutoModelForCausalLM.from_pretrained(
+            path, dtype=dtype, use_safetensors=None if allow_pickle else True, trust_remote_code=False
+        ),
+    )
     return model.to(device).eval()
 
 
@@ -169,7 +185,9 @@ def load_pair(
     vocab = len(tokenizer)
     target_model = _load_model(t_path, dev, dtype, allow_pickle)
     if _embedding_rows(target_model) < vocab:
-        raise ValueError(f"target {target!r} has {_embedding_rows(target_model)} output rows for a {vocab}-token tokenizer")
+        raise ValueError(
+            f"target {target!r} has {_embedding_rows(target_model)} output rows for a {vocab}-token tokenizer"
+        )
     if isinstance(draft, str):
         d_path = _path(draft)
         d_tokenizer = _load_tokenizer(d_path)
@@ -180,7 +198,9 @@ def load_pair(
             )
         draft_model = _load_model(d_path, dev, dtype, allow_pickle)
         if _embedding_rows(draft_model) < vocab:
-            raise ValueError(f"draft {draft!r} has {_embedding_rows(draft_model)} output rows for a {vocab}-token tokenizer")
+            raise ValueError(
+                f"draft {draft!r} has {_embedding_rows(draft_model)} output rows for a {vocab}-token tokenizer"
+            )
         draft_adapter = HFModel(draft_model, vocab, use_cache=use_cache)
     else:
         draft_adapter = draft
@@ -188,16 +208,23 @@ def load_pair(
         if not on_host and hasattr(draft_adapter, "device") and torch.device(draft_adapter.device).type != dev.type:
             raise ValueError(f"the draft adapter is on {draft_adapter.device}; the target will be on {dev}")
         if getattr(draft_adapter, "vocab_size", None) != vocab:
-            raise ValueError(f"draft adapter has vocab_size {getattr(draft_adapter, 'vocab_size', None)}; the target's tokenizer has {vocab}")
-    name = "tiny" if target == "tiny-target" else f"{draft if isinstance(draft, str) else type(draft).__name__} → {target}"
+            raise ValueError(
+                f"draft adapter has vocab_size {getattr(draft_adapter, 'vocab_size', None)}; the target's tokenizer "
+                f"has {vocab}"
+            )
+    name = (
+        "tiny" if target == "tiny-target" else f"{draft if isinstance(draft, str) else type(draft).__name__} → {target}"
+    )
     return ModelPair(draft_adapter, HFModel(target_model, vocab, use_cache=use_cache), tokenizer, vocab, name)
 
 
 def ngram_draft(tokenizer, texts: list[str], n: int = 3, *, alpha: float = 0.1) -> NGramModel:
     """An n-gram draft model counted on ``texts`` (a list of strings) tokenized with the pair's tokenizer."""
     if isinstance(texts, str):
-        raise ValueError("texts must be a list of strings (one per document); got one string, which would be read "
-                         "one character per document")
+        raise ValueError(
+            "texts must be a list of strings (one per document); got one string, which would be read "
+            "one character per document"
+        )
     texts = list(texts)  # read once: a generator is checked and counted alike
     bad = [type(t).__name__ for t in texts if not isinstance(t, str)]
     if bad:
@@ -231,7 +258,11 @@ def training_ngram_draft(tokenizer, n: int = 3, *, alpha: float = 0.01) -> NGram
     flat = np.concatenate([np.asarray(t + ([eos] if eos is not None else []), dtype=np.int64) for t in ids])
     model = NGramModel(flat, n, len(tokenizer), alpha=alpha)
     shipped = json.loads((TINY_DIR / "metrics.json").read_text())["corpus"]["sha256"]
-    model.provenance = {"tokens": int(flat.size), "sha256": prov["sha256"], "same_as_shipped_pair": prov["sha256"] == shipped}
+    model.provenance = {
+        "tokens": int(flat.size),
+        "sha256": prov["sha256"],
+        "same_as_shipped_pair": prov["sha256"] == shipped,
+    }
     return model
 
 

@@ -124,9 +124,13 @@ def pad_law(law: RoundLaw, rows: int, width: int) -> RoundLaw:
     m, s = rows - law.outcome.shape[-2], width - law.outcome.shape[-1]
     if m == s == 0:
         return law
-    return RoundLaw(F.pad(law.outcome, (0, s, 0, m)), F.pad(law.correction, (0, 0, 0, s, 0, m)),
-                    F.pad(law.reject_prob, (0, s, 0, m)), F.pad(law.accept_prob, (0, s, 0, m), value=math.nan),
-                    None if law.law is None else F.pad(law.law, (0, 0, 0, s, 0, m)))
+    return RoundLaw(
+        F.pad(law.outcome, (0, s, 0, m)),
+        F.pad(law.correction, (0, 0, 0, s, 0, m)),
+        F.pad(law.reject_prob, (0, s, 0, m)),
+        F.pad(law.accept_prob, (0, s, 0, m), value=math.nan),
+        None if law.law is None else F.pad(law.law, (0, 0, 0, s, 0, m)),
+    )
 
 
 def cut_law(law: RoundLaw, q: torch.Tensor, length: torch.Tensor, bonus: torch.Tensor) -> RoundLaw:
@@ -190,8 +194,9 @@ class Output(NamedTuple):
     all_accepted: torch.Tensor
 
 
-def round_output(law: RoundLaw, p, q, x, decision, length, *, rows: int, eos: int | None, tracked_tv=None,
-                 oracle_calls=None) -> Output:
+def round_output(
+    law: RoundLaw, p, q, x, decision, length, *, rows: int, eos: int | None, tracked_tv=None, oracle_calls=None
+) -> Output:
     """Every row's output of a round from its law and the decision drawn from it (no loop over rows or slots).
 
     Args:
@@ -215,8 +220,13 @@ def round_output(law: RoundLaw, p, q, x, decision, length, *, rows: int, eos: in
         step = None if law.law is None else law.law[:, 0]
     else:
         b = torch.arange(B, device=dev)
-        pf, qf, xf, reject_row, accept_row = p[b, row], q[b, row], x[b, row], law.reject_prob[b, row], \
-            law.accept_prob[b, row]  # (B, L, V), (B, L + 1, V), (B, L), (B, L + 1), (B, L): the followed row
+        pf, qf, xf, reject_row, accept_row = (
+            p[b, row],
+            q[b, row],
+            x[b, row],
+            law.reject_prob[b, row],
+            law.accept_prob[b, row],
+        )  # (B, L, V), (B, L + 1, V), (B, L), (B, L + 1), (B, L): the followed row
         step = None if law.law is None else law.law[b, row]  # (B, L, V): the one-step output law at each slot
     slot = torch.arange(L + 1, device=dev)[None, :]  # (1, L + 1)
     t, ell = tau[:, None], length[:, None]
@@ -242,8 +252,23 @@ def round_output(law: RoundLaw, p, q, x, decision, length, *, rows: int, eos: in
         loss_tv, loss_kl = torch.where(checked, F.pad(losses, (0, 1)), 0.0).unbind(0)
     logq = torch.log(qf.gather(-1, tokens[..., None])[..., 0])  # -inf where the warped target excludes the token
     mean, var = law.expected_accepted()
-    chunk = Chunk(tokens, kind, tv, reject, accept, loss_tv, loss_kl, logq, valid, length, tau, mean, var,
-                  torch.ones_like(tau) if oracle_calls is None else oracle_calls, rows * length)
+    chunk = Chunk(
+        tokens,
+        kind,
+        tv,
+        reject,
+        accept,
+        loss_tv,
+        loss_kl,
+        logq,
+        valid,
+        length,
+        tau,
+        mean,
+        var,
+        torch.ones_like(tau) if oracle_calls is None else oracle_calls,
+        rows * length,
+    )
     eos_out = (hit & valid).any(-1) if hit is not None else torch.zeros_like(tau, dtype=torch.bool)
     return Output(chunk, valid.sum(-1), eos_out, token, xf[:, -1], (tau == L) & (length == L))
 
@@ -257,9 +282,23 @@ def _target_steps(q, token, eos, tracked_tv, oracle_calls) -> Output:
     tv = zero + math.nan if tracked_tv is None else tracked_tv[:, None].to(q.dtype)
     logq = torch.log(q.gather(-1, tokens))
     zeros = torch.zeros(B, dtype=torch.long, device=dev)
-    chunk = Chunk(tokens, torch.full((B, 1), TARGET, dtype=torch.long, device=dev), tv, zero + 1.0, zero + math.nan,
-                  zero, zero, logq, valid, zeros, zeros, zero[:, 0], zero[:, 0],
-                  zeros + 1 if oracle_calls is None else oracle_calls, zeros)
+    chunk = Chunk(
+        tokens,
+        torch.full((B, 1), TARGET, dtype=torch.long, device=dev),
+        tv,
+        zero + 1.0,
+        zero + math.nan,
+        zero,
+        zero,
+        logq,
+        valid,
+        zeros,
+        zeros,
+        zero[:, 0],
+        zero[:, 0],
+        zeros + 1 if oracle_calls is None else oracle_calls,
+        zeros,
+    )
     eos_hit = tokens[:, 0] == eos if eos is not None else torch.zeros(B, dtype=torch.bool, device=dev)
     return Output(chunk, valid[:, 0].long(), eos_hit, token, zeros, torch.zeros(B, dtype=torch.bool, device=dev))
 
@@ -300,10 +339,19 @@ class Records:
         out = []
         for r in range(self.runs):
             kind = positions["kind"][r]
-            counts = {"rejections": int(np.sum(rejected(kind))),
-                      "oracle_calls": int(per_round["oracle_calls"][r].sum()),
-                      "draft_calls": int(per_round["draft_calls"][r].sum()),
-                      "accepted": int(np.sum(kind == DRAFT)), "bonus": int(np.sum(kind == BONUS))}
-            out.append((positions["tokens"][r].tolist(), record(RunRecord, {k: positions[k][r] for k in _POSITION}),
-                        record(RoundRecord, {k: per_round[k][r] for k in _ROUND}), counts))
+            counts = {
+                "rejections": int(np.sum(rejected(kind))),
+                "oracle_calls": int(per_round["oracle_calls"][r].sum()),
+                "draft_calls": int(per_round["draft_calls"][r].sum()),
+                "accepted": int(np.sum(kind == DRAFT)),
+                "bonus": int(np.sum(kind == BONUS)),
+            }
+            out.append(
+                (
+                    positions["tokens"][r].tolist(),
+                    record(RunRecord, {k: positions[k][r] for k in _POSITION}),
+                    record(RoundRecord, {k: per_round[k][r] for k in _ROUND}),
+                    counts,
+                )
+            )
         return out

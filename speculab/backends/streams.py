@@ -99,8 +99,9 @@ def uniforms(keys: torch.Tensor, round_index, lanes) -> torch.Tensor:
         # one prompt, a few lanes: Python's integers beat any array library's per-call cost
         k0, k1 = keys[0].tolist()
         words = [threefry2x32(k0, k1, round_index & _MASK, int(lane) & _MASK) for lane in _ints(lanes)]
-        return torch.tensor([[((y0 >> 5) * (1 << 26) + (y1 >> 6)) * 2.0 ** -53 for y0, y1 in words]],
-                            dtype=torch.float64, device=dev)
+        return torch.tensor(
+            [[((y0 >> 5) * (1 << 26) + (y1 >> 6)) * 2.0**-53 for y0, y1 in words]], dtype=torch.float64, device=dev
+        )
     if dev.type == "cpu":
         k = keys.numpy()
         c0 = np.asarray(round_index.numpy() if isinstance(round_index, torch.Tensor) else round_index, dtype=np.int64)
@@ -120,7 +121,7 @@ def torch_uniforms(keys: torch.Tensor, round_index, lanes) -> torch.Tensor:
     else:
         c0 = int(round_index) & _MASK  # a Python int enters the arithmetic as a scalar: no copy to the device
     y0, y1 = threefry2x32(keys[:, :1], keys[:, 1:], c0, lanes & _MASK)
-    return ((y0 >> 5) * (1 << 26) + (y1 >> 6)).to(torch.float64) * 2.0 ** -53
+    return ((y0 >> 5) * (1 << 26) + (y1 >> 6)).to(torch.float64) * 2.0**-53
 
 
 def _ints(lanes) -> list[int]:
@@ -129,4 +130,4 @@ def _ints(lanes) -> list[int]:
 
 def _unit(y0, y1):
     """The float64 uniform of two numpy words (53 bits: exact)."""
-    return ((y0 >> 5) * (1 << 26) + (y1 >> 6)).astype(np.float64) * 2.0 ** -53
+    return ((y0 >> 5) * (1 << 26) + (y1 >> 6)).astype(np.float64) * 2.0**-53

@@ -42,8 +42,9 @@ class Sampling:
             raise ValueError(f"temperature must be a finite number >= 0; got {t!r}")
         if 0 < t < 1e-4:
             raise ValueError(f"temperature {t!r} would overflow the logits; use 0 for greedy decoding")
-        if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, numbers.Integral)
-                                       or self.top_k < 1):
+        if self.top_k is not None and (
+            isinstance(self.top_k, bool) or not isinstance(self.top_k, numbers.Integral) or self.top_k < 1
+        ):
             raise ValueError(f"top_k must be an integer >= 1 or None; got {self.top_k!r}")
         if self.top_k is not None:
             object.__setattr__(self, "top_k", int(self.top_k))  # numpy integers stored as Python's

@@ -37,8 +37,17 @@ class Autoregressive(Method):
     @takes_instance
     def expected(self, inst) -> Expected:
         T = float(inst.T)
-        return Expected(rejections=T, oracle_calls=T, draft_calls=0.0, accepted=0.0, discarded=0.0, bonus=0.0,
-                        tokens=T, rejections_per_position=np.ones(inst.T), source="[Yin] Alg. 3: every token a target call")
+        return Expected(
+            rejections=T,
+            oracle_calls=T,
+            draft_calls=0.0,
+            accepted=0.0,
+            discarded=0.0,
+            bonus=0.0,
+            tokens=T,
+            rejections_per_position=np.ones(inst.T),
+            source="[Yin] Alg. 3: every token a target call",
+        )
 
     def draft_length(self, remaining: int) -> int:
         return 0

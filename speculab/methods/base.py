@@ -60,8 +60,15 @@ __all__ = [
 
 
 # -- parameters and registration ----------------------------------------------------------
-def param(default=dataclasses.MISSING, *, help: str, cli: bool = True, type: Callable | None = None,
-          choices: tuple | None = None, required: bool = False):
+def param(
+    default=dataclasses.MISSING,
+    *,
+    help: str,
+    cli: bool = True,
+    type: Callable | None = None,
+    choices: tuple | None = None,
+    required: bool = False,
+):
     """A method parameter: a dataclass field carrying what the CLI needs.
 
     Args:
@@ -73,8 +80,13 @@ def param(default=dataclasses.MISSING, *, help: str, cli: bool = True, type: Cal
       required: required on the command line even though the dataclass has a default
         (e.g. SPRINTER's ``eta_tp``, which a verifier function can replace in Python).
     """
-    meta = {"help": help, "cli": cli, "type": type, "choices": choices,
-            "required": required or default is dataclasses.MISSING}
+    meta = {
+        "help": help,
+        "cli": cli,
+        "type": type,
+        "choices": choices,
+        "required": required or default is dataclasses.MISSING,
+    }
     return dataclasses.field(default=default, metadata=meta)
 
 
@@ -132,7 +144,8 @@ def build(name: str, values: dict[str, Any], head=None) -> "Method":
     """A method from its registry name and command-line values (``None`` = not given).
 
     ``head``: a head trained on the draft's hidden states (``--head FILE``, loaded), given to the method as its
-    ``head_param`` (:class:`~speculab.methods.capabilities.DraftHead`). It takes the place of the options required only on the command line (those
+    ``head_param`` (:class:`~speculab.methods.capabilities.DraftHead`). It takes the place of the options required
+    only on the command line (those
     with a default in Python, e.g. SPRINTER's ``--eta-tp``/``--eta-fp``, which stand for a verifier): those
     are then refused.
 
@@ -148,18 +161,23 @@ def build(name: str, values: dict[str, Any], head=None) -> "Method":
     if head is not None:
         if not has(cls, DraftHead):
             takers = [n for n, c in REGISTRY.items() if has(c, DraftHead)]
-            raise ValueError(f"--head does not apply to --method {name}: it reads no trained head "
-                             f"(methods that do: {', '.join(takers)})")
+            raise ValueError(
+                f"--head does not apply to --method {name}: it reads no trained head "
+                f"(methods that do: {', '.join(takers)})"
+            )
         replaced = {k for k, f in own.items() if f.metadata["required"] and f.default is not dataclasses.MISSING}
         clash = sorted(k for k in given if k in replaced)
         if clash:
-            raise ValueError(f"{', '.join(option(k) for k in clash)} does not apply with --head "
-                             f"(the head takes its place)")
+            raise ValueError(
+                f"{', '.join(option(k) for k in clash)} does not apply with --head (the head takes its place)"
+            )
         own = {k: f for k, f in own.items() if k not in replaced}
         given[cls.head_param] = head
     missing = [k for k, f in own.items() if f.metadata["required"] and k not in given]
     if missing:
-        raise ValueError(f"--method {name} needs {', '.join(option(k) + ' (' + own[k].metadata['help'] + ')' for k in missing)}")
+        raise ValueError(
+            f"--method {name} needs {', '.join(option(k) + ' (' + own[k].metadata['help'] + ')' for k in missing)}"
+        )
     return cls(**given)
 
 
@@ -227,7 +245,9 @@ def sample_round(law: RoundLaw, u_outcome, u_token):
     lead = law.outcome.shape[:-2]
     idx = kernels.sample_index(xp.reshape(law.outcome, (*lead, M * L1)), u_outcome)  # (...)
     weights = xp.reshape(law.correction, (*lead, M * L1, law.correction.shape[-1]))
-    w = xp.take_along_axis(weights, xp.broadcast_to(idx[..., None, None], (*lead, 1, weights.shape[-1])), axis=-2)[..., 0, :]
+    w = xp.take_along_axis(weights, xp.broadcast_to(idx[..., None, None], (*lead, 1, weights.shape[-1])), axis=-2)[
+        ..., 0, :
+    ]
     cum = xp.cumulative_sum(w, axis=-1)
     token = kernels.sample_cumulative(cum, u_token)  # V (out of range) where w has no mass: replaced by -1
     return idx // L1, idx % L1, xp.where(cum[..., -1] > 0, token, -1)
@@ -301,5 +321,8 @@ class Method(ABC):
     @classmethod
     def constructible_from_cli(cls) -> bool:
         """Whether every required parameter is a command-line option."""
-        return all(f.metadata.get("cli") for f in dataclasses.fields(cls)
-                   if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+        return all(
+            f.metadata.get("cli")
+            for f in dataclasses.fields(cls)
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        )

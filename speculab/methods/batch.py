@@ -144,7 +144,8 @@ class BatchSD(MultiDraft):
         return Expected.from_counts(lookahead_counts(inst, self.K, M=self.M), source=source)
 
     def root_outcome(self, p, q):
-        """Algorithm 4's root as one table: ``q − u_M`` (a draft equal to ``x`` accepted), then ``u_M = R_M q^{M+1}``."""
+        """Algorithm 4's root as one table: ``q − u_M`` (a draft equal to ``x`` accepted), then ``u_M = R_M
+        q^{M+1}``."""
         xp = array_namespace(p, q)
         u, _ = root_residual_chain(q, p, self.M)
         return xp.concat([q - u, u], axis=-1)
@@ -171,9 +172,16 @@ class BatchSD(MultiDraft):
         sd_rej = Estimate.of(sd.counts.rejections)
         rej = Estimate.of(ctx.result.counts.rejections)
         if self.K is not None:
-            return [Row(f"batch improvement, M={self.M}, K={self.K}", float("nan"), sd_rej.mean - rej.mean, 0.0,
-                        math.hypot(sd_rej.se, rej.se),
-                        note="finite K: Thm 3 is for K = ∞ (bonus positions shift); measured only")]
+            return [
+                Row(
+                    f"batch improvement, M={self.M}, K={self.K}",
+                    float("nan"),
+                    sd_rej.mean - rej.mean,
+                    0.0,
+                    math.hypot(sd_rej.se, rej.se),
+                    note="finite K: Thm 3 is for K = ∞ (bonus positions shift); measured only",
+                )
+            ]
         improvement = np.asarray(_root_improvement(ctx.result.records))
         # SD runs vs batch runs + their own path improvement: both estimate T1 (K = ∞), so
         # z = (SD − batch − BI) / sqrt(se(SD)² + se(batch + BI)²), BI paired with its batch run.
@@ -181,11 +189,22 @@ class BatchSD(MultiDraft):
         within, noise = paired_improvement(ctx.result)
         t1 = ctx.t1
         return [
-            Row(f"batch improvement, M={self.M} (Thm 3: E_f[Σ TV − Π r_m])", float(improvement.mean()),
-                sd_rej.mean - rej.mean, 0.0, math.hypot(sd_rej.se, paired.se), note="measured: SD runs − batch runs"),
-            Row(f"batch improvement, M={self.M}, paired on the batch runs", float(improvement.mean()),
-                float(within.mean()), 0.0, Estimate.of(noise).se,
-                note="measured: Σ TV − rejections along each batch run"),
+            Row(
+                f"batch improvement, M={self.M} (Thm 3: E_f[Σ TV − Π r_m])",
+                float(improvement.mean()),
+                sd_rej.mean - rej.mean,
+                0.0,
+                math.hypot(sd_rej.se, paired.se),
+                note="measured: SD runs − batch runs",
+            ),
+            Row(
+                f"batch improvement, M={self.M}, paired on the batch runs",
+                float(improvement.mean()),
+                float(within.mean()),
+                0.0,
+                Estimate.of(noise).se,
+                note="measured: Σ TV − rejections along each batch run",
+            ),
             Row("E[N_rej] of SD (Thm 1)", t1.mean, sd_rej.mean, t1.se, sd_rej.se),
         ]
 
@@ -210,7 +229,8 @@ def _root_improvement(records) -> list[float]:
     out = []
     for rec in records:
         root = np.ones(rec.kind.size, dtype=bool)
-        root[1:] = (rec.kind[:-1] == CORRECTION) | (rec.kind[:-1] == BONUS)  # a round starts after a correction or a bonus
+        root[1:] = (rec.kind[:-1] == CORRECTION) | (
+            rec.kind[:-1] == BONUS
+        )  # a round starts after a correction or a bonus
         out.append(float((rec.tv[root] - rec.reject_prob[root]).sum()))
     return out
-

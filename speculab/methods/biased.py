@@ -42,8 +42,9 @@ class Biased(ChainMethod):
 
     name: ClassVar[str] = "biased"
     eps: float = param(help="over-acceptance ε >= 0", type=float)
-    rejection: str = param("opt", help="rejection distribution: opt (Decoding-OPT) or uno (Decoding-UNO)",
-                           type=str, choices=("opt", "uno"))
+    rejection: str = param(
+        "opt", help="rejection distribution: opt (Decoding-OPT) or uno (Decoding-UNO)", type=str, choices=("opt", "uno")
+    )
     K: int | None = param(None, help="lookahead: drafts per round (default ∞)", type=int)
 
     def __post_init__(self):
@@ -70,12 +71,27 @@ class Biased(ChainMethod):
         gap = cat("reject_prob") + loss - tv
         rows = []
         if self.rejection == "opt":
-            rows.append(Row("max per-step |P(reject) + Loss*_TV − TV(p,q)|  (Thm 5)", 0.0, float(np.abs(gap).max()),
-                            note="OPT lies on the Pareto line", tolerance=1e-5))
+            rows.append(
+                Row(
+                    "max per-step |P(reject) + Loss*_TV − TV(p,q)|  (Thm 5)",
+                    0.0,
+                    float(np.abs(gap).max()),
+                    note="OPT lies on the Pareto line",
+                    tolerance=1e-5,
+                )
+            )
         else:
-            rows.append(Row("mean per-step P(reject) + Loss_TV − TV(p,q)  (Thm 5)", float("nan"), float(gap.mean()),
-                            note="UNO lies above the line (≥ 0; 0 for OPT)"))
+            rows.append(
+                Row(
+                    "mean per-step P(reject) + Loss_TV − TV(p,q)  (Thm 5)",
+                    float("nan"),
+                    float(gap.mean()),
+                    note="UNO lies above the line (≥ 0; 0 for OPT)",
+                )
+            )
         rows.append(Row("mean per-token TV(P_A, q)  (loss)", float("nan"), float(loss.mean()), note="exact per step"))
-        rows.append(Row("mean per-token KL(P_A ‖ q)", float("nan"), float(cat("loss_kl").mean()), note="exact per step"))
+        rows.append(
+            Row("mean per-token KL(P_A ‖ q)", float("nan"), float(cat("loss_kl").mean()), note="exact per step")
+        )
         rows.append(paired_rejections(ctx.result, per="token"))
         return rows

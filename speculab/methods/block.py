@@ -7,7 +7,8 @@ decides the whole block jointly and accepts at least as many tokens in expectati
 with the same output law (the target's). Not on every block: SPEC BV's "never below
 SD with the same block" holds averaged over the blocks drafted from a context, and a
 single block can do worse (``tests/test_block.py::test_not_per_block``: SD accepts
-``1 + 1/21`` drafts of the block ``(0, 0, 1)`` in expectation, block verification 1). One round, drafts ``x_1..x_K ~ p`` with
+``1 + 1/21`` drafts of the block ``(0, 0, 1)`` in expectation, block verification 1). One round, drafts ``x_1..x_K ~
+p`` with
 conditionals ``p_i``, target conditionals ``q_i`` (``i ≤ K + 1``):
 
 .. math::
@@ -16,7 +17,8 @@ conditionals ``p_i``, target conditionals ``q_i`` (``i ≤ K + 1``):
     h_i = \frac{r_i}{r_i + 1 - w_i}\ (i < K),\quad h_K = w_K,
 
 (``h_i = 0`` where the denominator is 0). With independent ``η_i ~ U(0, 1)``, ``τ`` is
-the largest ``i`` with ``η_i ≤ h_i`` (``0`` if none; SPEC BV — ``<`` or ``≤`` differ with probability 0); the round outputs ``x_{1:τ}``, then
+the largest ``i`` with ``η_i ≤ h_i`` (``0`` if none; SPEC BV — ``<`` or ``≤`` differ with probability 0); the round
+outputs ``x_{1:τ}``, then
 a correction from ``(w_τ q_{τ+1} − p_{τ+1})_+`` normalised (``τ < K``) or a bonus from
 ``q_{K+1}`` (``τ = K``, if a next position exists). ``K = 1`` is SD.
 
@@ -114,8 +116,12 @@ def block_round_law(p, q, x, *, bonus: bool) -> RoundLaw:
     h_prev = xp.concat([ones, h[..., : L - 1]], axis=-1)  # h_0 = 1, h_1..h_{L−1}
     acc_den = h_prev + W[..., 1:] * (1.0 - h_prev)  # = 1 − (1 − h_i)(1 − w_{i+1}), without cancellation
     accept = xp.where(acc_den > 0, W[..., 1:] / xp.where(acc_den > 0, acc_den, 1.0), 0.0)
-    return RoundLaw(outcome=outcome, correction=correction,
-                    reject_prob=xp.concat([reject, xp.zeros_like(ones)], axis=-1), accept_prob=accept)
+    return RoundLaw(
+        outcome=outcome,
+        correction=correction,
+        reject_prob=xp.concat([reject, xp.zeros_like(ones)], axis=-1),
+        accept_prob=accept,
+    )
 
 
 # -- exact theory on Markov instances ----------------------------------------------------------------------
@@ -133,9 +139,14 @@ def block_kernel(inst, s: int, K: int) -> tuple[np.ndarray, np.ndarray]:
     T, V = inst.T, inst.V
     L = min(K, T - s)
     if float(V) ** (L + 2) > limit(MAX_PATHS):
-        raise refuse(f"exact block counts (V^(K+2) = {V}^{L + 2} block prefixes)", float(V) ** (L + 2), MAX_PATHS,
-                     "prefixes", "MAX_PATHS", "use a smaller block size or vocabulary (the simulator has no "
-                     "such limit)")
+        raise refuse(
+            f"exact block counts (V^(K+2) = {V}^{L + 2} block prefixes)",
+            float(V) ** (L + 2),
+            MAX_PATHS,
+            "prefixes",
+            "MAX_PATHS",
+            "use a smaller block size or vocabulary (the simulator has no such limit)",
+        )
     J = np.zeros((V, L + 1, V))
     accepted = np.zeros(V)
     start = np.arange(V)
@@ -191,16 +202,21 @@ def block_counts(inst, K: int):
         J, _ = block_kernel(inst, s, K)
         tau = np.einsum("a,aiy->i", D[s], J)  # (L + 1,): P(round at s accepts exactly i), i < L (and bonus at L)
         start[s] = D[s].sum()
-        rej[s:s + L] += tau[:L]
+        rej[s : s + L] += tau[:L]
         stay = start[s] - np.cumsum(tau[:L])  # P(round at s accepted more than j drafts), j < L
-        acc[s:s + L] += stay
+        acc[s : s + L] += stay
         for i in range(L):
             D[s + i + 1] += D[s] @ J[:, i]
         if s + L < T:
             bonus[s + L] += tau[L]
             D[s + L + 1] += D[s] @ J[:, L]
-    return LookaheadCounts(K=K, rejections_per_position=rej, bonus_per_position=bonus,
-                           accepted_per_position=acc, oracle_calls_per_position=start)
+    return LookaheadCounts(
+        K=K,
+        rejections_per_position=rej,
+        bonus_per_position=bonus,
+        accepted_per_position=acc,
+        oracle_calls_per_position=start,
+    )
 
 
 def block_accepted(p, q, K: int) -> float:
@@ -266,8 +282,9 @@ class BlockVerification(Method):
 
     @takes_instance
     def expected(self, inst) -> Expected:
-        return Expected.from_counts(block_counts(inst, self.K),
-                                    source="block verification (Sun et al. 2025): exact, blocks enumerated")
+        return Expected.from_counts(
+            block_counts(inst, self.K), source="block verification (Sun et al. 2025): exact, blocks enumerated"
+        )
 
     def draft_length(self, remaining: int) -> int:
         return min(self.K, remaining)
@@ -287,8 +304,20 @@ class BlockVerification(Method):
         rate = lambda r: r.counts.oracle_calls / np.maximum(r.counts.tokens, 1)  # noqa: E731
         mine, theirs = Estimate.of(rate(ctx.result)), Estimate.of(rate(sd))
         return [
-            Row(f"E[τ | block]: block − token verification, K={self.K} (same blocks)", float("nan"), g.mean, 0.0,
-                g.se, note=f"{gain.size} blocks; ≥ 0 on average (Sun et al.), not block by block"),
-            Row(f"target calls per token: SD(K={self.K}) − block (separate runs)", float("nan"),
-                theirs.mean - mine.mean, 0.0, math.hypot(theirs.se, mine.se), note="> 0: block verification calls less"),
+            Row(
+                f"E[τ | block]: block − token verification, K={self.K} (same blocks)",
+                float("nan"),
+                g.mean,
+                0.0,
+                g.se,
+                note=f"{gain.size} blocks; ≥ 0 on average (Sun et al.), not block by block",
+            ),
+            Row(
+                f"target calls per token: SD(K={self.K}) − block (separate runs)",
+                float("nan"),
+                theirs.mean - mine.mean,
+                0.0,
+                math.hypot(theirs.se, mine.se),
+                note="> 0: block verification calls less",
+            ),
         ]

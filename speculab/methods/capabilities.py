@@ -21,9 +21,20 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-__all__ = ["has", "reading", "root_table", "adaptive_verifier", "head_of", "head_probability",
-           "Slotwise", "RootTable", "PositionLaw", "AdaptiveLength", "DraftHead",
-           "RoundProbing"]
+__all__ = [
+    "has",
+    "reading",
+    "root_table",
+    "adaptive_verifier",
+    "head_of",
+    "head_probability",
+    "Slotwise",
+    "RootTable",
+    "PositionLaw",
+    "AdaptiveLength",
+    "DraftHead",
+    "RoundProbing",
+]
 
 
 class Slotwise(Protocol):
@@ -160,14 +171,15 @@ def root_table(method, p, q):
     V = p.shape[-1]
     shape = tuple(getattr(table, "shape", ()))
     if shape[-1:] != (2 * V,) or len(shape) != len(p.shape):
-        raise ValueError(f"{type(method).__name__}.root_outcome must return a law over 2V = {2 * V} outcomes per row, "
-                         f"shape {(*p.shape[:-1], 2 * V)}; got {shape if shape else type(table).__name__}")
+        raise ValueError(
+            f"{type(method).__name__}.root_outcome must return a law over 2V = {2 * V} outcomes per row, "
+            f"shape {(*p.shape[:-1], 2 * V)}; got {shape if shape else type(table).__name__}"
+        )
     xp = array_namespace(table)
     tol = max(1e-9, 64 * V * float(xp.finfo(table.dtype).eps))
     ok = xp.all(table >= 0) & xp.all(xp.abs(xp.sum(table, axis=-1) - 1.0) <= tol)  # NaN fails both
     if not bool(ok):
-        raise ValueError(f"{type(method).__name__}.root_outcome must return non-negative rows summing to 1 "
-                         f"(no NaN)")
+        raise ValueError(f"{type(method).__name__}.root_outcome must return non-negative rows summing to 1 (no NaN)")
     return table
 
 

@@ -113,8 +113,10 @@ class ChainMethod(Method):
         from speculab.theory.lookahead import lookahead_counts
 
         b, R = self.instance_rule(inst)
-        return Expected.from_counts(lookahead_counts(inst, self.K, b=b, rejection=R),
-                                    source="exact lookahead counts of [Yin] Alg. 2 with this rule (SPEC L)")
+        return Expected.from_counts(
+            lookahead_counts(inst, self.K, b=b, rejection=R),
+            source="exact lookahead counts of [Yin] Alg. 2 with this rule (SPEC L)",
+        )
 
     # -- real models ---------------------------------------------------------------------------------
     def draft_length(self, remaining: int) -> int:

@@ -39,8 +39,9 @@ class Fuzzy(ChainMethod):
 
     name: ClassVar[str] = "fuzzy"
     theta: float = param(help="threshold θ >= 0 on Div(q, p)", type=float)
-    div: str = param("js", help="divergence: js, kl (= KL(q‖p)), kl_reverse (= KL(p‖q)) or tv", type=str,
-                     choices=tuple(DIVERGENCES))
+    div: str = param(
+        "js", help="divergence: js, kl (= KL(q‖p)), kl_reverse (= KL(p‖q)) or tv", type=str, choices=tuple(DIVERGENCES)
+    )
     K: int | None = param(None, help="lookahead: drafts per round (default ∞)", type=int)
 
     def __post_init__(self):

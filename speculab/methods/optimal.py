@@ -121,9 +121,11 @@ def _host(a) -> np.ndarray:
     try:
         return np.asarray(a.cpu()) if hasattr(a, "cpu") and not isinstance(a, np.ndarray) else np.asarray(a)
     except Exception as err:  # a JAX tracer: the linear program needs values
-        raise ValueError("OptimalMultiDraft's root is a linear program on concrete laws; inside a traced function "
-                         "give engines its root_outcome tables (the JAX engine does for instances within "
-                         "TABLE_BUDGET) or use engine='numpy'") from err
+        raise ValueError(
+            "OptimalMultiDraft's root is a linear program on concrete laws; inside a traced function "
+            "give engines its root_outcome tables (the JAX engine does for instances within "
+            "TABLE_BUDGET) or use engine='numpy'"
+        ) from err
 
 
 @register
@@ -148,8 +150,10 @@ class OptimalMultiDraft(MultiDraft):
     def __post_init__(self):
         super().__post_init__()
         if self.M > MAX_SET_DRAFTS:
-            raise ValueError(f"M must be at most MAX_SET_DRAFTS = {MAX_SET_DRAFTS} (the law of the draft set is built "
-                             f"draft by draft); got {self.M}")
+            raise ValueError(
+                f"M must be at most MAX_SET_DRAFTS = {MAX_SET_DRAFTS} (the law of the draft set is built "
+                f"draft by draft); got {self.M}"
+            )
 
     #: Not on real models: the root's linear program has ``2^V`` draft sets (``V ≤ MAX_SET_V``), far below any real
     #: vocabulary.
@@ -168,10 +172,16 @@ class OptimalMultiDraft(MultiDraft):
         keys = {i: _cache.key(p[i], q[i], self.M) for i in np.ndindex(p.shape[:-1])}
         new = {k: i for i, k in keys.items() if k not in _cache.items}  # a row of each pair not solved before
         laws = {k: _cache.items[k].accepted_law for k in set(keys.values()) - set(new)}
-        for k, i in budgeted(list(new.items()), [lp_variables(p[i], self.M) for i in new.values()], base=LP_BUDGET,
-                             what=f"{self!r}'s root couplings ({len(new)} linear programs)",
-                             unit="linear-program variables", name="LP_BUDGET",
-                             advice="use fewer drafts M or a smaller vocabulary V", desc="optimal couplings"):
+        for k, i in budgeted(
+            list(new.items()),
+            [lp_variables(p[i], self.M) for i in new.values()],
+            base=LP_BUDGET,
+            what=f"{self!r}'s root couplings ({len(new)} linear programs)",
+            unit="linear-program variables",
+            name="LP_BUDGET",
+            advice="use fewer drafts M or a smaller vocabulary V",
+            desc="optimal couplings",
+        ):
             laws[k] = _coupling(p[i], q[i], self.M).accepted_law
         return laws
 
@@ -214,6 +224,11 @@ class OptimalMultiDraft(MultiDraft):
             reject[i] = np.sum(q0[i] - coupling.accepted_law)  # 1 − α*, as a sum of terms >= 0 (a <= q): never < 0
             weights[i] = coupling.residual
         back = lambda a: xp.asarray(a, dtype=p.dtype, device=device(p))  # noqa: E731
-        root = Root(follow=back(follow), refused=back(refused), weights=back(weights), reject_prob=back(reject),
-                    accept_prob=back(accept))
+        root = Root(
+            follow=back(follow),
+            refused=back(refused),
+            weights=back(weights),
+            reject_prob=back(reject),
+            accept_prob=back(accept),
+        )
         return rooted_round_law(root, p, q, x, K=self.K, bonus=bonus)

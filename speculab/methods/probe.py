@@ -62,9 +62,11 @@ class RoundProbe:
             value = json.loads(json.dumps(value))
         except (TypeError, ValueError) as exc:
             kind = f"{type(value).__module__}.{type(value).__qualname__}".removeprefix("builtins.")
-            raise ValueError(f"{type(self).__name__}.observe must return a JSON value (numbers, strings, booleans, "
-                             f"lists; numpy and torch values as float(x), int(x), bool(x) or x.tolist()); got {kind}: "
-                             f"{exc}") from exc
+            raise ValueError(
+                f"{type(self).__name__}.observe must return a JSON value (numbers, strings, booleans, "
+                f"lists; numpy and torch values as float(x), int(x), bool(x) or x.tolist()); got {kind}: "
+                f"{exc}"
+            ) from exc
         self._store.setdefault(int(info.run), []).append(value)
 
     def rounds(self, run: int) -> list:
@@ -96,6 +98,7 @@ class RoundProbe:
 
 def _run_index(run) -> int:
     if isinstance(run, bool) or not isinstance(run, (int, np.integer)) or run < 0:
-        raise ValueError(f"run must be a run index (an int >= 0: the prompt's position in the decode call); "
-                         f"got {run!r}")
+        raise ValueError(
+            f"run must be a run index (an int >= 0: the prompt's position in the decode call); got {run!r}"
+        )
     return int(run)

@@ -1,6 +1,7 @@
 """[Yin] Algorithm 2 with any acceptance rule ``b`` and rejection distribution ``P``.
 
-``RejectionDecoding(b, rejection=None, K=None)``: ``b`` and the rejection law ``rejection`` (``P``) are either ``(T, V, V)``
+``RejectionDecoding(b, rejection=None, K=None)``: ``b`` and the rejection law ``rejection`` (``P``) are either ``(T,
+V, V)``
 arrays tied to a Markov instance or functions of the draft and target laws
 (``b(p, q)``, ``rejection(p, q, b)``), which also run on real models when written with
 array-API operations. ``rejection=None`` is the unique unbiased choice of [Yin] Thm 2,
@@ -32,8 +33,10 @@ def _traced(x) -> bool:
 def _checked(out, p, what: str):
     """The namespace of a user function's output, after checking its shape against ``p``; ``None`` when traced."""
     if getattr(out, "shape", None) != p.shape:
-        raise ValueError(f"{what} must return an array of the shape of p, {tuple(p.shape)}; "
-                         f"got {getattr(out, 'shape', type(out).__name__)}")
+        raise ValueError(
+            f"{what} must return an array of the shape of p, {tuple(p.shape)}; "
+            f"got {getattr(out, 'shape', type(out).__name__)}"
+        )
     return None if _traced(out) else array_namespace(out, p)
 
 
@@ -44,8 +47,10 @@ def _check_acceptance(b, p, q, *, unbiased: bool) -> None:
     if not bool(xp.all((b >= 0) & (b <= 1))):
         raise ValueError("b(p, q) must return acceptance probabilities in [0, 1] (NaN refused)")
     if unbiased and bool(xp.any(b * p - q > 16 * xp.finfo(p.dtype).eps)):
-        raise ValueError("b must satisfy b <= min(1, q/p) for an unbiased algorithm ([Yin] Thm 2, rejection=None); "
-                         "give a rejection law for a biased rule")
+        raise ValueError(
+            "b must satisfy b <= min(1, q/p) for an unbiased algorithm ([Yin] Thm 2, rejection=None); "
+            "give a rejection law for a biased rule"
+        )
 
 
 def _check_rejection(rejection, p) -> None:
@@ -77,7 +82,9 @@ class RejectionDecoding(ChainMethod):
 
     name: ClassVar[str] = "rejection"
     b: Any = param(help="acceptance rule: (T, V, V) array or function b(p, q)", cli=False)
-    rejection: Any = param(None, help="rejection distribution P: array, function rejection(p, q, b), or None (unbiased)", cli=False)
+    rejection: Any = param(
+        None, help="rejection distribution P: array, function rejection(p, q, b), or None (unbiased)", cli=False
+    )
     K: int | None = param(None, help="lookahead: drafts per round (default ∞)", type=int)
 
     def __post_init__(self):
@@ -106,8 +113,10 @@ class RejectionDecoding(ChainMethod):
     @staticmethod
     def _tied(arr: np.ndarray, p, name: str):
         if getattr(p, "shape", None) != arr.shape:
-            raise ValueError(f"{name} is a {arr.shape} array tied to one Markov instance; "
-                             f"give a function {name}(p, q{', b' if name == 'rejection' else ''}) to use it elsewhere")
+            raise ValueError(
+                f"{name} is a {arr.shape} array tied to one Markov instance; "
+                f"give a function {name}(p, q{', b' if name == 'rejection' else ''}) to use it elsewhere"
+            )
         return arr
 
     def instance_rule(self, inst) -> Rule:

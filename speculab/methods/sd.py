@@ -92,10 +92,25 @@ class SD(ChainMethod):
         rej = Estimate.of(ctx.result.counts.rejections)
         t1 = ctx.t1
         if self.K is None:
-            return [Row("E[N_rej]  (Thm 1: Σ_n E_q[TV(p_n,q_n)])", t1.mean, rej.mean, t1.se, rej.se,
-                        note="two-sample: target samples vs SD runs")]
-        bound = Row("E[N_rej] ≤ T1 (finite K has bonus positions)", t1.mean, rej.mean, t1.se, rej.se,
-                    note="one-sided: measured ≤ theory", upper_bound=True)
+            return [
+                Row(
+                    "E[N_rej]  (Thm 1: Σ_n E_q[TV(p_n,q_n)])",
+                    t1.mean,
+                    rej.mean,
+                    t1.se,
+                    rej.se,
+                    note="two-sample: target samples vs SD runs",
+                )
+            ]
+        bound = Row(
+            "E[N_rej] ≤ T1 (finite K has bonus positions)",
+            t1.mean,
+            rej.mean,
+            t1.se,
+            rej.se,
+            note="one-sided: measured ≤ theory",
+            upper_bound=True,
+        )
         tv_all = ctx.tv_along_result()
         if tv_all.size == 0:  # nothing was drafted (e.g. prompt lookup without a match): no acceptance rate to model
             return [bound]
@@ -104,9 +119,13 @@ class SD(ChainMethod):
         tokens = float(ctx.result.counts.tokens.mean())
         calls = Estimate.of(ctx.result.counts.oracle_calls)
         return [
-            Row(f"target calls per run (Leviathan i.i.d., α={alpha:.3f})", tokens / per_round, calls.mean, 0.0,
-                calls.se, note="model check: assumes i.i.d. acceptance, no horizon"),
+            Row(
+                f"target calls per run (Leviathan i.i.d., α={alpha:.3f})",
+                tokens / per_round,
+                calls.mean,
+                0.0,
+                calls.se,
+                note="model check: assumes i.i.d. acceptance, no horizon",
+            ),
             bound,
         ]
-
-

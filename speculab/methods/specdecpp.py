@@ -105,11 +105,15 @@ def _check_instance(inst) -> MarkovInstance:
 def _check_head(head, inst) -> MarkovInstance:
     """``inst``, checked to be a Markov instance whose shape ``head``'s table (if it has one) fits."""
     if getattr(head, "reads_hidden_states", False):
-        raise ValueError("a head trained on a draft's hidden states (speculab.backends.heads) runs on real models "
-                         "only; on a Markov instance give head(t, prev, x) or a TableHead")
+        raise ValueError(
+            "a head trained on a draft's hidden states (speculab.backends.heads) runs on real models "
+            "only; on a Markov instance give head(t, prev, x) or a TableHead"
+        )
     inst = _check_instance(inst)
     if isinstance(head, TableHead) and head.table.shape != (inst.T, inst.V, inst.V):
-        raise ValueError(f"the head's table has shape {head.table.shape}; the instance needs {(inst.T, inst.V, inst.V)}")
+        raise ValueError(
+            f"the head's table has shape {head.table.shape}; the instance needs {(inst.T, inst.V, inst.V)}"
+        )
     return inst
 
 
@@ -126,8 +130,8 @@ def oracle_head(inst: MarkovInstance) -> TableHead:
 def noisy_head(inst: MarkovInstance, noise: float, key, *, eps: float = 0.01) -> TableHead:
     r"""The oracle head with Gaussian noise on its logit: a fixed, imperfect head.
 
-    .. math:: a(t, y, x) = \sigma\big(\operatorname{logit}(\operatorname{clip}(a^*, \varepsilon, 1 - \varepsilon)) + s\, Z_{t,y,x}\big),
-              \qquad a^* = \min(1, q/p),\ Z \sim N(0, 1) \text{ i.i.d.}
+    .. math:: a(t, y, x) = \sigma\big(\operatorname{logit}(\operatorname{clip}(a^*, \varepsilon, 1 - \varepsilon))
+              + s\, Z_{t,y,x}\big), \qquad a^* = \min(1, q/p),\ Z \sim N(0, 1) \text{ i.i.d.}
 
     The clip mimics a sigmoid head that is never exactly certain (a trained
     [SDpp] head outputs ``sigmoid(f)``); without it the noise could not move
@@ -164,8 +168,10 @@ def miscalibrated_head(inst: MarkovInstance, temperature: float) -> TableHead:
       temperature: ``τ > 0``.
     """
     inst = _check_instance(inst)
-    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not (
-        math.isfinite(temperature) and temperature > 0
+    if (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, numbers.Real)
+        or not (math.isfinite(temperature) and temperature > 0)
     ):
         raise ValueError(f"temperature must be a finite number > 0; got {temperature!r}")
     return TableHead(expit(_logit(rowwise(sd_rule, inst.P, inst.Q)[0]) / temperature))
@@ -264,8 +270,11 @@ class SpecDecPP(Method):
     def stop_drafting(self, predictions: list[float], remaining: int) -> bool:
         """Whether the round stops after the drafts whose head predictions are ``predictions`` (``remaining``: tokens
         still to output before this round): :func:`stops_drafting`."""
-        return bool(stops_drafting(math.prod(predictions), len(predictions), len(predictions) - 1, remaining,
-                                   self.h, self.max_K))
+        return bool(
+            stops_drafting(
+                math.prod(predictions), len(predictions), len(predictions) - 1, remaining, self.h, self.max_K
+            )
+        )
 
     @staticmethod
     def target_called(predictions: list[float]) -> bool:

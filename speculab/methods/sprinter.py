@@ -82,8 +82,10 @@ def _call_verifier(verifier, t: int, prev: np.ndarray, x: np.ndarray) -> np.ndar
 def _markov_verifier(verifier):
     """``verifier``, refused if it is a head trained on a draft's hidden states (real models only)."""
     if getattr(verifier, "reads_hidden_states", False):
-        raise ValueError("a verifier trained on a draft's hidden states (speculab.backends.heads) runs on real models "
-                         "only; on a Markov instance give Sprinter(eta_tp, eta_fp) or a function f(t, prev, x)")
+        raise ValueError(
+            "a verifier trained on a draft's hidden states (speculab.backends.heads) runs on real models "
+            "only; on a Markov instance give Sprinter(eta_tp, eta_fp) or a function f(t, prev, x)"
+        )
     return verifier
 
 
@@ -116,7 +118,11 @@ class Sprinter(Method):
     eta_tp: float | None = param(None, help="η_TP: P(verifier passes | acceptable)", type=float, required=True)
     eta_fp: float | None = param(None, help="η_FP: P(verifier passes | not acceptable)", type=float, required=True)
     verifier: Callable | None = param(None, help="verifier function f(t, prev, x) -> pass probability", cli=False)
-    threshold: float | None = param(0.5, help="inference threshold τ in [0, 1] on a trained verifier's score (read only with a trained head)", cli=False)
+    threshold: float | None = param(
+        0.5,
+        help="inference threshold τ in [0, 1] on a trained verifier's score (read only with a trained head)",
+        cli=False,
+    )
 
     def __post_init__(self):
         if self.verifier is None:
@@ -130,10 +136,16 @@ class Sprinter(Method):
             if self.eta_tp is not None or self.eta_fp is not None:
                 raise ValueError("give either eta_tp/eta_fp or a verifier, not both")
         if self.threshold is not None:
-            ok = isinstance(self.threshold, numbers.Real) and not isinstance(self.threshold, bool) and 0 <= self.threshold <= 1
+            ok = (
+                isinstance(self.threshold, numbers.Real)
+                and not isinstance(self.threshold, bool)
+                and 0 <= self.threshold <= 1
+            )
             if not ok:
-                raise ValueError(f"threshold must be a number in [0, 1] (the verifier passes a slot iff its score >= threshold) "
-                                 f"or None (a coin with the score's probability); got {self.threshold!r}")
+                raise ValueError(
+                    f"threshold must be a number in [0, 1] (the verifier passes a slot iff its score >= threshold) "
+                    f"or None (a coin with the score's probability); got {self.threshold!r}"
+                )
 
     @property
     def unbiased(self) -> bool:
@@ -165,10 +177,18 @@ class Sprinter(Method):
         """Exact counts from :func:`~speculab.theory.sprinter_profile` (the law along SPRINTER's own chain)."""
         prof = sprinter_profile(inst, self.pass_probabilities(inst))
         T = float(inst.T)
-        return Expected(rejections=prof.rejections, oracle_calls=prof.oracle_calls, draft_calls=T,
-                        accepted=prof.accepted, discarded=prof.rejections, bonus=0.0, tokens=T,
-                        rejections_per_position=prof.rejections_per_position, extra={"verifier_calls": T},
-                        source="[SPR] Thm 3.1 along SPRINTER's output chain")
+        return Expected(
+            rejections=prof.rejections,
+            oracle_calls=prof.oracle_calls,
+            draft_calls=T,
+            accepted=prof.accepted,
+            discarded=prof.rejections,
+            bonus=0.0,
+            tokens=T,
+            rejections_per_position=prof.rejections_per_position,
+            extra={"verifier_calls": T},
+            source="[SPR] Thm 3.1 along SPRINTER's output chain",
+        )
 
     # -- real models ---------------------------------------------------------------------------------
     #: On real models a round drafts until the verifier, a head on the draft's hidden states, refuses a slot
@@ -179,7 +199,8 @@ class Sprinter(Method):
 
     @property
     def draft_head(self):
-        """The verifier if it is a head trained on the draft's hidden states (what the decoding loop runs), else ``None``."""
+        """The verifier if it is a head trained on the draft's hidden states (what the decoding loop runs), else
+        ``None``."""
         return self.verifier if getattr(self.verifier, "reads_hidden_states", False) else None
 
     def read_head(self, score, uniform: float) -> float:

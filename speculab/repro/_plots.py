@@ -45,7 +45,9 @@ def log_grid(n: int, points: int = PLOT_POINTS) -> np.ndarray:
     return np.unique(np.geomspace(1, n, points).round().astype(np.int64)) - 1
 
 
-def plot_running(ax, x: np.ndarray, theory: float, *, color: str, theory_color: str, label: str, theory_label: str) -> dict:
+def plot_running(
+    ax, x: np.ndarray, theory: float, *, color: str, theory_color: str, label: str, theory_label: str
+) -> dict:
     """Running mean of per-run counts with a ±2 s.e. band and the theory line; returns checkpoints.
 
     The curve is drawn at :data:`PLOT_POINTS` run counts spaced evenly on the log axis (the exact running mean

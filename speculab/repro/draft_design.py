@@ -1,4 +1,5 @@
-"""Draft design by differentiable theory: fit a low-capacity draft to a target by three objectives, compare on all three.
+"""Draft design by differentiable theory: fit a low-capacity draft to a target by three objectives, compare on all
+three.
 
 A stationary Markov target (``V = 16`` tokens, Dirichlet(0.3) rows: full rank) and a
 draft with less capacity — its logits have rank ``r = 2`` plus a bias,
@@ -34,9 +35,16 @@ NEEDS = ("jax",)
 T, V, RANK, K, COST, CONCENTRATION = 64, 16, 2, 4, 0.1, 0.3
 OBJECTIVES = ("distillation KL(q‖p)", "rejections (Thm 1)", f"latency per token (K={K}, c={COST})")
 #: What the papers say of each objective (the claims table); which one gives the fastest draft they leave open.
-PAPER = dict(zip(OBJECTIVES, ("align the draft by distillation ([SDpp] App. B: DistillSpec)",
-                              "E[N_rej] = Σ_n E_q[TV(p_n, q_n)] ([Yin] Thm 1)",
-                              "latency per token: [SDpp] eq. (5.1)")))
+PAPER = dict(
+    zip(
+        OBJECTIVES,
+        (
+            "align the draft by distillation ([SDpp] App. B: DistillSpec)",
+            "E[N_rej] = Σ_n E_q[TV(p_n, q_n)] ([Yin] Thm 1)",
+            "latency per token: [SDpp] eq. (5.1)",
+        ),
+    )
+)
 
 
 def _setup(key):
@@ -48,8 +56,11 @@ def _setup(key):
     rng = as_generator(spawn_seeds(key, 2)[0])  # the instance and the initial draft; the simulations use the other
     Q = jnp.asarray(rng.dirichlet(np.full(V, CONCENTRATION), size=V))[None]  # (1, V, V): stationary target
     rho = jnp.full(V, 1.0 / V)
-    init = {"U": jnp.asarray(0.1 * rng.standard_normal((V, RANK))), "W": jnp.asarray(0.1 * rng.standard_normal((V, RANK))),
-            "b": jnp.zeros(V)}
+    init = {
+        "U": jnp.asarray(0.1 * rng.standard_normal((V, RANK))),
+        "W": jnp.asarray(0.1 * rng.standard_normal((V, RANK))),
+        "b": jnp.zeros(V),
+    }
     return jax, jnp, Q, rho, init
 
 
@@ -82,12 +93,14 @@ def _adam(jax, jnp, loss, init, steps: int, lr: float):
         v = jax.tree_util.tree_map(lambda a, b: 0.999 * a + 0.001 * b * b, v, g)
         t = i + 1.0
         params = jax.tree_util.tree_map(
-            lambda p, a, b: p - lr * (a / (1 - 0.9**t)) / (jnp.sqrt(b / (1 - 0.999**t)) + 1e-8), params, m, v)
+            lambda p, a, b: p - lr * (a / (1 - 0.9**t)) / (jnp.sqrt(b / (1 - 0.999**t)) + 1e-8), params, m, v
+        )
         return (params, m, v), value
 
     zeros = jax.tree_util.tree_map(jnp.zeros_like, init)
     (params, _, _), trace = jax.jit(lambda s: jax.lax.scan(step, s, jnp.arange(steps, dtype=jnp.float64)))(
-        (init, zeros, zeros))
+        (init, zeros, zeros)
+    )
     return params, np.asarray(trace)
 
 
@@ -141,25 +154,38 @@ def _run(key, out_dir, steps: int, n_runs: int, progress: bool) -> dict:
     ax2.set_ylim(0, 1.45 * max(table[n][o] / best[o] for n in names for o in OBJECTIVES))
     ax2.legend(fontsize=7, loc="upper left")
     save_figure(fig, out / "draft_design.png", dpi=130)
-    result = {"figure": "Draft design: distillation vs rejections vs latency objectives", "key": describe_key(key),
-              "instance": {"T": T, "V": V, "target_rows": f"Dirichlet({CONCENTRATION})", "draft_rank": RANK},
-              "K": K, "cost_ratio": COST, "steps": steps, "objectives": list(OBJECTIVES), "table": table,
-              "relative_to_best": {n: {o: table[n][o] / best[o] for o in OBJECTIVES} for n in names},
-              "simulation_check": checks, "n_runs": n_runs, "uniform_draft_mean_tv": target_tv}
+    result = {
+        "figure": "Draft design: distillation vs rejections vs latency objectives",
+        "key": describe_key(key),
+        "instance": {"T": T, "V": V, "target_rows": f"Dirichlet({CONCENTRATION})", "draft_rank": RANK},
+        "K": K,
+        "cost_ratio": COST,
+        "steps": steps,
+        "objectives": list(OBJECTIVES),
+        "table": table,
+        "relative_to_best": {n: {o: table[n][o] / best[o] for o in OBJECTIVES} for n in names},
+        "simulation_check": checks,
+        "n_runs": n_runs,
+        "uniform_draft_mean_tv": target_tv,
+    }
     write_json(result, out / "draft_design.json")
     return result
 
 
 def summary(result: dict) -> str:
     objs = result["objectives"]
-    lines = [f"Draft design — rank-{result['instance']['draft_rank']} draft vs a V={result['instance']['V']} "
-             f"stationary target, T={result['instance']['T']}; per token: " + " | ".join(objs),
-             f"  {'draft':34s}" + "".join(f"{o.split(' (')[0]:>22s}" for o in objs)]
+    lines = [
+        f"Draft design — rank-{result['instance']['draft_rank']} draft vs a V={result['instance']['V']} "
+        f"stationary target, T={result['instance']['T']}; per token: " + " | ".join(objs),
+        f"  {'draft':34s}" + "".join(f"{o.split(' (')[0]:>22s}" for o in objs),
+    ]
     for name, row in result["table"].items():
         lines.append(f"  {name:34s}" + "".join(f"{row[o]:22.4f}" for o in objs))
     for name, c in result["simulation_check"].items():
-        lines.append(f"  fit {name.split(' (')[0]}: E[N_rej] exact {c['exact']:.3f}, simulated {c['simulated']:.3f} "
-                     f"± {c['se']:.3f} (z {c['z']:+.2f})")
+        lines.append(
+            f"  fit {name.split(' (')[0]}: E[N_rej] exact {c['exact']:.3f}, simulated {c['simulated']:.3f} "
+            f"± {c['se']:.3f} (z {c['z']:+.2f})"
+        )
     return "\n".join(lines)
 
 
@@ -169,11 +195,21 @@ def claims(result: dict) -> list[dict]:
     objs, T = result["objectives"], result["instance"]["T"]
     rows = []
     for name, check in result["simulation_check"].items():
-        rows.append(claim(f"draft fitted by {name}: KL / rejections / latency per token", paper=PAPER.get(name),
-                          theory=" / ".join(f"{result['table'][name][o]:.3f}" for o in objs),
-                          simulation=f"rejections {pm(check['simulated'] / T, check['se'] / T, 4)} "
-                                     f"(z = {signed(check['z'])}, {result['n_runs']:,} runs)"))
+        rows.append(
+            claim(
+                f"draft fitted by {name}: KL / rejections / latency per token",
+                paper=PAPER.get(name),
+                theory=" / ".join(f"{result['table'][name][o]:.3f}" for o in objs),
+                simulation=f"rejections {pm(check['simulated'] / T, check['se'] / T, 4)} "
+                f"(z = {signed(check['z'])}, {result['n_runs']:,} runs)",
+            )
+        )
     kl = result["relative_to_best"][objs[0]]
-    rows.append(claim("distilled draft: rejections / latency above the best fit's", paper="open: which objective "
-                      "gives the fastest draft", theory=" / ".join(f"{kl[o] - 1:+.0%}" for o in objs[1:])))
+    rows.append(
+        claim(
+            "distilled draft: rejections / latency above the best fit's",
+            paper="open: which objective gives the fastest draft",
+            theory=" / ".join(f"{kl[o] - 1:+.0%}" for o in objs[1:]),
+        )
+    )
     return rows

@@ -41,8 +41,21 @@ def theta_grid(inst: MarkovInstance, div: str) -> np.ndarray:
 
 def sweep(inst: MarkovInstance, div: str, *, sequence_div: bool = True) -> dict:
     """One row per ``θ``: the bound, the same-kind sequence divergence (if enumerable) and both KLs."""
-    rows = {k: [] for k in ("theta", "draft_fraction", "draft_fraction_target", "bound", "bound_target",
-                            "divergence", "holds", "holds_target", "kl_forward", "kl_reverse")}
+    rows = {
+        k: []
+        for k in (
+            "theta",
+            "draft_fraction",
+            "draft_fraction_target",
+            "bound",
+            "bound_target",
+            "divergence",
+            "holds",
+            "holds_target",
+            "kl_forward",
+            "kl_reverse",
+        )
+    }
     for theta in theta_grid(inst, div):
         theta = float(theta)
         prof = fuzzy_profile(inst, theta, div)
@@ -54,10 +67,18 @@ def sweep(inst: MarkovInstance, div: str, *, sequence_div: bool = True) -> dict:
             d, holds, holds_t = chk.divergence, chk.holds, chk.holds_target
         else:
             d, holds, holds_t = None, None, None
-        for k, v in (("theta", theta), ("draft_fraction", prof.draft_fraction),
-                     ("draft_fraction_target", prof.draft_fraction_target), ("bound", prof.bound),
-                     ("bound_target", prof.bound_target), ("divergence", d), ("holds", holds),
-                     ("holds_target", holds_t), ("kl_forward", prof.kl_forward), ("kl_reverse", prof.kl_reverse)):
+        for k, v in (
+            ("theta", theta),
+            ("draft_fraction", prof.draft_fraction),
+            ("draft_fraction_target", prof.draft_fraction_target),
+            ("bound", prof.bound),
+            ("bound_target", prof.bound_target),
+            ("divergence", d),
+            ("holds", holds),
+            ("holds_target", holds_t),
+            ("kl_forward", prof.kl_forward),
+            ("kl_reverse", prof.kl_reverse),
+        ):
             rows[k].append(v)
     return rows
 
@@ -69,12 +90,15 @@ def _tally(rows: dict) -> dict:
         d = np.array(rows["divergence"], dtype=np.float64)
         ratio = np.divide(d, bound, out=np.zeros_like(d), where=bound > 0)
         k = int(np.argmax(ratio))
-        out.update({
-            "fails": int(sum(not h for h in rows["holds"])),
-            "fails_with_target_draft_fraction": int(sum(not h for h in rows["holds_target"])),
-            "max_ratio": float(ratio[k]), "theta_at_max_ratio": rows["theta"][k],
-            "failing_theta": [t for t, h in zip(rows["theta"], rows["holds"]) if not h],
-        })
+        out.update(
+            {
+                "fails": int(sum(not h for h in rows["holds"])),
+                "fails_with_target_draft_fraction": int(sum(not h for h in rows["holds_target"])),
+                "max_ratio": float(ratio[k]),
+                "theta_at_max_ratio": rows["theta"][k],
+                "failing_theta": [t for t, h in zip(rows["theta"], rows["holds"]) if not h],
+            }
+        )
     for name in ("kl_forward", "kl_reverse"):
         x = np.array(rows[name])
         out[f"{name}_exceeds_bound"] = int(np.sum(x > bound + 1e-12 * np.maximum(1, bound)))
@@ -104,10 +128,17 @@ def run(key=0, out_dir: str | Path = "results") -> dict:
     adv, adv_short = adversarial_instance(T_SMALL), adversarial_instance(2)
 
     result = {
-        "figure": "[FSD] §4.2 bound, exact check", "key": describe_key(key),
-        "instance": {"T": T_SMALL, "V": V_SMALL, "rows": "dirichlet", "concentration": CONCENTRATION,
-                     "file": "fsd_bound_instance.npz"},
-        "seeded": {}, "seeded_summary": {},
+        "figure": "[FSD] §4.2 bound, exact check",
+        "key": describe_key(key),
+        "instance": {
+            "T": T_SMALL,
+            "V": V_SMALL,
+            "rows": "dirichlet",
+            "concentration": CONCENTRATION,
+            "file": "fsd_bound_instance.npz",
+        },
+        "seeded": {},
+        "seeded_summary": {},
         "adversarial": {"T": T_SMALL, "kl": sweep(adv, "kl"), "js_T2": sweep(adv_short, "js")},
         "large": {"T": T_LARGE, "V": large.V, "rows": "uniform"},
     }
@@ -115,7 +146,10 @@ def run(key=0, out_dir: str | Path = "results") -> dict:
         rows = sweep(inst, div)
         result["seeded"][div] = rows
         result["seeded_summary"][div] = _tally(rows)
-    result["adversarial_summary"] = {"kl": _tally(result["adversarial"]["kl"]), "js_T2": _tally(result["adversarial"]["js_T2"])}
+    result["adversarial_summary"] = {
+        "kl": _tally(result["adversarial"]["kl"]),
+        "js_T2": _tally(result["adversarial"]["js_T2"]),
+    }
     result["adversarial_summary"]["kl_reverse_at_kl_threshold_1.7"] = fuzzy_profile(adv, 1.7, "kl").kl_reverse
     for div in ("kl", "kl_reverse"):
         result["large"][div] = _tally(sweep(large, div))
@@ -163,21 +197,31 @@ def run(key=0, out_dir: str | Path = "results") -> dict:
 
 
 def summary(result: dict) -> str:
-    lines = [f"[FSD] sequence-level bound Div(P_q, P_FSD) <= N·%draft·θ — exact, N={result['instance']['T']}, "
-             f"V={result['instance']['V']}, key {result['key']}"]
+    lines = [
+        f"[FSD] sequence-level bound Div(P_q, P_FSD) <= N·%draft·θ — exact, N={result['instance']['T']}, "
+        f"V={result['instance']['V']}, key {result['key']}"
+    ]
     for div, s in result["seeded_summary"].items():
         lines.append(
             f"  {LABEL[div]:8s} threshold: fails at {s['fails']}/{s['n_theta']} θ with FSD's %draft "
-            f"({s['fails_with_target_draft_fraction']} with the target's), max Div/bound {s['max_ratio']:.4f} at θ={s['theta_at_max_ratio']:.4g}; "
-            f"KL(P_q‖P_FSD) > bound at {s['kl_forward_exceeds_bound']}, KL(P_FSD‖P_q) > bound at {s['kl_reverse_exceeds_bound']}")
+            f"({s['fails_with_target_draft_fraction']} with the target's), max Div/bound {s['max_ratio']:.4f} at "
+            f"θ={s['theta_at_max_ratio']:.4g}; "
+            f"KL(P_q‖P_FSD) > bound at {s['kl_forward_exceeds_bound']}, KL(P_FSD‖P_q) > bound at "
+            f"{s['kl_reverse_exceeds_bound']}"
+        )
     a = result["adversarial_summary"]
-    lines.append(f"  two-state counterexample: KL threshold fails at {a['kl']['fails']}/{a['kl']['n_theta']} θ "
-                 f"(max ratio {a['kl']['max_ratio']:.3f}), JS (N=2) at {a['js_T2']['fails']}/{a['js_T2']['n_theta']} "
-                 f"(max ratio {a['js_T2']['max_ratio']:.3f}); KL(P_FSD‖P_q) = {a['kl_reverse_at_kl_threshold_1.7']} at θ=1.7")
+    lines.append(
+        f"  two-state counterexample: KL threshold fails at {a['kl']['fails']}/{a['kl']['n_theta']} θ "
+        f"(max ratio {a['kl']['max_ratio']:.3f}), JS (N=2) at {a['js_T2']['fails']}/{a['js_T2']['n_theta']} "
+        f"(max ratio {a['js_T2']['max_ratio']:.3f}); KL(P_FSD‖P_q) = {a['kl_reverse_at_kl_threshold_1.7']} at θ=1.7"
+    )
     for div in ("kl", "kl_reverse"):
         s = result["large"][div]
-        lines.append(f"  T={result['large']['T']} [Yin]-style instance, {LABEL[div]} threshold: fails at {s['fails']}/{s['n_theta']} "
-                     f"(max ratio {s['max_ratio']:.4f})")
+        lines.append(
+            f"  T={result['large']['T']} [Yin]-style instance, {LABEL[div]} threshold: fails at "
+            f"{s['fails']}/{s['n_theta']} "
+            f"(max ratio {s['max_ratio']:.4f})"
+        )
     return "\n".join(lines)
 
 
@@ -186,9 +230,15 @@ def _verdict(s: dict) -> str:
     if s["fails"] == 0:
         return f"holds at all {s['n_theta']} θ (max Div/bound {s['max_ratio']:.3f})"
     held = s["fails_with_target_draft_fraction"]
-    return (f"fails at {s['fails']} of {s['n_theta']} θ (max Div/bound {s['max_ratio']:.3f} at θ = "
-            f"{s['theta_at_max_ratio']:.3g}); " + ("holds at all with %draft along the target's chain" if held == 0
-                                                   else f"{held} with %draft along the target's chain"))
+    return (
+        f"fails at {s['fails']} of {s['n_theta']} θ (max Div/bound {s['max_ratio']:.3f} at θ = "
+        f"{s['theta_at_max_ratio']:.3g}); "
+        + (
+            "holds at all with %draft along the target's chain"
+            if held == 0
+            else f"{held} with %draft along the target's chain"
+        )
+    )
 
 
 def claims(result: dict) -> list[dict]:
@@ -196,14 +246,26 @@ def claims(result: dict) -> list[dict]:
     ``T = 50`` instance (all exact): the claims table of ``speculab report``."""
     paper = "Div(P_q, P_FSD) ≤ N·%draft·θ (§4.2, App. B)"
     size = f"N = {result['instance']['T']}, V = {result['instance']['V']}"
-    rows = [claim(f"{LABEL[div]} threshold: sequence {LABEL[div]} vs the bound ({size})", paper=paper,
-                  theory=_verdict(s)) for div, s in result["seeded_summary"].items()]
+    rows = [
+        claim(f"{LABEL[div]} threshold: sequence {LABEL[div]} vs the bound ({size})", paper=paper, theory=_verdict(s))
+        for div, s in result["seeded_summary"].items()
+    ]
     a = result["adversarial_summary"]
-    rows.append(claim(f"two-state counterexample (N = {result['adversarial']['T']}; JS at N = 2)", paper=paper,
-                      theory=f"KL(q‖p) threshold fails at {a['kl']['fails']} of {a['kl']['n_theta']} θ (ratio up to "
-                             f"{a['kl']['max_ratio']:.2f}); JS at {a['js_T2']['fails']} of {a['js_T2']['n_theta']} "
-                             f"(up to {a['js_T2']['max_ratio']:.2f})"))
+    rows.append(
+        claim(
+            f"two-state counterexample (N = {result['adversarial']['T']}; JS at N = 2)",
+            paper=paper,
+            theory=f"KL(q‖p) threshold fails at {a['kl']['fails']} of {a['kl']['n_theta']} θ (ratio up to "
+            f"{a['kl']['max_ratio']:.2f}); JS at {a['js_T2']['fails']} of {a['js_T2']['n_theta']} "
+            f"(up to {a['js_T2']['max_ratio']:.2f})",
+        )
+    )
     big = result["large"]
-    rows.append(claim(f"KL thresholds, [Yin]-style instance (N = {big['T']}, V = {big['V']})", paper=paper,
-                      theory="; ".join(f"{LABEL[div]}: {_verdict(big[div])}" for div in ("kl", "kl_reverse"))))
+    rows.append(
+        claim(
+            f"KL thresholds, [Yin]-style instance (N = {big['T']}, V = {big['V']})",
+            paper=paper,
+            theory="; ".join(f"{LABEL[div]}: {_verdict(big[div])}" for div in ("kl", "kl_reverse")),
+        )
+    )
     return rows

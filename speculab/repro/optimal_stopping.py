@@ -1,4 +1,5 @@
-"""[SDpp] Fig. 3 with the optimum on it: the best stopping rule vs SpecDec++'s threshold, fixed K and block verification.
+"""[SDpp] Fig. 3 with the optimum on it: the best stopping rule vs SpecDec++'s threshold, fixed K and block
+verification.
 
 [SDpp] Thm 4.3 proves the threshold rule optimal only up to an unknown ``Δ``. On a
 small instance of the kind :mod:`speculab.repro.specdecpp_fig3` uses (draft quality
@@ -51,40 +52,66 @@ def run(key=0, out_dir: str | Path = "results") -> dict:
     fixed = {K: lookahead_counts(inst, K) for K in range(1, MAX_K + 1)}
     block = {g: block_counts(inst, g) for g in range(1, MAX_K + 1)}
     # the counts of a rule that does not read the costs do not depend on them: one evaluation per h
-    thresholds = {float(h): stopping_counts(inst, SpecDecPP(float(h), max_K=MAX_K).adaptive_drafting(inst))
-                  for h in THRESHOLDS}
+    thresholds = {
+        float(h): stopping_counts(inst, SpecDecPP(float(h), max_K=MAX_K).adaptive_drafting(inst)) for h in THRESHOLDS
+    }
     rows = []
     for c in COST_RATIOS:
         best = optimal_stopping(inst, c, 1.0, MAX_K)
-        h_best, K_best, g_best = (min(family, key=lambda k: _time(family[k], c)) for family in (thresholds, fixed, block))
-        rows.append({
-            "c": c, "optimal": best.latency_per_token, "optimal_point": _point(best),
-            "optimal_drafts_per_round": best.draft_calls / best.oracle_calls,
-            "threshold": _time(thresholds[h_best], c), "h": h_best,
-            "fixed": _time(fixed[K_best], c), "K": K_best,
-            "block": _time(block[g_best], c), "block_K": g_best,
-            "autoregressive": 1.0,
-            "delta": _time(thresholds[h_best], c) - best.latency_per_token,
-        })
-    result = {"figure": "[SDpp] Fig. 3 with the optimal stopping rule (exact)", "key": describe_key(key),
-              "T": T, "V": V, "max_K": MAX_K, "rows": rows,
-              "fixed_points": {K: _point(v) for K, v in fixed.items()},
-              "threshold_points": {h: _point(v) for h, v in thresholds.items()}}
+        h_best, K_best, g_best = (
+            min(family, key=lambda k: _time(family[k], c)) for family in (thresholds, fixed, block)
+        )
+        rows.append(
+            {
+                "c": c,
+                "optimal": best.latency_per_token,
+                "optimal_point": _point(best),
+                "optimal_drafts_per_round": best.draft_calls / best.oracle_calls,
+                "threshold": _time(thresholds[h_best], c),
+                "h": h_best,
+                "fixed": _time(fixed[K_best], c),
+                "K": K_best,
+                "block": _time(block[g_best], c),
+                "block_K": g_best,
+                "autoregressive": 1.0,
+                "delta": _time(thresholds[h_best], c) - best.latency_per_token,
+            }
+        )
+    result = {
+        "figure": "[SDpp] Fig. 3 with the optimal stopping rule (exact)",
+        "key": describe_key(key),
+        "T": T,
+        "V": V,
+        "max_K": MAX_K,
+        "rows": rows,
+        "fixed_points": {K: _point(v) for K, v in fixed.items()},
+        "threshold_points": {h: _point(v) for h, v in thresholds.items()},
+    }
     fig, (left, right) = new_figure(ncols=2)
     fp = np.array([[p["discard_rate"], p["verification_rate"]] for p in result["fixed_points"].values()])
     tp = np.array([[p["discard_rate"], p["verification_rate"]] for p in result["threshold_points"].values()])
     left.plot(fp[:, 0], fp[:, 1], "o-", ms=3, label=f"fixed K = 1..{MAX_K}")
     left.plot(tp[:, 0], tp[:, 1], "-", lw=1.2, label="SpecDec++ threshold h (oracle head)")
     for r in rows:
-        left.plot(r["optimal_point"]["discard_rate"], r["optimal_point"]["verification_rate"], "*", ms=9,
-                  label=f"optimum at c = {r['c']}")
+        left.plot(
+            r["optimal_point"]["discard_rate"],
+            r["optimal_point"]["verification_rate"],
+            "*",
+            ms=9,
+            label=f"optimum at c = {r['c']}",
+        )
     left.set_xlabel("discard rate N_discarded / N")
     left.set_ylabel("verification rate N_target / N")
     left.set_title(f"T={T}, {V} tokens, max_K = {MAX_K} (key {describe_key(key)})")
     left.legend(fontsize=6)
     cs = [r["c"] for r in rows]
-    for name, style in (("optimal", "k*-"), ("threshold", "s-"), ("fixed", "o-"), ("block", "^-"),
-                        ("autoregressive", "--")):
+    for name, style in (
+        ("optimal", "k*-"),
+        ("threshold", "s-"),
+        ("fixed", "o-"),
+        ("block", "^-"),
+        ("autoregressive", "--"),
+    ):
         right.plot(cs, [r[name] for r in rows], style, ms=4, label=name)
     right.set_xlabel("t_draft / t_target")
     right.set_ylabel("latency per token (t_target = 1)")
@@ -97,13 +124,17 @@ def run(key=0, out_dir: str | Path = "results") -> dict:
 
 
 def summary(result: dict) -> str:
-    lines = [f"Optimal stopping vs SpecDec++'s threshold (key {result['key']}, T={result['T']}, V={result['V']}, "
-             f"max_K = {result['max_K']}): latency per token, t_target = 1",
-             "      c   optimum   threshold (h)      fixed (K)   block (K)    Δ = threshold − optimum"]
+    lines = [
+        f"Optimal stopping vs SpecDec++'s threshold (key {result['key']}, T={result['T']}, V={result['V']}, "
+        f"max_K = {result['max_K']}): latency per token, t_target = 1",
+        "      c   optimum   threshold (h)      fixed (K)   block (K)    Δ = threshold − optimum",
+    ]
     for r in result["rows"]:
-        lines.append(f"  {r['c']:5.2f}   {r['optimal']:.4f}   {r['threshold']:.4f} ({r['h']:.2f})   "
-                     f"{r['fixed']:.4f} ({r['K']})   {r['block']:.4f} ({r['block_K']})   "
-                     f"{r['delta']:.4f} ({r['delta'] / r['optimal']:+.1%})")
+        lines.append(
+            f"  {r['c']:5.2f}   {r['optimal']:.4f}   {r['threshold']:.4f} ({r['h']:.2f})   "
+            f"{r['fixed']:.4f} ({r['K']})   {r['block']:.4f} ({r['block_K']})   "
+            f"{r['delta']:.4f} ({r['delta'] / r['optimal']:+.1%})"
+        )
     return "\n".join(lines)
 
 
@@ -113,12 +144,22 @@ def claims(result: dict) -> list[dict]:
     rows = result["rows"]
     relative = [r["delta"] / r["optimal"] for r in rows]
     low, high = rows[int(np.argmin(relative))], rows[int(np.argmax(relative))]
-    out = [claim("Δ = best threshold − optimum, relative to the optimum", paper="Δ unknown (Thm 4.3)",
-                 theory=f"{low['delta'] / low['optimal']:+.1%} (c = {low['c']:g}) to "
-                        f"{high['delta'] / high['optimal']:+.1%} (c = {high['c']:g})")]
+    out = [
+        claim(
+            "Δ = best threshold − optimum, relative to the optimum",
+            paper="Δ unknown (Thm 4.3)",
+            theory=f"{low['delta'] / low['optimal']:+.1%} (c = {low['c']:g}) to "
+            f"{high['delta'] / high['optimal']:+.1%} (c = {high['c']:g})",
+        )
+    ]
     for r in rows:
-        out.append(claim(f"latency per token at c = t_draft/t_target = {r['c']:g}: optimum; best threshold (oracle "
-                         "head), fixed K, block K", paper="thresholds beat fixed K (Fig. 3); optimum unknown",
-                         theory=f"{r['optimal']:.3f}; h = {r['h']:.2f}: {r['threshold']:.3f}, K = {r['K']}: "
-                                f"{r['fixed']:.3f}, K = {r['block_K']}: {r['block']:.3f}"))
+        out.append(
+            claim(
+                f"latency per token at c = t_draft/t_target = {r['c']:g}: optimum; best threshold (oracle "
+                "head), fixed K, block K",
+                paper="thresholds beat fixed K (Fig. 3); optimum unknown",
+                theory=f"{r['optimal']:.3f}; h = {r['h']:.2f}: {r['threshold']:.3f}, K = {r['K']}: "
+                f"{r['fixed']:.3f}, K = {r['block_K']}: {r['block']:.3f}",
+            )
+        )
     return out

@@ -29,8 +29,13 @@ __all__ = ["build_report", "REPORT"]
 REPORT = "report.html"
 
 #: Column headings of a claims table.
-HEADINGS = {"quantity": "quantity", "paper": "paper's claim", "theory": "theory (exact)",
-            "simulation": "simulation", "measured": "measured (real models)"}
+HEADINGS = {
+    "quantity": "quantity",
+    "paper": "paper's claim",
+    "theory": "theory (exact)",
+    "simulation": "simulation",
+    "measured": "measured (real models)",
+}
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 24px; color: #1d1d1f; }
@@ -69,8 +74,10 @@ def _figure_result(folder: Path, name: str) -> dict | None:
 def _claims_table(rows: list[dict]) -> str:
     used = [c for c in CLAIM_COLUMNS if c == "quantity" or any(r[c] is not None for r in rows)]
     head = "".join(f"<th>{_e(HEADINGS[c])}</th>" for c in used)
-    body = "".join("<tr>" + "".join('<td class="none">—</td>' if r[c] is None else f"<td>{_e(r[c])}</td>"
-                                    for c in used) + "</tr>" for r in rows)
+    body = "".join(
+        "<tr>" + "".join('<td class="none">—</td>' if r[c] is None else f"<td>{_e(r[c])}</td>" for c in used) + "</tr>"
+        for r in rows
+    )
     return f'<table class="claims"><tr>{head}</tr>{body}</table>'
 
 
@@ -87,13 +94,16 @@ def _provenance_line(entry: dict) -> str:
     commit = f", commit {git['commit'][:10]}{' (modified)' if git.get('modified') else ''}" if git else ""
     params = ", ".join(f"{k}={v}" for k, v in entry.get("parameters", {}).items()) or "defaults"
     seconds = f"{entry['seconds']:.1f} s" if "seconds" in entry else "—"
-    return f"parameters: {params}; wall time {seconds}; speculab {env.get('speculab', '?')}{commit}; {entry.get('started', '')}"
+    version = env.get("speculab", "?")
+    return f"parameters: {params}; wall time {seconds}; speculab {version}{commit}; {entry.get('started', '')}"
 
 
 def _section(folder: Path, name: str, entry: dict | None, result: dict) -> str:
     mod = repro.get(name)
-    parts = [f'<section id="{_e(name)}"><h2>{_e(name)}: {_e(repro.FIGURES[name][1])}</h2>',
-             f'<p class="meta">{_e(_provenance_line(entry))}</p>']
+    parts = [
+        f'<section id="{_e(name)}"><h2>{_e(name)}: {_e(repro.FIGURES[name][1])}</h2>',
+        f'<p class="meta">{_e(_provenance_line(entry))}</p>',
+    ]
     for png in _images(folder, name, entry):
         data = base64.b64encode(png.read_bytes()).decode("ascii")
         parts.append(f'<div class="figure"><img alt="{_e(png.name)}" src="data:image/png;base64,{data}"></div>')
@@ -102,8 +112,10 @@ def _section(folder: Path, name: str, entry: dict | None, result: dict) -> str:
             parts.append(_claims_table(check_claims(mod.claims(result))))
         summary = mod.summary(result)
     except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
-        raise ValueError(f"{folder / (_stem(name) + '.json')} is not a result of {name} "
-                         f"({type(exc).__name__}: {exc}); rerun `speculab repro {name}`") from None
+        raise ValueError(
+            f"{folder / (_stem(name) + '.json')} is not a result of {name} "
+            f"({type(exc).__name__}: {exc}); rerun `speculab repro {name}`"
+        ) from None
     parts.append(f"<details><summary>summary</summary><pre>{_e(summary)}</pre></details></section>")
     return "\n".join(parts)
 
@@ -117,8 +129,10 @@ def _environment(data: dict) -> str:
     m = env.get("machine", {})
     memory = f", {m['memory_bytes'] / 2**30:.0f} GiB" if m.get("memory_bytes") else ""
     device = m.get("accelerator") or "CPU only"
-    return (f'<p class="meta">speculab {_e(env.get("speculab"))}, Python {_e(env.get("python"))}; {_e(libs)}<br>'
-            f'{_e(m.get("platform"))}, {_e(m.get("cpus"))} CPUs{_e(memory)}, {_e(device)}</p>')
+    return (
+        f'<p class="meta">speculab {_e(env.get("speculab"))}, Python {_e(env.get("python"))}; {_e(libs)}<br>'
+        f"{_e(m.get('platform'))}, {_e(m.get('cpus'))} CPUs{_e(memory)}, {_e(device)}</p>"
+    )
 
 
 #: What ``speculab validate --out DIR`` writes beside the reproductions (shown in its own section).
@@ -131,17 +145,33 @@ def _is_number(x) -> bool:
 
 #: The fields of ``validation.json``'s rows and the checks each value must pass.
 _VALIDATION_ROWS = {
-    "laws": {"method": lambda v: isinstance(v, str), "runs": lambda v: isinstance(v, int) and not isinstance(v, bool),
-             "lossless": lambda v: isinstance(v, bool), "refused": lambda v: isinstance(v, bool),
-             "ok": lambda v: isinstance(v, bool), "power": _is_number,
-             "first": lambda v: isinstance(v, list) and len(v) == 3 and all(map(_is_number, v)),
-             "joint": lambda v: isinstance(v, list) and len(v) == 3 and all(map(_is_number, v)),
-             "detectable": lambda v: isinstance(v, list) and len(v) == 2 and all(map(_is_number, v))},
-    "compare": {"method": lambda v: isinstance(v, str), "quantity": lambda v: isinstance(v, str),
-                "predicted": _is_number, "measured": _is_number, "z": _is_number,
-                "holds": lambda v: v is None or isinstance(v, bool), "gates": lambda v: isinstance(v, bool)},
-    "speed": {"what": lambda v: isinstance(v, str), "tokens": lambda v: isinstance(v, int) and not isinstance(v, bool),
-              "seconds": _is_number, "tokens_per_second": _is_number, "note": lambda v: isinstance(v, str)},
+    "laws": {
+        "method": lambda v: isinstance(v, str),
+        "runs": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "lossless": lambda v: isinstance(v, bool),
+        "refused": lambda v: isinstance(v, bool),
+        "ok": lambda v: isinstance(v, bool),
+        "power": _is_number,
+        "first": lambda v: isinstance(v, list) and len(v) == 3 and all(map(_is_number, v)),
+        "joint": lambda v: isinstance(v, list) and len(v) == 3 and all(map(_is_number, v)),
+        "detectable": lambda v: isinstance(v, list) and len(v) == 2 and all(map(_is_number, v)),
+    },
+    "compare": {
+        "method": lambda v: isinstance(v, str),
+        "quantity": lambda v: isinstance(v, str),
+        "predicted": _is_number,
+        "measured": _is_number,
+        "z": _is_number,
+        "holds": lambda v: v is None or isinstance(v, bool),
+        "gates": lambda v: isinstance(v, bool),
+    },
+    "speed": {
+        "what": lambda v: isinstance(v, str),
+        "tokens": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "seconds": _is_number,
+        "tokens_per_second": _is_number,
+        "note": lambda v: isinstance(v, str),
+    },
 }
 _LATENCY = ("predicted", "measured", "error")
 
@@ -163,8 +193,11 @@ def _validation(folder: Path) -> dict | None:
 
 
 def _validation_problem(data) -> str | None:
-    if not isinstance(data, dict) or not isinstance(data.get("settings"), dict) or \
-            not isinstance(data.get("passed"), bool):
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("settings"), dict)
+        or not isinstance(data.get("passed"), bool)
+    ):
         return "no settings or verdict"
     for key, fields in _VALIDATION_ROWS.items():
         rows = data.get(key)
@@ -192,29 +225,67 @@ def _validation_section(data: dict) -> str:
     """The backend's validation on a device: its verdict, law tests, compare rows and timings."""
     s = data["settings"]
     verdict = "passed" if data["passed"] else "FAILED"
-    parts = ['<section id="validation"><h2>validation: the real-model backend on a device</h2>',
-             f'<p class="meta">{_e(s.get("pair"))} pair on {_e(s.get("device"))} ({_e(s.get("device_name"))}, '
-             f'{_e(s.get("dtype"))}, torch {_e(s.get("torch"))}): <b>{verdict}</b>; '
-             f'{_e(s.get("runs"))} runs per law test (<code>speculab validate</code>)</p>',
-             _table(["method", "first token: G (df), p", "first tokens: G (df), p", "refused", "power vs the control",
-                     "TV refused w.p. 0.99", "as it should"],
-                    [[r["method"], "{:.1f} ({}), {:.2g}".format(*r["first"]), "{:.1f} ({}), {:.2g}".format(*r["joint"]),
-                      "yes" if r["refused"] else "no", f'{r["power"]:.3f}', "{:.3f}, {:.3f}".format(*r["detectable"]),
-                      "✓" if r["ok"] else "✗"] for r in data["laws"]])]
+    parts = [
+        '<section id="validation"><h2>validation: the real-model backend on a device</h2>',
+        f'<p class="meta">{_e(s.get("pair"))} pair on {_e(s.get("device"))} ({_e(s.get("device_name"))}, '
+        f"{_e(s.get('dtype'))}, torch {_e(s.get('torch'))}): <b>{verdict}</b>; "
+        f"{_e(s.get('runs'))} runs per law test (<code>speculab validate</code>)</p>",
+        _table(
+            [
+                "method",
+                "first token: G (df), p",
+                "first tokens: G (df), p",
+                "refused",
+                "power vs the control",
+                "TV refused w.p. 0.99",
+                "as it should",
+            ],
+            [
+                [
+                    r["method"],
+                    "{:.1f} ({}), {:.2g}".format(*r["first"]),
+                    "{:.1f} ({}), {:.2g}".format(*r["joint"]),
+                    "yes" if r["refused"] else "no",
+                    f"{r['power']:.3f}",
+                    "{:.3f}, {:.3f}".format(*r["detectable"]),
+                    "✓" if r["ok"] else "✗",
+                ]
+                for r in data["laws"]
+            ],
+        ),
+    ]
     if data["compare"]:
-        parts.append(_table(["method", "quantity", "predicted", "measured", "z"],
-                            [[r["method"], r["quantity"] + ("" if r["gates"] else " (model check)"),
-                              f'{r["predicted"]:.4g}', f'{r["measured"]:.4g}',
-                              f'{r["z"]:+.2f}' if math.isfinite(r["z"]) else ("holds" if r["holds"] else "fails")]
-                             for r in data["compare"]]))
+        parts.append(
+            _table(
+                ["method", "quantity", "predicted", "measured", "z"],
+                [
+                    [
+                        r["method"],
+                        r["quantity"] + ("" if r["gates"] else " (model check)"),
+                        f"{r['predicted']:.4g}",
+                        f"{r['measured']:.4g}",
+                        f"{r['z']:+.2f}" if math.isfinite(r["z"]) else ("holds" if r["holds"] else "fails"),
+                    ]
+                    for r in data["compare"]
+                ],
+            )
+        )
     if data["speed"]:
-        parts.append(_table(["timed", "tokens / s", "tokens", "seconds"],
-                            [[r["what"], f'{r["tokens_per_second"]:,.0f}', f'{r["tokens"]:,}', f'{r["seconds"]:.2f}']
-                             for r in data["speed"]]))
+        parts.append(
+            _table(
+                ["timed", "tokens / s", "tokens", "seconds"],
+                [
+                    [r["what"], f"{r['tokens_per_second']:,.0f}", f"{r['tokens']:,}", f"{r['seconds']:.2f}"]
+                    for r in data["speed"]
+                ],
+            )
+        )
     lat = data.get("latency")
     if isinstance(lat, dict):
-        parts.append(f'<p>latency model: SD speed-up over autoregressive decoding predicted {lat["predicted"]:.3f}, '
-                     f'measured {lat["measured"]:.3f} (error {lat["error"]:+.1%})</p>')
+        parts.append(
+            f"<p>latency model: SD speed-up over autoregressive decoding predicted {lat['predicted']:.3f}, "
+            f"measured {lat['measured']:.3f} (error {lat['error']:+.1%})</p>"
+        )
     parts.append("</section>")
     return "\n".join(parts)
 
@@ -234,15 +305,22 @@ def build_report(out_dir: str | os.PathLike = "results", path: str | os.PathLike
     for name, entry in data["figures"].items():
         changed = changed_files(folder, entry) if entry["status"] == "ok" else []  # read_provenance: digests there
         if changed:
-            raise ValueError(f"{folder / changed[0]} is not the file `speculab repro {name}` wrote (its sha256 in "
-                             f"{folder / 'provenance.json'} differs, or it is missing): run the figure again")
+            raise ValueError(
+                f"{folder / changed[0]} is not the file `speculab repro {name}` wrote (its sha256 in "
+                f"{folder / 'provenance.json'} differs, or it is missing): run the figure again"
+            )
     results = {name: _figure_result(folder, name) for name in repro.FIGURES}
     # a figure is shown only as its recorded run wrote it: a result without a record is not vouched for
-    shown = [name for name in repro.FIGURES if results[name] is not None
-             and data["figures"].get(name, {}).get("status") == "ok"]
+    shown = [
+        name
+        for name in repro.FIGURES
+        if results[name] is not None and data["figures"].get(name, {}).get("status") == "ok"
+    ]
     if not shown and validation is None:
-        raise ValueError(f"no reproductions in {folder}: run `speculab repro all --out {folder}` (or "
-                         f"`speculab validate --out {folder}`) first")
+        raise ValueError(
+            f"no reproductions in {folder}: run `speculab repro all --out {folder}` (or "
+            f"`speculab validate --out {folder}`) first"
+        )
     overview = ["<tr><th>figure</th><th>status</th><th>wall time</th><th>what</th></tr>"]
     not_run = (data.get("all") or {}).get("skipped", {})
     for name in repro.FIGURES:
@@ -252,31 +330,42 @@ def build_report(out_dir: str | os.PathLike = "results", path: str | os.PathLike
         if name in shown:
             status = '<a href="#{0}">shown</a>'.format(_e(name))
         elif results[name] is not None and not entry:
-            status = (f'<span class="skipped">not shown: {_e(_stem(name))}.json has no record in provenance.json '
-                      f'(run <code>speculab repro {_e(name)}</code>)</span>')
+            status = (
+                f'<span class="skipped">not shown: {_e(_stem(name))}.json has no record in provenance.json '
+                f"(run <code>speculab repro {_e(name)}</code>)</span>"
+            )
         elif entry and entry["status"] in ("skipped", "failed"):
             reason = entry.get("reason") or entry.get("error", "")
             status = f'<span class="{entry["status"]}">{entry["status"]}: {_e(reason)}</span>'
         else:
             continue
         seconds = f"{entry['seconds']:.1f} s" if entry and "seconds" in entry else "—"
-        overview.append(f"<tr><td>{_e(name)}</td><td>{status}</td><td>{seconds}</td>"
-                        f"<td>{_e(repro.FIGURES[name][1])}</td></tr>")
+        overview.append(
+            f"<tr><td>{_e(name)}</td><td>{status}</td><td>{seconds}</td><td>{_e(repro.FIGURES[name][1])}</td></tr>"
+        )
     run = data.get("all")
-    total = (f"; last <code>speculab repro all</code>: {run['wall_seconds'] / 60:.1f} min wall time"
-             if run and "wall_seconds" in run else "")
+    total = (
+        f"; last <code>speculab repro all</code>: {run['wall_seconds'] / 60:.1f} min wall time"
+        if run and "wall_seconds" in run
+        else ""
+    )
     generated = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    page = "\n".join([
-        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-        "<title>speculab report</title>", f"<style>{STYLE}</style></head><body>",
-        "<h1>speculab: reproductions</h1>" if shown else "<h1>speculab: validation</h1>",
-        f'<p class="meta">{len(shown)} figures from {_e(folder.resolve())}, report generated {generated}{total}</p>',
-        _environment(data),
-        f'<table class="overview">{"".join(overview)}</table>' if len(overview) > 1 else "",
-        _validation_section(validation) if validation is not None else "",
-        *(_section(folder, name, data["figures"].get(name), results[name]) for name in shown),
-        "</body></html>",
-    ])
+    page = "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html lang="en"><head><meta charset="utf-8">',
+            "<title>speculab report</title>",
+            f"<style>{STYLE}</style></head><body>",
+            "<h1>speculab: reproductions</h1>" if shown else "<h1>speculab: validation</h1>",
+            f'<p class="meta">{len(shown)} figures from {_e(folder.resolve())}, '
+            f"report generated {generated}{total}</p>",
+            _environment(data),
+            f'<table class="overview">{"".join(overview)}</table>' if len(overview) > 1 else "",
+            _validation_section(validation) if validation is not None else "",
+            *(_section(folder, name, data["figures"].get(name), results[name]) for name in shown),
+            "</body></html>",
+        ]
+    )
     target = Path(path) if path is not None else folder / REPORT
     if target.is_dir() or not target.parent.is_dir():
         raise ValueError(f"path {target} must be a file in an existing folder")

@@ -37,16 +37,34 @@ from speculab import repro
 from speculab._files import atomic_path
 from speculab.repro._io import jsonable
 
-__all__ = ["PROVENANCE", "environment", "missing", "parameters", "resume_folder", "run_figure", "run_all",
-           "read_provenance"]
+__all__ = [
+    "PROVENANCE",
+    "environment",
+    "missing",
+    "parameters",
+    "resume_folder",
+    "run_figure",
+    "run_all",
+    "read_provenance",
+]
 
 #: The provenance file's name inside a reproduction's output folder.
 PROVENANCE = "provenance.json"
 FORMAT = "speculab-provenance/1"
 
 #: The libraries whose versions are recorded.
-LIBRARIES = ("numpy", "scipy", "matplotlib", "array-api-compat", "torch", "transformers", "safetensors", "jax",
-             "jaxlib", "tqdm")
+LIBRARIES = (
+    "numpy",
+    "scipy",
+    "matplotlib",
+    "array-api-compat",
+    "torch",
+    "transformers",
+    "safetensors",
+    "jax",
+    "jaxlib",
+    "tqdm",
+)
 
 #: What a real-model reproduction (one taking ``draft``) imports beyond speculab's own requirements.
 REAL_MODELS = ("torch", "transformers", "safetensors")
@@ -68,10 +86,16 @@ def _git_commit() -> dict | None:
     if not (root / ".git").exists():
         return None
     try:
-        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
     return {"commit": commit, "modified": bool(dirty)}
@@ -102,9 +126,14 @@ def environment() -> dict:
         "git": _git_commit(),
         "python": platform.python_version(),
         "libraries": {name: _version(name) for name in LIBRARIES},
-        "machine": {"platform": platform.platform(), "processor": platform.machine(), "cpus": os.cpu_count(),
-                    "memory_bytes": _memory_bytes(), "accelerator": _accelerator(),
-                    "torch_threads": sys.modules["torch"].get_num_threads() if "torch" in sys.modules else None},
+        "machine": {
+            "platform": platform.platform(),
+            "processor": platform.machine(),
+            "cpus": os.cpu_count(),
+            "memory_bytes": _memory_bytes(),
+            "accelerator": _accelerator(),
+            "torch_threads": sys.modules["torch"].get_num_threads() if "torch" in sys.modules else None,
+        },
     }
 
 
@@ -131,8 +160,11 @@ def parameters(name: str, **overrides) -> dict:
     """What figure ``name`` computes with: its ``run``'s defaults, with ``overrides`` (``None`` values ignored)
     applied. An override the figure does not take is refused, naming it."""
     signature = inspect.signature(repro.get(name).run)
-    params = {k: v.default for k, v in signature.parameters.items()
-              if k not in NOT_PARAMETERS and v.default is not inspect.Parameter.empty}
+    params = {
+        k: v.default
+        for k, v in signature.parameters.items()
+        if k not in NOT_PARAMETERS and v.default is not inspect.Parameter.empty
+    }
     for k, v in overrides.items():
         if v is None:
             continue
@@ -154,19 +186,23 @@ def read_provenance(out_dir: str | os.PathLike) -> dict:
         raise ValueError(f"{path} is not a speculab provenance file ({exc}){_REPAIR}") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("figures"), dict):
         raise ValueError(f"{path} is not a speculab provenance file (format {FORMAT!r} expected){_REPAIR}")
-    if not all(isinstance(e, dict) and isinstance(e.get("status"), str) for e in data["figures"].values()) or \
-            not isinstance(data.get("all", {}), dict):
-        raise ValueError(f"{path} is not a speculab provenance file (an entry is not a record with a status)"
-                         f"{_REPAIR}")
+    if not all(
+        isinstance(e, dict) and isinstance(e.get("status"), str) for e in data["figures"].values()
+    ) or not isinstance(data.get("all", {}), dict):
+        raise ValueError(f"{path} is not a speculab provenance file (an entry is not a record with a status){_REPAIR}")
     for name, entry in data["figures"].items():
         files, digests = entry.get("files", []), entry.get("sha256", {})
         if not isinstance(files, list) or not all(plain_name(f) for f in files):
             bad = files if not isinstance(files, list) else [f for f in files if not plain_name(f)]
-            raise ValueError(f"{path}: figure {name!r} lists files that are not plain names in its folder: {bad!r}"
-                             f"{_REPAIR}")
+            raise ValueError(
+                f"{path}: figure {name!r} lists files that are not plain names in its folder: {bad!r}{_REPAIR}"
+            )
         needed = files if entry["status"] == "ok" or "sha256" in entry else []  # a finished figure's files, all
-        if not isinstance(digests, dict) or set(digests) != set(needed) or not all(
-                isinstance(d, str) and re.fullmatch("[0-9a-f]{64}", d) for d in digests.values()):
+        if (
+            not isinstance(digests, dict)
+            or set(digests) != set(needed)
+            or not all(isinstance(d, str) and re.fullmatch("[0-9a-f]{64}", d) for d in digests.values())
+        ):
             raise ValueError(f"{path}: figure {name!r} has no valid sha256 for each of its files{_REPAIR}")
     return data
 
@@ -177,8 +213,13 @@ _REPAIR = " (remove or repair the file: a figure run again records itself anew)"
 def plain_name(name) -> bool:
     """Whether ``name`` is a plain, visible file name (no folder part, not absolute, not ``..``): what a
     provenance record may list (a file read is also refused if it is a link: :func:`changed_files`)."""
-    return (isinstance(name, str) and name not in ("", ".", "..") and not name.startswith(".")
-            and not any(c in name for c in "/\\\0") and not os.path.isabs(name))
+    return (
+        isinstance(name, str)
+        and name not in ("", ".", "..")
+        and not name.startswith(".")
+        and not any(c in name for c in "/\\\0")
+        and not os.path.isabs(name)
+    )
 
 
 def sha256(path: Path) -> str:
@@ -195,8 +236,11 @@ def changed_files(out_dir: str | os.PathLike, entry: dict) -> list[str]:
     the results folder's own) or differ from what its run wrote (all of them for an entry recorded without
     digests)."""
     out, digests = Path(out_dir), entry.get("sha256", {})
-    return [f for f in entry.get("files", []) if f not in digests or (out / f).is_symlink()
-            or not (out / f).is_file() or sha256(out / f) != digests[f]]
+    return [
+        f
+        for f in entry.get("files", [])
+        if f not in digests or (out / f).is_symlink() or not (out / f).is_file() or sha256(out / f) != digests[f]
+    ]
 
 
 def _write_provenance(out_dir: Path, data: dict) -> None:
@@ -217,8 +261,11 @@ def _now() -> str:
 
 def _written(out_dir: Path, since: float) -> list[str]:
     """The files of ``out_dir`` (not its hidden resume folders) written at or after ``since``."""
-    return sorted(p.name for p in out_dir.iterdir()
-                  if p.is_file() and not p.name.startswith(".") and p.name != PROVENANCE and p.stat().st_mtime >= since)
+    return sorted(
+        p.name
+        for p in out_dir.iterdir()
+        if p.is_file() and not p.name.startswith(".") and p.name != PROVENANCE and p.stat().st_mtime >= since
+    )
 
 
 def resume_folder(out_dir: str | os.PathLike, name: str) -> Path:
@@ -238,8 +285,9 @@ def _folder(out_dir) -> Path:
     return out
 
 
-def run_figure(name: str, out_dir: str | os.PathLike = "results", *, progress: bool = False, resume: bool = False,
-               **overrides) -> tuple[dict, dict]:
+def run_figure(
+    name: str, out_dir: str | os.PathLike = "results", *, progress: bool = False, resume: bool = False, **overrides
+) -> tuple[dict, dict]:
     """Run reproduction ``name`` with ``overrides`` (``key``, ``n_runs``, ``draft``, ``target``; ``None`` keeps
     the default) and record it in ``OUT/provenance.json``. Returns ``(result, entry)``: the reproduction's JSON
     content and its provenance entry.
@@ -263,13 +311,21 @@ def run_figure(name: str, out_dir: str | os.PathLike = "results", *, progress: b
         with resumable(resume_folder(out, name), resume=resume):
             result = mod.run(out_dir=out, **kwargs)
     except Exception as exc:
-        entry.update(status="failed", error=f"{type(exc).__name__}: {exc}", seconds=time.perf_counter() - t0,
-                     environment=environment())
+        entry.update(
+            status="failed",
+            error=f"{type(exc).__name__}: {exc}",
+            seconds=time.perf_counter() - t0,
+            environment=environment(),
+        )
         _record(out, name, entry)
         raise
     files = _written(out, started)
-    entry.update(seconds=time.perf_counter() - t0, files=files, sha256={f: sha256(out / f) for f in files},
-                 environment=environment())
+    entry.update(
+        seconds=time.perf_counter() - t0,
+        files=files,
+        sha256={f: sha256(out / f) for f in files},
+        environment=environment(),
+    )
     _record(out, name, entry)
     return result, entry
 
@@ -284,8 +340,16 @@ def _done(previous: dict | None, params: dict, out: Path, code: dict) -> bool:
     return same_code and bool(previous.get("files")) and not changed_files(out, previous)
 
 
-def run_all(out_dir: str | os.PathLike = "results", *, only=None, skip=(), key=None, progress: bool = True,
-            resume: bool = False, echo=print) -> dict:
+def run_all(
+    out_dir: str | os.PathLike = "results",
+    *,
+    only=None,
+    skip=(),
+    key=None,
+    progress: bool = True,
+    resume: bool = False,
+    echo=print,
+) -> dict:
     """Run every reproduction that can run here (or those in ``only``, less ``skip``), in :data:`FIGURES` order,
     each with its defaults (``key`` overrides every seed), writing into ``out_dir``.
 
@@ -324,8 +388,17 @@ def run_all(out_dir: str | os.PathLike = "results", *, only=None, skip=(), key=N
             reason = missing(name)
             if reason is not None:
                 run["skipped"][name] = reason
-                _record(out, name, {"status": "skipped", "reason": reason, "parameters": plans[name],
-                                    "started": _now(), "environment": environment()})
+                _record(
+                    out,
+                    name,
+                    {
+                        "status": "skipped",
+                        "reason": reason,
+                        "parameters": plans[name],
+                        "started": _now(),
+                        "environment": environment(),
+                    },
+                )
                 echo(f"skipped {name}: {reason}")
             elif resume and _done(recorded.get(name), plans[name], out, code):
                 run["kept"].append(name)
@@ -333,8 +406,13 @@ def run_all(out_dir: str | os.PathLike = "results", *, only=None, skip=(), key=N
             else:
                 folder = resume_folder(out, name)  # the figure under way when the run was interrupted
                 try:
-                    _, entry = run_figure(name, out, progress=progress,
-                                          resume=resume and folder.is_dir() and any(folder.iterdir()), key=seeded[name])
+                    _, entry = run_figure(
+                        name,
+                        out,
+                        progress=progress,
+                        resume=resume and folder.is_dir() and any(folder.iterdir()),
+                        key=seeded[name],
+                    )
                 except Exception as exc:  # recorded by run_figure; the other figures still run
                     run["failed"][name] = f"{type(exc).__name__}: {exc}"
                     echo(f"FAILED  {name}: {type(exc).__name__}: {exc}")

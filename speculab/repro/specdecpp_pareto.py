@@ -12,7 +12,8 @@ draft-to-target cost ratio ``c = t_draft / t_target`` measured on this machine
 (:func:`speculab.backends.latency.fit_latency` on timed runs), counting the draft's
 forward passes ``F`` as they happen: in target-call units ``c · F/N + N_target/N``, which
 is eq. (5.1) when ``F = N_draft = N + N_discarded − N_target`` (SD; eq. (5.1)'s identity
-misses the rounds that end at the horizon with every draft kept and no target token) — SpecDec++ as SPEC §1 states it reads the hidden
+misses the rounds that end at the horizon with every draft kept and no target token) — SpecDec++ as SPEC §1 states it
+reads the hidden
 state of a round's last draft to stop, one forward pass more than [SDpp] Alg. 1, which
 drafts one more token from that pass (see :class:`~speculab.methods.SpecDecPP`).
 """
@@ -47,11 +48,14 @@ def _decode(pair, prompts, method, max_new_tokens: int, key) -> dict:
         forwards.append(pair.draft.forward_calls - before)
     c = Counts.concatenate(counts)
     n, F = c.tokens.astype(float), np.asarray(forwards, dtype=float)
-    return {"discard_rate": float(c.discarded.sum() / n.sum()), "verification_rate": float(c.oracle_calls.sum() / n.sum()),
-            "tokens_per_round": float(n.sum() / c.oracle_calls.sum()),
-            "draft_forwards_per_token": float(F.sum() / n.sum()),
-            "extra_forwards_per_token": float((F - c.draft_calls).sum() / n.sum()),
-            "_per_run": (F, c.draft_calls.astype(float), c.oracle_calls.astype(float), n)}
+    return {
+        "discard_rate": float(c.discarded.sum() / n.sum()),
+        "verification_rate": float(c.oracle_calls.sum() / n.sum()),
+        "tokens_per_round": float(n.sum() / c.oracle_calls.sum()),
+        "draft_forwards_per_token": float(F.sum() / n.sum()),
+        "extra_forwards_per_token": float((F - c.draft_calls).sum() / n.sum()),
+        "_per_run": (F, c.draft_calls.astype(float), c.oracle_calls.astype(float), n),
+    }
 
 
 def _add_latency(r: dict, c: float) -> None:
@@ -81,9 +85,17 @@ def _cost_ratio(pair, prompts, key) -> float:
     return float(model.draft(1) / model.target(1))
 
 
-def run(key=0, n_runs: int = 2, out_dir: str | Path = "results", progress: bool = False,
-        draft: str | None = None, target: str | None = None, max_new_tokens: int = 32) -> dict:
-    """Train the heads, decode ``n_runs`` runs of every held-out prompt per setting. Writes ``specdecpp_pareto.{png,json}``
+def run(
+    key=0,
+    n_runs: int = 2,
+    out_dir: str | Path = "results",
+    progress: bool = False,
+    draft: str | None = None,
+    target: str | None = None,
+    max_new_tokens: int = 32,
+) -> dict:
+    """Train the heads, decode ``n_runs`` runs of every held-out prompt per setting. Writes
+    ``specdecpp_pareto.{png,json}``
     and the heads as ``specdecpp_head_wrej*.safetensors``."""
     from speculab.backends import load_pair
     from speculab.backends.head_data import specdecpp_examples, specdecpp_targets
@@ -107,15 +119,15 @@ def run(key=0, n_runs: int = 2, out_dir: str | Path = "results", progress: bool 
     heads = {}
     for w_rej, train_seed, decode_seed in zip(W_REJ, keys[::2], keys[1::2]):
         y, w = specdecpp_targets(ex, w_rej)
-        config = HeadConfig(d_in=X.shape[1], kind="resnet", depth=DEPTH, lr=1e-3, epochs=100, patience=8,
-                            seed=train_seed % 2**31)
+        config = HeadConfig(
+            d_in=X.shape[1], kind="resnet", depth=DEPTH, lr=1e-3, epochs=100, patience=8, seed=train_seed % 2**31
+        )
         head = train_head(X, y, w, config=config, groups=ex.prefix)
         save_head(head, out / f"specdecpp_head_wrej{w_rej:g}.safetensors")
         points = []
         for h, s in zip(THRESHOLDS, spawn_seeds(decode_seed, len(THRESHOLDS))):
             points.append({"h": h, **_decode(pair, prompts, SpecDecPP(h, head=head, max_K=MAX_K), max_new_tokens, s)})
-        heads[f"{w_rej:g}"] = {"val_loss": head.metrics["val_loss"], "epochs": head.metrics["epochs"],
-                               "points": points}
+        heads[f"{w_rej:g}"] = {"val_loss": head.metrics["val_loss"], "epochs": head.metrics["epochs"], "points": points}
         say(f"  w_rej = {w_rej:g}: {len(points)} thresholds decoded")
     c = _cost_ratio(pair, default_prompts()[:4], cost_key)
 
@@ -124,26 +136,44 @@ def run(key=0, n_runs: int = 2, out_dir: str | Path = "results", progress: bool 
     for hd in heads.values():
         for r in hd["points"]:
             _add_latency(r, c)
-            r["dominates_some_K"] = any(r["discard_rate"] <= f["discard_rate"] and
-                                        r["verification_rate"] <= f["verification_rate"] for f in fixed.values())
-            r["dominated_by_some_K"] = any(f["discard_rate"] <= r["discard_rate"] and
-                                           f["verification_rate"] <= r["verification_rate"] for f in fixed.values())
+            r["dominates_some_K"] = any(
+                r["discard_rate"] <= f["discard_rate"] and r["verification_rate"] <= f["verification_rate"]
+                for f in fixed.values()
+            )
+            r["dominated_by_some_K"] = any(
+                f["discard_rate"] <= r["discard_rate"] and f["verification_rate"] <= r["verification_rate"]
+                for f in fixed.values()
+            )
     best_K = min(fixed, key=lambda K: fixed[K]["latency"])
     best_h = min(((w, r) for w, hd in heads.items() for r in hd["points"]), key=lambda wr: wr[1]["latency"])
-    free = min(((w, r) for w, hd in heads.items() for r in hd["points"]),
-               key=lambda wr: wr[1]["latency_without_stop_pass"])
-    result = {"figure": "[SDpp] Fig. 3 (analogue on real models)", "pair": pair.name, "key": describe_key(key),
-              "prompts": len(prompts), "max_new_tokens": max_new_tokens, "max_K": MAX_K, "depth": DEPTH,
-              "training_tokens": int(ex.p.size), "cost_ratio": c, "fixed_K": {str(K): r for K, r in fixed.items()},
-              "heads": heads, "best_fixed_K": {"K": best_K, "latency": fixed[best_K]["latency"]},
-              "best_threshold": {"w_rej": best_h[0], "h": best_h[1]["h"], "latency": best_h[1]["latency"]},
-              "latency_change": best_h[1]["latency"] / fixed[best_K]["latency"] - 1,
-              "best_threshold_without_stop_pass": {"w_rej": free[0], "h": free[1]["h"],
-                                                   "latency": free[1]["latency_without_stop_pass"],
-                                                   "latency_se": free[1]["latency_without_stop_pass_se"]},
-              # the two best settings decode independent runs: the gap in units of its standard error
-              "gap_in_se": (fixed[best_K]["latency"] - best_h[1]["latency"])
-              / float(np.hypot(fixed[best_K]["latency_se"], best_h[1]["latency_se"]))}
+    free = min(
+        ((w, r) for w, hd in heads.items() for r in hd["points"]), key=lambda wr: wr[1]["latency_without_stop_pass"]
+    )
+    result = {
+        "figure": "[SDpp] Fig. 3 (analogue on real models)",
+        "pair": pair.name,
+        "key": describe_key(key),
+        "prompts": len(prompts),
+        "max_new_tokens": max_new_tokens,
+        "max_K": MAX_K,
+        "depth": DEPTH,
+        "training_tokens": int(ex.p.size),
+        "cost_ratio": c,
+        "fixed_K": {str(K): r for K, r in fixed.items()},
+        "heads": heads,
+        "best_fixed_K": {"K": best_K, "latency": fixed[best_K]["latency"]},
+        "best_threshold": {"w_rej": best_h[0], "h": best_h[1]["h"], "latency": best_h[1]["latency"]},
+        "latency_change": best_h[1]["latency"] / fixed[best_K]["latency"] - 1,
+        "best_threshold_without_stop_pass": {
+            "w_rej": free[0],
+            "h": free[1]["h"],
+            "latency": free[1]["latency_without_stop_pass"],
+            "latency_se": free[1]["latency_without_stop_pass_se"],
+        },
+        # the two best settings decode independent runs: the gap in units of its standard error
+        "gap_in_se": (fixed[best_K]["latency"] - best_h[1]["latency"])
+        / float(np.hypot(fixed[best_K]["latency_se"], best_h[1]["latency_se"])),
+    }
     _plot(result, out)
     write_json(result, out / "specdecpp_pareto.json")
     return result
@@ -152,11 +182,19 @@ def run(key=0, n_runs: int = 2, out_dir: str | Path = "results", progress: bool 
 def _plot(result: dict, out: Path) -> None:
     fig, (ax,) = new_figure()
     fixed = result["fixed_K"]
-    ax.plot([r["discard_rate"] for r in fixed.values()], [r["verification_rate"] for r in fixed.values()], "ks--",
-            label="SD, fixed K = 1..8")
+    ax.plot(
+        [r["discard_rate"] for r in fixed.values()],
+        [r["verification_rate"] for r in fixed.values()],
+        "ks--",
+        label="SD, fixed K = 1..8",
+    )
     for w, hd in result["heads"].items():
-        ax.plot([r["discard_rate"] for r in hd["points"]], [r["verification_rate"] for r in hd["points"]], "o-",
-                label=f"SpecDec++ head, w_rej = {w}")
+        ax.plot(
+            [r["discard_rate"] for r in hd["points"]],
+            [r["verification_rate"] for r in hd["points"]],
+            "o-",
+            label=f"SpecDec++ head, w_rej = {w}",
+        )
     ax.set_xlabel("discard rate N_discarded / N")
     ax.set_ylabel("verification rate N_target / N")
     ax.set_title(f"[SDpp] Fig. 3 on the {result['pair']} pair (h ∈ {{{', '.join(map(str, THRESHOLDS))}}})")
@@ -166,30 +204,40 @@ def _plot(result: dict, out: Path) -> None:
 
 
 def summary(result: dict) -> str:
-    lines = [f"[SDpp] Fig. 3 on real models — {result['pair']} pair, {result['prompts']} completions per setting, "
-             f"head trained on {result['training_tokens']} tokens, key {result['key']}",
-             f"  cost ratio t_draft / t_target measured: {result['cost_ratio']:.3f}",
-             "  setting              discard  verification  tokens/round  extra draft passes/token  latency (target calls)"]
+    lines = [
+        f"[SDpp] Fig. 3 on real models — {result['pair']} pair, {result['prompts']} completions per setting, "
+        f"head trained on {result['training_tokens']} tokens, key {result['key']}",
+        f"  cost ratio t_draft / t_target measured: {result['cost_ratio']:.3f}",
+        "  setting              discard  verification  tokens/round  extra draft passes/token  latency (target calls)",
+    ]
     for K, r in result["fixed_K"].items():
-        lines.append(f"  SD K = {K:<13} {r['discard_rate']:7.3f}  {r['verification_rate']:12.3f}  "
-                     f"{r['tokens_per_round']:12.2f}  {r['extra_forwards_per_token']:24.3f}  "
-                     f"{r['latency']:.3f} ± {r['latency_se']:.3f}")
+        lines.append(
+            f"  SD K = {K:<13} {r['discard_rate']:7.3f}  {r['verification_rate']:12.3f}  "
+            f"{r['tokens_per_round']:12.2f}  {r['extra_forwards_per_token']:24.3f}  "
+            f"{r['latency']:.3f} ± {r['latency_se']:.3f}"
+        )
     for w, hd in result["heads"].items():
         for r in hd["points"]:
             mark = " dominates a K" if r["dominates_some_K"] else (" dominated" if r["dominated_by_some_K"] else "")
-            lines.append(f"  w_rej {w:<3} h = {r['h']:<5} {r['discard_rate']:7.3f}  {r['verification_rate']:12.3f}  "
-                         f"{r['tokens_per_round']:12.2f}  {r['extra_forwards_per_token']:24.3f}  "
-                         f"{r['latency']:.3f} ± {r['latency_se']:.3f}{mark}")
+            lines.append(
+                f"  w_rej {w:<3} h = {r['h']:<5} {r['discard_rate']:7.3f}  {r['verification_rate']:12.3f}  "
+                f"{r['tokens_per_round']:12.2f}  {r['extra_forwards_per_token']:24.3f}  "
+                f"{r['latency']:.3f} ± {r['latency_se']:.3f}{mark}"
+            )
     b, k = result["best_threshold"], result["best_fixed_K"]
-    lines.append(f"  best threshold (w_rej {b['w_rej']}, h = {b['h']}) vs best fixed K = {k['K']}: latency "
-                 f"{b['latency']:.3f} vs {k['latency']:.3f} ({result['latency_change']:+.1%}; the gap is "
-                 f"{result['gap_in_se']:.1f} standard errors, runs differing per prompt; the best of 16 thresholds "
-                 f"is picked on the same runs)")
+    lines.append(
+        f"  best threshold (w_rej {b['w_rej']}, h = {b['h']}) vs best fixed K = {k['K']}: latency "
+        f"{b['latency']:.3f} vs {k['latency']:.3f} ({result['latency_change']:+.1%}; the gap is "
+        f"{result['gap_in_se']:.1f} standard errors, runs differing per prompt; the best of 16 thresholds "
+        f"is picked on the same runs)"
+    )
     f = result["best_threshold_without_stop_pass"]
-    lines.append(f"  were the pass that read a stopped round's last draft free (SPEC §1 ends the block there; [SDpp] "
-                 f"Alg. 1 drafts one more token from it): best threshold (w_rej {f['w_rej']}, h = {f['h']}) "
-                 f"{f['latency']:.3f} ± {f['latency_se']:.3f} vs K = {k['K']} {k['latency']:.3f} "
-                 f"({f['latency'] / k['latency'] - 1:+.1%})")
+    lines.append(
+        f"  were the pass that read a stopped round's last draft free (SPEC §1 ends the block there; [SDpp] "
+        f"Alg. 1 drafts one more token from it): best threshold (w_rej {f['w_rej']}, h = {f['h']}) "
+        f"{f['latency']:.3f} ± {f['latency_se']:.3f} vs K = {k['K']} {k['latency']:.3f} "
+        f"({f['latency'] / k['latency'] - 1:+.1%})"
+    )
     return "\n".join(lines)
 
 
@@ -202,27 +250,41 @@ def claims(result: dict) -> list[dict]:
     b = result["best_threshold"]
     best = next(r for r in result["heads"][b["w_rej"]]["points"] if r["h"] == b["h"])
     free = result["best_threshold_without_stop_pass"]
-    free_gap = (k["latency"] - free["latency"]) / float(np.hypot(float(result["fixed_K"][str(k["K"])]["latency_se"]),
-                                                                 float(free["latency_se"])))
+    free_gap = (k["latency"] - free["latency"]) / float(
+        np.hypot(float(result["fixed_K"][str(k["K"])]["latency_se"]), float(free["latency_se"]))
+    )
     extra = [r["extra_forwards_per_token"] for r in points]
     faster = "SpecDec++ faster than the best fixed K: 18.88 vs 17.62 tokens/s (Alpaca, Table 1)"
     return [
-        claim(f"threshold points ({len(points)}, {len(result['heads'])} heads) dominating / dominated by a fixed "
-              f"K = {Ks[0]}–{Ks[-1]} (discard and verification rates)",
-              paper="strictly better Pareto frontier than fixed K (§5.3, Fig. 3)",
-              measured=f"{sum(r['dominates_some_K'] for r in points)} of {len(points)} dominate; "
-                       f"{sum(r['dominated_by_some_K'] for r in points)} dominated"),
-        claim("cost ratio c = t_draft / t_target", paper="0.0234 s / 0.112 s (§5.2)",
-              measured=f"{result['cost_ratio']:.3f} ({result['pair']} pair)"),
-        claim("extra draft forward passes per token (reading a stopped round's last draft)",
-              paper="none: Alg. 1 drafts the next token in that pass; the head's cost is negligible (§5.2)",
-              measured=f"{min(extra):.2f}–{max(extra):.2f} (SD: 0)"),
-        claim("best time per token (target calls, c · F/N + N_target/N): threshold vs fixed K", paper=faster,
-              measured=f"w_rej {b['w_rej']}, h = {b['h']:g}: {_latency(best)} vs {fixed} "
-                       f"({signed(100 * result['latency_change'], 1)} %, {abs(float(result['gap_in_se'])):.1f} s.e.)"),
-        claim("the same, were that extra pass free (Alg. 1's accounting)", paper=faster,
-              measured=f"w_rej {free['w_rej']}, h = {free['h']:g}: {_latency(free)} vs {fixed} "
-                       f"({signed(100 * (free['latency'] / k['latency'] - 1), 1)} %, {abs(free_gap):.1f} s.e.)"),
+        claim(
+            f"threshold points ({len(points)}, {len(result['heads'])} heads) dominating / dominated by a fixed "
+            f"K = {Ks[0]}–{Ks[-1]} (discard and verification rates)",
+            paper="strictly better Pareto frontier than fixed K (§5.3, Fig. 3)",
+            measured=f"{sum(r['dominates_some_K'] for r in points)} of {len(points)} dominate; "
+            f"{sum(r['dominated_by_some_K'] for r in points)} dominated",
+        ),
+        claim(
+            "cost ratio c = t_draft / t_target",
+            paper="0.0234 s / 0.112 s (§5.2)",
+            measured=f"{result['cost_ratio']:.3f} ({result['pair']} pair)",
+        ),
+        claim(
+            "extra draft forward passes per token (reading a stopped round's last draft)",
+            paper="none: Alg. 1 drafts the next token in that pass; the head's cost is negligible (§5.2)",
+            measured=f"{min(extra):.2f}–{max(extra):.2f} (SD: 0)",
+        ),
+        claim(
+            "best time per token (target calls, c · F/N + N_target/N): threshold vs fixed K",
+            paper=faster,
+            measured=f"w_rej {b['w_rej']}, h = {b['h']:g}: {_latency(best)} vs {fixed} "
+            f"({signed(100 * result['latency_change'], 1)} %, {abs(float(result['gap_in_se'])):.1f} s.e.)",
+        ),
+        claim(
+            "the same, were that extra pass free (Alg. 1's accounting)",
+            paper=faster,
+            measured=f"w_rej {free['w_rej']}, h = {free['h']:g}: {_latency(free)} vs {fixed} "
+            f"({signed(100 * (free['latency'] / k['latency'] - 1), 1)} %, {abs(free_gap):.1f} s.e.)",
+        ),
     ]
 
 

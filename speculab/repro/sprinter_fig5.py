@@ -68,7 +68,9 @@ def stopping_points(eta_fp: float, n_runs: int, rng: np.random.Generator) -> dic
     """Simulated ``N`` of the stopping process at :data:`ETA_TP_POINTS` vs Thm 3.3."""
     rows = {"eta_tp": [], "closed_form": [], "mean": [], "se": [], "z": []}
     for eta_tp in ETA_TP_POINTS:
-        est = _estimate(simulate_stopping(float(eta_tp), eta_fp, R, n_runs, rng), sprinter_expected_tokens(eta_tp, eta_fp, R))
+        est = _estimate(
+            simulate_stopping(float(eta_tp), eta_fp, R, n_runs, rng), sprinter_expected_tokens(eta_tp, eta_fp, R)
+        )
         rows["eta_tp"].append(float(eta_tp))
         rows["closed_form"].append(est["theory"])
         for k in ("mean", "se", "z"):
@@ -89,7 +91,10 @@ def markov_check(inst: MarkovInstance, eta_fp: float, n_runs: int, rng: np.rando
     tv_sd = np.einsum("na,na->n", mu[:-1], inst.tv())  # E[TV(p_n, q_n)] along SPRINTER's chain
     beta = 1 - (1 - eta_fp) * tv_sd  # Thm A.4 per position
     return {
-        "eta_tp": ETA_TP_MARKOV, "eta_fp": eta_fp, "n_runs": n_runs, "seconds": seconds,
+        "eta_tp": ETA_TP_MARKOV,
+        "eta_fp": eta_fp,
+        "n_runs": n_runs,
+        "seconds": seconds,
         "law_max_abs_z": _max_marginal_z(freq, mu, n_runs),
         "law_cells": int(mu.size),
         "law_marginals": {"theory": mu, "frequency": freq, "target": chain_marginals(inst.rho, inst.Q)},
@@ -116,7 +121,11 @@ def context_free_check(p: np.ndarray, q: np.ndarray, eta_fp: float, n_runs: int,
     # tokens are independent across positions and runs here, so binomial errors apply
     se = np.sqrt(s.law * (1 - s.law) / toks.size)
     return {
-        "eta_fp": eta_fp, "p": p, "q": q, "law": s.law, "frequency": freq,
+        "eta_fp": eta_fp,
+        "p": p,
+        "q": q,
+        "law": s.law,
+        "frequency": freq,
         "law_max_abs_z": float(np.max(np.abs(freq - s.law) / se)),
         "tv": _estimate(signed_tv_statistic(inst, c.sequences) / inst.T, float(s.tv)),
         "acceptance_rate": _estimate(c.accepted / inst.T, float(s.acceptance)),
@@ -135,9 +144,20 @@ def run(key=0, n_runs: int = 200_000, out_dir: str | Path = "results", progress:
     cf_p, cf_q = rng.dirichlet(np.ones(YIN_V)), rng.dirichlet(np.ones(YIN_V))
 
     result = {
-        "figure": "[SPR] Fig. 5 + Thm 3.1 / A.4 checks", "key": describe_key(key), "r": R, "n_runs": n_runs,
-        "curve": {"eta_tp": ETA_TP_CURVE}, "points": {}, "limit_eta_tp_1": {},
-        "markov_instance": {"T": T_MARKOV, "V": YIN_V, "rows": "uniform", "rho": "uniform", "file": "sprinter_fig5_instance.npz"},
+        "figure": "[SPR] Fig. 5 + Thm 3.1 / A.4 checks",
+        "key": describe_key(key),
+        "r": R,
+        "n_runs": n_runs,
+        "curve": {"eta_tp": ETA_TP_CURVE},
+        "points": {},
+        "limit_eta_tp_1": {},
+        "markov_instance": {
+            "T": T_MARKOV,
+            "V": YIN_V,
+            "rows": "uniform",
+            "rho": "uniform",
+            "file": "sprinter_fig5_instance.npz",
+        },
         "markov": {},
         "context_free": {},
     }
@@ -151,13 +171,22 @@ def run(key=0, n_runs: int = 200_000, out_dir: str | Path = "results", progress:
         limit = float(sprinter_expected_tokens(1.0, eta_fp, R))
         result["limit_eta_tp_1"][label] = {"expected_tokens": limit, "gap_over_r": limit - R}
         ax.plot(ETA_TP_CURVE, curve, color=color, lw=1.5, label=f"Thm 3.3, η_FP={eta_fp}")
-        ax.errorbar(pts["eta_tp"], pts["mean"], yerr=2 * np.array(pts["se"]), fmt="o", ms=3, color=color,
-                    label=f"simulated, η_FP={eta_fp}")
+        ax.errorbar(
+            pts["eta_tp"],
+            pts["mean"],
+            yerr=2 * np.array(pts["se"]),
+            fmt="o",
+            ms=3,
+            color=color,
+            label=f"simulated, η_FP={eta_fp}",
+        )
         chk = markov_check(inst, eta_fp, n_runs, rng, progress)
         result["markov"][label] = chk
         pos = np.arange(1, T_MARKOV + 1)
         ax2.plot(pos, chk["acceptance_per_position"]["theory"], color=color, lw=1.4, label=f"Thm A.4, η_FP={eta_fp}")
-        ax2.plot(pos, chk["acceptance_per_position"]["simulated"], ".", color=color, ms=4, label=f"simulated, η_FP={eta_fp}")
+        ax2.plot(
+            pos, chk["acceptance_per_position"]["simulated"], ".", color=color, ms=4, label=f"simulated, η_FP={eta_fp}"
+        )
         result["context_free"][label] = context_free_check(cf_p, cf_q, eta_fp, n_runs, rng)
     ax.axhline(R, color="gray", lw=1, ls="--", label=f"r = {R}")
     ax.set_xlabel("true-positive rate η_TP")
@@ -175,24 +204,36 @@ def run(key=0, n_runs: int = 200_000, out_dir: str | Path = "results", progress:
 
 
 def summary(result: dict) -> str:
-    lines = [f"[SPR] Fig. 5 — E[N] vs η_TP, r = {result['r']}, key {result['key']}, {result['n_runs']:,} runs per point"]
+    lines = [
+        f"[SPR] Fig. 5 — E[N] vs η_TP, r = {result['r']}, key {result['key']}, {result['n_runs']:,} runs per point"
+    ]
     for key, pts in result["points"].items():
         worst = max(abs(z) for z in pts["z"])
-        shown = ", ".join(f"{e:g}: {c:.3f}" for e, c in zip(pts["eta_tp"], pts["closed_form"]) if round(e * 20) % 4 == 0 or e == 1.0)
+        shown = ", ".join(
+            f"{e:g}: {c:.3f}" for e, c in zip(pts["eta_tp"], pts["closed_form"]) if round(e * 20) % 4 == 0 or e == 1.0
+        )
         lim = result["limit_eta_tp_1"][key]
-        lines.append(f"  η_FP={key}: Thm 3.3 at η_TP = {shown}   (gap over r at η_TP=1: {lim['gap_over_r']:.3f}); "
-                     f"simulation max |z| = {worst:.2f}")
+        lines.append(
+            f"  η_FP={key}: Thm 3.3 at η_TP = {shown}   (gap over r at η_TP=1: {lim['gap_over_r']:.3f}); "
+            f"simulation max |z| = {worst:.2f}"
+        )
     for key, chk in result["markov"].items():
         tv, acc, calls = chk["tv_sum"], chk["acceptance_rate"], chk["target_calls"]
         lines.append(
-            f"  Markov T={result['markov_instance']['T']}, η_FP={key}: law max|z| {chk['law_max_abs_z']:.2f} over {chk['law_cells']} cells; "
+            f"  Markov T={result['markov_instance']['T']}, η_FP={key}: law max|z| {chk['law_max_abs_z']:.2f} over "
+            f"{chk['law_cells']} cells; "
             f"Σ TV {tv['mean']:.4f}±{tv['se']:.4f} vs Thm 3.1 {tv['theory']:.4f} (z {tv['z']:+.2f}); "
-            f"β {acc['mean']:.4f}±{acc['se']:.4f} vs Thm A.4 {acc['theory']:.4f} (z {acc['z']:+.2f}; SD {chk['acceptance_rate_sd']:.4f}); "
-            f"target calls {calls['mean']:.3f} vs {calls['theory']:.3f} (z {calls['z']:+.2f})")
+            f"β {acc['mean']:.4f}±{acc['se']:.4f} vs Thm A.4 {acc['theory']:.4f} (z {acc['z']:+.2f}; SD "
+            f"{chk['acceptance_rate_sd']:.4f}); "
+            f"target calls {calls['mean']:.3f} vs {calls['theory']:.3f} (z {calls['z']:+.2f})"
+        )
     for key, cf in result["context_free"].items():
-        lines.append(f"  context-free η_FP={key}: law max|z| {cf['law_max_abs_z']:.2f}; TV {cf['tv']['mean']:.4f} vs {cf['tv']['theory']:.4f} "
-                     f"(z {cf['tv']['z']:+.2f}); β {cf['acceptance_rate']['mean']:.4f} vs {cf['acceptance_rate']['theory']:.4f} "
-                     f"(z {cf['acceptance_rate']['z']:+.2f})")
+        lines.append(
+            f"  context-free η_FP={key}: law max|z| {cf['law_max_abs_z']:.2f}; TV {cf['tv']['mean']:.4f} vs "
+            f"{cf['tv']['theory']:.4f} "
+            f"(z {cf['tv']['z']:+.2f}); β {cf['acceptance_rate']['mean']:.4f} vs {cf['acceptance_rate']['theory']:.4f} "
+            f"(z {cf['acceptance_rate']['z']:+.2f})"
+        )
     return "\n".join(lines)
 
 
@@ -207,31 +248,55 @@ def claims(result: dict) -> list[dict]:
     for key, pts in result["points"].items():
         i = pts["eta_tp"].index(1.0)
         lim = result["limit_eta_tp_1"][key]
-        rows.append(claim(f"E[N] at η_TP = 1, η_FP = {key} (r = {result['r']})",
-                          paper="gap over r ≤ 1 while η_FP ≤ 0.5 (Fig. 5)",
-                          theory=f"{lim['expected_tokens']:.3f} (gap {lim['gap_over_r']:.3f})",
-                          simulation=_estimate_cell({k: pts[k][i] for k in ("mean", "se", "z")})))
+        rows.append(
+            claim(
+                f"E[N] at η_TP = 1, η_FP = {key} (r = {result['r']})",
+                paper="gap over r ≤ 1 while η_FP ≤ 0.5 (Fig. 5)",
+                theory=f"{lim['expected_tokens']:.3f} (gap {lim['gap_over_r']:.3f})",
+                simulation=_estimate_cell({k: pts[k][i] for k in ("mean", "se", "z")}),
+            )
+        )
     zs = [abs(float(z)) for pts in result["points"].values() for z in pts["z"]]
-    at = ", ".join(f"{dict(zip(pts['eta_tp'], pts['closed_form']))[0.8]:.3f} (η_FP = {key})"
-                   for key, pts in result["points"].items())
-    rows.append(claim("E[N] over η_TP ∈ [0, 1], both η_FP", paper="E[N] grows with η_TP (Thm 3.3, eq. 3)",
-                      theory=f"eq. (3); at η_TP = 0.8: {at}",
-                      simulation=f"max |z| = {max(zs):.1f} over {len(zs)} points"))
+    at = ", ".join(
+        f"{dict(zip(pts['eta_tp'], pts['closed_form']))[0.8]:.3f} (η_FP = {key})"
+        for key, pts in result["points"].items()
+    )
+    rows.append(
+        claim(
+            "E[N] over η_TP ∈ [0, 1], both η_FP",
+            paper="E[N] grows with η_TP (Thm 3.3, eq. 3)",
+            theory=f"eq. (3); at η_TP = 0.8: {at}",
+            simulation=f"max |z| = {max(zs):.1f} over {len(zs)} points",
+        )
+    )
     T, markov = result["markov_instance"]["T"], result["markov"]
     first = next(iter(markov.values()))
     exact = all(c["law_matches_mixture"] for c in markov.values())
     worst = ", ".join(f"{c['law_max_abs_z']:.1f} (η_FP = {key})" for key, c in markov.items())
-    rows.append(claim(f"output law, Markov T = {T}, η_TP = {first['eta_tp']:g}",
-                      paper="(1 − η_FP) q + η_FP p (Thm 3.1; [SPR] swaps p and q)",
-                      theory=f"chain law {'=' if exact else '≠'} (1 − η_FP) Q + η_FP P",
-                      simulation=f"marginals max |z| {worst} over {first['law_cells']} cells"))
+    rows.append(
+        claim(
+            f"output law, Markov T = {T}, η_TP = {first['eta_tp']:g}",
+            paper="(1 − η_FP) q + η_FP p (Thm 3.1; [SPR] swaps p and q)",
+            theory=f"chain law {'=' if exact else '≠'} (1 − η_FP) Q + η_FP P",
+            simulation=f"marginals max |z| {worst} over {first['law_cells']} cells",
+        )
+    )
     for key, c in markov.items():
-        rows.append(claim(f"Σ_n TV(P_SPR,n, q_n), Markov T = {T}, η_FP = {key}",
-                          paper="TV = η_FP · TV(p, q) (Thm 3.1)", theory=f"{c['tv_sum']['theory']:.3f}",
-                          simulation=_estimate_cell(c["tv_sum"])))
+        rows.append(
+            claim(
+                f"Σ_n TV(P_SPR,n, q_n), Markov T = {T}, η_FP = {key}",
+                paper="TV = η_FP · TV(p, q) (Thm 3.1)",
+                theory=f"{c['tv_sum']['theory']:.3f}",
+                simulation=_estimate_cell(c["tv_sum"]),
+            )
+        )
     for key, c in markov.items():
-        rows.append(claim(f"acceptance rate β, Markov T = {T}, η_FP = {key}",
-                          paper="β = 1 − (1 − η_FP) · TV(p, q) (Thm A.4)",
-                          theory=f"{c['acceptance_rate']['theory']:.4f} (SD {c['acceptance_rate_sd']:.4f})",
-                          simulation=_estimate_cell(c["acceptance_rate"], 4)))
+        rows.append(
+            claim(
+                f"acceptance rate β, Markov T = {T}, η_FP = {key}",
+                paper="β = 1 − (1 − η_FP) · TV(p, q) (Thm A.4)",
+                theory=f"{c['acceptance_rate']['theory']:.4f} (SD {c['acceptance_rate_sd']:.4f})",
+                simulation=_estimate_cell(c["acceptance_rate"], 4),
+            )
+        )
     return rows

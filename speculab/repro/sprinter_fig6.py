@@ -30,8 +30,16 @@ def run(key=0, n_runs: int = 200_000, out_dir: str | Path = "results", progress:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rng = as_generator(key)
-    result = {"figure": "[SPR] Fig. 6", "key": describe_key(key), "r": R, "t_d": T_D, "n_runs": n_runs,
-              "curve": {"eta_tp": ETA_TP_CURVE}, "points": {}, "limit_eta_tp_1": {}}
+    result = {
+        "figure": "[SPR] Fig. 6",
+        "key": describe_key(key),
+        "r": R,
+        "t_d": T_D,
+        "n_runs": n_runs,
+        "curve": {"eta_tp": ETA_TP_CURVE},
+        "points": {},
+        "limit_eta_tp_1": {},
+    }
     fig, (ax,) = new_figure()
     for eta_fp, color in zip(ETA_FP, ("tab:blue", "tab:red")):
         key = str(eta_fp)
@@ -54,11 +62,21 @@ def run(key=0, n_runs: int = 200_000, out_dir: str | Path = "results", progress:
         result["curve"][key] = curve
         result["points"][key] = pts
         limit = float(sprinter_stopping_time(1.0, eta_fp, R, T_D))
-        result["limit_eta_tp_1"][key] = {"stopping_time": limit, "gap_over_r_td": limit - R * T_D,
-                                         "gap_over_r_plus_1_td": limit - (R + 1) * T_D}
+        result["limit_eta_tp_1"][key] = {
+            "stopping_time": limit,
+            "gap_over_r_td": limit - R * T_D,
+            "gap_over_r_plus_1_td": limit - (R + 1) * T_D,
+        }
         ax.plot(ETA_TP_CURVE, curve, color=color, lw=1.5, label=f"Thm 3.4, η_FP={eta_fp}")
-        ax.errorbar(pts["eta_tp"], pts["mean"], yerr=2 * np.array(pts["se"]), fmt="o", ms=3, color=color,
-                    label=f"simulated, η_FP={eta_fp}")
+        ax.errorbar(
+            pts["eta_tp"],
+            pts["mean"],
+            yerr=2 * np.array(pts["se"]),
+            fmt="o",
+            ms=3,
+            color=color,
+            label=f"simulated, η_FP={eta_fp}",
+        )
     ax.axhline((R + 1) * T_D, color="gray", lw=1, ls="--", label=f"(r + 1) t_d = {(R + 1) * T_D:g}")
     ax.set_xlabel("true-positive rate η_TP")
     ax.set_ylabel("E[T_stop]")
@@ -70,14 +88,20 @@ def run(key=0, n_runs: int = 200_000, out_dir: str | Path = "results", progress:
 
 
 def summary(result: dict) -> str:
-    lines = [f"[SPR] Fig. 6 — E[T_stop] vs η_TP, r = {result['r']}, t_d = {result['t_d']}, key {result['key']}, "
-             f"{result['n_runs']:,} runs per point"]
+    lines = [
+        f"[SPR] Fig. 6 — E[T_stop] vs η_TP, r = {result['r']}, t_d = {result['t_d']}, key {result['key']}, "
+        f"{result['n_runs']:,} runs per point"
+    ]
     for key, pts in result["points"].items():
         worst = max(abs(z) for z in pts["z"])
-        shown = ", ".join(f"{e:g}: {c:.4f}" for e, c in zip(pts["eta_tp"], pts["closed_form"]) if round(e * 20) % 4 == 0 or e == 1.0)
+        shown = ", ".join(
+            f"{e:g}: {c:.4f}" for e, c in zip(pts["eta_tp"], pts["closed_form"]) if round(e * 20) % 4 == 0 or e == 1.0
+        )
         lim = result["limit_eta_tp_1"][key]
-        lines.append(f"  η_FP={key}: Thm 3.4 at η_TP = {shown}   (η_TP=1: {lim['stopping_time']:.4f}, "
-                     f"gap over (r+1) t_d {lim['gap_over_r_plus_1_td']:.4f}); simulation max |z| = {worst:.2f}")
+        lines.append(
+            f"  η_FP={key}: Thm 3.4 at η_TP = {shown}   (η_TP=1: {lim['stopping_time']:.4f}, "
+            f"gap over (r+1) t_d {lim['gap_over_r_plus_1_td']:.4f}); simulation max |z| = {worst:.2f}"
+        )
     return "\n".join(lines)
 
 
@@ -88,15 +112,22 @@ def claims(result: dict) -> list[dict]:
     for key, pts in result["points"].items():
         i = pts["eta_tp"].index(1.0)
         lim = result["limit_eta_tp_1"][key]
-        rows.append(claim(f"E[T_stop] at η_TP = 1, η_FP = {key} ({setting})",
-                          paper="gap over (r + 1)·t_d ≤ t_d while η_FP ≤ 0.5 (Fig. 6)",
-                          theory=f"{lim['stopping_time']:.4f} (gap {lim['gap_over_r_plus_1_td']:.4f})",
-                          simulation=f"{pm(pts['mean'][i], pts['se'][i], 4)} (z = {signed(pts['z'][i])})"))
+        rows.append(
+            claim(
+                f"E[T_stop] at η_TP = 1, η_FP = {key} ({setting})",
+                paper="gap over (r + 1)·t_d ≤ t_d while η_FP ≤ 0.5 (Fig. 6)",
+                theory=f"{lim['stopping_time']:.4f} (gap {lim['gap_over_r_plus_1_td']:.4f})",
+                simulation=f"{pm(pts['mean'][i], pts['se'][i], 4)} (z = {signed(pts['z'][i])})",
+            )
+        )
     for key, pts in result["points"].items():
         cf = dict(zip(pts["eta_tp"], pts["closed_form"]))
-        rows.append(claim(f"E[T_stop] over η_TP ∈ [0, 1], η_FP = {key}",
-                          paper="grows with η_TP; η_FP matters little (Thm 3.4)",
-                          theory=f"eq. (4): {cf[0.0]:.4f} (η_TP = 0), {cf[0.8]:.4f} (0.8), {cf[1.0]:.4f} (1)",
-                          simulation=f"max |z| = {max(abs(float(z)) for z in pts['z']):.1f} "
-                                     f"over {len(pts['z'])} points"))
+        rows.append(
+            claim(
+                f"E[T_stop] over η_TP ∈ [0, 1], η_FP = {key}",
+                paper="grows with η_TP; η_FP matters little (Thm 3.4)",
+                theory=f"eq. (4): {cf[0.0]:.4f} (η_TP = 0), {cf[0.8]:.4f} (0.8), {cf[1.0]:.4f} (1)",
+                simulation=f"max |z| = {max(abs(float(z)) for z in pts['z']):.1f} over {len(pts['z'])} points",
+            )
+        )
     return rows

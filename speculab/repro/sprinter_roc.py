@@ -5,7 +5,8 @@ spans of the tiny pair's training text as prefixes, completions from the text, t
 the target or both in equal shares, each completion token labelled acceptable iff
 ``p(x)/q(x) ≤ λ`` for ``λ ∈ {1, 1.2, 1.5}``. The verifier is a linear layer and a sigmoid
 ([SPR]'s architecture) trained with BCE and Adam, early stopping on a held-out share of the
-training prefixes (whole prefixes: :func:`speculab.backends.heads.train_head` with ``groups``), on three inputs: the draft's
+training prefixes (whole prefixes: :func:`speculab.backends.heads.train_head` with ``groups``), on three inputs: the
+draft's
 last hidden state at the previous token ([SPR]'s), at the drafted token, and at the drafted
 token with the draft's ``log p(x)`` appended. Reported on test prefixes never trained on:
 the ROC curve and its AUC, and ``η_TP``, ``η_FP`` at the inference threshold ``τ = 0.5``
@@ -28,9 +29,11 @@ THRESHOLD = 0.5
 #: [SPR] Table 5: the λ (and τ = 0.5) behind every latency and quality result of the paper.
 PAPER_LAMBDA = 1.2
 #: What [SPR] App. A.10 (Figs. 12–13) says of the AUC at each λ; it prints no value.
-PAPER_AUC = {1.0: "AUC rises with λ (App. A.10; no value printed)",
-             1.2: "the best AUC, at λ = 1.2 (Figs. 12–13)",
-             1.5: "below λ = 1.2's (Figs. 12–13)"}
+PAPER_AUC = {
+    1.0: "AUC rises with λ (App. A.10; no value printed)",
+    1.2: "the best AUC, at λ = 1.2 (Figs. 12–13)",
+    1.5: "below λ = 1.2's (Figs. 12–13)",
+}
 #: Share of the prefixes kept for the test set (the rest train; a share of those decides early stopping).
 TEST_SHARE = 0.2
 
@@ -51,8 +54,14 @@ def verifier_config(d_in: int, key: int):
     return HeadConfig(kind="linear", d_in=d_in, lr=1e-2, epochs=200, patience=10, seed=key % 2**31)
 
 
-def run(key=0, n_runs: int = 4096, out_dir: str | Path = "results", progress: bool = False,
-        draft: str | None = None, target: str | None = None) -> dict:
+def run(
+    key=0,
+    n_runs: int = 4096,
+    out_dir: str | Path = "results",
+    progress: bool = False,
+    draft: str | None = None,
+    target: str | None = None,
+) -> dict:
     """``n_runs`` prefixes of 16 tokens with completions of 16 (``16 · n_runs`` examples). Writes
     ``sprinter_roc.{png,json}`` and one verifier per (λ, input) as ``sprinter_verifier_*.safetensors``."""
 
@@ -84,14 +93,28 @@ def run(key=0, n_runs: int = 4096, out_dir: str | Path = "results", progress: bo
             name = f"lam{lam}_{which.replace('+', '_')}"
             save_head(head, out / f"sprinter_verifier_{name}.safetensors")
             curves[name] = (fpr, tpr)
-            rows[name] = {"lambda": lam, "input": which, "auc": auc(scores, y_test),
-                          "eta_tp": float(passed[y_test == 1].mean()), "eta_fp": float(passed[y_test == 0].mean()),
-                          "acceptable_share": float(y_test.mean()), "epochs": head.metrics["epochs"],
-                          "best_epoch": head.metrics["best_epoch"]}
+            rows[name] = {
+                "lambda": lam,
+                "input": which,
+                "auc": auc(scores, y_test),
+                "eta_tp": float(passed[y_test == 1].mean()),
+                "eta_fp": float(passed[y_test == 0].mean()),
+                "acceptable_share": float(y_test.mean()),
+                "epochs": head.metrics["epochs"],
+                "best_epoch": head.metrics["best_epoch"],
+            }
     share = {s: float(np.mean(ex.source == i)) for i, s in enumerate(SOURCES)}
-    result = {"figure": "[SPR] App. A.10, Figs. 12-13 (analogue)", "pair": pair.name, "key": describe_key(key),
-              "prefixes": n_prefixes, "examples": int(ex.p.size), "test_examples": int(test.p.size), "threshold": THRESHOLD,
-              "source_shares": share, "verifiers": rows}
+    result = {
+        "figure": "[SPR] App. A.10, Figs. 12-13 (analogue)",
+        "pair": pair.name,
+        "key": describe_key(key),
+        "prefixes": n_prefixes,
+        "examples": int(ex.p.size),
+        "test_examples": int(test.p.size),
+        "threshold": THRESHOLD,
+        "source_shares": share,
+        "verifiers": rows,
+    }
     fig, axes = new_figure(ncols=len(LAMBDAS), width=4.2)
     for ax, lam in zip(axes, LAMBDAS):
         for which, color in zip(FEATURES, ("tab:grey", "tab:blue", "tab:red")):
@@ -110,13 +133,17 @@ def run(key=0, n_runs: int = 4096, out_dir: str | Path = "results", progress: bo
 
 
 def summary(result: dict) -> str:
-    lines = [f"[SPR] verifier ROC — {result['pair']} pair, {result['examples']} examples from {result['prefixes']} "
-             f"prefixes ({result['test_examples']} on test prefixes), key {result['key']}",
-             "  sources: " + ", ".join(f"{k} {v:.0%}" for k, v in result["source_shares"].items()),
-             f"  λ     input        AUC     η_TP    η_FP  (τ = {result['threshold']})  acceptable"]
+    lines = [
+        f"[SPR] verifier ROC — {result['pair']} pair, {result['examples']} examples from {result['prefixes']} "
+        f"prefixes ({result['test_examples']} on test prefixes), key {result['key']}",
+        "  sources: " + ", ".join(f"{k} {v:.0%}" for k, v in result["source_shares"].items()),
+        f"  λ     input        AUC     η_TP    η_FP  (τ = {result['threshold']})  acceptable",
+    ]
     for r in result["verifiers"].values():
-        lines.append(f"  {r['lambda']:<5} {r['input']:<11} {r['auc']:.3f}   {r['eta_tp']:.3f}   {r['eta_fp']:.3f}"
-                     f"              {r['acceptable_share']:.3f}")
+        lines.append(
+            f"  {r['lambda']:<5} {r['input']:<11} {r['auc']:.3f}   {r['eta_tp']:.3f}   {r['eta_fp']:.3f}"
+            f"              {r['acceptable_share']:.3f}"
+        )
     return "\n".join(lines)
 
 
@@ -127,18 +154,37 @@ def claims(result: dict) -> list[dict]:
     for r in result["verifiers"].values():
         by_lambda.setdefault(r["lambda"], []).append(r)
     threshold = result["threshold"]
-    rows = [claim(f"verifier AUC on held-out prefixes, λ = {lam:g}", paper=PAPER_AUC.get(lam),
-                  measured=", ".join(f"{r['input']} {r['auc']:.3f}" for r in rs)) for lam, rs in by_lambda.items()]
+    rows = [
+        claim(
+            f"verifier AUC on held-out prefixes, λ = {lam:g}",
+            paper=PAPER_AUC.get(lam),
+            measured=", ".join(f"{r['input']} {r['auc']:.3f}" for r in rs),
+        )
+        for lam, rs in by_lambda.items()
+    ]
     for r in by_lambda.get(PAPER_LAMBDA, []):
         if r["input"] == "previous":
-            rows.append(claim(f"η_TP, η_FP at τ = {threshold:g}, λ = {PAPER_LAMBDA:g}, [SPR]'s input (previous token)",
-                              paper="(λ, τ) = (1.2, 0.5) throughout (Table 5); rates not printed",
-                              measured=f"η_TP {r['eta_tp']:.3f}, η_FP {r['eta_fp']:.3f}"))
+            rows.append(
+                claim(
+                    f"η_TP, η_FP at τ = {threshold:g}, λ = {PAPER_LAMBDA:g}, [SPR]'s input (previous token)",
+                    paper="(λ, τ) = (1.2, 0.5) throughout (Table 5); rates not printed",
+                    measured=f"η_TP {r['eta_tp']:.3f}, η_FP {r['eta_fp']:.3f}",
+                )
+            )
     every = [r for rs in by_lambda.values() for r in rs]
-    rows.append(claim(f"η_TP, η_FP at τ = {threshold:g}, all {len(every)} verifiers",
-                      measured=f"η_TP {min(r['eta_tp'] for r in every):.2f}–{max(r['eta_tp'] for r in every):.2f}, "
-                               f"η_FP {min(r['eta_fp'] for r in every):.2f}–{max(r['eta_fp'] for r in every):.2f}"))
-    rows.append(claim("acceptable test tokens, p(x)/q(x) ≤ λ",
-                      measured=", ".join(f"{100 * rs[0]['acceptable_share']:.0f} % (λ = {lam:g})"
-                                         for lam, rs in by_lambda.items())))
+    rows.append(
+        claim(
+            f"η_TP, η_FP at τ = {threshold:g}, all {len(every)} verifiers",
+            measured=f"η_TP {min(r['eta_tp'] for r in every):.2f}–{max(r['eta_tp'] for r in every):.2f}, "
+            f"η_FP {min(r['eta_fp'] for r in every):.2f}–{max(r['eta_fp'] for r in every):.2f}",
+        )
+    )
+    rows.append(
+        claim(
+            "acceptable test tokens, p(x)/q(x) ≤ λ",
+            measured=", ".join(
+                f"{100 * rs[0]['acceptable_share']:.0f} % (λ = {lam:g})" for lam, rs in by_lambda.items()
+            ),
+        )
+    )
     return rows

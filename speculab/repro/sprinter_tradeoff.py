@@ -1,4 +1,5 @@
-"""[SPR] Fig. 1 / Table 2 on real models: SPRINTER's speed and quality with a trained verifier, theory beside measurement.
+"""[SPR] Fig. 1 / Table 2 on real models: SPRINTER's speed and quality with a trained verifier, theory beside
+measurement.
 
 The verifier is [SPR]'s: a linear layer and a sigmoid on the draft's last hidden state at the
 previous token, trained with BCE and Adam on [SPR] §3.2's data (text / draft / target / mixed
@@ -67,8 +68,10 @@ def _train(pair, key, say) -> dict:
         scores = head(test.features("previous")).numpy()
         thresholds = [float(np.quantile(scores, 1.0 - s)) for s in PASS_SHARES]
         out[lam] = {"head": head, "auc": auc(scores, test.labels(lam)), "thresholds": thresholds}
-        say(f"sprinter-tradeoff: verifier λ = {lam}: held-out AUC {out[lam]['auc']:.3f}, τ = "
-            + ", ".join(f"{t:.3f}" for t in thresholds))
+        say(
+            f"sprinter-tradeoff: verifier λ = {lam}: held-out AUC {out[lam]['auc']:.3f}, τ = "
+            + ", ".join(f"{t:.3f}" for t in thresholds)
+        )
     return out
 
 
@@ -89,8 +92,12 @@ class _Slots(RoundProbe):
     def arrays(self):
         items = self.items()
         column = lambda k: [v for _, obs in items for v in obs[k]]  # noqa: E731
-        return (np.asarray([run for run, obs in items for _ in obs[0]]), np.asarray(column(0)),
-                np.asarray(column(1), dtype=bool), np.asarray(column(2)))
+        return (
+            np.asarray([run for run, obs in items for _ in obs[0]]),
+            np.asarray(column(0)),
+            np.asarray(column(1), dtype=bool),
+            np.asarray(column(2)),
+        )
 
 
 def _measure(pair, prompts, method, max_new_tokens: int, key) -> dict:
@@ -106,7 +113,9 @@ def _measure(pair, prompts, method, max_new_tokens: int, key) -> dict:
     ll = np.array([r.target_logprob.mean() for r in res.records])
     out = {
         "target_calls_per_token": float(c.oracle_calls.sum() / tokens),
-        "drafts_per_target_call": float(c.draft_calls.sum() / c.oracle_calls.sum()) if c.oracle_calls.sum() else float("inf"),
+        "drafts_per_target_call": float(c.draft_calls.sum() / c.oracle_calls.sum())
+        if c.oracle_calls.sum()
+        else float("inf"),
         "tokens_per_second": tokens / seconds,
         "per_token_tv": float(np.concatenate([r.loss_tv for r in res.records]).mean()),
         "per_token_tv_se": Estimate.of(tv_runs).se,
@@ -123,18 +132,20 @@ def _measure(pair, prompts, method, max_new_tokens: int, key) -> dict:
     eta_tp = float(passed[acceptable].mean()) if acceptable.any() else float("nan")
     eta_fp = float(passed[~acceptable].mean()) if (~acceptable).any() else float("nan")
     accepted_runs = c.accepted / np.maximum(c.draft_calls, 1)
-    out.update({
-        "pass_share": float(passed.mean()),
-        "eta_tp": eta_tp,
-        "eta_fp": eta_fp,
-        # what S1 needs (SPRINTER's module docstring): the pass rate weighted by each slot's TV(p, q)
-        "eta_tv_weighted": float((passed * tv).sum() / tv.sum()),
-        "acceptance_rate": float(c.accepted.sum() / c.draft_calls.sum()),
-        "acceptance_rate_se": Estimate.of(accepted_runs).se,
-        "acceptance_rate_s4": 1.0 - (1.0 - eta_fp) * float(tv.mean()),
-        "acceptance_rate_exact": 1.0 - float(((1.0 - passed) * tv).mean()),  # given the verdicts drawn
-        "per_token_tv_s1": eta_fp * float(tv.mean()),
-    })
+    out.update(
+        {
+            "pass_share": float(passed.mean()),
+            "eta_tp": eta_tp,
+            "eta_fp": eta_fp,
+            # what S1 needs (SPRINTER's module docstring): the pass rate weighted by each slot's TV(p, q)
+            "eta_tv_weighted": float((passed * tv).sum() / tv.sum()),
+            "acceptance_rate": float(c.accepted.sum() / c.draft_calls.sum()),
+            "acceptance_rate_se": Estimate.of(accepted_runs).se,
+            "acceptance_rate_s4": 1.0 - (1.0 - eta_fp) * float(tv.mean()),
+            "acceptance_rate_exact": 1.0 - float(((1.0 - passed) * tv).mean()),  # given the verdicts drawn
+            "per_token_tv_s1": eta_fp * float(tv.mean()),
+        }
+    )
     out["s1_gap_in_se"] = (out["per_token_tv"] - out["per_token_tv_s1"]) / out["per_token_tv_se"]
     out["s4_gap_in_se"] = (out["acceptance_rate"] - out["acceptance_rate_s4"]) / out["acceptance_rate_se"]
     return out
@@ -151,8 +162,15 @@ def _random_verifier(pair, rate: float):
     return Sprinter(verifier=constant_head(d, 0.5), threshold=1.0 if rate == 0 else 0.0)  # a sure verdict
 
 
-def run(key=0, n_runs: int = 2, out_dir: str | Path = "results", progress: bool = False,
-        draft: str | None = None, target: str | None = None, max_new_tokens: int = 32) -> dict:
+def run(
+    key=0,
+    n_runs: int = 2,
+    out_dir: str | Path = "results",
+    progress: bool = False,
+    draft: str | None = None,
+    target: str | None = None,
+    max_new_tokens: int = 32,
+) -> dict:
     """Train the verifiers, then decode the held-out prompts ``n_runs`` times each with every setting.
     Writes ``sprinter_tradeoff.{png,json}``."""
     from speculab.backends import load_pair
@@ -166,38 +184,63 @@ def run(key=0, n_runs: int = 2, out_dir: str | Path = "results", progress: bool 
     prompts = [p for p in default_prompts() for _ in range(n_runs)]
     train_key, sd_key, *keys = spawn_seeds(key, 2 + len(LAMBDAS))
     verifiers = _train(pair, train_key, say)
-    sd = {str(K): _measure(pair, prompts, SD(K=K), max_new_tokens, k)
-          for K, k in zip(SD_KS, spawn_seeds(sd_key, len(SD_KS)))}
+    sd = {
+        str(K): _measure(pair, prompts, SD(K=K), max_new_tokens, k)
+        for K, k in zip(SD_KS, spawn_seeds(sd_key, len(SD_KS)))
+    }
     trained, random = {}, {}
     for lam, k in zip(LAMBDAS, keys):
         v = verifiers[lam]
         trained[str(lam)], random[str(lam)] = [], []
-        for share, threshold, (k1, k2) in zip(PASS_SHARES, v["thresholds"], np.reshape(spawn_seeds(k, 2 * len(PASS_SHARES)), (-1, 2))):
-            point = {"target_pass_share": share, "threshold": threshold,
-                     **_measure(pair, prompts, Sprinter(verifier=v["head"], threshold=threshold), max_new_tokens, int(k1))}
+        for share, threshold, (k1, k2) in zip(
+            PASS_SHARES, v["thresholds"], np.reshape(spawn_seeds(k, 2 * len(PASS_SHARES)), (-1, 2))
+        ):
+            point = {
+                "target_pass_share": share,
+                "threshold": threshold,
+                **_measure(pair, prompts, Sprinter(verifier=v["head"], threshold=threshold), max_new_tokens, int(k1)),
+            }
             rate = point["pass_share"]
             baseline = {"rate": rate, **_measure(pair, prompts, _random_verifier(pair, rate), max_new_tokens, int(k2))}
             trained[str(lam)].append(point)
             random[str(lam)].append(baseline)
-            say(f"  λ = {lam}, τ = {threshold:.3f}: pass share {rate:.2f}, TV {point['per_token_tv']:.4f} "
-                f"(random at that share {baseline['per_token_tv']:.4f})")
+            say(
+                f"  λ = {lam}, τ = {threshold:.3f}: pass share {rate:.2f}, TV {point['per_token_tv']:.4f} "
+                f"(random at that share {baseline['per_token_tv']:.4f})"
+            )
     pairs = [(t, r) for lam in trained for t, r in zip(trained[lam], random[lam])]
-    gaps = [(r["per_token_tv"] - t["per_token_tv"]) / math.hypot(r["per_token_tv_se"], t["per_token_tv_se"])
-            for t, r in pairs]
-    at_sd = {K: {lam: interpolate_points(pts, "target_calls_per_token", "per_token_tv", sd[K]["target_calls_per_token"])
-                 for lam, pts in trained.items()} for K in sd}
-    result = {"figure": "[SPR] Fig. 1 / Table 2 (analogue)", "pair": pair.name, "key": describe_key(key),
-              "prompts": len(prompts), "max_new_tokens": max_new_tokens, "prefixes": PREFIXES,
-              "verifier_input": "the draft's last hidden state at the previous token ([SPR] §4)",
-              "auc": {str(lam): verifiers[lam]["auc"] for lam in LAMBDAS}, "sd": sd,
-              "sprinter": trained, "random_verifier": random,
-              # what SPRINTER gives up to run at SD's speed (SD's TV is 0 there); NaN outside a verifier's range
-              "sprinter_tv_at_sd_speed": at_sd,
-              "trained_vs_random": {"compared": len(pairs), "trained_lower_tv": sum(g > 0 for g in gaps),
-                                    "gaps_in_se": gaps},
-              "iid_assumption": {"largest_s1_gap_in_se": max(abs(t["s1_gap_in_se"]) for t, _ in pairs),
-                                 "largest_s4_gap_in_se": max(abs(t["s4_gap_in_se"]) for t, _ in pairs),
-                                 "random_largest_s1_gap_in_se": max(abs(r["s1_gap_in_se"]) for _, r in pairs)}}
+    gaps = [
+        (r["per_token_tv"] - t["per_token_tv"]) / math.hypot(r["per_token_tv_se"], t["per_token_tv_se"])
+        for t, r in pairs
+    ]
+    at_sd = {
+        K: {
+            lam: interpolate_points(pts, "target_calls_per_token", "per_token_tv", sd[K]["target_calls_per_token"])
+            for lam, pts in trained.items()
+        }
+        for K in sd
+    }
+    result = {
+        "figure": "[SPR] Fig. 1 / Table 2 (analogue)",
+        "pair": pair.name,
+        "key": describe_key(key),
+        "prompts": len(prompts),
+        "max_new_tokens": max_new_tokens,
+        "prefixes": PREFIXES,
+        "verifier_input": "the draft's last hidden state at the previous token ([SPR] §4)",
+        "auc": {str(lam): verifiers[lam]["auc"] for lam in LAMBDAS},
+        "sd": sd,
+        "sprinter": trained,
+        "random_verifier": random,
+        # what SPRINTER gives up to run at SD's speed (SD's TV is 0 there); NaN outside a verifier's range
+        "sprinter_tv_at_sd_speed": at_sd,
+        "trained_vs_random": {"compared": len(pairs), "trained_lower_tv": sum(g > 0 for g in gaps), "gaps_in_se": gaps},
+        "iid_assumption": {
+            "largest_s1_gap_in_se": max(abs(t["s1_gap_in_se"]) for t, _ in pairs),
+            "largest_s4_gap_in_se": max(abs(t["s4_gap_in_se"]) for t, _ in pairs),
+            "random_largest_s1_gap_in_se": max(abs(r["s1_gap_in_se"]) for _, r in pairs),
+        },
+    }
     out = Path(out_dir)
     _plot(result, out)
     write_json(result, out / "sprinter_tradeoff.json")
@@ -208,19 +251,42 @@ def _plot(result: dict, out: Path) -> None:
     fig, (ax, ax2) = new_figure(ncols=2)
     colors = dict(zip(result["sprinter"], ("tab:blue", "tab:orange", "tab:green")))
     for lam, pts in result["sprinter"].items():
-        ax.plot([r["target_calls_per_token"] for r in pts], [r["per_token_tv"] for r in pts], "o-", color=colors[lam],
-                label=f"SPRINTER, verifier λ = {lam}")
-        ax2.errorbar([r["acceptance_rate_s4"] for r in pts], [r["acceptance_rate"] for r in pts],
-                     yerr=[2 * r["acceptance_rate_se"] for r in pts], fmt="o", color=colors[lam], label=f"λ = {lam}")
+        ax.plot(
+            [r["target_calls_per_token"] for r in pts],
+            [r["per_token_tv"] for r in pts],
+            "o-",
+            color=colors[lam],
+            label=f"SPRINTER, verifier λ = {lam}",
+        )
+        ax2.errorbar(
+            [r["acceptance_rate_s4"] for r in pts],
+            [r["acceptance_rate"] for r in pts],
+            yerr=[2 * r["acceptance_rate_se"] for r in pts],
+            fmt="o",
+            color=colors[lam],
+            label=f"λ = {lam}",
+        )
     rand = sorted((r for pts in result["random_verifier"].values() for r in pts), key=lambda r: r["rate"])
-    ax.plot([r["target_calls_per_token"] for r in rand], [r["per_token_tv"] for r in rand], "s--", color="grey",
-            label="random verifier, same pass share")
-    ax2.errorbar([r["acceptance_rate_s4"] for r in rand], [r["acceptance_rate"] for r in rand],
-                 yerr=[2 * r["acceptance_rate_se"] for r in rand], fmt="s", color="grey", label="random verifier")
+    ax.plot(
+        [r["target_calls_per_token"] for r in rand],
+        [r["per_token_tv"] for r in rand],
+        "s--",
+        color="grey",
+        label="random verifier, same pass share",
+    )
+    ax2.errorbar(
+        [r["acceptance_rate_s4"] for r in rand],
+        [r["acceptance_rate"] for r in rand],
+        yerr=[2 * r["acceptance_rate_se"] for r in rand],
+        fmt="s",
+        color="grey",
+        label="random verifier",
+    )
     for K, r in result["sd"].items():
         ax.plot([r["target_calls_per_token"]], [0.0], "k*", markersize=10)
-        ax.annotate(f"SD K={K}", (r["target_calls_per_token"], 0.0), textcoords="offset points", xytext=(4, 6),
-                    fontsize=7)
+        ax.annotate(
+            f"SD K={K}", (r["target_calls_per_token"], 0.0), textcoords="offset points", xytext=(4, 6), fontsize=7
+        )
     lo = min(r["acceptance_rate"] for r in rand + [t for pts in result["sprinter"].values() for t in pts])
     ax2.plot([lo, 1], [lo, 1], "k:", linewidth=0.8)
     ax.set_xlabel("target calls per token")
@@ -237,23 +303,40 @@ def _plot(result: dict, out: Path) -> None:
 
 def summary(result: dict) -> str:
     head = "  {:<24} {:>9} {:>10} {:>6} {:>6} {:>6} {:>7} {:>16} {:>17} {:>15}".format(
-        "setting", "calls/tok", "draft/call", "tok/s", "η_TP", "η_FP", "η_TV", "TV meas / S1", "accept meas / S4",
-        "loglik ± se")
+        "setting",
+        "calls/tok",
+        "draft/call",
+        "tok/s",
+        "η_TP",
+        "η_FP",
+        "η_TV",
+        "TV meas / S1",
+        "accept meas / S4",
+        "loglik ± se",
+    )
 
     def line(name, r):
         if "eta_tp" not in r:
-            return (f"  {name:<24} {r['target_calls_per_token']:9.3f} {r['drafts_per_target_call']:10.3f} "
-                    f"{r['tokens_per_second']:6.0f} {'':>6} {'':>6} {'':>7} {0.0:8.4f}          "
-                    f"{r['acceptance_rate']:8.3f}          {r['target_loglik_per_token']:7.3f} ± {r['target_loglik_se']:.3f}")
-        return (f"  {name:<24} {r['target_calls_per_token']:9.3f} {r['drafts_per_target_call']:10.3f} "
-                f"{r['tokens_per_second']:6.0f} {r['eta_tp']:6.3f} {r['eta_fp']:6.3f} {r['eta_tv_weighted']:7.3f} "
-                f"{r['per_token_tv']:.4f} / {r['per_token_tv_s1']:.4f} {r['acceptance_rate']:.3f} / "
-                f"{r['acceptance_rate_s4']:.3f}  {r['target_loglik_per_token']:7.3f} ± {r['target_loglik_se']:.3f}")
+            return (
+                f"  {name:<24} {r['target_calls_per_token']:9.3f} {r['drafts_per_target_call']:10.3f} "
+                f"{r['tokens_per_second']:6.0f} {'':>6} {'':>6} {'':>7} {0.0:8.4f}          "
+                f"{r['acceptance_rate']:8.3f}          {r['target_loglik_per_token']:7.3f} ± "
+                f"{r['target_loglik_se']:.3f}"
+            )
+        return (
+            f"  {name:<24} {r['target_calls_per_token']:9.3f} {r['drafts_per_target_call']:10.3f} "
+            f"{r['tokens_per_second']:6.0f} {r['eta_tp']:6.3f} {r['eta_fp']:6.3f} {r['eta_tv_weighted']:7.3f} "
+            f"{r['per_token_tv']:.4f} / {r['per_token_tv_s1']:.4f} {r['acceptance_rate']:.3f} / "
+            f"{r['acceptance_rate_s4']:.3f}  {r['target_loglik_per_token']:7.3f} ± {r['target_loglik_se']:.3f}"
+        )
 
-    lines = [f"[SPR] trade-off — {result['pair']} pair, {result['prompts']} completions of {result['max_new_tokens']} "
-             f"tokens per setting, key {result['key']}",
-             f"  verifier: linear + sigmoid on {result['verifier_input']}; held-out AUC "
-             + ", ".join(f"λ={lam} {a:.3f}" for lam, a in result["auc"].items()), head]
+    lines = [
+        f"[SPR] trade-off — {result['pair']} pair, {result['prompts']} completions of {result['max_new_tokens']} "
+        f"tokens per setting, key {result['key']}",
+        f"  verifier: linear + sigmoid on {result['verifier_input']}; held-out AUC "
+        + ", ".join(f"λ={lam} {a:.3f}" for lam, a in result["auc"].items()),
+        head,
+    ]
     for K, r in result["sd"].items():
         lines.append(line(f"SD K={K}", r))
     for lam, pts in result["sprinter"].items():
@@ -261,16 +344,23 @@ def summary(result: dict) -> str:
             lines.append(line(f"λ={lam} τ={t['threshold']:.3f}", t))
             lines.append(line(f"  random ρ={r['rate']:.3f}", r))
     c, i = result["trained_vs_random"], result["iid_assumption"]
-    lines.append(f"  at the same pass share the trained verifier's per-token TV is below the random verifier's in "
-                 f"{c['trained_lower_tv']} of {c['compared']} settings (gaps in s.e.: "
-                 + ", ".join(f"{g:+.1f}" for g in c["gaps_in_se"]) + ")")
+    lines.append(
+        f"  at the same pass share the trained verifier's per-token TV is below the random verifier's in "
+        f"{c['trained_lower_tv']} of {c['compared']} settings (gaps in s.e.: "
+        + ", ".join(f"{g:+.1f}" for g in c["gaps_in_se"])
+        + ")"
+    )
     for K, tvs in result["sprinter_tv_at_sd_speed"].items():
-        lines.append(f"  at SD (K = {K})'s {result['sd'][K]['target_calls_per_token']:.3f} target calls per token (its TV is "
-                     f"0) SPRINTER's per-token TV is " + ", ".join(f"λ={lam} {v:.3f}" for lam, v in tvs.items()))
-    lines.append(f"  i.i.d. verifier assumption: the trained verifiers' TV differs from S1 at the measured η_FP by up to "
-                 f"{i['largest_s1_gap_in_se']:.1f} s.e. and their acceptance rate from S4 by up to "
-                 f"{i['largest_s4_gap_in_se']:.1f} s.e. (the random verifier, i.i.d. by construction: "
-                 f"{i['random_largest_s1_gap_in_se']:.1f} s.e. from S1)")
+        lines.append(
+            f"  at SD (K = {K})'s {result['sd'][K]['target_calls_per_token']:.3f} target calls per token (its TV is "
+            f"0) SPRINTER's per-token TV is " + ", ".join(f"λ={lam} {v:.3f}" for lam, v in tvs.items())
+        )
+    lines.append(
+        f"  i.i.d. verifier assumption: the trained verifiers' TV differs from S1 at the measured η_FP by up to "
+        f"{i['largest_s1_gap_in_se']:.1f} s.e. and their acceptance rate from S4 by up to "
+        f"{i['largest_s4_gap_in_se']:.1f} s.e. (the random verifier, i.i.d. by construction: "
+        f"{i['random_largest_s1_gap_in_se']:.1f} s.e. from S1)"
+    )
     return "\n".join(lines)
 
 
@@ -282,44 +372,67 @@ def claims(result: dict) -> list[dict]:
     """The verifiers' AUC, trained vs random at the same pass share, S1 / S4 at the measured rates (the setting
     furthest from each), the TV-weighted pass rate vs η_FP, and the TV left at SD's speed: the claims table of
     ``speculab report``."""
-    pairs = [(lam, t, r) for lam, pts in result["sprinter"].items()
-             for t, r in zip(pts, result["random_verifier"][lam])]  # the order of trained_vs_random's gaps
+    pairs = [
+        (lam, t, r) for lam, pts in result["sprinter"].items() for t, r in zip(pts, result["random_verifier"][lam])
+    ]  # the order of trained_vs_random's gaps
     c, iid = result["trained_vs_random"], result["iid_assumption"]
     gaps = [float(g) for g in c["gaps_in_se"]]
     lam, t, r = pairs[int(np.argmax(gaps))]
     rows = [
-        claim("verifier AUC, held-out prefixes ([SPR]'s input: the previous token's hidden state)",
-              paper="not printed (ROC curves only, App. A.10)",
-              measured=", ".join(f"{float(a):.3f} (λ = {lam_})" for lam_, a in result["auc"].items())),
-        claim("per-token TV, trained vs random verifier at the same pass share", paper="no random baseline in [SPR]",
-              measured=f"trained lower in {c['trained_lower_tv']} of {c['compared']} settings (gaps "
-                       f"{signed(min(gaps), 1)} to {signed(max(gaps), 1)} s.e.); largest: "
-                       f"{pm(t['per_token_tv'], t['per_token_tv_se'])} vs {pm(r['per_token_tv'], r['per_token_tv_se'])}"
-                       f" ({_setting(lam, t)})"),
+        claim(
+            "verifier AUC, held-out prefixes ([SPR]'s input: the previous token's hidden state)",
+            paper="not printed (ROC curves only, App. A.10)",
+            measured=", ".join(f"{float(a):.3f} (λ = {lam_})" for lam_, a in result["auc"].items()),
+        ),
+        claim(
+            "per-token TV, trained vs random verifier at the same pass share",
+            paper="no random baseline in [SPR]",
+            measured=f"trained lower in {c['trained_lower_tv']} of {c['compared']} settings (gaps "
+            f"{signed(min(gaps), 1)} to {signed(max(gaps), 1)} s.e.); largest: "
+            f"{pm(t['per_token_tv'], t['per_token_tv_se'])} vs {pm(r['per_token_tv'], r['per_token_tv_se'])}"
+            f" ({_setting(lam, t)})",
+        ),
     ]
     lam, t, _ = max(pairs, key=lambda ltr: abs(float(ltr[1]["s1_gap_in_se"])))
-    rows.append(claim("per-token TV vs S1 at the measured η_FP (the furthest of the trained settings)",
-                      paper="TV = η_FP · TV(p, q) (Thm 3.1)",
-                      theory=f"S1: {t['per_token_tv_s1']:.4f} ({_setting(lam, t)})",
-                      measured=f"{pm(t['per_token_tv'], t['per_token_tv_se'], 4)} ({signed(t['s1_gap_in_se'], 1)} s.e.);"
-                               f" random verifier within {float(iid['random_largest_s1_gap_in_se']):.1f} s.e. of S1"))
+    rows.append(
+        claim(
+            "per-token TV vs S1 at the measured η_FP (the furthest of the trained settings)",
+            paper="TV = η_FP · TV(p, q) (Thm 3.1)",
+            theory=f"S1: {t['per_token_tv_s1']:.4f} ({_setting(lam, t)})",
+            measured=f"{pm(t['per_token_tv'], t['per_token_tv_se'], 4)} ({signed(t['s1_gap_in_se'], 1)} s.e.);"
+            f" random verifier within {float(iid['random_largest_s1_gap_in_se']):.1f} s.e. of S1",
+        )
+    )
     lam, t, _ = max(pairs, key=lambda ltr: abs(float(ltr[1]["s4_gap_in_se"])))
-    rows.append(claim("acceptance rate vs S4 at the measured η_FP (the furthest of the trained settings)",
-                      paper="β = 1 − (1 − η_FP) · TV(p, q) (Thm A.4)",
-                      theory=f"S4: {t['acceptance_rate_s4']:.3f} ({_setting(lam, t)})",
-                      measured=f"{pm(t['acceptance_rate'], t['acceptance_rate_se'])} "
-                               f"({signed(t['s4_gap_in_se'], 1)} s.e.)"))
+    rows.append(
+        claim(
+            "acceptance rate vs S4 at the measured η_FP (the furthest of the trained settings)",
+            paper="β = 1 − (1 − η_FP) · TV(p, q) (Thm A.4)",
+            theory=f"S4: {t['acceptance_rate_s4']:.3f} ({_setting(lam, t)})",
+            measured=f"{pm(t['acceptance_rate'], t['acceptance_rate_se'])} ({signed(t['s4_gap_in_se'], 1)} s.e.)",
+        )
+    )
     diffs = [float(t["eta_tv_weighted"]) - float(t["eta_fp"]) for _, t, _ in pairs]
     diffs = [d for d in diffs if math.isfinite(d)]
     if diffs:
-        rows.append(claim("TV-weighted pass rate − η_FP (what S1 needs vs what it is written in)",
-                          paper="the verifier decides i.i.d., one η_FP everywhere (§3.1)",
-                          measured=f"{signed(min(diffs), 3)} to {signed(max(diffs), 3)} over {len(diffs)} settings"))
+        rows.append(
+            claim(
+                "TV-weighted pass rate − η_FP (what S1 needs vs what it is written in)",
+                paper="the verifier decides i.i.d., one η_FP everywhere (§3.1)",
+                measured=f"{signed(min(diffs), 3)} to {signed(max(diffs), 3)} over {len(diffs)} settings",
+            )
+        )
     for K, tvs in result["sprinter_tv_at_sd_speed"].items():
-        at = ", ".join(f"{float(v):.3f} (λ = {lam_})" if math.isfinite(float(v)) else f"out of range (λ = {lam_})"
-                       for lam_, v in tvs.items())
-        rows.append(claim(f"per-token TV at SD (K = {K})'s {result['sd'][K]['target_calls_per_token']:.3f} "
-                          "target calls per token",
-                          paper="1.64x–1.83x SD's speed at comparable quality (Table 2; Fig. 1)",
-                          measured=f"{at}; SD: 0"))
+        at = ", ".join(
+            f"{float(v):.3f} (λ = {lam_})" if math.isfinite(float(v)) else f"out of range (λ = {lam_})"
+            for lam_, v in tvs.items()
+        )
+        rows.append(
+            claim(
+                f"per-token TV at SD (K = {K})'s {result['sd'][K]['target_calls_per_token']:.3f} "
+                "target calls per token",
+                paper="1.64x–1.83x SD's speed at comparable quality (Table 2; Fig. 1)",
+                measured=f"{at}; SD: 0",
+            )
+        )
     return rows

@@ -40,8 +40,15 @@ def run(key=10, n_runs: int = 500_000, out_dir: str | Path = "results", progress
     seconds = time.perf_counter() - t0
 
     fig, (ax, ax2) = new_figure(ncols=2)
-    running = plot_running(ax, counts.rejections, theory.rejections, color="tab:green", theory_color="tab:orange",
-                           label="simulation: running mean ± 2 s.e.", theory_label="Theorem 1")
+    running = plot_running(
+        ax,
+        counts.rejections,
+        theory.rejections,
+        color="tab:green",
+        theory_color="tab:orange",
+        label="simulation: running mean ± 2 s.e.",
+        theory_label="Theorem 1",
+    )
     ax.set_ylim(theory.rejections - 1.5, theory.rejections + 1.5)
     ax.set_title(f"SD, T={T}, {V} tokens (key {describe_key(key)})")
     ax.legend(loc="upper right", fontsize=8)
@@ -85,13 +92,17 @@ def run(key=10, n_runs: int = 500_000, out_dir: str | Path = "results", progress
 def summary(result: dict) -> str:
     """Human-readable lines for the CLI."""
     th, sim = result["theory"], result["simulation"]
-    return "\n".join([
-        f"[Yin] Fig. 2(a) — speculative decoding, T={result['instance']['T']}, V={result['instance']['V']}, key {result['key']}",
-        f"  Theorem 1   E[N_rej] = {th['rejections']:.4f}   acceleration T/E[N_rej] = {th['acceleration']:.3f}",
-        f"  simulation  {sim['rejections']['mean']:.4f} ± {sim['rejections']['se']:.4f} over {sim['n_runs']:,} runs   z = {sim['z']:+.2f}",
-        f"  paper's own instance: {result['paper']['rejections']} (acceleration {result['paper']['acceleration']})",
-        f"  {sim['runs_per_second']:,.0f} runs/s",
-    ])
+    return "\n".join(
+        [
+            f"[Yin] Fig. 2(a) — speculative decoding, T={result['instance']['T']}, V={result['instance']['V']}, key "
+            f"{result['key']}",
+            f"  Theorem 1   E[N_rej] = {th['rejections']:.4f}   acceleration T/E[N_rej] = {th['acceleration']:.3f}",
+            f"  simulation  {sim['rejections']['mean']:.4f} ± {sim['rejections']['se']:.4f} over {sim['n_runs']:,} "
+            f"runs   z = {sim['z']:+.2f}",
+            f"  paper's own instance: {result['paper']['rejections']} (acceleration {result['paper']['acceleration']})",
+            f"  {sim['runs_per_second']:,.0f} runs/s",
+        ]
+    )
 
 
 def claims(result: dict) -> list[dict]:
@@ -100,10 +111,16 @@ def claims(result: dict) -> list[dict]:
     est, z = sim["rejections"], signed(sim["z"])
     running = ", ".join(f"{float(m):.3f} ({int(n):,})" for n, m in sim["running_mean"].items())
     return [
-        claim(f"E[N_rej], SD, T = {result['instance']['T']}, V = {result['instance']['V']} (Thm 1)",
-              paper=f"{paper['rejections']} (their unpublished instance)", theory=f"{th['rejections']:.3f}",
-              simulation=f"{pm(est['mean'], est['se'])} (z = {z})"),
+        claim(
+            f"E[N_rej], SD, T = {result['instance']['T']}, V = {result['instance']['V']} (Thm 1)",
+            paper=f"{paper['rejections']} (their unpublished instance)",
+            theory=f"{th['rejections']:.3f}",
+            simulation=f"{pm(est['mean'], est['se'])} (z = {z})",
+        ),
         claim("acceleration T / E[N_rej]", paper=f"{paper['acceleration']}", theory=f"{th['acceleration']:.2f}"),
-        claim("running mean of simulated N_rej (after N runs)", paper="converges to Thm 1 within 5,000 runs",
-              simulation=running),
+        claim(
+            "running mean of simulated N_rej (after N runs)",
+            paper="converges to Thm 1 within 5,000 runs",
+            simulation=running,
+        ),
     ]

@@ -46,9 +46,15 @@ def run(key=10, n_runs: int = 20_000, out_dir: str | Path = "results", progress:
             est = simulate(case, BatchSD(M), n_runs, rng, progress=progress).estimate("rejections")
             sims[str(M)] = {"mean": est.mean, "se": est.se, "z": est.z(batch_expected_rejections(case, M).rejections)}
         ax.plot(Ms, curve, "-", color="tab:blue", lw=1.5, label="Theorem 3")
-        ax.errorbar([int(m) for m in sims], [s["mean"] for s in sims.values()],
-                    yerr=[2 * s["se"] for s in sims.values()], fmt="o", ms=4, color="tab:green",
-                    label="simulation ± 2 s.e.")
+        ax.errorbar(
+            [int(m) for m in sims],
+            [s["mean"] for s in sims.values()],
+            yerr=[2 * s["se"] for s in sims.values()],
+            fmt="o",
+            ms=4,
+            color="tab:green",
+            label="simulation ± 2 s.e.",
+        )
         ax.plot([1], [curve[0]], "ko", ms=6, label=f"SD (M=1): {curve[0]:.2f}")
         ax.axhline(limit, color="tab:red", ls="--", lw=1.2, label=f"M → ∞ limit: {limit:.3f}")
         ax.set_xscale("log")
@@ -69,8 +75,10 @@ def summary(result: dict) -> str:
     for name, r in result["regimes"].items():
         th = r["theory"]
         lines.append(f"  {name}: M=1 {th[0]:.4f}, M={result['M'][-1]} {th[-1]:.4f}, limit M→∞ {r['limit']:.4f}")
-        lines.append("    simulated: " + ", ".join(f"M={m}: {s['mean']:.3f}±{s['se']:.3f} (z={s['z']:+.1f})"
-                                                  for m, s in r["simulation"].items()))
+        lines.append(
+            "    simulated: "
+            + ", ".join(f"M={m}: {s['mean']:.3f}±{s['se']:.3f} (z={s['z']:+.1f})" for m, s in r["simulation"].items())
+        )
     return "\n".join(lines)
 
 
@@ -81,20 +89,34 @@ def claims(result: dict) -> list[dict]:
     sd_z = signed(sd["z"])
 
     def worst_z(r):
-        return (f"|z| ≤ {max(abs(float(s['z'])) for s in r['simulation'].values()):.1f} at M = "
-                f"{', '.join(r['simulation'])} ({result['n_runs']:,} runs each)")
+        return (
+            f"|z| ≤ {max(abs(float(s['z'])) for s in r['simulation'].values()):.1f} at M = "
+            f"{', '.join(r['simulation'])} ({result['n_runs']:,} runs each)"
+        )
 
     return [
-        claim("E[N_rej] at M = 1 (SD, Thm 1)", paper="16.41 (the black dot at M = 1; their instance)",
-              theory=f"{ours['theory'][0]:.3f}", simulation=f"{pm(sd['mean'], sd['se'])} (z = {sd_z})"),
-        claim(f"E[N_rej] at M = {M_last} (Thm 3)", paper="decreases in M (curve; no value printed)",
-              theory=f"{ours['theory'][-1]:.3f}"),
-        claim("E[N_rej], limit M → ∞ (Prop. 1)", paper="a positive limit: E[N_rej] ↛ 0 (no value printed)",
-              theory=f"{ours['limit']:.3f}"),
+        claim(
+            "E[N_rej] at M = 1 (SD, Thm 1)",
+            paper="16.41 (the black dot at M = 1; their instance)",
+            theory=f"{ours['theory'][0]:.3f}",
+            simulation=f"{pm(sd['mean'], sd['se'])} (z = {sd_z})",
+        ),
+        claim(
+            f"E[N_rej] at M = {M_last} (Thm 3)",
+            paper="decreases in M (curve; no value printed)",
+            theory=f"{ours['theory'][-1]:.3f}",
+        ),
+        claim(
+            "E[N_rej], limit M → ∞ (Prop. 1)",
+            paper="a positive limit: E[N_rej] ↛ 0 (no value printed)",
+            theory=f"{ours['limit']:.3f}",
+        ),
         claim("simulated batch SD vs Thm 3", paper="none (the panel is Thm 3 alone)", simulation=worst_z(ours)),
-        claim("supp(q) ⊄ supp(p): p = (.5, .5, 0), q = (.2, .3, .5), E[N_rej] for every M",
-              paper="not covered: Prop. 1's proof takes Π_m TV(q_m, p) → 0, false here",
-              theory=f"{gap['theory'][0]:.3f} at M = 1, {gap['theory'][-1]:.3f} at M = {M_last}, "
-                     f"{gap['limit']:.3f} as M → ∞",
-              simulation=worst_z(gap)),
+        claim(
+            "supp(q) ⊄ supp(p): p = (.5, .5, 0), q = (.2, .3, .5), E[N_rej] for every M",
+            paper="not covered: Prop. 1's proof takes Π_m TV(q_m, p) → 0, false here",
+            theory=f"{gap['theory'][0]:.3f} at M = 1, {gap['theory'][-1]:.3f} at M = {M_last}, "
+            f"{gap['limit']:.3f} as M → ∞",
+            simulation=worst_z(gap),
+        ),
     ]

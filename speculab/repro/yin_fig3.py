@@ -43,7 +43,13 @@ def run(out_dir: str | Path = "results") -> dict:
         gap = max(gap, float(np.abs(closed - general).max()))
         (line,) = bottom.plot(M_RANGE, closed, lw=1.4, label=f"r={r:g}")
         bottom.plot(M_RANGE, general, "o", ms=3, color=line.get_color())
-        result["uniform"][f"{r:g}"] = {"V": V, "V_sub": Vs, "closed_form": closed, "recursion": general, "limit": 1 - 1 / r}
+        result["uniform"][f"{r:g}"] = {
+            "V": V,
+            "V_sub": Vs,
+            "closed_form": closed,
+            "recursion": general,
+            "limit": 1 - 1 / r,
+        }
     result["max_abs_gap"] = gap
     top.set_title(f"q = Ber({V_BER}), p = Ber(u)")
     bottom.set_title("p = Unif(V), q = Unif(V'), r = |V|/|V'|")
@@ -58,10 +64,15 @@ def run(out_dir: str | Path = "results") -> dict:
 
 
 def summary(result: dict) -> str:
-    ber = ", ".join(f"u={u}: BI(20)={r['closed_form'][-1]:.4f}→{r['limit']:.2f}" for u, r in result["bernoulli"].items())
+    ber = ", ".join(
+        f"u={u}: BI(20)={r['closed_form'][-1]:.4f}→{r['limit']:.2f}" for u, r in result["bernoulli"].items()
+    )
     uni = ", ".join(f"r={k}: BI(20)={r['closed_form'][-1]:.4f}→{r['limit']:.3f}" for k, r in result["uniform"].items())
-    return (f"[Yin] Fig. 3 — batch improvement vs M (closed forms vs general recursion, max gap {result['max_abs_gap']:.1e})\n"
-            f"  Bernoulli q=Ber(0.5): {ber}\n  uniform: {uni}")
+    return (
+        f"[Yin] Fig. 3 — batch improvement vs M (closed forms vs general recursion, max gap "
+        f"{result['max_abs_gap']:.1e})\n"
+        f"  Bernoulli q=Ber(0.5): {ber}\n  uniform: {uni}"
+    )
 
 
 def claims(result: dict) -> list[dict]:
@@ -72,12 +83,16 @@ def claims(result: dict) -> list[dict]:
     ber = "; ".join(f"u = {u}: {r['closed_form'][-1]:.3f} → {r['limit']:.3f}" for u, r in result["bernoulli"].items())
     uni = "; ".join(f"r = {k}: {r['closed_form'][-1]:.3f} → {r['limit']:.3f}" for k, r in result["uniform"].items())
     return [
-        claim(f"closed forms vs Thm 3's general recursion, max |difference| (M = 1..{M_last})",
-              paper="BI = |u − v|(1 − u^(M−1)) (Bernoulli); (1 − 1/r) − (1 − 1/r)^M (uniform)",
-              theory=f"{result['max_abs_gap']:.1e}"),
+        claim(
+            f"closed forms vs Thm 3's general recursion, max |difference| (M = 1..{M_last})",
+            paper="BI = |u − v|(1 − u^(M−1)) (Bernoulli); (1 − 1/r) − (1 − 1/r)^M (uniform)",
+            theory=f"{result['max_abs_gap']:.1e}",
+        ),
         claim(f"q = Ber(0.5), p = Ber(u): BI at M = {M_last} → limit", paper="→ |u − v| = TV(p, q)", theory=ber),
-        claim(f"p = Unif(V), q = Unif(V'), r = |V|/|V'|: BI at M = {M_last} → limit", paper="→ 1 − 1/r",
-              theory=uni),
-        claim(f"smallest BI over M = 2..{M_last}, all {len(cases)} pairs", paper="positive once M ≥ 2",
-              theory=f"{after_one:.3f}"),
+        claim(f"p = Unif(V), q = Unif(V'), r = |V|/|V'|: BI at M = {M_last} → limit", paper="→ 1 − 1/r", theory=uni),
+        claim(
+            f"smallest BI over M = 2..{M_last}, all {len(cases)} pairs",
+            paper="positive once M ≥ 2",
+            theory=f"{after_one:.3f}",
+        ),
     ]

@@ -110,8 +110,12 @@ def _simulated(inst: MarkovInstance, K: np.ndarray, seq: np.ndarray) -> dict:
     plugin = float((rows / N * np.maximum(emp - inst.Q, 0.0).sum(axis=-1)).sum(axis=1).mean())
     llr = log_likelihood_ratio(K, inst.Q, seq)
     tv_terms = -np.expm1(-np.maximum(llr, 0.0))  # (1 − q/P_A)_+ per sequence
-    return {"token_loss_sim": _mean_se(per_run), "token_loss_plugin": plugin,
-            "kl_sim": _mean_se(llr), "sequence_tv_sim": _mean_se(tv_terms)}
+    return {
+        "token_loss_sim": _mean_se(per_run),
+        "token_loss_plugin": plugin,
+        "kl_sim": _mean_se(llr),
+        "sequence_tv_sim": _mean_se(tv_terms),
+    }
 
 
 def tradeoff_table(inst: MarkovInstance, eps_values, n_runs: int, key, progress: bool = False) -> list[TradeoffRow]:
@@ -131,14 +135,23 @@ def tradeoff_table(inst: MarkovInstance, eps_values, n_runs: int, key, progress:
             seqd = sequence_bias(inst, b, R)
             counts = simulate(inst, Biased(float(eps), rej), n_runs, rng, return_sequences=True, progress=progress)
             rej_sim = counts.estimate("rejections")
-            rows.append(TradeoffRow(
-                eps=float(eps), rejection=rej, rejection_rate=prof.rejection_rate,
-                rejection_rate_sim=(rej_sim.mean / inst.T, rej_sim.se / inst.T),
-                token_loss=prof.token_loss, optimal_token_loss=float(prof.optimal_loss_per_position.mean()),
-                pareto_gap=prof.pareto_gap, kl=seqd.kl, kl_reverse=seqd.kl_reverse,
-                sequence_tv_lower=seqd.tv_lower, sequence_tv_upper=seqd.tv_upper, n_runs=n_runs,
-                **_simulated(inst, prof.output, counts.sequences),
-            ))
+            rows.append(
+                TradeoffRow(
+                    eps=float(eps),
+                    rejection=rej,
+                    rejection_rate=prof.rejection_rate,
+                    rejection_rate_sim=(rej_sim.mean / inst.T, rej_sim.se / inst.T),
+                    token_loss=prof.token_loss,
+                    optimal_token_loss=float(prof.optimal_loss_per_position.mean()),
+                    pareto_gap=prof.pareto_gap,
+                    kl=seqd.kl,
+                    kl_reverse=seqd.kl_reverse,
+                    sequence_tv_lower=seqd.tv_lower,
+                    sequence_tv_upper=seqd.tv_upper,
+                    n_runs=n_runs,
+                    **_simulated(inst, prof.output, counts.sequences),
+                )
+            )
     return rows
 
 
@@ -176,8 +189,15 @@ def _single_token_panel(ax, p: np.ndarray, q: np.ndarray, rng: np.random.Generat
     ax.set_ylim(0, 1.0)
     ax.legend(fontsize=6, loc="upper right")
     ax.set_title(f"(a) one token: TV(p, q) = {d:.3f}")
-    return {"p": p, "q": q, "tv": d, "n_random": N_RANDOM,
-            "min_gap_random": float((loss + rej - d).min()), "eps_grid": grid, "curves": curves}
+    return {
+        "p": p,
+        "q": q,
+        "tv": d,
+        "n_random": N_RANDOM,
+        "min_gap_random": float((loss + rej - d).min()),
+        "eps_grid": grid,
+        "curves": curves,
+    }
 
 
 def run(key=10, n_runs: int = 200_000, out_dir: str | Path = "results", progress: bool = False) -> dict:
@@ -198,10 +218,14 @@ def run(key=10, n_runs: int = 200_000, out_dir: str | Path = "results", progress
         for eps in EPS_GRID:
             b, R = BiasedMethod(float(eps), rej).rule(inst.P, inst.Q)
             prof, seqd = tradeoff_profile(inst, b, R), sequence_bias(inst, b, R)
-            for k, v in (("rejection_rate", prof.rejection_rate), ("token_loss", prof.token_loss),
-                         ("optimal_token_loss", float(prof.optimal_loss_per_position.mean())),
-                         ("mean_tv", float(prof.tv_per_position.mean())),
-                         ("kl", seqd.kl), ("kl_reverse", seqd.kl_reverse)):
+            for k, v in (
+                ("rejection_rate", prof.rejection_rate),
+                ("token_loss", prof.token_loss),
+                ("optimal_token_loss", float(prof.optimal_loss_per_position.mean())),
+                ("mean_tv", float(prof.tv_per_position.mean())),
+                ("kl", seqd.kl),
+                ("kl_reverse", seqd.kl_reverse),
+            ):
                 c[k].append(v)
         curves[rej] = {k: np.array(v) for k, v in c.items()}
     table = tradeoff_table(inst, EPS_TABLE, n_runs, rng, progress=progress)
@@ -213,17 +237,41 @@ def run(key=10, n_runs: int = 200_000, out_dir: str | Path = "results", progress
         c, col = curves[rej], COLORS[rej]
         rows = [r for r in table if r.rejection == rej]
         ax_b.plot(c["token_loss"], c["rejection_rate"], color=col, lw=1.8, label=f"{label} exact")
-        ax_b.errorbar([r.token_loss_sim[0] for r in rows], [r.rejection_rate_sim[0] for r in rows],
-                      xerr=[2 * r.token_loss_sim[1] for r in rows], yerr=[2 * r.rejection_rate_sim[1] for r in rows],
-                      fmt="o", ms=3.5, color=col, mec="k", mew=0.5, label=f"{label} simulated")
-        ax_c.plot(EPS_GRID, c["token_loss"], color=col, lw=1.8,
-                  label="OPT: Loss* (Thm 4)" if rej == "opt" else "UNO exact")
-        ax_c.errorbar([r.eps for r in rows], [r.token_loss_sim[0] for r in rows],
-                      yerr=[2 * r.token_loss_sim[1] for r in rows], fmt="o", ms=3.5, color=col, mec="k", mew=0.5)
+        ax_b.errorbar(
+            [r.token_loss_sim[0] for r in rows],
+            [r.rejection_rate_sim[0] for r in rows],
+            xerr=[2 * r.token_loss_sim[1] for r in rows],
+            yerr=[2 * r.rejection_rate_sim[1] for r in rows],
+            fmt="o",
+            ms=3.5,
+            color=col,
+            mec="k",
+            mew=0.5,
+            label=f"{label} simulated",
+        )
+        ax_c.plot(
+            EPS_GRID, c["token_loss"], color=col, lw=1.8, label="OPT: Loss* (Thm 4)" if rej == "opt" else "UNO exact"
+        )
+        ax_c.errorbar(
+            [r.eps for r in rows],
+            [r.token_loss_sim[0] for r in rows],
+            yerr=[2 * r.token_loss_sim[1] for r in rows],
+            fmt="o",
+            ms=3.5,
+            color=col,
+            mec="k",
+            mew=0.5,
+        )
         ax_c2.plot(EPS_GRID, c["rejection_rate"], ":", color=col, lw=1.2)
         for k, ls in (("kl", "-"), ("kl_reverse", "--")):
-            ax_d.plot(EPS_GRID[1:], c[k][1:], ls, color=col, lw=1.5,
-                      label=f"{rej.upper()}: KL({'P_A‖q' if k == 'kl' else 'q‖P_A'})")
+            ax_d.plot(
+                EPS_GRID[1:],
+                c[k][1:],
+                ls,
+                color=col,
+                lw=1.5,
+                label=f"{rej.upper()}: KL({'P_A‖q' if k == 'kl' else 'q‖P_A'})",
+            )
     ax_b.set_xlabel("per-token loss (1/T) Σ E_ν TV(P_A,n, q_n)")
     ax_b.set_ylabel("rejection rate E[N_rej]/T")
     ax_b.set_title(f"(b) T={T}, {V} tokens (key {describe_key(key)}), ε ∈ [0, 0.8]")
@@ -242,9 +290,14 @@ def run(key=10, n_runs: int = 200_000, out_dir: str | Path = "results", progress
     save_figure(fig, out / "yin_fig4.png", dpi=130)
     inst.save(out / "yin_fig4_instance.npz")
     result = {
-        "figure": "[Yin] Fig. 4", "key": describe_key(key), "n_runs": n_runs,
+        "figure": "[Yin] Fig. 4",
+        "key": describe_key(key),
+        "n_runs": n_runs,
         "instance": {"T": T, "V": V, "rows": "uniform", "rho": "uniform", "file": "yin_fig4_instance.npz"},
-        "single_token": single, "sd_mean_tv": mu_tv, "eps_grid": EPS_GRID, "curves": curves,
+        "single_token": single,
+        "sd_mean_tv": mu_tv,
+        "eps_grid": EPS_GRID,
+        "curves": curves,
         "table": [{**asdict(r), "z": {k: r.z(k) for k in ("rejection_rate", "token_loss", "kl")}} for r in table],
     }
     write_json(result, out / "yin_fig4.json")
@@ -268,7 +321,8 @@ def summary(result: dict) -> str:
             f"  {r['eps']:4.2f} {r['rejection']:3s} {r['rejection_rate']:.6f}  "
             f"{r['rejection_rate_sim'][0]:.6f} ({r['z']['rejection_rate']:+5.2f})  {r['token_loss']:.6f}  "
             f"{r['token_loss_sim'][0]:.6f} ({r['z']['token_loss']:+5.2f})  {r['token_loss_plugin']:.6f}  "
-            f"{r['kl']:9.4f}  {r['kl_reverse']:9.4f}  {r['sequence_tv_sim'][0]:.5f}")
+            f"{r['kl']:9.4f}  {r['kl_reverse']:9.4f}  {r['sequence_tv_sim'][0]:.5f}"
+        )
     return "\n".join(lines)
 
 
@@ -294,17 +348,34 @@ def claims(result: dict) -> list[dict]:
     uno_gaps = ", ".join(f"{p['uno']['pareto_gap']:.2g} (ε = {eps})" for eps, p in pairs.items())
     kl_lower = sum(p["opt"]["kl"] <= p["uno"]["kl"] for p in pairs.values())
     return [
-        claim(f"one token: min of Loss + P(reject) − TV(p, q) over {st['n_random']:,} random rules (b, P) (Thm 5)",
-              paper="≥ 0: the region below the line is unreachable", theory=f"{st['min_gap_random']:+.1e}"),
-        claim("Markov instance: Pareto gap Loss + rejection rate − E_ν[TV(p_n, q_n)] (Thm 5 per context)",
-              paper="0 for Decoding-OPT (on the front); UNO is not optimal",
-              theory=f"OPT: max |gap| {opt_gap:.1e}; UNO: {uno_gaps}"),
-        claim(f"rejection rate E[N_rej]/T at ε = {first}, OPT / UNO", theory=both(first, "rejection_rate"),
-              simulation=simulated(first, "rejection_rate")),
-        *[claim(f"per-token loss (1/T) Σ_n E_ν[TV(P_A,n, q_n)] at ε = {eps}, OPT / UNO (Thm 4)",
-                paper="OPT's is Loss*_TV(b), the least possible (no value printed)", theory=both(eps, "token_loss"),
-                simulation=simulated(eps, "token_loss")) for eps in pairs],
-        claim(f"sequence-level KL(P_A ‖ q) at ε = {first}, OPT / UNO", paper="not in the paper",
-              theory=f"{both(first, 'kl', 2)}; OPT ≤ UNO at {kl_lower} of {len(pairs)} ε",
-              simulation=simulated(first, "kl", 2)),
+        claim(
+            f"one token: min of Loss + P(reject) − TV(p, q) over {st['n_random']:,} random rules (b, P) (Thm 5)",
+            paper="≥ 0: the region below the line is unreachable",
+            theory=f"{st['min_gap_random']:+.1e}",
+        ),
+        claim(
+            "Markov instance: Pareto gap Loss + rejection rate − E_ν[TV(p_n, q_n)] (Thm 5 per context)",
+            paper="0 for Decoding-OPT (on the front); UNO is not optimal",
+            theory=f"OPT: max |gap| {opt_gap:.1e}; UNO: {uno_gaps}",
+        ),
+        claim(
+            f"rejection rate E[N_rej]/T at ε = {first}, OPT / UNO",
+            theory=both(first, "rejection_rate"),
+            simulation=simulated(first, "rejection_rate"),
+        ),
+        *[
+            claim(
+                f"per-token loss (1/T) Σ_n E_ν[TV(P_A,n, q_n)] at ε = {eps}, OPT / UNO (Thm 4)",
+                paper="OPT's is Loss*_TV(b), the least possible (no value printed)",
+                theory=both(eps, "token_loss"),
+                simulation=simulated(eps, "token_loss"),
+            )
+            for eps in pairs
+        ],
+        claim(
+            f"sequence-level KL(P_A ‖ q) at ε = {first}, OPT / UNO",
+            paper="not in the paper",
+            theory=f"{both(first, 'kl', 2)}; OPT ≤ UNO at {kl_lower} of {len(pairs)} ε",
+            simulation=simulated(first, "kl", 2),
+        ),
     ]

@@ -35,8 +35,15 @@ def _per_token(records, field):
     return float(np.concatenate(vals).mean())
 
 
-def run(key=0, n_runs: int = 4, out_dir: str | Path = "results", progress: bool = False,
-        draft: str | None = None, target: str | None = None, max_new_tokens: int = 32) -> dict:
+def run(
+    key=0,
+    n_runs: int = 4,
+    out_dir: str | Path = "results",
+    progress: bool = False,
+    draft: str | None = None,
+    target: str | None = None,
+    max_new_tokens: int = 32,
+) -> dict:
     """Decode with OPT and UNO at every ε; ``n_runs`` runs per prompt. Writes ``yin_table1.{png,json}``."""
     from speculab.backends import decode, load_pair
     from speculab.backends.pair import default_prompts
@@ -49,7 +56,9 @@ def run(key=0, n_runs: int = 4, out_dir: str | Path = "results", progress: bool 
     for eps in EPS:
         res = {}
         for rejection in ("opt", "uno"):
-            res[rejection] = decode(pair, prompts, Biased(eps, rejection), max_new_tokens=max_new_tokens, key=next(seeds))
+            res[rejection] = decode(
+                pair, prompts, Biased(eps, rejection), max_new_tokens=max_new_tokens, key=next(seeds)
+            )
         ll = {k: np.array([r.target_logprob.mean() for r in v.records]) for k, v in res.items()}
         wins = float(np.mean((ll["opt"] > ll["uno"]) + 0.5 * (ll["opt"] == ll["uno"])))
         rows[str(eps)] = {
@@ -67,8 +76,16 @@ def run(key=0, n_runs: int = 4, out_dir: str | Path = "results", progress: bool 
         rows[str(eps)]["opt_win_rate_se"] = float(np.sqrt(wins * (1 - wins) / len(prompts)))
     fig, (ax, ax2) = new_figure(ncols=2)
     for k, color in (("opt", "tab:blue"), ("uno", "tab:red")):
-        ax.plot(EPS, [rows[str(e)][k]["rejection_rate"] for e in EPS], "o-", color=color, label=f"{k.upper()} rejection rate")
-        ax2.plot(EPS, [rows[str(e)][k]["per_token_tv"] for e in EPS], "o-", color=color, label=f"{k.upper()} TV(P_A, q)")
+        ax.plot(
+            EPS,
+            [rows[str(e)][k]["rejection_rate"] for e in EPS],
+            "o-",
+            color=color,
+            label=f"{k.upper()} rejection rate",
+        )
+        ax2.plot(
+            EPS, [rows[str(e)][k]["per_token_tv"] for e in EPS], "o-", color=color, label=f"{k.upper()} TV(P_A, q)"
+        )
     ax.set_xlabel("ε")
     ax.set_ylabel("rejections per token")
     ax2.set_xlabel("ε")
@@ -80,22 +97,34 @@ def run(key=0, n_runs: int = 4, out_dir: str | Path = "results", progress: bool 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     save_figure(fig, out / "yin_table1.png", dpi=130)
-    result = {"table": "[Yin] Table 1 (analogue)", "pair": pair.name, "key": describe_key(key), "prompts": len(prompts),
-              "max_new_tokens": max_new_tokens, "judge": JUDGE, "eps": rows}
+    result = {
+        "table": "[Yin] Table 1 (analogue)",
+        "pair": pair.name,
+        "key": describe_key(key),
+        "prompts": len(prompts),
+        "max_new_tokens": max_new_tokens,
+        "judge": JUDGE,
+        "eps": rows,
+    }
     write_json(result, out / "yin_table1.json")
     return result
 
 
 def summary(result: dict) -> str:
-    lines = [f"[Yin] Table 1 analogue — {result['pair']} pair, {result['prompts']} completions per cell, key {result['key']}",
-             f"  judge: {result['judge']}",
-             "  ε     method  rej/token  TV(P_A,q)  KL(P_A‖q)  loglik/token  OPT win rate"]
+    lines = [
+        f"[Yin] Table 1 analogue — {result['pair']} pair, {result['prompts']} completions per cell, "
+        f"key {result['key']}",
+        f"  judge: {result['judge']}",
+        "  ε     method  rej/token  TV(P_A,q)  KL(P_A‖q)  loglik/token  OPT win rate",
+    ]
     for eps, row in result["eps"].items():
         for k in ("opt", "uno"):
             r = row[k]
             win = f"{row['opt_win_rate']:.3f} ± {row['opt_win_rate_se']:.3f}" if k == "opt" else ""
-            lines.append(f"  {eps:<5} {k.upper():<7} {r['rejection_rate']:9.4f}  {r['per_token_tv']:9.4f}  "
-                         f"{r['per_token_kl']:9.4f}  {r['target_loglik_per_token']:12.4f}  {win}")
+            lines.append(
+                f"  {eps:<5} {k.upper():<7} {r['rejection_rate']:9.4f}  {r['per_token_tv']:9.4f}  "
+                f"{r['per_token_kl']:9.4f}  {r['target_loglik_per_token']:12.4f}  {win}"
+            )
     return "\n".join(lines)
 
 
@@ -113,19 +142,33 @@ def claims(result: dict) -> list[dict]:
     ours = [eps for eps in rows_by_eps if eps not in PAPER_WIN_RATE]
     first = min(rows_by_eps, key=float)
     tv_lower = sum(r["opt"]["per_token_tv"] <= r["uno"]["per_token_tv"] for r in rows_by_eps.values())
-    rows = [claim(f"OPT win rate over UNO, ε = {eps}",
-                  paper=f"{PAPER_WIN_RATE[eps][0]} (RM-Mistral-7B), {PAPER_WIN_RATE[eps][1]} (GPT-4)",
-                  measured=f"{win(eps)} (judge: target log-likelihood; {result['prompts']} completions)")
-            for eps in theirs]
+    rows = [
+        claim(
+            f"OPT win rate over UNO, ε = {eps}",
+            paper=f"{PAPER_WIN_RATE[eps][0]} (RM-Mistral-7B), {PAPER_WIN_RATE[eps][1]} (GPT-4)",
+            measured=f"{win(eps)} (judge: target log-likelihood; {result['prompts']} completions)",
+        )
+        for eps in theirs
+    ]
     if ours:
-        rows.append(claim(f"OPT win rate over UNO, ε = {' / '.join(ours)}", paper="not tested (ε ≥ 0.1)",
-                          measured=" / ".join(win(eps) for eps in ours)))
+        rows.append(
+            claim(
+                f"OPT win rate over UNO, ε = {' / '.join(ours)}",
+                paper="not tested (ε ≥ 0.1)",
+                measured=" / ".join(win(eps) for eps in ours),
+            )
+        )
     rows += [
-        claim(f"exact per-token TV(P_A, q) at ε = {first}, OPT / UNO",
-              paper="OPT's is the least possible per step (Thm 4); not measured in Table 1",
-              measured=f"{both(first, 'per_token_tv')}; OPT ≤ UNO at {tv_lower} of {len(rows_by_eps)} ε"),
-        claim(f"rejections per token at ε = {first}, OPT / UNO", paper="not reported",
-              theory=f"{both(first, 'predicted_rejection_rate')} (Σ (1 − b) p along the runs)",
-              measured=both(first, "rejection_rate")),
+        claim(
+            f"exact per-token TV(P_A, q) at ε = {first}, OPT / UNO",
+            paper="OPT's is the least possible per step (Thm 4); not measured in Table 1",
+            measured=f"{both(first, 'per_token_tv')}; OPT ≤ UNO at {tv_lower} of {len(rows_by_eps)} ε",
+        ),
+        claim(
+            f"rejections per token at ε = {first}, OPT / UNO",
+            paper="not reported",
+            theory=f"{both(first, 'predicted_rejection_rate')} (Σ (1 − b) p along the runs)",
+            measured=both(first, "rejection_rate"),
+        ),
     ]
     return rows

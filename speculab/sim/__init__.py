@@ -122,8 +122,13 @@ def simulate(
 
         if return_sequences:
             raise ValueError("checkpoint records counts only; it cannot be combined with return_sequences=True")
-        header = {"instance": instance_digest(inst), "method": repr(method), "n_runs": n_runs,
-                  "chunk": _engine.chunk_runs(walk), "rng_state": rng.bit_generator.state}
+        header = {
+            "instance": instance_digest(inst),
+            "method": repr(method),
+            "n_runs": n_runs,
+            "chunk": _engine.chunk_runs(walk),
+            "rng_state": rng.bit_generator.state,
+        }
         journal = Journal(checkpoint, header, resume=bool(resume))
     elif resume:
         raise ValueError("resume=True needs the checkpoint file to resume")

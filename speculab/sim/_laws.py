@@ -23,8 +23,10 @@ def _draft_lengths(method, T: int) -> None:
     for left in range(1, T + 1):
         L = method.draft_length(left)
         if isinstance(L, bool) or not isinstance(L, numbers.Integral) or not 0 <= L <= left:
-            raise ValueError(f"{name}.draft_length({left}) gave {L!r}; a round that may output {left} more "
-                             f"tokens drafts 0 to {left} per row")
+            raise ValueError(
+                f"{name}.draft_length({left}) gave {L!r}; a round that may output {left} more "
+                f"tokens drafts 0 to {left} per row"
+            )
 
 
 def _rule(method, inst) -> None:
@@ -35,19 +37,23 @@ def _rule(method, inst) -> None:
     refusable = np.sum((1.0 - b) * P, axis=-1) > 0
     empty = np.all(R == 0, axis=-1)
     if np.any(refusable & empty):
-        raise ValueError(f"{type(method).__name__}'s rule gives a rejection law P without weight at a context where "
-                         f"a draft can be refused")
+        raise ValueError(
+            f"{type(method).__name__}'s rule gives a rejection law P without weight at a context where "
+            f"a draft can be refused"
+        )
 
 
 def _position_law(method, inst) -> None:
     name = type(method).__name__
     free, called, correction, _ = method.position_law(inst)
-    P, free, called, correction = np.broadcast_arrays(compact(inst.P), compact(free), compact(called),
-                                                      compact(correction))
+    P, free, called, correction = np.broadcast_arrays(
+        compact(inst.P), compact(free), compact(called), compact(correction)
+    )
     ok = (free >= 0) & (called >= 0) & (free + called <= 1 + 1e-12)  # NaN fails
     if not np.all(ok):
-        raise ValueError(f"{name}.position_law gave probabilities of keeping a draft that are negative, NaN or sum "
-                         f"past 1")
+        raise ValueError(
+            f"{name}.position_law gave probabilities of keeping a draft that are negative, NaN or sum past 1"
+        )
     if not np.all((correction >= 0) & (correction < np.inf)):
         raise ValueError(f"{name}.position_law gave correction weights that are negative, infinite or NaN")
     corrected = np.any((P > 0) & (free + called < 1 - 1e-12), axis=-1)

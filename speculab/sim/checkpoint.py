@@ -35,8 +35,17 @@ import numpy as np
 from speculab.counts import Counts
 from speculab.theory.instance import compact
 
-__all__ = ["Journal", "FORMAT", "resumable", "recorded", "active_folder", "call_file", "read_lines", "append_line",
-           "ours"]
+__all__ = [
+    "Journal",
+    "FORMAT",
+    "resumable",
+    "recorded",
+    "active_folder",
+    "call_file",
+    "read_lines",
+    "append_line",
+    "ours",
+]
 
 #: The files :func:`resumable` owns in its folder: simulation checkpoints and recorded calls (``sim-*``), and the
 #: journals of real-model decoding (``decode-*``, :mod:`speculab.backends.journal`).
@@ -57,9 +66,11 @@ def instance_digest(inst) -> str:
 
 
 def _encode(counts: Counts) -> dict:
-    return {"fields": {name: getattr(counts, name).tolist() for name in Counts.FIELDS},
-            "rejections_per_position": counts.rejections_per_position.tolist(),
-            "extra": {k: v.tolist() for k, v in counts.extra.items()}}
+    return {
+        "fields": {name: getattr(counts, name).tolist() for name in Counts.FIELDS},
+        "rejections_per_position": counts.rejections_per_position.tolist(),
+        "extra": {k: v.tolist() for k, v in counts.extra.items()},
+    }
 
 
 def _decode(data: dict) -> Counts:
@@ -75,8 +86,9 @@ def _decode(data: dict) -> Counts:
     rates = np.asarray(data["rejections_per_position"], dtype=np.float64)
     if rates.ndim != 1 or not np.all((rates >= 0) & (rates <= 1)):
         raise ValueError("its rejection rates per position are not one row of numbers in [0, 1]")
-    counts = Counts(**{n: arrays[n] for n in Counts.FIELDS}, rejections_per_position=rates,
-                    extra={k: arrays[k] for k in extra})
+    counts = Counts(
+        **{n: arrays[n] for n in Counts.FIELDS}, rejections_per_position=rates, extra={k: arrays[k] for k in extra}
+    )
     _checked(counts, rates.size)
     return counts
 
@@ -96,8 +108,9 @@ def _checked(c: Counts, T: int) -> None:
     if wrong.size:
         raise ValueError(f"a run has {int(wrong[0])} tokens, not the horizon's {T}")
     if np.any(c.rejections + c.accepted + c.bonus > T) or np.any(c.oracle_calls > T):
-        raise ValueError(f"a run has more rejections, accepted drafts, bonus tokens or target calls than its {T} "
-                         f"tokens allow")
+        raise ValueError(
+            f"a run has more rejections, accepted drafts, bonus tokens or target calls than its {T} tokens allow"
+        )
     if np.any(c.accepted + c.discarded > c.draft_calls):
         raise ValueError("a run accepts or discards more drafts than it drafted")
 
@@ -182,22 +195,26 @@ class Journal:
             raise ValueError(f"{self.path} is not a speculab simulation checkpoint")
         if lines[0] != self.header:
             differ = sorted(k for k in self.header if lines[0].get(k) != self.header[k])
-            raise ValueError(f"checkpoint {self.path} was written for another simulation (its {', '.join(differ)} "
-                             f"differ); remove it or give another path")
+            raise ValueError(
+                f"checkpoint {self.path} was written for another simulation (its {', '.join(differ)} "
+                f"differ); remove it or give another path"
+            )
         kind = self.header["rng_state"]["bit_generator"] if isinstance(self.header.get("rng_state"), dict) else None
         for k, entry in enumerate(lines[1:], start=2):
             try:
                 if not isinstance(entry, dict) or entry.get("chunk") != k - 2:
                     raise ValueError("not the next finished chunk")
                 if entry.get("digest") != line_digest(self.header, entry):
-                    raise ValueError("its digest does not match its content and this simulation (edited, or "
-                                     "from another run)")
+                    raise ValueError(
+                        "its digest does not match its content and this simulation (edited, or from another run)"
+                    )
                 counts = _decode(entry["counts"])
                 if kind is not None:
                     _check_state(entry["rng_state"], kind)
             except (KeyError, TypeError, ValueError) as exc:
-                raise ValueError(f"checkpoint {self.path}, line {k}: {exc}; remove the file to simulate again") \
-                    from None
+                raise ValueError(
+                    f"checkpoint {self.path}, line {k}: {exc}; remove the file to simulate again"
+                ) from None
             self.parts.append(counts)
             self.state = entry["rng_state"]
 
@@ -225,10 +242,12 @@ class _Session:
         in the same order, so an honest resume claims every file it found before it makes a new one)."""
         if self.resume and path not in self.found and self.found - self.named:
             left = len(self.found - self.named)
-            raise ValueError(f"nothing to resume for this call: {self.folder} holds {left} checkpoint file(s) that no "
-                             f"call of this run has matched, so they were written with other arguments (a seed, "
-                             f"method, model, batch size or torch thread count differs); rerun with the interrupted "
-                             f"run's arguments, or start over without --resume (in an emptied or another folder)")
+            raise ValueError(
+                f"nothing to resume for this call: {self.folder} holds {left} checkpoint file(s) that no "
+                f"call of this run has matched, so they were written with other arguments (a seed, "
+                f"method, model, batch size or torch thread count differs); rerun with the interrupted "
+                f"run's arguments, or start over without --resume (in an emptied or another folder)"
+            )
         self.named.add(path)
 
 
@@ -274,8 +293,10 @@ def resumable(folder: str | os.PathLike, *, resume: bool = False, stale: str = "
         raise ValueError(f"nothing to resume: no checkpoints in {folder} (the last run finished or never started)")
     if not resume and found:
         if stale == "refuse":
-            raise ValueError(f"{folder} holds {len(found)} checkpoint file(s) of an interrupted run: add --resume to "
-                             f"continue it, or remove them (or give another folder) to start over")
+            raise ValueError(
+                f"{folder} holds {len(found)} checkpoint file(s) of an interrupted run: add --resume to "
+                f"continue it, or remove them (or give another folder) to start over"
+            )
         for old in found:
             old.unlink()
         found = []
@@ -302,7 +323,7 @@ def ours(path: Path) -> bool:
             head = f.read(21)
     except OSError:
         return False
-    return head == b"" or head == b'{"format": "speculab-'[:len(head)]
+    return head == b"" or head == b'{"format": "speculab-'[: len(head)]
 
 
 def _owned(folder: Path) -> list[Path]:
@@ -337,8 +358,11 @@ def call_file(folder: Path, what, prefix: str = "sim") -> Path | None:
 def active_checkpoint(inst, method, n_runs: int, rng: np.random.Generator) -> tuple[Path, bool] | None:
     """Inside :func:`resumable`: this simulation's checkpoint file and whether it exists; else ``None``."""
     folder = active_folder()
-    path = None if folder is None else call_file(folder, (instance_digest(inst), method, int(n_runs),
-                                                           rng.bit_generator.state))
+    path = (
+        None
+        if folder is None
+        else call_file(folder, (instance_digest(inst), method, int(n_runs), rng.bit_generator.state))
+    )
     return None if path is None else (path, path.exists())
 
 
@@ -362,8 +386,15 @@ def recorded(what, compute):
             if lines[1].get("digest") != line_digest(header, lines[1]):
                 raise ValueError("its digest does not match its content (edited, or from another run)")
             return [_decode(c) for c in lines[1]["counts"]]
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError, KeyError, TypeError,
-                ValueError) as exc:
+        except (
+            OSError,
+            UnicodeDecodeError,
+            json.JSONDecodeError,
+            AttributeError,
+            KeyError,
+            TypeError,
+            ValueError,
+        ) as exc:
             raise ValueError(f"recorded call {path}: {exc}; remove the file to compute it again") from None
     result = compute()
     from speculab._files import atomic_path

@@ -93,8 +93,9 @@ class _Verify:
         name = type(method).__name__
         for what, a in (("acceptance b", b), ("rejection law P", R)):
             if np.shape(a) != inst.P.shape:
-                raise ValueError(f"{name}'s rule gave its {what} of shape {np.shape(a)}; the instance's "
-                                 f"laws are {inst.P.shape}")
+                raise ValueError(
+                    f"{name}'s rule gave its {what} of shape {np.shape(a)}; the instance's laws are {inst.P.shape}"
+                )
         if not np.all((compact(b) >= 0) & (compact(b) <= 1)):
             raise ValueError(f"{name}'s rule gave an acceptance b outside [0, 1] (or NaN)")
         if not np.all((compact(R) >= 0) & (compact(R) < np.inf)):
@@ -130,8 +131,12 @@ class _Root:
         n, M = a.size, self.M
         p, q = self.inst.P[t, a], self.inst.Q[t, a]  # (n, V)
         drafts = kernels.sample_cumulative(np.broadcast_to(self.cP[t, a][:, None], (n, M, V)), rng.random((n, M)))
-        law = self.method.round_law(np.broadcast_to(p[:, None, None], (n, M, 1, V)),
-                                    np.broadcast_to(q[:, None, None], (n, M, 2, V)), drafts[..., None], bonus=False)
+        law = self.method.round_law(
+            np.broadcast_to(p[:, None, None], (n, M, 1, V)),
+            np.broadcast_to(q[:, None, None], (n, M, 2, V)),
+            drafts[..., None],
+            bonus=False,
+        )
         row, accepted, token = sample_round(law, rng.random(n), rng.random(n))
         ok = accepted == 1
         return ok, np.where(ok, drafts[np.arange(n), row], token)
@@ -285,12 +290,16 @@ def _checked(method: Method, law, shape: tuple, V: int):
     correction weights ``shape + (V,)`` finite and non-negative (a user's round law, read round by round)."""
     name = type(method).__name__
     if np.shape(law.outcome) != shape or np.shape(law.correction) != (*shape, V):
-        raise ValueError(f"{name}.round_law gave an outcome of shape {np.shape(law.outcome)} and corrections of "
-                         f"{np.shape(law.correction)}; for these blocks they are {shape} and {(*shape, V)}")
+        raise ValueError(
+            f"{name}.round_law gave an outcome of shape {np.shape(law.outcome)} and corrections of "
+            f"{np.shape(law.correction)}; for these blocks they are {shape} and {(*shape, V)}"
+        )
     sums = law.outcome.reshape(shape[0], -1).sum(axis=1)
     if not (law.outcome.min() >= 0 and np.abs(sums - 1.0).max() <= 1e-9):  # NaN fails both
-        raise ValueError(f"{name}.round_law gave outcome probabilities that are not a law (negative, NaN, or not "
-                         f"summing to 1 over rows and accepted drafts)")
+        raise ValueError(
+            f"{name}.round_law gave outcome probabilities that are not a law (negative, NaN, or not "
+            f"summing to 1 over rows and accepted drafts)"
+        )
     if not (law.correction.min() >= 0 and np.isfinite(law.correction.sum())):  # two passes, no temporaries
         raise ValueError(f"{name}.round_law gave correction weights that are negative, infinite or NaN")
     return law
@@ -331,8 +340,10 @@ class _Rounds(Walk):
         law = _checked(self.method, self.method.round_law(p, q, x, bonus=bonus), (n, M, L + 1), inst.V)
         row, tau, token = sample_round(law, rng.random(n), rng.random(n))
         if np.any((token < 0) & ((tau < L) | bonus)):
-            raise ValueError(f"{type(self.method).__name__}.round_law gave an outcome without a token to output: no "
-                             f"correction weights after a refusal, or no bonus law with a bonus")
+            raise ValueError(
+                f"{type(self.method).__name__}.round_law gave an outcome without a token to output: no "
+                f"correction weights after a refusal, or no bonus law with a bonus"
+            )
         tokens[:, :L] = x[np.arange(n), row]
         here = np.arange(n)
         tokens[here, tau] = np.maximum(token, 0)  # the correction or bonus after τ drafts
@@ -348,7 +359,7 @@ class _Rounds(Walk):
         L = self.length[t]
         if runs.size:
             tokens, kinds, length = self._decide(t, L, prev[runs], rng)
-            st.tokens[runs, :L + 1], st.kinds[runs, :L + 1] = tokens, kinds
+            st.tokens[runs, : L + 1], st.kinds[runs, : L + 1] = tokens, kinds
             st.length[runs], st.pos[runs] = length, 0
         here = np.arange(prev.size)
         x, kind = st.tokens[here, st.pos], st.kinds[here, st.pos]
@@ -390,15 +401,29 @@ def _chunk(walk: Walk, inst, n: int, rng: np.random.Generator, keep: bool) -> Co
         if keep:
             seq[:, t + 1] = prev
     rej = rejected(kinds)  # (T, n)
-    return Counts.of_runs(rejections=np.count_nonzero(rej, axis=0), oracle_calls=oracle, draft_calls=drafts,
-                          accepted=np.count_nonzero(kinds == DRAFT, axis=0),
-                          bonus=np.count_nonzero(kinds == BONUS, axis=0), T=T,
-                          rejected_per_position=np.count_nonzero(rej, axis=1), sequences=seq,
-                          extra={name: np.full(n, T, dtype=np.int64) for name in walk.extra})
+    return Counts.of_runs(
+        rejections=np.count_nonzero(rej, axis=0),
+        oracle_calls=oracle,
+        draft_calls=drafts,
+        accepted=np.count_nonzero(kinds == DRAFT, axis=0),
+        bonus=np.count_nonzero(kinds == BONUS, axis=0),
+        T=T,
+        rejected_per_position=np.count_nonzero(rej, axis=1),
+        sequences=seq,
+        extra={name: np.full(n, T, dtype=np.int64) for name in walk.extra},
+    )
 
 
-def run(walk: Walk, inst, n_runs: int, rng: np.random.Generator, *, return_sequences: bool = False,
-        progress: bool = False, journal=None) -> Counts:
+def run(
+    walk: Walk,
+    inst,
+    n_runs: int,
+    rng: np.random.Generator,
+    *,
+    return_sequences: bool = False,
+    progress: bool = False,
+    journal=None,
+) -> Counts:
     """Run ``n_runs`` independent runs of ``walk`` (:func:`walker`) on ``inst`` in chunks (:func:`chunk_runs`)
     and join them.
 
@@ -413,7 +438,7 @@ def run(walk: Walk, inst, n_runs: int, rng: np.random.Generator, *, return_seque
         if [p.n_runs for p in parts] != sizes[: len(parts)]:
             raise ValueError(f"checkpoint {journal.path} holds chunks of other sizes than this simulation's")
         rng.bit_generator.state = journal.state
-        sizes = sizes[len(parts):]
+        sizes = sizes[len(parts) :]
     if progress and len(sizes) > 1:
         from tqdm.auto import tqdm
 

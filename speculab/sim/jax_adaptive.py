@@ -1,4 +1,5 @@
-r"""The JAX engine for methods that decide each round's length while drafting (SpecDec++): :mod:`speculab.sim.jax_engine`'s
+r"""The JAX engine for methods that decide each round's length while drafting (SpecDec++):
+:mod:`speculab.sim.jax_engine`'s
 scan with a pool of the chains still drafting after a rejection.
 
 A method gives its :class:`~speculab.methods.capabilities.AdaptiveLength` — its verifier's one-slot tables, its
@@ -23,6 +24,7 @@ from speculab.theory.instance import compact
 
 _jax = common._jax
 
+
 def _adaptive_tables(methods: list, insts: list, P_Q: list):
     """The points' :class:`~speculab.methods.base.AdaptiveDrafting` as device tables stacked over the points: each
     verifier's one-slot law (:func:`_slot_tables`), the compact scores and the rule's parameters ``(S,)``; and
@@ -30,8 +32,9 @@ def _adaptive_tables(methods: list, insts: list, P_Q: list):
     jax, jnp = _jax()
     rules = [m.adaptive_drafting(i) for m, i in zip(methods, insts)]
     for m, r in zip(methods, rules):
-        common._check_table_size(compact(np.asarray(r.score)).size, "its scores (a head given as a function is "
-                          "tabulated over (T, V, V))", m)
+        common._check_table_size(
+            compact(np.asarray(r.score)).size, "its scores (a head given as a function is tabulated over (T, V, V))", m
+        )
         adaptive_verifier(m, r)
     if len({r.stops for r in rules}) > 1:
         raise ValueError("the points of a sweep must share one stopping rule (AdaptiveDrafting.stops)")
@@ -86,8 +89,9 @@ def _adaptive_position(stops, T: int, tables, point, t, state, u):
     correction = kernels.sample_cumulative(_at(tables["cC"], point, t, prev), u[2])
     count, prod = count + 1, prod * _at(tables["score"], point, t, prev)[y]
     stop = stops(prod, count, t, T, *params)
-    x = jnp.where(bonus, kernels.sample_cumulative(_at(tables["cQ"], point, t, prev), u[0]),
-                  jnp.where(ok, y, correction))
+    x = jnp.where(
+        bonus, kernels.sample_cumulative(_at(tables["cQ"], point, t, prev), u[0]), jnp.where(ok, y, correction)
+    )
     kind = jnp.where(bonus, BONUS, jnp.where(ok, DRAFT, CORRECTION))
     new_round = (count == 1) & ~bonus
     ended = bonus | ~ok | stop
@@ -115,9 +119,13 @@ def _join_pool(pool: _Pool, spawn):
     _, jnp = _jax()
     flag, token, prod, count = spawn
     C, n = pool.alive.shape[0], flag.shape[0]
-    every = _Pool(jnp.concatenate([pool.token, token]), jnp.concatenate([pool.prod, prod]),
-                  jnp.concatenate([pool.count, count]), jnp.concatenate([pool.run, jnp.arange(n, dtype=jnp.int32)]),
-                  jnp.concatenate([pool.alive, flag]))
+    every = _Pool(
+        jnp.concatenate([pool.token, token]),
+        jnp.concatenate([pool.prod, prod]),
+        jnp.concatenate([pool.count, count]),
+        jnp.concatenate([pool.run, jnp.arange(n, dtype=jnp.int32)]),
+        jnp.concatenate([pool.alive, flag]),
+    )
     live = jnp.sum(every.alive)
     (idx,) = jnp.nonzero(every.alive, size=C, fill_value=0)
     return _Pool(*(a[idx] for a in every[:4]), jnp.arange(C) < live), live
@@ -138,8 +146,9 @@ def _adaptive_chunk_fn(stops, T: int, S: int, n: int, C: int, keep: bool):
     """
     jax, jnp = _jax()
     N = S * n
-    step = jax.vmap(lambda s, u, p, t, tables: _adaptive_position(stops, T, tables, p, t, s, u),
-                    in_axes=(0, 0, 0, None, None))
+    step = jax.vmap(
+        lambda s, u, p, t, tables: _adaptive_position(stops, T, tables, p, t, s, u), in_axes=(0, 0, 0, None, None)
+    )
 
     def run(key, rho, tables):
         dtype = rho.dtype
@@ -147,19 +156,27 @@ def _adaptive_chunk_fn(stops, T: int, S: int, n: int, C: int, keep: bool):
         points = jnp.repeat(jnp.arange(S, dtype=jnp.int32), n)
         cum = jnp.cumsum(rho, axis=-1)
         prev = jax.vmap(lambda p, u: kernels.sample_cumulative(cum[p], u))(
-            points, jax.random.uniform(first, (N,), dtype=dtype)).astype(jnp.int32)
+            points, jax.random.uniform(first, (N,), dtype=dtype)
+        ).astype(jnp.int32)
         state = (prev, jnp.zeros(N, jnp.int32), jnp.ones(N, dtype), jnp.zeros(N, bool))
-        pool = _Pool(jnp.zeros(C, jnp.int32), jnp.ones(C, dtype), jnp.zeros(C, jnp.int32), jnp.zeros(C, jnp.int32),
-                     jnp.zeros(C, bool))
+        pool = _Pool(
+            jnp.zeros(C, jnp.int32),
+            jnp.ones(C, dtype),
+            jnp.zeros(C, jnp.int32),
+            jnp.zeros(C, jnp.int32),
+            jnp.zeros(C, bool),
+        )
 
         def body(carry, t):
             state, pool, peak, counts = carry
             k_runs, k_pool = jax.random.split(jax.random.fold_in(key, t))
-            state, spawn, (x, kind, new_round, d) = step(state, jax.random.uniform(k_runs, (N, 3), dtype=dtype),
-                                                         points, t, tables)
+            state, spawn, (x, kind, new_round, d) = step(
+                state, jax.random.uniform(k_runs, (N, 3), dtype=dtype), points, t, tables
+            )
             if C:
-                pool, ghost = _advance_pool(stops, T, tables, points, t, pool,
-                                            jax.random.uniform(k_pool, (C,), dtype=dtype))
+                pool, ghost = _advance_pool(
+                    stops, T, tables, points, t, pool, jax.random.uniform(k_pool, (C,), dtype=dtype)
+                )
                 pool, live = _join_pool(pool, spawn)
                 d, peak = d + ghost, jnp.maximum(peak, live)
             counts, rej = common._tally(counts, x, kind, new_round, d)
@@ -176,8 +193,10 @@ def _simulate_adaptive(methods: list, insts: list, tables: list, n_runs: int, ke
     """Simulate an adaptively drafting method at ``S`` points together (:func:`_adaptive_chunk_fn`), ``n_runs`` each."""
     jax, jnp = _jax()
     if not tables[0].small(insts[0].V):
-        raise ValueError(f"engine='jax' runs {type(methods[0]).__name__} from per-token tables, which would exceed "
-                         f"TABLE_BUDGET = {common.TABLE_BUDGET} entries for this instance: use engine='numpy'")
+        raise ValueError(
+            f"engine='jax' runs {type(methods[0]).__name__} from per-token tables, which would exceed "
+            f"TABLE_BUDGET = {common.TABLE_BUDGET} entries for this instance: use engine='numpy'"
+        )
     stacked, stops, G = _adaptive_tables(methods, insts, [t.arrays[:2] for t in tables])
     rho = jnp.stack([t.arrays[2] for t in tables])
     S, T = len(methods), insts[0].T
@@ -191,9 +210,10 @@ def _simulate_adaptive(methods: list, insts: list, tables: list, n_runs: int, ke
 
         counts, per_position, seq = _pooled(chunk, (stops, T, S, n), S * n, G)
         for s in range(S):
-            tokens = None if seq is None else np.asarray(seq)[:, s * n:(s + 1) * n]
-            runs[s].append(common._counts(np.asarray(counts[:, s], dtype=np.int64), np.asarray(per_position[:, s]),
-                                          tokens, T))
+            tokens = None if seq is None else np.asarray(seq)[:, s * n : (s + 1) * n]
+            runs[s].append(
+                common._counts(np.asarray(counts[:, s], dtype=np.int64), np.asarray(per_position[:, s]), tokens, T)
+            )
     return [r[0] if len(r) == 1 else Counts.concatenate(r) for r in runs]
 
 
@@ -202,7 +222,8 @@ _POOL_HINT: dict = {}
 
 
 def _pool_size(n: int, G: int, peak: int) -> int:
-    """Pool slots for a chunk of ``n`` runs that must hold ``peak`` chains: ``n/8 · 2^k >= 1.25 peak``, at most ``n G``."""
+    """Pool slots for a chunk of ``n`` runs that must hold ``peak`` chains: ``n/8 · 2^k >= 1.25 peak``, at most ``n
+    G``."""
     size = max(n // 8, 1)
     while size < 1.25 * peak and size < n * G:
         size *= 2

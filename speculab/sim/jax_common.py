@@ -38,7 +38,7 @@ class _Tables:
 
     def small(self, V: int) -> bool:
         """Whether per-token tables of this instance (``T' A' V²`` entries) fit :data:`TABLE_BUDGET`."""
-        return int(np.prod(np.broadcast_shapes(*self.shapes)[:-1])) * V ** 2 <= TABLE_BUDGET
+        return int(np.prod(np.broadcast_shapes(*self.shapes)[:-1])) * V**2 <= TABLE_BUDGET
 
     @staticmethod
     def row(A, t, a):
@@ -80,8 +80,10 @@ def _slot_tables(method: Method, P, Q, root: bool | None = None) -> dict:
     law = method.round_law(p, q, x, bonus=False)
     cC = jnp.cumsum(law.correction[..., 0, 0, :], axis=-1)  # (T', A', V, V): one row per refused draft
     if not bool(jnp.all(cC == cC[..., :1, :])):  # decided on the values, outside jit
-        raise ValueError(f"{type(method).__name__} is slotwise but its correction after a refused draft depends on "
-                         "the draft; a slotwise method's must not (capabilities.Slotwise: Algorithm 2's rule)")
+        raise ValueError(
+            f"{type(method).__name__} is slotwise but its correction after a refused draft depends on "
+            "the draft; a slotwise method's must not (capabilities.Slotwise: Algorithm 2's rule)"
+        )
     cC = cC[..., 0, :]
     tables = {"cP": jnp.cumsum(P, axis=-1), "cQ": jnp.cumsum(Q, axis=-1), "accept": law.outcome[..., 0, 1], "cC": cC}
     wanted = method.rows > 1 if root is None else root
@@ -99,13 +101,22 @@ def _tally(counts, x, kind, new_round, d):
 
 def _check_table_size(entries: int, what: str, method: Method) -> None:
     if entries > TABLE_BUDGET:
-        raise ValueError(f"engine='jax' runs {type(method).__name__} from {what} of {entries} entries, over "
-                         f"TABLE_BUDGET = {TABLE_BUDGET}: use engine='numpy'")
+        raise ValueError(
+            f"engine='jax' runs {type(method).__name__} from {what} of {entries} entries, over "
+            f"TABLE_BUDGET = {TABLE_BUDGET}: use engine='numpy'"
+        )
 
 
 def _counts(counts: np.ndarray, rejected_per_position: np.ndarray, seq, T: int, extra: tuple = ()) -> Counts:
     rejections, oracle, drafts, accepted, bonus = counts
-    return Counts.of_runs(rejections=rejections, oracle_calls=oracle, draft_calls=drafts, accepted=accepted,
-                          bonus=bonus, T=T, rejected_per_position=rejected_per_position,
-                          sequences=None if seq is None else np.ascontiguousarray(np.asarray(seq).T, dtype=np.int64),
-                          extra={name: np.full(rejections.size, T, dtype=np.int64) for name in extra})
+    return Counts.of_runs(
+        rejections=rejections,
+        oracle_calls=oracle,
+        draft_calls=drafts,
+        accepted=accepted,
+        bonus=bonus,
+        T=T,
+        rejected_per_position=rejected_per_position,
+        sequences=None if seq is None else np.ascontiguousarray(np.asarray(seq).T, dtype=np.int64),
+        extra={name: np.full(rejections.size, T, dtype=np.int64) for name in extra},
+    )

@@ -58,6 +58,7 @@ from speculab.theory.instance import MarkovInstance, compact
 
 __all__ = ["simulate_jax", "simulate_sweep", "positions_per_second_bound", "uniforms_per_position"]
 
+
 def _positionwise(method: Method) -> bool:
     return reading(method) == "positions"
 
@@ -134,8 +135,9 @@ def _decide(method: Method, p, q, drafts, u_outcome, u_token):
     jax, jnp = _jax()
     drafts = jnp.reshape(drafts, (-1,))
     rows, V = drafts.shape[0], p.shape[-1]
-    law = method.round_law(jnp.broadcast_to(p, (rows, 1, V)), jnp.broadcast_to(q, (rows, 2, V)), drafts[:, None],
-                           bonus=False)
+    law = method.round_law(
+        jnp.broadcast_to(p, (rows, 1, V)), jnp.broadcast_to(q, (rows, 2, V)), drafts[:, None], bonus=False
+    )
     row, accepted, token = sample_round(law, u_outcome, u_token)
     ok = accepted == 1
     return jnp.where(ok, drafts[row], token), ok
@@ -147,11 +149,18 @@ def _position_tables(method: Method, inst: MarkovInstance) -> dict:
     sampled)."""
     _, jnp = _jax()
     free, called, correction, extra = method.position_law(inst)
-    _check_table_size(3 * max(compact(np.asarray(a)).size for a in (free, called, correction)),
-                      "its position law (a verifier given as a function is tabulated over (T, V, V))", method)
+    _check_table_size(
+        3 * max(compact(np.asarray(a)).size for a in (free, called, correction)),
+        "its position law (a verifier given as a function is tabulated over (T, V, V))",
+        method,
+    )
     dtype = jnp.zeros(0).dtype
-    arrays = {"cP": np.cumsum(compact(inst.P), axis=-1), "free": compact(free), "called": compact(called),
-              "cC": np.cumsum(compact(correction), axis=-1)}
+    arrays = {
+        "cP": np.cumsum(compact(inst.P), axis=-1),
+        "free": compact(free),
+        "called": compact(called),
+        "cC": np.cumsum(compact(correction), axis=-1),
+    }
     return {k: jnp.asarray(v, dtype=dtype) for k, v in arrays.items()}, tuple(extra)
 
 
@@ -186,7 +195,7 @@ def _round_position(method: Method, M: int, L: int, bonus: bool, T: int, L_max: 
         p = jax.vmap(lambda c, i=i: _Tables.row(P, t + i, c))(a)  # (M, V)
         qs.append(jax.vmap(lambda c, i=i: _Tables.row(Q, t + i, c))(a))
         ps.append(p)
-        a = kernels.sample_index(p, u[i * M:(i + 1) * M]).astype(jnp.int32)
+        a = kernels.sample_index(p, u[i * M : (i + 1) * M]).astype(jnp.int32)
         xs.append(a)
     qs.append(jax.vmap(lambda c: _Tables.row(Q, jnp.minimum(t + L, T - 1), c))(a))  # the next position's law
     x = jnp.stack(xs, axis=-1) if L else jnp.zeros((M, 0), dtype=jnp.int32)  # (M, L)
@@ -222,7 +231,8 @@ def _segments(method: Method, T: int) -> list[tuple[int, int, int, bool]]:
 
 # -- the compiled chunk ---------------------------------------------------------------------------------------
 def _chunk_fn(method: Method, T: int, n: int, keep: bool, sweep: tuple[int, bool] | None = None):
-    """A jitted ``(key, P, Q, rho, slot tables, (k, M)) -> (counts (5, n), rejected per position (T,), tokens or None)``.
+    """A jitted ``(key, P, Q, rho, slot tables, (k, M)) -> (counts (5, n), rejected per position (T,), tokens or
+    None)``.
 
     ``counts`` rows: rejections, oracle calls, draft calls, accepted drafts, bonus tokens. For
     a sweep, ``sweep = (rows, bonus possible)`` fixes the shapes and ``(k, M)`` — lookahead and
@@ -243,11 +253,13 @@ def _chunk_fn(method: Method, T: int, n: int, keep: bool, sweep: tuple[int, bool
 
     def run(key, P, Q, rho, slot_tables, shape=None):
         first, key = jax.random.split(key)
-        prev = kernels.sample_index(jnp.broadcast_to(rho, (n, rho.shape[-1])),
-                                    jax.random.uniform(first, (n,), dtype=P.dtype)).astype(jnp.int32)
+        prev = kernels.sample_index(
+            jnp.broadcast_to(rho, (n, rho.shape[-1])), jax.random.uniform(first, (n,), dtype=P.dtype)
+        ).astype(jnp.int32)
         zeros = jnp.zeros(n, dtype=jnp.int32)
         counts = jnp.zeros((5, n), dtype=jnp.int32)
         if _positionwise(method):
+
             def step(P, Q, t, s, u):
                 return _decided_position(P, Q, slot_tables, t, s, u)
 
@@ -259,13 +271,19 @@ def _chunk_fn(method: Method, T: int, n: int, keep: bool, sweep: tuple[int, bool
             def step(P, Q, t, s, u):
                 return _slot_position(method, k, m, rows, bonus_possible, T, P, Q, slot_tables, t, s, u)
 
-            (_, counts), (per_position, xs) = scan_positions(step, _slot_width(rows, slot_tables), P, Q,
-                                                             ((prev, zeros), counts), key, jnp.arange(T))
+            (_, counts), (per_position, xs) = scan_positions(
+                step, _slot_width(rows, slot_tables), P, Q, ((prev, zeros), counts), key, jnp.arange(T)
+            )
         else:
             L_max = method.draft_length(T)
             width = max(M * L_max, 1) + 2
-            state = (prev, jnp.zeros((n, L_max + 1), dtype=jnp.int32), jnp.zeros((n, L_max + 1), dtype=jnp.int8),
-                     zeros, zeros)
+            state = (
+                prev,
+                jnp.zeros((n, L_max + 1), dtype=jnp.int32),
+                jnp.zeros((n, L_max + 1), dtype=jnp.int8),
+                zeros,
+                zeros,
+            )
             carry, rates, seqs = (state, counts), [], []
             for start, stop, L, bonus in _segments(method, T):
                 step = partial(_round_position, method, M, L, bonus, T, L_max)
@@ -375,8 +393,10 @@ def simulate_sweep(inst, methods, n_runs: int, key) -> list[Counts]:
     methods = list(methods) if isinstance(methods, (list, tuple)) else [methods]
     S = max(len(insts), len(methods))
     if {len(insts), len(methods)} - {1, S} or S == 0:
-        raise ValueError(f"give one instance or one method, or lists of the same length; got {len(insts)} instances "
-                         f"and {len(methods)} methods")
+        raise ValueError(
+            f"give one instance or one method, or lists of the same length; got {len(insts)} instances "
+            f"and {len(methods)} methods"
+        )
     insts, methods = insts * (S // len(insts)), methods * (S // len(methods))
     for i in insts:
         if not isinstance(i, MarkovInstance):
@@ -386,16 +406,20 @@ def simulate_sweep(inst, methods, n_runs: int, key) -> list[Counts]:
     for m in methods:
         check_method(m)
         if not (_slotwise(m) or _adaptive(m)):
-            raise ValueError(f"a sweep varies the parameters of one slotwise or adaptively drafting method; "
-                             f"{type(m).__name__} is neither: run its points with simulate(..., engine='jax')")
+            raise ValueError(
+                f"a sweep varies the parameters of one slotwise or adaptively drafting method; "
+                f"{type(m).__name__} is neither: run its points with simulate(..., engine='jax')"
+            )
         if type(m) is not type(first):
             raise ValueError(f"a sweep varies the parameters of one method; got {first!r} and {m!r}")
     tables = [_Tables(i, jnp) for i in insts]
     if len({(i.T, t.shapes) for i, t in zip(insts, tables)}) > 1:
         raise ValueError("the instances of a sweep must have the same T, V and storage (all stationary, or all not)")
     if not tables[0].small(insts[0].V):
-        raise ValueError(f"the sweep's tables would exceed TABLE_BUDGET = {common.TABLE_BUDGET} entries per point; "
-                         "run the points one by one with simulate(..., engine='jax')")
+        raise ValueError(
+            f"the sweep's tables would exceed TABLE_BUDGET = {common.TABLE_BUDGET} entries per point; "
+            "run the points one by one with simulate(..., engine='jax')"
+        )
     key = as_jax_key(key)
     if _adaptive(first):
         return _simulate_adaptive(methods, insts, tables, n_runs, key, False)
@@ -403,8 +427,10 @@ def simulate_sweep(inst, methods, n_runs: int, key) -> list[Counts]:
     slot = [_slot_tables(m, *t.arrays[:2], root=rows > 1) for m, t in zip(methods, tables)]
     for m, s in zip(methods, slot):
         if rows > 1 and "root_cJ" not in s:
-            raise ValueError(f"a sweep over draft rows needs the root as tables (capabilities.RootTable); "
-                             f"{type(m).__name__} has none")
+            raise ValueError(
+                f"a sweep over draft rows needs the root as tables (capabilities.RootTable); "
+                f"{type(m).__name__} has none"
+            )
     stacked = [jnp.stack([t.arrays[i] for t in tables]) for i in range(3)]
     stacked.append(jax.tree_util.tree_map(lambda *a: jnp.stack(a), *slot))
     ks = jnp.asarray([m.draft_length(T) for m in methods])  # the lookahead and draft rows of each point, traced
@@ -422,8 +448,9 @@ def simulate_sweep(inst, methods, n_runs: int, key) -> list[Counts]:
         key, sub = jax.random.split(key)
         counts, per_position, _ = _compiled_sweep(first, T, n, sweep)(jax.random.split(sub, S), *stacked)
         for s in range(S):
-            runs[s].append(_counts(np.asarray(counts[s], dtype=np.int64), np.asarray(per_position[s]), None,
-                                   insts[0].T))
+            runs[s].append(
+                _counts(np.asarray(counts[s], dtype=np.int64), np.asarray(per_position[s]), None, insts[0].T)
+            )
     return [r[0] if len(r) == 1 else Counts.concatenate(r) for r in runs]
 
 

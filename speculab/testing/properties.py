@@ -67,18 +67,22 @@ def _check(method, inst, max_sequences: int) -> None:
     if not isinstance(inst, MarkovInstance):
         raise ValueError(f"inst must be a speculab.theory.MarkovInstance; got {type(inst).__name__}")
     if inst.V ** (inst.T + 1) > max_sequences:
-        raise ValueError(f"inst has {inst.V}^{inst.T + 1} = {inst.V ** (inst.T + 1):,} sequences, more than "
-                         f"max_sequences={max_sequences:,}: exact enumeration is for a few tokens and positions")
+        raise ValueError(
+            f"inst has {inst.V}^{inst.T + 1} = {inst.V ** (inst.T + 1):,} sequences, more than "
+            f"max_sequences={max_sequences:,}: exact enumeration is for a few tokens and positions"
+        )
     if has(method, PositionLaw) or has(method, AdaptiveLength):
-        raise ValueError(f"{type(method).__name__} has no round rule of its own (it decides per position or while "
-                         f"drafting): these checks enumerate round laws only")
+        raise ValueError(
+            f"{type(method).__name__} has no round rule of its own (it decides per position or while "
+            f"drafting): these checks enumerate round laws only"
+        )
 
 
 def _chains(inst, t: int, start: int, L: int):
     """Every draft chain of ``L`` tokens from token ``start`` drafted at array index ``t``: tokens ``(c, L)``, their
     probabilities ``(c,)``, the draft rows ``(c, L, V)`` and target rows ``(c, L + 1, V)`` along them."""
     V = inst.V
-    tokens = np.array(list(itertools.product(range(V), repeat=L)), dtype=np.int64).reshape(V ** L, L)
+    tokens = np.array(list(itertools.product(range(V), repeat=L)), dtype=np.int64).reshape(V**L, L)
     prev = np.concatenate([np.full((len(tokens), 1), start), tokens], axis=1)  # (c, L + 1)
     p_rows = np.stack([inst.P[t + i][prev[:, i]] for i in range(L)], axis=1) if L else np.zeros((len(tokens), 0, V))
     q_rows = [inst.Q[t + i][prev[:, i]] for i in range(L)]
@@ -102,8 +106,9 @@ def _require(ok: bool, message: str) -> None:
         raise AssertionError(message)
 
 
-def enumerate_method(method: Method, inst, *, max_blocks: int = 100_000, max_sequences: int = 20_000
-                     ) -> MethodEnumeration:
+def enumerate_method(
+    method: Method, inst, *, max_blocks: int = 100_000, max_sequences: int = 20_000
+) -> MethodEnumeration:
     """The exact output law and expected counts of ``method`` on ``inst``, from its ``round_law`` alone.
 
     Also checks each round law it uses: outcome probabilities non-negative and summing to 1, correction
@@ -133,8 +138,10 @@ def enumerate_method(method: Method, inst, *, max_blocks: int = 100_000, max_seq
         remaining = inst.T - n + 1
         L = int(method.draft_length(remaining))
         if inst.V ** (rows * L) > max_blocks:
-            raise ValueError(f"{name} drafts {rows} × {L} tokens over {inst.V} tokens: {inst.V ** (rows * L):,} "
-                             f"blocks per round exceed max_blocks={max_blocks:,}; use a smaller instance")
+            raise ValueError(
+                f"{name} drafts {rows} × {L} tokens over {inst.V} tokens: {inst.V ** (rows * L):,} "
+                f"blocks per round exceed max_blocks={max_blocks:,}; use a smaller instance"
+            )
         bonus = L < remaining
         for prefix, reach in frontier[n].items():
             x, w, p, q = _blocks(inst, n - 1, prefix[-1], L, rows)
@@ -142,10 +149,14 @@ def enumerate_method(method: Method, inst, *, max_blocks: int = 100_000, max_seq
             outcome, correction = np.asarray(res.outcome, dtype=float), np.asarray(res.correction, dtype=float)
             where = f"{name}.round_law at position {n} after {prefix}"
             _require(outcome.shape == (len(w), rows, L + 1), f"{where}: outcome shape {outcome.shape}")
-            _require(bool(np.all(outcome >= 0)) and np.allclose(outcome.sum(axis=(1, 2)), 1.0, atol=1e-9),
-                     f"{where}: outcome probabilities are not a law (sums {outcome.sum(axis=(1, 2))})")
-            _require(bool(np.all(np.isfinite(correction)) and np.all(correction >= 0)),
-                     f"{where}: correction weights must be finite and non-negative")
+            _require(
+                bool(np.all(outcome >= 0)) and np.allclose(outcome.sum(axis=(1, 2)), 1.0, atol=1e-9),
+                f"{where}: outcome probabilities are not a law (sums {outcome.sum(axis=(1, 2))})",
+            )
+            _require(
+                bool(np.all(np.isfinite(correction)) and np.all(correction >= 0)),
+                f"{where}: correction weights must be finite and non-negative",
+            )
             counts["oracle_calls"] += reach
             for b in range(len(w)):
                 for m, tau in zip(*np.nonzero(outcome[b])):
@@ -155,8 +166,10 @@ def enumerate_method(method: Method, inst, *, max_blocks: int = 100_000, max_seq
                     weights = correction[b, m, tau]
                     total = weights.sum()
                     if total == 0:
-                        _require(tau == L and len(out) == inst.T + 1,
-                                 f"{where}: no token follows {tau} accepted drafts of {L} before the horizon")
+                        _require(
+                            tau == L and len(out) == inst.T + 1,
+                            f"{where}: no token follows {tau} accepted drafts of {L} before the horizon",
+                        )
                         law[out] = law.get(out, 0.0) + pr
                         continue
                     counts["bonus" if 0 < tau == L else "rejections"] += pr
@@ -190,17 +203,20 @@ def assert_preserves_target_law(method: Method, inst, *, atol: float = 1e-9) -> 
     if gap > atol:
         raise AssertionError(
             f"{type(method).__name__} does not output the target's law: sequence {worst} has probability "
-            f"{law[worst]:.12g} against the target's {target[worst]:.12g}; target mass never output {missing:.3g}")
+            f"{law[worst]:.12g} against the target's {target[worst]:.12g}; target mass never output {missing:.3g}"
+        )
     return float(gap)
 
 
-def assert_counts_match_theory(method: Method, inst, *, n_runs: int = 20_000, key=0, z: float = 5.0,
-                               rtol: float = 1e-9) -> dict:
+def assert_counts_match_theory(
+    method: Method, inst, *, n_runs: int = 20_000, key=0, z: float = 5.0, rtol: float = 1e-9
+) -> dict:
     """Assert that ``method``'s exact expectations and its simulator agree with the enumerated counts.
 
     For every count of :data:`COUNTED` that ``method.expected(inst)`` gives, the value must equal the
     enumeration's to ``rtol`` (a method whose ``expected`` is ``None`` has only its simulator checked; draft
-    calls and discarded drafts, whose conventions differ between methods, are not compared); and ``speculab.sim.simulate(inst, method, n_runs, key)`` must agree with
+    calls and discarded drafts, whose conventions differ between methods, are not compared); and
+    ``speculab.sim.simulate(inst, method, n_runs, key)`` must agree with
     the enumeration within ``z`` standard errors (exactly, where the count does not vary). Returns
     ``{count: z-score}`` of the simulation. Raises ``AssertionError`` listing every disagreement.
     """
@@ -209,7 +225,7 @@ def assert_counts_match_theory(method: Method, inst, *, n_runs: int = 20_000, ke
     exact = enumerate_method(method, inst).counts
     problems = []
     expected = method.expected(inst)
-    for name, value in (expected.items() if expected is not None else ()):
+    for name, value in expected.items() if expected is not None else ():
         if name in exact and not np.isclose(value, exact[name], rtol=rtol, atol=rtol):
             problems.append(f"theory {name} = {value:.12g}, enumeration {exact[name]:.12g}")
     counts = simulate(inst, method, n_runs, key)
@@ -221,8 +237,10 @@ def assert_counts_match_theory(method: Method, inst, *, n_runs: int = 20_000, ke
         else:
             scores[name] = (est.mean - exact[name]) / est.se
         if not abs(scores[name]) < z:
-            problems.append(f"simulated {name} = {est.mean:.6g} ± {est.se:.2g}, enumeration {exact[name]:.6g} "
-                            f"(z = {scores[name]:+.2f})")
+            problems.append(
+                f"simulated {name} = {est.mean:.6g} ± {est.se:.2g}, enumeration {exact[name]:.6g} "
+                f"(z = {scores[name]:+.2f})"
+            )
     if problems:
         raise AssertionError(f"{type(method).__name__} on {inst!r}: " + "; ".join(problems))
     return scores

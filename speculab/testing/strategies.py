@@ -11,9 +11,17 @@ from hypothesis import strategies as st
 from speculab import kernels
 from speculab.theory.instance import MarkovInstance
 
-__all__ = ["distributions", "distribution_pairs", "nasty_distribution_pairs", "markov_instances",
-           "nasty_markov_instances", "acceptance_rules",
-           "ScaledAcceptance", "PoweredAcceptance", "OverAcceptance"]
+__all__ = [
+    "distributions",
+    "distribution_pairs",
+    "nasty_distribution_pairs",
+    "markov_instances",
+    "nasty_markov_instances",
+    "acceptance_rules",
+    "ScaledAcceptance",
+    "PoweredAcceptance",
+    "OverAcceptance",
+]
 
 
 @st.composite
@@ -105,7 +113,7 @@ def nasty_distribution_pairs(draw, *, min_V: int = 2, max_V: int = 8):
         i = draw(st.integers(0, V - 1))
         which = draw(st.sampled_from(["p", "q", "both"]))
         if which in ("p", "both"):
-            p[i] = 10.0 ** -exponent
+            p[i] = 10.0**-exponent
             p = p / p.sum()
         if which in ("q", "both"):
             q[i] = 10.0 ** -draw(st.integers(12, 300))
@@ -179,7 +187,10 @@ def acceptance_rules(draw, *, unbiased: bool | None = None, lookaheads=(None, 1,
         unbiased = draw(st.booleans())
     K = draw(st.sampled_from(list(lookaheads)))
     if unbiased:
-        rule = draw(st.one_of(st.builds(ScaledAcceptance, st.floats(0.0, 1.0)),
-                              st.builds(PoweredAcceptance, st.floats(1.0, 4.0))))
+        rule = draw(
+            st.one_of(
+                st.builds(ScaledAcceptance, st.floats(0.0, 1.0)), st.builds(PoweredAcceptance, st.floats(1.0, 4.0))
+            )
+        )
         return RejectionDecoding(b=rule, rejection=None, K=K)
     return RejectionDecoding(b=OverAcceptance(draw(st.floats(1.5, 4.0))), rejection=_target_law, K=K)

@@ -79,7 +79,8 @@ def draft_from_logits(logits):
 
 
 def _inputs(P, Q, rho, T):
-    """``(P, Q, rho, T)`` as JAX arrays with checked shapes: ``(T', A', V)`` kernels, ``T'`` and ``A'`` each 1 or full."""
+    """``(P, Q, rho, T)`` as JAX arrays with checked shapes: ``(T', A', V)`` kernels, ``T'`` and ``A'`` each 1 or
+    full."""
     _, jnp = _jax()
     P, Q, rho = jnp.asarray(P), jnp.asarray(Q), jnp.asarray(rho)
     if P.ndim != 3 or Q.ndim != 3:
@@ -120,7 +121,8 @@ def _scan(step, init, ker, P, Q, T):
 
 
 def along_target(f, P, Q, rho, T: int | None = None):
-    r"""Per position ``n``, :math:`E_{x_{n-1} \sim q}[f(p_n(\cdot|x_{n-1}), q_n(\cdot|x_{n-1}))]` for a row function ``f``.
+    r"""Per position ``n``, :math:`E_{x_{n-1} \sim q}[f(p_n(\cdot|x_{n-1}), q_n(\cdot|x_{n-1}))]` for a row function
+    ``f``.
 
     ``f = kernels.tv`` is [Yin] Thm 1; ``f = lambda p, q: kernels.kl(q, p)`` the distillation
     loss KL(q‖p) along the target's own text. Shape ``(T,)``.
@@ -130,7 +132,8 @@ def along_target(f, P, Q, rho, T: int | None = None):
 
 
 def sd_expected_rejections(P, Q, rho, T: int | None = None) -> RejectionProfile:
-    r"""[Yin] Thm 1, :math:`\sum_n E_{x \sim q}[\mathrm{TV}(p_n, q_n)]`, in JAX (see :func:`speculab.theory.sd_expected_rejections`)."""
+    r"""[Yin] Thm 1, :math:`\sum_n E_{x \sim q}[\mathrm{TV}(p_n, q_n)]`, in JAX (see
+    :func:`speculab.theory.sd_expected_rejections`)."""
     return RejectionProfile(rejections_per_position=along_target(kernels.tv, P, Q, rho, T))
 
 
@@ -139,8 +142,7 @@ def batch_expected_rejections(P, Q, rho, M, T: int | None = None) -> BatchProfil
     P, Q, rho, T = _inputs(P, Q, rho, T)
     M = np.inf if M == np.inf else as_positive_int(M, "M")
     _, (rej, sd, root) = _scan(batch_advance, (rho, rho), lambda p, q: batch_kernels(p, q, M), P, Q, T)
-    return BatchProfile(rejections_per_position=rej, sd_rejections_per_position=sd, oracle_calls_per_position=root,
-                        M=M)
+    return BatchProfile(rejections_per_position=rej, sd_rejections_per_position=sd, oracle_calls_per_position=root, M=M)
 
 
 def lookahead_counts(P, Q, rho, K: int | None, *, M: int = 1, T: int | None = None) -> LookaheadCounts:
@@ -156,8 +158,14 @@ def lookahead_counts(P, Q, rho, K: int | None, *, M: int = 1, T: int | None = No
         return lookahead_advance(S, ker, k, bonus_slot)
 
     _, (rej, bonus, acc, start) = _scan(step, S, lambda p, q: lookahead_kernels(M, p, q), P, Q, T)
-    return LookaheadCounts(K=K, rejections_per_position=rej, bonus_per_position=bonus, accepted_per_position=acc,
-                           oracle_calls_per_position=start, M=M)
+    return LookaheadCounts(
+        K=K,
+        rejections_per_position=rej,
+        bonus_per_position=bonus,
+        accepted_per_position=acc,
+        oracle_calls_per_position=start,
+        M=M,
+    )
 
 
 def latency(P, Q, rho, K: int, t_draft: float, t_target: float, *, T: int | None = None):

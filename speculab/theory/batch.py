@@ -149,13 +149,16 @@ def _drain_in_jumps(q: np.ndarray, p: np.ndarray, M: int) -> tuple[np.ndarray, n
         R = np.where(step, R_stepped, R)
         left = left - step
     if np.any((left > 0) & (np.sum(p, axis=-1, where=(u > 0) & on) > 0)):  # never silently short of M steps
-        raise RuntimeError("the root chain's events could not all be located in float64 (rows with drafts left "
-                           "after every pass); use M = np.inf for the limit, or a smaller M")
+        raise RuntimeError(
+            "the root chain's events could not all be located in float64 (rows with drafts left "
+            "after every pass); use M = np.inf for the limit, or a smaller M"
+        )
     return u, R
 
 
 def batch_rejection_probability(q, p, M) -> np.ndarray:
-    r"""Probability that all ``M`` first draft tokens are rejected at a root: :math:`\prod_{m=1}^{M} \mathrm{TV}(q^m, p)`.
+    r"""Probability that all ``M`` first draft tokens are rejected at a root: :math:`\prod_{m=1}^{M} \mathrm{TV}(q^m,
+    p)`.
 
     ``M = 1`` gives ``TV(p, q)``; ``M = np.inf`` gives the limit ``q(supp(p)^c)``.
     """
@@ -295,5 +298,6 @@ def batch_expected_rejections(inst: MarkovInstance, M) -> BatchProfile:
     rejections, sd, root = (np.empty(inst.T, dtype=inst.rho.dtype) for _ in range(3))
     for n, ker in enumerate(rows):
         state, (rejections[n], sd[n], root[n]) = batch_advance(state, ker)
-    return BatchProfile(rejections_per_position=rejections, sd_rejections_per_position=sd,
-                        oracle_calls_per_position=root, M=M)
+    return BatchProfile(
+        rejections_per_position=rejections, sd_rejections_per_position=sd, oracle_calls_per_position=root, M=M
+    )

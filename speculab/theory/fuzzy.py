@@ -151,8 +151,14 @@ def sequence_law(rho, A) -> np.ndarray:
     A = as_distribution(A, "A", ndim=3)
     T, V = A.shape[0], A.shape[-1]
     if float(V) ** (T + 1) > limit(MAX_ENUMERATION):
-        raise refuse(f"the sequence law ({V}^{T + 1} sequences)", float(V) ** (T + 1), MAX_ENUMERATION, "sequences",
-                     "MAX_ENUMERATION", "use a shorter horizon or a smaller vocabulary")
+        raise refuse(
+            f"the sequence law ({V}^{T + 1} sequences)",
+            float(V) ** (T + 1),
+            MAX_ENUMERATION,
+            "sequences",
+            "MAX_ENUMERATION",
+            "use a shorter horizon or a smaller vocabulary",
+        )
     joint = rho
     for n in range(T):
         joint = joint[..., :, None] * A[n]  # (V,)*(n+1) -> (V,)*(n+2)
@@ -312,10 +318,15 @@ def fuzzy_profile(inst: MarkovInstance, theta: float, div: str = "js", K: int | 
         new_q[:, 0] += inst.Q[n].T @ (mq - wq).sum(axis=1)
         m, mq = new, new_q
     return FuzzyProfile(
-        theta=theta, div=div, K=K,
-        accepted_per_position=out["draft"], accepted_per_position_target=out["draft_q"],
-        rejections_per_position=out["rej"], bonus_per_position=out["bonus"],
-        kl_forward_per_position=out["klf"], kl_reverse_per_position=out["klr"],
+        theta=theta,
+        div=div,
+        K=K,
+        accepted_per_position=out["draft"],
+        accepted_per_position_target=out["draft_q"],
+        rejections_per_position=out["rej"],
+        bonus_per_position=out["bonus"],
+        kl_forward_per_position=out["klf"],
+        kl_reverse_per_position=out["klr"],
     )
 
 
@@ -330,8 +341,14 @@ def fuzzy_sequence_law(inst: MarkovInstance, theta: float, div: str = "js", K: i
     T, V = inst.T, inst.V
     Kc = _lookahead(K, T)
     if float(V) ** (T + 1) > limit(MAX_ENUMERATION):
-        raise refuse(f"the sequence law ({V}^{T + 1} sequences)", float(V) ** (T + 1), MAX_ENUMERATION, "sequences",
-                     "MAX_ENUMERATION", "use a shorter horizon or a smaller vocabulary")
+        raise refuse(
+            f"the sequence law ({V}^{T + 1} sequences)",
+            float(V) ** (T + 1),
+            MAX_ENUMERATION,
+            "sequences",
+            "MAX_ENUMERATION",
+            "use a shorter horizon or a smaller vocabulary",
+        )
     accept = fuzzy_divergence(inst, div) < check_theta(theta)  # (T, V)
     joint = np.array(inst.rho)
     phase = np.zeros(V, dtype=np.int64)  # drafts accepted in the current round, per prefix
@@ -388,7 +405,13 @@ def fuzzy_bound_check(inst: MarkovInstance, theta: float, div: str = "js", K: in
         b = fuzzy_sequence_law(inst, theta, div, K).ravel()
         d = float(0.5 * np.abs(a - b).sum()) if div == "tv" else float(js(a, b))
     return FuzzyBoundCheck(
-        theta=prof.theta, div=div, divergence=d, bound=prof.bound, bound_target=prof.bound_target,
-        holds=holds_within(d, prof.bound), holds_target=holds_within(d, prof.bound_target),
-        draft_fraction=prof.draft_fraction, draft_fraction_target=prof.draft_fraction_target,
+        theta=prof.theta,
+        div=div,
+        divergence=d,
+        bound=prof.bound,
+        bound_target=prof.bound_target,
+        holds=holds_within(d, prof.bound),
+        holds_target=holds_within(d, prof.bound_target),
+        draft_fraction=prof.draft_fraction,
+        draft_fraction_target=prof.draft_fraction_target,
     )

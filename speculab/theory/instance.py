@@ -31,7 +31,15 @@ from speculab._validate import (
 )
 
 __all__ = [
-    "MarkovInstance", "chain_marginals", "compact", "rowwise", "cumulative", "per_position", "push", "expect", "scalar",
+    "MarkovInstance",
+    "chain_marginals",
+    "compact",
+    "rowwise",
+    "cumulative",
+    "per_position",
+    "push",
+    "expect",
+    "scalar",
 ]
 # compact … expect are the primitives that keep compact instances compact (exact counts,
 # simulators); they are not re-exported by speculab.theory.
@@ -48,9 +56,7 @@ def compact(a: np.ndarray) -> np.ndarray:
     ``(1, V, V)`` and ``(1, 1, V)``. The result broadcasts back to ``a``; the last
     axis (the vocabulary) is never compacted. Costs nothing (a view).
     """
-    index = tuple(
-        slice(0, 1) if a.shape[i] > 1 and a.strides[i] == 0 else slice(None) for i in range(a.ndim - 1)
-    )
+    index = tuple(slice(0, 1) if a.shape[i] > 1 and a.strides[i] == 0 else slice(None) for i in range(a.ndim - 1))
     return a[index]
 
 
@@ -176,8 +182,10 @@ def _read_npz(path) -> dict[str, np.ndarray]:
             return {name: data[name] for name in data.files}
     except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as exc:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise ValueError(f"{path} is not a speculab Markov instance (an .npz written by MarkovInstance.save or "
-                         f"`speculab instance`): {reason}") from exc
+        raise ValueError(
+            f"{path} is not a speculab Markov instance (an .npz written by MarkovInstance.save or "
+            f"`speculab instance`): {reason}"
+        ) from exc
 
 
 @dataclass(frozen=True, eq=False)
@@ -214,9 +222,7 @@ class MarkovInstance:
         if P.shape[1] != P.shape[2]:
             raise ValueError(f"P must have shape (T, V, V); got {P.shape}")
         if Q.shape != P.shape:
-            raise ValueError(
-                f"P and Q must have the same shape (T, V, V); got {P.shape} and {Q.shape}"
-            )
+            raise ValueError(f"P and Q must have the same shape (T, V, V); got {P.shape} and {Q.shape}")
         if rho.shape[0] != P.shape[2]:
             raise ValueError(f"rho must have length V = {P.shape[2]}; got {rho.shape[0]}")
         rho = np.array(rho, dtype=dtype, copy=True)
@@ -367,8 +373,9 @@ class MarkovInstance:
                 raise ValueError(f"{path} is not a speculab Markov instance: T must be one integer; got {T!r}")
             T = as_positive_int(int(T), "T")
             if P.ndim != 3 or Q.ndim != 3 or P.shape[-1] != Q.shape[-1]:
-                raise ValueError(f"{path} is not a speculab Markov instance: P and Q have shapes "
-                                 f"{P.shape} and {Q.shape}")
+                raise ValueError(
+                    f"{path} is not a speculab Markov instance: P and Q have shapes {P.shape} and {Q.shape}"
+                )
             V = P.shape[-1]
             try:
                 P, Q = np.broadcast_to(P, (T, V, V)), np.broadcast_to(Q, (T, V, V))

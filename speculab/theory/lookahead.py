@@ -219,7 +219,8 @@ class LookaheadCounts(DraftRates):
         return t_draft * (self.T + self.discarded) + (t_target - t_draft) * self.oracle_calls
 
     def forward_pass_time(self, t_draft: float, t_target: float) -> float:
-        r"""Expected time counted pass by pass, [SDpp] eq. (3.1): :math:`t_{draft} N_{draft} + t_{target} N_{target}`."""
+        r"""Expected time counted pass by pass, [SDpp] eq. (3.1): :math:`t_{draft} N_{draft} + t_{target}
+        N_{target}`."""
         t_draft, t_target = _check_times(t_draft, t_target)
         return t_draft * self.draft_calls + t_target * self.oracle_calls
 
@@ -243,9 +244,11 @@ def _checked_root_law(a, q):
     """A root verifier's accepted law, refused unless ``0 ≤ a ≤ q`` (to round-off) with the shape of ``q``."""
     a = np.asarray(a, dtype=float)
     if a.shape != np.shape(q) or not np.all(np.isfinite(a)) or np.any(a < -1e-12) or np.any(a > q + 1e-12):
-        raise ValueError("root(p, q) must return the accepted law a of the root's verifier, with 0 <= a <= q "
-                         f"entrywise and the shape of q {np.shape(q)}; got shape {a.shape}, range "
-                         f"[{np.nanmin(a) if a.size else 0:.3g}, {np.nanmax(a) if a.size else 0:.3g}]")
+        raise ValueError(
+            "root(p, q) must return the accepted law a of the root's verifier, with 0 <= a <= q "
+            f"entrywise and the shape of q {np.shape(q)}; got shape {a.shape}, range "
+            f"[{np.nanmin(a) if a.size else 0:.3g}, {np.nanmax(a) if a.size else 0:.3g}]"
+        )
     return a
 
 
@@ -301,8 +304,9 @@ def lookahead_advance(S, ker: tuple, k: int, bonus_slot: bool):
 
 
 @takes_instance
-def lookahead_counts(inst: MarkovInstance, K: int | None, *, b=None, rejection=None, M: int = 1,
-                     root=None) -> LookaheadCounts:
+def lookahead_counts(
+    inst: MarkovInstance, K: int | None, *, b=None, rejection=None, M: int = 1, root=None
+) -> LookaheadCounts:
     r"""Exact expected counts of a fixed-lookahead method with the bonus token (SPEC L).
 
     Propagates the position-major chain of the module docstring:
@@ -338,8 +342,10 @@ def lookahead_counts(inst: MarkovInstance, K: int | None, *, b=None, rejection=N
     K = as_lookahead(K)
     M = as_positive_int(M, "M")
     if root is not None and (M == 1 or not callable(root)):
-        raise ValueError(f"root must be a function root(p, q) -> accepted law, for a verifier of M > 1 drafts "
-                         f"(M = 1 is the rule's own root); got root={root!r} with M={M}")
+        raise ValueError(
+            f"root must be a function root(p, q) -> accepted law, for a verifier of M > 1 drafts "
+            f"(M = 1 is the rule's own root); got root={root!r} with M={M}"
+        )
     T, V = inst.T, inst.V
     k, bonus_slot, n_slots = lookahead_slots(T, K)
     rows = per_position(lambda *arrays: lookahead_kernels(M, *arrays, root=root), T, *_rule(inst, b, rejection, M))
@@ -350,8 +356,12 @@ def lookahead_counts(inst: MarkovInstance, K: int | None, *, b=None, rejection=N
     for t, ker in enumerate(rows):
         S, (rej[t], bonus[t], acc[t], start[t]) = lookahead_advance(S, ker, k, bonus_slot)
     return LookaheadCounts(
-        K=K, rejections_per_position=rej, bonus_per_position=bonus,
-        accepted_per_position=acc, oracle_calls_per_position=start, M=M,
+        K=K,
+        rejections_per_position=rej,
+        bonus_per_position=bonus,
+        accepted_per_position=acc,
+        oracle_calls_per_position=start,
+        M=M,
     )
 
 

@@ -133,7 +133,8 @@ def optimal_acceptance(p, q, M) -> np.ndarray:
 
 
 def accepted_law_rank(p, q, M, members) -> np.ndarray:
-    r"""The polymatroid rank :math:`g(S) = \min_{T \subseteq S} [c(T) + q(S \setminus T)]` of the feasible accepted laws.
+    r"""The polymatroid rank :math:`g(S) = \min_{T \subseteq S} [c(T) + q(S \setminus T)]` of the feasible accepted
+    laws.
 
     ``g(S)`` is the largest probability that the accepted token lies in ``S``.
     The minimising ``T`` is a prefix of ``S`` sorted by ``q/p`` descending (module docstring).
@@ -283,15 +284,21 @@ def optimal_batch_rejections(inst: MarkovInstance, M) -> OptimalBatchProfile:
         u = q - a  # output by a rejection at the root
         ker = (kernels.tv(p, q), kernels.excess(q, p), u, u.sum(axis=-1), q)
         state, (rejections[n], sd[n], root[n]) = batch_advance(state, ker)
-    return OptimalBatchProfile(rejections_per_position=rejections, sd_rejections_per_position=sd,
-                               oracle_calls_per_position=root, M=M, root_shortfall=max(shortfall, 0.0))
+    return OptimalBatchProfile(
+        rejections_per_position=rejections,
+        sd_rejections_per_position=sd,
+        oracle_calls_per_position=root,
+        M=M,
+        root_shortfall=max(shortfall, 0.0),
+    )
 
 
 # -- drafts as a set, and a verifier that attains the optimum -------------------------------------------------------
 def _check_small(V: int) -> None:
     if V > MAX_SET_V:
-        raise ValueError(f"the coupling works on the 2^V subsets of the vocabulary: V = {V} exceeds "
-                         f"MAX_SET_V = {MAX_SET_V}")
+        raise ValueError(
+            f"the coupling works on the 2^V subsets of the vocabulary: V = {V} exceeds MAX_SET_V = {MAX_SET_V}"
+        )
 
 
 #: Largest vocabulary for the set-based functions (their tables have ``2^V`` entries).
@@ -320,8 +327,10 @@ def draft_set_law(p, M: int, *, replacement: bool = True) -> np.ndarray:
     p = as_distribution(p, "p", ndim=1)
     M = as_positive_int(M, "M")
     if M > MAX_SET_DRAFTS:
-        raise ValueError(f"M must be at most MAX_SET_DRAFTS = {MAX_SET_DRAFTS} for the set-based functions (the law "
-                         f"of the draft set is built draft by draft); got {M}")
+        raise ValueError(
+            f"M must be at most MAX_SET_DRAFTS = {MAX_SET_DRAFTS} for the set-based functions (the law "
+            f"of the draft set is built draft by draft); got {M}"
+        )
     V = p.shape[0]
     _check_small(V)
     masks = np.arange(1 << V)
@@ -346,7 +355,8 @@ def draft_set_law(p, M: int, *, replacement: bool = True) -> np.ndarray:
 
 
 def set_acceptance(set_law, q) -> float:
-    r"""The largest acceptance of any verifier that sees the set ``D`` of drafts: :math:`1 - \max_H [P(D \subseteq H) - q(H)]`.
+    r"""The largest acceptance of any verifier that sees the set ``D`` of drafts: :math:`1 - \max_H [P(D \subseteq H)
+    - q(H)]`.
 
     The general form of SPEC O for any law of the draft set (Hall's theorem on sets and
     tokens; :func:`optimal_acceptance` is the i.i.d. case in ``O(V log V)``).
@@ -362,8 +372,10 @@ def set_acceptance(set_law, q) -> float:
     _check_small(V)
     within = as_distribution(set_law, "set_law", ndim=1)
     if within.shape != (1 << V,):
-        raise ValueError(f"set_law must have 2^V = {1 << V} entries (one per subset of the {V} tokens of q); "
-                         f"got shape {within.shape}")
+        raise ValueError(
+            f"set_law must have 2^V = {1 << V} entries (one per subset of the {V} tokens of q); "
+            f"got shape {within.shape}"
+        )
     within = within.copy()  # zeta transform: P(D ⊆ H) for every H
     for x in range(V):
         bit = (np.arange(1 << V) >> x) & 1 == 1
@@ -459,5 +471,11 @@ def optimal_coupling(p, q, M: int, *, replacement: bool = True) -> SetCoupling:
     alpha = float(a.sum())
     rest = q - a
     residual = rest / rest.sum() if rest.sum() > 0 else q.copy()
-    return SetCoupling(sets=sets, set_prob=law[sets], accept=kappa / law[sets][:, None], residual=residual,
-                       accepted_law=a, acceptance=alpha)
+    return SetCoupling(
+        sets=sets,
+        set_prob=law[sets],
+        accept=kappa / law[sets][:, None],
+        residual=residual,
+        accepted_law=a,
+        acceptance=alpha,
+    )

@@ -126,6 +126,7 @@ def acceptance_array(inst: MarkovInstance, b: Acceptance) -> np.ndarray:
     read-only broadcast view of the compact part, never a ``(T, V, V)`` copy.
     """
     if callable(b):
+
         def checked(p, q):
             out = as_probability_array(b(p, q), "b(p, q)")
             check_same_shape(out, p, "b(p, q)", "its arguments p, q")
@@ -189,12 +190,14 @@ def rejection_array(inst: MarkovInstance, b: np.ndarray, rejection: RejectionRul
     Rows that are used (``Σ (1 − b) p > 0``) must be distributions; unused rows may be anything.
     """
     if rejection is None:
+
         def unbiased(p, q, b):
             _check_unbiased(p, q, b)
             return _unbiased_rejection(p, q, b)
 
         return rowwise(unbiased, inst.P, inst.Q, b)
     if callable(rejection):
+
         def checked(p, q, b):
             out = as_float_array(rejection(p, q, b), "rejection(p, q, b)")
             check_same_shape(out, p, "rejection(p, q, b)", "its arguments p, q, b")

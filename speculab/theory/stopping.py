@@ -52,8 +52,16 @@ from speculab.theory.instance import MarkovInstance, at_position, compact, scala
 from speculab.theory.lookahead import DraftRates, _check_times
 from speculab.theory._checks import takes_instance
 
-__all__ = ["AdaptiveDrafting", "StoppingCounts", "stopping_counts", "optimal_stopping", "fixed_lookahead", "tree_fits",
-           "NODE_BUDGET", "SD_VERIFIER"]
+__all__ = [
+    "AdaptiveDrafting",
+    "StoppingCounts",
+    "stopping_counts",
+    "optimal_stopping",
+    "fixed_lookahead",
+    "tree_fits",
+    "NODE_BUDGET",
+    "SD_VERIFIER",
+]
 
 #: Largest number of draft-tree leaves (``contexts × V^K``) of one round start (scaled by
 #: :func:`speculab.work_budget`).
@@ -139,7 +147,8 @@ SD_VERIFIER = _SDVerifier()
 
 
 def fixed_lookahead(K: int) -> AdaptiveDrafting:
-    """The rule "draft ``K`` tokens (fewer at the horizon), then verify" — SD with lookahead ``K`` — as a drafting rule."""
+    """The rule "draft ``K`` tokens (fewer at the horizon), then verify" — SD with lookahead ``K`` — as a drafting
+    rule."""
     K = as_positive_int(K, "K")
     return AdaptiveDrafting(SD_VERIFIER, None, lambda prod, count, t, T, K: (count >= K) | (t + 1 >= T), (K,), K)
 
@@ -164,7 +173,7 @@ def _round_values(tables, future, n: int, T: int, K: int, t_draft: float, t_targ
         m = n + k  # where the next draft (or the bonus) would be
         p, q, b, res, score = tables(min(m, T - 1))
         base[:] = 0.0
-        base[:len(_FIELDS)] = (t_target + k * t_draft, 1.0, k, 0.0, 0.0, 0.0)
+        base[: len(_FIELDS)] = (t_target + k * t_draft, 1.0, k, 0.0, 0.0, 0.0)
         if per_position and k == 0:
             base[len(_FIELDS) + n] = 1.0  # the target's own sample at n
         stop = carried + base
@@ -182,7 +191,7 @@ def _round_values(tables, future, n: int, T: int, K: int, t_draft: float, t_targ
         rejected = (res @ future[m + 1])[y]  # (V, V^k, F): a correction at m, then a round at m + 1
         if per_position:
             rejected[..., len(_FIELDS) + m] += 1.0  # (the total's share is (1 − reach) at the stop)
-        carried = (carried[:, :, None, :] + (reach[..., None] * (1.0 - bz))[..., None] * rejected[:, :, None, :])
+        carried = carried[:, :, None, :] + (reach[..., None] * (1.0 - bz))[..., None] * rejected[:, :, None, :]
         carried = carried.reshape(V, -1, F)
         prod = (prod[..., None] * score[y]).reshape(V, -1)
         reach = (reach[..., None] * bz).reshape(V, -1)
@@ -207,17 +216,23 @@ def _tree_values(V: int, T: int, max_K: int, per_position: bool) -> float:
     return V * float(V) ** min(max_K, T) * (len(_FIELDS) + (T if per_position else 0))
 
 
-def _solve(inst: MarkovInstance, rule: AdaptiveDrafting | None, t_draft, t_target, max_K: int,
-           per_position: bool = False) -> StoppingCounts:
+def _solve(
+    inst: MarkovInstance, rule: AdaptiveDrafting | None, t_draft, t_target, max_K: int, per_position: bool = False
+) -> StoppingCounts:
     if not isinstance(inst, MarkovInstance):
         raise ValueError(f"inst must be a MarkovInstance; got {type(inst).__name__}")
     t_draft, t_target = _check_times(t_draft, t_target)
     max_K = as_positive_int(max_K, "max_K")
     T, V = inst.T, inst.V
     if not tree_fits(V, T, max_K, per_position):
-        raise refuse(f"the exact recursion over the draft tree ({V} × {V}^{min(max_K, T)} leaves per round start)",
-                     _tree_values(V, T, max_K, per_position), NODE_BUDGET * len(_FIELDS), "values",
-                     "NODE_BUDGET leaves of 6 values", "use a smaller vocabulary, max_K or horizon")
+        raise refuse(
+            f"the exact recursion over the draft tree ({V} × {V}^{min(max_K, T)} leaves per round start)",
+            _tree_values(V, T, max_K, per_position),
+            NODE_BUDGET * len(_FIELDS),
+            "values",
+            "NODE_BUDGET leaves of 6 values",
+            "use a smaller vocabulary, max_K or horizon",
+        )
     P, Q = compact(inst.P), compact(inst.Q)
     verifier = SD_VERIFIER if rule is None else rule.verifier
     score = None if rule is None or rule.score is None else compact(np.asarray(rule.score))
@@ -230,9 +245,11 @@ def _solve(inst: MarkovInstance, rule: AdaptiveDrafting | None, t_draft, t_targe
         return p, q, b, res, s
 
     if rule is None:
+
         def decide(k, t, prod, stop, go):  # Bellman: the cheaper in expected time (ties: verify)
             return stop[..., 0] <= go[..., 0]
     else:
+
         def decide(k, t, prod, stop, go):  # the rule stops after a draft, never before the first
             return np.broadcast_to(k > 0, prod.shape) & np.asarray(rule.stops(prod, k, t, T, *rule.params), dtype=bool)
 
@@ -240,13 +257,24 @@ def _solve(inst: MarkovInstance, rule: AdaptiveDrafting | None, t_draft, t_targe
     for n in progress_bar(range(T - 1, -1, -1), "draft-tree recursion", "position"):
         future[n] = _round_values(tables, future, n, T, min(max_K, T - n), t_draft, t_target, decide)
     total = inst.rho @ future[0]
-    return StoppingCounts(*(scalar(x) for x in total[:len(_FIELDS)]), T=T, t_draft=t_draft, t_target=t_target,
-                          rejections_per_position=total[len(_FIELDS):] if per_position else None)
+    return StoppingCounts(
+        *(scalar(x) for x in total[: len(_FIELDS)]),
+        T=T,
+        t_draft=t_draft,
+        t_target=t_target,
+        rejections_per_position=total[len(_FIELDS) :] if per_position else None,
+    )
 
 
 @takes_instance
-def stopping_counts(inst: MarkovInstance, rule: AdaptiveDrafting, t_draft: float = 0.0,
-                    t_target: float = 1.0, *, per_position: bool = False) -> StoppingCounts:
+def stopping_counts(
+    inst: MarkovInstance,
+    rule: AdaptiveDrafting,
+    t_draft: float = 0.0,
+    t_target: float = 1.0,
+    *,
+    per_position: bool = False,
+) -> StoppingCounts:
     """Exact expected counts and time of a drafting rule on a small Markov instance (module docstring).
 
     Args:
@@ -267,11 +295,14 @@ def stopping_counts(inst: MarkovInstance, rule: AdaptiveDrafting, t_draft: float
       True
     """
     if not isinstance(rule, AdaptiveDrafting):
-        raise ValueError(f"rule must be an AdaptiveDrafting (e.g. SpecDecPP(h).adaptive_drafting(inst) or "
-                         f"fixed_lookahead(K)); got {type(rule).__name__}")
+        raise ValueError(
+            f"rule must be an AdaptiveDrafting (e.g. SpecDecPP(h).adaptive_drafting(inst) or "
+            f"fixed_lookahead(K)); got {type(rule).__name__}"
+        )
     if not hasattr(rule.verifier, "rule"):
-        raise ValueError(f"the rule's verifier must be a method of [Yin] Algorithm 2 (with rule(p, q)); "
-                         f"got {rule.verifier!r}")
+        raise ValueError(
+            f"the rule's verifier must be a method of [Yin] Algorithm 2 (with rule(p, q)); got {rule.verifier!r}"
+        )
     return _solve(inst, rule, t_draft, t_target, rule.max_K, per_position)
 
 

@@ -215,8 +215,15 @@ def optimal_loss_lp(p, q, b) -> float:
     A_ub = np.block([[-D * eye, -eye], [D * eye, -eye]])
     b_ub = np.concatenate([-r, r])
     A_eq = np.concatenate([np.ones(V), np.zeros(V)])[None, :]
-    res = linprog(np.concatenate([np.zeros(V), np.full(V, 0.5)]), A_ub=A_ub, b_ub=b_ub, A_eq=A_eq,
-                  b_eq=[1.0], bounds=(0, None), method="highs")
+    res = linprog(
+        np.concatenate([np.zeros(V), np.full(V, 0.5)]),
+        A_ub=A_ub,
+        b_ub=b_ub,
+        A_eq=A_eq,
+        b_eq=[1.0],
+        bounds=(0, None),
+        method="highs",
+    )
     if res.status != 0:
         raise RuntimeError(f"linprog failed: {res.message}")
     return float(res.fun)
@@ -436,11 +443,11 @@ def log_likelihood_ratio(chain, reference, sequences) -> np.ndarray:
     if seq.size and (seq.min() < 0 or seq.max() >= V):
         raise ValueError(f"sequences must hold tokens in 0..{V - 1}")
     n = np.arange(T)
-    k, l = C[n, seq[:, :-1], seq[:, 1:]], R[n, seq[:, :-1], seq[:, 1:]]  # (N, T) transition probabilities
-    if np.any(k == 0):
+    c, r = C[n, seq[:, :-1], seq[:, 1:]], R[n, seq[:, :-1], seq[:, 1:]]  # (N, T) transition probabilities
+    if np.any(c == 0):
         raise ValueError("sequences must have positive probability under chain")
-    logl = np.log(l, out=np.full(l.shape, -np.inf), where=l > 0)
-    return (np.log(k) - logl).sum(axis=1)
+    logr = np.log(r, out=np.full(r.shape, -np.inf), where=r > 0)
+    return (np.log(c) - logr).sum(axis=1)
 
 
 @dataclass(frozen=True)
@@ -502,5 +509,12 @@ def sequence_bias(
     tv_upper = min(1.0, float(prof.loss_per_position.sum()), _kl_tv_bound(kl), _kl_tv_bound(kl_rev))
     T, V = inst.T, inst.V
     tv = markov_tv(rho, out, Q, max_sequences=max_sequences) if V ** (T + 1) <= max_sequences else None
-    return SequenceBias(kl=kl, kl_reverse=kl_rev, kl_per_position=fwd, kl_reverse_per_position=rev,
-                        tv=tv, tv_lower=tv_lower, tv_upper=tv_upper)
+    return SequenceBias(
+        kl=kl,
+        kl_reverse=kl_rev,
+        kl_per_position=fwd,
+        kl_reverse_per_position=rev,
+        tv=tv,
+        tv_lower=tv_lower,
+        tv_upper=tv_upper,
+    )

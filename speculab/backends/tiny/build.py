@@ -120,7 +120,9 @@ def train_tokenizer(docs: list[str], vocab_size: int):
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=[EOS], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        vocab_size=vocab_size,
+        special_tokens=[EOS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     tok.train_from_iterator(docs, trainer=trainer)
@@ -143,8 +145,16 @@ def _model(cfg: BuildConfig, layers: int, width: int, heads: int, eos: int):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     config = GPT2Config(
-        vocab_size=cfg.vocab_size, n_positions=cfg.context, n_embd=width, n_layer=layers, n_head=heads,
-        bos_token_id=eos, eos_token_id=eos, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+        vocab_size=cfg.vocab_size,
+        n_positions=cfg.context,
+        n_embd=width,
+        n_layer=layers,
+        n_head=heads,
+        bos_token_id=eos,
+        eos_token_id=eos,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
     )
     return GPT2LMHeadModel(config)
 
@@ -193,7 +203,9 @@ def train(model, data, cfg: BuildConfig, steps: int, lr: float, key: int, teache
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         if step % 100 == 0 or step == steps - 1:
-            log(f"  step {step:5d}/{steps}  loss {loss.item():.4f}  ce {ce.item():.4f}  {time.perf_counter() - t0:.0f}s")
+            log(
+                f"  step {step:5d}/{steps}  loss {loss.item():.4f}  ce {ce.item():.4f}  {time.perf_counter() - t0:.0f}s"
+            )
     model.eval()
     return model
 
@@ -254,7 +266,10 @@ def build(out_dir: str | Path = HERE, cfg: BuildConfig = BuildConfig(), log=prin
     torch.use_deterministic_algorithms(True)
     t0 = time.perf_counter()
     train_docs, held_docs, prov = corpus(cfg.seed)
-    log(f"corpus: {prov['train_documents']} train / {prov['heldout_documents']} held-out documents, sha256 {prov['sha256'][:12]}")
+    log(
+        f"corpus: {prov['train_documents']} train / {prov['heldout_documents']} held-out documents, sha256 "
+        f"{prov['sha256'][:12]}"
+    )
     tok = train_tokenizer(train_docs, cfg.vocab_size)
     train_ids, held_ids = encode(tok, train_docs), encode(tok, held_docs)
     log(f"tokens: {train_ids.numel():,} train / {held_ids.numel():,} held-out")
@@ -273,13 +288,15 @@ def build(out_dir: str | Path = HERE, cfg: BuildConfig = BuildConfig(), log=prin
     draft = draft.to(torch.float16).to(torch.float32)
 
     metrics = evaluate(draft, target, held_ids, cfg)
-    metrics.update({
-        "draft_parameters": sum(p.numel() for p in draft.parameters()),
-        "target_parameters": sum(p.numel() for p in target.parameters()),
-        "train_tokens": int(train_ids.numel()),
-        "build_seconds": time.perf_counter() - t0,
-        "torch": torch.__version__,
-    })
+    metrics.update(
+        {
+            "draft_parameters": sum(p.numel() for p in draft.parameters()),
+            "target_parameters": sum(p.numel() for p in target.parameters()),
+            "train_tokens": int(train_ids.numel()),
+            "build_seconds": time.perf_counter() - t0,
+            "torch": torch.__version__,
+        }
+    )
     log(json.dumps(metrics, indent=2))
     out.mkdir(parents=True, exist_ok=True)
     for name, model in (("target", target), ("draft", draft)):
@@ -294,26 +311,36 @@ def build(out_dir: str | Path = HERE, cfg: BuildConfig = BuildConfig(), log=prin
 
 def model_card(info: dict) -> str:
     m, c, prov = info["metrics"], info["config"], info["corpus"]
-    rows = "\n".join(f"| {k} | {v['licence']} | {v['documents']:,} | {v['characters']:,} |" for k, v in prov["sources"].items())
+    rows = "\n".join(
+        f"| {k} | {v['licence']} | {v['documents']:,} | {v['characters']:,} |" for k, v in prov["sources"].items()
+    )
+    models = "\n".join(
+        f"| {label} | {c[f'{w}_layers']} | {c[f'{w}_width']} | {c[f'{w}_heads']} | {m[f'{w}_parameters']:,} "
+        f"| {m[f'{w}_perplexity']:.2f} |"
+        for label, w in (("target `q`", "target"), ("draft `p`", "draft"))
+    )
+    target = (
+        f"Target: {c['target_steps']} AdamW steps, batch {c['batch']} × {c['seq_len']} tokens, "
+        f"peak lr {c['target_lr']}, cosine schedule."
+    )
     return f"""# speculab "tiny" draft/target pair
 
 Two GPT-2-style causal language models with one shared byte-level BPE tokenizer
-({c['vocab_size']} tokens), trained by `speculab models build-tiny` on a CPU, so that
+({c["vocab_size"]} tokens), trained by `speculab models build-tiny` on a CPU, so that
 speculative decoding can be run and measured offline. Not for any use beyond that.
 
 | model | layers | width | heads | parameters | held-out perplexity |
 | --- | --- | --- | --- | --- | --- |
-| target `q` | {c['target_layers']} | {c['target_width']} | {c['target_heads']} | {m['target_parameters']:,} | {m['target_perplexity']:.2f} |
-| draft `p` | {c['draft_layers']} | {c['draft_width']} | {c['draft_heads']} | {m['draft_parameters']:,} | {m['draft_perplexity']:.2f} |
+{models}
 
-Mismatch on held-out text at temperature 1 ({m['heldout_tokens']:,} positions):
-mean TV(p, q) = **{m['mean_tv']:.3f}**, mean KL(q ‖ p) = {m['mean_kl_target_draft']:.3f} nats.
+Mismatch on held-out text at temperature 1 ({m["heldout_tokens"]:,} positions):
+mean TV(p, q) = **{m["mean_tv"]:.3f}**, mean KL(q ‖ p) = {m["mean_kl_target_draft"]:.3f} nats.
 
 ## Training data and licences
 
-Docstrings read with `ast` from the installed sources (Python {prov['python']}),
-deduplicated, shuffled with seed {c['seed']}, 2 % of documents held out.
-Corpus SHA-256: `{prov['sha256']}`.
+Docstrings read with `ast` from the installed sources (Python {prov["python"]}),
+deduplicated, shuffled with seed {c["seed"]}, 2 % of documents held out.
+Corpus SHA-256: `{prov["sha256"]}`.
 
 | source | licence | documents | characters |
 | --- | --- | --- | --- |
@@ -324,11 +351,11 @@ numpy and scipy under the BSD 3-Clause licence. The weights are derived from tha
 
 ## Training
 
-Target: {c['target_steps']} AdamW steps, batch {c['batch']} × {c['seq_len']} tokens, peak lr {c['target_lr']}, cosine schedule.
-Draft: {c['draft_steps']} steps distilled from the (float16-rounded) target with loss
-{c['distill_weight']}·KL(q ‖ p) + {1 - c['distill_weight']:.1f}·CE, peak lr {c['draft_lr']}.
-Weights are stored in float16 and loaded as float32. Build time {m['build_seconds'] / 60:.1f} min
-on {c['threads']} CPU threads (torch {m['torch']}).
+{target}
+Draft: {c["draft_steps"]} steps distilled from the (float16-rounded) target with loss
+{c["distill_weight"]}·KL(q ‖ p) + {1 - c["distill_weight"]:.1f}·CE, peak lr {c["draft_lr"]}.
+Weights are stored in float16 and loaded as float32. Build time {m["build_seconds"] / 60:.1f} min
+on {c["threads"]} CPU threads (torch {m["torch"]}).
 
 Rebuild: `speculab models build-tiny --out DIR` (deterministic for the same corpus hash,
 library versions and thread count).
