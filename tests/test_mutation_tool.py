@@ -2,10 +2,9 @@
 
 import argparse
 import ast
-import collections
 import importlib.util
+import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -279,25 +278,6 @@ def test_a_run_stopped_with_sigterm_stops_its_tests_and_removes_its_copies(tmp_p
     assert inside == []
 
 
-def test_the_score_table_matches_the_sources_and_the_list_of_equivalents():
-    """Each row of the mutation table in docs/measurements.md: its equivalents are the ones listed for the module,
-    its 'now' is
-    every mutant but those killed (all others killed or listed), and its mutant count is the current source's.
-    A change to a measured module shows here."""
-    text = (mutation.ROOT / "docs" / "measurements.md").read_text()
-    rows = re.findall(
-        r"^\| (\S+\.py)(?: [¹²³⁴⁵⁶⁷⁸⁹⁰]+)* \| (\d+) \| [\d.]+ % \| ([\d.]+) % \| (\d+) \| ([\d.]+) % \|$", text, re.M
-    )
-    assert len(rows) >= 28
-    listed = collections.Counter(module for module, _, _ in mutation.equivalents())
-    for name, n, now, eq, without in rows:
-        module, n, eq = f"speculab/{name}", int(n), int(eq)
-        assert listed[module] == eq, name
-        if float(without) == 100:
-            assert float(now) == round(100 * (n - eq) / n, 1), name
-        assert len(mutation.mutant_names((mutation.ROOT / module).read_text())) == n, name
-
-
 def test_a_log_is_resumed_only_by_a_run_of_its_own_tier(tmp_path, capsys):
     """An outcome measured with the slow tests says nothing of the fast tier alone, and the other way round."""
     assert mutation.log_tier("tier fast\nbaseline: 3 tests in 1 s\n") == "fast"
@@ -351,3 +331,93 @@ def test_remap_leaves_a_module_whose_mutants_changed_and_says_so():
         )
     out, moved, left = tool.remap_lines(["m.py:9:9 | Add → Sub | why"], lambda module: (before, before))
     assert out == ["m.py:9:9 | Add → Sub | why"] and left == ["m.py:9:9: no such mutant before"]
+
+
+def _table_tool():
+    sys.modules.setdefault("mutation", mutation)
+    spec = importlib.util.spec_from_file_location(
+        "mutation_table", Path(__file__).parents[1] / "benchmarks" / "mutation_table.py"
+    )
+    tool = importlib.util.module_from_spec(spec)
+    sys.modules["mutation_table"] = tool  # its dataclass resolves its annotations through sys.modules
+    spec.loader.exec_module(tool)
+    return tool
+
+
+def _commit(repo: Path, source: str, message: str) -> str:
+    (repo / "m.py").write_text(source)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run([*git, "add", "-A"], cwd=repo, check=True, capture_output=True)
+    subprocess.run([*git, "commit", "-qm", message], cwd=repo, check=True, capture_output=True)
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+
+
+def _log(path: Path, tier: str, source: str, outcomes: dict) -> Path:
+    lines = [f"tier {tier}", f"source m.py sha256 {mutation.digest(source)}"]
+    lines += [f"  m.py:{at}  {what:28s} {o} (3 tests, 1 s)" for (at, what), o in outcomes.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_the_table_counts_a_modules_mutants_from_its_logs_across_a_rename(tmp_path):
+    """Outcomes measured on one source carry to a renamed, reformatted one (same shape: the same mutants in the same
+    order); a later log's outcome (a rerun) replaces an earlier one's; a listed equivalent counts as such; a mutant
+    no log names is "not measured"; the markdown's numbers are the json's."""
+    tool = _table_tool()
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    v1 = "def f(x, y):\n    return min(x + 1, y * 2)\n"
+    _commit(tmp_path, v1, "v1")
+    names = mutation.mutant_names(v1)
+    assert len(names) >= 4
+    first = {names[0]: "killed", names[1]: "survived", names[2]: "survived"}
+    logs = [_log(tmp_path / "a.log", "fast", v1, first)]
+    v2 = "def f(\n    a,\n    b,\n):\n    return min(a + 1, b * 2)\n"
+    _commit(tmp_path, v2, "rename")
+    logs.append(_log(tmp_path / "b.log", "fast", v2, {mutation.mutant_names(v2)[1]: "timeout"}))
+    now = mutation.mutant_names(v2)
+    listed = {("m.py", now[2][0], now[2][1]): "why"}
+    (row,) = tool.rows(tmp_path, logs, listed)
+    assert (row.mutants, row.killed, row.equivalent, row.survived, row.unmeasured) == (len(now), 2, 1, 0, len(now) - 3)
+    assert row.changed_by is None and row.logs == ["a.log", "b.log"]
+    data = tool.to_json([row], tmp_path)
+    md = tool.markdown(data)
+    assert f"| m.py | fast | {len(now)} | 2 | 1 | 0 | {len(now) - 3} | {100 * 2 / len(now):.1f} % |" in md
+
+
+def test_the_table_says_when_a_module_changed_since_it_was_measured(tmp_path):
+    """A change of the program (not a rename) drops nothing silently: the row gives the counts on the source that was
+    measured, no equivalents (the list names the current mutants), and the commit that changed the module."""
+    tool = _table_tool()
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    v1 = "def f(x):\n    return x + 1\n"
+    measured = _commit(tmp_path, v1, "v1")
+    logs = [_log(tmp_path / "a.log", "full", v1, {n: "killed" for n in mutation.mutant_names(v1)})]
+    changed = _commit(tmp_path, "def f(x):\n    return x - 1 if x else 2\n", "v2")
+    (row,) = tool.rows(tmp_path, logs, {})
+    assert (row.mutants, row.killed, row.equivalent) == (len(mutation.mutant_names(v1)), row.mutants, None)
+    assert (row.measured_on, row.changed_by) == (measured, changed) and row.without_equivalents is None
+    md = tool.markdown(tool.to_json([row], tmp_path))
+    assert "Measured on an earlier source" in md and f"`{measured[:7]}` | `{changed[:7]}` |" in md
+    assert "Measured on the current source" not in md
+
+
+def test_the_committed_mutation_table_is_the_logs_table():
+    """benchmarks/tables/mutation.json (which the docs' table is written from) is what the tool computes now from the
+    committed logs and sources: a change to a measured module, or a new log, shows here until the table is
+    written again."""
+    tool = _table_tool()
+    committed = json.loads((mutation.ROOT / "benchmarks" / "tables" / "mutation.json").read_text())
+    assert committed["rows"] == tool.to_json(tool.rows())["rows"]
+    assert (mutation.ROOT / "benchmarks" / "tables" / "mutation.md").read_text() == tool.markdown(committed)
+
+
+def test_the_same_program_is_a_rename_or_a_new_layout_not_another_call():
+    """What carries outcomes: a rename, a reworded string, a new layout — not another builtin, not the name the tool
+    swaps (``min`` for ``max`` is a mutant, not a rename), not another constant or operator."""
+    tool = _table_tool()
+    same = tool.same_program
+    assert same("def f(gamma):\n    return g(gamma, 'a')\n", "def f(\n    K,\n):\n    return g(K, 'b')\n")
+    assert not same("x = min(a, b)\n", "x = max(a, b)\n")
+    assert not same("x = np.minimum(a, b)\n", "x = np.maximum(a, b)\n")
+    assert not same("x = a + 1\n", "x = a + 2\n") and not same("x = a + 1\n", "x = a - 1\n")
+    assert not same("x = len(a)\n", "x = abs(a)\n")
