@@ -398,6 +398,17 @@ def cmd_methods(args) -> None:
     _emit(args, payload, "\n".join(lines))
 
 
+def cmd_certify(args) -> None:
+    from speculab.certify import certify
+
+    method = _method(args)
+    try:
+        cert = certify(method, V=args.V, remaining=args.remaining, key=args.seed, search=not args.no_search)
+    except ValueError as err:
+        raise _flagged(err, ("V", "remaining")) from None
+    _emit(args, {"method": args.method, **cert.to_dict()}, str(cert))
+
+
 def cmd_instance(args) -> None:
     inst = _instance(args)
     written = inst.save(args.out)
@@ -685,6 +696,10 @@ EXAMPLES = {
     ],
     "methods": ["speculab methods", "speculab methods --json"],
     "instance": ["speculab instance --T 50 --V 7 --seed 3 --out inst.npz"],
+    "certify": [
+        "speculab certify --method block --K 2",
+        "speculab certify --method biased --eps 0.1 --rejection opt --K 1 --V 4 --json",
+    ],
     "run": [
         "speculab run --pair tiny --method sd --K 4 --prompt 'Return the'",
         "speculab run --pair tiny --method batch --M 4 --temperature 0.8 --top-k 50 --json",
@@ -801,6 +816,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("methods", help="list the registered methods and their options")
     common(p)
     p.set_defaults(func=cmd_methods)
+
+    p = sub.add_parser("certify", help="is a method lossless? its exact bias on a battery of pairs, and the worst pair")
+    common(p)
+    _add_method_args(p)
+    p.add_argument("--V", type=_count(2), default=3, help="vocabulary size of the pairs (default 3)")
+    p.add_argument(
+        "--remaining",
+        type=_count(1),
+        default=2,
+        help="tokens a round may output: the method drafts its draft_length of it (default 2)",
+    )
+    p.add_argument("--no-search", action="store_true", help="the battery of pairs only, no search for a worse pair")
+    p.set_defaults(func=cmd_certify)
 
     p = sub.add_parser("instance", help="save a random Markov instance to .npz")
     common(p)

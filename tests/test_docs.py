@@ -363,6 +363,7 @@ def test_the_cli_page_lists_the_json_keys_each_command_prints(tmp_path, capsys):
         "theory batch": ["theory", "batch", "--T", "4", "--V", "3", "--M", "1", "2"],
         "sim": ["sim", "--T", "4", "--V", "3", "--n-runs", "50"],
         "instance": ["instance", "--T", "3", "--V", "3", "--out", str(tmp_path / "i.npz")],
+        "certify": ["certify", "--method", "sd", "--K", "1", "--V", "2", "--no-search"],
         "run": ["run", "--pair", "tiny", "--max-new-tokens", "2"],
         "compare": ["compare", "--pair", "tiny", "--prompt", "a", "--runs-per-prompt", "2", "--max-new-tokens", "2"],
         "validate": [

@@ -11,7 +11,7 @@ depends on everything the facade gathers). The layers, from the ground up:
 3. ``speculab.sim``: the simulators (of the methods);
 4. ``speculab.backends``: real models (the methods' laws on torch; journals through the simulators' checkpoints);
 5. ``speculab.compare``: theory against real-model measurement;
-6. what the user drives: ``validate``, ``testing``, ``repro``, ``cli``.
+6. what the user drives: ``validate``, ``testing``, ``repro``, ``certify``, ``cli``.
 
 A module may import from its own layer or below, never above.
 """
@@ -41,6 +41,7 @@ LAYERS = [
     ("speculab.validate", 6),
     ("speculab.testing", 6),
     ("speculab.repro", 6),
+    ("speculab.certify", 6),
     ("speculab.cli", 6),
 ]
 

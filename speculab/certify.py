@@ -1,0 +1,291 @@
+r"""Is a verifier lossless? An exact certificate, or its exact bias and the pair that shows it.
+
+A verifier is any rule that, given a drafted block, gives the law of a round's decision: a registered method
+(its :meth:`~speculab.methods.Method.round_law`) or a function with the same signature, ``f(p, q, x, *, bonus)``
+returning a :class:`~speculab.methods.RoundLaw` or the pair ``(outcome, correction)`` (array API; shapes as
+``round_law``'s). On a context-free pair ``(p, q)`` — the same draft and target law at every position — a round
+drafts ``M`` rows of ``L`` tokens i.i.d. from ``p``, accepts ``τ`` tokens of one row and outputs one more token
+(a correction, or the bonus from ``q`` after a whole row); the rounds repeat, independently. The verifier is
+lossless on the pair iff the token stream is i.i.d. ``q``.
+
+:func:`stream_law` computes the law of the stream's first ``n`` tokens exactly, by enumerating every drafted block
+(``V^(M L)`` of them): with ``R_k(o)`` the probability that a round outputs exactly ``o`` (``|o| = k``),
+
+.. math:: G_n(s) = \sum_{k < n} R_k(s_{1:k})\, G_{n-k}(s_{k+1:n}) + \sum_{k \ge n} \sum_{o:\, o_{1:n} = s} R_k(o).
+
+:func:`certify` takes the worst total variation ``TV(G_n, q^{\otimes n})`` over a battery of pairs — random,
+and the ones that break verifiers: disjoint and nested supports, masses of ``1e-300``, ties, point masses — and
+then searches for a worse pair from the worst ones (Nelder–Mead on the pair's logits), returning the worst TV and
+KL with the pair that attains them. A lossless verifier's worst TV is 0 to float precision; a biased one's is
+its bias (for Decoding-OPT with one draft, the first token's TV is [Yin] Thm 4's ``Σ (b p − q)_+``).
+
+This checks the verification of blocks of a given length. A rule that decides the length while drafting keeps
+the law if it reads only the drafts (SpecDec++'s head: [SDpp] Thm 3.1); that is not checked here.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import minimize
+
+from speculab._budget import limit, refuse
+from speculab._validate import as_generator, as_pair, as_positive_int
+from speculab.methods.capabilities import PositionLaw, has
+
+__all__ = ["Certificate", "certify", "nasty_pairs", "stream_law"]
+
+#: Largest number of drafted blocks ``V^(M L)`` one law enumerates (each is a call of the verifier's round law).
+MAX_BLOCKS = 200_000
+#: A worst TV at most this is "lossless": float round-off of sums of ``V^n`` products.
+TOLERANCE = 1e-12
+
+
+def _round_law(verifier):
+    law = getattr(verifier, "round_law", verifier)
+    if not callable(law):
+        raise ValueError(f"verifier must be a method or a function f(p, q, x, *, bonus); got {verifier!r}")
+    return law
+
+
+def _outcome_and_correction(out, shape: tuple, V: int, name: str) -> tuple[np.ndarray, np.ndarray]:
+    outcome, correction = (out.outcome, out.correction) if hasattr(out, "outcome") else out
+    outcome, correction = np.asarray(outcome, dtype=float), np.asarray(correction, dtype=float)
+    if outcome.shape != shape or correction.shape != (*shape, V):
+        raise ValueError(
+            f"{name} gave an outcome of shape {outcome.shape} and corrections of {correction.shape}; "
+            f"for these blocks they are {shape} and {(*shape, V)}"
+        )
+    if not (np.all(outcome >= 0) and np.all(correction >= 0) and np.all(np.isfinite(correction))):
+        raise ValueError(f"{name} gave negative, infinite or NaN probabilities")
+    sums = outcome.reshape(shape[0], -1).sum(axis=1)
+    if np.abs(sums - 1).max() > 1e-9:
+        raise ValueError(f"{name} gave outcome probabilities that do not sum to 1 over rows and accepted drafts")
+    return outcome, correction
+
+
+def round_outputs(verifier, p, q, L: int, M: int = 1) -> list[np.ndarray]:
+    """``[R_1, …, R_{L+1}]``: ``R_k[o]`` is the probability that one round outputs exactly the tokens ``o``
+    (``k`` of them: ``k − 1`` accepted drafts, then a correction or the bonus), shape ``(V,) * k``."""
+    p, q = as_pair(p, q)
+    L, M = as_positive_int(L, "L"), as_positive_int(M, "M")
+    V = p.shape[-1]
+    if p.ndim != 1:
+        raise ValueError(f"p and q must be single laws of shape (V,); got {p.shape}")
+    blocks = float(V) ** (M * L)
+    if blocks > limit(MAX_BLOCKS):
+        raise refuse(
+            f"the exact output law ({V}^{M * L} drafted blocks)",
+            blocks,
+            MAX_BLOCKS,
+            "blocks",
+            "MAX_BLOCKS",
+            "use a smaller vocabulary V or fewer drafts",
+        )
+    x = np.array(list(itertools.product(range(V), repeat=M * L)), dtype=np.int64).reshape(-1, M, L)
+    weight = np.prod(p[x], axis=(1, 2))  # P(block) = Π p(x)
+    x, weight = x[weight > 0], weight[weight > 0]  # a block that is never drafted is not asked about
+    B = x.shape[0]
+    law = _round_law(verifier)
+    name = f"{type(verifier).__name__}.round_law" if law is not verifier else getattr(verifier, "__name__", "verifier")
+    out = law(np.broadcast_to(p, (B, M, L, V)), np.broadcast_to(q, (B, M, L + 1, V)), x, bonus=True)
+    outcome, correction = _outcome_and_correction(out, (B, M, L + 1), V, name)
+    mass = correction.sum(axis=-1, keepdims=True)
+    token = np.divide(correction, mass, out=np.zeros_like(correction), where=mass > 0)  # the output token's law
+    if np.any((outcome > 0) & (mass[..., 0] <= 0)):
+        raise ValueError(f"{name} gave an outcome without a token to output (no correction weights, or no bonus law)")
+    R = [np.zeros((V,) * (k + 1)) for k in range(L + 1)]
+    for tau in range(L + 1):
+        w = weight[:, None] * outcome[:, :, tau]  # (B, M): this row accepts exactly τ drafts
+        lead = (
+            np.ravel_multi_index(tuple(x[:, :, i] for i in range(tau)), (V,) * tau)
+            if tau
+            else np.zeros((B, M), dtype=np.int64)
+        )
+        flat = np.zeros((V**tau, V))
+        np.add.at(flat, lead.ravel(), (w[..., None] * token[:, :, tau]).reshape(-1, V))
+        R[tau] = flat.reshape((V,) * (tau + 1))
+    return R
+
+
+def stream_law(verifier, p, q, L: int, n: int | None = None, M: int = 1) -> np.ndarray:
+    """The exact law of the first ``n`` tokens (default ``L + 1``) the verifier's rounds output on the context-free
+    pair ``(p, q)``, ``M`` rows of ``L`` drafts each round: shape ``(V,) * n``, summing to 1."""
+    R = round_outputs(verifier, p, q, L, M)
+    n = L + 1 if n is None else as_positive_int(n, "n")
+    G: dict[int, np.ndarray] = {0: np.ones(())}
+    for m in range(1, n + 1):
+        law = np.zeros((len(R[0]),) * m)
+        for k, Rk in enumerate(R, start=1):
+            if k < m:
+                law += np.multiply.outer(Rk, G[m - k])
+            else:
+                law += Rk.sum(axis=tuple(range(m, k))) if k > m else Rk
+        G[m] = law
+    return G[n]
+
+
+def _divergences(law: np.ndarray, q: np.ndarray) -> tuple[float, float]:
+    target = q
+    for _ in range(law.ndim - 1):
+        target = np.multiply.outer(target, q)
+    tv = 0.5 * float(np.abs(law - target).sum())
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.where(law > 0, law * (np.log(law) - np.log(target)), 0.0)
+    return tv, float(terms.sum())
+
+
+def nasty_pairs(V: int) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """The pairs that break verifiers, on ``V >= 2`` tokens: disjoint and nested supports, masses of ``1e-300``,
+    ties, point masses."""
+    V = as_positive_int(V, "V", minimum=2)
+    half = max(V // 2, 1)
+    e = np.eye(V)
+    uniform = np.full(V, 1 / V)
+    low = np.r_[np.full(half, 1 / half), np.zeros(V - half)]
+    high = np.r_[np.zeros(half), np.full(V - half, 1 / (V - half))]
+    ramp = np.arange(1, V + 1, dtype=float) / (V * (V + 1) / 2)
+    tiny = np.r_[1e-300, np.full(V - 1, (1 - 1e-300) / (V - 1))]
+    return [
+        ("disjoint supports", low, high),
+        ("draft support inside the target's", low, uniform),
+        ("target support inside the draft's", uniform, low),
+        ("a draft mass of 1e-300", tiny, ramp),
+        ("a target mass of 1e-300", ramp, tiny),
+        ("equal laws", ramp, ramp),
+        ("point masses, the same token", e[0], e[0]),
+        ("point masses, other tokens", e[0], e[1]),
+        ("a point-mass draft", e[0], ramp),
+        ("a point-mass target", ramp, e[V - 1]),
+        ("reversed ramps", ramp, ramp[::-1]),
+    ]
+
+
+@dataclass(frozen=True)
+class Certificate:
+    """What :func:`certify` found.
+
+    Attributes:
+      verifier: its name. lossless: the worst TV is at most ``tolerance``.
+      tv, kl: the worst ``TV(G_n, q^{⊗n})`` over the pairs tried, and the worst ``KL(G_n ‖ q^{⊗n})`` (``inf``: the
+        stream outputs a token the target never does).
+      p, q: the pair that attains ``tv``; case: which pair of the battery (or the search) it is.
+      first_token_tv: TV of the first token's law to ``q`` at that pair.
+      V, L, M, n: vocabulary, drafts per row, rows, tokens of the stream compared. pairs: how many pairs were tried.
+    """
+
+    verifier: str
+    lossless: bool
+    tv: float
+    kl: float
+    p: np.ndarray
+    q: np.ndarray
+    case: str
+    first_token_tv: float
+    V: int
+    L: int
+    M: int
+    n: int
+    pairs: int
+    tolerance: float = TOLERANCE
+
+    def __str__(self) -> str:
+        verdict = "lossless" if self.lossless else "BIASED"
+        fmt = lambda a: "[" + ", ".join(f"{v:.4g}" for v in a) + "]"  # noqa: E731
+        return (
+            f"{self.verifier}: {verdict} — worst TV {self.tv:.3g} over the first {self.n} tokens "
+            f"(first token {self.first_token_tv:.3g}), worst KL {self.kl:.3g}, over {self.pairs} pairs on "
+            f"{self.V} tokens ({self.M} × {self.L} drafts a round); worst pair ({self.case}): "
+            f"p = {fmt(self.p)}, q = {fmt(self.q)}"
+        )
+
+    def to_dict(self) -> dict:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out["p"], out["q"] = self.p.tolist(), self.q.tolist()
+        return out
+
+
+def _laws(theta: np.ndarray, V: int) -> tuple[np.ndarray, np.ndarray]:
+    z = theta.reshape(2, V)
+    z = np.exp(z - z.max(axis=1, keepdims=True))
+    return z[0] / z[0].sum(), z[1] / z[1].sum()
+
+
+def certify(
+    verifier,
+    *,
+    V: int = 3,
+    remaining: int = 2,
+    n: int | None = None,
+    key=0,
+    random_pairs: int = 20,
+    search: bool = True,
+    tolerance: float = TOLERANCE,
+) -> Certificate:
+    """Certify ``verifier`` lossless on ``V`` tokens, or find its worst bias.
+
+    Args:
+      verifier: a method (any registered one, or your own) or a function ``f(p, q, x, *, bonus)`` as
+        :meth:`~speculab.methods.Method.round_law`.
+      V: vocabulary size of the pairs (``>= 2``).
+      remaining: the tokens a round may output; a method drafts ``method.draft_length(remaining)`` per row (a
+        function: ``remaining`` drafts), in ``method.rows`` rows (a function: one).
+      n: tokens of the stream compared (default: a whole round's, drafts plus one).
+      key: randomness of the random pairs and the search's starts.
+      random_pairs: pairs drawn from Dirichlet laws (half with concentration 1, half 0.3: peaked).
+      search: search for a worse pair from the three worst (Nelder–Mead on the pair's logits).
+      tolerance: the largest worst TV still called lossless.
+    """
+    V = as_positive_int(V, "V", minimum=2)
+    remaining = as_positive_int(remaining, "remaining")
+    random_pairs = as_positive_int(random_pairs, "random_pairs", minimum=0)
+    if not (isinstance(tolerance, (int, float)) and 0 <= tolerance < 1):
+        raise ValueError(f"tolerance must be a number in [0, 1); got {tolerance!r}")
+    is_method = hasattr(verifier, "round_law") and hasattr(verifier, "draft_length")
+    if is_method and has(verifier, PositionLaw):
+        raise ValueError(
+            f"verifier {type(verifier).__name__} decides slot by slot from its verifier's verdicts (a position law), "
+            "not from a round law: certify checks round laws only"
+        )
+    L = verifier.draft_length(remaining) if is_method else remaining
+    M = getattr(verifier, "rows", 1) if is_method else 1
+    if L < 1:
+        raise ValueError(
+            f"{type(verifier).__name__} drafts nothing in a round of {remaining} tokens: nothing to verify"
+        )
+    n = L + 1 if n is None else as_positive_int(n, "n")
+    name = repr(verifier) if is_method else getattr(verifier, "__name__", repr(verifier))
+    rng = as_generator(key)
+    pairs = nasty_pairs(V)
+    for i in range(random_pairs):
+        c = 1.0 if i % 2 == 0 else 0.3
+        pairs.append((f"random (Dirichlet {c:g})", rng.dirichlet(np.full(V, c)), rng.dirichlet(np.full(V, c))))
+
+    def score(p, q):
+        law = stream_law(verifier, p, q, L, n, M)
+        if abs(law.sum() - 1) > 1e-9:
+            raise ValueError(f"{name}'s stream law sums to {law.sum():.12g}, not 1")
+        return _divergences(law, q)
+
+    results = [(case, p, q, *score(p, q)) for case, p, q in pairs]
+    tried = len(results)
+    if search:
+        starts = sorted(results, key=lambda r: -r[3])[:3]
+        for case, p, q, tv, _ in starts:
+            theta = np.log(np.clip(np.concatenate([p, q]), 1e-12, None))
+            best = minimize(
+                lambda t: -score(*_laws(t, V))[0],
+                theta,
+                method="Nelder-Mead",
+                options={"maxiter": 100 * 2 * V, "xatol": 1e-6, "fatol": 1e-12},
+            )
+            tried += best.nfev
+            if -best.fun > tv:
+                bp, bq = _laws(best.x, V)
+                results.append((f"search from {case}", bp, bq, *score(bp, bq)))
+    case, p, q, tv, _ = max(results, key=lambda r: r[3])
+    kl = max(r[4] for r in results)
+    first = _divergences(stream_law(verifier, p, q, L, 1, M), q)[0]
+    return Certificate(name, tv <= tolerance, tv, kl, p, q, case, first, V, L, M, n, tried, tolerance)

@@ -1,0 +1,211 @@
+"""speculab.certify: exact certificates of losslessness, exact biases, and the planted bugs it must find.
+
+Exact checks: the stream law of every lossless registered method equals ``q``'s product law to float precision on
+every pair tried; Decoding-OPT's and UNO's first-token biases equal [Yin] Thm 4's closed forms; each of six wrong
+verifiers is caught with a pair that shows it. One Monte-Carlo check: the stream law of a biased method against the
+numpy engine's runs (|z| < 5, and the same test refuses the unbiased law: its power, exactly computed, is stated).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import method_id
+
+from speculab import kernels
+from speculab.certify import Certificate, certify, nasty_pairs, stream_law
+from speculab.methods import (
+    SD,
+    Autoregressive,
+    BatchSD,
+    Biased,
+    BlockVerification,
+    Fuzzy,
+    OptimalMultiDraft,
+    RejectionDecoding,
+    SpecDecPP,
+    Sprinter,
+)
+from speculab.methods.chain import Rule, chain_round_law
+from speculab.theory import MarkovInstance, optimal_loss, rejection_loss, sd_acceptance
+from speculab.theory.biased import biased_acceptance
+
+LOSSLESS = [
+    SD(),
+    SD(K=1),
+    BatchSD(2, K=1),
+    BatchSD(2),
+    BlockVerification(2),
+    BlockVerification(3),
+    RejectionDecoding(b=lambda p, q: 0.5 * sd_acceptance(p, q)),
+    SpecDecPP(0.5),
+    pytest.param(OptimalMultiDraft(2, K=1), marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize("method", LOSSLESS, ids=method_id)
+def test_every_lossless_method_is_certified_to_float_precision(method):
+    cert = certify(method, V=3, remaining=3 if isinstance(method, BlockVerification) else 2)
+    assert method.unbiased and cert.lossless and cert.tv <= 1e-14 and abs(cert.kl) <= 1e-13, cert
+    assert cert.pairs > len(nasty_pairs(3)) + 20  # the battery, then the search
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5])
+def test_sd_streams_the_target_law_for_any_number_of_tokens(n):
+    """Across rounds too (n past a round's L + 1 = 3 tokens), on every nasty pair."""
+    for _, p, q in nasty_pairs(4):
+        law = stream_law(SD(K=2), p, q, 2, n)
+        target = q
+        for _ in range(n - 1):
+            target = np.multiply.outer(target, q)
+        np.testing.assert_allclose(law, target, rtol=0, atol=1e-15)
+
+
+@pytest.mark.parametrize("method", [Biased(0.1, "opt", K=2), Biased(0.2, "uno", K=1), Fuzzy(0.3)], ids=method_id)
+def test_biased_methods_are_found_biased(method):
+    cert = certify(method, V=3, remaining=2, search=False)
+    assert not method.unbiased and not cert.lossless and cert.tv > 0.05
+    np.testing.assert_allclose(_tv(stream_law(method, cert.p, cert.q, cert.L, cert.n, cert.M), cert.q), cert.tv)
+
+
+@pytest.mark.parametrize("eps", [0.05, 0.3])
+def test_opts_and_unos_first_token_bias_is_thm_4s(eps):
+    """[Yin] Thm 4: with one draft the output token's TV to q is Σ (b p − q)_+ for OPT, TV(b p + D q, q) for UNO."""
+    for _, p, q in nasty_pairs(4):
+        b = biased_acceptance(p, q, eps)
+        opt = _tv(stream_law(Biased(eps, "opt", K=1), p, q, 1, 1), q)
+        uno = _tv(stream_law(Biased(eps, "uno", K=1), p, q, 1, 1), q)
+        assert opt == pytest.approx(float(optimal_loss(p, q, b)), abs=1e-15)
+        assert uno == pytest.approx(float(rejection_loss(p, q, b, q)), abs=1e-15)
+
+
+def _tv(law, q):
+    target = q
+    for _ in range(law.ndim - 1):
+        target = np.multiply.outer(target, q)
+    return 0.5 * float(np.abs(law - target).sum())
+
+
+def _rule_verifier(rule):
+    def verifier(p, q, x, *, bonus):
+        b, R = rule(p, q[..., :-1, :], x)
+        return chain_round_law(Rule(b, R), p, q, x, bonus=bonus, biased=True)
+
+    return verifier
+
+
+def _residual(q, p):
+    """``[q − p]_+`` normalised, ``q`` where it has no mass (as engines guard the division)."""
+    r = np.asarray(kernels.residual(q, p), dtype=float)
+    return np.where(r.sum(axis=-1, keepdims=True) > 0, r, q)
+
+
+def _inverted(p, q, x):  # the ratio written the wrong way round: min(1, p/q)
+    b = np.minimum(1.0, np.divide(p, q, out=np.ones_like(p), where=q > 0))
+    return b, _residual(q, p)
+
+
+def _correction_from_q(p, q, x):  # a refusal draws from q, not the residual
+    return sd_acceptance(p, q), q
+
+
+def _swapped_residual(p, q, x):  # [p − q]_+ for [q − p]_+
+    return sd_acceptance(p, q), _residual(p, q)
+
+
+def _draft_probability_one(p, q, x):  # tree code that sets p(x̃) = 1: accept with min(1, q/1)
+    return np.asarray(q, dtype=float).copy(), _residual(q, p)
+
+
+def _exact_match(p, q, x):  # greedy acceptance at temperature 1: accept iff the draft is q's argmax
+    b = (np.arange(p.shape[-1]) == np.argmax(q, axis=-1)[..., None]).astype(float)
+    return b, _residual(q, p)
+
+
+def _bonus_from_p(p, q, x, *, bonus):  # SD, but the bonus token after a whole block drawn from p
+    law = SD().round_law(p, q, x, bonus=bonus)
+    correction = np.array(law.correction)
+    correction[..., -1, :] = p[..., -1, :]
+    return law.outcome, correction
+
+
+BUGS = {
+    "min(1, p/q)": _rule_verifier(_inverted),
+    "correction from q": _rule_verifier(_correction_from_q),
+    "residual [p - q]_+": _rule_verifier(_swapped_residual),
+    "draft probability 1": _rule_verifier(_draft_probability_one),
+    "exact-match acceptance": _rule_verifier(_exact_match),
+    "bonus from p": _bonus_from_p,
+}
+
+
+@pytest.mark.parametrize("name", sorted(BUGS))
+def test_each_planted_bug_is_found_with_its_counterexample(name):
+    cert = certify(BUGS[name], V=3, remaining=2)
+    assert isinstance(cert, Certificate) and not cert.lossless and cert.tv > 1e-3, cert
+    law = stream_law(BUGS[name], cert.p, cert.q, cert.L, cert.n)
+    assert _tv(law, cert.q) == pytest.approx(cert.tv, rel=1e-12)  # the pair shows the bias it reports
+    assert np.isclose(cert.p.sum(), 1) and np.isclose(cert.q.sum(), 1)
+
+
+def test_the_search_finds_a_worse_pair_than_the_battery():
+    """The inverted ratio's bias, maximised from the battery's worst pairs, is at least the battery's worst."""
+    bug = BUGS["min(1, p/q)"]
+    battery = certify(bug, V=3, remaining=1, search=False)
+    searched = certify(bug, V=3, remaining=1)
+    assert searched.tv >= battery.tv and searched.pairs > battery.pairs
+
+
+def test_the_same_key_gives_the_same_certificate_and_another_key_other_random_pairs():
+    a, b = certify(Fuzzy(0.3), key=4, search=False), certify(Fuzzy(0.3), key=4, search=False)
+    assert a.tv == b.tv and np.array_equal(a.p, b.p) and a.case == b.case
+    c = certify(Fuzzy(0.3), key=np.random.default_rng(4), search=False)
+    assert c.tv == a.tv  # an int key and a generator seeded alike draw the same pairs
+
+
+def test_the_stream_law_matches_the_numpy_engines_runs():
+    """Decoding-OPT with two drafts a round, on a context-free instance: the law of the first three tokens of the
+    engine's runs against the exact stream law (every cell |z| < 5), and against q's product law, which the same
+    check refuses (its power against that wrong answer, computed from the exact laws: above 0.999)."""
+    from speculab.sim import simulate
+
+    p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    method = Biased(0.15, "opt", K=2)
+    exact = stream_law(method, p, q, 2, 3)
+    inst = MarkovInstance.context_free(p, q, T=6)
+    n = 60_000
+    seq = simulate(inst, method, n, key=11, return_sequences=True).sequences[:, 1:4]
+    freq = np.zeros((3, 3, 3))
+    np.add.at(freq, tuple(seq.T), 1.0 / n)
+    se = np.sqrt(exact * (1 - exact) / n)
+    assert np.max(np.abs(freq - exact) / se) < 5
+    wrong = np.multiply.outer(np.multiply.outer(q, q), q)
+    shift = np.max(np.abs(wrong - exact) / se)  # the largest standardised gap of the wrong law
+    from scipy.stats import norm
+
+    power = norm.sf(5 - shift) + norm.cdf(-5 - shift)
+    assert power > 0.999
+    assert np.max(np.abs(freq - wrong) / np.sqrt(wrong * (1 - wrong) / n)) > 5
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: certify(SD(), V=1), "V must be an integer >= 2"),
+        (lambda: certify(SD(), remaining=0), "remaining must be an integer >= 1"),
+        (lambda: certify(SD(), tolerance=2.0), r"tolerance must be a number in \[0, 1\)"),
+        (lambda: certify(42), "verifier must be a method or a function"),
+        (lambda: certify(Autoregressive()), "drafts nothing"),
+        (lambda: certify(Sprinter(0.9, 0.1)), "certify checks round laws only"),
+        (lambda: certify(lambda p, q, x, *, bonus: (np.ones(3), np.ones(3))), "gave an outcome of shape"),
+        (
+            lambda: certify(lambda p, q, x, *, bonus: (np.zeros(x.shape[:-1] + (x.shape[-1] + 1,)), q)),
+            "do not sum to 1",
+        ),
+        (lambda: stream_law(SD(), [0.5, 0.5], [0.5, 0.5, 0.0], 1), "p and q"),
+        (lambda: certify(SD(), V=30, remaining=5), "MAX_BLOCKS"),
+    ],
+)
+def test_bad_input_is_refused_naming_it(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
