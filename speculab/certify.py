@@ -30,12 +30,14 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import minimize
+from scipy.stats import chi2, ncx2
 
 from speculab._budget import limit, refuse
 from speculab._validate import as_generator, as_pair, as_positive_int
 from speculab.methods.capabilities import PositionLaw, has
+from speculab.validate import POWER, detectable_tv, g_test
 
-__all__ = ["Certificate", "certify", "nasty_pairs", "stream_law"]
+__all__ = ["Certificate", "SamplerCheck", "certify", "check_sampler", "nasty_pairs", "stream_law"]
 
 #: Largest number of drafted blocks ``V^(M L)`` one law enumerates (each is a call of the verifier's round law).
 MAX_BLOCKS = 200_000
@@ -289,3 +291,75 @@ def certify(
     kl = max(r[4] for r in results)
     first = _divergences(stream_law(verifier, p, q, L, 1, M), q)[0]
     return Certificate(name, tv <= tolerance, tv, kl, p, q, case, first, V, L, M, n, tried, tolerance)
+
+
+# -- black-box samplers: a test with stated power ------------------------------------------------------------------
+@dataclass(frozen=True)
+class SamplerCheck:
+    """What :func:`check_sampler` measured.
+
+    Attributes:
+      sampler: its name. n, V: draws and vocabulary. g, df, p_value: the G-test of the draws against ``q``.
+      alpha: the test's level; refused: ``p_value < alpha`` (the sampler is not lossless on this pair).
+      tv_observed: TV of the draws' empirical law to ``q`` (descriptive: it is positive by chance alone).
+      tv, power: the stated TV and the test's least power against any law at that TV from ``q``.
+      detectable_tv: the least TV every law of which the test refuses with probability ``POWER``.
+    """
+
+    sampler: str
+    n: int
+    V: int
+    g: float
+    df: int
+    p_value: float
+    alpha: float
+    refused: bool
+    tv_observed: float
+    tv: float
+    power: float
+    detectable_tv: float
+
+    def __str__(self) -> str:
+        verdict = "REFUSED: not the target's law" if self.refused else "consistent with the target's law"
+        return (
+            f"{self.sampler}: {verdict} (G = {self.g:.4g}, df = {self.df}, p = {self.p_value:.3g} at level "
+            f"{self.alpha:g}; {self.n:,} draws on {self.V} tokens, empirical TV {self.tv_observed:.3g}); power "
+            f"{self.power:.4f} against any law at TV {self.tv:g} from the target; power {POWER:g} from TV "
+            f"{self.detectable_tv:.3g}"
+        )
+
+
+def check_sampler(sampler, p, q, *, n: int = 1_000_000, key=0, alpha: float = 1e-6, tv: float = 0.01) -> SamplerCheck:
+    """A statistical test of a black-box speculative sampler on one pair, with its power stated.
+
+    ``sampler(draft_logits, target_logits, n, rng)`` returns ``n`` tokens, each the first token one round of the
+    sampler outputs (it drafts from ``draft_logits``, verifies against ``target_logits``, and draws its randomness
+    from the numpy ``rng`` it is given, or from a generator seeded from it). Lossless means the tokens follow ``q``:
+    the G-test of their counts against ``q`` (cells with fewer than 5 expected draws merged) at level ``alpha``.
+    Its power against any law at total variation ``tv`` from ``q`` (on the test's cells) is at least the noncentral
+    χ² tail at noncentrality ``4 n tv²`` (``χ²(r, q) ≥ 4 TV(r, q)²``), computed here, not sampled.
+    """
+    p, q = as_pair(p, q)
+    n = as_positive_int(n, "n")
+    if not (isinstance(alpha, float) and 0 < alpha < 1):
+        raise ValueError(f"alpha must be a float in (0, 1); got {alpha!r}")
+    if not (isinstance(tv, (int, float)) and 0 < tv <= 1):
+        raise ValueError(f"tv must be a number in (0, 1]; got {tv!r}")
+    if not callable(sampler):
+        raise ValueError(f"sampler must be a function sampler(draft_logits, target_logits, n, rng); got {sampler!r}")
+    V = p.shape[-1]
+    with np.errstate(divide="ignore"):
+        draft_logits, target_logits = np.log(p), np.log(q)
+    tokens = np.asarray(sampler(draft_logits, target_logits, n, as_generator(key)))
+    name = getattr(sampler, "__name__", repr(sampler))
+    if tokens.shape != (n,) or not np.issubdtype(tokens.dtype, np.integer):
+        raise ValueError(f"{name} must return {n} integer tokens; got {tokens.dtype} of shape {tokens.shape}")
+    if tokens.min() < 0 or tokens.max() >= V:
+        raise ValueError(f"{name} returned a token outside 0..{V - 1}")
+    counts = np.bincount(tokens, minlength=V).astype(float)
+    g, df, p_value = g_test(counts, q)
+    power = float(ncx2.sf(chi2.isf(alpha, df), df, 4 * n * tv * tv))
+    observed = 0.5 * float(np.abs(counts / n - q).sum())
+    return SamplerCheck(
+        name, n, V, g, df, p_value, alpha, p_value < alpha, observed, float(tv), power, detectable_tv(df, n, alpha)
+    )

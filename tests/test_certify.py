@@ -209,3 +209,58 @@ def test_the_stream_law_matches_the_numpy_engines_runs():
 def test_bad_input_is_refused_naming_it(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def _sd_sampler(draft_logits, target_logits, n, rng, *, correction="residual"):
+    """One SD round's first token, vectorised over ``n`` rounds: draft ``x ~ p``, accept with ``min(1, q/p)``, else
+    a token of the residual (or, the bug, of ``q``)."""
+    p, q = np.exp(draft_logits), np.exp(target_logits)
+    x = rng.choice(p.size, size=n, p=p)
+    keep = rng.random(n) * p[x] < q[x]
+    law = q if correction == "q" else np.asarray(kernels.residual(q, p), dtype=float)
+    other = rng.choice(p.size, size=n, p=law / law.sum()) if law.sum() > 0 else x
+    return np.where(keep, x, other)
+
+
+def _sd_from_q(draft_logits, target_logits, n, rng):
+    return _sd_sampler(draft_logits, target_logits, n, rng, correction="q")
+
+
+def test_a_black_box_sampler_is_checked_with_its_power_stated():
+    """A million draws: SD's sampler passes on a fixed seed, the sampler drawing its corrections from q is refused;
+    the power against any law at TV 0.01 is the noncentral χ² tail at 4 n TV² (df = V − 1), above 0.99."""
+    from scipy.stats import chi2, ncx2
+
+    from speculab.certify import check_sampler
+
+    p, q = np.array([0.5, 0.3, 0.15, 0.05]), np.array([0.1, 0.2, 0.3, 0.4])
+    good = check_sampler(_sd_sampler, p, q, key=3)
+    assert not good.refused and good.n == 1_000_000 and good.df == 3
+    assert good.power == pytest.approx(ncx2.sf(chi2.isf(1e-6, 3), 3, 4e6 * 0.01**2), rel=1e-12) and good.power > 0.99
+    assert good.detectable_tv < 0.01 and "consistent with the target's law" in str(good)
+    bad = check_sampler(_sd_from_q, p, q, key=3)
+    assert bad.refused and bad.p_value < 1e-6 and "REFUSED" in str(bad)
+    # the bug's token law, exactly: min(p, q) + TV(p, q)·q — at a TV from q past the test's detectable TV
+    law = np.minimum(p, q) + 0.5 * np.abs(p - q).sum() * q
+    assert 0.5 * np.abs(law - q).sum() > good.detectable_tv  # the bug lies where the test has its power
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(n=0), "n must be an integer >= 1"),
+        (dict(alpha=0.0), r"alpha must be a float in \(0, 1\)"),
+        (dict(tv=0), r"tv must be a number in \(0, 1\]"),
+    ],
+)
+def test_check_sampler_refuses_bad_input_naming_it(kwargs, match):
+    from speculab.certify import check_sampler
+
+    with pytest.raises(ValueError, match=match):
+        check_sampler(_sd_sampler, [0.5, 0.5], [0.5, 0.5], **kwargs)
+    with pytest.raises(ValueError, match="must return 10 integer tokens"):
+        check_sampler(lambda *a: np.zeros(3, dtype=int), [0.5, 0.5], [0.5, 0.5], n=10)
+    with pytest.raises(ValueError, match="outside 0..1"):
+        check_sampler(lambda d, t, n, rng: np.full(n, 2), [0.5, 0.5], [0.5, 0.5], n=10)
+    with pytest.raises(ValueError, match="sampler must be a function"):
+        check_sampler(None, [0.5, 0.5], [0.5, 0.5], n=10)
