@@ -27,7 +27,14 @@ from speculab.methods import (
     Sprinter,
 )
 from speculab.methods.chain import Rule, chain_round_law
-from speculab.theory import MarkovInstance, optimal_loss, rejection_loss, sd_acceptance
+from speculab.theory import (
+    MarkovInstance,
+    optimal_loss,
+    pareto_loss,
+    rejection_loss,
+    rejection_probability,
+    sd_acceptance,
+)
 from speculab.theory.biased import biased_acceptance
 
 LOSSLESS = [
@@ -70,12 +77,15 @@ def test_biased_methods_are_found_biased(method):
 
 @pytest.mark.parametrize("eps", [0.05, 0.3])
 def test_opts_and_unos_first_token_bias_is_thm_4s(eps):
-    """[Yin] Thm 4: with one draft the output token's TV to q is Σ (b p − q)_+ for OPT, TV(b p + D q, q) for UNO."""
+    """[Yin] Thm 4: with one draft the output token's TV to q is Σ (b p − q)_+ for OPT — Thm 5's Pareto loss
+    (TV(p, q) − P(reject))_+ at its rejection probability — and TV(b p + D q, q) for UNO."""
     for _, p, q in nasty_pairs(4):
         b = biased_acceptance(p, q, eps)
         opt = _tv(stream_law(Biased(eps, "opt", K=1), p, q, 1, 1), q)
         uno = _tv(stream_law(Biased(eps, "uno", K=1), p, q, 1, 1), q)
         assert opt == pytest.approx(float(optimal_loss(p, q, b)), abs=1e-15)
+        # over-acceptance lies on Thm 5's Pareto front: the loss at its rejection probability
+        assert opt == pytest.approx(float(pareto_loss(p, q, rejection_probability(p, b))), abs=1e-15)
         assert uno == pytest.approx(float(rejection_loss(p, q, b, q)), abs=1e-15)
 
 
