@@ -299,7 +299,7 @@ class SamplerCheck:
     """What :func:`check_sampler` measured.
 
     Attributes:
-      sampler: its name. n, V: draws and vocabulary. g, df, p_value: the G-test of the draws against ``q``.
+      sampler: its name. n, V: draws and vocabulary. statistic, df, p_value: the G-test of the draws against ``q``.
       alpha: the test's level; refused: ``p_value < alpha`` (the sampler is not lossless on this pair).
       tv_observed: TV of the draws' empirical law to ``q`` (descriptive: it is positive by chance alone).
       tv, power: the stated TV and the test's least power against any law at that TV from ``q``.
@@ -309,7 +309,7 @@ class SamplerCheck:
     sampler: str
     n: int
     V: int
-    g: float
+    statistic: float
     df: int
     p_value: float
     alpha: float
@@ -322,7 +322,7 @@ class SamplerCheck:
     def __str__(self) -> str:
         verdict = "REFUSED: not the target's law" if self.refused else "consistent with the target's law"
         return (
-            f"{self.sampler}: {verdict} (G = {self.g:.4g}, df = {self.df}, p = {self.p_value:.3g} at level "
+            f"{self.sampler}: {verdict} (G = {self.statistic:.4g}, df = {self.df}, p = {self.p_value:.3g} at level "
             f"{self.alpha:g}; {self.n:,} draws on {self.V} tokens, empirical TV {self.tv_observed:.3g}); power "
             f"{self.power:.4f} against any law at TV {self.tv:g} from the target; power {POWER:g} from TV "
             f"{self.detectable_tv:.3g}"
