@@ -10,10 +10,11 @@ For each module and tier (fast: ``./dev test``'s tests; full: CI's) the logs' ou
 the sources they were measured on (each digest is looked up in the module's git history): a later log's outcome
 replaces an earlier one's for the same mutant (``--rerun`` of survivors after new tests), and outcomes carry from
 one source to the next only when the second is the first renamed, reworded or laid out anew — the same syntax
-tree once docstrings, strings and identifiers are set aside (builtins and the names the tool swaps kept); the
-mutants are then the same changes in the same order and are matched by their index. Any other change of a module's
-source ends the row there: it then gives the counts on the newest source a log measured and the commit that changed
-the module since, until the module is measured again.
+tree, docstrings aside, up to a one-to-one renaming of identifiers and strings to fresh names (builtins, the names
+the tool swaps and the attributes of imported modules kept; :func:`same_program`); the mutants are then the same
+changes in the same order and are matched by their index. Any other change of a module's source ends the row there:
+it then gives the counts on the newest source a log measured and the commit that changed the module since, until
+the module is measured again.
 
 A mutant is killed when a log says killed or timeout; equivalent when the list names it; every other mutant of the
 current source is a survivor (survived, unexecuted, error, not run) or not measured. A survivor killed by hand
@@ -46,10 +47,8 @@ IDENTIFIERS = ("id", "arg", "attr", "name", "asname", "module")
 FIXED = set(dir(builtins)) | {"minimum", "maximum"}
 
 
-def shape(source: str) -> str:
-    """The syntax tree with docstrings, strings and identifiers set aside — builtins and the names the tool swaps
-    (``min``/``max``, ``minimum``/``maximum``) kept: equal for a rename, a reworded message or a new layout, which
-    move mutants but change none."""
+def _stripped(source: str) -> ast.AST:
+    """The syntax tree with its docstrings replaced by ``pass``."""
     tree = ast.parse(source)
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
@@ -57,20 +56,66 @@ def shape(source: str) -> str:
             value = body[0].value
             if isinstance(value, ast.Constant) and isinstance(value.value, str):
                 body[0] = ast.Pass()
+    return tree
+
+
+def _modules(tree: ast.AST) -> set[str]:
+    """The names a module binds to imported modules (``import numpy as np`` binds ``np``)."""
+    out = set()
     for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.asname or a.name.split(".")[0] for a in node.names}
+    return out
+
+
+def _tokens(tree: ast.AST):
+    """``(node type, other fields, tokens)`` per node in walk order: tokens are its identifiers and string constants,
+    each with whether it may be renamed (not a builtin, not a swapped name, not an attribute of an imported module)."""
+    fixed_modules = _modules(tree)
+    for node in ast.walk(tree):
+        tokens = []
         for name in IDENTIFIERS:
             value = getattr(node, name, None)
-            if isinstance(value, str) and value not in FIXED:
-                setattr(node, name, "_")
+            if isinstance(value, str):
+                external = (
+                    name == "attr" and isinstance(node.value, ast.Name) and node.value.id in fixed_modules
+                ) or name == "module"
+                tokens.append((value, value not in FIXED and not external))
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            node.value = "_"
-    return ast.dump(tree)
+            tokens.append(("'" + node.value, True))
+        other = tuple(
+            (k, repr(v))
+            for k, v in ast.iter_fields(node)
+            if not isinstance(v, (ast.AST, list)) and k not in IDENTIFIERS and not isinstance(v, str)
+        )
+        yield type(node).__name__, other, tokens
 
 
 def same_program(before: str, after: str) -> bool:
-    """Whether ``after`` is ``before`` renamed, reworded or laid out anew (:func:`shape`): then the two have the same
-    mutants, the same changes in the same order."""
-    return shape(before) == shape(after)
+    """Whether ``after`` is ``before`` renamed, reworded or laid out anew: the same syntax tree, docstrings aside, up
+    to one renaming of identifiers and strings across the module that is one-to-one, renames only to names the
+    other source does not use, and keeps builtins, the names the tool swaps (``min``/``max``) and the attributes of
+    imported modules (``np.exp`` stays ``np.exp``). Then the two have the same mutants, the same changes in the same
+    order. A swap (``p - q`` for ``q - p``), another keyword, another string used elsewhere, another function of an
+    imported module, another constant or operator: not the same program."""
+    a, b = list(_tokens(_stripped(before))), list(_tokens(_stripped(after)))
+    if len(a) != len(b):
+        return False
+    used_a = {t for _, _, tokens in a for t, _ in tokens}
+    used_b = {t for _, _, tokens in b for t, _ in tokens}
+    forward: dict[str, str] = {}
+    backward: dict[str, str] = {}
+    for (ta, oa, xa), (tb, ob, xb) in zip(a, b):
+        if ta != tb or oa != ob or len(xa) != len(xb):
+            return False
+        for (x, free), (y, _) in zip(xa, xb):
+            if x == y:
+                continue
+            if not free or x in used_b or y in used_a:  # fixed, or a swap with a name the other source uses
+                return False
+            if forward.setdefault(x, y) != y or backward.setdefault(y, x) != x:
+                return False
+    return True
 
 
 def _git(*args: str, repo: Path) -> str:
@@ -225,7 +270,7 @@ def markdown(data: dict) -> str:
     columns = "| module | tier | mutants | killed | equivalent | survived | not measured | score | "
     columns += "without equivalents |"
     if current:
-        lines += ["Measured on the current source (or the same program, renamed, reworded or laid out anew):", ""]
+        lines += ["Measured on the current source (or the same program renamed, reworded or laid out anew):", ""]
         lines += [columns, "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         lines += [_line(r) for r in current] + [""]
     if earlier:

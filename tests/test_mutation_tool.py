@@ -421,3 +421,10 @@ def test_the_same_program_is_a_rename_or_a_new_layout_not_another_call():
     assert not same("x = np.minimum(a, b)\n", "x = np.maximum(a, b)\n")
     assert not same("x = a + 1\n", "x = a + 2\n") and not same("x = a + 1\n", "x = a - 1\n")
     assert not same("x = len(a)\n", "x = abs(a)\n")
+    # found by review: a swap, another function of an imported module, another keyword or an existing string
+    assert not same("def f(p, q):\n    return p - q\n", "def f(p, q):\n    return q - p\n")
+    assert not same("import numpy as np\nx = np.exp(a)\n", "import numpy as np\nx = np.log(a)\n")
+    assert not same("x = f(a, axis=1, keepdims=2)\n", "x = f(a, keepdims=1, axis=2)\n")
+    assert not same("x = f(a, axis=1)\ny = f(b, keepdims=1)\n", "x = f(a, keepdims=1)\ny = f(b, keepdims=1)\n")
+    assert not same("m = 'opt' if a else 'uno'\n", "m = 'uno' if a else 'opt'\n")
+    assert not same("x = r(q, p)\ny = q\n", "x = r(p, q)\ny = q\n")
