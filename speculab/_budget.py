@@ -24,7 +24,7 @@ __all__ = ["work_budget", "budget_scale", "check_scale", "limit", "refuse", "bud
 _SCALE: ContextVar[float] = ContextVar("speculab_work_budget", default=1.0)
 
 #: How every refusal says the budget can be raised.
-RAISE = "or raise the budget: speculab.work_budget(k) in Python, speculab sim --budget k on the command line"
+RAISE = "or raise the budget: speculab.work_budget(k) in Python, --budget k on the command line (sim, certify)"
 
 #: Seconds of work before :func:`budgeted` shows its bar (on a terminal only).
 BAR_DELAY = 3.0

@@ -19,8 +19,11 @@ then searches for a worse pair from the worst ones (Nelder–Mead on the pair's 
 KL with the pair that attains them. A lossless verifier's worst TV is 0 to float precision; a biased one's is
 its bias (for Decoding-OPT with one draft, the first token's TV is [Yin] Thm 4's ``Σ (b p − q)_+``).
 
-This checks the verification of blocks of a given length. A rule that decides the length while drafting keeps
-the law if it reads only the drafts (SpecDec++'s head: [SDpp] Thm 3.1); that is not checked here.
+The first ``L + 1`` tokens suffice: if they follow ``q^{⊗(L+1)}``, every later prefix does too (by induction over
+rounds, each of which starts afresh). What is not checked: the pairs are context-free, the same laws at every
+position, so a verifier that reads the wrong position's laws (an off-by-one) is not caught; and the length of a
+round is taken as given — a rule that decides it while drafting keeps the law if it reads only the drafts, as
+SpecDec++'s head does (:mod:`speculab.methods.specdecpp`), which is not checked here.
 """
 
 from __future__ import annotations
@@ -39,8 +42,11 @@ from speculab.validate import POWER, detectable_tv, g_test
 
 __all__ = ["Certificate", "SamplerCheck", "certify", "check_sampler", "nasty_pairs", "stream_law"]
 
-#: Largest number of drafted blocks ``V^(M L)`` one law enumerates (each is a call of the verifier's round law).
-MAX_BLOCKS = 200_000
+#: Largest number of values one exact law holds: the round law's corrections over every drafted block,
+#: ``V^(M L) · M (L + 1) V``, and the stream's law of ``n`` tokens, ``V^n``.
+MAX_VALUES = 4_000_000
+#: Most evaluations of the stream law the search for a worse pair makes, from each of its three starts.
+MAX_EVALUATIONS = 2_000
 #: A worst TV at most this is "lossless": float round-off of sums of ``V^n`` products.
 TOLERANCE = 1e-12
 
@@ -53,7 +59,12 @@ def _round_law(verifier):
 
 
 def _outcome_and_correction(out, shape: tuple, V: int, name: str) -> tuple[np.ndarray, np.ndarray]:
-    outcome, correction = (out.outcome, out.correction) if hasattr(out, "outcome") else out
+    if hasattr(out, "outcome"):
+        outcome, correction = out.outcome, out.correction
+    elif isinstance(out, (tuple, list)) and len(out) == 2:
+        outcome, correction = out
+    else:
+        raise ValueError(f"{name} must return a RoundLaw or a pair (outcome, correction); got {type(out).__name__}")
     outcome, correction = np.asarray(outcome, dtype=float), np.asarray(correction, dtype=float)
     if outcome.shape != shape or correction.shape != (*shape, V):
         raise ValueError(
@@ -76,14 +87,14 @@ def round_outputs(verifier, p, q, L: int, M: int = 1) -> list[np.ndarray]:
     V = p.shape[-1]
     if p.ndim != 1:
         raise ValueError(f"p and q must be single laws of shape (V,); got {p.shape}")
-    blocks = float(V) ** (M * L)
-    if blocks > limit(MAX_BLOCKS):
+    values = float(V) ** (M * L) * M * (L + 1) * V
+    if values > limit(MAX_VALUES):
         raise refuse(
-            f"the exact output law ({V}^{M * L} drafted blocks)",
-            blocks,
-            MAX_BLOCKS,
-            "blocks",
-            "MAX_BLOCKS",
+            f"the exact output law ({V}^{M * L} drafted blocks, their corrections)",
+            values,
+            MAX_VALUES,
+            "values",
+            "MAX_VALUES",
             "use a smaller vocabulary V or fewer drafts",
         )
     x = np.array(list(itertools.product(range(V), repeat=M * L)), dtype=np.int64).reshape(-1, M, L)
@@ -92,7 +103,10 @@ def round_outputs(verifier, p, q, L: int, M: int = 1) -> list[np.ndarray]:
     B = x.shape[0]
     law = _round_law(verifier)
     name = f"{type(verifier).__name__}.round_law" if law is not verifier else getattr(verifier, "__name__", "verifier")
-    out = law(np.broadcast_to(p, (B, M, L, V)), np.broadcast_to(q, (B, M, L + 1, V)), x, bonus=True)
+    try:
+        out = law(np.broadcast_to(p, (B, M, L, V)), np.broadcast_to(q, (B, M, L + 1, V)), x, bonus=True)
+    except TypeError as err:
+        raise ValueError(f"verifier {name} must take (p, q, x, *, bonus) as round_law does: {err}") from None
     outcome, correction = _outcome_and_correction(out, (B, M, L + 1), V, name)
     mass = correction.sum(axis=-1, keepdims=True)
     token = np.divide(correction, mass, out=np.zeros_like(correction), where=mass > 0)  # the output token's law
@@ -115,8 +129,18 @@ def round_outputs(verifier, p, q, L: int, M: int = 1) -> list[np.ndarray]:
 def stream_law(verifier, p, q, L: int, n: int | None = None, M: int = 1) -> np.ndarray:
     """The exact law of the first ``n`` tokens (default ``L + 1``) the verifier's rounds output on the context-free
     pair ``(p, q)``, ``M`` rows of ``L`` drafts each round: shape ``(V,) * n``, summing to 1."""
-    R = round_outputs(verifier, p, q, L, M)
     n = L + 1 if n is None else as_positive_int(n, "n")
+    V = np.shape(p)[-1]
+    if float(V) ** n > limit(MAX_VALUES):
+        raise refuse(
+            f"the law of the stream's first {n} tokens ({V}^{n} of them)",
+            float(V) ** n,
+            MAX_VALUES,
+            "values",
+            "MAX_VALUES",
+            "compare fewer tokens n or use a smaller vocabulary V",
+        )
+    R = round_outputs(verifier, p, q, L, M)
     G: dict[int, np.ndarray] = {0: np.ones(())}
     for m in range(1, n + 1):
         law = np.zeros((len(R[0]),) * m)
@@ -171,9 +195,10 @@ class Certificate:
 
     Attributes:
       verifier: its name. lossless: the worst TV is at most ``tolerance``.
-      tv, kl: the worst ``TV(G_n, q^{⊗n})`` over the pairs tried, and the worst ``KL(G_n ‖ q^{⊗n})`` (``inf``: the
-        stream outputs a token the target never does).
-      p, q: the pair that attains ``tv``; case: which pair of the battery (or the search) it is.
+      tv: the worst ``TV(G_n, q^{⊗n})`` over the pairs tried; p, q: the pair that attains it; case: which pair of
+        the battery (or the search) it is.
+      kl, kl_case: the worst ``KL(G_n ‖ q^{⊗n})`` over the pairs tried (``inf``: the stream outputs a token the
+        target never does), and which pair attains it.
       first_token_tv: TV of the first token's law to ``q`` at that pair.
       V, L, M, n: vocabulary, drafts per row, rows, tokens of the stream compared. pairs: how many pairs were tried.
     """
@@ -185,6 +210,7 @@ class Certificate:
     p: np.ndarray
     q: np.ndarray
     case: str
+    kl_case: str
     first_token_tv: float
     V: int
     L: int
@@ -198,9 +224,9 @@ class Certificate:
         fmt = lambda a: "[" + ", ".join(f"{v:.4g}" for v in a) + "]"  # noqa: E731
         return (
             f"{self.verifier}: {verdict} — worst TV {self.tv:.3g} over the first {self.n} tokens "
-            f"(first token {self.first_token_tv:.3g}), worst KL {self.kl:.3g}, over {self.pairs} pairs on "
-            f"{self.V} tokens ({self.M} × {self.L} drafts a round); worst pair ({self.case}): "
-            f"p = {fmt(self.p)}, q = {fmt(self.q)}"
+            f"(first token {self.first_token_tv:.3g}) over {self.pairs} pairs on {self.V} tokens ({self.M} × "
+            f"{self.L} drafts a round); worst pair ({self.case}): p = {fmt(self.p)}, q = {fmt(self.q)}; worst KL "
+            f"{self.kl:.3g} ({self.kl_case})"
         )
 
     def to_dict(self) -> dict:
@@ -281,16 +307,16 @@ def certify(
                 lambda t: -score(*_laws(t, V))[0],
                 theta,
                 method="Nelder-Mead",
-                options={"maxiter": 100 * 2 * V, "xatol": 1e-6, "fatol": 1e-12},
+                options={"maxfev": int(limit(MAX_EVALUATIONS)), "xatol": 1e-6, "fatol": 1e-12},
             )
             tried += best.nfev
             if -best.fun > tv:
                 bp, bq = _laws(best.x, V)
                 results.append((f"search from {case}", bp, bq, *score(bp, bq)))
     case, p, q, tv, _ = max(results, key=lambda r: r[3])
-    kl = max(r[4] for r in results)
+    kl_case, *_, kl = max(results, key=lambda r: r[4])
     first = _divergences(stream_law(verifier, p, q, L, 1, M), q)[0]
-    return Certificate(name, tv <= tolerance, tv, kl, p, q, case, first, V, L, M, n, tried, tolerance)
+    return Certificate(name, tv <= tolerance, tv, kl, p, q, case, kl_case, first, V, L, M, n, tried, tolerance)
 
 
 # -- black-box samplers: a test with stated power ------------------------------------------------------------------
@@ -317,15 +343,19 @@ class SamplerCheck:
     tv_observed: float
     tv: float
     power: float
-    detectable_tv: float
+    detectable_tv: float  # > 1: no law is refused with that power at this n
 
     def __str__(self) -> str:
         verdict = "REFUSED: not the target's law" if self.refused else "consistent with the target's law"
         return (
             f"{self.sampler}: {verdict} (G = {self.statistic:.4g}, df = {self.df}, p = {self.p_value:.3g} at level "
             f"{self.alpha:g}; {self.n:,} draws on {self.V} tokens, empirical TV {self.tv_observed:.3g}); power "
-            f"{self.power:.4f} against any law at TV {self.tv:g} from the target; power {POWER:g} from TV "
-            f"{self.detectable_tv:.3g}"
+            f"{self.power:.4f} against any law at TV {self.tv:g} from the target; "
+            + (
+                f"power {POWER:g} from TV {self.detectable_tv:.3g}"
+                if self.detectable_tv <= 1
+                else f"no TV reaches power {POWER:g} with {self.n:,} draws"
+            )
         )
 
 
@@ -337,9 +367,13 @@ def check_sampler(sampler, p, q, *, n: int = 1_000_000, key=0, alpha: float = 1e
     from the numpy ``rng`` it is given, or from a generator seeded from it). Lossless means the tokens follow ``q``:
     the G-test of their counts against ``q`` (cells with fewer than 5 expected draws merged) at level ``alpha``.
     Its power against any law at total variation ``tv`` from ``q`` (on the test's cells) is at least the noncentral
-    χ² tail at noncentrality ``4 n tv²`` (``χ²(r, q) ≥ 4 TV(r, q)²``), computed here, not sampled.
+    χ² tail at noncentrality ``4 n tv²`` (``χ²(r, q) ≥ 4 TV(r, q)²`` by Cauchy–Schwarz, with equality where
+    ``|r − q| ∝ q``), computed here, not sampled — within the noncentral χ² approximation of the G statistic, which
+    ``tests/test_certify.py`` checks by sampling at the least favourable law.
     """
     p, q = as_pair(p, q)
+    if p.ndim != 1:
+        raise ValueError(f"p and q must be single laws of shape (V,); got {p.shape}")
     n = as_positive_int(n, "n")
     if not (isinstance(alpha, float) and 0 < alpha < 1):
         raise ValueError(f"alpha must be a float in (0, 1); got {alpha!r}")

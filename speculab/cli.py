@@ -212,14 +212,19 @@ def _method_options(choices: list[str]) -> dict[str, tuple]:
     return out
 
 
-def _add_method_args(p: argparse.ArgumentParser, *, real_models: bool = False, drafting: bool = False) -> None:
+def _add_method_args(
+    p: argparse.ArgumentParser, *, real_models: bool = False, drafting: bool = False, round_laws: bool = False
+) -> None:
     """``--method NAME`` (from the registry) and every registered method's parameters as options."""
     from speculab.methods import get, names
     from speculab.methods.base import option
+    from speculab.methods.capabilities import PositionLaw, has
 
     choices = names(real_models=True if real_models else None, cli=True)
     if drafting:  # compare: methods that draft (autoregressive decoding is its reference)
         choices = [n for n in choices if get(n).drafting]
+    if round_laws:  # certify: methods that draft and decide from a round law (not SPRINTER's position law)
+        choices = [n for n in choices if get(n).drafting and not has(get(n), PositionLaw)]
     g = p.add_argument_group("method (`speculab methods` lists them with their options)")
     g.add_argument("--method", choices=choices, default="sd", help="decoding method (default sd)")
     for fname, (f, users) in _method_options(choices).items():
@@ -403,7 +408,8 @@ def cmd_certify(args) -> None:
 
     method = _method(args)
     try:
-        cert = certify(method, V=args.V, remaining=args.remaining, key=args.seed, search=not args.no_search)
+        with work_budget(args.budget):
+            cert = certify(method, V=args.V, remaining=args.remaining, key=args.seed, search=not args.no_search)
     except ValueError as err:
         raise _flagged(err, ("V", "remaining")) from None
     _emit(args, {"method": args.method, **cert.to_dict()}, str(cert))
@@ -819,7 +825,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("certify", help="is a method lossless? its exact bias on a battery of pairs, and the worst pair")
     common(p)
-    _add_method_args(p)
+    _add_method_args(p, round_laws=True)
     p.add_argument("--V", type=_count(2), default=3, help="vocabulary size of the pairs (default 3)")
     p.add_argument(
         "--remaining",
@@ -828,6 +834,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="tokens a round may output: the method drafts its draft_length of it (default 2)",
     )
     p.add_argument("--no-search", action="store_true", help="the battery of pairs only, no search for a worse pair")
+    p.add_argument(
+        "--budget",
+        type=_scale,
+        default=1.0,
+        metavar="K",
+        help="multiply the work budget of the exact laws (MAX_VALUES) and of the search by K (default 1)",
+    )
     p.set_defaults(func=cmd_certify)
 
     p = sub.add_parser("instance", help="save a random Markov instance to .npz")

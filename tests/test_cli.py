@@ -623,8 +623,8 @@ def test_sim_budget_scales_the_exact_theorys_budget(capsys):
     assert out["theory"] == {} and out["theory_source"] == (
         "none (exact block counts (V^(K+2) = 4^10 block prefixes) would take 1,048,576 prefixes, over the budget of "
         "1,006,633 prefixes (MAX_PATHS, times 0.06): use a smaller block size or vocabulary (the simulator has no such "
-        "limit), or raise the budget: speculab.work_budget(k) in Python, speculab sim --budget k on the command "
-        "line)"
+        "limit), or raise the budget: speculab.work_budget(k) in Python, --budget k on the command line (sim, "
+        "certify))"
     )
     tree = ["sim", "--method", "specdecpp", "--h", "0.5", "--max-K", "16", "--T", "60", "--V", "2", "--n-runs", "50"]
     assert _json(capsys, tree)["theory"] == {}  # 2 × 2^16 leaves of 66 values: 8,650,752 values

@@ -211,11 +211,12 @@ def test_a_given_rejection_law_is_used_on_every_row_that_can_reject():
 
 
 def test_a_users_rule_on_real_model_laws_is_checked_at_its_boundaries():
-    """``RejectionDecoding.rule`` (the path real models take, with functions ``b(p, q)`` and ``P(p, q, b)``) checks
-    its arguments with exact boundaries: ``b`` in [0, 1]; for ``P=None``, ``b·p − q`` at most 16 float64 epsilons
-    (``p = 1`` makes ``b·p − q`` exact: 16 ε passes, 16.5 ε is refused); ``P`` non-negative — zeros allowed — and
-    finite. Found by mutation testing of the fast tier (``b <= 2``, ``>=`` for ``>``, 17 ε, ``P > 0``, ``P <= inf``
-    survived: the fast tests checked these on Markov instances, through ``acceptance_array``, only)."""
+    """``RejectionDecoding.rule`` (the path real models take, with functions ``b(p, q)`` and ``rejection(p, q, b)``)
+    checks its arguments with exact boundaries: ``b`` in [0, 1]; for ``rejection=None``, ``b·p − q`` at most 16 float64
+    epsilons (``p = 1`` makes ``b·p − q`` exact: 16 ε passes, 16.5 ε is refused); the rejection law non-negative —
+    zeros allowed — and finite. Found by mutation testing of the fast tier (``b <= 2``, ``>=`` for ``>``, 17 ε,
+    ``P > 0``, ``P <= inf`` survived: the fast tests checked these on Markov instances, through
+    ``acceptance_array``, only)."""
     from speculab.methods import RejectionDecoding
 
     p, q = np.array([1.0, 0.0]), np.array([0.5, 0.5])

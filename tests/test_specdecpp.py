@@ -250,7 +250,7 @@ def test_specdecpp_needs_a_trained_head_on_real_models_and_has_exact_counts_only
         match=r"draft tree \(8 × 8\^20 leaves per round start\) would take "
         r"332,041,393,326,771,929,088 values, over the budget of 6,291,456 values \(NODE_BUDGET "
         r"leaves of 6 values\): use a smaller vocabulary, max_K or horizon, or raise the budget: "
-        r"speculab.work_budget\(k\) in Python, speculab sim --budget k on the command line",
+        r"speculab.work_budget\(k\) in Python, --budget k on the command line \(sim, certify\)",
     ):
         SpecDecPP(0.5, max_K=20).expected(MarkovInstance.random(30, 8, 0))  # 8^21 leaves of 6 + 30 values
 

@@ -1,11 +1,9 @@
 """[Yin] Algorithm 2 with any acceptance rule ``b`` and rejection distribution ``P``.
 
-``RejectionDecoding(b, rejection=None, K=None)``: ``b`` and the rejection law ``rejection`` (``P``) are either ``(T,
-V, V)``
-arrays tied to a Markov instance or functions of the draft and target laws
-(``b(p, q)``, ``rejection(p, q, b)``), which also run on real models when written with
-array-API operations. ``rejection=None`` is the unique unbiased choice of [Yin] Thm 2,
-``(q − b p)/Σ(1 − b)p``, which requires ``b ≤ min(1, q/p)``.
+``RejectionDecoding(b, rejection=None, K=None)``: ``b`` and the rejection law ``rejection`` (``P``) are either
+``(T, V, V)`` arrays tied to a Markov instance or functions of the draft and target laws (``b(p, q)``,
+``rejection(p, q, b)``), which also run on real models when written with array-API operations. ``rejection=None`` is
+the unique unbiased choice of [Yin] Thm 2, ``(q − b p)/Σ(1 − b)p``, which requires ``b ≤ min(1, q/p)``.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ Convention: ``p`` = draft, ``q`` = target. [SDpp] writes ``q`` for the draft and
 = min(1, q(Y_k)/p(Y_k))`` (context: the previous *drafted* token), and drafting
 stops when
 
-.. math:: 1 - \prod_{i \le k} a_i > h \quad\text{or}\quad k = K_{\max} \quad\text{or the horizon is reached.}
+.. math:: 1 - \prod_{i \le k} a_i > h \quad\text{or}\quad k = \mathrm{max\_K} \quad\text{or the horizon is reached.}
 
 The drafts are then verified as in SD with one target call: accept ``Y_i`` with
 probability ``min(1, q/p)``; at the first rejection output ``[q − p]_+`` and end

@@ -178,7 +178,8 @@ def acceptance_rules(draw, *, unbiased: bool | None = None, lookaheads=(None, 1,
     """A :class:`speculab.methods.RejectionDecoding` ([Yin] Algorithm 2) with a drawn rule.
 
     ``unbiased=True`` draws :class:`ScaledAcceptance` or :class:`PoweredAcceptance` with [Yin] Thm 2's
-    rejection law (``P=None``); ``False`` draws :class:`OverAcceptance` with ``P = q``; ``None`` either.
+    rejection law (``rejection=None``); ``False`` draws :class:`OverAcceptance` with ``rejection = q``; ``None``
+    either.
     The lookahead ``K`` is drawn from ``lookaheads``.
     """
     from speculab.methods import RejectionDecoding

@@ -259,7 +259,7 @@ def _flops(x, name: str) -> np.ndarray:
 
 
 def sd_flops(K: int, F_d, F_t):
-    r"""FLOPs of one SD round with ``K`` drafts, [SPR] eq. (5): :math:`K F_d + K F_t`.
+    r"""FLOPs of one SD round with ``K`` drafts ([SPR] writes ``γ``), [SPR] eq. (5): :math:`K F_d + K F_t`.
 
     The target's parallel verification still costs ``K`` forward passes of compute.
 
