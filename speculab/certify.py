@@ -20,10 +20,12 @@ KL with the pair that attains them. A lossless verifier's worst TV is 0 to float
 its bias (for Decoding-OPT with one draft, the first token's TV is [Yin] Thm 4's ``Σ (b p − q)_+``).
 
 The first ``L + 1`` tokens suffice: if they follow ``q^{⊗(L+1)}``, every later prefix does too (by induction over
-rounds, each of which starts afresh). What is not checked: the pairs are context-free, the same laws at every
-position, so a verifier that reads the wrong position's laws (an off-by-one) is not caught; and the length of a
-round is taken as given — a rule that decides it while drafting keeps the law if it reads only the drafts, as
-SpecDec++'s head does (:mod:`speculab.methods.specdecpp`), which is not checked here.
+rounds, each of which starts afresh). Context-free pairs cannot tell a verifier that reads another position's laws
+(an off-by-one) from a right one — the laws are the same at every position — so the battery also holds pairs of
+transition matrices ``(V, V)``, the laws after each token, on which the stream is compared with the target's
+Markov chain from every start token. What is not checked: the length of a round is taken as given — a rule that
+decides it while drafting keeps the law if it reads only the drafts, as SpecDec++'s head does
+(:mod:`speculab.methods.specdecpp`), which is not checked here.
 """
 
 from __future__ import annotations
@@ -79,32 +81,49 @@ def _outcome_and_correction(out, shape: tuple, V: int, name: str) -> tuple[np.nd
     return outcome, correction
 
 
-def round_outputs(verifier, p, q, L: int, M: int = 1) -> list[np.ndarray]:
-    """``[R_1, …, R_{L+1}]``: ``R_k[o]`` is the probability that one round outputs exactly the tokens ``o``
-    (``k`` of them: ``k − 1`` accepted drafts, then a correction or the bonus), shape ``(V,) * k``."""
+def _laws_pair(p, q) -> tuple[np.ndarray, np.ndarray]:
+    """``(p, q)`` checked: single laws ``(V,)`` (context-free) or transition matrices ``(V, V)`` whose row ``a`` is the
+    law after token ``a``."""
     p, q = as_pair(p, q)
+    if p.ndim not in (1, 2) or (p.ndim == 2 and p.shape[0] != p.shape[1]):
+        raise ValueError(f"p and q must be single laws of shape (V,) or transition matrices (V, V); got {p.shape}")
+    return p, q
+
+
+def round_outputs(verifier, p, q, L: int, M: int = 1) -> list[np.ndarray]:
+    """``[R_1, …, R_{L+1}]``: ``R_k[a, o]`` is the probability that one round started after token ``a`` outputs
+    exactly the tokens ``o`` (``k`` of them: ``k − 1`` accepted drafts, then a correction or the bonus), shape
+    ``(A,) + (V,) * k`` — ``A = 1`` for a context-free pair (single laws), ``A = V`` for transition matrices."""
+    p, q = _laws_pair(p, q)
     L, M = as_positive_int(L, "L"), as_positive_int(M, "M")
     V = p.shape[-1]
-    if p.ndim != 1:
-        raise ValueError(f"p and q must be single laws of shape (V,); got {p.shape}")
-    values = float(V) ** (M * L) * M * (L + 1) * V
+    P, Q = (p, q) if p.ndim == 2 else (p[None], q[None])
+    A = P.shape[0]
+    values = A * float(V) ** (M * L) * M * (L + 1) * V
     if values > limit(MAX_VALUES):
         raise refuse(
-            f"the exact output law ({V}^{M * L} drafted blocks, their corrections)",
+            f"the exact output law ({A} × {V}^{M * L} drafted blocks, their corrections)",
             values,
             MAX_VALUES,
             "values",
             "MAX_VALUES",
             "use a smaller vocabulary V or fewer drafts",
         )
-    x = np.array(list(itertools.product(range(V), repeat=M * L)), dtype=np.int64).reshape(-1, M, L)
-    weight = np.prod(p[x], axis=(1, 2))  # P(block) = Π p(x)
-    x, weight = x[weight > 0], weight[weight > 0]  # a block that is never drafted is not asked about
+    combos = np.array(list(itertools.product(range(V), repeat=M * L)), dtype=np.int64).reshape(-1, M, L)
+    start = np.repeat(np.arange(A), combos.shape[0])
+    x = np.tile(combos, (A, 1, 1))
+    # the context of each slot: the start, then the row's own drafts (for a context-free pair, always row 0)
+    prev = np.concatenate([np.broadcast_to(start[:, None, None], (x.shape[0], M, 1)), x], axis=2)  # (B, M, L + 1)
+    ctx = prev if A > 1 else np.zeros_like(prev)
+    slot_p, slot_q = P[ctx[:, :, :L]], Q[ctx]  # (B, M, L, V), (B, M, L + 1, V)
+    weight = np.prod(np.take_along_axis(slot_p, x[..., None], axis=-1)[..., 0], axis=(1, 2))  # P(block | start)
+    keep = weight > 0  # a block that is never drafted is not asked about
+    x, start, weight, slot_p, slot_q = x[keep], start[keep], weight[keep], slot_p[keep], slot_q[keep]
     B = x.shape[0]
     law = _round_law(verifier)
     name = f"{type(verifier).__name__}.round_law" if law is not verifier else getattr(verifier, "__name__", "verifier")
     try:
-        out = law(np.broadcast_to(p, (B, M, L, V)), np.broadcast_to(q, (B, M, L + 1, V)), x, bonus=True)
+        out = law(slot_p, slot_q, x, bonus=True)
     except TypeError as err:
         raise ValueError(f"verifier {name} must take (p, q, x, *, bonus) as round_law does: {err}") from None
     outcome, correction = _outcome_and_correction(out, (B, M, L + 1), V, name)
@@ -112,26 +131,25 @@ def round_outputs(verifier, p, q, L: int, M: int = 1) -> list[np.ndarray]:
     token = np.divide(correction, mass, out=np.zeros_like(correction), where=mass > 0)  # the output token's law
     if np.any((outcome > 0) & (mass[..., 0] <= 0)):
         raise ValueError(f"{name} gave an outcome without a token to output (no correction weights, or no bonus law)")
-    R = [np.zeros((V,) * (k + 1)) for k in range(L + 1)]
+    R = []
     for tau in range(L + 1):
         w = weight[:, None] * outcome[:, :, tau]  # (B, M): this row accepts exactly τ drafts
-        lead = (
-            np.ravel_multi_index(tuple(x[:, :, i] for i in range(tau)), (V,) * tau)
-            if tau
-            else np.zeros((B, M), dtype=np.int64)
-        )
-        flat = np.zeros((V**tau, V))
+        lead = np.broadcast_to(start[:, None], (B, M)) * V**tau
+        if tau:
+            lead = lead + np.ravel_multi_index(tuple(x[:, :, i] for i in range(tau)), (V,) * tau)
+        flat = np.zeros((A * V**tau, V))
         np.add.at(flat, lead.ravel(), (w[..., None] * token[:, :, tau]).reshape(-1, V))
-        R[tau] = flat.reshape((V,) * (tau + 1))
+        R.append(flat.reshape((A,) + (V,) * (tau + 1)))
     return R
 
 
 def stream_law(verifier, p, q, L: int, n: int | None = None, M: int = 1) -> np.ndarray:
-    """The exact law of the first ``n`` tokens (default ``L + 1``) the verifier's rounds output on the context-free
-    pair ``(p, q)``, ``M`` rows of ``L`` drafts each round: shape ``(V,) * n``, summing to 1."""
+    """The exact law of the first ``n`` tokens (default ``L + 1``) the verifier's rounds output, ``M`` rows of ``L``
+    drafts each round: on a context-free pair (single laws ``(V,)``), shape ``(V,) * n``; on transition matrices
+    ``(V, V)``, one law per start token, shape ``(V,) + (V,) * n``. Each sums to 1."""
     n = L + 1 if n is None else as_positive_int(n, "n")
     V = np.shape(p)[-1]
-    if float(V) ** n > limit(MAX_VALUES):
+    if np.ndim(p) * float(V) ** n > limit(MAX_VALUES):
         raise refuse(
             f"the law of the stream's first {n} tokens ({V}^{n} of them)",
             float(V) ** n,
@@ -141,26 +159,49 @@ def stream_law(verifier, p, q, L: int, n: int | None = None, M: int = 1) -> np.n
             "compare fewer tokens n or use a smaller vocabulary V",
         )
     R = round_outputs(verifier, p, q, L, M)
-    G: dict[int, np.ndarray] = {0: np.ones(())}
+    A = R[0].shape[0]
+    G: dict[int, np.ndarray] = {0: np.ones((A,))}
     for m in range(1, n + 1):
-        law = np.zeros((len(R[0]),) * m)
+        law = np.zeros((A,) + (V,) * m)
         for k, Rk in enumerate(R, start=1):
-            if k < m:
-                law += np.multiply.outer(Rk, G[m - k])
+            if k < m:  # a round of k tokens, then the stream from its last token
+                rest = G[m - k].reshape(A, -1)
+                if A == 1:
+                    law += np.multiply.outer(Rk[0], rest[0].reshape((V,) * (m - k)))[None]
+                else:
+                    both = np.einsum("auc,cw->aucw", Rk.reshape(A, -1, V), rest)
+                    law += both.reshape(law.shape)
             else:
-                law += Rk.sum(axis=tuple(range(m, k))) if k > m else Rk
+                law += Rk.sum(axis=tuple(range(m + 1, k + 1))) if k > m else Rk
         G[m] = law
-    return G[n]
+    return G[n][0] if np.ndim(p) == 1 else G[n]
+
+
+def _target(q: np.ndarray, n: int) -> np.ndarray:
+    """The target's law of ``n`` tokens: ``q^{⊗n}``, or per start token the Markov chain's ``Π Q[s_{i-1}, s_i]``."""
+    if q.ndim == 1:
+        out = q
+        for _ in range(n - 1):
+            out = np.multiply.outer(out, q)
+        return out
+    V = q.shape[0]
+    out = q  # (V, V): start, first token
+    for m in range(2, n + 1):
+        out = np.einsum("aul,lt->ault", out.reshape(V, -1, V), q).reshape((V,) + (V,) * m)
+    return out
 
 
 def _divergences(law: np.ndarray, q: np.ndarray) -> tuple[float, float]:
-    target = q
-    for _ in range(law.ndim - 1):
-        target = np.multiply.outer(target, q)
-    tv = 0.5 * float(np.abs(law - target).sum())
+    """TV and KL of a stream law to the target's; with transition matrices, the worst over start tokens."""
+    n = law.ndim - (q.ndim - 1)
+    target = _target(q, n)
+    if q.ndim == 1:
+        law, target = law[None], target[None]
+    law, target = law.reshape(law.shape[0], -1), target.reshape(target.shape[0], -1)
+    tv = 0.5 * np.abs(law - target).sum(axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
         terms = np.where(law > 0, law * (np.log(law) - np.log(target)), 0.0)
-    return tv, float(terms.sum())
+    return float(tv.max()), float(terms.sum(axis=1).max())
 
 
 def nasty_pairs(V: int) -> list[tuple[str, np.ndarray, np.ndarray]]:
@@ -221,7 +262,7 @@ class Certificate:
 
     def __str__(self) -> str:
         verdict = "lossless" if self.lossless else "BIASED"
-        fmt = lambda a: "[" + ", ".join(f"{v:.4g}" for v in a) + "]"  # noqa: E731
+        fmt = lambda a: np.array2string(np.asarray(a), precision=4, separator=", ").replace("\n", "")  # noqa: E731
         return (
             f"{self.verifier}: {verdict} — worst TV {self.tv:.3g} over the first {self.n} tokens "
             f"(first token {self.first_token_tv:.3g}) over {self.pairs} pairs on {self.V} tokens ({self.M} × "
@@ -235,10 +276,12 @@ class Certificate:
         return out
 
 
-def _laws(theta: np.ndarray, V: int) -> tuple[np.ndarray, np.ndarray]:
-    z = theta.reshape(2, V)
-    z = np.exp(z - z.max(axis=1, keepdims=True))
-    return z[0] / z[0].sum(), z[1] / z[1].sum()
+def _laws(theta: np.ndarray, shape: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """Two laws (or transition matrices) of ``shape`` from logits: a softmax along the last axis."""
+    z = theta.reshape((2,) + shape)
+    z = np.exp(z - z.max(axis=-1, keepdims=True))
+    z = z / z.sum(axis=-1, keepdims=True)
+    return z[0], z[1]
 
 
 def certify(
@@ -249,6 +292,7 @@ def certify(
     n: int | None = None,
     key=0,
     random_pairs: int = 20,
+    markov_pairs: int = 10,
     search: bool = True,
     tolerance: float = TOLERANCE,
 ) -> Certificate:
@@ -262,13 +306,16 @@ def certify(
         function: ``remaining`` drafts), in ``method.rows`` rows (a function: one).
       n: tokens of the stream compared (default: a whole round's, drafts plus one).
       key: randomness of the random pairs and the search's starts.
-      random_pairs: pairs drawn from Dirichlet laws (half with concentration 1, half 0.3: peaked).
+      random_pairs: context-free pairs drawn from Dirichlet laws (half with concentration 1, half 0.3: peaked).
+      markov_pairs: pairs of transition matrices ``(V, V)`` with Dirichlet rows (the laws depend on the previous
+        token, so a verifier that reads another position's laws is caught), compared per start token.
       search: search for a worse pair from the three worst (Nelder–Mead on the pair's logits).
       tolerance: the largest worst TV still called lossless.
     """
     V = as_positive_int(V, "V", minimum=2)
     remaining = as_positive_int(remaining, "remaining")
     random_pairs = as_positive_int(random_pairs, "random_pairs", minimum=0)
+    markov_pairs = as_positive_int(markov_pairs, "markov_pairs", minimum=0)
     if not (isinstance(tolerance, (int, float)) and 0 <= tolerance < 1):
         raise ValueError(f"tolerance must be a number in [0, 1); got {tolerance!r}")
     is_method = hasattr(verifier, "round_law") and hasattr(verifier, "draft_length")
@@ -290,11 +337,16 @@ def certify(
     for i in range(random_pairs):
         c = 1.0 if i % 2 == 0 else 0.3
         pairs.append((f"random (Dirichlet {c:g})", rng.dirichlet(np.full(V, c)), rng.dirichlet(np.full(V, c))))
+    for i in range(markov_pairs):
+        c = 1.0 if i % 2 == 0 else 0.3
+        rows = [rng.dirichlet(np.full(V, c), size=V) for _ in range(2)]
+        pairs.append((f"Markov (Dirichlet {c:g} rows)", *rows))
 
     def score(p, q):
         law = stream_law(verifier, p, q, L, n, M)
-        if abs(law.sum() - 1) > 1e-9:
-            raise ValueError(f"{name}'s stream law sums to {law.sum():.12g}, not 1")
+        sums = law.reshape(-1 if p.ndim == 1 else V, V**n).sum(axis=-1)
+        if np.abs(sums - 1).max() > 1e-9:
+            raise ValueError(f"{name}'s stream law sums to {sums.min():.12g}, not 1")
         return _divergences(law, q)
 
     results = [(case, p, q, *score(p, q)) for case, p, q in pairs]
@@ -302,16 +354,16 @@ def certify(
     if search:
         starts = sorted(results, key=lambda r: -r[3])[:3]
         for case, p, q, tv, _ in starts:
-            theta = np.log(np.clip(np.concatenate([p, q]), 1e-12, None))
+            theta = np.log(np.clip(np.concatenate([p, q]), 1e-12, None)).ravel()
             best = minimize(
-                lambda t: -score(*_laws(t, V))[0],
+                lambda t: -score(*_laws(t, p.shape))[0],
                 theta,
                 method="Nelder-Mead",
                 options={"maxfev": int(limit(MAX_EVALUATIONS)), "xatol": 1e-6, "fatol": 1e-12},
             )
             tried += best.nfev
             if -best.fun > tv:
-                bp, bq = _laws(best.x, V)
+                bp, bq = _laws(best.x, p.shape)
                 results.append((f"search from {case}", bp, bq, *score(bp, bq)))
     case, p, q, tv, _ = max(results, key=lambda r: r[3])
     kl_case, *_, kl = max(results, key=lambda r: r[4])

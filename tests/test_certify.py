@@ -90,10 +90,21 @@ def test_opts_and_unos_first_token_bias_is_thm_4s(eps):
 
 
 def _tv(law, q):
-    target = q
-    for _ in range(law.ndim - 1):
-        target = np.multiply.outer(target, q)
-    return 0.5 * float(np.abs(law - target).sum())
+    """TV of a stream law to the target's, written out independently: ``q^{⊗n}``, or with transition matrices the
+    chain's law from each start token (the worst start)."""
+    if q.ndim == 1:
+        target = q
+        for _ in range(law.ndim - 1):
+            target = np.multiply.outer(target, q)
+        return 0.5 * float(np.abs(law - target).sum())
+    V, n = q.shape[0], law.ndim - 1
+    worst = 0.0
+    for a in range(V):
+        target = np.zeros((V,) * n)
+        for s in np.ndindex(*target.shape):
+            target[s] = np.prod([q[prev, t] for prev, t in zip((a,) + s[:-1], s)])
+        worst = max(worst, 0.5 * float(np.abs(law[a] - target).sum()))
+    return worst
 
 
 def _rule_verifier(rule):
@@ -139,6 +150,18 @@ def _bonus_from_p(p, q, x, *, bonus):  # SD, but the bonus token after a whole b
     return law.outcome, correction
 
 
+def _next_position(p, q, x, *, bonus):  # an off-by-one: slot i's draft judged by the target's law at slot i + 1
+    shifted = q[..., 1:, :]
+    b = np.minimum(1.0, np.divide(shifted, p, out=np.ones_like(p), where=p > 0))
+    return chain_round_law(Rule(b, _residual(shifted, p)), p, q, x, bonus=bonus, biased=True)
+
+
+def _first_slots_draft(p, q, x, *, bonus):  # every slot judged against the draft's law at the first slot
+    first = np.broadcast_to(p[..., :1, :], p.shape)
+    b, R = sd_acceptance(first, q[..., :-1, :]), _residual(q[..., :-1, :], first)
+    return chain_round_law(Rule(b, R), p, q, x, bonus=bonus, biased=True)
+
+
 BUGS = {
     "min(1, p/q)": _rule_verifier(_inverted),
     "correction from q": _rule_verifier(_correction_from_q),
@@ -149,13 +172,32 @@ BUGS = {
 }
 
 
+@pytest.mark.parametrize("bug", [_next_position, _first_slots_draft], ids=lambda f: f.__name__)
+def test_a_position_bug_is_caught_by_the_pairs_that_depend_on_the_previous_token(bug):
+    """Found by review: on context-free pairs (the same laws at every slot) reading another slot's laws changes
+    nothing, so these two bugs are certified lossless there; the pairs of transition matrices catch them."""
+    assert certify(bug, markov_pairs=0, search=False).lossless
+    cert = certify(bug, search=False)
+    assert not cert.lossless and cert.tv > 1e-3 and cert.case.startswith("Markov") and cert.p.shape == (3, 3)
+    assert _tv(stream_law(bug, cert.p, cert.q, cert.L, cert.n), cert.q) == pytest.approx(cert.tv, rel=1e-12)
+
+
+def test_sd_streams_the_chains_law_from_every_start_token():
+    """On transition matrices SD's stream is the target's Markov chain, across rounds too (n = 4 past L + 1 = 3)."""
+    rng = np.random.default_rng(5)
+    for c in (1.0, 0.3):
+        P, Q = rng.dirichlet(np.full(3, c), size=3), rng.dirichlet(np.full(3, c), size=3)
+        for n in (1, 3, 4):
+            assert _tv(stream_law(SD(K=2), P, Q, 2, n), Q) < 1e-15
+
+
 @pytest.mark.parametrize("name", sorted(BUGS))
 def test_each_planted_bug_is_found_with_its_counterexample(name):
     cert = certify(BUGS[name], V=3, remaining=2)
     assert isinstance(cert, Certificate) and not cert.lossless and cert.tv > 1e-3, cert
     law = stream_law(BUGS[name], cert.p, cert.q, cert.L, cert.n)
     assert _tv(law, cert.q) == pytest.approx(cert.tv, rel=1e-12)  # the pair shows the bias it reports
-    assert np.isclose(cert.p.sum(), 1) and np.isclose(cert.q.sum(), 1)
+    assert np.allclose(cert.p.sum(axis=-1), 1) and np.allclose(cert.q.sum(axis=-1), 1)
 
 
 def test_the_search_finds_a_worse_pair_than_the_battery():
