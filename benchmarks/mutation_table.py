@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from mutation import EQUIVALENT, ROOT, digest, equivalents, log_tier, mutant_names, read_log  # noqa: E402
+from mutation import EQUIVALENT, ROOT, _docstrings, digest, equivalents, log_tier, mutant_names, read_log  # noqa: E402
+from remap_equivalents import remap  # noqa: E402
 
 LOGS = ROOT / "benchmarks" / "mutation_logs"
 WIDTH = 120
@@ -45,18 +46,6 @@ KILLED = ("killed", "timeout")
 IDENTIFIERS = ("id", "arg", "attr", "name", "asname", "module")
 #: Names whose exchange is a mutation (the tool's ``min``/``max`` swaps) or a builtin: a rename never maps them.
 FIXED = set(dir(builtins)) | {"minimum", "maximum"}
-
-
-def _stripped(source: str) -> ast.AST:
-    """The syntax tree with its docstrings replaced by ``pass``."""
-    tree = ast.parse(source)
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
-            value = body[0].value
-            if isinstance(value, ast.Constant) and isinstance(value.value, str):
-                body[0] = ast.Pass()
-    return tree
 
 
 def _modules(tree: ast.AST) -> set[str]:
@@ -69,9 +58,10 @@ def _modules(tree: ast.AST) -> set[str]:
 
 
 def _tokens(tree: ast.AST):
-    """``(node type, other fields, tokens)`` per node in walk order: tokens are its identifiers and string constants,
-    each with whether it may be renamed (not a builtin, not a swapped name, not an attribute of an imported module)."""
-    fixed_modules = _modules(tree)
+    """``(node type, other fields, tokens)`` per node in walk order: tokens are its identifiers and string constants
+    (docstrings aside), each with whether it may be renamed (not a builtin, not a swapped name, not an attribute of
+    an imported module)."""
+    fixed_modules, docstrings = _modules(tree), _docstrings(tree)
     for node in ast.walk(tree):
         tokens = []
         for name in IDENTIFIERS:
@@ -81,7 +71,7 @@ def _tokens(tree: ast.AST):
                     name == "attr" and isinstance(node.value, ast.Name) and node.value.id in fixed_modules
                 ) or name == "module"
                 tokens.append((value, value not in FIXED and not external))
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
             tokens.append(("'" + node.value, True))
         other = tuple(
             (k, repr(v))
@@ -98,7 +88,7 @@ def same_program(before: str, after: str) -> bool:
     imported modules (``np.exp`` stays ``np.exp``). Then the two have the same mutants, the same changes in the same
     order. A swap (``p - q`` for ``q - p``), another keyword, another string used elsewhere, another function of an
     imported module, another constant or operator: not the same program."""
-    a, b = list(_tokens(_stripped(before))), list(_tokens(_stripped(after)))
+    a, b = list(_tokens(ast.parse(before))), list(_tokens(ast.parse(after)))
     if len(a) != len(b):
         return False
     used_a = {t for _, _, tokens in a for t, _ in tokens}
@@ -223,9 +213,8 @@ def _carried(state: dict, before: str, after: str) -> dict:
         return state
     if not same_program(before, after):
         return {}
-    old, new = mutant_names(before), mutant_names(after)
-    moved = dict(zip(old, new))
-    return {moved[key]: o for key, o in state.items() if key in moved}
+    moved = remap(before, after)  # the same program: the same mutants, matched by index
+    return {(moved[at], what): o for (at, what), o in state.items() if at in moved}
 
 
 def to_json(found: list[Row], repo: Path = ROOT) -> dict:

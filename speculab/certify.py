@@ -35,12 +35,12 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import minimize
-from scipy.stats import chi2, ncx2
 
+from speculab import kernels
 from speculab._budget import limit, refuse
 from speculab._validate import as_generator, as_pair, as_positive_int
 from speculab.methods.capabilities import PositionLaw, has
-from speculab.validate import POWER, detectable_tv, g_test
+from speculab.validate import POWER, detectable_tv, g_test, least_power
 
 __all__ = ["Certificate", "SamplerCheck", "certify", "check_sampler", "nasty_pairs", "stream_law"]
 
@@ -198,10 +198,7 @@ def _divergences(law: np.ndarray, q: np.ndarray) -> tuple[float, float]:
     if q.ndim == 1:
         law, target = law[None], target[None]
     law, target = law.reshape(law.shape[0], -1), target.reshape(target.shape[0], -1)
-    tv = 0.5 * np.abs(law - target).sum(axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        terms = np.where(law > 0, law * (np.log(law) - np.log(target)), 0.0)
-    return float(tv.max()), float(terms.sum(axis=1).max())
+    return float(kernels.tv(law, target).max()), float(kernels.kl(law, target).max())
 
 
 def nasty_pairs(V: int) -> list[tuple[str, np.ndarray, np.ndarray]]:
@@ -444,7 +441,7 @@ def check_sampler(sampler, p, q, *, n: int = 1_000_000, key=0, alpha: float = 1e
         raise ValueError(f"{name} returned a token outside 0..{V - 1}")
     counts = np.bincount(tokens, minlength=V).astype(float)
     g, df, p_value = g_test(counts, q)
-    power = float(ncx2.sf(chi2.isf(alpha, df), df, 4 * n * tv * tv))
+    power = least_power(df, n, alpha, tv)
     observed = 0.5 * float(np.abs(counts / n - q).sum())
     return SamplerCheck(
         name, n, V, g, df, p_value, alpha, p_value < alpha, observed, float(tv), power, detectable_tv(df, n, alpha)

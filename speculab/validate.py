@@ -227,16 +227,23 @@ def g_test_power(wrong: np.ndarray, law: np.ndarray, n: int, alpha: float) -> fl
 
 
 # -- exact laws from the models ----------------------------------------------------------------------------------
+def least_power(df: int, n: int, alpha: float, tv: float) -> float:
+    """The least chance that a G-test of ``n`` samples with ``df`` degrees of freedom at level ``alpha`` refuses a law
+    at total variation ``tv`` from the one tested: ``χ² ≥ 4 TV²`` bounds the noncentrality below by ``4 n tv²``, and
+    the noncentral χ² power grows with it (:func:`detectable_tv` is its inverse)."""
+    from scipy.stats import chi2, ncx2
+
+    return float(ncx2.sf(chi2.isf(alpha, df), df, 4 * n * tv * tv))
+
+
 def detectable_tv(df: int, n: int, alpha: float, power: float = POWER) -> float:
     """The smallest TV ``δ`` (between laws on the test's cells) at which a G-test of ``n`` samples with ``df`` degrees
     of freedom at level ``alpha`` refuses *any* law with probability at least ``power``: ``χ² ≥ 4 TV²`` bounds the
     noncentrality below by ``4 n δ²``, and the noncentral χ² power grows with it."""
     from scipy.optimize import brentq
-    from scipy.stats import chi2, ncx2
 
-    crit = chi2.isf(alpha, df)
-    lam = brentq(lambda x: ncx2.sf(crit, df, x) - power, 1e-9, 1e7)
-    return math.sqrt(lam / (4 * n))
+    at = lambda lam: math.sqrt(lam / (4 * n))  # noqa: E731  (the TV whose least noncentrality is lam)
+    return at(brentq(lambda lam: least_power(df, n, alpha, at(lam)) - power, 1e-9, 1e7))
 
 
 def _target_cells(pair, ids: list[int], sampling, n: int, depth: int) -> dict[tuple, float]:

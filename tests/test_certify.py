@@ -360,3 +360,17 @@ def test_check_sampler_refuses_bad_input_naming_it(kwargs, match):
         check_sampler(_sd_sampler, [[0.5, 0.5]], [[0.5, 0.5]], n=10)
     few = check_sampler(_sd_sampler, [0.5, 0.5], [0.5, 0.5], n=10)
     assert few.detectable_tv > 1 and "no TV reaches power 0.99 with 10 draws" in str(few)
+
+
+def test_the_divergences_are_tv_and_kl_in_the_streams_direction():
+    """KL(stream ‖ target), not the reverse, and TV, on a full-support pair where both are finite and the two KL
+    directions differ (written out here; found by breaking the line: the other tests only saw 0 and ∞)."""
+    from speculab.certify import _divergences
+
+    p, q = np.array([0.6, 0.3, 0.1]), np.array([0.2, 0.3, 0.5])
+    law = stream_law(Biased(0.2, "uno", K=1), p, q, 1, 2)
+    target = np.multiply.outer(q, q)
+    forward, reverse = np.sum(law * np.log(law / target)), np.sum(target * np.log(target / law))
+    tv, kl = _divergences(law, q)
+    assert abs(forward - reverse) > 1e-3 and kl == pytest.approx(forward, rel=1e-12)
+    assert tv == pytest.approx(_tv(law, q), rel=1e-12)
