@@ -39,7 +39,7 @@ from scipy.optimize import minimize
 from speculab import kernels
 from speculab._budget import limit, refuse
 from speculab._validate import as_generator, as_pair, as_positive_int
-from speculab.methods.capabilities import PositionLaw, has
+from speculab.methods.capabilities import PositionLaw, TreeDrafting, has
 from speculab.validate import POWER, detectable_tv, g_test, least_power
 
 __all__ = ["Certificate", "SamplerCheck", "certify", "check_sampler", "nasty_pairs", "stream_law"]
@@ -316,6 +316,11 @@ def certify(
     if not (isinstance(tolerance, (int, float)) and 0 <= tolerance < 1):
         raise ValueError(f"tolerance must be a number in [0, 1); got {tolerance!r}")
     is_method = hasattr(verifier, "round_law") and hasattr(verifier, "draft_length")
+    if is_method and has(verifier, TreeDrafting):
+        raise ValueError(
+            f"verifier {type(verifier).__name__} verifies a token tree (its round law reads the tree's nodes): certify "
+            "checks round laws of rows of drafts only"
+        )
     if is_method and has(verifier, PositionLaw):
         raise ValueError(
             f"verifier {type(verifier).__name__} decides slot by slot from its verifier's verdicts (a position law), "

@@ -494,6 +494,8 @@ def test_every_function_of_an_instance_refuses_anything_else_by_name():
                 "specdecpp": {"h": 0.5},
                 "block": {"K": 2},
                 "optimal-batch": {"M": 2},
+                "rrs": {"tree": (2,)},
+                "traversal": {"tree": (2,)},
             }[name]
         )
         for name, cls in REGISTRY.items()

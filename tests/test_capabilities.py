@@ -13,11 +13,12 @@ from speculab.methods.capabilities import (
     RootTable,
     RoundProbing,
     Slotwise,
+    TreeDrafting,
     has,
     head_of,
 )
 
-CAPABILITIES = (Slotwise, RootTable, PositionLaw, AdaptiveLength, DraftHead, RoundProbing)
+CAPABILITIES = (Slotwise, RootTable, PositionLaw, AdaptiveLength, DraftHead, RoundProbing, TreeDrafting)
 
 #: Each registered method's capabilities, written by hand (docs/methods.md carries the same table).
 EXPECTED = {
@@ -31,6 +32,8 @@ EXPECTED = {
     "specdecpp": {AdaptiveLength, DraftHead},
     "block": {RoundProbing},
     "optimal-batch": {Slotwise, RootTable},
+    "rrs": {TreeDrafting},
+    "traversal": {TreeDrafting},
 }
 
 

@@ -646,6 +646,8 @@ SIM_METHODS = {
     "specdecpp": (["--h", "0.4", "--max-K", "3"], "SpecDecPP(0.4, max_K=3)"),
     "block": (["--K", "3"], "BlockVerification(3)"),
     "optimal-batch": (["--M", "2", "--K", "2"], "OptimalMultiDraft(2, K=2)"),
+    "rrs": (["--tree", "2,1", "--draws", "distinct"], "RRS((2, 1), draws='distinct')"),
+    "traversal": (["--tree", "parents=0,0,1"], "Traversal('parents=0,0,1')"),
 }
 
 
@@ -860,7 +862,10 @@ def test_methods_lists_each_methods_own_options_and_reach(capsys):
         "specdecpp": ["--h", "--max-K"],
         "block": ["--K"],
         "optimal-batch": ["--M", "--K"],
+        "rrs": ["--tree", "--draws"],
+        "traversal": ["--tree", "--draws"],
     }
+    simulation_only = {"optimal-batch", "rrs", "traversal"}
     out = _json(capsys, ["methods"])
     assert list(out) == list(options) == list(REGISTRY)
     assert main(["methods"]) == 0
@@ -869,7 +874,7 @@ def test_methods_lists_each_methods_own_options_and_reach(capsys):
     for name, entry in out.items():
         cls = REGISTRY[name]
         assert entry["class"] == cls.__name__ and list(entry["options"]) == options[name], name
-        assert entry["real_models"] == (name != "optimal-batch") and entry["cli"] == (name != "rejection"), name
+        assert entry["real_models"] == (name not in simulation_only) and entry["cli"] == (name != "rejection"), name
         assert entry["summary"] == cls.__doc__.strip().splitlines()[0].replace("``", ""), name
         for flag, help_text in entry["options"].items():
             field = {f.name: f for f in dataclasses.fields(cls)}[flag[2:].replace("-", "_")]
@@ -879,6 +884,6 @@ def test_methods_lists_each_methods_own_options_and_reach(capsys):
         assert block.endswith(
             "options: " + (", ".join(options[name]) or "none") + ("" if entry["cli"] else " (Python only)")
         ), name
-        reach = "simulation" if name == "optimal-batch" else "simulation + real models"
+        reach = "simulation" if name in simulation_only else "simulation + real models"
         after = ";" if name not in ("sprinter", "specdecpp") else " (with --head FILE, from `speculab repro "
         assert block.split("\n")[1].strip().startswith(reach + after), name

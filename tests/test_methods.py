@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from _enumerate import enumerate_rounds, enumerate_specdecpp, enumerate_sprinter, sequence_law
+from _enumerate_trees import enumerate_tree_rounds, rrs_verify, traversal_verify
 from conftest import Z_BOUND, agrees_json, assert_frozen, assert_power, binomial_se
 from speculab import kernels
 from speculab.cli import main
@@ -30,13 +31,15 @@ from speculab.methods import (
     BlockVerification,
     Fuzzy,
     OptimalMultiDraft,
+    RRS,
     RejectionDecoding,
     SpecDecPP,
     Sprinter,
+    Traversal,
     sample_round,
 )
 from speculab.methods.base import Method, cli_params, option
-from speculab.methods.capabilities import head_probability
+from speculab.methods.capabilities import head_probability, reading
 from speculab.sim import simulate
 from speculab.theory import MarkovInstance
 
@@ -58,6 +61,13 @@ def _specdecpp(method, inst):
     table = kernels.sd_acceptance(inst.P, inst.Q)
     d = enumerate_specdecpp(inst.P, inst.Q, inst.rho, table, method.h, method.max_K)
     return d["law"], {k: d[k] for k in COUNTS}, d["rej_pos"]
+
+
+def _trees(method, inst):
+    """Tree methods: every drafted tree, and the verifier run literally as its paper states it."""
+    verify = {"rrs": rrs_verify, "traversal": traversal_verify}[type(method).name]
+    e = enumerate_tree_rounds(inst.P, inst.Q, inst.rho, list(method.tree.parents), method.draws, verify)
+    return e.law, {k: getattr(e, k) for k in COUNTS}, e.rejections_per_position
 
 
 class _ScaledSD:
@@ -99,6 +109,10 @@ CASES = [
     Case(BlockVerification(3)),
     Case(OptimalMultiDraft(2, K=2)),
     Case(OptimalMultiDraft(3, K=1)),
+    Case(RRS((2, 1)), _trees),
+    Case(RRS((2, 1), draws="distinct"), _trees),
+    Case(Traversal("parents=0,0,1"), _trees),
+    Case(Traversal((2, 1), draws="distinct"), _trees),
 ]
 METHODS = [c.method for c in CASES]
 IDS = [repr(m) for m in METHODS]
@@ -276,8 +290,8 @@ def _power(right, wrong, right_law) -> float:
 WRONG = ("correction drawn from q", "bonus drawn from q_L", "bonus never drawn")
 POWER_CASES = [
     m
-    for m in METHODS  # a round law that drafts and needs no verifier's verdicts
-    if not isinstance(m, Sprinter) and m.draft_length(3) > 0
+    for m in METHODS  # a round law of rows that drafts and needs no verifier's verdicts
+    if not isinstance(m, Sprinter) and m.draft_length(3) > 0 and reading(m) != "trees"
 ]
 
 
@@ -370,7 +384,7 @@ def _blocks(rng, n=6, M=1, L=3, V=5):
     return p, q, x
 
 
-ROUND_CASES = METHODS  # every method has a round law (real models or not)
+ROUND_CASES = [m for m in METHODS if reading(m) != "trees"]  # round laws of rows (trees: tests/test_trees.py)
 
 
 def _round_law(method, p, q, x, *, bonus: bool):

@@ -13,6 +13,7 @@ from speculab.methods.base import REGISTRY, Method, RoundLaw, build, get, names,
 from speculab.methods.capabilities import has
 from speculab.methods.chain import ChainMethod, Rule
 from speculab.methods.probe import RoundProbe
+from speculab.methods.tree import Tree
 
 # The registry: importing a method module registers it (its @register decorator), one line each.
 from speculab.methods.autoregressive import Autoregressive
@@ -25,6 +26,8 @@ from speculab.methods.sprinter import Sprinter
 from speculab.methods.specdecpp import SpecDecPP
 from speculab.methods.block import BlockVerification
 from speculab.methods.optimal import OptimalMultiDraft
+from speculab.methods.rrs import RRS
+from speculab.methods.traversal import Traversal
 
 __all__ = [
     "Method",
@@ -50,4 +53,7 @@ __all__ = [
     "SpecDecPP",
     "BlockVerification",
     "OptimalMultiDraft",
+    "RRS",
+    "Traversal",
+    "Tree",
 ]

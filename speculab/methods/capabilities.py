@@ -14,7 +14,9 @@ method has a capability iff its class defines every member of it (a member set t
 * :class:`AdaptiveLength` — each round's length decided while drafting (SpecDec++);
 * :class:`DraftHead` — on real models, a head on the draft's hidden states read while drafting (SPRINTER,
   SpecDec++);
-* :class:`RoundProbing` — a probe ``decode`` calls after every round, which ``compare`` reads (block verification).
+* :class:`RoundProbing` — a probe ``decode`` calls after every round, which ``compare`` reads (block verification);
+* :class:`TreeDrafting` — each round drafts a token tree, and the round law reads the tree's node layout (the tree
+  verifiers, :mod:`speculab.methods.tree`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ __all__ = [
     "AdaptiveLength",
     "DraftHead",
     "RoundProbing",
+    "TreeDrafting",
 ]
 
 
@@ -123,6 +126,17 @@ class RoundProbing(Protocol):
         the runs (a resumed ``compare`` decodes only what is left)."""
 
 
+class TreeDrafting(Protocol):
+    """Each round drafts a token tree (:mod:`speculab.methods.tree`): its round law takes the node layout, laws and
+    tokens at every node of the tree, instead of rows of slots."""
+
+    #: How the children of a node are drafted: ``"iid"`` (with replacement) or ``"distinct"`` (without).
+    draws: str
+
+    def round_tree(self, remaining: int) -> Any:
+        """The :class:`~speculab.methods.tree.Tree` a round drafts when it may output at most ``remaining`` tokens."""
+
+
 def _members(capability: type) -> list[str]:
     names = set(getattr(capability, "__annotations__", {}))
     names |= {n for n in vars(capability) if not n.startswith("_")}
@@ -143,10 +157,15 @@ def has(method, capability: type) -> bool:
 
 def reading(method) -> str:
     """How the simulation engines run ``method`` — the first of its capabilities that says, in this order:
-    ``"adaptive"`` (:class:`AdaptiveLength`), ``"slots"`` (:class:`Slotwise`), ``"positions"`` (:class:`PositionLaw`),
-    else ``"rounds"``: round by round from the core's round law. Both engines read it here, so a method runs the same
-    way on either."""
-    for capability, name in ((AdaptiveLength, "adaptive"), (Slotwise, "slots"), (PositionLaw, "positions")):
+    ``"trees"`` (:class:`TreeDrafting`), ``"adaptive"`` (:class:`AdaptiveLength`), ``"slots"``
+    (:class:`Slotwise`), ``"positions"`` (:class:`PositionLaw`), else ``"rounds"``: round by round from the core's
+    round law. Both engines read it here, so a method runs the same way on either."""
+    for capability, name in (
+        (TreeDrafting, "trees"),
+        (AdaptiveLength, "adaptive"),
+        (Slotwise, "slots"),
+        (PositionLaw, "positions"),
+    ):
         if has(method, capability):
             return name
     return "rounds"

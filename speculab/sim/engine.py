@@ -35,6 +35,7 @@ from speculab import kernels
 from speculab.counts import BONUS, CORRECTION, DRAFT, TARGET, Counts, rejected
 from speculab.methods.base import Method, sample_round
 from speculab.methods.capabilities import RootTable, adaptive_verifier, has, reading, root_table
+from speculab.methods.tree import draft_children as tree_drafts, sample_tree_round
 from speculab.theory.instance import compact, cumulative, rowwise
 
 __all__ = ["run", "walker", "chunk_runs", "Walk", "Position", "CHUNK", "CHUNK_BYTES"]
@@ -367,10 +368,96 @@ class _Rounds(Walk):
         return Position(x, kind, new, np.where(new, self.M * L, 0))
 
 
+class _Trees(Walk):
+    """A tree method (:class:`~speculab.methods.capabilities.TreeDrafting`): each round drafts its tree node by node
+    (children of a node from its prefix's draft law, i.i.d. or distinct), is decided by the round law of the node
+    layout, and is emitted position by position."""
+
+    def __init__(self, method: Method, inst):
+        self.method, self.inst = method, inst
+        self.trees = [method.round_tree(inst.T - t) for t in range(inst.T)]
+        self.longest = max(t.height for t in self.trees)
+        # the tree's draft and target laws, and about as much again inside the round law
+        self.floats_per_run = inst.V * 4 * (max(t.size for t in self.trees) + 1)
+
+    def start(self, n: int) -> _RoundState:
+        return _RoundState(n, self.longest)
+
+    def _decide(self, t: int, a: np.ndarray, rng):
+        """A round at ``t`` from previous tokens ``a``: its tokens ``(n, H + 1)``, kinds, length and drafted tokens."""
+        inst, tree, n, V = self.inst, self.trees[t], a.size, self.inst.V
+        N1, H = tree.size + 1, tree.height
+        x = np.full((n, N1), -1, dtype=np.int64)
+        x[:, 0] = a
+        p, q = np.empty((n, N1, V)), np.empty((n, N1, V))
+        for u in range(N1):  # parents come before their children: x[:, u] is drafted by now
+            s, tok = t + tree.depth[u], np.maximum(x[:, u], 0)
+            p[:, u] = inst.P[min(s, inst.T - 1), tok]  # past the horizon: unused (a leaf drafts nothing)
+            q[:, u] = inst.Q[s, tok] if s < inst.T else 1.0 / V  # past the horizon: unused (no bonus)
+            children = list(tree.children[u])
+            if children:
+                law = np.where((x[:, u] >= 0)[:, None], p[:, u], 0.0)
+                x[:, children] = tree_drafts(law, rng.random((n, len(children))), self.method.draws)
+        law = self.method.round_law(p, q, x, bonus=t + H < inst.T)
+        end, token = sample_tree_round(_checked_tree(self.method, law, (n, N1), V), rng.random(n), rng.random(n))
+        depth = np.asarray(tree.depth)[end]
+        inner = np.asarray([bool(c) for c in tree.children])[end]
+        if np.any((token < 0) & (inner | (depth < H) | (t + H < inst.T))):
+            raise ValueError(
+                f"{type(self.method).__name__}.round_law gave an end without a token to output: no correction "
+                f"weights after a refusal, or no bonus law at a leaf with a next position"
+            )
+        tokens = np.zeros((n, H + 1), dtype=np.int64)
+        kinds = np.full((n, H + 1), DRAFT, dtype=np.int8)
+        node, parents = end.copy(), np.asarray((0, *tree.parents))
+        for d in range(H, 0, -1):  # the accepted path, from its end up to the root
+            on = np.flatnonzero(depth >= d)
+            tokens[on, d - 1] = x[on, node[on]]
+            node[on] = parents[node[on]]
+        here = np.arange(n)
+        tokens[here, depth] = np.maximum(token, 0)
+        kinds[here, depth] = np.where(inner, CORRECTION, BONUS)
+        return tokens, kinds, depth + (token >= 0), np.count_nonzero(x[:, 1:] >= 0, axis=1)
+
+    def __call__(self, t, prev, st: _RoundState, rng):
+        new = st.pos == st.length  # the previous round is fully emitted: a round starts here
+        runs = np.flatnonzero(new)
+        drafted = np.zeros(prev.size, dtype=np.int64)
+        if runs.size:
+            tokens, kinds, length, drafted[runs] = self._decide(t, prev[runs], rng)
+            H = tokens.shape[1]
+            st.tokens[runs, :H], st.kinds[runs, :H] = tokens, kinds
+            st.length[runs], st.pos[runs] = length, 0
+        here = np.arange(prev.size)
+        x, kind = st.tokens[here, st.pos], st.kinds[here, st.pos]
+        st.pos += 1
+        return Position(x, kind, new, drafted)
+
+
+def _checked_tree(method: Method, law, shape: tuple, V: int):
+    """``method``'s tree law of a batch of rounds, refused unless ``end`` is a law of ``shape`` and the correction
+    weights ``shape + (V,)`` finite and non-negative."""
+    name = type(method).__name__
+    if np.shape(law.end) != shape or np.shape(law.correction) != (*shape, V):
+        raise ValueError(
+            f"{name}.round_law gave ends of shape {np.shape(law.end)} and corrections of "
+            f"{np.shape(law.correction)}; for these trees they are {shape} and {(*shape, V)}"
+        )
+    if not (law.end.min() >= 0 and np.abs(law.end.sum(axis=-1) - 1.0).max() <= 1e-9):  # NaN fails both
+        raise ValueError(
+            f"{name}.round_law gave end probabilities that are not a law (negative, NaN, or not summing to 1)"
+        )
+    if not (law.correction.min() >= 0 and np.isfinite(law.correction.sum())):
+        raise ValueError(f"{name}.round_law gave correction weights that are negative, infinite or NaN")
+    return law
+
+
 def walker(method: Method, inst) -> Walk:
     """How the engine runs ``method`` on ``inst`` (module docstring; :func:`~speculab.methods.capabilities.reading`
     says which, for both engines)."""
     how = reading(method)
+    if how == "trees":
+        return _Trees(method, inst)
     if how == "adaptive":
         return _Adaptive(method, inst)
     if how == "slots":

@@ -53,6 +53,7 @@ from speculab.methods.base import Method, sample_round
 from speculab.methods.capabilities import reading
 from speculab.sim import jax_common as common
 from speculab.sim.jax_adaptive import _simulate_adaptive
+from speculab.sim.jax_trees import tree_position, tree_segments, tree_width
 from speculab.sim.jax_common import _check_table_size, _counts, _jax, _slot_tables, _tally, _Tables
 from speculab.theory.instance import MarkovInstance, compact
 
@@ -69,6 +70,10 @@ def _adaptive(method: Method) -> bool:
 
 def _slotwise(method: Method) -> bool:
     return reading(method) == "slots"
+
+
+def _trees(method: Method) -> bool:
+    return reading(method) == "trees"
 
 
 def check_method(method: Method) -> None:
@@ -274,9 +279,20 @@ def _chunk_fn(method: Method, T: int, n: int, keep: bool, sweep: tuple[int, bool
             (_, counts), (per_position, xs) = scan_positions(
                 step, _slot_width(rows, slot_tables), P, Q, ((prev, zeros), counts), key, jnp.arange(T)
             )
-        else:
+        else:  # round by round: a block of rows, or a tree (the longest round outputs L_max + 1 tokens)
             L_max = method.draft_length(T)
-            width = max(M * L_max, 1) + 2
+            if _trees(method):
+                width = tree_width(method, T)
+                segments = [
+                    (a, b, partial(tree_position, method, tree, bonus, T, L_max))
+                    for a, b, tree, bonus in tree_segments(method, T)
+                ]
+            else:
+                width = max(M * L_max, 1) + 2
+                segments = [
+                    (a, b, partial(_round_position, method, M, L, bonus, T, L_max))
+                    for a, b, L, bonus in _segments(method, T)
+                ]
             state = (
                 prev,
                 jnp.zeros((n, L_max + 1), dtype=jnp.int32),
@@ -285,8 +301,7 @@ def _chunk_fn(method: Method, T: int, n: int, keep: bool, sweep: tuple[int, bool
                 zeros,
             )
             carry, rates, seqs = (state, counts), [], []
-            for start, stop, L, bonus in _segments(method, T):
-                step = partial(_round_position, method, M, L, bonus, T, L_max)
+            for start, stop, step in segments:
                 carry, (r, x) = scan_positions(step, width, P, Q, carry, key, jnp.arange(start, stop))
                 rates.append(r)
                 seqs.append(x)
@@ -355,6 +370,8 @@ def _chunk_runs(method: Method, inst: MarkovInstance, slot_tables) -> int:
         return common.CHUNK
     if _slotwise(method):
         per_run = method.rows * inst.V
+    elif _trees(method):  # a tree's draft and target laws at every node
+        per_run = 2 * (tree_width(method, inst.T) - 1) * inst.V
     else:
         per_run = method.rows * (method.draft_length(inst.T) + 1) * inst.V
     return max(1, min(common.CHUNK, common.SCAN_BUDGET // per_run))
@@ -471,6 +488,8 @@ def uniforms_per_position(method: Method, inst: MarkovInstance) -> int:
         return 3
     if _positionwise(method):
         return 3
+    if _trees(method):
+        return tree_width(method, inst.T)
     return max(method.rows * method.draft_length(inst.T), 1) + 2
 
 

@@ -1,0 +1,418 @@
+r"""Token trees: the shape of a drafted tree, its drafting, the law of a tree round, and exact counts (SPEC TR).
+
+A round of a tree method drafts a **tree** of tokens from the draft ``p`` and verifies it with one target call
+(tree attention gives the target's law at every node's prefix in one pass). The tree's **nodes** are numbered
+``0..N``: node ``0`` is the root (the context; it holds no drafted token), node ``j ≥ 1`` holds one drafted token
+whose parent is ``parent(j) < j``; siblings are ordered by number (the order a verifier visits them in). The
+children of a node are drafted from ``p`` at that node's prefix, either
+
+* **i.i.d.** (``draws="iid"``, with replacement: siblings may repeat a token), or
+* **distinct** (``draws="distinct"``, without replacement: the ``i``-th child from ``p`` with the earlier
+  siblings' tokens removed and renormalised — sequential sampling, the law of Gumbel-top-k). A child whose law has
+  no mass left (``p``'s support is exhausted) is **absent**: token ``-1``, never drafted nor verified, and its
+  subtree absent with it.
+
+**The node layout** every tree verifier's :meth:`TreeMethod.round_law` reads (array API, batched over ``...``):
+``p`` ``(..., N + 1, V)`` the draft's law at each node's prefix (the law its children are drafted from), ``q``
+``(..., N + 1, V)`` the target's there, ``x`` ``(..., N + 1)`` the nodes' tokens (``x[..., 0]`` unused, ``-1`` for
+an absent node). The round outputs the tokens on the path from the root to one **end node** ``j`` and then one
+token ``y``: a **correction** when ``j`` has children (all of them refused), a **bonus** from ``q`` at ``j`` when
+``j`` is a leaf (a leaf at the horizon outputs nothing after it). :class:`TreeLaw` holds ``P(end = j)`` and the
+weights of ``y``. A tree with one child per node is a chain; a round of ``d`` drafted levels is truncated at the
+horizon like a chain's block (:meth:`Tree.truncated`).
+
+**Exact counts** (:func:`tree_kernel`, :func:`tree_counts`) on a Markov instance enumerate every drafted tree
+from every round start (``V^N`` trees with i.i.d. children), evaluate the verifier's own round law on all of them
+at once, and propagate the distribution of round starts over the horizon, as block verification's counts do.
+Convention: ``p`` = draft, ``q`` = target.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, ClassVar, NamedTuple
+
+import numpy as np
+from array_api_compat import array_namespace, device
+
+from speculab import kernels
+from speculab._budget import limit, progress_bar, refuse
+from speculab.counts import Expected
+from speculab.methods.base import Method, param
+from speculab.theory._checks import takes_instance
+
+__all__ = [
+    "Tree",
+    "TreeLaw",
+    "TreeMethod",
+    "DRAWS",
+    "as_tree",
+    "draft_children",
+    "sample_tree_round",
+    "leaf_weights",
+    "tree_kernel",
+    "TreeKernel",
+    "tree_counts",
+    "MAX_TREES",
+]
+
+#: How the children of a node are drafted: ``"iid"`` (with replacement) or ``"distinct"`` (without).
+DRAWS = ("iid", "distinct")
+
+#: Largest number of drafted trees (times the vocabulary) that :func:`tree_kernel` enumerates per round start.
+MAX_TREES = 1 << 22
+
+
+# -- the shape ----------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Tree:
+    """The shape of a draft tree: ``parents[j − 1]`` is the parent of node ``j`` (``0`` is the root).
+
+    Each parent comes before its children (``parents[j − 1] < j``); siblings are ordered by number.
+
+    Example:
+      >>> t = Tree.from_widths((2, 1))      # two children of the root, one child each
+      >>> t.parents, t.size, t.height, t.leaves
+      ((0, 0, 1, 2), 4, 2, (3, 4))
+      >>> Tree.chain(3).parents
+      (0, 1, 2)
+    """
+
+    parents: tuple[int, ...]
+
+    def __post_init__(self):
+        parents = self.parents
+        if isinstance(parents, (str, bytes)) or not hasattr(parents, "__iter__"):
+            raise ValueError(f"a tree's parents must be a sequence of node numbers; got {parents!r}")
+        parents = tuple(parents)
+        for j, u in enumerate(parents, start=1):
+            if isinstance(u, bool) or not isinstance(u, numbers.Integral) or not 0 <= u < j:
+                raise ValueError(
+                    f"a tree's parents must list each node's parent before it: node {j}'s parent must be an "
+                    f"integer in [0, {j - 1}]; got {u!r}"
+                )
+        if not parents:
+            raise ValueError("a tree needs at least one drafted node")
+        object.__setattr__(self, "parents", tuple(int(u) for u in parents))
+
+    @classmethod
+    def from_widths(cls, widths) -> "Tree":
+        """The tree whose every node at depth ``d`` has ``widths[d]`` children (nodes numbered breadth first)."""
+        widths = tuple(widths) if hasattr(widths, "__iter__") and not isinstance(widths, str) else (widths,)
+        if not widths or any(isinstance(w, bool) or not isinstance(w, numbers.Integral) or w < 1 for w in widths):
+            raise ValueError(f"tree widths must be integers >= 1, one per depth; got {widths!r}")
+        parents, level = [], [0]
+        for w in widths:
+            nxt = []
+            for u in level:
+                for _ in range(int(w)):
+                    parents.append(u)
+                    nxt.append(len(parents))
+            level = nxt
+        return cls(tuple(parents))
+
+    @classmethod
+    def chain(cls, L: int) -> "Tree":
+        """A chain of ``L`` drafts: one child per node."""
+        return cls.from_widths((1,) * L)
+
+    # -- derived structure ------------------------------------------------------------------------------------
+    @property
+    def size(self) -> int:
+        """``N``: drafted nodes (the root not counted)."""
+        return len(self.parents)
+
+    @cached_property
+    def depth(self) -> tuple[int, ...]:
+        """Depth of every node ``0..N`` (the root's is 0)."""
+        d = [0]
+        for u in self.parents:
+            d.append(d[u] + 1)
+        return tuple(d)
+
+    @property
+    def height(self) -> int:
+        """The deepest node's depth: the most tokens a round can accept."""
+        return max(self.depth)
+
+    @cached_property
+    def children(self) -> tuple[tuple[int, ...], ...]:
+        """The children of every node ``0..N``, in order."""
+        out = [[] for _ in range(self.size + 1)]
+        for j, u in enumerate(self.parents, start=1):
+            out[u].append(j)
+        return tuple(tuple(c) for c in out)
+
+    @property
+    def leaves(self) -> tuple[int, ...]:
+        """The nodes without children."""
+        return tuple(j for j in range(1, self.size + 1) if not self.children[j])
+
+    @property
+    def widths(self) -> tuple[int, ...] | None:
+        """The children per node at each depth, if every node at a depth above the leaves has as many (else None)."""
+        out = []
+        for d in range(self.height):
+            counts = {len(self.children[j]) for j in range(self.size + 1) if self.depth[j] == d}
+            if len(counts) != 1:
+                return None
+            out.append(counts.pop())
+        return tuple(out) if Tree.from_widths(out) == self else None
+
+    def truncated(self, L: int) -> "Tree":
+        """The nodes of depth ``≤ L`` (``L ≥ 1``), numbered in the same order."""
+        if L >= self.height:
+            return self
+        keep = [j for j in range(1, self.size + 1) if self.depth[j] <= L]
+        new = {0: 0, **{j: i for i, j in enumerate(keep, start=1)}}
+        return Tree(tuple(new[self.parents[j - 1]] for j in keep))
+
+    def __repr__(self) -> str:
+        w = self.widths
+        return f"Tree.from_widths({w})" if w is not None else f"Tree(parents={self.parents})"
+
+    def __str__(self) -> str:
+        w = self.widths
+        return ",".join(map(str, w)) if w is not None else "parents=" + ",".join(map(str, self.parents))
+
+
+def as_tree(value, name: str = "tree") -> Tree:
+    """A :class:`Tree` from a tree, widths per depth (``(4, 2, 2, 1)``), or the command line's text
+    (``"4,2,2,1"`` for widths, ``"parents=0,0,1,2"`` for an explicit tree)."""
+    try:
+        if isinstance(value, Tree):
+            return value
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("parents="):
+                return Tree(tuple(int(v) for v in text[len("parents=") :].split(",")))
+            return Tree.from_widths(tuple(int(v) for v in text.split(",")))
+        return Tree.from_widths(value)
+    except (ValueError, TypeError) as err:
+        raise ValueError(
+            f"{name} must be a Tree, widths per depth such as (4, 2, 2, 1) or '4,2,2,1', or 'parents=0,0,1,2'; "
+            f"got {value!r} ({err})"
+        ) from None
+
+
+# -- drafting (array API) ----------------------------------------------------------------------------------------
+def draft_children(p, u, draws: str):
+    """The children of a node drafted from its draft law ``p`` ``(..., V)`` with the uniforms ``u`` ``(..., k)``:
+    tokens ``(..., k)``, ``-1`` for an absent child (``draws="distinct"`` past ``p``'s support).
+
+    Sequential sampling without replacement: child ``i`` is drawn from ``p`` with the tokens of children
+    ``1..i−1`` removed, renormalised (the law of the first ``k`` of a Gumbel-top-k race).
+    """
+    xp = array_namespace(p, u)
+    k = u.shape[-1]
+    if draws == "iid":
+        cum = xp.cumulative_sum(p, axis=-1)
+        return kernels.sample_cumulative(xp.broadcast_to(cum[..., None, :], (*u.shape, p.shape[-1])), u)
+    tokens, left = [], p
+    vocab = xp.arange(p.shape[-1], device=device(p))
+    for i in range(k):
+        mass = xp.sum(left, axis=-1)
+        cum = xp.cumulative_sum(left, axis=-1)
+        x = kernels.sample_cumulative(cum, u[..., i])
+        x = xp.where(mass > 0, xp.clip(x, max=p.shape[-1] - 1), -1)
+        tokens.append(x)
+        left = xp.where(vocab == x[..., None], 0.0, left)
+    return xp.stack(tokens, axis=-1)
+
+
+# -- the law of a round -----------------------------------------------------------------------------------------
+class TreeLaw(NamedTuple):
+    """The exact law of a tree round's decision given the drafted tree (array API; leading batch axes ``...``).
+
+    Attributes:
+      end: ``(..., N + 1)`` probability that the accepted path ends at node ``j`` (``0``: nothing accepted).
+      correction: ``(..., N + 1, V)`` unnormalised weights of the token output after the path to ``j``: a correction
+        where ``j`` has children, the bonus law ``q`` at ``j`` at a leaf (all zeros where nothing follows).
+    """
+
+    end: Any
+    correction: Any
+
+
+def sample_tree_round(law: TreeLaw, u_end, u_token):
+    """Draw a tree round's decision with two uniforms (array API, batched): ``(end node, token)``, ``token = -1``
+    where nothing follows."""
+    xp = array_namespace(law.end)
+    j = kernels.sample_index(law.end, u_end)
+    N1, V = law.correction.shape[-2], law.correction.shape[-1]
+    w = xp.take_along_axis(law.correction, xp.broadcast_to(j[..., None, None], (*j.shape, 1, V)), axis=-2)[..., 0, :]
+    cum = xp.cumulative_sum(w, axis=-1)
+    token = kernels.sample_cumulative(cum, u_token)
+    return xp.clip(j, max=N1 - 1), xp.where(cum[..., -1] > 0, token, -1)
+
+
+@dataclass(frozen=True)
+class TreeMethod(Method):
+    """Base of the tree verifiers (module docstring): a frozen dataclass with the tree and how its children are drawn.
+
+    Subclasses set ``name`` and give :meth:`round_law` in the node layout. A round drafts the tree truncated to the
+    tokens left (:meth:`round_tree`); its exact counts on a Markov instance come from :func:`tree_counts`.
+
+    Args:
+      tree: the drafted tree — widths per depth (``(4, 2, 2, 1)``: four children of the root, two of each of
+        those, …), a :class:`Tree`, or on the command line ``4,2,2,1`` or ``parents=0,0,1,2``.
+      draws: ``"iid"`` children drafted with replacement, ``"distinct"`` without.
+    """
+
+    real_models: ClassVar[bool] = False
+    tree: Any = param(help="draft tree: children per node at each depth, e.g. 4,2,2,1", type=str)
+    draws: str = param("iid", help="children drafted iid (with replacement) or distinct", type=str, choices=DRAWS)
+
+    def __post_init__(self):
+        object.__setattr__(self, "tree", as_tree(self.tree))
+        if self.draws not in DRAWS:
+            raise ValueError(f"draws must be one of {DRAWS} (children with or without replacement); got {self.draws!r}")
+
+    def round_tree(self, remaining: int) -> Tree:
+        """The tree a round drafts when it may output at most ``remaining`` tokens (``remaining ≥ 1``)."""
+        return self.tree.truncated(self.draft_length(remaining))
+
+    def draft_length(self, remaining: int) -> int:
+        return min(self.tree.height, remaining)
+
+    def layout_tree(self, x) -> Tree:
+        """The round tree whose node layout the tokens ``x`` ``(..., N + 1)`` have (the tree truncated to a depth)."""
+        n = x.shape[-1]
+        for L in range(1, self.tree.height + 1):
+            tree = self.tree.truncated(L)
+            if tree.size + 1 == n:
+                return tree
+        sizes = sorted({self.tree.truncated(L).size + 1 for L in range(1, self.tree.height + 1)})
+        raise ValueError(f"{type(self).__name__}: a round of tree {self.tree} has {sizes} nodes; got x with {n}")
+
+    @takes_instance
+    def expected(self, inst) -> Expected:
+        return tree_counts(inst, self)
+
+
+def leaf_weights(q, tree: Tree, j: int, bonus: bool):
+    """The bonus law at leaf ``j``: ``q`` there, or zeros at the horizon (a leaf of the full depth, no bonus)."""
+    xp = array_namespace(q)
+    return q if (bonus or tree.depth[j] < tree.height) else xp.zeros_like(q)
+
+
+# -- exact counts ----------------------------------------------------------------------------------------------------
+def _drafts(inst, s: int, tree: Tree, draws: str):
+    """Every tree drafted from every context at position index ``s``: ``(x, weight, origin)``.
+
+    ``x`` ``(n, N + 1)`` the nodes' tokens (``x[:, 0]`` the context's token ``a``), ``weight`` ``(n,)`` the
+    probability of drafting that tree from ``a``, ``origin`` ``(n,)`` = ``a``.
+    """
+    V, N = inst.V, tree.size
+    x = np.full((V, N + 1), -1, dtype=np.int64)
+    x[:, 0] = np.arange(V)
+    w = np.ones(V)
+    for j in range(1, N + 1):
+        u = tree.parents[j - 1]
+        parent_token = x[:, u]
+        present = parent_token >= 0
+        law = np.where(present[:, None], inst.P[s + tree.depth[u], np.maximum(parent_token, 0)], 0.0)  # (n, V)
+        if draws == "distinct":
+            for sib in tree.children[u]:
+                if sib == j:
+                    break
+                law[np.arange(len(x)), np.maximum(x[:, sib], 0)] *= x[:, sib] < 0  # remove an earlier sibling
+        mass = law.sum(axis=1)
+        absent = mass <= 0  # no parent, or (distinct) the support exhausted: the child is absent
+        law = law / np.where(absent, 1.0, mass)[:, None]  # (distinct) renormalised without the earlier siblings
+        branch_w = np.where(absent[:, None], np.eye(1, V, 0)[0], law)  # absent: one branch of weight 1
+        keep = branch_w > 0
+        rows, tokens = np.nonzero(keep)
+        x = x[rows]
+        x[:, j] = np.where(absent[rows], -1, tokens)
+        w = w[rows] * branch_w[rows, tokens]
+    return x, w, x[:, 0].copy()
+
+
+class TreeKernel(NamedTuple):
+    """The law of a tree round from each context ``a`` (:func:`tree_kernel`)."""
+
+    end: np.ndarray  # (V, N + 1): P(end = j | a)
+    next: np.ndarray  # (V, N + 1, V): P(end = j, next token y | a); zeros where nothing follows (a horizon leaf)
+    drafted: np.ndarray  # (V,): expected drafted tokens
+
+
+def tree_kernel(inst, method: TreeMethod, s: int) -> TreeKernel:
+    """The law of a round of ``method`` starting at position index ``s``, by enumeration of its drafted trees
+    (the round's tree: :meth:`TreeMethod.round_tree`). Fewer than ``N`` tokens are drafted in expectation where
+    distinct children exhaust ``p``'s support."""
+    T, V = inst.T, inst.V
+    tree = method.round_tree(T - s)
+    L = tree.height
+    work = float(V) ** (tree.size + 1) * (tree.size + 1)
+    if work > limit(MAX_TREES):
+        raise refuse(
+            f"exact tree counts ({V}^{tree.size + 1} drafted trees of {tree.size + 1} nodes)",
+            work,
+            MAX_TREES,
+            "tree nodes",
+            "MAX_TREES",
+            "use a smaller tree or vocabulary (the simulator has no such limit)",
+        )
+    x, w, origin = _drafts(inst, s, tree, method.draws)
+    n = len(x)
+    p = np.empty((n, tree.size + 1, V))
+    q = np.empty((n, tree.size + 1, V))
+    for j in range(tree.size + 1):
+        t = s + tree.depth[j]
+        tok = np.maximum(x[:, j], 0)
+        p[:, j] = inst.P[min(t, T - 1), tok]  # past the horizon: unused (a leaf drafts nothing)
+        q[:, j] = inst.Q[t, tok] if t < T else 1.0 / V  # past the horizon: unused (no bonus)
+    law = method.round_law(p, q, x, bonus=s + L < T)
+    end, corr = np.asarray(law.end, dtype=np.float64), np.asarray(law.correction, dtype=np.float64)
+    sums = corr.sum(axis=-1, keepdims=True)
+    y = np.where(sums > 0, corr / np.where(sums > 0, sums, 1.0), 0.0)  # (n, N + 1, V)
+    E = np.zeros((V, tree.size + 1))
+    np.add.at(E, origin, w[:, None] * end)
+    J = np.zeros((V, tree.size + 1, V))
+    np.add.at(J, origin, (w[:, None] * end)[..., None] * y)
+    drafted = np.zeros(V)
+    np.add.at(drafted, origin, w * np.count_nonzero(x[:, 1:] >= 0, axis=1))
+    return TreeKernel(E, J, drafted)
+
+
+def tree_counts(inst, method: TreeMethod) -> Expected:
+    r"""Exact expected counts of a tree method over the horizon, from its round kernels (:func:`tree_kernel`).
+
+    The distribution of round starts ``D_s(a)`` is propagated: a round at ``s`` ending at node ``j`` of depth
+    ``d_j`` outputs ``d_j`` accepted drafts and then a correction (``j`` has children) or a bonus (a leaf; nothing
+    at the horizon), and the next round starts at ``s + d_j + 1`` with that token as context. One target call per
+    round.
+    """
+    T, V = inst.T, inst.V
+    D = np.zeros((T + 1, V))
+    D[0] = inst.rho
+    rej_pos = np.zeros(T)
+    totals = dict.fromkeys(("rejections", "oracle_calls", "draft_calls", "accepted", "bonus"), 0.0)
+    for s in progress_bar(range(T), "exact tree counts", "position"):
+        if not D[s].any():
+            continue
+        tree = method.round_tree(T - s)
+        k = tree_kernel(inst, method, s)
+        totals["oracle_calls"] += D[s].sum()
+        totals["draft_calls"] += D[s] @ k.drafted
+        ends = D[s] @ k.end  # (N + 1,): P(a round starts at s and ends at j)
+        for j in range(tree.size + 1):
+            d = tree.depth[j]
+            totals["accepted"] += d * ends[j]
+            if s + d < T:  # a token follows
+                D[s + d + 1] += D[s] @ k.next[:, j]
+                if tree.children[j]:
+                    totals["rejections"] += ends[j]
+                    rej_pos[s + d] += ends[j]
+                else:
+                    totals["bonus"] += ends[j]
+    totals["discarded"] = totals["draft_calls"] - totals["accepted"]
+    return Expected(
+        **{k: float(v) for k, v in totals.items()},
+        tokens=float(T),
+        rejections_per_position=rej_pos,
+        source=f"{type(method).__name__} on a token tree: exact, drafted trees enumerated",
+    )

@@ -1,0 +1,308 @@
+"""Token trees (SPEC TR): shapes, drafting, the verifiers' laws against literal references, losslessness by exact
+enumeration, the chain identities, exact counts, and both engines.
+
+References are independent of ``speculab``: ``tests/_enumerate_trees.py`` drafts every tree literally and runs each
+verifier as its paper states it (recursive rejection sampling with or without replacement; traversal verification
+with the remaining tree kept explicitly and every rate recomputed after each rejection).
+"""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from _enumerate import sequence_law
+from _enumerate_trees import drafted_trees, enumerate_tree_rounds, rrs_verify, traversal_verify
+from conftest import binomial_se
+from speculab import work_budget
+from speculab._validate import TooLarge
+from speculab.methods import RRS, SD, BatchSD, Traversal, Tree
+from speculab.methods.block import block_round_law
+from speculab.methods.tree import MAX_TREES, as_tree, draft_children, sample_tree_round
+from speculab.sim import simulate
+from speculab.theory import MarkovInstance
+
+VERIFY = {"rrs": rrs_verify, "traversal": traversal_verify}
+SHAPES = [(2, 1), (3,), (1, 2), "parents=0,0,1,1,2", (1, 1, 1)]
+METHODS = [cls(shape, draws=d) for cls in (RRS, Traversal) for shape in SHAPES for d in ("iid", "distinct")]
+
+
+def _reference(method, inst):
+    return enumerate_tree_rounds(
+        inst.P, inst.Q, inst.rho, list(method.tree.parents), method.draws, VERIFY[type(method).name]
+    )
+
+
+def _nasty(kind: str, T: int = 3, V: int = 3) -> MarkovInstance:
+    """Instances where formulas divide by zero: disjoint or nested supports, point masses, p = q."""
+    rng = np.random.default_rng(5)
+    P = rng.dirichlet(np.full(V, 0.7), size=(T, V))
+    Q = rng.dirichlet(np.full(V, 0.7), size=(T, V))
+    if kind == "disjoint":  # the draft proposes only token 0, the target never
+        P = np.zeros((T, V, V))
+        P[..., 0] = 1.0
+        Q[..., 0] = 0.0
+        Q /= Q.sum(-1, keepdims=True)
+    elif kind == "nested":  # the draft's support inside the target's, smaller
+        P[..., -1] = 0.0
+        P /= P.sum(-1, keepdims=True)
+    elif kind == "point masses":
+        P = np.eye(V)[rng.integers(V, size=(T, V))]
+        Q = np.eye(V)[rng.integers(V, size=(T, V))]
+    elif kind == "equal":
+        Q = P.copy()
+    return MarkovInstance(P, Q, np.full(V, 1.0 / V))
+
+
+INSTANCES = [("random", lambda: MarkovInstance.random(3, 3, 0, concentration=0.6))] + [
+    (k, lambda k=k: _nasty(k)) for k in ("disjoint", "nested", "point masses", "equal")
+]
+
+
+# -- shapes ---------------------------------------------------------------------------------------------------------
+def test_tree_shapes():
+    t = Tree.from_widths((2, 2, 1))
+    assert t.size == 2 + 4 + 4 and t.height == 3 and t.widths == (2, 2, 1)
+    assert t.children[0] == (1, 2) and t.children[1] == (3, 4) and len(t.leaves) == 4
+    assert t.truncated(2) == Tree.from_widths((2, 2)) and t.truncated(5) is t
+    assert Tree.chain(3) == Tree((0, 1, 2)) == Tree.from_widths((1, 1, 1))
+    odd = Tree((0, 0, 1))
+    assert odd.widths is None and str(odd) == "parents=0,0,1" and odd.depth == (0, 1, 1, 2)
+    assert odd.truncated(1) == Tree((0, 0))
+    for tree in (t, odd):
+        assert as_tree(str(tree)) == tree and eval(repr(tree), {"Tree": Tree}) == tree
+    assert as_tree((4, 2)) == as_tree("4,2") == Tree.from_widths((4, 2))
+
+
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ((0, 2), r"parents=|node 2's parent"),
+        ("2,0", "widths"),
+        ("2,x", "'2,x'"),
+        ("parents=0,3", "node 2's parent"),
+        ((), "widths"),
+        (2.5, "2.5"),
+    ],
+)
+def test_bad_trees_are_refused_by_name(bad, match):
+    with pytest.raises(ValueError, match=match):
+        RRS(bad)
+
+
+def test_bad_draws_are_refused():
+    with pytest.raises(ValueError, match="draws must be one of"):
+        Traversal((2,), draws="sometimes")
+
+
+# -- drafting ---------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("draws", ["iid", "distinct"])
+def test_drafted_children_follow_their_law(draws, agrees):
+    """``draft_children`` (the engines' drafting) against the exact law of the children's tuple: i.i.d. products, or
+    sequential sampling without replacement (``p`` with the earlier children removed, renormalised)."""
+    rng = np.random.default_rng(3)
+    p = np.array([0.5, 0.3, 0.2, 0.0])
+    n, k = 60_000, 3
+    x = draft_children(np.broadcast_to(p, (n, 4)), rng.random((n, k)), draws)
+    exact = {}
+    for tup in itertools.product(range(4), repeat=k):
+        w, left = 1.0, p.copy()
+        for y in tup:
+            w *= left[y] / left.sum()
+            if draws == "distinct":
+                left[y] = 0.0
+        if w > 0:
+            exact[tup] = w
+    seen = {tuple(r): c / n for r, c in zip(*np.unique(x, axis=0, return_counts=True))}
+    assert set(seen) <= set(exact)
+    keys = sorted(exact)
+    e = np.array([exact[t] for t in keys])
+    agrees(np.array([seen.get(t, 0.0) for t in keys]), e, f"children drafted {draws}", se=binomial_se(e, n))
+
+
+def test_distinct_children_past_the_support_are_absent():
+    x = draft_children(np.array([[0.0, 1.0, 0.0]]), np.array([[0.3, 0.9, 0.5]]), "distinct")
+    np.testing.assert_array_equal(x, [[1, -1, -1]])
+
+
+# -- losslessness and the counts, exactly ----------------------------------------------------------------------
+@pytest.mark.parametrize("method", METHODS, ids=repr)
+@pytest.mark.parametrize("kind, make", INSTANCES, ids=[k for k, _ in INSTANCES])
+def test_output_law_is_the_target_law_and_counts_are_exact(method, kind, make):
+    """The literal algorithm's law of whole sequences is the target's exactly (lossless), and the method's exact
+    counts (its own round law over every drafted tree) equal the literal enumeration's."""
+    inst = make()
+    ref = _reference(method, inst)
+    target = sequence_law(inst.Q, inst.rho)
+    gap = max(abs(ref.law.get(s, 0.0) - target.get(s, 0.0)) for s in set(ref.law) | set(target))
+    assert gap < 1e-12
+    e = method.expected(inst)
+    for name in ("rejections", "oracle_calls", "draft_calls", "accepted", "discarded", "bonus"):
+        assert e.get(name) == pytest.approx(getattr(ref, name), abs=1e-12), name
+    np.testing.assert_allclose(e.rejections_per_position, ref.rejections_per_position, atol=1e-12)
+    assert e.accepted + e.rejections + e.bonus == pytest.approx(inst.T, abs=1e-12)
+
+
+def _random_laws(rng, V, n_nodes):
+    w = rng.dirichlet(np.full(V, 0.5), size=n_nodes)
+    w[rng.random(w.shape) < 0.2] = 0.0
+    w[:, 0] += 1e-3
+    return w / w.sum(-1, keepdims=True)
+
+
+@pytest.mark.parametrize("method", METHODS, ids=repr)
+def test_round_law_equals_the_literal_verifier_tree_by_tree(method):
+    """For every drafted tree of random per-node laws (exact zeros included), the round law in the node layout gives
+    the literal verifier's probability of each end node and its next-token law."""
+    rng = np.random.default_rng(1)
+    V = 3
+    tree = method.tree
+    for bonus in (True, False):
+        p, q = _random_laws(rng, V, tree.size + 1), _random_laws(rng, V, tree.size + 1)
+        trees = drafted_trees(list(tree.parents), lambda u, tk: p[u], method.draws)
+        x = np.array([[-1] + tk[1:] for tk, _ in trees])
+        n = len(x)
+        law = method.round_law(np.broadcast_to(p, (n, *p.shape)), np.broadcast_to(q, (n, *q.shape)), x, bonus=bonus)
+        for b, (tokens, _) in enumerate(trees):
+            want_end = np.zeros(tree.size + 1)
+            want_next = np.zeros((tree.size + 1, V))
+            for pr, j, nxt in VERIFY[type(method).name](
+                list(tree.parents), tokens, lambda j: p[j], lambda j: q[j], method.draws
+            ):
+                want_end[j] += pr
+                want_next[j] += pr * (nxt / nxt.sum() if nxt.sum() > 0 else nxt)
+            np.testing.assert_allclose(law.end[b], want_end, atol=1e-12)
+            got = law.correction[b] / np.where(
+                law.correction[b].sum(-1, keepdims=True) > 0, law.correction[b].sum(-1, keepdims=True), 1.0
+            )
+            at_horizon = [j for j in tree.leaves if tree.depth[j] == tree.height and not bonus]
+            want = want_next.copy()
+            want[at_horizon] = 0.0  # nothing follows a leaf at the horizon
+            np.testing.assert_allclose(got * law.end[b][:, None], want, atol=1e-12)
+
+
+def test_traversal_reproduces_the_papers_worked_example():
+    """Weng et al. (2025), Section 3.2: q = (.3, .4, .3), p = (.6, .3, .1) at every node, nodes X1..X5 = a, c, b, c, a
+    (X1, X2 children of the root; X3, X4 of X1; X5 of X2), drafted without replacement. a(X3) = min(0.5 · .4/.3, 1)
+    = 2/3; after X3 is rejected S = 0.05, a(X1) = 1/11, q' = (0, 0, 1), p' = (6/7, 0, 1/7), so a(X4) = 7/11."""
+    a, b, c = 0, 1, 2
+    p, q = np.array([0.6, 0.3, 0.1]), np.array([0.3, 0.4, 0.3])
+    tree = Tree((0, 0, 1, 1, 2))
+    x = np.array([-1, a, c, b, c, a])
+    law = Traversal(tree, draws="distinct").round_law(np.tile(p, (6, 1)), np.tile(q, (6, 1)), x, bonus=True)
+    assert law.end[3] == pytest.approx(2 / 3, abs=1e-15)
+    assert law.end[4] == pytest.approx((1 / 3) * (7 / 11), abs=1e-15)
+    assert law.end[1] == pytest.approx((1 / 3) * (4 / 11) * 0.0, abs=1e-15)  # a(X1) = 0 once X4 is rejected too
+    assert law.end.sum() == pytest.approx(1.0, abs=1e-15)
+
+
+# -- chains -----------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("L", [1, 2, 3])
+@pytest.mark.parametrize("bonus", [True, False])
+def test_on_a_chain_rrs_is_sd_and_traversal_is_block_verification(L, bonus):
+    """Block by block: RRS with one child per node has SD's round law, traversal verification block verification's
+    (end at depth i = τ = i, the same correction weights up to normalisation)."""
+    rng = np.random.default_rng(L)
+    V, n = 4, 50
+    p, q = (
+        _random_laws(rng, V, n * (L + 1)).reshape(n, L + 1, V),
+        _random_laws(rng, V, n * (L + 1)).reshape(n, L + 1, V),
+    )
+    x = np.concatenate([np.full((n, 1), -1), rng.integers(V, size=(n, L))], axis=1)
+    for method, ref in ((RRS(Tree.chain(L)), SD(K=L).round_law), (Traversal(Tree.chain(L)), block_round_law)):
+        law = method.round_law(p, q, x, bonus=bonus)
+        want = ref(p[:, None, :L], q[:, None], x[:, None, 1:], bonus=bonus)
+        np.testing.assert_allclose(law.end, want.outcome[:, 0], atol=1e-13)
+        norm = lambda w: w / np.where(w.sum(-1, keepdims=True) > 0, w.sum(-1, keepdims=True), 1.0)  # noqa: E731
+        live = law.end > 1e-12
+        np.testing.assert_allclose(norm(law.correction)[live], norm(want.correction[:, 0])[live], atol=1e-10)
+
+
+def test_rrs_at_a_root_of_chains_is_batch_sd():
+    """M children of the root each carrying a chain is [Yin] Algorithm 4: the same exact counts."""
+    inst = MarkovInstance.random(7, 3, 4)
+    for M, K in ((2, 2), (3, 1), (2, 3)):
+        tree = Tree.from_widths((M,) + (1,) * (K - 1))
+        a, b = RRS(tree).expected(inst), BatchSD(M, K=K).expected(inst)
+        for name in ("rejections", "oracle_calls", "accepted", "bonus"):
+            assert a.get(name) == pytest.approx(b.get(name), abs=1e-12), (M, K, name)
+
+
+def test_traversal_accepts_at_least_what_rrs_does_on_these_instances():
+    """Not a theorem for every tree (the paper proves it on chains), measured here: traversal verification accepts
+    more in expectation than RRS on the same tree, both with and without replacement."""
+    inst = MarkovInstance.random(8, 3, 2)
+    for shape in ((2, 2), (3, 1), "parents=0,0,1,1,3"):
+        for draws in ("iid", "distinct"):
+            assert (
+                Traversal(shape, draws=draws).expected(inst).accepted > RRS(shape, draws=draws).expected(inst).accepted
+            )
+
+
+# -- engines ----------------------------------------------------------------------------------------------------
+ENGINE_CASES = [RRS((2, 2), draws="distinct"), Traversal("parents=0,0,1,1,3"), RRS((3, 1))]
+
+
+@pytest.mark.parametrize("engine", ["numpy", pytest.param("jax", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("method", ENGINE_CASES, ids=repr)
+def test_simulation_matches_the_exact_counts(method, engine, agrees):
+    if engine == "jax":
+        pytest.importorskip("jax")
+    inst = MarkovInstance.random(7, 3, 1, concentration=0.7)
+    e = method.expected(inst)
+    c = simulate(inst, method, 30_000, key=3, engine=engine)
+    for name, value in e.items():
+        if name != "tokens":
+            agrees(c.estimate(name), value, f"{method!r} on {engine}: {name}")
+    np.testing.assert_array_equal(c.accepted + c.rejections + c.bonus, c.tokens)
+    np.testing.assert_array_equal(c.discarded, c.draft_calls - c.accepted)
+
+
+def test_sampled_ends_follow_the_tree_law(agrees):
+    rng = np.random.default_rng(6)
+    method = Traversal((2, 2), draws="distinct")
+    p, q = _random_laws(rng, 4, 7), _random_laws(rng, 4, 7)
+    x = np.array([-1, 0, 1, 0, 2, 1, 3])
+    law = method.round_law(p, q, x, bonus=True)
+    n = 40_000
+    end, token = sample_tree_round(
+        type(law)(np.broadcast_to(law.end, (n, 7)), np.broadcast_to(law.correction, (n, 7, 4))),
+        rng.random(n),
+        rng.random(n),
+    )
+    freq = np.bincount(end, minlength=7) / n
+    agrees(freq, law.end, "end node of one tree round", se=binomial_se(law.end, n))
+    assert np.all(token >= 0)
+
+
+def test_numpy_and_torch_give_the_same_tree_law():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(8)
+    for method in (RRS((2, 2), draws="distinct"), Traversal((2, 2)), Traversal((3, 1), draws="distinct")):
+        n = 20
+        p = _random_laws(rng, 4, n * (method.tree.size + 1)).reshape(n, -1, 4)
+        q = _random_laws(rng, 4, n * (method.tree.size + 1)).reshape(n, -1, 4)
+        x = rng.integers(-1, 4, size=(n, method.tree.size + 1))
+        for bonus in (True, False):
+            a = method.round_law(p, q, x, bonus=bonus)
+            b = method.round_law(torch.from_numpy(p), torch.from_numpy(q), torch.from_numpy(x), bonus=bonus)
+            np.testing.assert_allclose(b.end.numpy(), a.end, rtol=1e-12, atol=1e-15)
+            np.testing.assert_allclose(b.correction.numpy(), a.correction, rtol=1e-12, atol=1e-15)
+
+
+def test_exact_counts_refuse_past_their_budget():
+    inst = MarkovInstance.random(4, 4, 0)
+    with pytest.raises(TooLarge, match="MAX_TREES"):
+        RRS((3, 3)).expected(inst)
+    with work_budget(64 * 4**13 / MAX_TREES):
+        assert RRS((3, 3)).expected(MarkovInstance.random(2, 2, 0)).oracle_calls > 0
+
+
+def test_the_engine_refuses_a_tree_law_that_is_not_a_law():
+    class Broken(RRS):
+        def round_law(self, p, q, x, *, bonus):
+            law = super().round_law(p, q, x, bonus=bonus)
+            return law._replace(end=law.end * 0.5)
+
+    with pytest.raises(ValueError, match="Broken.round_law gave end probabilities that are not a law"):
+        simulate(MarkovInstance.random(4, 3, 0), Broken((2,)), 100, key=0)
