@@ -291,11 +291,17 @@ def test_numpy_and_torch_give_the_same_tree_law():
 
 
 def test_exact_counts_refuse_past_their_budget():
+    """Enumerating whole trees (traversal verification) costs V^(N+1) (N+1); RRS's recursion V^(1+k) (1+k) per node
+    of k children: each refuses past MAX_TREES, and runs under a larger work budget."""
     inst = MarkovInstance.random(4, 4, 0)
     with pytest.raises(TooLarge, match="MAX_TREES"):
-        RRS((3, 3)).expected(inst)
-    with work_budget(64 * 4**13 / MAX_TREES):
-        assert RRS((3, 3)).expected(MarkovInstance.random(2, 2, 0)).oracle_calls > 0
+        Traversal((3, 3)).expected(inst)
+    assert RRS((3, 3)).expected(inst).oracle_calls > 0  # 4^4 children tuples per node: cheap
+    with pytest.raises(TooLarge, match="MAX_TREES"):
+        RRS((11,)).expected(inst)
+    small = MarkovInstance.random(2, 2, 0)
+    with work_budget(13 * 2**13 / MAX_TREES):
+        assert Traversal((3, 3)).expected(small).oracle_calls > 0
 
 
 def test_the_engine_refuses_a_tree_law_that_is_not_a_law():
@@ -306,3 +312,20 @@ def test_the_engine_refuses_a_tree_law_that_is_not_a_law():
 
     with pytest.raises(ValueError, match="Broken.round_law gave end probabilities that are not a law"):
         simulate(MarkovInstance.random(4, 3, 0), Broken((2,)), 100, key=0)
+
+
+@pytest.mark.parametrize("draws", ["iid", "distinct"])
+@pytest.mark.parametrize("shape", [(2, 2), (3, 1), "parents=0,0,1,1,3", (1, 1, 1), (4,)])
+def test_rrs_recursion_equals_the_enumeration_of_whole_trees(shape, draws):
+    """RRS's exact counts come from a recursion over the nodes (children tuples only); every round start's law
+    equals the enumeration of whole drafted trees through the round law, at every position (horizon included)."""
+    from speculab.methods.rrs import rrs_kernel
+    from speculab.methods.tree import tree_kernel
+
+    inst = MarkovInstance.random(5, 3, 7, concentration=0.5)
+    method = RRS(shape, draws=draws)
+    for s in range(inst.T):
+        a, b = rrs_kernel(inst, method, s), tree_kernel(inst, method, s)
+        for name, x, y in zip(a._fields, a, b):
+            np.testing.assert_allclose(x, y, atol=1e-13, err_msg=f"{name} at s={s}")
+    assert method.expected(inst).source.endswith("a recursion over the tree's nodes")

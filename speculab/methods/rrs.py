@@ -27,13 +27,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import numpy as np
 from array_api_compat import array_namespace, device
 
 from speculab import kernels
 from speculab.methods.base import register
-from speculab.methods.tree import Tree, TreeLaw, TreeMethod, leaf_weights
+from speculab._budget import limit, refuse
+from speculab.methods.tree import MAX_TREES, Tree, TreeKernel, TreeLaw, TreeMethod, leaf_weights
 
-__all__ = ["RRS", "rrs_round_law"]
+__all__ = ["RRS", "rrs_round_law", "rrs_kernel", "star_acceptance"]
 
 
 def rrs_round_law(tree: Tree, p, q, x, *, bonus: bool, draws: str) -> TreeLaw:
@@ -65,6 +67,119 @@ def rrs_round_law(tree: Tree, p, q, x, *, bonus: bool, draws: str) -> TreeLaw:
     return TreeLaw(end=xp.stack(end, axis=-1), correction=xp.stack(corr, axis=-2))
 
 
+def _child_tuples(p: np.ndarray, k: int, draws: str) -> tuple[np.ndarray, np.ndarray]:
+    """Every tuple of ``k`` children drafted from ``p`` ``(V,)``: tokens ``(n, k)`` (``-1``: absent), probabilities."""
+    V = p.size
+    x, w = np.zeros((1, 0), dtype=np.int64), np.ones(1)
+    for _ in range(k):
+        law = np.broadcast_to(p, (len(x), V)).copy()
+        if draws == "distinct":
+            for earlier in x.T:  # the earlier siblings removed (an absent one removes nothing)
+                law[np.arange(len(x)), np.maximum(earlier, 0)] *= earlier < 0
+            mass = law.sum(axis=1, keepdims=True)
+            law = np.where(mass > 0, law / np.where(mass > 0, mass, 1.0), np.eye(1, V, 0))  # absent: one branch
+            absent = mass[:, 0] <= 0
+        else:
+            absent = np.zeros(len(x), dtype=bool)
+        r, y = np.nonzero(law > 0)
+        x = np.concatenate([x[r], np.where(absent[r], -1, y)[:, None]], axis=1)
+        w = w[r] * law[r, y]
+    return x, w
+
+
+def star_acceptance(P, Q, k: int, draws: str) -> np.ndarray:
+    """``A[a, i]``: the probability that RRS accepts the ``i``-th of ``k`` children drafted from ``P[a]`` and verified
+    against ``Q[a]`` (draft and target rows ``(V, V)``), over the children's draws."""
+    V = P.shape[-1]
+    star = Tree((0,) * k)
+    out = np.zeros((V, k))
+    for a in range(V):
+        x, w = _child_tuples(P[a], k, draws)
+        n = len(x)
+        layout = np.concatenate([np.full((n, 1), -1), x], axis=1)
+        law = rrs_round_law(
+            star,
+            np.broadcast_to(P[a], (n, k + 1, V)),
+            np.broadcast_to(Q[a], (n, k + 1, V)),
+            layout,
+            bonus=True,
+            draws=draws,
+        )
+        out[a] = w @ law.end[:, 1:]
+    return out
+
+
+def rrs_kernel(inst, method: "RRS", s: int) -> TreeKernel:
+    r"""The law of an RRS round starting at position index ``s``, by a recursion over the tree's nodes.
+
+    At a node ``u`` of depth ``d`` whose prefix ends in ``c``, only its children's tokens are enumerated (``V^k``
+    tuples for ``k`` children) and verified as the round law does at one node; a child accepted with token ``x``
+    continues as the subtree below it from context ``x``, whose law is memoised per ``(node, x)``. The work is
+    ``Σ_u V^{1 + k_u}`` per context instead of ``V^N`` for enumerating whole trees (:func:`tree_kernel`, which the
+    tests hold it to).
+    """
+    T, V = inst.T, inst.V
+    tree = method.round_tree(T - s)
+    L = tree.height
+    work = sum(float(V) ** (1 + len(c)) * (1 + len(c)) for c in tree.children)
+    if work > limit(MAX_TREES):
+        raise refuse(
+            f"exact RRS counts (V^(1+k) children tuples per node, {tree.size + 1} nodes)",
+            work,
+            MAX_TREES,
+            "children",
+            "MAX_TREES",
+            "use narrower nodes or a smaller vocabulary (the simulator has no such limit)",
+        )
+    memo: dict = {}
+
+    def below(u: int, c: int):
+        """``(correction (L+1, V), bonus (L+1, V), stop, drafted)`` of the subtree at ``u`` reached with token ``c``."""
+        if (u, c) in memo:
+            return memo[u, c]
+        d, kids = tree.depth[u], tree.children[u]
+        corr, bon, stop, drafted = np.zeros((L + 1, V)), np.zeros((L + 1, V)), 0.0, 0.0
+        if not kids:
+            if s + d < T:
+                bon[d] = inst.Q[s + d, c]
+            else:
+                stop = 1.0
+        else:
+            p, q = inst.P[s + d, c], inst.Q[s + d, c]
+            x, w = _child_tuples(p, len(kids), method.draws)
+            n, star = len(x), Tree((0,) * len(kids))
+            layout = np.concatenate([np.full((n, 1), -1), x], axis=1)
+            law = rrs_round_law(
+                star,
+                np.broadcast_to(p, (n, star.size + 1, V)),
+                np.broadcast_to(q, (n, star.size + 1, V)),
+                layout,
+                bonus=True,
+                draws=method.draws,
+            )
+            refused = w @ law.end[:, 0]
+            residual = (w * law.end[:, 0]) @ kernels.normalize(law.correction[:, 0], np.zeros(V))
+            corr[d] += residual if refused > 0 else 0.0
+            for i, child in enumerate(kids):
+                present = x[:, i] >= 0
+                drafted += w @ present
+                for token in np.unique(x[present, i]):
+                    rows = x[:, i] == token
+                    c_corr, c_bon, c_stop, c_drafted = below(child, int(token))
+                    drafted += (w[rows].sum()) * c_drafted
+                    mass = w[rows] @ law.end[rows, i + 1]  # P(child i accepted with this token | u reached)
+                    corr += mass * c_corr
+                    bon += mass * c_bon
+                    stop += mass * c_stop
+        memo[u, c] = (corr, bon, stop, drafted)
+        return memo[u, c]
+
+    out = TreeKernel(np.zeros((V, L + 1, V)), np.zeros((V, L + 1, V)), np.zeros(V), np.zeros(V))
+    for a in range(V):
+        out.correction[a], out.bonus[a], out.stop[a], out.drafted[a] = below(0, a)
+    return out
+
+
 @register
 @dataclass(frozen=True)
 class RRS(TreeMethod):
@@ -84,6 +199,10 @@ class RRS(TreeMethod):
     """
 
     name: ClassVar[str] = "rrs"
+    exact_by: ClassVar[str] = "a recursion over the tree's nodes"
+
+    def round_kernel(self, inst, s: int) -> TreeKernel:
+        return rrs_kernel(inst, self, s)
 
     def round_law(self, p, q, x, *, bonus: bool) -> TreeLaw:
         return rrs_round_law(self.layout_tree(x), p, q, x, bonus=bonus, draws=self.draws)

@@ -52,6 +52,8 @@ __all__ = [
     "draft_children",
     "sample_tree_round",
     "leaf_weights",
+    "drafted_trees",
+    "check_enumeration",
     "tree_kernel",
     "TreeKernel",
     "tree_counts",
@@ -270,6 +272,13 @@ class TreeMethod(Method):
         if self.draws not in DRAWS:
             raise ValueError(f"draws must be one of {DRAWS} (children with or without replacement); got {self.draws!r}")
 
+    #: How :meth:`expected` is computed (its ``source``).
+    exact_by: ClassVar[str] = "drafted trees enumerated"
+
+    def round_kernel(self, inst, s: int) -> "TreeKernel":
+        """The law of a round starting at position index ``s`` on ``inst`` (:func:`tree_kernel`: by enumeration)."""
+        return tree_kernel(inst, self, s)
+
     def round_tree(self, remaining: int) -> Tree:
         """The tree a round drafts when it may output at most ``remaining`` tokens (``remaining ≥ 1``)."""
         return self.tree.truncated(self.draft_length(remaining))
@@ -299,7 +308,7 @@ def leaf_weights(q, tree: Tree, j: int, bonus: bool):
 
 
 # -- exact counts ----------------------------------------------------------------------------------------------------
-def _drafts(inst, s: int, tree: Tree, draws: str):
+def drafted_trees(inst, s: int, tree: Tree, draws: str):
     """Every tree drafted from every context at position index ``s``: ``(x, weight, origin)``.
 
     ``x`` ``(n, N + 1)`` the nodes' tokens (``x[:, 0]`` the context's token ``a``), ``weight`` ``(n,)`` the
@@ -332,31 +341,43 @@ def _drafts(inst, s: int, tree: Tree, draws: str):
 
 
 class TreeKernel(NamedTuple):
-    """The law of a tree round from each context ``a`` (:func:`tree_kernel`)."""
+    """The law of a tree round from each context ``a``, by the depth ``e`` of the node the accepted path ends at."""
 
-    end: np.ndarray  # (V, N + 1): P(end = j | a)
-    next: np.ndarray  # (V, N + 1, V): P(end = j, next token y | a); zeros where nothing follows (a horizon leaf)
+    correction: np.ndarray  # (V, L + 1, V): P(end at a node with children, at depth e; correction y | a)
+    bonus: np.ndarray  # (V, L + 1, V): P(end at a leaf at depth e; bonus y | a)
+    stop: np.ndarray  # (V,): P(end at a leaf at the horizon | a): nothing follows
     drafted: np.ndarray  # (V,): expected drafted tokens
 
+    def accepted(self) -> np.ndarray:
+        """``E[accepted drafts | a]`` ``(V,)``."""
+        e = np.arange(self.correction.shape[1])
+        return (self.correction.sum(-1) + self.bonus.sum(-1)) @ e + self.stop * (len(e) - 1)
 
-def tree_kernel(inst, method: TreeMethod, s: int) -> TreeKernel:
-    """The law of a round of ``method`` starting at position index ``s``, by enumeration of its drafted trees
-    (the round's tree: :meth:`TreeMethod.round_tree`). Fewer than ``N`` tokens are drafted in expectation where
-    distinct children exhaust ``p``'s support."""
-    T, V = inst.T, inst.V
-    tree = method.round_tree(T - s)
-    L = tree.height
+
+def check_enumeration(tree: Tree, V: int, what: str, advice: str = "") -> None:
+    """Refuse (:class:`~speculab._validate.TooLarge`) enumerating every drafted ``tree`` over ``V`` tokens —
+    ``V^(N+1) (N+1)`` tree nodes — past :data:`MAX_TREES`; ``what`` names the computation."""
     work = float(V) ** (tree.size + 1) * (tree.size + 1)
     if work > limit(MAX_TREES):
         raise refuse(
-            f"exact tree counts ({V}^{tree.size + 1} drafted trees of {tree.size + 1} nodes)",
+            f"{what} ({V}^{tree.size + 1} drafted trees of {tree.size + 1} nodes)",
             work,
             MAX_TREES,
             "tree nodes",
             "MAX_TREES",
-            "use a smaller tree or vocabulary (the simulator has no such limit)",
+            "use a smaller tree or vocabulary" + advice,
         )
-    x, w, origin = _drafts(inst, s, tree, method.draws)
+
+
+def tree_kernel(inst, method: TreeMethod, s: int) -> TreeKernel:
+    """The law of a round of ``method`` starting at position index ``s``, by enumeration of its drafted trees
+    (the round's tree: :meth:`TreeMethod.round_tree`) through the method's own round law. Fewer than ``N`` tokens
+    are drafted in expectation where distinct children exhaust ``p``'s support."""
+    T, V = inst.T, inst.V
+    tree = method.round_tree(T - s)
+    L = tree.height
+    check_enumeration(tree, V, "exact tree counts", " (the simulator has no such limit)")
+    x, w, origin = drafted_trees(inst, s, tree, method.draws)
     n = len(x)
     p = np.empty((n, tree.size + 1, V))
     q = np.empty((n, tree.size + 1, V))
@@ -368,23 +389,27 @@ def tree_kernel(inst, method: TreeMethod, s: int) -> TreeKernel:
     law = method.round_law(p, q, x, bonus=s + L < T)
     end, corr = np.asarray(law.end, dtype=np.float64), np.asarray(law.correction, dtype=np.float64)
     sums = corr.sum(axis=-1, keepdims=True)
-    y = np.where(sums > 0, corr / np.where(sums > 0, sums, 1.0), 0.0)  # (n, N + 1, V)
-    E = np.zeros((V, tree.size + 1))
-    np.add.at(E, origin, w[:, None] * end)
-    J = np.zeros((V, tree.size + 1, V))
-    np.add.at(J, origin, (w[:, None] * end)[..., None] * y)
-    drafted = np.zeros(V)
-    np.add.at(drafted, origin, w * np.count_nonzero(x[:, 1:] >= 0, axis=1))
-    return TreeKernel(E, J, drafted)
+    y = (w[:, None] * end)[..., None] * np.where(sums > 0, corr / np.where(sums > 0, sums, 1.0), 0.0)  # (n, N+1, V)
+    out = TreeKernel(np.zeros((V, L + 1, V)), np.zeros((V, L + 1, V)), np.zeros(V), np.zeros(V))
+    for j in range(tree.size + 1):
+        d = tree.depth[j]
+        if tree.children[j]:
+            np.add.at(out.correction[:, d], origin, y[:, j])
+        elif s + d < T:
+            np.add.at(out.bonus[:, d], origin, y[:, j])
+        else:
+            np.add.at(out.stop, origin, w * end[:, j])
+    np.add.at(out.drafted, origin, w * np.count_nonzero(x[:, 1:] >= 0, axis=1))
+    return out
 
 
 def tree_counts(inst, method: TreeMethod) -> Expected:
-    r"""Exact expected counts of a tree method over the horizon, from its round kernels (:func:`tree_kernel`).
+    r"""Exact expected counts of a tree method over the horizon, from its round kernels
+    (:meth:`TreeMethod.round_kernel`).
 
-    The distribution of round starts ``D_s(a)`` is propagated: a round at ``s`` ending at node ``j`` of depth
-    ``d_j`` outputs ``d_j`` accepted drafts and then a correction (``j`` has children) or a bonus (a leaf; nothing
-    at the horizon), and the next round starts at ``s + d_j + 1`` with that token as context. One target call per
-    round.
+    The distribution of round starts ``D_s(a)`` is propagated: a round at ``s`` ending at depth ``e`` outputs
+    ``e`` accepted drafts and then a correction (the end node has children) or a bonus (a leaf; nothing at the
+    horizon), and the next round starts at ``s + e + 1`` with that token as context. One target call per round.
     """
     T, V = inst.T, inst.V
     D = np.zeros((T + 1, V))
@@ -394,25 +419,21 @@ def tree_counts(inst, method: TreeMethod) -> Expected:
     for s in progress_bar(range(T), "exact tree counts", "position"):
         if not D[s].any():
             continue
-        tree = method.round_tree(T - s)
-        k = tree_kernel(inst, method, s)
+        k = method.round_kernel(inst, s)
         totals["oracle_calls"] += D[s].sum()
         totals["draft_calls"] += D[s] @ k.drafted
-        ends = D[s] @ k.end  # (N + 1,): P(a round starts at s and ends at j)
-        for j in range(tree.size + 1):
-            d = tree.depth[j]
-            totals["accepted"] += d * ends[j]
-            if s + d < T:  # a token follows
-                D[s + d + 1] += D[s] @ k.next[:, j]
-                if tree.children[j]:
-                    totals["rejections"] += ends[j]
-                    rej_pos[s + d] += ends[j]
-                else:
-                    totals["bonus"] += ends[j]
+        totals["accepted"] += D[s] @ k.accepted()
+        corrections, bonuses = np.einsum("a,aey->ey", D[s], k.correction), np.einsum("a,aey->ey", D[s], k.bonus)
+        for e in range(k.correction.shape[1]):
+            if s + e < T:  # a token follows
+                D[s + e + 1] += corrections[e] + bonuses[e]
+                rej_pos[s + e] += corrections[e].sum()
+        totals["rejections"] += corrections.sum()
+        totals["bonus"] += bonuses.sum()
     totals["discarded"] = totals["draft_calls"] - totals["accepted"]
     return Expected(
         **{k: float(v) for k, v in totals.items()},
         tokens=float(T),
         rejections_per_position=rej_pos,
-        source=f"{type(method).__name__} on a token tree: exact, drafted trees enumerated",
+        source=f"{type(method).__name__} on a token tree: exact, {method.exact_by}",
     )

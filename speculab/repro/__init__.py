@@ -61,6 +61,10 @@ FIGURES = {
         "speculab.repro.block_gain",
         "Block verification vs SD at K = 2, 4, 8: exact and simulated (Markov), measured (tiny pair)",
     ),
+    "tree-gain": (
+        "speculab.repro.tree_gain",
+        "Token trees vs chains (Markov): RRS and traversal over 1–64 nodes, Sequoia's shapes vs the best, the bound",
+    ),
     "batch-optimality": (
         "speculab.repro.batch_optimality",
         "Algorithm 4 vs the best root verifier over M: exact E[N_rej] (DP) and the α* gap (SPEC O)",

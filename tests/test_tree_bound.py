@@ -1,0 +1,80 @@
+"""The most any lossless verifier of a tree accepts (speculab.methods.tree_bound): exact where the answer is known
+(one node: α*; a chain: block verification), above RRS and traversal verification everywhere, refused past its
+budget."""
+
+import numpy as np
+import pytest
+
+from speculab import work_budget
+from speculab._validate import TooLarge
+from speculab.methods import RRS, Traversal, Tree
+from speculab.methods.tree_bound import MAX_COUPLING, accepted_bound
+from speculab.theory import MarkovInstance, optimal_acceptance
+
+INSTANCES = [MarkovInstance.random(4, 3, seed, concentration=c) for seed, c in ((0, 0.6), (1, 0.6), (3, 1.0))]
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4])
+@pytest.mark.parametrize("inst", INSTANCES, ids=["a", "b", "c"])
+def test_at_one_node_the_bound_is_alpha_star(k, inst):
+    """k i.i.d. children of the root: SPEC O's α*(p, q, k), from each context (α* at the first position's laws)."""
+    np.testing.assert_allclose(accepted_bound(inst, (k,)), optimal_acceptance(inst.P[0], inst.Q[0], k), atol=1e-9)
+
+
+@pytest.mark.parametrize("L", [1, 2, 3])
+@pytest.mark.parametrize("inst", INSTANCES, ids=["a", "b", "c"])
+def test_on_a_chain_the_bound_is_block_verification(L, inst):
+    """Sun et al. (2025): block verification is optimal among valid chain verifiers — the LP's optimum equals its
+    expected accepted drafts, from every context."""
+    bv = Traversal(Tree.chain(L)).round_kernel(inst, 0).accepted()
+    np.testing.assert_allclose(accepted_bound(inst, Tree.chain(L)), bv, atol=1e-9)
+
+
+@pytest.mark.parametrize("draws", ["iid", "distinct"])
+@pytest.mark.parametrize("shape", [(2, 1), (2, 2), (3, 1), "parents=0,0,1"])
+@pytest.mark.parametrize("inst", INSTANCES, ids=["a", "b", "c"])
+def test_rrs_and_traversal_stay_below_the_bound(shape, draws, inst):
+    bound = accepted_bound(inst, shape, draws)
+    rrs = RRS(shape, draws=draws).round_kernel(inst, 0).accepted()
+    trav = Traversal(shape, draws=draws).round_kernel(inst, 0).accepted()
+    assert np.all(rrs <= trav + 1e-12)  # measured on these instances, not a theorem
+    assert np.all(trav <= bound + 1e-9)
+    assert np.all(bound <= RRS(shape).tree.height + 1e-12)
+
+
+def test_when_draft_and_target_agree_every_draft_can_be_accepted():
+    rng = np.random.default_rng(2)
+    P = rng.dirichlet(np.ones(3), size=(3, 3))
+    inst = MarkovInstance(P, P, np.full(3, 1 / 3))
+    np.testing.assert_allclose(accepted_bound(inst, (2, 1)), 2.0, atol=1e-9)
+
+
+def test_a_round_near_the_horizon_bounds_the_cut_tree():
+    inst = INSTANCES[0]
+    np.testing.assert_allclose(accepted_bound(inst, (2, 2, 2), s=inst.T - 1), accepted_bound(inst, (2,), s=inst.T - 1))
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"inst": "x.npz", "tree": (2,)}, "inst must be a MarkovInstance"),
+        ({"tree": (2,), "draws": "some"}, "draws must be one of"),
+        ({"tree": (2,), "s": 9}, r"s must be an integer in \[0, 3\]"),
+        ({"tree": "2,y"}, "tree must be"),
+    ],
+)
+def test_bad_arguments_are_named(kwargs, match):
+    kwargs = {"inst": INSTANCES[0], **kwargs}
+    with pytest.raises(ValueError, match=match):
+        accepted_bound(**kwargs)
+
+
+def test_refused_past_its_budget():
+    """Two budgets: the drafted trees enumerated (MAX_TREES), then the linear program's coefficients (MAX_COUPLING)."""
+    with pytest.raises(TooLarge, match="MAX_TREES"):
+        accepted_bound(MarkovInstance.random(3, 3, 0), (3, 3))
+    inst = MarkovInstance.random(4, 3, 0)
+    with pytest.raises(TooLarge, match="MAX_COUPLING"):
+        accepted_bound(inst, (2, 2, 1))
+    with work_budget(1_300_000 / MAX_COUPLING):
+        assert accepted_bound(MarkovInstance.random(4, 2, 0), (2, 2, 1)).shape == (2,)

@@ -1,0 +1,141 @@
+"""Which tree to draft (speculab.methods.tree_shapes): Sequoia's dynamic program against brute force over every
+shape, exact where its model is (RRS on a context-free pair), and measured against the exact best where it is not."""
+
+import math
+
+import numpy as np
+import pytest
+
+from speculab.methods import RRS, Traversal, Tree
+from speculab.methods.tree_shapes import (
+    best_tree,
+    ordered_trees,
+    rank_acceptance,
+    round_accepted,
+    sequoia_tree,
+    tokens_per_call,
+)
+from speculab.theory import MarkovInstance
+
+
+def _model_value(tree: Tree, a) -> float:
+    """Sequoia's F: every node's product of its path's rank acceptances, computed node by node."""
+    total = 0.0
+    for j in range(1, tree.size + 1):
+        v, prod = j, 1.0
+        while v:
+            u = tree.parents[v - 1]
+            rank = tree.children[u].index(v)
+            prod *= a[rank] if rank < len(a) else 0.0
+            v = u
+        total += prod
+    return total
+
+
+@pytest.mark.parametrize("n", range(1, 8))
+def test_ordered_trees_are_every_shape_once(n):
+    trees = ordered_trees(n)
+    assert len(trees) == math.comb(2 * n, n) // (n + 1)  # Catalan(n)
+    assert len(set(trees)) == len(trees) and all(t.size == n for t in trees)
+
+
+@pytest.mark.parametrize("n", range(1, 8))
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_sequoias_program_finds_the_best_shape_under_its_model(n, seed):
+    """The dynamic program's value is its tree's F, and no shape of at most n nodes has a larger F (brute force)."""
+    a = np.random.default_rng(seed).dirichlet(np.ones(4)) * 0.9
+    shape = sequoia_tree(a, n)
+    assert shape.tree.size <= n
+    assert shape.value == pytest.approx(_model_value(shape.tree, a), abs=1e-12)
+    best = max(_model_value(t, a) for m in range(1, n + 1) for t in ordered_trees(m))
+    assert shape.value == pytest.approx(best, abs=1e-12)
+
+
+@pytest.mark.parametrize("draws", ["iid", "distinct"])
+def test_on_a_context_free_pair_the_model_is_exact_for_rrs(draws):
+    """RRS on a context-free pair: every shape's expected accepted drafts per round is Sequoia's F with the pair's own
+    rank acceptances, so the program's tree is the exact best shape."""
+    rng = np.random.default_rng(4)
+    p, q = rng.dirichlet(np.ones(4)), rng.dirichlet(np.ones(4))
+    inst = MarkovInstance.context_free(p, q, T=8)
+    a = rank_acceptance(inst, 4, draws)
+    for tree in ordered_trees(4):
+        assert round_accepted(inst, RRS(tree, draws=draws)) == pytest.approx(_model_value(tree, a), abs=1e-12)
+    for n in (2, 3, 4):
+        dp, exact = sequoia_tree(a, n), best_tree(inst, n, RRS, draws, objective="round")
+        assert dp.value == pytest.approx(exact.value, abs=1e-12)
+
+
+def test_rank_acceptance_is_the_first_childs_sd_acceptance_and_sums_below_one():
+    rng = np.random.default_rng(5)
+    p, q = rng.dirichlet(np.ones(3)), rng.dirichlet(np.ones(3))
+    inst = MarkovInstance.context_free(p, q, T=4)
+    a = rank_acceptance(inst, 3)
+    assert a[0] == pytest.approx(1 - 0.5 * np.abs(p - q).sum(), abs=1e-12)
+    assert np.all(a >= 0) and a.sum() <= 1 + 1e-12
+
+
+def test_the_exact_search_is_the_best_of_every_shape():
+    inst = MarkovInstance.random(6, 3, 0)
+    best = best_tree(inst, 3, Traversal)
+    values = [tokens_per_call(inst, Traversal(t)) for t in ordered_trees(3)]
+    assert best.value == pytest.approx(max(values), abs=1e-12)
+    assert tokens_per_call(inst, Traversal(best.tree)) == best.value
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: sequoia_tree([0.7, 0.5], 3), "summing to at most 1"),
+        (lambda: sequoia_tree([-0.1], 3), "acceptance must be"),
+        (lambda: sequoia_tree([0.5], 0), "n must be an integer"),
+        (lambda: ordered_trees(0), "n must be an integer"),
+        (lambda: best_tree(MarkovInstance.random(3, 2, 0), 2, objective="speed"), "objective must be one of"),
+        (lambda: rank_acceptance("inst.npz", 2), "inst must be a MarkovInstance"),
+        (lambda: rank_acceptance(MarkovInstance.random(3, 2, 0), 2, "sometimes"), "draws must be one of"),
+    ],
+)
+def test_bad_arguments_are_named(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+@pytest.mark.slow
+def test_tree_gain_reproduction(tmp_path, agrees):
+    """``speculab repro tree-gain``: every exact number is what the library computes for the instance it saved,
+    every simulated one agrees with its exact value (|z| < 5), Sequoia's shape never beats the best, RRS and traversal
+    stay below the bound, and the claims table carries the JSON's numbers."""
+    from conftest import claims_of
+    from speculab.methods import SD, BlockVerification
+    from speculab.methods.tree_bound import accepted_bound
+    from speculab.repro import tree_gain
+
+    res = tree_gain.run(key=1, n_runs=1500, out_dir=tmp_path, search=3)
+    inst = MarkovInstance.load(tmp_path / "tree_gain_instance.npz")
+    T = inst.T
+    for n, row in res["points"].items():
+        methods = {"SD chain": SD(K=int(n)), "block chain": BlockVerification(int(n))}
+        for label, (verifier, draws) in tree_gain.TREES.items():
+            methods[label] = verifier(row[label]["tree"], draws=draws)
+        for label, point in row.items():
+            if "exact" in point:
+                assert point["exact"] == pytest.approx(T / methods[label].expected(inst).oracle_calls, rel=1e-12)
+            if "z" in point.get("simulated", {}):
+                sim = point["simulated"]
+                agrees(sim["mean"], point["exact"], f"tree-gain n = {n}: {label}", se=sim["se"])
+        assert "exact" in row["RRS iid"] and "exact" in row["RRS distinct"]  # RRS's recursion at every size
+    for n, row in res["sequoia"].items():
+        for label, v in row.items():
+            assert v["sequoia"] <= v["best"] + 1e-12, (n, label)
+    for n, row in res["bound"].items():
+        for draws in ("iid", "distinct"):
+            v = row[draws]
+            assert v["RRS"] <= v["traversal"] + 1e-12 and v["traversal"] <= v["bound"] + 1e-9
+            assert v["bound"] == pytest.approx(float(inst.rho @ accepted_bound(inst, row["tree"], draws)), abs=1e-9)
+    assert (tmp_path / "tree_gain.png").stat().st_size > 10_000 and "Sequoia" in tree_gain.summary(res)
+    rows = claims_of(tree_gain, res)
+    first = res["points"]["4"]["traversal iid"]
+    assert any(r["quantity"].startswith("n = 4: tokens per target call, traversal iid") for r in rows)
+    assert f"{first['exact']:.3f}" in {
+        r["theory"] for r in rows if "n = 4: tokens per target call, traversal iid" in r["quantity"]
+    }
