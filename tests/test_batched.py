@@ -250,14 +250,14 @@ def test_the_cache_is_compacted_and_stays_exact(pair, monkeypatch):
     equal the one-prompt path's; the cache never holds more than twice the longest row."""
     from speculab.backends import batched
 
-    widths, original = [], batched._HFRows.compact
+    widths, original = [], batched.HFRows.compact
 
     def spy(self, W=None):
         before = self.mask.size(1)
         original(self, W)
         widths.append((before, self.mask.size(1), int(self.valid.max())))
 
-    monkeypatch.setattr(batched._HFRows, "compact", spy)
+    monkeypatch.setattr(batched.HFRows, "compact", spy)
     prompts = default_prompts()[:6]
     one = decode(pair, prompts, SD(), max_new_tokens=24, sampling=GREEDY, key=0, batch_size=1)
     _same(one, decode(pair, prompts, SD(), max_new_tokens=24, sampling=GREEDY, key=0))
@@ -334,7 +334,7 @@ def test_compaction_gathers_each_rows_valid_entries_in_either_cache_layout():
     ``(r, c)`` holds ``10 r + c``: row 0 keeps columns 1 and 4, row 1 column 0 behind one masked column."""
     from types import SimpleNamespace
 
-    from speculab.backends.batched import _HFRows
+    from speculab.backends.batched import HFRows
 
     mask = torch.tensor([[0, 1, 0, 0, 1, 0], [1, 0, 0, 0, 0, 0]])
     entries = (10 * torch.arange(2)[:, None] + torch.arange(6)).float()[:, None, :, None]  # (B, heads, C, d)
@@ -345,7 +345,7 @@ def test_compaction_gathers_each_rows_valid_entries_in_either_cache_layout():
         "unknown": lambda: SimpleNamespace(),
     }
     for name, cache in layouts.items():
-        rows = _HFRows.__new__(_HFRows)
+        rows = HFRows.__new__(HFRows)
         rows.mask, rows.valid, rows.cache = mask.clone(), torch.tensor([2, 1]), cache()
         rows.compact()  # 6 columns, more than twice the longest row's 2
         if name == "unknown":

@@ -690,7 +690,7 @@ def test_sim_prints_the_apis_simulation_and_theory_row_by_row_for_every_method(n
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["ar", "sd", "batch", "biased", "fuzzy", "block"])
+@pytest.mark.parametrize("name", ["ar", "sd", "batch", "biased", "fuzzy", "block", "rrs", "traversal"])
 def test_run_prints_the_apis_decoding_for_every_method_on_real_models(name, capsys):
     """``run``'s JSON is ``decode`` for the same method, prompts and seed, and its text shows each prompt's own
     counts (two prompts of different lengths, so that swapped prompts show)."""
@@ -709,6 +709,8 @@ def test_run_prints_the_apis_decoding_for_every_method_on_real_models(name, caps
         "block",
         "sprinter",
         "specdecpp",
+        "rrs",
+        "traversal",
     }
     options, python = SIM_METHODS[name]
     prompts = ["Return the", "It was a bright cold day in April"]
@@ -865,7 +867,7 @@ def test_methods_lists_each_methods_own_options_and_reach(capsys):
         "rrs": ["--tree", "--draws"],
         "traversal": ["--tree", "--draws"],
     }
-    simulation_only = {"optimal-batch", "rrs", "traversal"}
+    simulation_only = {"optimal-batch"}
     out = _json(capsys, ["methods"])
     assert list(out) == list(options) == list(REGISTRY)
     assert main(["methods"]) == 0

@@ -23,9 +23,11 @@ from speculab.methods import (  # noqa: E402
     Biased,
     BlockVerification,
     Fuzzy,
+    RRS,
     RejectionDecoding,
     SpecDecPP,
     Sprinter,
+    Traversal,
     names,
 )
 from speculab.sim.checkpoint import resumable  # noqa: E402
@@ -51,6 +53,8 @@ def methods(pair) -> dict:
         "sprinter": Sprinter(verifier=constant(pair, 0.6), threshold=None),
         "specdecpp": SpecDecPP(0.5, head=constant(pair, 0.8), max_K=4),
         "block": BlockVerification(3),
+        "rrs": RRS((2, 2), draws="distinct"),
+        "traversal": Traversal("parents=0,0,1,1,3"),
     }
 
 

@@ -76,7 +76,7 @@ from speculab.backends.warp import NAN_LOGITS, Sampling, nan_flag
 from speculab.methods import Method, RoundLaw, sample_round
 from speculab.methods.capabilities import Slotwise, has, head_of
 
-__all__ = ["decode_batched", "batchable"]
+__all__ = ["decode_batched", "batchable", "HFRows", "right_aligned"]
 
 
 def batchable(method: Method, pair: ModelPair) -> bool:
@@ -100,7 +100,7 @@ def _holes_are_exact(config) -> bool:
 
 
 # -- the models as batches of ragged rows ---------------------------------------------------------------------
-class _HFRows:
+class HFRows:
     """A Hugging Face causal LM over ``B`` rows: one cache, a mask over its columns, per-row valid lengths."""
 
     def __init__(self, adapter: HFModel, rows: int):
@@ -145,6 +145,44 @@ class _HFRows:
         self.valid += present.sum(-1)
         logits = out.logits[:, -keep:, : self.V].float()
         return (logits, out.hidden_states[-1][:, -keep:].float()) if hidden else logits
+
+    @torch.inference_mode()
+    def feed_masked(self, ids: torch.Tensor, pos: torch.Tensor, allow: torch.Tensor, valid: torch.Tensor, keep: int):
+        """Feed ``ids`` ``(B, w)`` at positions ``pos`` with an attention mask of their own (a token tree): each
+        new token attends the cache's valid columns before the last ``R`` and, among those last ``R`` (this round's
+        columns, the new ones included), where ``allow`` ``(B, w, R)`` says (every token attends itself, so that
+        no row of the mask is empty). ``valid`` ``(B, w)``: which new columns count as the row's tokens from now
+        on (a tree node only once accepted, :meth:`validate`). Logits of the last ``keep`` columns, float32."""
+        B, w = ids.shape
+        C, R = self.mask.size(1), allow.size(2)
+        before = self.mask[:, : C + w - R].bool()[:, None, :].expand(B, w, -1)
+        seen = torch.cat([before, allow], dim=2)  # (B, w, C + w)
+        own = torch.arange(w, device=self.dev)
+        seen[:, own, C + own] = True
+        dtype = self.model.dtype
+        mask = torch.zeros(seen.shape, dtype=dtype, device=self.dev).masked_fill(~seen, torch.finfo(dtype).min)
+        self.mask = torch.cat([self.mask, valid.long()], 1)
+        self.adapter.forward_calls += 1
+        kwargs = dict(
+            input_ids=ids,
+            attention_mask=mask[:, None],
+            position_ids=pos.clamp(0, (self.adapter.max_length or 1 << 62) - 1),
+            use_cache=True,
+            **cache_argument(self.model, self.cache),
+        )
+        with attention_kernels():
+            out = self.model(**kwargs, logits_to_keep=keep) if self.logits_to_keep else self.model(**kwargs)
+        self.valid += valid.long().sum(-1)
+        return out.logits[:, -keep:, : self.V].float()
+
+    def validate(self, start: int, region: torch.Tensor) -> None:
+        """Count the columns ``start .. start + R`` of each row as its tokens where ``region`` ``(B, R)`` says (they
+        were fed as not yet valid, :meth:`feed_masked`): a tree's accepted path."""
+        R = region.size(1)
+        self.mask = torch.cat(
+            [self.mask[:, :start], self.mask[:, start : start + R] | region.long(), self.mask[:, start + R :]], 1
+        )
+        self.valid += region.long().sum(-1)
 
     def drop_last(self, counts: torch.Tensor) -> None:
         """Forget the last ``counts[r]`` columns of each row (all fed as present, this round's drafts)."""
@@ -230,10 +268,10 @@ class _HistoryRows:
 
 
 def _rows(adapter, rows: int, dev):
-    return _HFRows(adapter, rows) if isinstance(adapter, HFModel) else _HistoryRows(adapter, rows, dev)
+    return HFRows(adapter, rows) if isinstance(adapter, HFModel) else _HistoryRows(adapter, rows, dev)
 
 
-def _right_aligned(tokens: list[list[int]], dev) -> tuple[torch.Tensor, torch.Tensor]:
+def right_aligned(tokens: list[list[int]], dev) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row token lists as ``(B, w)`` ids right-aligned (left padding) and the mask of the real ones (built on
     the host with numpy, then copied once)."""
     w = max(len(t) for t in tokens)
@@ -312,7 +350,7 @@ class _Batch:
         self.target = _rows(pair.target, B, self.dev)
         self.draft = _rows(pair.draft, B, self.dev) if self.track else None
         self.history = isinstance(self.draft, _HistoryRows)
-        self.unseen_t = _right_aligned(prompts, self.dev)  # (ids, present): the prompts at first
+        self.unseen_t = right_aligned(prompts, self.dev)  # (ids, present): the prompts at first
         self.unseen_d = self.unseen_t
 
     def run(self) -> list:

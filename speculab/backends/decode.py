@@ -30,6 +30,7 @@ from speculab import kernels
 from speculab._progress import advance
 from speculab._validate import as_positive_int, spawn_seeds
 from speculab.backends.batched import batchable, decode_batched
+from speculab.backends.tree_decode import check_tree_pair, decode_trees
 from speculab.backends.journal import encode_run, open_journal
 from speculab.backends.models import HFModel
 from speculab.backends.pair import ModelPair
@@ -38,7 +39,7 @@ from speculab.backends.streams import OUTCOME, TOKEN, head_lane, key_words, unif
 from speculab.backends.warp import Sampling, check_laws
 from speculab.counts import KIND_NAMES, Counts
 from speculab.methods import SD, Method, sample_round
-from speculab.methods.capabilities import DraftHead, has, head_of
+from speculab.methods.capabilities import DraftHead, has, head_of, reading
 from speculab.methods.probe import RoundProbe
 
 __all__ = ["decode", "DecodeResult", "RunRecord", "RoundRecord", "RoundInfo", "KIND_NAMES", "COUNTED"]
@@ -333,13 +334,16 @@ def decode(
         rule on the same blocks); it runs under ``torch.inference_mode`` as the loop does (its tensors are
         inference tensors: read them, or ``.clone()`` them outside to keep them for autograd). A
         :class:`~speculab.backends.RoundProbe` is journaled with the runs inside ``resumable`` (a resumed call
-        puts its observations back); a plain function makes the call run again in full.
+        puts its observations back); a plain function makes the call run again in full. A tree method's rounds
+        come in the node layout (:func:`speculab.backends.tree_decode.decode_trees`).
       batch_size: prompts decoded together as the rows of one batch (:mod:`speculab.backends.batched`;
         ``None``: all of them); ``1`` decodes one prompt at a time. Both paths give the same
         tokens, counts and records for the same key (each prompt's own random stream, see ``key``).
         A method whose head decides the round's length while drafting is batched when its head reads each
         drafted token's hidden state (SpecDec++'s acceptance head), and decoded one prompt at a time whatever
-        ``batch_size`` when it reads the state before each slot (SPRINTER's verifier).
+        ``batch_size`` when it reads the state before each slot (SPRINTER's verifier). A tree method
+        (:mod:`speculab.methods.tree`) always runs as batches of rows, with tree attention
+        (:mod:`speculab.backends.tree_decode`; ``batch_size=1``: batches of one).
 
     Returns:
       :class:`DecodeResult` with one ``Counts`` run, one :class:`RunRecord` and one
@@ -388,10 +392,14 @@ def decode(
             f"on_round must be a function of a RoundInfo or a RoundProbe instance (or None); got "
             f"{on_round!r}" + (" (a class: give an instance, e.g. Probe())" if isinstance(on_round, type) else "")
         )
+    trees = reading(method) == "trees"
+    if trees:
+        check_tree_pair(method, pair)
     encoded = _encode(pair, prompts, max_new_tokens)
     seeds = spawn_seeds(key, len(encoded))  # each prompt's stream (speculab.backends.streams)
     # a head read before each slot is drafted (SPRINTER's verifier, which may skip the target): one prompt at a time
-    batched = batch_size != 1 and (head is None or method.head_reads == "token") and batchable(method, pair)
+    # (a tree method always runs as batches of rows: batch_size=1 is a batch of one)
+    batched = trees or (batch_size != 1 and (head is None or method.head_reads == "token") and batchable(method, pair))
     n = len(encoded)
     block = (batch_size or n) if batched else 1  # what one line of a journal holds: one batch, or one prompt
     probe = on_round if isinstance(on_round, RoundProbe) else None  # a callback whose observations are journaled
@@ -427,7 +435,19 @@ def decode(
                             probe.restore(i, entry["probe"])
                     continue
                 t0 = time.perf_counter()
-                if batched:
+                if trees:
+                    done = decode_trees(
+                        pair,
+                        [encoded[i] for i in index],
+                        method,
+                        max_new_tokens=max_new_tokens,
+                        sampling=sampling,
+                        seeds=[seeds[i] for i in index],
+                        on_round=on_round,
+                        batch_size=batch_size,
+                        first_index=start,
+                    )
+                elif batched:
                     done = decode_batched(
                         pair,
                         [encoded[i] for i in index],

@@ -13,7 +13,6 @@ from speculab.methods.base import REGISTRY, Method, RoundLaw, build, get, names,
 from speculab.methods.capabilities import has
 from speculab.methods.chain import ChainMethod, Rule
 from speculab.methods.probe import RoundProbe
-from speculab.methods.tree import Tree
 
 # The registry: importing a method module registers it (its @register decorator), one line each.
 from speculab.methods.autoregressive import Autoregressive
@@ -28,6 +27,7 @@ from speculab.methods.block import BlockVerification
 from speculab.methods.optimal import OptimalMultiDraft
 from speculab.methods.rrs import RRS
 from speculab.methods.traversal import Traversal
+from speculab.methods.tree import Tree
 
 __all__ = [
     "Method",

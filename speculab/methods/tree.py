@@ -41,6 +41,8 @@ from speculab import kernels
 from speculab._budget import limit, progress_bar, refuse
 from speculab.counts import Expected
 from speculab.methods.base import Method, param
+from speculab.methods.sd import SD
+from speculab.rows import Row
 from speculab.theory._checks import takes_instance
 
 __all__ = [
@@ -202,7 +204,8 @@ def as_tree(value, name: str = "tree") -> Tree:
 # -- drafting (array API) ----------------------------------------------------------------------------------------
 def draft_children(p, u, draws: str):
     """The children of a node drafted from its draft law ``p`` ``(..., V)`` with the uniforms ``u`` ``(..., k)``:
-    tokens ``(..., k)``, ``-1`` for an absent child (``draws="distinct"`` past ``p``'s support).
+    tokens ``(..., k)``, ``-1`` for an absent child (``draws="distinct"`` past ``p``'s support; every child where
+    ``p`` has no mass: below an absent node, or an end-of-sequence token on real models).
 
     Sequential sampling without replacement: child ``i`` is drawn from ``p`` with the tokens of children
     ``1..i−1`` removed, renormalised (the law of the first ``k`` of a Gumbel-top-k race).
@@ -211,7 +214,8 @@ def draft_children(p, u, draws: str):
     k = u.shape[-1]
     if draws == "iid":
         cum = xp.cumulative_sum(p, axis=-1)
-        return kernels.sample_cumulative(xp.broadcast_to(cum[..., None, :], (*u.shape, p.shape[-1])), u)
+        x = kernels.sample_cumulative(xp.broadcast_to(cum[..., None, :], (*u.shape, p.shape[-1])), u)
+        return xp.where(cum[..., -1:] > 0, x, -1)  # a law without mass (an absent parent): absent children
     tokens, left = [], p
     vocab = xp.arange(p.shape[-1], device=device(p))
     for i in range(k):
@@ -263,7 +267,6 @@ class TreeMethod(Method):
       draws: ``"iid"`` children drafted with replacement, ``"distinct"`` without.
     """
 
-    real_models: ClassVar[bool] = False
     tree: Any = param(help="draft tree: children per node at each depth, e.g. 4,2,2,1", type=str)
     draws: str = param("iid", help="children drafted iid (with replacement) or distinct", type=str, choices=DRAWS)
 
@@ -278,6 +281,21 @@ class TreeMethod(Method):
     def round_kernel(self, inst, s: int) -> "TreeKernel":
         """The law of a round starting at position index ``s`` on ``inst`` (:func:`tree_kernel`: by enumeration)."""
         return tree_kernel(inst, self, s)
+
+    def compare_rows(self, ctx) -> list:
+        """The gain over a chain that drafts as many tokens per round with one target call: tokens per target call
+        of this tree minus SD's with ``K = N`` (separate runs on the same prompts)."""
+        chain = ctx.decode(SD(K=self.tree.size), slot=3)
+        mine, theirs = ctx.result.counts, chain.counts
+        rate = lambda c: c.tokens.sum() / c.oracle_calls.sum()  # noqa: E731
+        return [
+            Row(
+                f"tokens per target call: this tree − SD(K={self.tree.size}) (separate runs)",
+                float("nan"),
+                float(rate(mine) - rate(theirs)),
+                note=f"{self.tree.size} drafted tokens and one target call per round each; > 0: the tree gains",
+            )
+        ]
 
     def round_tree(self, remaining: int) -> Tree:
         """The tree a round drafts when it may output at most ``remaining`` tokens (``remaining ≥ 1``)."""

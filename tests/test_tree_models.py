@@ -1,0 +1,154 @@
+"""Token trees on real models (speculab.backends.tree_decode): tree attention against plain forward passes, chains
+against SD and block verification token by token, the law of the first tokens, compare, bad pairs."""
+
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import test_backends as tb  # noqa: E402
+from conftest import Z_BOUND  # noqa: E402
+from speculab.backends import Sampling, decode, load_pair, ngram_draft  # noqa: E402
+from speculab.backends.pair import default_prompts  # noqa: E402
+from speculab.methods import RRS, SD, BlockVerification, Traversal, Tree  # noqa: E402
+
+PROMPTS = default_prompts()[:4]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    torch.set_num_threads(1)
+    return load_pair("tiny", device=tb.model_device())
+
+
+def _plain_logprobs(model, pair, prompt_ids: list[int], out: list[int], sampling) -> np.ndarray:
+    """``log q_n(x_n)`` of every output token by one plain forward pass over prompt + output (teacher forcing)."""
+    ids = torch.tensor([prompt_ids + out], device=pair.device)
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(prompt_ids) - 1 : -1, : pair.vocab_size].float()
+    probs = sampling.probs(logits).double()
+    return torch.log(probs.gather(-1, torch.tensor(out, device=pair.device)[:, None])[:, 0]).cpu().numpy()
+
+
+@pytest.mark.parametrize(
+    "method",
+    [RRS((2, 2)), Traversal((3, 1), draws="distinct"), RRS("parents=0,0,1,1,3,3", draws="distinct")],
+    ids=repr,
+)
+def test_tree_attention_gives_each_position_the_plain_forward_pass(pair, method):
+    """Every output token's target log-probability in the records equals a plain forward pass over the prompt and the
+    output so far — masks, position ids and the caches kept for the accepted paths, across rounds and the cache's
+    compaction (64 tokens); and at every position a draft was decided at, ``TV(p, q)`` equals the plain passes'."""
+    sampling = Sampling(1.0)
+    res = decode(pair, PROMPTS, method, max_new_tokens=64, sampling=sampling, key=4)
+    decided = 0
+    for prompt, out, rec in zip(PROMPTS, res.tokens, res.records):
+        ids = pair.tokenizer.encode(prompt)
+        np.testing.assert_allclose(
+            rec.target_logprob, _plain_logprobs(pair.target.model, pair, ids, out, sampling), atol=2e-4
+        )
+        full = torch.tensor([ids + out], device=pair.device)
+        with torch.no_grad():
+            q = sampling.probs(pair.target.model(full).logits[0, len(ids) - 1 : -1, : pair.vocab_size].float())
+            p = sampling.probs(pair.draft.model(full).logits[0, len(ids) - 1 : -1, : pair.vocab_size].float())
+        tv = 0.5 * (p.double() - q.double()).abs().sum(-1).cpu().numpy()
+        checked = ~np.isnan(rec.tv)
+        decided += checked.sum()
+        np.testing.assert_allclose(rec.tv[checked], tv[checked], atol=2e-4)
+    assert res.counts.tokens.sum() > 100 and decided > 50
+
+
+@pytest.mark.parametrize("L", [1, 3])
+def test_a_chain_tree_is_sd_and_block_verification_token_by_token(pair, L):
+    """One child per node: RRS draws exactly SD's tokens and counts from the same stream, traversal verification block
+    verification's (the same uniforms at the same lanes; the laws agree to float round-off)."""
+    for tree_method, chain in ((RRS(Tree.chain(L)), SD(K=L)), (Traversal(Tree.chain(L)), BlockVerification(L))):
+        a = decode(pair, PROMPTS, tree_method, max_new_tokens=32, key=9)
+        b = decode(pair, PROMPTS, chain, max_new_tokens=32, key=9)
+        assert a.tokens == b.tokens
+        for name in ("rejections", "oracle_calls", "draft_calls", "accepted", "bonus"):
+            np.testing.assert_array_equal(getattr(a.counts, name), getattr(b.counts, name), err_msg=name)
+        for ra, rb in zip(a.records, b.records):
+            np.testing.assert_array_equal(ra.kind, rb.kind)
+            np.testing.assert_allclose(ra.target_logprob, rb.target_logprob, atol=1e-4)
+        for ra, rb in zip(a.rounds, b.rounds):
+            np.testing.assert_allclose(ra.expected_accepted, rb.expected_accepted, atol=1e-6)
+
+
+def test_one_prompt_at_a_time_gives_the_same_runs(pair):
+    method = Traversal((2, 2), draws="distinct")
+    a = decode(pair, PROMPTS, method, max_new_tokens=24, key=2)
+    b = decode(pair, PROMPTS, method, max_new_tokens=24, key=2, batch_size=1)
+    assert a.tokens == b.tokens
+    np.testing.assert_array_equal(a.counts.oracle_calls, b.counts.oracle_calls)
+
+
+def test_greedy_trees_are_the_targets_greedy_path(pair):
+    greedy = Sampling(temperature=0)
+    ar = decode(pair, PROMPTS, SD(K=1), max_new_tokens=24, sampling=greedy, key=0)
+    for method in (RRS((2, 2)), Traversal((3, 1), draws="distinct")):
+        assert decode(pair, PROMPTS, method, max_new_tokens=24, sampling=greedy, key=0).tokens == ar.tokens
+
+
+def test_on_round_gets_each_prompts_round_in_the_node_layout(pair):
+    method = Traversal((2, 2), draws="distinct")
+    seen = []
+    res = decode(pair, PROMPTS, method, max_new_tokens=16, key=5, on_round=seen.append)
+    assert len(seen) == sum(len(r.drafted) for r in res.rounds)
+    by_run = {}
+    for info in seen:
+        assert info.p.shape[0] == info.q.shape[0] == info.drafts.shape[0] == info.law.end.shape[-1]
+        assert float(info.law.end.sum()) == pytest.approx(1.0, abs=1e-12)
+        by_run.setdefault(info.run, []).append(info)
+    for run, rounds in by_run.items():
+        depth = [info.accepted for info in rounds]
+        np.testing.assert_array_equal(depth, res.rounds[run].accepted)
+
+
+@pytest.mark.parametrize(
+    "method", [RRS((2, 2), draws="distinct"), pytest.param(Traversal((2, 1)), marks=pytest.mark.slow)], ids=repr
+)
+def test_first_tokens_follow_the_target_law(pair, method, agrees, record_property):
+    """The first token of many runs of one prompt against the target's exact law: the G-test, and the directed check
+    of tests/test_backends.py (the share in ``{q > p}``), which has power against the draft's tokens kept
+    unverified; the second tokens by its second-token check (power against SD-style corrections drawn from q)."""
+    sampling = Sampling(1.0)
+    n = tb.N_LAW["sd", "t1"]
+    res = decode(pair, [tb.PROMPT] * n, method, max_new_tokens=2, sampling=sampling, key=7)
+    first = np.array([t[0] for t in res.tokens])
+    q = tb._exact_first_token_law(pair, sampling)
+    assert tb._gof_pvalue(first, q) > 1e-4
+    p = tb._exact_first_token_law(pair, sampling, model=pair.draft.model)
+    inside = q > p
+    qa, pa = float(q[inside].sum()), float(p[inside].sum())
+    agrees(
+        float(inside[first].mean()),
+        qa,
+        f"{method!r} real-model first tokens in {{q > p}}",
+        se=math.sqrt(qa * (1 - qa) / n),
+        wrong=pa,
+        wrong_se=math.sqrt(pa * (1 - pa) / n),
+        alternative=f"{method!r} first tokens in {{q > p}} (N = {n:,}): the draft's tokens kept unverified",
+    )
+    tb.second_token_law_agrees(
+        agrees, record_property, pair, sampling, res.tokens, "sd", "corrections drawn from q", f"{method!r}"
+    )
+
+
+def test_compare_pairs_the_tree_rounds_with_their_theory(pair, agrees):
+    from speculab.compare import compare
+
+    comp = compare(pair, Traversal((2, 2), draws="distinct"), runs_per_prompt=2, max_new_tokens=16, key=3)
+    quantities = [row.quantity for row in comp.rows]
+    assert any(q.startswith("tokens per target call: this tree − SD(K=6)") for q in quantities)
+    assert any(q.startswith("accepted drafts per round (paired") for q in quantities)
+    tb._compare_rows_agree(agrees, comp, "Traversal((2, 2), distinct) on the tiny pair")
+
+
+def test_a_pair_without_tree_attention_is_refused(pair):
+    ngram = load_pair(ngram_draft(pair.tokenizer, default_prompts(), n=2), "tiny-target", device=tb.model_device())
+    with pytest.raises(ValueError, match="needs Hugging Face draft and target models"):
+        decode(ngram, PROMPTS, RRS((2,)), max_new_tokens=4, key=0)
+    assert Z_BOUND == 5.0
