@@ -76,7 +76,7 @@ from speculab.backends.warp import NAN_LOGITS, Sampling, nan_flag
 from speculab.methods import Method, RoundLaw, sample_round
 from speculab.methods.capabilities import Slotwise, has, head_of
 
-__all__ = ["decode_batched", "batchable", "HFRows", "right_aligned"]
+__all__ = ["decode_batched", "batchable", "HFRows", "RoundLoop", "right_aligned"]
 
 
 def batchable(method: Method, pair: ModelPair) -> bool:
@@ -324,7 +324,39 @@ def decode_batched(
     return out
 
 
-class _Batch:
+class RoundLoop:
+    """The loop both batched paths share (chains here, trees in :mod:`speculab.backends.tree_decode`): rounds until
+    every row finished, and each round's end — its one reading of the device (each row's tokens to go, whether it
+    finished, whether any law held NaN, the caches' longest rows), the progress bar, the caches' compaction and the
+    finished rows' retirement. A subclass sets ``records``, ``run_ids``, ``remaining`` (host), ``round_index``,
+    ``target``, ``draft`` (or ``None``), ``dev`` and gives ``round`` and ``_retire``."""
+
+    def run(self) -> list:
+        while self.run_ids.numel():
+            self.round()
+        return self.records.collect()
+
+    def finish_round(self, remaining_dev: torch.Tensor, finished: torch.Tensor, nan: torch.Tensor) -> None:
+        """End a round: ``remaining_dev`` ``(B,)`` tokens to go, ``finished`` ``(B,)`` rows done, ``nan`` 0-d flag."""
+        B = self.remaining.size
+        zero = torch.zeros((), dtype=torch.long, device=self.dev)
+        longest = [self.target.longest(), self.draft.longest() if self.draft is not None else zero]
+        state = torch.cat([remaining_dev, finished.long(), nan.long()[None], *(v[None] for v in longest)])
+        state = state.cpu().numpy()  # the round's one reading of the device
+        if state[2 * B]:
+            raise ValueError(NAN_LOGITS)
+        advance(int((self.remaining - state[:B]).sum()))
+        self.remaining = state[:B]
+        self.target.compact(int(state[2 * B + 1]))
+        if self.draft is not None:
+            self.draft.compact(int(state[2 * B + 2]))
+        self.round_index += 1
+        done = state[B : 2 * B].astype(bool)
+        if done.any():
+            self._retire(np.flatnonzero(~done))
+
+
+class _Batch(RoundLoop):
     """One batch of prompts decoded together (module docstring). Per live row, on the device: its run index,
     stream key, tokens to go and the tokens each model has not seen yet; on the host, the tokens to go (read
     once per round) and, for history drafts and ``on_round``, what they read."""
@@ -352,11 +384,6 @@ class _Batch:
         self.history = isinstance(self.draft, _HistoryRows)
         self.unseen_t = right_aligned(prompts, self.dev)  # (ids, present): the prompts at first
         self.unseen_d = self.unseen_t
-
-    def run(self) -> list:
-        while self.run_ids.numel():
-            self.round()
-        return self.records.collect()
 
     def round(self) -> None:
         """One round for every live prompt: draft, one target call, each prompt's decision, records, rollback."""
@@ -402,32 +429,7 @@ class _Batch:
         row, tau, token = decision
         self._roll_back(out, row, tau, token, L, M)
         self.remaining_dev = self.remaining_dev - out.produced
-        finished = out.eos | (self.remaining_dev <= 0)
-        # the round's one reading of the device: progress, NaN, and the caches' longest rows
-        state = torch.cat(
-            [
-                self.remaining_dev,
-                finished.long(),
-                nan.long()[None],
-                self.target.longest()[None],
-                (self.draft.longest() if self.draft is not None else torch.zeros((), dtype=torch.long, device=dev))[
-                    None
-                ],
-            ]
-        )
-        state = state.cpu().numpy()
-        if state[2 * B]:
-            raise ValueError(NAN_LOGITS)
-        produced = self.remaining - state[:B]
-        advance(int(produced.sum()))
-        self.remaining = state[:B]
-        self.target.compact(int(state[2 * B + 1]))
-        if self.draft is not None:
-            self.draft.compact(int(state[2 * B + 2]))
-        self.round_index += 1
-        done = state[B : 2 * B].astype(bool)
-        if done.any():
-            self._retire(np.flatnonzero(~done))
+        self.finish_round(self.remaining_dev, out.eos | (self.remaining_dev <= 0), nan)
 
     # -- the steps of a round ----------------------------------------------------------------------------------
     def _draft(self, L: int, M: int, lengths: np.ndarray, U):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numbers
 import time
+from functools import partial
 
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -435,27 +436,15 @@ def decode(
                             probe.restore(i, entry["probe"])
                     continue
                 t0 = time.perf_counter()
-                if trees:
-                    done = decode_trees(
+                if batched:  # chains (decode_batched) or trees (decode_trees), batches of rows
+                    run_batch = decode_trees if trees else partial(decode_batched, track_draft=track_draft)
+                    done = run_batch(
                         pair,
                         [encoded[i] for i in index],
                         method,
                         max_new_tokens=max_new_tokens,
                         sampling=sampling,
                         seeds=[seeds[i] for i in index],
-                        on_round=on_round,
-                        batch_size=batch_size,
-                        first_index=start,
-                    )
-                elif batched:
-                    done = decode_batched(
-                        pair,
-                        [encoded[i] for i in index],
-                        method,
-                        max_new_tokens=max_new_tokens,
-                        sampling=sampling,
-                        seeds=[seeds[i] for i in index],
-                        track_draft=track_draft,
                         on_round=on_round,
                         batch_size=batch_size,
                         first_index=start,

@@ -30,7 +30,18 @@ from speculab import kernels
 from speculab.counts import BONUS, CORRECTION, DRAFT, TARGET, rejected
 from speculab.methods import RoundLaw
 
-__all__ = ["RunRecord", "RoundRecord", "RoundInfo", "Chunk", "Records", "cut_law", "pad_law", "round_output", "COUNTED"]
+__all__ = [
+    "RunRecord",
+    "RoundRecord",
+    "RoundInfo",
+    "Chunk",
+    "Records",
+    "cut_law",
+    "pad_law",
+    "round_output",
+    "cut_at_eos",
+    "COUNTED",
+]
 
 
 @dataclass(frozen=True)
@@ -235,11 +246,7 @@ def round_output(
     ends = torch.where(ell == 0, TARGET, torch.where(t < ell, CORRECTION, BONUS))  # the kind of the token after τ
     kind = torch.where(slot < t, DRAFT, ends)
     checked = slot < t + (t < ell)  # a draft was checked at the slot: the accepted ones and a corrected one
-    valid = output
-    hit = None
-    if eos is not None:
-        hit = output & (tokens == eos)
-        valid = output & (hit.cumsum(-1) - hit.long() == 0)  # nothing after the first EOS
+    valid, eos_out = cut_at_eos(output, tokens, eos)
     drafted = [kernels.tv(pf, qf[:, :L]), accept_row]  # (B, L) each: TV(p, q) and the acceptance at each slot
     tv, accept = torch.where(checked, F.pad(torch.stack(drafted), (0, 1)), math.nan).unbind(0)
     if tracked_tv is not None:
@@ -269,8 +276,17 @@ def round_output(
         torch.ones_like(tau) if oracle_calls is None else oracle_calls,
         rows * length,
     )
-    eos_out = (hit & valid).any(-1) if hit is not None else torch.zeros_like(tau, dtype=torch.bool)
     return Output(chunk, valid.sum(-1), eos_out, token, xf[:, -1], (tau == L) & (length == L))
+
+
+def cut_at_eos(output: torch.Tensor, tokens: torch.Tensor, eos: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The output slots ``(B, w)`` kept when nothing follows the first end-of-sequence token, and whether each row
+    output one ``(B,)`` (``eos=None``: every output slot, and none)."""
+    if eos is None:
+        return output, torch.zeros(output.size(0), dtype=torch.bool, device=output.device)
+    hit = output & (tokens == eos)
+    valid = output & (hit.cumsum(-1) - hit.long() == 0)  # nothing after the first EOS
+    return valid, (hit & valid).any(-1)
 
 
 def _target_steps(q, token, eos, tracked_tv, oracle_calls) -> Output:

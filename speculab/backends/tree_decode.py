@@ -37,12 +37,11 @@ import torch
 import torch.nn.functional as F
 
 from speculab import kernels
-from speculab._progress import advance
-from speculab.backends.batched import HFRows, batchable, right_aligned
+from speculab.backends.batched import HFRows, RoundLoop, batchable, right_aligned
 from speculab.backends.models import HFModel
-from speculab.backends.rounds import Chunk, Records, RoundInfo
+from speculab.backends.rounds import Chunk, Records, RoundInfo, cut_at_eos
 from speculab.backends.streams import OUTCOME, TOKEN, key_words, uniforms
-from speculab.backends.warp import NAN_LOGITS, nan_flag
+from speculab.backends.warp import nan_flag
 from speculab.counts import BONUS, CORRECTION, DRAFT
 from speculab.methods.tree import Tree, draft_children, sample_tree_round
 
@@ -112,7 +111,7 @@ class _Layout:
         self.fed = torch.tensor(fed, dtype=torch.long, device=dev)
 
 
-class _TreeBatch:
+class _TreeBatch(RoundLoop):
     """One batch of prompts decoded with a tree method (module docstring)."""
 
     def __init__(self, pair, prompts, method, max_new, sampling, seeds, on_round=None):
@@ -134,14 +133,8 @@ class _TreeBatch:
             self.layouts[tree] = _Layout(tree, self.dev)
         return self.layouts[tree]
 
-    def run(self) -> list:
-        while self.run_ids.numel():
-            self.round()
-        return self.records.collect()
-
     def round(self) -> None:
         method, dev = self.method, self.dev
-        B = self.remaining.size
         big = self.layout(method.round_tree(int(self.remaining.max())))  # every row drafts the largest round tree
         N1 = big.N1
         U = uniforms(self.keys, self.round_index, torch.arange(1 + N1, device=dev))  # (B, N + 2): node j at 1 + j
@@ -153,30 +146,7 @@ class _TreeBatch:
         self.records.add(self.run_ids, chunk)
         self._keep_path(big, x, end, token, path_region)
         remaining_dev = torch.from_numpy(self.remaining).to(dev) - produced
-        finished = eos_hit | (remaining_dev <= 0)
-        state = (
-            torch.cat(
-                [
-                    remaining_dev,
-                    finished.long(),
-                    nan.long()[None],
-                    self.target.longest()[None],
-                    self.draft.longest()[None],
-                ]
-            )
-            .cpu()
-            .numpy()
-        )  # the round's one reading of the device
-        if state[2 * B]:
-            raise ValueError(NAN_LOGITS)
-        advance(int((self.remaining - state[:B]).sum()))
-        self.remaining = state[:B]
-        self.target.compact(int(state[2 * B + 1]))
-        self.draft.compact(int(state[2 * B + 2]))
-        self.round_index += 1
-        done = state[B : 2 * B].astype(bool)
-        if done.any():
-            self._retire(np.flatnonzero(~done))
+        self.finish_round(remaining_dev, eos_hit | (remaining_dev <= 0), nan)
 
     # -- the steps of a round ---------------------------------------------------------------------------------
     def _draft(self, big: _Layout, U):
@@ -300,11 +270,7 @@ class _TreeBatch:
         accept = torch.where(checked, 1.0 - stop, math.nan)
         tv = torch.where(checked, kernels.tv(p_at, q_at), math.nan)
         logq = torch.log(q_at.gather(-1, tokens[..., None])[..., 0])
-        valid = output
-        hit = None
-        if self.eos is not None:
-            hit = output & (tokens == self.eos)
-            valid = output & (hit.cumsum(-1) - hit.long() == 0)
+        valid, eos_hit = cut_at_eos(output, tokens, self.eos)
         zeros = torch.zeros_like(tv)
         chunk = Chunk(
             tokens,
@@ -323,7 +289,6 @@ class _TreeBatch:
             torch.ones_like(depth),
             drafted,
         )
-        eos_hit = (hit & valid).any(-1) if hit is not None else torch.zeros(B, dtype=torch.bool, device=dev)
         on_path = big.over[1:][:, end].T  # (B, N): node j is on the path to the end node
         return chunk, valid.sum(-1), eos_hit, on_path
 
