@@ -8,12 +8,14 @@ import pytest
 
 from speculab.methods import RRS, Traversal, Tree
 from speculab.methods.tree_shapes import (
+    Cost,
     best_tree,
     ordered_trees,
     rank_acceptance,
     round_accepted,
     sequoia_tree,
     tokens_per_call,
+    tokens_per_cost,
 )
 from speculab.theory import MarkovInstance
 
@@ -83,6 +85,19 @@ def test_the_exact_search_is_the_best_of_every_shape():
     assert tokens_per_call(inst, Traversal(best.tree)) == best.value
 
 
+def test_a_cost_on_drafted_tokens_prefers_smaller_trees():
+    """Under a cost model charging each drafted token, the best shape's value is its tokens per unit cost, and no
+    shape does better; with drafts free it is the tokens-per-call optimum."""
+    inst = MarkovInstance.random(6, 3, 2)
+    free = best_tree(inst, 4, objective="cost", cost=Cost(1.0, 0.0))
+    assert free.value == pytest.approx(best_tree(inst, 4).value, abs=1e-12)
+    dear = best_tree(inst, 4, objective="cost", cost=Cost(1.0, 0.5))
+    assert dear.value == pytest.approx(tokens_per_cost(inst, RRS(dear.tree), Cost(1.0, 0.5)), abs=1e-12)
+    assert all(tokens_per_cost(inst, RRS(t), Cost(1.0, 0.5)) <= dear.value + 1e-12 for t in ordered_trees(4))
+    e = RRS(dear.tree).expected(inst)
+    assert dear.value == pytest.approx(inst.T / (e.oracle_calls + 0.5 * e.draft_calls), abs=1e-12)
+
+
 @pytest.mark.parametrize(
     "call, match",
     [
@@ -92,6 +107,10 @@ def test_the_exact_search_is_the_best_of_every_shape():
         (lambda: ordered_trees(0), "n must be an integer"),
         (lambda: best_tree(MarkovInstance.random(3, 2, 0), 2, objective="speed"), "objective must be one of"),
         (lambda: rank_acceptance("inst.npz", 2), "inst must be a MarkovInstance"),
+        (lambda: best_tree(MarkovInstance.random(3, 2, 0), 2, cost=Cost()), "cost is given with"),
+        (lambda: best_tree(MarkovInstance.random(3, 2, 0), 2, objective="cost"), "cost is given with"),
+        (lambda: best_tree(MarkovInstance.random(3, 2, 0), 2, objective="cost", cost=Cost(0.0, 1.0)), "cost must"),
+        (lambda: best_tree(MarkovInstance.random(3, 2, 0), 2, objective="cost", cost=(1, 0)), "cost must be a Cost"),
         (lambda: rank_acceptance(MarkovInstance.random(3, 2, 0), 2, "sometimes"), "draws must be one of"),
     ],
 )
@@ -110,7 +129,11 @@ def test_tree_gain_reproduction(tmp_path, agrees):
     from speculab.methods.tree_bound import accepted_bound
     from speculab.repro import tree_gain
 
-    res = tree_gain.run(key=1, n_runs=1500, out_dir=tmp_path, search=3)
+    from speculab.backends.pair import default_prompts
+
+    res = tree_gain.run(
+        key=1, n_runs=1500, out_dir=tmp_path, search=3, prompts=default_prompts()[:6], max_new_tokens=12
+    )
     inst = MarkovInstance.load(tmp_path / "tree_gain_instance.npz")
     T = inst.T
     for n, row in res["points"].items():
@@ -132,6 +155,17 @@ def test_tree_gain_reproduction(tmp_path, agrees):
             v = row[draws]
             assert v["RRS"] <= v["traversal"] + 1e-12 and v["traversal"] <= v["bound"] + 1e-9
             assert v["bound"] == pytest.approx(float(inst.rho @ accepted_bound(inst, row["tree"], draws)), abs=1e-9)
+    for n, row in res["measured"].items():  # real models: accepted per round against E[τ | tree], paired
+        for label, v in row.items():
+            gap = v["gap"]
+            agrees(
+                v["accepted_per_round"],
+                v["expected_per_round"],
+                f"tree-gain tiny pair n = {n}: {label}",
+                se=gap["se"],
+                carried_by="tests/test_tree_models.py (law and record checks)",
+            )
+            assert v["tokens_per_call"] >= 1.0
     assert (tmp_path / "tree_gain.png").stat().st_size > 10_000 and "Sequoia" in tree_gain.summary(res)
     rows = claims_of(tree_gain, res)
     first = res["points"]["4"]["traversal iid"]

@@ -20,6 +20,7 @@ Convention: ``p`` = draft, ``q`` = target.
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -38,6 +39,8 @@ __all__ = [
     "Shape",
     "tokens_per_call",
     "round_accepted",
+    "tokens_per_cost",
+    "Cost",
 ]
 
 
@@ -139,18 +142,52 @@ def round_accepted(inst, method: TreeMethod) -> float:
     return float(np.asarray(inst.rho) @ method.round_kernel(inst, 0).accepted())
 
 
-#: What :func:`best_tree` maximises.
-OBJECTIVES = {"horizon": tokens_per_call, "round": round_accepted}
+class Cost(NamedTuple):
+    """A cost model of a run: each target call costs ``target``, each drafted token ``per_draft`` (any unit: times on
+    a given machine, or FLOPs). Sequoia's own model prices the target's call by the tree's size and the draft by
+    its depth; this linear one is what the exact counts give exactly."""
+
+    target: float = 1.0
+    per_draft: float = 0.0
 
 
 @takes_instance
-def best_tree(inst, n: int, verifier: type[TreeMethod] = RRS, draws: str = "iid", objective: str = "horizon") -> Shape:
+def tokens_per_cost(inst, method: TreeMethod, cost: Cost) -> float:
+    """Tokens per unit of ``cost`` over the horizon, exactly: ``T / (c_target E[calls] + c_draft E[drafted])``."""
+    e = method.expected(inst)
+    return inst.T / (cost.target * e.oracle_calls + cost.per_draft * e.draft_calls)
+
+
+#: What :func:`best_tree` maximises.
+OBJECTIVES = ("horizon", "round", "cost")
+
+
+@takes_instance
+def best_tree(
+    inst,
+    n: int,
+    verifier: type[TreeMethod] = RRS,
+    draws: str = "iid",
+    objective: str = "horizon",
+    cost: Cost | None = None,
+) -> Shape:
     """The exact best tree of ``n`` nodes for ``verifier`` on ``inst``: every ordered shape searched, by
     ``objective`` — ``"horizon"``: tokens per target call over the horizon (:func:`tokens_per_call`), ``"round"``:
-    expected accepted drafts of a round from ``ρ`` (:func:`round_accepted`)."""
+    expected accepted drafts of a round from ``ρ`` (:func:`round_accepted`), ``"cost"``: tokens per unit of
+    ``cost`` (:func:`tokens_per_cost`)."""
     if objective not in OBJECTIVES:
-        raise ValueError(f"objective must be one of {sorted(OBJECTIVES)}; got {objective!r}")
-    score = OBJECTIVES[objective]
+        raise ValueError(f"objective must be one of {list(OBJECTIVES)}; got {objective!r}")
+    if (objective == "cost") != (cost is not None):
+        raise ValueError('cost is given with objective="cost", and only then')
+    if cost is not None and not (
+        isinstance(cost, Cost) and all(math.isfinite(c) and c >= 0 for c in cost) and cost.target > 0
+    ):
+        raise ValueError(f"cost must be a Cost with finite costs >= 0 and a target call's > 0; got {cost!r}")
+    score = {
+        "horizon": tokens_per_call,
+        "round": round_accepted,
+        "cost": lambda inst, method: tokens_per_cost(inst, method, cost),
+    }[objective]
     best = None
     for tree in ordered_trees(n):
         value = score(inst, verifier(tree, draws=draws))

@@ -63,7 +63,7 @@ FIGURES = {
     ),
     "tree-gain": (
         "speculab.repro.tree_gain",
-        "Token trees vs chains (Markov): RRS and traversal over 1–64 nodes, Sequoia's shapes vs the best, the bound",
+        "Token trees vs chains: RRS and traversal over 1–64 nodes (Markov, tiny pair), Sequoia vs the best, the bound",
     ),
     "batch-optimality": (
         "speculab.repro.batch_optimality",

@@ -14,7 +14,9 @@ On one Markov instance (``T = 24``, 3 tokens, Dirichlet(0.5) rows):
   (:func:`speculab.methods.tree_bound.accepted_bound`), beside RRS and traversal on the same trees, for
   ``n ≤ 4``.
 
-The tiny pair (real models, tree attention) is not part of it yet.
+* **measured on the offline tiny pair** (held-out prompts, temperature 1, tree attention): tokens per target call
+  of the same chains and trees, and each method's accepted drafts per round against their exact expectation given
+  each drafted block or tree (the round law's ``E[τ | tree]``, paired round by round: z).
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from speculab._validate import TooLarge, as_generator
+from speculab._validate import TooLarge, as_generator, spawn_seeds
+from speculab.counts import Estimate
 from speculab.methods import RRS, SD, BlockVerification, Traversal
 from speculab.methods.tree_bound import accepted_bound
 from speculab.methods.tree_shapes import best_tree, rank_acceptance, round_accepted, sequoia_tree
@@ -70,12 +73,46 @@ def _value(point: dict) -> float:
     return point["exact"] if "exact" in point else point["simulated"]["mean"]
 
 
-def run(key=0, n_runs: int = 4_000, out_dir: str | Path = "results", progress: bool = False, search: int = 6) -> dict:
+def _measured(pair, prompts: list[str], methods: dict, key, max_new_tokens: int) -> dict:
+    """Tokens per target call on the real pair, and accepted drafts per round against ``E[τ | block or tree]``
+    (paired differences over rounds: their mean and standard error, and z)."""
+    from speculab.backends import decode
+
+    out = {}
+    for (label, method), seed in zip(methods.items(), spawn_seeds(key, len(methods))):
+        res = decode(pair, prompts, method, max_new_tokens=max_new_tokens, key=seed)
+        accepted = np.concatenate([r.accepted for r in res.rounds]).astype(float)
+        expected = np.concatenate([r.expected_accepted for r in res.rounds])
+        diff = Estimate.of(accepted - expected)
+        out[label] = {
+            "tokens_per_call": float(res.counts.tokens.sum() / res.counts.oracle_calls.sum()),
+            "accepted_per_round": float(accepted.mean()),
+            "expected_per_round": float(expected.mean()),
+            "gap": {"mean": diff.mean, "se": diff.se, "rounds": diff.n, "z": diff.mean / diff.se if diff.se else 0.0},
+        }
+    return out
+
+
+def run(
+    key=0,
+    n_runs: int = 4_000,
+    out_dir: str | Path = "results",
+    progress: bool = False,
+    search: int = 6,
+    draft: str | None = None,
+    target: str | None = None,
+    max_new_tokens: int = 32,
+    prompts: list[str] | None = None,
+) -> dict:
     """Every comparison of the module docstring, Sequoia's shapes held to the best for ``n = 1..search``
-    (Catalan(6) = 132 shapes at 6); writes ``tree_gain.{png,json}`` and the instance."""
+    (Catalan(6) = 132 shapes at 6); the real pair (``"tiny"`` unless ``draft``/``target`` name one) decodes each
+    prompt once per method; writes ``tree_gain.{png,json}`` and the instance."""
     from speculab._validate import as_positive_int
+    from speculab.backends import load_pair
+    from speculab.backends.pair import default_prompts
 
     search = as_positive_int(search, "search", maximum=8)
+    max_new_tokens = as_positive_int(max_new_tokens, "max_new_tokens")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rng = as_generator(key)
@@ -91,6 +128,14 @@ def run(key=0, n_runs: int = 4_000, out_dir: str | Path = "results", progress: b
             tree = shapes[draws][n]
             row[label] = {"tree": str(tree), **_point(inst, verifier(tree, draws=draws), n_runs, rng, progress, False)}
         points[str(n)] = row
+    pair = load_pair("tiny") if draft is None else load_pair(draft, target)
+    runs = list(prompts or default_prompts())
+    measured = {}
+    for i, n in enumerate(SIZES):
+        methods = {"SD chain": SD(K=n), "block chain": BlockVerification(n)}
+        for label, (verifier, draws) in TREES.items():
+            methods[label] = verifier(shapes[draws][n], draws=draws)
+        measured[str(n)] = _measured(pair, runs, methods, spawn_seeds(key, len(SIZES))[i], max_new_tokens)
     sequoia = {}
     for n in range(1, search + 1):
         row = {}
@@ -119,7 +164,7 @@ def run(key=0, n_runs: int = 4_000, out_dir: str | Path = "results", progress: b
                 "traversal": round_accepted(inst, Traversal(tree, draws=draws)),
             }
         bound[str(n)] = row
-    _figure(points, sequoia, out, key)
+    _figure(points, measured, sequoia, out, key, pair.name)
     inst.save(out / "tree_gain_instance.npz")
     result = {
         "figure": "Token trees vs chains: RRS and traversal verification (SPEC TR)",
@@ -128,6 +173,10 @@ def run(key=0, n_runs: int = 4_000, out_dir: str | Path = "results", progress: b
         "n_runs": n_runs,
         "sizes": list(SIZES),
         "points": points,
+        "pair": pair.name,
+        "real_runs": len(runs),
+        "max_new_tokens": max_new_tokens,
+        "measured": measured,
         "sequoia": sequoia,
         "bound": bound,
     }
@@ -135,8 +184,8 @@ def run(key=0, n_runs: int = 4_000, out_dir: str | Path = "results", progress: b
     return result
 
 
-def _figure(points: dict, sequoia: dict, out: Path, key) -> None:
-    fig, (ax, ax2) = new_figure(ncols=2)
+def _figure(points: dict, measured: dict, sequoia: dict, out: Path, key, pair: str) -> None:
+    fig, (ax, ax3, ax2) = new_figure(ncols=3)
     sizes = np.array([int(n) for n in points])
     styles = {
         "SD chain": ("tab:red", "o--"),
@@ -148,10 +197,12 @@ def _figure(points: dict, sequoia: dict, out: Path, key) -> None:
     }
     for label, (color, style) in styles.items():
         ax.plot(sizes, [_value(points[str(n)][label]) for n in sizes], style, color=color, label=label, ms=4)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("drafted tokens per round (chain length or tree nodes)")
-    ax.set_ylabel("tokens per target call")
-    ax.set_title(f"Markov T={T}, {V} tokens (key {describe_key(key)}); Sequoia's shapes")
+        ax3.plot(sizes, [measured[str(n)][label]["tokens_per_call"] for n in sizes], style, color=color, ms=4)
+    for a, title in ((ax, f"Markov T={T}, {V} tokens (key {describe_key(key)})"), (ax3, f"{pair} pair, measured")):
+        a.set_xscale("log", base=2)
+        a.set_xlabel("drafted tokens per round (chain length or tree nodes)")
+        a.set_ylabel("tokens per target call")
+        a.set_title(title)
     ax.legend(fontsize=7)
     ns = np.array([int(n) for n in sequoia])
     for label in TREES:
@@ -159,7 +210,7 @@ def _figure(points: dict, sequoia: dict, out: Path, key) -> None:
         ax2.plot(ns, [sequoia[str(n)][label]["best"] for n in ns], "o-", color=color, label=f"{label}: best shape")
         ax2.plot(ns, [sequoia[str(n)][label]["sequoia"] for n in ns], "x--", color=color, ms=8, label="Sequoia's")
     ax2.set_xlabel("tree nodes n")
-    ax2.set_ylabel("tokens per target call (exact)")
+    ax2.set_ylabel("tokens per target call (exact, Markov)")
     ax2.set_title("Sequoia's shape vs the exact best of every shape")
     ax2.legend(fontsize=6, ncol=2)
     save_figure(fig, out / "tree_gain.png", dpi=130)
@@ -176,6 +227,9 @@ def summary(result: dict) -> str:
         for point in row.values():
             cells.append(f"{point['exact']:18.4f}" if "exact" in point else f"{pm(**_ms(point), digits=3):>18}")
         lines.append(f"  {n:<4} " + "  ".join(cells))
+    lines.append(f"  the {result['pair']} pair, measured tokens per target call ({result['real_runs']} runs):")
+    for n, row in result["measured"].items():
+        lines.append(f"  {n:<4} " + "  ".join(f"{v['tokens_per_call']:18.4f}" for v in row.values()))
     lines.append("  Sequoia's shape / the exact best (tokens per target call):")
     for n, row in result["sequoia"].items():
         lines.append(f"  n = {n}: " + "; ".join(f"{k} {v['sequoia']:.4f} / {v['best']:.4f}" for k, v in row.items()))
@@ -210,6 +264,17 @@ def claims(result: dict) -> list[dict]:
                     paper=PAPER["gain"] if label.startswith(("RRS", "traversal")) else None,
                     theory=theory,
                     simulation=simulation,
+                )
+            )
+    for n, row in result["measured"].items():
+        for label, v in row.items():
+            gap = v["gap"]
+            rows.append(
+                claim(
+                    f"n = {n}, {result['pair']} pair, {label}: tokens per target call; accepted − E[τ | tree]",
+                    paper=PAPER["gain"] if label.startswith(("RRS", "traversal")) else None,
+                    measured=f"{v['tokens_per_call']:.3f}; {pm(gap['mean'], gap['se'])} (z = {signed(gap['z'])}, "
+                    f"{gap['rounds']:,} rounds)",
                 )
             )
     for n, row in result["sequoia"].items():
