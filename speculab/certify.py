@@ -40,6 +40,7 @@ from speculab import kernels
 from speculab._budget import limit, refuse
 from speculab._validate import as_generator, as_pair, as_positive_int
 from speculab.methods.capabilities import PositionLaw, TreeDrafting, has
+from speculab.methods.tree import check_enumeration, drafted_trees
 from speculab.validate import POWER, detectable_tv, g_test, least_power
 
 __all__ = ["Certificate", "SamplerCheck", "certify", "check_sampler", "nasty_pairs", "stream_law"]
@@ -93,9 +94,13 @@ def _laws_pair(p, q) -> tuple[np.ndarray, np.ndarray]:
 def round_outputs(verifier, p, q, L: int, M: int = 1) -> list[np.ndarray]:
     """``[R_1, …, R_{L+1}]``: ``R_k[a, o]`` is the probability that one round started after token ``a`` outputs
     exactly the tokens ``o`` (``k`` of them: ``k − 1`` accepted drafts, then a correction or the bonus), shape
-    ``(A,) + (V,) * k`` — ``A = 1`` for a context-free pair (single laws), ``A = V`` for transition matrices."""
+    ``(A,) + (V,) * k`` — ``A = 1`` for a context-free pair (single laws), ``A = V`` for transition matrices. A tree
+    method (:class:`~speculab.methods.capabilities.TreeDrafting`) drafts its tree cut to ``L`` levels
+    (:func:`tree_round_outputs`)."""
     p, q = _laws_pair(p, q)
     L, M = as_positive_int(L, "L"), as_positive_int(M, "M")
+    if has(verifier, TreeDrafting):
+        return tree_round_outputs(verifier, p, q, L)
     V = p.shape[-1]
     P, Q = (p, q) if p.ndim == 2 else (p[None], q[None])
     A = P.shape[0]
@@ -140,6 +145,42 @@ def round_outputs(verifier, p, q, L: int, M: int = 1) -> list[np.ndarray]:
         flat = np.zeros((A * V**tau, V))
         np.add.at(flat, lead.ravel(), (w[..., None] * token[:, :, tau]).reshape(-1, V))
         R.append(flat.reshape((A,) + (V,) * (tau + 1)))
+    return R
+
+
+def tree_round_outputs(method, p, q, L: int) -> list[np.ndarray]:
+    """:func:`round_outputs` of a tree method: every tree it drafts (its tree cut to ``L`` levels, children i.i.d. or
+    distinct from ``p`` at each node's token) through its round law in the node layout, each end node's path and the
+    token after it (a correction, or the bonus at a leaf) adding to ``R_{depth + 1}``."""
+    V = p.shape[-1]
+    P, Q = (p, q) if p.ndim == 2 else (np.broadcast_to(p, (V, V)), np.broadcast_to(q, (V, V)))
+    A = V if p.ndim == 2 else 1
+    tree = method.tree.truncated(L)
+    H = tree.height
+    check_enumeration(tree, V, "the exact output law of a tree round")
+    x, weight, start = drafted_trees(np.broadcast_to(P, (H + 1, V, V)), 0, tree, method.draws)
+    keep = start < A  # a context-free pair: the drafts after token 0 stand for every start
+    x, weight, start = x[keep], weight[keep], start[keep]
+    token_at = np.where(x >= 0, x, 0)  # the node's token (the root's: the start); an absent node's law is unread
+    law = method.round_law(P[token_at], Q[token_at], x, bonus=True)
+    end, correction = np.asarray(law.end, dtype=float), np.asarray(law.correction, dtype=float)
+    name = f"{type(method).__name__}.round_law"
+    if not (np.all(end >= 0) and np.abs(end.sum(axis=-1) - 1).max() <= 1e-9):
+        raise ValueError(f"{name} gave end probabilities that are not a law (negative, NaN, or not summing to 1)")
+    mass = correction.sum(axis=-1, keepdims=True)
+    if np.any((end > 0) & (mass[..., 0] <= 0)) or not np.all(np.isfinite(correction) & (correction >= 0)):
+        raise ValueError(f"{name} gave an end without a token to output, or weights negative, infinite or NaN")
+    token = np.divide(correction, mass, out=np.zeros_like(correction), where=mass > 0)
+    R = [np.zeros((A,) + (V,) * (d + 1)) for d in range(H + 1)]
+    for j in range(tree.size + 1):
+        path, v = [], j
+        while v:
+            path.append(np.maximum(x[:, v], 0))  # an absent node ends nothing (its end probability is 0)
+            v = tree.parents[v - 1]
+        d = len(path)
+        lead = start * V**d + (np.ravel_multi_index(tuple(reversed(path)), (V,) * d) if d else 0)
+        flat = R[d].reshape(A * V**d, V)
+        np.add.at(flat, lead, (weight * end[:, j])[:, None] * token[:, j])
     return R
 
 
@@ -316,11 +357,6 @@ def certify(
     if not (isinstance(tolerance, (int, float)) and 0 <= tolerance < 1):
         raise ValueError(f"tolerance must be a number in [0, 1); got {tolerance!r}")
     is_method = hasattr(verifier, "round_law") and hasattr(verifier, "draft_length")
-    if is_method and has(verifier, TreeDrafting):
-        raise ValueError(
-            f"verifier {type(verifier).__name__} verifies a token tree (its round law reads the tree's nodes): certify "
-            "checks round laws of rows of drafts only"
-        )
     if is_method and has(verifier, PositionLaw):
         raise ValueError(
             f"verifier {type(verifier).__name__} decides slot by slot from its verifier's verdicts (a position law), "

@@ -218,15 +218,13 @@ def _add_method_args(
     """``--method NAME`` (from the registry) and every registered method's parameters as options."""
     from speculab.methods import get, names
     from speculab.methods.base import option
-    from speculab.methods.capabilities import PositionLaw, TreeDrafting, has
+    from speculab.methods.capabilities import PositionLaw, has
 
     choices = names(real_models=True if real_models else None, cli=True)
     if drafting:  # compare: methods that draft (autoregressive decoding is its reference)
         choices = [n for n in choices if get(n).drafting]
-    if round_laws:  # certify: methods that draft and decide from a round law of rows (no position law, no tree)
-        choices = [
-            n for n in choices if get(n).drafting and not has(get(n), PositionLaw) and not has(get(n), TreeDrafting)
-        ]
+    if round_laws:  # certify: methods that draft and decide from a round law (not SPRINTER's position law)
+        choices = [n for n in choices if get(n).drafting and not has(get(n), PositionLaw)]
     g = p.add_argument_group("method (`speculab methods` lists them with their options)")
     g.add_argument("--method", choices=choices, default="sd", help="decoding method (default sd)")
     for fname, (f, users) in _method_options(choices).items():

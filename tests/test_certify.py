@@ -21,12 +21,17 @@ from speculab.methods import (
     Biased,
     BlockVerification,
     Fuzzy,
+    RRS,
     OptimalMultiDraft,
     RejectionDecoding,
     SpecDecPP,
     Sprinter,
+    Traversal,
 )
 from speculab.methods.chain import Rule, chain_round_law
+from speculab.methods.rrs import rrs_round_law
+from speculab.methods.traversal import traversal_round_law
+from speculab.methods.tree import TreeLaw
 from speculab.theory import (
     MarkovInstance,
     optimal_loss,
@@ -374,3 +379,105 @@ def test_the_divergences_are_tv_and_kl_in_the_streams_direction():
     tv, kl = _divergences(law, q)
     assert abs(forward - reverse) > 1e-3 and kl == pytest.approx(forward, rel=1e-12)
     assert tv == pytest.approx(_tv(law, q), rel=1e-12)
+
+
+# -- token trees: exact certificates of tree verifiers, and the bugs tree code ships -------------------------------
+TREES = [
+    RRS((2, 1)),
+    RRS((2, 1), draws="distinct"),
+    Traversal("parents=0,0,1"),
+    Traversal((2, 1), draws="distinct"),
+]
+
+
+@pytest.mark.parametrize("method", TREES, ids=repr)
+def test_tree_verifiers_are_certified_to_float_precision(method):
+    """Every drafted tree through the round law in the node layout, on the battery and the search."""
+    cert = certify(method, V=3, remaining=3)
+    assert cert.lossless and cert.tv <= 1e-14 and abs(cert.kl) <= 1e-13 and cert.L == 2, cert
+
+
+def _eagle_law(tree, p, q, x, *, bonus):
+    """EAGLE #183's question, written as a verifier: the tree code takes every drafted token's draft probability
+    to be 1 (as for top-k drafts) — accept a child with probability ``r(x)``, on refusal remove ``x`` from ``r`` and
+    renormalise — while the children were sampled from ``p``. Lossless whatever ``p`` (a test below): it accepts a
+    child with probability ``Σ p·r`` where RRS accepts ``Σ min(p, r)``."""
+    n = x.shape[0]
+    N1, V = tree.size + 1, p.shape[-1]
+    reach, end, corr = np.zeros((n, N1)), np.zeros((n, N1)), np.zeros((n, N1, V))
+    reach[:, 0] = 1.0
+    rows = np.arange(n)
+    for u in range(N1):
+        if not tree.children[u]:
+            end[:, u], corr[:, u] = reach[:, u], q[:, u] if (bonus or tree.depth[u] < tree.height) else 0.0
+            continue
+        r, stay = q[:, u].copy(), np.ones(n)
+        for c in tree.children[u]:
+            a = r[rows, x[:, c]]
+            reach[:, c] = reach[:, u] * stay * a
+            stay = stay * (1 - a)
+            r[rows, x[:, c]] = 0.0
+            r = r / np.where(r.sum(-1, keepdims=True) > 0, r.sum(-1, keepdims=True), 1.0)
+        end[:, u], corr[:, u] = reach[:, u] * stay, r
+    return TreeLaw(end, corr)
+
+
+class _EagleP1(RRS):
+    def round_law(self, p, q, x, *, bonus):
+        return _eagle_law(self.layout_tree(x), p, q, x, bonus=bonus)
+
+
+class _RRSIidResidualOnDistinctDrafts(RRS):
+    """Children drafted without replacement, verified as if i.i.d. (the residual against ``p`` itself)."""
+
+    def round_law(self, p, q, x, *, bonus):
+        return rrs_round_law(self.layout_tree(x), p, q, x, bonus=bonus, draws="iid")
+
+
+class _TraversalWithoutTheDraftUpdate(Traversal):
+    """Traversal verification on distinct drafts that never removes a rejected child's token from the parent's
+    draft law."""
+
+    def round_law(self, p, q, x, *, bonus):
+        return traversal_round_law(self.layout_tree(x), p, q, x, bonus=bonus, draws="iid")
+
+
+class _BonusFromTheParent(RRS):
+    """An off-by-one in tree code: the bonus after an accepted leaf drawn from the target's law at its parent."""
+
+    def round_law(self, p, q, x, *, bonus):
+        tree = self.layout_tree(x)
+        law = super().round_law(p, q, x, bonus=bonus)
+        corr = np.array(law.correction)
+        for j in tree.leaves:
+            corr[:, j] = np.where(corr[:, j].sum(-1, keepdims=True) > 0, q[:, tree.parents[j - 1]], 0.0)
+        return law._replace(correction=corr)
+
+
+TREE_BUGS = {
+    "i.i.d. residuals on distinct drafts": _RRSIidResidualOnDistinctDrafts((2, 1), draws="distinct"),
+    "traversal without the parent's draft update": _TraversalWithoutTheDraftUpdate((2, 1), draws="distinct"),
+    "a leaf's bonus from its parent's law": _BonusFromTheParent((2, 1)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TREE_BUGS))
+def test_each_planted_tree_bug_is_found_with_its_counterexample(name):
+    cert = certify(TREE_BUGS[name], V=3, remaining=3)
+    assert not cert.lossless and cert.tv > 1e-3 and cert.case, (name, cert)
+    assert np.isclose(cert.p.sum(axis=-1), 1).all() and np.isclose(cert.q.sum(axis=-1), 1).all()
+
+
+def test_the_eagle_rule_is_lossless_and_accepts_less_than_rrs():
+    """EAGLE #183 asks whether tree code may set a sampled draft token's probability to 1 (accept ``x`` with
+    ``r(x)``, then drop ``x`` from the residual); the issue was left open. Settled here exactly: the output law is the
+    target's for every pair of the battery and the search (one node: ``P(y) = p(y) q(y) + Σ_{x≠y} p(x) (1 − q(x))
+    q(y) / (1 − q(x)) = q(y)``), but it accepts fewer drafts than RRS on the same tree (``Σ p·q ≤ Σ min(p, q)``):
+    lossless, slower — the rule mlx-lm #1709 describes as accepting with ``Σ p·q``."""
+    from speculab.theory import MarkovInstance
+
+    cert = certify(_EagleP1((2, 1)), V=3, remaining=3)
+    assert cert.lossless and cert.tv <= 1e-14, cert
+    inst = MarkovInstance.random(4, 3, 0)
+    eagle, rrs = _EagleP1((2, 1)).round_kernel(inst, 0).accepted(), RRS((2, 1)).round_kernel(inst, 0).accepted()
+    assert np.all(eagle < rrs - 1e-3), (eagle, rrs)

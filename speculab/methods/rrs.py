@@ -58,7 +58,8 @@ def rrs_round_law(tree: Tree, p, q, x, *, bonus: bool, draws: str) -> TreeLaw:
             a = xp.where(present, kernels.sd_acceptance(kernels.gather(base, token), kernels.gather(r, token)), 0.0)
             reach[c] = reach[u] * stay * a
             stay = stay * (1.0 - a)
-            r = xp.where(present[..., None], kernels.residual(r, base), r)
+            # no excess left: r = p up to round-off, so the child was accepted but for round-off; keep r there
+            r = xp.where(present[..., None], kernels.normalize(kernels.excess(r, base), r), r)
             if draws == "distinct":
                 vocab = xp.arange(base.shape[-1], device=device(base))
                 removed = xp.where(vocab == token[..., None], 0.0, base)
@@ -202,6 +203,10 @@ class RRS(TreeMethod):
     exact_by: ClassVar[str] = "a recursion over the tree's nodes"
 
     def round_kernel(self, inst, s: int) -> TreeKernel:
+        """By the recursion (:func:`rrs_kernel`), which evaluates RRS's own law at each node; a subclass with a
+        round law of its own gets the enumeration of whole trees through it."""
+        if type(self).round_law is not RRS.round_law:
+            return super().round_kernel(inst, s)
         return rrs_kernel(inst, self, s)
 
     def round_law(self, p, q, x, *, bonus: bool) -> TreeLaw:

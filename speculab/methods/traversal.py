@@ -80,7 +80,7 @@ def traversal_round_law(tree: Tree, p, q, x, *, bonus: bool, draws: str) -> Tree
         excess = kernels.excess(rate[v][..., None] * q_now[v], p_now[v])
         S = xp.sum(excess, axis=-1)
         den = S + (1.0 - rate[v])
-        q_new = kernels.normalize(excess, xp.zeros_like(excess))
+        q_new = kernels.normalize(excess, q_now[v])  # no excess: refused only by round-off; q_v kept there
         a_new = xp.where(den > 0, S / xp.where(den > 0, den, 1.0), 0.0)
         q_now[v] = xp.where(present[..., None], q_new, q_now[v])
         rate[v] = xp.where(present, a_new, rate[v])

@@ -326,13 +326,14 @@ def leaf_weights(q, tree: Tree, j: int, bonus: bool):
 
 
 # -- exact counts ----------------------------------------------------------------------------------------------------
-def drafted_trees(inst, s: int, tree: Tree, draws: str):
-    """Every tree drafted from every context at position index ``s``: ``(x, weight, origin)``.
+def drafted_trees(draft, s: int, tree: Tree, draws: str):
+    """Every tree drafted from every context at position index ``s`` of the draft's kernels ``draft`` ``(T, V, V)``
+    (a node of depth ``d`` is drafted from ``draft[s + d]`` at its parent's token): ``(x, weight, origin)``.
 
     ``x`` ``(n, N + 1)`` the nodes' tokens (``x[:, 0]`` the context's token ``a``), ``weight`` ``(n,)`` the
     probability of drafting that tree from ``a``, ``origin`` ``(n,)`` = ``a``.
     """
-    V, N = inst.V, tree.size
+    V, N = draft.shape[-1], tree.size
     x = np.full((V, N + 1), -1, dtype=np.int64)
     x[:, 0] = np.arange(V)
     w = np.ones(V)
@@ -340,7 +341,7 @@ def drafted_trees(inst, s: int, tree: Tree, draws: str):
         u = tree.parents[j - 1]
         parent_token = x[:, u]
         present = parent_token >= 0
-        law = np.where(present[:, None], inst.P[s + tree.depth[u], np.maximum(parent_token, 0)], 0.0)  # (n, V)
+        law = np.where(present[:, None], draft[s + tree.depth[u], np.maximum(parent_token, 0)], 0.0)  # (n, V)
         if draws == "distinct":
             for sib in tree.children[u]:
                 if sib == j:
@@ -395,7 +396,7 @@ def tree_kernel(inst, method: TreeMethod, s: int) -> TreeKernel:
     tree = method.round_tree(T - s)
     L = tree.height
     check_enumeration(tree, V, "exact tree counts", " (the simulator has no such limit)")
-    x, w, origin = drafted_trees(inst, s, tree, method.draws)
+    x, w, origin = drafted_trees(inst.P, s, tree, method.draws)
     n = len(x)
     p = np.empty((n, tree.size + 1, V))
     q = np.empty((n, tree.size + 1, V))

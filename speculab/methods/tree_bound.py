@@ -75,7 +75,7 @@ def accepted_bound(inst, tree, draws: str = "iid", s: int = 0) -> np.ndarray:
     s = as_positive_int(s, "s", minimum=0, maximum=T - 1)
     tree = tree.truncated(T - s)
     check_enumeration(tree, V, "the tree bound")
-    x, w, origin = drafted_trees(inst, s, tree, draws)
+    x, w, origin = drafted_trees(inst.P, s, tree, draws)
     out = np.zeros(inst.V)
     for a in range(V):
         out[a] = _solve(inst, s, a, tree, x[origin == a], w[origin == a])

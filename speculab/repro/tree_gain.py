@@ -74,8 +74,9 @@ def _value(point: dict) -> float:
 
 
 def _measured(pair, prompts: list[str], methods: dict, key, max_new_tokens: int) -> dict:
-    """Tokens per target call on the real pair, and accepted drafts per round against ``E[τ | block or tree]``
-    (paired differences over rounds: their mean and standard error, and z)."""
+    """Tokens per target call on the real pair (the ratio of sums; target calls per token run by run, with their
+    standard error), and accepted drafts per round against ``E[τ | block or tree]`` (paired differences over rounds:
+    their mean and standard error, and z)."""
     from speculab.backends import decode
 
     out = {}
@@ -84,8 +85,10 @@ def _measured(pair, prompts: list[str], methods: dict, key, max_new_tokens: int)
         accepted = np.concatenate([r.accepted for r in res.rounds]).astype(float)
         expected = np.concatenate([r.expected_accepted for r in res.rounds])
         diff = Estimate.of(accepted - expected)
+        per_run = Estimate.of(res.counts.oracle_calls / np.maximum(res.counts.tokens, 1))
         out[label] = {
             "tokens_per_call": float(res.counts.tokens.sum() / res.counts.oracle_calls.sum()),
+            "calls_per_token": {"mean": per_run.mean, "se": per_run.se},
             "accepted_per_round": float(accepted.mean()),
             "expected_per_round": float(expected.mean()),
             "gap": {"mean": diff.mean, "se": diff.se, "rounds": diff.n, "z": diff.mean / diff.se if diff.se else 0.0},
@@ -273,7 +276,9 @@ def claims(result: dict) -> list[dict]:
                 claim(
                     f"n = {n}, {result['pair']} pair, {label}: tokens per target call; accepted − E[τ | tree]",
                     paper=PAPER["gain"] if label.startswith(("RRS", "traversal")) else None,
-                    measured=f"{v['tokens_per_call']:.3f}; {pm(gap['mean'], gap['se'])} (z = {signed(gap['z'])}, "
+                    measured=f"{v['tokens_per_call']:.3f} (calls per token "
+                    f"{pm(v['calls_per_token']['mean'], v['calls_per_token']['se'])}); "
+                    f"{pm(gap['mean'], gap['se'])} (z = {signed(gap['z'])}, "
                     f"{gap['rounds']:,} rounds)",
                 )
             )
