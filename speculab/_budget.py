@@ -79,7 +79,15 @@ def refuse(what: str, work: float, base: float, unit: str, name: str, advice: st
     to get below it."""
     scale = _SCALE.get()
     budget = f"{base * scale:,.0f} {unit} ({name}" + (")" if scale == 1 else f", times {scale:g})")
-    return TooLarge(f"{what} would take {work:,.0f} {unit}, over the budget of {budget}: {advice}, {RAISE}")
+    return TooLarge(f"{what} would take {_amount(work)} {unit}, over the budget of {budget}: {advice}, {RAISE}")
+
+
+def _amount(work) -> str:
+    """``work`` with thousands separators, or as a power of ten when it is an integer past float's range."""
+    try:
+        return f"{work:,.0f}"
+    except OverflowError:
+        return f"about 1e{len(str(int(work))) - 1}"
 
 
 def budgeted(

@@ -104,7 +104,7 @@ def round_outputs(verifier, p, q, L: int, M: int = 1) -> list[np.ndarray]:
     V = p.shape[-1]
     P, Q = (p, q) if p.ndim == 2 else (p[None], q[None])
     A = P.shape[0]
-    values = A * float(V) ** (M * L) * M * (L + 1) * V
+    values = A * V ** (M * L) * M * (L + 1) * V
     if values > limit(MAX_VALUES):
         raise refuse(
             f"the exact output law ({A} × {V}^{M * L} drafted blocks, their corrections)",
@@ -190,10 +190,10 @@ def stream_law(verifier, p, q, L: int, n: int | None = None, M: int = 1) -> np.n
     ``(V, V)``, one law per start token, shape ``(V,) + (V,) * n``. Each sums to 1."""
     n = L + 1 if n is None else as_positive_int(n, "n")
     V = np.shape(p)[-1]
-    if np.ndim(p) * float(V) ** n > limit(MAX_VALUES):
+    if np.ndim(p) * V**n > limit(MAX_VALUES):
         raise refuse(
             f"the law of the stream's first {n} tokens ({V}^{n} of them)",
-            float(V) ** n,
+            V**n,
             MAX_VALUES,
             "values",
             "MAX_VALUES",

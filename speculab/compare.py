@@ -36,7 +36,7 @@ import numpy as np
 from speculab._validate import as_positive_int, spawn_seeds
 from speculab.counts import Counts, Estimate, Expected
 from speculab.methods import SD, Autoregressive, Method
-from speculab.methods.capabilities import RoundProbing, has
+from speculab.methods.capabilities import RoundProbing, TreeDrafting, has
 from speculab.rows import Comparison, Row, paired_accepted, paired_rejections
 
 __all__ = ["Row", "Comparison", "Context", "compare", "side_by_side", "paired_rejections", "paired_accepted"]
@@ -156,6 +156,11 @@ def compare(
     runs_per_prompt = as_positive_int(runs_per_prompt, "runs_per_prompt")
     sampling = sampling or Sampling()
     prompts = default_prompts() if prompts is None else prompt_list(prompts)
+    if speed and has(method, TreeDrafting):
+        raise ValueError(
+            f"speed=True (--speed) prices rounds of chains (one draft call per drafted token); {type(method).__name__} "
+            "drafts a tree level by level with tree attention, which the latency model does not price"
+        )
     if speed:
         from speculab.backends.latency import SPEED_PROMPTS
 

@@ -152,3 +152,36 @@ def test_a_pair_without_tree_attention_is_refused(pair):
     with pytest.raises(ValueError, match="needs Hugging Face draft and target models"):
         decode(ngram, PROMPTS, RRS((2,)), max_new_tokens=4, key=0)
     assert Z_BOUND == 5.0
+
+
+def test_a_model_that_flattens_the_tree_mask_is_refused(pair, monkeypatch):
+    """Older transformers flatten a 4-D attention mask: a probe of two tokens that may not see each other tells, and
+    the pair is refused naming transformers rather than decoded with the wrong attention."""
+    from types import SimpleNamespace
+
+    import speculab.backends.tree_decode as td
+
+    class Flattening(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        @property
+        def dtype(self):
+            return self.inner.dtype
+
+        def forward(self, input_ids, attention_mask=None, position_ids=None, **kwargs):
+            return self.inner(input_ids=input_ids, position_ids=position_ids)  # the tree mask dropped: causal
+
+    wrapped = SimpleNamespace(model=Flattening(pair.target.model), device=pair.device)
+    assert td._takes_tree_masks(pair.target) and not td._takes_tree_masks(wrapped)
+    monkeypatch.setattr(td, "_takes_tree_masks", lambda adapter: False)
+    with pytest.raises(ValueError, match="needs a model that reads a 4-D attention mask.*upgrade transformers"):
+        decode(pair, PROMPTS, RRS((2,)), max_new_tokens=4, key=0)
+
+
+def test_compare_refuses_to_price_tree_rounds_with_the_chain_latency_model(pair):
+    from speculab.compare import compare
+
+    with pytest.raises(ValueError, match="does not price"):
+        compare(pair, RRS((2,)), runs_per_prompt=1, max_new_tokens=4, key=0, speed=True)

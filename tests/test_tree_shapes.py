@@ -6,7 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from speculab.methods import RRS, Traversal, Tree
+from speculab import work_budget
+from speculab._validate import TooLarge
+from speculab.methods import RRS, SD, Traversal, Tree
 from speculab.methods.tree_shapes import (
     Cost,
     best_tree,
@@ -39,6 +41,13 @@ def test_ordered_trees_are_every_shape_once(n):
     trees = ordered_trees(n)
     assert len(trees) == math.comb(2 * n, n) // (n + 1)  # Catalan(n)
     assert len(set(trees)) == len(trees) and all(t.size == n for t in trees)
+
+
+def test_listing_every_shape_is_refused_past_its_budget():
+    with pytest.raises(TooLarge, match="MAX_SHAPES"):
+        ordered_trees(12)  # Catalan(12) = 208,012
+    with work_budget(3):
+        assert len(ordered_trees(10)) == 16_796
 
 
 @pytest.mark.parametrize("n", range(1, 8))
@@ -107,6 +116,9 @@ def test_a_cost_on_drafted_tokens_prefers_smaller_trees():
         (lambda: ordered_trees(0), "n must be an integer"),
         (lambda: best_tree(MarkovInstance.random(3, 2, 0), 2, objective="speed"), "objective must be one of"),
         (lambda: rank_acceptance("inst.npz", 2), "inst must be a MarkovInstance"),
+        (lambda: sequoia_tree("abc", 3), "acceptance must be"),
+        (lambda: best_tree(MarkovInstance.random(3, 2, 0), 2, RRS((2,))), "verifier must be a tree method class"),
+        (lambda: best_tree(MarkovInstance.random(3, 2, 0), 2, SD), "verifier must be a tree method class"),
         (lambda: best_tree(MarkovInstance.random(3, 2, 0), 2, cost=Cost()), "cost is given with"),
         (lambda: best_tree(MarkovInstance.random(3, 2, 0), 2, objective="cost"), "cost is given with"),
         (lambda: best_tree(MarkovInstance.random(3, 2, 0), 2, objective="cost", cost=Cost(0.0, 1.0)), "cost must"),

@@ -90,6 +90,24 @@ def test_bad_trees_are_refused_by_name(bad, match):
         RRS(bad)
 
 
+def test_bad_chain_lengths_and_cuts_are_refused_by_name():
+    for bad in (2.5, 0, True):
+        with pytest.raises(ValueError, match="a chain's length L must be an integer >= 1"):
+            Tree.chain(bad)
+    with pytest.raises(ValueError, match="cut to L >= 1 levels; got L = 0"):
+        Tree.from_widths((2, 1)).truncated(0)
+
+
+def test_a_tree_too_large_to_count_is_refused_not_overflowed():
+    """The work of enumerating a tree of 201 nodes over 50 tokens is past any float (50^202): counted as an integer,
+    it is refused with its order of magnitude, as a smaller excess is."""
+    inst = MarkovInstance.random(4, 50, 0)
+    with pytest.raises(TooLarge, match=r"about 1e3\d\d tree nodes"):
+        Traversal((8, 8, 2)).expected(inst)
+    with pytest.raises(TooLarge, match="MAX_TREES"):
+        RRS((400,)).expected(inst)
+
+
 def test_bad_draws_are_refused():
     with pytest.raises(ValueError, match="draws must be one of"):
         Traversal((2,), draws="sometimes")

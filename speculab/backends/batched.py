@@ -134,17 +134,19 @@ class HFRows:
             **cache_argument(self.model, self.cache),
         )
         with attention_kernels():
-            if self.logits_to_keep:
-                try:
-                    out = self.model(**kwargs, logits_to_keep=keep)
-                except TypeError:  # an older model without logits_to_keep
-                    self.logits_to_keep = False
-                    out = self.model(**kwargs)
-            else:
-                out = self.model(**kwargs)
+            out = self._forward(kwargs, keep)
         self.valid += present.sum(-1)
         logits = out.logits[:, -keep:, : self.V].float()
         return (logits, out.hidden_states[-1][:, -keep:].float()) if hidden else logits
+
+    def _forward(self, kwargs: dict, keep: int):
+        """The model's forward pass, computing only the last ``keep`` columns' logits where it can."""
+        if self.logits_to_keep:
+            try:
+                return self.model(**kwargs, logits_to_keep=keep)
+            except TypeError:  # an older model without logits_to_keep
+                self.logits_to_keep = False
+        return self.model(**kwargs)
 
     @torch.inference_mode()
     def feed_masked(self, ids: torch.Tensor, pos: torch.Tensor, allow: torch.Tensor, valid: torch.Tensor, keep: int):
@@ -171,7 +173,7 @@ class HFRows:
             **cache_argument(self.model, self.cache),
         )
         with attention_kernels():
-            out = self.model(**kwargs, logits_to_keep=keep) if self.logits_to_keep else self.model(**kwargs)
+            out = self._forward(kwargs, keep)
         self.valid += valid.long().sum(-1)
         return out.logits[:, -keep:, : self.V].float()
 

@@ -53,7 +53,9 @@ class RunRecord:
       kind: 0 accepted draft, 1 correction (a rejection), 2 bonus, 3 target sample (AR).
       tv: ``TV(p_n, q_n)`` at the position (NaN where ``p_n`` was not computed).
       reject_prob: conditional probability, given the prefix, that this position is a
-        rejection (SD: ``TV``; batch root: ``Π r_m``; biased: ``Σ(1−b)p``; bonus: 0).
+        rejection (SD: ``TV``; batch root: ``Π r_m``; biased: ``Σ(1−b)p``; bonus: 0). A tree method conditions on
+        the drafted tree too: ``P(the path ends at this position's node | it reached the node, the tree)`` — drawn
+        at the round's start, so the paired sum is a martingale all the same.
       accept_prob: acceptance probability of the draft checked here (NaN if none).
       loss_tv: ``TV(P_A,n, q_n)`` of the algorithm's one-step output law to the target (0 if unbiased).
       loss_kl: ``KL(P_A,n ‖ q_n)`` likewise.
@@ -78,7 +80,7 @@ class RoundRecord:
     Attributes:
       drafted: tokens drafted per row.
       accepted: drafts accepted, as drawn from the round law (before any cut at EOS).
-      expected_accepted: ``E[τ | drafted block]`` under the method's round law.
+      expected_accepted: ``E[τ | drafted block]`` under the method's round law (a tree method: the drafted tree).
       var_accepted: ``Var[τ | drafted block]``.
     """
 
@@ -94,11 +96,12 @@ class RoundInfo:
 
     Attributes:
       run: index of the run (prompt) being decoded.
-      p: ``(M, L, V)`` draft laws at the drafted slots.
-      q: ``(M, L + 1, V)`` target laws there and at the next position.
-      drafts: ``(M, L)`` drafted tokens.
-      law: the method's :class:`~speculab.methods.RoundLaw` (batch axis of size 1).
-      row, accepted: the decision drawn.
+      p: ``(M, L, V)`` draft laws at the drafted slots (a tree method: ``(N + 1, V)``, the law at each node).
+      q: ``(M, L + 1, V)`` target laws there and at the next position (a tree method: ``(N + 1, V)``).
+      drafts: ``(M, L)`` drafted tokens (a tree method: ``(N + 1,)``, the nodes' tokens, ``-1`` absent).
+      law: the method's :class:`~speculab.methods.RoundLaw` (batch axis of size 1; a tree method's
+        :class:`~speculab.methods.tree.TreeLaw`).
+      row, accepted: the decision drawn (a tree method: the end node and its depth).
       predictions: what the method's head gave at the drafted slots (SpecDec++'s predicted acceptances,
         SPRINTER's verdicts), or ``None`` for a method without a head.
     """

@@ -65,6 +65,36 @@ def check_tree_pair(method, pair) -> None:
         kind = getattr(m.model.config, "_attn_implementation", "eager")
         if kind not in ("sdpa", "eager"):
             raise ValueError(f"{name}'s tree attention needs sdpa or eager attention; the {role} uses {kind!r}")
+        if not _takes_tree_masks(m):
+            import transformers
+
+            raise ValueError(
+                f"{name}'s tree attention needs a model that reads a 4-D attention mask; the {role} "
+                f"({type(m.model).__name__}, transformers {transformers.__version__}) does not: upgrade transformers"
+            )
+
+
+_PROBED: dict[int, bool] = {}
+
+
+def _takes_tree_masks(adapter) -> bool:
+    """Whether the model reads a 4-D additive mask as given (older transformers flatten it): two tokens at position
+    0 that may not see each other must each get the logits of a lone token (checked once per model)."""
+    key = id(adapter.model)
+    if key not in _PROBED:
+        model, dev = adapter.model, adapter.device
+        ids = torch.tensor([[1, 2]], device=dev)
+        dtype = model.dtype
+        mask = torch.full((1, 1, 2, 2), torch.finfo(dtype).min, dtype=dtype, device=dev)
+        mask[0, 0].fill_diagonal_(0.0)
+        try:
+            with torch.inference_mode():
+                both = model(input_ids=ids, attention_mask=mask, position_ids=torch.zeros_like(ids)).logits[0, 1]
+                alone = model(input_ids=ids[:, 1:], position_ids=torch.zeros_like(ids[:, 1:])).logits[0, 0]
+            _PROBED[key] = bool(torch.allclose(both.float(), alone.float(), atol=1e-3, rtol=1e-3))
+        except (RuntimeError, ValueError, TypeError):
+            _PROBED[key] = False
+    return _PROBED[key]
 
 
 def decode_trees(
@@ -93,22 +123,13 @@ class _Layout:
         self.tree, self.N1, self.H = tree, N1, H
         self.depth = torch.tensor(tree.depth, device=dev)
         self.inner = torch.tensor([bool(c) for c in tree.children], device=dev)
-        anc = np.zeros((N1, H), dtype=np.int64)  # anc[j, d - 1]: j's ancestor at depth d (0 past its own depth)
-        over = np.eye(N1, dtype=bool)  # over[a, j]: a is j or an ancestor of j
-        for j in range(1, N1):
-            v = j
-            while v:
-                anc[j, tree.depth[v] - 1] = v
-                over[v, j] = True
-                v = tree.parents[v - 1]
-            over[0, j] = True
-        self.anc = torch.from_numpy(anc).to(dev)
-        self.over = torch.from_numpy(over).to(dev)
+        self.anc = torch.from_numpy(tree.ancestors).to(dev)  # (N + 1, H): j's node at each depth 1..H
+        self.over = torch.from_numpy(tree.above).to(dev)  # over[a, j]: a is j or an ancestor of j
         # the draft feeds the nodes of depth 1..H-1, level by level: their order is its columns' order
         self.levels = [[j for j in range(1, N1) if tree.depth[j] == d] for d in range(1, H)]
-        fed = [j for level in self.levels for j in level]
-        self.draft_column = {j: i for i, j in enumerate(fed)}  # node -> column offset in the round's draft region
-        self.fed = torch.tensor(fed, dtype=torch.long, device=dev)
+        # the nodes of the tree cut to L levels, for every L (a row nearer its last token reads only those)
+        self.keep = {L: torch.tensor([j for j in range(N1) if tree.depth[j] <= L], device=dev) for L in range(1, H + 1)}
+        self.fed = torch.tensor([j for level in self.levels for j in level], dtype=torch.long, device=dev)
 
 
 class _TreeBatch(RoundLoop):
@@ -124,6 +145,10 @@ class _TreeBatch(RoundLoop):
         self.keys = key_words(seeds, self.dev)
         self.round_index = 0
         self.remaining = np.full(B, max_new, dtype=np.int64)
+        self.remaining_dev = torch.full((B,), max_new, dtype=torch.long, device=self.dev)
+        # round lengths by tokens to go, tabulated once (the method's draft_length is a Python function)
+        self.table = np.array([0] + [method.draft_length(r) for r in range(1, max_new + 1)], dtype=np.int64)
+        self.table_dev = torch.from_numpy(self.table).to(self.dev)
         self.target, self.draft = HFRows(pair.target, B), HFRows(pair.draft, B)
         self.unseen_t = self.unseen_d = right_aligned(prompts, self.dev)
         self.layouts: dict[Tree, _Layout] = {}
@@ -145,8 +170,8 @@ class _TreeBatch(RoundLoop):
         chunk, produced, eos_hit, path_region = self._output(big, P, Q, x, end, token, mean, var, drafted, ends)
         self.records.add(self.run_ids, chunk)
         self._keep_path(big, x, end, token, path_region)
-        remaining_dev = torch.from_numpy(self.remaining).to(dev) - produced
-        self.finish_round(remaining_dev, eos_hit | (remaining_dev <= 0), nan)
+        self.remaining_dev = self.remaining_dev - produced
+        self.finish_round(self.remaining_dev, eos_hit | (self.remaining_dev <= 0), nan)
 
     # -- the steps of a round ---------------------------------------------------------------------------------
     def _draft(self, big: _Layout, U):
@@ -215,17 +240,14 @@ class _TreeBatch(RoundLoop):
         mean, var = (torch.zeros(B, dtype=P.dtype, device=dev) for _ in range(2))
         drafted = torch.zeros(B, dtype=torch.long, device=dev)
         ends = P.new_zeros((B, big.N1))
-        for L in sorted({self.method.draft_length(int(r)) for r in self.remaining}):
+        lengths = self.table[self.remaining]  # each row's round: its tree cut to L levels, a bonus iff L < remaining
+        for L in np.unique(lengths).tolist():
             for bonus in (True, False):
-                rows_np = np.flatnonzero(
-                    np.array([self.method.draft_length(int(r)) == L for r in self.remaining])
-                    & ((self.remaining > L) == bonus)
-                )
+                rows_np = np.flatnonzero((lengths == L) & ((self.remaining > L) == bonus))
                 if rows_np.size == 0:
                     continue
                 rows = torch.from_numpy(rows_np).to(dev)
-                own = big.tree.truncated(L)
-                keep = torch.tensor([j for j in range(big.N1) if big.tree.depth[j] <= L], device=dev)
+                own, keep = big.tree.truncated(L), big.keep[L]
                 p, q, xs = P[rows][:, keep], Q[rows][:, keep], x[rows][:, keep]
                 law = self.method.round_law(p, q, xs, bonus=bonus)
                 j, y = sample_tree_round(law, U[rows, OUTCOME], U[rows, TOKEN])
@@ -246,7 +268,7 @@ class _TreeBatch(RoundLoop):
         """The round's :class:`~speculab.backends.rounds.Chunk` (positions along the accepted path), tokens output
         per row, whether an EOS was output, and each row's accepted path as a ``(B, N)`` mask over the nodes."""
         B, H, dev = end.size(0), big.H, self.dev
-        own = torch.tensor([self.method.draft_length(int(r)) for r in self.remaining], device=dev)  # each row's L
+        own = self.table_dev[self.remaining_dev]  # each row's L
         depth = big.depth[end]  # (B,)
         path = big.anc[end]  # (B, H): the node at each depth 1..H (0 past the end)
         slot = torch.arange(H + 1, device=dev)[None, :]
@@ -314,6 +336,6 @@ class _TreeBatch(RoundLoop):
             self.target.keep(rows)
             self.draft.keep(rows)
         self.run_ids, self.keys = self.run_ids[rows], self.keys[rows]
-        self.remaining = self.remaining[keep]
+        self.remaining, self.remaining_dev = self.remaining[keep], self.remaining_dev[rows]
         self.unseen_t = tuple(t[rows] for t in self.unseen_t)
         self.unseen_d = tuple(t[rows] for t in self.unseen_d)

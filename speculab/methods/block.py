@@ -138,10 +138,10 @@ def block_kernel(inst, s: int, K: int) -> tuple[np.ndarray, np.ndarray]:
     """
     T, V = inst.T, inst.V
     L = min(K, T - s)
-    if float(V) ** (L + 2) > limit(MAX_PATHS):
+    if V ** (L + 2) > limit(MAX_PATHS):
         raise refuse(
             f"exact block counts (V^(K+2) = {V}^{L + 2} block prefixes)",
-            float(V) ** (L + 2),
+            V ** (L + 2),
             MAX_PATHS,
             "prefixes",
             "MAX_PATHS",

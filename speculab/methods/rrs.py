@@ -33,7 +33,7 @@ from array_api_compat import array_namespace, device
 from speculab import kernels
 from speculab.methods.base import register
 from speculab._budget import limit, refuse
-from speculab.methods.tree import MAX_TREES, Tree, TreeKernel, TreeLaw, TreeMethod, leaf_weights
+from speculab.methods.tree import MAX_TREES, Tree, TreeKernel, TreeLaw, TreeMethod, drafted_trees, leaf_weights
 
 __all__ = ["RRS", "rrs_round_law", "rrs_kernel", "star_acceptance"]
 
@@ -69,23 +69,11 @@ def rrs_round_law(tree: Tree, p, q, x, *, bonus: bool, draws: str) -> TreeLaw:
 
 
 def _child_tuples(p: np.ndarray, k: int, draws: str) -> tuple[np.ndarray, np.ndarray]:
-    """Every tuple of ``k`` children drafted from ``p`` ``(V,)``: tokens ``(n, k)`` (``-1``: absent), probabilities."""
+    """Every tuple of ``k`` children drafted from ``p`` ``(V,)``: tokens ``(n, k)`` (``-1``: absent), probabilities
+    (:func:`~speculab.methods.tree.drafted_trees` on a star, from one context)."""
     V = p.size
-    x, w = np.zeros((1, 0), dtype=np.int64), np.ones(1)
-    for _ in range(k):
-        law = np.broadcast_to(p, (len(x), V)).copy()
-        if draws == "distinct":
-            for earlier in x.T:  # the earlier siblings removed (an absent one removes nothing)
-                law[np.arange(len(x)), np.maximum(earlier, 0)] *= earlier < 0
-            mass = law.sum(axis=1, keepdims=True)
-            law = np.where(mass > 0, law / np.where(mass > 0, mass, 1.0), np.eye(1, V, 0))  # absent: one branch
-            absent = mass[:, 0] <= 0
-        else:
-            absent = np.zeros(len(x), dtype=bool)
-        r, y = np.nonzero(law > 0)
-        x = np.concatenate([x[r], np.where(absent[r], -1, y)[:, None]], axis=1)
-        w = w[r] * law[r, y]
-    return x, w
+    x, w, origin = drafted_trees(np.broadcast_to(p, (1, V, V)), 0, Tree((0,) * k), draws)
+    return x[origin == 0, 1:], w[origin == 0]
 
 
 def star_acceptance(P, Q, k: int, draws: str) -> np.ndarray:
@@ -122,7 +110,7 @@ def rrs_kernel(inst, method: "RRS", s: int) -> TreeKernel:
     T, V = inst.T, inst.V
     tree = method.round_tree(T - s)
     L = tree.height
-    work = sum(float(V) ** (1 + len(c)) * (1 + len(c)) for c in tree.children)
+    work = sum(V ** (1 + len(c)) * (1 + len(c)) for c in tree.children)  # exact integers: no float overflow
     if work > limit(MAX_TREES):
         raise refuse(
             f"exact RRS counts (V^(1+k) children tuples per node, {tree.size + 1} nodes)",

@@ -120,7 +120,9 @@ class Tree:
     @classmethod
     def chain(cls, L: int) -> "Tree":
         """A chain of ``L`` drafts: one child per node."""
-        return cls.from_widths((1,) * L)
+        if isinstance(L, bool) or not isinstance(L, numbers.Integral) or L < 1:
+            raise ValueError(f"a chain's length L must be an integer >= 1; got {L!r}")
+        return cls.from_widths((1,) * int(L))
 
     # -- derived structure ------------------------------------------------------------------------------------
     @property
@@ -149,6 +151,28 @@ class Tree:
             out[u].append(j)
         return tuple(tuple(c) for c in out)
 
+    @cached_property
+    def ancestors(self) -> np.ndarray:
+        """``A[j, d − 1]``: node ``j``'s ancestor at depth ``d`` (``j`` itself at its own depth, 0 below it), shape
+        ``(N + 1, max(height, 1))``."""
+        A = np.zeros((self.size + 1, max(self.height, 1)), dtype=np.int64)
+        for j in range(1, self.size + 1):
+            v = j
+            while v:
+                A[j, self.depth[v] - 1] = v
+                v = self.parents[v - 1]
+        return A
+
+    @cached_property
+    def above(self) -> np.ndarray:
+        """``B[a, j]``: node ``a`` is ``j`` or an ancestor of ``j`` (the root is above every node), ``(N + 1,) * 2``."""
+        B = np.eye(self.size + 1, dtype=bool)
+        rows = self.ancestors
+        for j in range(1, self.size + 1):
+            B[rows[j][rows[j] > 0], j] = True
+            B[0, j] = True
+        return B
+
     @property
     def leaves(self) -> tuple[int, ...]:
         """The nodes without children."""
@@ -167,6 +191,8 @@ class Tree:
 
     def truncated(self, L: int) -> "Tree":
         """The nodes of depth ``≤ L`` (``L ≥ 1``), numbered in the same order."""
+        if isinstance(L, bool) or not isinstance(L, numbers.Integral) or L < 1:
+            raise ValueError(f"a tree is cut to L >= 1 levels; got L = {L!r}")
         if L >= self.height:
             return self
         keep = [j for j in range(1, self.size + 1) if self.depth[j] <= L]
@@ -267,7 +293,7 @@ class TreeMethod(Method):
       draws: ``"iid"`` children drafted with replacement, ``"distinct"`` without.
     """
 
-    tree: Any = param(help="draft tree: children per node at each depth, e.g. 4,2,2,1", type=str)
+    tree: Tree = param(help="draft tree: children per node at each depth, e.g. 4,2,2,1, or parents=0,0,1", type=str)
     draws: str = param("iid", help="children drafted iid (with replacement) or distinct", type=str, choices=DRAWS)
 
     def __post_init__(self):
@@ -376,7 +402,7 @@ class TreeKernel(NamedTuple):
 def check_enumeration(tree: Tree, V: int, what: str, advice: str = "") -> None:
     """Refuse (:class:`~speculab._validate.TooLarge`) enumerating every drafted ``tree`` over ``V`` tokens —
     ``V^(N+1) (N+1)`` tree nodes — past :data:`MAX_TREES`; ``what`` names the computation."""
-    work = float(V) ** (tree.size + 1) * (tree.size + 1)
+    work = V ** (tree.size + 1) * (tree.size + 1)  # an exact integer: no float overflow for large trees
     if work > limit(MAX_TREES):
         raise refuse(
             f"{what} ({V}^{tree.size + 1} drafted trees of {tree.size + 1} nodes)",

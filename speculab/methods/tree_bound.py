@@ -49,17 +49,6 @@ SOLVERS = (
 MAX_COUPLING = 1 << 18
 
 
-def _paths(tokens: np.ndarray, tree: Tree) -> set[tuple[int, ...]]:
-    """Every root path of a drafted tree, as tuples of tokens (absent nodes have none)."""
-    out, path = set(), {0: ()}
-    for j in range(1, tree.size + 1):
-        u = tree.parents[j - 1]
-        if tokens[j] >= 0 and u in path:
-            path[j] = path[u] + (int(tokens[j]),)
-            out.add(path[j])
-    return out
-
-
 @takes_instance
 def accepted_bound(inst, tree, draws: str = "iid", s: int = 0) -> np.ndarray:
     """The most drafts any lossless verifier of ``tree`` accepts in expectation in a round starting at position

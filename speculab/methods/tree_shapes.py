@@ -26,6 +26,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from speculab._budget import limit, refuse
 from speculab._validate import as_positive_int
 from speculab.methods.rrs import RRS, star_acceptance
 from speculab.methods.tree import Tree, TreeMethod
@@ -41,6 +42,7 @@ __all__ = [
     "round_accepted",
     "tokens_per_cost",
     "Cost",
+    "MAX_SHAPES",
 ]
 
 
@@ -54,8 +56,8 @@ class Shape(NamedTuple):
 @takes_instance
 def rank_acceptance(inst, k: int, draws: str = "iid") -> np.ndarray:
     """Sequoia's positional acceptance ``a_1..a_k`` on ``inst``: the probability that a node's ``i``-th of ``k``
-    children is the one RRS accepts, averaged over the positions and contexts of the target's own runs (the round
-    starts of the target chain, weighted by its marginals ``μ_t``)."""
+    children is the one RRS accepts, averaged over every position ``t`` and context, each context weighted by the
+    target chain's marginal ``μ_t`` there."""
     k = as_positive_int(k, "k")
     star = RRS((k,), draws=draws)  # checks draws
     T = inst.T
@@ -69,7 +71,12 @@ def rank_acceptance(inst, k: int, draws: str = "iid") -> np.ndarray:
 def sequoia_tree(acceptance, n: int) -> Shape:
     """The tree of at most ``n`` nodes with the largest ``F`` under the positional model ``acceptance`` (module
     docstring), and that ``F``: the expected accepted drafts per round the model predicts."""
-    a = np.asarray(acceptance, dtype=float)
+    try:
+        a = np.asarray(acceptance, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"acceptance must be probabilities a_1..a_k summing to at most 1; got {acceptance!r}"
+        ) from None
     if a.ndim != 1 or a.size < 1 or not np.all((a >= 0) & (a <= 1)) or a.sum() > 1 + 1e-9:
         raise ValueError(f"acceptance must be probabilities a_1..a_k summing to at most 1; got {acceptance!r}")
     n = as_positive_int(n, "n")
@@ -111,9 +118,19 @@ def _tree_of(forest: tuple) -> Tree:
     return Tree(tuple(parents))
 
 
+#: Most shapes :func:`ordered_trees` lists (Catalan(9) = 4,862 fit; Catalan(10) = 16,796 do not).
+MAX_SHAPES = 1 << 13
+
+
 def ordered_trees(n: int) -> list[Tree]:
-    """Every ordered tree of exactly ``n`` drafted nodes (Catalan(n) of them), nodes numbered in preorder."""
+    """Every ordered tree of exactly ``n`` drafted nodes (Catalan(n) of them), nodes numbered in preorder; refused
+    past :data:`MAX_SHAPES` (``speculab.work_budget`` raises it)."""
     n = as_positive_int(n, "n")
+    shapes = math.comb(2 * n, n) // (n + 1)
+    if shapes > limit(MAX_SHAPES):
+        raise refuse(
+            f"every ordered tree of {n} nodes", shapes, MAX_SHAPES, "shapes", "MAX_SHAPES", "search fewer nodes n"
+        )
 
     @lru_cache(maxsize=None)
     def forests(m: int) -> tuple[tuple, ...]:
@@ -177,6 +194,8 @@ def best_tree(
     ``cost`` (:func:`tokens_per_cost`)."""
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {list(OBJECTIVES)}; got {objective!r}")
+    if not (isinstance(verifier, type) and issubclass(verifier, TreeMethod)):
+        raise ValueError(f"verifier must be a tree method class such as RRS or Traversal; got {verifier!r}")
     if (objective == "cost") != (cost is not None):
         raise ValueError('cost is given with objective="cost", and only then')
     if cost is not None and not (

@@ -7,8 +7,9 @@ On one Markov instance (``T = 24``, 3 tokens, Dirichlet(0.5) rows):
   ``n`` nodes (RRS and traversal verification, children i.i.d. and distinct), each tree the shape Sequoia's dynamic
   program picks for its draws from the instance's rank acceptances (:mod:`speculab.methods.tree_shapes`) — exact
   where the counts can be computed (RRS by its recursion at every size; block verification and traversal
-  verification by enumeration while it fits its budget), simulated with the numpy engine beyond, and simulated
-  beside the exact value at the small sizes (z);
+  verification by enumeration while it fits its budget), simulated with the numpy engine beyond; the chains are
+  also simulated beside their exact values at the sizes up to 16 (z), the tree engines being held to exact counts
+  by the tests;
 * **Sequoia vs the exact best shape** for ``n = 1..6`` (``search``): every ordered shape searched, exactly;
 * **the bound**: the most drafts any lossless verifier of the tree accepts in a round from the prompt's law
   (:func:`speculab.methods.tree_bound.accepted_bound`), beside RRS and traversal on the same trees, for

@@ -65,7 +65,7 @@ def tree_position(method, tree: Tree, bonus: bool, T: int, H_max: int, P, Q, t, 
     end, token = sample_tree_round(law, u[tree.size], u[tree.size + 1])
     depth = jnp.asarray(tree.depth)[end]
     inner = jnp.asarray([bool(c) for c in tree.children])[end]
-    path = jnp.asarray(_ancestors(tree))[end]  # (H,): the node at each depth 1..H on the way to ``end``
+    path = jnp.asarray(tree.ancestors)[end]  # (H,): the node at each depth 1..H on the way to ``end``
     slots = jnp.arange(H_max + 1)
     drafts = jnp.concatenate([x[path], jnp.zeros(H_max + 1 - H, dtype=jnp.int32)])
     out = jnp.where(slots == depth, jnp.maximum(token, 0), drafts)
@@ -78,14 +78,3 @@ def tree_position(method, tree: Tree, bonus: bool, T: int, H_max: int, P, Q, t, 
     drafted = jnp.sum(x[1:] >= 0).astype(jnp.int32)
     x_t, kind_t = buf_tokens[at], buf_kinds[at]
     return (x_t, buf_tokens, buf_kinds, at + 1, size), (x_t, kind_t, fresh, jnp.where(fresh, drafted, 0))
-
-
-def _ancestors(tree: Tree) -> np.ndarray:
-    """``A[j, d]``: the ancestor of node ``j`` at depth ``d + 1`` (``j`` itself at its depth; 0 below it)."""
-    A = np.zeros((tree.size + 1, max(tree.height, 1)), dtype=np.int64)
-    for j in range(1, tree.size + 1):
-        v = j
-        while v:
-            A[j, tree.depth[v] - 1] = v
-            v = tree.parents[v - 1]
-    return A

@@ -213,7 +213,8 @@ def tree_fits(V: int, T: int, max_K: int, per_position: bool = False) -> bool:
 
 def _tree_values(V: int, T: int, max_K: int, per_position: bool) -> float:
     """The values the recursion holds: ``V · V^min(max_K, T)`` leaves of 6 values (``6 + T`` with ``per_position``)."""
-    return V * float(V) ** min(max_K, T) * (len(_FIELDS) + (T if per_position else 0))
+    V = int(V)  # an exact integer: no overflow, in floats or numpy's fixed widths
+    return V * V ** min(max_K, T) * (len(_FIELDS) + (T if per_position else 0))
 
 
 def _solve(
