@@ -40,7 +40,7 @@ from array_api_compat import array_namespace, device
 from speculab import kernels
 from speculab._budget import limit, progress_bar, refuse
 from speculab.counts import Expected
-from speculab.methods.base import Method, param
+from speculab.methods.base import Method, RoundLaw, param, sample_round
 from speculab.methods.sd import SD
 from speculab.rows import Row
 from speculab.theory._checks import takes_instance
@@ -270,14 +270,12 @@ class TreeLaw(NamedTuple):
 
 def sample_tree_round(law: TreeLaw, u_end, u_token):
     """Draw a tree round's decision with two uniforms (array API, batched): ``(end node, token)``, ``token = -1``
-    where nothing follows."""
-    xp = array_namespace(law.end)
-    j = kernels.sample_index(law.end, u_end)
-    N1, V = law.correction.shape[-2], law.correction.shape[-1]
-    w = xp.take_along_axis(law.correction, xp.broadcast_to(j[..., None, None], (*j.shape, 1, V)), axis=-2)[..., 0, :]
-    cum = xp.cumulative_sum(w, axis=-1)
-    token = kernels.sample_cumulative(cum, u_token)
-    return xp.clip(j, max=N1 - 1), xp.where(cum[..., -1] > 0, token, -1)
+    where nothing follows — :func:`~speculab.methods.sample_round` on the end nodes as one row's outcomes."""
+    rows = RoundLaw(
+        outcome=law.end[..., None, :], correction=law.correction[..., None, :, :], reject_prob=None, accept_prob=None
+    )
+    _, end, token = sample_round(rows, u_end, u_token)
+    return end, token
 
 
 @dataclass(frozen=True)
