@@ -23,7 +23,9 @@ The first ``L + 1`` tokens suffice: if they follow ``q^{⊗(L+1)}``, every later
 rounds, each of which starts afresh). Context-free pairs cannot tell a verifier that reads another position's laws
 (an off-by-one) from a right one — the laws are the same at every position — so the battery also holds pairs of
 transition matrices ``(V, V)``, the laws after each token, on which the stream is compared with the target's
-Markov chain from every start token. What is not checked: the length of a round is taken as given — a rule that
+Markov chain from every start token. A method that decides each position on its own (SPRINTER's position law)
+outputs one token a position: its stream is the Markov chain of that one-step law (:func:`position_outputs`).
+What is not checked: the length of a round is taken as given — a rule that
 decides it while drafting keeps the law if it reads only the drafts, as SpecDec++'s head does
 (:mod:`speculab.methods.specdecpp`), which is not checked here.
 """
@@ -41,6 +43,8 @@ from speculab._budget import limit, refuse
 from speculab._validate import as_generator, as_pair, as_positive_int
 from speculab.methods.capabilities import PositionLaw, TreeDrafting, has
 from speculab.methods.tree import check_enumeration, drafted_trees
+from speculab.sim._laws import check_laws
+from speculab.theory.instance import MarkovInstance
 from speculab.validate import POWER, detectable_tv, g_test, least_power
 
 __all__ = ["Certificate", "SamplerCheck", "certify", "check_sampler", "nasty_pairs", "stream_law"]
@@ -98,7 +102,9 @@ def round_outputs(verifier, p, q, L: int, M: int = 1) -> list[np.ndarray]:
     method (:class:`~speculab.methods.capabilities.TreeDrafting`) drafts its tree cut to ``L`` levels
     (:func:`tree_round_outputs`)."""
     p, q = _laws_pair(p, q)
-    L, M = as_positive_int(L, "L"), as_positive_int(M, "M")
+    L, M = as_positive_int(L, "L", minimum=0), as_positive_int(M, "M")
+    if has(verifier, PositionLaw):
+        return [position_outputs(verifier, p, q)]
     if has(verifier, TreeDrafting):
         return tree_round_outputs(verifier, p, q, L)
     V = p.shape[-1]
@@ -114,7 +120,7 @@ def round_outputs(verifier, p, q, L: int, M: int = 1) -> list[np.ndarray]:
             "MAX_VALUES",
             "use a smaller vocabulary V or fewer drafts",
         )
-    combos = np.array(list(itertools.product(range(V), repeat=M * L)), dtype=np.int64).reshape(-1, M, L)
+    combos = np.array(list(itertools.product(range(V), repeat=M * L)), dtype=np.int64).reshape(V ** (M * L), M, L)
     start = np.repeat(np.arange(A), combos.shape[0])
     x = np.tile(combos, (A, 1, 1))
     # the context of each slot: the start, then the row's own drafts (for a context-free pair, always row 0)
@@ -146,6 +152,21 @@ def round_outputs(verifier, p, q, L: int, M: int = 1) -> list[np.ndarray]:
         np.add.at(flat, lead.ravel(), (w[..., None] * token[:, :, tau]).reshape(-1, V))
         R.append(flat.reshape((A,) + (V,) * (tau + 1)))
     return R
+
+
+def position_outputs(method, p, q) -> np.ndarray:
+    """``R_1`` of a method that decides each position on its own (:class:`~speculab.methods.capabilities.PositionLaw`,
+    e.g. SPRINTER): the law of the one token a position outputs after each start token, shape ``(A, V)``. A drafted
+    ``x ~ p`` is kept with probability ``free + called`` (without or after a target call); otherwise a token of the
+    correction weights is output. Its laws are read from a one-position instance of the pair."""
+    inst = MarkovInstance.stationary(p, q, 1) if p.ndim == 2 else MarkovInstance.context_free(p, q, 1)
+    check_laws(method, inst)
+    free, called, correction, _ = method.position_law(inst)
+    P, keep, weights = inst.P[0], np.asarray(free[0] + called[0], dtype=float), np.asarray(correction[0], dtype=float)
+    mass = weights.sum(axis=-1, keepdims=True)
+    token = np.divide(weights, mass, out=np.zeros_like(weights), where=mass > 0)
+    law = P * keep + token * np.sum(P * (1.0 - keep), axis=-1, keepdims=True)  # (V, V): per start token
+    return law[: (p.shape[0] if p.ndim == 2 else 1)]
 
 
 def tree_round_outputs(method, p, q, L: int) -> list[np.ndarray]:
@@ -341,7 +362,8 @@ def certify(
         :meth:`~speculab.methods.Method.round_law`.
       V: vocabulary size of the pairs (``>= 2``).
       remaining: the tokens a round may output; a method drafts ``method.draft_length(remaining)`` per row (a
-        function: ``remaining`` drafts), in ``method.rows`` rows (a function: one).
+        function: ``remaining`` drafts), in ``method.rows`` rows (a function: one). A method with a position law
+        drafts one token a position, whatever ``remaining``.
       n: tokens of the stream compared (default: a whole round's, drafts plus one).
       key: randomness of the random pairs and the search's starts.
       random_pairs: context-free pairs drawn from Dirichlet laws (half with concentration 1, half 0.3: peaked).
@@ -358,16 +380,10 @@ def certify(
         raise ValueError(f"tolerance must be a number in [0, 1); got {tolerance!r}")
     is_method = hasattr(verifier, "round_law") and hasattr(verifier, "draft_length")
     if is_method and has(verifier, PositionLaw):
-        raise ValueError(
-            f"verifier {type(verifier).__name__} decides slot by slot from its verifier's verdicts (a position law), "
-            "not from a round law: certify checks round laws only"
-        )
-    L = verifier.draft_length(remaining) if is_method else remaining
-    M = getattr(verifier, "rows", 1) if is_method else 1
-    if L < 1:
-        raise ValueError(
-            f"{type(verifier).__name__} drafts nothing in a round of {remaining} tokens: nothing to verify"
-        )
+        L = M = 1  # one draft per position, decided there
+    else:
+        L = verifier.draft_length(remaining) if is_method else remaining  # 0: a round outputs one token from q
+        M = getattr(verifier, "rows", 1) if is_method else 1
     n = L + 1 if n is None else as_positive_int(n, "n")
     name = repr(verifier) if is_method else getattr(verifier, "__name__", repr(verifier))
     rng = as_generator(key)

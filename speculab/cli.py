@@ -212,19 +212,14 @@ def _method_options(choices: list[str]) -> dict[str, tuple]:
     return out
 
 
-def _add_method_args(
-    p: argparse.ArgumentParser, *, real_models: bool = False, drafting: bool = False, round_laws: bool = False
-) -> None:
+def _add_method_args(p: argparse.ArgumentParser, *, real_models: bool = False, drafting: bool = False) -> None:
     """``--method NAME`` (from the registry) and every registered method's parameters as options."""
     from speculab.methods import get, names
     from speculab.methods.base import option
-    from speculab.methods.capabilities import PositionLaw, has
 
     choices = names(real_models=True if real_models else None, cli=True)
     if drafting:  # compare: methods that draft (autoregressive decoding is its reference)
         choices = [n for n in choices if get(n).drafting]
-    if round_laws:  # certify: methods that draft and decide from a round law (not SPRINTER's position law)
-        choices = [n for n in choices if get(n).drafting and not has(get(n), PositionLaw)]
     g = p.add_argument_group("method (`speculab methods` lists them with their options)")
     g.add_argument("--method", choices=choices, default="sd", help="decoding method (default sd)")
     for fname, (f, users) in _method_options(choices).items():
@@ -825,7 +820,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("certify", help="is a method lossless? its exact bias on a battery of pairs, and the worst pair")
     common(p)
-    _add_method_args(p, round_laws=True)
+    _add_method_args(p)
     p.add_argument("--V", type=_count(2), default=3, help="vocabulary size of the pairs (default 3)")
     p.add_argument(
         "--remaining",

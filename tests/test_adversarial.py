@@ -490,6 +490,7 @@ def test_every_function_of_an_instance_refuses_anything_else_by_name():
                 "rejection": {"b": lambda p, q: 0 * p},
                 "biased": {"eps": 0.1},
                 "fuzzy": {"theta": 0.1},
+                "typical": {"eps": 0.1, "delta": 0.3},
                 "sprinter": {"eta_tp": 0.5, "eta_fp": 0.5},
                 "specdecpp": {"h": 0.5},
                 "block": {"K": 2},

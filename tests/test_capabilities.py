@@ -28,6 +28,7 @@ EXPECTED = {
     "rejection": {Slotwise},
     "biased": {Slotwise},
     "fuzzy": {Slotwise},
+    "typical": {Slotwise},
     "sprinter": {PositionLaw, DraftHead},
     "specdecpp": {AdaptiveLength, DraftHead},
     "block": {RoundProbing},

@@ -8,6 +8,8 @@ numpy engine's runs (|z| < 5, and the same test refuses the unbiased law: its po
 
 from __future__ import annotations
 
+import argparse
+
 import numpy as np
 import pytest
 from conftest import method_id
@@ -256,8 +258,8 @@ def test_the_stream_law_matches_the_numpy_engines_runs():
         (lambda: certify(SD(), remaining=0), "remaining must be an integer >= 1"),
         (lambda: certify(SD(), tolerance=2.0), r"tolerance must be a number in \[0, 1\)"),
         (lambda: certify(42), "verifier must be a method or a function"),
-        (lambda: certify(Autoregressive()), "drafts nothing"),
-        (lambda: certify(Sprinter(0.9, 0.1)), "certify checks round laws only"),
+        (lambda: certify(Sprinter(verifier=_HeadLike())), "runs on real models only"),
+        (lambda: certify(Sprinter(verifier=lambda t, prev, x: 2.0 + 0 * x)), "verifier output"),
         (lambda: certify(lambda p, q, x, *, bonus: (np.ones(3), np.ones(3))), "gave an outcome of shape"),
         (
             lambda: certify(lambda p, q, x, *, bonus: (np.zeros(x.shape[:-1] + (x.shape[-1] + 1,)), q)),
@@ -281,13 +283,67 @@ def test_the_worst_kl_names_its_own_pair():
     assert cert.kl == np.inf and cert.kl_case and f"worst KL inf ({cert.kl_case})" in str(cert)
 
 
-def test_the_command_line_offers_only_methods_with_a_round_law(capsys):
+def test_the_command_line_certifies_every_registered_method(capsys):
     from speculab.cli import main
+    from speculab.methods import names
 
-    for method in ("sprinter", "ar"):
-        assert main(["certify", "--method", method]) == 2 and "invalid choice" in capsys.readouterr().err
     assert main(["certify", "--method", "sd", "--K", "1", "--V", "2", "--no-search"]) == 0
     assert "SD(K=1): lossless" in capsys.readouterr().out
+    assert main(["certify", "--method", "ar", "--V", "2", "--no-search"]) == 0
+    assert "Autoregressive(): lossless" in capsys.readouterr().out
+    assert main(["certify", "--method", "sprinter", "--eta-tp", "0.9", "--eta-fp", "0.25", "--no-search"]) == 0
+    assert "BIASED" in capsys.readouterr().out
+    from speculab.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["certify"]
+    assert sorted(next(a for a in sub._actions if a.dest == "method").choices) == sorted(names(cli=True))
+
+
+class _HeadLike:
+    """Stands for a verifier head trained on a draft's hidden states (real models only)."""
+
+    reads_hidden_states = True
+
+    def __call__(self, *args):
+        return 0.5
+
+
+def test_a_position_law_is_certified_as_the_chain_of_its_one_step_law():
+    """SPRINTER decides each position on its own: its stream is the Markov chain of the one-step law
+    ``(1 − η_FP) q + η_FP p`` ([SPR] Thm 3.1), exactly, on single laws and on transition matrices; with
+    ``η_FP = 0`` it is lossless whatever ``η_TP``."""
+    rng = np.random.default_rng(11)
+    for eta_fp in (0.0, 0.3):
+        method = Sprinter(0.8, eta_fp)
+        for _, p, q in nasty_pairs(3) + [("random", rng.dirichlet(np.ones(3)), rng.dirichlet(np.ones(3)))]:
+            one = (1 - eta_fp) * q + eta_fp * p
+            np.testing.assert_allclose(stream_law(method, p, q, 1, 1), one, rtol=0, atol=1e-15)
+            np.testing.assert_allclose(
+                stream_law(method, p, q, 1, 3), np.einsum("a,b,c->abc", one, one, one), atol=1e-15
+            )
+        P, Q = rng.dirichlet(np.ones(3), size=3), rng.dirichlet(np.ones(3), size=3)
+        one = (1 - eta_fp) * Q + eta_fp * P
+        np.testing.assert_allclose(stream_law(method, P, Q, 1, 2), np.einsum("ab,bc->abc", one, one), atol=1e-15)
+        cert = certify(method, search=False)
+        assert cert.lossless == (eta_fp == 0), cert
+    cert = certify(Sprinter(0.9, 0.25))
+    assert cert.first_token_tv == pytest.approx(0.25, abs=1e-9)  # η_FP · TV(p, q), at most η_FP: disjoint supports
+
+
+def test_a_verifier_function_reading_the_context_is_certified_on_transition_matrices():
+    """A verifier ``f(t, prev, x)`` that passes every draft after token 0 only: biased after token 0, lossless (its
+    target checks every draft) after the others, so only the pairs of transition matrices can show it."""
+    method = Sprinter(verifier=lambda t, prev, x: (prev == 0).astype(float))
+    P, Q = np.array([[0.7, 0.2, 0.1]] * 3), np.array([[0.1, 0.2, 0.7]] * 3)
+    law = stream_law(method, P, Q, 1, 1)
+    np.testing.assert_allclose(law[0], P[0], atol=1e-15)  # every draft passed: the draft's law
+    np.testing.assert_allclose(law[1:], Q[1:], atol=1e-15)
+    assert not certify(method, search=False).lossless
+
+
+def test_autoregressive_decoding_is_certified_lossless():
+    cert = certify(Autoregressive(), search=False)
+    assert cert.lossless and cert.L == 0 and cert.n == 1 and cert.tv <= 1e-15
 
 
 def _sd_sampler(draft_logits, target_logits, n, rng, *, correction="residual"):

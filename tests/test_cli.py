@@ -642,6 +642,10 @@ SIM_METHODS = {
     "batch": (["--M", "2", "--K", "2"], "BatchSD(2, K=2)"),
     "biased": (["--eps", "0.1", "--rejection", "uno", "--K", "2"], "Biased(0.1, 'uno', K=2)"),
     "fuzzy": (["--theta", "0.2", "--div", "kl", "--K", "2"], "Fuzzy(0.2, 'kl', K=2)"),
+    "typical": (
+        ["--eps", "0.3", "--delta", "0.6", "--correction", "argmax", "--K", "2"],
+        "Typical(0.3, 0.6, 'argmax', K=2)",
+    ),
     "sprinter": (["--eta-tp", "0.8", "--eta-fp", "0.3"], "Sprinter(0.8, 0.3)"),
     "specdecpp": (["--h", "0.4", "--max-K", "3"], "SpecDecPP(0.4, max_K=3)"),
     "block": (["--K", "3"], "BlockVerification(3)"),
@@ -690,7 +694,7 @@ def test_sim_prints_the_apis_simulation_and_theory_row_by_row_for_every_method(n
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["ar", "sd", "batch", "biased", "fuzzy", "block", "rrs", "traversal"])
+@pytest.mark.parametrize("name", ["ar", "sd", "batch", "biased", "fuzzy", "typical", "block", "rrs", "traversal"])
 def test_run_prints_the_apis_decoding_for_every_method_on_real_models(name, capsys):
     """``run``'s JSON is ``decode`` for the same method, prompts and seed, and its text shows each prompt's own
     counts (two prompts of different lengths, so that swapped prompts show)."""
@@ -706,6 +710,7 @@ def test_run_prints_the_apis_decoding_for_every_method_on_real_models(name, caps
         "batch",
         "biased",
         "fuzzy",
+        "typical",
         "block",
         "sprinter",
         "specdecpp",
@@ -860,6 +865,7 @@ def test_methods_lists_each_methods_own_options_and_reach(capsys):
         "rejection": ["--K"],
         "biased": ["--eps", "--rejection", "--K"],
         "fuzzy": ["--theta", "--div", "--K"],
+        "typical": ["--eps", "--delta", "--correction", "--K"],
         "sprinter": ["--eta-tp", "--eta-fp"],
         "specdecpp": ["--h", "--max-K"],
         "block": ["--K"],

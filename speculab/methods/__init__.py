@@ -21,6 +21,7 @@ from speculab.methods.batch import BatchSD
 from speculab.methods.rejection import RejectionDecoding
 from speculab.methods.biased import Biased
 from speculab.methods.fuzzy import Fuzzy
+from speculab.methods.typical import Typical
 from speculab.methods.sprinter import Sprinter
 from speculab.methods.specdecpp import SpecDecPP
 from speculab.methods.block import BlockVerification
@@ -49,6 +50,7 @@ __all__ = [
     "RejectionDecoding",
     "Biased",
     "Fuzzy",
+    "Typical",
     "Sprinter",
     "SpecDecPP",
     "BlockVerification",
