@@ -47,7 +47,7 @@ from speculab.sim._laws import check_laws
 from speculab.theory.instance import MarkovInstance
 from speculab.validate import POWER, detectable_tv, g_test, least_power
 
-__all__ = ["Certificate", "SamplerCheck", "certify", "check_sampler", "nasty_pairs", "stream_law"]
+__all__ = ["Certificate", "SamplerCheck", "certify", "check_decoder", "check_sampler", "nasty_pairs", "stream_law"]
 
 #: Largest number of values one exact law holds: the round law's corrections over every drafted block,
 #: ``V^(M L) · M (L + 1) V``, and the stream's law of ``n`` tokens, ``V^n``.
@@ -95,18 +95,22 @@ def _laws_pair(p, q) -> tuple[np.ndarray, np.ndarray]:
     return p, q
 
 
-def round_outputs(verifier, p, q, L: int, M: int = 1) -> list[np.ndarray]:
+def round_outputs(verifier, p, q, L: int, M: int = 1, warp=None) -> list[np.ndarray]:
     """``[R_1, …, R_{L+1}]``: ``R_k[a, o]`` is the probability that one round started after token ``a`` outputs
     exactly the tokens ``o`` (``k`` of them: ``k − 1`` accepted drafts, then a correction or the bonus), shape
     ``(A,) + (V,) * k`` — ``A = 1`` for a context-free pair (single laws), ``A = V`` for transition matrices. A tree
     method (:class:`~speculab.methods.capabilities.TreeDrafting`) drafts its tree cut to ``L`` levels
-    (:func:`tree_round_outputs`)."""
+    (:func:`tree_round_outputs`). With ``warp`` the drafts are drawn from ``warp(p)`` while the verifier is handed
+    the raw laws (an engine's sampling warp: :func:`certify`)."""
     p, q = _laws_pair(p, q)
     L, M = as_positive_int(L, "L", minimum=0), as_positive_int(M, "M")
     if has(verifier, PositionLaw):
+        if warp is not None:
+            raise ValueError("warp: a method with a position law is certified on the raw laws only")
         return [position_outputs(verifier, p, q)]
+    drafting = p if warp is None else _warped(warp, p)
     if has(verifier, TreeDrafting):
-        return tree_round_outputs(verifier, p, q, L)
+        return tree_round_outputs(verifier, p, q, L, drafting)
     V = p.shape[-1]
     P, Q = (p, q) if p.ndim == 2 else (p[None], q[None])
     A = P.shape[0]
@@ -127,7 +131,8 @@ def round_outputs(verifier, p, q, L: int, M: int = 1) -> list[np.ndarray]:
     prev = np.concatenate([np.broadcast_to(start[:, None, None], (x.shape[0], M, 1)), x], axis=2)  # (B, M, L + 1)
     ctx = prev if A > 1 else np.zeros_like(prev)
     slot_p, slot_q = P[ctx[:, :, :L]], Q[ctx]  # (B, M, L, V), (B, M, L + 1, V)
-    weight = np.prod(np.take_along_axis(slot_p, x[..., None], axis=-1)[..., 0], axis=(1, 2))  # P(block | start)
+    W = drafting if drafting.ndim == 2 else drafting[None]
+    weight = np.prod(np.take_along_axis(W[ctx[:, :, :L]], x[..., None], axis=-1)[..., 0], axis=(1, 2))  # P(block)
     keep = weight > 0  # a block that is never drafted is not asked about
     x, start, weight, slot_p, slot_q = x[keep], start[keep], weight[keep], slot_p[keep], slot_q[keep]
     B = x.shape[0]
@@ -169,17 +174,18 @@ def position_outputs(method, p, q) -> np.ndarray:
     return law[: (p.shape[0] if p.ndim == 2 else 1)]
 
 
-def tree_round_outputs(method, p, q, L: int) -> list[np.ndarray]:
+def tree_round_outputs(method, p, q, L: int, drafting=None) -> list[np.ndarray]:
     """:func:`round_outputs` of a tree method: every tree it drafts (its tree cut to ``L`` levels, children i.i.d. or
-    distinct from ``p`` at each node's token) through its round law in the node layout, each end node's path and the
-    token after it (a correction, or the bonus at a leaf) adding to ``R_{depth + 1}``."""
+    distinct from ``drafting`` — default ``p`` — at each node's token) through its round law in the node layout, each
+    end node's path and the token after it (a correction, or the bonus at a leaf) adding to ``R_{depth + 1}``."""
     V = p.shape[-1]
     P, Q = (p, q) if p.ndim == 2 else (np.broadcast_to(p, (V, V)), np.broadcast_to(q, (V, V)))
+    D = P if drafting is None else np.broadcast_to(drafting, (V, V))
     A = V if p.ndim == 2 else 1
     tree = method.tree.truncated(L)
     H = tree.height
     check_enumeration(tree, V, "the exact output law of a tree round")
-    x, weight, start = drafted_trees(np.broadcast_to(P, (H + 1, V, V)), 0, tree, method.draws)
+    x, weight, start = drafted_trees(np.broadcast_to(D, (H + 1, V, V)), 0, tree, method.draws)
     keep = start < A  # a context-free pair: the drafts after token 0 stand for every start
     x, weight, start = x[keep], weight[keep], start[keep]
     token_at = np.where(x >= 0, x, 0)  # the node's token (the root's: the start); an absent node's law is unread
@@ -205,10 +211,11 @@ def tree_round_outputs(method, p, q, L: int) -> list[np.ndarray]:
     return R
 
 
-def stream_law(verifier, p, q, L: int, n: int | None = None, M: int = 1) -> np.ndarray:
+def stream_law(verifier, p, q, L: int, n: int | None = None, M: int = 1, warp=None) -> np.ndarray:
     """The exact law of the first ``n`` tokens (default ``L + 1``) the verifier's rounds output, ``M`` rows of ``L``
     drafts each round: on a context-free pair (single laws ``(V,)``), shape ``(V,) * n``; on transition matrices
-    ``(V, V)``, one law per start token, shape ``(V,) + (V,) * n``. Each sums to 1."""
+    ``(V, V)``, one law per start token, shape ``(V,) + (V,) * n``. Each sums to 1. ``warp``: drafts from
+    ``warp(p)`` (:func:`round_outputs`)."""
     n = L + 1 if n is None else as_positive_int(n, "n")
     V = np.shape(p)[-1]
     if np.ndim(p) * V**n > limit(MAX_VALUES):
@@ -220,7 +227,7 @@ def stream_law(verifier, p, q, L: int, n: int | None = None, M: int = 1) -> np.n
             "MAX_VALUES",
             "compare fewer tokens n or use a smaller vocabulary V",
         )
-    R = round_outputs(verifier, p, q, L, M)
+    R = round_outputs(verifier, p, q, L, M, warp)
     A = R[0].shape[0]
     G: dict[int, np.ndarray] = {0: np.ones((A,))}
     for m in range(1, n + 1):
@@ -237,6 +244,14 @@ def stream_law(verifier, p, q, L: int, n: int | None = None, M: int = 1) -> np.n
                 law += Rk.sum(axis=tuple(range(m + 1, k + 1))) if k > m else Rk
         G[m] = law
     return G[n][0] if np.ndim(p) == 1 else G[n]
+
+
+def _warped(warp, law: np.ndarray) -> np.ndarray:
+    """``warp(law)``, checked: laws of the same shape (rows along the last axis)."""
+    out = np.asarray(warp(law), dtype=float)
+    if out.shape != law.shape or not (np.all(out >= 0) and np.allclose(out.sum(axis=-1), 1.0)):
+        raise ValueError(f"warp must map laws of shape {law.shape} to laws of the same shape; got {out.shape}")
+    return out
 
 
 def _target(q: np.ndarray, n: int) -> np.ndarray:
@@ -354,6 +369,7 @@ def certify(
     markov_pairs: int = 10,
     search: bool = True,
     tolerance: float = TOLERANCE,
+    warp=None,
 ) -> Certificate:
     """Certify ``verifier`` lossless on ``V`` tokens, or find its worst bias.
 
@@ -371,6 +387,10 @@ def certify(
         token, so a verifier that reads another position's laws is caught), compared per start token.
       search: search for a worse pair from the three worst (Nelder–Mead on the pair's logits).
       tolerance: the largest worst TV still called lossless.
+      warp: an engine's sampling warp (a function of laws ``(..., V)``, e.g. top-k): the drafts are drawn from
+        ``warp(p)`` and the stream must follow ``warp(q)``, while the verifier is handed the raw laws and applies
+        the warp itself (:func:`speculab.methods.engine_rules.warped_sd`). ``p`` and ``q`` in the certificate are
+        the raw laws.
     """
     V = as_positive_int(V, "V", minimum=2)
     remaining = as_positive_int(remaining, "remaining")
@@ -396,12 +416,17 @@ def certify(
         rows = [rng.dirichlet(np.full(V, c), size=V) for _ in range(2)]
         pairs.append((f"Markov (Dirichlet {c:g} rows)", *rows))
 
+    if warp is not None and not callable(warp):
+        raise ValueError(f"warp must be a function of laws (..., V); got {warp!r}")
+    if warp is not None:
+        name = f"{name} under {getattr(warp, '__name__', 'a warp')}"
+
     def score(p, q):
-        law = stream_law(verifier, p, q, L, n, M)
+        law = stream_law(verifier, p, q, L, n, M, warp)
         sums = law.reshape(-1 if p.ndim == 1 else V, V**n).sum(axis=-1)
         if np.abs(sums - 1).max() > 1e-9:
             raise ValueError(f"{name}'s stream law sums to {sums.min():.12g}, not 1")
-        return _divergences(law, q)
+        return _divergences(law, q if warp is None else _warped(warp, q))
 
     results = [(case, p, q, *score(p, q)) for case, p, q in pairs]
     tried = len(results)
@@ -421,7 +446,7 @@ def certify(
                 results.append((f"search from {case}", bp, bq, *score(bp, bq)))
     case, p, q, tv, _ = max(results, key=lambda r: r[3])
     kl_case, *_, kl = max(results, key=lambda r: r[4])
-    first = _divergences(stream_law(verifier, p, q, L, 1, M), q)[0]
+    first = _divergences(stream_law(verifier, p, q, L, 1, M, warp), q if warp is None else _warped(warp, q))[0]
     return Certificate(name, tv <= tolerance, tv, kl, p, q, case, kl_case, first, V, L, M, n, tried, tolerance)
 
 
@@ -465,7 +490,9 @@ class SamplerCheck:
         )
 
 
-def check_sampler(sampler, p, q, *, n: int = 1_000_000, key=0, alpha: float = 1e-6, tv: float = 0.01) -> SamplerCheck:
+def check_sampler(
+    sampler, p, q, *, n: int = 1_000_000, key=0, alpha: float = 1e-6, tv: float = 0.01, law=None
+) -> SamplerCheck:
     """A statistical test of a black-box speculative sampler on one pair, with its power stated.
 
     ``sampler(draft_logits, target_logits, n, rng)`` returns ``n`` tokens, each the first token one round of the
@@ -475,11 +502,13 @@ def check_sampler(sampler, p, q, *, n: int = 1_000_000, key=0, alpha: float = 1e
     Its power against any law at total variation ``tv`` from ``q`` (on the test's cells) is at least the noncentral
     χ² tail at noncentrality ``4 n tv²`` (``χ²(r, q) ≥ 4 TV(r, q)²`` by Cauchy–Schwarz, with equality where
     ``|r − q| ∝ q``), computed here, not sampled — within the noncentral χ² approximation of the G statistic, which
-    ``tests/test_certify.py`` checks by sampling at the least favourable law.
+    ``tests/test_certify.py`` checks by sampling at the least favourable law. ``law``: test the tokens against
+    this law instead of ``q`` (a biased sampler's own law, e.g. to confirm a computed bias).
     """
     p, q = as_pair(p, q)
     if p.ndim != 1:
         raise ValueError(f"p and q must be single laws of shape (V,); got {p.shape}")
+    expected = q if law is None else as_pair(law, q)[0]
     n = as_positive_int(n, "n")
     if not (isinstance(alpha, float) and 0 < alpha < 1):
         raise ValueError(f"alpha must be a float in (0, 1); got {alpha!r}")
@@ -497,9 +526,43 @@ def check_sampler(sampler, p, q, *, n: int = 1_000_000, key=0, alpha: float = 1e
     if tokens.min() < 0 or tokens.max() >= V:
         raise ValueError(f"{name} returned a token outside 0..{V - 1}")
     counts = np.bincount(tokens, minlength=V).astype(float)
-    g, df, p_value = g_test(counts, q)
+    g, df, p_value = g_test(counts, expected)
     power = least_power(df, n, alpha, tv)
-    observed = 0.5 * float(np.abs(counts / n - q).sum())
+    observed = 0.5 * float(np.abs(counts / n - expected).sum())
     return SamplerCheck(
         name, n, V, g, df, p_value, alpha, p_value < alpha, observed, float(tv), power, detectable_tv(df, n, alpha)
     )
+
+
+def check_decoder(decoder, pair, prompt: str, *, runs: int, key, sampling=None, control=None, name: str = "decoder"):
+    """A statistical test of a black-box decoder on real models, against the target's exact law of its first tokens.
+
+    ``decoder(ids, runs, key)`` decodes the prompt's token ids ``runs`` times and returns each run's tokens (at least
+    :data:`~speculab.validate.LAW_TOKENS`, or fewer ending at EOS). The law of the first token and of the first
+    :data:`~speculab.validate.LAW_TOKENS` is computed from the target model's logits after ``sampling``'s warp (the
+    default: temperature 1), and each is G-tested as ``speculab validate`` tests the project's own methods (level
+    ``ALPHA / 2`` each). Returns a :class:`~speculab.validate.LawRow`: the tests, the least TV each refuses with
+    probability 0.99 and, with ``control`` (a biased first-token law), the first-token test's power against it
+    (else NaN).
+    """
+    from dataclasses import replace
+
+    from speculab.backends import Sampling
+    from speculab.validate import LAW_TOKENS, _law_row, _next_law, _target_cells
+
+    sampling = Sampling() if sampling is None else sampling
+    if sampling.greedy:
+        raise ValueError("sampling: the law test needs sampling (temperature > 0)")
+    if not hasattr(pair.target, "model"):
+        raise ValueError("pair: check_decoder needs a Hugging Face target (its logits give the exact law)")
+    if not isinstance(prompt, str) or not prompt:
+        raise ValueError(f"prompt must be a non-empty string; got {prompt!r}")
+    runs = as_positive_int(runs, "runs")
+    ids = pair.tokenizer.encode(prompt)
+    q1 = _next_law(pair.target.model, ids, sampling, pair.device, pair.vocab_size)
+    cells = _target_cells(pair, ids, sampling, runs, LAW_TOKENS)
+    tokens = [list(t) for t in decoder(ids, runs, key)]
+    if len(tokens) != runs or any(not t for t in tokens):
+        raise ValueError(f"{name} must return {runs} runs of at least one token each")
+    row = _law_row(name, tokens, q1, cells, pair.eos_token_id, q1 if control is None else control, True)
+    return row if control is not None else replace(row, power=float("nan"))

@@ -538,21 +538,12 @@ def _assisted(pair, prompts: list[str], tokens: int, sampling, key: int) -> Spee
 
     if not hasattr(pair.draft, "model") or not hasattr(pair.target, "model"):
         return None
-    from transformers import GenerationConfig
     from transformers.utils import logging as hf_logging
 
+    from speculab.backends.hf_reference import assisted_config
+
     target, draft = pair.target.model, pair.draft.model
-    settings = dict(
-        max_new_tokens=tokens,
-        num_assistant_tokens=K,
-        num_assistant_tokens_schedule="constant",
-        assistant_confidence_threshold=0.0,
-        do_sample=not sampling.greedy,
-        pad_token_id=pair.eos_token_id,
-    )
-    if not sampling.greedy:
-        settings.update(temperature=sampling.temperature, top_k=sampling.top_k or 0, top_p=sampling.top_p or 1.0)
-    config = GenerationConfig(**settings)
+    config = assisted_config(pair, sampling, K=K, max_new_tokens=tokens)
     total = 0
 
     def run():

@@ -31,9 +31,9 @@ from speculab.methods import (
     Traversal,
 )
 from speculab.methods.chain import Rule, chain_round_law
+from speculab.methods.engine_rules import EagleP1, exact_match, greedy_match, top_k_warp, warped_sd
 from speculab.methods.rrs import rrs_round_law
 from speculab.methods.traversal import traversal_round_law
-from speculab.methods.tree import TreeLaw
 from speculab.theory import (
     MarkovInstance,
     optimal_loss,
@@ -453,36 +453,6 @@ def test_tree_verifiers_are_certified_to_float_precision(method):
     assert cert.lossless and cert.tv <= 1e-14 and abs(cert.kl) <= 1e-13 and cert.L == 2, cert
 
 
-def _eagle_law(tree, p, q, x, *, bonus):
-    """EAGLE #183's question, written as a verifier: the tree code takes every drafted token's draft probability
-    to be 1 (as for top-k drafts) — accept a child with probability ``r(x)``, on refusal remove ``x`` from ``r`` and
-    renormalise — while the children were sampled from ``p``. Lossless whatever ``p`` (a test below): it accepts a
-    child with probability ``Σ p·r`` where RRS accepts ``Σ min(p, r)``."""
-    n = x.shape[0]
-    N1, V = tree.size + 1, p.shape[-1]
-    reach, end, corr = np.zeros((n, N1)), np.zeros((n, N1)), np.zeros((n, N1, V))
-    reach[:, 0] = 1.0
-    rows = np.arange(n)
-    for u in range(N1):
-        if not tree.children[u]:
-            end[:, u], corr[:, u] = reach[:, u], q[:, u] if (bonus or tree.depth[u] < tree.height) else 0.0
-            continue
-        r, stay = q[:, u].copy(), np.ones(n)
-        for c in tree.children[u]:
-            a = r[rows, x[:, c]]
-            reach[:, c] = reach[:, u] * stay * a
-            stay = stay * (1 - a)
-            r[rows, x[:, c]] = 0.0
-            r = r / np.where(r.sum(-1, keepdims=True) > 0, r.sum(-1, keepdims=True), 1.0)
-        end[:, u], corr[:, u] = reach[:, u] * stay, r
-    return TreeLaw(end, corr)
-
-
-class _EagleP1(RRS):
-    def round_law(self, p, q, x, *, bonus):
-        return _eagle_law(self.layout_tree(x), p, q, x, bonus=bonus)
-
-
 class _RRSIidResidualOnDistinctDrafts(RRS):
     """Children drafted without replacement, verified as if i.i.d. (the residual against ``p`` itself)."""
 
@@ -532,8 +502,66 @@ def test_the_eagle_rule_is_lossless_and_accepts_less_than_rrs():
     lossless, slower — the rule mlx-lm #1709 describes as accepting with ``Σ p·q``."""
     from speculab.theory import MarkovInstance
 
-    cert = certify(_EagleP1((2, 1)), V=3, remaining=3)
+    cert = certify(EagleP1((2, 1)), V=3, remaining=3)
     assert cert.lossless and cert.tv <= 1e-14, cert
     inst = MarkovInstance.random(4, 3, 0)
-    eagle, rrs = _EagleP1((2, 1)).round_kernel(inst, 0).accepted(), RRS((2, 1)).round_kernel(inst, 0).accepted()
+    eagle, rrs = EagleP1((2, 1)).round_kernel(inst, 0).accepted(), RRS((2, 1)).round_kernel(inst, 0).accepted()
     assert np.all(eagle < rrs - 1e-3), (eagle, rrs)
+
+
+# -- the rules engines ship (speculab.methods.engine_rules) ----------------------------------------------------------
+def test_exact_match_acceptance_is_lossless_and_accepts_the_sum_of_p_times_q():
+    """mlx-lm's default at temperature > 0 (#1709): lossless, certified; a draft is kept with ``Σ p·q``."""
+    cert = certify(exact_match)
+    assert cert.lossless and cert.tv <= 1e-14, cert
+    rng = np.random.default_rng(4)
+    for _ in range(10):
+        p, q = rng.dirichlet(np.ones(4)), rng.dirichlet(np.ones(4))
+        x = np.arange(4)[:, None, None]  # every one-draft block
+        law = exact_match(np.broadcast_to(p, (4, 1, 1, 4)), np.broadcast_to(q, (4, 1, 2, 4)), x, bonus=True)
+        assert float(p @ law.outcome[:, 0, 1]) == pytest.approx(float(p @ q), abs=1e-15)
+        assert float(p @ law.outcome[:, 0, 1]) <= 1 - float(kernels.tv(p, q)) + 1e-15  # SD's Σ min(p, q)
+
+
+def test_greedy_match_at_temperature_one_outputs_the_targets_argmax():
+    """An argmax comparison left on at temperature > 0: every token is the argmax, ``TV = 1 − max q``."""
+    rng = np.random.default_rng(5)
+    for _, p, q in nasty_pairs(3) + [("random", rng.dirichlet(np.ones(3)), rng.dirichlet(np.ones(3)))]:
+        first = stream_law(greedy_match, p, q, 2, 1)
+        assert first[np.argmax(q)] == pytest.approx(1.0, abs=1e-15)
+        assert _tv(first, q) == pytest.approx(1 - q.max(), abs=1e-15)
+    cert = certify(greedy_match, search=False)
+    assert not cert.lossless and cert.first_token_tv == pytest.approx(1 - cert.q.max(), abs=1e-15)
+
+
+def test_a_warp_on_one_side_only_is_found_with_its_exact_bias():
+    """SD under top-2 (V = 3): both sides warped is lossless; the target left raw (vLLM #9834) outputs the raw
+    ``q``, so the first token's TV is exactly ``TV(q, top2(q))`` at every pair; the draft left raw in the ratio is
+    biased too."""
+    warp = top_k_warp(2)
+    assert certify(warped_sd(warp), warp=warp).lossless
+    raw_target = warped_sd(warp, target=False)
+    rng = np.random.default_rng(6)
+    for _, p, q in nasty_pairs(3) + [("random", rng.dirichlet(np.ones(3)), rng.dirichlet(np.ones(3)))]:
+        first = stream_law(raw_target, p, q, 2, 1, warp=warp)
+        np.testing.assert_allclose(first, q, atol=1e-15)  # the raw target's law
+    cert = certify(raw_target, warp=warp, search=False)
+    assert not cert.lossless and cert.first_token_tv == pytest.approx(
+        float(kernels.tv(cert.q, warp(cert.q))), abs=1e-15
+    )
+    assert not certify(warped_sd(warp, draft=False), warp=warp, search=False).lossless
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: certify(SD(), warp=lambda law: law[..., :2]), "warp must map laws of shape"),
+        (lambda: certify(SD(), warp=3), "warp must be a function"),
+        (lambda: certify(Sprinter(0.9, 0.1), warp=top_k_warp(2)), "position law is certified on the raw laws only"),
+        (lambda: top_k_warp(0), "k must be an integer >= 1"),
+        (lambda: warped_sd(top_k_warp(2), draft=False, target=False), "warp at least one side"),
+    ],
+)
+def test_bad_warps_are_refused_naming_them(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()

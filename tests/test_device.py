@@ -206,6 +206,7 @@ REPRODUCTIONS = {  # module: the smallest arguments that decode
     "block_gain": dict(n_runs=200, prompts=PROMPTS[:2], runs_per_prompt=1, max_new_tokens=4),
     "batch_optimality": dict(prompts=PROMPTS[:2], max_new_tokens=4),
     "tree_gain": dict(n_runs=100, prompts=PROMPTS[:2], max_new_tokens=4, search=1),
+    "verifiers": dict(n_runs=200, runs=10, prompts=PROMPTS[:2], max_new_tokens=4),
 }
 
 

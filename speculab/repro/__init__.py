@@ -65,6 +65,10 @@ FIGURES = {
         "speculab.repro.tree_gain",
         "Token trees vs chains: RRS and traversal over 1–64 nodes (Markov, tiny pair), Sequoia vs the best, the bound",
     ),
+    "verifiers": (
+        "speculab.repro.verifiers",
+        "Is my verifier lossless? Certificates of every method and engine rule, transformers as installed, lossy plane",
+    ),
     "batch-optimality": (
         "speculab.repro.batch_optimality",
         "Algorithm 4 vs the best root verifier over M: exact E[N_rej] (DP) and the α* gap (SPEC O)",
