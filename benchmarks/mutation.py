@@ -228,17 +228,33 @@ def statement_span(tree: ast.AST, lineno: int, col: int) -> tuple[int, int]:
     return (best.lineno, best.end_lineno) if best is not None else (lineno, lineno)
 
 
-def select_tests(span: tuple[int, int], contexts: dict[int, set[str]], every: list[str]) -> list[str]:
+def runs_at_import(tree: ast.AST, lineno: int, col: int) -> bool:
+    """Whether the node at ``(lineno, col)`` runs when its module is imported: outside every function's body (a
+    ``def``'s decorators, defaults and annotations run with the ``def``)."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            body = node.body if isinstance(node.body, list) else [node.body]
+            if (body[0].lineno, body[0].col_offset) <= (lineno, col) <= (body[-1].end_lineno, body[-1].end_col_offset):
+                return False
+    return True
+
+
+def select_tests(
+    span: tuple[int, int], contexts: dict[int, set[str]], every: list[str], at_import: bool = False
+) -> list[str]:
     """The tests to run against a mutant in ``span``: those that executed one of its lines.
 
     ``contexts`` maps a line to the test node ids that executed it, with ``""`` for code run
     while the tests were being collected (imports, module constants, ``def`` lines and their
     defaults). A mutant there can reach any test that runs the module, so the tests that
-    executed any of its lines are chosen then. ``every`` is ordered fastest first and the
+    executed any of its lines are chosen then — and so for a mutant that ``at_import`` says runs
+    when the module is imported (:func:`runs_at_import`): a module first imported inside a test
+    has its import-time lines recorded for that test alone, and a test reading a default from a
+    signature runs none of the function's lines. ``every`` is ordered fastest first and the
     selection keeps that order (with ``-x`` a killed mutant stops at its first failure).
     """
     ran = set().union(*(contexts.get(line, set()) for line in range(span[0], span[1] + 1)))
-    if "" in ran:
+    if "" in ran or at_import:
         ran = set().union(*contexts.values())
     return [t for t in every if t in ran]
 
@@ -625,7 +641,8 @@ def main(argv=None):
                 if module in logged and (module, str(line), what) not in again:
                     continue
                 if k % n == i - 1:
-                    tests = select_tests(statement_span(tree, line, col), contexts[module], every)
+                    span, early = statement_span(tree, line, col), runs_at_import(tree, line, col)
+                    tests = select_tests(span, contexts[module], every, early)
                     if (module, at, what) in done:
                         outcomes[len(found)] = done[module, at, what]
                     elif args.skip_equivalent and (module, at, what) in known:

@@ -895,3 +895,20 @@ def test_methods_lists_each_methods_own_options_and_reach(capsys):
         reach = "simulation" if name in simulation_only else "simulation + real models"
         after = ";" if name not in ("sprinter", "specdecpp") else " (with --head FILE, from `speculab repro "
         assert block.split("\n")[1].strip().startswith(reach + after), name
+
+
+def test_repro_without_a_figure_lists_them_and_only_and_skip_belong_to_all(capsys):
+    """``repro`` alone lists the figures as ``repro --list`` does; ``--only`` or ``--skip`` (either one) with one
+    figure is refused by name. Found by mutation testing of cli.py (each condition's other connective survived)."""
+    assert main(["repro"]) == 0
+    listed = capsys.readouterr().out
+    assert all(name in listed for name in repro.FIGURES) and "all " in listed
+    for flag in ("--only", "--skip"):
+        assert main(["repro", "yin-fig2a", flag, "yin-fig3"]) == 2
+        assert "--only and --skip apply to `speculab repro all`" in capsys.readouterr().err
+
+
+def test_the_jax_engines_compile_note_is_printed_for_the_jax_engine_only(capsys):
+    """The note on stderr belongs to ``--engine jax`` without ``--json``: the numpy engine prints none."""
+    assert main(["sim", "--T", "4", "--V", "3", "--n-runs", "50"]) == 0
+    assert "compiles" not in capsys.readouterr().err

@@ -14,6 +14,7 @@ import pytest
 
 from speculab.compare import Row, paired_accepted, paired_rejections, side_by_side
 from speculab.counts import BONUS, CORRECTION, DRAFT, Counts, Expected
+from speculab.methods import SD
 
 
 def _record(kinds, reject):
@@ -194,3 +195,61 @@ def test_each_decode_of_a_comparison_draws_from_its_own_stream(name, monkeypatch
     method = {"sd": SD(), "block": BlockVerification(2), "batch": BatchSD(2, K=2)}[name]
     compare(load_pair("tiny"), method, ["Return the"], runs_per_prompt=2, max_new_tokens=4, key=0)
     assert len(slots) >= 1 + (name != "sd") and len(slots) == len(set(slots)), slots
+
+
+def _fake_speed_check(seen):
+    from speculab.backends.latency import SpeedCheck
+
+    def speed_check(pair, prompts, method, *, max_new_tokens, key, sampling):
+        seen.append(key)
+        return SpeedCheck(
+            model=None,
+            predicted=1.5,
+            measured=1.25,
+            latency=(0.004, 0.002),
+            predicted_latency=(0.0035, 0.0025),
+            fit_prompts=2,
+            test_prompts=len(prompts) - 2,
+        )
+
+    return speed_check
+
+
+def test_speed_rows_print_the_latency_models_numbers_in_milliseconds_from_their_own_stream(monkeypatch):
+    """``compare(speed=True)``'s rows are the speed check's numbers (times per token in ms, predicted beside
+    measured), and the check draws from the comparison's eighth stream, its own; exactly ``SPEED_PROMPTS`` prompts
+    are enough. The speed check itself (timed decoding) is replaced here: tests/test_latency.py holds it."""
+    pytest.importorskip("torch")
+    import speculab.backends.latency as latency
+    from speculab._validate import spawn_seeds
+    from speculab.backends import load_pair
+    from speculab.compare import compare
+
+    seen = []
+    monkeypatch.setattr(latency, "speed_check", _fake_speed_check(seen))
+    prompts = ["Return the", "It was", "The value", "A list"][: latency.SPEED_PROMPTS]
+    comp = compare(load_pair("tiny"), SD(K=2), prompts, runs_per_prompt=1, max_new_tokens=3, key=4, speed=True)
+    rows = {r.quantity: r for r in comp.rows}
+    assert (rows["speed-up over AR (latency model)"].predicted, rows["speed-up over AR (latency model)"].measured) == (
+        1.5,
+        1.25,
+    )
+    assert rows["ms per token, AR"].predicted == pytest.approx(3.5) and rows["ms per token, AR"].measured == 4.0
+    assert rows["ms per token, SD"].predicted == pytest.approx(2.5) and rows["ms per token, SD"].measured == 2.0
+    assert seen == [spawn_seeds(4, 8)[7]]
+
+
+def test_speed_refuses_too_few_prompts_and_trees_only_with_speed(monkeypatch):
+    pytest.importorskip("torch")
+    from speculab.backends import load_pair
+    from speculab.backends.latency import SPEED_PROMPTS
+    from speculab.compare import compare
+    from speculab.methods import RRS
+
+    pair = load_pair("tiny")
+    with pytest.raises(ValueError, match=f"speed=True needs at least {SPEED_PROMPTS} prompts"):
+        compare(pair, SD(), ["Return the"] * (SPEED_PROMPTS - 1), key=0, speed=True)
+    with pytest.raises(ValueError, match="does not price"):
+        compare(pair, RRS((2,)), ["Return the"], key=0, speed=True)
+    comp = compare(pair, RRS((2,)), ["Return the"], runs_per_prompt=1, max_new_tokens=2, key=0)
+    assert comp.rows  # a tree without speed rows is compared

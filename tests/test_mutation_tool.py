@@ -78,6 +78,18 @@ def test_tests_are_selected_by_the_lines_they_ran_fastest_first():
     assert mutation.select_tests((10, 11), contexts, every) == []  # never executed: nothing to run
     # code run at collection (a constant, a default) reaches every test that runs the module
     assert mutation.select_tests((2, 2), contexts, every) == ["t_mid", "t_slow", "t_other"]
+    # and so does code run at import when the module was first imported inside a test (recorded for that test)
+    late = {5: {"t_fast"}, 7: {"t_mid"}, 12: {"t_other"}}
+    assert mutation.select_tests((5, 9), late, every) == ["t_fast", "t_mid"]
+    assert mutation.select_tests((5, 9), late, every, at_import=True) == ["t_fast", "t_mid", "t_other"]
+
+
+def test_import_time_code_is_told_from_function_bodies():
+    tree = ast.parse(SOURCE)
+    assert mutation.runs_at_import(tree, 5, 14)  # a default
+    assert mutation.runs_at_import(tree, 2, 8)  # a module constant
+    assert not mutation.runs_at_import(tree, 7, 9) and not mutation.runs_at_import(tree, 8, 19)  # in the body
+    assert not mutation.runs_at_import(ast.parse("f = lambda x: x + 1\n"), 1, 14)  # a lambda's body
 
 
 def test_nested_operators_that_share_a_start_get_distinct_names():

@@ -1,0 +1,99 @@
+"""speculab.rows: a row's checks at their boundaries, its table's layout and the paired rows' selection of rounds.
+
+Each test pins a behaviour the mutation tool showed unguarded in this module's own tests (benchmarks/mutation.py on
+rows.py): an exact identity at its tolerance, an upper bound at five standard errors, a z without noise, the cells
+printed without ``±``, the column widths, rounds without drafts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from speculab.rows import Comparison, Row, paired_accepted
+
+
+def test_a_row_is_frozen():
+    row = Row("x", 1.0, 1.0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        row.measured = 2.0
+
+
+def test_an_exact_identity_holds_up_to_its_tolerance_included():
+    assert Row("x", 1.0, 1.0, tolerance=0.1).holds  # |measured − predicted| = 0, not |measured + predicted|
+    assert Row("x", 0.5, 0.75, tolerance=0.25).holds  # exactly at the tolerance (binary fractions: no round-off)
+    assert not Row("x", 0.5, 0.875, tolerance=0.25).holds
+    assert Row("x", 0.75, 0.5, tolerance=0.25).holds and not Row("x", 0.875, 0.5, tolerance=0.25).holds
+
+
+def test_an_upper_bound_holds_within_five_standard_errors_included():
+    se = 0.25
+    assert Row("x", 1.0, 1.0 + 5 * se, predicted_se=se, upper_bound=True).holds  # exactly 5 s.e.: holds
+    assert not Row("x", 1.0, 1.0 + 5.5 * se, predicted_se=se, upper_bound=True).holds
+    assert not Row("x", 1.0, 1.0 + 7 * se, predicted_se=se, upper_bound=True).holds
+    assert Row("x", 1.0, 0.0, upper_bound=True).holds
+    assert Row("x", 0.0, 0.75, predicted_se=0.0, measured_se=0.25, upper_bound=True).holds  # 3 s.e. past it: holds
+
+
+def test_a_z_without_noise_is_zero_only_below_1e_12():
+    assert Row("x", 0.0, 0.5e-12).z == 0.0
+    assert Row("x", 0.0, 1e-12).z == math.inf  # 1e-12 is not below 1e-12
+    assert Row("x", 0.0, 1.5e-12).z == math.inf
+    assert Row("x", 0.0, -1.5e-12).z == -math.inf
+
+
+def _lines(comp: Comparison) -> list[str]:
+    return str(comp).splitlines()[2:]  # the header row, the rule, the rows
+
+
+def test_the_table_prints_a_value_without_plus_minus_where_its_se_is_zero_or_not_finite():
+    comp = Comparison(
+        "t",
+        [
+            Row("a", 0.5, 0.25),
+            Row("b", 0.5, 0.25, predicted_se=float("nan"), measured_se=float("inf")),
+            Row("c", 0.5, 0.25, predicted_se=1.0, measured_se=0.125),
+        ],
+    )
+    rows = _lines(comp)[2:]
+    assert "±" not in rows[0] and "±" not in rows[1]
+    assert "0.5000 ± 1.0000" in rows[2] and "0.2500 ± 0.1250" in rows[2]
+
+
+def test_the_tables_columns_are_as_wide_as_their_widest_cell():
+    """Each column is as wide as its widest cell, header included: every row's cells start under the header's."""
+    comp = Comparison("t", [Row("a short one", 1.0, 2.0), Row("a much longer quantity name", 1.0, 2.0, 0.5, 0.5)])
+    header, rule, *rows = _lines(comp)
+    starts = [0] + [i for i in range(1, len(rule)) if rule[i] == "-" and rule[i - 1] == " "]
+    assert [header.index(h) for h in ("quantity", "theory", "measured", "z ", "power", "note")] == starts
+    widths = [b - a - 2 for a, b in zip(starts, starts[1:])]
+    assert widths[0] == len("a much longer quantity name") and widths[2] == len("2.0000 ± 0.5000")
+    for line in rows:
+        assert line[starts[1] : starts[1] + 6] == "1.0000" and line[starts[2] : starts[2] + 6] == "2.0000", line
+
+
+def _round(drafted, accepted, mean, var):
+    return SimpleNamespace(
+        drafted=np.asarray(drafted),
+        accepted=np.asarray(accepted),
+        expected_accepted=np.asarray(mean, float),
+        var_accepted=np.asarray(var, float),
+    )
+
+
+def test_paired_accepted_keeps_every_round_that_drafted_and_only_those():
+    """A run whose rounds drafted nothing is left out; a run with a round that drafted (one token, or a round
+    beside one that drafted nothing) is in, all its rounds."""
+    with_one = _round([1, 1], [1, 0], [0.75, 0.5], [0.1875, 0.25])
+    without = _round([0, 0], [0, 0], [0.0, 0.0], [0.0, 0.0])
+    row = paired_accepted(SimpleNamespace(rounds=[with_one, without]))
+    assert row.predicted == pytest.approx(0.625) and row.measured == pytest.approx(0.5)
+    assert row.predicted_se == pytest.approx(math.sqrt(0.4375) / 2) and "2 rounds" in row.note
+    assert paired_accepted(SimpleNamespace(rounds=[without])) is None
+    mixed = _round([2, 0], [1, 0], [1.25, 0.0], [0.5, 0.0])  # a run whose last round drafted nothing: kept whole
+    row = paired_accepted(SimpleNamespace(rounds=[mixed, without]))
+    assert row.predicted == pytest.approx(0.625) and row.measured == pytest.approx(0.5) and "2 rounds" in row.note
