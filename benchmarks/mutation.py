@@ -229,11 +229,12 @@ def statement_span(tree: ast.AST, lineno: int, col: int) -> tuple[int, int]:
 
 
 def runs_at_import(tree: ast.AST, lineno: int, col: int) -> bool:
-    """Whether the node at ``(lineno, col)`` runs when its module is imported: outside every function's body (a
-    ``def``'s decorators, defaults and annotations run with the ``def``)."""
+    """Whether the node at ``(lineno, col)`` may run when its module is imported: outside every ``def``'s body (its
+    decorators, defaults and annotations run with the ``def``; a lambda's body counts as import time, since a
+    module-level call such as ``sorted(key=lambda …)`` runs it then)."""
     for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            body = node.body if isinstance(node.body, list) else [node.body]
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
             if (body[0].lineno, body[0].col_offset) <= (lineno, col) <= (body[-1].end_lineno, body[-1].end_col_offset):
                 return False
     return True

@@ -159,19 +159,38 @@ def round_outputs(verifier, p, q, L: int, M: int = 1, warp=None) -> list[np.ndar
     return R
 
 
-def position_outputs(method, p, q) -> np.ndarray:
-    """``R_1`` of a method that decides each position on its own (:class:`~speculab.methods.capabilities.PositionLaw`,
-    e.g. SPRINTER): the law of the one token a position outputs after each start token, shape ``(A, V)``. A drafted
-    ``x ~ p`` is kept with probability ``free + called`` (without or after a target call); otherwise a token of the
-    correction weights is output. Its laws are read from a one-position instance of the pair."""
-    inst = MarkovInstance.stationary(p, q, 1) if p.ndim == 2 else MarkovInstance.context_free(p, q, 1)
+def position_kernels(method, p, q, n: int) -> list[np.ndarray]:
+    """The one-step laws of a method that decides each position on its own
+    (:class:`~speculab.methods.capabilities.PositionLaw`, e.g. SPRINTER) at positions ``0..n−1``: ``(V, V)`` each,
+    row ``a`` the law of the token after context ``a``. A drafted ``x ~ p`` is kept with probability ``free +
+    called`` (without or after a target call); otherwise a token of the correction weights is output. Read from an
+    ``n``-position instance of the pair, so a verifier that depends on the position is seen at each."""
+    inst = MarkovInstance.stationary(p, q, n) if p.ndim == 2 else MarkovInstance.context_free(p, q, n)
     check_laws(method, inst)
     free, called, correction, _ = method.position_law(inst)
-    P, keep, weights = inst.P[0], np.asarray(free[0] + called[0], dtype=float), np.asarray(correction[0], dtype=float)
-    mass = weights.sum(axis=-1, keepdims=True)
-    token = np.divide(weights, mass, out=np.zeros_like(weights), where=mass > 0)
-    law = P * keep + token * np.sum(P * (1.0 - keep), axis=-1, keepdims=True)  # (V, V): per start token
-    return law[: (p.shape[0] if p.ndim == 2 else 1)]
+    out = []
+    for t in range(n):
+        P, keep, weights = inst.P[t], np.asarray(free[t] + called[t], dtype=float), np.asarray(correction[t], float)
+        mass = weights.sum(axis=-1, keepdims=True)
+        token = np.divide(weights, mass, out=np.zeros_like(weights), where=mass > 0)
+        out.append(P * keep + token * np.sum(P * (1.0 - keep), axis=-1, keepdims=True))
+    return out
+
+
+def position_outputs(method, p, q) -> np.ndarray:
+    """``R_1`` of a method with a position law: the law of the token its first position outputs after each start
+    token, shape ``(A, V)`` (:func:`position_kernels`)."""
+    return position_kernels(method, p, q, 1)[0][: (p.shape[0] if p.ndim == 2 else 1)]
+
+
+def _position_stream(method, p, q, n: int) -> np.ndarray:
+    """:func:`stream_law` of a method with a position law: the chain of its one-step laws, position by position."""
+    kernels = position_kernels(method, p, q, n)
+    V, A = p.shape[-1], (p.shape[0] if p.ndim == 2 else 1)
+    law = kernels[0][:A]
+    for t in range(1, n):
+        law = np.einsum("auc,cd->aucd", law.reshape(A, -1, V), kernels[t]).reshape((A,) + (V,) * (t + 1))
+    return law[0] if p.ndim == 1 else law
 
 
 def tree_round_outputs(method, p, q, L: int, drafting=None) -> list[np.ndarray]:
@@ -227,6 +246,11 @@ def stream_law(verifier, p, q, L: int, n: int | None = None, M: int = 1, warp=No
             "MAX_VALUES",
             "compare fewer tokens n or use a smaller vocabulary V",
         )
+    if has(verifier, PositionLaw):
+        p, q = _laws_pair(p, q)
+        if warp is not None:
+            raise ValueError("warp: a method with a position law is certified on the raw laws only")
+        return _position_stream(verifier, p, q, n)
     R = round_outputs(verifier, p, q, L, M, warp)
     A = R[0].shape[0]
     G: dict[int, np.ndarray] = {0: np.ones((A,))}
@@ -249,8 +273,10 @@ def stream_law(verifier, p, q, L: int, n: int | None = None, M: int = 1, warp=No
 def _warped(warp, law: np.ndarray) -> np.ndarray:
     """``warp(law)``, checked: laws of the same shape (rows along the last axis)."""
     out = np.asarray(warp(law), dtype=float)
-    if out.shape != law.shape or not (np.all(out >= 0) and np.allclose(out.sum(axis=-1), 1.0)):
+    if out.shape != law.shape:
         raise ValueError(f"warp must map laws of shape {law.shape} to laws of the same shape; got {out.shape}")
+    if not (np.all(out >= 0) and np.allclose(out.sum(axis=-1), 1.0)):
+        raise ValueError("warp must return laws: non-negative, each row summing to 1 (got negative, NaN or other sums)")
     return out
 
 
@@ -333,15 +359,17 @@ class Certificate:
     n: int
     pairs: int
     tolerance: float = TOLERANCE
+    drafting: str = ""  # how the verifier drafts, in words (for the text)
 
     def __str__(self) -> str:
         verdict = "lossless" if self.lossless else "BIASED"
         fmt = lambda a: np.array2string(np.asarray(a), precision=4, separator=", ").replace("\n", "")  # noqa: E731
+        tokens = "the first token" if self.n == 1 else f"the first {self.n} tokens"
+        drafting = self.drafting or f"{self.M} × {self.L} drafts a round"
         return (
-            f"{self.verifier}: {verdict} — worst TV {self.tv:.3g} over the first {self.n} tokens "
-            f"(first token {self.first_token_tv:.3g}) over {self.pairs} pairs on {self.V} tokens ({self.M} × "
-            f"{self.L} drafts a round); worst pair ({self.case}): p = {fmt(self.p)}, q = {fmt(self.q)}; worst KL "
-            f"{self.kl:.3g} ({self.kl_case})"
+            f"{self.verifier}: {verdict} — worst TV {self.tv:.3g} over {tokens} "
+            f"(first token {self.first_token_tv:.3g}) over {self.pairs} pairs on {self.V} tokens ({drafting}); "
+            f"worst pair ({self.case}): p = {fmt(self.p)}, q = {fmt(self.q)}; worst KL {self.kl:.3g} ({self.kl_case})"
         )
 
     def to_dict(self) -> dict:
@@ -401,9 +429,11 @@ def certify(
     is_method = hasattr(verifier, "round_law") and hasattr(verifier, "draft_length")
     if is_method and has(verifier, PositionLaw):
         L = M = 1  # one draft per position, decided there
+        drafting = f"one draft a position, whatever remaining={remaining}"
     else:
         L = verifier.draft_length(remaining) if is_method else remaining  # 0: a round outputs one token from q
         M = getattr(verifier, "rows", 1) if is_method else 1
+        drafting = "no drafts: one token from the target a round" if L == 0 else f"{M} × {L} drafts a round"
     n = L + 1 if n is None else as_positive_int(n, "n")
     name = repr(verifier) if is_method else getattr(verifier, "__name__", repr(verifier))
     rng = as_generator(key)
@@ -447,7 +477,9 @@ def certify(
     case, p, q, tv, _ = max(results, key=lambda r: r[3])
     kl_case, *_, kl = max(results, key=lambda r: r[4])
     first = _divergences(stream_law(verifier, p, q, L, 1, M, warp), q if warp is None else _warped(warp, q))[0]
-    return Certificate(name, tv <= tolerance, tv, kl, p, q, case, kl_case, first, V, L, M, n, tried, tolerance)
+    return Certificate(
+        name, tv <= tolerance, tv, kl, p, q, case, kl_case, first, V, L, M, n, tried, tolerance, drafting
+    )
 
 
 # -- black-box samplers: a test with stated power ------------------------------------------------------------------
@@ -490,6 +522,16 @@ class SamplerCheck:
         )
 
 
+def _law_like(law, q: np.ndarray, name: str) -> np.ndarray:
+    """``law`` checked as a probability vector of ``q``'s shape, named ``name`` in the error."""
+    law = np.asarray(law, dtype=float)
+    if law.shape != q.shape:
+        raise ValueError(f"{name} must be a law of shape {q.shape}, as q; got shape {law.shape}")
+    if not (np.all(law >= 0) and abs(float(law.sum()) - 1) <= 1e-9):
+        raise ValueError(f"{name} must be a law: non-negative, summing to 1")
+    return law
+
+
 def check_sampler(
     sampler, p, q, *, n: int = 1_000_000, key=0, alpha: float = 1e-6, tv: float = 0.01, law=None
 ) -> SamplerCheck:
@@ -508,7 +550,7 @@ def check_sampler(
     p, q = as_pair(p, q)
     if p.ndim != 1:
         raise ValueError(f"p and q must be single laws of shape (V,); got {p.shape}")
-    expected = q if law is None else as_pair(law, q)[0]
+    expected = q if law is None else _law_like(law, q, "law")
     n = as_positive_int(n, "n")
     if not (isinstance(alpha, float) and 0 < alpha < 1):
         raise ValueError(f"alpha must be a float in (0, 1); got {alpha!r}")
@@ -548,7 +590,7 @@ def check_decoder(decoder, pair, prompt: str, *, runs: int, key, sampling=None, 
     from dataclasses import replace
 
     from speculab.backends import Sampling
-    from speculab.validate import LAW_TOKENS, _law_row, _next_law, _target_cells
+    from speculab.validate import LAW_TOKENS, law_row, next_law, target_cells
 
     sampling = Sampling() if sampling is None else sampling
     if sampling.greedy:
@@ -559,10 +601,19 @@ def check_decoder(decoder, pair, prompt: str, *, runs: int, key, sampling=None, 
         raise ValueError(f"prompt must be a non-empty string; got {prompt!r}")
     runs = as_positive_int(runs, "runs")
     ids = pair.tokenizer.encode(prompt)
-    q1 = _next_law(pair.target.model, ids, sampling, pair.device, pair.vocab_size)
-    cells = _target_cells(pair, ids, sampling, runs, LAW_TOKENS)
-    tokens = [list(t) for t in decoder(ids, runs, key)]
-    if len(tokens) != runs or any(not t for t in tokens):
-        raise ValueError(f"{name} must return {runs} runs of at least one token each")
-    row = _law_row(name, tokens, q1, cells, pair.eos_token_id, q1 if control is None else control, True)
+    q1 = next_law(pair.target.model, ids, sampling, pair.device, pair.vocab_size)
+    cells = target_cells(pair, ids, sampling, runs, LAW_TOKENS)
+    if control is not None:
+        control = _law_like(control, q1, "control")
+    tokens = [[int(x) for x in t] for t in decoder(ids, runs, key)]
+    eos, V = pair.eos_token_id, q1.size
+    if len(tokens) != runs:
+        raise ValueError(f"{name} must return {runs} runs; got {len(tokens)}")
+    for t in tokens:
+        if not (len(t) >= LAW_TOKENS or (t and t[-1] == eos)):
+            raise ValueError(f"{name} must return runs of at least {LAW_TOKENS} tokens, or ending at EOS; got {t}")
+        if min(t) < 0 or max(t) >= V:
+            raise ValueError(f"{name} returned a token outside 0..{V - 1}: {t}")
+    tokens = [t[:LAW_TOKENS] for t in tokens]  # the law tested is of the first LAW_TOKENS tokens
+    row = law_row(name, tokens, q1, cells, eos, q1 if control is None else control, True)
     return row if control is not None else replace(row, power=float("nan"))

@@ -246,7 +246,7 @@ def detectable_tv(df: int, n: int, alpha: float, power: float = POWER) -> float:
     return at(brentq(lambda lam: least_power(df, n, alpha, at(lam)) - power, 1e-9, 1e7))
 
 
-def _target_cells(pair, ids: list[int], sampling, n: int, depth: int) -> dict[tuple, float]:
+def target_cells(pair, ids: list[int], sampling, n: int, depth: int) -> dict[tuple, float]:
     """The target's exact law of its first ``depth`` tokens after ``ids``, as the G-test's cells for ``n`` runs:
     every outcome (``depth`` tokens, or fewer ending at EOS) whose every prefix and itself have expected counts of
     at least 5, with its probability; the rest of the mass is one further cell (the caller's). Only the likely
@@ -277,7 +277,7 @@ def _target_cells(pair, ids: list[int], sampling, n: int, depth: int) -> dict[tu
     return cells
 
 
-def _next_law(model, ids: list[int], sampling, device, vocab: int) -> np.ndarray:
+def next_law(model, ids: list[int], sampling, device, vocab: int) -> np.ndarray:
     """The warped next-token law after ``ids``, float64 ``(V,)`` on the host."""
     import torch
 
@@ -292,11 +292,11 @@ def _uno_law(p: np.ndarray, q: np.ndarray, eps: float) -> np.ndarray:
     return b * p + q * float(np.sum((1.0 - b) * p))
 
 
-def _law_row(
+def law_row(
     name: str, tokens: list[list[int]], q1: np.ndarray, cells: dict, eos, control: np.ndarray, lossless: bool
 ) -> LawRow:
     """The law test of runs ``tokens`` against the target's first-token law ``q1`` and its cells of the first
-    tokens (:func:`_target_cells`)."""
+    tokens (:func:`target_cells`)."""
     n = len(tokens)
     first = np.array([t[0] for t in tokens])
     g1 = g_test(np.bincount(first, minlength=q1.size), q1)
@@ -436,12 +436,12 @@ def validate(
     )
     # the exact laws: q(x1), the draft's p(x1) (for the control), and the target's cells of the first tokens
     ids = pair.tokenizer.encode(prompt)
-    q1 = _next_law(pair.target.model, ids, sampling, dev, pair.vocab_size)
+    q1 = next_law(pair.target.model, ids, sampling, dev, pair.vocab_size)
     if hasattr(pair.draft, "model"):
-        p1 = _next_law(pair.draft.model, ids, sampling, dev, pair.vocab_size)
+        p1 = next_law(pair.draft.model, ids, sampling, dev, pair.vocab_size)
     else:  # a history draft: its logits are log p
         p1 = sampling.probs(pair.draft.logits(tuple(ids)).double()[None])[0].numpy()
-    cells = _target_cells(pair, ids, sampling, runs, LAW_TOKENS)
+    cells = target_cells(pair, ids, sampling, runs, LAW_TOKENS)
     control = _uno_law(p1, q1, CONTROL)
     tests = [(label, m, True) for label, m in lossless.items()]
     tests.append((f"control: biased uno ε={CONTROL} K={LAW_K}", Biased(CONTROL, "uno", K=LAW_K), False))
@@ -450,7 +450,7 @@ def validate(
         res = decode(
             pair, [ids] * runs, method, max_new_tokens=LAW_TOKENS, sampling=sampling, key=seed, batch_size=size
         )
-        report.laws.append(_law_row(label, res.tokens, q1, cells, pair.eos_token_id, control, unbiased))
+        report.laws.append(law_row(label, res.tokens, q1, cells, pair.eos_token_id, control, unbiased))
     if compare_runs:
         from speculab.compare import compare
         from speculab.methods.capabilities import head_of

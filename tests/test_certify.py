@@ -145,7 +145,7 @@ def _draft_probability_one(p, q, x):  # tree code that sets p(x̃) = 1: accept w
     return np.asarray(q, dtype=float).copy(), _residual(q, p)
 
 
-def _exact_match(p, q, x):  # greedy acceptance at temperature 1: accept iff the draft is q's argmax
+def _exact_match(p, q, x):  # argmax acceptance at temperature 1: accept iff the draft is q's argmax, SD's residual
     b = (np.arange(p.shape[-1]) == np.argmax(q, axis=-1)[..., None]).astype(float)
     return b, _residual(q, p)
 
@@ -173,8 +173,8 @@ BUGS = {
     "min(1, p/q)": _rule_verifier(_inverted),
     "correction from q": _rule_verifier(_correction_from_q),
     "residual [p - q]_+": _rule_verifier(_swapped_residual),
-    "draft probability 1": _rule_verifier(_draft_probability_one),
-    "exact-match acceptance": _rule_verifier(_exact_match),
+    "draft probability 1, SD's residual": _rule_verifier(_draft_probability_one),
+    "argmax acceptance, SD's residual": _rule_verifier(_exact_match),
     "bonus from p": _bonus_from_p,
 }
 
@@ -211,7 +211,7 @@ def test_the_search_finds_a_worse_pair_than_the_battery():
     """The draft-probability-1 bug and exact-match acceptance, one draft a round: the battery's worst pairs are not
     their worst, and the search from them finds a pair measurably worse (found by review: with the inverted ratio
     the battery already reached TV 1 and the test could not fail)."""
-    for name in ("draft probability 1", "exact-match acceptance"):
+    for name in ("draft probability 1, SD's residual", "argmax acceptance, SD's residual"):
         battery = certify(BUGS[name], V=3, remaining=1, search=False)
         searched = certify(BUGS[name], V=3, remaining=1)
         assert searched.tv > battery.tv + 0.05 and searched.case.startswith("search from"), name
@@ -563,5 +563,43 @@ def test_a_warp_on_one_side_only_is_found_with_its_exact_bias():
     ],
 )
 def test_bad_warps_are_refused_naming_them(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_a_verifier_that_depends_on_the_position_is_seen_at_every_position():
+    """Found by review: the position law was read at the first position only, so a verifier passing every draft from
+    the second position on was certified lossless."""
+    method = Sprinter(verifier=lambda t, prev, x: (np.asarray(t) >= 1).astype(float) + 0 * x)
+    p, q = np.array([0.7, 0.2, 0.1]), np.array([0.1, 0.2, 0.7])
+    law = stream_law(method, p, q, 1, 2)
+    np.testing.assert_allclose(law, np.multiply.outer(q, p), atol=1e-15)  # position 0 checked, position 1 passed
+    cert = certify(method, search=False)
+    assert not cert.lossless and cert.first_token_tv <= 1e-15 and cert.tv > 0.5
+
+
+def test_exact_matchs_refusal_probability_is_before_the_draft_is_seen():
+    """``reject_prob`` is ``Σ p (1 − q) = 1 − Σ p·q`` (the chain law's convention), not ``1 − q(x)``."""
+    rng = np.random.default_rng(8)
+    p, q = rng.dirichlet(np.ones(4)), rng.dirichlet(np.ones(4), size=2)
+    law = exact_match(p[None, None, None], q[None, None], np.array([[[2]]]), bonus=True)
+    assert float(law.reject_prob[0, 0, 0]) == pytest.approx(1 - float(p @ q[0]), abs=1e-15)
+
+
+def test_a_certificate_says_how_the_verifier_drafts():
+    assert "no drafts: one token from the target a round" in str(certify(Autoregressive(), search=False))
+    assert "over the first token " in str(certify(Autoregressive(), search=False))
+    assert "one draft a position, whatever remaining=2" in str(certify(Sprinter(0.9, 0.2), search=False))
+    assert "1 × 2 drafts a round" in str(certify(SD(K=2), search=False))
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: certify(SD(), warp=lambda law: law * 2), "warp must return laws"),
+        (lambda: warped_sd(3), "warp must be a function"),
+    ],
+)
+def test_more_bad_input_is_refused_naming_it(call, match):
     with pytest.raises(ValueError, match=match):
         call()

@@ -912,3 +912,48 @@ def test_the_jax_engines_compile_note_is_printed_for_the_jax_engine_only(capsys)
     """The note on stderr belongs to ``--engine jax`` without ``--json``: the numpy engine prints none."""
     assert main(["sim", "--T", "4", "--V", "3", "--n-runs", "50"]) == 0
     assert "compiles" not in capsys.readouterr().err
+
+
+def test_the_batch_sizes_bounds_are_inclusive():
+    """``--M`` takes 1 and 2^53 themselves (float64 counts hold every M up to 2^53) and refuses 0 and 2^53 + 1."""
+    import argparse
+
+    from speculab import cli
+    from speculab.theory.batch import MAX_M
+
+    assert cli._parse_M("1") == 1 and cli._parse_M(str(MAX_M)) == MAX_M == 2**53
+    for bad in ("0", str(MAX_M + 1)):
+        with pytest.raises(argparse.ArgumentTypeError, match="must be a whole number in"):
+            cli._parse_M(bad)
+
+
+def test_the_json_names_the_seed_that_drew_the_instance(capsys):
+    """``--instance-seed`` draws the instance when given, ``--seed`` otherwise: the JSON says which."""
+    base = ["sim", "--T", "4", "--V", "3", "--n-runs", "20", "--seed", "3"]
+    assert _json(capsys, base)["instance"]["seed"] == 3
+    assert _json(capsys, base + ["--instance-seed", "7"])["instance"]["seed"] == 7
+
+
+def test_repro_all_refuses_one_figures_flags(capsys):
+    for flags in (["--n-runs", "5"], ["--draft", "x"], ["--target", "y"]):
+        assert main(["repro", "all", *flags]) == 2
+        assert "applies to one figure, not to `speculab repro all`" in capsys.readouterr().err
+
+
+def test_main_sets_its_sigterm_handler_in_the_main_thread_only(monkeypatch, capsys):
+    """In the main thread a SIGTERM stops the command cleanly (its handler is set, then the previous one put back);
+    in another thread no handler can be set, and none is tried."""
+    import signal
+    import threading
+
+    calls = []
+    real = signal.signal
+    monkeypatch.setattr(signal, "signal", lambda sig, handler: calls.append((sig, handler)) or real(sig, handler))
+    assert main(["methods"]) == 0
+    assert [c[0] for c in calls] == [signal.SIGTERM, signal.SIGTERM]  # set, then restored
+    calls.clear()
+    worker = threading.Thread(target=lambda: main(["methods"]))
+    worker.start()
+    worker.join()
+    assert calls == []
+    capsys.readouterr()

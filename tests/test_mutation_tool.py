@@ -89,7 +89,8 @@ def test_import_time_code_is_told_from_function_bodies():
     assert mutation.runs_at_import(tree, 5, 14)  # a default
     assert mutation.runs_at_import(tree, 2, 8)  # a module constant
     assert not mutation.runs_at_import(tree, 7, 9) and not mutation.runs_at_import(tree, 8, 19)  # in the body
-    assert not mutation.runs_at_import(ast.parse("f = lambda x: x + 1\n"), 1, 14)  # a lambda's body
+    assert mutation.runs_at_import(ast.parse("f = sorted([2, 1], key=lambda x: x + 1)\n"), 1, 35)  # run at import
+    assert not mutation.runs_at_import(ast.parse("def g():\n    return sorted(key=lambda x: -x)\n"), 2, 33)
 
 
 def test_nested_operators_that_share_a_start_get_distinct_names():

@@ -125,3 +125,11 @@ def test_bad_input_is_refused_naming_it(kwargs, match):
     if "correction" in kwargs:
         with pytest.raises(ValueError, match=match):
             typical_rule(np.ones(2) / 2, np.ones(2) / 2, 0.1, 0.3, kwargs["correction"])
+
+
+def test_the_public_functions_check_eps_and_delta():
+    p = np.ones(3) / 3
+    with pytest.raises(ValueError, match="eps must be a finite number >= 0"):
+        typical_rule(p, p, -1.0, 0.3)
+    with pytest.raises(ValueError, match="delta must be a finite number >= 0"):
+        typical_law(p, p, 0.1, float("nan"))

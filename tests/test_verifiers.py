@@ -74,11 +74,17 @@ def test_a_sampler_is_reproducible_and_leaves_torchs_generator_and_threads_alone
 @pytest.mark.parametrize(
     "call, match",
     [
-        (lambda: hf_laws(*LOGITS, temperature=0.0), "temperature must be a number > 0"),
+        (lambda: hf_laws(*LOGITS, temperature=0.0), "temperature must be a finite number > 0"),
         (lambda: hf_sampler(2, ensemble_weight=1.0), r"ensemble_weight must be None or a number in \(0, 1\)"),
         (lambda: hf_sampler(0), "K must be an integer >= 1"),
         (lambda: ensemble_law([0.5, 0.5], [0.5, 0.5], 0.0), "ensemble_weight"),
-        (lambda: check_sampler(hf_sampler(1), [0.5, 0.5], [0.5, 0.5], n=10, law=[1.0]), "p and q"),
+        (lambda: check_sampler(hf_sampler(1), [0.5, 0.5], [0.5, 0.5], n=10, law=[1.0]), "law must be a law of shape"),
+        (lambda: check_sampler(hf_sampler(1), [0.5, 0.5], [0.5, 0.5], n=10, law=[0.9, 0.9]), "law must be a law:"),
+        (lambda: hf_laws(*LOGITS, temperature=True), "temperature must be a finite number > 0"),
+        (lambda: hf_laws(*LOGITS, temperature=float("inf")), "temperature must be a finite number > 0"),
+        (lambda: hf_laws(*LOGITS, top_p=2.0), r"top_p must be None or a number in \(0, 1\]"),
+        (lambda: hf_laws(*LOGITS, top_k=1.5), "top_k must be None or an integer >= 0"),
+        (lambda: hf_laws(LOGITS[0], LOGITS[1][:3]), "must be vectors of one length"),
     ],
 )
 def test_bad_input_is_refused_naming_it(call, match):
@@ -114,13 +120,13 @@ def test_assisted_generation_samples_the_targets_law_and_the_control_is_refused(
     (w = 0.5), whose first-token law is known exactly, is refused, and the stated power against it is >= 0.99."""
     from speculab.backends import Sampling
     from speculab.backends.pair import default_prompts
-    from speculab.validate import _next_law
+    from speculab.validate import next_law
 
     prompt = default_prompts()[0]
     ids = pair.tokenizer.encode(prompt)
     sampling = Sampling()
-    p1 = _next_law(pair.draft.model, ids, sampling, pair.device, pair.vocab_size)
-    q1 = _next_law(pair.target.model, ids, sampling, pair.device, pair.vocab_size)
+    p1 = next_law(pair.draft.model, ids, sampling, pair.device, pair.vocab_size)
+    q1 = next_law(pair.target.model, ids, sampling, pair.device, pair.vocab_size)
     control = ensemble_law(p1, q1, 0.5)
 
     def hf(w):
@@ -135,13 +141,36 @@ def test_assisted_generation_samples_the_targets_law_and_the_control_is_refused(
 def test_check_decoder_refuses_bad_input_naming_it(pair):
     from speculab.backends import Sampling
 
-    run = lambda ids, n, key: [[1]] * n  # noqa: E731
+    run = lambda ids, n, key: [[1, 2, 3]] * n  # noqa: E731
     with pytest.raises(ValueError, match="needs sampling"):
         check_decoder(run, pair, "Return the", runs=5, key=0, sampling=Sampling(temperature=0.0))
     with pytest.raises(ValueError, match="prompt must be a non-empty string"):
         check_decoder(run, pair, "", runs=5, key=0)
     with pytest.raises(ValueError, match="must return 5 runs"):
-        check_decoder(lambda ids, n, key: [[1]], pair, "Return the", runs=5, key=0)
+        check_decoder(lambda ids, n, key: [[1, 2, 3]], pair, "Return the", runs=5, key=0)
+    with pytest.raises(ValueError, match="at least 3 tokens, or ending at EOS"):
+        check_decoder(lambda ids, n, key: [[1, 2]] * n, pair, "Return the", runs=5, key=0)
+    with pytest.raises(ValueError, match="a token outside 0"):
+        check_decoder(lambda ids, n, key: [[1, 2, pair.vocab_size]] * n, pair, "Return the", runs=5, key=0)
+    with pytest.raises(ValueError, match="a token outside 0"):
+        check_decoder(lambda ids, n, key: [[-1, 2, 3]] * n, pair, "Return the", runs=5, key=0)
+    with pytest.raises(ValueError, match="control must be a law of shape"):
+        check_decoder(run, pair, "Return the", runs=5, key=0, control=np.ones(3) / 3)
+
+
+def test_check_decoder_tests_the_first_tokens_of_longer_runs(pair):
+    """Found by review: runs longer than the tokens tested all fell into the test's "other" cell, and a lossless
+    decoder was refused. Autoregressive decoding of 6 tokens (300 runs) is consistent with the target's law, and
+    a decoder that repeats the target's likeliest first token is refused."""
+    from speculab.backends import decode
+    from speculab.methods import Autoregressive
+
+    def ar(ids, n, key):
+        return decode(pair, [ids] * n, Autoregressive(), max_new_tokens=6, key=key).tokens
+
+    assert not check_decoder(ar, pair, "Return the", runs=300, key=1).refused
+    first = ar(pair.tokenizer.encode("Return the"), 1, 2)[0]
+    assert check_decoder(lambda ids, n, key: [first] * n, pair, "Return the", runs=300, key=1).refused
 
 
 @pytest.mark.slow
@@ -169,12 +198,22 @@ def test_verifiers_reproduction(tmp_path):
     assert hf["ensemble w=0.5 vs the target"]["refused"]
     assert res["assisted"]["greedy"]["identical"] == res["assisted"]["greedy"]["prompts"]
     inst = MarkovInstance.load(tmp_path / "verifiers_instance.npz")
+    mu = inst.marginals()
     for family, points in verifiers._lossy(verifiers.K).items():
         for label, method in points:
             v = res["plane"][family][label]
-            assert verifiers._plane_point(inst, method) == pytest.approx(
-                {k: x for k, x in v.items() if k != "opt_at_same_speed"}, rel=1e-12, abs=1e-15
-            )
+            want = dict(reject=0.0, loss_tv=0.0, tv=0.0)  # context by context, from the method's rule
+            for t in range(inst.T):
+                for a in range(inst.V):
+                    p, q = inst.P[t, a], inst.Q[t, a]
+                    b, R = method.rule(p, q)
+                    refused = float(np.sum((1 - b) * p))
+                    law = b * p + refused * R
+                    want["reject"] += mu[t, a] * refused / inst.T
+                    want["loss_tv"] += mu[t, a] * 0.5 * float(np.abs(law - q).sum()) / inst.T
+                    want["tv"] += mu[t, a] * 0.5 * float(np.abs(p - q).sum()) / inst.T
+            assert {k: v[k] for k in want} == pytest.approx(want, rel=1e-12, abs=1e-15), (family, label)
+            assert v["tokens_per_call"] == pytest.approx(inst.T / method.expected(inst).oracle_calls, rel=1e-12)
             assert v["thm5_gap_min"] >= -1e-12
             if family == "OPT":
                 assert abs(v["front_gap"]) <= 1e-12
@@ -184,3 +223,7 @@ def test_verifiers_reproduction(tmp_path):
     assert (tmp_path / "verifiers.png").stat().st_size > 10_000 and "transformers" in verifiers.summary(res)
     rows = claims_of(verifiers, res)
     assert sum(r["quantity"].startswith("certificate: ") for r in rows) == len(res["certificates"])
+
+
+def test_the_ensemble_weight_takes_any_real_number():
+    assert hf_sampler(1, np.float32(0.5)).__name__.endswith("assistant_ensemble_weight = 0.5)")

@@ -18,6 +18,9 @@ Convention: ``p`` = draft, ``q`` = target (transformers' docstring uses the oppo
 from __future__ import annotations
 
 import contextlib
+import inspect
+import math
+import numbers
 
 import numpy as np
 import torch
@@ -44,7 +47,7 @@ def transformers_version() -> str:
 def _check_weight(ensemble_weight) -> float | None:
     if ensemble_weight is None:
         return None
-    ok = isinstance(ensemble_weight, (int, float)) and not isinstance(ensemble_weight, bool)
+    ok = isinstance(ensemble_weight, numbers.Real) and not isinstance(ensemble_weight, bool)
     if not (ok and 0 < ensemble_weight < 1):
         raise ValueError(f"ensemble_weight must be None or a number in (0, 1); got {ensemble_weight!r}")
     return float(ensemble_weight)
@@ -61,8 +64,20 @@ def hf_laws(draft_logits, target_logits, *, temperature: float = 1.0, top_k: int
         TopPLogitsWarper,
     )
 
-    if not (isinstance(temperature, (int, float)) and temperature > 0):
-        raise ValueError(f"temperature must be a number > 0 (greedy decoding samples nothing); got {temperature!r}")
+    real = lambda x: isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)  # noqa: E731
+    if not (real(temperature) and temperature > 0):
+        raise ValueError(
+            f"temperature must be a finite number > 0 (greedy decoding samples nothing); got {temperature!r}"
+        )
+    if top_k is not None and not (isinstance(top_k, numbers.Integral) and not isinstance(top_k, bool) and top_k >= 0):
+        raise ValueError(f"top_k must be None or an integer >= 0 (0: off); got {top_k!r}")
+    if top_p is not None and not (real(top_p) and 0 < top_p <= 1):
+        raise ValueError(f"top_p must be None or a number in (0, 1]; got {top_p!r}")
+    if np.shape(draft_logits) != np.shape(target_logits) or np.ndim(draft_logits) != 1:
+        raise ValueError(
+            f"draft_logits and target_logits must be vectors of one length; got {np.shape(draft_logits)} and "
+            f"{np.shape(target_logits)}"
+        )
     warpers = LogitsProcessorList([TemperatureLogitsWarper(float(temperature))])
     if top_k:
         warpers.append(TopKLogitsWarper(int(top_k)))
@@ -92,6 +107,17 @@ def hf_sampler(K: int = 2, ensemble_weight: float | None = None):
 
     K = as_positive_int(K, "K")
     w = _check_weight(ensemble_weight)
+    # the step's other parameters changed across transformers' versions: pass what the installed one takes
+    params = inspect.signature(_speculative_sampling).parameters
+    extra = {"is_done_candidate": False, "last_assistant_token_is_eos": False, "max_matches": K}
+    options = {k: v for k, v in extra.items() if k in params}
+    if w is not None:
+        if "assistant_ensemble_weight" not in params:
+            raise ValueError(
+                f"ensemble_weight: transformers {transformers_version()}'s _speculative_sampling has no "
+                "assistant_ensemble_weight"
+            )
+        options["assistant_ensemble_weight"] = w
 
     def sampler(draft_logits, target_logits, n, rng):
         threads = torch.get_num_threads()
@@ -115,7 +141,7 @@ def hf_sampler(K: int = 2, ensemble_weight: float | None = None):
             torch.manual_seed(int(rng.integers(2**62)))
             for i in range(n):
                 ids = torch.as_tensor(np.r_[0, drafts[i]])[None]  # one prompt token, then the candidates
-                tokens, _ = _speculative_sampling(ids, candidate_logits, K, new_logits, assistant_ensemble_weight=w)
+                tokens, _ = _speculative_sampling(ids, candidate_logits, K, new_logits, **options)
                 out[i] = int(tokens[0, 0])
         return out
 
@@ -137,8 +163,9 @@ def assisted_config(pair, sampling, *, K: int, max_new_tokens: int, ensemble_wei
         assistant_confidence_threshold=0.0,
         do_sample=not sampling.greedy,
         pad_token_id=pair.eos_token_id,
-        assistant_ensemble_weight=_check_weight(ensemble_weight),
     )
+    if ensemble_weight is not None:  # an option of recent transformers only
+        settings["assistant_ensemble_weight"] = _check_weight(ensemble_weight)
     if not sampling.greedy:
         settings.update(temperature=sampling.temperature, top_k=sampling.top_k or 0, top_p=sampling.top_p or 1.0)
     return GenerationConfig(**settings)

@@ -36,7 +36,7 @@ from speculab.methods.base import Method, RoundLaw
 from speculab.theory.instance import rowwise
 from speculab.theory._checks import takes_instance
 
-__all__ = ["Rule", "ChainMethod", "chain_round_law", "chain_law"]
+__all__ = ["Rule", "ChainMethod", "chain_round_law", "chain_law", "one_step_law"]
 
 
 class Rule(NamedTuple):
@@ -70,8 +70,14 @@ def chain_round_law(rule: Rule, p, q, x, *, bonus: bool, biased: bool) -> RoundL
     b, R = rule
     a = kernels.gather(b, x)  # (..., M, L): acceptance of each drafted token
     reject = xp.sum((1.0 - b) * p, axis=-1)  # (..., M, L): D = Σ (1 − b) p
-    law = b * p + reject[..., None] * R if biased else None
-    return chain_law(a, reject, R, q, bonus=bonus, law=law)
+    return chain_law(a, reject, R, q, bonus=bonus, law=one_step_law(rule, p) if biased else None)
+
+
+def one_step_law(rule: Rule, p):
+    """The one-step output law of a rule, ``P_A = b p + P Σ (1 − b) p`` ([Yin] §2), shape ``(..., V)`` (array API)."""
+    xp = array_namespace(p)
+    b, R = rule
+    return b * p + R * xp.sum((1.0 - b) * p, axis=-1, keepdims=True)
 
 
 def chain_law(a, reject, weights, q, *, bonus: bool, law=None) -> RoundLaw:

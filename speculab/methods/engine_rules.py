@@ -43,7 +43,8 @@ def exact_match(p, q, x, *, bonus: bool):
     a = np.take_along_axis(q[..., :L, :], x[..., None], axis=-1)[..., 0]  # P(y = x_i) = q_i(x_i)
     others = q[..., :L, :].copy()
     np.put_along_axis(others, x[..., None], 0.0, axis=-1)  # y given y != x_i, unnormalised
-    return chain_law(a, 1.0 - a, others, q, bonus=bonus)
+    reject = 1.0 - np.sum(np.asarray(p, dtype=float) * q[..., :L, :], axis=-1)  # before the draft: 1 − Σ p·q
+    return chain_law(a, reject, others, q, bonus=bonus)
 
 
 def greedy_match(p, q, x, *, bonus: bool):
@@ -110,6 +111,8 @@ def top_k_warp(k: int):
 def warped_sd(warp, *, draft: bool = True, target: bool = True):
     """SD's round law on laws warped by ``warp`` on the sides named (module docstring); ``draft=False`` computes the
     ratio and residual with the raw draft law, ``target=False`` with the raw target law."""
+    if not callable(warp):
+        raise ValueError(f"warp must be a function of laws (..., V); got {warp!r}")
     sd = SD()
 
     def verifier(p, q, x, *, bonus):

@@ -31,7 +31,7 @@ from typing import ClassVar
 from array_api_compat import array_namespace, device
 
 from speculab.methods.base import check_lookahead, param, register
-from speculab.methods.chain import ChainMethod, Rule
+from speculab.methods.chain import ChainMethod, Rule, one_step_law
 
 __all__ = ["Typical", "CORRECTIONS", "typical_threshold", "typical_rule", "typical_law"]
 
@@ -48,6 +48,7 @@ def _check_nonnegative(x, name: str) -> float:
 
 def typical_threshold(q, eps: float, delta: float):
     """``τ(q) = min(ε, δ·exp(−H(q)))`` per law, shape ``(...)`` from ``(..., V)`` (array API; ``0 log 0 = 0``)."""
+    eps, delta = _check_nonnegative(eps, "eps"), _check_nonnegative(delta, "delta")
     xp = array_namespace(q)
     entropy = -xp.sum(q * xp.log(xp.where(q > 0, q, xp.ones_like(q))), axis=-1)
     return xp.minimum(xp.full_like(entropy, eps), delta * xp.exp(-entropy))
@@ -74,9 +75,7 @@ def typical_rule(p, q, eps: float, delta: float, correction: str = "q") -> Rule:
 
 def typical_law(p, q, eps: float, delta: float, correction: str = "q"):
     """The one-step output law ``P_A = b p + P Σ (1 − b) p`` (module docstring), shape ``(..., V)`` (array API)."""
-    xp = array_namespace(p, q)
-    b, R = typical_rule(p, q, eps, delta, correction)
-    return b * p + R * xp.sum((1.0 - b) * p, axis=-1, keepdims=True)
+    return one_step_law(typical_rule(p, q, eps, delta, correction), p)
 
 
 @register

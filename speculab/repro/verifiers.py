@@ -52,6 +52,7 @@ from speculab.methods import (
     Traversal,
     Typical,
 )
+from speculab.methods.chain import one_step_law
 from speculab.methods.engine_rules import EagleP1, exact_match, greedy_match, top_k_warp, warped_sd
 from speculab.methods.typical import typical_law
 from speculab.repro._io import claim, describe_key, new_figure, save_figure, write_json
@@ -168,11 +169,14 @@ def _transformers(key, n_runs: int) -> dict:
     """transformers' acceptance step on a 6-token pair (module docstring)."""
     from speculab.backends.hf_reference import ensemble_law, hf_laws, hf_sampler, transformers_version
 
-    rng = as_generator(key)
+    seeds = spawn_seeds(key, len(HF_SETTINGS) + 3)
+    rng = as_generator(seeds[-3])
     draft_logits, target_logits = rng.normal(0, 1.5, 6), rng.normal(0, 1.5, 6)
-    seeds = spawn_seeds(key, len(HF_SETTINGS) + 2)
-    out = {"version": transformers_version(), "draft_logits": draft_logits.tolist(), "target_logits": target_logits}
-    out["target_logits"] = target_logits.tolist()
+    out = {
+        "version": transformers_version(),
+        "draft_logits": draft_logits.tolist(),
+        "target_logits": target_logits.tolist(),
+    }
     rows = {}
     for (label, warp), seed in zip(HF_SETTINGS.items(), seeds):
         p, q = hf_laws(draft_logits, target_logits, **warp)
@@ -209,7 +213,7 @@ def _assisted(pair, key, runs: int, prompts: list[str]) -> dict:
     """Assisted generation on the pair: greedy against the target's greedy decoding, and the law tests."""
     from speculab.backends import Sampling, decode
     from speculab.backends.hf_reference import assisted_runs, ensemble_law
-    from speculab.validate import _next_law
+    from speculab.validate import next_law
 
     seeds = spawn_seeds(key, 6)
     tokens = 16
@@ -225,8 +229,8 @@ def _assisted(pair, key, runs: int, prompts: list[str]) -> dict:
     laws = {}
     settings = {"temperature 1": Sampling(), "temperature 0.7, top-k 50, top-p 0.9": Sampling(0.7, 50, 0.9)}
     for (label, sampling), seed in zip(settings.items(), seeds[1:]):
-        q1 = _next_law(pair.target.model, ids, sampling, pair.device, pair.vocab_size)
-        p1 = _next_law(pair.draft.model, ids, sampling, pair.device, pair.vocab_size)
+        q1 = next_law(pair.target.model, ids, sampling, pair.device, pair.vocab_size)
+        p1 = next_law(pair.draft.model, ids, sampling, pair.device, pair.vocab_size)
         control = ensemble_law(p1, q1, ENSEMBLE)
 
         def run(ids, n, key, sampling=sampling, w=None):
@@ -253,11 +257,10 @@ def _assisted(pair, key, runs: int, prompts: list[str]) -> dict:
 def _plane_point(inst, method) -> dict:
     """Exact per-token rejection probability, TV(P_A, q) and TV(p, q) averaged over the target's marginals, the
     largest violation of Thm 5 over positions and contexts, and tokens per target call."""
-    b, R = method.instance_rule(inst)
+    rule = method.instance_rule(inst)
     P, Q = np.asarray(inst.P), np.asarray(inst.Q)
-    reject = np.sum((1.0 - b) * P, axis=-1)  # (T, V)
-    law = b * P + R * reject[..., None]
-    loss, tv = kernels.tv(law, Q), kernels.tv(P, Q)
+    reject = np.sum((1.0 - rule.acceptance) * P, axis=-1)  # (T, V)
+    loss, tv = kernels.tv(one_step_law(rule, P), Q), kernels.tv(P, Q)
     mu = inst.marginals()[:-1]  # the context of position t is x_t's law
     mean = lambda a: float(np.sum(mu * a) / inst.T)  # noqa: E731
     return {
