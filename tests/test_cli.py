@@ -957,3 +957,126 @@ def test_main_sets_its_sigterm_handler_in_the_main_thread_only(monkeypatch, caps
     worker.join()
     assert calls == []
     capsys.readouterr()
+
+
+def test_every_default_the_help_states_is_the_parsers():
+    """Each option whose help says "(default X)" parses to X when it is left out (found by mutation testing:
+    changing a default in the parser, e.g. sim's --n-runs or certify's --V and --remaining, left every test
+    green)."""
+    import argparse
+    import os
+
+    from speculab.cli import build_parser
+
+    checked = 0
+
+    def walk(parser, path):
+        nonlocal checked
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, path + [name])
+                continue
+            said = re.search(r"\(default ([^)\s,;]+)\)", action.help or "")
+            if said and action.default is not None and not isinstance(action.default, bool):
+                want = said.group(1).replace(",", "")
+                try:
+                    same = float(want) == float(action.default)
+                except (TypeError, ValueError):  # a name, or a path ("./results" is "results")
+                    same = os.path.normpath(str(action.default)) == os.path.normpath(want)
+                assert same, (path, action.dest, action.default, want)
+                checked += 1
+
+    walk(build_parser(), [])
+    assert checked >= 10
+
+
+def test_a_command_and_a_quantity_are_required(capsys):
+    assert main([]) == 2 and "required" in capsys.readouterr().err
+    assert main(["theory"]) == 2 and "required" in capsys.readouterr().err
+
+
+def test_a_batch_size_that_is_not_a_number_is_refused():
+    import argparse
+
+    from speculab import cli
+
+    for bad in ("x", "", "2.5"):
+        with pytest.raises(argparse.ArgumentTypeError, match="must be a whole number in"):
+            cli._parse_M(bad)
+
+
+def test_a_tables_columns_are_as_wide_as_their_widest_cell():
+    from speculab import cli
+
+    text = cli._table([["a", "1.5"], ["much longer", "2"]], ["n", "value"])
+    lines = text.splitlines()
+    assert len({len(line) for line in lines}) == 1 and lines[1] == "-" * 11 + "  " + "-" * 5
+    assert lines[2] == "a              1.5" and lines[3] == "much longer      2"
+
+
+def test_progress_is_shown_in_text_mode_only(monkeypatch, capsys):
+    """sim, repro NAME and repro all ask for progress without --json and for none with it."""
+    import speculab.sim as sim
+    from speculab.repro import runner
+
+    seen = []
+    real = sim.simulate
+    monkeypatch.setattr(sim, "simulate", lambda *a, **k: seen.append(("sim", k["progress"])) or real(*a, **k))
+    monkeypatch.setattr(
+        runner,
+        "run_figure",
+        lambda *a, **k: seen.append(("figure", k["progress"])) or (_ for _ in ()).throw(KeyboardInterrupt),
+    )
+    monkeypatch.setattr(
+        runner,
+        "run_all",
+        lambda *a, **k: seen.append(("all", k["progress"], k["skip"])) or (_ for _ in ()).throw(KeyboardInterrupt),
+    )
+    for json_flag in ([], ["--json"]):
+        main(["sim", "--T", "3", "--V", "2", "--n-runs", "10", *json_flag])
+        main(["repro", "yin-fig2a", "--out", "/nonexistent-speculab", *json_flag])
+        main(["repro", "all", "--out", "/nonexistent-speculab", *json_flag])
+    capsys.readouterr()
+    assert seen == [
+        ("sim", True),
+        ("figure", True),
+        ("all", True, ()),
+        ("sim", False),
+        ("figure", False),
+        ("all", False, ()),
+    ]
+
+
+def test_validate_and_compare_pass_the_command_lines_choices(monkeypatch, capsys):
+    """validate's runs default by device (20,000 on CUDA, 4,000 elsewhere) and --no-speed; compare's --prompt."""
+    from types import SimpleNamespace
+
+    import speculab.cli as cli
+    import speculab.compare as compare_module
+    import speculab.validate as validate_module
+
+    calls = []
+
+    def fake_validate(pair, **kwargs):
+        calls.append((pair.device.type, kwargs["runs"], kwargs["speed"]))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(validate_module, "validate", fake_validate)
+    for device in ("cpu", "cuda"):
+        monkeypatch.setattr(cli, "_pair", lambda args, d=device: SimpleNamespace(device=SimpleNamespace(type=d)))
+        main(["validate"])
+        main(["validate", "--no-speed", "--runs", "7"])
+    assert calls == [("cpu", 4000, True), ("cpu", 7, False), ("cuda", 20000, True), ("cuda", 7, False)]
+
+    prompts = []
+    monkeypatch.setattr(cli, "_check_head_fits", lambda *a: None)
+    monkeypatch.setattr(
+        compare_module,
+        "compare",
+        lambda pair, method, p, **k: prompts.append(p) or (_ for _ in ()).throw(KeyboardInterrupt),
+    )
+    main(["compare", "--pair", "tiny"])
+    main(["compare", "--pair", "tiny", "--prompt", "Hello there"])
+    assert prompts == [None, ["Hello there"]]
+    capsys.readouterr()
