@@ -248,14 +248,16 @@ def select_tests(
     ``contexts`` maps a line to the test node ids that executed it, with ``""`` for code run
     while the tests were being collected (imports, module constants, ``def`` lines and their
     defaults). A mutant there can reach any test that runs the module, so the tests that
-    executed any of its lines are chosen then — and so for a mutant that ``at_import`` says runs
-    when the module is imported (:func:`runs_at_import`): a module first imported inside a test
-    has its import-time lines recorded for that test alone, and a test reading a default from a
-    signature runs none of the function's lines. ``every`` is ordered fastest first and the
+    executed any of its lines are chosen then. A mutant that ``at_import`` says runs when the module
+    is imported (:func:`runs_at_import`) runs against every test: a module first imported inside a
+    test has its import-time lines recorded for that test alone, and a test that reads a default
+    from a signature executes no line of the module at all. ``every`` is ordered fastest first and the
     selection keeps that order (with ``-x`` a killed mutant stops at its first failure).
     """
+    if at_import:
+        return list(every)
     ran = set().union(*(contexts.get(line, set()) for line in range(span[0], span[1] + 1)))
-    if "" in ran or at_import:
+    if "" in ran:
         ran = set().union(*contexts.values())
     return [t for t in every if t in ran]
 
