@@ -253,3 +253,26 @@ def test_speed_refuses_too_few_prompts_and_trees_only_with_speed(monkeypatch):
         compare(pair, RRS((2,)), ["Return the"], key=0, speed=True)
     comp = compare(pair, RRS((2,)), ["Return the"], runs_per_prompt=1, max_new_tokens=2, key=0)
     assert comp.rows  # a tree without speed rows is compared
+
+
+def test_target_calls_per_token_is_calls_over_tokens_of_the_methods_runs(monkeypatch):
+    """The measured-only row is the ratio of sums over the method's own runs (found by mutation testing: the ratio
+    inverted left every test green)."""
+    pytest.importorskip("torch")
+    from speculab.backends import load_pair
+    from speculab.compare import Context, compare
+
+    results = []
+    real = Context.decode
+
+    def spy(self, method, slot, **kwargs):
+        out = real(self, method, slot, **kwargs)
+        results.append(out)
+        return out
+
+    monkeypatch.setattr(Context, "decode", spy)
+    comp = compare(load_pair("tiny"), SD(K=2), ["Return the"], runs_per_prompt=2, max_new_tokens=6, key=3)
+    counts = results[0].counts
+    row = next(r for r in comp.rows if r.quantity == "target calls per token")
+    assert row.measured == pytest.approx(counts.oracle_calls.sum() / counts.tokens.sum(), rel=1e-15)
+    assert 0 < row.measured < 1  # SD with two drafts a round: fewer calls than tokens
