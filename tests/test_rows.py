@@ -97,3 +97,11 @@ def test_paired_accepted_keeps_every_round_that_drafted_and_only_those():
     mixed = _round([2, 0], [1, 0], [1.25, 0.0], [0.5, 0.0])  # a run whose last round drafted nothing: kept whole
     row = paired_accepted(SimpleNamespace(rounds=[mixed, without]))
     assert row.predicted == pytest.approx(0.625) and row.measured == pytest.approx(0.5) and "2 rounds" in row.note
+
+
+def test_a_rows_power_counts_both_tails():
+    """With the truth barely off the prediction (d ≈ 0) each tail of |z| >= 5 weighs Φ(−5): the power is their sum,
+    2 Φ(−5) (found by mutation testing: one tail dropped left every test green, the other tail being ~1e-30 at the
+    powers tested elsewhere)."""
+    tail = 0.5 * math.erfc(5 / math.sqrt(2))
+    assert Row("x", 10.0, 10.0, 0.0, 1e6).power() == pytest.approx(2 * tail, rel=1e-5)
