@@ -42,6 +42,7 @@ from speculab import kernels
 from speculab._budget import limit, refuse
 from speculab._validate import as_generator, as_pair, as_positive_int
 from speculab.methods.capabilities import PositionLaw, TreeDrafting, has
+from speculab.methods.chain import Rule, one_step_law
 from speculab.methods.tree import check_enumeration, drafted_trees
 from speculab.sim._laws import check_laws
 from speculab.theory.instance import MarkovInstance
@@ -173,7 +174,7 @@ def position_kernels(method, p, q, n: int) -> list[np.ndarray]:
         P, keep, weights = inst.P[t], np.asarray(free[t] + called[t], dtype=float), np.asarray(correction[t], float)
         mass = weights.sum(axis=-1, keepdims=True)
         token = np.divide(weights, mass, out=np.zeros_like(weights), where=mass > 0)
-        out.append(P * keep + token * np.sum(P * (1.0 - keep), axis=-1, keepdims=True))
+        out.append(one_step_law(Rule(keep, token), P))  # P_A = b p + P Σ (1 − b) p with b = free + called
     return out
 
 
