@@ -286,3 +286,315 @@ def test_report_shows_no_figure_without_its_record(results, tmp_path, capsys):
     (folder / "yin_fig3.png").symlink_to(elsewhere)  # the same bytes, through a link: still refused
     assert main(["report", "--out", str(folder)]) == 2
     assert "yin_fig3.png is not the file `speculab repro yin-fig3` wrote" in capsys.readouterr().err
+
+
+def _copy(results, folder):
+    shutil.copytree(results, folder)
+    (folder / REPORT).unlink(missing_ok=True)
+    return folder
+
+
+def _write_provenance(folder, data):
+    import json
+
+    (folder / runner.PROVENANCE).write_text(json.dumps(data))
+
+
+def _section_meta(page, name):
+    return html.unescape(page.split(f'<section id="{name}">')[1].split('<p class="meta">')[1].split("</p>")[0])
+
+
+def test_each_figures_provenance_line_is_its_record(results, tmp_path):
+    """The line under each figure's heading states its own record: parameters in order, the wall time to 0.1 s,
+    the version, the commit's first ten digits and whether the tree was modified — "defaults" and "—" where the
+    record has none, no commit without one."""
+    folder = _copy(results, tmp_path / "r")
+    data = runner.read_provenance(folder)
+    fig3, fig6 = data["figures"]["yin-fig3"], data["figures"]["sprinter-fig6"]
+    fig3["parameters"] = {"T": 50, "row_law": "uniform"}
+    fig3["seconds"] = 12.345
+    fig3["started"] = "2026-11-29T00:00:00+00:00"
+    fig3["environment"] = dict(fig3["environment"], speculab="9.8.7", git={"commit": "0123456789abcdef", "modified": 1})
+    fig6["parameters"] = {}
+    del fig6["seconds"]
+    fig6["environment"] = {k: v for k, v in fig6["environment"].items() if k not in ("git", "speculab")}
+    fig6["started"] = "S"
+    _write_provenance(folder, data)
+    page = build_report(folder).read_text()
+    assert _section_meta(page, "yin-fig3") == (
+        "parameters: T=50, row_law=uniform; wall time 12.3 s; speculab 9.8.7, commit 0123456789 (modified); "
+        "2026-11-29T00:00:00+00:00"
+    )
+    assert _section_meta(page, "sprinter-fig6") == "parameters: defaults; wall time —; speculab ?; S"
+    fig3["environment"]["git"] = {"commit": "fedcba98765432100", "modified": False}
+    _write_provenance(folder, data)
+    assert "speculab 9.8.7, commit fedcba9876; 2026" in _section_meta(build_report(folder).read_text(), "yin-fig3")
+
+
+def test_the_environment_line_is_the_last_runs(results, tmp_path):
+    """The page's environment line is ``repro all``'s record where there is one, else the last figure's:
+    memory in GiB, the accelerator or "CPU only"; no line without any environment."""
+    folder = _copy(results, tmp_path / "r")
+    data = runner.read_provenance(folder)
+    env = data["figures"]["yin-fig3"]["environment"]
+    machine = {"platform": "Plan9", "cpus": 96, "memory_bytes": 3 * 2**30}
+    data["figures"]["yin-fig3"]["environment"] = dict(env, python="3.0-first", machine=machine)
+    data["figures"]["sprinter-fig6"]["environment"] = dict(env, python="3.1-last", machine=dict(machine, cpus=7))
+    data.pop("all", None)
+    _write_provenance(folder, data)
+    page = html.unescape(build_report(folder).read_text())
+    assert "Python 3.1-last;" in page and "Plan9, 7 CPUs, 3 GiB, CPU only</p>" in page and "3.0-first" not in page
+    data["all"] = {"environment": dict(env, python="3.2-all", machine=dict(machine, accelerator="H200"))}
+    _write_provenance(folder, data)
+    page = html.unescape(build_report(folder).read_text())
+    assert "Python 3.2-all;" in page and "Plan9, 96 CPUs, 3 GiB, H200</p>" in page and "3.1-last" not in page
+    for entry in data["figures"].values():
+        del entry["environment"]
+    _write_provenance(folder, data)
+    assert "Python" not in build_report(folder).read_text()
+
+
+def test_the_overview_rows_and_total_are_the_records(results, tmp_path):
+    """The overview gives each figure's wall time from its own record — a shown figure stays shown, with its own
+    time, though the last ``repro all`` skipped it — and the last ``repro all``'s wall time in minutes."""
+    folder = _copy(results, tmp_path / "r")
+    data = runner.read_provenance(folder)
+    data["figures"]["yin-fig3"]["seconds"] = 42.25
+    data["figures"]["sprinter-fig6"]["seconds"] = 7.0
+    data["all"] = {"wall_seconds": 150.0, "skipped": {"yin-fig3": "left out by --only/--skip"}}
+    _write_provenance(folder, data)
+    page = build_report(folder).read_text()
+    row = re.search(r"<tr><td>yin-fig3</td>(.*?)</tr>", page).group(1)
+    assert '<a href="#yin-fig3">shown</a>' in row and "<td>42.2 s</td>" in row
+    assert re.search(r"<tr><td>sprinter-fig6</td><td>.*?</td><td>7.0 s</td>", page)
+    assert "last <code>speculab repro all</code>: 2.5 min wall time" in page
+    del data["all"]["wall_seconds"]
+    _write_provenance(folder, data)
+    assert "min wall time" not in build_report(folder).read_text()
+
+
+def test_a_figure_json_that_is_not_its_result_is_refused_naming_it(results, tmp_path):
+    """A figure's JSON recorded with its digest but not its reproduction's result (another figure's) is refused,
+    naming the file and the command that writes it."""
+    folder = _copy(results, tmp_path / "r")
+    path = folder / "sprinter_fig6.json"
+    path.write_text('{"x": 1}')
+    data = runner.read_provenance(folder)
+    data["figures"]["sprinter-fig6"]["sha256"]["sprinter_fig6.json"] = runner.sha256(path)
+    _write_provenance(folder, data)
+    with pytest.raises(ValueError) as info:
+        build_report(folder)
+    message = str(info.value)
+    assert message.startswith(f"{path} is not a result of sprinter-fig6 (KeyError")
+    assert message.endswith("rerun `speculab repro sprinter-fig6`")
+
+
+def _validation_data():
+    """What ``Validation.to_dict`` writes, with values whose every cell of the page is known."""
+    law = {
+        "method": "sd K=2",
+        "runs": 1000,
+        "lossless": True,
+        "refused": False,
+        "ok": True,
+        "power": 0.99512,
+        "first": [12.345, 7, 0.01234],
+        "joint": [101.25, 63, 0.5],
+        "detectable": [0.0512, 0.1234],
+    }
+    control = dict(law, method="biased uno (control)", lossless=False, refused=True, ok=False, power=0.5)
+    control |= {"first": [99.0, 7, 1e-20], "joint": [300.0, 63, 2e-9], "detectable": [0.2, 0.3]}
+    return {
+        "settings": {
+            "pair": "tiny",
+            "device": "cuda:0",
+            "device_name": "H200",
+            "dtype": "float32",
+            "torch": "9.9",
+            "runs": 1000,
+        },
+        "passed": False,
+        "laws": [law, control],
+        "compare": [
+            {
+                "method": "sd",
+                "quantity": "rejections",
+                "predicted": 9.8591,
+                "measured": 9.887,
+                "z": 0.1834,
+                "holds": None,
+                "gates": True,
+            },
+            {
+                "method": "sd K=4",
+                "quantity": "target calls",
+                "predicted": 11.52,
+                "measured": 12.1,
+                "z": -2.3449,
+                "holds": None,
+                "gates": False,
+            },
+            {
+                "method": "biased",
+                "quantity": "Thm 5 gap",
+                "predicted": 0.0,
+                "measured": 1e-5,
+                "z": float("nan"),
+                "holds": True,
+                "gates": True,
+            },
+            {
+                "method": "fuzzy",
+                "quantity": "bound",
+                "predicted": 1.0,
+                "measured": 2.0,
+                "z": float("inf"),
+                "holds": False,
+                "gates": True,
+            },
+        ],
+        "speed": [
+            {"what": "SD(K=4), 256 rows", "tokens": 12345, "seconds": 2.5, "tokens_per_second": 4938.0, "note": ""},
+            {"what": "Autoregressive()", "tokens": 99, "seconds": 0.125, "tokens_per_second": 792.4, "note": "x"},
+        ],
+        "latency": {"predicted": 1.23456, "measured": 1.1, "error": 0.1223},
+    }
+
+
+def _cells(table):
+    return [
+        [html.unescape(c) for c in re.findall(r"<t[dh]>(.*?)</t[dh]>", row)]
+        for row in re.findall(r"<tr>(.*?)</tr>", table)
+    ]
+
+
+def test_the_validation_section_is_its_json_cell_by_cell(tmp_path):
+    """Each table of the validation section is ``validation.json``'s rows in order, each cell formatted from its own
+    field: a cell printing another row's or another field's value, or a flipped sign, fails."""
+    import json
+
+    (tmp_path / "validation.json").write_text(json.dumps(_validation_data()))
+    page = build_report(tmp_path).read_text()
+    assert "<h1>speculab: validation</h1>" in page and 'class="overview"' not in page  # no figure: no overview
+    section = page.split('<section id="validation">')[1].split("</section>")[0]
+    meta = html.unescape(section.split('<p class="meta">')[1].split("</p>")[0])
+    assert meta == "tiny pair on cuda:0 (H200, float32, torch 9.9): <b>FAILED</b>; 1000 runs per law test " + (
+        "(<code>speculab validate</code>)"
+    )
+    laws, compare, speed = (_cells(t) for t in re.findall(r"<table>(.*?)</table>", section))
+    assert laws[1:] == [
+        ["sd K=2", "12.3 (7), 0.012", "101.2 (63), 0.5", "no", "0.995", "0.051, 0.123", "✓"],
+        ["biased uno (control)", "99.0 (7), 1e-20", "300.0 (63), 2e-09", "yes", "0.500", "0.200, 0.300", "✗"],
+    ]
+    assert compare[1:] == [
+        ["sd", "rejections", "9.859", "9.887", "+0.18"],
+        ["sd K=4", "target calls (model check)", "11.52", "12.1", "-2.34"],
+        ["biased", "Thm 5 gap", "0", "1e-05", "holds"],
+        ["fuzzy", "bound", "1", "2", "fails"],
+    ]
+    assert speed[1:] == [["SD(K=4), 256 rows", "4,938", "12,345", "2.50"], ["Autoregressive()", "792", "99", "0.12"]]
+    assert "predicted 1.235, measured 1.100 (error +12.2%)" in section
+
+
+def _corrupt(path, value):
+    """The validation data with the value at ``path`` (keys and indices) replaced, or removed for ``...``."""
+    data = _validation_data()
+    *where, last = path
+    node = data
+    for step in where:
+        node = node[step]
+    if value is ...:
+        del node[last]
+    else:
+        node[last] = value
+    return data
+
+
+_VALID_VARIANTS = {
+    "no latency": (("latency",), None),
+    "integer power": (("laws", 1, "power"), 1),
+    "holds true": (("compare", 1, "holds"), True),
+    "integer seconds": (("speed", 1, "seconds"), 3),
+}
+_INVALID = [
+    ((), [], "no settings or verdict"),
+    (("settings",), [], "no settings or verdict"),
+    (("passed",), 1, "no settings or verdict"),
+    (("laws",), {}, "'laws' is not a list"),
+    (("speed",), ..., "'speed' is not a list"),
+    (("compare", 1), [], "compare[1] is not an object"),
+    *(
+        (("laws", 1, field), value, f"laws[1].{field} is missing")
+        for field, value in [
+            ("method", 3),
+            ("runs", True),
+            ("runs", 1.0),
+            ("lossless", 1),
+            ("refused", None),
+            ("ok", "yes"),
+            ("power", True),
+            ("power", "0.9"),
+            ("first", [1.0, 2]),
+            ("first", [1.0, 2, 3, 4]),
+            ("first", (1.0, "2", 3.0)),
+            ("joint", [1.0, False, 0.5]),
+            ("joint", "abc"),
+            ("detectable", [0.1]),
+            ("detectable", [0.1, None]),
+            ("detectable", ...),
+        ]
+    ),
+    *(
+        (("compare", 1, field), value, f"compare[1].{field} is missing")
+        for field, value in [
+            ("method", None),
+            ("quantity", 1),
+            ("predicted", "1"),
+            ("measured", None),
+            ("z", False),
+            ("holds", "x"),
+            ("holds", 0),
+            ("gates", None),
+            ("gates", ...),
+        ]
+    ),
+    *(
+        (("speed", 1, field), value, f"speed[1].{field} is missing")
+        for field, value in [
+            ("what", 1),
+            ("tokens", 1.5),
+            ("tokens", False),
+            ("seconds", "s"),
+            ("tokens_per_second", None),
+            ("note", None),
+        ]
+    ),
+    (("latency",), {"predicted": 1.0, "measured": 1.0}, "latency is not the predicted"),
+    (("latency",), [1.0, 1.0, 0.1], "latency is not the predicted"),
+    (("latency", "error"), True, "latency is not the predicted"),
+]
+
+
+@pytest.mark.parametrize("path, value", _VALID_VARIANTS.values(), ids=list(_VALID_VARIANTS))
+def test_validation_json_of_each_valid_form_is_reported(path, value, tmp_path):
+    import json
+
+    (tmp_path / "validation.json").write_text(json.dumps(_corrupt(path, value)))
+    assert "validation: the real-model backend on a device" in build_report(tmp_path).read_text()
+
+
+@pytest.mark.parametrize(
+    "path, value, problem", _INVALID, ids=[f"{'.'.join(map(str, p))}={v!r}" for p, v, _ in _INVALID]
+)
+def test_validation_json_with_a_field_of_another_type_is_refused_naming_it(path, value, problem, tmp_path):
+    """Each field of ``validation.json`` is checked for what ``Validation.to_dict`` writes (a bool is not a number,
+    a count is an int, the G-test triples have three numbers): a wrong one is refused, naming the file and field."""
+    import json
+
+    data = _corrupt(path, value) if path else value
+    (tmp_path / "validation.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError) as info:
+        build_report(tmp_path)
+    message = str(info.value)
+    assert message.startswith(f"{tmp_path / 'validation.json'} is not what `speculab validate --out` writes (")
+    assert problem in message and message.endswith("); run it again")
