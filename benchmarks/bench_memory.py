@@ -9,9 +9,11 @@ built for: the stationary T = V = 1000 and context-free V = 50,000 instances (th
 stacks would be 8 GB and 2·10¹³ bytes), batch SD at M = 10⁶, the enumerations at their caps,
 the simulator at V = 5000, the tiny model pair on a batch of prompts.
 
-    python benchmarks/bench_memory.py [--only NAME...] [--json OUT]
+    python benchmarks/bench_memory.py [--only NAME...] [--out benchmarks/tables]
 
-Memory does not depend on the machine's load; the seconds do (one run, no repeats).
+Memory does not depend on the machine's load; the seconds do (one run, no repeats). With ``--out DIR`` it writes
+``DIR/bench_memory.json`` (every case's peaks and seconds, and where and how they were measured) and
+``DIR/bench_memory.md`` (the table docs/measurements.md includes).
 """
 
 from __future__ import annotations
@@ -21,6 +23,11 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _tables  # noqa: E402
+from _tables import sig  # noqa: E402
 
 STATIONARY = """
 rng = np.random.default_rng(0)
@@ -124,21 +131,37 @@ def measure(inputs: str, call: str, timeout: float = 1800) -> dict:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="+", default=None, help="cases whose name contains one of these")
-    ap.add_argument("--json", default=None, help="also write the table as JSON here")
+    ap.add_argument("--out", help="write bench_memory.json and bench_memory.md into this folder, for the documentation")
     args = ap.parse_args(argv)
-    rows = {}
+    env = _tables.environment()
+    result = {"only": args.only, "cases": {}}
     print(f"{'case':64s} {'call MB':>9s} {'peak RSS MB':>12s} {'seconds':>8s}")
     for name, (inputs, call) in CASES.items():
         if args.only and not any(o in name for o in args.only):
             continue
-        rows[name] = r = measure(inputs, call)
+        result["cases"][name] = r = measure(inputs, call)
         if "error" in r:
             print(f"{name:64s} error: {r['error']}", flush=True)
         else:
             print(f"{name:64s} {r['call_mb']:9.1f} {r['rss_mb']:12.0f} {r['seconds']:8.2f}", flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=2)
+    if args.out:
+        _tables.write(args.out, "bench_memory", result, markdown, env, _tables.argv(argv))
+
+
+def markdown(result: dict) -> str:
+    """The documentation's table of a run: each case's peaks and seconds (or the error it ended with)."""
+    lines = ["| case | call's peak (MB) | process's peak RSS (MB) | seconds |", "| --- | --- | --- | --- |"]
+    for name, r in result["cases"].items():
+        if "error" in r:
+            error = r["error"].replace("|", "\\|")
+            lines.append(f"| {name} | error: {error} | | |")
+        else:
+            lines.append(f"| {name} | {sig(r['call_mb'])} | {sig(r['rss_mb'])} | {sig(r['seconds'])} |")
+    note = (
+        "One run of each case, each in a fresh process: the call's peak is its peak resident memory beyond what the "
+        "process held before it; the process's peak (`ru_maxrss`) includes the imports and the inputs."
+    )
+    return "\n".join(lines) + "\n\n" + note + "\n"
 
 
 if __name__ == "__main__":

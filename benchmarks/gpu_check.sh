@@ -28,7 +28,7 @@ step environment 60 "$PY" -c "import torch, transformers, numpy; print(torch.__v
 numpy.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA')"
 step validate "$LIMIT" "$PY" -m speculab.cli validate --device "$DEVICE" --debug --out "$OUT"
 step bench-float32 $((LIMIT * 2 / 3)) "$PY" benchmarks/bench_batched.py --device "$DEVICE" \
-  --json "$OUT/bench_float32.json"
+  --out "$OUT/float32"
 # pytest-xdist, where installed (the GPU machines have it; `./dev`'s environment does not), runs the files at once
 PARALLEL=$("$PY" -c "import xdist" 2>/dev/null && echo "-n 8")
 step tests "$LIMIT" "$PY" -m pytest -q -p no:cacheprovider --device "$DEVICE" --maxfail 10 $PARALLEL \
@@ -38,5 +38,5 @@ step tests "$LIMIT" "$PY" -m pytest -q -p no:cacheprovider --device "$DEVICE" --
 step validate-bfloat16 $((LIMIT * 2 / 5)) "$PY" -m speculab.cli validate --device "$DEVICE" --dtype bfloat16 --debug \
   --runs 4000 --compare-runs 0 --no-speed --out "$OUT/bf16"
 step bench-bfloat16 $((LIMIT * 2 / 5)) "$PY" benchmarks/bench_batched.py --device "$DEVICE" --dtype bfloat16 \
-  --repeats 2 --json "$OUT/bench_bfloat16.json"
+  --repeats 2 --out "$OUT/bf16"
 exit $status

@@ -1,0 +1,102 @@
+"""What a benchmark writes for the documentation: ``NAME.json`` (every number it measured, and where and how) and
+``NAME.md`` (the table the docs include with ``--8<-- "NAME.md"``), never typed by hand.
+
+Each benchmark run with ``--out DIR`` calls :func:`write` with its result and its ``markdown`` function. The JSON
+records the command that measured it, the commit (and whether the tree had uncommitted changes), the date, the
+libraries, the machine and its load average at the start and the end of the run — timings on a shared machine are
+read with that load in mind. The Markdown is ``markdown(result)`` followed by one line saying the same;
+``tests/test_bench_tables.py`` checks that each committed ``NAME.md`` is its ``NAME.json`` rendered by its
+benchmark's ``markdown``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LIBRARIES = ("numpy", "scipy", "torch", "transformers", "jax")
+
+
+def _git(*args: str) -> str | None:
+    done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def environment() -> dict:
+    """Where and when a run measured: call it at the start of the run (its load average is the start's)."""
+    commit = _git("rev-parse", "HEAD")
+    return {
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "commit": commit,
+        "modified": bool(_git("status", "--porcelain", "--untracked-files=no", "--", "speculab", "benchmarks")),
+        "python": platform.python_version(),
+        "libraries": {name: _version(name) for name in LIBRARIES if _version(name)},
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "processor": _processor()},
+        "load_at_start": list(os.getloadavg()),
+    }
+
+
+def _processor() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            return next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), "")
+    except OSError:
+        return platform.processor()
+
+
+def write(out: str | os.PathLike, name: str, result: dict, markdown, env: dict, argv: list[str]) -> Path:
+    """Write ``out/NAME.json`` (``result`` with ``env``, the load at the end and the command) and ``out/NAME.md``
+    (``markdown(result)`` and its provenance line); returns the JSON's path."""
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    data = dict(result)
+    data["provenance"] = dict(
+        env, load_at_end=list(os.getloadavg()), command=shlex.join(["python", f"benchmarks/{name}.py", *argv])
+    )
+    path = folder / f"{name}.json"
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    (folder / f"{name}.md").write_text(render(data, markdown))
+    return path
+
+
+def render(data: dict, markdown) -> str:
+    """The Markdown of a written result: its table, then where, when and how it was measured."""
+    p = data["provenance"]
+    commit = f"`{p['commit'][:7]}`" + (" with uncommitted changes" if p["modified"] else "") if p["commit"] else "?"
+    libs = ", ".join(f"{k} {v}" for k, v in p["libraries"].items())
+    m = p["machine"]
+    load = f"load average {p['load_at_start'][0]:.1f} at the start, {p['load_at_end'][0]:.1f} at the end"
+    return (
+        markdown(data).rstrip("\n")
+        + f"\n\nWritten by `{p['command']}` at commit {commit} on {p['date'][:10]}: Python {p['python']}, {libs}; "
+        + f"{m['processor'] or m['platform']}, {m['cpus']} CPUs, {load}.\n"
+    )
+
+
+def argv(given: list[str] | None = None) -> list[str]:
+    """The arguments a benchmark's ``main(argv)`` was given, else the command line's, for the record."""
+    return sys.argv[1:] if given is None else list(given)
+
+
+def sig(x: float) -> str:
+    """``x`` to 3 significant digits, without an exponent (whole numbers from 100 on)."""
+    x = float(f"{x:.3g}")
+    if x == 0 or abs(x) >= 100:
+        return f"{x:,.0f}"
+    return f"{x:.{max(0, 2 - math.floor(math.log10(abs(x))))}f}"
