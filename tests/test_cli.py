@@ -994,6 +994,15 @@ def test_every_default_the_help_states_is_the_parsers():
 def test_a_command_and_a_quantity_are_required(capsys):
     assert main([]) == 2 and "required" in capsys.readouterr().err
     assert main(["theory"]) == 2 and "required" in capsys.readouterr().err
+    assert main(["models"]) == 2 and "required" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, flag", [(["instance"], "--out"), (["models", "build-tiny", "--quick"], "--out")])
+def test_a_command_without_its_output_is_refused_before_it_works(argv, flag, capsys):
+    """``instance`` and ``models build-tiny`` write a file: without ``--out`` they are refused in one line, naming it."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"the following arguments are required: {flag}" in err and len(err.strip().splitlines()) == 1
 
 
 def test_a_batch_size_that_is_not_a_number_is_refused():
