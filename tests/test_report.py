@@ -361,13 +361,13 @@ def test_the_overview_rows_and_total_are_the_records(results, tmp_path):
     data = runner.read_provenance(folder)
     data["figures"]["yin-fig3"]["seconds"] = 42.25
     data["figures"]["sprinter-fig6"]["seconds"] = 7.0
-    data["all"] = {"wall_seconds": 150.0, "skipped": {"yin-fig3": "left out by --only/--skip"}}
+    data["all"] = {"wall_seconds": 600.0, "skipped": {"yin-fig3": "left out by --only/--skip"}}
     _write_provenance(folder, data)
     page = build_report(folder).read_text()
     row = re.search(r"<tr><td>yin-fig3</td>(.*?)</tr>", page).group(1)
     assert '<a href="#yin-fig3">shown</a>' in row and "<td>42.2 s</td>" in row
     assert re.search(r"<tr><td>sprinter-fig6</td><td>.*?</td><td>7.0 s</td>", page)
-    assert "last <code>speculab repro all</code>: 2.5 min wall time" in page
+    assert "last <code>speculab repro all</code>: 10.0 min wall time" in page
     del data["all"]["wall_seconds"]
     _write_provenance(folder, data)
     assert "min wall time" not in build_report(folder).read_text()
@@ -598,3 +598,16 @@ def test_validation_json_with_a_field_of_another_type_is_refused_naming_it(path,
     message = str(info.value)
     assert message.startswith(f"{tmp_path / 'validation.json'} is not what `speculab validate --out` writes (")
     assert problem in message and message.endswith("); run it again")
+
+
+def test_a_single_figure_has_its_overview_row(results, tmp_path):
+    """The overview table is left out only when it has no row: one figure shown gets its row."""
+    folder = _copy(results, tmp_path / "r")
+    data = runner.read_provenance(folder)
+    del data["figures"]["sprinter-fig6"]
+    data.pop("all", None)
+    _write_provenance(folder, data)
+    (folder / "sprinter_fig6.json").unlink()
+    page = build_report(folder).read_text()
+    overview = page.split('<table class="overview">')[1].split("</table>")[0]
+    assert re.findall(r"<tr><td>([\w-]+)</td>", overview) == ["yin-fig3"]
