@@ -999,7 +999,7 @@ def test_a_command_and_a_quantity_are_required(capsys):
 
 @pytest.mark.parametrize("argv, flag", [(["instance"], "--out"), (["models", "build-tiny", "--quick"], "--out")])
 def test_a_command_without_its_output_is_refused_before_it_works(argv, flag, capsys):
-    """``instance`` and ``models build-tiny`` write a file: without ``--out`` they are refused in one line, naming it."""
+    """``instance`` and ``models build-tiny`` write a file: without ``--out`` they are refused in one line."""
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert f"the following arguments are required: {flag}" in err and len(err.strip().splitlines()) == 1
@@ -1089,3 +1089,22 @@ def test_validate_and_compare_pass_the_command_lines_choices(monkeypatch, capsys
     main(["compare", "--pair", "tiny", "--prompt", "Hello there"])
     assert prompts == [None, ["Hello there"]]
     capsys.readouterr()
+
+
+@pytest.mark.parametrize(
+    "raised, code, message",
+    [("KeyboardInterrupt", 130, "speculab: interrupted"), ("_Terminated", 143, "speculab: interrupted (terminated)")],
+)
+def test_an_interrupted_command_exits_with_the_shells_status_for_its_signal(raised, code, message, monkeypatch, capsys):
+    """Interrupted (SIGINT) or terminated (SIGTERM, through main's handler), a command stops with one line and the
+    status a shell gives a process the signal ended: 128 + the signal's number."""
+    from speculab import cli
+
+    error = KeyboardInterrupt if raised == "KeyboardInterrupt" else cli._Terminated
+
+    def interrupted(args):
+        raise error
+
+    monkeypatch.setattr(cli, "cmd_methods", interrupted)
+    assert main(["methods"]) == code
+    assert capsys.readouterr().err == message + "\n"

@@ -339,17 +339,24 @@ def test_the_environment_line_is_the_last_runs(results, tmp_path):
     env = data["figures"]["yin-fig3"]["environment"]
     machine = {"platform": "Plan9", "cpus": 96, "memory_bytes": 3 * 2**30}
     data["figures"]["yin-fig3"]["environment"] = dict(env, python="3.0-first", machine=machine)
-    data["figures"]["sprinter-fig6"]["environment"] = dict(env, python="3.1-last", machine=dict(machine, cpus=7))
+    data["figures"]["sprinter-fig6"]["environment"] = dict(env, python="3.05-middle", machine=machine)
+    data["figures"]["draft-design"] = {"status": "skipped", "reason": "needs jax"}  # no environment: not read
+    data["figures"]["yin-fig5"] = {
+        "status": "failed",
+        "error": "RuntimeError: boom",
+        "environment": dict(env, python="3.1-last", machine=dict(machine, cpus=7)),
+    }
     data.pop("all", None)
     _write_provenance(folder, data)
     page = html.unescape(build_report(folder).read_text())
-    assert "Python 3.1-last;" in page and "Plan9, 7 CPUs, 3 GiB, CPU only</p>" in page and "3.0-first" not in page
+    assert "Python 3.1-last;" in page and "Plan9, 7 CPUs, 3 GiB, CPU only</p>" in page
+    assert "3.0-first" not in page and "3.05-middle" not in page
     data["all"] = {"environment": dict(env, python="3.2-all", machine=dict(machine, accelerator="H200"))}
     _write_provenance(folder, data)
     page = html.unescape(build_report(folder).read_text())
     assert "Python 3.2-all;" in page and "Plan9, 96 CPUs, 3 GiB, H200</p>" in page and "3.1-last" not in page
     for entry in data["figures"].values():
-        del entry["environment"]
+        entry.pop("environment", None)
     _write_provenance(folder, data)
     assert "Python" not in build_report(folder).read_text()
 
@@ -611,3 +618,17 @@ def test_a_single_figure_has_its_overview_row(results, tmp_path):
     page = build_report(folder).read_text()
     overview = page.split('<table class="overview">')[1].split("</table>")[0]
     assert re.findall(r"<tr><td>([\w-]+)</td>", overview) == ["yin-fig3"]
+
+
+def test_every_png_a_figure_wrote_is_embedded(results, tmp_path):
+    """A figure whose run wrote several PNGs (recorded with their digests) shows each of them, in order."""
+    folder = _copy(results, tmp_path / "r")
+    extra = folder / "yin_fig3_panel.png"
+    extra.write_bytes((folder / "sprinter_fig6.png").read_bytes())
+    data = runner.read_provenance(folder)
+    entry = data["figures"]["yin-fig3"]
+    entry["files"].append(extra.name)
+    entry["sha256"][extra.name] = runner.sha256(extra)
+    _write_provenance(folder, data)
+    section = build_report(folder).read_text().split('<section id="yin-fig3">')[1].split("</section>")[0]
+    assert re.findall(r'<img alt="([^"]+)"', section) == ["yin_fig3.png", "yin_fig3_panel.png"]

@@ -1,0 +1,67 @@
+"""The documentation's measurement tables are the data the tools wrote, never typed by hand.
+
+Each ``benchmarks/tables/NAME.md`` that ``benchmarks/_tables.py`` wrote must be its ``NAME.json`` rendered by its
+benchmark's own ``markdown`` (an edited table, or a table left from before its data changed, fails), and every table
+the docs include (``--8<-- "NAME.md"``) must exist.
+"""
+
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = ROOT / "benchmarks"
+TABLES = BENCHMARKS / "tables"
+sys.path.insert(0, str(BENCHMARKS))
+import _tables  # noqa: E402
+
+WRITTEN = sorted(p.stem for p in TABLES.glob("*.json") if "provenance" in json.loads(p.read_text()))
+
+
+def _module(name):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_docs_include_only_tables_that_exist():
+    includes = {m for page in (ROOT / "docs").glob("*.md") for m in re.findall(r'--8<-- "([^"]+)"', page.read_text())}
+    assert includes and sorted(i for i in includes if not (TABLES / i).is_file()) == []
+
+
+def test_every_written_table_is_included_by_the_docs():
+    docs = " ".join(page.read_text() for page in (ROOT / "docs").glob("*.md"))
+    assert WRITTEN and [n for n in WRITTEN if f'--8<-- "{n}.md"' not in docs] == []
+
+
+@pytest.mark.parametrize("name", WRITTEN)
+def test_each_table_is_its_data_rendered_by_its_benchmark(name):
+    data = json.loads((TABLES / f"{name}.json").read_text())
+    assert (TABLES / f"{name}.md").read_text() == _tables.render(data, _module(name).markdown)
+    p = data["provenance"]
+    assert p["command"].startswith(f"python benchmarks/{name}.py") and re.fullmatch("[0-9a-f]{40}", p["commit"] or "")
+
+
+def test_render_states_where_and_how_it_was_measured():
+    """The line under a table names the command, the commit (and uncommitted changes), the libraries and the load."""
+    env = {
+        "date": "2026-11-29T05:00:00+00:00",
+        "commit": "0123456789abcdef0123456789abcdef01234567",
+        "modified": True,
+        "python": "3.11.7",
+        "libraries": {"numpy": "2.4.6", "torch": "2.13.0"},
+        "machine": {"platform": "Linux", "cpus": 2, "processor": "EPYC"},
+        "load_at_start": [1.25, 1.0, 1.0],
+    }
+    data = {"x": 3, "provenance": dict(env, load_at_end=[2.5, 2.0, 2.0], command="python benchmarks/b.py --n 3")}
+    text = _tables.render(data, lambda d: f"| x |\n| --- |\n| {d['x']} |\n")
+    assert text == (
+        "| x |\n| --- |\n| 3 |\n\nWritten by `python benchmarks/b.py --n 3` at commit `0123456` with uncommitted "
+        "changes on 2026-11-29: Python 3.11.7, numpy 2.4.6, torch 2.13.0; EPYC, 2 CPUs, load average 1.2 at the "
+        "start, 2.5 at the end.\n"
+    )
