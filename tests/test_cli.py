@@ -1108,3 +1108,51 @@ def test_an_interrupted_command_exits_with_the_shells_status_for_its_signal(rais
     monkeypatch.setattr(cli, "cmd_methods", interrupted)
     assert main(["methods"]) == code
     assert capsys.readouterr().err == message + "\n"
+
+
+#: The least value of each whole-number flag (``certify --V``: a pair needs two tokens to differ).
+LEAST = {
+    "T": 1,
+    "V": 1,
+    "instance_seed": 0,
+    "seed": 0,
+    "max_new_tokens": 1,
+    "top_k": 1,
+    "batch_size": 1,
+    "n_runs": 1,
+    "remaining": 1,
+    "runs_per_prompt": 1,
+    "runs": 1,
+    "compare_runs": 0,
+    "batch_prompts": 1,
+    "speed_tokens": 1,
+}
+
+
+def test_each_whole_number_flag_takes_its_least_value_and_refuses_one_less():
+    """Walking every command's parser: each whole-number flag parses its least value and refuses the one below it,
+    in terms of the bound (``--seed`` also its largest, ``2**64 − 1``, and not ``2**64``)."""
+    import argparse
+
+    from speculab.cli import build_parser
+
+    seen = set()
+
+    def walk(parser, path):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, path + [name])
+            elif getattr(action.type, "__qualname__", "") == "_count.<locals>.parse":
+                least = 2 if (path, action.dest) == (["certify"], "V") else LEAST[action.dest]
+                assert action.type(str(least)) == least, (path, action.dest)
+                with pytest.raises(argparse.ArgumentTypeError, match=f"must be an integer (>= |in \\[){least}"):
+                    action.type(str(least - 1))
+                if action.dest == "seed":
+                    assert action.type(str(2**64 - 1)) == 2**64 - 1
+                    with pytest.raises(argparse.ArgumentTypeError, match="18,446,744,073,709,551,616"):
+                        action.type(str(2**64))
+                seen.add(action.dest)
+
+    walk(build_parser(), [])
+    assert seen == set(LEAST)
