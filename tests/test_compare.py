@@ -276,3 +276,60 @@ def test_target_calls_per_token_is_calls_over_tokens_of_the_methods_runs(monkeyp
     row = next(r for r in comp.rows if r.quantity == "target calls per token")
     assert row.measured == pytest.approx(counts.oracle_calls.sum() / counts.tokens.sum(), rel=1e-15)
     assert 0 < row.measured < 1  # SD with two drafts a round: fewer calls than tokens
+
+
+def _sd_context(t1_runs, rejections, calls, tokens, tvs):
+    """A comparison's context by hand: Thm 1's per-run sums along target samples (``t1_runs``), SD's runs' counts
+    and the TV at each verified position of its runs (NaN where the position was not verified)."""
+    from speculab.compare import Context
+
+    counts = _counts(rejections, tokens)
+    counts = Counts(**{**{f: getattr(counts, f) for f in counts.__dataclass_fields__}, "oracle_calls": np.array(calls)})
+    result = SimpleNamespace(counts=counts, records=[SimpleNamespace(tv=np.asarray(tv, float)) for tv in tvs])
+    reference = SimpleNamespace(records=[SimpleNamespace(tv=np.array([t, np.nan, 0.0])) for t in t1_runs])
+    ctx = Context(pair=None, prompts=[], max_new_tokens=0, sampling=None, seeds=[], result=result)
+    ctx.__dict__["reference"] = reference  # the cached autoregressive runs
+    return ctx
+
+
+def _se(x):
+    x = np.asarray(x, float)
+    return float(np.std(x, ddof=1) / np.sqrt(x.size))
+
+
+T1_RUNS, REJECTIONS, CALLS, TOKENS = [3.0, 5.0, 4.5, 2.5], [4, 6, 7], [9, 11, 10], [16, 16, 16]
+TVS = [[0.25, np.nan, 0.5], [0.0, 1.0], [np.nan, 0.25]]
+
+
+def test_sds_thm_1_row_is_the_two_sample_comparison_by_hand():
+    """K = ∞: Thm 1's Σ E_q[TV] per run from the target's samples against SD's rejections per run, each with its
+    own s.e.; z = (measured − theory)/s.e.; twice the runs, each s.e. over √2 (of a sample's s.e. with ddof 1)."""
+    (row,) = SD().compare_rows(_sd_context(T1_RUNS, REJECTIONS, CALLS, TOKENS, TVS))
+    assert row.quantity.startswith("E[N_rej]") and not row.upper_bound and row.tolerance is None
+    assert (row.predicted, row.measured) == pytest.approx((np.mean(T1_RUNS), np.mean(REJECTIONS)), abs=1e-15)
+    assert (row.predicted_se, row.measured_se) == pytest.approx((_se(T1_RUNS), _se(REJECTIONS)), abs=1e-15)
+    want_z = (np.mean(REJECTIONS) - np.mean(T1_RUNS)) / math.hypot(_se(T1_RUNS), _se(REJECTIONS))
+    assert row.z == pytest.approx(want_z, abs=1e-12) and row.z > 0
+    (twice,) = SD().compare_rows(_sd_context(T1_RUNS * 2, REJECTIONS * 2, CALLS * 2, TOKENS * 2, TVS * 2))
+    assert twice.predicted == pytest.approx(row.predicted) and twice.measured == pytest.approx(row.measured)
+    for n, se, se2 in ((4, row.predicted_se, twice.predicted_se), (3, row.measured_se, twice.measured_se)):
+        assert se2 == pytest.approx(se / math.sqrt(2) * math.sqrt((n - 1) / (n - 0.5)), rel=1e-12)
+
+
+def test_sds_finite_k_rows_are_leviathans_model_check_and_thm_1s_upper_bound_by_hand():
+    """K = 4: target calls per run against Leviathan's i.i.d. model at α = 1 − mean TV along SD's own verified
+    positions (a model check with the calls' s.e. only), and SD's rejections below Thm 1 (one-sided)."""
+    leviathan, bound = SD(K=4).compare_rows(_sd_context(T1_RUNS, REJECTIONS, CALLS, TOKENS, TVS))
+    alpha = 1 - np.mean([0.25, 0.5, 0.0, 1.0, 0.25])
+    per_round = sum(alpha**i for i in range(5))
+    assert f"α={alpha:.3f}" in leviathan.quantity and "model check" in leviathan.note
+    assert (leviathan.predicted, leviathan.measured) == pytest.approx((16 / per_round, 10.0), abs=1e-12)
+    assert (leviathan.predicted_se, leviathan.measured_se) == (0.0, pytest.approx(_se(CALLS), abs=1e-15))
+    assert leviathan.z == pytest.approx((10.0 - 16 / per_round) / _se(CALLS), abs=1e-12)
+    assert bound.upper_bound and (bound.predicted, bound.measured) == pytest.approx((3.75, 17 / 3), abs=1e-12)
+    margin = 5 * math.hypot(_se(T1_RUNS), _se(REJECTIONS))
+    assert bound.holds == (17 / 3 <= 3.75 + margin)
+    (only,) = SD(K=4).compare_rows(_sd_context(T1_RUNS, REJECTIONS, CALLS, TOKENS, [[np.nan], [np.nan], []]))
+    assert only.upper_bound  # nothing verified: no acceptance rate to model, the bound alone
+    (above,) = SD(K=4).compare_rows(_sd_context([1.0, 1.1, 0.9, 1.0], [9, 10, 11], CALLS, TOKENS, [[], [], []]))
+    assert above.holds is False  # rejections far above Thm 1 fail the one-sided check

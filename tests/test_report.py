@@ -7,6 +7,7 @@ lacks what it looks for.
 """
 
 import html
+import json
 import os
 import re
 import shutil
@@ -34,8 +35,6 @@ def results(tmp_path_factory):
 
 
 def _claims(folder, name):
-    import json
-
     return repro.get(name).claims(json.loads((folder / f"{name.replace('-', '_')}.json").read_text()))
 
 
@@ -76,8 +75,6 @@ def test_report_lists_skipped_and_failed_figures_with_the_reason(results, tmp_pa
     entries["figures"]["yin-fig2a"] = {"status": "failed", "error": "RuntimeError: boom", "seconds": 1.0}
     folder = tmp_path / "r"
     shutil.copytree(results, folder)
-    import json
-
     (folder / runner.PROVENANCE).write_text(json.dumps(entries))
     (folder / "yin_fig2a.json").write_text((results / "yin_fig3.json").read_text())  # a stale file: not shown
     page = build_report(folder).read_text()
@@ -222,8 +219,6 @@ def test_chromium_shows_the_reports_figures_and_tables(results, tmp_path):
 def test_report_refuses_a_figure_whose_files_changed_after_its_run(results, tmp_path, capsys):
     """A figure JSON edited after its run (a number times 1,000), or a figure whose PNG is gone, is not reported:
     the report names the file and writes nothing."""
-    import json
-
     for change in ("edit", "delete"):
         folder = tmp_path / change
         shutil.copytree(results, folder)
@@ -244,8 +239,6 @@ def test_report_refuses_a_figure_whose_files_changed_after_its_run(results, tmp_
 
 def test_report_refuses_a_record_naming_a_file_outside_its_folder(results, tmp_path, capsys):
     """A provenance entry listing ``../secret.png`` or an absolute path is refused before any file is read."""
-    import json
-
     secret = tmp_path / "secret.png"
     secret.write_bytes((results / "yin_fig3.png").read_bytes())
     for name in ("../secret.png", str(secret)):
@@ -264,8 +257,6 @@ def test_report_refuses_a_record_naming_a_file_outside_its_folder(results, tmp_p
 def test_report_shows_no_figure_without_its_record(results, tmp_path, capsys):
     """A figure's files are shown only as its recorded run wrote them: with its provenance entry gone (or its
     digests removed), or its PNG swapped for a link to a file elsewhere, it is not shown or the page is refused."""
-    import json
-
     folder = tmp_path / "r"
     shutil.copytree(results, folder)
     data = runner.read_provenance(folder)
@@ -295,8 +286,6 @@ def _copy(results, folder):
 
 
 def _write_provenance(folder, data):
-    import json
-
     (folder / runner.PROVENANCE).write_text(json.dumps(data))
 
 
@@ -478,8 +467,6 @@ def _cells(table):
 def test_the_validation_section_is_its_json_cell_by_cell(tmp_path):
     """Each table of the validation section is ``validation.json``'s rows in order, each cell formatted from its own
     field: a cell printing another row's or another field's value, or a flipped sign, fails."""
-    import json
-
     (tmp_path / "validation.json").write_text(json.dumps(_validation_data()))
     page = build_report(tmp_path).read_text()
     assert "<h1>speculab: validation</h1>" in page and 'class="overview"' not in page  # no figure: no overview
@@ -584,8 +571,6 @@ _INVALID = [
 
 @pytest.mark.parametrize("path, value", _VALID_VARIANTS.values(), ids=list(_VALID_VARIANTS))
 def test_validation_json_of_each_valid_form_is_reported(path, value, tmp_path):
-    import json
-
     (tmp_path / "validation.json").write_text(json.dumps(_corrupt(path, value)))
     assert "validation: the real-model backend on a device" in build_report(tmp_path).read_text()
 
@@ -596,8 +581,6 @@ def test_validation_json_of_each_valid_form_is_reported(path, value, tmp_path):
 def test_validation_json_with_a_field_of_another_type_is_refused_naming_it(path, value, problem, tmp_path):
     """Each field of ``validation.json`` is checked for what ``Validation.to_dict`` writes (a bool is not a number,
     a count is an int, the G-test triples have three numbers): a wrong one is refused, naming the file and field."""
-    import json
-
     data = _corrupt(path, value) if path else value
     (tmp_path / "validation.json").write_text(json.dumps(data))
     with pytest.raises(ValueError) as info:
