@@ -792,16 +792,33 @@ def test_compare_prints_the_apis_rows_in_its_table_and_json(name, capsys):
     assert "rejections per run (paired: Σ r_n)" in quantities
     assert "accepted drafts per round (paired: E[τ | block])" in quantities
     lines = text.splitlines()
+    header = next(line for line in lines if line.startswith("quantity  "))
+    starts = [0] + [m.start() for m in re.finditer(r"(?<=  )\S", header)]  # each column's first character
+    assert [header[a:b].strip() for a, b in zip(starts, starts[1:] + [None])][:5] == [
+        "quantity",
+        "theory / prediction",
+        "measured",
+        "z",
+        "power (10%)",
+    ]
+
+    def pm(value, se):
+        if not math.isfinite(value):
+            return "—"
+        return f"{value:.4f}" if se == 0 or not math.isfinite(se) else f"{value:.4f} ± {se:.4f}"
+
     for row in comp.rows:
         line = next(line for line in lines if line.startswith(row.quantity + "  "))
-        for cell in (
-            f"{row.measured:.4f}",
-            "" if math.isnan(row.z) else f"{row.z:+.2f}",
-            "" if math.isnan(row.power()) else f"{row.power():.3f}",
-        ):
-            assert cell in line, (row.quantity, cell, line)
-        if math.isfinite(row.predicted):
-            assert f"{row.predicted:.4f}" in line, (row.quantity, line)
+        cells = [line[a:b].strip() for a, b in zip(starts, starts[1:] + [None])]
+        if row.upper_bound:
+            z = "≤ ✓" if row.holds else "≤ ✗"
+        elif row.holds is not None:
+            z = "exact ✓" if row.holds else "exact ✗"
+        else:
+            z = f"{row.z:+.2f}" if math.isfinite(row.z) else ("" if math.isnan(row.z) else str(row.z))
+        power = "" if math.isnan(row.power()) else f"{row.power():.3f}"
+        want = [row.quantity, pm(row.predicted, row.predicted_se), pm(row.measured, row.measured_se), z, power]
+        assert cells == want + [row.note], (cells, want)
 
 
 def test_a_head_for_another_draft_is_named_by_its_flag_and_file(tmp_path, capsys):
