@@ -1092,15 +1092,15 @@ def test_validate_and_compare_pass_the_command_lines_choices(monkeypatch, capsys
     calls = []
 
     def fake_validate(pair, **kwargs):
-        calls.append((pair.device.type, kwargs["runs"], kwargs["speed"]))
+        calls.append((pair.device.type, kwargs["runs"], kwargs["speed"], kwargs["compare_runs"]))
         raise KeyboardInterrupt
 
     monkeypatch.setattr(validate_module, "validate", fake_validate)
     for device in ("cpu", "cuda"):
         monkeypatch.setattr(cli, "_pair", lambda args, d=device: SimpleNamespace(device=SimpleNamespace(type=d)))
         main(["validate"])
-        main(["validate", "--no-speed", "--runs", "7"])
-    assert calls == [("cpu", 4000, True), ("cpu", 7, False), ("cuda", 20000, True), ("cuda", 7, False)]
+        main(["validate", "--no-speed", "--runs", "7", "--compare-runs", "0"])
+    assert calls == [("cpu", 4000, True, 4), ("cpu", 7, False, 0), ("cuda", 20000, True, 4), ("cuda", 7, False, 0)]
 
     prompts = []
     monkeypatch.setattr(cli, "_check_head_fits", lambda *a: None)
@@ -1197,3 +1197,31 @@ def test_each_whole_number_flag_takes_its_least_value_and_refuses_one_less():
 
     walk(build_parser(), [])
     assert seen == FLAGS
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["compare", "--method", "ar"], "argument --method: invalid choice: 'ar'"),  # the reference, not a method
+        (["report", "--seed", "3"], "unrecognized arguments: --seed 3"),  # a report draws nothing
+    ],
+)
+def test_a_flag_a_command_does_not_take_is_refused_by_the_parser(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_output_to_a_closed_pipe_ends_with_sigpipes_status_in_process(monkeypatch, capfd):
+    """A reader that left (``BrokenPipeError``): status 128 + SIGPIPE, nothing on stderr (in process; the real pipe
+    is tested on a real process above)."""
+    import signal
+
+    from speculab import cli
+
+    def closed(args):
+        raise BrokenPipeError
+
+    monkeypatch.setattr(cli, "cmd_methods", closed)
+    assert main(["methods"]) == 128 + signal.SIGPIPE
+    assert capfd.readouterr().err == ""
