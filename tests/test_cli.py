@@ -1225,3 +1225,39 @@ def test_output_to_a_closed_pipe_ends_with_sigpipes_status_in_process(monkeypatc
     monkeypatch.setattr(cli, "cmd_methods", closed)
     assert main(["methods"]) == 128 + signal.SIGPIPE
     assert capfd.readouterr().err == ""
+
+
+def test_run_and_compare_show_progress_in_text_mode_only(monkeypatch, capsys):
+    """``run``'s bar counts every token of every prompt; ``compare``'s counts none; neither shows with ``--json``."""
+    import contextlib
+    from types import SimpleNamespace
+
+    import speculab.backends as backends
+    import speculab.compare as compare_module
+    from speculab import cli
+
+    seen = []
+
+    @contextlib.contextmanager
+    def fake_progress(desc, *, total=None, unit="token", enabled=True):
+        seen.append((desc, total, enabled))
+        yield None
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "progress", fake_progress)
+    monkeypatch.setattr(cli, "_pair", lambda args: SimpleNamespace())
+    monkeypatch.setattr(cli, "_check_head_fits", lambda *a: None)
+    monkeypatch.setattr(backends, "decode", stop)
+    monkeypatch.setattr(compare_module, "compare", stop)
+    for json_flag in ([], ["--json"]):
+        assert main(["run", "--prompt", "a", "--prompt", "b", "--max-new-tokens", "5", *json_flag]) == 130
+        assert main(["compare", *json_flag]) == 130
+    capsys.readouterr()
+    assert seen == [
+        ("decoding", 10, True),
+        ("decoding (all runs)", None, True),
+        ("decoding", 10, False),
+        ("decoding (all runs)", None, False),
+    ]
