@@ -105,6 +105,7 @@ def test_theory_batch_json(capsys):
     t1 = _json(capsys, ["theory", "rejections", "--T", "20", "--V", "4"])
     assert out["M"]["1"]["rejections"] == pytest.approx(t1["rejections"], rel=1e-12)
     assert out["M"]["inf"]["rejections"] <= out["M"]["3"]["rejections"] <= t1["rejections"]
+    assert list(_json(capsys, ["theory", "batch", "--T", "4", "--V", "3"])["M"]) == ["1", "2", "4", "8", "inf"]
 
 
 def test_sim_batch_reports_t3(capsys, agrees):
