@@ -81,7 +81,11 @@ def markdown(result: dict) -> str:
             lines.append("| " + " | ".join(cells) + " |")
         parts.append("\n".join(lines))
     if result["missing"]:
-        parts.append("Not in this run: " + ", ".join(f"`{n}`" for n in result["missing"]) + ".")
+        parts.append(
+            "Not in this run (`speculab repro NAME --out DIR` runs one, `speculab report` shows it): "
+            + ", ".join(f"`{n}`" for n in result["missing"])
+            + "."
+        )
     return "\n\n".join(parts) + "\n"
 
 
