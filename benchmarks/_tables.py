@@ -21,6 +21,7 @@ import sys
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARIES = ("numpy", "scipy", "torch", "transformers", "jax")
@@ -44,7 +45,9 @@ def environment() -> dict:
     return {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "commit": commit,
-        "modified": bool(_git("status", "--porcelain", "--untracked-files=no", "--", "speculab", "benchmarks")),
+        "modified": bool(
+            _git("status", "--porcelain", "--", "speculab", "benchmarks", ":(exclude)benchmarks/tables")
+        ),  # the code's changes (tracked or new), not the tables the tools write
         "python": platform.python_version(),
         "libraries": {name: _version(name) for name in LIBRARIES if _version(name)},
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "processor": _processor()},
@@ -60,7 +63,9 @@ def _processor() -> str:
         return platform.processor()
 
 
-def write(out: str | os.PathLike, name: str, result: dict, markdown, env: dict, argv: list[str]) -> Path:
+def write(
+    out: str | os.PathLike, name: str, result: dict, markdown: Callable[[dict], str], env: dict, argv: list[str]
+) -> Path:
     """Write ``out/NAME.json`` (``result`` with ``env``, the load at the end and the command) and ``out/NAME.md``
     (``markdown(result)`` and its provenance line); returns the JSON's path."""
     folder = Path(out)
@@ -69,13 +74,14 @@ def write(out: str | os.PathLike, name: str, result: dict, markdown, env: dict, 
     data["provenance"] = dict(
         env, load_at_end=list(os.getloadavg()), command=shlex.join(["python", f"benchmarks/{name}.py", *argv])
     )
+    text = render(data, markdown)  # before writing anything: a table that cannot be rendered leaves no data behind
     path = folder / f"{name}.json"
     path.write_text(json.dumps(data, indent=1) + "\n")
-    (folder / f"{name}.md").write_text(render(data, markdown))
+    (folder / f"{name}.md").write_text(text)
     return path
 
 
-def render(data: dict, markdown) -> str:
+def render(data: dict, markdown: Callable[[dict], str]) -> str:
     """The Markdown of a written result: its table, then where, when and how it was measured."""
     p = data["provenance"]
     commit = f"`{p['commit'][:7]}`" + (" with uncommitted changes" if p["modified"] else "") if p["commit"] else "?"
@@ -96,6 +102,8 @@ def argv(given: list[str] | None = None) -> list[str]:
 
 def sig(x: float) -> str:
     """``x`` to 3 significant digits, without an exponent (whole numbers from 100 on)."""
+    if not math.isfinite(x):
+        return "—"
     x = float(f"{x:.3g}")
     if x == 0 or abs(x) >= 100:
         return f"{x:,.0f}"

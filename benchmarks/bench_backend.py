@@ -71,7 +71,7 @@ def _ours(pair, prompts, method, sampling, tokens, repeats, batch_size=1):
             times.append(time.perf_counter() - t0)
         fwd.append(timer.seconds)
     n = int(res.counts.tokens.sum())
-    i = times.index(statistics.median(times))
+    i = times.index(statistics.median_low(times))  # a repeat's own time (the lower middle one of an even count)
     calls = int(res.counts.oracle_calls.sum())
     return {
         "tokens_per_s": n / times[i],
@@ -105,7 +105,7 @@ def _hf(pair, prompts, K, sampling, tokens, repeats, lookup: bool = False):
             calls.append(clock["calls"])
     finally:
         del target.forward
-    i = times.index(statistics.median(times))
+    i = times.index(statistics.median_low(times))  # a repeat's own time (the lower middle one of an even count)
     return {
         "tokens_per_s": n / times[i],
         "seconds": times[i],
@@ -146,6 +146,10 @@ def main(argv=None) -> None:
         "--out", help="write bench_backend.json and bench_backend.md into this folder, for the documentation"
     )
     args = ap.parse_args(argv)
+    for flag in ("--prompts", "--tokens", "--repeats", "--threads"):
+        if getattr(args, flag.lstrip("-").replace("-", "_")) < 1:
+            ap.error(f"argument {flag}: must be an integer >= 1")
+
     env = _tables.environment()
     torch.set_num_threads(args.threads)
     pair = load_pair("tiny", device="cpu")
@@ -170,7 +174,7 @@ def main(argv=None) -> None:
         result["modes"][label] = mode = _mode(pair, lookup, prompts, sampling, args)
         _print_mode(label, mode)
     if args.out:
-        path = _tables.write(args.out, "bench_backend", result, markdown, env, _tables.argv())
+        path = _tables.write(args.out, "bench_backend", result, markdown, env, _tables.argv(argv))
         print(f"\nwrote {path} and {path.with_suffix('.md')}")
 
 

@@ -56,6 +56,10 @@ def main(argv=None):
         "--out", help="write bench_latency.json and bench_latency.md into this folder, for the documentation"
     )
     args = ap.parse_args(argv)
+    for flag in ("--tokens", "--threads", "--repeats"):
+        if getattr(args, flag.lstrip("-").replace("-", "_")) < 1:
+            ap.error(f"argument {flag}: must be an integer >= 1")
+
     env = _tables.environment()
     torch.set_num_threads(args.threads)
     tiny = load_pair("tiny")
@@ -117,7 +121,7 @@ def main(argv=None):
             f"worst |error| {s['worst_abs_error']:.1%}"
         )
     if args.out:
-        path = _tables.write(args.out, "bench_latency", result, markdown, env, _tables.argv())
+        path = _tables.write(args.out, "bench_latency", result, markdown, env, _tables.argv(argv))
         print(f"\nwrote {path} and {path.with_suffix('.md')}")
 
 
@@ -165,7 +169,7 @@ def _against_the_clock(name, pair, sampling, fit_prompts, test_prompts, args) ->
             sd = timed_decode(pair, test_prompts, SD(K=K), key=2, **run)
             ratios.append((ar.latency / sd.latency, ar.latency, sd.latency))
             ar_latencies.append(ar.latency)
-        measured, ar_latency, sd_latency = sorted(ratios)[len(ratios) // 2]  # the median ratio's pair
+        measured, ar_latency, sd_latency = sorted(ratios)[(len(ratios) - 1) // 2]  # the median (lower middle) ratio
         c = sd.result.counts  # the same key: the same counts in every repeat
         predicted_sd = model.latency(c, sd.result.rounds)
         predicted = model.latency(ar.result.counts, ar.result.rounds) / predicted_sd

@@ -134,16 +134,20 @@ def main(argv=None):
     ap.add_argument("--out", help="write bench_memory.json and bench_memory.md into this folder, for the documentation")
     args = ap.parse_args(argv)
     env = _tables.environment()
+    chosen = [name for name in CASES if not args.only or any(o in name for o in args.only)]
+    if not chosen:
+        ap.error(f"--only {' '.join(args.only)}: no case's name contains these; the cases: {list(CASES)}")
     result = {"only": args.only, "cases": {}}
     print(f"{'case':64s} {'call MB':>9s} {'peak RSS MB':>12s} {'seconds':>8s}")
-    for name, (inputs, call) in CASES.items():
-        if args.only and not any(o in name for o in args.only):
-            continue
-        result["cases"][name] = r = measure(inputs, call)
+    for name in chosen:
+        result["cases"][name] = r = measure(*CASES[name])
         if "error" in r:
             print(f"{name:64s} error: {r['error']}", flush=True)
         else:
             print(f"{name:64s} {r['call_mb']:9.1f} {r['rss_mb']:12.0f} {r['seconds']:8.2f}", flush=True)
+    failed = [name for name, r in result["cases"].items() if "error" in r]
+    if failed:
+        raise SystemExit(f"{len(failed)} case(s) failed, {failed}: nothing written")
     if args.out:
         _tables.write(args.out, "bench_memory", result, markdown, env, _tables.argv(argv))
 

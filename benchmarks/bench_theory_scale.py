@@ -7,15 +7,14 @@ computation (``tracemalloc``, which sees numpy's buffers) of
 * a context-free instance, T = 1000, V = 50,000 (2·10¹³ bytes each);
 * a non-stationary random instance, T = 10⁴, V = 50 (stored in full: 200 MB per stack);
 * the same stationary instance stored compactly and in full at T = V = 300, the
-  ratio measured in one run (the full form is what every instance was before).
+  ratio measured in one run (the full form stores every step's (V, V) kernel).
 
     python benchmarks/bench_theory_scale.py [--repeats 3] [--small-only] [--out benchmarks/tables]
 
 Set ``OPENBLAS_NUM_THREADS=1`` on a shared machine: with other processes on the
-cores, OpenBLAS threads contending for them made a (3, 1000) × (1000, 1000)
-product 30–50× slower in our runs. With ``--out DIR`` it writes ``DIR/bench_theory_scale.json`` (every value,
-time and peak, the thread settings, and where and how they were measured) and ``DIR/bench_theory_scale.md`` (the
-tables docs/measurements.md includes).
+cores, OpenBLAS threads contending for them make the products many times slower.
+With ``--out DIR`` it writes ``DIR/bench_theory_scale.json`` (every value, time and peak, the thread settings,
+and where and how they were measured) and ``DIR/bench_theory_scale.md`` (the tables docs/measurements.md includes).
 """
 
 from __future__ import annotations
@@ -84,6 +83,10 @@ def main(argv=None):
         "--out", help="write bench_theory_scale.json and bench_theory_scale.md into this folder, for the documentation"
     )
     args = ap.parse_args(argv)
+    for flag in ("--repeats",):
+        if getattr(args, flag.lstrip("-").replace("-", "_")) < 1:
+            ap.error(f"argument {flag}: must be an integer >= 1")
+
     env = _tables.environment()
     result = {
         "repeats": args.repeats,

@@ -74,7 +74,7 @@ def main(argv=None) -> None:
         print(comp, f"\n({seconds:.1f} s)\n", flush=True)
         result["methods"].append({"label": label, "seconds": seconds, **comp.to_dict()})
     if args.out:
-        _tables.write(args.out, "compare_tiny", result, markdown, env, _tables.argv())
+        _tables.write(args.out, "compare_tiny", result, markdown, env, _tables.argv(argv))
 
 
 def _pm(value: float, se: float) -> str:
@@ -113,7 +113,8 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + (
         f"\n\nEach method on the tiny pair (`speculab compare --pair tiny --method` with the flags "
         f"of its label): {first.get('prompts', '—')} held-out prompts × "
-        f"{result['runs_per_prompt']} runs × {result['tokens']} tokens, temperature 1, key {result['seed']}, "
+        f"{result['runs_per_prompt']} runs × {result['tokens']} tokens, temperature {first.get('temperature', '—')}, "
+        f"key {result['seed']}, "
         f"{result['threads']} torch threads, decoded as one batch; z = (measured − theory) / s.e.; power: the chance "
         'that the row refuses a theory 10 % off; "holds": an exact identity or one-sided bound, checked.\n'
     )

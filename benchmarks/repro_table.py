@@ -27,17 +27,19 @@ def collect(results: Path) -> dict:
     from speculab.repro.report import _figure_result
     from speculab.repro.runner import changed_files, read_provenance
 
-    data = read_provenance(results)
+    data = read_provenance(results)  # ValueError naming the file if it is not a provenance record
     figures, missing = [], []
     for name, (_, what) in repro.FIGURES.items():
         entry = data["figures"].get(name)
-        result = _figure_result(results, name) if entry and entry["status"] == "ok" else None
-        if result is None:
+        if not entry or entry["status"] != "ok":
             missing.append(name)
             continue
         changed = changed_files(results, entry)
         if changed:
-            raise SystemExit(f"{results / changed[0]} is not the file `speculab repro {name}` wrote: run it again")
+            raise ValueError(f"{results / changed[0]} is not the file `speculab repro {name}` wrote: run it again")
+        result = _figure_result(results, name)
+        if result is None:
+            raise ValueError(f"{name} is recorded as finished in {results} but its JSON is not there: run it again")
         git = entry.get("environment", {}).get("git") or {}
         figures.append(
             {
@@ -98,11 +100,14 @@ def main(argv=None) -> None:
     if not results.is_dir():
         ap.error(f"--results {results} is not a folder")
     env = _tables.environment()
-    result = collect(results)
+    try:
+        result = collect(results)
+    except ValueError as exc:
+        ap.error(f"--results: {exc}")
     if not result["figures"]:
         ap.error(f"--results {results} holds no finished reproduction (run `speculab repro all --out {results}`)")
     if args.out:
-        _tables.write(args.out, "repro_table", result, markdown, env, _tables.argv())
+        _tables.write(args.out, "repro_table", result, markdown, env, _tables.argv(argv))
     else:
         print(markdown(result))
 

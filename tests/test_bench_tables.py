@@ -65,3 +65,29 @@ def test_render_states_where_and_how_it_was_measured():
         "changes on 2026-11-29: Python 3.11.7, numpy 2.4.6, torch 2.13.0; EPYC, 2 CPUs, load average 1.2 at the "
         "start, 2.5 at the end.\n"
     )
+
+
+def test_sig_gives_three_significant_digits_and_a_dash_for_no_number():
+    assert [_tables.sig(x) for x in (1234.5, 25.449, 0.012345, 0.0, float("nan"), float("inf"))] == [
+        "1,230",
+        "25.4",
+        "0.0123",
+        "0",
+        "—",
+        "—",
+    ]
+
+
+def test_a_table_that_cannot_be_rendered_writes_nothing(tmp_path):
+    env = _tables.environment()
+
+    def broken(result):
+        raise KeyError("rows")
+
+    with pytest.raises(KeyError):
+        _tables.write(tmp_path, "b", {"x": 1}, broken, env, [])
+    assert list(tmp_path.iterdir()) == []
+    path = _tables.write(tmp_path, "b", {"x": 1}, lambda d: f"| {d['x']} |\n", env, ["--n", "1"])
+    data = json.loads(path.read_text())
+    assert data["x"] == 1 and data["provenance"]["command"] == "python benchmarks/b.py --n 1"
+    assert (tmp_path / "b.md").read_text() == _tables.render(data, lambda d: f"| {d['x']} |\n")
