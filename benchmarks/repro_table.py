@@ -57,13 +57,8 @@ def collect(results: Path) -> dict:
 
 def markdown(result: dict) -> str:
     """Per figure: its command, what it reproduces, its run, and its claims table (the columns some row uses)."""
-    columns = {
-        "quantity": "quantity",
-        "paper": "paper's claim",
-        "theory": "theory (exact)",
-        "simulation": "simulation",
-        "measured": "measured (real models)",
-    }
+    from speculab.repro.report import HEADINGS as columns  # the report's own column headings
+
     parts = []
     for f in result["figures"]:
         used = [c for c in columns if c == "quantity" or any(r[c] is not None for r in f["claims"])]
