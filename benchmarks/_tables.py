@@ -100,6 +100,13 @@ def argv(given: list[str] | None = None) -> list[str]:
     return sys.argv[1:] if given is None else list(given)
 
 
+def at_least_one(ap, args, *flags: str) -> None:
+    """Refuse, in argparse's one line naming the flag, any of ``flags`` (e.g. ``"--repeats"``) below 1."""
+    for flag in flags:
+        if getattr(args, flag.lstrip("-").replace("-", "_")) < 1:
+            ap.error(f"argument {flag}: must be an integer >= 1")
+
+
 def sig(x: float) -> str:
     """``x`` to 3 significant digits, without an exponent (whole numbers from 100 on)."""
     if not math.isfinite(x):

@@ -146,9 +146,7 @@ def main(argv=None) -> None:
         "--out", help="write bench_backend.json and bench_backend.md into this folder, for the documentation"
     )
     args = ap.parse_args(argv)
-    for flag in ("--prompts", "--tokens", "--repeats", "--threads"):
-        if getattr(args, flag.lstrip("-").replace("-", "_")) < 1:
-            ap.error(f"argument {flag}: must be an integer >= 1")
+    _tables.at_least_one(ap, args, "--prompts", "--tokens", "--repeats", "--threads")
 
     env = _tables.environment()
     torch.set_num_threads(args.threads)

@@ -55,9 +55,7 @@ def main(argv=None):
     ap.add_argument("--sweep-runs", type=int, default=20_000)
     ap.add_argument("--out", help="write bench_jax.json and bench_jax.md into this folder, for the documentation")
     args = ap.parse_args(argv)
-    for flag in ("--runs", "--repeats", "--sweep-runs"):
-        if getattr(args, flag.lstrip("-").replace("-", "_")) < 1:
-            ap.error(f"argument {flag}: must be an integer >= 1")
+    _tables.at_least_one(ap, args, "--runs", "--repeats", "--sweep-runs")
 
     env = _tables.environment()
     import jax

@@ -56,9 +56,7 @@ def main(argv=None):
         "--out", help="write bench_latency.json and bench_latency.md into this folder, for the documentation"
     )
     args = ap.parse_args(argv)
-    for flag in ("--tokens", "--threads", "--repeats"):
-        if getattr(args, flag.lstrip("-").replace("-", "_")) < 1:
-            ap.error(f"argument {flag}: must be an integer >= 1")
+    _tables.at_least_one(ap, args, "--tokens", "--threads", "--repeats")
 
     env = _tables.environment()
     torch.set_num_threads(args.threads)

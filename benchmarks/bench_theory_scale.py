@@ -83,9 +83,7 @@ def main(argv=None):
         "--out", help="write bench_theory_scale.json and bench_theory_scale.md into this folder, for the documentation"
     )
     args = ap.parse_args(argv)
-    for flag in ("--repeats",):
-        if getattr(args, flag.lstrip("-").replace("-", "_")) < 1:
-            ap.error(f"argument {flag}: must be an integer >= 1")
+    _tables.at_least_one(ap, args, "--repeats")
 
     env = _tables.environment()
     result = {
