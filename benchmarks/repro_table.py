@@ -24,7 +24,7 @@ def collect(results: Path) -> dict:
     ``speculab.repro.FIGURES``) with its run's parameters, wall time, commit and claims; the others by name."""
     from speculab import repro
     from speculab.repro._io import check_claims
-    from speculab.repro.report import _figure_result
+    from speculab.repro.report import figure_result
     from speculab.repro.runner import changed_files, read_provenance
 
     data = read_provenance(results)  # ValueError naming the file if it is not a provenance record
@@ -37,7 +37,7 @@ def collect(results: Path) -> dict:
         changed = changed_files(results, entry)
         if changed:
             raise ValueError(f"{results / changed[0]} is not the file `speculab repro {name}` wrote: run it again")
-        result = _figure_result(results, name)
+        result = figure_result(results, name)
         if result is None:
             raise ValueError(f"{name} is recorded as finished in {results} but its JSON is not there: run it again")
         git = entry.get("environment", {}).get("git") or {}

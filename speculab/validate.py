@@ -44,6 +44,7 @@ __all__ = [
     "Validation",
     "LawRow",
     "SpeedRow",
+    "verdict",
     "g_test",
     "g_test_power",
     "detectable_tv",
@@ -116,7 +117,7 @@ class Validation:
     def passed(self) -> bool:
         """Every law test decided as it should, every gating compare row with a z is within 5 standard errors and
         every gating one-sided or exact row holds."""
-        return all(r.ok for r in self.laws) and all(_row_passes(r) for r in self.compare if r["gates"])
+        return verdict([r.ok for r in self.laws], self.compare)
 
     def to_dict(self) -> dict:
         return {
@@ -170,8 +171,12 @@ class Validation:
         return "\n".join(lines)
 
 
-def _row_passes(row: dict) -> bool:
-    return abs(row["z"]) < 5 if math.isfinite(row["z"]) else bool(row["holds"])
+def verdict(oks: list[bool], compare: list[dict]) -> bool:
+    """The validation's verdict from its law tests' ``ok`` and its compare rows (as ``to_dict`` writes them): every
+    law test decided as it should, every gating row with a finite z is within 5 standard errors, and every gating
+    row without one (a one-sided or exact check) holds."""
+    passes = lambda r: abs(r["z"]) < 5 if math.isfinite(r["z"]) else bool(r["holds"])  # noqa: E731
+    return all(oks) and all(passes(r) for r in compare if r["gates"])
 
 
 # -- the test ---------------------------------------------------------------------------------------------------

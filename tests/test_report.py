@@ -105,7 +105,28 @@ def test_report_refuses_a_folder_without_reproductions(name, content, message, t
 
 def test_report_refuses_a_page_path_that_is_a_folder(results, tmp_path, capsys):
     assert main(["report", "--out", str(results), "--html", str(tmp_path)]) == 2
-    assert "must be a file in an existing folder" in capsys.readouterr().err
+    assert (
+        capsys.readouterr().err == f"speculab: error: {tmp_path} is a folder: the report is written to a file "
+        "(its folder is made if missing)\n"
+    )
+
+
+def test_report_makes_the_pages_missing_folder_as_every_output_does(results, tmp_path, capsys):
+    """``--html`` into a folder that does not exist yet makes it, as ``repro --out``, ``instance --out`` and
+    ``validate --out`` do: the page is written, and nothing else is."""
+    page = tmp_path / "new" / "deeper" / "page.html"
+    assert main(["report", "--out", str(results), "--html", str(page)]) == 0
+    assert page.read_text().startswith("<!DOCTYPE html>") and sorted(page.parent.iterdir()) == [page]
+
+
+def test_report_errors_name_the_users_folder_not_a_parameter(tmp_path, capsys):
+    """The message names the folder the user gave (``--out`` on the command line, ``out_dir`` in Python) by
+    itself, so it reads right from either."""
+    missing = tmp_path / "nowhere"
+    assert main(["report", "--out", str(missing)]) == 2
+    assert capsys.readouterr().err == (
+        f"speculab: error: {missing} is not a folder (run `speculab repro all --out {missing}` first)\n"
+    )
 
 
 # -- what the browser shows ---------------------------------------------------------------------------------------
@@ -398,8 +419,9 @@ def _validation_data():
         "joint": [101.25, 63, 0.5],
         "detectable": [0.0512, 0.1234],
     }
-    control = dict(law, method="biased uno (control)", lossless=False, refused=True, ok=False, power=0.5)
+    control = dict(law, method="biased uno (control)", lossless=False, refused=True, ok=True, power=0.5)
     control |= {"first": [99.0, 7, 1e-20], "joint": [300.0, 63, 2e-9], "detectable": [0.2, 0.3]}
+    wrong = dict(law, method="block K=2", refused=True, ok=False, first=[float("inf"), 6, 0.0], power=1)
     return {
         "settings": {
             "pair": "tiny",
@@ -410,7 +432,7 @@ def _validation_data():
             "runs": 1000,
         },
         "passed": False,
-        "laws": [law, control],
+        "laws": [law, control, wrong],
         "compare": [
             {
                 "method": "sd",
@@ -451,7 +473,7 @@ def _validation_data():
         ],
         "speed": [
             {"what": "SD(K=4), 256 rows", "tokens": 12345, "seconds": 2.5, "tokens_per_second": 4938.0, "note": ""},
-            {"what": "Autoregressive()", "tokens": 99, "seconds": 0.125, "tokens_per_second": 792.4, "note": "x"},
+            {"what": "Autoregressive()", "tokens": 99, "seconds": 0.125, "tokens_per_second": 792.0, "note": "x"},
         ],
         "latency": {"predicted": 1.23456, "measured": 1.1, "error": 0.1223},
     }
@@ -478,7 +500,8 @@ def test_the_validation_section_is_its_json_cell_by_cell(tmp_path):
     laws, compare, speed = (_cells(t) for t in re.findall(r"<table>(.*?)</table>", section))
     assert laws[1:] == [
         ["sd K=2", "12.3 (7), 0.012", "101.2 (63), 0.5", "no", "0.995", "0.051, 0.123", "✓"],
-        ["biased uno (control)", "99.0 (7), 1e-20", "300.0 (63), 2e-09", "yes", "0.500", "0.200, 0.300", "✗"],
+        ["biased uno (control)", "99.0 (7), 1e-20", "300.0 (63), 2e-09", "yes", "0.500", "0.200, 0.300", "✓"],
+        ["block K=2", "inf (6), 0", "101.2 (63), 0.5", "yes", "1.000", "0.051, 0.123", "✗"],
     ]
     assert compare[1:] == [
         ["sd", "rejections", "9.859", "9.887", "+0.18"],
@@ -508,7 +531,12 @@ _VALID_VARIANTS = {
     "no latency": (("latency",), None),
     "integer power": (("laws", 1, "power"), 1),
     "holds true": (("compare", 1, "holds"), True),
-    "integer seconds": (("speed", 1, "seconds"), 3),
+    "integer seconds": (("speed", 1), {"what": "x", "tokens": 99, "seconds": 3, "tokens_per_second": 33, "note": ""}),
+    "no seconds on the clock": (
+        ("speed", 1),
+        {"what": "x", "tokens": 0, "seconds": 0.0, "tokens_per_second": float("nan"), "note": ""},
+    ),
+    "a row without a z": (("compare", 0, "z"), float("nan")),  # a failing z-less row: `holds` null reads "fails"
 }
 _INVALID = [
     ((), [], "no settings or verdict"),
@@ -563,10 +591,74 @@ _INVALID = [
             ("note", None),
         ]
     ),
+    *(
+        (("settings", name), value, f"settings.{name} is missing or not a")
+        for name, value in [("pair", ...), ("device", 0), ("device_name", None), ("dtype", ...), ("torch", 2.1)]
+    ),
+    *((("settings", "runs"), value, "settings.runs is missing or not a whole number ≥ 1") for value in [0, 1.5, ...]),
+    # the values no validation writes, once their types are right
+    (("laws", 0, "runs"), 0, "laws[0].runs is not a whole number ≥ 1"),
+    (("laws", 0, "first"), [-1.0, 7, 0.5], "laws[0].first is not a G-test's"),
+    (("laws", 0, "first"), [1.0, 7.5, 0.5], "laws[0].first is not a G-test's"),
+    (("laws", 0, "first"), [1.0, 0, 0.5], "laws[0].first is not a G-test's"),
+    (("laws", 0, "joint"), [1.0, 7, 1.5], "laws[0].joint is not a G-test's"),
+    (("laws", 0, "joint"), [1.0, 7, float("nan")], "laws[0].joint is not a G-test's"),
+    (("laws", 1, "power"), 1.01, "laws[1].power is not a probability"),
+    (("laws", 1, "power"), -0.01, "laws[1].power is not a probability"),
+    (("laws", 1, "detectable"), [0.1, -0.2], "laws[1].detectable is not two total variations"),
+    (("laws", 1, "detectable"), [float("inf"), 0.2], "laws[1].detectable is not two total variations"),
+    (("laws", 0, "ok"), False, "laws[0].ok is not whether the test refused exactly the method that is not lossless"),
+    (("laws", 2, "ok"), True, "laws[2].ok is not whether the test refused"),
+    (("speed", 0, "tokens"), -1, "speed[0].tokens or seconds is negative or not finite"),
+    (("speed", 0, "seconds"), -2.5, "speed[0].tokens or seconds is negative or not finite"),
+    (("speed", 0, "seconds"), float("inf"), "speed[0].tokens or seconds is negative or not finite"),
+    (("speed", 0, "tokens_per_second"), 4939.0, "speed[0].tokens_per_second is not tokens / seconds"),
+    (("speed", 1, "tokens_per_second"), 792.4, "speed[1].tokens_per_second is not tokens / seconds"),
+    (("passed",), True, "passed is true, which its law tests and gating compare rows do not give"),
     (("latency",), {"predicted": 1.0, "measured": 1.0}, "latency is not the predicted"),
     (("latency",), [1.0, 1.0, 0.1], "latency is not the predicted"),
     (("latency", "error"), True, "latency is not the predicted"),
 ]
+
+
+def _passing_validation():
+    """The validation data with every law test deciding as it should and every gating row holding."""
+    data = _validation_data()
+    data["laws"][2] |= {"refused": False, "ok": True}
+    data["compare"][3]["holds"] = True
+    data["passed"] = True
+    return data
+
+
+def test_the_verdict_shown_is_the_one_its_rows_give(tmp_path):
+    """``passed`` must be what ``speculab.validate.verdict`` gives its rows: a passing file reads "passed", and each
+    single thing that fails it (a law test decided wrong, a gating row beyond 5 s.e., a gating bound that fails) makes
+    a file still saying ``passed: true`` refused; a model check (not gating) beyond 5 s.e. does not."""
+    path = tmp_path / "validation.json"
+    data = _passing_validation()
+    path.write_text(json.dumps(data))
+    assert "<b>passed</b>" in build_report(tmp_path).read_text()
+    data["compare"][1]["z"] = -7.0  # the model check
+    path.write_text(json.dumps(data))
+    assert "<b>passed</b>" in build_report(tmp_path).read_text()
+    for where, change in [
+        ("laws", {"refused": True, "ok": False}),
+        ("compare", {"z": 5.0}),
+        ("compare", {"z": -5.0}),
+        ("compare", {"holds": False}),
+    ]:
+        bad = _passing_validation()
+        bad[where][0 if where == "laws" else (0 if "z" in change else 2)] |= change
+        path.write_text(json.dumps(bad))
+        with pytest.raises(ValueError, match="passed is true, which its law tests and gating compare rows do not"):
+            build_report(tmp_path)
+        bad["passed"] = False
+        path.write_text(json.dumps(bad))
+        assert "<b>FAILED</b>" in build_report(tmp_path).read_text()
+    data = _passing_validation() | {"passed": False}
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="passed is false, which"):
+        build_report(tmp_path)
 
 
 @pytest.mark.parametrize("path, value", _VALID_VARIANTS.values(), ids=list(_VALID_VARIANTS))

@@ -25,7 +25,19 @@ from speculab.validate import (  # noqa: E402
     g_test,
     g_test_power,
     validate,
+    verdict,
 )
+
+
+def test_the_verdict_gates_on_each_law_test_and_each_gating_row():
+    """``verdict``: every law test ok, every gating row with a finite z strictly inside 5 s.e. (|z| = 5 fails, either
+    sign), every gating row without one holding (``holds`` null fails); a row that does not gate is never read."""
+    row = lambda z, holds=None, gates=True: {"z": z, "holds": holds, "gates": gates}  # noqa: E731
+    assert verdict([True, True], [row(4.99), row(-4.99), row(math.nan, True), row(math.inf, True)])
+    assert verdict([], [row(99.0, gates=False), row(math.nan, gates=False), row(-math.inf, False, gates=False)])
+    assert not verdict([True, False], [])
+    for failing in [row(5.0), row(-5.0), row(math.nan), row(math.nan, False), row(math.inf, False)]:
+        assert not verdict([True], [row(0.0), failing]), failing
 
 
 @pytest.fixture(scope="module")

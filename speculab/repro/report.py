@@ -22,8 +22,9 @@ from speculab import repro
 from speculab._files import atomic_path
 from speculab.repro._io import CLAIM_COLUMNS, check_claims
 from speculab.repro.runner import changed_files, read_provenance
+from speculab.validate import verdict
 
-__all__ = ["build_report", "REPORT"]
+__all__ = ["build_report", "figure_result", "REPORT"]
 
 #: The report's default file name inside the results folder.
 REPORT = "report.html"
@@ -61,7 +62,9 @@ def _stem(name: str) -> str:
     return name.replace("-", "_")
 
 
-def _figure_result(folder: Path, name: str) -> dict | None:
+def figure_result(folder: Path, name: str) -> dict | None:
+    """The result reproduction ``name`` wrote into ``folder`` (its JSON), or ``None`` if there is none; raises
+    ``ValueError`` naming the file if it is not JSON. Whether its run recorded it is the caller's to check."""
     path = folder / f"{_stem(name)}.json"
     if not path.exists():
         return None
@@ -193,12 +196,21 @@ def _validation(folder: Path) -> dict | None:
 
 
 def _validation_problem(data) -> str | None:
+    """What makes ``data`` other than what ``Validation.to_dict`` writes: a field missing or of another type first,
+    then a value no validation gives (a count below one, a probability outside [0, 1], a verdict its rows do not
+    give), or ``None``."""
     if (
         not isinstance(data, dict)
         or not isinstance(data.get("settings"), dict)
         or not isinstance(data.get("passed"), bool)
     ):
         return "no settings or verdict"
+    settings = data["settings"]
+    for name in _SETTINGS:
+        if not isinstance(settings.get(name), str):
+            return f"settings.{name} is missing or not a string"
+    if not _is_count(settings.get("runs")):
+        return "settings.runs is missing or not a whole number ≥ 1"
     for key, fields in _VALIDATION_ROWS.items():
         rows = data.get(key)
         if not isinstance(rows, list):
@@ -209,10 +221,60 @@ def _validation_problem(data) -> str | None:
             for name, ok in fields.items():
                 if name not in row or not ok(row[name]):
                     return f"{key}[{i}].{name} is missing or of the wrong type"
+            problem = _ROW_SENSE[key](row) if key in _ROW_SENSE else None
+            if problem:
+                return f"{key}[{i}].{problem}"
     latency = data.get("latency")
     if latency is not None and not (isinstance(latency, dict) and all(_is_number(latency.get(k)) for k in _LATENCY)):
         return "latency is not the predicted, measured and error of the latency model"
+    if data["passed"] != verdict([r["ok"] for r in data["laws"]], data["compare"]):
+        return f"passed is {str(data['passed']).lower()}, which its law tests and gating compare rows do not give"
     return None
+
+
+def _is_count(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 1
+
+
+def _g_test_sense(name: str, statistic: float, df: float, p: float) -> str | None:
+    if not (statistic >= 0 and isinstance(df, int) and df >= 1 and 0 <= p <= 1):
+        return f"{name} is not a G-test's (G ≥ 0, df a whole number ≥ 1, 0 ≤ p ≤ 1)"
+    return None
+
+
+def _law_sense(row: dict) -> str | None:
+    if not _is_count(row["runs"]):
+        return "runs is not a whole number ≥ 1"
+    problem = _g_test_sense("first", *row["first"]) or _g_test_sense("joint", *row["joint"])
+    if problem:
+        return problem
+    if not 0 <= row["power"] <= 1:
+        return "power is not a probability"
+    if not all(0 <= tv < math.inf for tv in row["detectable"]):
+        return "detectable is not two total variations ≥ 0"
+    if row["ok"] != (row["refused"] != row["lossless"]):
+        return "ok is not whether the test refused exactly the method that is not lossless"
+    return None
+
+
+def _speed_sense(row: dict) -> str | None:
+    tokens, seconds = row["tokens"], row["seconds"]
+    if tokens < 0 or not 0 <= seconds < math.inf:
+        return "tokens or seconds is negative or not finite"
+    rate = tokens / seconds if seconds > 0 else math.nan
+    if not (
+        math.isclose(row["tokens_per_second"], rate, rel_tol=1e-12)
+        or math.isnan(rate)
+        and math.isnan(row["tokens_per_second"])
+    ):
+        return "tokens_per_second is not tokens / seconds"
+    return None
+
+
+#: The settings the validation section prints (text), beside ``runs``.
+_SETTINGS = ("pair", "device", "device_name", "dtype", "torch")
+#: Each row kind's values checked for sense, once their types are right: what is wrong, or ``None``.
+_ROW_SENSE = {"laws": _law_sense, "speed": _speed_sense}
 
 
 def _table(head: list[str], rows: list[list]) -> str:
@@ -299,7 +361,7 @@ def build_report(out_dir: str | os.PathLike = "results", path: str | os.PathLike
     naming a file outside the folder, or a figure whose files are not the ones its run wrote (by sha256)."""
     folder = Path(out_dir)
     if not folder.is_dir():
-        raise ValueError(f"out_dir {folder} is not a folder (run `speculab repro all --out {folder}` first)")
+        raise ValueError(f"{folder} is not a folder (run `speculab repro all --out {folder}` first)")
     validation = _validation(folder)
     data = read_provenance(folder)
     for name, entry in data["figures"].items():
@@ -309,7 +371,7 @@ def build_report(out_dir: str | os.PathLike = "results", path: str | os.PathLike
                 f"{folder / changed[0]} is not the file `speculab repro {name}` wrote (its sha256 in "
                 f"{folder / 'provenance.json'} differs, or it is missing): run the figure again"
             )
-    results = {name: _figure_result(folder, name) for name in repro.FIGURES}
+    results = {name: figure_result(folder, name) for name in repro.FIGURES}
     # a figure is shown only as its recorded run wrote it: a result without a record is not vouched for
     shown = [
         name
@@ -367,8 +429,8 @@ def build_report(out_dir: str | os.PathLike = "results", path: str | os.PathLike
         ]
     )
     target = Path(path) if path is not None else folder / REPORT
-    if target.is_dir() or not target.parent.is_dir():
-        raise ValueError(f"path {target} must be a file in an existing folder")
+    if target.is_dir():
+        raise ValueError(f"{target} is a folder: the report is written to a file (its folder is made if missing)")
     with atomic_path(target) as tmp:
         tmp.write_text(page, encoding="utf-8")
     return target
