@@ -28,6 +28,35 @@ def test_theory_rejections_json_matches_library(capsys):
     assert len(out["rejections_per_position"]) == 20
 
 
+def test_json_is_printed_indented_two_spaces(capsys):
+    """``--json`` prints one JSON document, laid out by ``json.dumps(…, indent=2)`` (a diff or a pager reads it)."""
+    assert main(["theory", "rejections", "--T", "4", "--V", "3", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert out == json.dumps(json.loads(out), indent=2) + "\n"
+    assert '\n  "rejections": ' in out
+
+
+def test_certify_searches_unless_told_not_to(monkeypatch, capsys):
+    """``certify`` searches for a worse pair by default; ``--no-search`` gives ``search=False`` to the API."""
+    import speculab.certify
+
+    seen = []
+    real = speculab.certify.certify
+    monkeypatch.setattr(speculab.certify, "certify", lambda *a, **kw: seen.append(kw["search"]) or real(*a, **kw))
+    for flags in (["--no-search"], []):
+        assert main(["certify", "--method", "ar", "--V", "2", *flags, "--json"]) == 0
+    assert seen == [False, True]
+
+
+def test_an_output_folder_that_cannot_be_made_is_named_with_the_systems_reason(tmp_path, capsys):
+    """``build-tiny`` checks its ``--out`` before training: a folder under a file cannot be made, and the one line
+    says which flag, which folder and the system's reason (its ``strerror``, not the whole exception)."""
+    (tmp_path / "file").write_text("")
+    folder = tmp_path / "file" / "models"
+    assert main(["models", "build-tiny", "--quick", "--out", str(folder)]) == 1
+    assert capsys.readouterr().err == f"speculab: error: cannot write to --out {folder}: Not a directory\n"
+
+
 def test_theory_table_and_saved_instance(capsys, tmp_path):
     path = str(tmp_path / "i.npz")
     assert main(["instance", "--T", "8", "--V", "3", "--seed", "1", "--out", path]) == 0
@@ -220,6 +249,29 @@ def test_out_of_memory_is_one_line(capsys, monkeypatch):
     assert err.count("\n") == 1 and "out of memory" in err and "--V" in err
 
 
+def test_an_instance_past_numpys_size_limit_says_how_many_values_it_needed(capsys, monkeypatch):
+    """numpy refuses an array past its size limit with a ``ValueError`` ("array is too big"), not a ``MemoryError``:
+    the command reads it as out of memory and counts what the flags asked for, 2·T·V² float64 values."""
+    from speculab.theory import MarkovInstance
+
+    def too_big(*args, **kwargs):
+        raise ValueError("array is too big; `arr.size * arr.dtype.itemsize` is larger than the maximum possible size.")
+
+    monkeypatch.setattr(MarkovInstance, "random", too_big)
+    assert main(["sim", "--T", "5", "--V", "100000"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "out of memory" in err
+    assert "--T 5 --V 100000: the instance's 2·T·V² = 100,000,000,000 float64 values" in err
+
+
+def test_the_top_level_help_opens_with_the_modules_first_line(capsys):
+    """``speculab --help`` describes the tool by the module docstring's first line (its summary), code marks
+    removed."""
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "\nThe speculab command line: theory, simulation and reproductions side by side.\n" in out
+
+
 def test_an_unexpected_error_is_one_line_and_exit_1_unless_debug(capsys, monkeypatch):
     import speculab.cli as cli
 
@@ -232,6 +284,22 @@ def test_an_unexpected_error_is_one_line_and_exit_1_unless_debug(capsys, monkeyp
     assert err == "speculab: error: unexpected RuntimeError: something deep (rerun with --debug for the traceback)\n"
     with pytest.raises(RuntimeError, match="something deep"):
         main(["methods", "--debug"])
+
+
+@pytest.mark.parametrize(
+    "stop, code", [(SystemExit(0), 0), (SystemExit(2), 2), (SystemExit("bad"), 2), (SystemExit(), 2)]
+)
+def test_the_parsers_exit_becomes_mains_return_code(stop, code, monkeypatch):
+    """``main`` returns what the parser exits with (``--help``: 0, a refused command line: 2) instead of exiting; an
+    exit with a message instead of a number (``sys.exit("…")`` in a parser action) is a refused command line, 2."""
+    import speculab.cli as cli
+
+    class Parser:
+        def parse_args(self, argv):
+            raise stop
+
+    monkeypatch.setattr(cli, "build_parser", Parser)
+    assert main(["methods"]) == code
 
 
 @pytest.mark.parametrize(

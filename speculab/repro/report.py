@@ -264,8 +264,7 @@ def _speed_sense(row: dict) -> str | None:
     rate = tokens / seconds if seconds > 0 else math.nan
     if not (
         math.isclose(row["tokens_per_second"], rate, rel_tol=1e-12)
-        or math.isnan(rate)
-        and math.isnan(row["tokens_per_second"])
+        or (math.isnan(rate) and math.isnan(row["tokens_per_second"]))  # no seconds on the clock: no rate
     ):
         return "tokens_per_second is not tokens / seconds"
     return None
