@@ -537,6 +537,14 @@ _VALID_VARIANTS = {
         {"what": "x", "tokens": 0, "seconds": 0.0, "tokens_per_second": float("nan"), "note": ""},
     ),
     "a row without a z": (("compare", 0, "z"), float("nan")),  # a failing z-less row: `holds` null reads "fails"
+    # the boundaries of what a validation writes are written
+    "one run per law test": (("settings", "runs"), 1),
+    "one run in a row": (("laws", 0, "runs"), 1),
+    "power 0": (("laws", 0, "power"), 0.0),
+    "G 0 on df 1, p 1": (("laws", 0, "first"), [0.0, 1, 1.0]),
+    "p 0": (("laws", 0, "joint"), [50.0, 3, 0.0]),
+    "TV 0": (("laws", 0, "detectable"), [0.0, 0.0]),
+    "no tokens": (("speed", 1), {"what": "x", "tokens": 0, "seconds": 1.5, "tokens_per_second": 0.0, "note": ""}),
 }
 _INVALID = [
     ((), [], "no settings or verdict"),
@@ -614,6 +622,12 @@ _INVALID = [
     (("speed", 0, "seconds"), float("inf"), "speed[0].tokens or seconds is negative or not finite"),
     (("speed", 0, "tokens_per_second"), 4939.0, "speed[0].tokens_per_second is not tokens / seconds"),
     (("speed", 1, "tokens_per_second"), 792.4, "speed[1].tokens_per_second is not tokens / seconds"),
+    (("speed", 1, "tokens_per_second"), float("nan"), "speed[1].tokens_per_second is not tokens / seconds"),
+    (
+        ("speed", 1),
+        {"what": "x", "tokens": 0, "seconds": 0.0, "tokens_per_second": 0.0, "note": ""},  # no clock: no rate
+        "speed[1].tokens_per_second is not tokens / seconds",
+    ),
     (("passed",), True, "passed is true, which its law tests and gating compare rows do not give"),
     (("latency",), {"predicted": 1.0, "measured": 1.0}, "latency is not the predicted"),
     (("latency",), [1.0, 1.0, 0.1], "latency is not the predicted"),
