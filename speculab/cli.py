@@ -1,6 +1,7 @@
 """The ``speculab`` command line: theory, simulation and reproductions side by side.
 
-Every command takes ``--seed``, ``--json`` (machine-readable output on stdout) and ``--debug``.
+Every command takes ``--json`` (machine-readable output on stdout) and ``--debug``; every command that draws
+random numbers takes ``--seed``.
 
 A command that fails prints one line, ``speculab: error: …``, on stderr and exits with
 2 when the input is at fault (a bad value or a missing file: ``ValueError``,
@@ -669,9 +670,9 @@ def _check_writable(folder: str) -> None:
 
 
 def cmd_build_tiny(args) -> None:
-    from speculab.backends.tiny.build import BuildConfig, build
+    from speculab.backends.tiny.build import QUICK, BuildConfig, build
 
-    cfg = BuildConfig(target_steps=40, draft_steps=20, eval_tokens=4000) if args.quick else BuildConfig()
+    cfg = BuildConfig(seed=args.seed, **(QUICK if args.quick else {}))
     _check_writable(args.out)  # before minutes of training, not after
     info = build(args.out, cfg, log=(lambda *_: None) if args.json else print)
     m = info["metrics"]
@@ -815,7 +816,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_sim)
 
     p = sub.add_parser("methods", help="list the registered methods and their options")
-    common(p)
+    common(p, seeded=False)
     p.set_defaults(func=cmd_methods)
 
     p = sub.add_parser("certify", help="is a method lossless? its exact bias on a battery of pairs, and the worst pair")
@@ -896,7 +897,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = models.add_parser("build-tiny", help="train the tiny draft/target pair (deterministic; ~20 min on 2 CPUs)")
     common(p)
     p.add_argument("--out", required=True, help="output folder (the shipped pair lives in speculab/backends/tiny)")
-    p.add_argument("--quick", action="store_true", help="a few steps only (to check the pipeline)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="40 target and 20 draft steps, 4,000 tokens evaluated (to check the pipeline)",
+    )
     p.set_defaults(func=cmd_build_tiny)
 
     p = sub.add_parser("repro", help="reproduce a paper figure (PNG, PDF + JSON), or all of them")

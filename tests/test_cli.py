@@ -57,6 +57,40 @@ def test_an_output_folder_that_cannot_be_made_is_named_with_the_systems_reason(t
     assert capsys.readouterr().err == f"speculab: error: cannot write to --out {folder}: Not a directory\n"
 
 
+@pytest.mark.parametrize("flags", [[], ["--quick"], ["--seed", "7"], ["--quick", "--seed", str(2**64 - 1)]])
+def test_build_tiny_trains_with_its_seed_and_quick_settings(flags, monkeypatch, tmp_path, capsys):
+    """``build-tiny`` gives its ``--seed`` to the build (default 0: the shipped pair) and, with ``--quick``, the
+    step counts its help states (:data:`QUICK`); it makes ``--out`` (nested folders too, again if they exist) before
+    training."""
+    import re
+
+    import speculab.backends.tiny.build as build_module
+    from speculab.backends.tiny.build import QUICK, BuildConfig
+    from speculab.cli import build_parser
+
+    given = []
+    metrics = {"target_perplexity": 9.0, "draft_perplexity": 12.0, "mean_tv": 0.25}
+    monkeypatch.setattr(build_module, "build", lambda out, cfg, log: given.append((out, cfg)) or {"metrics": metrics})
+    out = tmp_path / "a" / "b"
+    for _ in range(2):
+        assert main(["models", "build-tiny", "--out", str(out), *flags]) == 0
+    assert out.is_dir() and [o for o, _ in given] == [str(out)] * 2
+    seed = int(flags[flags.index("--seed") + 1]) if "--seed" in flags else 0
+    expected = BuildConfig(seed=seed, **(QUICK if "--quick" in flags else {}))
+    assert [cfg for _, cfg in given] == [expected] * 2
+    assert (
+        capsys.readouterr().out.splitlines()[-1] == f"wrote {out}: target ppl 9.0, draft ppl 12.0, mean TV(p, q) 0.250"
+    )
+    models = next(a for a in build_parser()._actions if a.dest == "command").choices["models"]
+    tiny = next(a for a in models._actions if a.dest == "action").choices["build-tiny"]
+    stated = next(a.help for a in tiny._actions if a.dest == "quick")
+    assert [int(n.replace(",", "")) for n in re.findall(r"\d[\d,]*", stated)] == [
+        QUICK["target_steps"],
+        QUICK["draft_steps"],
+        QUICK["eval_tokens"],
+    ]
+
+
 def test_theory_table_and_saved_instance(capsys, tmp_path):
     path = str(tmp_path / "i.npz")
     assert main(["instance", "--T", "8", "--V", "3", "--seed", "1", "--out", path]) == 0
@@ -1234,7 +1268,6 @@ FLAGS = {
     *(("compare", d) for d in DECODING | {"runs_per_prompt"}),
     *(("validate", d) for d in DECODING - {"batch_size"} | {"runs", "compare_runs", "batch_prompts", "speed_tokens"}),
     ("models build-tiny", "seed"),
-    ("methods", "seed"),
     *(("repro", d) for d in ("seed", "n_runs")),
 }
 
@@ -1273,6 +1306,7 @@ def test_each_whole_number_flag_takes_its_least_value_and_refuses_one_less():
     [
         (["compare", "--method", "ar"], "argument --method: invalid choice: 'ar'"),  # the reference, not a method
         (["report", "--seed", "3"], "unrecognized arguments: --seed 3"),  # a report draws nothing
+        (["methods", "--seed", "3"], "unrecognized arguments: --seed 3"),  # nor does a list of the methods
     ],
 )
 def test_a_flag_a_command_does_not_take_is_refused_by_the_parser(argv, message, capsys):

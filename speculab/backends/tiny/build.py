@@ -33,6 +33,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from speculab._validate import SEED_LIMIT
+
 HERE = Path(__file__).parent
 EOS = "<|endoftext|>"
 
@@ -257,8 +259,23 @@ def _save(model, path: Path) -> None:
     model.to(torch.float32)
 
 
+#: ``build-tiny --quick``: a few steps only, to check the pipeline (the shipped pair takes the defaults).
+QUICK = {"target_steps": 40, "draft_steps": 20, "eval_tokens": 4000}
+
+
+def _seeds(key: int) -> tuple[int, int, int, int]:
+    """The build's four torch seeds from ``key`` (``cfg.seed``): the target's initialisation and training, the
+    draft's initialisation and training — ``key`` to ``key + 3``, wrapped below 2⁶⁴ (torch's limit), so that every
+    seed the command line takes builds, and seed 0 builds the shipped pair."""
+    return tuple((key + k) % SEED_LIMIT for k in range(4))
+
+
 def build(out_dir: str | Path = HERE, cfg: BuildConfig = BuildConfig(), log=print) -> dict:
-    """Build tokenizer, target and draft; write them and the model card to ``out_dir``."""
+    """Build tokenizer, target and draft; write them and the model card to ``out_dir``.
+
+    Raises ``ValueError`` naming ``seed`` if ``cfg.seed`` is not an int in [0, 2⁶⁴), before any work."""
+    if isinstance(cfg.seed, bool) or not isinstance(cfg.seed, int) or not 0 <= cfg.seed < SEED_LIMIT:
+        raise ValueError(f"seed must be an int in [0, 2**64); got {cfg.seed!r}")
     import torch
 
     out = Path(out_dir)
@@ -274,17 +291,18 @@ def build(out_dir: str | Path = HERE, cfg: BuildConfig = BuildConfig(), log=prin
     train_ids, held_ids = encode(tok, train_docs), encode(tok, held_docs)
     log(f"tokens: {train_ids.numel():,} train / {held_ids.numel():,} held-out")
 
-    torch.manual_seed(cfg.seed)  # model initialisation (this is an entry point)
+    init_target, train_target, init_draft, train_draft = _seeds(cfg.seed)
+    torch.manual_seed(init_target)  # model initialisation (this is an entry point)
     target = _model(cfg, cfg.target_layers, cfg.target_width, cfg.target_heads, tok.eos_token_id)
     log(f"target: {sum(p.numel() for p in target.parameters()):,} parameters")
-    train(target, train_ids, cfg, cfg.target_steps, cfg.target_lr, cfg.seed + 1, log=log)
+    train(target, train_ids, cfg, cfg.target_steps, cfg.target_lr, train_target, log=log)
     # round the target to its shipped float16 weights before distilling, so the draft learns the shipped target
     target = target.to(torch.float16).to(torch.float32)
 
-    torch.manual_seed(cfg.seed + 2)
+    torch.manual_seed(init_draft)
     draft = _model(cfg, cfg.draft_layers, cfg.draft_width, cfg.draft_heads, tok.eos_token_id)
     log(f"draft: {sum(p.numel() for p in draft.parameters()):,} parameters")
-    train(draft, train_ids, cfg, cfg.draft_steps, cfg.draft_lr, cfg.seed + 3, teacher=target, log=log)
+    train(draft, train_ids, cfg, cfg.draft_steps, cfg.draft_lr, train_draft, teacher=target, log=log)
     draft = draft.to(torch.float16).to(torch.float32)
 
     metrics = evaluate(draft, target, held_ids, cfg)
