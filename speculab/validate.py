@@ -194,6 +194,10 @@ def g_test(observed: np.ndarray, law: np.ndarray) -> tuple[float, int, float]:
     Cells whose expected count is below 5 are merged into one; ``G = 2 Σ o log(o / e)`` over the cells with
     ``e > 0``, ``df`` = their number − 1. A count where ``law`` is 0 makes ``G`` infinite (``p = 0``): the target
     cannot draw that token, so one such draw refutes it, merged cell or not.
+
+    The expected counts are ``law``'s cells scaled to sum to ``n`` exactly (``law``'s own round-off is no deviation),
+    and ``G`` is summed as ``2 Σ (o log(o / e) − o + e)``, whose every term is ≥ 0: one cell gives ``G = 0`` exactly,
+    not ``−2 n log Σ law ≈ −1e-15``. A sum of round-offs below 0 (counts within an ulp of their expectation) is 0.
     """
     from scipy.stats import chi2
 
@@ -207,9 +211,9 @@ def g_test(observed: np.ndarray, law: np.ndarray) -> tuple[float, int, float]:
     if np.any((e <= 0) & (o > 0)):
         return math.inf, int((e > 0).sum()) - 1, 0.0
     keep = e > 0
-    o, e = o[keep], e[keep]
+    o, e = o[keep], e[keep] / e[keep].sum() * n
     with np.errstate(divide="ignore", invalid="ignore"):
-        g = 2.0 * float(np.sum(np.where(o > 0, o * np.log(o / e), 0.0)))
+        g = max(2.0 * float(np.sum(np.where(o > 0, o * np.log(o / e), 0.0) - o + e)), 0.0)
     df = max(int(keep.sum()) - 1, 1)
     return g, df, float(chi2.sf(g, df))
 

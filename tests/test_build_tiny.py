@@ -22,6 +22,42 @@ def test_every_seed_the_command_line_takes_gives_seeds_torch_takes():
     assert all(0 <= s < 2**64 for s in _seeds(2**64 - 2))
 
 
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("seed", [0, 12345, 2**64 - 2])
+def test_the_build_seeds_the_corpus_the_initialisations_and_the_training_with_its_seed(seed, monkeypatch, tmp_path):
+    """Found by review: a build that ignored ``cfg.seed`` passed every test (the slow one reads only the reported
+    config). Every random choice of the build is seeded from ``cfg.seed``: the corpus shuffle with it, then torch
+    with :func:`_seeds`, in order — the target's initialisation and training, the draft's (stopped before the
+    evaluation; the corpus is a few docstrings)."""
+    import torch
+
+    seen = []
+    docs = [f"def f{i}(x):\n    return x + {i}  # a short document {i}" for i in range(40)]
+
+    def corpus(key):
+        seen.append(("corpus", key))
+        return docs[:30], docs[30:], {"train_documents": 30, "heldout_documents": 10, "sha256": "0" * 64}
+
+    real_manual_seed = torch.manual_seed
+    monkeypatch.setattr(build_module, "corpus", corpus)
+    monkeypatch.setattr(torch, "manual_seed", lambda key: seen.append(("init", key)) or real_manual_seed(key))
+    monkeypatch.setattr(build_module, "train", lambda *args, **kwargs: seen.append(("train", args[5])))
+    monkeypatch.setattr(build_module, "evaluate", lambda *args: (_ for _ in ()).throw(_Stop()))
+    with pytest.raises(_Stop):
+        build(tmp_path / "pair", BuildConfig(seed=seed, vocab_size=300, **QUICK), log=lambda *_: None)
+    init_target, train_target, init_draft, train_draft = _seeds(seed)
+    assert seen == [
+        ("corpus", seed),
+        ("init", init_target),
+        ("train", train_target),
+        ("init", init_draft),
+        ("train", train_draft),
+    ]
+
+
 @pytest.mark.parametrize("seed", [-1, 2**64, 1.0, True, "0"])
 def test_a_seed_out_of_range_is_refused_before_any_work(seed, monkeypatch, tmp_path):
     """A bad ``seed`` is refused by name before the corpus is read or a folder is made (minutes of work saved)."""

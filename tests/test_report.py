@@ -119,6 +119,21 @@ def test_report_makes_the_pages_missing_folder_as_every_output_does(results, tmp
     assert page.read_text().startswith("<!DOCTYPE html>") and sorted(page.parent.iterdir()) == [page]
 
 
+def test_a_page_that_cannot_be_written_is_one_line_naming_it(results, tmp_path, capsys):
+    """``--html`` under a file is the user's error (2), naming the file in the way; a folder the system will not
+    write to is a failed run (1), with the system's reason, not a raw errno naming a temporary file."""
+    (tmp_path / "file").write_text("")
+    page = tmp_path / "file" / "deeper" / "page.html"
+    assert main(["report", "--out", str(results), "--html", str(page)]) == 2
+    assert capsys.readouterr().err == (
+        f"speculab: error: {page} cannot be written: {tmp_path / 'file'} is a file, not a folder\n"
+    )
+    assert main(["report", "--out", str(results), "--html", "/proc/speculab-report.html"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("speculab: error: cannot write the report to /proc/speculab-report.html: ")
+    assert err.count("\n") == 1 and ".tmp" not in err and "Errno" not in err
+
+
 def test_report_errors_name_the_users_folder_not_a_parameter(tmp_path, capsys):
     """The message names the folder the user gave (``--out`` on the command line, ``out_dir`` in Python) by
     itself, so it reads right from either."""
@@ -415,12 +430,13 @@ def _validation_data():
         "refused": False,
         "ok": True,
         "power": 0.99512,
-        "first": [12.345, 7, 0.01234],
-        "joint": [101.25, 63, 0.5],
+        "first": [12.345, 7, 0.08976907478693973],  # each p is its G's χ² tail (scipy's chi2.sf)
+        "joint": [101.25, 63, 0.0015986349185654115],
         "detectable": [0.0512, 0.1234],
     }
     control = dict(law, method="biased uno (control)", lossless=False, refused=True, ok=True, power=0.5)
-    control |= {"first": [99.0, 7, 1e-20], "joint": [300.0, 63, 2e-9], "detectable": [0.2, 0.3]}
+    control |= {"first": [99.0, 7, 1.735388245515669e-18], "joint": [300.0, 63, 1.434950293727211e-32]}
+    control["detectable"] = [0.2, 0.3]
     wrong = dict(law, method="block K=2", refused=True, ok=False, first=[float("inf"), 6, 0.0], power=1)
     return {
         "settings": {
@@ -432,7 +448,7 @@ def _validation_data():
             "runs": 1000,
         },
         "passed": False,
-        "laws": [law, control, wrong],
+        "laws": [law, wrong, control],  # the control last, as validate writes it
         "compare": [
             {
                 "method": "sd",
@@ -466,7 +482,7 @@ def _validation_data():
                 "quantity": "bound",
                 "predicted": 1.0,
                 "measured": 2.0,
-                "z": float("inf"),
+                "z": float("nan"),
                 "holds": False,
                 "gates": True,
             },
@@ -499,9 +515,9 @@ def test_the_validation_section_is_its_json_cell_by_cell(tmp_path):
     )
     laws, compare, speed = (_cells(t) for t in re.findall(r"<table>(.*?)</table>", section))
     assert laws[1:] == [
-        ["sd K=2", "12.3 (7), 0.012", "101.2 (63), 0.5", "no", "0.995", "0.051, 0.123", "✓"],
-        ["biased uno (control)", "99.0 (7), 1e-20", "300.0 (63), 2e-09", "yes", "0.500", "0.200, 0.300", "✓"],
-        ["block K=2", "inf (6), 0", "101.2 (63), 0.5", "yes", "1.000", "0.051, 0.123", "✗"],
+        ["sd K=2", "12.3 (7), 0.09", "101.2 (63), 0.0016", "no", "0.995", "0.051, 0.123", "✓"],
+        ["block K=2", "inf (6), 0", "101.2 (63), 0.0016", "yes", "1.000", "0.051, 0.123", "✗"],
+        ["biased uno (control)", "99.0 (7), 1.7e-18", "300.0 (63), 1.4e-32", "yes", "0.500", "0.200, 0.300", "✓"],
     ]
     assert compare[1:] == [
         ["sd", "rejections", "9.859", "9.887", "+0.18"],
@@ -513,36 +529,37 @@ def test_the_validation_section_is_its_json_cell_by_cell(tmp_path):
     assert "predicted 1.235, measured 1.100 (error +12.2%)" in section
 
 
-def _corrupt(path, value):
-    """The validation data with the value at ``path`` (keys and indices) replaced, or removed for ``...``."""
+def _corrupt(path, value, *more):
+    """The validation data with the value at ``path`` (keys and indices) replaced, or removed for ``...``; ``more``:
+    further ``(path, value)`` pairs."""
     data = _validation_data()
-    *where, last = path
-    node = data
-    for step in where:
-        node = node[step]
-    if value is ...:
-        del node[last]
-    else:
-        node[last] = value
+    for path, value in [(path, value), *more]:
+        *where, last = path
+        node = data
+        for step in where:
+            node = node[step]
+        if value is ...:
+            del node[last]
+        else:
+            node[last] = value
     return data
 
 
+_LAWS = _validation_data()["laws"]  # sd K=2, block K=2 (refused), the control
 _VALID_VARIANTS = {
     "no latency": (("latency",), None),
     "integer power": (("laws", 1, "power"), 1),
-    "holds true": (("compare", 1, "holds"), True),
+    "holds true": (("compare", 3, "holds"), True),
     "integer seconds": (("speed", 1), {"what": "x", "tokens": 99, "seconds": 3, "tokens_per_second": 33, "note": ""}),
     "no seconds on the clock": (
         ("speed", 1),
         {"what": "x", "tokens": 0, "seconds": 0.0, "tokens_per_second": float("nan"), "note": ""},
     ),
-    "a row without a z": (("compare", 0, "z"), float("nan")),  # a failing z-less row: `holds` null reads "fails"
     # the boundaries of what a validation writes are written
-    "one run per law test": (("settings", "runs"), 1),
-    "one run in a row": (("laws", 0, "runs"), 1),
+    "one run per law test": (("settings", "runs"), 1, *((("laws", i, "runs"), 1) for i in range(3))),
     "power 0": (("laws", 0, "power"), 0.0),
     "G 0 on df 1, p 1": (("laws", 0, "first"), [0.0, 1, 1.0]),
-    "p 0": (("laws", 0, "joint"), [50.0, 3, 0.0]),
+    "p 0": (("laws", 1, "joint"), [float("inf"), 3, 0.0]),
     "TV 0": (("laws", 0, "detectable"), [0.0, 0.0]),
     "no tokens": (("speed", 1), {"what": "x", "tokens": 0, "seconds": 1.5, "tokens_per_second": 0.0, "note": ""}),
 }
@@ -605,18 +622,30 @@ _INVALID = [
     ),
     *((("settings", "runs"), value, "settings.runs is missing or not a whole number ≥ 1") for value in [0, 1.5, ...]),
     # the values no validation writes, once their types are right
-    (("laws", 0, "runs"), 0, "laws[0].runs is not a whole number ≥ 1"),
+    (("laws", 0, "runs"), 0, "laws[0].runs is not settings.runs"),
+    (("laws", 2, "runs"), 999, "laws[2].runs is not settings.runs"),
     (("laws", 0, "first"), [-1.0, 7, 0.5], "laws[0].first is not a G-test's"),
     (("laws", 0, "first"), [1.0, 7.5, 0.5], "laws[0].first is not a G-test's"),
     (("laws", 0, "first"), [1.0, 0, 0.5], "laws[0].first is not a G-test's"),
     (("laws", 0, "joint"), [1.0, 7, 1.5], "laws[0].joint is not a G-test's"),
     (("laws", 0, "joint"), [1.0, 7, float("nan")], "laws[0].joint is not a G-test's"),
+    (("laws", 0, "joint"), [101.25, 63, 0.0016], "laws[0].joint is not a G-test's"),  # p not G's tail
+    (("laws", 0, "first"), [float("inf"), 7, 0.5], "laws[0].first is not a G-test's"),  # G = ∞ has p = 0
+    (("laws", 0, "first"), [99.0, 7, 1.735388245515669e-18], "laws[0].refused is not whether a p is below α/2"),
+    (("laws", 2, "refused"), False, "laws[2].refused is not whether a p is below α/2 = 5e-05"),
     (("laws", 1, "power"), 1.01, "laws[1].power is not a probability"),
     (("laws", 1, "power"), -0.01, "laws[1].power is not a probability"),
     (("laws", 1, "detectable"), [0.1, -0.2], "laws[1].detectable is not two total variations"),
     (("laws", 1, "detectable"), [float("inf"), 0.2], "laws[1].detectable is not two total variations"),
     (("laws", 0, "ok"), False, "laws[0].ok is not whether the test refused exactly the method that is not lossless"),
-    (("laws", 2, "ok"), True, "laws[2].ok is not whether the test refused"),
+    (("laws", 1, "ok"), True, "laws[1].ok is not whether the test refused"),
+    (("laws",), [], "laws does not end with the control"),
+    (("laws",), [_LAWS[0], _LAWS[2], _LAWS[1]], "laws does not end with the control"),
+    (("laws", 2, "lossless"), True, "laws[2].ok is not whether"),  # the control said lossless: its ok is wrong
+    (("compare", 0, "z"), float("nan"), "compare[0].z and holds are not a compare row's"),
+    (("compare", 0, "z"), float("inf"), "compare[0].z and holds are not a compare row's"),  # never written
+    (("compare", 0, "holds"), True, "compare[0].z and holds are not a compare row's"),
+    (("compare", 2, "holds"), None, "compare[2].z and holds are not a compare row's"),
     (("speed", 0, "tokens"), -1, "speed[0].tokens or seconds is negative or not finite"),
     (("speed", 0, "seconds"), -2.5, "speed[0].tokens or seconds is negative or not finite"),
     (("speed", 0, "seconds"), float("inf"), "speed[0].tokens or seconds is negative or not finite"),
@@ -638,7 +667,7 @@ _INVALID = [
 def _passing_validation():
     """The validation data with every law test deciding as it should and every gating row holding."""
     data = _validation_data()
-    data["laws"][2] |= {"refused": False, "ok": True}
+    data["laws"][1] |= {"refused": False, "ok": True, "first": data["laws"][0]["first"]}
     data["compare"][3]["holds"] = True
     data["passed"] = True
     return data
@@ -656,7 +685,7 @@ def test_the_verdict_shown_is_the_one_its_rows_give(tmp_path):
     path.write_text(json.dumps(data))
     assert "<b>passed</b>" in build_report(tmp_path).read_text()
     for where, change in [
-        ("laws", {"refused": True, "ok": False}),
+        ("laws", {"refused": True, "ok": False, "first": [float("inf"), 6, 0.0]}),
         ("compare", {"z": 5.0}),
         ("compare", {"z": -5.0}),
         ("compare", {"holds": False}),
@@ -675,9 +704,9 @@ def test_the_verdict_shown_is_the_one_its_rows_give(tmp_path):
         build_report(tmp_path)
 
 
-@pytest.mark.parametrize("path, value", _VALID_VARIANTS.values(), ids=list(_VALID_VARIANTS))
-def test_validation_json_of_each_valid_form_is_reported(path, value, tmp_path):
-    (tmp_path / "validation.json").write_text(json.dumps(_corrupt(path, value)))
+@pytest.mark.parametrize("changes", _VALID_VARIANTS.values(), ids=list(_VALID_VARIANTS))
+def test_validation_json_of_each_valid_form_is_reported(changes, tmp_path):
+    (tmp_path / "validation.json").write_text(json.dumps(_corrupt(*changes)))
     assert "validation: the real-model backend on a device" in build_report(tmp_path).read_text()
 
 

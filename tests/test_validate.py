@@ -29,6 +29,22 @@ from speculab.validate import (  # noqa: E402
 )
 
 
+def test_the_g_test_of_one_merged_cell_is_zero_and_never_below():
+    """Found by review: with every cell merged into one (few runs), G was ``−2 n log Σ law`` ≈ −6e-15 (the law's
+    round-off), which the report rightly refuses. One cell is G = 0, p = 1 exactly; and G ≥ 0 on any counts."""
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 10):
+        law = rng.dirichlet(np.full(400, 0.5)) * (1 + 1e-15)  # a law above 1 by a round-off, as exact laws come
+        assert law.sum() > 1.0
+        observed = np.bincount(rng.choice(400, size=n, p=law / law.sum()), minlength=400)
+        assert g_test(observed, law) == (0.0, 1, 1.0)
+    for _ in range(200):
+        law = rng.dirichlet(np.full(30, 1.0))
+        n = int(rng.integers(1, 400))
+        g, _, p = g_test(np.bincount(rng.choice(30, size=n, p=law), minlength=30), law)
+        assert g >= 0.0 and 0.0 <= p <= 1.0
+
+
 def test_the_verdict_gates_on_each_law_test_and_each_gating_row():
     """``verdict``: every law test ok, every gating row with a finite z strictly inside 5 s.e. (|z| = 5 fails, either
     sign), every gating row without one holding (``holds`` null fails); a row that does not gate is never read."""

@@ -22,7 +22,7 @@ from speculab import repro
 from speculab._files import atomic_path
 from speculab.repro._io import CLAIM_COLUMNS, check_claims
 from speculab.repro.runner import changed_files, read_provenance
-from speculab.validate import verdict
+from speculab.validate import ALPHA, verdict
 
 __all__ = ["build_report", "figure_result", "REPORT"]
 
@@ -195,10 +195,14 @@ def _validation(folder: Path) -> dict | None:
     return data
 
 
+#: The settings the validation section prints (text), beside ``runs``.
+_SETTINGS = ("pair", "device", "device_name", "dtype", "torch")
+
+
 def _validation_problem(data) -> str | None:
     """What makes ``data`` other than what ``Validation.to_dict`` writes: a field missing or of another type first,
-    then a value no validation gives (a count below one, a probability outside [0, 1], a verdict its rows do not
-    give), or ``None``."""
+    then a value no validation gives (a count below one, a p-value that is not its G's, a verdict its rows do not
+    give, …), or ``None``."""
     if (
         not isinstance(data, dict)
         or not isinstance(data.get("settings"), dict)
@@ -221,13 +225,16 @@ def _validation_problem(data) -> str | None:
             for name, ok in fields.items():
                 if name not in row or not ok(row[name]):
                     return f"{key}[{i}].{name} is missing or of the wrong type"
-            problem = _ROW_SENSE[key](row) if key in _ROW_SENSE else None
+            problem = _ROW_SENSE[key](row, settings)
             if problem:
                 return f"{key}[{i}].{problem}"
+    laws = data["laws"]
+    if [r["lossless"] for r in laws] != [True] * (len(laws) - 1) + [False]:
+        return "laws does not end with the control, the one method that is not lossless (every validation tests it)"
     latency = data.get("latency")
     if latency is not None and not (isinstance(latency, dict) and all(_is_number(latency.get(k)) for k in _LATENCY)):
         return "latency is not the predicted, measured and error of the latency model"
-    if data["passed"] != verdict([r["ok"] for r in data["laws"]], data["compare"]):
+    if data["passed"] != verdict([r["ok"] for r in laws], data["compare"]):
         return f"passed is {str(data['passed']).lower()}, which its law tests and gating compare rows do not give"
     return None
 
@@ -236,18 +243,26 @@ def _is_count(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and x >= 1
 
 
-def _g_test_sense(name: str, statistic: float, df: float, p: float) -> str | None:
-    if not (statistic >= 0 and isinstance(df, int) and df >= 1 and 0 <= p <= 1):
-        return f"{name} is not a G-test's (G ≥ 0, df a whole number ≥ 1, 0 ≤ p ≤ 1)"
+def _g_test_sense(name: str, statistic: float, df: int | float, p: float) -> str | None:
+    """Whether ``(statistic, df, p)`` is a G-test's: ``G ≥ 0`` (∞ for a draw the law cannot make), a whole ``df ≥ 1``
+    and ``p`` the χ² tail of ``G`` on ``df`` (:func:`speculab.validate.g_test`)."""
+    from scipy.stats import chi2
+
+    if not (
+        statistic >= 0 and isinstance(df, int) and df >= 1 and math.isclose(p, chi2.sf(statistic, df), rel_tol=1e-9)
+    ):
+        return f"{name} is not a G-test's (G ≥ 0, df a whole number ≥ 1, p the χ² tail of G on df)"
     return None
 
 
-def _law_sense(row: dict) -> str | None:
-    if not _is_count(row["runs"]):
-        return "runs is not a whole number ≥ 1"
+def _law_sense(row: dict, settings: dict) -> str | None:
+    if row["runs"] != settings["runs"]:
+        return "runs is not settings.runs (every law test draws that many)"
     problem = _g_test_sense("first", *row["first"]) or _g_test_sense("joint", *row["joint"])
     if problem:
         return problem
+    if row["refused"] != (min(row["first"][2], row["joint"][2]) < ALPHA / 2):
+        return f"refused is not whether a p is below α/2 = {ALPHA / 2:g}"
     if not 0 <= row["power"] <= 1:
         return "power is not a probability"
     if not all(0 <= tv < math.inf for tv in row["detectable"]):
@@ -257,7 +272,14 @@ def _law_sense(row: dict) -> str | None:
     return None
 
 
-def _speed_sense(row: dict) -> str | None:
+def _compare_sense(row: dict, settings: dict) -> str | None:
+    z, holds = row["z"], row["holds"]
+    if not ((math.isfinite(z) and holds is None) or (math.isnan(z) and holds is not None)):
+        return "z and holds are not a compare row's (a finite z, or none and whether the check holds)"
+    return None
+
+
+def _speed_sense(row: dict, settings: dict) -> str | None:
     tokens, seconds = row["tokens"], row["seconds"]
     if tokens < 0 or not 0 <= seconds < math.inf:
         return "tokens or seconds is negative or not finite"
@@ -270,10 +292,9 @@ def _speed_sense(row: dict) -> str | None:
     return None
 
 
-#: The settings the validation section prints (text), beside ``runs``.
-_SETTINGS = ("pair", "device", "device_name", "dtype", "torch")
-#: Each row kind's values checked for sense, once their types are right: what is wrong, or ``None``.
-_ROW_SENSE = {"laws": _law_sense, "speed": _speed_sense}
+#: Each row kind's values checked for sense (given the settings), once their types are right: what is wrong, or
+#: ``None``.
+_ROW_SENSE = {"laws": _law_sense, "compare": _compare_sense, "speed": _speed_sense}
 
 
 def _table(head: list[str], rows: list[list]) -> str:
@@ -285,11 +306,11 @@ def _table(head: list[str], rows: list[list]) -> str:
 def _validation_section(data: dict) -> str:
     """The backend's validation on a device: its verdict, law tests, compare rows and timings."""
     s = data["settings"]
-    verdict = "passed" if data["passed"] else "FAILED"
+    outcome = "passed" if data["passed"] else "FAILED"
     parts = [
         '<section id="validation"><h2>validation: the real-model backend on a device</h2>',
         f'<p class="meta">{_e(s.get("pair"))} pair on {_e(s.get("device"))} ({_e(s.get("device_name"))}, '
-        f"{_e(s.get('dtype'))}, torch {_e(s.get('torch'))}): <b>{verdict}</b>; "
+        f"{_e(s.get('dtype'))}, torch {_e(s.get('torch'))}): <b>{outcome}</b>; "
         f"{_e(s.get('runs'))} runs per law test (<code>speculab validate</code>)</p>",
         _table(
             [
@@ -430,6 +451,12 @@ def build_report(out_dir: str | os.PathLike = "results", path: str | os.PathLike
     target = Path(path) if path is not None else folder / REPORT
     if target.is_dir():
         raise ValueError(f"{target} is a folder: the report is written to a file (its folder is made if missing)")
-    with atomic_path(target) as tmp:
-        tmp.write_text(page, encoding="utf-8")
+    blocked = next((up for up in target.parents if up.exists() and not up.is_dir()), None)
+    if blocked is not None:
+        raise ValueError(f"{target} cannot be written: {blocked} is a file, not a folder")
+    try:
+        with atomic_path(target) as tmp:
+            tmp.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise OSError(f"cannot write the report to {target}: {exc.strerror or exc}") from exc
     return target
