@@ -561,6 +561,15 @@ _VALID_VARIANTS = {
     "G 0 on df 1, p 1": (("laws", 0, "first"), [0.0, 1, 1.0]),
     "p 0": (("laws", 1, "joint"), [float("inf"), 3, 0.0]),
     "TV 0": (("laws", 0, "detectable"), [0.0, 0.0]),
+    # refused is whether a p is below α/2 = 5e-5 (G below: χ²₇'s inverse tail at that p)
+    "p exactly α/2: not refused": (("laws", 0, "first"), [31.51244350289606, 7, 5e-05]),
+    "p 1e-4: not refused": (("laws", 0, "first"), [29.877503909224902, 7, 1e-4]),
+    "p 4e-5: refused": (
+        ("laws", 0, "first"),
+        [32.03579379121314, 7, 4e-5],
+        (("laws", 0, "refused"), True),
+        (("laws", 0, "ok"), False),
+    ),
     "no tokens": (("speed", 1), {"what": "x", "tokens": 0, "seconds": 1.5, "tokens_per_second": 0.0, "note": ""}),
 }
 _INVALID = [
