@@ -41,7 +41,7 @@ from scipy.optimize import minimize
 from speculab import kernels
 from speculab._budget import limit, refuse
 from speculab._validate import as_generator, as_pair, as_positive_int
-from speculab.methods.capabilities import PositionLaw, TreeDrafting, has
+from speculab.methods.capabilities import PositionLaw, TreeDrafting, drafting_law, has
 from speculab.methods.chain import Rule, one_step_law
 from speculab.methods.tree import check_enumeration, drafted_trees
 from speculab.sim._laws import check_laws
@@ -109,7 +109,7 @@ def round_outputs(verifier, p, q, L: int, M: int = 1, warp=None) -> list[np.ndar
         if warp is not None:
             raise ValueError("warp: a method with a position law is certified on the raw laws only")
         return [position_outputs(verifier, p, q)]
-    drafting = p if warp is None else _warped(warp, p)
+    drafting = drafting_law(verifier, p if warp is None else _warped(warp, p))  # DraftLaw: e.g. greedy drafts
     if has(verifier, TreeDrafting):
         return tree_round_outputs(verifier, p, q, L, drafting)
     V = p.shape[-1]

@@ -714,6 +714,11 @@ EXAMPLES = {
         "speculab compare --pair tiny --method batch --M 4 --batch-size 32 --checkpoint ckpt",
         "speculab compare --method sprinter --head results/sprinter_verifier_lam1.0_previous.safetensors",
     ],
+    "engine vllm": [
+        "speculab engine vllm --pair tiny                   # every configuration at K = 4 (./dev vllm first)",
+        "speculab engine vllm --kinds greedy,probabilistic --k 1,2,4,8 --out vllm.json",
+        "speculab engine vllm --draft DRAFT_DIR --target TARGET_DIR --vllm-python ~/vllm-env/bin/python",
+    ],
     "validate": [
         "speculab validate --device cuda --out results      # then: speculab report --out results",
         "speculab validate --device cpu --runs 2000 --no-speed --json",
@@ -892,6 +897,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--speed-tokens", type=_count(1), default=64, help="tokens per prompt of the timings (default 64)")
     p.add_argument("--out", default=None, help="also write OUT/validation.json (speculab report shows it)")
     p.set_defaults(func=cmd_validate)
+
+    from speculab.engines.command import add_parser as add_engine_parser
+
+    add_engine_parser(sub, common, _add_pair_args, _count)
 
     models = sub.add_parser("models", help="the offline tiny model pair").add_subparsers(dest="action", required=True)
     p = models.add_parser("build-tiny", help="train the tiny draft/target pair (deterministic; ~20 min on 2 CPUs)")

@@ -19,7 +19,7 @@ Example:
 
 from __future__ import annotations
 
-from array_api_compat import array_namespace
+from array_api_compat import array_namespace, device
 
 __all__ = [
     "excess",
@@ -37,6 +37,7 @@ __all__ = [
     "drafts_per_round",
     "root_acceptance",
     "gather",
+    "argmax_mass",
     "sample_cumulative",
     "sample_index",
 ]
@@ -201,6 +202,13 @@ def gather(a, index):
     """``a[..., index]`` per row: ``a`` of shape ``(..., V)``, integer ``index`` of shape ``(...)``."""
     xp = array_namespace(a, index)
     return xp.take_along_axis(a, index[..., None], axis=-1)[..., 0]
+
+
+def argmax_mass(a):
+    """The point mass at each row's first largest entry, shape ``(..., V)`` like ``a`` (the law of a greedy draw)."""
+    xp = array_namespace(a)
+    top = xp.argmax(a, axis=-1)[..., None]
+    return xp.astype(xp.arange(a.shape[-1], device=device(a)) == top, a.dtype)
 
 
 def sample_cumulative(cum, u):

@@ -497,6 +497,8 @@ def test_every_function_of_an_instance_refuses_anything_else_by_name():
                 "optimal-batch": {"M": 2},
                 "rrs": {"tree": (2,)},
                 "traversal": {"tree": (2,)},
+                "greedy-draft": {},
+                "synthetic": {"rates": (0.5,)},
             }[name]
         )
         for name, cls in REGISTRY.items()

@@ -9,6 +9,7 @@ from speculab.methods import REGISTRY, SD, BatchSD, Sprinter, SpecDecPP
 from speculab.methods.capabilities import (
     AdaptiveLength,
     DraftHead,
+    DraftLaw,
     PositionLaw,
     RootTable,
     RoundProbing,
@@ -18,7 +19,7 @@ from speculab.methods.capabilities import (
     head_of,
 )
 
-CAPABILITIES = (Slotwise, RootTable, PositionLaw, AdaptiveLength, DraftHead, RoundProbing, TreeDrafting)
+CAPABILITIES = (Slotwise, RootTable, PositionLaw, AdaptiveLength, DraftHead, RoundProbing, TreeDrafting, DraftLaw)
 
 #: Each registered method's capabilities, written by hand (docs/methods.md carries the same table).
 EXPECTED = {
@@ -35,6 +36,8 @@ EXPECTED = {
     "optimal-batch": {Slotwise, RootTable},
     "rrs": {TreeDrafting},
     "traversal": {TreeDrafting},
+    "greedy-draft": {Slotwise, DraftLaw},
+    "synthetic": {DraftLaw},
 }
 
 

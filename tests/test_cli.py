@@ -762,6 +762,8 @@ SIM_METHODS = {
     "optimal-batch": (["--M", "2", "--K", "2"], "OptimalMultiDraft(2, K=2)"),
     "rrs": (["--tree", "2,1", "--draws", "distinct"], "RRS((2, 1), draws='distinct')"),
     "traversal": (["--tree", "parents=0,0,1"], "Traversal('parents=0,0,1')"),
+    "greedy-draft": (["--K", "2"], "GreedyDraft(K=2)"),
+    "synthetic": (["--rates", "0.8,0.5"], "Synthetic(rates=(0.8, 0.5), draft_sample='probabilistic')"),
 }
 
 
@@ -999,6 +1001,8 @@ def test_methods_lists_each_methods_own_options_and_reach(capsys):
         "optimal-batch": ["--M", "--K"],
         "rrs": ["--tree", "--draws"],
         "traversal": ["--tree", "--draws"],
+        "greedy-draft": ["--K"],
+        "synthetic": ["--rates", "--draft-sample"],
     }
     simulation_only = {"optimal-batch"}
     out = _json(capsys, ["methods"])
@@ -1253,6 +1257,8 @@ LEAST = {
     "compare_runs": 0,
     "batch_prompts": 1,
     "speed_tokens": 1,
+    "prompts": 1,
+    "law_runs": 1,
 }
 
 
@@ -1269,6 +1275,7 @@ FLAGS = {
     *(("validate", d) for d in DECODING - {"batch_size"} | {"runs", "compare_runs", "batch_prompts", "speed_tokens"}),
     ("models build-tiny", "seed"),
     *(("repro", d) for d in ("seed", "n_runs")),
+    *(("engine vllm", d) for d in DECODING - {"batch_size"} | {"prompts", "runs_per_prompt", "law_runs"}),
 }
 
 

@@ -18,6 +18,8 @@ from speculab.backends import decode, load_pair, ngram_draft  # noqa: E402
 from speculab.backends.pair import default_prompts  # noqa: E402
 from speculab.methods import (  # noqa: E402
     SD,
+    GreedyDraft,
+    Synthetic,
     Autoregressive,
     BatchSD,
     Biased,
@@ -57,6 +59,8 @@ def methods(pair) -> dict:
         "block": BlockVerification(3),
         "rrs": RRS((2, 2), draws="distinct"),
         "traversal": Traversal("parents=0,0,1,1,3"),
+        "greedy-draft": GreedyDraft(K=3),
+        "synthetic": Synthetic((0.7, 0.4), draft_sample="greedy"),
     }
 
 

@@ -42,6 +42,7 @@ LAYERS = [
     ("speculab.testing", 6),
     ("speculab.repro", 6),
     ("speculab.certify", 6),
+    ("speculab.engines", 6),
     ("speculab.cli", 6),
 ]
 

@@ -37,6 +37,8 @@ from speculab.methods import (
     SpecDecPP,
     Sprinter,
     Traversal,
+    GreedyDraft,
+    Synthetic,
     sample_round,
 )
 from speculab.methods.base import Method, cli_params, option
@@ -68,6 +70,50 @@ def _trees(method, inst):
     """Tree methods: every drafted tree, and the verifier run literally as its paper states it."""
     verify = {"rrs": rrs_verify, "traversal": traversal_verify}[type(method).name]
     e = enumerate_tree_rounds(inst.P, inst.Q, inst.rho, list(method.tree.parents), method.draws, verify)
+    return e.law, {k: getattr(e, k) for k in COUNTS}, e.rejections_per_position
+
+
+def _vllm_literal(p, q, x, *, bonus, rates=None):
+    """vLLM's rejection sampler read literally, one block at a time: slot ``i`` keeps its draft with ``q_i(x_i)`` (no
+    draft probabilities: greedy drafts) or with the synthetic conditional rate ``c_i``; a refused slot outputs a token
+    of ``q_i`` without ``x_i`` (no draft probabilities) or of ``(q_i − p_i)_+`` (token 0 where it has no mass); a
+    kept block is followed by the bonus from ``q_{L+1}``."""
+    B, M, L, V = p.shape
+    outcome, correction = np.zeros((B, M, L + 1)), np.zeros((B, M, L + 1, V))
+    greedy = np.all((p == 0) | (p == 1))
+    for b in range(B):
+        for m in range(M):
+            reach = 1.0
+            for i in range(L):
+                tok = x[b, m, i]
+                keep = q[b, m, i, tok] if rates is None else rates[i]
+                w = np.zeros(V)
+                for y in range(V):
+                    w[y] = q[b, m, i, y] * (y != tok) if greedy else max(q[b, m, i, y] - p[b, m, i, y], 0.0)
+                if w.sum() == 0:
+                    w[0] = 1.0
+                outcome[b, m, i] = reach * (1 - keep)
+                correction[b, m, i] = w / w.sum()
+                reach *= keep
+            outcome[b, m, L] = reach
+            correction[b, m, L] = q[b, m, L] if bonus else 0.0
+    return RoundLawLiteral(outcome, correction)
+
+
+class RoundLawLiteral(NamedTuple):
+    outcome: np.ndarray
+    correction: np.ndarray
+
+
+def _vllm(method, inst):
+    """vLLM's rules (greedy drafts, synthetic rates) literally, drafting from the law the method drafts from."""
+    from speculab.methods.capabilities import drafting_instance
+    from speculab.methods.synthetic import conditional_rates
+
+    rates = conditional_rates(method.rates) if isinstance(method, Synthetic) else None
+    drafted = drafting_instance(method, inst)
+    law = functools.partial(_vllm_literal, rates=rates)
+    e = enumerate_rounds(drafted.P, drafted.Q, drafted.rho, law, method.draft_length, method.rows)
     return e.law, {k: getattr(e, k) for k in COUNTS}, e.rejections_per_position
 
 
@@ -116,6 +162,9 @@ CASES = [
     Case(RRS((2, 1), draws="distinct"), _trees),
     Case(Traversal("parents=0,0,1"), _trees),
     Case(Traversal((2, 1), draws="distinct"), _trees),
+    Case(GreedyDraft(K=2), _vllm),
+    Case(Synthetic((0.8, 0.5)), _vllm),
+    Case(Synthetic((0.7, 0.7), draft_sample="greedy"), _vllm),
 ]
 METHODS = [c.method for c in CASES]
 IDS = [repr(m) for m in METHODS]

@@ -74,7 +74,7 @@ from speculab.backends.rounds import Records, RoundInfo, cut_law, pad_law, round
 from speculab.backends.streams import OUTCOME, TOKEN, head_lane, key_words, uniforms
 from speculab.backends.warp import NAN_LOGITS, Sampling, nan_flag
 from speculab.methods import Method, RoundLaw, sample_round
-from speculab.methods.capabilities import Slotwise, has, head_of
+from speculab.methods.capabilities import Slotwise, drafting_law, has, head_of
 
 __all__ = ["decode_batched", "batchable", "HFRows", "RoundLoop", "right_aligned"]
 
@@ -456,6 +456,7 @@ class _Batch(RoundLoop):
         if self.draft is not None:  # catch the draft up: the last column is each row's newest token
             ids, present = self.unseen_d
             p = self.sampling.probs(self.draft.feed(ids, present, 1)[:, -1].double(), check=False)  # (B, V)
+            p = drafting_law(self.method, p)  # the law the drafts come from (DraftLaw: greedy drafts)
         p_next = p
         if L == 0:
             return (
@@ -495,7 +496,7 @@ class _Batch(RoundLoop):
                 else:
                     logits, hidden = self.draft.feed(x[:, None], present, 1, hidden=True)
                     self._read_head(head, hidden[:, -1], x, i, u_head, cut, drafting, predictions)
-                p = self.sampling.probs(logits[:, -1].double(), check=False)
+                p = drafting_law(self.method, self.sampling.probs(logits[:, -1].double(), check=False))
         return torch.stack(xs, 1), torch.stack(ps, 1), p_next, cut, predictions
 
     def _read_head(

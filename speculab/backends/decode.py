@@ -40,7 +40,7 @@ from speculab.backends.streams import OUTCOME, TOKEN, head_lane, key_words, unif
 from speculab.backends.warp import Sampling, check_laws
 from speculab.counts import KIND_NAMES, Counts
 from speculab.methods import SD, Method, sample_round
-from speculab.methods.capabilities import DraftHead, has, head_of, reading
+from speculab.methods.capabilities import DraftHead, drafting_law, has, head_of, reading
 from speculab.methods.probe import RoundProbe
 
 __all__ = ["decode", "DecodeResult", "RunRecord", "RoundRecord", "RoundInfo", "KIND_NAMES", "COUNTED"]
@@ -138,7 +138,7 @@ class _Run:
             logits, hidden = self._catch_up(pair.draft, self.ds, hidden=True)
         else:
             logits = self._catch_up(pair.draft, self.ds)
-        p = self.sampling.probs(logits[:, -1].double(), check=False)  # (1, V)
+        p = drafting_law(method, self.sampling.probs(logits[:, -1].double(), check=False))  # (1, V): DraftLaw
         ps, xs = [], []
         if rows > 1:
             pair.draft.repeat(self.ds, rows)
@@ -167,7 +167,7 @@ class _Run:
                 predictions.append(method.read_head(head(hidden[0, -1]), heads[i]))
                 if method.stop_drafting(predictions, self.remaining):
                     break  # the pass that read x is one more draft forward than SD makes for this block
-            p = self.sampling.probs(logits[:, -1].double(), check=False)
+            p = drafting_law(method, self.sampling.probs(logits[:, -1].double(), check=False))
         # the first slot always drafts: the loop's check there reads the history checked above (the caught-up draft's)
         return torch.stack(xs, 1), torch.stack(ps, 1), predictions
 

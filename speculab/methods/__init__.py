@@ -29,6 +29,8 @@ from speculab.methods.optimal import OptimalMultiDraft
 from speculab.methods.rrs import RRS
 from speculab.methods.traversal import Traversal
 from speculab.methods.tree import Tree
+from speculab.methods.greedy_draft import GreedyDraft
+from speculab.methods.synthetic import Synthetic
 
 __all__ = [
     "Method",
@@ -58,4 +60,6 @@ __all__ = [
     "RRS",
     "Traversal",
     "Tree",
+    "GreedyDraft",
+    "Synthetic",
 ]

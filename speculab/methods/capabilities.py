@@ -16,7 +16,9 @@ method has a capability iff its class defines every member of it (a member set t
   SpecDec++);
 * :class:`RoundProbing` — a probe ``decode`` calls after every round, which ``compare`` reads (block verification);
 * :class:`TreeDrafting` — each round drafts a token tree, and the round law reads the tree's node layout (the tree
-  verifiers, :mod:`speculab.methods.tree`).
+  verifiers, :mod:`speculab.methods.tree`);
+* :class:`DraftLaw` — drafts drawn from a law made from the draft model's, not from it (an engine's greedy
+  drafting: the draft's most likely token, :mod:`speculab.methods.greedy_draft`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ __all__ = [
     "DraftHead",
     "RoundProbing",
     "TreeDrafting",
+    "DraftLaw",
+    "drafting_law",
+    "drafting_instance",
 ]
 
 
@@ -135,6 +140,36 @@ class TreeDrafting(Protocol):
 
     def round_tree(self, remaining: int) -> Any:
         """The :class:`~speculab.methods.tree.Tree` a round drafts when it may output at most ``remaining`` tokens."""
+
+
+class DraftLaw(Protocol):
+    """Drafts drawn from a law made from the draft model's, not from the draft's own law.
+
+    Every engine — both simulators (through :func:`drafting_instance`), the decoding loops, ``certify`` and the
+    enumerations of the tests — draws the drafts from ``draft_law(p)`` and hands that law, as ``p``, to the
+    method's rule and round law: the rule verifies the law the drafts really came from. The map must be
+    idempotent (``draft_law(draft_law(p)) == draft_law(p)``), so that a law passed through it twice is unchanged.
+    """
+
+    def draft_law(self, p) -> Any:
+        """The law ``(..., V)`` the drafts are drawn from when the draft model's law is ``p`` ``(..., V)``
+        (array API)."""
+
+
+def drafting_law(method, p):
+    """The law ``method`` draws its drafts from where the draft model's law is ``p`` (:class:`DraftLaw`): ``p``
+    itself for a method without the capability."""
+    return method.draft_law(p) if has(method, DraftLaw) else p
+
+
+def drafting_instance(method, inst):
+    """``inst`` with its draft kernels replaced by the law ``method`` drafts from (:class:`DraftLaw`), compact
+    kernels kept compact; ``inst`` itself for a method without the capability."""
+    if not has(method, DraftLaw):
+        return inst
+    from speculab.theory.instance import MarkovInstance, rowwise
+
+    return MarkovInstance(rowwise(method.draft_law, inst.P), inst.Q, inst.rho, dtype=inst.dtype)
 
 
 def _members(capability: type) -> list[str]:

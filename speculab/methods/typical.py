@@ -28,8 +28,9 @@ import numbers
 from dataclasses import dataclass
 from typing import ClassVar
 
-from array_api_compat import array_namespace, device
+from array_api_compat import array_namespace
 
+from speculab import kernels
 from speculab.methods.base import check_lookahead, param, register
 from speculab.methods.chain import ChainMethod, Rule, one_step_law
 
@@ -64,8 +65,7 @@ def typical_rule(p, q, eps: float, delta: float, correction: str = "q") -> Rule:
     if correction == "q":
         R = q
     elif correction == "argmax":
-        top = xp.argmax(q, axis=-1)[..., None]
-        R = xp.astype(xp.arange(q.shape[-1], device=device(q)) == top, q.dtype)
+        R = kernels.argmax_mass(q)
     else:
         kept = xp.where(q >= tau, q, xp.zeros_like(q))
         mass = xp.sum(kept, axis=-1, keepdims=True)

@@ -23,6 +23,7 @@ from speculab.methods import (
     Sprinter,
 )
 from speculab.methods.specdecpp import TableHead, miscalibrated_head, noisy_head, oracle_head
+from speculab.methods.capabilities import drafting_instance
 from speculab.sim import engine as _engine
 from speculab.sim._laws import check_laws
 from speculab.theory.instance import MarkovInstance
@@ -111,7 +112,8 @@ def simulate(
     if engine != "numpy":
         raise ValueError(f"engine must be 'numpy' or 'jax'; got {engine!r}")
     rng = as_generator(key)
-    walk = _engine.walker(method, inst)
+    drafted = drafting_instance(method, inst)  # the law the drafts come from (DraftLaw: greedy drafts)
+    walk = _engine.walker(method, drafted)
     journal = None
     if checkpoint is None and not resume and not return_sequences:  # inside checkpoint.resumable, if any
         from speculab.sim.checkpoint import active_checkpoint
@@ -132,7 +134,9 @@ def simulate(
         journal = Journal(checkpoint, header, resume=bool(resume))
     elif resume:
         raise ValueError("resume=True needs the checkpoint file to resume")
-    return _engine.run(walk, inst, n_runs, rng, return_sequences=return_sequences, progress=progress, journal=journal)
+    return _engine.run(
+        walk, drafted, n_runs, rng, return_sequences=return_sequences, progress=progress, journal=journal
+    )
 
 
 def simulate_sweep(inst, methods, n_runs: int, key) -> list[Counts]:

@@ -50,7 +50,7 @@ import numpy as np
 from speculab import kernels
 from speculab.counts import BONUS, CORRECTION, DRAFT, TARGET, Counts
 from speculab.methods.base import Method, sample_round
-from speculab.methods.capabilities import reading
+from speculab.methods.capabilities import drafting_instance, reading
 from speculab.sim import jax_common as common
 from speculab.sim.jax_adaptive import _simulate_adaptive
 from speculab.sim.jax_trees import tree_position, tree_segments, tree_width
@@ -336,6 +336,7 @@ def simulate_jax(inst: MarkovInstance, method: Method, n_runs: int, key, *, retu
         raise ValueError(f"inst must be a MarkovInstance; got {type(inst).__name__}")
     n_runs = as_positive_int(n_runs, "n_runs")
     key = as_jax_key(key)
+    inst = drafting_instance(method, inst)  # the law the drafts come from (DraftLaw: greedy drafts)
     tables = _Tables(inst, jnp)
     if _adaptive(method):
         return _simulate_adaptive([method], [inst], [tables], n_runs, key, return_sequences)[0]
@@ -429,6 +430,7 @@ def simulate_sweep(inst, methods, n_runs: int, key) -> list[Counts]:
             )
         if type(m) is not type(first):
             raise ValueError(f"a sweep varies the parameters of one method; got {first!r} and {m!r}")
+    insts = [drafting_instance(m, i) for i, m in zip(insts, methods)]
     tables = [_Tables(i, jnp) for i in insts]
     if len({(i.T, t.shapes) for i, t in zip(insts, tables)}) > 1:
         raise ValueError("the instances of a sweep must have the same T, V and storage (all stationary, or all not)")

