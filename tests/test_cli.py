@@ -1259,6 +1259,7 @@ LEAST = {
     "speed_tokens": 1,
     "prompts": 1,
     "law_runs": 1,
+    "sampler_draws": 0,
 }
 
 
@@ -1275,7 +1276,10 @@ FLAGS = {
     *(("validate", d) for d in DECODING - {"batch_size"} | {"runs", "compare_runs", "batch_prompts", "speed_tokens"}),
     ("models build-tiny", "seed"),
     *(("repro", d) for d in ("seed", "n_runs")),
-    *(("engine vllm", d) for d in DECODING - {"batch_size"} | {"prompts", "runs_per_prompt", "law_runs"}),
+    *(
+        ("engine vllm", d)
+        for d in DECODING - {"batch_size"} | {"prompts", "runs_per_prompt", "law_runs", "sampler_draws"}
+    ),
 }
 
 

@@ -165,13 +165,35 @@ def run_sampler(job: dict) -> list[int]:
     return out
 
 
+def run_expand(job: dict) -> list:
+    """vLLM's ``expand_batch_to_tokens`` (the rejection sampler spreads each request's temperature, top-k and top-p
+    over its draft slots with it) on the inputs of the job, each as its dtype: what it returned."""
+    import torch
+    from vllm.platforms import current_platform
+
+    if hasattr(current_platform, "register_triton_kernel_overrides"):
+        current_platform.register_triton_kernel_overrides()
+    from vllm.v1.sample.rejection_sampler import expand_batch_to_tokens
+
+    cu = torch.tensor(job["cu_num_tokens"], dtype=torch.int32)
+    out = []
+    for case in job["cases"]:
+        x = torch.tensor(case["values"], dtype=getattr(torch, case["dtype"]))
+        got = expand_batch_to_tokens(x, cu, int(job["cu_num_tokens"][-1]), replace_from=0, replace_to=1)
+        out.append([float(v) for v in got.tolist()])
+    return out
+
+
+MODES = {"--sampler": run_sampler, "--expand": run_expand}
+
+
 def main(argv) -> int:
-    if len(argv) == 4 and argv[1] == "--sampler":
+    if len(argv) == 4 and argv[1] in MODES:
         job = json.load(open(argv[2]))
         try:
-            result = {"ok": True, "tokens": run_sampler(job), "error": None}
+            result = {"ok": True, "result": MODES[argv[1]](job), "error": None}
         except Exception as e:
-            result = {"ok": False, "tokens": None, "error": first_line(e)}
+            result = {"ok": False, "result": None, "error": first_line(e)}
         with open(argv[3], "w") as f:
             json.dump(result, f)
         return 0

@@ -42,6 +42,15 @@ def add_parser(sub, common, add_pair_args, count) -> None:
     p.add_argument("--prompts", type=count(1), default=16, help="prompts of the per-slot rows (default 16)")
     p.add_argument("--runs-per-prompt", type=count(1), default=8, help="requests per prompt (default 8)")
     p.add_argument("--law-runs", type=count(1), default=4000, help="requests of each law test (default 4,000)")
+    p.add_argument(
+        "--sampler-draws",
+        type=count(0),
+        default=200_000,
+        help="rounds of each direct call of vLLM's rejection sampler (0: none; default 200,000)",
+    )
+    p.add_argument(
+        "--server", action="store_true", help="measure `vllm serve` on 127.0.0.1 (OpenAI API, /metrics) instead"
+    )
     p.add_argument("--vllm-python", default=None, help="the Python of a vLLM environment (default: .venv-vllm)")
     p.add_argument("--log", default=None, help="write vLLM's own output to this file")
     p.add_argument("--out", default=None, help="also write the report's JSON to this file")
@@ -88,6 +97,8 @@ def cmd_engine_vllm(args) -> int:
         samplings=samplings,
         key=args.seed,
         log=args.log,
+        sampler_draws=args.sampler_draws,
+        server=args.server,
     )
     payload = report.to_json()
     if args.out is not None:
@@ -96,7 +107,9 @@ def cmd_engine_vllm(args) -> int:
         print(json.dumps(payload, indent=1, default=_plain))
     else:
         print(table(report))
-    return 0 if report.control is None or report.control.refused else 1
+    controls = [report.control] if report.control is not None else []
+    controls += [s for s in report.samplers if "misstated" in s.sampler]
+    return 0 if all(c.refused for c in controls) else 1
 
 
 def _plain(x):
@@ -115,7 +128,7 @@ def table(report) -> str:
     """The report as text: one block per configuration, then the control."""
     s = report.settings
     lines = [
-        f"vLLM {s['vllm']} on {s['pair']}: {s['requests']} requests × {s['max_tokens']} tokens for the slots, "
+        f"{s['engine']} {s['vllm']} on {s['pair']}: {s['requests']} requests × {s['max_tokens']} tokens for the slots, "
         f"{s['law_runs']} requests per law test; seed {s['key']}",
         "",
     ]
@@ -127,11 +140,16 @@ def table(report) -> str:
             continue
         for failure in c.failures:
             lines.append(f"    vLLM failed on the {failure}")
-        for row in c.laws:
+        for row, worst in zip(c.laws, c.worst or [[]] * len(c.laws)):
             lines.append(
                 f"    law {row.method.split(' at ')[-1]:<26} p = {_p(row):<8} "
                 f"{'REFUSED' if row.refused else 'kept'}  (detectable TV {row.detectable[1]:.3g} at power 0.99)"
             )
+            for w in worst[:3]:
+                lines.append(
+                    f"        first tokens {w['tokens']} {w['text']!r}: "
+                    f"target {w['target']:.4f}, vLLM {w['observed']:.4f}"
+                )
         if c.slots:
             lines.append("    slot  reached  kept   predicted ± sd       z      power(10 %)")
             for r in c.slots:
@@ -153,6 +171,20 @@ def table(report) -> str:
             f"{k.get('draft_tokens', 0)} drafts, {k.get('accepted_tokens', 0)} kept, per slot "
             f"{k.get('accepted_per_position', [])}"
         )
+        lines.append("")
+    if report.samplers:
+        lines.append(
+            "vLLM's rejection sampler called directly on 8 tokens (its lossless rules; misstated: the control):"
+        )
+        lines.extend(f"    {s}" for s in report.samplers)
+    if report.expand:
+        broken = [e for e in report.expand if not e.ok]
+        lines.append(
+            "vLLM's expand_batch_to_tokens (each draft slot's temperature, top-k, top-p): "
+            + ("right on " + ", ".join(e.dtype for e in report.expand) if not broken else "")
+        )
+        for e in broken:
+            lines.append(f"    WRONG on {e.dtype}: returned {e.got}, must return {e.want}")
         lines.append("")
     if report.control is not None:
         r = report.control

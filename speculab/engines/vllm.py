@@ -31,6 +31,7 @@ on the same prompt — must be refused in every run, or the law test has no powe
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -38,6 +39,8 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from speculab.engines.paired import Request, SlotRow, slot_rows
 
@@ -62,7 +65,7 @@ KINDS = ("greedy", "probabilistic", "ngram", "synthetic")
 WORKER = Path(__file__).with_name("_vllm_worker.py")
 
 
-class EngineMissing(RuntimeError):
+class EngineMissing(FileNotFoundError):
     """No vLLM environment was found; the message says how to make one."""
 
 
@@ -141,7 +144,7 @@ def find_python(explicit: str | None = None) -> Path:
     )
 
 
-def run_worker(python: Path, job: dict, *, log: Path | None = None, timeout: float = 3600) -> list[dict]:
+def run_worker(python: Path, job: dict, *, log: Path | None = None, timeout: float = 3600, mode: str = "") -> list:
     """Run the worker on ``job`` in the vLLM environment of ``python``; its results, one per configuration.
     vLLM's own output goes to ``log`` (a temporary file when not given), named in the error if the worker fails."""
     with tempfile.TemporaryDirectory(prefix="speculab-vllm-") as tmp:
@@ -156,7 +159,7 @@ def run_worker(python: Path, job: dict, *, log: Path | None = None, timeout: flo
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache on the CPU: vLLM's default takes ~90 % of RAM
         with open(log, "w") as f:
             proc = subprocess.run(
-                [str(python), str(worker), str(job_path), str(out_path)],
+                [str(python), str(worker), *([mode] if mode else []), str(job_path), str(out_path)],
                 stdout=f,
                 stderr=subprocess.STDOUT,
                 env=env,
@@ -166,7 +169,12 @@ def run_worker(python: Path, job: dict, *, log: Path | None = None, timeout: flo
         if proc.returncode != 0 or not out_path.exists():
             tail = text.strip().splitlines()[-3:]
             raise RuntimeError(f"the vLLM worker exited with {proc.returncode}: {' | '.join(tail)}")
-        return _with_causes(json.loads(out_path.read_text()), text)
+        out = json.loads(out_path.read_text())
+        if mode:  # one call of a vLLM function: its result, or its error
+            if not out["ok"]:
+                raise RuntimeError(f"vLLM's {mode[2:]} call failed: {out['error']}")
+            return out["result"]
+        return _with_causes(out, text)
 
 
 def _with_causes(results: list[dict], log: str) -> list[dict]:
@@ -202,6 +210,7 @@ class ConfigurationReport:
     target_calls: int = 0
     K: int = 0
     failures: list = field(default_factory=list)
+    worst: list = field(default_factory=list)  # per law row refused: the cells farthest from the target's law
 
     @property
     def refused(self) -> bool:
@@ -219,9 +228,12 @@ class ConfigurationReport:
         return self._law_and_slots()
 
     def _law_and_slots(self) -> str:
-        law = "REFUSED: not the target's law" if self.refused else "law kept"
-        if self.refused == self.lossless:
-            law += " (against its rule)" if self.lossless else " (as its rule predicts: biased)"
+        if self.refused:
+            law = "REFUSED: not the target's law " + (
+                "(against its rule)" if self.lossless else "(as its rule predicts)"
+            )
+        else:
+            law = "law kept" + ("" if self.lossless else " (its rule is biased: too little to see here)")
         slots = [s for s in self.slots if s.reached]
         if not slots:
             return law
@@ -237,13 +249,103 @@ class EngineReport:
     settings: dict
     configurations: list = field(default_factory=list)
     control: object = None
+    samplers: list = field(default_factory=list)
+    expand: list = field(default_factory=list)
 
     def to_json(self) -> dict:
-        return {
-            "settings": self.settings,
-            "control": None if self.control is None else asdict(self.control),
-            "configurations": [{**asdict(c), "refused": c.refused, "verdict": c.verdict} for c in self.configurations],
-        }
+        """The report as JSON values: non-finite numbers (a slot never reached) as ``null``."""
+        return _finite(
+            {
+                "settings": self.settings,
+                "control": None if self.control is None else asdict(self.control),
+                "samplers": [asdict(s) for s in self.samplers],
+                "expand": [{**asdict(e), "ok": e.ok} for e in self.expand],
+                "configurations": [
+                    {**asdict(c), "refused": c.refused, "verdict": c.verdict} for c in self.configurations
+                ],
+            }
+        )
+
+
+def _finite(x):
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def sampler(python: Path, draft: str, *, log: Path | None = None):
+    """vLLM's rejection sampler as a black box for :func:`~speculab.certify.check_sampler`: each call runs ``n``
+    rounds of one draft on the laws given as logits (``draft``: ``"probabilistic"``, ``"greedy"`` or
+    ``"misstated"``, the worker's ``run_sampler``) and returns each round's first output token."""
+    import numpy as np
+
+    def vllm_rejection_sampler(draft_logits, target_logits, n, rng):
+        p, q = np.exp(draft_logits), np.exp(target_logits)
+        job = {"p": p.tolist(), "q": q.tolist(), "n": int(n), "seed": int(rng.integers(2**31)), "draft": draft}
+        return np.asarray(run_worker(python, job, log=log, mode="--sampler"), dtype=np.int64)
+
+    vllm_rejection_sampler.__name__ = f"vLLM's rejection sampler, {draft} drafts"
+    return vllm_rejection_sampler
+
+
+#: The expand check's requests: three of 2, 3 and 1 draft slots, and per dtype the values spread over them.
+EXPAND_CU = [2, 5, 6]
+EXPAND_CASES = [
+    {"dtype": "float32", "values": [0.7, 1.0, 1.3]},
+    {"dtype": "int32", "values": [20, 30, 40]},
+    {"dtype": "int64", "values": [20, 30, 40]},
+]
+
+
+@dataclass(frozen=True)
+class ExpandCheck:
+    """vLLM's ``expand_batch_to_tokens`` on one dtype: what it returned for :data:`EXPAND_CASES`, what it must."""
+
+    dtype: str
+    got: list
+    want: list
+
+    @property
+    def ok(self) -> bool:
+        return self.got == self.want
+
+
+def check_expand(python: Path, *, log: Path | None = None) -> list[ExpandCheck]:
+    """Call vLLM's ``expand_batch_to_tokens`` — the step that gives each draft slot its request's temperature,
+    top-k and top-p before the target's law is formed — on a float32, an int32 and an int64 input."""
+    got = run_worker(python, {"cu_num_tokens": EXPAND_CU, "cases": EXPAND_CASES}, log=log, mode="--expand")
+    checks = []
+    for case, values in zip(EXPAND_CASES, got):
+        counts = np.diff([0, *EXPAND_CU])
+        want = [float(v) for v, c in zip(case["values"], counts) for _ in range(c)]
+        rounding = np.float32 if case["dtype"] == "float32" else float
+        checks.append(
+            ExpandCheck(case["dtype"], [float(rounding(v)) for v in values], [float(rounding(v)) for v in want])
+        )
+    return checks
+
+
+def worst_cells(pair, ids: list[int], sampling, tokens: list, k: int = 5) -> list[dict]:
+    """The ``k`` outcomes of the first :data:`~speculab.validate.LAW_TOKENS` tokens whose observed frequency in
+    ``tokens`` lies farthest, in standard errors, from the target's exact probability: the two laws, side by side,
+    where they differ most (a refused law test's reproducer)."""
+    from speculab.validate import LAW_TOKENS, target_cells
+
+    n, eos = len(tokens), pair.eos_token_id
+    cells = target_cells(pair, ids, sampling, n, LAW_TOKENS)
+    seen: dict = {}
+    for t in tokens:
+        run = tuple(t[: t.index(eos) + 1]) if eos is not None and eos in t else tuple(t[:LAW_TOKENS])
+        seen[run] = seen.get(run, 0) + 1
+    rows = [(cell, prob, seen.get(cell, 0) / n) for cell, prob in cells.items()]
+    rows.sort(key=lambda r: -abs(r[2] - r[1]) / np.sqrt(r[1] * (1 - r[1]) / n))
+    return [
+        {"tokens": list(c), "text": pair.tokenizer.decode(list(c)), "target": p, "observed": o} for c, p, o in rows[:k]
+    ]
 
 
 def _laws_along(pair, ids: list[int], sampling, draft: str):
@@ -304,11 +406,18 @@ def measure(
     key: int,
     log: Path | None = None,
     control: bool = True,
+    sampler_draws: int = 200_000,
+    server: bool = False,
 ) -> EngineReport:
     """Run ``configs`` in vLLM (``folders``: the draft's and target's Hugging Face folders, the pair ``pair`` loaded
     from them) and measure each against speculab's prediction and the target's law (module docstring).
 
-    ``prompts`` × ``runs_per_prompt`` requests of ``max_tokens`` tokens (EOS ignored) at ``samplings[0]`` give the
+    With ``sampler_draws`` (0: none), vLLM's rejection sampler is also called directly on a pair of laws drawn from
+    ``key`` (:func:`sampler`: probabilistic and greedy drafts, and misstated drafts, which it must refuse), and its
+    ``expand_batch_to_tokens`` checked (:func:`check_expand`), so a refusal can be placed in the sampler or around
+    it. With ``server``, each configuration runs in ``vllm serve`` on 127.0.0.1
+    (:mod:`speculab.engines.vllm_server`) instead of the offline ``vllm.LLM``. ``prompts`` × ``runs_per_prompt``
+    requests of ``max_tokens`` tokens (EOS ignored) at ``samplings[0]`` give the
     per-slot rows and the throughput; ``law_runs`` requests of ``law_prompt`` per sampling give the law tests.
     Request ``i`` gets the seed ``key + i`` (vLLM's per-request seed), the control speculab's key ``key``.
     """
@@ -349,10 +458,16 @@ def measure(
         "groups": groups,
     }
     t0 = time.perf_counter()
-    results = run_worker(python, job, log=log)
+    if server:  # the same job through `vllm serve`'s OpenAI API and /metrics
+        from speculab.engines.vllm_server import run_server
+
+        with tempfile.TemporaryDirectory(prefix="speculab-vllm-") as tmp:
+            results = run_server(python, job, log=Path(log) if log is not None else Path(tmp) / "vllm.log")
+    else:
+        results = run_worker(python, job, log=log)
     report = EngineReport(
         {
-            "engine": "vllm",
+            "engine": "vllm serve" if server else "vllm",
             "vllm": next((r.get("vllm") for r in results if r.get("ok")), None),
             "pair": pair.name,
             "draft": str(folders[0]),
@@ -375,7 +490,7 @@ def measure(
             continue
         theory_group, law_groups = result["groups"][0], result["groups"][1:]
         failures = [f"{g['name']}: {g['error']}" for g in result["groups"] if g.get("error")]
-        laws = []
+        laws, worst = [], []
         for s, g in zip(samplings, law_groups):
             if g.get("error"):
                 continue
@@ -389,6 +504,7 @@ def measure(
                 name=f"{config.name} at {_sampling_label(s)}",
             )
             laws.append(row)
+            worst.append(worst_cells(pair, law_ids, s, g["tokens"]) if row.refused else [])
         slots: list[SlotRow] = []
         if theory_group.get("error"):
             report.configurations.append(
@@ -416,6 +532,7 @@ def measure(
                 calls,
                 config.K,
                 failures,
+                worst,
             )
         )
     if control:  # Decoding-UNO decoded by speculab on the law prompt: the law test must refuse it
@@ -435,6 +552,15 @@ def measure(
             _uno_law(p1, q1, CONTROL),
             False,
         )
+    if sampler_draws:
+        from speculab.certify import check_sampler
+
+        rng = np.random.default_rng(key)
+        p, q = rng.dirichlet(np.ones(8)), rng.dirichlet(np.ones(8))
+        for draft in ("probabilistic", "greedy", "misstated"):
+            check = check_sampler(sampler(python, draft, log=None), p, q, n=sampler_draws, key=key, tv=0.01)
+            report.samplers.append(check)
+        report.expand = check_expand(python)
     report.settings["seconds"] = time.perf_counter() - t0
     return report
 

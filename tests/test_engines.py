@@ -1,0 +1,288 @@
+"""The engine client: the per-slot paired prediction, the configurations, the worker protocol (against a stand-in
+that decodes with speculab, so the client is tested without vLLM), and vLLM itself where it is installed.
+
+Tests that need vLLM run where its environment exists (``./dev vllm setup``; CI makes it and must run them) and are
+skipped elsewhere with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import Z_BOUND
+from speculab.cli import main
+from speculab.engines import vllm
+from speculab.engines.paired import Request, round_starts, slot_rows
+
+HERE = Path(__file__).resolve().parent
+
+
+# -- the paired prediction -----------------------------------------------------------------------------------------
+def _simulated(rng, requests: int, K: int, T: int, r):
+    """Requests whose rounds keep slot ``i`` with probability ``1 − r(i)`` (a rule known to the test), as an engine
+    reports them: the first token alone, then rounds of ``K`` drafts, the output cut at ``T`` tokens."""
+    out = []
+    for _ in range(requests):
+        drafted, accepted, n = [], [], 1
+        while n < T:
+            a = 0
+            while a < K and rng.random() >= r(a + 1):
+                a += 1
+            drafted.append(K)
+            accepted.append(a)
+            n += a + 1
+        out.append(Request([1, 2], list(range(T)), drafted, accepted))
+    return out
+
+
+def test_round_starts_follow_the_kept_drafts_and_refuse_counts_that_do_not_fit():
+    req = Request([5], [0] * 8, [3, 3, 3], [0, 3, 1])
+    assert round_starts(req) == [2, 3, 7]
+    with pytest.raises(ValueError, match="kept 4 of 3"):
+        round_starts(Request([5], [0] * 9, [3], [4]))
+    with pytest.raises(ValueError, match="fewer than"):
+        round_starts(Request([5], [0] * 9, [3], [1]))
+
+
+def test_slot_rows_agree_with_the_rule_that_drew_the_rounds_and_refuse_a_wrong_one():
+    """Rounds drawn with known refusal probabilities: the right prediction within |z| < 5 at every slot; one 10 %
+    off is refused, and the stated power says it would be (seed fixed: 2,000 requests of 40 tokens)."""
+    rng = np.random.default_rng(0)
+    r = lambda i: 0.3 + 0.1 * i  # noqa: E731
+    requests = _simulated(rng, 2000, 3, 40, r)
+    right = slot_rows(requests, lambda req, s, L: [r(i) for i in range(1, L + 1)])
+    assert [row.slot for row in right] == [1, 2, 3, 0]
+    assert all(abs(row.z) < Z_BOUND for row in right), right
+    assert right[-1].reached == sum(row.reached for row in right[:-1])
+    # kept drafts 10 % below the truth: 1 − r scaled by 0.9
+    wrong = slot_rows(requests, lambda req, s, L: [1 - 0.9 * (1 - r(i)) for i in range(1, L + 1)])
+    assert wrong[-1].z > Z_BOUND and right[-1].power > 0.99
+
+
+def test_slots_past_the_output_are_left_out():
+    """A last round cut at max_tokens: its slots whose context lies past the output are in neither sum."""
+    req = Request([7], [0] * 4, [3, 3], [0, 3])  # rounds at 2 and 3; the second's slots 1..3 need y_<3..y_<5
+    asked = []
+    rows = slot_rows([req], lambda r, s, L: asked.append((s, L)) or [0.5] * L)
+    assert asked == [(2, 3), (3, 3)]
+    req = Request([7], [0] * 3, [3, 3], [0, 3])  # T = 3: the second round's third slot needs y_<5: left out
+    asked.clear()
+    rows = slot_rows([req], lambda r, s, L: asked.append((s, L)) or [0.5] * L)
+    assert asked == [(2, 3), (3, 2)]
+    assert rows[-1].reached == 1 + 2 and rows[-1].measured == 2
+
+
+# -- configurations and the environment ----------------------------------------------------------------------------
+def test_configurations_name_the_rule_each_runs():
+    from speculab.methods import SD, GreedyDraft, Synthetic
+
+    configs = vllm.configurations("DRAFT", ks=(1, 4))
+    names = [c.name for c in configs]
+    assert names[0] == "plain" and "greedy K=1" in names and "synthetic K=4" in names
+    by = {c.name: c for c in configs}
+    assert by["greedy K=4"].method == GreedyDraft(K=4) and by["greedy K=4"].draft == "greedy"
+    assert by["probabilistic K=4"].method == SD(K=4)
+    assert by["probabilistic K=4"].speculative_config["draft_sample_method"] == "probabilistic"
+    assert by["synthetic K=4"].method == Synthetic((0.8, 0.6, 0.4, 0.2)) and not by["synthetic K=4"].lossless
+    assert by["ngram K=1"].method is None and by["ngram K=1"].speculative_config["method"] == "ngram"
+    with pytest.raises(ValueError, match="unknown vLLM configuration kind 'eagle'"):
+        vllm.configurations("DRAFT", kinds=("eagle",))
+    with pytest.raises(ValueError, match="K must be an integer in 1..16"):
+        vllm.configurations("DRAFT", ks=(0,))
+
+
+def test_find_python_names_where_it_looked(monkeypatch, tmp_path):
+    monkeypatch.setenv(vllm.ENV, str(tmp_path / "nope"))
+    with pytest.raises(vllm.EngineMissing, match="no Python at .*nope .from SPECULAB_VLLM_PYTHON"):
+        vllm.find_python()
+    monkeypatch.delenv(vllm.ENV)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(vllm, "__file__", str(tmp_path / "a" / "b" / "vllm.py"))
+    with pytest.raises(vllm.EngineMissing, match=r"no vLLM environment: run `./dev vllm`"):
+        vllm.find_python()
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--k", "9"], "--k: each K must be in 1..8"),
+        (["--draft", "x"], "give both --draft and --target"),
+        (["--draft", "/nonexistent", "--target", "/nonexistent"], "--draft /nonexistent: not a local Hugging Face"),
+        (["--temperature", "0"], "--temperature: the law test and the per-slot rows need sampling"),
+        (["--vllm-python", "/nonexistent/python"], "no Python at /nonexistent/python .from --vllm-python"),
+        (["--kinds", "eagle"], "unknown vLLM configuration kind 'eagle'"),
+    ],
+)
+def test_bad_input_gets_one_line_naming_it(argv, message, capsys):
+    assert main(["engine", "vllm", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and pytest.importorskip("re").search(message, err), err
+
+
+def test_a_dead_engine_is_named_by_its_root_cause_from_the_log():
+    results = [
+        {"name": "a", "ok": False, "error": "EngineDeadError: EngineCore encountered an issue."},
+        {"name": "b", "ok": True, "groups": [{"error": None}, {"error": "vllm...EngineDeadError: see above"}]},
+    ]
+    log = "x Worker failed with error 'index -5 is out of bounds', please check\n"
+    log += "Worker failed with error 'boom', please check"
+    out = vllm._with_causes(results, log)
+    assert out[0]["error"].startswith("index -5 is out of bounds (vLLM's engine died")
+    assert out[1]["groups"][1]["error"].startswith("boom (vLLM's engine died")
+
+
+# -- the client end to end, against a stand-in for vLLM --------------------------------------------------------------
+@pytest.fixture(scope="module")
+def fake_python(tmp_path_factory):
+    """An executable that the client takes for vLLM's Python: it runs tests/_fake_vllm.py with this interpreter."""
+    path = tmp_path_factory.mktemp("fake") / "python"
+    path.write_text(f'#!/bin/sh\nPYTHONPATH="{HERE}" exec "{sys.executable}" "{HERE / "_fake_vllm.py"}" "$@"\n')
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return path
+
+
+@pytest.mark.slow
+def test_the_client_keeps_a_right_engine_and_refuses_a_broken_one(fake_python):
+    """Through the whole client — worker protocol, law test, per-slot rows, control: an engine that runs its rules
+    keeps the law and matches the prediction at every slot; one whose target is at the wrong temperature is refused
+    by the law test and off the prediction; the synthetic mode is refused as its rule predicts."""
+    from speculab.backends import Sampling, load_pair
+    from speculab.backends.pair import TINY_DIR, default_prompts
+
+    pair = load_pair("tiny", device="cpu")
+    configs = vllm.configurations(str(TINY_DIR / "draft"), kinds=("greedy", "probabilistic", "synthetic"), ks=(2,))
+    broken = vllm.Configuration(
+        "broken K=2", configs[2].speculative_config, configs[2].method, "probabilistic", True, 2
+    )
+    texts = default_prompts()
+    real_run = vllm.run_worker
+
+    def run(python, job, **kw):
+        for c in job["configs"]:
+            if c["name"] == "broken K=2":
+                c["fake_break"] = "temperature"
+        return real_run(python, job, **kw)
+
+    vllm.run_worker = run
+    try:
+        report = vllm.measure(
+            pair,
+            (str(TINY_DIR / "draft"), str(TINY_DIR / "target")),
+            [*configs, broken],
+            python=fake_python,
+            prompts=[pair.tokenizer.encode(t) for t in texts[:4]],
+            runs_per_prompt=8,
+            max_tokens=16,
+            law_prompt=texts[0],
+            law_runs=2000,
+            samplings=[Sampling(1.0)],
+            key=0,
+            sampler_draws=0,
+        )
+    finally:
+        vllm.run_worker = real_run
+    by = {c.name: c for c in report.configurations}
+    for name in ("plain", "greedy K=2", "probabilistic K=2"):
+        assert by[name].ran and not by[name].refused, by[name].laws
+        assert all(abs(s.z) < Z_BOUND for s in by[name].slots), by[name].slots
+    assert by["greedy K=2"].slots and by["probabilistic K=2"].slots[-1].reached > 100
+    assert by["synthetic K=2"].refused and "as its rule predicts" in by["synthetic K=2"].verdict
+    assert by["broken K=2"].refused and "against its rule" in by["broken K=2"].verdict
+    assert max(abs(s.z) for s in by["broken K=2"].slots) >= Z_BOUND
+    assert report.control.refused
+    json.dumps(report.to_json(), default=str)  # the report serialises
+
+
+# -- vLLM as installed ---------------------------------------------------------------------------------------------
+def _vllm_or_skip():
+    try:
+        return vllm.find_python()
+    except vllm.EngineMissing as e:
+        if os.environ.get("CI") == "true":
+            raise AssertionError(f"CI must run the vLLM tests: {e}") from None
+        pytest.skip(f"vLLM is not installed here (./dev vllm setup makes .venv-vllm): {e}")
+
+
+@pytest.mark.slow
+def test_vllm_as_installed_is_measured_and_each_verdict_is_consistent(tmp_path, capsys):
+    """``speculab engine vllm`` on the tiny pair end to end: every configuration either does not run (with vLLM's
+    reason) or gets its law test and, where its rule gives one, its per-slot rows; a lossless configuration whose law
+    is kept matches its rule at every slot (|z| < 5); the controls are refused — Decoding-UNO in the law test,
+    misstated draft probabilities in vLLM's own rejection sampler — and that sampler keeps the law on its lossless
+    rules."""
+    _vllm_or_skip()
+    out = tmp_path / "vllm.json"
+    argv = ["engine", "vllm", "--k", "2", "--prompts", "4", "--runs-per-prompt", "4", "--law-runs", "2000"]
+    argv += ["--sampler-draws", "100000", "--max-new-tokens", "16", "--out", str(out), "--log", str(tmp_path / "log")]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    report = json.loads(out.read_text())
+    assert report["control"]["refused"] and "refused, as it must be" in text
+    samplers = {s["sampler"].split(", ")[-1]: s for s in report["samplers"]}
+    assert samplers["misstated drafts"]["refused"]
+    assert not samplers["probabilistic drafts"]["refused"] and not samplers["greedy drafts"]["refused"]
+    configs = {c["name"]: c for c in report["configurations"]}
+    assert set(configs) == {"plain", "greedy K=2", "probabilistic K=2", "ngram K=2", "synthetic K=2"}
+    assert configs["plain"]["ran"] and not configs["plain"]["refused"]
+    for c in configs.values():
+        assert c["name"] in text and c["verdict"] in text
+        if not c["ran"]:
+            assert c["error"]
+            continue
+        assert c["laws"] or c["failures"], c  # tested, or each group's failure named (synthetic on the CPU)
+        if c["lossless"] and c["laws"] and not c["refused"]:
+            assert all(abs(s["z"]) < Z_BOUND for s in c["slots"]), c["slots"]
+    assert configs["greedy K=2"]["slots"] and configs["probabilistic K=2"]["slots"]
+
+
+def test_prometheus_counters_are_read_summed_over_engines_and_per_position():
+    from speculab.engines.vllm_server import parse_metrics
+
+    page = "\n".join(
+        [
+            "# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.",
+            "# TYPE vllm:spec_decode_num_drafts_total counter",
+            'vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 119.0',
+            'vllm:spec_decode_num_drafts_total{engine="1",model_name="m"} 1.0',
+            'vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 476.0',
+            'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 110.0',
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="1"} 22.0',
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="0"} 81.0',
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="1",model_name="m",position="0"} 7.0',
+            'vllm:num_requests_running{engine="0",model_name="m"} 0.0',
+        ]
+    )
+    assert parse_metrics(page) == {
+        "drafts": 120,
+        "draft_tokens": 476,
+        "accepted_tokens": 110,
+        "accepted_per_position": [88, 22],
+    }
+
+
+@pytest.mark.slow
+def test_vllm_serve_is_measured_through_its_api_and_metrics(tmp_path, capsys):
+    """The server path: ``vllm serve`` started on 127.0.0.1 by the test, requests through the OpenAI API, each
+    request's rounds from its response and the counters from ``/metrics``, which must agree with the rounds."""
+    _vllm_or_skip()
+    out = tmp_path / "serve.json"
+    argv = ["engine", "vllm", "--server", "--kinds", "greedy", "--k", "2", "--prompts", "2", "--runs-per-prompt", "4"]
+    argv += ["--law-runs", "1000", "--sampler-draws", "0", "--max-new-tokens", "12", "--out", str(out)]
+    argv += ["--log", str(tmp_path / "log")]
+    assert main(argv) == 0
+    report = json.loads(out.read_text())
+    assert report["settings"]["engine"] == "vllm serve" and report["settings"]["vllm"]
+    configs = {c["name"]: c for c in report["configurations"]}
+    assert configs["plain"]["ran"] and not configs["plain"]["refused"]
+    greedy = configs["greedy K=2"]
+    assert greedy["ran"] and greedy["laws"] and greedy["slots"]
+    total = greedy["slots"][-1]
+    assert greedy["counters"]["accepted_tokens"] >= total["measured"]  # the rounds' kept drafts, in /metrics too
+    assert report["control"]["refused"]
