@@ -104,7 +104,9 @@ def test_find_python_names_where_it_looked(monkeypatch, tmp_path):
         vllm.find_python()
     monkeypatch.delenv(vllm.ENV)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(vllm, "__file__", str(tmp_path / "a" / "b" / "vllm.py"))
+    from speculab.engines import vllm_env
+
+    monkeypatch.setattr(vllm_env, "__file__", str(tmp_path / "a" / "b" / "vllm_env.py"))
     with pytest.raises(vllm.EngineMissing, match=r"no vLLM environment: run `./dev vllm`"):
         vllm.find_python()
 
@@ -133,7 +135,9 @@ def test_a_dead_engine_is_named_by_its_root_cause_from_the_log():
     ]
     log = "x Worker failed with error 'index -5 is out of bounds', please check\n"
     log += "Worker failed with error 'boom', please check"
-    out = vllm._with_causes(results, log)
+    from speculab.engines.vllm_env import _with_causes
+
+    out = _with_causes(results, log)
     assert out[0]["error"].startswith("index -5 is out of bounds (vLLM's engine died")
     assert out[1]["groups"][1]["error"].startswith("boom (vLLM's engine died")
 

