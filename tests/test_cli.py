@@ -806,7 +806,10 @@ def test_sim_prints_the_apis_simulation_and_theory_row_by_row_for_every_method(n
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["ar", "sd", "batch", "biased", "fuzzy", "typical", "block", "rrs", "traversal"])
+@pytest.mark.parametrize(
+    "name",
+    ["ar", "sd", "batch", "biased", "fuzzy", "typical", "block", "rrs", "traversal", "greedy-draft", "synthetic"],
+)
 def test_run_prints_the_apis_decoding_for_every_method_on_real_models(name, capsys):
     """``run``'s JSON is ``decode`` for the same method, prompts and seed, and its text shows each prompt's own
     counts (two prompts of different lengths, so that swapped prompts show)."""
@@ -828,6 +831,8 @@ def test_run_prints_the_apis_decoding_for_every_method_on_real_models(name, caps
         "specdecpp",
         "rrs",
         "traversal",
+        "greedy-draft",
+        "synthetic",
     }
     options, python = SIM_METHODS[name]
     prompts = ["Return the", "It was a bright cold day in April"]
