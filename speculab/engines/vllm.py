@@ -158,7 +158,7 @@ class ConfigurationReport:
             )
         else:
             law = "law kept" + ("" if self.lossless else " (its rule is biased: too little to see here)")
-        slots = [s for s in self.slots if s.reached]
+        slots = [s for s in self.slots if s.slot and s.reached]
         if not slots:
             return law
         bad = [s for s in slots if not s.ok]

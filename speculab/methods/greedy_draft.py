@@ -40,8 +40,7 @@ __all__ = ["GreedyDraft"]
 @dataclass(frozen=True)
 class GreedyDraft(SD):
     """The draft's most likely token, kept with the target's probability of it (module docstring: vLLM's default
-    draft-model rule, and its n-gram rule): :class:`~speculab.methods.SD` on the drafted point mass, so SD's
-    rows of ``compare`` hold with the point masses as the draft's laws.
+    draft-model rule, and its n-gram rule): :class:`~speculab.methods.SD` on the drafted point mass.
 
     Args:
       K: lookahead (drafts per round), as in :class:`~speculab.methods.SD`; vLLM's ``num_speculative_tokens``.
@@ -68,6 +67,11 @@ class GreedyDraft(SD):
 
     def round_law(self, p, q, x, *, bonus: bool) -> RoundLaw:
         return super().round_law(self.draft_law(p), q, x, bonus=bonus)
+
+    def compare_rows(self, ctx) -> list:
+        """None of SD's own: its Thm 1 row reads the draft model's laws, not the drafted point masses (the paired
+        rows of ``compare`` hold)."""
+        return []
 
     @takes_instance
     def expected(self, inst) -> Expected:
