@@ -42,7 +42,7 @@ def run_group(pair, method, group, key, temperature_factor):
             tokens[i] += list(t)
             if method is not None:
                 rounds[i] = [[int(d) for d in r.drafted], [int(a) for a in r.accepted]]
-    return {"name": group["name"], "error": None, "seconds": 1.0, "tokens": tokens, "rounds": rounds, "counters": {}}
+    return {"name": group["name"], "error": None, "seconds": 1.0, "tokens": tokens, "rounds": rounds}
 
 
 def main(argv):
@@ -56,7 +56,11 @@ def main(argv):
         groups = [run_group(pair, method, g, job["seed"] + 7 * i, factor) for i, g in enumerate(job["groups"])]
         for g in groups:
             kept = [a for r in g["rounds"] if r for a in r[1]]
-            g["counters"] = {"drafts": len(kept), "draft_tokens": 0, "accepted_tokens": sum(kept)}
+            after = [
+                ["vllm:spec_decode_num_drafts", None, len(kept)],
+                ["vllm:spec_decode_num_accepted_tokens", None, sum(kept)],
+            ]
+            g["metrics"] = [[], after]
         results.append({"name": c["name"], "ok": True, "error": None, "load_seconds": 0.0, "groups": groups})
     json.dump(results, open(out_path, "w"))
 

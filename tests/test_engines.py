@@ -247,6 +247,7 @@ def test_vllm_as_installed_is_measured_and_each_verdict_is_consistent(tmp_path, 
 
 
 def test_prometheus_counters_are_read_summed_over_engines_and_per_position():
+    from speculab.engines.vllm_env import spec_counters
     from speculab.engines.vllm_server import parse_metrics
 
     page = "\n".join(
@@ -263,7 +264,7 @@ def test_prometheus_counters_are_read_summed_over_engines_and_per_position():
             'vllm:num_requests_running{engine="0",model_name="m"} 0.0',
         ]
     )
-    assert parse_metrics(page) == {
+    assert spec_counters(parse_metrics(page)) == {
         "drafts": 120,
         "draft_tokens": 476,
         "accepted_tokens": 110,

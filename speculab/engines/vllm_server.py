@@ -24,38 +24,27 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from speculab.engines.vllm_env import counter_growth
+
 __all__ = ["run_server", "parse_metrics", "free_port"]
 
 #: Seconds a server may take to answer ``/health`` after it starts.
 START_TIMEOUT = 600
-COUNTERS = {
-    "vllm:spec_decode_num_drafts": "drafts",
-    "vllm:spec_decode_num_draft_tokens": "draft_tokens",
-    "vllm:spec_decode_num_accepted_tokens": "accepted_tokens",
-}
-PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos"
 _LINE = re.compile(r"^([A-Za-z_:][\w:]*)(\{[^}]*\})?\s+(\S+)")
 
 
-def parse_metrics(text: str) -> dict:
-    """The spec-decode counters of a Prometheus text page (summed over engines; ``_total`` suffixes dropped)."""
-    out = {"drafts": 0, "draft_tokens": 0, "accepted_tokens": 0, "accepted_per_position": []}
+def parse_metrics(text: str) -> list:
+    """The spec-decode metrics of a Prometheus text page as rows ``[name, position, value]``, as the worker reads
+    them from ``LLM.get_metrics()`` (``_total`` suffixes dropped; ``position`` from the label, else ``None``)."""
+    rows = []
     for line in text.splitlines():
         m = _LINE.match(line)
-        if not m:
+        if not m or not m.group(1).startswith("vllm:spec_decode"):
             continue
         name, labels, value = m.group(1), m.group(2) or "", float(m.group(3))
-        base = name[: -len("_total")] if name.endswith("_total") else name
-        if base in COUNTERS:
-            out[COUNTERS[base]] += int(value)
-        elif base == PER_POSITION:
-            pos = re.search(r'position="(\d+)"', labels)
-            if pos:
-                i = int(pos.group(1))
-                per = out["accepted_per_position"]
-                per.extend([0] * (i + 1 - len(per)))
-                per[i] += int(value)
-    return out
+        pos = re.search(r'position="(\d+)"', labels)
+        rows.append([name.removesuffix("_total"), int(pos.group(1)) if pos else None, value])
+    return rows
 
 
 def free_port() -> int:
@@ -166,7 +155,7 @@ def run_server(python: Path, job: dict, *, log: Path, workers: int = 16) -> list
                             "seconds": seconds,
                             "tokens": [t for t, _ in outs],
                             "rounds": [r for _, r in outs],
-                            "counters": _difference(after, before),
+                            "counters": counter_growth(before, after),
                         }
                     )
                 results.append(
@@ -187,12 +176,3 @@ def run_server(python: Path, job: dict, *, log: Path, workers: int = 16) -> list
                     proc.kill()
                     proc.wait()
     return results
-
-
-def _difference(after: dict, before: dict) -> dict:
-    """What the counters grew by over one group (the worker computes the same in vLLM's environment)."""
-    out = {k: after[k] - before[k] for k in ("drafts", "draft_tokens", "accepted_tokens")}
-    a, b = after["accepted_per_position"], before["accepted_per_position"]
-    b = b + [0] * (len(a) - len(b))
-    out["accepted_per_position"] = [x - y for x, y in zip(a, b)]
-    return out
