@@ -7,9 +7,9 @@ standard library only, never speculab, whose pins differ).
 plain decoding), the requests (token ids, one seed each), the sampling parameters and the KV-cache size. For each
 configuration the worker builds one ``vllm.LLM``, generates every request, reads the engine's spec-decode metrics
 (``LLM.get_metrics()``) before and after each group and writes, configuration by configuration, the tokens and
-rounds of each request, those readings and the wall-clock seconds of loading and of generating. A configuration vLLM refuses is recorded with its error, and
-the others still run. Each configuration runs in a fresh process (``--one``), so one engine's failure or memory
-never reaches the next.
+rounds of each request, those readings and the wall-clock seconds of loading and of generating. A configuration
+vLLM refuses is recorded with its error, and the others still run. Each configuration runs in a fresh process
+(``--one``), so one engine's failure or memory never reaches the next.
 """
 
 import json
