@@ -310,6 +310,14 @@ def measure(
         "max_model_len": min(256, getattr(pair.target.model.config, "n_positions", 256)),
         "groups": groups,
     }
+    cells_memo: dict = {}
+
+    def cells_for(s):
+        """The target's law of the law prompt's first tokens at sampling ``s``, computed once."""
+        if s not in cells_memo:
+            cells_memo[s] = target_cells(pair, law_ids, s, law_runs, LAW_TOKENS)
+        return cells_memo[s]
+
     t0 = time.perf_counter()
     if server:  # the same job through `vllm serve`'s OpenAI API and /metrics
         from speculab.engines.vllm_server import run_server
@@ -357,7 +365,7 @@ def measure(
                 name=f"{config.name} at {_sampling_label(s)}",
             )
             laws.append(row)
-            worst.append(worst_cells(pair, law_ids, s, g["tokens"]) if row.refused else [])
+            worst.append(worst_cells(pair, cells_for(s), g["tokens"]) if row.refused else [])
         slots: list[SlotRow] = []
         if theory_group.get("error"):
             report.configurations.append(
@@ -391,7 +399,7 @@ def measure(
     if control:  # Decoding-UNO decoded by speculab on the law prompt: the law test must refuse it
         s = samplings[0]
         q1 = next_law(pair.target.model, law_ids, s, pair.device, pair.vocab_size)
-        cells = target_cells(pair, law_ids, s, law_runs, LAW_TOKENS)
+        cells = cells_for(s)
         res = decode(
             pair, [law_ids] * law_runs, Biased(CONTROL, "uno", K=LAW_K), max_new_tokens=LAW_TOKENS, sampling=s, key=key
         )

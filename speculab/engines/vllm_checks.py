@@ -69,14 +69,14 @@ def check_expand(python: Path, *, log: Path | None = None) -> list[ExpandCheck]:
     return checks
 
 
-def worst_cells(pair, ids: list[int], sampling, tokens: list, k: int = 5) -> list[dict]:
+def worst_cells(pair, cells: dict, tokens: list, k: int = 5) -> list[dict]:
     """The ``k`` outcomes of the first :data:`~speculab.validate.LAW_TOKENS` tokens whose observed frequency in
-    ``tokens`` lies farthest, in standard errors, from the target's exact probability: the two laws, side by side,
-    where they differ most (a refused law test's reproducer)."""
-    from speculab.validate import LAW_TOKENS, target_cells
+    ``tokens`` lies farthest, in standard errors, from the target's exact probability (``cells``: the target's
+    law of them, :func:`speculab.validate.target_cells` for ``len(tokens)`` runs): the two laws, side by side, where
+    they differ most (a refused law test's reproducer)."""
+    from speculab.validate import LAW_TOKENS
 
     n, eos = len(tokens), pair.eos_token_id
-    cells = target_cells(pair, ids, sampling, n, LAW_TOKENS)
     seen: dict = {}
     for t in tokens:
         run = tuple(t[: t.index(eos) + 1]) if eos is not None and eos in t else tuple(t[:LAW_TOKENS])
