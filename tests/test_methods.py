@@ -106,14 +106,21 @@ class RoundLawLiteral(NamedTuple):
 
 
 def _vllm(method, inst):
-    """vLLM's rules (greedy drafts, synthetic rates) literally, drafting from the law the method drafts from."""
-    from speculab.methods.capabilities import drafting_instance
-    from speculab.methods.synthetic import conditional_rates
-
-    rates = conditional_rates(method.rates) if isinstance(method, Synthetic) else None
-    drafted = drafting_instance(method, inst)
+    """vLLM's rules (greedy drafts, synthetic rates) literally: greedy drafts from the point mass at each row's first
+    largest draft probability, and synthetic's conditional rates ``r_i / r_{i−1}``, both built here."""
+    P = np.asarray(inst.P, dtype=float)
+    if isinstance(method, GreedyDraft) or getattr(method, "draft_sample", None) == "greedy":
+        point = np.zeros_like(P)
+        for t in range(P.shape[0]):
+            for a in range(P.shape[1]):
+                point[t, a, int(np.argmax(P[t, a]))] = 1.0
+        P = point
+    rates = None
+    if isinstance(method, Synthetic):
+        r = [1.0, *method.rates]
+        rates = [r[i] / r[i - 1] if r[i - 1] > 0 else 0.0 for i in range(1, len(r))]
     law = functools.partial(_vllm_literal, rates=rates)
-    e = enumerate_rounds(drafted.P, drafted.Q, drafted.rho, law, method.draft_length, method.rows)
+    e = enumerate_rounds(P, inst.Q, inst.rho, law, method.draft_length, method.rows)
     return e.law, {k: getattr(e, k) for k in COUNTS}, e.rejections_per_position
 
 
