@@ -51,10 +51,14 @@ def _short(error: str) -> str:
 
 
 def _law(c: dict, i: int) -> str:
+    from speculab.validate import ALPHA, least_power
+
     if i < len(c["laws"]):
         row = c["laws"][i]
         p = min(row["first"][2], row["joint"][2])
-        return ("**refused**" if row["refused"] else "kept") + f" (p = {p:.2g})"
+        power = least_power(row["first"][1], row["runs"], ALPHA / 2, 0.05)
+        verdict = "**refused**" if row["refused"] else "not refused"
+        return f"{verdict} (p = {p:.2g}; power {power:.3f} at TV 0.05; TV {row['detectable'][1]:.3g} at 0.99)"
     failed = [f for f in c.get("failures", []) if f.startswith(f"law {i}")]
     return "vLLM failed" if failed else "—"
 
@@ -63,20 +67,27 @@ def markdown(result: dict) -> str:
     s = result["settings"]
     table = [
         "| configuration | rule (speculab) | law, T = 1 | law, top-k 20, top-p 0.9 | kept drafts: measured / "
-        "predicted (z) | verdict |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "predicted | tokens per target call | verdict |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     notes = []
     for c in result["configurations"]:
         if not c["ran"]:
-            table.append(f"| {c['name']} | `{c['rule']}` | — | — | — | does not run here: {_short(c['error'])} |")
+            table.append(f"| {c['name']} | `{c['rule']}` | — | — | — | — | does not run here: {_short(c['error'])} |")
             continue
         total = next((r for r in c["slots"] if r["slot"] == 0), None)
         slots = (
-            f"{total['measured']} / {total['predicted']:.1f} ({total['z']:.1f})"
+            f"{total['measured']} / {total['predicted']:.1f} (z {total['z']:.1f}, power {total['power']:.3f})"
             if total and total["reached"]
             else "— (no prediction)"
         )
+        if c.get("repeats"):
+            same, seen = c["repeats"]
+            notes.append(
+                f"{c['name']}: {same} of {seen} refused slots output the greedy draft itself — impossible for the "
+                "rule, whose residual has no mass at the draft."
+            )
+        calls = f"{c['tokens'] / c['target_calls']:.3f}" if c.get("target_calls") else "—"
         verdict = c["verdict"].split(" (below)")[0]
         if c.get("failures"):
             verdict = (
@@ -84,7 +95,7 @@ def markdown(result: dict) -> str:
             )
             if c["laws"]:
                 verdict += "; " + c["verdict"].split("(below); ")[-1]
-        table.append(f"| {c['name']} | `{c['rule']}` | {_law(c, 0)} | {_law(c, 1)} | {slots} | {verdict} |")
+        table.append(f"| {c['name']} | `{c['rule']}` | {_law(c, 0)} | {_law(c, 1)} | {slots} | {calls} | {verdict} |")
         for row, worst in zip(c["laws"], c.get("worst", [])):
             if worst:
                 notes.append(
@@ -113,7 +124,9 @@ def markdown(result: dict) -> str:
         )
     head = (
         f"{s['engine']} {s['vllm']} on the tiny pair: {s['requests']} requests × {s['max_tokens']} tokens for the "
-        f"per-slot rows, {s['law_runs']:,} requests per law test (first 3 tokens), seed {s['key']}."
+        f"per-slot rows, {s['law_runs']:,} requests per law test (first 3 tokens), seed {s['key']}. Power: of the "
+        "first-token G-test against any law at TV 0.05 from the target's, and of |z| ≥ 5 against kept drafts 10 % "
+        'off the prediction; "TV … at 0.99": the TV the three-token test refuses with probability 0.99.'
     )
     return "\n\n".join([head, "\n".join(table), *notes]) + "\n"
 

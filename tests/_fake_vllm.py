@@ -56,8 +56,10 @@ def main(argv):
         groups = [run_group(pair, method, g, job["seed"] + 7 * i, factor) for i, g in enumerate(job["groups"])]
         for g in groups:
             kept = [a for r in g["rounds"] if r for a in r[1]]
+            drafted = [d for r in g["rounds"] if r for d in r[0]]
             after = [
                 ["vllm:spec_decode_num_drafts", None, len(kept)],
+                ["vllm:spec_decode_num_draft_tokens", None, sum(drafted)],
                 ["vllm:spec_decode_num_accepted_tokens", None, sum(kept)],
             ]
             g["metrics"] = [[], after]

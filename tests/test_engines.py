@@ -19,7 +19,7 @@ import pytest
 from conftest import Z_BOUND
 from speculab.cli import main
 from speculab.engines import vllm
-from speculab.engines.paired import Request, round_starts, slot_rows
+from speculab.engines.paired import Request, refused_repeats, round_starts, slot_rows, target_calls
 
 HERE = Path(__file__).resolve().parent
 
@@ -49,6 +49,22 @@ def test_round_starts_follow_the_kept_drafts_and_refuse_counts_that_do_not_fit()
         round_starts(Request([5], [0] * 9, [3], [4]))
     with pytest.raises(ValueError, match="fewer than"):
         round_starts(Request([5], [0] * 9, [3], [1]))
+    with pytest.raises(ValueError, match="starts at output position 5, past the request's 3 tokens"):
+        round_starts(Request([5], [0] * 3, [3, 3], [2, 0]))
+
+
+def test_target_calls_count_the_prefill_each_round_and_each_drafting_free_step():
+    assert target_calls(Request([5], [0] * 8, [3, 3, 3], [0, 3, 1])) == 4  # prefill + 3 rounds (8 tokens)
+    assert target_calls(Request([5], [0] * 4, [3, 3], [0, 3])) == 3  # the last round kept 3, output 1: still one call
+    assert target_calls(Request([5], [0] * 6, [3], [1])) == 1 + 1 + 3  # three steps drafted nothing
+    assert target_calls(Request([5], [0], [], [])) == 1 and target_calls(Request([5], [], [], [])) == 0
+
+
+def test_refused_repeats_count_refused_slots_whose_output_is_the_draft():
+    """Drafts all 9: a refused slot's output 9 is impossible for greedy drafts; a cut refused slot is not seen."""
+    req = Request([5], [1, 9, 9, 9, 3, 9], [3, 3, 3], [2, 0, 1])  # rounds at 2 (kept 9 9, out 9), 5 (out 3), 6
+    assert refused_repeats([req], lambda r, s, L: [9] * L) == (1, 2)
+    assert refused_repeats([req], lambda r, s, L: [4] * L) == (0, 2)
 
 
 def test_slot_rows_agree_with_the_rule_that_drew_the_rounds_and_refuse_a_wrong_one():
@@ -120,6 +136,14 @@ def test_find_python_names_where_it_looked(monkeypatch, tmp_path):
         (["--temperature", "0"], "--temperature: the law test and the per-slot rows need sampling"),
         (["--vllm-python", "/nonexistent/python"], "no Python at /nonexistent/python .from --vllm-python"),
         (["--kinds", "eagle"], "unknown vLLM configuration kind 'eagle'"),
+        (["--kinds", "greedy,"], "--kinds: expected a comma-separated list with no empty item"),
+        (["--kinds", "greedy,greedy"], "--kinds: each value once"),
+        (["--k", "a"], "--k: expected a comma-separated list of int; got 'a'"),
+        (["--k", "4,4"], "--k: each value once"),
+        (["--prompts", "33"], "--prompts 33: speculab ships 32 prompts"),
+        (["--out", "/nonexistent/x.json"], "--out /nonexistent/x.json: no folder /nonexistent"),
+        (["--out", "/"], "--out /: a folder"),
+        (["--vllm-python", sys.executable, "--max-new-tokens", "250"], "--max-new-tokens 250: the longest prompt"),
     ],
 )
 def test_bad_input_gets_one_line_naming_it(argv, message, capsys):
@@ -201,7 +225,13 @@ def test_the_client_keeps_a_right_engine_and_refuses_a_broken_one(fake_python):
     assert by["broken K=2"].refused and "against its rule" in by["broken K=2"].verdict
     assert max(abs(s.z) for s in by["broken K=2"].slots) >= Z_BOUND
     assert report.control.refused
-    json.dumps(report.to_json(), default=str)  # the report serialises
+    assert by["greedy K=2"].repeats[0] == 0 and by["greedy K=2"].repeats[1] > 20  # the exact check, on real slots
+    for c in report.configurations:
+        if c.K:  # the stand-in's counters are its rounds summed; each request costs a prefill and its rounds
+            assert c.counters.items() >= c.round_sums.items() and c.round_sums["drafts"] > 0, c
+            assert c.target_calls == 32 + c.round_sums["drafts"], c
+    text = json.dumps(report.to_json(), allow_nan=False)  # plain JSON values only
+    assert json.loads(text)["configurations"][0]["name"] == "plain"
 
 
 # -- vLLM as installed ---------------------------------------------------------------------------------------------
@@ -243,7 +273,10 @@ def test_vllm_as_installed_is_measured_and_each_verdict_is_consistent(tmp_path, 
         assert c["laws"] or c["failures"], c  # tested, or each group's failure named (synthetic on the CPU)
         if c["lossless"] and c["laws"] and not c["refused"]:
             assert all(abs(s["z"]) < Z_BOUND for s in c["slots"]), c["slots"]
+        if c["K"] and c["round_sums"]:  # vLLM's counters against its own per-request rounds: the same counts
+            assert {k: c["counters"][k] for k in c["round_sums"]} == c["round_sums"], c
     assert configs["greedy K=2"]["slots"] and configs["probabilistic K=2"]["slots"]
+    assert configs["greedy K=2"]["repeats"][1] > 0 and "refused slots whose output is the greedy draft" in text
 
 
 def test_prometheus_counters_are_read_summed_over_engines_and_per_position():
@@ -288,6 +321,6 @@ def test_vllm_serve_is_measured_through_its_api_and_metrics(tmp_path, capsys):
     assert configs["plain"]["ran"] and not configs["plain"]["refused"]
     greedy = configs["greedy K=2"]
     assert greedy["ran"] and greedy["laws"] and greedy["slots"]
-    total = greedy["slots"][-1]
-    assert greedy["counters"]["accepted_tokens"] >= total["measured"]  # the rounds' kept drafts, in /metrics too
+    assert greedy["round_sums"]["drafts"] > 0
+    assert {k: greedy["counters"][k] for k in greedy["round_sums"]} == greedy["round_sums"]  # /metrics = the rounds
     assert report["control"]["refused"]

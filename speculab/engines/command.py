@@ -8,6 +8,7 @@ speak of), 2 on bad input.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 from pathlib import Path
@@ -16,11 +17,19 @@ __all__ = ["add_parser", "cmd_engine_vllm", "table"]
 
 
 def _list(kind):
+    """A comma-separated list of distinct values of ``kind``, at least one."""
+
     def parse(text: str):
         try:
-            return [kind(v) for v in text.split(",") if v.strip()]
+            values = [kind(v.strip()) for v in text.split(",")]
         except ValueError:
-            raise ValueError(f"expected a comma-separated list; got {text!r}") from None
+            message = f"expected a comma-separated list of {kind.__name__}; got {text!r}"
+            raise argparse.ArgumentTypeError(message) from None
+        if any(v == "" for v in values) or not values:
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list with no empty item; got {text!r}")
+        if len(set(values)) < len(values):
+            raise argparse.ArgumentTypeError(f"each value once; got {text!r}")
+        return values
 
     return parse
 
@@ -36,10 +45,13 @@ def add_parser(sub, common, add_pair_args, count) -> None:
         "--kinds",
         type=_list(str),
         default=["greedy", "probabilistic", "ngram", "synthetic"],
-        help="configurations, comma-separated: greedy, probabilistic, ngram, synthetic (default all; plain always)",
+        help="configurations, comma-separated: greedy, probabilistic, ngram, synthetic (default all; plain always; "
+        "synthetic keeps slot i's draft at the conditional rate 0.8, 0.6, 0.4, 0.2, the last for slots past 4)",
     )
     p.add_argument("--k", type=_list(int), default=[4], help="drafts per round, comma-separated (default 4; 1..8)")
-    p.add_argument("--prompts", type=count(1), default=16, help="prompts of the per-slot rows (default 16)")
+    p.add_argument(
+        "--prompts", type=count(1), default=16, help="prompts of the per-slot rows, of the 32 shipped (default 16)"
+    )
     p.add_argument("--runs-per-prompt", type=count(1), default=8, help="requests per prompt (default 8)")
     p.add_argument("--law-runs", type=count(1), default=4000, help="requests of each law test (default 4,000)")
     p.add_argument(
@@ -58,6 +70,8 @@ def add_parser(sub, common, add_pair_args, count) -> None:
 
 
 def cmd_engine_vllm(args) -> int:
+    import torch
+
     from speculab.backends import Sampling, load_pair
     from speculab.backends.pair import TINY_DIR, default_prompts
     from speculab.engines import vllm
@@ -77,13 +91,23 @@ def cmd_engine_vllm(args) -> int:
         raise ValueError(f"--k: each K must be in 1..8; got {args.k}")
     if args.temperature <= 0:
         raise ValueError("--temperature: the law test and the per-slot rows need sampling (temperature > 0)")
+    texts = default_prompts()
+    if args.prompts > len(texts):
+        raise ValueError(f"--prompts {args.prompts}: speculab ships {len(texts)} prompts")
+    out = _writable(args.out)
     python = vllm.find_python(args.vllm_python)  # before loading anything
     configs = vllm.configurations(str(folders[0]), args.kinds, args.k)
-    pair = load_pair(str(folders[0]), str(folders[1]), device=args.device)
+    pair = load_pair(str(folders[0]), str(folders[1]), device=args.device, dtype=getattr(torch, args.dtype))
     base = Sampling(args.temperature, args.top_k, args.top_p)
     samplings = [base] if (args.top_k or args.top_p) else [base, Sampling(args.temperature, 20, 0.9)]
-    texts = default_prompts()
     prompts = [pair.tokenizer.encode(t) for t in texts[: args.prompts]]
+    limit = min(m for m in (pair.draft.max_length, pair.target.max_length) if m) if pair.target.max_length else None
+    longest = max(len(ids) for ids in prompts)
+    if limit is not None and longest + args.max_new_tokens > limit:
+        raise ValueError(
+            f"--max-new-tokens {args.max_new_tokens}: the longest prompt ({longest} tokens) and the output exceed the "
+            f"models' {limit} positions; at most {limit - longest}"
+        )
     report = vllm.measure(
         pair,
         (str(folders[0]), str(folders[1])),
@@ -99,17 +123,45 @@ def cmd_engine_vllm(args) -> int:
         log=args.log,
         sampler_draws=args.sampler_draws,
         server=args.server,
+        dtype=args.dtype,
+        max_model_len=limit,
     )
     payload = report.to_json()
-    if args.out is not None:
-        Path(args.out).write_text(json.dumps(payload, indent=1, default=_plain))
     if args.json:
         print(json.dumps(payload, indent=1, default=_plain))
     else:
-        print(table(report))
+        print(table(report, logged=args.log is not None))
+    if out is not None:
+        out.write_text(json.dumps(payload, indent=1, default=_plain))
     controls = [report.control] if report.control is not None else []
     controls += [s for s in report.samplers if "misstated" in s.sampler]
     return 0 if all(c.refused for c in controls) else 1
+
+
+def _writable(path: str | None) -> Path | None:
+    """``--out``, checked before the run: a file (new or not) in a folder that exists."""
+    if path is None:
+        return None
+    out = Path(path)
+    if out.is_dir():
+        raise ValueError(f"--out {path}: a folder; give a file name")
+    if not out.parent.is_dir():
+        raise ValueError(f"--out {path}: no folder {out.parent}")
+    return out
+
+
+def _unpredicted(c) -> str:
+    """Why a speculative configuration has no per-slot rows."""
+    if c.rule == "n-gram":
+        return "vLLM looks up the n-gram drafts and does not report those of refused slots"
+    return "vLLM reported no per-request rounds"
+
+
+def _followable(error: str, logged: bool) -> str:
+    """An error from vLLM; where it points at vLLM's own output, how to keep it."""
+    if error and "stack trace" in error and not logged:
+        return f"{error} [vLLM's output is not kept: rerun with --log FILE]"
+    return error
 
 
 def _plain(x):
@@ -124,8 +176,16 @@ def _p(row) -> str:
     return f"{min(row.first[2], row.joint[2]):.2g}"
 
 
-def table(report) -> str:
-    """The report as text: one block per configuration, then the control."""
+def _power(row, tv: float = 0.05) -> float:
+    """The first-token G-test's least power against any law at TV ``tv`` from the target's."""
+    from speculab.validate import ALPHA, least_power
+
+    return least_power(row.first[1], row.runs, ALPHA / 2, tv)
+
+
+def table(report, *, logged: bool = False) -> str:
+    """The report as text: one block per configuration, then the checks and the control. ``logged``: vLLM's own
+    output was kept (``--log``), so an error pointing at its stack trace can be followed."""
     s = report.settings
     lines = [
         f"{s['engine']} {s['vllm']} on {s['pair']}: {s['requests']} requests × {s['max_tokens']} tokens for the slots, "
@@ -135,15 +195,16 @@ def table(report) -> str:
     for c in report.configurations:
         lines.append(f"{c.name}  [{c.rule}, {'lossless' if c.lossless else 'biased'} by its rule]: {c.verdict}")
         if not c.ran:
-            lines.append(f"    vLLM: {c.error}")
+            lines.append(f"    vLLM: {_followable(c.error, logged)}")
             lines.append("")
             continue
         for failure in c.failures:
-            lines.append(f"    vLLM failed on the {failure}")
+            lines.append(f"    failed: {_followable(failure, logged)}")
         for row, worst in zip(c.laws, c.worst or [[]] * len(c.laws)):
             lines.append(
                 f"    law {row.method.split(' at ')[-1]:<26} p = {_p(row):<8} "
-                f"{'REFUSED' if row.refused else 'kept'}  (detectable TV {row.detectable[1]:.3g} at power 0.99)"
+                f"{'REFUSED' if row.refused else 'not refused'}  (power {_power(row):.3f} against TV 0.05; "
+                f"TV {row.detectable[1]:.3g} refused at power 0.99)"
             )
             for w in worst[:3]:
                 lines.append(
@@ -159,7 +220,12 @@ def table(report) -> str:
                     f"{r.z:>6.2f}  {r.power:.3f}"
                 )
         elif c.K:
-            lines.append("    (no per-slot prediction: the drafts of refused slots are not reported)")
+            lines.append(f"    (no per-slot prediction: {_unpredicted(c)})")
+        if c.repeats is not None:
+            lines.append(
+                f"    refused slots whose output is the greedy draft: {c.repeats[0]} of {c.repeats[1]} "
+                "(the rule outputs a token of q without the draft: 0)"
+            )
         if not c.tokens:
             lines.append("")
             continue
@@ -167,10 +233,19 @@ def table(report) -> str:
         per_call = c.tokens / c.target_calls if c.target_calls else float("nan")
         lines.append(
             f"    {c.tokens} tokens in {c.seconds:.2f} s ({c.tokens / c.seconds:.0f} tokens/s), "
-            f"{per_call:.3f} tokens per target call; counters: {k.get('drafts', 0)} rounds, "
+            f"{per_call:.3f} tokens per target call (prefill, rounds and drafting-free steps); "
+            f"counters: {k.get('drafts', 0)} rounds, "
             f"{k.get('draft_tokens', 0)} drafts, {k.get('accepted_tokens', 0)} kept, per slot "
             f"{k.get('accepted_per_position', [])}"
         )
+        if c.round_sums and c.K:
+            off = {n: (k.get(n), v) for n, v in c.round_sums.items() if k.get(n) != v}
+            lines.append(
+                "    the counters equal the per-request rounds summed"
+                if not off
+                else "    the counters DISAGREE with the per-request rounds summed: "
+                + ", ".join(f"{n} {a} vs {b}" for n, (a, b) in off.items())
+            )
         lines.append("")
     if report.samplers:
         lines.append(
@@ -178,14 +253,14 @@ def table(report) -> str:
         )
         lines.extend(f"    {s}" for s in report.samplers)
     if report.expand:
-        broken = [e for e in report.expand if not e.ok]
-        lines.append(
-            "vLLM's expand_batch_to_tokens (each draft slot's temperature, top-k, top-p): "
-            + ("right on " + ", ".join(e.dtype for e in report.expand) if not broken else "")
-        )
-        for e in broken:
-            lines.append(f"    WRONG on {e.dtype}: returned {e.got}, must return {e.want}")
+        lines.append("vLLM's expand_batch_to_tokens (each draft slot's temperature, top-k, top-p):")
+        for e in report.expand:
+            lines.append(
+                f"    right on {e.dtype}" if e.ok else f"    WRONG on {e.dtype}: returned {e.got}, must return {e.want}"
+            )
         lines.append("")
+    for error in report.errors:
+        lines.append(f"not checked: {_followable(error, logged)}")
     if report.control is not None:
         r = report.control
         lines.append(

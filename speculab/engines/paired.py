@@ -26,7 +26,16 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import norm
 
-__all__ = ["Request", "SlotRow", "round_starts", "slot_rows", "Z_BOUND", "RELATIVE_ERROR"]
+__all__ = [
+    "Request",
+    "SlotRow",
+    "round_starts",
+    "slot_rows",
+    "target_calls",
+    "refused_repeats",
+    "Z_BOUND",
+    "RELATIVE_ERROR",
+]
 
 #: The z-score beyond which a slot's measured kept drafts refuse the rule's prediction.
 Z_BOUND = 5.0
@@ -70,6 +79,8 @@ def round_starts(request: Request) -> list[int]:
     for d, a in zip(request.drafted, request.accepted):
         if not 0 <= a <= d:
             raise ValueError(f"a round kept {a} of {d} drafts: not a count of kept drafts")
+        if s > len(request.tokens):
+            raise ValueError(f"a round starts at output position {s}, past the request's {len(request.tokens)} tokens")
         starts.append(s)
         s += a + 1
     if request.drafted and s - 1 < len(request.tokens):
@@ -114,3 +125,31 @@ def slot_rows(requests: list[Request], reject_prob) -> list[SlotRow]:
         power = float(norm.sf(Z_BOUND - shift) + norm.cdf(-Z_BOUND - shift)) if n else math.nan
         rows.append(SlotRow(slot, int(n), int(k), float(m), se, float(z), power))
     return rows
+
+
+def target_calls(request: Request) -> int:
+    """The target's forward calls for one request: the prefill (the first token), one per round (its kept drafts
+    and one more token), and one per step that drafted nothing — the output left after the rounds. Exact even when
+    the last round is cut at ``max_tokens`` (its kept drafts then outnumber the tokens it output)."""
+    T = len(request.tokens)
+    if T == 0:
+        return 0
+    rounds_out = sum(a + 1 for a in request.accepted)
+    return 1 + len(request.accepted) + max(0, T - 1 - rounds_out)
+
+
+def refused_repeats(requests: list[Request], drafts) -> tuple[int, int]:
+    """Greedy drafts' exact check, no statistics: at a refused slot the rule outputs a token of the target's law
+    *without* the draft ``x`` (the residual ``(q − δ_x)^+`` has no mass at ``x``), so the token output there is never
+    the draft. ``drafts(request, start, L)`` → the drafted tokens at the ``L`` slots of a round started at output
+    position ``start``. Returns (refused slots whose output is the draft — 0 for the rule —, refused slots seen)."""
+    same = seen = 0
+    for req in requests:
+        T = len(req.tokens)
+        for s, d, a in zip(round_starts(req), req.drafted, req.accepted):
+            if a >= d or s + a > T:
+                continue  # every draft kept, or the refused slot's output cut at max_tokens
+            x = drafts(req, s, a + 1)[a]
+            seen += 1
+            same += int(req.tokens[s + a - 1] == x)
+    return same, seen

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from speculab.engines.paired import Request, SlotRow, slot_rows
+from speculab.engines.paired import Request, SlotRow, refused_repeats, slot_rows, target_calls
 from speculab.engines.vllm_checks import check_expand, sampler, worst_cells
 from speculab.engines.vllm_env import ENV, PIN, EngineMissing, find_python, run_worker
 
@@ -135,6 +135,8 @@ class ConfigurationReport:
     K: int = 0
     failures: list = field(default_factory=list)
     worst: list = field(default_factory=list)  # per law row refused: the cells farthest from the target's law
+    repeats: tuple | None = None  # greedy drafts: (refused slots whose output is the draft, refused slots) — 0 of n
+    round_sums: dict = field(default_factory=dict)  # the per-request rounds summed, as the counters count them
 
     @property
     def refused(self) -> bool:
@@ -157,12 +159,17 @@ class ConfigurationReport:
                 "(against its rule)" if self.lossless else "(as its rule predicts)"
             )
         else:
-            law = "law kept" + ("" if self.lossless else " (its rule is biased: too little to see here)")
+            tv = max((row.detectable[1] for row in self.laws), default=math.nan)
+            law = f"law not refused (a TV of {tv:.2g} or more would be, at power 0.99)" + (
+                "" if self.lossless else "; its rule is biased by less"
+            )
         slots = [s for s in self.slots if s.slot and s.reached]
         if not slots:
             return law
         bad = [s for s in slots if not s.ok]
         pred = "kept drafts match the rule" if not bad else f"kept drafts off the rule at {len(bad)} slot(s)"
+        if self.repeats is not None and self.repeats[0]:
+            pred += f"; {self.repeats[0]} of {self.repeats[1]} refused drafts output anyway (0 for the rule)"
         return f"{law}; {pred}"
 
 
@@ -175,6 +182,7 @@ class EngineReport:
     control: object = None
     samplers: list = field(default_factory=list)
     expand: list = field(default_factory=list)
+    errors: list = field(default_factory=list)  # checks after the runs that could not be made, and why
 
     def to_json(self) -> dict:
         """The report as JSON values: non-finite numbers (a slot never reached) as ``null``."""
@@ -184,6 +192,7 @@ class EngineReport:
                 "control": None if self.control is None else asdict(self.control),
                 "samplers": [asdict(s) for s in self.samplers],
                 "expand": [{**asdict(e), "ok": e.ok} for e in self.expand],
+                "errors": list(self.errors),
                 "configurations": [
                     {**asdict(c), "refused": c.refused, "verdict": c.verdict} for c in self.configurations
                 ],
@@ -220,28 +229,39 @@ def _laws_along(pair, ids: list[int], sampling, draft: str):
     return p, q
 
 
-def _predictor(pair, sampling, config: Configuration):
+class _Predictor:
     """``reject_prob(request, start, L)`` for :func:`~speculab.engines.paired.slot_rows`: the rule's refusal
-    probabilities at a round's slots, from the laws along the request's own output (memoised per request)."""
-    import torch
+    probabilities at a round's slots, from the laws along the request's own output (memoised per request); and
+    ``drafts(request, start, L)``, the greedy drafts at those slots (``argmax p``)."""
 
-    memo = {}
+    def __init__(self, pair, sampling, config: Configuration):
+        self.pair, self.sampling, self.config = pair, sampling, config
+        self.memo: dict = {}
 
-    def reject_prob(req: Request, start: int, L: int):
+    def _laws(self, req: Request, start: int, L: int):
         key = id(req)
-        if key not in memo:
-            memo.clear()
-            memo[key] = _laws_along(pair, list(req.prompt) + list(req.tokens), sampling, config.draft)
-        p, q = memo[key]
+        if key not in self.memo:
+            self.memo.clear()
+            ids = list(req.prompt) + list(req.tokens)
+            self.memo[key] = _laws_along(self.pair, ids, self.sampling, self.config.draft)
+        p, q = self.memo[key]
         n0 = len(req.prompt) - 1 + start - 1  # the row of output position `start`: after prompt + y_{<start}
-        P = p[n0 : n0 + L][None, None]  # (1, 1, L, V)
+        return p[n0 : n0 + L], q, n0
+
+    def __call__(self, req: Request, start: int, L: int):
+        import torch
+
+        p, q, n0 = self._laws(req, start, L)
+        P = p[None, None]  # (1, 1, L, V)
         Q = torch.cat([q[n0 : n0 + L], q[n0 + L - 1 : n0 + L]])[None, None]  # (1, 1, L + 1, V): last row unused
         out = list(req.tokens[start - 1 : start - 1 + L])
         x = torch.tensor([out + [0] * (L - len(out))], dtype=torch.long, device=P.device)[None]  # (1, 1, L)
-        law = config.method.round_law(P, Q, x, bonus=False)
+        law = self.config.method.round_law(P, Q, x, bonus=False)
         return law.reject_prob[0, 0, :L].cpu().numpy()
 
-    return reject_prob
+    def drafts(self, req: Request, start: int, L: int) -> list[int]:
+        p, _, _ = self._laws(req, start, L)
+        return p.argmax(dim=-1).tolist()
 
 
 def measure(
@@ -261,6 +281,8 @@ def measure(
     control: bool = True,
     sampler_draws: int = 200_000,
     server: bool = False,
+    dtype: str = "float32",
+    max_model_len: int | None = None,
 ) -> EngineReport:
     """Run ``configs`` in vLLM (``folders``: the draft's and target's Hugging Face folders, the pair ``pair`` loaded
     from them) and measure each against speculab's prediction and the target's law (module docstring).
@@ -272,7 +294,12 @@ def measure(
     (:mod:`speculab.engines.vllm_server`) instead of the offline ``vllm.LLM``. ``prompts`` × ``runs_per_prompt``
     requests of ``max_tokens`` tokens (EOS ignored) at ``samplings[0]`` give the
     per-slot rows and the throughput; ``law_runs`` requests of ``law_prompt`` per sampling give the law tests.
-    Request ``i`` gets the seed ``key + i`` (vLLM's per-request seed), the control speculab's key ``key``.
+    Request ``i`` gets the seed ``key + i`` (vLLM's per-request seed), the control speculab's key ``key``. vLLM
+    loads the target (and draft) with ``dtype`` and at most ``max_model_len`` positions (``None``: the model's).
+
+    A check that fails after the runs (a request whose rounds do not add up to its output, a direct call vLLM
+    refuses) is recorded in the report (a configuration's ``failures``, the report's ``errors``), never lost with
+    the results before it.
     """
     from speculab.backends import decode
     from speculab.certify import check_decoder
@@ -307,7 +334,8 @@ def measure(
         "target": str(folders[1]),
         "configs": [{"name": c.name, "speculative_config": c.speculative_config} for c in configs],
         "seed": key,
-        "max_model_len": min(256, getattr(pair.target.model.config, "n_positions", 256)),
+        "max_model_len": max_model_len,
+        "dtype": dtype,
         "groups": groups,
     }
     cells_memo: dict = {}
@@ -373,11 +401,30 @@ def measure(
             )
             continue
         rounds = theory_group["rounds"]
+        requests = [
+            Request(ids, toks, *(r if r is not None else ([], [])))
+            for ids, toks, r in zip(theory, theory_group["tokens"], rounds)
+        ]
+        repeats = None
         if config.method is not None and all(r is not None for r in rounds):
-            requests = [Request(ids, toks, r[0], r[1]) for ids, toks, r in zip(theory, theory_group["tokens"], rounds)]
-            slots = slot_rows(requests, _predictor(pair, samplings[0], config))
+            try:
+                predictor = _Predictor(pair, samplings[0], config)
+                slots = slot_rows(requests, predictor)
+                if config.draft == "greedy":
+                    repeats = refused_repeats(requests, predictor.drafts)
+            except ValueError as e:  # rounds that do not add up to the output: vLLM's report is inconsistent
+                failures.append(f"per-request rounds: {e}")
         tokens = sum(len(t) for t in theory_group["tokens"])
-        calls = tokens - theory_group["counters"]["accepted_tokens"]  # a target call outputs its kept drafts + 1
+        sums = {}
+        if all(r is not None for r in rounds):
+            calls = sum(target_calls(req) for req in requests)
+            sums = {
+                "drafts": sum(len(req.drafted) for req in requests),
+                "draft_tokens": sum(sum(req.drafted) for req in requests),
+                "accepted_tokens": sum(sum(req.accepted) for req in requests),
+            }
+        else:  # counters only: each target call outputs its kept drafts + 1 (a cut last round overcounts kept)
+            calls = tokens - theory_group["counters"]["accepted_tokens"]
         report.configurations.append(
             ConfigurationReport(
                 config.name,
@@ -394,6 +441,8 @@ def measure(
                 config.K,
                 failures,
                 worst,
+                repeats,
+                sums,
             )
         )
     if control:  # Decoding-UNO decoded by speculab on the law prompt: the law test must refuse it
@@ -419,9 +468,16 @@ def measure(
         rng = np.random.default_rng(key)
         p, q = rng.dirichlet(np.ones(8)), rng.dirichlet(np.ones(8))
         for draft in ("probabilistic", "greedy", "misstated"):
-            check = check_sampler(sampler(python, draft, log=None), p, q, n=sampler_draws, key=key, tv=0.01)
+            try:
+                check = check_sampler(sampler(python, draft, log=None), p, q, n=sampler_draws, key=key, tv=0.01)
+            except RuntimeError as e:
+                report.errors.append(f"vLLM's rejection sampler ({draft} drafts): {e}")
+                continue
             report.samplers.append(check)
-        report.expand = check_expand(python)
+        try:
+            report.expand = check_expand(python)
+        except RuntimeError as e:
+            report.errors.append(f"vLLM's expand_batch_to_tokens: {e}")
     report.settings["seconds"] = time.perf_counter() - t0
     return report
 
