@@ -5,9 +5,9 @@
 For each path — vLLM offline (plain, draft model with greedy and probabilistic drafts, n-gram lookup), speculab's
 batched decoder (all prompts together) and one-prompt decoder, and transformers' assisted generation — the same
 prompts decoded for the same number of new tokens at temperature 1: tokens per second (wall clock, the models'
-work only: vLLM's engine is loaded before its clock starts) and tokens per target call (a vLLM round outputs its
-kept drafts and one more token; speculab counts its target calls). Timings on this shared machine are one run
-each; the ratios within a path are the figures to read.
+work only: vLLM's engine is loaded before its clock starts) and tokens per target call (vLLM: each request's
+prefill and rounds, from its per-request rounds; speculab counts its target calls). Timings on this shared machine
+are one run each; the ratios within a path are the figures to read.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ def measure(prompts: int, tokens: int, K: int, key: int) -> dict:
     from speculab.backends import Sampling, decode, load_pair
     from speculab.backends.pair import TINY_DIR, default_prompts
     from speculab.engines import vllm
+    from speculab.engines.paired import Request, target_calls
     from speculab.methods import SD, Autoregressive, GreedyDraft
     from speculab.validate import _assisted, _timed
 
@@ -40,7 +41,7 @@ def measure(prompts: int, tokens: int, K: int, key: int) -> dict:
         "target": str(TINY_DIR / "target"),
         "configs": [{"name": c.name, "speculative_config": c.speculative_config} for c in configs],
         "seed": key,
-        "max_model_len": 256,
+        "max_model_len": pair.target.max_length,
         "groups": [
             {
                 "name": "speed",
@@ -58,7 +59,8 @@ def measure(prompts: int, tokens: int, K: int, key: int) -> dict:
             continue
         g = r["groups"][0]
         out = sum(len(t) for t in g["tokens"])
-        calls = out - g["counters"]["accepted_tokens"]
+        rounds = [x if x is not None else ([], []) for x in g["rounds"]]  # plain decoding reports no rounds
+        calls = sum(target_calls(Request(p, t, *x)) for p, t, x in zip(ids, g["tokens"], rounds))
         rows.append({"path": "vLLM offline", "what": r["name"], "tokens": out, "seconds": g["seconds"], "calls": calls})
     decode(pair, ids[:2], SD(K=K), max_new_tokens=4, sampling=sampling, key=key)  # warm-up
     for label, batch in (("speculab batched", None), ("speculab one prompt", 1)):
