@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-__all__ = ["atomic_path"]
+__all__ = ["atomic_path", "out_file", "write_text"]
 
 
 @contextmanager
@@ -48,3 +48,22 @@ def _exclusive(path: Path) -> Path:
         except FileExistsError:
             continue
         return tmp
+
+
+def out_file(path: str | None, flag: str = "--out") -> Path | None:
+    """A result file the user named with ``flag``, checked before any work: ``None`` stays ``None``; a folder, or a
+    file in a folder that does not exist, is refused in one line naming the flag."""
+    if path is None:
+        return None
+    out = Path(path)
+    if out.is_dir():
+        raise ValueError(f"{flag} {path}: a folder; give a file name")
+    if not out.parent.is_dir():
+        raise ValueError(f"{flag} {path}: no folder {out.parent}")
+    return out
+
+
+def write_text(path: Path, text: str) -> None:
+    """``text`` written to ``path`` atomically (:func:`atomic_path`)."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)

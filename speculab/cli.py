@@ -490,7 +490,12 @@ def cmd_report(args) -> None:
 # -- real models ------------------------------------------------------------------
 def _add_pair_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("models")
-    g.add_argument("--pair", default="tiny", help="'tiny' (offline default) — or give --draft and --target")
+    g.add_argument(
+        "--pair",
+        default="tiny",
+        help="'tiny' (offline default) or 'tiny-ngram' (the tiny target with a trigram draft counted on its "
+        "training text: a draft much cheaper than its target) — or give --draft and --target",
+    )
     g.add_argument("--draft", default=None, help="draft model: Hugging Face name or local path")
     g.add_argument("--target", default=None, help="target model: Hugging Face name or local path")
     g.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:1, …")
@@ -541,9 +546,21 @@ def _pair(args):
     dtype = getattr(torch, args.dtype)
     if args.draft is not None:
         return load_pair(args.draft, args.target, device=args.device, dtype=dtype)
+    if args.pair == "tiny-ngram":
+        from speculab.backends.pair import TINY_DIR, training_ngram_draft
+
+        pair = load_pair(training_ngram_draft(_tokenizer(TINY_DIR / "target")), "tiny", device=args.device, dtype=dtype)
+        pair.name = "tiny-ngram"
+        return pair
     if args.pair != "tiny":
-        raise ValueError(f"--pair must be 'tiny' (or use --draft/--target); got {args.pair!r}")
+        raise ValueError(f"--pair must be 'tiny' or 'tiny-ngram' (or use --draft/--target); got {args.pair!r}")
     return load_pair("tiny", device=args.device, dtype=dtype)
+
+
+def _tokenizer(folder):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(folder))
 
 
 def _sampling(args):
@@ -713,6 +730,11 @@ EXAMPLES = {
         "speculab compare --draft EleutherAI/pythia-70m --target EleutherAI/pythia-1.4b --method sd",
         "speculab compare --pair tiny --method batch --M 4 --batch-size 32 --checkpoint ckpt",
         "speculab compare --method sprinter --head results/sprinter_verifier_lam1.0_previous.safetensors",
+    ],
+    "plan": [
+        "speculab plan --pair tiny                          # lossless rules, K = 1..8, the best 3 confirmed",
+        "speculab plan --bias-budget 0.02 --k 2,4,8 --out plan.json",
+        "speculab plan --draft DRAFT --target TARGET --device cuda --dtype bfloat16",
     ],
     "engine vllm": [
         "speculab engine vllm --pair tiny                   # every configuration at K = 4 (./dev vllm first)",
@@ -901,6 +923,10 @@ def build_parser() -> argparse.ArgumentParser:
     from speculab.engines.command import add_parser as add_engine_parser
 
     add_engine_parser(sub, common, _add_pair_args, _count)
+
+    from speculab.planning.command import add_parser as add_plan_parser
+
+    add_plan_parser(sub, common, _add_pair_args, _count, _pair, _sampling)
 
     models = sub.add_parser("models", help="the offline tiny model pair").add_subparsers(dest="action", required=True)
     p = models.add_parser("build-tiny", help="train the tiny draft/target pair (deterministic; ~20 min on 2 CPUs)")

@@ -1265,6 +1265,8 @@ LEAST = {
     "prompts": 1,
     "law_runs": 1,
     "sampler_draws": 0,
+    "per_prompt": 1,
+    "confirm": 0,
 }
 
 
@@ -1285,6 +1287,7 @@ FLAGS = {
         ("engine vllm", d)
         for d in DECODING - {"batch_size"} | {"prompts", "runs_per_prompt", "law_runs", "sampler_draws"}
     ),
+    *(("plan", d) for d in DECODING - {"batch_size"} | {"prompts", "per_prompt", "confirm"}),
 }
 
 

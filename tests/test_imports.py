@@ -43,6 +43,7 @@ LAYERS = [
     ("speculab.repro", 6),
     ("speculab.certify", 6),
     ("speculab.engines", 6),
+    ("speculab.planning", 6),
     ("speculab.cli", 6),
 ]
 

@@ -13,6 +13,8 @@ import json
 import math
 from pathlib import Path
 
+from speculab._files import out_file, write_text
+
 __all__ = ["add_parser", "cmd_engine_vllm", "table"]
 
 
@@ -94,7 +96,7 @@ def cmd_engine_vllm(args) -> int:
     texts = default_prompts()
     if args.prompts > len(texts):
         raise ValueError(f"--prompts {args.prompts}: speculab ships {len(texts)} prompts")
-    out = _writable(args.out)
+    out = out_file(args.out)
     python = vllm.find_python(args.vllm_python)  # before loading anything
     configs = vllm.configurations(str(folders[0]), args.kinds, args.k)
     pair = load_pair(str(folders[0]), str(folders[1]), device=args.device, dtype=getattr(torch, args.dtype))
@@ -132,22 +134,10 @@ def cmd_engine_vllm(args) -> int:
     else:
         print(table(report, logged=args.log is not None))
     if out is not None:
-        out.write_text(json.dumps(payload, indent=1, default=_plain))
+        write_text(out, json.dumps(payload, indent=1, default=_plain))
     controls = [report.control] if report.control is not None else []
     controls += [s for s in report.samplers if "misstated" in s.sampler]
     return 0 if all(c.refused for c in controls) else 1
-
-
-def _writable(path: str | None) -> Path | None:
-    """``--out``, checked before the run: a file (new or not) in a folder that exists."""
-    if path is None:
-        return None
-    out = Path(path)
-    if out.is_dir():
-        raise ValueError(f"--out {path}: a folder; give a file name")
-    if not out.parent.is_dir():
-        raise ValueError(f"--out {path}: no folder {out.parent}")
-    return out
 
 
 def _unpredicted(c) -> str:

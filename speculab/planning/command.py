@@ -1,0 +1,188 @@
+"""``speculab plan``: the candidates ranked by predicted speed on this machine, the best confirmed by decoding.
+
+The command's parser and its table; :mod:`speculab.planning.plan` does the work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from speculab._files import out_file, write_text
+
+__all__ = ["add_parser", "cmd_plan", "table", "to_json"]
+
+#: Held-out prompts of the confirmations, taken from the end of the shipped prompts.
+HELD_OUT = 8
+
+
+def _ks(text: str) -> list[int]:
+    try:
+        ks = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers; got {text!r}") from None
+    if len(set(ks)) < len(ks) or any(not 1 <= k <= 16 for k in ks):
+        raise argparse.ArgumentTypeError(f"expected distinct integers in 1..16; got {text!r}")
+    return ks
+
+
+def _budget(text: str) -> float:
+    try:
+        b = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number; got {text!r}") from None
+    if not 0 <= b <= 1:
+        raise argparse.ArgumentTypeError(f"a per-token TV in [0, 1]; got {text!r}")
+    return b
+
+
+def add_parser(sub, common, add_pair_args, count, pair_of, sampling_of) -> None:
+    """The ``plan`` command, on the CLI's subparsers ``sub``; ``pair_of(args)`` and ``sampling_of(args)`` read the
+    pair and the sampling from the options ``add_pair_args`` adds."""
+    p = sub.add_parser("plan", help="the best speculative configuration for a pair on this machine, then confirmed")
+    common(p)
+    add_pair_args(p)
+    p.add_argument(
+        "--k", type=_ks, default=list(range(1, 9)), help="lookaheads K, comma-separated (default: every K from 1 to 8)"
+    )
+    p.add_argument(
+        "--bias-budget",
+        type=_budget,
+        default=0.0,
+        help="largest per-token TV from the target's law a lossy rule may have (default 0: lossless only)",
+    )
+    p.add_argument("--prompts", type=count(1), default=16, help="prompts whose contexts and timings fit (default 16)")
+    p.add_argument("--per-prompt", type=count(1), default=16, help="contexts per prompt (default 16)")
+    p.add_argument("--confirm", type=count(0), default=3, help="best candidates decoded for real (default 3; 0: none)")
+    p.add_argument("--out", default=None, help="also write the plan's JSON to this file")
+    p.set_defaults(func=cmd_plan, pair_of=pair_of, sampling_of=sampling_of)
+
+
+def cmd_plan(args) -> int:
+    from speculab.backends.pair import default_prompts
+    from speculab.planning import plan
+
+    texts = default_prompts()
+    if args.prompts > len(texts) - HELD_OUT:
+        raise ValueError(
+            f"--prompts {args.prompts}: at most {len(texts) - HELD_OUT} (the last {HELD_OUT} are held out)"
+        )
+    out = out_file(args.out)
+    pair = args.pair_of(args)
+    sampling = args.sampling_of(args)
+    encode = pair.tokenizer.encode
+    result = plan(
+        pair,
+        prompts=[encode(t) for t in texts[: args.prompts]],
+        held_out=[encode(t) for t in texts[-HELD_OUT:]],
+        sampling=sampling,
+        key=args.seed,
+        ks=args.k,
+        bias_budget=args.bias_budget,
+        max_new_tokens=args.max_new_tokens,
+        per_prompt=args.per_prompt,
+        confirm=args.confirm,
+    )
+    payload = to_json(result)
+    print(json.dumps(payload, indent=1) if args.json else table(result))
+    if out is not None:
+        write_text(out, json.dumps(payload, indent=1))
+    return 0
+
+
+def _finite(x):
+    return None if isinstance(x, float) and not math.isfinite(x) else x
+
+
+def to_json(result) -> dict:
+    """The plan as plain JSON values (non-finite numbers as ``null``)."""
+    lat = result.latency
+    return {
+        "settings": result.settings,
+        "latency": {
+            "draft": [float(lat.draft(k)) for k in range(1, 3)],
+            "target": [float(lat.target(k)) for k in range(1, 18)],
+            **{name: getattr(lat, name) for name in ("per_round", "per_draft", "per_token", "per_run")},
+            "per_drafting_run": lat.per_drafting_run,
+        },
+        "ranked": [
+            {
+                "method": repr(c.method),
+                "K": c.K,
+                "tokens_per_round": c.round.tokens,
+                "tokens_per_round_se": _finite(c.round_se),
+                "all_kept": c.round.full,
+                "tokens_per_call": c.cost.tokens_per_call,
+                "bias": c.round.bias,
+                "tokens_per_second": c.tokens_per_second,
+                "tokens_per_second_se": _finite(c.se),
+                "allowed": c.allowed,
+            }
+            for c in result.ranked
+        ],
+        "confirmed": [
+            {
+                "method": r.method,
+                "predicted": r.predicted,
+                "predicted_se": _finite(r.predicted_se),
+                "measured": r.measured,
+                "measured_se": _finite(r.measured_se),
+                "error": r.error,
+                "predicted_speedup": r.predicted_speedup,
+                "measured_speedup": r.measured_speedup,
+                "speedup_error": r.speedup_error,
+                "predicted_per_call": r.predicted_per_call,
+                "measured_per_call": r.measured_per_call,
+                "per_call_z": _finite(r.per_call_z),
+                "runs": r.runs,
+            }
+            for r in result.confirmed
+        ],
+        "verdict": result.verdict(),
+    }
+
+
+def table(result, top: int = 12) -> str:
+    """The ranking's first ``top`` rows (and every reference), then the confirmations."""
+    s = result.settings
+    smp = s["sampling"]
+    lines = [
+        f"plan for the {s['pair']} pair: T = {smp['temperature']:g}"
+        + (f", top-k {smp['top_k']}" if smp["top_k"] else "")
+        + (f", top-p {smp['top_p']:g}" if smp["top_p"] else "")
+        + f", runs of {s['max_new_tokens']} tokens one at a time; rounds along {s['contexts']} contexts of "
+        f"{s['prompts']} prompts; bias budget {s['bias_budget']:g}; seed {s['key']}",
+        "",
+        f"{'rank':>4}  {'method':<44} {'tokens/round':>15} {'tokens/call':>11} {'bias':>7} {'tokens/s':>16}",
+    ]
+    allowed = [c for c in result.ranked if c.allowed]
+    for i, c in enumerate(allowed[:top], 1):
+        lines.append(
+            f"{i:>4}  {c.method!r:<44} {c.round.tokens:>7.3f} ± {c.round_se:<5.3f} {c.cost.tokens_per_call:>11.3f} "
+            f"{c.round.bias:>7.4f} {c.tokens_per_second:>8.1f} ± {c.se:<5.1f}"
+        )
+    over = len(result.ranked) - len(allowed)
+    lines.append(
+        f"({len(allowed)} candidates within the budget" + (f"; {over} over it" if over else "") + "; tokens/round: "
+        "E[τ + 1] of a round of K drafts, exact given each drafted block, ± one standard error over the prompts; "
+        f"tokens/call and tokens/s: of a run of {s['max_new_tokens']} tokens, its last rounds cut by the horizon, "
+        "times from the fitted latency)"
+    )
+    if result.confirmed:
+        lines += [
+            "",
+            f"confirmed on {result.settings['held_out']} held-out prompts, the methods taking turns prompt by prompt "
+            "(± one standard error over the prompts; × AR: the speed-up over autoregressive decoding; z: the "
+            "tokens/call error in standard errors of both sides):",
+            f"  {'method':<40} {'predicted':>16} {'measured':>16} {'error':>7}  {'× AR pred / meas':>17} {'error':>7}"
+            f"  {'tokens/call pred / meas (z)':>27}",
+        ]
+        for r in result.confirmed:
+            lines.append(
+                f"  {r.method:<40} {r.predicted:>8.1f} ± {r.predicted_se:<5.1f} {r.measured:>8.1f} ± "
+                f"{r.measured_se:<5.1f} {r.error:>+7.1%}  {r.predicted_speedup:>8.3f} / {r.measured_speedup:.3f} "
+                f"{r.speedup_error:>+7.1%}  {r.predicted_per_call:>11.3f} / {r.measured_per_call:.3f} "
+                f"({r.per_call_z:+.1f})"
+            )
+        lines.append(result.verdict())
+    return "\n".join(lines)

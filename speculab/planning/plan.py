@@ -1,0 +1,280 @@
+"""``plan``: every candidate configuration ranked by its predicted speed on a pair and a machine, then confirmed.
+
+Three steps, each from this module's inputs only:
+
+1. **Measure the machine** — timed runs of autoregressive decoding and SD at a few ``K`` on the calibration prompts
+   fit the latency model (:func:`speculab.backends.latency.fit_latency`: each model's forward time per tokens fed,
+   the loop's costs).
+2. **Predict** — each candidate's round along the pair's own contexts (:mod:`speculab.planning.yields`: the exact
+   round law averaged over drafted blocks, with its standard error), priced by the fitted model
+   (:mod:`speculab.planning.cost`), ranked by predicted tokens per second. Lossy rules enter only within the bias
+   budget (their per-token TV, from their round law).
+3. **Confirm** — the best few and two references (autoregressive, SD with ``K = 4``) decoded for real on held-out
+   prompts, one at a time, timed (the methods taking turns prompt by prompt, as in step 1, so a drifting machine
+   slows them alike): predicted against measured tokens per second and per target call. The two
+   references are ranked whatever the lookaheads asked for.
+
+Candidates: autoregressive decoding; SD, greedy drafts (the rule engines default to) and block verification at each
+``K``; with a bias budget, Decoding-UNO (``Biased``) at a grid of ``ε`` and typical acceptance at Medusa's defaults.
+Rounds of several draft rows (batch SD) and token trees are not priced by the latency model and are not candidates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from speculab.planning.cost import RunCost, run_cost
+from speculab.planning.yields import Yield, contexts, round_yields
+
+__all__ = ["Candidate", "Confirmation", "Plan", "candidates", "plan", "EPSILONS", "CALIBRATION_K"]
+
+#: Decoding-UNO's over-acceptance ``ε`` among the lossy candidates.
+EPSILONS = (0.05, 0.1, 0.2, 0.4)
+#: The lookaheads of SD timed to fit the latency model (with autoregressive decoding).
+CALIBRATION_K = (1, 2, 4, 8)
+
+
+def candidates(ks, bias_budget: float) -> list:
+    """The methods ranked (module docstring): autoregressive first, then each rule at each ``K`` of ``ks``."""
+    from speculab.methods import SD, Autoregressive, Biased, BlockVerification, GreedyDraft, Typical
+
+    out = [Autoregressive()]
+    for K in ks:
+        out += [SD(K=K), GreedyDraft(K=K), BlockVerification(K=K)]
+        if bias_budget > 0:
+            out += [Biased(eps, K=K) for eps in EPSILONS]
+            out.append(Typical(0.09, 0.3, K=K))  # Medusa's posterior_threshold and posterior_alpha
+    return out
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A ranked candidate: the method, its rounds (:class:`~speculab.planning.yields.Yield`), the predicted cost of
+    a run (:class:`~speculab.planning.cost.RunCost`), the standard errors of its tokens per round and per second
+    over the sample of prompts (the means of each prompt's contexts: contexts of one prompt are not independent),
+    and whether it is within the bias budget."""
+
+    method: object
+    round: Yield
+    cost: RunCost
+    round_se: float
+    se: float
+    allowed: bool
+    call_se: float = math.nan
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.cost.tokens_per_second
+
+    @property
+    def K(self) -> int:
+        return getattr(self.method, "K", 0) or 0
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """A candidate decoded on held-out prompts: predicted and measured tokens per second (the measured one's
+    standard error over the runs), per target call, and the speed-up over autoregressive decoding."""
+
+    method: str
+    predicted: float
+    predicted_se: float
+    measured: float
+    measured_se: float
+    predicted_per_call: float
+    measured_per_call: float
+    runs: int
+    predicted_speedup: float = math.nan
+    measured_speedup: float = math.nan
+    predicted_per_call_se: float = math.nan
+    measured_per_call_se: float = math.nan
+
+    @property
+    def per_call_z(self) -> float:
+        """``(measured − predicted) / √(se² + se²)`` of the tokens per target call: the prediction's error in
+        standard errors of the prompts sampled on both sides."""
+        se = math.hypot(self.predicted_per_call_se, self.measured_per_call_se)
+        return (self.measured_per_call - self.predicted_per_call) / se if se > 0 else math.nan
+
+    @property
+    def error(self) -> float:
+        """``predicted / measured − 1`` of the tokens per second."""
+        return self.predicted / self.measured - 1.0
+
+    @property
+    def speedup_error(self) -> float:
+        """``predicted / measured − 1`` of the speed-up over autoregressive decoding (timed alongside: a machine
+        whose speed drifted between the fit and the confirmation moves both rates, not their ratio)."""
+        return self.predicted_speedup / self.measured_speedup - 1.0
+
+
+@dataclass
+class Plan:
+    """What :func:`plan` found: its settings, the latency model, every candidate (best first), the confirmations."""
+
+    settings: dict
+    latency: object
+    ranked: list = field(default_factory=list)
+    confirmed: list = field(default_factory=list)
+
+    @property
+    def best(self) -> Candidate:
+        return next(c for c in self.ranked if c.allowed)
+
+    def verdict(self) -> str:
+        """Whether the predicted best among the confirmed was the measured best, within the timing noise (two
+        standard errors of the difference)."""
+        rows = self.confirmed
+        if len(rows) < 2:
+            return "nothing to compare"
+        by_pred = max(rows, key=lambda r: r.predicted)
+        by_meas = max(rows, key=lambda r: r.measured)
+        if by_pred is by_meas:
+            return f"the predicted best, {by_pred.method}, was the measured best"
+        gap = by_meas.measured - by_pred.measured
+        noise = 2 * math.hypot(by_meas.measured_se, by_pred.measured_se)
+        within = "within" if gap <= noise else "beyond"
+        return (
+            f"the predicted best, {by_pred.method}, measured {gap / by_meas.measured:.1%} below the measured best, "
+            f"{by_meas.method} ({within} two standard errors of the timing noise)"
+        )
+
+
+def plan(
+    pair,
+    *,
+    prompts: list[list[int]],
+    held_out: list[list[int]],
+    sampling,
+    key,
+    ks=range(1, 9),
+    bias_budget: float = 0.0,
+    max_new_tokens: int = 32,
+    per_prompt: int = 16,
+    confirm: int = 3,
+) -> Plan:
+    """Rank every candidate for ``pair`` on this machine and confirm the best ``confirm`` (module docstring).
+
+    Args:
+      prompts: token ids of the prompts whose contexts and timings fit the prediction.
+      held_out: token ids of the prompts the confirmations decode.
+      sampling: the :class:`~speculab.backends.Sampling` decoded with.
+      key: an int seed; the contexts, the blocks and every decoding draw from seeds derived from it.
+      ks: the lookaheads ``K`` of the candidates.
+      bias_budget: the largest per-token TV from the target's law a lossy candidate may have (0: lossless only).
+      max_new_tokens: tokens per run, in the timings and the confirmations (the speed predicted is of such runs).
+      per_prompt: contexts per prompt at which each candidate's round is computed.
+      confirm: how many of the best candidates to decode for real (0: none).
+    """
+    from speculab._validate import spawn_seeds
+    from speculab.backends.latency import fit_latency, timed_decode
+    from speculab.methods import SD, Autoregressive
+
+    ks = list(ks)
+    if not ks or any(isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 16 for k in ks):
+        raise ValueError(f"ks must be integers in 1..16; got {ks!r}")
+    if not (isinstance(bias_budget, (int, float)) and 0 <= bias_budget <= 1):
+        raise ValueError(f"bias_budget must be a TV in [0, 1]; got {bias_budget!r}")
+    seeds = spawn_seeds(key, 4)
+    calibration = [Autoregressive(), *(SD(K=k) for k in CALIBRATION_K)]
+    timed_decode(pair, prompts[:1], SD(K=2), max_new_tokens=8, key=seeds[0])  # warm-up: first calls cost more
+    timed = _interleaved(pair, prompts, calibration, max_new_tokens, seeds[0])
+    latency = fit_latency([run for runs in timed for run in runs])
+    ctxs = contexts(pair, prompts, sampling=sampling, length=max_new_tokens, per_prompt=per_prompt, key=seeds[1])
+    methods = candidates(ks, bias_budget)
+    references = (Autoregressive(), SD(K=4))
+    methods += [r for r in references if r not in methods]  # ranked whatever ks is: the confirmations' yardsticks
+    yields = round_yields(pair, methods, ctxs, sampling=sampling, key=seeds[2])
+    ranked = []
+    for m, y in zip(methods, yields):
+        cost = _cost(latency, m, y, max_new_tokens)
+        by_prompt = [y.subset(np.arange(i, i + per_prompt)) for i in range(0, y.contexts, per_prompt)]
+        costs = [_cost(latency, m, b, max_new_tokens) for b in by_prompt]
+        ranked.append(
+            Candidate(
+                m,
+                y,
+                cost,
+                _se([b.tokens for b in by_prompt]),
+                _se([c.tokens_per_second for c in costs]),
+                y.bias <= bias_budget,
+                _se([c.tokens_per_call for c in costs]),
+            )
+        )
+    ranked.sort(key=lambda c: -c.tokens_per_second)
+    result = Plan(
+        {
+            "pair": pair.name,
+            "sampling": {"temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p},
+            "ks": ks,
+            "bias_budget": bias_budget,
+            "max_new_tokens": max_new_tokens,
+            "prompts": len(prompts),
+            "held_out": len(held_out),
+            "contexts": len(ctxs),
+            "key": key,
+        },
+        latency,
+    )
+    result.ranked = ranked
+    if confirm:
+        chosen = [c for c in ranked if c.allowed][:confirm]
+        for ref in references:
+            if all(c.method != ref for c in chosen):
+                chosen.append(next(c for c in ranked if c.method == ref))
+        measured = _interleaved(pair, held_out, [c.method for c in chosen], max_new_tokens, seeds[3])
+        for c, runs in zip(chosen, measured):
+            tokens = np.array([float(r.result.counts.tokens.sum()) for r in runs])
+            seconds = np.array([float(r.seconds.sum()) for r in runs])
+            calls = np.array([float(r.result.counts.oracle_calls.sum()) for r in runs])
+            result.confirmed.append(
+                Confirmation(
+                    repr(c.method),
+                    c.tokens_per_second,
+                    c.se,
+                    float(tokens.sum() / seconds.sum()),
+                    _se(tokens / seconds),
+                    c.cost.tokens_per_call,
+                    float(tokens.sum() / calls.sum()),
+                    len(runs),
+                    predicted_per_call_se=c.call_se,
+                    measured_per_call_se=_se(tokens / calls),
+                )
+            )
+        ar = next(r for r in result.confirmed if r.method == repr(Autoregressive()))
+        result.confirmed = [
+            dataclasses.replace(
+                r, predicted_speedup=r.predicted / ar.predicted, measured_speedup=r.measured / ar.measured
+            )
+            for r in result.confirmed
+        ]
+    return result
+
+
+def _interleaved(pair, prompts, methods, N: int, key) -> list[list]:
+    """Each method timed on each prompt (:func:`~speculab.backends.latency.timed_decode`), the methods taking
+    turns prompt by prompt, so that a machine whose speed drifts (other work, clocks) slows them alike: per method,
+    one :class:`~speculab.backends.latency.TimedRuns` per prompt. A prompt's runs share its seed."""
+    from speculab._validate import spawn_seeds
+    from speculab.backends.latency import timed_decode
+
+    out: list[list] = [[] for _ in methods]
+    for prompt, seed in zip(prompts, spawn_seeds(key, len(prompts))):
+        for runs, m in zip(out, methods):
+            runs.append(timed_decode(pair, [prompt], m, max_new_tokens=N, key=seed))
+    return out
+
+
+def _cost(latency, method, y: Yield, N: int) -> RunCost:
+    """The predicted cost of a run of ``N`` tokens with the rounds of ``y`` averaged over its contexts."""
+    return run_cost(latency, method, y.outcome.mean(axis=0), y.drafted.mean(axis=0), N)
+
+
+def _se(values) -> float:
+    """The standard error of the mean of the per-prompt ``values`` (NaN with one prompt)."""
+    v = np.asarray(values, dtype=float)
+    return float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else math.nan

@@ -1,0 +1,202 @@
+"""``plan``: each candidate's round along real contexts (the estimator against exact enumeration and closed forms),
+the cost model's arithmetic, the ranking and the command."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import Z_BOUND
+from speculab.backends import Sampling
+from speculab.backends.latency import ForwardFit, LatencyModel
+from speculab.backends.models import HistoryModel
+from speculab.backends.pair import ModelPair
+from speculab.cli import main
+from speculab.methods import SD, Autoregressive, Biased, BlockVerification, GreedyDraft
+from speculab.planning import candidates, exact_yield, round_yields, run_cost
+
+
+class _Constant(HistoryModel):
+    """A model whose next-token law is ``law`` whatever the history: an i.i.d. instance."""
+
+    def __init__(self, law):
+        super().__init__(len(law))
+        self.law = torch.tensor(law, dtype=torch.float64)
+
+    def probs(self, history):
+        return self.law
+
+
+class _NoTokenizer:
+    eos_token_id = None
+
+
+def _iid_pair(seed: int, V: int = 4):
+    rng = np.random.default_rng(seed)
+    p, q = rng.dirichlet(np.ones(V)), rng.dirichlet(np.ones(V))
+    return p, q, ModelPair(_Constant(p), _Constant(q), _NoTokenizer(), V, "iid")
+
+
+@pytest.mark.parametrize("K", [1, 3])
+def test_exact_yield_is_leviathans_geometric_sum_for_sd_and_greedy_drafts(K):
+    """On an i.i.d. instance a slot is kept with ``α`` independently: ``E[τ + 1] = (1 − α^{K+1}) / (1 − α)``, with
+    ``α = 1 − TV(p, q)`` for SD and ``α = q(argmax p)`` for greedy drafts — a closed form the enumeration must meet
+    exactly."""
+    p, q, _ = _iid_pair(1)
+    for method, alpha in ((SD(K=K), 1 - 0.5 * np.abs(p - q).sum()), (GreedyDraft(K=K), q[np.argmax(p)])):
+        tokens, bias = exact_yield(method, p, q)
+        assert tokens == pytest.approx((1 - alpha ** (K + 1)) / (1 - alpha), rel=1e-12) and bias == 0.0
+
+
+def test_exact_yield_gives_a_biased_rules_per_token_bias():
+    """Decoding-UNO with one draft: each output token's law is its one-step law, so the per-token bias is that
+    law's TV from ``q`` on every round — the first slot's, weighted by reaching it (always)."""
+    p, q, _ = _iid_pair(2)
+    method = Biased(0.2, K=1)
+    tokens, bias = exact_yield(method, p, q)
+    law = method.round_law(
+        torch.tensor(p)[None, None], torch.tensor(np.stack([q, q]))[None], torch.tensor([[0]]), bonus=True
+    )
+    assert law.law is not None
+    # the output law at slot 1 does not depend on the drafted token: the round's marginal is one law
+    one = 0.5 * float((law.law[0, 0] - torch.tensor(q)).abs().sum())
+    assert bias == pytest.approx(one / tokens, rel=1e-9) and bias > 0.01
+    # two drafts: slot 2 is output only when slot 1's draft was kept (α), so the bias is TV (1 + α) / E[τ + 1],
+    # α from E[τ + 1] = 1 + α + α² (i.i.d. slots)
+    tokens2, bias2 = exact_yield(Biased(0.2, K=2), p, q)
+    alpha = (-1 + math.sqrt(1 + 4 * (tokens2 - 1))) / 2
+    assert bias2 == pytest.approx(one * (1 + alpha) / tokens2, rel=1e-9)
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_the_estimator_along_contexts_meets_the_enumeration(seed):
+    """The Rao–Blackwellised estimator on a pair whose models are i.i.d. laws (600 contexts, fixed seed): within 5
+    standard errors of the exact ``E[τ + 1]`` for every rule and ``K`` sharing a block, exactly for greedy drafts
+    (a deterministic block), and the biased rule's bias to the enumeration's. Power: the s.e. is held below 4 % of
+    the mean, so an estimator 20 % off is refused with probability ≥ 0.5, 30 % off almost surely."""
+    p, q, pair = _iid_pair(seed)
+    methods = [SD(K=3), SD(K=1), BlockVerification(K=3), GreedyDraft(K=2), Biased(0.2, K=2), Autoregressive()]
+    ys = round_yields(pair, methods, [[0, 1]] * 600, sampling=Sampling(1.0), key=seed)
+    for m, y in zip(methods, ys):
+        if not m.drafting:
+            assert (y.tokens, y.full, y.K) == (1.0, 1.0, 0)
+            continue
+        tokens, bias = exact_yield(m, p, q)
+        if isinstance(m, GreedyDraft):
+            assert y.tokens == pytest.approx(tokens, rel=1e-6) and y.se < 1e-9
+        else:
+            assert abs(y.tokens - tokens) < Z_BOUND * y.se and y.se < 0.04 * tokens, (m, y, tokens)
+        assert y.bias == pytest.approx(bias, abs=5 * y.se / tokens + 1e-6)
+        assert (y.drafted == np.arange(m.K + 1)).all() and y.contexts == 600
+        # a round of L < K drafts is the first L slots of the same block: SD(K=1)'s rounds are SD(K=3)'s row 1
+        if repr(m) == "SD(K=1)":
+            assert np.array_equal(y.outcome[:, 1, :2], ys[0].outcome[:, 1, :2])
+
+
+def _model(**loop) -> LatencyModel:
+    draft = ForwardFit(0.001, 0.0005, 1.0, 100)  # t_p(k) = 1 ms + 0.5 ms k
+    target = ForwardFit(0.01, 0.002, 1.0, 100)  # t_q(k) = 10 ms + 2 ms k
+    terms = dict(per_round=0.0, per_draft=0.0, per_token=0.0, per_run=0.0, per_drafting_run=0.0) | loop
+    return LatencyModel(draft, target, **terms)
+
+
+def test_run_cost_of_autoregressive_decoding_is_its_rounds_by_hand():
+    """N rounds of one target call of one token, the first the prefill (priced per run)."""
+    N = 30
+    m = _model(per_round=1e-4, per_token=2e-5, per_run=0.05)
+    cost = run_cost(m, Autoregressive(), np.ones((1, 1)), np.zeros(1), N)
+    assert cost.seconds == pytest.approx(0.05 + (N - 1) * 0.012 + N * (1e-4 + 2e-5)) and cost.calls == N
+
+
+def test_run_cost_meets_a_simulation_of_its_rounds():
+    """SD(K=3) with a fixed law of τ per round length: the dynamic program's expected seconds and target calls
+    against 20,000 simulated runs of the same rounds (horizon included), within 5 standard errors."""
+    K, N = 3, 12
+    rng = np.random.default_rng(0)
+    outcome = np.zeros((K + 1, K + 1))
+    outcome[0, 0] = 1.0
+    for L in range(1, K + 1):
+        outcome[L, : L + 1] = rng.dirichlet(np.ones(L + 1))
+    drafted = np.arange(K + 1, dtype=float)
+    m = _model(per_round=1e-4, per_draft=2e-4, per_token=3e-5, per_run=0.05, per_drafting_run=0.004)
+    cost = run_cost(m, SD(K=K), outcome, drafted, N)
+    seconds, calls = [], []
+    for _ in range(20_000):
+        n, t, c, first = N, 0.05 + 0.004, 0, True
+        while n:
+            L = min(K, n)
+            tau = rng.choice(L + 1, p=outcome[L, : L + 1])
+            out = min(tau + 1, n)
+            t += L * m.draft(1) + (tau == L and n > out) * (m.draft(2) - m.draft(1)) + 1e-4 + L * 2e-4 + out * 3e-5
+            t += 0.0 if first else m.target(L + 1)
+            first, n, c = False, n - out, c + 1
+        seconds.append(t)
+        calls.append(c)
+    for want, got in ((cost.seconds, seconds), (cost.calls, calls)):
+        assert abs(np.mean(got) - want) < Z_BOUND * np.std(got) / math.sqrt(len(got)), (want, np.mean(got))
+
+
+def test_candidates_are_lossless_unless_a_budget_lets_lossy_rules_in():
+    lossless = candidates([1, 4], 0.0)
+    assert isinstance(lossless[0], Autoregressive) and all(m.unbiased for m in lossless)
+    assert {repr(m) for m in lossless} >= {"SD(K=4)", "GreedyDraft(K=1)", "BlockVerification(K=4)"}
+    lossy = candidates([2], 0.05)
+    assert any(not m.unbiased for m in lossy) and all(getattr(m, "K", 2) in (None, 2) for m in lossy[1:])
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--k", "0"], "--k: expected distinct integers in 1..16"),
+        (["--k", "2,2"], "--k: expected distinct integers in 1..16"),
+        (["--k", "a"], "--k: expected comma-separated integers; got 'a'"),
+        (["--bias-budget", "2"], "--bias-budget: a per-token TV in"),
+        (["--bias-budget", "x"], "--bias-budget: expected a number"),
+        (["--prompts", "30"], "--prompts 30: at most 24"),
+        (["--out", "/nonexistent/plan.json"], "--out /nonexistent/plan.json: no folder /nonexistent"),
+        (["--out", "/"], "--out /: a folder"),
+        (["--pair", "small"], "--pair must be 'tiny' or 'tiny-ngram' (or use --draft/--target); got 'small'"),
+    ],
+)
+def test_bad_input_gets_one_line_naming_it(argv, message, capsys):
+    assert main(["plan", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
+
+
+def test_plan_ranks_predicts_and_confirms_on_the_tiny_pair(tmp_path, capsys):
+    """The whole command, small: every candidate ranked by predicted speed; the confirmations decode the best and
+    the references; predicted tokens per call of each confirmed rule is its round law's mean (not the clock's)."""
+    out = tmp_path / "plan.json"
+    argv = ["plan", "--k", "1,2", "--prompts", "2", "--per-prompt", "2", "--confirm", "1", "--max-new-tokens", "8"]
+    assert main([*argv, "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    plan = json.loads(out.read_text())
+    ranked = plan["ranked"]
+    assert len(ranked) == 1 + 3 * 2 + 1 and all(r["allowed"] for r in ranked)  # and SD(K=4), a reference
+    assert [r["tokens_per_second"] for r in ranked] == sorted((r["tokens_per_second"] for r in ranked), reverse=True)
+    by = {r["method"]: r for r in ranked}
+    assert by["Autoregressive()"]["tokens_per_call"] == 1.0
+    assert by["SD(K=1)"]["tokens_per_call"] == pytest.approx(by["BlockVerification(K=1)"]["tokens_per_call"])
+    confirmed = {r["method"]: r for r in plan["confirmed"]}
+    assert {"Autoregressive()", "SD(K=4)", ranked[0]["method"]} == set(confirmed)
+    for name, r in confirmed.items():
+        assert r["measured"] > 0 and math.isfinite(r["error"]) and r["runs"] == 8
+        assert r["predicted_per_call"] == by[name]["tokens_per_call"]
+        assert r["predicted"] == by[name]["tokens_per_second"]
+    assert "confirmed on 8 held-out prompts" in text and plan["verdict"] in text
+
+
+@pytest.mark.slow
+def test_plan_runs_on_the_cheap_draft_pair(capsys):
+    """The tiny target with a trigram draft (``--pair tiny-ngram``): a draft that is not a network, planned and
+    confirmed like any other."""
+    argv = ["plan", "--pair", "tiny-ngram", "--k", "1,2", "--prompts", "2", "--per-prompt", "2", "--confirm", "1"]
+    assert main([*argv, "--max-new-tokens", "8", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["settings"]["pair"] == "tiny-ngram" and len(plan["confirmed"]) == 3
+    assert 1.0 < max(r["tokens_per_round"] for r in plan["ranked"]) < 3.0
