@@ -157,8 +157,8 @@ def test_candidates_are_lossless_unless_a_budget_lets_lossy_rules_in():
         (["--bias-budget", "2"], "--bias-budget: a per-token TV in"),
         (["--bias-budget", "x"], "--bias-budget: expected a number"),
         (["--prompts", "30"], "--prompts 30: at most 24"),
-        (["--out", "/nonexistent/plan.json"], "--out /nonexistent/plan.json: no folder /nonexistent"),
-        (["--out", "/"], "--out /: a folder"),
+        (["--out", "/etc/hostname"], "--out /etc/hostname: a file; give a folder"),
+        (["--out", "/etc/hostname/x"], "--out /etc/hostname/x: /etc/hostname is a file, not a folder"),
         (["--pair", "small"], "--pair must be 'tiny' or 'tiny-ngram' (or use --draft/--target); got 'small'"),
     ],
 )
@@ -171,11 +171,11 @@ def test_bad_input_gets_one_line_naming_it(argv, message, capsys):
 def test_plan_ranks_predicts_and_confirms_on_the_tiny_pair(tmp_path, capsys):
     """The whole command, small: every candidate ranked by predicted speed; the confirmations decode the best and
     the references; predicted tokens per call of each confirmed rule is its round law's mean (not the clock's)."""
-    out = tmp_path / "plan.json"
     argv = ["plan", "--k", "1,2", "--prompts", "2", "--per-prompt", "2", "--confirm", "1", "--max-new-tokens", "8"]
-    assert main([*argv, "--out", str(out)]) == 0
+    assert main([*argv, "--out", str(tmp_path / "new")]) == 0
     text = capsys.readouterr().out
-    plan = json.loads(out.read_text())
+    plan = json.loads((tmp_path / "new" / "plan.json").read_text())
+    assert (tmp_path / "new" / "plan.png").stat().st_size > 10_000 and (tmp_path / "new" / "plan.pdf").exists()
     ranked = plan["ranked"]
     assert len(ranked) == 1 + 3 * 2 + 1 and all(r["allowed"] for r in ranked)  # and SD(K=4), a reference
     assert [r["tokens_per_second"] for r in ranked] == sorted((r["tokens_per_second"] for r in ranked), reverse=True)
@@ -189,6 +189,15 @@ def test_plan_ranks_predicts_and_confirms_on_the_tiny_pair(tmp_path, capsys):
         assert r["predicted_per_call"] == by[name]["tokens_per_call"]
         assert r["predicted"] == by[name]["tokens_per_second"]
     assert "confirmed on 8 held-out prompts" in text and plan["verdict"] in text
+    # the report shows the plan, and refuses one edited into a rate no run gives
+    from speculab.repro.report import build_report
+
+    page = build_report(tmp_path / "new").read_text()
+    assert "plan: the best configuration" in page and "data:image/png;base64," in page
+    plan["ranked"][0]["tokens_per_second"] = -1.0
+    (tmp_path / "new" / "plan.json").write_text(json.dumps(plan))
+    with pytest.raises(ValueError, match="plan.json: ranked row .*: a rate or tokens per round that no run gives"):
+        build_report(tmp_path / "new")
 
 
 @pytest.mark.slow

@@ -8,12 +8,28 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from speculab._files import out_file, write_text
+from pathlib import Path
+from speculab._files import write_text
 
 __all__ = ["add_parser", "cmd_plan", "table", "to_json"]
 
 #: Held-out prompts of the confirmations, taken from the end of the shipped prompts.
 HELD_OUT = 8
+#: The plan's file in ``--out`` (what ``speculab report`` reads).
+PLAN = "plan.json"
+
+
+def out_folder(path: str | None) -> Path | None:
+    """``--out``, checked before the run: a folder (made if missing) whose parents are folders."""
+    if path is None:
+        return None
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {path}: a file; give a folder")
+    blocked = next((up for up in out.parents if up.exists() and not up.is_dir()), None)
+    if blocked is not None:
+        raise ValueError(f"--out {path}: {blocked} is a file, not a folder")
+    return out
 
 
 def _ks(text: str) -> list[int]:
@@ -54,7 +70,9 @@ def add_parser(sub, common, add_pair_args, count, pair_of, sampling_of) -> None:
     p.add_argument("--prompts", type=count(1), default=16, help="prompts whose contexts and timings fit (default 16)")
     p.add_argument("--per-prompt", type=count(1), default=16, help="contexts per prompt (default 16)")
     p.add_argument("--confirm", type=count(0), default=3, help="best candidates decoded for real (default 3; 0: none)")
-    p.add_argument("--out", default=None, help="also write the plan's JSON to this file")
+    p.add_argument(
+        "--out", default=None, help="also write OUT/plan.json and its figure OUT/plan.png (speculab report shows them)"
+    )
     p.set_defaults(func=cmd_plan, pair_of=pair_of, sampling_of=sampling_of)
 
 
@@ -67,7 +85,7 @@ def cmd_plan(args) -> int:
         raise ValueError(
             f"--prompts {args.prompts}: at most {len(texts) - HELD_OUT} (the last {HELD_OUT} are held out)"
         )
-    out = out_file(args.out)
+    out = out_folder(args.out)
     pair = args.pair_of(args)
     sampling = args.sampling_of(args)
     encode = pair.tokenizer.encode
@@ -86,7 +104,10 @@ def cmd_plan(args) -> int:
     payload = to_json(result)
     print(json.dumps(payload, indent=1) if args.json else table(result))
     if out is not None:
-        write_text(out, json.dumps(payload, indent=1))
+        from speculab.planning.figure import save
+
+        write_text(out / PLAN, json.dumps(payload, indent=1))
+        save(payload, out / "plan.png")
     return 0
 
 

@@ -15,7 +15,8 @@ Three steps, each from this module's inputs only:
    references are ranked whatever the lookaheads asked for.
 
 Candidates: autoregressive decoding; SD, greedy drafts (the rule engines default to) and block verification at each
-``K``; with a bias budget, Decoding-UNO (``Biased``) at a grid of ``ε`` and typical acceptance at Medusa's defaults.
+``K``; with a bias budget, Decoding-OPT (``Biased``, [Yin] §4.2: on the Pareto line of rejections against bias, Thm 5)
+at a grid of ``ε`` and typical acceptance at Medusa's defaults.
 Rounds of several draft rows (batch SD) and token trees are not priced by the latency model and are not candidates.
 """
 
@@ -32,8 +33,9 @@ from speculab.planning.yields import Yield, contexts, round_yields
 
 __all__ = ["Candidate", "Confirmation", "Plan", "candidates", "plan", "EPSILONS", "CALIBRATION_K"]
 
-#: Decoding-UNO's over-acceptance ``ε`` among the lossy candidates.
-EPSILONS = (0.05, 0.1, 0.2, 0.4)
+#: Decoding-OPT's over-acceptance ``ε`` among the lossy candidates: ``b = min(1, (q + ε)/p)`` adds ``ε`` to every
+#: token's probability, so at a real vocabulary a small ``ε`` already accepts almost every draft.
+EPSILONS = (0.0003, 0.001, 0.003, 0.01)
 #: The lookaheads of SD timed to fit the latency model (with autoregressive decoding).
 CALIBRATION_K = (1, 2, 4, 8)
 

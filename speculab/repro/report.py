@@ -372,6 +372,94 @@ def _validation_section(data: dict) -> str:
     return "\n".join(parts)
 
 
+PLAN = "plan.json"
+
+
+def _plan(folder: Path) -> dict | None:
+    """``plan.json`` of the folder (``speculab plan --out``), checked to be what the command writes: every rate
+    and count a positive finite number, tokens per round at least 1, biases TVs, verdict a string."""
+    path = folder / PLAN
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        problem = _plan_problem(data)
+    except (UnicodeDecodeError, json.JSONDecodeError, TypeError, KeyError, AttributeError) as exc:
+        problem = f"not a plan ({type(exc).__name__})"
+    if problem:
+        raise ValueError(f"{path}: {problem}; rerun `speculab plan --out {folder}`")
+    return data
+
+
+def _plan_problem(data) -> str | None:
+    def positive(x):
+        return _is_number(x) and x > 0
+
+    if not isinstance(data, dict) or not isinstance(data.get("ranked"), list) or not data["ranked"]:
+        return "no ranked candidates"
+    if not isinstance(data.get("confirmed"), list) or not isinstance(data.get("verdict"), str):
+        return "no confirmations or verdict"
+    for r in data["ranked"]:
+        if not (isinstance(r.get("method"), str) and positive(r["tokens_per_second"]) and r["tokens_per_round"] >= 1):
+            return f"ranked row {r.get('method')!r}: a rate or tokens per round that no run gives"
+        if not (_is_number(r["bias"]) and 0 <= r["bias"] <= 1 and r["K"] >= 0):
+            return f"ranked row {r['method']!r}: a bias outside [0, 1] or a negative K"
+    for r in data["confirmed"]:
+        if not (positive(r["predicted"]) and positive(r["measured"]) and positive(r["measured_per_call"])):
+            return f"confirmed row {r.get('method')!r}: a rate that no run gives"
+    return None
+
+
+def _plan_section(folder: Path, data: dict) -> str:
+    """The plan: its figure, its best candidates and its confirmations."""
+    s = data["settings"]
+    parts = [
+        '<section id="plan"><h2>plan: the best configuration for a pair on this machine</h2>',
+        f'<p class="meta">{_e(s.get("pair"))} pair, runs of {_e(s.get("max_new_tokens"))} tokens, bias budget '
+        f"{_e(s.get('bias_budget'))}, rounds along {_e(s.get('contexts'))} contexts "
+        "(<code>speculab plan</code>)</p>",
+    ]
+    png = folder / "plan.png"
+    if png.exists():
+        data64 = base64.b64encode(png.read_bytes()).decode("ascii")
+        parts.append(f'<div class="figure"><img alt="plan.png" src="data:image/png;base64,{data64}"></div>')
+    parts.append(
+        _table(
+            ["rank", "method", "tokens / round", "tokens / call", "bias", "tokens / s"],
+            [
+                [
+                    i,
+                    r["method"],
+                    f"{r['tokens_per_round']:.3f}",
+                    f"{r['tokens_per_call']:.3f}",
+                    f"{r['bias']:.4f}",
+                    f"{r['tokens_per_second']:.1f}",
+                ]
+                for i, r in enumerate([r for r in data["ranked"] if r["allowed"]][:10], 1)
+            ],
+        )
+    )
+    if data["confirmed"]:
+        parts.append(
+            _table(
+                ["confirmed", "tokens / s predicted", "measured", "error", "speed-up predicted", "measured"],
+                [
+                    [
+                        r["method"],
+                        f"{r['predicted']:.1f}",
+                        f"{r['measured']:.1f}",
+                        f"{r['error']:+.1%}",
+                        f"{r['predicted_speedup']:.3f}",
+                        f"{r['measured_speedup']:.3f}",
+                    ]
+                    for r in data["confirmed"]
+                ],
+            )
+        )
+    parts.append(f"<p>{_e(data['verdict'])}</p></section>")
+    return "\n".join(parts)
+
+
 def build_report(out_dir: str | os.PathLike = "results", path: str | os.PathLike | None = None) -> Path:
     """Write the HTML report of the reproductions in ``out_dir`` to ``path`` (default ``out_dir/report.html``)
     and return its path.
@@ -383,6 +471,7 @@ def build_report(out_dir: str | os.PathLike = "results", path: str | os.PathLike
     if not folder.is_dir():
         raise ValueError(f"{folder} is not a folder (run `speculab repro all --out {folder}` first)")
     validation = _validation(folder)
+    planned = _plan(folder)
     data = read_provenance(folder)
     for name, entry in data["figures"].items():
         changed = changed_files(folder, entry) if entry["status"] == "ok" else []  # read_provenance: digests there
@@ -398,10 +487,10 @@ def build_report(out_dir: str | os.PathLike = "results", path: str | os.PathLike
         for name in repro.FIGURES
         if results[name] is not None and data["figures"].get(name, {}).get("status") == "ok"
     ]
-    if not shown and validation is None:
+    if not shown and validation is None and planned is None:
         raise ValueError(
             f"no reproductions in {folder}: run `speculab repro all --out {folder}` (or "
-            f"`speculab validate --out {folder}`) first"
+            f"`speculab validate --out {folder}`, `speculab plan --out {folder}`) first"
         )
     overview = ["<tr><th>figure</th><th>status</th><th>wall time</th><th>what</th></tr>"]
     not_run = (data.get("all") or {}).get("skipped", {})
@@ -438,12 +527,19 @@ def build_report(out_dir: str | os.PathLike = "results", path: str | os.PathLike
             '<html lang="en"><head><meta charset="utf-8">',
             "<title>speculab report</title>",
             f"<style>{STYLE}</style></head><body>",
-            "<h1>speculab: reproductions</h1>" if shown else "<h1>speculab: validation</h1>",
+            "<h1>speculab: "
+            + (
+                "reproductions"
+                if shown
+                else " and ".join(n for n, d in (("validation", validation), ("plan", planned)) if d)
+            )
+            + "</h1>",
             f'<p class="meta">{len(shown)} figures from {_e(folder.resolve())}, '
             f"report generated {generated}{total}</p>",
             _environment(data),
             f'<table class="overview">{"".join(overview)}</table>' if len(overview) > 1 else "",
             _validation_section(validation) if validation is not None else "",
+            _plan_section(folder, planned) if planned is not None else "",
             *(_section(folder, name, data["figures"].get(name), results[name]) for name in shown),
             "</body></html>",
         ]
