@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from speculab._files import write_text
 
-__all__ = ["add_parser", "cmd_plan", "table", "to_json"]
+__all__ = ["add_parser", "cmd_plan", "plan_of", "table", "to_json"]
 
 #: Held-out prompts of the confirmations, taken from the end of the shipped prompts.
 HELD_OUT = 8
@@ -77,30 +77,8 @@ def add_parser(sub, common, add_pair_args, count, pair_of, sampling_of) -> None:
 
 
 def cmd_plan(args) -> int:
-    from speculab.backends.pair import default_prompts
-    from speculab.planning import plan
-
-    texts = default_prompts()
-    if args.prompts > len(texts) - HELD_OUT:
-        raise ValueError(
-            f"--prompts {args.prompts}: at most {len(texts) - HELD_OUT} (the last {HELD_OUT} are held out)"
-        )
     out = out_folder(args.out)
-    pair = args.pair_of(args)
-    sampling = args.sampling_of(args)
-    encode = pair.tokenizer.encode
-    result = plan(
-        pair,
-        prompts=[encode(t) for t in texts[: args.prompts]],
-        held_out=[encode(t) for t in texts[-HELD_OUT:]],
-        sampling=sampling,
-        key=args.seed,
-        ks=args.k,
-        bias_budget=args.bias_budget,
-        max_new_tokens=args.max_new_tokens,
-        per_prompt=args.per_prompt,
-        confirm=args.confirm,
-    )
+    result = plan_of(args)
     payload = to_json(result)
     print(json.dumps(payload, indent=1) if args.json else table(result))
     if out is not None:
@@ -109,6 +87,32 @@ def cmd_plan(args) -> int:
         write_text(out / PLAN, json.dumps(payload, indent=1))
         save(payload, out / "plan.png")
     return 0
+
+
+def plan_of(args):
+    """The :class:`~speculab.planning.Plan` the parsed options ``args`` ask for."""
+    from speculab.backends.pair import default_prompts
+    from speculab.planning import plan
+
+    texts = default_prompts()
+    if args.prompts > len(texts) - HELD_OUT:
+        raise ValueError(
+            f"--prompts {args.prompts}: at most {len(texts) - HELD_OUT} (the last {HELD_OUT} are held out)"
+        )
+    pair = args.pair_of(args)
+    encode = pair.tokenizer.encode
+    return plan(
+        pair,
+        prompts=[encode(t) for t in texts[: args.prompts]],
+        held_out=[encode(t) for t in texts[-HELD_OUT:]],
+        sampling=args.sampling_of(args),
+        key=args.seed,
+        ks=args.k,
+        bias_budget=args.bias_budget,
+        max_new_tokens=args.max_new_tokens,
+        per_prompt=args.per_prompt,
+        confirm=args.confirm,
+    )
 
 
 def _finite(x):

@@ -1,0 +1,94 @@
+"""``speculab plan`` on the tiny pair and on the cheap-draft pair, as the docs' worked example (docs/plan.md).
+
+    python benchmarks/plan.py --out benchmarks/tables      # about 2 minutes on 2 cores
+
+For each pair (``tiny``; ``tiny-ngram``: the tiny target with a trigram draft) the command's defaults with a bias
+budget (K = 1..8, 16 prompts × 16 contexts, 8 held-out prompts, runs of 32 tokens, the best 3 confirmed with
+autoregressive decoding and SD K = 4): the best candidates, every confirmation predicted against measured, and the
+plan's wall time. The figures go to ``docs/figures/plan_PAIR.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _tables  # noqa: E402
+
+NAME = "plan"
+PAIRS = ("tiny", "tiny-ngram")
+FIGURES = _tables.ROOT / "docs" / "figures"
+
+
+def measure(budget: float, key: int) -> dict:
+    from speculab.cli import build_parser
+    from speculab.planning.command import plan_of, to_json
+    from speculab.planning.figure import save
+
+    plans = []
+    for pair in PAIRS:
+        args = build_parser().parse_args(["plan", "--pair", pair, "--bias-budget", str(budget), "--seed", str(key)])
+        t0 = time.perf_counter()
+        payload = to_json(plan_of(args))
+        payload["seconds"] = time.perf_counter() - t0
+        FIGURES.mkdir(parents=True, exist_ok=True)
+        save(payload, FIGURES / f"plan_{pair}.png")
+        (FIGURES / f"plan_{pair}.pdf").unlink(missing_ok=True)  # the docs show the PNG
+        plans.append(payload)
+    return {"budget": budget, "key": key, "plans": plans}
+
+
+def markdown(result: dict) -> str:
+    out = []
+    for plan in result["plans"]:
+        s = plan["settings"]
+        out += [
+            f"**The {s['pair']} pair** (seed {s['key']}, bias budget {s['bias_budget']:g}; the whole plan took "
+            f"{plan['seconds']:.0f} s):",
+            "",
+            "| rank | method | tokens / round | tokens / call | bias | tokens / s (predicted) |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
+        allowed = [r for r in plan["ranked"] if r["allowed"]]
+        for i, r in enumerate(allowed[:6], 1):
+            out.append(
+                f"| {i} | `{r['method']}` | {r['tokens_per_round']:.3f} ± {r['tokens_per_round_se']:.3f} | "
+                f"{r['tokens_per_call']:.3f} | {r['bias']:.4f} | {r['tokens_per_second']:.0f} ± "
+                f"{r['tokens_per_second_se']:.0f} |"
+            )
+        out += [
+            "",
+            "| confirmed | tokens / s: predicted | measured | error | × autoregressive: predicted | measured | error "
+            "| tokens / call: predicted | measured | z |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        for r in plan["confirmed"]:
+            z = "—" if r["per_call_z"] is None else f"{r['per_call_z']:+.1f}"
+            out.append(
+                f"| `{r['method']}` | {r['predicted']:.0f} | {r['measured']:.0f} ± {r['measured_se']:.0f} | "
+                f"{r['error']:+.1%} | {r['predicted_speedup']:.3f} | {r['measured_speedup']:.3f} | "
+                f"{r['speedup_error']:+.1%} | {r['predicted_per_call']:.3f} | {r['measured_per_call']:.3f} | {z} |"
+            )
+        out += ["", f"Verdict: {plan['verdict']}.", "", f"![plan, {s['pair']} pair](figures/plan_{s['pair']}.png)", ""]
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--budget", type=float, default=0.05, help="the plans' --bias-budget (default 0.05)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default=None, help="write NAME.json and NAME.md here")
+    args = ap.parse_args(argv)
+    env = _tables.environment()
+    result = measure(args.budget, args.seed)
+    if args.out:
+        _tables.write(args.out, NAME, result, markdown, env, _tables.argv(argv))
+    print(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
