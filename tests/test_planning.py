@@ -168,9 +168,12 @@ def test_bad_input_gets_one_line_naming_it(argv, message, capsys):
     assert len(err.splitlines()) == 1 and message in err, err
 
 
-def test_plan_ranks_predicts_and_confirms_on_the_tiny_pair(tmp_path, capsys):
+def test_plan_ranks_predicts_and_confirms_on_the_tiny_pair(tmp_path, capsys, monkeypatch):
     """The whole command, small: every candidate ranked by predicted speed; the confirmations decode the best and
-    the references; predicted tokens per call of each confirmed rule is its round law's mean (not the clock's)."""
+    the references; predicted tokens per call of each confirmed rule is its round law's mean (not the clock's); a
+    busy machine (load average 3 on 2 CPUs, faked) is said to be."""
+    monkeypatch.setattr("os.getloadavg", lambda: (3.0, 3.0, 3.0))
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
     argv = ["plan", "--k", "1,2", "--prompts", "2", "--per-prompt", "2", "--confirm", "1", "--max-new-tokens", "8"]
     assert main([*argv, "--out", str(tmp_path / "new")]) == 0
     text = capsys.readouterr().out
@@ -189,6 +192,7 @@ def test_plan_ranks_predicts_and_confirms_on_the_tiny_pair(tmp_path, capsys):
         assert r["predicted_per_call"] == by[name]["tokens_per_call"]
         assert r["predicted"] == by[name]["tokens_per_second"]
     assert "confirmed on 8 held-out prompts" in text and plan["verdict"] in text
+    assert "note: the machine was busy (load average 3.0 on 2 CPUs" in text and plan["settings"]["load_at_end"] == 3
     # the report shows the plan, and refuses one edited into a rate no run gives
     from speculab.repro.report import build_report
 

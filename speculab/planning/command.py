@@ -210,4 +210,10 @@ def table(result, top: int = 12) -> str:
                 f"({r.per_call_z:+.1f})"
             )
         lines.append(result.verdict())
+    busy = max(s["load_at_start"], s.get("load_at_end", 0.0))
+    if busy > s["cpus"] / 2:
+        lines.append(
+            f"note: the machine was busy (load average {busy:.1f} on {s['cpus']} CPUs, torch on {s['threads']} "
+            "threads): the times are noisy; the speed-ups over autoregressive decoding, timed alongside, less so"
+        )
     return "\n".join(lines)

@@ -181,6 +181,11 @@ def plan(
         raise ValueError(f"ks must be integers in 1..16; got {ks!r}")
     if not (isinstance(bias_budget, (int, float)) and 0 <= bias_budget <= 1):
         raise ValueError(f"bias_budget must be a TV in [0, 1]; got {bias_budget!r}")
+    import os
+
+    import torch
+
+    load_at_start = os.getloadavg()[0]
     seeds = spawn_seeds(key, 4)
     calibration = [Autoregressive(), *(SD(K=k) for k in CALIBRATION_K)]
     timed_decode(pair, prompts[:1], SD(K=2), max_new_tokens=8, key=seeds[0])  # warm-up: first calls cost more
@@ -219,6 +224,9 @@ def plan(
             "held_out": len(held_out),
             "contexts": len(ctxs),
             "key": key,
+            "threads": torch.get_num_threads(),
+            "cpus": os.cpu_count(),
+            "load_at_start": load_at_start,
         },
         latency,
     )
@@ -248,6 +256,7 @@ def plan(
                 )
             )
         ar = next(r for r in result.confirmed if r.method == repr(Autoregressive()))
+        result.settings["load_at_end"] = os.getloadavg()[0]
         result.confirmed = [
             dataclasses.replace(
                 r, predicted_speedup=r.predicted / ar.predicted, measured_speedup=r.measured / ar.measured
