@@ -196,8 +196,9 @@ def table(result, top: int = 12) -> str:
     if result.confirmed:
         lines += [
             "",
-            f"confirmed on {result.settings['held_out']} held-out prompts, the methods taking turns prompt by prompt "
-            "(± one standard error over the prompts; × AR: the speed-up over autoregressive decoding; z: the "
+            f"confirmed on {s['held_out']} held-out prompts × {s['confirm_runs']} runs, the methods taking turns "
+            "run by run "
+            "(± one standard error over the runs; × AR: the speed-up over autoregressive decoding; z: the "
             "tokens/call error in standard errors of both sides):",
             f"  {'method':<40} {'predicted':>16} {'measured':>16} {'error':>7}  {'× AR pred / meas':>17} {'error':>7}"
             f"  {'tokens/call pred / meas (z)':>27}",

@@ -158,6 +158,7 @@ def plan(
     max_new_tokens: int = 32,
     per_prompt: int = 16,
     confirm: int = 3,
+    confirm_runs: int = 2,
 ) -> Plan:
     """Rank every candidate for ``pair`` on this machine and confirm the best ``confirm`` (module docstring).
 
@@ -171,6 +172,7 @@ def plan(
       max_new_tokens: tokens per run, in the timings and the confirmations (the speed predicted is of such runs).
       per_prompt: contexts per prompt at which each candidate's round is computed.
       confirm: how many of the best candidates to decode for real (0: none).
+      confirm_runs: runs of each held-out prompt per confirmed candidate (each with its own seed).
     """
     from speculab._validate import spawn_seeds
     from speculab.backends.latency import fit_latency, timed_decode
@@ -222,6 +224,7 @@ def plan(
             "max_new_tokens": max_new_tokens,
             "prompts": len(prompts),
             "held_out": len(held_out),
+            "confirm_runs": confirm_runs,
             "contexts": len(ctxs),
             "key": key,
             "threads": torch.get_num_threads(),
@@ -236,7 +239,8 @@ def plan(
         for ref in references:
             if all(c.method != ref for c in chosen):
                 chosen.append(next(c for c in ranked if c.method == ref))
-        measured = _interleaved(pair, held_out, [c.method for c in chosen], max_new_tokens, seeds[3])
+        runs = [ids for _ in range(confirm_runs) for ids in held_out]
+        measured = _interleaved(pair, runs, [c.method for c in chosen], max_new_tokens, seeds[3])
         for c, runs in zip(chosen, measured):
             tokens = np.array([float(r.result.counts.tokens.sum()) for r in runs])
             seconds = np.array([float(r.seconds.sum()) for r in runs])
