@@ -339,7 +339,9 @@ def test_each_figures_provenance_line_is_its_record(results, tmp_path):
     fig3["parameters"] = {"T": 50, "row_law": "uniform"}
     fig3["seconds"] = 12.345
     fig3["started"] = "2026-11-29T00:00:00+00:00"
-    fig3["environment"] = dict(fig3["environment"], speculab="9.8.7", git={"commit": "0123456789abcdef", "modified": 1})
+    fig3["environment"] = dict(
+        fig3["environment"], speculab="9.8.7", git={"commit": "0123456789abcdef", "modified": True}
+    )
     fig6["parameters"] = {}
     del fig6["seconds"]
     fig6["environment"] = {k: v for k, v in fig6["environment"].items() if k not in ("git", "speculab")}
@@ -732,6 +734,54 @@ def test_validation_json_with_a_field_of_another_type_is_refused_naming_it(path,
     message = str(info.value)
     assert message.startswith(f"{tmp_path / 'validation.json'} is not what `speculab validate --out` writes (")
     assert problem in message and message.endswith("); run it again")
+
+
+#: A field of provenance.json as it would read if edited or written by another tool, and what the report says.
+_PROVENANCE_FIELDS = [
+    (("figures", "yin-fig3", "seconds"), "1.5", "figures['yin-fig3'].seconds is '1.5', not a number of seconds"),
+    (("figures", "yin-fig3", "seconds"), -1, "figures['yin-fig3'].seconds is -1, not a number of seconds >= 0"),
+    (("figures", "yin-fig3", "seconds"), True, "figures['yin-fig3'].seconds is True, not a number"),
+    (("all", "wall_seconds"), "600", "all.wall_seconds is '600', not a number of seconds >= 0"),
+    (("all", "environment", "machine", "memory_bytes"), "3", "machine.memory_bytes is '3', not a whole number"),
+    (("all", "environment", "machine", "cpus"), "2", "all.environment.machine.cpus is '2', not a whole number"),
+    (("all", "environment", "machine", "cpus"), 2.5, "all.environment.machine.cpus is 2.5, not a whole number"),
+    (("all", "environment", "machine", "torch_threads"), "1", "machine.torch_threads is '1', not a whole number"),
+    (("figures", "yin-fig3", "environment", "git", "commit"), 12, "environment.git is {'commit': 12"),
+    (("figures", "yin-fig3", "environment", "git", "modified"), "no", "'modified': 'no'}, not null or"),
+    (("figures", "yin-fig3", "environment", "python"), 3.11, "environment.python is 3.11, not a string"),
+    (("figures", "yin-fig3", "environment", "libraries"), [], "environment.libraries is [], not versions"),
+    (("figures", "yin-fig3", "environment", "machine"), 3, "environment.machine is 3, not a record"),
+    (("figures", "yin-fig3", "environment"), "x", "figures['yin-fig3'].environment is 'x', not a record"),
+    (("figures", "yin-fig3", "parameters"), "x", "figures['yin-fig3'].parameters is 'x', not a record"),
+    (("figures", "yin-fig3", "started"), 5, "figures['yin-fig3'].started is 5, not a string"),
+    (("figures", "yin-fig3", "status"), "done", "figures['yin-fig3'].status is 'done', not 'ok', 'skipped' or"),
+    (("all", "skipped"), ["yin-fig2a"], "all.skipped is ['yin-fig2a'], not a record of figure names and reasons"),
+    (("all", "ran"), "yin-fig3", "all.ran is 'yin-fig3', not a list of figure names"),
+]
+
+
+@pytest.mark.parametrize(
+    "path, value, problem", _PROVENANCE_FIELDS, ids=[f"{'.'.join(p)}={v!r}" for p, v, _ in _PROVENANCE_FIELDS]
+)
+def test_provenance_json_with_a_field_of_another_type_is_one_line_naming_it(
+    results, tmp_path, capsys, path, value, problem
+):
+    """Every field of ``provenance.json`` the report shows or a resumed run compares is checked for what the runner
+    writes — a number written as a string, a status no run gives, an environment that is not a record — and a
+    wrong one is one line naming the file and the field, exit 2 (it was a format error, a TypeError or an
+    AttributeError, or the string was shown as if measured)."""
+    folder = _copy(results, tmp_path / "r")
+    data = runner.read_provenance(folder)
+    record = data
+    for key in path[:-1]:
+        record = record[key]
+    record[path[-1]] = value
+    _write_provenance(folder, data)
+    assert main(["report", "--out", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"speculab: error: {folder / runner.PROVENANCE}: ") and err.count("\n") == 1, err
+    assert problem in err and "(remove or repair the file" in err
+    assert not (folder / REPORT).exists()
 
 
 def test_a_single_figure_has_its_overview_row(results, tmp_path):

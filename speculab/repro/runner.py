@@ -24,6 +24,7 @@ import importlib.metadata
 import importlib.util
 import inspect
 import json
+import math
 import os
 import platform
 import re
@@ -176,7 +177,8 @@ def parameters(name: str, **overrides) -> dict:
 
 def read_provenance(out_dir: str | os.PathLike) -> dict:
     """``OUT/provenance.json``'s content (an empty record if there is none yet). A file that is not a speculab
-    provenance record is refused, naming it."""
+    provenance record — not JSON, another format, a field of another type than :func:`run_figure` and
+    :func:`run_all` write (a number as a string, a status no run gives) — is refused, naming it and the field."""
     path = Path(out_dir) / PROVENANCE
     if not path.exists():
         return {"format": FORMAT, "figures": {}}
@@ -190,6 +192,10 @@ def read_provenance(out_dir: str | os.PathLike) -> dict:
         isinstance(e, dict) and isinstance(e.get("status"), str) for e in data["figures"].values()
     ) or not isinstance(data.get("all", {}), dict):
         raise ValueError(f"{path} is not a speculab provenance file (an entry is not a record with a status){_REPAIR}")
+    problems = [_problem(e, _ENTRY, f"figures[{n!r}]") for n, e in data["figures"].items()]
+    problem = next((p for p in [*problems, _problem(data.get("all", {}), _RUN, "all")] if p), None)
+    if problem:  # a field of another type (a number written as a string): shown or compared as if it were the record
+        raise ValueError(f"{path}: {problem}{_REPAIR}")
     for name, entry in data["figures"].items():
         files, digests = entry.get("files", []), entry.get("sha256", {})
         if not isinstance(files, list) or not all(plain_name(f) for f in files):
@@ -208,6 +214,90 @@ def read_provenance(out_dir: str | os.PathLike) -> dict:
 
 
 _REPAIR = " (remove or repair the file: a figure run again records itself anew)"
+
+
+def _problem(record, fields: dict, where: str) -> str | None:
+    """The first field of ``record`` whose value fails its check in ``fields`` (name -> ``(check, what)``, or name ->
+    the fields of a nested record), said with its place ``where``; ``None`` if every field present passes."""
+    if not isinstance(record, dict):
+        return f"{where} is {record!r}, not a record"
+    for name, rule in fields.items():
+        if name not in record:
+            continue
+        value, at = record[name], f"{where}.{name}"
+        if isinstance(rule, dict):
+            problem = _problem(value, rule, at)
+            if problem:
+                return problem
+        elif not rule[0](value):
+            return f"{at} is {value!r}, not {rule[1]}"
+    return None
+
+
+def _text(v) -> bool:
+    return isinstance(v, str)
+
+
+def _count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+
+def _seconds(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+
+
+def _texts(v) -> bool:
+    return isinstance(v, list) and all(map(_text, v))
+
+
+def _reasons(v) -> bool:
+    return isinstance(v, dict) and all(map(_text, v.values()))
+
+
+_TEXT = (_text, "a string")
+_SECONDS = (_seconds, "a number of seconds >= 0")
+_COUNT_OR_NONE = (lambda v: v is None or _count(v), "a whole number >= 1 or null")
+_TEXT_OR_NONE = (lambda v: v is None or _text(v), "a string or null")
+#: Where a run ran, as :func:`environment` records it.
+_ENVIRONMENT = {
+    "speculab": _TEXT,
+    "python": _TEXT,
+    "git": (
+        lambda v: v is None or (isinstance(v, dict) and _text(v.get("commit")) and isinstance(v.get("modified"), bool)),
+        "null or {'commit': a string, 'modified': true or false}",
+    ),
+    "libraries": (lambda v: isinstance(v, dict) and all(x is None or _text(x) for x in v.values()), "versions"),
+    "machine": {
+        "platform": _TEXT,
+        "processor": _TEXT,
+        "cpus": _COUNT_OR_NONE,
+        "memory_bytes": _COUNT_OR_NONE,
+        "accelerator": _TEXT_OR_NONE,
+        "torch_threads": _COUNT_OR_NONE,
+    },
+}
+#: A figure's entry (its files and digests are checked apart), as :func:`run_figure` and :func:`run_all` write it.
+_ENTRY = {
+    "status": (lambda v: v in ("ok", "skipped", "failed"), "'ok', 'skipped' or 'failed'"),
+    "parameters": (lambda v: isinstance(v, dict), "a record of the parameters"),
+    "started": _TEXT,
+    "seconds": _SECONDS,
+    "reason": _TEXT,
+    "error": _TEXT,
+    "environment": _ENVIRONMENT,
+}
+#: The record of the last ``repro all`` (``"all"``).
+_RUN = {
+    "started": _TEXT,
+    "finished": _TEXT,
+    "figures": (_texts, "a list of figure names"),
+    "ran": (_texts, "a list of figure names"),
+    "kept": (_texts, "a list of figure names"),
+    "skipped": (_reasons, "a record of figure names and reasons"),
+    "failed": (_reasons, "a record of figure names and errors"),
+    "wall_seconds": _SECONDS,
+    "environment": _ENVIRONMENT,
+}
 
 
 def plain_name(name) -> bool:
