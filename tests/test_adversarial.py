@@ -195,6 +195,30 @@ def _write(path, how: str):
             z.writestr("readme.txt", "hello")
     elif how == "folder":
         path.mkdir()
+    elif how in HEADERS:  # a saved instance with one header field or array replaced
+        inst = th.MarkovInstance.random(4, 3, 0)
+        arrays = {"P": inst.P[:1], "Q": inst.Q[:1], "rho": inst.rho, "T": 4, "format_version": 2}
+        np.savez(path, **{**arrays, **HEADERS[how]})
+
+
+#: A field of a saved instance's header (or an array) replaced by what another tool might write there.
+HEADERS = {
+    "format_version array": {"format_version": np.array([1, 2])},
+    "format_version string": {"format_version": np.array("2")},
+    "format_version text": {"format_version": np.array("two")},
+    "format_version fraction": {"format_version": np.array(1.5)},
+    "format_version bool": {"format_version": np.array(True)},
+    "format_version 0": {"format_version": np.array(0)},
+    "format_version -1": {"format_version": np.array(-1)},
+    "T string": {"T": np.array("4")},
+    "T array": {"T": np.array([4, 4])},
+    "T bool": {"T": np.array(True)},
+    "T 0": {"T": np.array(0)},
+    "rho text": {"rho": np.array(["a", "b", "c"])},
+    "rho short": {"rho": np.array([1.0])},
+    "P text": {"P": np.array(["a"])},
+    "Q not rows": {"Q": np.full((1, 3, 3), 0.5)},
+}
 
 
 FILE_CASES = [
@@ -208,6 +232,7 @@ FILE_CASES = [
     "npy",
     "other zip",
     "folder",
+    *HEADERS,
 ]
 
 
@@ -218,6 +243,19 @@ def test_a_file_that_is_not_an_instance_is_refused_naming_it(tmp_path, how):
         _write(path, how)
     with pytest.raises(ValueError, match=re.escape(str(path))):
         th.MarkovInstance.load(path)
+
+
+@pytest.mark.parametrize("how", list(HEADERS))
+def test_an_instance_file_with_a_bad_header_is_one_line_naming_it(tmp_path, capsys, how):
+    """``--instance FILE`` whose ``format_version`` or ``T`` is an array, a string, a fraction, a bool or below 1,
+    or whose arrays are not an instance's: one line naming the file and the field, exit 2 (an array version was an
+    unexpected TypeError; a string version, 0 or -1, was read as a version; a T of 0 was told without the file)."""
+    path = tmp_path / "bad.npz"
+    _write(path, how)
+    assert main(["theory", "rejections", "--instance", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"speculab: error: {path} is not a speculab Markov instance: ") and err.count("\n") == 1
+    assert how.split()[0] in err, err
 
 
 # -- devices and models that do not exist ---------------------------------------------------------------------

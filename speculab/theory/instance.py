@@ -188,6 +188,14 @@ def _read_npz(path) -> dict[str, np.ndarray]:
         ) from exc
 
 
+def _header_int(data: dict[str, np.ndarray], name: str) -> int:
+    """A file's header field ``name``: one whole number ``>= 1`` (not an array, text, a fraction or a bool)."""
+    value = data[name]
+    if value.shape != () or value.dtype == bool or not np.issubdtype(value.dtype, np.integer):
+        raise ValueError(f"{name} must be one integer; got {value!r}")
+    return as_positive_int(int(value), name)
+
+
 @dataclass(frozen=True, eq=False)
 class MarkovInstance:
     """A draft/target pair of non-stationary Markov chains.
@@ -355,30 +363,34 @@ class MarkovInstance:
     @classmethod
     def load(cls, path: str | PathLike) -> "MarkovInstance":
         """Read an instance written by :meth:`save` (validated again on load). A file that is not one — missing,
-        empty, truncated, corrupt, another format, pickled objects (never unpickled) — is refused with a
-        ``ValueError`` naming it."""
+        empty, truncated, corrupt, another format, pickled objects (never unpickled), a header field
+        (``format_version``, ``T``) that is not one whole number, arrays that are not an instance's — is refused
+        with a ``ValueError`` naming it."""
         data = _read_npz(path)
         missing = {"P", "Q", "rho"} - set(data)
         if missing:
             raise ValueError(f"{path} is not a speculab Markov instance: missing {sorted(missing)}")
-        version = int(data["format_version"]) if "format_version" in data else 1
+        try:
+            version = _header_int(data, "format_version") if "format_version" in data else 1
+        except ValueError as exc:
+            raise ValueError(f"{path} is not a speculab Markov instance: {exc}") from None
         if version > _FORMAT_VERSION:
             raise ValueError(f"{path} has format version {version}; this speculab reads <= {_FORMAT_VERSION}")
+        try:
+            return cls._from_arrays(data)
+        except ValueError as exc:
+            raise ValueError(f"{path} is not a speculab Markov instance: {exc}") from None
+
+    @classmethod
+    def _from_arrays(cls, data: dict[str, np.ndarray]) -> "MarkovInstance":
+        """The instance of a file's arrays: format 1 (full stacks) or 2 (compact parts and the horizon ``T``)."""
         P, Q, rho = data["P"], data["Q"], data["rho"]
         dtype = "float32" if P.dtype == np.float32 else "float64"
         P, Q = as_float_array(P, "P"), as_float_array(Q, "Q")
-        if "T" in data:  # format 2: the compact parts and the horizon
-            T = data["T"]
-            if T.shape != () or not np.issubdtype(T.dtype, np.integer):
-                raise ValueError(f"{path} is not a speculab Markov instance: T must be one integer; got {T!r}")
-            T = as_positive_int(int(T), "T")
+        if "T" in data:
+            T = _header_int(data, "T")
             if P.ndim != 3 or Q.ndim != 3 or P.shape[-1] != Q.shape[-1]:
-                raise ValueError(
-                    f"{path} is not a speculab Markov instance: P and Q have shapes {P.shape} and {Q.shape}"
-                )
+                raise ValueError(f"P and Q have shapes {P.shape} and {Q.shape}")
             V = P.shape[-1]
-            try:
-                P, Q = np.broadcast_to(P, (T, V, V)), np.broadcast_to(Q, (T, V, V))
-            except ValueError as exc:
-                raise ValueError(f"{path} is not a speculab Markov instance: {exc}") from None
+            P, Q = np.broadcast_to(P, (T, V, V)), np.broadcast_to(Q, (T, V, V))
         return cls(P, Q, rho, dtype=dtype)
