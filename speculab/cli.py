@@ -537,10 +537,14 @@ def _add_journal_args(p: argparse.ArgumentParser) -> None:
 
 
 def _pair(args):
-    from speculab.backends import load_pair
+    from speculab.backends import load_pair, resolve_device
 
     if (args.draft is None) != (args.target is None):
         raise ValueError("give both --draft and --target, or neither (then --pair is used)")
+    try:
+        resolve_device(args.device)  # a device this machine lacks: told as the flag's, before anything loads
+    except ValueError as err:
+        raise _flagged(err, ("device",)) from None
     import torch
 
     dtype = getattr(torch, args.dtype)

@@ -259,15 +259,40 @@ def test_an_instance_file_with_a_bad_header_is_one_line_naming_it(tmp_path, caps
 
 
 # -- devices and models that do not exist ---------------------------------------------------------------------
-@pytest.mark.parametrize("device", ["foo", "cuda:banana", 3.5, "cuda", "cuda:7"])
+@pytest.mark.parametrize("device", ["foo", "cuda:banana", 3.5, "cuda", "cuda:7", "meta", "mps", "xpu", "xla"])
 def test_a_device_that_does_not_exist_here_is_refused(device):
     torch = pytest.importorskip("torch")
     from speculab.backends import resolve_device
 
-    if device == "cuda" and torch.cuda.is_available():
-        pytest.skip("this machine has CUDA")
+    if device in ("cuda", "mps", "xpu") and getattr(torch, device).is_available():
+        pytest.skip(f"this machine has {device}")
     with pytest.raises(ValueError, match="device"):
         resolve_device(device)
+
+
+@pytest.mark.parametrize("device", ["meta", "mps"])
+def test_a_device_this_machine_lacks_is_one_line_naming_the_flag(device, capsys):
+    """``--device meta`` (no values to decode with) and ``--device mps`` on a machine without it: one line naming
+    the flag, exit 2, before a model loads (they were an unexpected RuntimeError from deep in decoding, exit 1)."""
+    torch = pytest.importorskip("torch")
+    if device == "mps" and torch.mps.is_available():
+        pytest.skip("this machine has mps")
+    assert main(["run", "--pair", "tiny", "--device", device, "--max-new-tokens", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("speculab: error: argument --device: must be one this machine has ('auto', 'cpu'")
+    assert f"got {device!r}" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("dtype", ["float8", "cuda", "int64", "float8_e4m3fn", "complex64", "bool", None, 3])
+def test_a_model_dtype_that_is_not_a_floating_one_is_refused_by_name(dtype):
+    """``load_pair(dtype=...)``: a name torch lacks (``"float8"``), a device's name (``"cuda"``), an integer, fp8,
+    complex or bool dtype, ``None`` (which loaded the weights in float16): refused naming ``dtype`` before a model
+    loads (they were an AttributeError, a pickling TypeError, or transformers' multi-line error)."""
+    torch = pytest.importorskip("torch")
+    from speculab.backends import load_pair
+
+    given = getattr(torch, dtype) if dtype in ("int64", "float8_e4m3fn", "complex64", "bool") else dtype
+    _refused("dtype", lambda: load_pair("tiny", device="cpu", dtype=given))
 
 
 @pytest.mark.parametrize("how", ["missing", "file", "no config"])
@@ -329,6 +354,7 @@ CLI_CASES = [
     ([], 2, "required"),
     (["bogus"], 2, "invalid choice"),
     (["run", "--pair", "tiny", "--device", "foo"], 2, "device"),
+    (["compare", "--pair", "tiny", "--device", "meta"], 2, "argument --device: must be one this machine has"),
     (["run", "--draft", "/nonexistent-draft", "--target", "/nonexistent-target"], 2, "no model folder"),
     (["compare", "--pair", "tiny", "--runs-per-prompt", "0"], 2, "argument --runs-per-prompt"),
     (["run", "--pair", "tiny", "--temperature", "-1"], 2, "temperature"),

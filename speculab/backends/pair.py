@@ -75,7 +75,31 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
         )
     if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
         raise ValueError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    if dev.type not in ("cpu", "cuda") and not _available(dev.type):
+        why = "it holds no values to decode with" if dev.type == "meta" else f"torch {torch.__version__} has none here"
+        here = "'auto', 'cpu'" + (", 'cuda'" if torch.cuda.is_available() else "")
+        raise ValueError(f"device must be one this machine has ({here}); got {device!r}: {why}")
     return dev
+
+
+def _available(kind: str) -> bool:
+    """Whether torch has a device of ``kind`` here (``mps``, ``xpu``, …: its backend says so)."""
+    is_available = getattr(getattr(torch, kind, None), "is_available", None)
+    return callable(is_available) and bool(is_available())
+
+
+#: The weights' dtypes a pair loads in, by name (``p`` and ``q`` are formed in float64 from the logits whatever these).
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
+
+
+def as_model_dtype(dtype) -> torch.dtype:
+    """``dtype`` as one of :data:`DTYPES` (a ``torch.dtype`` or its name); anything else is refused by name."""
+    if isinstance(dtype, str) and dtype in DTYPES:
+        return DTYPES[dtype]
+    if isinstance(dtype, torch.dtype) and dtype in DTYPES.values():
+        return dtype
+    names = ", ".join(f"torch.{name}" for name in DTYPES)
+    raise ValueError(f"dtype must be a floating dtype the models can load in ({names}, or its name); got {dtype!r}")
 
 
 def _path(name: str) -> str:
@@ -162,7 +186,8 @@ def load_pair(
         adapter such as an :class:`NGramModel` (then ``target`` names the target).
       target: hub name or local path of the target model.
       device: ``"auto"`` (CUDA when present), ``"cpu"``, ``"cuda"``, …
-      dtype: model dtype; float32 by default (greedy equivalence is exact only in fp32).
+      dtype: model dtype, one of :data:`DTYPES` or its name; float32 by default (greedy equivalence is exact only
+        in fp32).
       use_cache: use KV caches (``False`` recomputes every prefix — for checking).
       allow_pickle: also load weights stored as pickles (``pytorch_model.bin``), which can run code when read;
         by default only safetensors weights load. Remote code is never run.
@@ -172,6 +197,7 @@ def load_pair(
     to the tokenizer's ids.
     """
     dev = resolve_device(device)
+    dtype = as_model_dtype(dtype)
     if isinstance(draft, str) and draft == "tiny":
         if target not in (None, "tiny"):
             raise ValueError("'tiny' names the whole pair; give no target with it")
