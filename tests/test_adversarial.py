@@ -258,6 +258,58 @@ def test_an_instance_file_with_a_bad_header_is_one_line_naming_it(tmp_path, caps
     assert how.split()[0] in err, err
 
 
+# -- the library's deeper arguments -----------------------------------------------------------------------------
+def _rule_for(T: int, V: int):
+    from speculab.methods import SpecDecPP
+
+    return SpecDecPP(0.5, max_K=2).adaptive_drafting(th.MarkovInstance.random(T, V, 1))
+
+
+def _along_target(f):
+    from speculab.theory import autodiff
+
+    pytest.importorskip("jax")
+    return autodiff.along_target(f, *autodiff.arrays_of(th.MarkovInstance.random(4, 3, 0)))
+
+
+#: name -> (a call with one bad argument, the argument its message must name).
+DEEP_CASES = {
+    "random(concentration='a')": (lambda: th.MarkovInstance.random(3, 3, 0, concentration="a"), "concentration"),
+    "random(concentration=None)": (lambda: th.MarkovInstance.random(3, 3, 0, concentration=None), "concentration"),
+    "random(concentration=[1, 2])": (lambda: th.MarkovInstance.random(3, 3, 0, concentration=[1, 2]), "concentration"),
+    "random(concentration=1j)": (lambda: th.MarkovInstance.random(3, 3, 0, concentration=1j), "concentration"),
+    "random(concentration=True)": (lambda: th.MarkovInstance.random(3, 3, 0, concentration=True), "concentration"),
+    "stopping_counts(rule of another V)": (
+        lambda: th.stopping_counts(th.MarkovInstance.random(4, 3, 0), _rule_for(4, 4)),
+        "rule",
+    ),
+    "stopping_counts(rule of a shorter T)": (
+        lambda: th.stopping_counts(th.MarkovInstance.random(4, 3, 0), _rule_for(3, 3)),
+        "rule",
+    ),
+    "stopping_counts(rule of a longer T)": (
+        lambda: th.stopping_counts(th.MarkovInstance.random(4, 3, 0), _rule_for(6, 3)),
+        "rule",
+    ),
+    "along_target(f gives rows)": (lambda: _along_target(lambda p, q: p), "f"),
+    "along_target(f gives a scalar)": (lambda: _along_target(lambda p, q: abs(p - q).sum() / 2), "f"),
+    "along_target(f gives a matrix)": (lambda: _along_target(lambda p, q: p @ q.T), "f"),
+    "along_target(f gives text)": (lambda: _along_target(lambda p, q: "tv"), "f"),
+    "along_target(f gives complex)": (lambda: _along_target(lambda p, q: (p * 1j).sum(-1)), "f"),
+    "along_target(f is not a function)": (lambda: _along_target(3), "f"),
+}
+
+
+@pytest.mark.parametrize("case", list(DEEP_CASES))
+def test_a_deep_library_argument_is_refused_by_name(case):
+    """A Dirichlet concentration that is not a number (a TypeError from ``np.isfinite``), a stopping rule built
+    for another instance (a broadcast error for another ``V``, an IndexError for a shorter ``T``, and for a longer
+    ``T`` a silent answer), a row function of ``along_target`` that does not give one number per context (rows
+    gave a ``(T, V)`` result silently; a scalar an IndexError): each a ``ValueError`` naming the argument."""
+    call, argument = DEEP_CASES[case]
+    _refused(argument, call)
+
+
 # -- devices and models that do not exist ---------------------------------------------------------------------
 @pytest.mark.parametrize("device", ["foo", "cuda:banana", 3.5, "cuda", "cuda:7", "meta", "mps", "xpu", "xla"])
 def test_a_device_that_does_not_exist_here_is_refused(device):

@@ -126,9 +126,35 @@ def along_target(f, P, Q, rho, T: int | None = None):
 
     ``f = kernels.tv`` is [Yin] Thm 1; ``f = lambda p, q: kernels.kl(q, p)`` the distillation
     loss KL(q‖p) along the target's own text. Shape ``(T,)``.
+
+    ``f`` is called on one position's rows, ``(A', V)`` each (array API, as :mod:`speculab.kernels`), and must
+    return one real number per context: shape ``(A,)``, ``A = 1`` or ``V`` (checked on the shapes, before the scan).
     """
     P, Q, rho, T = _inputs(P, Q, rho, T)
+    _check_row_function(f, P, Q)
     return _scan(chain_advance, rho, lambda p, q: (f(p, q), q), P, Q, T)[1]
+
+
+def _check_row_function(f, P, Q) -> None:
+    """Refuse an ``f`` that does not give one real number per context on a position's rows (its output traced
+    for shapes only: nothing is computed)."""
+    jax, jnp = _jax()
+    if not callable(f):
+        raise ValueError(f"f must be a function f(p, q) of a position's rows; got {f!r}")
+    V = P.shape[-1]
+    try:
+        out = jax.eval_shape(f, *(jax.ShapeDtypeStruct(A.shape[1:], A.dtype) for A in (P, Q)))
+    except TypeError:  # a string returned, say: not a JAX type
+        out = "a value that is not an array"
+    real = isinstance(out, jax.ShapeDtypeStruct) and (
+        jnp.issubdtype(out.dtype, jnp.floating) or jnp.issubdtype(out.dtype, jnp.integer)
+    )
+    if not (real and out.shape in ((1,), (V,))):
+        got = f"shape {out.shape}, {out.dtype}" if isinstance(out, jax.ShapeDtypeStruct) else out
+        raise ValueError(
+            f"f(p, q) must return one real number per context, shape (1,) or (V,) = ({V},), on rows of shapes "
+            f"{P.shape[1:]} and {Q.shape[1:]}; got {got}"
+        )
 
 
 def sd_expected_rejections(P, Q, rho, T: int | None = None) -> RejectionProfile:

@@ -12,6 +12,7 @@ uniform ``rho`` and ``T = 50`` or ``100``.
 
 from __future__ import annotations
 
+import numbers
 import os
 import zipfile
 import zlib
@@ -296,7 +297,8 @@ class MarkovInstance:
         """
         T = as_positive_int(T, "T")
         V = as_positive_int(V, "V", minimum=2)
-        if not (np.isfinite(concentration) and concentration > 0):
+        number = isinstance(concentration, numbers.Real) and not isinstance(concentration, bool)
+        if not (number and np.isfinite(concentration) and concentration > 0):
             raise ValueError(f"concentration must be a finite number > 0; got {concentration!r}")
         rng = as_generator(key)
         if row_law == "dirichlet":

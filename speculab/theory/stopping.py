@@ -304,6 +304,12 @@ def stopping_counts(
         raise ValueError(
             f"the rule's verifier must be a method of [Yin] Algorithm 2 (with rule(p, q)); got {rule.verifier!r}"
         )
+    shape = None if rule.score is None else np.shape(rule.score)
+    if shape not in (None, (inst.T, inst.V, inst.V)):  # another T would be answered silently, cut or padded
+        raise ValueError(
+            f"rule was built for another instance: its score has shape {shape}, this instance's is "
+            f"(T, V, V) = {(inst.T, inst.V, inst.V)} (build it with adaptive_drafting(inst) on this one)"
+        )
     return _solve(inst, rule, t_draft, t_target, rule.max_K, per_position)
 
 
