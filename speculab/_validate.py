@@ -105,6 +105,16 @@ def as_positive_int(x, name: str, *, minimum: int = 1, maximum: int | None = Non
     return int(x)
 
 
+def check_text(text: str, name: str) -> str:
+    """``text``, refused unless it can be written as UTF-8: a lone surrogate is what Python makes of bytes that were
+    not UTF-8 (in a command line, a file name), which no tokenizer encodes."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{name} must be UTF-8 text; got {text!r} (character {exc.start} is not)") from None
+    return text
+
+
 def as_lookahead(K, name: str = "K") -> int | None:
     """A lookahead: ``None`` (draft to the end, ``K = ∞``) or an integer ``>= 1``."""
     if K is None:

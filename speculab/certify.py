@@ -40,7 +40,7 @@ from scipy.optimize import minimize
 
 from speculab import kernels
 from speculab._budget import limit, refuse
-from speculab._validate import as_generator, as_pair, as_positive_int
+from speculab._validate import as_generator, as_pair, as_positive_int, check_text
 from speculab.methods.capabilities import PositionLaw, TreeDrafting, drafting_law, has
 from speculab.methods.chain import Rule, one_step_law
 from speculab.methods.tree import check_enumeration, drafted_trees
@@ -600,6 +600,7 @@ def check_decoder(decoder, pair, prompt: str, *, runs: int, key, sampling=None, 
         raise ValueError("pair: check_decoder needs a Hugging Face target (its logits give the exact law)")
     if not isinstance(prompt, str) or not prompt:
         raise ValueError(f"prompt must be a non-empty string; got {prompt!r}")
+    check_text(prompt, "prompt")
     runs = as_positive_int(runs, "runs")
     ids = pair.tokenizer.encode(prompt)
     q1 = next_law(pair.target.model, ids, sampling, pair.device, pair.vocab_size)

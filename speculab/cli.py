@@ -52,6 +52,16 @@ def _count(minimum: int, below: int | None = None):
     return parse
 
 
+def _text(text: str) -> str:
+    """An argparse type: text that is UTF-8 (a command line's bytes that are not reach Python as lone surrogates)."""
+    from speculab._validate import check_text
+
+    try:
+        return check_text(text, "text")
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err).replace("text must be", "must be", 1)) from None
+
+
 def _scale(text: str) -> float:
     """An argparse type: a work budget's scale, a finite number > 0 (``--budget``)."""
     from speculab._budget import check_scale
@@ -880,7 +890,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(p)
     _add_pair_args(p)
     _add_method_args(p, real_models=True)
-    p.add_argument("--prompt", action="append", help="a prompt (repeatable; default 'Return the')")
+    p.add_argument("--prompt", action="append", type=_text, help="a prompt (repeatable; default 'Return the')")
     _add_journal_args(p)
     p.set_defaults(func=cmd_run)
 
@@ -888,7 +898,9 @@ def build_parser() -> argparse.ArgumentParser:
     common(p)
     _add_pair_args(p)
     _add_method_args(p, real_models=True, drafting=True)
-    p.add_argument("--prompt", action="append", help="a prompt (repeatable; default: the tiny pair's held-out prompts)")
+    p.add_argument(
+        "--prompt", action="append", type=_text, help="a prompt (repeatable; default: the tiny pair's held-out prompts)"
+    )
     p.add_argument("--runs-per-prompt", type=_count(1), default=8, help="independent runs per prompt (default 8)")
     p.add_argument(
         "--speed",

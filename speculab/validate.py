@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from speculab._validate import as_positive_int, spawn_seeds
+from speculab._validate import as_positive_int, check_text, spawn_seeds
 
 __all__ = [
     "validate",
@@ -421,7 +421,7 @@ def validate(
     if not hasattr(pair.target, "model"):
         raise ValueError("pair: validate needs a Hugging Face target (its logits give the exact law)")
     lossless = _lossless_methods(pair, methods, LAW_K)
-    prompt = prompt or default_prompts()[0]
+    prompt = check_text(prompt or default_prompts()[0], "prompt")
     seeds = spawn_seeds(key, 4 + len(lossless))
     dev = pair.device
     dtype = next(pair.target.model.parameters()).dtype

@@ -413,6 +413,8 @@ CLI_CASES = [
     (["run", "--pair", "tiny", "--top-k", "0"], 2, "argument --top-k"),
     (["run", "--pair", "tiny", "--top-p", "2"], 2, "top_p"),
     (["run", "--pair", "tiny", "--prompt", ""], 2, "empty"),
+    (["run", "--pair", "tiny", "--prompt", "ab\udcffc"], 2, "argument --prompt: must be UTF-8 text; got 'ab\\udcffc'"),
+    (["compare", "--pair", "tiny", "--prompt", "a", "--prompt", "\udcc3("], 2, "argument --prompt: must be UTF-8"),
     (["run", "--pair", "tiny", "--max-new-tokens", "0"], 2, "argument --max-new-tokens"),
     (["run", "--pair", "tiny", "--resume"], 2, "--resume needs --checkpoint"),
     (["run", "--pair", "tiny", "--checkpoint", ""], 2, "folder must be a path"),
@@ -464,6 +466,10 @@ def _backend_cases():
         "NGramModel(2-D ids)": (lambda t: NGramModel([[1, 2]], 2, 5), "token_ids"),
         "NGramModel(vocab_size=0)": (lambda t: NGramModel([1, 2], 2, 0), "vocab_size"),
         "PromptLookupModel(vocab_size=0)": (lambda t: PromptLookupModel(0), "vocab_size"),
+        "decode(non-UTF-8 prompt)": (
+            lambda t: __import__("speculab.backends", fromlist=["decode"]).decode(t, ["a", "b\udcff"], SD(), key=0),
+            "prompt 1",
+        ),
         "decode(on_round=3)": (
             lambda t: __import__("speculab.backends", fromlist=["decode"]).decode(t, ["a"], SD(), key=0, on_round=3),
             "on_round",
@@ -490,6 +496,7 @@ def _backend_cases():
         "NGramModel(vocab_size=0)",
         "PromptLookupModel(vocab_size=0)",
         "decode(on_round=3)",
+        "decode(non-UTF-8 prompt)",
         "speed_check(same prompt ×4)",
         "speed_check(Autoregressive)",
     ],

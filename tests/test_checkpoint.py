@@ -133,6 +133,43 @@ def test_a_line_from_another_simulation_is_refused(tmp_path, written):
         _resume(path)
 
 
+@pytest.mark.parametrize("line", [1, 2, 3])
+def test_a_line_that_is_not_utf8_is_one_line_naming_the_file_and_line(tmp_path, capsys, line):
+    """A byte that is not UTF-8 in a finished line of a checkpoint (the header or a chunk) is no line speculab
+    wrote (it writes ASCII): ``sim --resume`` says so in one line naming the file and the line, exit 2, and cuts
+    nothing off the file (it was a ValueError of the codec's that named neither)."""
+    from speculab.cli import main
+
+    path = tmp_path / "sim.jsonl"
+    argv = [
+        "sim",
+        "--T",
+        "4",
+        "--V",
+        "3",
+        "--method",
+        "sd",
+        "--K",
+        "2",
+        "--n-runs",
+        str(RUNS),
+        "--checkpoint",
+        str(path),
+    ]
+    assert main(argv) == 0
+    lines = path.read_bytes().split(b"\n")
+    lines[line - 1] = lines[line - 1][:-1] + b"\xff}"  # still a finished line, and still with our header's start
+    path.write_bytes(b"\n".join(lines))
+    size = path.stat().st_size
+    capsys.readouterr()
+    assert main([*argv, "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.startswith(f"speculab: error: {path}, line {line}: not UTF-8 text (byte 0xff at ") and err.count("\n") == 1
+    )
+    assert path.stat().st_size == size
+
+
 def test_a_recorded_call_edited_by_hand_is_refused(tmp_path):
     """A recorded call (a JAX simulation or sweep kept by ``resumable``) is read back only as it was written: an
     interrupted computation resumes with the record, not with a record edited since."""

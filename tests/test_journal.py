@@ -411,6 +411,23 @@ def test_journal_lines_are_checked_before_use(pair, tmp_path):
             decode(pair, PROMPTS[:2], SD(K=2), max_new_tokens=4, key=0, batch_size=1)
 
 
+def test_a_journal_line_that_is_not_utf8_is_refused_naming_the_file_and_line(pair, tmp_path):
+    """A byte that is not UTF-8 in a finished line of a decode journal: a ``ValueError`` naming the file and the
+    line (it was the codec's own error, naming neither), the file left as it was."""
+    folder = tmp_path / "j"
+    with resumable(folder):
+        decode(pair, PROMPTS[:2], SD(K=2), max_new_tokens=4, key=0, batch_size=1)
+        (journal,) = folder.glob("decode-*.jsonl")
+        lines = journal.read_bytes().split(b"\n")
+    lines[1] = lines[1][:-1] + b"\xff}"
+    journal.parent.mkdir(exist_ok=True)  # a finished resumable block removes its journals
+    journal.write_bytes(b"\n".join(lines))
+    with pytest.raises(ValueError, match=r"line 2: not UTF-8 text \(byte 0xff at") as refused:
+        with resumable(folder, resume=True):
+            decode(pair, PROMPTS[:2], SD(K=2), max_new_tokens=4, key=0, batch_size=1)
+    assert str(refused.value).startswith(str(journal)) and journal.read_bytes() == b"\n".join(lines)
+
+
 def test_a_simulation_checkpoint_cut_in_its_header_resumes_and_a_foreign_file_is_left_alone(tmp_path):
     """Found by review: a simulation checkpoint cut while its header was written (empty, or a partial first line)
     blocked an honest resume; reading a file that is not ours (to resume it) cut it. Now the first starts again and

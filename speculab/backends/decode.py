@@ -29,7 +29,7 @@ import torch
 
 from speculab import kernels
 from speculab._progress import advance
-from speculab._validate import as_positive_int, spawn_seeds
+from speculab._validate import as_positive_int, check_text, spawn_seeds
 from speculab.backends.batched import batchable, decode_batched
 from speculab.backends.tree_decode import check_tree_pair, decode_trees
 from speculab.backends.journal import encode_run, open_journal
@@ -287,7 +287,7 @@ def _token_ids(p, i: int, vocab_size: int) -> list[int]:
 
 def _encode(pair: ModelPair, prompts, max_new_tokens: int) -> list[list[int]]:
     encoded = [
-        pair.tokenizer.encode(p) if isinstance(p, str) else _token_ids(p, i, pair.vocab_size)
+        pair.tokenizer.encode(check_text(p, f"prompt {i}")) if isinstance(p, str) else _token_ids(p, i, pair.vocab_size)
         for i, p in enumerate(prompt_list(prompts))
     ]
     for i, ids in enumerate(encoded):

@@ -133,14 +133,20 @@ def _check_state(state, kind: str) -> None:
 
 def read_lines(path: Path) -> list[dict]:
     """The entries of a JSON-lines file up to the first line an interruption cut short; that line (and anything
-    after it) is cut off the file, so the next :func:`append_line` starts cleanly."""
+    after it) is cut off the file, so the next :func:`append_line` starts cleanly. A finished line that is not
+    UTF-8 text (speculab writes ASCII) is no line of ours: refused, naming the file and the line."""
     raw = path.read_bytes()
     lines, kept = [], 0
-    for line in raw.split(b"\n"):
+    for k, line in enumerate(raw.split(b"\n"), start=1):
         if not line.endswith(b"}"):  # the line an interruption cut short (or the end of the file)
             break
         try:
             lines.append(json.loads(line))
+        except UnicodeDecodeError as exc:
+            raise ValueError(
+                f"{path}, line {k}: not UTF-8 text (byte 0x{line[exc.start]:02x} at {exc.start}), not a line "
+                f"speculab wrote; remove the file"
+            ) from None
         except json.JSONDecodeError:
             break
         kept += len(line) + 1
