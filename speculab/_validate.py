@@ -22,7 +22,7 @@ class TooLarge(ValueError):
 
 
 def as_float_array(x, name: str) -> np.ndarray:
-    """``x`` as a float64 array with only finite real entries (complex values refused, not cast)."""
+    """``x`` as a float64 array with only finite real entries (complex values and text refused, not cast)."""
     try:
         raw = np.asarray(x)
     except (TypeError, ValueError) as exc:  # nested sequences of different lengths
@@ -31,6 +31,9 @@ def as_float_array(x, name: str) -> np.ndarray:
         ) from exc
     if np.iscomplexobj(raw) or (raw.dtype == object and any(isinstance(v, complex) for v in raw.flat)):
         raise ValueError(f"{name} must hold real numbers; got complex values")
+    loose = [v for v in raw.flat if isinstance(v, (str, bytes)) or v is None] if raw.dtype == object else []
+    if raw.dtype.kind in "US" or loose:  # numpy would read "0.5" as 0.5 and None as NaN
+        raise ValueError(f"{name} must be an array of numbers; got {'None' if loose[:1] == [None] else 'text'}")
     try:
         arr = raw.astype(np.float64)
     except (TypeError, ValueError) as exc:

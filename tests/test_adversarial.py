@@ -272,8 +272,32 @@ def _along_target(f):
     return autodiff.along_target(f, *autodiff.arrays_of(th.MarkovInstance.random(4, 3, 0)))
 
 
+def _specdecpp_with(head):
+    from speculab.methods import SpecDecPP
+    from speculab.sim import simulate
+
+    return simulate(th.MarkovInstance.random(3, 3, 0), SpecDecPP(0.5, head=head), 100, 0)
+
+
+def _read_head(score, method: str = "specdecpp"):
+    from speculab.methods import SpecDecPP, Sprinter
+
+    rule = SpecDecPP(0.5) if method == "specdecpp" else Sprinter(verifier=lambda t, prev, x: 0.5 + 0 * x)
+    return rule.read_head(score, 0.5)
+
+
 #: name -> (a call with one bad argument, the argument its message must name).
 DEEP_CASES = {
+    "SpecDecPP head gives text": (lambda: _specdecpp_with(lambda t, prev, x: "a"), "head"),
+    "SpecDecPP head gives numbers as text": (lambda: _specdecpp_with(lambda t, prev, x: ["0.5"] * len(x)), "head"),
+    "SpecDecPP head gives None": (lambda: _specdecpp_with(lambda t, prev, x: None), "head"),
+    "SpecDecPP head gives a dict": (lambda: _specdecpp_with(lambda t, prev, x: {}), "head"),
+    "SpecDecPP head gives complex": (lambda: _specdecpp_with(lambda t, prev, x: 0.5 + 0j * x), "head"),
+    "SpecDecPP trained head gives text": (lambda: _read_head("0.5"), "acceptance head"),
+    "SpecDecPP trained head gives two values": (lambda: _read_head(np.array([0.5, 0.5])), "acceptance head"),
+    "SpecDecPP trained head gives None": (lambda: _read_head(None), "acceptance head"),
+    "SpecDecPP trained head gives complex": (lambda: _read_head(np.complex128(0.5 + 1j)), "acceptance head"),
+    "Sprinter trained verifier gives a bool": (lambda: _read_head(True, "sprinter"), "verifier"),
     "random(concentration='a')": (lambda: th.MarkovInstance.random(3, 3, 0, concentration="a"), "concentration"),
     "random(concentration=None)": (lambda: th.MarkovInstance.random(3, 3, 0, concentration=None), "concentration"),
     "random(concentration=[1, 2])": (lambda: th.MarkovInstance.random(3, 3, 0, concentration=[1, 2]), "concentration"),
@@ -302,10 +326,13 @@ DEEP_CASES = {
 
 @pytest.mark.parametrize("case", list(DEEP_CASES))
 def test_a_deep_library_argument_is_refused_by_name(case):
-    """A Dirichlet concentration that is not a number (a TypeError from ``np.isfinite``), a stopping rule built
-    for another instance (a broadcast error for another ``V``, an IndexError for a shorter ``T``, and for a longer
-    ``T`` a silent answer), a row function of ``along_target`` that does not give one number per context (rows
-    gave a ``(T, V)`` result silently; a scalar an IndexError): each a ``ValueError`` naming the argument."""
+    """A SpecDec++ head that gives text, None, a dict or complex numbers (numbers as text were read as numbers,
+    complex ones cut to their real part; the others a TypeError or numpy's message), one read on real models that
+    gives text, two values or None, a Dirichlet concentration that is not a number (a TypeError from
+    ``np.isfinite``), a stopping rule built for another instance (a broadcast error for another ``V``, an
+    IndexError for a shorter ``T``, and for a longer ``T`` a silent answer), a row function of ``along_target``
+    that does not give one number per context (rows gave a ``(T, V)`` result silently; a scalar an IndexError):
+    each a ``ValueError`` naming the argument."""
     call, argument = DEEP_CASES[case]
     _refused(argument, call)
 

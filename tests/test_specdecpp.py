@@ -218,7 +218,10 @@ def test_heads():
     [
         (lambda inst: simulate(inst, SpecDecPP(0.5, head=lambda t, prev, x: np.ones(3)), 10, key=0), "shape"),
         (lambda inst: simulate(inst, SpecDecPP(0.5, head=lambda t, prev, x: 2.0 + 0 * x), 10, key=0), r"\[0, 1\]"),
-        (lambda inst: simulate(inst, SpecDecPP(0.5, head=lambda t, prev, x: np.nan + 0 * x), 10, key=0), r"\[0, 1\]"),
+        (
+            lambda inst: simulate(inst, SpecDecPP(0.5, head=lambda t, prev, x: np.nan + 0 * x), 10, key=0),
+            r"head\(t, prev, x\) at t=0 must be finite",
+        ),
         (lambda inst: noisy_head(inst, -1.0, key=0), "noise"),
         (lambda inst: noisy_head(inst, 1.0, key=0, eps=0.5), "eps"),
         (lambda inst: noisy_head(inst, 1.0, key="a"), "key"),

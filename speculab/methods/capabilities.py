@@ -23,6 +23,8 @@ method has a capability iff its class defines every member of it (a member set t
 
 from __future__ import annotations
 
+import numbers
+
 from typing import Any, Protocol
 
 __all__ = [
@@ -245,7 +247,8 @@ def head_of(method):
 def head_probability(score, what: str) -> float:
     """A head's output as a float, refused unless it is a probability in ``[0, 1]`` (NaN included): ``what`` names
     the head in the message."""
-    value = float(score)
-    if not 0 <= value <= 1:
-        raise ValueError(f"the {what} gave {value}; its output must be a probability in [0, 1]")
-    return value
+    if hasattr(score, "tolist"):  # a one-value tensor or numpy scalar: its Python value (the host reads it here)
+        score = score.tolist()
+    if isinstance(score, bool) or not isinstance(score, numbers.Real) or not 0 <= score <= 1:
+        raise ValueError(f"the {what} gave {score!r}; its output must be a probability in [0, 1] (one number)")
+    return float(score)

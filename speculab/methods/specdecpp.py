@@ -57,7 +57,7 @@ from typing import Callable, ClassVar
 import numpy as np
 from scipy.special import expit
 
-from speculab._validate import as_generator, as_positive_int
+from speculab._validate import as_float_array, as_generator, as_positive_int
 from speculab.counts import Expected
 from speculab.methods.base import AdaptiveDrafting, Method, check_probability, param, register
 from speculab.methods.capabilities import head_probability
@@ -183,7 +183,7 @@ def _predictor(head: Callable | None, B: np.ndarray) -> Callable[[int, np.ndarra
         return lambda t, prev, x: B[t, prev, x]
 
     def predict(t: int, prev: np.ndarray, x: np.ndarray) -> np.ndarray:
-        a = np.asarray(head(t, prev, x), dtype=np.float64)
+        a = as_float_array(head(t, prev, x), f"head(t, prev, x) at t={t}")  # text, complex, None: refused by name
         if a.shape != x.shape:
             raise ValueError(f"head(t, prev, x) must return an array of shape {x.shape}; got {a.shape}")
         if not np.all((a >= 0) & (a <= 1)):
