@@ -591,8 +591,10 @@ def check_decoder(decoder, pair, prompt: str, *, runs: int, key, sampling=None, 
     from dataclasses import replace
 
     from speculab.backends import Sampling
+    from speculab.backends.pair import check_pair
     from speculab.validate import LAW_TOKENS, law_row, next_law, target_cells
 
+    check_pair(pair)
     sampling = Sampling() if sampling is None else sampling
     if sampling.greedy:
         raise ValueError("sampling: the law test needs sampling (temperature > 0)")

@@ -143,7 +143,7 @@ def compare(
     """
     from speculab.backends import Sampling
     from speculab.backends.decode import prompt_list
-    from speculab.backends.pair import default_prompts
+    from speculab.backends.pair import check_pair, default_prompts
 
     if not isinstance(method, Method) or not method.runs_on_real_models() or not method.drafting:
         from speculab.methods import get, names
@@ -153,6 +153,7 @@ def compare(
             f"method must be a drafting method that runs on real models, one of {choices} "
             f"(autoregressive decoding is the reference); got {method!r}"
         )
+    check_pair(pair)
     runs_per_prompt = as_positive_int(runs_per_prompt, "runs_per_prompt")
     sampling = sampling or Sampling()
     prompts = default_prompts() if prompts is None else prompt_list(prompts)

@@ -397,9 +397,10 @@ def validate(
     import torch
 
     from speculab.backends import Sampling, decode
-    from speculab.backends.pair import default_prompts
+    from speculab.backends.pair import check_pair, default_prompts
     from speculab.methods import Biased
 
+    check_pair(pair)
     runs = as_positive_int(runs, "runs")
     compare_runs = as_positive_int(compare_runs, "compare_runs", minimum=0)
     as_positive_int(batch_prompts, "batch_prompts")

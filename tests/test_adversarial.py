@@ -533,6 +533,54 @@ def test_backend_inputs_are_refused_by_name(tiny, case):
     _refused(argument, lambda: call(tiny))
 
 
+def _pair_takers():
+    from speculab.backends import decode
+    from speculab.backends.head_data import specdecpp_examples, sprinter_examples
+    from speculab.backends.latency import speed_check, timed_decode
+    from speculab.certify import check_decoder
+    from speculab.compare import compare
+    from speculab.planning.plan import plan
+    from speculab.validate import validate
+
+    return {
+        "decode": lambda pair: decode(pair, ["a"], key=0),
+        "compare": lambda pair: compare(pair, key=0),
+        "validate": lambda pair: validate(pair, key=0),
+        "plan": lambda pair: plan(pair, prompts=[[1]], held_out=[[2]], sampling=None, key=0),
+        "timed_decode": lambda pair: timed_decode(pair, ["a"], None, max_new_tokens=4, key=0),
+        "speed_check": lambda pair: speed_check(pair, ["a"], None, max_new_tokens=4, key=0),
+        "check_decoder": lambda pair: check_decoder(None, pair, "a", runs=10, key=0),
+        "sprinter_examples": lambda pair: sprinter_examples(pair, ["a"]),
+        "specdecpp_examples": lambda pair: specdecpp_examples(pair, ["a"]),
+    }
+
+
+PAIR_TAKERS = [
+    "decode",
+    "compare",
+    "validate",
+    "plan",
+    "timed_decode",
+    "speed_check",
+    "check_decoder",
+    "sprinter_examples",
+    "specdecpp_examples",
+]
+
+
+@pytest.mark.parametrize("pair", ["tiny", None, ("tiny-draft", "tiny-target")], ids=["'tiny'", "None", "tuple"])
+@pytest.mark.parametrize("function", PAIR_TAKERS)
+def test_a_pair_given_by_name_is_refused_in_one_line(function, pair):
+    """``decode("tiny", ...)`` and every other function of a loaded pair: a name (or anything but a ``ModelPair``)
+    is refused before any work, naming ``pair`` and, for a name, the ``load_pair`` call that loads it once (it was
+    an AttributeError deep inside: ``'str' object has no attribute 'vocab_size'``)."""
+    pytest.importorskip("torch")
+    with pytest.raises(ValueError, match=r"^pair must be a ModelPair \(speculab.backends.load_pair\); got ") as info:
+        _pair_takers()[function](pair)
+    assert "\n" not in str(info.value)
+    assert ("load it first: pair = load_pair('tiny')" in str(info.value)) == (pair == "tiny")
+
+
 def test_compare_without_a_single_draft_leaves_out_the_acceptance_model(tiny):
     """Prompt lookup with nothing to copy drafts nothing: the i.i.d. acceptance row has no α to use (it said
     'alpha must lie in [0, 1]; got nan'); the rows that hold are reported."""

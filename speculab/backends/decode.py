@@ -34,7 +34,7 @@ from speculab.backends.batched import batchable, decode_batched
 from speculab.backends.tree_decode import check_tree_pair, decode_trees
 from speculab.backends.journal import encode_run, open_journal
 from speculab.backends.models import HFModel
-from speculab.backends.pair import ModelPair
+from speculab.backends.pair import ModelPair, check_pair
 from speculab.backends.rounds import COUNTED, Records, RoundInfo, RoundRecord, RunRecord, record, round_output
 from speculab.backends.streams import OUTCOME, TOKEN, head_lane, key_words, uniforms
 from speculab.backends.warp import Sampling, check_laws
@@ -350,6 +350,7 @@ def decode(
       :class:`DecodeResult` with one ``Counts`` run, one :class:`RunRecord` and one
       :class:`RoundRecord` per prompt.
     """
+    check_pair(pair)
     max_new_tokens = as_positive_int(max_new_tokens, "max_new_tokens")
     if not isinstance(method, Method):
         raise ValueError(f"method must be a speculab method (e.g. SD(K=4)); got {method!r}")

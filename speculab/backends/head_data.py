@@ -42,6 +42,7 @@ import torch
 from speculab import kernels
 from speculab._validate import as_positive_int, as_torch_generator
 from speculab.backends.models import HFModel, attention_kernels, cache_argument
+from speculab.backends.pair import check_pair
 from speculab.backends.warp import Sampling
 
 __all__ = ["SOURCES", "FEATURES", "Examples", "sprinter_examples", "specdecpp_examples", "specdecpp_targets"]
@@ -163,6 +164,7 @@ def sprinter_examples(
     """
     from transformers import DynamicCache
 
+    check_pair(pair)
     if not isinstance(pair.draft, HFModel) or not isinstance(pair.target, HFModel):
         raise ValueError("sprinter_examples needs Hugging Face models for draft and target (hidden states)")
     n_prefixes = as_positive_int(n_prefixes, "n_prefixes")
@@ -235,6 +237,7 @@ def specdecpp_examples(pair, texts: list[str], *, target_share: float = 0.15, **
     """[SDpp] §4.1's data: completions mixing the models token by token, ``target_share`` of the tokens from the
     target (*token mixing*: the head sees prefixes the target helped write, as in decoding); other arguments
     as :func:`sprinter_examples`."""
+    check_pair(pair)
     if isinstance(target_share, bool) or not isinstance(target_share, numbers.Real) or not 0 <= target_share < 1:
         raise ValueError(f"target_share must be a number in [0, 1); got {target_share!r}")
     fixed = {"sources", "draft_share"} & set(kwargs)

@@ -48,7 +48,7 @@ from scipy.optimize import nnls
 
 from speculab.backends.decode import DecodeResult, decode
 from speculab.backends.journal import unrecorded
-from speculab.backends.pair import ModelPair
+from speculab.backends.pair import ModelPair, check_pair
 
 __all__ = ["ForwardFit", "LatencyModel", "TimedRuns", "SpeedCheck", "timed_decode", "fit_latency", "speed_check"]
 
@@ -130,6 +130,7 @@ def timed_decode(pair: ModelPair, prompts: list, method, *, max_new_tokens: int,
     <speculab.backends.models.HistoryModel.clear_cache>`): otherwise a repeat of the same
     runs would find every law memoised and time a different draft.
     """
+    check_pair(pair)
     from speculab._validate import spawn_seeds
     from speculab.backends.decode import prompt_list
 
@@ -335,6 +336,7 @@ class SpeedCheck:
 
 def speed_check(pair: ModelPair, prompts: list, method, *, max_new_tokens: int, key, **kwargs) -> SpeedCheck:
     """Fit the latency model on half of ``prompts`` and hold its predicted speed-up against the clock on the rest."""
+    check_pair(pair)
     from speculab._validate import spawn_seeds
     from speculab.methods import SD, Autoregressive
 

@@ -12,6 +12,7 @@ from speculab.backends.models import HFModel, HistoryModel, NGramModel
 
 __all__ = [
     "ModelPair",
+    "check_pair",
     "load_pair",
     "resolve_device",
     "TINY_DIR",
@@ -146,6 +147,17 @@ def _load_tokenizer(path: str):
     from transformers import AutoTokenizer
 
     return _hub("tokenizer", path, lambda: AutoTokenizer.from_pretrained(path, trust_remote_code=False))
+
+
+def check_pair(pair) -> ModelPair:
+    """``pair``, refused unless a :class:`ModelPair` — a pair's name (``"tiny"``) is refused, naming
+    :func:`load_pair`, which loads it (once: a call that took a name would load the models again each time)."""
+    if not isinstance(pair, ModelPair):
+        hint = f"; load it first: pair = load_pair({pair!r})" if isinstance(pair, str) else ""
+        raise ValueError(
+            f"pair must be a ModelPair (speculab.backends.load_pair); got {type(pair).__name__} {pair!r}{hint}"
+        )
+    return pair
 
 
 def _same_tokenizer(a, b) -> bool:

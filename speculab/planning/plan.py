@@ -176,8 +176,10 @@ def plan(
     """
     from speculab._validate import spawn_seeds
     from speculab.backends.latency import fit_latency, timed_decode
+    from speculab.backends.pair import check_pair
     from speculab.methods import SD, Autoregressive
 
+    check_pair(pair)
     ks = list(ks)
     if not ks or any(isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 16 for k in ks):
         raise ValueError(f"ks must be integers in 1..16; got {ks!r}")
