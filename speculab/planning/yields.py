@@ -105,7 +105,7 @@ def contexts(pair, prompts: list[list[int]], *, sampling, length: int, per_promp
     return out
 
 
-def _block(pair, ctx: list[int], L: int, sampling, method, generator: torch.Generator):
+def _block(pair, ctx: list[int], L: int, sampling, method, rng: torch.Generator):
     """A block of up to ``L`` drafts at ``ctx`` from ``method``'s drafting law, with the laws the round law needs:
     ``P`` ``(L', V)`` (the drafting law at each slot), ``Q`` ``(L' + 1, V)``, ``x`` ``(L',)``; ``L' < L`` where the
     draft stops proposing."""
@@ -115,10 +115,10 @@ def _block(pair, ctx: list[int], L: int, sampling, method, generator: torch.Gene
     logits = draft.extend(state, torch.tensor([ctx], device=dev), last=True)[0, -1]
     rows, xs, history = [], [], list(ctx)
     for _ in range(L):
-        if not getattr(draft, "proposes", lambda h: True)(tuple(history)):
+        if not getattr(draft, "proposes", lambda history: True)(tuple(history)):
             break
         law = drafting_law(method, sampling.probs(logits.double()))  # (V,)
-        x = int(torch.multinomial(law.cpu(), 1, generator=generator))
+        x = int(torch.multinomial(law.cpu(), 1, generator=rng))
         rows.append(law)
         xs.append(x)
         history.append(x)
@@ -162,12 +162,12 @@ def round_yields(pair, methods: list, ctxs: list[list[int]], *, sampling, key) -
         outcome[:, 0, 0] = 1.0
         out[i] = (outcome, np.zeros((n, K + 1)), np.zeros(n))
     for seed, members in zip(spawn_seeds(key, len(groups)), groups.values()):
-        generator = torch.Generator().manual_seed(int(seed))
+        rng = torch.Generator().manual_seed(int(seed))
         L = max(_lookahead(methods[i]) for i in members)
         if L == 0:
             continue
         for j, ctx in enumerate(ctxs):
-            P, Q, x = _block(pair, ctx, L, sampling, methods[members[0]], generator)
+            P, Q, x = _block(pair, ctx, L, sampling, methods[members[0]], rng)
             memo: dict = {}  # a round of `made` drafts is the same for every K of one rule: computed once
             for i in members:
                 outcome, drafted, biased = out[i]
