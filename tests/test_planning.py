@@ -211,5 +211,7 @@ def test_plan_runs_on_the_cheap_draft_pair(capsys):
     argv = ["plan", "--pair", "tiny-ngram", "--k", "1,2", "--prompts", "2", "--per-prompt", "2", "--confirm", "1"]
     assert main([*argv, "--max-new-tokens", "8", "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
-    assert plan["settings"]["pair"] == "tiny-ngram" and len(plan["confirmed"]) == 3
+    confirmed = {r["method"] for r in plan["confirmed"]}  # the best, and the yardsticks (the best may be one)
+    assert plan["settings"]["pair"] == "tiny-ngram"
+    assert confirmed == {"Autoregressive()", "SD(K=4)", plan["ranked"][0]["method"]}
     assert 1.0 < max(r["tokens_per_round"] for r in plan["ranked"]) < 3.0
