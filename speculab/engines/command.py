@@ -144,6 +144,8 @@ def _unpredicted(c) -> str:
     """Why a speculative configuration has no per-slot rows."""
     if c.rule == "n-gram":
         return "vLLM looks up the n-gram drafts and does not report those of refused slots"
+    if any(f.startswith("theory") for f in c.failures):
+        return "vLLM failed on the requests the slots are read from (above)"
     return "vLLM reported no per-request rounds"
 
 
