@@ -16,10 +16,11 @@ As [Yin] Algorithm 2 with a slot-dependent acceptance ``b_i ≡ c_i``, slot ``i`
 ``p`` being the law the drafts come from and ``R`` the residual ``[q − p]_+`` normalised. It is the target's law only
 where ``c_i p + (1 − c_i) R = q`` — not at ``c_i = 0`` (the output is then ``R``), nor at ``p = q`` (the residual is
 empty: ``c_i q + (1 − c_i) δ_0``): the mode is biased by design (vLLM documents it for benchmarking acceptance
-lengths), and it is the control that speculab's law test of an engine must refuse. Where the residual has no mass (``p = q`` exactly, or ``q`` a point mass on the
-draft) vLLM's recovered-token kernel — an argmax of ``residual / Exp(1)`` noise over all zeros — returns token 0;
-so does this rule. Exact counts do not depend on the laws (the number of kept drafts never does): they are
-computed over the horizon by :meth:`Synthetic.expected`. Convention: ``p`` = draft, ``q`` = target.
+lengths), and it is the control that speculab's law test of an engine must refuse. Where the residual has no mass
+(``p = q`` exactly, or ``q`` a point mass on the draft) vLLM's recovered-token kernel — an argmax of
+``residual / Exp(1)`` noise over all zeros — returns token 0; so does this rule. Exact counts do not depend on the
+laws (the number of kept drafts never does): they are computed over the horizon by :meth:`Synthetic.expected`.
+Convention: ``p`` = draft, ``q`` = target.
 """
 
 from __future__ import annotations
