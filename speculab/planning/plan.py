@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from speculab.counts import Estimate
 from speculab.planning.cost import RunCost, run_cost
 from speculab.planning.yields import Yield, contexts, round_yields
 
@@ -293,5 +294,4 @@ def _cost(latency, method, y: Yield, N: int) -> RunCost:
 
 def _se(values) -> float:
     """The standard error of the mean of the per-prompt ``values`` (NaN with one prompt)."""
-    v = np.asarray(values, dtype=float)
-    return float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else math.nan
+    return Estimate.of(values).se

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import math
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from speculab.counts import Estimate
 from speculab.methods.capabilities import DraftLaw, drafting_law, has
 
 __all__ = ["Yield", "contexts", "round_yields", "exact_yield"]
@@ -70,8 +70,7 @@ class Yield:
     @property
     def se(self) -> float:
         """The standard error of :attr:`tokens` over the contexts."""
-        t = self._tokens()
-        return float(t.std(ddof=1) / math.sqrt(t.size)) if t.size > 1 else math.nan
+        return Estimate.of(self._tokens()).se
 
     @property
     def full(self) -> float:
