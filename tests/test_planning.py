@@ -112,6 +112,14 @@ def test_run_cost_of_autoregressive_decoding_is_its_rounds_by_hand():
     assert cost.seconds == pytest.approx(0.05 + (N - 1) * 0.012 + N * (1e-4 + 2e-5)) and cost.calls == N
 
 
+def test_a_fully_kept_block_is_caught_up_on_only_when_a_round_follows():
+    """SD(K=1) keeping every draft, 4 tokens: two rounds of 2 tokens; only the first is followed by a round, whose
+    draft catches up on two tokens: 2 t_p(1) + (t_p(2) − t_p(1)) + one target call of 2 (the other is the prefill)."""
+    m = _model()
+    cost = run_cost(m, SD(K=1), np.array([[1.0, 0.0], [0.0, 1.0]]), np.array([0.0, 1.0]), 4)
+    assert cost.calls == 2 and cost.seconds == pytest.approx(2 * 0.0015 + 0.0005 + 0.014, rel=1e-12)
+
+
 def test_run_cost_meets_a_simulation_of_its_rounds():
     """SD(K=3) with a fixed law of τ per round length: the dynamic program's expected seconds and target calls
     against 20,000 simulated runs of the same rounds (horizon included), within 5 standard errors."""
