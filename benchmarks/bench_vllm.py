@@ -6,8 +6,8 @@ For each path — vLLM offline (plain, draft model with greedy and probabilistic
 batched decoder (all prompts together) and one-prompt decoder, and transformers' assisted generation — the same
 prompts decoded for the same number of new tokens at temperature 1: tokens per second (wall clock, the models'
 work only: vLLM's engine is loaded before its clock starts) and tokens per target call (vLLM: each request's
-prefill and rounds, from its per-request rounds; speculab counts its target calls). Timings on this shared machine
-are one run each; the ratios within a path are the figures to read.
+prefill and rounds, from its per-request rounds; speculab counts its target calls; Hugging Face's, a hook on the
+target's forward). Timings on this shared machine are one run each; the ratios within a path are the figures to read.
 """
 
 from __future__ import annotations
@@ -81,7 +81,13 @@ def measure(prompts: int, tokens: int, K: int, key: int) -> dict:
     assisted = _assisted(pair, texts, tokens, sampling, key)
     if assisted is not None:
         rows.append(
-            {"path": "Hugging Face", "what": assisted.what, "tokens": assisted.tokens, "seconds": assisted.seconds}
+            {
+                "path": "Hugging Face",
+                "what": assisted.what,
+                "tokens": assisted.tokens,
+                "seconds": assisted.seconds,
+                "calls": assisted.target_calls,
+            }
         )
     return {"prompts": prompts, "tokens": tokens, "K": K, "key": key, "pair": "tiny", "rows": rows}
 

@@ -1,10 +1,11 @@
 """The verdicts of ``speculab engine vllm`` on the tiny pair, as the docs' table (docs/engines.md).
 
-    python benchmarks/engine_vllm.py --out benchmarks/tables      # ./dev vllm setup first; about 10 minutes
+    python benchmarks/engine_vllm.py --out benchmarks/tables      # ./dev vllm setup first; about 20 minutes
 
-Runs :func:`speculab.engines.vllm.measure` with the command's defaults (every configuration kind at ``K``, 16
-prompts × 8 requests for the per-slot rows, 4,000 requests per law test at temperature 1 and at top-k 20 / top-p
-0.9, vLLM's rejection sampler called directly 200,000 times per rule) and writes one row per configuration.
+Runs :func:`speculab.engines.vllm.measure` with the command's defaults (every configuration kind at each ``K`` of
+``--K``, 16 prompts × 8 requests for the per-slot rows, 4,000 requests per law test at temperature 1 and at top-k 20 /
+top-p 0.9, vLLM's rejection sampler called directly 200,000 times per rule) and writes one row per configuration,
+then the sweep over ``K`` of each kind.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import _tables  # noqa: E402
 NAME = "engine_vllm"
 
 
-def measure(K: int, key: int, law_runs: int) -> dict:
+def measure(ks: list[int], key: int, law_runs: int) -> dict:
     from speculab.backends import Sampling, load_pair
     from speculab.backends.pair import TINY_DIR, default_prompts
     from speculab.engines import vllm
@@ -31,7 +32,7 @@ def measure(K: int, key: int, law_runs: int) -> dict:
     report = vllm.measure(
         pair,
         (str(TINY_DIR / "draft"), str(TINY_DIR / "target")),
-        vllm.configurations(str(TINY_DIR / "draft"), ks=(K,)),
+        vllm.configurations(str(TINY_DIR / "draft"), ks=tuple(ks)),
         python=vllm.find_python(),
         prompts=[pair.tokenizer.encode(t) for t in texts[:16]],
         runs_per_prompt=8,
@@ -82,7 +83,7 @@ def markdown(result: dict) -> str:
             else "— (no prediction)"
         )
         if c.get("repeats"):
-            same, seen = c["repeats"]
+            same, seen = c["repeats"]["same"], c["repeats"]["seen"]
             notes.append(
                 f"{c['name']}: {same} of {seen} refused slots output the greedy draft itself — impossible for the "
                 "rule, whose residual has no mass at the draft."
@@ -99,10 +100,11 @@ def markdown(result: dict) -> str:
         for row, worst in zip(c["laws"], c.get("worst", [])):
             if worst:
                 notes.append(
-                    f"{row['method']}: the outcomes of the first tokens whose frequency in vLLM's output is farthest "
-                    "from the target's probability — "
+                    f"{row['method']}: the outcomes of the first tokens whose frequency in vLLM's output is farthest, "
+                    "in standard errors, from the target's probability — "
                     + "; ".join(
-                        f"`{w['tokens']}` target {w['target']:.4f}, vLLM {w['observed']:.4f}" for w in worst[:3]
+                        f"`{w['tokens']}` target {w['target']:.4f}, vLLM {w['observed']:.4f} (z {w['z']:+.1f})"
+                        for w in worst[:3]
                     )
                     + "."
                 )
@@ -114,8 +116,8 @@ def markdown(result: dict) -> str:
     for sp in result["samplers"]:
         verdict = "refused" if sp["refused"] else "kept"
         notes.append(
-            f"{sp['sampler']}: {verdict} (G = {sp['statistic']:.4g}, p = {sp['p_value']:.2g}, {sp['n']:,} rounds, "
-            f"power {sp['power']:.4f} at TV {sp['tv']:g})."
+            f"{sp['sampler']}: {verdict} at level {sp['alpha']:g} (G = {sp['statistic']:.4g}, p = {sp['p_value']:.2g}, "
+            f"{sp['n']:,} rounds, power {sp['power']:.4f} at TV {sp['tv']:g})."
         )
     for e in result["expand"]:
         notes.append(
@@ -124,23 +126,60 @@ def markdown(result: dict) -> str:
         )
     head = (
         f"{s['engine']} {s['vllm']} on the tiny pair: {s['requests']} requests × {s['max_tokens']} tokens for the "
-        f"per-slot rows, {s['law_runs']:,} requests per law test (first 3 tokens), seed {s['key']}. Power: of the "
-        "first-token G-test against any law at TV 0.05 from the target's, and of |z| ≥ 5 against kept drafts 10 % "
+        f"per-slot rows, {s['law_runs']:,} requests per law test (first 3 tokens), seed {s['key']}. Each law test is "
+        "two G-tests (the first token; the first three), each at level 5·10⁻⁵, refused if either refuses. Power: of "
+        "the first-token G-test against any law at TV 0.05 from the target's, and of |z| ≥ 5 against kept drafts 10 % "
         'off the prediction; "TV … at 0.99": the TV the three-token test refuses with probability 0.99.'
     )
-    return "\n\n".join([head, "\n".join(table), *notes]) + "\n"
+    return "\n\n".join([head, "\n".join(table), *_sweep(result), *notes]) + "\n"
+
+
+def _sweep(result: dict) -> list[str]:
+    """Each kind's kept drafts against the prediction and its law verdict at temperature 1, by ``K``: the sweep."""
+    by: dict = {}
+    for c in result["configurations"]:
+        if c["K"]:
+            by.setdefault(c["name"].split(" K=")[0], {})[c["K"]] = c
+    ks = sorted({k for kind in by.values() for k in kind})
+    if len(ks) < 2:
+        return []
+
+    def cell(c) -> str:
+        if c is None:
+            return "—"
+        if not c["ran"] or not c["laws"]:
+            return "does not run"
+        law = "refused" if c["laws"][0]["refused"] else "kept"
+        total = next((r for r in c["slots"] if r["slot"] == 0 and r["reached"]), None)
+        kept = f"{total['measured']} / {total['predicted']:.0f} (z {total['z']:.1f})" if total else "no prediction"
+        per_call = f"{c['tokens'] / c['target_calls']:.2f}" if c.get("target_calls") else "—"
+        return f"{law}; {kept}; {per_call}"
+
+    lines = [
+        "By K — each cell: the law at T = 1 (kept or refused); kept drafts measured / predicted (z); tokens per "
+        "target call:",
+        "",
+        "| K | " + " | ".join(by) + " |",
+        "| --- | " + " | ".join("---" for _ in by) + " |",
+    ]
+    lines += [f"| {k} | " + " | ".join(cell(kind.get(k)) for kind in by.values()) + " |" for k in ks]
+    return ["\n".join(lines)]
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--K", type=int, default=4)
+    ap.add_argument("--K", default="1,2,4,8", help="drafts per round, comma-separated (default 1,2,4,8)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--law-runs", type=int, default=4000)
     ap.add_argument("--out", default=None, help="write NAME.json and NAME.md here")
     args = ap.parse_args(argv)
-    _tables.at_least_one(ap, args, "--K", "--law-runs")
+    _tables.at_least_one(ap, args, "--law-runs")
+    try:
+        ks = [int(k) for k in args.K.split(",")]
+    except ValueError:
+        ap.error(f"argument --K: expected comma-separated integers; got {args.K!r}")
     env = _tables.environment()
-    result = measure(args.K, args.seed, args.law_runs)
+    result = measure(ks, args.seed, args.law_runs)
     if args.out:
         _tables.write(args.out, NAME, result, markdown, env, _tables.argv(argv))
     print(markdown(result))

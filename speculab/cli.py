@@ -16,6 +16,7 @@ previous run's files whole.
 from __future__ import annotations
 
 import argparse
+import functools
 import inspect
 import json
 import os
@@ -498,16 +499,21 @@ def cmd_report(args) -> None:
 
 
 # -- real models ------------------------------------------------------------------
-def _add_pair_args(p: argparse.ArgumentParser) -> None:
+def _add_pair_args(p: argparse.ArgumentParser, *, folders_only: bool = False) -> None:
+    """The model flags; ``folders_only``: a command whose models must be Hugging Face folders on disk (an engine
+    loads them itself), which samples (temperature > 0)."""
     g = p.add_argument_group("models")
     g.add_argument(
         "--pair",
         default="tiny",
-        help="'tiny' (offline default) or 'tiny-ngram' (the tiny target with a trigram draft counted on its "
+        help="'tiny' (offline default) — or give --draft and --target"
+        if folders_only
+        else "'tiny' (offline default) or 'tiny-ngram' (the tiny target with a trigram draft counted on its "
         "training text: a draft much cheaper than its target) — or give --draft and --target",
     )
-    g.add_argument("--draft", default=None, help="draft model: Hugging Face name or local path")
-    g.add_argument("--target", default=None, help="target model: Hugging Face name or local path")
+    where = "a local Hugging Face model folder" if folders_only else "Hugging Face name or local path"
+    g.add_argument("--draft", default=None, help=f"draft model: {where}")
+    g.add_argument("--target", default=None, help=f"target model: {where}")
     g.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:1, …")
     g.add_argument(
         "--dtype",
@@ -517,7 +523,9 @@ def _add_pair_args(p: argparse.ArgumentParser) -> None:
         "whatever the weights, so every law is exact for what was sampled)",
     )
     g.add_argument("--max-new-tokens", type=_count(1), default=32, help="tokens generated per prompt (default 32)")
-    g.add_argument("--temperature", type=float, default=1.0, help="0 = greedy (default 1)")
+    g.add_argument(
+        "--temperature", type=float, default=1.0, help="> 0 (default 1)" if folders_only else "0 = greedy (default 1)"
+    )
     g.add_argument("--top-k", type=_count(1), default=None)
     g.add_argument("--top-p", type=float, default=None)
 
@@ -580,7 +588,10 @@ def _tokenizer(folder):
 def _sampling(args):
     from speculab.backends import Sampling
 
-    return Sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    try:
+        return Sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    except ValueError as err:
+        raise _flagged(err, ("temperature", "top_k", "top_p")) from None
 
 
 def _journaled(args):
@@ -938,7 +949,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from speculab.engines.command import add_parser as add_engine_parser
 
-    add_engine_parser(sub, common, _add_pair_args, _count)
+    add_engine_parser(sub, common, functools.partial(_add_pair_args, folders_only=True), _count, _sampling)
 
     from speculab.planning.command import add_parser as add_plan_parser
 

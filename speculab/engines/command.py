@@ -36,8 +36,9 @@ def _list(kind):
     return parse
 
 
-def add_parser(sub, common, add_pair_args, count) -> None:
-    """The ``engine`` command and its ``vllm`` subcommand, on the CLI's subparsers ``sub``."""
+def add_parser(sub, common, add_pair_args, count, sampling_of) -> None:
+    """The ``engine`` command and its ``vllm`` subcommand, on the CLI's subparsers ``sub``; ``sampling_of(args)``
+    reads the sampling from the options ``add_pair_args`` adds."""
     engines = sub.add_parser("engine", help="a serving engine's speculative decoding vs theory and the target's law")
     which = engines.add_subparsers(dest="engine", required=True)
     p = which.add_parser("vllm", help="vLLM (its own environment: ./dev vllm) on a draft/target pair")
@@ -55,7 +56,13 @@ def add_parser(sub, common, add_pair_args, count) -> None:
         "--prompts", type=count(1), default=16, help="prompts of the per-slot rows, of the 32 shipped (default 16)"
     )
     p.add_argument("--runs-per-prompt", type=count(1), default=8, help="requests per prompt (default 8)")
-    p.add_argument("--law-runs", type=count(1), default=4000, help="requests of each law test (default 4,000)")
+    p.add_argument(
+        "--law-runs",
+        type=count(1),
+        default=4000,
+        help="requests of each law test (default 4,000; at least enough for the biased control to be refused "
+        "with probability 0.99)",
+    )
     p.add_argument(
         "--sampler-draws",
         type=count(0),
@@ -68,7 +75,7 @@ def add_parser(sub, common, add_pair_args, count) -> None:
     p.add_argument("--vllm-python", default=None, help="the Python of a vLLM environment (default: .venv-vllm)")
     p.add_argument("--log", default=None, help="write vLLM's own output to this file")
     p.add_argument("--out", default=None, help="also write the report's JSON to this file")
-    p.set_defaults(func=cmd_engine_vllm)
+    p.set_defaults(func=cmd_engine_vllm, sampling_of=sampling_of)
 
 
 def cmd_engine_vllm(args) -> int:
@@ -77,6 +84,7 @@ def cmd_engine_vllm(args) -> int:
     from speculab.backends import Sampling, load_pair
     from speculab.backends.pair import TINY_DIR, default_prompts
     from speculab.engines import vllm
+    from speculab.validate import POWER
 
     if (args.draft is None) != (args.target is None):
         raise ValueError("give both --draft and --target (local Hugging Face folders), or neither (then --pair)")
@@ -89,18 +97,22 @@ def cmd_engine_vllm(args) -> int:
         for flag, folder in zip(("--draft", "--target"), folders):
             if not (folder / "config.json").is_file():
                 raise ValueError(f"{flag} {folder}: not a local Hugging Face model folder (no config.json)")
-    if any(not 1 <= k <= 8 for k in args.k):
-        raise ValueError(f"--k: each K must be in 1..8; got {args.k}")
+    if any(not 1 <= k <= vllm.MAX_K for k in args.k):
+        raise ValueError(f"--k: each K must be in 1..{vllm.MAX_K}; got {args.k}")
     if args.temperature <= 0:
         raise ValueError("--temperature: the law test and the per-slot rows need sampling (temperature > 0)")
+    base = args.sampling_of(args)
     texts = default_prompts()
     if args.prompts > len(texts):
         raise ValueError(f"--prompts {args.prompts}: speculab ships {len(texts)} prompts")
     out = out_file(args.out)
     python = vllm.find_python(args.vllm_python)  # before loading anything
     configs = vllm.configurations(str(folders[0]), args.kinds, args.k)
-    pair = load_pair(str(folders[0]), str(folders[1]), device=args.device, dtype=getattr(torch, args.dtype))
-    base = Sampling(args.temperature, args.top_k, args.top_p)
+    try:
+        pair = load_pair(str(folders[0]), str(folders[1]), device=args.device, dtype=getattr(torch, args.dtype))
+    except ValueError as err:
+        flags = f"--draft {folders[0]} --target {folders[1]}" if args.draft is not None else f"--pair {args.pair}"
+        raise ValueError(f"{flags}: {err}") from None
     samplings = [base] if (args.top_k or args.top_p) else [base, Sampling(args.temperature, 20, 0.9)]
     prompts = [pair.tokenizer.encode(t) for t in texts[: args.prompts]]
     limit = min(m for m in (pair.draft.max_length, pair.target.max_length) if m) if pair.target.max_length else None
@@ -109,6 +121,13 @@ def cmd_engine_vllm(args) -> int:
         raise ValueError(
             f"--max-new-tokens {args.max_new_tokens}: the longest prompt ({longest} tokens) and the output exceed the "
             f"models' {limit} positions; at most {limit - longest}"
+        )
+    power = vllm.control_power(pair, texts[0], samplings[0], args.law_runs)
+    if power < POWER:
+        least = vllm.least_law_runs(pair, texts[0], samplings[0])
+        raise ValueError(
+            f"--law-runs {args.law_runs}: the biased control would be refused with probability {power:.3f} only, "
+            f"so a refusal-free law test would say little; at least {least:,} for {POWER}"
         )
     report = vllm.measure(
         pair,
@@ -178,6 +197,9 @@ def _power(row, tv: float = 0.05) -> float:
 def table(report, *, logged: bool = False) -> str:
     """The report as text: one block per configuration, then the checks and the control. ``logged``: vLLM's own
     output was kept (``--log``), so an error pointing at its stack trace can be followed."""
+    from speculab.engines.paired import Z_BOUND
+    from speculab.validate import ALPHA
+
     s = report.settings
     lines = [
         f"{s['engine']} {s['vllm']} on {s['pair']}: {s['requests']} requests × {s['max_tokens']} tokens for the slots, "
@@ -195,16 +217,19 @@ def table(report, *, logged: bool = False) -> str:
         for row, worst in zip(c.laws, c.worst or [[]] * len(c.laws)):
             lines.append(
                 f"    law {row.method.split(' at ')[-1]:<26} p = {_p(row):<8} "
-                f"{'REFUSED' if row.refused else 'not refused'}  (power {_power(row):.3f} against TV 0.05; "
-                f"TV {row.detectable[1]:.3g} refused at power 0.99)"
+                f"{'REFUSED' if row.refused else 'not refused'} at level {ALPHA / 2:g}  (power "
+                f"{_power(row):.3f} against TV 0.05; TV {row.detectable[1]:.3g} refused at power 0.99)"
             )
             for w in worst[:3]:
                 lines.append(
                     f"        first tokens {w['tokens']} {w['text']!r}: "
-                    f"target {w['target']:.4f}, vLLM {w['observed']:.4f}"
+                    f"target {w['target']:.4f}, vLLM {w['observed']:.4f} (z {w['z']:+.1f})"
                 )
         if c.slots:
-            lines.append("    slot  reached  kept   predicted ± sd       z      power(10 %)")
+            lines.append(
+                f"    slot  reached  kept   predicted ± sd       z      power(10 %): of |z| ≥ {Z_BOUND:g} if the "
+                "kept drafts were 10 % off"
+            )
             for r in c.slots:
                 label = "all" if r.slot == 0 else str(r.slot)
                 lines.append(
@@ -215,7 +240,7 @@ def table(report, *, logged: bool = False) -> str:
             lines.append(f"    (no per-slot prediction: {_unpredicted(c)})")
         if c.repeats is not None:
             lines.append(
-                f"    refused slots whose output is the greedy draft: {c.repeats[0]} of {c.repeats[1]} "
+                f"    refused slots whose output is the greedy draft: {c.repeats.same} of {c.repeats.seen} "
                 "(the rule outputs a token of q without the draft: 0)"
             )
         if not c.tokens:

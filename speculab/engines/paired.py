@@ -33,6 +33,7 @@ __all__ = [
     "slot_rows",
     "target_calls",
     "refused_repeats",
+    "Repeats",
     "Z_BOUND",
     "RELATIVE_ERROR",
 ]
@@ -75,6 +76,10 @@ class SlotRow:
 
 def round_starts(request: Request) -> list[int]:
     """The 1-based output position at which each round started (module docstring); checked against the output."""
+    if len(request.drafted) != len(request.accepted):
+        raise ValueError(
+            f"a request reports {len(request.drafted)} rounds drafted but {len(request.accepted)} rounds kept"
+        )
     starts, s = [], 2
     for d, a in zip(request.drafted, request.accepted):
         if not 0 <= a <= d:
@@ -108,6 +113,8 @@ def slot_rows(requests: list[Request], reject_prob) -> list[SlotRow]:
             if L <= 0:
                 continue
             r = np.asarray(reject_prob(req, s, L), dtype=float)
+            if r.shape != (L,) or not np.all((r >= 0) & (r <= 1)):  # NaN fails too
+                raise ValueError(f"reject_prob gave {r!r} for {L} slots: not {L} probabilities in [0, 1]")
             for i in range(1, L + 1):
                 if a < i - 1:
                     break  # not reached
@@ -138,11 +145,20 @@ def target_calls(request: Request) -> int:
     return 1 + len(request.accepted) + max(0, T - 1 - rounds_out)
 
 
-def refused_repeats(requests: list[Request], drafts) -> tuple[int, int]:
+@dataclass(frozen=True)
+class Repeats:
+    """Greedy drafts' exact check (:func:`refused_repeats`): of the ``seen`` refused slots, ``same`` output the
+    draft itself — 0 for the rule."""
+
+    same: int
+    seen: int
+
+
+def refused_repeats(requests: list[Request], drafts) -> Repeats:
     """Greedy drafts' exact check, no statistics: at a refused slot the rule outputs a token of the target's law
     *without* the draft ``x`` (the residual ``(q − δ_x)^+`` has no mass at ``x``), so the token output there is never
     the draft. ``drafts(request, start, L)`` → the drafted tokens at the ``L`` slots of a round started at output
-    position ``start``. Returns (refused slots whose output is the draft — 0 for the rule —, refused slots seen)."""
+    position ``start``."""
     same = seen = 0
     for req in requests:
         T = len(req.tokens)
@@ -152,4 +168,4 @@ def refused_repeats(requests: list[Request], drafts) -> tuple[int, int]:
             x = drafts(req, s, a + 1)[a]
             seen += 1
             same += int(req.tokens[s + a - 1] == x)
-    return same, seen
+    return Repeats(same, seen)

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from speculab.engines.paired import Request, SlotRow, refused_repeats, slot_rows, target_calls
+from speculab.engines.paired import Repeats, Request, SlotRow, refused_repeats, slot_rows, target_calls
 from speculab.engines.vllm_checks import check_expand, sampler, worst_cells
 from speculab.engines.vllm_env import ENV, PIN, EngineMissing, find_python, run_worker
 
@@ -52,6 +52,8 @@ __all__ = [
     "EngineReport",
     "EngineMissing",
     "configurations",
+    "control_power",
+    "least_law_runs",
     "find_python",
     "run_worker",
     "measure",
@@ -59,6 +61,8 @@ __all__ = [
 
 #: The configurations measured by default (each may be swept over ``K``).
 KINDS = ("greedy", "probabilistic", "ngram", "synthetic")
+#: The largest number of drafts per round measured (vLLM takes more; the per-slot rows thin out past it).
+MAX_K = 8
 
 
 @dataclass(frozen=True)
@@ -76,16 +80,24 @@ class Configuration:
 
 
 def configurations(draft_folder: str, kinds=KINDS, ks=(4,), rates=(0.8, 0.6, 0.4, 0.2)) -> list[Configuration]:
-    """Plain decoding and every kind of ``kinds`` at every ``K`` of ``ks`` (module docstring)."""
+    """Plain decoding and every kind of ``kinds`` at every ``K`` of ``ks`` (module docstring), each listed once;
+    ``rates``: the synthetic mode's ``r_i`` (non-increasing, in [0, 1]), the last for slots past them."""
     from speculab.methods import SD, GreedyDraft, Synthetic
+    from speculab.methods.synthetic import _rates
 
-    unknown = sorted(set(kinds) - set(KINDS))
+    for name, values in (("kinds", kinds), ("ks", ks)):
+        if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+            raise ValueError(f"{name} must be a sequence (e.g. a list); got {values!r}")
+        if len(set(values)) < len(list(values)):
+            raise ValueError(f"{name} must name each value once; got {list(values)!r}")
+    unknown = [k for k in kinds if k not in KINDS]
     if unknown:
         raise ValueError(f"unknown vLLM configuration kind {unknown[0]!r}; choose from {', '.join(KINDS)}")
+    rates = _rates(rates)
     out = [Configuration("plain", None, None, "", True)]
     for K in ks:
-        if not (isinstance(K, int) and 1 <= K <= 16):
-            raise ValueError(f"K must be an integer in 1..16; got {K!r}")
+        if not (isinstance(K, int) and not isinstance(K, bool) and 1 <= K <= MAX_K):
+            raise ValueError(f"K must be an integer in 1..{MAX_K}; got {K!r}")
         draft = {"method": "draft_model", "model": str(draft_folder), "num_speculative_tokens": K}
         r = tuple(rates[i] if i < len(rates) else rates[-1] for i in range(K))
         table = {
@@ -135,7 +147,7 @@ class ConfigurationReport:
     K: int = 0
     failures: list = field(default_factory=list)
     worst: list = field(default_factory=list)  # per law row refused: the cells farthest from the target's law
-    repeats: tuple | None = None  # greedy drafts: (refused slots whose output is the draft, refused slots) — 0 of n
+    repeats: Repeats | None = None  # greedy drafts: refused slots whose output is the draft (0 for the rule)
     round_sums: dict = field(default_factory=dict)  # the per-request rounds summed, as the counters count them
 
     @property
@@ -168,8 +180,8 @@ class ConfigurationReport:
             return law
         bad = [s for s in slots if not s.ok]
         pred = "kept drafts match the rule" if not bad else f"kept drafts off the rule at {len(bad)} slot(s)"
-        if self.repeats is not None and self.repeats[0]:
-            pred += f"; {self.repeats[0]} of {self.repeats[1]} refused drafts output anyway (0 for the rule)"
+        if self.repeats is not None and self.repeats.same:
+            pred += f"; {self.repeats.same} of {self.repeats.seen} refused drafts output anyway (0 for the rule)"
         return f"{law}; {pred}"
 
 
@@ -262,6 +274,37 @@ class _Predictor:
     def drafts(self, req: Request, start: int, L: int) -> list[int]:
         p, _, _ = self._laws(req, start, L)
         return p.argmax(dim=-1).tolist()
+
+
+def control_power(pair, law_prompt: str, sampling, runs: int) -> float:
+    """The chance that the law test of ``runs`` requests refuses the biased control (Decoding-UNO, ε =
+    :data:`~speculab.validate.CONTROL`, on ``law_prompt`` at ``sampling``): the first-token G-test's power against
+    the control's exact first-token law, at the test's level."""
+    from speculab.validate import ALPHA, CONTROL, _uno_law, g_test_power, next_law
+
+    ids = pair.tokenizer.encode(law_prompt)
+    q1 = next_law(pair.target.model, ids, sampling, pair.device, pair.vocab_size)
+    p1 = next_law(pair.draft.model, ids, sampling, pair.device, pair.vocab_size)
+    return g_test_power(_uno_law(p1, q1, CONTROL), q1, runs, ALPHA / 2)
+
+
+def least_law_runs(pair, law_prompt: str, sampling, power: float | None = None) -> int:
+    """The fewest law-test requests (to 1 %) at which :func:`control_power` reaches ``power`` (default
+    :data:`~speculab.validate.POWER`): doubling, then bisection."""
+    from speculab.validate import POWER
+
+    power = POWER if power is None else power
+    at = lambda n: control_power(pair, law_prompt, sampling, n)  # noqa: E731
+    hi = 64
+    while at(hi) < power:
+        if hi > 10**9:
+            raise ValueError(f"the biased control on {law_prompt!r} is not refused with probability {power} by any run")
+        hi *= 2
+    lo = hi // 2
+    while hi - lo > max(1, lo // 100):
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if at(mid) >= power else (mid, hi)
+    return hi
 
 
 def measure(

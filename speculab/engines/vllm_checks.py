@@ -71,7 +71,7 @@ def check_expand(python: Path, *, log: Path | None = None) -> list[ExpandCheck]:
 
 def worst_cells(pair, cells: dict, tokens: list, k: int = 5) -> list[dict]:
     """The ``k`` outcomes of the first :data:`~speculab.validate.LAW_TOKENS` tokens whose observed frequency in
-    ``tokens`` lies farthest, in standard errors, from the target's exact probability (``cells``: the target's
+    ``tokens`` lies farthest, in standard errors (``z``), from the target's exact probability (``cells``: the target's
     law of them, :func:`speculab.validate.target_cells` for ``len(tokens)`` runs): the two laws, side by side, where
     they differ most (a refused law test's reproducer)."""
     from speculab.validate import LAW_TOKENS
@@ -81,8 +81,13 @@ def worst_cells(pair, cells: dict, tokens: list, k: int = 5) -> list[dict]:
     for t in tokens:
         run = tuple(t[: t.index(eos) + 1]) if eos is not None and eos in t else tuple(t[:LAW_TOKENS])
         seen[run] = seen.get(run, 0) + 1
-    rows = [(cell, prob, seen.get(cell, 0) / n) for cell, prob in cells.items()]
-    rows.sort(key=lambda r: -abs(r[2] - r[1]) / np.sqrt(r[1] * (1 - r[1]) / n))
+    rows = []
+    for cell, p in cells.items():
+        o, var = seen.get(cell, 0) / n, p * (1 - p) / n
+        z = (o - p) / np.sqrt(var) if var > 0 else (0.0 if o == p else np.copysign(np.inf, o - p))
+        rows.append((cell, p, o, float(z)))
+    rows.sort(key=lambda r: -abs(r[3]))
     return [
-        {"tokens": list(c), "text": pair.tokenizer.decode(list(c)), "target": p, "observed": o} for c, p, o in rows[:k]
+        {"tokens": list(c), "text": pair.tokenizer.decode(list(c)), "target": p, "observed": o, "z": z}
+        for c, p, o, z in rows[:k]
     ]

@@ -33,19 +33,34 @@ def find_python(explicit: str | None = None) -> Path:
     tried = []
     for candidate in (explicit, os.environ.get(ENV)):
         if candidate:
-            path = Path(candidate)
+            path, source = Path(candidate), "--vllm-python" if candidate == explicit else ENV
             if not path.is_file():
-                raise EngineMissing(f"no Python at {path} (from {'--vllm-python' if candidate == explicit else ENV})")
-            return path
+                raise EngineMissing(f"no Python at {path} (from {source})")
+            return _with_vllm(path, source)
     for root in (Path.cwd(), Path(__file__).resolve().parents[2]):
         path = root / ".venv-vllm" / "bin" / "python"
         tried.append(str(path))
         if path.is_file():
-            return path
+            return _with_vllm(path, ".venv-vllm")
     raise EngineMissing(
         f"no vLLM environment: run `./dev vllm` (installs {PIN} into .venv-vllm), or point {ENV} or "
         f"--vllm-python at a Python with vLLM (looked at {', '.join(tried)})"
     )
+
+
+def _with_vllm(python: Path, source: str) -> Path:
+    """``python``, if it can import vLLM (looked up, not imported: an import takes seconds); else
+    :class:`EngineMissing` naming where it came from."""
+    code = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('vllm') else 3)"
+    try:
+        done = subprocess.run([str(python), "-c", code], capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise EngineMissing(f"{python} (from {source}) does not run as a Python: {e}") from None
+    if done.returncode == 3:
+        raise EngineMissing(f"{python} (from {source}) has no vllm module: install {PIN} (./dev vllm setup) there")
+    if done.returncode != 0:
+        raise EngineMissing(f"{python} (from {source}) does not run as a Python (exit {done.returncode})")
+    return python
 
 
 def run_worker(python: Path, job: dict, *, log: Path | None = None, timeout: float = 3600, mode: str = "") -> list:
