@@ -388,6 +388,49 @@ def test_a_model_path_that_is_not_a_model_folder_is_refused(tmp_path, how):
         load_pair(str(path), str(path))
 
 
+def _no_hub_load(*args, **kwargs):
+    raise AssertionError("transformers was asked to load a model the hub cannot give")
+
+
+def test_a_hub_name_neither_cached_nor_reachable_is_refused_at_once(tmp_path, monkeypatch, capsys):
+    """Offline, a hub name not in the cache is refused in one line before transformers retries (about 50 s)."""
+    pytest.importorskip("torch")
+    from huggingface_hub import constants
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from speculab.backends import pair as pair_module
+    from speculab.cli import main
+
+    monkeypatch.setattr(pair_module, "_hub_reachable", lambda: False)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", _no_hub_load)
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", _no_hub_load)
+    assert main(["run", "--draft", "someone/no-such-model", "--target", "someone/no-such-model"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "'someone/no-such-model' is not a local model folder nor in the" in err
+    assert "cannot be reached" in err, err
+
+
+def test_a_cached_hub_name_loads_from_the_cache_alone_when_the_hub_is_unreachable(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    from speculab.backends import pair as pair_module
+
+    snapshot = tmp_path / "hub" / "models--someone--cached" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (tmp_path / "hub" / "models--someone--cached" / "refs").mkdir()
+    (tmp_path / "hub" / "models--someone--cached" / "refs" / "main").write_text("abc")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(pair_module, "_hub_reachable", lambda: False)
+    assert pair_module._cached_only("someone/cached") is True  # transformers then reads the cache only
+    with pytest.raises(ValueError, match="not a local model folder nor in the Hugging Face cache"):
+        pair_module._cached_only("someone/not-cached")
+    monkeypatch.setattr(pair_module, "_hub_reachable", lambda: True)
+    assert pair_module._cached_only("someone/not-cached") is False  # reachable: transformers downloads it
+    assert pair_module._cached_only(str(snapshot)) is False  # a local folder
+
+
 # -- the command line -----------------------------------------------------------------------------------------
 CLI_CASES = [
     (["sim", "--T", "0"], 2, "argument --T: must be an integer >= 1; got 0"),

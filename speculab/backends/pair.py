@@ -123,6 +123,50 @@ def _path(name: str) -> str:
     return name
 
 
+#: Seconds to wait for the hub's host before a model that is neither a local folder nor in the cache is refused.
+HUB_TIMEOUT = 3.0
+
+
+def _hub_reachable() -> bool:
+    """Whether the Hugging Face hub's host accepts a connection within :data:`HUB_TIMEOUT` (behind a proxy: taken to,
+    and left to transformers)."""
+    import os
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return True
+    url = urlparse(constants.ENDPOINT)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.hostname, port), HUB_TIMEOUT).close()
+    except OSError:
+        return False
+    return True
+
+
+def _cached_only(path: str) -> bool:
+    """For a hub name: whether to load it from the local cache only (the hub is offline or unreachable and the
+    cache has it). Refused at once, in one line, when neither the cache nor the hub has it — rather than after
+    transformers' retries (about 50 s offline). A local folder: ``False``."""
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if Path(path).is_dir():
+        return False
+    cached = isinstance(try_to_load_from_cache(path, "config.json"), str)
+    if constants.HF_HUB_OFFLINE or not _hub_reachable():
+        if not cached:
+            where = "HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else f"{constants.ENDPOINT} cannot be reached"
+            raise ValueError(
+                f"{path!r} is not a local model folder nor in the Hugging Face cache ({constants.HF_HUB_CACHE}), and "
+                f"{where}: download it where there is a network, or give a local folder"
+            )
+        return True
+    return False
+
+
 def _hub(what: str, name: str, load):
     """``load()``, with a failure to find or read the model (a hub name offline, a folder missing its weights or
     tokenizer) said in one line that names it. Quiet: transformers' "Loading weights" bars are off while it loads."""
@@ -143,10 +187,14 @@ def _hub(what: str, name: str, load):
             hf_logging.enable_progress_bar()
 
 
-def _load_tokenizer(path: str):
+def _load_tokenizer(path: str, cached_only: bool = False):
     from transformers import AutoTokenizer
 
-    return _hub("tokenizer", path, lambda: AutoTokenizer.from_pretrained(path, trust_remote_code=False))
+    return _hub(
+        "tokenizer",
+        path,
+        lambda: AutoTokenizer.from_pretrained(path, trust_remote_code=False, local_files_only=cached_only),
+    )
 
 
 def check_pair(pair) -> ModelPair:
@@ -164,14 +212,20 @@ def _same_tokenizer(a, b) -> bool:
     return a.get_vocab() == b.get_vocab() and a.eos_token_id == b.eos_token_id
 
 
-def _load_model(path: str, device: torch.device, dtype: torch.dtype, allow_pickle: bool = False):
+def _load_model(
+    path: str, device: torch.device, dtype: torch.dtype, allow_pickle: bool = False, cached_only: bool = False
+):
     from transformers import AutoModelForCausalLM
 
     model = _hub(
         "model",
         path,
         lambda: AutoModelForCausalLM.from_pretrained(
-            path, dtype=dtype, use_safetensors=None if allow_pickle else True, trust_remote_code=False
+            path,
+            dtype=dtype,
+            use_safetensors=None if allow_pickle else True,
+            trust_remote_code=False,
+            local_files_only=cached_only,
         ),
     )
     return model.to(device).eval()
@@ -219,22 +273,24 @@ def load_pair(
     if target == "tiny":
         target = "tiny-target"  # e.g. an n-gram draft with the tiny target
     t_path = _path(target)
-    tokenizer = _load_tokenizer(t_path)
+    t_cached = _cached_only(t_path)
+    tokenizer = _load_tokenizer(t_path, t_cached)
     vocab = len(tokenizer)
-    target_model = _load_model(t_path, dev, dtype, allow_pickle)
+    target_model = _load_model(t_path, dev, dtype, allow_pickle, t_cached)
     if _embedding_rows(target_model) < vocab:
         raise ValueError(
             f"target {target!r} has {_embedding_rows(target_model)} output rows for a {vocab}-token tokenizer"
         )
     if isinstance(draft, str):
         d_path = _path(draft)
-        d_tokenizer = _load_tokenizer(d_path)
+        d_cached = _cached_only(d_path)
+        d_tokenizer = _load_tokenizer(d_path, d_cached)
         if not _same_tokenizer(tokenizer, d_tokenizer):
             raise ValueError(
                 f"draft {draft!r} and target {target!r} use different tokenizers "
                 f"({len(d_tokenizer)} vs {vocab} tokens); speculative decoding needs one shared vocabulary"
             )
-        draft_model = _load_model(d_path, dev, dtype, allow_pickle)
+        draft_model = _load_model(d_path, dev, dtype, allow_pickle, d_cached)
         if _embedding_rows(draft_model) < vocab:
             raise ValueError(
                 f"draft {draft!r} has {_embedding_rows(draft_model)} output rows for a {vocab}-token tokenizer"
