@@ -32,7 +32,7 @@ def measure(budget: float, key: int) -> dict:
     for pair in PAIRS:
         args = build_parser().parse_args(["plan", "--pair", pair, "--bias-budget", str(budget), "--seed", str(key)])
         t0 = time.perf_counter()
-        payload = to_json(plan_of(args))
+        payload = to_json(plan_of(args)[0])
         payload["seconds"] = time.perf_counter() - t0
         FIGURES.mkdir(parents=True, exist_ok=True)
         save(payload, FIGURES / f"plan_{pair}.png")

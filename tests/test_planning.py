@@ -168,6 +168,14 @@ def test_candidates_are_lossless_unless_a_budget_lets_lossy_rules_in():
         (["--out", "/etc/hostname"], "--out /etc/hostname: a file; give a folder"),
         (["--out", "/etc/hostname/x"], "--out /etc/hostname/x: /etc/hostname is a file, not a folder"),
         (["--pair", "small"], "--pair must be 'tiny' or 'tiny-ngram' (or use --draft/--target); got 'small'"),
+        (["--vllm-python", "/x"], "--vllm-python is read only with --engine vllm"),
+        (["--engine", "sglang"], "argument --engine: invalid choice: 'sglang'"),
+        (["--engine", "vllm", "--pair", "tiny-ngram"], "--engine vllm: vLLM loads the draft from a folder"),
+        (["--engine", "vllm", "--vllm-python", "/nonexistent"], "no Python at /nonexistent (from --vllm-python)"),
+        (
+            ["--engine", "vllm", "--draft", "tiny-draft", "--target", "tiny-target"],
+            "--draft tiny-draft must be a local",
+        ),
     ],
 )
 def test_bad_input_gets_one_line_naming_it(argv, message, capsys):
@@ -206,6 +214,17 @@ def test_plan_ranks_predicts_and_confirms_on_the_tiny_pair(tmp_path, capsys, mon
 
     page = build_report(tmp_path / "new").read_text()
     assert "plan: the best configuration" in page and "data:image/png;base64," in page
+    assert plan["engine"] == [] and "vLLM configuration" not in page
+    row = {"configuration": "greedy K=2", "rule": "GreedyDraft(K=2)", "predicted_per_call": 1.2, "z": -3.7}
+    row |= {"measured_per_call": 1.04, "tokens_per_second": 738.0, "error": None}
+    failed = {"configuration": "synthetic K=2", "rule": "x", "predicted_per_call": 1.5, "error": "not on the CPU"}
+    (tmp_path / "new" / "plan.json").write_text(json.dumps(plan | {"engine": [row, failed]}))
+    page = build_report(tmp_path / "new").read_text()
+    assert "<td>greedy K=2</td><td>GreedyDraft(K=2)</td><td>1.200</td><td>1.040</td><td>-3.7</td>" in page, page
+    assert "vLLM failed: not on the CPU" in page
+    (tmp_path / "new" / "plan.json").write_text(json.dumps(plan | {"engine": [row | {"measured_per_call": 0.5}]}))
+    with pytest.raises(ValueError, match="engine row 'greedy K=2': fewer than one token per target call"):
+        build_report(tmp_path / "new")
     plan["ranked"][0]["tokens_per_second"] = -1.0
     (tmp_path / "new" / "plan.json").write_text(json.dumps(plan))
     with pytest.raises(ValueError, match="plan.json: ranked row .*: a rate or tokens per round that no run gives"):
@@ -223,3 +242,75 @@ def test_plan_runs_on_the_cheap_draft_pair(capsys):
     assert plan["settings"]["pair"] == "tiny-ngram"
     assert confirmed == {"Autoregressive()", "SD(K=4)", plan["ranked"][0]["method"]}
     assert 1.0 < max(r["tokens_per_round"] for r in plan["ranked"]) < 3.0
+
+
+# -- an engine's configurations beside the prediction -----------------------------------------------------------------
+def _geometric_yield(alpha: float, K: int, contexts: int):
+    """Rounds whose slots are each kept with probability ``alpha`` (SD on i.i.d. laws): ``P(τ = t)`` in a round of
+    ``L`` drafts, the same at every context."""
+    from speculab.planning.yields import Yield
+
+    outcome = np.zeros((K + 1, K + 1))
+    for L in range(K + 1):
+        outcome[L, :L] = [alpha**t * (1 - alpha) for t in range(L)]
+        outcome[L, L] = alpha**L
+    return Yield(
+        np.repeat(outcome[None], contexts, 0), np.repeat(np.arange(K + 1.0)[None], contexts, 0), np.zeros(contexts)
+    )
+
+
+def _engine_requests(rng, alpha: float, K: int, N: int, n: int):
+    """An engine's reports of ``n`` requests of ``N`` tokens: a prefill token, then rounds of ``K`` drafts each kept
+    with probability ``alpha`` while the previous were, cut at ``N`` tokens."""
+    out = []
+    for _ in range(n):
+        drafted, accepted, made = [], [], 1
+        while made < N:
+            a = 0
+            while a < K and rng.random() < alpha:
+                a += 1
+            drafted.append(K)
+            accepted.append(a)
+            made += a + 1
+        out.append(([0] * N, [drafted, accepted]))
+    return out
+
+
+@pytest.mark.parametrize("engine_alpha, refused", [(0.6, False), (0.5, True)])
+def test_engine_rows_predict_an_engine_that_runs_the_rule_and_refuse_one_that_does_not(
+    monkeypatch, engine_alpha, refused
+):
+    """An engine whose rounds keep each slot with the rule's 0.6 matches the predicted tokens per call (|z| < 5);
+    one keeping 0.5 is refused (seed fixed; 256 requests of 24 tokens: z = −13.5, so power ≈ 1 at that gap)."""
+    from speculab.engines import vllm
+    from speculab.planning import Plan
+    from speculab.planning.engine import vllm_rows
+    from speculab.planning.plan import Candidate
+
+    K, N, held_out, runs = 3, 24, [[5, 6]] * 32, 8
+    y = _geometric_yield(0.6, K, 16)
+    cost = run_cost(_model(), SD(K=K), y.outcome.mean(0), y.drafted.mean(0), N)
+    settings = {"max_new_tokens": N, "contexts": 16, "prompts": 4, "sampling": {"top_k": None, "top_p": None}}
+    result = Plan(settings, _model(), [Candidate(SD(K=K), y, cost, 0.0, 0.0, True)])
+    rng = np.random.default_rng(0)
+
+    def engine(python, job, **kw):
+        assert [c["name"] for c in job["configs"]] == ["plain", f"probabilistic K={K}"]
+        assert job["groups"][0]["ignore_eos"] and job["groups"][0]["max_tokens"] == N
+        n = len(job["groups"][0]["prompts"])
+        plain = {"ok": True, "groups": [{"tokens": [[0] * N] * n, "rounds": [None] * n, "seconds": 1.0}]}
+        reqs = _engine_requests(rng, engine_alpha, K, N, n)
+        sd = {"ok": True, "groups": [{"tokens": [t for t, _ in reqs], "rounds": [r for _, r in reqs], "seconds": 1.0}]}
+        return [plain, sd]
+
+    monkeypatch.setattr(vllm, "run_worker", engine)
+    rows = vllm_rows(result, ("D", "T"), held_out, python=None, runs=runs, key=0)
+    assert [r.configuration for r in rows] == ["plain", f"probabilistic K={K}"]
+    assert rows[0].measured_per_call == 1.0 and rows[0].predicted_per_call == 1.0
+    sd = rows[1]
+    # the prediction: a prefill, then the rule's calls for N − 1 tokens
+    assert sd.predicted_per_call == pytest.approx(
+        N / (1 + run_cost(_model(), SD(K=K), y.outcome[0], y.drafted[0], N - 1).calls)
+    )
+    assert sd.requests == len(held_out) * runs
+    assert (abs(sd.z) >= Z_BOUND) == refused, sd

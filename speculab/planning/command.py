@@ -6,6 +6,7 @@ The command's parser and its table; :mod:`speculab.planning.plan` does the work.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -15,6 +16,9 @@ __all__ = ["add_parser", "cmd_plan", "plan_of", "table", "to_json"]
 
 #: Held-out prompts of the confirmations, taken from the end of the shipped prompts.
 HELD_OUT = 8
+#: Runs of each held-out prompt in an engine's rows (``--engine``): an engine decodes them together, so they cost
+#: little, and the tokens per call get a standard error over the requests.
+ENGINE_RUNS = 8
 #: The plan's file in ``--out`` (what ``speculab report`` reads).
 PLAN = "plan.json"
 
@@ -73,12 +77,27 @@ def add_parser(sub, common, add_pair_args, count, pair_of, sampling_of) -> None:
     p.add_argument(
         "--out", default=None, help="also write OUT/plan.json and its figure OUT/plan.png (speculab report shows them)"
     )
+    p.add_argument(
+        "--engine",
+        choices=["vllm"],
+        default=None,
+        help="also decode the held-out prompts with vLLM's configurations of the best greedy-draft and SD rules "
+        "(./dev vllm setup; the pair as Hugging Face folders)",
+    )
+    p.add_argument("--vllm-python", default=None, help="with --engine vllm: its Python (default: .venv-vllm)")
     p.set_defaults(func=cmd_plan, pair_of=pair_of, sampling_of=sampling_of)
 
 
 def cmd_plan(args) -> int:
     out = out_folder(args.out)
-    result = plan_of(args)
+    engine = _engine_of(args)  # before the plan: a missing engine is told at once
+    result, held_out = plan_of(args)
+    if engine is not None:
+        from speculab.planning.engine import vllm_rows
+
+        result.engine = vllm_rows(
+            result, engine[1], held_out, python=engine[0], runs=ENGINE_RUNS, key=args.seed, dtype=args.dtype
+        )
     payload = to_json(result)
     print(json.dumps(payload, indent=1) if args.json else table(result))
     if out is not None:
@@ -89,8 +108,30 @@ def cmd_plan(args) -> int:
     return 0
 
 
+def _engine_of(args):
+    """``--engine vllm``: (its Python, the pair's folders), checked; ``None`` without it."""
+    if args.vllm_python is not None and args.engine is None:
+        raise ValueError("--vllm-python is read only with --engine vllm")
+    if args.engine is None:
+        return None
+    from speculab.backends.pair import TINY_DIR
+    from speculab.engines.vllm import find_python
+
+    if args.draft is not None:
+        folders = (args.draft, args.target)
+        for flag, folder in zip(("--draft", "--target"), folders):
+            if not (Path(folder) / "config.json").is_file():
+                raise ValueError(f"--engine vllm: {flag} {folder} must be a local Hugging Face model folder")
+    elif args.pair == "tiny":
+        folders = (str(TINY_DIR / "draft"), str(TINY_DIR / "target"))
+    else:
+        raise ValueError(f"--engine vllm: vLLM loads the draft from a folder; --pair {args.pair} has none")
+    return find_python(args.vllm_python), folders
+
+
 def plan_of(args):
-    """The :class:`~speculab.planning.Plan` the parsed options ``args`` ask for."""
+    """The :class:`~speculab.planning.Plan` the parsed options ``args`` ask for, and the held-out prompts' token
+    ids it was confirmed on."""
     from speculab.backends.pair import default_prompts
     from speculab.planning import plan
 
@@ -101,10 +142,11 @@ def plan_of(args):
         )
     pair = args.pair_of(args)
     encode = pair.tokenizer.encode
-    return plan(
+    held_out = [encode(t) for t in texts[-HELD_OUT:]]
+    result = plan(
         pair,
         prompts=[encode(t) for t in texts[: args.prompts]],
-        held_out=[encode(t) for t in texts[-HELD_OUT:]],
+        held_out=held_out,
         sampling=args.sampling_of(args),
         key=args.seed,
         ks=args.k,
@@ -113,6 +155,7 @@ def plan_of(args):
         per_prompt=args.per_prompt,
         confirm=args.confirm,
     )
+    return result, held_out
 
 
 def _finite(x):
@@ -164,7 +207,12 @@ def to_json(result) -> dict:
             for r in result.confirmed
         ],
         "verdict": result.verdict(),
+        "engine": [{**_finite_all(dataclasses.asdict(r)), "z": _finite(r.z)} for r in result.engine],
     }
+
+
+def _finite_all(row: dict) -> dict:
+    return {k: _finite(v) for k, v in row.items()}
 
 
 def table(result, top: int = 12) -> str:
@@ -208,9 +256,30 @@ def table(result, top: int = 12) -> str:
                 f"  {r.method:<40} {r.predicted:>8.1f} ± {r.predicted_se:<5.1f} {r.measured:>8.1f} ± "
                 f"{r.measured_se:<5.1f} {r.error:>+7.1%}  {r.predicted_speedup:>8.3f} / {r.measured_speedup:.3f} "
                 f"{r.speedup_error:>+7.1%}  {r.predicted_per_call:>11.3f} / {r.measured_per_call:.3f} "
-                f"({r.per_call_z:+.1f})"
+                + (f"({r.per_call_z:+.1f})" if math.isfinite(r.per_call_z) else "(exact)")
             )
         lines.append(result.verdict())
+    if result.engine:
+        lines += [
+            "",
+            f"vLLM on the held-out prompts (requests of exactly {s['max_new_tokens']} tokens; its prefill outputs "
+            "the first token alone, so the prediction counts one call more than speculab's; ± one standard error "
+            "over the prompts or the requests; tokens/s measured only):",
+            f"  {'configuration':<22} {'predicted by':<22} {'tokens/call predicted':>22} {'measured':>16} {'z':>7} "
+            f"{'tokens/s':>9}",
+        ]
+        for r in result.engine:
+            head = (
+                f"  {r.configuration:<22} {r.rule:<22} {r.predicted_per_call:>12.3f} ± {r.predicted_per_call_se:<7.3f}"
+            )
+            if r.error:
+                lines.append(f"{head} vLLM failed: {r.error}")
+                continue
+            z = f"{r.z:+.1f}" if math.isfinite(r.z) else "—"  # plain decoding: one token per call, exactly
+            lines.append(
+                f"{head} {r.measured_per_call:>8.3f} ± {r.measured_per_call_se:<5.3f} {z:>7} "
+                f"{r.tokens_per_second:>9.0f}"
+            )
     busy = max(s["load_at_start"], s.get("load_at_end", 0.0))
     if busy > s["cpus"] / 2:
         lines.append(

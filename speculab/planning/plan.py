@@ -123,6 +123,7 @@ class Plan:
     latency: object
     ranked: list = field(default_factory=list)
     confirmed: list = field(default_factory=list)
+    engine: list = field(default_factory=list)  # an engine's configurations (:mod:`speculab.planning.engine`)
 
     @property
     def best(self) -> Candidate:

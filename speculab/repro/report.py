@@ -407,6 +407,17 @@ def _plan_problem(data) -> str | None:
     for r in data["confirmed"]:
         if not (positive(r["predicted"]) and positive(r["measured"]) and positive(r["measured_per_call"])):
             return f"confirmed row {r.get('method')!r}: a rate that no run gives"
+    engine = data.get("engine", [])
+    if not isinstance(engine, list):
+        return "engine rows that are not a list"
+    for r in engine:
+        ran = r.get("error") is None
+        if not (isinstance(r.get("configuration"), str) and _is_number(r.get("predicted_per_call"))):
+            return f"engine row {r.get('configuration')!r}: no configuration or prediction"
+        if r["predicted_per_call"] < 1 or (
+            ran and not (_is_number(r.get("measured_per_call")) and r["measured_per_call"] >= 1)
+        ):
+            return f"engine row {r['configuration']!r}: fewer than one token per target call, which no run gives"
     return None
 
 
@@ -456,7 +467,27 @@ def _plan_section(folder: Path, data: dict) -> str:
                 ],
             )
         )
-    parts.append(f"<p>{_e(data['verdict'])}</p></section>")
+    parts.append(f"<p>{_e(data['verdict'])}</p>")
+    if data.get("engine"):
+        parts.append(
+            _table(
+                ["vLLM configuration", "predicted by", "tokens / call predicted", "measured", "z", "tokens / s"],
+                [
+                    [r["configuration"], r["rule"], f"{r['predicted_per_call']:.3f}"]
+                    + (
+                        [f"vLLM failed: {r['error']}", "—", "—"]
+                        if r.get("error")
+                        else [
+                            f"{r['measured_per_call']:.3f}",
+                            "—" if r.get("z") is None else f"{r['z']:+.1f}",
+                            f"{r['tokens_per_second']:.0f}",
+                        ]
+                    )
+                    for r in data["engine"]
+                ],
+            )
+        )
+    parts.append("</section>")
     return "\n".join(parts)
 
 
