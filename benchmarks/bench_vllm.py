@@ -37,22 +37,17 @@ def measure(prompts: int, tokens: int, K: int, key: int) -> dict:
     rows = []
     python = vllm.find_python()
     configs = [c for c in vllm.configurations(str(TINY_DIR / "draft"), ("greedy", "probabilistic", "ngram"), (K,))]
-    job = {
-        "target": str(TINY_DIR / "target"),
-        "configs": [{"name": c.name, "speculative_config": c.speculative_config} for c in configs],
-        "seed": key,
-        "max_model_len": pair.target.max_length,
-        "groups": [
-            {
-                "name": "speed",
-                "prompts": ids,
-                "seeds": [key + i for i in range(len(ids))],
-                "sampling": {"temperature": 1.0},
-                "max_tokens": tokens,
-                "ignore_eos": True,
-            }
-        ],
+    group = {
+        "name": "speed",
+        "prompts": ids,
+        "seeds": [key + i for i in range(len(ids))],
+        "sampling": {"temperature": 1.0},
+        "max_tokens": tokens,
+        "ignore_eos": True,
     }
+    job = vllm.worker_job(
+        TINY_DIR / "target", configs, [group], key=key, dtype="float32", max_model_len=pair.target.max_length
+    )
     for r in vllm.run_worker(python, job):
         if not r.get("ok") or r["groups"][0].get("error"):
             rows.append({"path": "vLLM offline", "what": r["name"], "error": r.get("error") or r["groups"][0]["error"]})

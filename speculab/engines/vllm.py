@@ -52,6 +52,7 @@ __all__ = [
     "EngineReport",
     "EngineMissing",
     "configurations",
+    "worker_job",
     "control_power",
     "least_law_runs",
     "find_python",
@@ -276,6 +277,22 @@ class _Predictor:
         return p.argmax(dim=-1).tolist()
 
 
+def worker_job(
+    target: str, configs: list[Configuration], groups: list[dict], *, key: int, dtype: str, max_model_len=None
+) -> dict:
+    """The worker's job (:mod:`speculab.engines._vllm_worker`): vLLM loads ``target`` (with ``dtype``, at most
+    ``max_model_len`` positions; ``None``: the model's) once per configuration of ``configs`` and runs each group of
+    requests (``prompts``, per-request ``seeds``, ``sampling``, ``max_tokens``, ``ignore_eos``, a ``name``)."""
+    return {
+        "target": str(target),
+        "configs": [{"name": c.name, "speculative_config": c.speculative_config} for c in configs],
+        "seed": key,
+        "max_model_len": max_model_len,
+        "dtype": dtype,
+        "groups": groups,
+    }
+
+
 def control_power(pair, law_prompt: str, sampling, runs: int) -> float:
     """The chance that the law test of ``runs`` requests refuses the biased control (Decoding-UNO, ε =
     :data:`~speculab.validate.CONTROL`, on ``law_prompt`` at ``sampling``): the first-token G-test's power against
@@ -373,14 +390,7 @@ def measure(
                 "ignore_eos": False,
             }
         )
-    job = {
-        "target": str(folders[1]),
-        "configs": [{"name": c.name, "speculative_config": c.speculative_config} for c in configs],
-        "seed": key,
-        "max_model_len": max_model_len,
-        "dtype": dtype,
-        "groups": groups,
-    }
+    job = worker_job(folders[1], configs, groups, key=key, dtype=dtype, max_model_len=max_model_len)
     cells_memo: dict = {}
 
     def cells_for(s):

@@ -83,7 +83,7 @@ def vllm_rows(
       held_out: token ids of the prompts; request ``i`` gets vLLM's seed ``key + i``.
     """
     from speculab.engines.paired import Request, target_calls
-    from speculab.engines.vllm import MAX_K, configurations, run_worker
+    from speculab.engines.vllm import MAX_K, configurations, run_worker, worker_job
     from speculab.methods import SD, GreedyDraft
 
     s = result.settings
@@ -98,23 +98,15 @@ def vllm_rows(
     configs = [configurations(folders[0], [kind], [c.K])[-1] for kind, c in best.items()]
     configs.insert(0, configurations(folders[0], [], [])[0])  # plain
     requests = [ids for _ in range(runs) for ids in held_out]
-    job = {
-        "target": str(folders[1]),
-        "configs": [{"name": c.name, "speculative_config": c.speculative_config} for c in configs],
-        "seed": key,
-        "max_model_len": None,
-        "dtype": dtype,
-        "groups": [
-            {
-                "name": "plan",
-                "prompts": requests,
-                "seeds": [key + i for i in range(len(requests))],
-                "sampling": smp,
-                "max_tokens": N,
-                "ignore_eos": True,
-            }
-        ],
+    group = {
+        "name": "plan",
+        "prompts": requests,
+        "seeds": [key + i for i in range(len(requests))],
+        "sampling": smp,
+        "max_tokens": N,
+        "ignore_eos": True,
     }
+    job = worker_job(folders[1], configs, [group], key=key, dtype=dtype)
     rows = []
     predictors = [None, *best.values()]
     for config, candidate, out in zip(configs, predictors, run_worker(python, job, log=log)):
