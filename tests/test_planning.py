@@ -169,6 +169,7 @@ def test_candidates_are_lossless_unless_a_budget_lets_lossy_rules_in():
         (["--out", "/etc/hostname/x"], "--out /etc/hostname/x: /etc/hostname is a file, not a folder"),
         (["--pair", "small"], "--pair must be 'tiny' or 'tiny-ngram' (or use --draft/--target); got 'small'"),
         (["--vllm-python", "/x"], "--vllm-python is read only with --engine vllm"),
+        (["--max-nodes", "33"], "--max-nodes 33: at most 32"),
         (["--engine", "sglang"], "argument --engine: invalid choice: 'sglang'"),
         (["--engine", "vllm", "--pair", "tiny-ngram"], "--engine vllm: vLLM loads the draft from a folder"),
         (["--engine", "vllm", "--vllm-python", "/nonexistent"], "no Python at /nonexistent (from --vllm-python)"),
@@ -191,7 +192,7 @@ def test_plan_ranks_predicts_and_confirms_on_the_tiny_pair(tmp_path, capsys, mon
     monkeypatch.setattr("os.getloadavg", lambda: (3.0, 3.0, 3.0))
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     argv = ["plan", "--k", "1,2", "--prompts", "2", "--per-prompt", "2", "--confirm", "1", "--max-new-tokens", "8"]
-    assert main([*argv, "--out", str(tmp_path / "new")]) == 0
+    assert main([*argv, "--max-nodes", "0", "--out", str(tmp_path / "new")]) == 0
     text = capsys.readouterr().out
     plan = json.loads((tmp_path / "new" / "plan.json").read_text())
     assert (tmp_path / "new" / "plan.png").stat().st_size > 10_000 and (tmp_path / "new" / "plan.pdf").exists()
@@ -242,6 +243,8 @@ def test_plan_runs_on_the_cheap_draft_pair(capsys):
     assert plan["settings"]["pair"] == "tiny-ngram"
     assert confirmed == {"Autoregressive()", "SD(K=4)", plan["ranked"][0]["method"]}
     assert 1.0 < max(r["tokens_per_round"] for r in plan["ranked"]) < 3.0
+    assert not any(r["tree"] for r in plan["ranked"])  # a trigram draft has no tree attention: said, not ranked
+    assert plan["settings"]["no_trees"].startswith("RRS on real models needs Hugging Face draft and target models")
 
 
 # -- an engine's configurations beside the prediction -----------------------------------------------------------------

@@ -9,6 +9,7 @@ import argparse
 import dataclasses
 import json
 import math
+import re
 from pathlib import Path
 from speculab._files import write_text
 
@@ -75,6 +76,12 @@ def add_parser(sub, common, add_pair_args, count, pair_of, sampling_of) -> None:
     p.add_argument("--per-prompt", type=count(1), default=16, help="contexts per prompt (default 16)")
     p.add_argument("--confirm", type=count(0), default=3, help="best candidates decoded for real (default 3; 0: none)")
     p.add_argument(
+        "--max-nodes",
+        type=count(0),
+        default=16,
+        help="largest token tree ranked, in drafted nodes (default 16; 0: chains only; at most 32)",
+    )
+    p.add_argument(
         "--out", default=None, help="also write OUT/plan.json and its figure OUT/plan.png (speculab report shows them)"
     )
     p.add_argument(
@@ -134,6 +141,10 @@ def plan_of(args):
     ids it was confirmed on."""
     from speculab.backends.pair import default_prompts
     from speculab.planning import plan
+    from speculab.planning.plan import MAX_NODES
+
+    if args.max_nodes > MAX_NODES:
+        raise ValueError(f"--max-nodes {args.max_nodes}: at most {MAX_NODES}")
 
     texts = default_prompts()
     if args.prompts > len(texts) - HELD_OUT:
@@ -154,8 +165,17 @@ def plan_of(args):
         max_new_tokens=args.max_new_tokens,
         per_prompt=args.per_prompt,
         confirm=args.confirm,
+        max_nodes=args.max_nodes,
     )
     return result, held_out
+
+
+def label(method: str) -> str:
+    """A method's repr shortened for a table: a tree verifier's tree as its widths (or parents) and its draws,
+    ``RRS(tree=Tree.from_widths((2, 1)), draws='distinct')`` → ``RRS(2,1; distinct)``."""
+    out = re.sub(r"tree=Tree\.from_widths\(\(([\d, ]+?),?\)\)", lambda m: m.group(1).replace(" ", ""), method)
+    out = re.sub(r"tree=Tree\(parents=\(([\d, ]+?),?\)\)", lambda m: "parents=" + m.group(1).replace(" ", ""), out)
+    return re.sub(r", draws='(\w+)'", r"; \1", out)
 
 
 def _finite(x):
@@ -172,11 +192,15 @@ def to_json(result) -> dict:
             "target": [float(lat.target(k)) for k in range(1, 18)],
             **{name: getattr(lat, name) for name in ("per_round", "per_draft", "per_token", "per_run")},
             "per_drafting_run": lat.per_drafting_run,
+            "tree_per_round": result.tree_overhead.per_round,
+            "tree_per_node": result.tree_overhead.per_node,
         },
         "ranked": [
             {
                 "method": repr(c.method),
                 "K": c.K,
+                "nodes": c.tree.size if c.tree is not None else c.K,
+                "tree": str(c.tree) if c.tree is not None else None,
                 "tokens_per_round": c.round.tokens,
                 "tokens_per_round_se": _finite(c.round_se),
                 "all_kept": c.round.full,
@@ -207,6 +231,7 @@ def to_json(result) -> dict:
             for r in result.confirmed
         ],
         "verdict": result.verdict(),
+        "shapes": [_finite_all(row) for row in result.shapes],
         "engine": [{**_finite_all(dataclasses.asdict(r)), "z": _finite(r.z)} for r in result.engine],
     }
 
@@ -231,8 +256,8 @@ def table(result, top: int = 12) -> str:
     allowed = [c for c in result.ranked if c.allowed]
     for i, c in enumerate(allowed[:top], 1):
         lines.append(
-            f"{i:>4}  {c.method!r:<44} {c.round.tokens:>7.3f} ± {c.round_se:<5.3f} {c.cost.tokens_per_call:>11.3f} "
-            f"{c.round.bias:>7.4f} {c.tokens_per_second:>8.1f} ± {c.se:<5.1f}"
+            f"{i:>4}  {label(repr(c.method)):<44} {c.round.tokens:>7.3f} ± {c.round_se:<5.3f} "
+            f"{c.cost.tokens_per_call:>11.3f} {c.round.bias:>7.4f} {c.tokens_per_second:>8.1f} ± {c.se:<5.1f}"
         )
     over = len(result.ranked) - len(allowed)
     lines.append(
@@ -241,6 +266,18 @@ def table(result, top: int = 12) -> str:
         f"tokens/call and tokens/s: of a run of {s['max_new_tokens']} tokens, its last rounds cut by the horizon, "
         "times from the fitted latency)"
     )
+    if s.get("no_trees"):
+        lines.append(f"(no token trees ranked: {s['no_trees']})")
+    searched = [r for r in result.shapes if r["exact"] is not None]
+    if searched:
+        lines += [
+            "",
+            "tree shapes, RRS without replacement (tokens/round along the shapes' contexts, each shape its own "
+            "drafted trees): Sequoia's program under the estimated positional acceptance vs every shape searched",
+        ]
+        for r in searched:
+            same = "the same" if r["sequoia"] == r["exact"] else f"{r['sequoia_tokens']:.3f} vs {r['exact_tokens']:.3f}"
+            lines.append(f"  {r['nodes']:>2} nodes: Sequoia {r['sequoia']:<14} exact best {r['exact']:<14} ({same})")
     if result.confirmed:
         lines += [
             "",
@@ -253,7 +290,7 @@ def table(result, top: int = 12) -> str:
         ]
         for r in result.confirmed:
             lines.append(
-                f"  {r.method:<40} {r.predicted:>8.1f} ± {r.predicted_se:<5.1f} {r.measured:>8.1f} ± "
+                f"  {label(r.method):<40} {r.predicted:>8.1f} ± {r.predicted_se:<5.1f} {r.measured:>8.1f} ± "
                 f"{r.measured_se:<5.1f} {r.error:>+7.1%}  {r.predicted_speedup:>8.3f} / {r.measured_speedup:.3f} "
                 f"{r.speedup_error:>+7.1%}  {r.predicted_per_call:>11.3f} / {r.measured_per_call:.3f} "
                 + (f"({r.per_call_z:+.1f})" if math.isfinite(r.per_call_z) else "(exact)")

@@ -17,8 +17,11 @@ dynamic programming over ``n``:
 and a run of ``N`` tokens takes ``c_{run} + [L_N > 0]\, c_{drafting} + T(N) - t_q(L_N + 1)`` (its first target call
 is the prefill, priced per run). Exact in its counts, given the rounds' laws (expected target calls are the round
 laws'); fitted in its times (``t_p``, ``t_q`` and the ``c`` terms, measured on this machine). The rounds' laws are
-taken the same at every position (their mean over the contexts); rounds of several draft rows or of a tree are not
-priced by the latency model.
+taken the same at every position (their mean over the contexts). A tree round of ``L`` levels (the tree cut to them)
+feeds the draft level by level — a call that catches up, then one call of ``n_d`` tokens per level ``d < L`` — and the
+target its ``N_L`` nodes and one more token in one call (tree attention), priced by the same fitted ``t_p``, ``t_q``
+(which do not tell a tree's attention mask from a causal one: an assumption the confirmation checks); rounds of
+several draft rows are not priced.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["RunCost", "run_cost"]
+__all__ = ["RunCost", "run_cost", "TreeOverhead", "fit_tree_overhead"]
 
 
 class RunCost(NamedTuple):
@@ -46,7 +49,58 @@ class RunCost(NamedTuple):
         return self.tokens / self.calls
 
 
-def run_cost(model, method, outcome: np.ndarray, drafted: np.ndarray, N: int) -> RunCost:
+class TreeOverhead(NamedTuple):
+    """What a tree round costs beyond the chain's fitted model (:func:`fit_tree_overhead`): seconds per tree round
+    and per drafted node — the tree's own bookkeeping, its attention mask, its round law over the nodes."""
+
+    per_round: float = 0.0
+    per_node: float = 0.0
+
+
+def _tree_round_seconds(model, method, made: int) -> float:
+    """The forward passes of one tree round drafting ``made`` nodes, as :func:`run_cost` prices them."""
+    L = next(L for L in range(1, method.tree.height + 1) if method.tree.truncated(L).size >= made)
+    return _draft_seconds(model, method, L, made) + float(model.target(made + 1))
+
+
+def fit_tree_overhead(model, timed: list) -> TreeOverhead:
+    """The tree rounds' cost beyond ``model`` (a chain-fitted :class:`~speculab.backends.latency.LatencyModel`),
+    fitted on timed runs of tree methods (pairs ``(method, TimedRuns)``): each run's clock less what ``model`` prices
+    — its rounds' forward passes (the first target call, the prefill, in the run's cost) and the loop's terms — by
+    non-negative least squares on its rounds and drafted nodes."""
+    from scipy.optimize import nnls
+
+    from speculab.backends.latency import LOOP_TERMS, _loop_features
+
+    loop = np.array([getattr(model, name) for name in LOOP_TERMS])
+    rest, X = [], []
+    for method, runs in timed:
+        counts = runs.result.counts
+        for i, rounds in enumerate(runs.result.rounds):
+            made = [int(d) for d in rounds.drafted]
+            forward = sum(_tree_round_seconds(model, method, m) for m in made) - float(model.target(made[0] + 1))
+            rest.append(float(runs.seconds[i]) - forward - float(_loop_features(counts)[i] @ loop))
+            X.append([len(made), sum(made)])
+    if not X:
+        return TreeOverhead()
+    coef, _ = nnls(np.asarray(X, dtype=float), np.asarray(rest))
+    return TreeOverhead(float(coef[0]), float(coef[1]))
+
+
+def _draft_seconds(model, method, L: int, made: float) -> float:
+    """The draft's forward time in a round of ``L`` levels drafting ``made`` tokens: a chain makes ``made`` calls of
+    one token (the first catches up on the last round's output); a tree (a method with a ``tree``) one call that
+    catches up, then one per level ``d = 1..L − 1`` feeding its ``n_d`` nodes together — for a chain, the same."""
+    tree = getattr(method, "tree", None)
+    if tree is None or not made:
+        return made * float(model.draft(1))
+    depth = np.asarray(tree.truncated(L).depth)
+    return float(model.draft(1)) + sum(float(model.draft(int((depth == d).sum()))) for d in range(1, L))
+
+
+def run_cost(
+    model, method, outcome: np.ndarray, drafted: np.ndarray, N: int, tree: TreeOverhead = TreeOverhead()
+) -> RunCost:
     """The expected cost of one run of ``N`` tokens of ``method`` (module docstring).
 
     Args:
@@ -54,9 +108,11 @@ def run_cost(model, method, outcome: np.ndarray, drafted: np.ndarray, N: int) ->
       method: the candidate (its ``draft_length`` gives each round's drafts).
       outcome: ``(K + 1, K + 1)`` the law of ``τ`` in a round of ``L`` drafts, row ``L``
         (:attr:`Yield.outcome <speculab.planning.yields.Yield.outcome>` averaged over the contexts).
-      drafted: ``(K + 1,)`` the drafts a round of ``L`` makes.
+      drafted: ``(K + 1,)`` the drafts a round of ``L`` makes (``L``: levels of a tree, ``K`` its height).
       N: the run's tokens.
+      tree: a tree round's cost beyond the chain's model (:func:`fit_tree_overhead`), for a tree method.
     """
+    extra = tree if getattr(method, "tree", None) is not None else TreeOverhead()
     K = outcome.shape[-1] - 1
     t_p1, t_p2 = float(model.draft(1)), float(model.draft(2))
     T, C = np.zeros(N + 1), np.zeros(N + 1)
@@ -66,8 +122,9 @@ def run_cost(model, method, outcome: np.ndarray, drafted: np.ndarray, N: int) ->
         out = np.minimum(np.arange(L + 1) + 1, n)  # tokens output after τ = t
         made = drafted[L]
         follows = made and n - out[L] > 0  # a fully kept block's bonus is caught up on by the next round's draft
-        cost = made * t_p1 + (pi[L] * (t_p2 - t_p1) if follows else 0.0)
+        cost = _draft_seconds(model, method, L, made) + (pi[L] * (t_p2 - t_p1) if follows else 0.0)
         cost += model.per_round + made * model.per_draft + float(pi @ out) * model.per_token
+        cost += (extra.per_round + made * extra.per_node) if made else 0.0
         T[n] = cost + float(model.target(made + 1)) + float(pi @ T[n - out])
         C[n] = 1.0 + float(pi @ C[n - out])
     first = min(method.draft_length(N), K)

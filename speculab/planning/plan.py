@@ -16,8 +16,10 @@ Three steps, each from this module's inputs only:
 
 Candidates: autoregressive decoding; SD, greedy drafts (the rule engines default to) and block verification at each
 ``K``; with a bias budget, Decoding-OPT (``Biased``, [Yin] §4.2: on the Pareto line of rejections against bias, Thm 5)
-at a grid of ``ε`` and typical acceptance at Medusa's defaults.
-Rounds of several draft rows (batch SD) and token trees are not priced by the latency model and are not candidates.
+at a grid of ``ε`` and typical acceptance at Medusa's defaults; token trees up to ``max_nodes`` nodes — RRS with and
+without replacement and traversal verification on the shapes of :func:`tree_candidates`, their rounds from
+:mod:`speculab.planning.trees`, a tree round's own cost fitted on two timed trees (:func:`calibration_trees`).
+Rounds of several draft rows (batch SD) are not priced by the latency model and are not candidates.
 """
 
 from __future__ import annotations
@@ -27,9 +29,11 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 
 from speculab.counts import Estimate
-from speculab.planning.cost import RunCost, run_cost
+from speculab.planning.cost import RunCost, TreeOverhead, fit_tree_overhead, run_cost
+from speculab.planning.trees import tree_yield
 from speculab.planning.yields import Yield, contexts, round_yields
 
 __all__ = ["Candidate", "Confirmation", "Plan", "candidates", "plan", "EPSILONS", "CALIBRATION_K"]
@@ -39,6 +43,14 @@ __all__ = ["Candidate", "Confirmation", "Plan", "candidates", "plan", "EPSILONS"
 EPSILONS = (0.0003, 0.001, 0.003, 0.01)
 #: The lookaheads of SD timed to fit the latency model (with autoregressive decoding).
 CALIBRATION_K = (1, 2, 4, 8)
+#: Node budgets at which token trees are shaped (Sequoia's program, and exact search where small), up to ``max_nodes``.
+NODE_BUDGETS = (2, 3, 4, 6, 8, 12, 16)
+#: The largest ``max_nodes``.
+MAX_NODES = 32
+#: Children per node of the star whose round law estimates the positional acceptance.
+STAR = 4
+#: Contexts (the first ones) along which shapes are chosen: the positional acceptance and the exact search.
+SHAPE_CONTEXTS = 64
 
 
 def candidates(ks, bias_budget: float) -> list:
@@ -75,7 +87,13 @@ class Candidate:
 
     @property
     def K(self) -> int:
-        return getattr(self.method, "K", 0) or 0
+        """Drafts per round of a chain (0: autoregressive decoding or a tree)."""
+        return 0 if self.tree is not None else getattr(self.method, "K", 0) or 0
+
+    @property
+    def tree(self):
+        """The drafted tree of a tree verifier, else ``None``."""
+        return getattr(self.method, "tree", None)
 
 
 @dataclass(frozen=True)
@@ -123,6 +141,8 @@ class Plan:
     latency: object
     ranked: list = field(default_factory=list)
     confirmed: list = field(default_factory=list)
+    shapes: list = field(default_factory=list)  # per node budget: Sequoia's tree beside the exact best
+    tree_overhead: TreeOverhead = TreeOverhead()  # a tree round's cost beyond the chain's latency model
     engine: list = field(default_factory=list)  # an engine's configurations (:mod:`speculab.planning.engine`)
 
     @property
@@ -161,6 +181,7 @@ def plan(
     per_prompt: int = 16,
     confirm: int = 3,
     confirm_runs: int = 2,
+    max_nodes: int = 16,
 ) -> Plan:
     """Rank every candidate for ``pair`` on this machine and confirm the best ``confirm`` (module docstring).
 
@@ -175,6 +196,7 @@ def plan(
       per_prompt: contexts per prompt at which each candidate's round is computed.
       confirm: how many of the best candidates to decode for real (0: none).
       confirm_runs: runs of each held-out prompt per confirmed candidate (each with its own seed).
+      max_nodes: the largest token tree ranked (0: no trees; :func:`tree_candidates`).
     """
     from speculab._validate import spawn_seeds
     from speculab.backends.latency import fit_latency, timed_decode
@@ -187,26 +209,39 @@ def plan(
         raise ValueError(f"ks must be integers in 1..16; got {ks!r}")
     if not (isinstance(bias_budget, (int, float)) and 0 <= bias_budget <= 1):
         raise ValueError(f"bias_budget must be a TV in [0, 1]; got {bias_budget!r}")
+    if isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or not 0 <= max_nodes <= MAX_NODES:
+        raise ValueError(f"max_nodes must be an integer in 0..{MAX_NODES}; got {max_nodes!r}")
     import os
 
-    import torch
-
     load_at_start = os.getloadavg()[0]
-    seeds = spawn_seeds(key, 4)
-    calibration = [Autoregressive(), *(SD(K=k) for k in CALIBRATION_K)]
+    no_trees = _no_trees(pair) if max_nodes else None  # asked for, but the pair cannot decode them: why
+    if no_trees:
+        max_nodes = 0
+    seeds = spawn_seeds(key, 5)
+    chains = [Autoregressive(), *(SD(K=k) for k in CALIBRATION_K)]
+    calibration = chains + (list(calibration_trees()) if max_nodes else [])
     timed_decode(pair, prompts[:1], SD(K=2), max_new_tokens=8, key=seeds[0])  # warm-up: first calls cost more
     timed = _interleaved(pair, prompts, calibration, max_new_tokens, seeds[0])
-    latency = fit_latency([run for runs in timed for run in runs])
+    latency = fit_latency([run for runs in timed[: len(chains)] for run in runs])
+    overhead = fit_tree_overhead(
+        latency, [(m, r) for m, runs in zip(calibration[len(chains) :], timed[len(chains) :]) for r in runs]
+    )
     ctxs = contexts(pair, prompts, sampling=sampling, length=max_new_tokens, per_prompt=per_prompt, key=seeds[1])
     methods = candidates(ks, bias_budget)
     references = (Autoregressive(), SD(K=4))
     methods += [r for r in references if r not in methods]  # ranked whatever ks is: the confirmations' yardsticks
     yields = round_yields(pair, methods, ctxs, sampling=sampling, key=seeds[2])
+    shapes: list = []
+    if max_nodes:
+        trees, shapes = tree_candidates(pair, ctxs, max_nodes, sampling=sampling, key=seeds[4])
+        rng = torch.Generator().manual_seed(int(spawn_seeds(seeds[4], 2)[1]))
+        yields += [tree_yield(pair, m, ctxs, sampling=sampling, rng=rng) for m in trees]
+        methods += trees
     ranked = []
     for m, y in zip(methods, yields):
-        cost = _cost(latency, m, y, max_new_tokens)
+        cost = _cost(latency, m, y, max_new_tokens, overhead)
         by_prompt = [y.subset(np.arange(i, i + per_prompt)) for i in range(0, y.contexts, per_prompt)]
-        costs = [_cost(latency, m, b, max_new_tokens) for b in by_prompt]
+        costs = [_cost(latency, m, b, max_new_tokens, overhead) for b in by_prompt]
         ranked.append(
             Candidate(
                 m,
@@ -231,6 +266,8 @@ def plan(
             "confirm_runs": confirm_runs,
             "contexts": len(ctxs),
             "key": key,
+            "max_nodes": max_nodes,
+            "no_trees": no_trees,
             "threads": torch.get_num_threads(),
             "cpus": os.cpu_count(),
             "load_at_start": load_at_start,
@@ -238,6 +275,8 @@ def plan(
         latency,
     )
     result.ranked = ranked
+    result.shapes = shapes
+    result.tree_overhead = overhead
     if confirm:
         chosen = [c for c in ranked if c.allowed][:confirm]
         for ref in references:
@@ -274,6 +313,69 @@ def plan(
     return result
 
 
+def _no_trees(pair) -> str | None:
+    """Why token trees cannot be decoded on ``pair`` (:func:`~speculab.backends.tree_decode.check_tree_pair`), or
+    ``None``."""
+    from speculab.backends.tree_decode import check_tree_pair
+
+    try:
+        check_tree_pair(calibration_trees()[0], pair)
+    except ValueError as err:
+        return str(err)
+    return None
+
+
+def calibration_trees() -> tuple:
+    """The trees timed beside the chains to fit a tree round's own cost (:func:`~speculab.planning.cost.
+    fit_tree_overhead`): RRS without replacement on 4 and 14 nodes, two sizes to tell its cost per round from its
+    cost per node."""
+    from speculab.methods import RRS
+
+    return RRS((2, 1), draws="distinct"), RRS((2, 2, 2), draws="distinct")
+
+
+def tree_candidates(pair, ctxs, max_nodes: int, *, sampling, key) -> tuple[list, list]:
+    """The token trees ranked, and the shape comparison (:mod:`speculab.planning.trees`): at each node budget of
+    :data:`NODE_BUDGETS` up to ``max_nodes``, Sequoia's tree under the positional acceptance of RRS with and without
+    replacement (estimated along the first :data:`SHAPE_CONTEXTS` contexts) verified by RRS that way, and the
+    without-replacement tree by traversal verification; where every shape of the budget is evaluated (at most
+    :data:`~speculab.planning.trees.EXACT_NODES` nodes), the exact best too. Chains are left out (SD and block
+    verification are ranked at every ``K``)."""
+    from speculab._validate import spawn_seeds
+    from speculab.methods import RRS, Traversal
+    from speculab.methods.tree_shapes import sequoia_tree
+    from speculab.planning.trees import best_shapes, rank_acceptance_along
+
+    rng = torch.Generator().manual_seed(int(spawn_seeds(key, 2)[0]))
+    budgets = [n for n in NODE_BUDGETS if n <= max_nodes]
+    few = ctxs[:SHAPE_CONTEXTS]
+    out, shapes = [], []
+    for draws in ("distinct", "iid"):
+        acceptance = rank_acceptance_along(pair, few, STAR, sampling=sampling, draws=draws, rng=rng)
+        for n in budgets:
+            tree = sequoia_tree(acceptance, n).tree
+            out.append(RRS(tree, draws=draws))
+            if draws == "distinct":
+                out.append(Traversal(tree, draws=draws))
+        if draws == "distinct":  # the exact search, beside the program, for one verifier
+            rows = best_shapes(
+                pair, lambda t: RRS(t, draws="distinct"), few, budgets, acceptance, sampling=sampling, rng=rng
+            )
+            for row in rows:
+                if row["exact"] is not None:
+                    out += [RRS(row["exact"], draws="distinct"), Traversal(row["exact"], draws="distinct")]
+                shapes.append({**row, "draws": draws, "sequoia": str(row["sequoia"]), "exact": _text(row["exact"])})
+    unique = []
+    for m in out:
+        if m not in unique and any(len(c) > 1 for c in m.tree.children):
+            unique.append(m)
+    return unique, shapes
+
+
+def _text(tree) -> str | None:
+    return None if tree is None else str(tree)
+
+
 def _interleaved(pair, prompts, methods, N: int, key) -> list[list]:
     """Each method timed on each prompt (:func:`~speculab.backends.latency.timed_decode`), the methods taking
     turns prompt by prompt, so that a machine whose speed drifts (other work, clocks) slows them alike: per method,
@@ -288,9 +390,9 @@ def _interleaved(pair, prompts, methods, N: int, key) -> list[list]:
     return out
 
 
-def _cost(latency, method, y: Yield, N: int) -> RunCost:
+def _cost(latency, method, y: Yield, N: int, tree: TreeOverhead = TreeOverhead()) -> RunCost:
     """The predicted cost of a run of ``N`` tokens with the rounds of ``y`` averaged over its contexts."""
-    return run_cost(latency, method, y.outcome.mean(axis=0), y.drafted.mean(axis=0), N)
+    return run_cost(latency, method, y.outcome.mean(axis=0), y.drafted.mean(axis=0), N, tree)
 
 
 def _se(values) -> float:

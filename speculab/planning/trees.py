@@ -1,0 +1,131 @@
+r"""Token trees along a pair's real contexts: each tree verifier's round law, averaged over drafted trees, and the
+shapes worth drafting.
+
+Convention: ``p`` = draft, ``q`` = target (both after the sampling's warp). A round of a tree method drafts a tree
+``x`` at context ``c`` and outputs the path to its end node and one more token (:mod:`speculab.methods.tree`). At a
+real vocabulary the law of the end's depth cannot be enumerated over every drafted tree, but given the tree the
+verifier's own round law (:meth:`~speculab.methods.tree.TreeMethod.round_law`) gives it exactly, so its mean over
+trees drafted at the contexts ``c_j`` is unbiased for the contexts' mean and no noisier than the measured depth
+(Rao–Blackwell), exactly as for a chain (:mod:`speculab.planning.yields`, whose :class:`Yield` it fills: row ``L``
+is the tree cut to ``L`` levels, as a round near the horizon drafts it). The tests hold it to the exact enumeration
+of every drafted tree on small vocabularies.
+
+**Shapes.** Sequoia's dynamic program (:func:`~speculab.methods.tree_shapes.sequoia_tree`) picks the tree of at
+most ``n`` nodes under a positional acceptance ``a_i`` — the chance that RRS accepts a node's ``i``-th child —
+estimated here along the contexts the same way: the star's round law given ``k`` children drafted at each context,
+averaged (:func:`rank_acceptance_along`). Where the shapes of ``n`` nodes are few, every one is evaluated with the
+estimator above and the best kept (:func:`best_shapes`): the program's pick is then compared with the exact best
+along the same contexts.
+
+Convention for the node layout (``P``, ``Q`` ``(N + 1, V)``, ``x`` ``(N + 1,)``): :mod:`speculab.methods.tree`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from speculab.methods.tree import Tree, draft_children
+from speculab.planning.yields import Yield
+
+__all__ = ["tree_laws", "tree_yield", "exact_tree_tokens", "rank_acceptance_along", "best_shapes", "EXACT_NODES"]
+
+#: Node budgets up to which every ordered tree is evaluated (Catalan(4) = 14 shapes) beside Sequoia's pick.
+EXACT_NODES = 4
+
+
+def _next_laws(model, seqs: list[list[int]], sampling, device) -> torch.Tensor:
+    """The warped next-token law after each sequence (all of one length): ``(len(seqs), V)`` float64."""
+    logits = model.extend(model.start(), torch.tensor(seqs, dtype=torch.long, device=device), last=True)
+    return sampling.probs(logits[:, -1].double())
+
+
+def tree_laws(pair, ctx: list[int], tree: Tree, sampling, draws: str, rng: torch.Generator):
+    """A tree drafted at ``ctx`` level by level from the draft's law at each node's prefix, with the target's law
+    there: ``P``, ``Q`` ``(N + 1, V)`` and ``x`` ``(N + 1,)`` in the node layout (``x[0] = -1``; ``-1`` for an absent
+    node, whose laws are zero). Each level's prefixes are of one length: one forward call per model and level."""
+    N1, V = tree.size + 1, pair.vocab_size
+    P = torch.zeros((N1, V), dtype=torch.float64)
+    Q = torch.zeros((N1, V), dtype=torch.float64)
+    x = torch.full((N1,), -1, dtype=torch.long)
+    path = {0: list(ctx)}
+    for depth in range(tree.height + 1):
+        nodes = [j for j in range(N1) if tree.depth[j] == depth and j in path]
+        if not nodes:
+            break
+        seqs = [path[j] for j in nodes]
+        Q[nodes] = _next_laws(pair.target, seqs, sampling, pair.device).cpu()
+        inner = [j for j in nodes if tree.children[j]]
+        if not inner:
+            continue
+        P[inner] = _next_laws(pair.draft, [path[j] for j in inner], sampling, pair.device).cpu()
+        for j in inner:
+            kids = tree.children[j]
+            u = torch.rand(len(kids), dtype=torch.float64, generator=rng)
+            for c, token in zip(kids, draft_children(P[j], u, draws).tolist()):
+                x[c] = token
+                if token >= 0:
+                    path[c] = path[j] + [token]
+    return P, Q, x
+
+
+def tree_yield(pair, method, ctxs: list[list[int]], *, sampling, rng: torch.Generator) -> Yield:
+    """``method``'s :class:`~speculab.planning.yields.Yield` along ``ctxs`` (module docstring): per context and per
+    cut ``L = 0..H``, the law of the end node's depth ``P(τ = t)``, and the nodes a round drafts."""
+    tree, H = method.tree, method.tree.height
+    n = len(ctxs)
+    outcome, drafted = np.zeros((n, H + 1, H + 1)), np.zeros((n, H + 1))
+    outcome[:, 0, 0] = 1.0
+    cuts = {L: [j for j in range(tree.size + 1) if tree.depth[j] <= L] for L in range(1, H + 1)}
+    depth = torch.tensor(tree.depth)
+    for i, ctx in enumerate(ctxs):
+        P, Q, x = tree_laws(pair, ctx, tree, sampling, method.draws, rng)
+        for L, keep in cuts.items():
+            end = method.round_law(P[keep], Q[keep], x[keep], bonus=True).end  # (N_L + 1,)
+            outcome[i, L, : L + 1] = torch.zeros(L + 1, dtype=end.dtype).index_add_(0, depth[keep], end).numpy()
+            drafted[i, L] = len(keep) - 1
+    return Yield(outcome, drafted, np.zeros(n))
+
+
+def exact_tree_tokens(method, p: np.ndarray, q: np.ndarray) -> float:
+    """``E[τ + 1]`` of one round of the tree ``method`` whose every node has the draft law ``p`` and the target law
+    ``q`` (an i.i.d. instance), by enumerating every drafted tree (:func:`~speculab.methods.tree.tree_kernel`) — the
+    reference the estimator is tested against on small vocabularies."""
+    from speculab.methods.tree import tree_kernel
+    from speculab.theory import MarkovInstance
+
+    inst = MarkovInstance.context_free(p, q, method.tree.height + 2)  # past the tree: every leaf has its bonus
+    return 1.0 + float(tree_kernel(inst, method, 0).accepted()[0])
+
+
+def rank_acceptance_along(pair, ctxs: list[list[int]], k: int, *, sampling, draws: str, rng) -> np.ndarray:
+    """Sequoia's positional acceptance ``a_1..a_k`` along ``ctxs``: the chance that RRS accepts a node's ``i``-th of
+    ``k`` children, from the star's round law given the children drafted at each context, averaged."""
+    from speculab.methods import RRS
+
+    star = RRS(Tree((0,) * k), draws=draws)
+    total = np.zeros(k)
+    for ctx in ctxs:
+        P, Q, x = tree_laws(pair, ctx, star.tree, sampling, draws, rng)
+        total += star.round_law(P, Q, x, bonus=True).end[1:].numpy()
+    return total / len(ctxs)
+
+
+def best_shapes(pair, rule, ctxs, budgets, acceptance, *, sampling, rng) -> list[dict]:
+    """For each node budget ``n`` of ``budgets``: Sequoia's tree under ``acceptance`` and, where ``n ≤``
+    :data:`EXACT_NODES`, the best of every ordered tree of ``n`` nodes by tokens per round along ``ctxs`` (each
+    shape's own drafted trees; ``rule(tree)`` builds the verifier), with both trees' tokens per round there."""
+    from speculab.methods.tree_shapes import ordered_trees, sequoia_tree
+
+    out = []
+    for n in budgets:
+        sequoia = sequoia_tree(acceptance, n).tree
+        row = {"nodes": n, "sequoia": sequoia, "exact": None, "sequoia_tokens": None, "exact_tokens": None}
+        if n <= EXACT_NODES:
+            values = {t: tree_yield(pair, rule(t), ctxs, sampling=sampling, rng=rng).tokens for t in ordered_trees(n)}
+            if sequoia not in values:  # fewer than n nodes: the program found no use for the rest
+                values[sequoia] = tree_yield(pair, rule(sequoia), ctxs, sampling=sampling, rng=rng).tokens
+            best = max(values, key=values.get)
+            row.update(exact=best, exact_tokens=values[best], sequoia_tokens=values[sequoia])
+        out.append(row)
+    return out

@@ -1,0 +1,139 @@
+"""``plan``'s token trees: the tree verifiers' round laws along contexts (the estimator against the exact enumeration
+of every drafted tree), the positional acceptance, the shape search, and a tree round's cost."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import Z_BOUND
+from speculab.backends import Sampling
+from speculab.cli import main
+from speculab.methods import RRS, SD, Traversal
+from speculab.methods.tree import Tree
+from speculab.planning import run_cost
+from speculab.planning.cost import TreeOverhead, fit_tree_overhead
+from speculab.planning.trees import best_shapes, exact_tree_tokens, rank_acceptance_along, tree_yield
+from test_planning import _iid_pair, _model
+
+CONTEXTS = 800  # i.i.d. contexts: with E[τ + 1] near 1.5-2 and its sd under 0.8, a standard error under 0.03
+
+
+@pytest.mark.parametrize(
+    "method",
+    [RRS((2, 1)), RRS((2, 1), draws="distinct"), Traversal((2, 1), draws="distinct"), Traversal(Tree((0, 1, 1)))],
+)
+def test_tree_yield_meets_the_enumeration_of_every_drafted_tree(method):
+    """The Rao–Blackwellised tokens per round of a tree verifier along i.i.d. contexts against the exact
+    enumeration of every drafted tree (|z| < 5, seed fixed); the cut to one level against the enumeration of the
+    cut tree. Power: a 10 % error is more than 5 standard errors here (asserted)."""
+    p, q, pair = _iid_pair(1)
+    y = tree_yield(pair, method, [[0]] * CONTEXTS, sampling=Sampling(1.0), rng=torch.Generator().manual_seed(0))
+    exact = exact_tree_tokens(method, p, q)
+    assert abs(y.tokens - exact) < Z_BOUND * y.se, (y.tokens, y.se, exact)
+    assert 0.1 * exact > 5 * y.se  # the stated power
+    cut = type(method)(method.tree.truncated(1), draws=method.draws)
+    one = 1.0 + y.outcome[:, 1, :2].mean(0) @ np.arange(2)
+    assert abs(one - exact_tree_tokens(cut, p, q)) < Z_BOUND * y.outcome[:, 1, 1].std() / np.sqrt(CONTEXTS)
+    assert (y.drafted[:, 1] == method.tree.truncated(1).size).all() and (y.drafted[:, 2] == method.tree.size).all()
+    assert np.allclose(y.outcome.sum(-1), 1.0)  # each cut's law of the end's depth is a law
+
+
+def test_a_chain_drawn_as_a_tree_is_sd_exactly():
+    """RRS on a chain is SD: the same exact tokens per round as the chain's closed form."""
+    p, q, _ = _iid_pair(2)
+    alpha = 1 - 0.5 * np.abs(p - q).sum()
+    assert exact_tree_tokens(RRS((1, 1, 1)), p, q) == pytest.approx((1 - alpha**4) / (1 - alpha), rel=1e-12)
+
+
+def test_the_positional_acceptance_meets_the_stars_enumeration():
+    """``a_i`` along i.i.d. contexts against :func:`~speculab.methods.rrs.star_acceptance` (every child tuple)."""
+    from speculab.methods.rrs import star_acceptance
+
+    p, q, pair = _iid_pair(3)
+    for draws in ("iid", "distinct"):
+        rng = torch.Generator().manual_seed(1)
+        a = rank_acceptance_along(pair, [[0]] * 1000, 3, sampling=Sampling(1.0), draws=draws, rng=rng)
+        exact = star_acceptance(np.tile(p, (4, 1)), np.tile(q, (4, 1)), 3, draws)[0]
+        se = np.sqrt(exact * (1 - exact) / 1000)  # at most the Bernoulli's: the estimator is its conditional mean
+        assert np.all(np.abs(a - exact) < Z_BOUND * se), (draws, a, exact)
+
+
+def test_the_shape_search_finds_the_exact_best_and_evaluates_sequoias_pick():
+    """Two nodes on an i.i.d. pair: the chain and the star of two, whose exact values differ by many standard
+    errors; the search keeps the better, and Sequoia's pick is evaluated beside it."""
+    p, q, pair = _iid_pair(1)
+    exact = {t: exact_tree_tokens(RRS(t, draws="distinct"), p, q) for t in (Tree((0, 1)), Tree((0, 0)))}
+    rng = torch.Generator().manual_seed(2)
+    rows = best_shapes(
+        pair,
+        lambda t: RRS(t, draws="distinct"),
+        [[0]] * 1000,
+        [2, 6],
+        np.array([0.5, 0.2]),
+        sampling=Sampling(1.0),
+        rng=rng,
+    )
+    assert rows[0]["exact"] == max(exact, key=exact.get) and abs(exact[Tree((0, 1))] - exact[Tree((0, 0))]) > 0.1
+    assert rows[0]["sequoia_tokens"] is not None and rows[0]["exact_tokens"] >= rows[0]["sequoia_tokens"]
+    assert rows[1]["exact"] is None and rows[1]["sequoia"].size <= 6  # past the exact search: the program only
+
+
+def test_a_tree_rounds_draft_is_priced_level_by_level():
+    """Widths (2, 1), every draft kept, 3 tokens: one round of two levels — a catch-up call, one call feeding the
+    two nodes of depth 1 — and one target call of the four nodes and a token (the prefill, priced per run); per
+    round and per node the tree's own overhead."""
+    m = _model(per_round=1e-4)
+    tree = RRS((2, 1))
+    outcome = np.zeros((3, 3))
+    outcome[0, 0] = outcome[1, 1] = outcome[2, 2] = 1.0
+    drafted = np.array([0.0, 2.0, 4.0])
+    extra = TreeOverhead(0.002, 0.0003)
+    cost = run_cost(m, tree, outcome, drafted, 3, extra)
+    draft = m.draft(1) + m.draft(2)
+    assert cost.calls == 1 and cost.seconds == pytest.approx(draft + 1e-4 + 0.002 + 4 * 0.0003, rel=1e-12)
+    chain = run_cost(m, SD(K=2), outcome, np.array([0.0, 1.0, 2.0]), 3, extra)  # no tree: no overhead
+    assert chain.seconds == pytest.approx(2 * m.draft(1) + 1e-4, rel=1e-12)
+
+
+def test_the_tree_overhead_is_recovered_from_runs_it_was_put_into():
+    """Runs timed as the chain model prices them plus 2 ms per round and 0.3 ms per node: the fit gives both back."""
+    from types import SimpleNamespace
+
+    from speculab.planning.cost import _tree_round_seconds
+
+    m = _model(per_round=1e-4, per_token=2e-5)
+    method = RRS((2, 2))
+    timed = []
+    for made in ([6, 6, 2], [6, 2], [6, 6, 6, 6]):
+        counts = SimpleNamespace(
+            oracle_calls=np.array([len(made)]), draft_calls=np.array([sum(made)]), tokens=np.array([3 * len(made)])
+        )
+        clock = sum(_tree_round_seconds(m, method, k) for k in made) - float(m.target(made[0] + 1))
+        clock += len(made) * 1e-4 + 3 * len(made) * 2e-5 + len(made) * 0.002 + sum(made) * 3e-4
+        result = SimpleNamespace(counts=counts, rounds=[SimpleNamespace(drafted=np.array(made))])
+        timed.append((method, SimpleNamespace(result=result, seconds=np.array([clock]))))
+    fit = fit_tree_overhead(m, timed)
+    assert fit.per_round == pytest.approx(0.002, rel=1e-9) and fit.per_node == pytest.approx(3e-4, rel=1e-9)
+
+
+@pytest.mark.slow
+def test_plan_ranks_confirms_and_draws_token_trees(tmp_path, capsys):
+    """The command with trees, small: tree candidates ranked with their nodes, the shape comparison in the JSON and
+    the table, the figure's tree panel, the report's page."""
+    argv = ["plan", "--k", "1", "--prompts", "2", "--per-prompt", "4", "--confirm", "1", "--max-new-tokens", "8"]
+    assert main([*argv, "--max-nodes", "4", "--out", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    trees = [r for r in plan["ranked"] if r["tree"]]
+    assert trees and all(1 < r["nodes"] <= 4 and r["K"] == 0 for r in trees)
+    assert {r["method"].split("(")[0] for r in trees} >= {"RRS", "Traversal"}
+    assert [s["nodes"] for s in plan["shapes"]] == [2, 3, 4] and all(s["exact"] for s in plan["shapes"])
+    assert "tree shapes, RRS without replacement" in text and "Sequoia" in text
+    assert plan["latency"]["tree_per_round"] >= 0 and plan["settings"]["max_nodes"] == 4
+    from speculab.repro.report import build_report
+
+    assert "plan: the best configuration" in build_report(tmp_path).read_text()
