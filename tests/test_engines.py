@@ -222,13 +222,16 @@ def test_a_dead_engine_is_named_by_its_root_cause_from_the_log():
         {"name": "a", "ok": False, "error": "EngineDeadError: EngineCore encountered an issue."},
         {"name": "b", "ok": True, "groups": [{"error": None}, {"error": "vllm...EngineDeadError: see above"}]},
     ]
-    log = "x Worker failed with error 'index -5 is out of bounds', please check\n"
-    log += "Worker failed with error 'boom', please check"
+    log = "vllm worker: a\nx Worker failed with error 'index -5 is out of bounds', please check\n"
+    log += "Worker failed with error 'said twice', please check\n"  # a second line of the same failure: unused
+    log += "vllm worker: b\nWorker failed with error 'boom', please check\n"
     from speculab.engines.vllm_env import _with_causes
 
     out = _with_causes(results, log)
     assert out[0]["error"].startswith("index -5 is out of bounds (vLLM's engine died")
-    assert out[1]["groups"][1]["error"].startswith("boom (vLLM's engine died")
+    assert out[1]["groups"][1]["error"].startswith("boom (vLLM's engine died")  # b's own cause, not a's second
+    quiet = _with_causes([{"name": "c", "ok": False, "error": "EngineDeadError: x"}], "vllm worker: c\nnothing\n")
+    assert quiet[0]["error"] == "EngineDeadError: x"  # no cause in its part: kept as it was
 
 
 # -- the client end to end, against a stand-in for vLLM --------------------------------------------------------------

@@ -133,10 +133,12 @@ def counter_growth(before: list, after: list) -> dict:
 
 
 def _with_causes(results: list[dict], log: str) -> list[dict]:
-    """Each error that says only that vLLM's engine died, with its root cause from the log (the engine process
-    prints it; the causes appear in the order the configurations ran)."""
-    causes = iter(re.findall(r"Worker failed with error '(.+?)', please check", log))
+    """Each error that says only that vLLM's engine died, with its root cause from the log: the engine process
+    prints it, within the part of the log the worker opened for that configuration (its line ``vllm worker:
+    NAME``), in the order its groups ran; a configuration whose part names no cause keeps its error as it is."""
+    parts = dict(re.findall(r"^vllm worker: (.+?)\n(.*?)(?=^vllm worker: |\Z)", log, flags=re.M | re.S))
     for r in results:
+        causes = iter(re.findall(r"Worker failed with error '(.+?)', please check", parts.get(r.get("name"), "")))
         for holder in [r, *r.get("groups", [])]:
             error = holder.get("error")
             if error and ("EngineDeadError" in error or "initialization failed" in error):
