@@ -1267,6 +1267,7 @@ LEAST = {
     "sampler_draws": 0,
     "per_prompt": 1,
     "confirm": 0,
+    "max_nodes": 0,
 }
 
 
@@ -1287,7 +1288,7 @@ FLAGS = {
         ("engine vllm", d)
         for d in DECODING - {"batch_size"} | {"prompts", "runs_per_prompt", "law_runs", "sampler_draws"}
     ),
-    *(("plan", d) for d in DECODING - {"batch_size"} | {"prompts", "per_prompt", "confirm"}),
+    *(("plan", d) for d in DECODING - {"batch_size"} | {"prompts", "per_prompt", "confirm", "max_nodes"}),
 }
 
 

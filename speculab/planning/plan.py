@@ -33,7 +33,7 @@ import torch
 
 from speculab.counts import Estimate
 from speculab.planning.cost import RunCost, TreeOverhead, fit_tree_overhead, run_cost
-from speculab.planning.trees import tree_yield
+from speculab.planning.trees import tree_yields
 from speculab.planning.yields import Yield, contexts, round_yields
 
 __all__ = ["Candidate", "Confirmation", "Plan", "candidates", "plan", "EPSILONS", "CALIBRATION_K"]
@@ -49,8 +49,9 @@ NODE_BUDGETS = (2, 3, 4, 6, 8, 12, 16)
 MAX_NODES = 32
 #: Children per node of the star whose round law estimates the positional acceptance.
 STAR = 4
-#: Contexts (the first ones) along which shapes are chosen: the positional acceptance and the exact search.
-SHAPE_CONTEXTS = 64
+#: Contexts per prompt (its first ones) along which each token tree's round is computed: a tree round costs a forward
+#: call per level and model, so fewer than a chain's, still over every prompt.
+TREE_CONTEXTS = 4
 
 
 def candidates(ks, bias_budget: float) -> list:
@@ -233,14 +234,16 @@ def plan(
     yields = round_yields(pair, methods, ctxs, sampling=sampling, key=seeds[2])
     shapes: list = []
     if max_nodes:
-        trees, shapes = tree_candidates(pair, ctxs, max_nodes, sampling=sampling, key=seeds[4])
+        few = [c for i, c in enumerate(ctxs) if i % per_prompt < TREE_CONTEXTS]  # each prompt's first contexts
+        trees, shapes = tree_candidates(pair, few, max_nodes, sampling=sampling, key=seeds[4])
         rng = torch.Generator().manual_seed(int(spawn_seeds(seeds[4], 2)[1]))
-        yields += [tree_yield(pair, m, ctxs, sampling=sampling, rng=rng) for m in trees]
+        yields += tree_yields(pair, trees, few, sampling=sampling, rng=rng)
         methods += trees
     ranked = []
     for m, y in zip(methods, yields):
         cost = _cost(latency, m, y, max_new_tokens, overhead)
-        by_prompt = [y.subset(np.arange(i, i + per_prompt)) for i in range(0, y.contexts, per_prompt)]
+        block = y.contexts // len(prompts)  # each prompt's contexts (fewer for a tree)
+        by_prompt = [y.subset(np.arange(i, i + block)) for i in range(0, y.contexts, block)]
         costs = [_cost(latency, m, b, max_new_tokens, overhead) for b in by_prompt]
         ranked.append(
             Candidate(
@@ -337,7 +340,7 @@ def calibration_trees() -> tuple:
 def tree_candidates(pair, ctxs, max_nodes: int, *, sampling, key) -> tuple[list, list]:
     """The token trees ranked, and the shape comparison (:mod:`speculab.planning.trees`): at each node budget of
     :data:`NODE_BUDGETS` up to ``max_nodes``, Sequoia's tree under the positional acceptance of RRS with and without
-    replacement (estimated along the first :data:`SHAPE_CONTEXTS` contexts) verified by RRS that way, and the
+    replacement (estimated along ``ctxs``) verified by RRS that way, and the
     without-replacement tree by traversal verification; where every shape of the budget is evaluated (at most
     :data:`~speculab.planning.trees.EXACT_NODES` nodes), the exact best too. Chains are left out (SD and block
     verification are ranked at every ``K``)."""
@@ -348,7 +351,7 @@ def tree_candidates(pair, ctxs, max_nodes: int, *, sampling, key) -> tuple[list,
 
     rng = torch.Generator().manual_seed(int(spawn_seeds(key, 2)[0]))
     budgets = [n for n in NODE_BUDGETS if n <= max_nodes]
-    few = ctxs[:SHAPE_CONTEXTS]
+    few = ctxs
     out, shapes = [], []
     for draws in ("distinct", "iid"):
         acceptance = rank_acceptance_along(pair, few, STAR, sampling=sampling, draws=draws, rng=rng)

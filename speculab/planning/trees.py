@@ -28,7 +28,15 @@ import torch
 from speculab.methods.tree import Tree, draft_children
 from speculab.planning.yields import Yield
 
-__all__ = ["tree_laws", "tree_yield", "exact_tree_tokens", "rank_acceptance_along", "best_shapes", "EXACT_NODES"]
+__all__ = [
+    "tree_laws",
+    "tree_yield",
+    "tree_yields",
+    "exact_tree_tokens",
+    "rank_acceptance_along",
+    "best_shapes",
+    "EXACT_NODES",
+]
 
 #: Node budgets up to which every ordered tree is evaluated (Catalan(4) = 14 shapes) beside Sequoia's pick.
 EXACT_NODES = 4
@@ -72,19 +80,35 @@ def tree_laws(pair, ctx: list[int], tree: Tree, sampling, draws: str, rng: torch
 def tree_yield(pair, method, ctxs: list[list[int]], *, sampling, rng: torch.Generator) -> Yield:
     """``method``'s :class:`~speculab.planning.yields.Yield` along ``ctxs`` (module docstring): per context and per
     cut ``L = 0..H``, the law of the end node's depth ``P(τ = t)``, and the nodes a round drafts."""
-    tree, H = method.tree, method.tree.height
-    n = len(ctxs)
-    outcome, drafted = np.zeros((n, H + 1, H + 1)), np.zeros((n, H + 1))
-    outcome[:, 0, 0] = 1.0
-    cuts = {L: [j for j in range(tree.size + 1) if tree.depth[j] <= L] for L in range(1, H + 1)}
-    depth = torch.tensor(tree.depth)
-    for i, ctx in enumerate(ctxs):
-        P, Q, x = tree_laws(pair, ctx, tree, sampling, method.draws, rng)
+    return tree_yields(pair, [method], ctxs, sampling=sampling, rng=rng)[0]
+
+
+def tree_yields(pair, methods: list, ctxs: list[list[int]], *, sampling, rng: torch.Generator) -> list[Yield]:
+    """:func:`tree_yield` of each of ``methods``; verifiers of one tree drafted alike (the same tree and draws) are
+    evaluated on the same drafted trees, drafted once per context."""
+    groups: dict = {}
+    for i, m in enumerate(methods):
+        groups.setdefault((m.tree, m.draws), []).append(i)
+    out: list = [None] * len(methods)
+    for (tree, draws), members in groups.items():
+        H, n = tree.height, len(ctxs)
+        cuts = {L: [j for j in range(tree.size + 1) if tree.depth[j] <= L] for L in range(1, H + 1)}
+        depth = torch.tensor(tree.depth)
+        outcome = np.zeros((len(members), n, H + 1, H + 1))
+        outcome[:, :, 0, 0] = 1.0
+        drafted = np.zeros((n, H + 1))
         for L, keep in cuts.items():
-            end = method.round_law(P[keep], Q[keep], x[keep], bonus=True).end  # (N_L + 1,)
-            outcome[i, L, : L + 1] = torch.zeros(L + 1, dtype=end.dtype).index_add_(0, depth[keep], end).numpy()
-            drafted[i, L] = len(keep) - 1
-    return Yield(outcome, drafted, np.zeros(n))
+            drafted[:, L] = len(keep) - 1
+        for i, ctx in enumerate(ctxs):
+            P, Q, x = tree_laws(pair, ctx, tree, sampling, draws, rng)
+            for k, member in enumerate(members):
+                for L, keep in cuts.items():
+                    end = methods[member].round_law(P[keep], Q[keep], x[keep], bonus=True).end  # (N_L + 1,)
+                    law = torch.zeros(L + 1, dtype=end.dtype).index_add_(0, depth[keep], end)
+                    outcome[k, i, L, : L + 1] = law.numpy()
+        for k, member in enumerate(members):
+            out[member] = Yield(outcome[k], drafted.copy(), np.zeros(n))
+    return out
 
 
 def exact_tree_tokens(method, p: np.ndarray, q: np.ndarray) -> float:
