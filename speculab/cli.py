@@ -616,7 +616,7 @@ def cmd_run(args) -> None:
     pair = _pair(args)
     _check_head_fits(args, method, pair)
     prompts = args.prompt or ["Return the"]
-    with journaled, progress("decoding", total=len(prompts) * args.max_new_tokens, enabled=not args.json):
+    with journaled, progress("decoding", enabled=not args.json):
         res = decode(
             pair,
             prompts,
