@@ -350,7 +350,7 @@ def _sim(args) -> None:
         checkpoint=args.checkpoint,
         resume=args.resume,
     )
-    head = f"{method!r} on {inst!r}, {args.n_runs:,} runs, seed {args.seed}, {args.engine} engine"
+    head = f"{method} on {inst!r}, {args.n_runs:,} runs, seed {args.seed}, {args.engine} engine"
     comp = side_by_side(expected, counts, head)
     if no_theory is not None:
         comp.settings["theory"] = no_theory
@@ -616,7 +616,7 @@ def cmd_run(args) -> None:
     pair = _pair(args)
     _check_head_fits(args, method, pair)
     prompts = args.prompt or ["Return the"]
-    with journaled, progress("decoding", total=len(prompts) * args.max_new_tokens, enabled=not args.json):
+    with journaled, progress("decoding", enabled=not args.json):
         res = decode(
             pair,
             prompts,
@@ -634,7 +634,7 @@ def cmd_run(args) -> None:
         "tokens": res.tokens,
         "counts": res.counts.to_dict(),
     }
-    lines = [f"{method!r} on the {pair.name} pair, seed {args.seed}"]
+    lines = [f"{method} on the {pair.name} pair, seed {args.seed}"]
     c = res.counts
     for i, (prompt, text) in enumerate(zip(prompts, res.texts)):
         lines.append(

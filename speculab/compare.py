@@ -178,14 +178,14 @@ def compare(
     ctx.result = ctx.decode(method, slot=2, on_round=ctx.probe)
     settings = dict(
         pair=pair.name,
-        method=repr(method),
+        method=method,  # JSON: its repr; the table: its str
         prompts=len(prompts),
         runs=len(runs),
         max_new_tokens=max_new_tokens,
         temperature=sampling.temperature,
         key=key if isinstance(key, int) else type(key).__name__,
     )
-    comp = Comparison(f"theory vs measured: {method!r} on the {pair.name} pair", settings=settings)
+    comp = Comparison(f"theory vs measured: {method} on the {pair.name} pair", settings=settings)
     comp.rows.extend(method.compare_rows(ctx))
     comp.rows.append(paired_rejections(ctx.result))
     accepted = paired_accepted(ctx.result)

@@ -21,6 +21,7 @@ import numpy as np
 __all__ = [
     "Counts",
     "Estimate",
+    "Summary",
     "Expected",
     "COUNT_FIELDS",
     "KIND_NAMES",
@@ -72,7 +73,35 @@ class Estimate(NamedTuple):
         return 0.0 if abs(diff) <= 1e-9 * max(1.0, abs(expected)) else float(np.copysign(np.inf, diff))
 
     def __str__(self) -> str:
-        return f"{self.mean:.4f} ± {self.se:.4f}"
+        """``mean ± se (n = …)``; a single run has no standard error, and says so.
+
+        Example:
+          >>> print(Estimate(2.5, 0.125, 8), Estimate(3.0, float("nan"), 1), sep="; ")
+          2.5000 ± 0.1250 (n = 8); 3.0000 (n = 1: one run has no standard error)
+        """
+        if self.n == 1:
+            return f"{self.mean:.4f} (n = 1: one run has no standard error)"
+        return f"{self.mean:.4f} ± {self.se:.4f} (n = {self.n})"
+
+
+class Summary(dict):
+    """``{name: Estimate}`` of :meth:`Counts.summary`; ``str()`` prints one count a line, as mean ± standard error.
+
+    Example:
+      >>> print(Summary(rejections=Estimate(3.0, float("nan"), 1), tokens=Estimate(16.0, float("nan"), 1)))
+      per run, over 1 run (one run has no standard error):
+        rejections  3.0000
+        tokens      16.0000
+    """
+
+    def __str__(self) -> str:
+        n = max((e.n for e in self.values()), default=0)
+        width = max((len(k) for k in self), default=0)
+        if n == 1:
+            head, cell = "per run, over 1 run (one run has no standard error):", lambda e: f"{e.mean:.4f}"
+        else:
+            head, cell = f"per run, mean ± standard error over {n:,} runs:", lambda e: f"{e.mean:.4f} ± {e.se:.4f}"
+        return "\n".join([head] + [f"  {k:<{width}}  {cell(e)}" for k, e in self.items()])
 
 
 @dataclass(frozen=True)
@@ -133,9 +162,9 @@ class Counts:
             raise ValueError(f"name must be one of {self.names + ('tokens_per_round',)}; got {name!r}")
         return Estimate.of(getattr(self, name))
 
-    def summary(self) -> dict[str, Estimate]:
-        """All per-run fields as ``{name: Estimate}``."""
-        return {name: self.estimate(name) for name in self.names + ("tokens_per_round",)}
+    def summary(self) -> Summary:
+        """All per-run fields as ``{name: Estimate}`` (a :class:`Summary`: ``print`` shows a table)."""
+        return Summary((name, self.estimate(name)) for name in self.names + ("tokens_per_round",))
 
     def to_dict(self) -> dict:
         """JSON-ready summary: ``{name: {"mean", "se"}}`` plus ``n_runs``."""

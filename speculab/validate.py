@@ -522,12 +522,12 @@ def _speed(report: Validation, pair, sampling, key: int, batch_prompts: int, tok
         for method in (Autoregressive(), SD(K=K)):
             res, s = _timed(pair, lambda: decode(pair, many, method, max_new_tokens=tokens, sampling=sampling, key=key))
             tokens_out = int(res.counts.tokens.sum())
-            report.speed.append(SpeedRow(f"{method!r}, {batch_prompts} prompts batched", tokens_out, s))
+            report.speed.append(SpeedRow(f"{method}, {batch_prompts} prompts batched", tokens_out, s))
         for method in (Autoregressive(), SD(K=K)):
             res, s = _timed(
                 pair, lambda: decode(pair, few, method, max_new_tokens=tokens, sampling=sampling, key=key, batch_size=1)
             )
-            report.speed.append(SpeedRow(f"{method!r}, one prompt at a time", int(res.counts.tokens.sum()), s))
+            report.speed.append(SpeedRow(f"{method}, one prompt at a time", int(res.counts.tokens.sum()), s))
     assisted = _assisted(pair, few, tokens, sampling, key)
     if assisted is not None:
         report.speed.append(assisted)

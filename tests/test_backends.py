@@ -378,31 +378,34 @@ def test_the_calls_seconds_are_its_runs_share_of_the_time_it_took(pair, batch_si
 
 
 @pytest.mark.parametrize("batch_size", [None, 1], ids=["batched", "one-prompt"])
-def test_the_progress_bar_counts_each_generated_token_once(pair, batch_size, monkeypatch):
-    """Inside :func:`speculab._progress.progress` (the CLI's bar around a decode), the loops advance the bar by the
-    tokens each round produced: every step is positive and they add up to the tokens generated."""
+def test_the_progress_display_reaches_each_decodes_total_exactly(pair, batch_size, monkeypatch):
+    """Inside :func:`speculab._progress.progress` (the CLI's display around decoding) a decode announces runs ×
+    max_new_tokens and the loops advance by the tokens each round produced, and by the rest of a run's budget when
+    it stops early (EOS; here a frequent token made the EOS): every step is positive and the display ends at its
+    total, decode after decode."""
+    import io
+    from collections import Counter
+
     from speculab._progress import progress
+    from speculab.backends.pair import ModelPair
 
-    steps = []
-
-    class Bar:  # stands in for tqdm (which draws nothing off a terminal): records each update
-        def __init__(self, **kwargs):
-            pass
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-        def update(self, n):
-            steps.append(n)
-
-    monkeypatch.setattr("tqdm.auto.tqdm", Bar)
-    with progress("decoding"):
+    first = decode(pair, default_prompts()[:3], SD(K=3), max_new_tokens=10, key=0)
+    eos = Counter(t for tokens in first.tokens for t in tokens).most_common(1)[0][0]
+    monkeypatch.setattr(ModelPair, "eos_token_id", property(lambda self: eos))
+    steps, out = [], io.StringIO()
+    with progress("decoding", stream=out, every=float("inf")) as bar:
+        real = bar.update
+        bar.update = lambda n: steps.append(n) or real(n)
         res = decode(pair, default_prompts()[:3], SD(K=3), max_new_tokens=10, key=0, batch_size=batch_size)
-    assert len(steps) > 3 and all(n > 0 for n in steps)
-    assert sum(steps) == sum(map(len, res.tokens))
+        assert bar.total == 30 and bar.n == 30
+        decode(pair, ["Return the"], SD(K=2), max_new_tokens=4, key=1, batch_size=batch_size)
+        assert bar.total == bar.n == 34
+    assert len(steps) > 3 and all(n > 0 for n in steps) and sum(steps) == 34
+    assert sum(map(len, res.tokens)) < 30  # a run stopped early
+    first, second, end = out.getvalue().splitlines()
+    assert first.startswith("decoding: 0 of 30 tokens (0%), ") and first.endswith(" — SD(K=3): 3 runs of 10 tokens")
+    assert second.startswith("decoding: 30 of 34 tokens (88%), ") and "SD(K=2): 1 run of 4 tokens" in second
+    assert end.startswith("decoding: 34 of 34 tokens (100%), ") and ", about 0 s left" in end
 
 
 def test_results_records_and_round_infos_are_read_only(pair):

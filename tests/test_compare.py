@@ -278,6 +278,20 @@ def test_target_calls_per_token_is_calls_over_tokens_of_the_methods_runs(monkeyp
     assert 0 < row.measured < 1  # SD with two drafts a round: fewer calls than tokens
 
 
+def test_a_comparison_prints_k_as_infinity_and_records_the_methods_constructor():
+    """The table is for people (``SD(K=∞)``, as the docs write it, and a legend below it); ``--json`` keeps the
+    constructor ``SD(K=None)``."""
+    pytest.importorskip("torch")
+    from speculab.backends import load_pair
+    from speculab.compare import compare
+
+    comp = compare(load_pair("tiny"), SD(), ["Return the"], runs_per_prompt=2, max_new_tokens=4, key=0)
+    text = str(comp)
+    assert text.startswith("theory vs measured: SD(K=∞) on the tiny pair\npair=tiny, method=SD(K=∞), ")
+    assert "K=None" not in text and "  power (10%): the chance of |z| ≥ 5" in text
+    assert comp.to_dict()["settings"]["method"] == "SD(K=None)"
+
+
 def _sd_context(t1_runs, rejections, calls, tokens, tvs):
     """A comparison's context by hand: Thm 1's per-run sums along target samples (``t1_runs``), SD's runs' counts
     and the TV at each verified position of its runs (NaN where the position was not verified)."""

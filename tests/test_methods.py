@@ -209,6 +209,15 @@ def test_methods_are_frozen_hashable_configurations(method):
     assert hash(method) == hash(method) and method == method
 
 
+def test_a_method_prints_an_unlimited_lookahead_as_infinity_and_keeps_its_repr():
+    """``str`` is for people (``K=∞``, as the docs write it); ``repr`` stays the constructor that journals and JSON
+    record: the two differ only there, for every case."""
+    assert str(SD()) == "SD(K=∞)" and repr(SD()) == "SD(K=None)" and str(SD(K=4)) == "SD(K=4)"
+    for method in METHODS:
+        assert str(method).replace("K=∞", "K=None") == repr(method)
+        assert ("K=∞" in str(method)) == (getattr(method, "K", 0) is None)
+
+
 def test_what_holds_an_unhashable_callable_or_an_array_is_still_hashable():
     """Methods holding a callable or an array that is not hashable itself compare by identity and hash; so do an
     instance and a table head, which hold arrays (and are frozen)."""

@@ -40,6 +40,7 @@ def test_readme_example_runs(code):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stderr == "", done.stderr[-3000:]  # quiet: no weight-loading bars, no warnings
+    assert "Estimate(" not in done.stdout and "se=nan" not in done.stdout  # a summary reads as numbers, not tuples
 
 
 def test_every_reproduction_has_its_script_and_its_rows():

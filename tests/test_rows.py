@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from speculab.rows import Comparison, Row, paired_accepted
+from speculab.rows import Comparison, Row, paired_accepted, paired_rejections
 
 
 def test_a_row_is_frozen():
@@ -39,15 +39,21 @@ def test_an_upper_bound_holds_within_five_standard_errors_included():
     assert Row("x", 0.0, 0.75, predicted_se=0.0, measured_se=0.25, upper_bound=True).holds  # 3 s.e. past it: holds
 
 
-def test_a_z_without_noise_is_zero_only_below_1e_12():
-    assert Row("x", 0.0, 0.5e-12).z == 0.0
-    assert Row("x", 0.0, 1e-12).z == math.inf  # 1e-12 is not below 1e-12
-    assert Row("x", 0.0, 1.5e-12).z == math.inf
-    assert Row("x", 0.0, -1.5e-12).z == -math.inf
+def test_a_z_without_noise_is_zero_only_within_round_off_of_the_prediction():
+    """A standard error up to ``1e-9 · max(1, |predicted|)`` is round-off: the row compares exactly, as
+    ``Estimate.z`` does, and ``z`` is 0 within that round-off (included), else ``±inf``."""
+    assert Row("x", 0.0, 0.5e-9).z == 0.0 and Row("x", 0.0, 1e-9).z == 0.0  # at the round-off: included
+    assert Row("x", 0.0, 1.5e-9).z == math.inf and Row("x", 0.0, -1.5e-9).z == -math.inf
+    assert Row("x", 100.0, 100.0 + 1e-7).z == 0.0 and Row("x", 100.0, 100.0 + 1.5e-7).z == math.inf  # relative
+    assert Row("x", 1.0, 1.0, predicted_se=1e-9).noiseless and Row("x", 1.0, 1.0, predicted_se=1e-9).z == 0.0
+    assert not Row("x", 1.0, 1.0 + 4e-9, predicted_se=2e-9).noiseless
+    assert Row("x", 1.0, 1.0 + 4e-9, predicted_se=2e-9).z == pytest.approx(2.0)  # past round-off: a z
+    assert not Row("x", 1.0, 1.0, tolerance=0.1).noiseless and not Row("x", 1.0, 1.0, upper_bound=True).noiseless
 
 
 def _lines(comp: Comparison) -> list[str]:
-    return str(comp).splitlines()[2:]  # the header row, the rule, the rows
+    lines = str(comp).splitlines()[2:]  # the header row, the rule, the rows, then a blank line and the legend
+    return lines[: lines.index("")] if "" in lines else lines
 
 
 def test_the_table_prints_a_value_without_plus_minus_where_its_se_is_zero_or_not_finite():
@@ -74,6 +80,52 @@ def test_the_tables_columns_are_as_wide_as_their_widest_cell():
     assert widths[0] == len("a much longer quantity name") and widths[2] == len("2.0000 ± 0.5000")
     for line in rows:
         assert line[starts[1] : starts[1] + 6] == "1.0000" and line[starts[2] : starts[2] + 6] == "2.0000", line
+
+
+def _legend(comp: Comparison) -> list[str]:
+    lines = str(comp).splitlines()
+    return lines[lines.index("", 2) + 1 :] if "" in lines[2:] else []
+
+
+def test_the_table_explains_each_kind_of_cell_it_prints_below_itself():
+    """Every kind of cell printed (value ± s.e., z, power, an exact or one-sided check, a row without noise or
+    without a prediction) gets one line below the table saying what it is; a kind not printed gets none."""
+    rows = [
+        Row("noisy", 10.0, 10.5, 0.0, 0.5),
+        Row("identity", 1.0, 1.0, tolerance=1e-9),
+        Row("bound", 2.0, 1.0, 0.1, upper_bound=True),
+        Row("always the same", 0.75, 0.75, predicted_se=1e-12),
+        Row("measured", float("nan"), 0.25, note="measured"),
+    ]
+    legend = _legend(Comparison("t", rows))
+    starts = ["a ± s: a value and its standard error", "z: (measured − prediction) / combined standard error"]
+    starts += ["power (10%): the chance of |z| ≥ 5 were the truth 10% off the prediction", "= (no noise): each step"]
+    starts += ["exact ✓ / ✗: an identity", "≤ ✓ / ✗: a one-sided prediction", "—: no prediction (measured only)"]
+    assert [line.strip()[: len(start)] for line, start in zip(legend, starts)] == starts and len(legend) == 7
+    only_measured = Comparison("t", [Row("measured", float("nan"), 0.25)])
+    assert _legend(only_measured) == ["  —: no prediction (measured only)"]
+    assert [line.strip()[:15] for line in _legend(Comparison("t", [rows[3]]))] == ["= (no noise): e"]  # no z, power
+
+
+def test_a_row_without_noise_prints_as_an_exact_equality_or_inequality_not_a_z():
+    """A row whose standard error is round-off (a fuzzy acceptance decided every step with probability 0 or 1)
+    prints its two values without ``± 0.0000`` and ``= (no noise)`` where a z would be, or ``≠`` if they differ."""
+    comp = Comparison("t", [Row("same", 0.75, 0.75, predicted_se=2e-10), Row("differs", 0.75, 0.8125)])
+    same, differs = _lines(comp)[2:]
+    assert "±" not in same and "0.7500" in same and "= (no noise)" in same and "+0.00" not in same
+    assert "≠ (no noise)" in differs and "inf" not in differs
+    assert comp.rows[0].z == 0.0 and comp.rows[1].z == math.inf
+
+
+def test_paired_rejections_along_steps_decided_up_to_round_off_have_no_noise():
+    """``r_n`` within round-off of 0 or 1 (FSD's ``r = Σ p``, 1 ± 1e-16) adds no variance: the row is exact."""
+    r = np.array([1 - 2**-52, 1e-17, 1.0, 0.0])
+    counts = SimpleNamespace(rejections=np.array([2]), n_runs=1, tokens=np.array([4]))
+    row = paired_rejections(SimpleNamespace(records=[SimpleNamespace(reject_prob=r)], counts=counts))
+    assert row.predicted_se == 0.0 and row.noiseless and row.z == 0.0
+    r = np.array([0.5, 1.0])
+    row = paired_rejections(SimpleNamespace(records=[SimpleNamespace(reject_prob=r)], counts=counts))
+    assert row.predicted_se == 0.5 and not row.noiseless
 
 
 def _round(drafted, accepted, mean, var):

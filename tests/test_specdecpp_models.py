@@ -168,6 +168,48 @@ def test_specdecpp_on_real_models_refuses_what_it_cannot_run(pair):
         simulate(inst, SpecDecPP(0.5, head=constant(pair, 0.5)), 10, key=0)
 
 
+def test_the_pareto_summary_gives_a_gap_and_its_standard_errors_the_same_sign():
+    """A threshold slower than the best fixed K reads '+29.2%, +14.6 standard errors', a faster one '-…%, -…': the
+    change and the gap in standard errors both measure the threshold against K."""
+    from speculab.repro import specdecpp_pareto as repro
+
+    def point(latency, se, **extra):
+        rates = dict(discard_rate=0.5, verification_rate=0.5, tokens_per_round=2.0, extra_forwards_per_token=0.0)
+        return dict(
+            rates,
+            latency=latency,
+            latency_se=se,
+            latency_without_stop_pass=latency,
+            latency_without_stop_pass_se=se,
+            **extra,
+        )
+
+    def summary(threshold: float) -> str:
+        fixed = point(0.952, 0.0075)
+        best = point(threshold, 0.0175, h=0.5, dominates_some_K=False, dominated_by_some_K=True)
+        result = {
+            "pair": "tiny",
+            "prompts": 32,
+            "training_tokens": 100,
+            "key": 0,
+            "cost_ratio": 0.1,
+            "fixed_K": {"2": fixed},
+            "heads": {"1": {"points": [best]}},
+            "best_fixed_K": {"K": 2, "latency": 0.952},
+            "best_threshold": {"w_rej": "1", "h": 0.5, "latency": threshold},
+            "latency_change": repro.gap(best, fixed)["change"],
+            "gap_in_se": repro.gap(best, fixed)["in_se"],
+            "best_threshold_without_stop_pass": {"w_rej": "1", "h": 0.5, "latency": threshold, "latency_se": 0.0175},
+        }
+        return repro.summary(result)
+
+    se = math.hypot(0.0075, 0.0175)
+    slower, faster = summary(1.230), summary(0.852)
+    assert f"latency 1.230 vs 0.952 (+29.2%, +{0.278 / se:.1f} standard errors of the difference" in slower
+    assert f"(+29.2%, +{0.278 / se:.1f} standard errors)" in slower  # the same pass-free: nothing to take away
+    assert f"latency 0.852 vs 0.952 (-10.5%, -{0.1 / se:.1f} standard errors of the difference" in faster
+
+
 @pytest.mark.slow
 def test_repro_specdecpp_pareto(tmp_path, monkeypatch):
     import json
@@ -199,6 +241,7 @@ def test_repro_specdecpp_pareto(tmp_path, monkeypatch):
     assert early["extra_forwards_per_token"] > 0
     assert early["latency_without_stop_pass"] == pytest.approx(early["latency"] - c * early["extra_forwards_per_token"])
     assert "best threshold" in repro.summary(result) and "were the pass" in repro.summary(result)
+    assert np.sign(result["gap_in_se"]) == np.sign(result["latency_change"])  # slower: both positive
     rows = claims_of(repro, result)
     assert rows[1]["measured"] == f"{c:.3f} ({result['pair']} pair)"
     assert rows[1]["paper"] == "0.0234 s / 0.112 s (§5.2)"  # [SDpp]'s (t_draft, t_target)

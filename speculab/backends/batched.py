@@ -347,13 +347,13 @@ class RoundLoop:
         state = state.cpu().numpy()  # the round's one reading of the device
         if state[2 * B]:
             raise ValueError(NAN_LOGITS)
-        advance(int((self.remaining - state[:B]).sum()))
+        done = state[B : 2 * B].astype(bool)
+        advance(int((self.remaining - np.where(done, 0, state[:B])).sum()))  # a finished row: the rest of its budget
         self.remaining = state[:B]
         self.target.compact(int(state[2 * B + 1]))
         if self.draft is not None:
             self.draft.compact(int(state[2 * B + 2]))
         self.round_index += 1
-        done = state[B : 2 * B].astype(bool)
         if done.any():
             self._retire(np.flatnonzero(~done))
 

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from speculab import kernels
-from speculab._progress import advance
+from speculab._progress import advance, expect
 from speculab._validate import as_positive_int, check_text, spawn_seeds
 from speculab.backends.batched import batchable, decode_batched
 from speculab.backends.tree_decode import check_tree_pair, decode_trees
@@ -423,6 +423,8 @@ def decode(
     )
     if journal is None:
         block = n  # not journaled: one pass over every prompt, as the batched path splits them itself
+    # the progress display counts each run's max_new_tokens: the tokens of each round, the rest when a run stops early
+    expect(n * max_new_tokens, f"{method}: {n} run{'s' if n != 1 else ''} of {max_new_tokens} tokens")
     runs: list[tuple] = []  # per prompt: tokens, RunRecord, RoundRecord, counts, seconds
     before = {i: len(probe.rounds(i)) for i in range(n)} if probe is not None else {}  # a probe used before
     try:
@@ -432,6 +434,7 @@ def decode(
                 if journal is not None and b in journal.done:
                     entries = journal.replay(b, len(index), pair.vocab_size, probe is not None)
                     runs += [_replayed(entry) for entry in entries]
+                    advance(len(index) * max_new_tokens)
                     if probe is not None:
                         for i, entry in zip(index, entries):
                             probe.restore(i, entry["probe"])
@@ -465,10 +468,13 @@ def decode(
                             records,
                             slot,
                         )
+                        left = max_new_tokens
                         while not run.done:
                             produced = len(run.ids)
                             run.round(method)
                             advance(len(run.ids) - produced)
+                            left -= len(run.ids) - produced
+                        advance(left)  # a run ended early (EOS): the rest of its budget
                     done = records.collect()
                 each = (time.perf_counter() - t0) / len(index)
                 new = [(*run, each) for run in done]

@@ -271,6 +271,18 @@ class Method(ABC):
     real_models: ClassVar[bool] = True
 
     # -- what the method is -------------------------------------------------------------
+    def __str__(self) -> str:
+        """The method for people: its ``repr`` with an unlimited lookahead ``K=None`` written ``K=∞``, as the docs
+        write it. ``repr`` stays the constructor, which journals, plans and ``--json`` outputs record."""
+        if not dataclasses.is_dataclass(self):
+            return repr(self)
+        shown = (
+            f"{f.name}={'∞' if f.name == 'K' and getattr(self, f.name) is None else repr(getattr(self, f.name))}"
+            for f in dataclasses.fields(self)
+            if f.repr
+        )
+        return f"{type(self).__name__}({', '.join(shown)})"
+
     @property
     def unbiased(self) -> bool:
         """Whether the output law is the target's whatever the instance (the table tests check it exactly)."""

@@ -43,7 +43,7 @@ def run(key=10, n_runs: int = 100_000, out_dir: str | Path = "results", progress
             theory_label=label,
         )
         ax.set_ylim(theory - 2.5, theory + 2.5)
-        ax.set_title(f"{method!r}, T={T}")
+        ax.set_title(f"{method}, T={T}")
         ax.legend(fontsize=7, loc="upper right")
         est = counts.estimate("rejections")
         result[name] = {"theory": theory, "mean": est.mean, "se": est.se, "z": est.z(theory), "running_mean": running}

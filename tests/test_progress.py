@@ -1,0 +1,58 @@
+"""speculab._progress off a terminal (output piped, a log): a line when work is announced, then one every few
+seconds, each with the total, the time so far and the time left; a fake clock makes the times exact."""
+
+from __future__ import annotations
+
+import io
+
+from speculab._progress import advance, expect, progress
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_piped_progress_prints_totals_and_time_left_every_few_seconds():
+    clock, out = Clock(), io.StringIO()
+    with progress("decoding (all runs)", stream=out, every=5.0, clock=clock):
+        expect(400, "SD(K=∞): 4 runs of 100 tokens")
+        for _ in range(10):  # 10 steps of 20 tokens, 2 s apart: a line every 5 s
+            clock.now += 2.0
+            advance(20)
+        clock.now += 1.0
+        expect(200, "Autoregressive(): 2 runs of 100 tokens")
+        clock.now += 9.0
+        advance(200)
+        advance(200)
+    lines = out.getvalue().splitlines()
+    assert lines == [
+        "decoding (all runs): 0 of 400 tokens (0%), 0 s so far, time left not known yet — SD(K=∞): 4 runs of "
+        "100 tokens",
+        "decoding (all runs): 60 of 400 tokens (15%), 6 s so far, about 34 s left — SD(K=∞): 4 runs of 100 tokens",
+        "decoding (all runs): 120 of 400 tokens (30%), 12 s so far, about 28 s left — SD(K=∞): 4 runs of 100 tokens",
+        "decoding (all runs): 180 of 400 tokens (45%), 18 s so far, about 22 s left — SD(K=∞): 4 runs of 100 tokens",
+        "decoding (all runs): 200 of 600 tokens (33%), 21 s so far, about 42 s left — Autoregressive(): 2 runs of "
+        "100 tokens",
+        "decoding (all runs): 400 of 600 tokens (67%), 30 s so far, about 15 s left — Autoregressive(): 2 runs of "
+        "100 tokens",
+        "decoding (all runs): 600 of 600 tokens (100%), 30 s so far, about 0 s left — Autoregressive(): 2 runs of "
+        "100 tokens",
+    ]
+
+
+def test_durations_past_a_minute_and_nothing_outside_a_display_or_when_disabled():
+    clock, out = Clock(), io.StringIO()
+    with progress("d", total=10, stream=out, every=0.0, clock=clock):
+        clock.now = 125.0
+        advance(5)
+    assert out.getvalue().splitlines() == ["d: 5 of 10 tokens (50%), 2 min 5 s so far, about 2 min 5 s left"] * 2
+    expect(5)
+    advance(5)  # no display open: nothing, no error
+    with progress("d", stream=out, enabled=False) as bar:
+        expect(5, "x")
+        advance(5)
+    assert bar is None and len(out.getvalue().splitlines()) == 2
