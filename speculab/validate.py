@@ -132,7 +132,9 @@ class Validation:
         }
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, default=float)
+        """``validation.json``: :meth:`to_dict` as JSON with its ``digest`` (:func:`file_digest`)."""
+        data = json.loads(json.dumps(self.to_dict(), default=float))  # as the file holds it
+        return json.dumps({**data, "digest": file_digest(data)}, indent=2)
 
     def __str__(self) -> str:
         s = self.settings
@@ -171,6 +173,20 @@ class Validation:
                 f"{lat['measured']:.3f} (error {lat['error']:+.1%})"
             )
         return "\n".join(lines)
+
+
+#: What the digest of a ``validation.json`` is taken with, beside its content.
+FILE_HEADER = {"format": "speculab-validation/1"}
+
+
+def file_digest(data: dict) -> str:
+    """SHA-256 of a ``validation.json``'s content but its own ``digest`` (:func:`speculab.sim.checkpoint.line_digest`
+    under :data:`FILE_HEADER`): ``speculab report`` refuses a file edited since ``validate`` wrote it. The digest is
+    unkeyed: it proves the content was signed by this function, not measured — a file edited and signed again with
+    values a validation could give (another device name, other G statistics with their p-values) is shown as is."""
+    from speculab.sim.checkpoint import line_digest
+
+    return line_digest(FILE_HEADER, data)
 
 
 def verdict(oks: list[bool], compare: list[dict]) -> bool:

@@ -361,7 +361,7 @@ def test_journal_lines_are_checked_before_use(pair, tmp_path):
                 }
             ],
         },
-        "more accepted drafts than drafts": {
+        "draft calls that are not 1 × the rounds. drafts": {
             **entry,
             "runs": [
                 {

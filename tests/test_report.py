@@ -20,6 +20,7 @@ from speculab import repro
 from speculab.cli import main
 from speculab.repro import runner
 from speculab.repro.report import REPORT, build_report
+from speculab.validate import LawRow, SpeedRow, Validation, file_digest
 
 FAST = ["yin-fig3", "sprinter-fig6"]
 HEADER = (0x1F, 0x3B, 0x73)  # th background in the report's CSS
@@ -497,6 +498,13 @@ def _validation_data():
     }
 
 
+def _signed(data) -> str:
+    """``data`` as ``validation.json`` holds it: with the digest of its content, as ``Validation.to_json`` signs (a
+    value that is no object is written as is)."""
+    data = json.loads(json.dumps(data))
+    return json.dumps({**data, "digest": file_digest(data)} if isinstance(data, dict) else data)
+
+
 def _cells(table):
     return [
         [html.unescape(c) for c in re.findall(r"<t[dh]>(.*?)</t[dh]>", row)]
@@ -507,7 +515,7 @@ def _cells(table):
 def test_the_validation_section_is_its_json_cell_by_cell(tmp_path):
     """Each table of the validation section is ``validation.json``'s rows in order, each cell formatted from its own
     field: a cell printing another row's or another field's value, or a flipped sign, fails."""
-    (tmp_path / "validation.json").write_text(json.dumps(_validation_data()))
+    (tmp_path / "validation.json").write_text(_signed(_validation_data()))
     page = build_report(tmp_path).read_text()
     assert "<h1>speculab: validation</h1>" in page and 'class="overview"' not in page  # no figure: no overview
     section = page.split('<section id="validation">')[1].split("</section>")[0]
@@ -690,10 +698,10 @@ def test_the_verdict_shown_is_the_one_its_rows_give(tmp_path):
     a file still saying ``passed: true`` refused; a model check (not gating) beyond 5 s.e. does not."""
     path = tmp_path / "validation.json"
     data = _passing_validation()
-    path.write_text(json.dumps(data))
+    path.write_text(_signed(data))
     assert "<b>passed</b>" in build_report(tmp_path).read_text()
     data["compare"][1]["z"] = -7.0  # the model check
-    path.write_text(json.dumps(data))
+    path.write_text(_signed(data))
     assert "<b>passed</b>" in build_report(tmp_path).read_text()
     for where, change in [
         ("laws", {"refused": True, "ok": False, "first": [float("inf"), 6, 0.0]}),
@@ -703,21 +711,21 @@ def test_the_verdict_shown_is_the_one_its_rows_give(tmp_path):
     ]:
         bad = _passing_validation()
         bad[where][0 if where == "laws" else (0 if "z" in change else 2)] |= change
-        path.write_text(json.dumps(bad))
+        path.write_text(_signed(bad))
         with pytest.raises(ValueError, match="passed is true, which its law tests and gating compare rows do not"):
             build_report(tmp_path)
         bad["passed"] = False
-        path.write_text(json.dumps(bad))
+        path.write_text(_signed(bad))
         assert "<b>FAILED</b>" in build_report(tmp_path).read_text()
     data = _passing_validation() | {"passed": False}
-    path.write_text(json.dumps(data))
+    path.write_text(_signed(data))
     with pytest.raises(ValueError, match="passed is false, which"):
         build_report(tmp_path)
 
 
 @pytest.mark.parametrize("changes", _VALID_VARIANTS.values(), ids=list(_VALID_VARIANTS))
 def test_validation_json_of_each_valid_form_is_reported(changes, tmp_path):
-    (tmp_path / "validation.json").write_text(json.dumps(_corrupt(*changes)))
+    (tmp_path / "validation.json").write_text(_signed(_corrupt(*changes)))
     assert "validation: the real-model backend on a device" in build_report(tmp_path).read_text()
 
 
@@ -728,12 +736,68 @@ def test_validation_json_with_a_field_of_another_type_is_refused_naming_it(path,
     """Each field of ``validation.json`` is checked for what ``Validation.to_dict`` writes (a bool is not a number,
     a count is an int, the G-test triples have three numbers): a wrong one is refused, naming the file and field."""
     data = _corrupt(path, value) if path else value
-    (tmp_path / "validation.json").write_text(json.dumps(data))
+    (tmp_path / "validation.json").write_text(_signed(data))
     with pytest.raises(ValueError) as info:
         build_report(tmp_path)
     message = str(info.value)
     assert message.startswith(f"{tmp_path / 'validation.json'} is not what `speculab validate --out` writes (")
     assert problem in message and message.endswith("); run it again")
+
+
+def test_a_validation_as_validate_writes_it_is_reported(tmp_path):
+    """``Validation.to_json`` signs the file ``report`` shows (numpy numbers and tuples included)."""
+    data = _validation_data()
+    report = Validation(
+        data["settings"],
+        laws=[LawRow(**{k: v for k, v in r.items() if k != "ok"}) for r in data["laws"]],
+        compare=data["compare"],
+        speed=[SpeedRow(r["what"], r["tokens"], np.float64(r["seconds"]), r["note"]) for r in data["speed"]],
+        latency={k: np.float64(v) for k, v in data["latency"].items()},
+    )
+    (tmp_path / "validation.json").write_text(report.to_json())
+    assert "H200" in build_report(tmp_path).read_text()
+
+
+def _edited_g(data):
+    """The first law's G statistic doubled, its p-value recomputed to match: consistent, but not what was measured."""
+    from scipy.stats import chi2
+
+    G, df, _ = data["laws"][0]["first"]
+    data["laws"][0]["first"] = [2 * G, df, float(chi2.sf(2 * G, df))]
+
+
+def _edited_device(data):
+    data["settings"]["device_name"] = "NVIDIA B200"
+
+
+def _no_digest(data):
+    del data["digest"]
+
+
+@pytest.mark.parametrize("edit", [_edited_g, _edited_device, _no_digest], ids=lambda f: f.__name__)
+def test_a_validation_edited_after_it_was_written_is_refused(edit, tmp_path):
+    """An edit that keeps every value one a validation could give (a device's name, a G statistic with its own
+    p-value) is caught by the file's digest unless the editor signs it again (what no unkeyed digest can catch)."""
+    path = tmp_path / "validation.json"
+    data = json.loads(_signed(_validation_data()))
+    edit(data)
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="its digest does not match its content: edited since `speculab validate`"):
+        build_report(tmp_path)
+    if edit is not _no_digest:  # signed again: consistent, so shown
+        path.write_text(_signed({k: v for k, v in data.items() if k != "digest"}))
+        build_report(tmp_path)
+
+
+@pytest.mark.parametrize("device, name", [("cpu", "H200"), ("cuda:0", "cpu"), ("mps", "Apple M2")])
+def test_a_device_name_that_is_not_the_devices_is_refused(device, name, tmp_path):
+    """validate names a CUDA device by ``torch.cuda.get_device_name`` and any other as ``cpu``: a signed file whose
+    name does not fit its device is refused."""
+    data = _validation_data()
+    data["settings"] |= {"device": device, "device_name": name}
+    (tmp_path / "validation.json").write_text(_signed(data))
+    with pytest.raises(ValueError, match="settings.device_name is not the device's"):
+        build_report(tmp_path)
 
 
 #: A field of provenance.json as it would read if edited or written by another tool, and what the report says.

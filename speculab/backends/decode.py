@@ -33,6 +33,7 @@ from speculab._validate import as_positive_int, check_text, spawn_seeds
 from speculab.backends.batched import batchable, decode_batched
 from speculab.backends.tree_decode import check_tree_pair, decode_trees
 from speculab.backends.journal import encode_run, open_journal
+from speculab.backends.journal_sense import run_limits
 from speculab.backends.models import HFModel
 from speculab.backends.pair import ModelPair, check_pair
 from speculab.backends.rounds import COUNTED, Records, RoundInfo, RoundRecord, RunRecord, record, round_output
@@ -421,6 +422,7 @@ def decode(
             probe=probe,
         )
     )
+    limits = None if journal is None else run_limits(pair, method, max_new_tokens, probe is not None)
     if journal is None:
         block = n  # not journaled: one pass over every prompt, as the batched path splits them itself
     # the progress display counts each run's max_new_tokens: the tokens of each round, the rest when a run stops early
@@ -432,7 +434,7 @@ def decode(
             for b, start in enumerate(range(0, n, block)):
                 index = range(start, min(start + block, n))
                 if journal is not None and b in journal.done:
-                    entries = journal.replay(b, len(index), pair.vocab_size, probe is not None)
+                    entries = journal.replay(b, len(index), limits)
                     runs += [_replayed(entry) for entry in entries]
                     advance(len(index) * max_new_tokens)
                     if probe is not None:

@@ -13,6 +13,17 @@ most the block under way; a line cut short by it is dropped on resumption.
 With ``resumable(folder, resume=True)`` the same call reads its finished blocks back and
 decodes only the others. Each prompt has its own random stream and the blocks are the
 uninterrupted run's blocks, so the result equals an uninterrupted run's, run for run.
+
+A line is data, not trusted: each carries a SHA-256 digest over the call's header and its
+own content, and a finished block is replayed only when it holds the call's runs and each
+run is one this call can decode (:mod:`speculab.backends.journal_sense`: tokens up to the
+length asked, ended early only at EOS; probabilities in ``[0, 1]``, log-probabilities ``≤ 0``;
+counts that follow from the position and round records). The digest is unkeyed: it catches
+an edited or foreign line, not a forger who signs an edit with speculab's own
+:func:`~speculab.sim.checkpoint.line_digest`; the checks catch every value no decode writes,
+but a run consistent in every respect (other tokens with records worked out to match, or a
+journal fabricated whole) cannot be told from a real one without a secret key.
+
 A :class:`~speculab.backends.RoundProbe` passed as ``on_round`` is journaled with
 the runs: each run's observations are on its line and are put back on resumption. Not
 journaled (they run again in full): calls with a plain ``on_round`` function (its side
@@ -24,7 +35,6 @@ it ran.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import pickle
@@ -35,7 +45,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from speculab.backends.rounds import COUNTED, RoundRecord, RunRecord
+from speculab.backends.journal_sense import RunLimits, run_problem
 from speculab.sim.checkpoint import active_folder, append_line, call_file, line_digest, ours, read_lines
 
 __all__ = ["DecodeJournal", "open_journal", "unrecorded", "FORMAT"]
@@ -126,17 +136,16 @@ class DecodeJournal:
                 )
             self.done[block] = entry["runs"]
 
-    def replay(self, block: int, size: int, vocab_size: int, probe: bool) -> list[dict]:
-        """The runs of finished block ``block``, checked to be what this call writes: ``size`` runs, each with its
-        tokens (ids below ``vocab_size``), records of one length, integer counts and a time (and its probe's
-        observations when ``probe``). Anything else is refused, naming the file and the block."""
+    def replay(self, block: int, size: int, limits: RunLimits) -> list[dict]:
+        """The runs of finished block ``block``, checked to be what this call writes: ``size`` runs, each one this
+        call can decode (:func:`speculab.backends.journal_sense.run_problem` under ``limits``). Anything else is
+        refused, naming the file and the block."""
         runs = self.done[block]
         where = f"decode journal {self.path}, block {block}"
         if len(runs) != size:
             raise ValueError(f"{where}: {len(runs)} runs where the call has {size}; remove the file to decode again")
-        fields = tuple({f.name for f in dataclasses.fields(cls)} for cls in (RunRecord, RoundRecord)) + (set(COUNTED),)
         for run in runs:
-            problem = _run_problem(run, vocab_size, probe, *fields)
+            problem = run_problem(run, limits)
             if problem:
                 raise ValueError(f"{where}: {problem}; remove the file to decode again")
         return runs
@@ -146,53 +155,6 @@ class DecodeJournal:
         entry = json.loads(json.dumps({"block": int(block), "runs": runs}))  # as the file will hold it
         append_line(self.path, {**entry, "digest": line_digest(self.header, entry)})
         self.done[int(block)] = entry["runs"]
-
-
-def _run_problem(
-    run, vocab_size: int, probe: bool, record_fields: set, round_fields: set, count_fields: set
-) -> str | None:
-    """What is wrong with a journaled run (``encode_run``'s output), or ``None``; ``*_fields``: what a
-    :class:`RunRecord`, a :class:`RoundRecord` and the loop's counts hold."""
-    keys = {"tokens", "record", "rounds", "counts", "seconds"} | ({"probe"} if probe else set())
-    if not isinstance(run, dict) or not keys <= set(run):
-        return f"a run without its {', '.join(sorted(keys))}"
-    tokens = run["tokens"]
-    if not isinstance(tokens, list) or not all(type(t) is int and 0 <= t < vocab_size for t in tokens):
-        return f"tokens that are not token ids below the vocabulary size {vocab_size}"
-    record, rounds, counts = run["record"], run["rounds"], run["counts"]
-    if not (
-        isinstance(record, dict)
-        and isinstance(rounds, dict)
-        and set(record) == record_fields
-        and set(rounds) == round_fields
-    ):
-        return f"records without exactly the fields {sorted(record_fields)} and {sorted(round_fields)}"
-    columns = (*record.values(), *rounds.values())
-    if not all(isinstance(v, list) and all(type(x) in (int, float) for x in v) for v in columns):
-        return "records that are not lists of numbers"
-    if record["tokens"] != tokens or any(len(v) != len(tokens) for v in record.values()):
-        return "a position record that does not match its tokens"
-    if not all(k in (0, 1, 2, 3) for k in record["kind"]) or len({len(v) for v in rounds.values()}) > 1:
-        return "position kinds other than 0–3, or round records of different lengths"
-    if not (isinstance(counts, dict) and set(counts) == count_fields and all(type(v) is int for v in counts.values())):
-        return f"counts that are not the integers {sorted(count_fields)}"
-    kinds = record["kind"]  # 0 accepted draft, 1 correction, 2 bonus, 3 target sample: what the counts count
-    implied = {"rejections": kinds.count(1) + kinds.count(3), "accepted": kinds.count(0), "bonus": kinds.count(2)}
-    n_rounds = len(next(iter(rounds.values()), []))  # a round calls the target at most once
-    if (
-        any(counts[k] != v for k, v in implied.items())
-        or not 0 <= counts["accepted"] <= counts["draft_calls"]
-        or not 0 <= counts["oracle_calls"] <= n_rounds
-    ):
-        return (
-            "counts that do not match the position record (rejections, accepted drafts, bonus tokens) or its "
-            "rounds (more target calls than rounds), negative calls or more accepted drafts than drafts"
-        )
-    if type(run["seconds"]) not in (int, float):
-        return "a time that is not a number"
-    if probe and not isinstance(run["probe"], list):
-        return "probe observations that are not a list"
-    return None
 
 
 def encode_run(tokens: list[int], record, rounds, counts: dict, seconds: float) -> dict:

@@ -22,7 +22,7 @@ from speculab import repro
 from speculab._files import atomic_path
 from speculab.repro._io import CLAIM_COLUMNS, check_claims
 from speculab.repro.runner import changed_files, read_provenance
-from speculab.validate import ALPHA, verdict
+from speculab.validate import ALPHA, file_digest, verdict
 
 __all__ = ["build_report", "figure_result", "REPORT"]
 
@@ -189,10 +189,18 @@ def _validation(folder: Path) -> dict | None:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"{path} is not what `speculab validate --out` writes ({exc}); run it again") from None
-    problem = _validation_problem(data)
+    problem = _validation_problem(data) or _digest_problem(data)
     if problem:
         raise ValueError(f"{path} is not what `speculab validate --out` writes ({problem}); run it again")
     return data
+
+
+def _digest_problem(data: dict) -> str | None:
+    """Whether ``data`` carries the digest of its content (:func:`speculab.validate.file_digest`): a file edited
+    since ``validate`` wrote it does not. Unkeyed, so it cannot tell a file signed again after an edit."""
+    if data.get("digest") != file_digest({k: v for k, v in data.items() if k != "digest"}):
+        return "its digest does not match its content: edited since `speculab validate` wrote it"
+    return None
 
 
 #: The settings the validation section prints (text), beside ``runs``.
@@ -215,6 +223,8 @@ def _validation_problem(data) -> str | None:
             return f"settings.{name} is missing or not a string"
     if not _is_count(settings.get("runs")):
         return "settings.runs is missing or not a whole number ≥ 1"
+    if (settings["device_name"] == "cpu") == settings["device"].startswith("cuda"):
+        return "settings.device_name is not the device's (a CUDA device's name, or cpu for any other device)"
     for key, fields in _VALIDATION_ROWS.items():
         rows = data.get(key)
         if not isinstance(rows, list):

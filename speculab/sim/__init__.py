@@ -121,6 +121,7 @@ def simulate(
         checkpoint, resume = active_checkpoint(inst, method, n_runs, rng) or (None, False)
     if checkpoint is not None:
         from speculab.sim.checkpoint import Journal, instance_digest
+        from speculab.sim.sense import limits
 
         if return_sequences:
             raise ValueError("checkpoint records counts only; it cannot be combined with return_sequences=True")
@@ -131,7 +132,7 @@ def simulate(
             "chunk": _engine.chunk_runs(walk),
             "rng_state": rng.bit_generator.state,
         }
-        journal = Journal(checkpoint, header, resume=bool(resume))
+        journal = Journal(checkpoint, header, resume=bool(resume), limits=limits(method, inst.T))
     elif resume:
         raise ValueError("resume=True needs the checkpoint file to resume")
     return _engine.run(
@@ -159,8 +160,21 @@ def _recorded_jax(kind: str, insts, methods, n_runs, key, run) -> list[Counts]:
 
     from speculab._validate import as_jax_key
     from speculab.sim.checkpoint import instance_digest, recorded
+    from speculab.sim.sense import limits
 
     key = as_jax_key(key)
-    digests = [instance_digest(i) if isinstance(i, MarkovInstance) else repr(i) for i in insts]
+    listed = list(methods) if isinstance(methods, (list, tuple)) else [methods]
+    points = max(len(insts), len(listed))
+    if (
+        points == 0
+        or {len(insts), len(listed)} - {1, points}
+        or not all(isinstance(i, MarkovInstance) for i in insts)
+        or not all(isinstance(m, Method) for m in listed)
+        or not (isinstance(n_runs, int) and not isinstance(n_runs, bool) and n_runs >= 1)
+    ):
+        return run(key)  # not a call it can run: its own checks say why
+    digests = [instance_digest(i) for i in insts]
     what = [kind, digests, methods, n_runs, np.asarray(jax.random.key_data(key)).tolist()]
-    return recorded(what, lambda: run(key))
+    pairs = zip(insts * (points // len(insts)), listed * (points // len(listed)))
+    expect = [(limits(m, i.T), n_runs) for i, m in pairs]  # one Counts of n_runs runs a point
+    return recorded(what, lambda: run(key), expect)

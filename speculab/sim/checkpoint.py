@@ -9,11 +9,17 @@ Resuming restores the generator's state after the last finished chunk and runs t
 so the result equals an uninterrupted run's with the same key, run for run.
 
 A line is data, not trusted: each carries a SHA-256 digest over the simulation's header and
-its own content, and is checked before it is replayed — the digest, equal lengths, counts
-that are non-negative integers no larger than the horizon allows and consistent with one
-another, rejection rates in ``[0, 1]``, a generator state of the simulation's own kind. An
-edited, foreign or impossible line is refused, naming the file and the line: the
-simulation stops rather than publish a number it did not compute.
+its own content, and is checked before it is replayed — the digest, then every invariant a
+simulator's counts satisfy (:mod:`speculab.sim.sense`: the runs the chunk must hold, counts that are
+non-negative integers adding up to the horizon's tokens, no more target calls or drafts than the rounds
+allow, per-position rates that are counts of the runs summing to the mean rejections), and a generator
+state of the simulation's own kind. An edited, foreign or impossible line is refused, naming the file
+and the line: the simulation stops rather than publish a number it did not compute.
+
+The digest is unkeyed: it catches a line edited by hand or copied from another run, not a forger who
+runs speculab's own :func:`line_digest` after editing. The invariants catch what such a forger can
+write that no simulation writes; a line consistent in every respect — other counts a simulation could
+have drawn, or a file fabricated whole — cannot be told from a real one without a secret key.
 
 :func:`resumable` checkpoints every simulation of a longer computation (a reproduction)
 this way, each in its own file named by what it simulates, so a rerun with ``resume=True``
@@ -33,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from speculab.counts import Counts
+from speculab.sim.sense import Limits, counts_problem
 from speculab.theory.instance import compact
 
 __all__ = [
@@ -73,8 +80,9 @@ def _encode(counts: Counts) -> dict:
     }
 
 
-def _decode(data: dict) -> Counts:
-    """A chunk's counts from their JSON, checked as data (:func:`_checked`); ``ValueError`` says what is wrong."""
+def _decode(data: dict, lim: Limits, runs: int) -> Counts:
+    """A chunk's counts from their JSON, checked to be what ``runs`` runs under ``lim`` can count
+    (:func:`speculab.sim.sense.counts_problem`); ``ValueError`` says what is wrong."""
     if not isinstance(data, dict) or set(data) != {"fields", "rejections_per_position", "extra"}:
         raise ValueError("not a chunk's counts")
     fields, extra = data["fields"], data["extra"]
@@ -83,36 +91,24 @@ def _decode(data: dict) -> Counts:
     arrays = {name: _integers(v, name) for name, v in (*fields.items(), *extra.items())}
     if len({a.shape for a in arrays.values()}) != 1 or next(iter(arrays.values())).size == 0:
         raise ValueError("its count fields have different lengths (or none)")
-    rates = np.asarray(data["rejections_per_position"], dtype=np.float64)
-    if rates.ndim != 1 or not np.all((rates >= 0) & (rates <= 1)):
-        raise ValueError("its rejection rates per position are not one row of numbers in [0, 1]")
+    rates = data["rejections_per_position"]
+    if not isinstance(rates, list) or not all(type(r) in (int, float) for r in rates):
+        raise ValueError("its rejection rates per position are not a list of numbers")
     counts = Counts(
-        **{n: arrays[n] for n in Counts.FIELDS}, rejections_per_position=rates, extra={k: arrays[k] for k in extra}
+        **{n: arrays[n] for n in Counts.FIELDS},
+        rejections_per_position=np.asarray(rates, dtype=np.float64),
+        extra={k: arrays[k] for k in extra},
     )
-    _checked(counts, rates.size)
+    problem = counts_problem(counts, lim, runs)
+    if problem:
+        raise ValueError(problem)
     return counts
 
 
 def _integers(values, name: str) -> np.ndarray:
-    a = np.asarray(values)
-    if a.ndim != 1 or a.dtype.kind not in "iu" or np.any(a < 0):
+    if not isinstance(values, list) or not all(type(v) is int and 0 <= v < 2**63 for v in values):
         raise ValueError(f"{name} is not a list of non-negative integers")
-    return a.astype(np.int64)
-
-
-def _checked(c: Counts, T: int) -> None:
-    """Counts a simulation of horizon ``T`` can produce: every run outputs ``T`` tokens, each a rejection, an
-    accepted draft, a bonus token or a target sample, so none of those exceeds ``T``; a round calls the target at
-    most once per token, and no draft is accepted or discarded unless drafted."""
-    wrong = c.tokens[c.tokens != T]
-    if wrong.size:
-        raise ValueError(f"a run has {int(wrong[0])} tokens, not the horizon's {T}")
-    if np.any(c.rejections + c.accepted + c.bonus > T) or np.any(c.oracle_calls > T):
-        raise ValueError(
-            f"a run has more rejections, accepted drafts, bonus tokens or target calls than its {T} tokens allow"
-        )
-    if np.any(c.accepted + c.discarded > c.draft_calls):
-        raise ValueError("a run accepts or discards more drafts than it drafted")
+    return np.asarray(values, dtype=np.int64).reshape(len(values))
 
 
 def line_digest(header: dict, entry: dict) -> str:
@@ -171,10 +167,14 @@ class Journal:
       path: the JSON-lines file.
       header: what the simulation is (written first; a resumed file must carry the same).
       resume: continue the file's finished chunks; without it an existing file is refused (not overwritten).
+      limits: what a run of the simulation can count (:func:`speculab.sim.sense.limits`); a finished chunk is
+        replayed only when its counts are within them, and it holds the runs the header's ``n_runs`` and
+        ``chunk`` give it.
     """
 
-    def __init__(self, path: str | os.PathLike, header: dict, *, resume: bool):
+    def __init__(self, path: str | os.PathLike, header: dict, *, resume: bool, limits: Limits):
         self.path = Path(path)
+        self.limits = limits
         self.header = json.loads(json.dumps({"format": FORMAT, **header}))  # as the file holds it (tuples as lists)
         self.parts: list[Counts] = []
         self.state = None  # the generator's state after the last finished chunk
@@ -214,7 +214,7 @@ class Journal:
                     raise ValueError(
                         "its digest does not match its content and this simulation (edited, or from another run)"
                     )
-                counts = _decode(entry["counts"])
+                counts = _decode(entry["counts"], self.limits, self._runs(k - 2))
                 if kind is not None:
                     _check_state(entry["rng_state"], kind)
             except (KeyError, TypeError, ValueError) as exc:
@@ -223,6 +223,16 @@ class Journal:
                 ) from None
             self.parts.append(counts)
             self.state = entry["rng_state"]
+
+    def _runs(self, chunk: int) -> int:
+        """The runs of finished chunk ``chunk``: ``chunk`` runs each (the header's), the last one the rest."""
+        n, size = self.header.get("n_runs"), self.header.get("chunk")
+        if type(n) is not int or type(size) is not int or n < 1 or size < 1:
+            raise ValueError("its header has no whole n_runs and chunk ≥ 1")
+        runs = min(size, n - chunk * size)
+        if runs < 1:
+            raise ValueError(f"a chunk past the {-(-n // size)} chunks of {n} runs")
+        return runs
 
     def _append(self, entry: dict) -> None:
         append_line(self.path, entry)
@@ -372,12 +382,13 @@ def active_checkpoint(inst, method, n_runs: int, rng: np.random.Generator) -> tu
     return None if path is None else (path, path.exists())
 
 
-def recorded(what, compute):
+def recorded(what, compute, expect: list[tuple[Limits, int]]):
     """Inside :func:`resumable`: ``compute()`` (a list of :class:`Counts`) once per ``what``, kept until the end.
 
     ``what`` describes the call completely (pickled, its digest names the file); a call found
-    in the folder is read back instead of computed. Outside :func:`resumable`, or when ``what``
-    cannot be pickled, it is just ``compute()``.
+    in the folder is read back instead of computed, only when it holds one :class:`Counts` per entry
+    ``(limits, runs)`` of ``expect``, each of ``runs`` runs within ``limits`` (:mod:`speculab.sim.sense`).
+    Outside :func:`resumable`, or when ``what`` cannot be pickled, it is just ``compute()``.
     """
     folder = active_folder()
     path = None if folder is None else call_file(folder, what)
@@ -391,7 +402,10 @@ def recorded(what, compute):
                 raise ValueError("not a recorded call of this speculab")
             if lines[1].get("digest") != line_digest(header, lines[1]):
                 raise ValueError("its digest does not match its content (edited, or from another run)")
-            return [_decode(c) for c in lines[1]["counts"]]
+            counts = lines[1]["counts"]
+            if not isinstance(counts, list) or len(counts) != len(expect):
+                raise ValueError(f"it does not hold the {len(expect)} results of the call")
+            return [_decode(c, lim, runs) for c, (lim, runs) in zip(counts, expect)]
         except (
             OSError,
             UnicodeDecodeError,
