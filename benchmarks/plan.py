@@ -47,7 +47,8 @@ def markdown(result: dict) -> str:
         s = plan["settings"]
         out += [
             f"**The {s['pair']} pair** (seed {s['key']}, bias budget {s['bias_budget']:g}; the whole plan took "
-            f"{plan['seconds']:.0f} s):",
+            f"{plan['seconds']:.0f} s, torch on {s['threads']} thread(s), load average {s['load_at_start']:.1f} at "
+            f"its start and {s.get('load_at_end', s['load_at_start']):.1f} at its end):",
             "",
             "| rank | method | tokens / round | tokens / call | bias | tokens / s (predicted) |",
             "| --- | --- | --- | --- | --- | --- |",
@@ -72,6 +73,18 @@ def markdown(result: dict) -> str:
                 f"{r['error']:+.1%} | {r['predicted_speedup']:.3f} | {r['measured_speedup']:.3f} | "
                 f"{r['speedup_error']:+.1%} | {r['predicted_per_call']:.3f} | {r['measured_per_call']:.3f} | {z} |"
             )
+        shapes = [r for r in plan.get("shapes", []) if r["exact"]]
+        if shapes:
+            out += [
+                "",
+                "| nodes | Sequoia's tree | tokens / round | exact best | tokens / round |",
+                "| --- | --- | --- | --- | --- |",
+            ]
+            out += [
+                f"| {r['nodes']} | `{r['sequoia']}` | {r['sequoia_tokens']:.3f} | `{r['exact']}` | "
+                f"{r['exact_tokens']:.3f} |"
+                for r in shapes
+            ]
         out += ["", f"Verdict: {plan['verdict']}.", "", f"![plan, {s['pair']} pair](figures/plan_{s['pair']}.png)", ""]
     return "\n".join(out) + "\n"
 
@@ -80,8 +93,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--budget", type=float, default=0.05, help="the plans' --bias-budget (default 0.05)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=None, help="torch's threads (default: torch's own)")
     ap.add_argument("--out", default=None, help="write NAME.json and NAME.md here")
     args = ap.parse_args(argv)
+    if args.threads is not None:
+        _tables.at_least_one(ap, args, "--threads")
+        import torch
+
+        torch.set_num_threads(args.threads)  # fewer threads than cores: less spinning against other work
     env = _tables.environment()
     result = measure(args.budget, args.seed)
     if args.out:

@@ -99,13 +99,13 @@ def tree_yields(pair, methods: list, ctxs: list[list[int]], *, sampling, rng: to
         drafted = np.zeros((n, H + 1))
         for L, keep in cuts.items():
             drafted[:, L] = len(keep) - 1
-        for i, ctx in enumerate(ctxs):
-            P, Q, x = tree_laws(pair, ctx, tree, sampling, draws, rng)
-            for k, member in enumerate(members):
-                for L, keep in cuts.items():
-                    end = methods[member].round_law(P[keep], Q[keep], x[keep], bonus=True).end  # (N_L + 1,)
-                    law = torch.zeros(L + 1, dtype=end.dtype).index_add_(0, depth[keep], end)
-                    outcome[k, i, L, : L + 1] = law.numpy()
+        drawn = [tree_laws(pair, ctx, tree, sampling, draws, rng) for ctx in ctxs]
+        P, Q, x = (torch.stack(a) for a in zip(*drawn))  # (n, N + 1, V) twice, (n, N + 1): every context at once
+        for k, member in enumerate(members):
+            for L, keep in cuts.items():
+                end = methods[member].round_law(P[:, keep], Q[:, keep], x[:, keep], bonus=True).end  # (n, N_L + 1)
+                law = torch.zeros((n, L + 1), dtype=end.dtype).index_add_(1, depth[keep], end)
+                outcome[k, :, L, : L + 1] = law.numpy()
         for k, member in enumerate(members):
             out[member] = Yield(outcome[k], drafted.copy(), np.zeros(n))
     return out
@@ -128,11 +128,8 @@ def rank_acceptance_along(pair, ctxs: list[list[int]], k: int, *, sampling, draw
     from speculab.methods import RRS
 
     star = RRS(Tree((0,) * k), draws=draws)
-    total = np.zeros(k)
-    for ctx in ctxs:
-        P, Q, x = tree_laws(pair, ctx, star.tree, sampling, draws, rng)
-        total += star.round_law(P, Q, x, bonus=True).end[1:].numpy()
-    return total / len(ctxs)
+    P, Q, x = (torch.stack(a) for a in zip(*(tree_laws(pair, c, star.tree, sampling, draws, rng) for c in ctxs)))
+    return star.round_law(P, Q, x, bonus=True).end[:, 1:].mean(0).numpy()  # (k,): over the contexts
 
 
 def best_shapes(pair, rule, ctxs, budgets, acceptance, *, sampling, rng) -> list[dict]:
