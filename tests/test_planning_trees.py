@@ -134,6 +134,7 @@ def test_plan_ranks_confirms_and_draws_token_trees(tmp_path, capsys):
     assert [s["nodes"] for s in plan["shapes"]] == [2, 3, 4] and all(s["exact"] for s in plan["shapes"])
     assert "tree shapes, RRS without replacement" in text and "Sequoia" in text
     assert plan["latency"]["tree_per_round"] >= 0 and plan["settings"]["max_nodes"] == 4
+    assert trees[0]["method"] in {r["method"] for r in plan["confirmed"]}  # the best tree is always confirmed
     from speculab.repro.report import build_report
 
     assert "plan: the best configuration" in build_report(tmp_path).read_text()

@@ -9,9 +9,9 @@ Three steps, each from this module's inputs only:
    round law averaged over drafted blocks, with its standard error), priced by the fitted model
    (:mod:`speculab.planning.cost`), ranked by predicted tokens per second. Lossy rules enter only within the bias
    budget (their per-token TV, from their round law).
-3. **Confirm** — the best few and two references (autoregressive, SD with ``K = 4``) decoded for real on held-out
-   prompts, one at a time, timed (the methods taking turns prompt by prompt, as in step 1, so a drifting machine
-   slows them alike): predicted against measured tokens per second and per target call. The two
+3. **Confirm** — the best few, two references (autoregressive, SD with ``K = 4``) and the best token tree decoded
+   for real on held-out prompts, one at a time, timed (the methods taking turns prompt by prompt, as in step 1, so a
+   drifting machine slows them alike): predicted against measured tokens per second and per target call. The two
    references are ranked whatever the lookaheads asked for.
 
 Candidates: autoregressive decoding; SD, greedy drafts (the rule engines default to) and block verification at each
@@ -285,6 +285,9 @@ def plan(
         for ref in references:
             if all(c.method != ref for c in chosen):
                 chosen.append(next(c for c in ranked if c.method == ref))
+        tree = next((c for c in ranked if c.tree is not None and c.allowed), None)
+        if tree is not None and tree not in chosen:  # the best tree too: the tree cost model is checked every run
+            chosen.append(tree)
         runs = [ids for _ in range(confirm_runs) for ids in held_out]
         measured = _interleaved(pair, runs, [c.method for c in chosen], max_new_tokens, seeds[3])
         for c, runs in zip(chosen, measured):
