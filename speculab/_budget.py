@@ -4,9 +4,10 @@ Block verification's exact counts enumerate ``V^(K+2)`` block prefixes (``MAX_PA
 recursion walks a draft tree of ``V · V^min(max_K, T)`` leaves (``NODE_BUDGET``), and optimal multi-draft
 verification solves one linear program of ``Σ_S |S|`` variables per pair of rows (``LP_BUDGET``). Each is
 estimated before any work starts and refused past its budget with a :class:`~speculab._validate.TooLarge`
-that gives the estimate; :func:`work_budget` scales every budget for a block of code (``--budget`` on the
-command line), and :func:`budgeted` and :func:`progress_bar` show a bar over work that does run for more
-than a few seconds.
+that gives the estimate (sizes such as ``V^(K+2)`` are computed by :func:`power`: exact, or infinite when past
+every budget, so no size is ever too large to compare or to print); :func:`work_budget` scales every budget
+for a block of code (``--budget`` on the command line), and :func:`budgeted` and :func:`progress_bar` show a
+bar over work that does run for more than a few seconds.
 """
 
 from __future__ import annotations
@@ -19,12 +20,26 @@ from typing import Iterable, Iterator, Sequence, TypeVar
 
 from speculab._validate import TooLarge
 
-__all__ = ["work_budget", "budget_scale", "check_scale", "limit", "refuse", "budgeted", "progress_bar", "RAISE"]
+__all__ = [
+    "work_budget",
+    "budget_scale",
+    "check_scale",
+    "limit",
+    "power",
+    "refuse",
+    "budgeted",
+    "progress_bar",
+    "RAISE",
+    "EXACT_BITS",
+]
 
 _SCALE: ContextVar[float] = ContextVar("speculab_work_budget", default=1.0)
 
 #: How every refusal says the budget can be raised.
 RAISE = "or raise the budget: speculab.work_budget(k) in Python, --budget k on the command line (sim, certify)"
+
+#: Bits past which :func:`power` stops computing a size exactly (every budget is far below ``2**EXACT_BITS``).
+EXACT_BITS = 10_000
 
 #: Seconds of work before :func:`budgeted` shows its bar (on a terminal only).
 BAR_DELAY = 3.0
@@ -74,6 +89,16 @@ def limit(base: float) -> float:
     return base * _SCALE.get()
 
 
+def power(base: int, exponent: int) -> int | float:
+    """``base ** exponent`` as an exact integer (no float overflow), or ``math.inf`` past :data:`EXACT_BITS` bits: a
+    size past every budget is compared without building an integer of millions of digits (``V ** (M · L)`` for
+    ``M = 10**8`` drafts would take minutes)."""
+    base, exponent = int(base), int(exponent)
+    if base > 1 and exponent * math.log2(base) > EXACT_BITS:
+        return math.inf
+    return base**exponent
+
+
 def refuse(what: str, work: float, base: float, unit: str, name: str, advice: str) -> TooLarge:
     """The refusal of ``work`` units past the budget ``base`` (scaled; the constant ``name``), naming both and how
     to get below it."""
@@ -83,11 +108,14 @@ def refuse(what: str, work: float, base: float, unit: str, name: str, advice: st
 
 
 def _amount(work) -> str:
-    """``work`` with thousands separators, or as a power of ten when it is an integer past float's range."""
+    """``work`` with thousands separators; as a power of ten when it is an integer past float's range (read off its
+    logarithm: Python refuses to print an integer of more than 4,300 digits); past :func:`power`'s range, a bound."""
+    if work == math.inf:
+        return f"more than 1e{math.floor(EXACT_BITS * math.log10(2))}"
     try:
         return f"{work:,.0f}"
     except OverflowError:
-        return f"about 1e{len(str(int(work))) - 1}"
+        return f"about 1e{math.floor(math.log10(int(work)))}"
 
 
 def budgeted(

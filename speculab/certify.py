@@ -39,7 +39,7 @@ import numpy as np
 from scipy.optimize import minimize
 
 from speculab import kernels
-from speculab._budget import limit, refuse
+from speculab._budget import limit, power, refuse
 from speculab._validate import as_generator, as_pair, as_positive_int, check_text
 from speculab.methods.capabilities import PositionLaw, TreeDrafting, drafting_law, has
 from speculab.methods.chain import Rule, one_step_law
@@ -115,7 +115,7 @@ def round_outputs(verifier, p, q, L: int, M: int = 1, warp=None) -> list[np.ndar
     V = p.shape[-1]
     P, Q = (p, q) if p.ndim == 2 else (p[None], q[None])
     A = P.shape[0]
-    values = A * V ** (M * L) * M * (L + 1) * V
+    values = A * power(V, M * L) * M * (L + 1) * V
     if values > limit(MAX_VALUES):
         raise refuse(
             f"the exact output law ({A} × {V}^{M * L} drafted blocks, their corrections)",
@@ -231,6 +231,36 @@ def tree_round_outputs(method, p, q, L: int, drafting=None) -> list[np.ndarray]:
     return R
 
 
+def _check_stream(V: int, n: int, starts: int) -> None:
+    """Refuse (:class:`~speculab._validate.TooLarge`) a stream law of ``starts`` start tokens over ``V^n`` streams past
+    :data:`MAX_VALUES`, before anything is allocated."""
+    values = starts * power(V, n)
+    if values > limit(MAX_VALUES):
+        raise refuse(
+            f"the law of the stream's first {n} tokens ({starts} × {V}^{n} of them)",
+            values,
+            MAX_VALUES,
+            "values",
+            "MAX_VALUES",
+            "compare fewer tokens n (a smaller remaining) or use a smaller vocabulary V",
+        )
+
+
+def _check_search(dim: int) -> None:
+    """Refuse (:class:`~speculab._validate.TooLarge`) a Nelder–Mead search over ``dim`` logits — its simplex holds
+    ``(dim + 1) · dim`` values — past :data:`MAX_VALUES`, before the pairs are scored."""
+    values = (dim + 1) * dim
+    if values > limit(MAX_VALUES):
+        raise refuse(
+            f"the search for a worse pair (a simplex of {dim + 1} points over {dim} logits)",
+            values,
+            MAX_VALUES,
+            "values",
+            "MAX_VALUES",
+            "use a smaller vocabulary V or no search (search=False, --no-search)",
+        )
+
+
 def stream_law(verifier, p, q, L: int, n: int | None = None, M: int = 1, warp=None) -> np.ndarray:
     """The exact law of the first ``n`` tokens (default ``L + 1``) the verifier's rounds output, ``M`` rows of ``L``
     drafts each round: on a context-free pair (single laws ``(V,)``), shape ``(V,) * n``; on transition matrices
@@ -238,15 +268,7 @@ def stream_law(verifier, p, q, L: int, n: int | None = None, M: int = 1, warp=No
     ``warp(p)`` (:func:`round_outputs`)."""
     n = L + 1 if n is None else as_positive_int(n, "n")
     V = np.shape(p)[-1]
-    if np.ndim(p) * V**n > limit(MAX_VALUES):
-        raise refuse(
-            f"the law of the stream's first {n} tokens ({V}^{n} of them)",
-            V**n,
-            MAX_VALUES,
-            "values",
-            "MAX_VALUES",
-            "compare fewer tokens n or use a smaller vocabulary V",
-        )
+    _check_stream(V, n, V if np.ndim(p) == 2 else 1)
     if has(verifier, PositionLaw):
         p, q = _laws_pair(p, q)
         if warp is not None:
@@ -310,7 +332,7 @@ def nasty_pairs(V: int) -> list[tuple[str, np.ndarray, np.ndarray]]:
     ties, point masses."""
     V = as_positive_int(V, "V", minimum=2)
     half = max(V // 2, 1)
-    e = np.eye(V)
+    e = {i: np.eye(1, V, i)[0] for i in (0, 1, V - 1)}  # the point masses used: V values each, not V²
     uniform = np.full(V, 1 / V)
     low = np.r_[np.full(half, 1 / half), np.zeros(V - half)]
     high = np.r_[np.zeros(half), np.full(V - half, 1 / (V - half))]
@@ -438,6 +460,9 @@ def certify(
     n = L + 1 if n is None else as_positive_int(n, "n")
     name = repr(verifier) if is_method else getattr(verifier, "__name__", repr(verifier))
     rng = as_generator(key)
+    _check_stream(V, n, V if markov_pairs else 1)  # before the pairs: V² values per transition matrix
+    if search:
+        _check_search(2 * V * (V if markov_pairs else 1))
     pairs = nasty_pairs(V)
     for i in range(random_pairs):
         c = 1.0 if i % 2 == 0 else 0.3

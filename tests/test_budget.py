@@ -35,3 +35,19 @@ def test_a_work_budget_scales_every_budget_inside_its_block_only():
             seen.append(item)
     assert seen == []
     assert list(progress_bar(range(4), "toy", "step")) == [0, 1, 2, 3]  # a bar on a terminal only, items unchanged
+
+
+def test_a_size_past_every_budget_is_compared_and_told_without_building_it():
+    """``certify --method batch --M 100000`` crashed in the refusal's own message (Python prints no integer of more
+    than 4,300 digits), and ``V ** (M · L)`` for ``M = 10**8`` took minutes to build: :func:`power` is exact up to
+    :data:`EXACT_BITS` bits and infinite past them, and a refusal tells either size in one line."""
+    from speculab._budget import EXACT_BITS, power, refuse
+
+    assert power(7, 12) == 7**12 and power(1, 10**12) == 1 and power(0, 5) == 0 and power(5, 0) == 1
+    assert power(2, EXACT_BITS) == 2**EXACT_BITS and power(2, EXACT_BITS + 1) == float("inf")
+    assert power(3, 10**12) == float("inf")  # at once: never built
+    kw = dict(base=10, unit="values", name="TOY", advice="smaller")
+    assert "would take about 1e4999 values" in str(refuse("the toy", 10**4999 + 1, **kw))
+    assert "would take about 1e400 values" in str(refuse("the toy", 3 * 10**400, **kw))
+    assert "would take more than 1e3010 values" in str(refuse("the toy", power(3, 10**6), **kw))
+    assert "would take 12,345 values" in str(refuse("the toy", 12_345, **kw))

@@ -15,6 +15,7 @@ import pytest
 from conftest import method_id
 
 from speculab import kernels
+from speculab._validate import TooLarge
 from speculab.certify import Certificate, certify, nasty_pairs, stream_law
 from speculab.methods import (
     SD,
@@ -603,3 +604,29 @@ def test_a_certificate_says_how_the_verifier_drafts():
 def test_more_bad_input_is_refused_naming_it(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: certify(SD(), V=10**6), r"first 3 tokens \(1000000 × 1000000\^3 .*MAX_VALUES"),
+        (lambda: certify(SD(), V=10**6, remaining=1, markov_pairs=0), r"first 2 tokens .*MAX_VALUES"),
+        (lambda: certify(Autoregressive(), V=10**6, markov_pairs=0), r"the search for a worse pair .*--no-search"),
+        (lambda: certify(BatchSD(10**5), V=3, search=False), r"3\^200000 drafted blocks.* more than 1e3010 values"),
+        (lambda: certify(SD(), remaining=10**5, search=False), r"first 100001 tokens .* more than 1e3010 values"),
+    ],
+)
+def test_a_size_past_the_budget_is_refused_before_anything_is_allocated(call, match):
+    """``certify(SD(), V=10**6)`` ended in numpy's MemoryError (7 TiB for the battery's ``np.eye(V)``, then 29 TiB
+    for the search's simplex); sizes past 4,300 digits crashed in the refusal's message. Each is now refused
+    first, with its estimate."""
+    with pytest.raises(TooLarge, match=match):
+        call()
+
+
+def test_the_battery_of_pairs_holds_vectors_only():
+    """The point masses came from ``np.eye(V)``: ``V²`` values for three vectors (80 GB at ``V = 10**5``)."""
+    pairs = nasty_pairs(10**5)
+    assert len(pairs) == 11 and all(p.shape == q.shape == (10**5,) for _, p, q in pairs)
+    points = {case: (p.argmax(), q.argmax()) for case, p, q in pairs if case.startswith("point")}
+    assert points == {"point masses, the same token": (0, 0), "point masses, other tokens": (0, 1)}

@@ -723,6 +723,37 @@ def test_a_method_whose_exact_theory_is_past_its_budget_is_simulated_with_the_re
     assert "theory: none (exact block counts (V^(K+2) = 7^12" in capsys.readouterr().out
 
 
+def test_a_theory_whose_size_has_thousands_of_digits_is_none_and_the_run_simulated(capsys):
+    """``sim --method rrs --tree 100000`` and ``sim --method block --K 9500 --T 9500`` were refused: the theory's
+    refusal crashed printing its size (an integer past Python's 4,300 digits), so no "theory: none" was shown."""
+    from speculab._validate import TooLarge
+    from speculab.methods import BlockVerification
+
+    with pytest.raises(TooLarge, match=r"V\^\(K\+2\) = 3\^9502 .* more than 1e3010 prefixes"):
+        BlockVerification(9500).expected(MarkovInstance.random(T=9500, V=3, key=0))
+    out = _json(capsys, ["sim", "--method", "rrs", "--tree", "10000", "--T", "1", "--V", "3", "--n-runs", "2"])
+    assert out["theory"] == {} and out["theory_source"].startswith("none (exact RRS counts")
+    assert "more than 1e3010 children" in out["theory_source"] and out["counts"]["draft_calls"]["mean"] == 10_000
+
+
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["certify", "--method", "batch", "--M", "100000"], "the exact output law (1 × 3^200000 drafted blocks"),
+        (["certify", "--remaining", "100000"], "the law of the stream's first 100001 tokens"),
+        (["certify", "--V", "1000000"], "the law of the stream's first 3 tokens"),
+        (["sim", "--method", "rrs", "--tree", ",".join(["2"] * 30)], "argument --tree: must fit the node budget"),
+        (["certify", "--method", "rrs", "--tree", ",".join(["2"] * 30)], "argument --tree: must fit the node budget"),
+    ],
+)
+def test_a_size_past_its_budget_is_one_line_before_any_work(capsys, argv, match):
+    """Each ended in a crash of the refusal's message, numpy's MemoryError or a generic out-of-memory line after
+    seconds of work; each is now refused first, in one line saying how to raise the budget."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert match in err and "--budget k" in err and len(err.strip().splitlines()) == 1
+
+
 def test_sim_budget_scales_the_exact_theorys_budget(capsys):
     """``sim --budget K`` multiplies the work budgets: ``--K 8`` on ``V = 4`` (4^10 = 1,048,576 prefixes, within
     MAX_PATHS) has its theory at the default and none below 1,048,576 / 16,777,216 = 0.0625 of it; SpecDec++'s

@@ -27,6 +27,7 @@ GROUND = {
     "speculab._validate",
     "speculab._budget",
     "speculab._files",
+    "speculab._npz",
     "speculab._progress",
     "speculab.kernels",
     "speculab.counts",

@@ -347,3 +347,26 @@ def test_rrs_recursion_equals_the_enumeration_of_whole_trees(shape, draws):
         for name, x, y in zip(a._fields, a, b):
             np.testing.assert_allclose(x, y, atol=1e-13, err_msg=f"{name} at s={s}")
     assert method.expected(inst).source.endswith("a recursion over the tree's nodes")
+
+
+@pytest.mark.parametrize(
+    "build, match",
+    [
+        (lambda: Tree.from_widths((2,) * 30), r"widths 2,2,2,2,2,2,2,2,….* 2,147,483,646 nodes.*MAX_TREE_NODES"),
+        (lambda: Tree.from_widths((10**6,) * 10**4), r"more than 1e3010 nodes.*MAX_TREE_NODES"),
+        (lambda: Tree.chain(10**9), r"a chain of 1,000,000,000 drafts.*MAX_TREE_NODES"),
+        (lambda: RRS((2,) * 30), r"^tree must fit the node budget: a draft tree \(widths 2,2"),
+        (lambda: Tree.chain(10**5).ancestors, r"ancestors of 100001 nodes.*MAX_LAYOUT"),
+        (lambda: Tree.from_widths((10**4,)).above, r"attention mask of 10001 nodes.*MAX_LAYOUT"),
+    ],
+)
+def test_a_tree_past_its_budget_is_refused_before_it_is_built(build, match):
+    """A 30-level binary tree (2³¹ nodes) was built node by node: from the command line a generic out-of-memory
+    line after 21 s, from the API without end. Its size is now counted from the widths first, and the tables of a
+    large tree (the JAX engine's paths, tree decoding's mask) are refused before they are allocated."""
+    with pytest.raises(TooLarge, match=match):
+        build()
+    with work_budget(1 / 64):  # MAX_TREE_NODES / 64 = 16,384 nodes
+        assert Tree.from_widths((2,) * 13).size == 2**14 - 2
+        with pytest.raises(TooLarge, match="32,766 nodes, over the budget of 16,384 nodes"):
+            Tree.from_widths((2,) * 14)

@@ -45,6 +45,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from speculab._files import refuse_link
 from speculab.backends.journal_sense import RunLimits, run_problem
 from speculab.sim.checkpoint import active_folder, append_line, call_file, line_digest, ours, read_lines
 
@@ -114,6 +115,7 @@ class DecodeJournal:
         self.path = Path(path)
         self.header = json.loads(json.dumps({"format": FORMAT, **header}))  # as the file holds it
         self.done: dict[int, list[dict]] = {}
+        refuse_link(self.path, "decode journal")
         if self.path.exists() and not ours(self.path):  # not read, so not cut either: someone else's file
             raise ValueError(f"{self.path} is not a speculab decode journal; remove it or use another folder")
         lines = read_lines(self.path) if self.path.exists() else []  # a line cut short is dropped

@@ -57,7 +57,7 @@ import numpy as np
 from array_api_compat import array_namespace, device
 
 from speculab import kernels
-from speculab._budget import limit, progress_bar, refuse
+from speculab._budget import limit, power, progress_bar, refuse
 from speculab._validate import as_positive_int
 from speculab.counts import Estimate, Expected
 from speculab.methods.base import Method, RoundLaw, param, register
@@ -138,10 +138,10 @@ def block_kernel(inst, s: int, K: int) -> tuple[np.ndarray, np.ndarray]:
     """
     T, V = inst.T, inst.V
     L = min(K, T - s)
-    if V ** (L + 2) > limit(MAX_PATHS):
+    if power(V, L + 2) > limit(MAX_PATHS):
         raise refuse(
             f"exact block counts (V^(K+2) = {V}^{L + 2} block prefixes)",
-            V ** (L + 2),
+            power(V, L + 2),
             MAX_PATHS,
             "prefixes",
             "MAX_PATHS",

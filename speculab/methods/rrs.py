@@ -32,7 +32,7 @@ from array_api_compat import array_namespace, device
 
 from speculab import kernels
 from speculab.methods.base import register
-from speculab._budget import limit, refuse
+from speculab._budget import limit, power, refuse
 from speculab.methods.tree import MAX_TREES, Tree, TreeKernel, TreeLaw, TreeMethod, drafted_trees, leaf_weights
 
 __all__ = ["RRS", "rrs_round_law", "rrs_kernel", "star_acceptance"]
@@ -110,7 +110,7 @@ def rrs_kernel(inst, method: "RRS", s: int) -> TreeKernel:
     T, V = inst.T, inst.V
     tree = method.round_tree(T - s)
     L = tree.height
-    work = sum(V ** (1 + len(c)) * (1 + len(c)) for c in tree.children)  # exact integers: no float overflow
+    work = sum(power(V, 1 + len(c)) * (1 + len(c)) for c in tree.children)  # exact: no float overflow
     if work > limit(MAX_TREES):
         raise refuse(
             f"exact RRS counts (V^(1+k) children tuples per node, {tree.size + 1} nodes)",

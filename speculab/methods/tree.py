@@ -38,7 +38,8 @@ import numpy as np
 from array_api_compat import array_namespace, device
 
 from speculab import kernels
-from speculab._budget import limit, progress_bar, refuse
+from speculab._budget import EXACT_BITS, limit, power, progress_bar, refuse
+from speculab._validate import TooLarge
 from speculab.counts import Expected
 from speculab.methods.base import Method, RoundLaw, param, sample_round
 from speculab.methods.sd import SD
@@ -60,6 +61,8 @@ __all__ = [
     "TreeKernel",
     "tree_counts",
     "MAX_TREES",
+    "MAX_TREE_NODES",
+    "MAX_LAYOUT",
 ]
 
 #: How the children of a node are drafted: ``"iid"`` (with replacement) or ``"distinct"`` (without).
@@ -67,6 +70,28 @@ DRAWS = ("iid", "distinct")
 
 #: Largest number of drafted trees (times the vocabulary) that :func:`tree_kernel` enumerates per round start.
 MAX_TREES = 1 << 22
+
+#: Largest number of drafted nodes a :class:`Tree` holds (its parents, depths and children are Python tuples).
+MAX_TREE_NODES = 1 << 20
+
+#: Largest node-by-depth or node-by-node table (:attr:`Tree.ancestors`, :attr:`Tree.above`) a tree builds.
+MAX_LAYOUT = 1 << 26
+
+
+def check_nodes(nodes: int | float, what: str) -> None:
+    """Refuse (:class:`~speculab._validate.TooLarge`) a tree of ``nodes`` drafted nodes past :data:`MAX_TREE_NODES`,
+    before it is built; ``what`` says how it was given."""
+    if nodes > limit(MAX_TREE_NODES):
+        raise refuse(
+            f"a draft tree ({what})", nodes, MAX_TREE_NODES, "nodes", "MAX_TREE_NODES", "use fewer or narrower levels"
+        )
+
+
+def _check_layout(values: int, what: str) -> None:
+    """Refuse a table of ``values`` entries about a tree's nodes past :data:`MAX_LAYOUT` (the JAX engine's and the
+    real-model tree decoding's paths and attention masks)."""
+    if values > limit(MAX_LAYOUT):
+        raise refuse(what, values, MAX_LAYOUT, "entries", "MAX_LAYOUT", "use a smaller or shallower tree")
 
 
 # -- the shape ----------------------------------------------------------------------------------------------------
@@ -91,6 +116,7 @@ class Tree:
         if isinstance(parents, (str, bytes)) or not hasattr(parents, "__iter__"):
             raise ValueError(f"a tree's parents must be a sequence of node numbers; got {parents!r}")
         parents = tuple(parents)
+        check_nodes(len(parents), f"{len(parents):,} given parents")
         for j, u in enumerate(parents, start=1):
             if isinstance(u, bool) or not isinstance(u, numbers.Integral) or not 0 <= u < j:
                 raise ValueError(
@@ -107,6 +133,14 @@ class Tree:
         widths = tuple(widths) if hasattr(widths, "__iter__") and not isinstance(widths, str) else (widths,)
         if not widths or any(isinstance(w, bool) or not isinstance(w, numbers.Integral) or w < 1 for w in widths):
             raise ValueError(f"tree widths must be integers >= 1, one per depth; got {widths!r}")
+        nodes, width = 0, 1
+        for w in widths:  # Σ_d Π_{i ≤ d} widths[i], exact until past every budget
+            width *= int(w)
+            nodes += width
+            if nodes.bit_length() > EXACT_BITS:
+                nodes = float("inf")
+                break
+        check_nodes(nodes, f"widths {','.join(map(str, widths[:8]))}{',…' if len(widths) > 8 else ''}")
         parents, level = [], [0]
         for w in widths:
             nxt = []
@@ -122,6 +156,7 @@ class Tree:
         """A chain of ``L`` drafts: one child per node."""
         if isinstance(L, bool) or not isinstance(L, numbers.Integral) or L < 1:
             raise ValueError(f"a chain's length L must be an integer >= 1; got {L!r}")
+        check_nodes(L, f"a chain of {L:,} drafts")
         return cls.from_widths((1,) * int(L))
 
     # -- derived structure ------------------------------------------------------------------------------------
@@ -154,7 +189,8 @@ class Tree:
     @cached_property
     def ancestors(self) -> np.ndarray:
         """``A[j, d − 1]``: node ``j``'s ancestor at depth ``d`` (``j`` itself at its own depth, 0 below it), shape
-        ``(N + 1, max(height, 1))``."""
+        ``(N + 1, max(height, 1))``; refused past :data:`MAX_LAYOUT` entries."""
+        _check_layout((self.size + 1) * max(self.height, 1), f"the ancestors of {self.size + 1} nodes by depth")
         A = np.zeros((self.size + 1, max(self.height, 1)), dtype=np.int64)
         for j in range(1, self.size + 1):
             v = j
@@ -165,7 +201,9 @@ class Tree:
 
     @cached_property
     def above(self) -> np.ndarray:
-        """``B[a, j]``: node ``a`` is ``j`` or an ancestor of ``j`` (the root is above every node), ``(N + 1,) * 2``."""
+        """``B[a, j]``: node ``a`` is ``j`` or an ancestor of ``j`` (the root is above every node), ``(N + 1,) * 2``;
+        refused past :data:`MAX_LAYOUT` entries."""
+        _check_layout((self.size + 1) ** 2, f"the attention mask of {self.size + 1} nodes")
         B = np.eye(self.size + 1, dtype=bool)
         rows = self.ancestors
         for j in range(1, self.size + 1):
@@ -220,6 +258,8 @@ def as_tree(value, name: str = "tree") -> Tree:
                 return Tree(tuple(int(v) for v in text[len("parents=") :].split(",")))
             return Tree.from_widths(tuple(int(v) for v in text.split(",")))
         return Tree.from_widths(value)
+    except TooLarge as err:
+        raise TooLarge(f"{name} must fit the node budget: {err}") from None
     except (ValueError, TypeError) as err:
         raise ValueError(
             f"{name} must be a Tree, widths per depth such as (4, 2, 2, 1) or '4,2,2,1', or 'parents=0,0,1,2'; "
@@ -400,7 +440,7 @@ class TreeKernel(NamedTuple):
 def check_enumeration(tree: Tree, V: int, what: str, advice: str = "") -> None:
     """Refuse (:class:`~speculab._validate.TooLarge`) enumerating every drafted ``tree`` over ``V`` tokens —
     ``V^(N+1) (N+1)`` tree nodes — past :data:`MAX_TREES`; ``what`` names the computation."""
-    work = V ** (tree.size + 1) * (tree.size + 1)  # an exact integer: no float overflow for large trees
+    work = power(V, tree.size + 1) * (tree.size + 1)  # exact: no float overflow for large trees
     if work > limit(MAX_TREES):
         raise refuse(
             f"{what} ({V}^{tree.size + 1} drafted trees of {tree.size + 1} nodes)",

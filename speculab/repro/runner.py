@@ -35,7 +35,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from speculab import repro
-from speculab._files import atomic_path
+from speculab._files import atomic_path, refuse_link
 from speculab.repro._io import jsonable
 
 __all__ = [
@@ -395,6 +395,7 @@ def run_figure(
         kwargs["progress"] = progress
     from speculab.sim.checkpoint import resumable
 
+    refuse_link(resume_folder(out, name), "the resume folder")  # a name speculab chose: never written through
     started, t0 = time.time(), time.perf_counter()
     entry = {"status": "ok", "parameters": params, "started": _now()}
     try:

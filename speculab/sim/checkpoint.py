@@ -23,7 +23,9 @@ have drawn, or a file fabricated whole — cannot be told from a real one withou
 
 :func:`resumable` checkpoints every simulation of a longer computation (a reproduction)
 this way, each in its own file named by what it simulates, so a rerun with ``resume=True``
-reads back the finished simulations, continues the one under way and runs the rest.
+reads back the finished simulations, continues the one under way and runs the rest. Those
+names are predictable, so a symbolic link at one (planted to send the writes elsewhere) is
+refused, naming it, never followed (:func:`speculab._files.open_nofollow`).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+from speculab._files import atomic_path, open_nofollow, refuse_link
 from speculab.counts import Counts
 from speculab.sim.sense import Limits, counts_problem
 from speculab.theory.instance import compact
@@ -130,8 +133,10 @@ def _check_state(state, kind: str) -> None:
 def read_lines(path: Path) -> list[dict]:
     """The entries of a JSON-lines file up to the first line an interruption cut short; that line (and anything
     after it) is cut off the file, so the next :func:`append_line` starts cleanly. A finished line that is not
-    UTF-8 text (speculab writes ASCII) is no line of ours: refused, naming the file and the line."""
-    raw = path.read_bytes()
+    UTF-8 text (speculab writes ASCII) is no line of ours: refused, naming the file and the line. A symbolic link
+    is refused (:func:`~speculab._files.open_nofollow`): the file it points to is not cut."""
+    with open(open_nofollow(path, os.O_RDONLY, "checkpoint"), "rb") as f:
+        raw = f.read()
     lines, kept = [], 0
     for k, line in enumerate(raw.split(b"\n"), start=1):
         if not line.endswith(b"}"):  # the line an interruption cut short (or the end of the file)
@@ -147,14 +152,16 @@ def read_lines(path: Path) -> list[dict]:
             break
         kept += len(line) + 1
     if kept < len(raw):
-        with open(path, "r+b") as f:
+        with open(open_nofollow(path, os.O_RDWR, "checkpoint"), "r+b") as f:
             f.truncate(kept)
     return lines
 
 
 def append_line(path: Path, entry: dict) -> None:
-    """Append ``entry`` as one JSON line, flushed and synced before returning (what an interruption cannot undo)."""
-    with open(path, "a", encoding="utf-8") as f:
+    """Append ``entry`` as one JSON line, flushed and synced before returning (what an interruption cannot undo); the
+    file is created if missing, and a symbolic link there is refused, not followed."""
+    fd = open_nofollow(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, "checkpoint")
+    with open(fd, "a", encoding="utf-8") as f:
         f.write(json.dumps(entry) + "\n")
         f.flush()
         os.fsync(f.fileno())
@@ -178,6 +185,7 @@ class Journal:
         self.header = json.loads(json.dumps({"format": FORMAT, **header}))  # as the file holds it (tuples as lists)
         self.parts: list[Counts] = []
         self.state = None  # the generator's state after the last finished chunk
+        refuse_link(self.path, "checkpoint")
         if self.path.is_dir():
             raise ValueError(f"checkpoint must name a file; {self.path} is a folder")
         if self.path.exists() and self.path.stat().st_size > 0:
@@ -333,11 +341,12 @@ def resumable(folder: str | os.PathLike, *, resume: bool = False, stale: str = "
 
 
 def ours(path: Path) -> bool:
-    """A checkpoint file speculab wrote: empty (cut while its header was written) or starting with its header."""
+    """A checkpoint file speculab wrote: empty (cut while its header was written) or starting with its header; never
+    a symbolic link (speculab writes none)."""
     try:
-        with open(path, "rb") as f:
+        with open(open_nofollow(path, os.O_RDONLY, "checkpoint"), "rb") as f:
             head = f.read(21)
-    except OSError:
+    except (OSError, ValueError):
         return False
     return head == b"" or head == b'{"format": "speculab-'[: len(head)]
 
@@ -395,6 +404,7 @@ def recorded(what, compute, expect: list[tuple[Limits, int]]):
     if path is None:
         return compute()
     header = {"format": FORMAT, "call": "recorded"}
+    refuse_link(path, "recorded call")
     if path.exists():
         try:
             lines = [json.loads(line) for line in path.read_text().splitlines()]
@@ -417,8 +427,6 @@ def recorded(what, compute, expect: list[tuple[Limits, int]]):
         ) as exc:
             raise ValueError(f"recorded call {path}: {exc}; remove the file to compute it again") from None
     result = compute()
-    from speculab._files import atomic_path
-
     body = {"counts": [_encode(c) for c in result]}
     body["digest"] = line_digest(header, body)
     with atomic_path(path) as tmp:  # whole or not at all

@@ -39,7 +39,7 @@ from speculab import kernels
 from speculab._validate import as_distribution, as_positive_int
 from speculab.theory.divergences import js
 from speculab.theory.instance import MarkovInstance, rowwise
-from speculab._budget import limit, refuse
+from speculab._budget import limit, power, refuse
 from speculab.theory._checks import takes_instance
 
 __all__ = [
@@ -150,10 +150,10 @@ def sequence_law(rho, A) -> np.ndarray:
     rho = as_distribution(rho, "rho", ndim=1)
     A = as_distribution(A, "A", ndim=3)
     T, V = A.shape[0], A.shape[-1]
-    if V ** (T + 1) > limit(MAX_ENUMERATION):
+    if power(V, T + 1) > limit(MAX_ENUMERATION):
         raise refuse(
             f"the sequence law ({V}^{T + 1} sequences)",
-            V ** (T + 1),
+            power(V, T + 1),
             MAX_ENUMERATION,
             "sequences",
             "MAX_ENUMERATION",
@@ -340,10 +340,10 @@ def fuzzy_sequence_law(inst: MarkovInstance, theta: float, div: str = "js", K: i
     check_div(div)
     T, V = inst.T, inst.V
     Kc = _lookahead(K, T)
-    if V ** (T + 1) > limit(MAX_ENUMERATION):
+    if power(V, T + 1) > limit(MAX_ENUMERATION):
         raise refuse(
             f"the sequence law ({V}^{T + 1} sequences)",
-            V ** (T + 1),
+            power(V, T + 1),
             MAX_ENUMERATION,
             "sequences",
             "MAX_ENUMERATION",

@@ -24,6 +24,7 @@ import numpy as np
 
 from speculab import kernels
 from speculab._files import atomic_path
+from speculab._npz import check_claims
 from speculab._validate import (
     as_distribution,
     as_float_array,
@@ -175,6 +176,7 @@ def _read_npz(path) -> dict[str, np.ndarray]:
     being read — no such file, empty, truncated, corrupt, not an ``.npz`` — is one ``ValueError`` naming the file."""
     if not Path(path).is_file():
         raise ValueError(f"no instance file at {path}")
+    check_claims(path)  # before numpy allocates what a header claims
     try:
         data = np.load(path, allow_pickle=False)
         if not isinstance(data, np.lib.npyio.NpzFile):

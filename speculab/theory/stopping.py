@@ -46,7 +46,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from speculab import kernels
-from speculab._budget import limit, progress_bar, refuse
+from speculab._budget import limit, power, progress_bar, refuse
 from speculab._validate import as_positive_int
 from speculab.theory.instance import MarkovInstance, at_position, compact, scalar
 from speculab.theory.lookahead import DraftRates, _check_times
@@ -214,7 +214,7 @@ def tree_fits(V: int, T: int, max_K: int, per_position: bool = False) -> bool:
 def _tree_values(V: int, T: int, max_K: int, per_position: bool) -> float:
     """The values the recursion holds: ``V · V^min(max_K, T)`` leaves of 6 values (``6 + T`` with ``per_position``)."""
     V = int(V)  # an exact integer: no overflow, in floats or numpy's fixed widths
-    return V * V ** min(max_K, T) * (len(_FIELDS) + (T if per_position else 0))
+    return V * power(V, min(max_K, T)) * (len(_FIELDS) + (T if per_position else 0))
 
 
 def _solve(

@@ -33,6 +33,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from speculab._files import atomic_folder, write_text
 from speculab._validate import SEED_LIMIT
 
 HERE = Path(__file__).parent
@@ -316,15 +317,24 @@ def build(out_dir: str | Path = HERE, cfg: BuildConfig = BuildConfig(), log=prin
         }
     )
     log(json.dumps(metrics, indent=2))
-    out.mkdir(parents=True, exist_ok=True)
-    for name, model in (("target", target), ("draft", draft)):
-        _save(model, out / name)
-        tok.save_pretrained(out / name)  # each folder is a complete Hugging Face model directory
     info = {"config": asdict(cfg), "corpus": prov, "metrics": metrics}
-    (out / "metrics.json").write_text(json.dumps(info, indent=2) + "\n")
-    (out / "prompts.json").write_text(json.dumps(heldout_prompts(held_docs), indent=1) + "\n")
-    (out / "MODEL_CARD.md").write_text(model_card(info))
+    write_pair(out, {"target": target, "draft": draft}, tok, info, heldout_prompts(held_docs))
     return info
+
+
+def write_pair(out: Path, models: dict, tok, info: dict, prompts) -> None:
+    """The built pair in ``out``: a complete Hugging Face model directory per model (its weights and the
+    tokenizer), the metrics, the held-out prompts and the model card. Each folder is filled beside its name and
+    renamed into place, each file written atomically (:mod:`speculab._files`): a symbolic link planted at one of
+    these names is replaced, never written through."""
+    out.mkdir(parents=True, exist_ok=True)
+    for name, model in models.items():
+        with atomic_folder(out / name) as folder:
+            _save(model, folder)
+            tok.save_pretrained(folder)
+    write_text(out / "metrics.json", json.dumps(info, indent=2) + "\n")
+    write_text(out / "prompts.json", json.dumps(prompts, indent=1) + "\n")
+    write_text(out / "MODEL_CARD.md", model_card(info))
 
 
 def model_card(info: dict) -> str:
