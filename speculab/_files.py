@@ -20,6 +20,7 @@ speculab chose is refused or replaced, never followed (:func:`refuse_link`).
 from __future__ import annotations
 
 import errno
+import math
 import os
 import secrets
 import shutil
@@ -27,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-__all__ = ["atomic_path", "atomic_folder", "open_nofollow", "refuse_link", "out_file", "write_text"]
+__all__ = ["atomic_path", "atomic_folder", "open_nofollow", "refuse_link", "out_file", "write_text", "json_finite"]
 
 #: ``O_NOFOLLOW`` where the system has it (POSIX): opening a link fails instead of opening what it points to.
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -135,3 +136,15 @@ def write_text(path: Path, text: str) -> None:
     """``text`` written to ``path`` atomically (:func:`atomic_path`)."""
     with atomic_path(path) as tmp:
         tmp.write_text(text)
+
+
+def json_finite(x):
+    """``x`` with every non-finite float (a NaN standard error, an infinite z) as ``None``, in dicts, lists and tuples
+    at any depth (tuples become lists): plain JSON values for a file another tool reads."""
+    if isinstance(x, dict):
+        return {k: json_finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [json_finite(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x

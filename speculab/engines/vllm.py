@@ -40,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+from speculab._files import json_finite
 from speculab.engines.paired import Repeats, Request, SlotRow, refused_repeats, slot_rows, target_calls
 from speculab.engines.vllm_checks import check_expand, sampler, worst_cells
 from speculab.engines.vllm_env import ENV, PIN, EngineMissing, find_python, run_worker
@@ -199,7 +200,7 @@ class EngineReport:
 
     def to_json(self) -> dict:
         """The report as JSON values: non-finite numbers (a slot never reached) as ``null``."""
-        return _finite(
+        return json_finite(
             {
                 "settings": self.settings,
                 "control": None if self.control is None else asdict(self.control),
@@ -211,16 +212,6 @@ class EngineReport:
                 ],
             }
         )
-
-
-def _finite(x):
-    if isinstance(x, dict):
-        return {k: _finite(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_finite(v) for v in x]
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
 
 
 def _laws_along(pair, ids: list[int], sampling, draft: str):

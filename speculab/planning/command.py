@@ -11,7 +11,7 @@ import json
 import math
 import re
 from pathlib import Path
-from speculab._files import write_text
+from speculab._files import json_finite, write_text
 
 __all__ = ["add_parser", "cmd_plan", "plan_of", "table", "to_json"]
 
@@ -180,10 +180,6 @@ def label(method: str) -> str:
     return re.sub(r", draws='(\w+)'", r"; \1", out)
 
 
-def _finite(x):
-    return None if isinstance(x, float) and not math.isfinite(x) else x
-
-
 def to_json(result) -> dict:
     """The plan as plain JSON values (non-finite numbers as ``null``)."""
     lat = result.latency
@@ -204,12 +200,12 @@ def to_json(result) -> dict:
                 "nodes": c.tree.size if c.tree is not None else c.K,
                 "tree": str(c.tree) if c.tree is not None else None,
                 "tokens_per_round": c.round.tokens,
-                "tokens_per_round_se": _finite(c.round_se),
+                "tokens_per_round_se": json_finite(c.round_se),
                 "all_kept": c.round.full,
                 "tokens_per_call": c.cost.tokens_per_call,
                 "bias": c.round.bias,
                 "tokens_per_second": c.tokens_per_second,
-                "tokens_per_second_se": _finite(c.se),
+                "tokens_per_second_se": json_finite(c.se),
                 "allowed": c.allowed,
             }
             for c in result.ranked
@@ -218,28 +214,24 @@ def to_json(result) -> dict:
             {
                 "method": r.method,
                 "predicted": r.predicted,
-                "predicted_se": _finite(r.predicted_se),
+                "predicted_se": json_finite(r.predicted_se),
                 "measured": r.measured,
-                "measured_se": _finite(r.measured_se),
+                "measured_se": json_finite(r.measured_se),
                 "error": r.error,
                 "predicted_speedup": r.predicted_speedup,
                 "measured_speedup": r.measured_speedup,
                 "speedup_error": r.speedup_error,
                 "predicted_per_call": r.predicted_per_call,
                 "measured_per_call": r.measured_per_call,
-                "per_call_z": _finite(r.per_call_z),
+                "per_call_z": json_finite(r.per_call_z),
                 "runs": r.runs,
             }
             for r in result.confirmed
         ],
         "verdict": result.verdict(),
-        "shapes": [_finite_all(row) for row in result.shapes],
-        "engine": [{**_finite_all(dataclasses.asdict(r)), "z": _finite(r.z)} for r in result.engine],
+        "shapes": [json_finite(row) for row in result.shapes],
+        "engine": [json_finite({**dataclasses.asdict(r), "z": r.z}) for r in result.engine],
     }
-
-
-def _finite_all(row: dict) -> dict:
-    return {k: _finite(v) for k, v in row.items()}
 
 
 def table(result, top: int = 12) -> str:
