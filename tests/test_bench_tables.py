@@ -19,7 +19,13 @@ TABLES = BENCHMARKS / "tables"
 sys.path.insert(0, str(BENCHMARKS))
 import _tables  # noqa: E402
 
-WRITTEN = sorted(p.stem for p in TABLES.glob("*.json") if "provenance" in json.loads(p.read_text()))
+#: Each written table by its path under ``benchmarks/tables`` without the suffix (a GPU run's under ``gpu/``).
+WRITTEN = sorted(
+    p.relative_to(TABLES).with_suffix("").as_posix()
+    for p in TABLES.rglob("*.json")
+    if "provenance" in json.loads(p.read_text())
+)
+GPU = TABLES / "gpu"
 
 
 def _module(name):
@@ -42,9 +48,10 @@ def test_every_written_table_is_included_by_the_docs():
 @pytest.mark.parametrize("name", WRITTEN)
 def test_each_table_is_its_data_rendered_by_its_benchmark(name):
     data = json.loads((TABLES / f"{name}.json").read_text())
-    assert (TABLES / f"{name}.md").read_text() == _tables.render(data, _module(name).markdown)
+    tool = name.rsplit("/", 1)[-1]
+    assert (TABLES / f"{name}.md").read_text() == _tables.render(data, _module(tool).markdown)
     p = data["provenance"]
-    assert p["command"].startswith(f"python benchmarks/{name}.py") and re.fullmatch("[0-9a-f]{40}", p["commit"] or "")
+    assert p["command"].startswith(f"python benchmarks/{tool}.py") and re.fullmatch("[0-9a-f]{40}", p["commit"] or "")
 
 
 def test_render_states_where_and_how_it_was_measured():
@@ -91,3 +98,46 @@ def test_a_table_that_cannot_be_rendered_writes_nothing(tmp_path):
     data = json.loads(path.read_text())
     assert data["x"] == 1 and data["provenance"]["command"] == "python benchmarks/b.py --n 1"
     assert (tmp_path / "b.md").read_text() == _tables.render(data, lambda d: f"| {d['x']} |\n")
+
+
+def test_the_gpu_page_is_the_gpu_runs_files_rendered():
+    """``gpu/gpu.md`` is what ``benchmarks/gpu_tables.py`` renders from the GPU run's files (each checked as
+    ``speculab report`` checks it), and the docs include it."""
+    assert (GPU / "gpu.md").read_text(encoding="utf-8") == _module("gpu_tables").markdown(GPU)
+    docs = (ROOT / "docs" / "measurements.md").read_text()
+    assert '--8<-- "gpu/gpu.md"' in docs
+
+
+def test_the_gpu_page_refuses_an_edited_validation(tmp_path):
+    """A number edited in the GPU run's validation.json is refused, not rendered."""
+    import shutil
+
+    shutil.copytree(GPU, tmp_path / "gpu")
+    path = tmp_path / "gpu" / "validation.json"
+    data = json.loads(path.read_text())
+    data["speed"][0]["tokens_per_second"] *= 2
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="validation.json is not what `speculab validate --out` writes"):
+        _module("gpu_tables").markdown(tmp_path / "gpu")
+
+
+def test_gpu_check_logs_are_read_step_by_step():
+    tables = _module("gpu_tables")
+    log = (
+        "== validate (limit 125 s): python3 -m speculab.cli validate --device cuda\n"
+        "noise\n"
+        "== validate: exit 0 after 80 s\n"
+        "== tests (limit 125 s): python3 -m pytest -q\n"
+        "FAILED tests/test_a.py::test_b - ZeroDivisionError\n"
+        "==== 1 failed, 259 passed in 79.11s (0:01:19) ====\n"
+        "== tests: exit 1 after 81 s\n"
+        "== never-ended (limit 10 s): sleep 99\n"
+    )
+    assert tables.steps(log) == [
+        {"name": "validate", "command": "python3 -m speculab.cli validate --device cuda", "limit": 125, "rc": 0,
+         "seconds": 80},
+        {"name": "tests", "command": "python3 -m pytest -q", "limit": 125, "rc": 1, "seconds": 81},
+    ]  # fmt: skip
+    assert tables.pytest_summary(log) == ("1 failed, 259 passed in 79 s", ["tests/test_a.py::test_b"])
+    with pytest.raises(ValueError, match="no pytest summary"):
+        tables.pytest_summary("== validate: exit 0 after 80 s\n")

@@ -194,6 +194,23 @@ def test_sprinter_on_real_models_refuses_what_it_cannot_run(pair):
         )
 
 
+def test_the_iid_gaps_survive_runs_that_all_accept_the_same_share():
+    """On CUDA every run of a pass share of 0.8 accepted all its drafts: a standard error of 0 over the runs, which
+    ended the reproduction in a ZeroDivisionError (seen on an H100, not on this CPU's numerics)."""
+    from speculab.repro.sprinter_tradeoff import _iid_gaps
+
+    point = {
+        "per_token_tv": 0.02,
+        "per_token_tv_se": 0.005,
+        "per_token_tv_s1": 0.01,
+        "acceptance_rate": 1.0,
+        "acceptance_rate_se": 0.0,
+        "acceptance_rate_s4": 0.97,
+    }
+    assert _iid_gaps(point, runs=4) == {"s1_gap_in_se": pytest.approx(2.0), "s4_gap_in_se": math.inf}
+    assert _iid_gaps({**point, "acceptance_rate_s4": 1.0}, runs=4)["s4_gap_in_se"] == 0.0
+
+
 @pytest.mark.slow
 def test_repro_sprinter_tradeoff(tmp_path, monkeypatch):
     import json

@@ -239,7 +239,7 @@ def table(result, top: int = 12) -> str:
     s = result.settings
     smp = s["sampling"]
     lines = [
-        f"plan for the {s['pair']} pair: T = {smp['temperature']:g}"
+        f"plan for the {s['pair']} pair on {s['device']} ({s['dtype']}): T = {smp['temperature']:g}"
         + (f", top-k {smp['top_k']}" if smp["top_k"] else "")
         + (f", top-p {smp['top_p']:g}" if smp["top_p"] else "")
         + f", runs of {s['max_new_tokens']} tokens one at a time; rounds along {s['contexts']} contexts of "

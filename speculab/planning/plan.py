@@ -260,6 +260,8 @@ def plan(
     result = Plan(
         {
             "pair": pair.name,
+            "device": str(pair.device),
+            "dtype": str(next(pair.target.model.parameters()).dtype).removeprefix("torch."),
             "sampling": {"temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p},
             "ks": ks,
             "bias_budget": bias_budget,
