@@ -142,6 +142,7 @@ def _against_the_clock(name, pair, sampling, fit_prompts, test_prompts, args) ->
         "per_token_ms": model.per_token * 1e3,
         "per_run_ms": model.per_run * 1e3,
         "per_drafting_run_ms": model.per_drafting_run * 1e3,
+        "per_drafting_round_ms": model.per_drafting_round * 1e3,
         "unidentified": list(model.unidentified),
         "target_table": {"sizes": [int(k) for k in t.sizes], "means_ms": [m * 1e3 for m in t.means]},
         "draft_table": {"sizes": [int(k) for k in model.draft.sizes], "means_ms": [m * 1e3 for m in model.draft.means]},
@@ -152,7 +153,8 @@ def _against_the_clock(name, pair, sampling, fit_prompts, test_prompts, args) ->
         + f" ms (line {terms['line_base_ms']:.3f} + "
         f"{terms['line_per_token_ms']:.3f} k, R² {t.r2:.2f}); loop {terms['per_round_ms']:.3f} ms per round + "
         f"{terms['per_draft_ms']:.3f} per draft + {terms['per_token_ms']:.3f} per token + "
-        f"{terms['per_run_ms']:.1f} per run + {terms['per_drafting_run_ms']:.1f} per drafting run"
+        f"{terms['per_run_ms']:.1f} per run + {terms['per_drafting_run_ms']:.1f} per drafting run + "
+        f"{terms['per_drafting_round_ms']:.3f} per drafting round"
         + (f" (not identified, in the others: {', '.join(model.unidentified)})" if model.unidentified else "")
     )
     print(
@@ -269,6 +271,8 @@ def markdown(result: dict) -> str:
             ],
         )
     sizes = s["target_sizes"]
+    models = [run["model"] for block in result["by_temperature"] for run in block["drafts"].values()]
+    by_drafting_round = all("per_drafting_round_ms" in m for m in models)  # tables written since the term exists
     lines += [
         "",
         "Each draft's fitted model (ms): its call of one token, the target's call of k tokens, the line "
@@ -288,6 +292,7 @@ def markdown(result: dict) -> str:
             "per token",
             "per run",
             "per drafting run",
+            *(["per drafting round"] if by_drafting_round else []),
             "not identified",
         ],
         [
@@ -302,6 +307,7 @@ def markdown(result: dict) -> str:
                 f"{m['per_token_ms']:.3f}",
                 f"{m['per_run_ms']:.1f}",
                 f"{m['per_drafting_run_ms']:.1f}",
+                *([f"{m['per_drafting_round_ms']:.3f}"] if by_drafting_round else []),
                 ", ".join(m["unidentified"]) or "—",
             ]
             for block in result["by_temperature"]

@@ -101,14 +101,15 @@ def _model(**loop) -> LatencyModel:
     draft = ForwardFit(0.001, 0.0005, 1.0, 100)  # t_p(k) = 1 ms + 0.5 ms k
     target = ForwardFit(0.01, 0.002, 1.0, 100)  # t_q(k) = 10 ms + 2 ms k
     terms = dict(per_round=0.0, per_draft=0.0, per_token=0.0, per_run=0.0, per_drafting_run=0.0) | loop
+    terms.setdefault("per_drafting_round", 0.0)
     return LatencyModel(draft, target, **terms)
 
 
 def test_run_cost_of_autoregressive_decoding_is_its_rounds_by_hand():
     """N rounds of one target call of one token, the first the prefill (priced per run)."""
     N = 30
-    m = _model(per_round=1e-4, per_token=2e-5, per_run=0.05)
-    cost = run_cost(m, Autoregressive(), np.ones((1, 1)), np.zeros(1), N)
+    m = _model(per_round=1e-4, per_token=2e-5, per_run=0.05, per_drafting_run=0.3, per_drafting_round=0.7)
+    cost = run_cost(m, Autoregressive(), np.ones((1, 1)), np.zeros(1), N)  # no drafting run or round to pay for
     assert cost.seconds == pytest.approx(0.05 + (N - 1) * 0.012 + N * (1e-4 + 2e-5)) and cost.calls == N
 
 
@@ -130,7 +131,9 @@ def test_run_cost_meets_a_simulation_of_its_rounds():
     for L in range(1, K + 1):
         outcome[L, : L + 1] = rng.dirichlet(np.ones(L + 1))
     drafted = np.arange(K + 1, dtype=float)
-    m = _model(per_round=1e-4, per_draft=2e-4, per_token=3e-5, per_run=0.05, per_drafting_run=0.004)
+    m = _model(
+        per_round=1e-4, per_draft=2e-4, per_token=3e-5, per_run=0.05, per_drafting_run=0.004, per_drafting_round=6e-5
+    )
     cost = run_cost(m, SD(K=K), outcome, drafted, N)
     seconds, calls = [], []
     for _ in range(20_000):
@@ -139,7 +142,8 @@ def test_run_cost_meets_a_simulation_of_its_rounds():
             L = min(K, n)
             tau = rng.choice(L + 1, p=outcome[L, : L + 1])
             out = min(tau + 1, n)
-            t += L * m.draft(1) + (tau == L and n > out) * (m.draft(2) - m.draft(1)) + 1e-4 + L * 2e-4 + out * 3e-5
+            t += L * m.draft(1) + (tau == L and n > out) * (m.draft(2) - m.draft(1)) + 1e-4 + 6e-5 + L * 2e-4
+            t += out * 3e-5
             t += 0.0 if first else m.target(L + 1)
             first, n, c = False, n - out, c + 1
         seconds.append(t)

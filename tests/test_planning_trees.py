@@ -100,21 +100,30 @@ def test_a_tree_rounds_draft_is_priced_level_by_level():
 
 
 def test_the_tree_overhead_is_recovered_from_runs_it_was_put_into():
-    """Runs timed as the chain model prices them plus 2 ms per round and 0.3 ms per node: the fit gives both back."""
+    """Runs timed by hand as the chain model prices them — RRS on a (2, 2) tree: a round of 6 nodes feeds the draft
+    the catch-up then the 2 nodes of level 1, one of 2 nodes the catch-up alone; a round that kept both levels and
+    is followed by another makes the next one's catch-up two tokens — plus 2 ms per round and 0.3 ms per node: the
+    fit gives both back (with the two-token catch-ups left in the overhead, it gave 2.08 ms per round)."""
     from types import SimpleNamespace
 
-    from speculab.planning.cost import _tree_round_seconds
-
-    m = _model(per_round=1e-4, per_token=2e-5)
+    m = _model(per_round=1e-4, per_token=2e-5, per_drafting_round=3e-4)
     method = RRS((2, 2))
     timed = []
-    for made in ([6, 6, 2], [6, 2], [6, 6, 6, 6]):
+    for made, kept in (([6, 6, 2], [2, 1, 1]), ([6, 2], [2, 0]), ([6, 6, 6, 6], [2, 2, 0, 2])):
         counts = SimpleNamespace(
             oracle_calls=np.array([len(made)]), draft_calls=np.array([sum(made)]), tokens=np.array([3 * len(made)])
         )
-        clock = sum(_tree_round_seconds(m, method, k) for k in made) - float(m.target(made[0] + 1))
-        clock += len(made) * 1e-4 + 3 * len(made) * 2e-5 + len(made) * 0.002 + sum(made) * 3e-4
-        result = SimpleNamespace(counts=counts, rounds=[SimpleNamespace(drafted=np.array(made))])
+        clock = 0.0
+        for i, (k, a) in enumerate(zip(made, kept)):
+            levels = 2 if k == 6 else 1
+            clock += float(m.draft(1)) + (float(m.draft(2)) if levels == 2 else 0.0) + float(m.target(k + 1))
+            if a == levels and i < len(made) - 1:
+                clock += float(m.draft(2)) - float(m.draft(1))
+        clock -= float(m.target(made[0] + 1))  # the prefill: a cost of the run
+        clock += len(made) * (1e-4 + 3e-4) + 3 * len(made) * 2e-5 + len(made) * 0.002 + sum(made) * 3e-4
+        result = SimpleNamespace(
+            counts=counts, rounds=[SimpleNamespace(drafted=np.array(made), accepted=np.array(kept))]
+        )
         timed.append((method, SimpleNamespace(result=result, seconds=np.array([clock]))))
     fit = fit_tree_overhead(m, timed)
     assert fit.per_round == pytest.approx(0.002, rel=1e-9) and fit.per_node == pytest.approx(3e-4, rel=1e-9)

@@ -17,14 +17,17 @@ whose calls are of ``K + 1``. A prompt's first
 call to each model (the prefill) is left out of ``t(k)``: it is a cost of the run.
 What the clock shows beyond the forward passes — sampling, the round law, records,
 the prefills, set-up — is fitted per round, per drafted token (the round law and the
-laws kept per slot grow with the block), per output token, per run, and per run that
-drafts (the draft's prefill) on the same runs (non-negative least squares: a cost
+laws kept per slot grow with the block), per output token, per run, per run that
+drafts (the draft's prefill), and per round of a run that drafts (a round that verifies drafts computes their round
+law, an autoregressive round does not: priced alike, the fit makes autoregressive decoding too slow and every
+speed-up over it too large) on the same runs (non-negative least squares: a cost
 cannot be negative); a term the runs cannot tell from the others is left out and named
 in ``LatencyModel.unidentified`` (runs all of one length cannot separate the cost per
 output token from the cost per run). Then the time of a run of one prompt is
 
 .. math:: T \approx (N_{draft} - N_2)\, t_d(1) + N_2\, t_d(2) + \sum_{\text{rounds } r > 1} t_t(L_r + 1)
-          + N_{target}\, c_{round} + N_{draft}\, c_{draft} + N\, c_{token} + c_{run} + [N_{draft} > 0]\, c_{drafting}
+          + N_{target}\, c_{round} + N_{draft}\, c_{draft} + N\, c_{token} + c_{run}
+          + [N_{draft} > 0]\, (c_{drafting} + N_{target}\, c_{drafting\ round})
 
 (a round of ``L_r`` drafts makes ``L_r`` draft calls of one token — its first is the
 catch-up of the previous round's new tokens, two after a bonus: ``N_2`` such calls, one per
@@ -205,9 +208,10 @@ class LatencyModel:
 
     Attributes:
       draft, target: :class:`ForwardFit` of each model.
-      per_round, per_draft, per_token, per_run, per_drafting_run: seconds of the decoding loop beyond
-        forward passes, per round, per drafted token, per output token, per run (the target's prefill
-        and set-up) and per run that drafts (the draft's prefill).
+      per_round, per_draft, per_token, per_run, per_drafting_run, per_drafting_round: seconds of the decoding
+        loop beyond forward passes, per round, per drafted token, per output token, per run (the target's prefill
+        and set-up), per run that drafts (the draft's prefill) and, beyond ``per_round``, per round of a run that
+        drafts (verifying drafts: their round law, the rejection).
       unidentified: the loop terms the fitting runs could not tell from the others, set to 0 (their cost is
         in the terms kept): with every run of one length, ``per_token`` is part of ``per_run``, and the
         model then predicts runs of that length only.
@@ -220,6 +224,7 @@ class LatencyModel:
     per_token: float
     per_run: float = 0.0
     per_drafting_run: float = 0.0
+    per_drafting_round: float = 0.0
     unidentified: tuple = ()
 
     def forward_seconds(self, counts, rounds=None) -> np.ndarray:
@@ -262,7 +267,10 @@ def fit_latency(runs: list[TimedRuns]) -> LatencyModel:
     counts = [r.result.counts for r in runs]
     rest = np.concatenate([r.seconds - forward.forward_seconds(c, r.result.rounds) for r, c in zip(runs, counts)])
     X = np.concatenate([_loop_features(c) for c in counts])
-    keep = _identified(X)
+    # where the runs cannot tell terms apart, each order of preference keeps some: the best non-negative fit's
+    kept = [_identified(X, order) for order in ORDERS]
+    residuals = [nnls(X[:, keep], rest)[1] for keep in kept]
+    keep = kept[int(np.argmin(np.asarray(residuals) * (1 + 1e-9 * np.arange(len(kept)))))]  # a tie: the first
     coef = np.zeros(X.shape[1])
     coef[keep], _ = nnls(X[:, keep], rest)
     unidentified = tuple(name for j, name in enumerate(LOOP_TERMS) if j not in keep)
@@ -274,33 +282,43 @@ def fit_latency(runs: list[TimedRuns]) -> LatencyModel:
 IDENTIFIED = 1e-2
 
 #: The loop's fitted costs, in the column order of :func:`_loop_features`.
-LOOP_TERMS = ("per_round", "per_draft", "per_token", "per_run", "per_drafting_run")
+LOOP_TERMS = ("per_round", "per_draft", "per_token", "per_run", "per_drafting_run", "per_drafting_round")
 
 
 def _loop_features(counts) -> np.ndarray:
-    """What each run pays a loop cost for, ``(n_runs, 5)`` in the order of :data:`LOOP_TERMS`: rounds, drafted
-    tokens, output tokens, the run itself, and whether it drafts."""
+    """What each run pays a loop cost for, ``(n_runs, 6)`` in the order of :data:`LOOP_TERMS`: rounds, drafted
+    tokens, output tokens, the run itself, whether it drafts, and its rounds if it drafts."""
     d = np.asarray(counts.draft_calls, dtype=float)
+    rounds = np.asarray(counts.oracle_calls, dtype=float)
     return np.stack(
         [
-            np.asarray(counts.oracle_calls, dtype=float),
+            rounds,
             d,
             np.asarray(counts.tokens, dtype=float),
             np.ones_like(d),
             (d > 0).astype(float),
+            rounds * (d > 0),
         ],
         axis=1,
     )
 
 
-def _identified(X: np.ndarray) -> list[int]:
-    """Columns of ``X`` the runs can tell apart: each is kept, in the order per run, per drafting run, per round,
-    per drafted token, per output token, only if it is not (nearly, :data:`IDENTIFIED`) a combination of those kept
-    before it (with every run of one length the output tokens are a multiple of the runs: their cost is then part
-    of ``per_run``)."""
+#: The orders of preference in which :func:`_identified` keeps the loop terms (columns of :func:`_loop_features`):
+#: per run, per drafting run, per round, per drafting round, per drafted token, per output token; or the drafting
+#: run after the rounds. With every run of one length an autoregressive run's rounds are a constant, and a drafting
+#: run's own cost cannot be told from its rounds' extra cost: the first order keeps the former, the second the
+#: latter, and :func:`fit_latency` the one whose non-negative fit leaves the smaller residual (a cost cannot be
+#: negative: with the term that would have to be, the clock is misfitted).
+ORDERS = ((3, 4, 0, 5, 1, 2), (3, 0, 5, 4, 1, 2))
+
+
+def _identified(X: np.ndarray, order) -> list[int]:
+    """Columns of ``X`` the runs can tell apart: each is kept, in ``order`` (:data:`ORDERS`), only if it is not
+    (nearly, :data:`IDENTIFIED`) a combination of those kept before it (with every run of one length the output
+    tokens are a multiple of the runs: their cost is then part of ``per_run``)."""
     scaled = X / np.maximum(np.abs(X).max(axis=0), 1e-300)
     keep: list[int] = []
-    for j in (3, 4, 0, 1, 2):
+    for j in order:
         sv = np.linalg.svd(scaled[:, keep + [j]], compute_uv=False)
         if sv[-1] > IDENTIFIED * sv[0]:  # not (nearly) a combination of the columns kept
             keep.append(j)

@@ -190,6 +190,7 @@ def to_json(result) -> dict:
             "target": [float(lat.target(k)) for k in range(1, 18)],
             **{name: getattr(lat, name) for name in ("per_round", "per_draft", "per_token", "per_run")},
             "per_drafting_run": lat.per_drafting_run,
+            "per_drafting_round": lat.per_drafting_round,
             "tree_per_round": result.tree_overhead.per_round,
             "tree_per_node": result.tree_overhead.per_node,
         },

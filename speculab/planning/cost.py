@@ -11,10 +11,11 @@ dynamic programming over ``n``:
 
 .. math:: T(n) = c(L_n) + t_q(L_n + 1) + \sum_t \pi_{L_n}(t)\, T(n - \min(t + 1, n)), \qquad T(0) = 0,
 
-.. math:: c(L) = L\, t_p(1) + \pi_L(L)\,[n > L + 1]\,(t_p(2) - t_p(1)) + c_{round} + L\, c_{draft}
-          + E_{\pi_L}[\min(\tau + 1, n)]\, c_{token},
+.. math:: c(L) = L\, t_p(1) + \pi_L(L)\,[n > L + 1]\,(t_p(2) - t_p(1)) + c_{round} + [\text{drafts}]\,
+          c_{drafting\ round} + L\, c_{draft} + E_{\pi_L}[\min(\tau + 1, n)]\, c_{token},
 
-and a run of ``N`` tokens takes ``c_{run} + [L_N > 0]\, c_{drafting} + T(N) - t_q(L_N + 1)`` (its first target call
+([drafts]: the method drafts, every round of its run then paying for verifying drafts) and a run of ``N`` tokens
+takes ``c_{run} + [\text{drafts}]\, c_{drafting} + T(N) - t_q(L_N + 1)`` (its first target call
 is the prefill, priced per run). Exact in its counts, given the rounds' laws (expected target calls are the round
 laws'); fitted in its times (``t_p``, ``t_q`` and the ``c`` terms, measured on this machine). The rounds' laws are
 taken the same at every position (their mean over the contexts). A tree round of ``L`` levels (the tree cut to them)
@@ -57,10 +58,18 @@ class TreeOverhead(NamedTuple):
     per_node: float = 0.0
 
 
-def _tree_round_seconds(model, method, made: int) -> float:
-    """The forward passes of one tree round drafting ``made`` nodes, as :func:`run_cost` prices them."""
-    L = next(L for L in range(1, method.tree.height + 1) if method.tree.truncated(L).size >= made)
-    return _draft_seconds(model, method, L, made) + float(model.target(made + 1))
+def _round_forward_seconds(model, method, L: int, made: float, caught_up: float) -> float:
+    """The forward passes of one round of ``L`` levels drafting ``made`` tokens: the draft's (:func:`_draft_seconds`),
+    one target call of ``made + 1`` tokens, and — with probability ``caught_up``, the chance that the round keeps
+    every level and another round follows — the next round's catch-up fed two tokens instead of one. What
+    :func:`run_cost` prices a round at, and what :func:`fit_tree_overhead` takes off a timed round."""
+    catch_up = caught_up * (float(model.draft(2)) - float(model.draft(1))) if made else 0.0
+    return _draft_seconds(model, method, L, made) + catch_up + float(model.target(made + 1))
+
+
+def _levels(tree, made: int) -> int:
+    """The levels of ``tree`` a round drafting ``made`` of its nodes was cut to."""
+    return next(L for L in range(1, tree.height + 1) if tree.truncated(L).size >= made)
 
 
 def fit_tree_overhead(model, timed: list) -> TreeOverhead:
@@ -78,7 +87,11 @@ def fit_tree_overhead(model, timed: list) -> TreeOverhead:
         counts = runs.result.counts
         for i, rounds in enumerate(runs.result.rounds):
             made = [int(d) for d in rounds.drafted]
-            forward = sum(_tree_round_seconds(model, method, m) for m in made) - float(model.target(made[0] + 1))
+            levels = [_levels(method.tree, m) for m in made]
+            # a round that kept every level and is followed by another: the next one's draft catches up on two
+            full = [float(a == L) for a, L in zip(rounds.accepted, levels)][:-1] + [0.0]
+            forward = sum(_round_forward_seconds(model, method, L, m, f) for L, m, f in zip(levels, made, full))
+            forward -= float(model.target(made[0] + 1))  # the first target call is the prefill, a cost of the run
             rest.append(float(runs.seconds[i]) - forward - float(_loop_features(counts)[i] @ loop))
             X.append([len(made), sum(made)])
     if not X:
@@ -114,20 +127,21 @@ def run_cost(
     """
     extra = tree if getattr(method, "tree", None) is not None else TreeOverhead()
     K = outcome.shape[-1] - 1
-    t_p1, t_p2 = float(model.draft(1)), float(model.draft(2))
+    drafts = bool(drafted[min(method.draft_length(N), K)])  # as the fit reads a run: it drafts, or it does not
     T, C = np.zeros(N + 1), np.zeros(N + 1)
     for n in range(1, N + 1):
         L = min(method.draft_length(n), K)
         pi = outcome[L, : L + 1]
         out = np.minimum(np.arange(L + 1) + 1, n)  # tokens output after τ = t
         made = drafted[L]
-        follows = made and n - out[L] > 0  # a fully kept block's bonus is caught up on by the next round's draft
-        cost = _draft_seconds(model, method, L, made) + (pi[L] * (t_p2 - t_p1) if follows else 0.0)
-        cost += model.per_round + made * model.per_draft + float(pi @ out) * model.per_token
+        follows = n - out[L] > 0  # a fully kept block's bonus is caught up on by the next round's draft
+        cost = _round_forward_seconds(model, method, L, made, pi[L] if follows else 0.0)
+        cost += model.per_round + (model.per_drafting_round if drafts else 0.0) + made * model.per_draft
+        cost += float(pi @ out) * model.per_token
         cost += (extra.per_round + made * extra.per_node) if made else 0.0
-        T[n] = cost + float(model.target(made + 1)) + float(pi @ T[n - out])
+        T[n] = cost + float(pi @ T[n - out])
         C[n] = 1.0 + float(pi @ C[n - out])
     first = min(method.draft_length(N), K)
-    seconds = model.per_run + (model.per_drafting_run if drafted[first] else 0.0) + T[N]
+    seconds = model.per_run + (model.per_drafting_run if drafts else 0.0) + T[N]
     seconds -= float(model.target(drafted[first] + 1))
     return RunCost(N, float(seconds), float(C[N]))
