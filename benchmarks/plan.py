@@ -42,6 +42,8 @@ def measure(budget: float, key: int) -> dict:
 
 
 def markdown(result: dict) -> str:
+    from speculab.planning.command import label
+
     out = []
     for plan in result["plans"]:
         s = plan["settings"]
@@ -56,7 +58,7 @@ def markdown(result: dict) -> str:
         allowed = [r for r in plan["ranked"] if r["allowed"]]
         for i, r in enumerate(allowed[:6], 1):
             out.append(
-                f"| {i} | `{r['method']}` | {r['tokens_per_round']:.3f} ± {r['tokens_per_round_se']:.3f} | "
+                f"| {i} | `{label(r['method'])}` | {r['tokens_per_round']:.3f} ± {r['tokens_per_round_se']:.3f} | "
                 f"{r['tokens_per_call']:.3f} | {r['bias']:.4f} | {r['tokens_per_second']:.0f} ± "
                 f"{r['tokens_per_second_se']:.0f} |"
             )
@@ -69,7 +71,7 @@ def markdown(result: dict) -> str:
         for r in plan["confirmed"]:
             z = "—" if r["per_call_z"] is None else f"{r['per_call_z']:+.1f}"
             out.append(
-                f"| `{r['method']}` | {r['predicted']:.0f} | {r['measured']:.0f} ± {r['measured_se']:.0f} | "
+                f"| `{label(r['method'])}` | {r['predicted']:.0f} | {r['measured']:.0f} ± {r['measured_se']:.0f} | "
                 f"{r['error']:+.1%} | {r['predicted_speedup']:.3f} | {r['measured_speedup']:.3f} | "
                 f"{r['speedup_error']:+.1%} | {r['predicted_per_call']:.3f} | {r['measured_per_call']:.3f} | {z} |"
             )
