@@ -56,6 +56,24 @@ class Estimate(NamedTuple):
     n: int
 
     @classmethod
+    def ratio(cls, num, den) -> "Estimate":
+        """``Σ num / Σ den`` over clusters (a prompt's runs summed: its runs are not independent of each other) and
+        its standard error by the delta method, ``√(k/(k − 1) · Σ (num_i − R den_i)²) / Σ den`` (``nan`` for a
+        single cluster). A rate such as tokens per second is this ratio of sums, not the mean of each run's rate.
+
+        Example:
+          >>> Estimate.ratio([10.0, 30.0], [2.0, 4.0])
+          Estimate(mean=6.666666666666667, se=1.111111111111111, n=2)
+        """
+        num, den = np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
+        if num.shape != den.shape or num.ndim != 1 or num.size == 0:
+            raise ValueError(f"num and den must be 1-d of one non-zero length; got shapes {num.shape}, {den.shape}")
+        k, mean = num.size, float(num.sum() / den.sum())
+        resid = num - mean * den
+        se = float(np.sqrt(k / (k - 1) * (resid @ resid)) / den.sum()) if k > 1 else float("nan")
+        return cls(mean, se, k)
+
+    @classmethod
     def of(cls, x) -> "Estimate":
         """Mean and standard error (``ddof = 1``; ``nan`` for a single run) of the values ``x``."""
         x = np.asarray(x, dtype=np.float64)

@@ -299,7 +299,13 @@ def test_engine_rows_predict_an_engine_that_runs_the_rule_and_refuse_one_that_do
     K, N, held_out, runs = 3, 24, [[5, 6]] * 32, 8
     y = _geometric_yield(0.6, K, 16)
     cost = run_cost(_model(), SD(K=K), y.outcome.mean(0), y.drafted.mean(0), N)
-    settings = {"max_new_tokens": N, "contexts": 16, "prompts": 4, "sampling": {"top_k": None, "top_p": None}}
+    settings = {
+        "max_new_tokens": N,
+        "contexts": 16,
+        "prompts": 4,
+        "ks": [K],
+        "sampling": {"top_k": None, "top_p": None},
+    }
     result = Plan(settings, _model(), [Candidate(SD(K=K), y, cost, 0.0, 0.0, True)])
     rng = np.random.default_rng(0)
 
@@ -323,3 +329,105 @@ def test_engine_rows_predict_an_engine_that_runs_the_rule_and_refuse_one_that_do
     )
     assert sd.requests == len(held_out) * runs
     assert (abs(sd.z) >= Z_BOUND) == refused, sd
+    assert rows[0].verdict == "exact" and sd.verdict == ("refused" if refused else "agrees")
+
+
+def test_engine_rows_run_the_best_k_asked_for_that_vllm_runs_and_say_what_they_passed_over(monkeypatch):
+    """Ranked best first: SD(K=12) (asked for, past vLLM's K ≤ 8), SD(K=4) (the yardstick, not asked for), SD(K=3):
+    vLLM runs K=3, and the row says the plan's best SD was past vLLM's range."""
+    from speculab.engines import vllm
+    from speculab.planning import Plan
+    from speculab.planning.engine import vllm_rows
+    from speculab.planning.plan import Candidate
+
+    N = 12
+    settings = {
+        "max_new_tokens": N,
+        "contexts": 16,
+        "prompts": 4,
+        "ks": [3, 12],
+        "sampling": {"top_k": None, "top_p": None},
+    }
+    ranked = []
+    for K in (12, 4, 3):
+        y = _geometric_yield(0.6, K, 16)
+        ranked.append(Candidate(SD(K=K), y, run_cost(_model(), SD(K=K), y.outcome[0], y.drafted[0], N), 0, 0, True))
+    seen = []
+
+    def engine(python, job, **kw):
+        seen.extend(c["name"] for c in job["configs"])
+        n = len(job["groups"][0]["prompts"])
+        return [{"ok": True, "groups": [{"tokens": [[0] * N] * n, "rounds": [None] * n, "seconds": 1.0}]}] * 2
+
+    monkeypatch.setattr(vllm, "run_worker", engine)
+    rows = vllm_rows(Plan(settings, _model(), ranked), ("D", "T"), [[5, 6]] * 2, python=None, runs=2, key=0)
+    assert seen == ["plain", "probabilistic K=3"]
+    assert rows[1].rule == "SD(K=3)" and "SD(K=12)" in rows[1].note and rows[0].note == ""
+
+
+def test_a_rate_over_runs_is_a_ratio_of_sums_with_the_prompts_as_its_units():
+    """Two runs each of three prompts: the runs are summed per prompt, and the rate's standard error is the delta
+    method's over the three prompts, by hand."""
+    from speculab.counts import Estimate
+    from speculab.planning.plan import summed_by_prompt
+
+    tokens = summed_by_prompt([10, 20, 30, 14, 20, 26], 3)  # run i decodes prompt i mod 3
+    seconds = summed_by_prompt([1.0, 2.0, 2.0, 1.0, 2.0, 4.0], 3)
+    assert tokens.tolist() == [24, 40, 56] and seconds.tolist() == [2.0, 4.0, 6.0]
+    est = Estimate.ratio(tokens, seconds)
+    R = 120 / 12
+    resid = np.array([24 - 2 * R, 40 - 4 * R, 56 - 6 * R])
+    assert est.mean == R and est.n == 3
+    assert est.se == pytest.approx(math.sqrt(3 / 2 * (resid @ resid)) / 12, rel=1e-12)
+    with pytest.raises(ValueError, match="5 runs are not whole rounds of 3 prompts"):
+        summed_by_prompt([1, 2, 3, 4, 5], 3)
+
+
+def test_the_table_json_and_report_give_each_engine_row_its_verdict(tmp_path):
+    """Engine rows as the table, plan.json and the report page show them: z and its verdict against |z| < 5, the
+    note of a rule past vLLM's range, and no ``nan`` where one prompt leaves no standard error."""
+    from speculab.planning import Plan
+    from speculab.planning.command import table, to_json
+    from speculab.planning.engine import EngineRow
+    from speculab.planning.plan import Candidate
+    from speculab.repro.report import _plan, _plan_section
+
+    N, K = 12, 3
+    y = _geometric_yield(0.6, K, 16)
+    settings = {
+        "pair": "tiny",
+        "device": "cpu",
+        "dtype": "float32",
+        "sampling": {"temperature": 1.0, "top_k": None, "top_p": None},
+        "ks": [K],
+        "bias_budget": 0.0,
+        "max_new_tokens": N,
+        "prompts": 4,
+        "held_out": 2,
+        "confirm_runs": 1,
+        "contexts": 16,
+        "key": 0,
+        "threads": 1,
+        "cpus": 2,
+        "load_at_start": 0.0,
+    }
+    result = Plan(
+        settings,
+        _model(),
+        [Candidate(SD(K=K), y, run_cost(_model(), SD(K=K), y.outcome[0], y.drafted[0], N), 0, 0, True)],
+    )
+    result.engine = [
+        EngineRow("plain", "autoregressive", 1.0, 0.0, 1.0, 0.0, 900.0, 8),
+        EngineRow("probabilistic K=3", "SD(K=3)", 2.0, 0.05, 1.2, 0.01, 500.0, 8, note="past vLLM's K ≤ 8"),
+        EngineRow("greedy K=3", "GreedyDraft(K=3)", 1.5, 0.05, 1.45, math.nan, 500.0, 8),
+    ]
+    text = table(result)
+    assert "refused where |z| ≥ 5" in text and "nan" not in text
+    lines = {line.split()[0]: line for line in text.splitlines() if line.startswith("  ") and "K=3" in line}
+    assert text.count("  exact") == 1 and lines["probabilistic"].endswith("refused") and "(past vLLM's K ≤ 8)" in text
+    assert lines["greedy"].endswith("no standard error (one prompt)")
+    payload = to_json(result)
+    assert [r["verdict"] for r in payload["engine"]] == ["exact", "refused", "no standard error (one prompt)"]
+    (tmp_path / "plan.json").write_text(__import__("json").dumps(payload))
+    page = _plan_section(tmp_path, _plan(tmp_path))
+    assert "<th>verdict</th>" in page and "refused (past vLLM" in page

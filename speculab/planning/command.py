@@ -231,8 +231,13 @@ def to_json(result) -> dict:
         ],
         "verdict": result.verdict(),
         "shapes": [json_finite(row) for row in result.shapes],
-        "engine": [json_finite({**dataclasses.asdict(r), "z": r.z}) for r in result.engine],
+        "engine": [json_finite({**dataclasses.asdict(r), "z": r.z, "verdict": r.verdict}) for r in result.engine],
     }
+
+
+def _se_text(se: float) -> str:
+    """A standard error to 3 decimals, or ``—`` where there is none (one prompt)."""
+    return f"{se:.3f}" if math.isfinite(se) else "—"
 
 
 def table(result, top: int = 12) -> str:
@@ -277,9 +282,9 @@ def table(result, top: int = 12) -> str:
         lines += [
             "",
             f"confirmed on {s['held_out']} held-out prompts × {s['confirm_runs']} runs, the methods taking turns "
-            "run by run "
-            "(± one standard error over the runs; × AR: the speed-up over autoregressive decoding; z: the "
-            "tokens/call error in standard errors of both sides):",
+            "run by run (all runs' tokens over all their seconds, ± one standard error over the held-out prompts; "
+            "× AR: the speed-up over autoregressive decoding; z: the tokens/call error in standard errors of both "
+            "sides):",
             f"  {'method':<40} {'predicted':>16} {'measured':>16} {'error':>7}  {'× AR pred / meas':>17} {'error':>7}"
             f"  {'tokens/call pred / meas (z)':>27}",
         ]
@@ -292,26 +297,30 @@ def table(result, top: int = 12) -> str:
             )
         lines.append(result.verdict())
     if result.engine:
+        from speculab.planning.engine import Z_BOUND
+
         lines += [
             "",
             f"vLLM on the held-out prompts (requests of exactly {s['max_new_tokens']} tokens; its prefill outputs "
             "the first token alone, so the prediction counts one call more than speculab's; ± one standard error "
-            "over the prompts or the requests; tokens/s measured only):",
+            f"over the plan's prompts and over the held-out prompts; refused where |z| ≥ {Z_BOUND:g}; tokens/s "
+            "measured only):",
             f"  {'configuration':<22} {'predicted by':<22} {'tokens/call predicted':>22} {'measured':>16} {'z':>7} "
-            f"{'tokens/s':>9}",
+            f"{'tokens/s':>9}  verdict",
         ]
         for r in result.engine:
-            head = (
-                f"  {r.configuration:<22} {r.rule:<22} {r.predicted_per_call:>12.3f} ± {r.predicted_per_call_se:<7.3f}"
-            )
+            predicted = f"{r.predicted_per_call:>12.3f} ± {_se_text(r.predicted_per_call_se):<7}"
+            head = f"  {r.configuration:<22} {r.rule:<22} {predicted}"
             if r.error:
                 lines.append(f"{head} vLLM failed: {r.error}")
-                continue
-            z = f"{r.z:+.1f}" if math.isfinite(r.z) else "—"  # plain decoding: one token per call, exactly
-            lines.append(
-                f"{head} {r.measured_per_call:>8.3f} ± {r.measured_per_call_se:<5.3f} {z:>7} "
-                f"{r.tokens_per_second:>9.0f}"
-            )
+            else:
+                z = f"{r.z:+.1f}" if math.isfinite(r.z) else "—"  # plain decoding, or one prompt: no z
+                lines.append(
+                    f"{head} {r.measured_per_call:>8.3f} ± {_se_text(r.measured_per_call_se):<5} {z:>7} "
+                    f"{r.tokens_per_second:>9.0f}  {r.verdict}"
+                )
+            if r.note:
+                lines.append(f"    ({r.note})")
     busy = max(s["load_at_start"], s.get("load_at_end", 0.0))
     if busy > s["cpus"] / 2:
         lines.append(

@@ -24,15 +24,20 @@ import numpy as np
 
 from speculab.counts import Estimate
 from speculab.planning.cost import run_cost
+from speculab.planning.plan import summed_by_prompt
 
-__all__ = ["EngineRow", "vllm_rows"]
+__all__ = ["EngineRow", "vllm_rows", "Z_BOUND"]
+
+#: The |z| from which an engine's tokens per target call are refused as not the rule's (the project's bound).
+Z_BOUND = 5.0
 
 
 @dataclass(frozen=True)
 class EngineRow:
-    """One engine configuration decoded on the held-out prompts: the rule predicting it (``""``: plain decoding),
-    tokens per target call predicted and measured (each ± its standard error over the prompts or the requests),
-    the measured tokens per second, and vLLM's error where it did not run."""
+    """One engine configuration decoded on the held-out prompts: the rule predicting it (``autoregressive`` for plain
+    decoding), tokens per target call predicted and measured (each ± its standard error over the prompts: the
+    plan's, and the held-out ones whose requests are summed), the measured tokens per second, vLLM's error where it
+    did not run, and a note (the plan's best of the rule past what vLLM runs)."""
 
     configuration: str
     rule: str
@@ -43,12 +48,26 @@ class EngineRow:
     tokens_per_second: float = math.nan
     requests: int = 0
     error: str | None = None
+    note: str = ""
 
     @property
     def z(self) -> float:
         """``(measured − predicted) / √(se² + se²)`` of the tokens per target call."""
         se = math.hypot(self.predicted_per_call_se, self.measured_per_call_se)
         return (self.measured_per_call - self.predicted_per_call) / se if se > 0 else math.nan
+
+    @property
+    def verdict(self) -> str:
+        """``agrees`` (``|z| < 5``), ``refused`` (the engine's tokens per call are not the rule's), ``exact`` (plain
+        decoding: one token per call, and so it was), or why there is none (vLLM failed, one prompt)."""
+        if self.error:
+            return "vLLM failed"
+        if self.predicted_per_call_se == 0 and self.measured_per_call_se == 0:
+            return "exact" if self.measured_per_call == self.predicted_per_call else "refused"
+        z = self.z
+        if not math.isfinite(z):
+            return "no standard error (one prompt)"
+        return "agrees" if abs(z) < Z_BOUND else "refused"
 
 
 def _engine_calls(latency, candidate, N: int, per_prompt: int) -> tuple[float, float]:
@@ -90,10 +109,14 @@ def vllm_rows(
     N, per_prompt = s["max_new_tokens"], s["contexts"] // s["prompts"]
     smp = s["sampling"]
     kinds = {GreedyDraft: "greedy"} if (smp["top_k"] or smp["top_p"]) else {GreedyDraft: "greedy", SD: "probabilistic"}
-    best = {}
-    for c in result.ranked:  # best first
+    best, beyond = {}, {}
+    for c in result.ranked:  # best first, among the lookaheads asked for (the yardstick SD(K=4) may not be)
         kind = kinds.get(type(c.method))
-        if kind and kind not in best and c.K <= MAX_K:
+        if not kind or kind in best or c.K not in s["ks"]:
+            continue
+        if c.K > MAX_K:  # vLLM runs this rule only up to MAX_K: the best it can run, said so
+            beyond.setdefault(kind, c)
+        else:
             best[kind] = c
     configs = [configurations(folders[0], [kind], [c.K])[-1] for kind, c in best.items()]
     configs.insert(0, configurations(folders[0], [], [])[0])  # plain
@@ -110,30 +133,37 @@ def vllm_rows(
     rows = []
     predictors = [None, *best.values()]
     for config, candidate, out in zip(configs, predictors, run_worker(python, job, log=log)):
+        note = ""
         if candidate is None:
             predicted, se, rule = 1.0, 0.0, "autoregressive"
         else:
             predicted, se = _engine_calls(result.latency, candidate, N, per_prompt)
             rule = repr(candidate.method)
+            over = beyond.get(next(k for k, c in best.items() if c is candidate))
+            if over is not None:
+                note = f"the plan's best of this rule, {over.method!r}, is past vLLM's K ≤ {MAX_K}"
         error = out.get("error") if not out.get("ok") else out["groups"][0].get("error")
         if error:
-            rows.append(EngineRow(config.name, rule, predicted, se, error=error))
+            rows.append(EngineRow(config.name, rule, predicted, se, error=error, note=note))
             continue
         g = out["groups"][0]
         rounds = [r if r is not None else ([], []) for r in g["rounds"]]
-        per_request = [len(t) / target_calls(Request(p, t, *r)) for p, t, r in zip(requests, g["tokens"], rounds) if t]
-        tokens = sum(len(t) for t in g["tokens"])
-        calls = sum(target_calls(Request(p, t, *r)) for p, t, r in zip(requests, g["tokens"], rounds))
+        tokens = summed_by_prompt([len(t) for t in g["tokens"]], len(held_out))
+        calls = summed_by_prompt(
+            [target_calls(Request(p, t, *r)) for p, t, r in zip(requests, g["tokens"], rounds)], len(held_out)
+        )
+        per_call = Estimate.ratio(tokens, calls)
         rows.append(
             EngineRow(
                 config.name,
                 rule,
                 predicted,
                 se,
-                tokens / calls,
-                Estimate.of(per_request).se,
-                tokens / g["seconds"],
+                per_call.mean,
+                per_call.se,
+                float(tokens.sum()) / g["seconds"],
                 len(requests),
+                note=note,
             )
         )
     return rows

@@ -99,8 +99,9 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Confirmation:
-    """A candidate decoded on held-out prompts: predicted and measured tokens per second (the measured one's
-    standard error over the runs), per target call, and the speed-up over autoregressive decoding."""
+    """A candidate decoded on held-out prompts: predicted and measured tokens per second (the measured one a ratio of
+    sums, its standard error over the held-out prompts), per target call, and the speed-up over autoregressive
+    decoding."""
 
     method: str
     predicted: float
@@ -293,21 +294,27 @@ def plan(
         runs = [ids for _ in range(confirm_runs) for ids in held_out]
         measured = _interleaved(pair, runs, [c.method for c in chosen], max_new_tokens, seeds[3])
         for c, runs in zip(chosen, measured):
-            tokens = np.array([float(r.result.counts.tokens.sum()) for r in runs])
-            seconds = np.array([float(r.seconds.sum()) for r in runs])
-            calls = np.array([float(r.result.counts.oracle_calls.sum()) for r in runs])
+            tokens, seconds, calls = (
+                summed_by_prompt([float(f(r)) for r in runs], len(held_out))
+                for f in (
+                    lambda r: r.result.counts.tokens.sum(),
+                    lambda r: r.seconds.sum(),
+                    lambda r: r.result.counts.oracle_calls.sum(),
+                )
+            )
+            rate, per_call = Estimate.ratio(tokens, seconds), Estimate.ratio(tokens, calls)
             result.confirmed.append(
                 Confirmation(
                     repr(c.method),
                     c.tokens_per_second,
                     c.se,
-                    float(tokens.sum() / seconds.sum()),
-                    _se(tokens / seconds),
+                    rate.mean,
+                    rate.se,
                     c.cost.tokens_per_call,
-                    float(tokens.sum() / calls.sum()),
+                    per_call.mean,
                     len(runs),
                     predicted_per_call_se=c.call_se,
-                    measured_per_call_se=_se(tokens / calls),
+                    measured_per_call_se=per_call.se,
                 )
             )
         ar = next(r for r in result.confirmed if r.method == repr(Autoregressive()))
@@ -401,6 +408,16 @@ def _interleaved(pair, prompts, methods, N: int, key) -> list[list]:
 def _cost(latency, method, y: Yield, N: int, tree: TreeOverhead = TreeOverhead()) -> RunCost:
     """The predicted cost of a run of ``N`` tokens with the rounds of ``y`` averaged over its contexts."""
     return run_cost(latency, method, y.outcome.mean(axis=0), y.drafted.mean(axis=0), N, tree)
+
+
+def summed_by_prompt(values, prompts: int) -> np.ndarray:
+    """Per-run ``values`` of runs made prompt after prompt, ``prompts`` at a time (run ``i`` decodes prompt
+    ``i mod prompts``), summed per prompt: the runs of one prompt share it, so the prompts are the independent
+    units of a standard error (:meth:`Estimate.ratio <speculab.counts.Estimate.ratio>`)."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.ndim != 1 or prompts < 1 or values.size % prompts:
+        raise ValueError(f"{values.size} runs are not whole rounds of {prompts} prompts")
+    return values.reshape(-1, prompts).sum(axis=0)
 
 
 def _se(values) -> float:

@@ -481,7 +481,15 @@ def _plan_section(folder: Path, data: dict) -> str:
     if data.get("engine"):
         parts.append(
             _table(
-                ["vLLM configuration", "predicted by", "tokens / call predicted", "measured", "z", "tokens / s"],
+                [
+                    "vLLM configuration",
+                    "predicted by",
+                    "tokens / call predicted",
+                    "measured",
+                    "z",
+                    "tokens / s",
+                    "verdict",
+                ],
                 [
                     [r["configuration"], r["rule"], f"{r['predicted_per_call']:.3f}"]
                     + (
@@ -493,6 +501,7 @@ def _plan_section(folder: Path, data: dict) -> str:
                             f"{r['tokens_per_second']:.0f}",
                         ]
                     )
+                    + [str(r.get("verdict", "—")) + (f" ({r['note']})" if r.get("note") else "")]
                     for r in data["engine"]
                 ],
             )

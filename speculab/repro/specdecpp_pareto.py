@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from speculab._validate import as_positive_int, spawn_seeds
+from speculab.counts import Estimate
 from speculab.repro._io import claim, describe_key, new_figure, pm, save_figure, signed, write_json
 
 W_REJ = (1.0, 3.0, 6.0, 12.0)
@@ -70,9 +71,8 @@ def _add_latency(r: dict, c: float) -> None:
 
 def _ratio(time: np.ndarray, tokens: np.ndarray) -> tuple[float, float]:
     """``Σ time / Σ tokens`` over the runs and its standard error by the delta method (a ratio of sums)."""
-    estimate = float(time.sum() / tokens.sum())
-    k, resid = time.size, time - estimate * tokens
-    return estimate, float(np.sqrt(k / (k - 1) * (resid @ resid)) / tokens.sum()) if k > 1 else float("nan")
+    est = Estimate.ratio(time, tokens)
+    return est.mean, est.se
 
 
 def _cost_ratio(pair, prompts, key) -> float:
