@@ -1029,6 +1029,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         if args.debug:
             raise
+        if isinstance(exc, ValueError) and hasattr(args, "max_new_tokens"):  # a decode's refusal, told by its flag
+            exc = _flagged(exc, ("max_new_tokens",))
         print(f"speculab: error: {_one_line(exc)}", file=sys.stderr)
         return 2 if isinstance(exc, (ValueError, FileNotFoundError)) else 1
     finally:

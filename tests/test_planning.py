@@ -155,6 +155,7 @@ def test_run_cost_meets_a_simulation_of_its_rounds():
 def test_candidates_are_lossless_unless_a_budget_lets_lossy_rules_in():
     lossless = candidates([1, 4], 0.0)
     assert isinstance(lossless[0], Autoregressive) and all(m.unbiased for m in lossless)
+    assert "BlockVerification(K=1)" not in {repr(m) for m in lossless}  # SD(K=1)'s law: ranked once
     assert {repr(m) for m in lossless} >= {"SD(K=4)", "GreedyDraft(K=1)", "BlockVerification(K=4)"}
     lossy = candidates([2], 0.05)
     assert any(not m.unbiased for m in lossy) and all(getattr(m, "K", 2) in (None, 2) for m in lossy[1:])
@@ -175,6 +176,7 @@ def test_candidates_are_lossless_unless_a_budget_lets_lossy_rules_in():
         (["--vllm-python", "/x"], "--vllm-python is read only with --engine vllm"),
         (["--max-nodes", "33"], "--max-nodes 33: 0 (no trees) or 2..32"),
         (["--max-nodes", "1"], "--max-nodes 1: 0 (no trees) or 2..32 (a tree has 2 nodes or more)"),
+        (["--max-new-tokens", "5000"], "argument --max-new-tokens: must be at most 236 for prompt 15 (20 tokens, the"),
         (["--engine", "vllm", "--draft", "/tmp"], "--engine vllm: give both --draft and --target"),
         (["--engine", "sglang"], "argument --engine: invalid choice: 'sglang'"),
         (["--engine", "vllm", "--pair", "tiny-ngram"], "--engine vllm: vLLM loads the draft from a folder"),

@@ -294,11 +294,13 @@ def _encode(pair: ModelPair, prompts, max_new_tokens: int) -> list[list[int]]:
     for i, ids in enumerate(encoded):
         if not ids:
             raise ValueError(f"prompt {i} is empty; give at least one token")
-        if pair.max_length and len(ids) + max_new_tokens > pair.max_length:
-            raise ValueError(
-                f"prompt {i} has {len(ids)} tokens; with max_new_tokens={max_new_tokens} the sequence "
-                f"exceeds the models' context of {pair.max_length}"
-            )
+    i = max(range(len(encoded)), key=lambda j: len(encoded[j]), default=None)  # the longest: the tightest room
+    if i is not None and pair.max_length and len(encoded[i]) + max_new_tokens > pair.max_length:
+        room = pair.max_length - len(encoded[i])
+        raise ValueError(
+            f"max_new_tokens must be at most {room} for prompt {i} ({len(encoded[i])} tokens, the longest, in the "
+            f"models' context of {pair.max_length})" + ("" if room > 0 else ": shorten it") + f"; got {max_new_tokens}"
+        )
     return encoded
 
 

@@ -55,12 +55,13 @@ TREE_CONTEXTS = 4
 
 
 def candidates(ks, bias_budget: float) -> list:
-    """The methods ranked (module docstring): autoregressive first, then each rule at each ``K`` of ``ks``."""
+    """The methods ranked (module docstring): autoregressive first, then each rule at each ``K`` of ``ks`` (block
+    verification from ``K = 2``: with one draft it is token verification, SD's own round law)."""
     from speculab.methods import SD, Autoregressive, Biased, BlockVerification, GreedyDraft, Typical
 
     out = [Autoregressive()]
     for K in ks:
-        out += [SD(K=K), GreedyDraft(K=K), BlockVerification(K=K)]
+        out += [SD(K=K), GreedyDraft(K=K)] + ([BlockVerification(K=K)] if K > 1 else [])
         if bias_budget > 0:
             out += [Biased(eps, K=K) for eps in EPSILONS]
             out.append(Typical(0.09, 0.3, K=K))  # Medusa's posterior_threshold and posterior_alpha
@@ -201,11 +202,13 @@ def plan(
       max_nodes: the largest token tree ranked (0: no trees; :func:`tree_candidates`).
     """
     from speculab._validate import spawn_seeds
+    from speculab.backends.decode import _encode
     from speculab.backends.latency import fit_latency, timed_decode
     from speculab.backends.pair import check_pair
     from speculab.methods import SD, Autoregressive
 
     check_pair(pair)
+    _encode(pair, [*prompts, *held_out], max_new_tokens)  # every prompt fits the context, before anything is timed
     ks = list(ks)
     if not ks or any(isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 16 for k in ks):
         raise ValueError(f"ks must be integers in 1..16; got {ks!r}")
