@@ -3,7 +3,8 @@
 A GPU run's folder (the device machine's ``OUT``, copied under ``benchmarks/tables/gpu/``) holds ``log.txt`` (the
 script's log: each step's command, time limit, exit status and seconds), ``validation.json`` (float32) and
 ``bf16/validation.json``, ``float32/`` and ``bf16/bench_batched.{json,md}`` (included by the docs as they are),
-``plan.json`` (``speculab plan --device cuda --out``); the tests step's log holds the real-model tests' slow tier
+``plan.json`` (``speculab plan --device cuda --out``; a plan of another pair in a folder of its own, e.g.
+``ngram/plan.json``); the tests step's log holds the real-model tests' slow tier
 (``slow_log.txt`` where it ran apart), and ``slow_rerun_log.txt`` the failed tests again where a failure was mended.
 This renders ``gpu.md`` from them and the plan's figure from ``plan.json``; each file is checked first as ``speculab
 report`` checks it (a validation's digest and the sense of its rows, a plan's rates), so nothing on the page is typed
@@ -144,14 +145,31 @@ def _plan(p: dict) -> str:
     return f"{top}\n\n{confirmed}\n\nVerdict: {p['verdict']}."
 
 
+def plans(folder: Path) -> list[tuple[dict, bool]]:
+    """The run's plans (``plan.json``, then any ``*/plan.json``), each checked for sense as ``speculab report``
+    checks it, with whether it is signed: a plan written before plans carried a digest is shown and said to be
+    unsigned; a signed one whose digest does not match is refused."""
+    from speculab.repro.report import _plan_digest_problem, plan_problem
+
+    out = []
+    for path in [folder / "plan.json", *sorted(folder.glob("*/plan.json"))]:
+        if not path.exists():
+            continue
+        data = json.loads(_read(path.parent, path.name))
+        problem = plan_problem(data) or ("digest" in data and _plan_digest_problem(data))
+        if problem:
+            raise ValueError(f"{path}: {problem}")
+        out.append((data, "digest" in data))
+    return out
+
+
 def markdown(folder: Path) -> str:
     """``gpu.md`` of a GPU run's folder, every file checked as ``speculab report`` checks it."""
-    from speculab.repro.report import _plan as checked_plan
     from speculab.repro.report import _validation as checked_validation
 
     f32, bf16 = checked_validation(folder), checked_validation(folder / "bf16")
-    plan = checked_plan(folder)
-    if f32 is None or bf16 is None or plan is None:
+    planned = plans(folder)
+    if f32 is None or bf16 is None or not planned:
         raise SystemExit(f"gpu_tables: {folder} lacks validation.json, bf16/validation.json or plan.json")
     s = f32["settings"]
     bench = json.loads(_read(folder / "float32", "bench_batched.json"))["provenance"]
@@ -194,15 +212,20 @@ def markdown(folder: Path) -> str:
         f"{'PASSED' if bf16['passed'] else 'FAILED'})",
         "",
         _laws(bf16),
-        "",
-        f"### `speculab plan --pair {plan['settings']['pair']} --device cuda`",
-        "",
-        f"Runs of {plan['settings']['max_new_tokens']} tokens, rounds along {plan['settings']['contexts']} contexts of "
-        f"{plan['settings']['prompts']} prompts, confirmed on {plan['settings']['held_out']} held-out prompts × "
-        f"{plan['settings']['confirm_runs']} runs; the best candidates within the budget, then the confirmations:",
-        "",
-        _plan(plan),
     ]
+    for plan, signed in planned:
+        ps = plan["settings"]
+        parts += [
+            "",
+            f"### `speculab plan --pair {ps['pair']} --device cuda`",
+            "",
+            f"Runs of {ps['max_new_tokens']} tokens, rounds along {ps['contexts']} contexts of {ps['prompts']} "
+            f"prompts, confirmed on {ps['held_out']} held-out prompts × {ps['confirm_runs']} runs"
+            + ("" if signed else " (its plan.json unsigned: written before plans carried a digest)")
+            + "; the best candidates within the budget, then the confirmations:",
+            "",
+            _plan(plan),
+        ]
     return "\n".join(parts) + "\n"
 
 

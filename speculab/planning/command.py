@@ -180,8 +180,26 @@ def label(method: str) -> str:
     return re.sub(r", draws='(\w+)'", r"; \1", out)
 
 
+#: What the digest of a ``plan.json`` is taken with, beside its content.
+PLAN_HEADER = {"format": "speculab-plan/1"}
+
+
+def plan_digest(data: dict) -> str:
+    """SHA-256 of a ``plan.json``'s content but its own ``digest``: ``speculab report`` refuses a plan edited since
+    ``plan`` wrote it. Unkeyed, as every digest here: it cannot tell a file edited and signed again with this
+    function (whose values ``report`` still checks for sense)."""
+    from speculab.sim.checkpoint import line_digest
+
+    return line_digest(PLAN_HEADER, data)
+
+
 def to_json(result) -> dict:
-    """The plan as plain JSON values (non-finite numbers as ``null``)."""
+    """The plan as plain JSON values (non-finite numbers as ``null``), signed (:func:`plan_digest`)."""
+    data = json.loads(json.dumps(_content(result)))  # as the file holds it
+    return {**data, "digest": plan_digest(data)}
+
+
+def _content(result) -> dict:
     lat = result.latency
     return {
         "settings": result.settings,

@@ -386,48 +386,104 @@ PLAN = "plan.json"
 
 
 def _plan(folder: Path) -> dict | None:
-    """``plan.json`` of the folder (``speculab plan --out``), checked to be what the command writes: every rate
-    and count a positive finite number, tokens per round at least 1, biases TVs, verdict a string."""
+    """``plan.json`` of the folder (``speculab plan --out``), checked field by field to be what the command writes
+    (:func:`plan_problem`) and signed by it (its digest): a value of another type, or one no run gives, is refused
+    naming the field."""
     path = folder / PLAN
     if not path.exists():
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        problem = _plan_problem(data)
-    except (UnicodeDecodeError, json.JSONDecodeError, TypeError, KeyError, AttributeError) as exc:
-        problem = f"not a plan ({type(exc).__name__})"
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not a plan ({exc}); rerun `speculab plan --out {folder}`") from None
+    problem = plan_problem(data) or _plan_digest_problem(data)
     if problem:
         raise ValueError(f"{path}: {problem}; rerun `speculab plan --out {folder}`")
     return data
 
 
-def _plan_problem(data) -> str | None:
-    def positive(x):
-        return _is_number(x) and x > 0
+def _plan_digest_problem(data: dict) -> str | None:
+    from speculab.planning.command import plan_digest
 
-    if not isinstance(data, dict) or not isinstance(data.get("ranked"), list) or not data["ranked"]:
+    if data.get("digest") != plan_digest({k: v for k, v in data.items() if k != "digest"}):
+        return (
+            "its digest does not match its content: edited since `speculab plan` wrote it "
+            "(or written before plans were signed)"
+        )
+    return None
+
+
+def _positive(x) -> bool:
+    return _is_number(x) and math.isfinite(x) and x > 0
+
+
+def _at_least_one(x) -> bool:
+    return _is_number(x) and math.isfinite(x) and x >= 1
+
+
+def _is_text(x) -> bool:
+    return isinstance(x, str)
+
+
+#: The fields of ``plan.json``'s settings and rows, and the checks each value must pass (what the command writes).
+_PLAN_SETTINGS = {
+    "pair": _is_text,
+    "max_new_tokens": _is_count,
+    "contexts": _is_count,
+    "bias_budget": lambda x: _is_number(x) and 0 <= x <= 1,
+}
+_PLAN_ROWS = {
+    "ranked": {
+        "method": _is_text,
+        "K": lambda x: isinstance(x, int) and not isinstance(x, bool) and x >= 0,
+        "tokens_per_round": _at_least_one,
+        "tokens_per_call": _at_least_one,
+        "bias": lambda x: _is_number(x) and 0 <= x <= 1,
+        "tokens_per_second": _positive,
+        "allowed": lambda x: isinstance(x, bool),
+    },
+    "confirmed": {
+        "method": _is_text,
+        "predicted": _positive,
+        "measured": _positive,
+        "error": lambda x: _is_number(x) and math.isfinite(x),
+        "predicted_speedup": _positive,
+        "measured_speedup": _positive,
+        "predicted_per_call": _at_least_one,
+        "measured_per_call": _at_least_one,
+    },
+    "engine": {
+        "configuration": _is_text,
+        "rule": _is_text,
+        "predicted_per_call": _at_least_one,
+    },
+}
+
+
+def plan_problem(data) -> str | None:
+    """What makes ``data`` other than what ``speculab plan`` writes (a field missing or of another type, a rate no
+    run gives, fewer than one token per call, a bias that is not a TV), naming the field; or ``None``."""
+    if not isinstance(data, dict) or not isinstance(data.get("settings"), dict):
+        return "no settings"
+    for name, ok in _PLAN_SETTINGS.items():
+        if not ok(data["settings"].get(name)):
+            return f"settings.{name} is missing or not what a plan writes"
+    if not isinstance(data.get("verdict"), str):
+        return "no verdict"
+    if not isinstance(data.get("ranked"), list) or not data["ranked"]:
         return "no ranked candidates"
-    if not isinstance(data.get("confirmed"), list) or not isinstance(data.get("verdict"), str):
-        return "no confirmations or verdict"
-    for r in data["ranked"]:
-        if not (isinstance(r.get("method"), str) and positive(r["tokens_per_second"]) and r["tokens_per_round"] >= 1):
-            return f"ranked row {r.get('method')!r}: a rate or tokens per round that no run gives"
-        if not (_is_number(r["bias"]) and 0 <= r["bias"] <= 1 and r["K"] >= 0):
-            return f"ranked row {r['method']!r}: a bias outside [0, 1] or a negative K"
-    for r in data["confirmed"]:
-        if not (positive(r["predicted"]) and positive(r["measured"]) and positive(r["measured_per_call"])):
-            return f"confirmed row {r.get('method')!r}: a rate that no run gives"
-    engine = data.get("engine", [])
-    if not isinstance(engine, list):
-        return "engine rows that are not a list"
-    for r in engine:
-        ran = r.get("error") is None
-        if not (isinstance(r.get("configuration"), str) and _is_number(r.get("predicted_per_call"))):
-            return f"engine row {r.get('configuration')!r}: no configuration or prediction"
-        if r["predicted_per_call"] < 1 or (
-            ran and not (_is_number(r.get("measured_per_call")) and r["measured_per_call"] >= 1)
-        ):
-            return f"engine row {r['configuration']!r}: fewer than one token per target call, which no run gives"
+    for key, fields in _PLAN_ROWS.items():
+        rows = data.get(key, [])
+        if not isinstance(rows, list):
+            return f"{key!r} is not a list"
+        for i, row in enumerate(rows):
+            if not isinstance(row, dict):
+                return f"{key}[{i}] is not an object"
+            for name, ok in fields.items():
+                if not ok(row.get(name)):
+                    return f"{key}[{i}].{name} is missing or not what a plan gives ({row.get(name)!r})"
+            if key == "engine" and row.get("error") is None and not _at_least_one(row.get("measured_per_call")):
+                return f"{key}[{i}].measured_per_call: fewer than one token per target call, which no run gives"
     return None
 
 
