@@ -239,7 +239,7 @@ def test_plan_ranks_predicts_and_confirms_on_the_tiny_pair(tmp_path, capsys, mon
         ({"ranked": [plan["ranked"][0] | {"tokens_per_second": -1.0}]}, r"ranked\[0\].tokens_per_second is missing"),
         (
             {"ranked": [plan["ranked"][0] | {"bias": "0"}]},
-            r"ranked\[0\].bias is missing or not what a plan gives \('0'\)",
+            r"ranked\[0\].bias is missing or of the wrong type \('0'\)",
         ),
         (
             {"confirmed": [{k: v for k, v in plan["confirmed"][0].items() if k != "measured"}]},

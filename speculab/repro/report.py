@@ -226,18 +226,9 @@ def _validation_problem(data) -> str | None:
     if (settings["device_name"] == "cpu") == settings["device"].startswith("cuda"):
         return "settings.device_name is not the device's (a CUDA device's name, or cpu for any other device)"
     for key, fields in _VALIDATION_ROWS.items():
-        rows = data.get(key)
-        if not isinstance(rows, list):
-            return f"{key!r} is not a list"
-        for i, row in enumerate(rows):
-            if not isinstance(row, dict):
-                return f"{key}[{i}] is not an object"
-            for name, ok in fields.items():
-                if name not in row or not ok(row[name]):
-                    return f"{key}[{i}].{name} is missing or of the wrong type"
-            problem = _ROW_SENSE[key](row, settings)
-            if problem:
-                return f"{key}[{i}].{problem}"
+        problem = _rows_problem(key, data.get(key), fields, lambda row, key=key: _ROW_SENSE[key](row, settings))
+        if problem:
+            return problem
     laws = data["laws"]
     if [r["lossless"] for r in laws] != [True] * (len(laws) - 1) + [False]:
         return "laws does not end with the control, the one method that is not lossless (every validation tests it)"
@@ -473,17 +464,34 @@ def plan_problem(data) -> str | None:
     if not isinstance(data.get("ranked"), list) or not data["ranked"]:
         return "no ranked candidates"
     for key, fields in _PLAN_ROWS.items():
-        rows = data.get(key, [])
-        if not isinstance(rows, list):
-            return f"{key!r} is not a list"
-        for i, row in enumerate(rows):
-            if not isinstance(row, dict):
-                return f"{key}[{i}] is not an object"
-            for name, ok in fields.items():
-                if not ok(row.get(name)):
-                    return f"{key}[{i}].{name} is missing or not what a plan gives ({row.get(name)!r})"
-            if key == "engine" and row.get("error") is None and not _at_least_one(row.get("measured_per_call")):
-                return f"{key}[{i}].measured_per_call: fewer than one token per target call, which no run gives"
+        problem = _rows_problem(key, data.get(key, []), fields, _engine_sense if key == "engine" else lambda row: None)
+        if problem:
+            return problem
+    return None
+
+
+def _engine_sense(row: dict) -> str | None:
+    if row.get("error") is None and not _at_least_one(row.get("measured_per_call")):
+        return "measured_per_call: fewer than one token per target call, which no run gives"
+    return None
+
+
+def _rows_problem(key: str, rows, fields: dict, sense) -> str | None:
+    """What is wrong with the first of ``rows`` (a file's ``key`` list) that has a field of ``fields`` missing or
+    failing its check, or fails ``sense(row)`` (a value no run gives), naming the row and the field; or ``None``."""
+    if not isinstance(rows, list):
+        return f"{key!r} is not a list"
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            return f"{key}[{i}] is not an object"
+        for name, ok in fields.items():
+            if name not in row or not ok(row[name]):
+                return f"{key}[{i}].{name} is missing or of the wrong type" + (
+                    f" ({row[name]!r})" if name in row else ""
+                )
+        problem = sense(row)
+        if problem:
+            return f"{key}[{i}].{problem}"
     return None
 
 
