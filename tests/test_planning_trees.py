@@ -147,3 +147,35 @@ def test_plan_ranks_confirms_and_draws_token_trees(tmp_path, capsys):
     from speculab.repro.report import build_report
 
     assert "plan: the best configuration" in build_report(tmp_path).read_text()
+
+
+def test_a_shorter_cut_of_a_tree_reads_the_taller_ones_drafted_trees(monkeypatch):
+    """Batch SD's 3 chains of 2 and of 3 tokens: the trees are drafted once, for the taller, and the shorter's rounds
+    are exactly the taller's cut to two levels."""
+    import speculab.planning.trees as trees
+
+    _, _, pair = _iid_pair(1)
+    calls = []
+    real = trees.tree_laws
+    monkeypatch.setattr(trees, "tree_laws", lambda *a, **k: calls.append(a[2]) or real(*a, **k))
+    tall, short = RRS((3, 1, 1), draws="iid"), RRS((3, 1), draws="iid")
+    ys = trees.tree_yields(
+        pair, [short, tall], [[0]] * 50, sampling=Sampling(1.0), rng=torch.Generator().manual_seed(0)
+    )
+    assert calls == [tall.tree] * 50
+    assert np.array_equal(ys[0].outcome, ys[1].outcome[:, :3, :3]) and np.array_equal(
+        ys[0].drafted, ys[1].drafted[:, :3]
+    )
+
+
+def test_batch_sd_is_ranked_as_chains_from_the_root_within_the_node_budget():
+    from speculab.planning.command import label
+    from speculab.planning.plan import MAX_DRAFTS, batch_trees
+
+    trees = batch_trees([1, 2, 8], 16)
+    widths = {m.tree.widths for m in trees}
+    assert all(m.draws == "iid" for m in trees)
+    assert (2,) + (1,) * 7 in widths and (3,) + (1,) * 7 not in widths  # 24 nodes: past the budget
+    assert {(M,) for M in range(2, MAX_DRAFTS + 1)} <= widths and (8, 1) in widths and (9,) not in widths
+    assert label(repr(RRS((3, 1), draws="iid"))) == "RRS(3,1; iid) = BatchSD(M=3, K=2)"
+    assert label(repr(RRS((3, 1), draws="distinct"))) == "RRS(3,1; distinct)"  # distinct drafts: not batch SD

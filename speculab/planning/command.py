@@ -174,10 +174,15 @@ def plan_of(args):
 
 def label(method: str) -> str:
     """A method's repr shortened for a table: a tree verifier's tree as its widths (or parents) and its draws,
-    ``RRS(tree=Tree.from_widths((2, 1)), draws='distinct')`` → ``RRS(2,1; distinct)``."""
+    ``RRS(tree=Tree.from_widths((2, 1)), draws='distinct')`` → ``RRS(2,1; distinct)``; ``M`` i.i.d. chains of ``K``
+    from the root named as the batch SD they are, ``RRS(3,1; iid)`` → ``RRS(3,1; iid) = BatchSD(M=3, K=2)``."""
     out = re.sub(r"tree=Tree\.from_widths\(\(([\d, ]+?),?\)\)", lambda m: m.group(1).replace(" ", ""), method)
     out = re.sub(r"tree=Tree\(parents=\(([\d, ]+?),?\)\)", lambda m: "parents=" + m.group(1).replace(" ", ""), out)
-    return re.sub(r", draws='(\w+)'", r"; \1", out)
+    out = re.sub(r", draws='(\w+)'", r"; \1", out)
+    chains = re.fullmatch(r"RRS\((\d+)((?:,1)*); iid\)", out)
+    if chains and int(chains.group(1)) > 1:
+        out += f" = BatchSD(M={chains.group(1)}, K={1 + chains.group(2).count(',')})"
+    return out
 
 
 #: What the digest of a ``plan.json`` is taken with, beside its content.

@@ -49,6 +49,8 @@ NODE_BUDGETS = (2, 3, 4, 6, 8, 12, 16)
 MAX_NODES = 32
 #: Children per node of the star whose round law estimates the positional acceptance.
 STAR = 4
+#: The most drafts of batch SD ranked (``M``), as trees of ``M`` chains (:func:`batch_trees`).
+MAX_DRAFTS = 8
 #: Contexts per prompt (its first ones) along which each token tree's round is computed: a tree round costs a forward
 #: call per level and model, so fewer than a chain's, still over every prompt.
 TREE_CONTEXTS = 4
@@ -239,7 +241,7 @@ def plan(
     shapes: list = []
     if max_nodes:
         few = [c for i, c in enumerate(ctxs) if i % per_prompt < TREE_CONTEXTS]  # each prompt's first contexts
-        trees, shapes = tree_candidates(pair, few, max_nodes, sampling=sampling, key=seeds[4])
+        trees, shapes = tree_candidates(pair, few, max_nodes, sampling=sampling, key=seeds[4], ks=ks)
         rng = torch.Generator().manual_seed(int(spawn_seeds(seeds[4], 2)[1]))
         yields += tree_yields(pair, trees, few, sampling=sampling, rng=rng)
         methods += trees
@@ -352,13 +354,28 @@ def calibration_trees() -> tuple:
     return RRS((2, 1), draws="distinct"), RRS((2, 2, 2), draws="distinct")
 
 
-def tree_candidates(pair, ctxs, max_nodes: int, *, sampling, key) -> tuple[list, list]:
+def batch_trees(ks, max_nodes: int) -> list:
+    """Batch SD's rounds as trees: ``M`` = 2..:data:`MAX_DRAFTS` i.i.d. drafts of ``K`` tokens each (``K`` in ``ks``,
+    ``M·K`` nodes at most ``max_nodes``) are RRS with replacement on ``M`` chains from the root, [Yin] Algorithm 4 —
+    batch SD's own round law (``tests/test_trees.py::test_rrs_at_a_root_of_chains_is_batch_sd``), its ``M`` drafts
+    verified in one call of ``M·K + 1`` tokens under tree attention rather than as ``M`` rows."""
+    from speculab.methods import RRS
+
+    return [
+        RRS((M,) + (1,) * (K - 1), draws="iid")
+        for M in range(2, MAX_DRAFTS + 1)
+        for K in sorted(ks)
+        if M * K <= max_nodes
+    ]
+
+
+def tree_candidates(pair, ctxs, max_nodes: int, *, sampling, key, ks=()) -> tuple[list, list]:
     """The token trees ranked, and the shape comparison (:mod:`speculab.planning.trees`): at each node budget of
     :data:`NODE_BUDGETS` up to ``max_nodes``, Sequoia's tree under the positional acceptance of RRS with and without
     replacement (estimated along ``ctxs``) verified by RRS that way, and the
     without-replacement tree by traversal verification; where every shape of the budget is evaluated (at most
-    :data:`~speculab.planning.trees.EXACT_NODES` nodes), the exact best too. Chains are left out (SD and block
-    verification are ranked at every ``K``)."""
+    :data:`~speculab.planning.trees.EXACT_NODES` nodes), the exact best too; and batch SD's ``M`` drafts at each ``K``
+    of ``ks`` (:func:`batch_trees`). Chains are left out (SD and block verification are ranked at every ``K``)."""
     from speculab._validate import spawn_seeds
     from speculab.methods import RRS, Traversal
     from speculab.methods.tree_shapes import sequoia_tree
@@ -383,6 +400,7 @@ def tree_candidates(pair, ctxs, max_nodes: int, *, sampling, key) -> tuple[list,
                 if row["exact"] is not None:
                     out += [RRS(row["exact"], draws="distinct"), Traversal(row["exact"], draws="distinct")]
                 shapes.append({**row, "draws": draws, "sequoia": str(row["sequoia"]), "exact": _text(row["exact"])})
+    out += batch_trees(ks, max_nodes)
     unique = []
     for m in out:
         if m not in unique and any(len(c) > 1 for c in m.tree.children):

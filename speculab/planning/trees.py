@@ -85,12 +85,23 @@ def tree_yield(pair, method, ctxs: list[list[int]], *, sampling, rng: torch.Gene
 
 def tree_yields(pair, methods: list, ctxs: list[list[int]], *, sampling, rng: torch.Generator) -> list[Yield]:
     """:func:`tree_yield` of each of ``methods``; verifiers of one tree drafted alike (the same tree and draws) are
-    evaluated on the same drafted trees, drafted once per context."""
+    evaluated on the same drafted trees, drafted once per context, and so is a tree that is the first levels of a
+    taller one drafted alike (batch SD's ``M`` chains at ``K`` and at ``K' > K``): its rounds read the taller trees
+    cut, as a round near the horizon does."""
     groups: dict = {}
     for i, m in enumerate(methods):
         groups.setdefault((m.tree, m.draws), []).append(i)
     out: list = [None] * len(methods)
-    for (tree, draws), members in groups.items():
+    order = sorted(groups, key=lambda g: -g[0].height)  # the taller first: a shorter cut of one reads its trees
+    source = {}
+    for i, (tree, draws) in enumerate(order):
+        source[(tree, draws)] = next(
+            (g for g in order[:i] if g[1] == draws and source[g] is None and g[0].truncated(tree.height) == tree), None
+        )
+    readers = {g: sum(1 for s in source.values() if s == g) for g in order}
+    drawn_for: dict = {}  # a shape's drafted trees, kept while a shorter cut of it is still to read them
+    for tree, draws in order:
+        members, taller = groups[(tree, draws)], source[(tree, draws)]
         H, n = tree.height, len(ctxs)
         cuts = {L: [j for j in range(tree.size + 1) if tree.depth[j] <= L] for L in range(1, H + 1)}
         depth = torch.tensor(tree.depth)
@@ -99,8 +110,17 @@ def tree_yields(pair, methods: list, ctxs: list[list[int]], *, sampling, rng: to
         drafted = np.zeros((n, H + 1))
         for L, keep in cuts.items():
             drafted[:, L] = len(keep) - 1
-        drawn = [tree_laws(pair, ctx, tree, sampling, draws, rng) for ctx in ctxs]
-        P, Q, x = (torch.stack(a) for a in zip(*drawn))  # (n, N + 1, V) twice, (n, N + 1): every context at once
+        if taller is not None:  # this shape is a taller one's first H levels: the same drafted trees, cut
+            nodes = [j for j in range(taller[0].size + 1) if taller[0].depth[j] <= H]
+            P, Q, x = (a[:, nodes] for a in drawn_for[taller])
+            readers[taller] -= 1
+            if not readers[taller]:
+                del drawn_for[taller]
+        else:
+            drawn = [tree_laws(pair, ctx, tree, sampling, draws, rng) for ctx in ctxs]
+            P, Q, x = (torch.stack(a) for a in zip(*drawn))  # (n, N + 1, V) twice, (n, N + 1): every context at once
+            if readers[(tree, draws)]:
+                drawn_for[(tree, draws)] = (P, Q, x)
         for k, member in enumerate(members):
             for L, keep in cuts.items():
                 end = methods[member].round_law(P[:, keep], Q[:, keep], x[:, keep], bonus=True).end  # (n, N_L + 1)
