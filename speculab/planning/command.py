@@ -295,12 +295,24 @@ def table(result, top: int = 12) -> str:
     if searched:
         lines += [
             "",
-            "tree shapes, RRS without replacement (tokens/round along the shapes' contexts, each shape its own "
-            "drafted trees): Sequoia's program under the estimated positional acceptance vs every shape searched",
+            "tree shapes, RRS without replacement: Sequoia's program under the estimated positional acceptance vs "
+            "the best of every shape searched (a shape as its children per node at each depth: 1,1 is a chain of "
+            "two, 2 a root with two children; tokens/round of both on freshly drafted trees, ± one standard error "
+            "over the contexts)",
         ]
         for r in searched:
-            same = "the same" if r["sequoia"] == r["exact"] else f"{r['sequoia_tokens']:.3f} vs {r['exact_tokens']:.3f}"
-            lines.append(f"  {r['nodes']:>2} nodes: Sequoia {r['sequoia']:<14} exact best {r['exact']:<14} ({same})")
+            both = (
+                f"the same, {r['exact_tokens']:.3f} ± {_se_text(r['exact_se'])}"
+                if r["sequoia"] == r["exact"]
+                else f"{r['sequoia_tokens']:.3f} ± {_se_text(r['sequoia_se'])} vs {r['exact_tokens']:.3f} ± "
+                f"{_se_text(r['exact_se'])}"
+            )
+            lines.append(f"  {r['nodes']:>2} nodes: Sequoia {r['sequoia']:<14} exact best {r['exact']:<14} ({both})")
+        if all(set(r["exact"].split(",")) == {"1"} for r in searched):
+            lines.append(
+                "  (every best shape searched is a chain: on this pair a tree's extra branches keep less than a "
+                "deeper chain, which SD and block verification rank at every K)"
+            )
     if result.confirmed:
         lines += [
             "",

@@ -155,7 +155,9 @@ def rank_acceptance_along(pair, ctxs: list[list[int]], k: int, *, sampling, draw
 def best_shapes(pair, rule, ctxs, budgets, acceptance, *, sampling, rng) -> list[dict]:
     """For each node budget ``n`` of ``budgets``: Sequoia's tree under ``acceptance`` and, where ``n ≤``
     :data:`EXACT_NODES`, the best of every ordered tree of ``n`` nodes by tokens per round along ``ctxs`` (each
-    shape's own drafted trees; ``rule(tree)`` builds the verifier), with both trees' tokens per round there."""
+    shape's own drafted trees; ``rule(tree)`` builds the verifier), with both trees' tokens per round there — both
+    evaluated again on freshly drafted trees (with their standard errors over the contexts): the largest of many
+    noisy estimates is biased up (the winner's curse), a fresh estimate of the winner is not."""
     from speculab.methods.tree_shapes import ordered_trees, sequoia_tree
 
     out = []
@@ -164,9 +166,14 @@ def best_shapes(pair, rule, ctxs, budgets, acceptance, *, sampling, rng) -> list
         row = {"nodes": n, "sequoia": sequoia, "exact": None, "sequoia_tokens": None, "exact_tokens": None}
         if n <= EXACT_NODES:
             values = {t: tree_yield(pair, rule(t), ctxs, sampling=sampling, rng=rng).tokens for t in ordered_trees(n)}
-            if sequoia not in values:  # fewer than n nodes: the program found no use for the rest
-                values[sequoia] = tree_yield(pair, rule(sequoia), ctxs, sampling=sampling, rng=rng).tokens
             best = max(values, key=values.get)
-            row.update(exact=best, exact_tokens=values[best], sequoia_tokens=values[sequoia])
+            fresh = {t: tree_yield(pair, rule(t), ctxs, sampling=sampling, rng=rng) for t in {best, sequoia}}
+            row.update(
+                exact=best,
+                exact_tokens=fresh[best].tokens,
+                exact_se=fresh[best].se,
+                sequoia_tokens=fresh[sequoia].tokens,
+                sequoia_se=fresh[sequoia].se,
+            )
         out.append(row)
     return out
