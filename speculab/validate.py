@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from speculab._lines import line_digest
 from speculab._validate import as_positive_int, check_text, spawn_seeds
 
 __all__ = [
@@ -180,12 +181,10 @@ FILE_HEADER = {"format": "speculab-validation/1"}
 
 
 def file_digest(data: dict) -> str:
-    """SHA-256 of a ``validation.json``'s content but its own ``digest`` (:func:`speculab.sim.checkpoint.line_digest`
+    """SHA-256 of a ``validation.json``'s content but its own ``digest`` (:func:`speculab._lines.line_digest`
     under :data:`FILE_HEADER`): ``speculab report`` refuses a file edited since ``validate`` wrote it. The digest is
     unkeyed: it proves the content was signed by this function, not measured — a file edited and signed again with
     values a validation could give (another device name, other G statistics with their p-values) is shown as is."""
-    from speculab.sim.checkpoint import line_digest
-
     return line_digest(FILE_HEADER, data)
 
 
