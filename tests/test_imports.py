@@ -6,7 +6,7 @@ is a module, else on ``speculab.x`` (for a package, its ``__init__``: importing 
 depends on everything the facade gathers). The layers, from the ground up:
 
 0. ``speculab``'s own helpers (the signed JSON lines that checkpoints and journals are written in among them), the
-   kernels, the counts and the rows that put theory beside measurement;
+   kernels, the counts, the rows that put theory beside measurement, and the statistical tests (``stats``);
 1. ``speculab.theory``: the mathematics;
 2. ``speculab.methods``: each method's rule, law and expectations (on the theory);
 3. ``speculab.sim``: the simulators (of the methods);
@@ -34,6 +34,7 @@ GROUND = {
     "speculab.kernels",
     "speculab.counts",
     "speculab.rows",
+    "speculab.stats",
     "speculab._lines",
 }
 LAYERS = [
@@ -54,6 +55,7 @@ LAYERS = [
 #: Edges the layers alone allow but the design does not, with the reason: an importer (a module or a package) may
 #: not import a module of the imported prefix.
 FORBIDDEN = [
+    ("speculab.certify", "speculab.validate", "the statistical tests certify shares with validate live in stats"),
     ("speculab.backends", "speculab.sim", "the journals' line format is speculab._lines, not the checkpoints'"),
 ]
 
@@ -188,11 +190,12 @@ def test_no_forbidden_edge():
 
 def test_the_forbidden_edges_are_found():
     """The check itself, on a graph with today's edges removed and the old ones put back."""
-    old = {"speculab.backends.journal": {"speculab.sim.checkpoint"}}
+    old = {"speculab.certify": {"speculab.validate"}, "speculab.backends.journal": {"speculab.sim.checkpoint"}}
     assert [line.split(":")[0] for line in forbidden(old)] == [
         "speculab.backends.journal imports speculab.sim.checkpoint",
+        "speculab.certify imports speculab.validate",
     ]
-    assert forbidden({"speculab.sim": {"speculab.backends"}}) == []
+    assert forbidden({"speculab.validate": {"speculab.certify"}, "speculab.sim": {"speculab.backends"}}) == []
 
 
 @pytest.mark.parametrize(
