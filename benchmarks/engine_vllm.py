@@ -52,7 +52,7 @@ def _short(error: str) -> str:
 
 
 def _law(c: dict, i: int) -> str:
-    from speculab.validate import ALPHA, least_power
+    from speculab.stats import ALPHA, least_power
 
     if i < len(c["laws"]):
         row = c["laws"][i]

@@ -46,7 +46,7 @@ from speculab.methods.chain import Rule, one_step_law
 from speculab.methods.tree import check_enumeration, drafted_trees
 from speculab.sim._laws import check_laws
 from speculab.theory.instance import MarkovInstance
-from speculab.validate import POWER, detectable_tv, g_test, least_power
+from speculab.stats import LAW_TOKENS, POWER, detectable_tv, g_test, law_row, least_power
 
 __all__ = ["Certificate", "SamplerCheck", "certify", "check_decoder", "check_sampler", "nasty_pairs", "stream_law"]
 
@@ -606,10 +606,10 @@ def check_decoder(decoder, pair, prompt: str, *, runs: int, key, sampling=None, 
     """A statistical test of a black-box decoder on real models, against the target's exact law of its first tokens.
 
     ``decoder(ids, runs, key)`` decodes the prompt's token ids ``runs`` times and returns each run's tokens (at least
-    :data:`~speculab.validate.LAW_TOKENS`, or fewer ending at EOS). The law of the first token and of the first
-    :data:`~speculab.validate.LAW_TOKENS` is computed from the target model's logits after ``sampling``'s warp (the
+    :data:`~speculab.stats.LAW_TOKENS`, or fewer ending at EOS). The law of the first token and of the first
+    :data:`~speculab.stats.LAW_TOKENS` is computed from the target model's logits after ``sampling``'s warp (the
     default: temperature 1), and each is G-tested as ``speculab validate`` tests the project's own methods (level
-    ``ALPHA / 2`` each). Returns a :class:`~speculab.validate.LawRow`: the tests, the least TV each refuses with
+    ``ALPHA / 2`` each). Returns a :class:`~speculab.stats.LawRow`: the tests, the least TV each refuses with
     probability 0.99 and, with ``control`` (a biased first-token law), the first-token test's power against it
     (else NaN).
     """
@@ -617,7 +617,7 @@ def check_decoder(decoder, pair, prompt: str, *, runs: int, key, sampling=None, 
 
     from speculab.backends import Sampling
     from speculab.backends.pair import check_pair
-    from speculab.validate import LAW_TOKENS, law_row, next_law, target_cells
+    from speculab.backends.exact_law import next_law, target_cells
 
     check_pair(pair)
     sampling = Sampling() if sampling is None else sampling

@@ -3,16 +3,13 @@ r"""``speculab validate``: the real-model backend checked on a device, in one co
 Convention: ``p`` = draft, ``q`` = target. Three parts, each a table of the :class:`Validation` it returns (and
 JSON, and a section of ``speculab report``):
 
-* **Laws.** Each lossless method decodes ``runs`` copies of one prompt for :data:`LAW_TOKENS` tokens with blocks
-  of :data:`LAW_K` drafts, so the first round meets corrections at every slot and, when it accepts its whole
-  block, a bonus token. The law of the first token must be the target's own ``q(· | prompt)`` and that of the
-  first three ``q(x_1) q(x_2 | x_1) q(x_3 | x_1, x_2)``, computed here from the target model's logits (float64
-  from its float32 logits, after the same sampling warp) for every prefix likely enough to be seen. Each is held
-  to its samples by a G-test (cells whose expected count is below 5 merged into one), at level ``α / 2`` each.
-  Each test's **power is stated against any law at a given TV** from the target on its cells: since
-  :math:`\chi^2(w \| q) \ge 4\,\mathrm{TV}(w, q)^2` (Cauchy–Schwarz), a law at TV ``δ`` gives the G-test a
-  noncentrality of at least :math:`4 n \delta^2` (noncentral :math:`\chi^2`, Pearson's approximation), and the
-  table gives the smallest ``δ`` refused with probability 0.99. A **biased control** — Decoding-UNO ([Yin] §4.2:
+* **Laws.** Each lossless method decodes ``runs`` copies of one prompt for :data:`~speculab.stats.LAW_TOKENS`
+  tokens with blocks of :data:`LAW_K` drafts, so the first round meets corrections at every slot and, when it
+  accepts its whole block, a bonus token. The law of the first token must be the target's own ``q(· | prompt)``
+  and that of the first three ``q(x_1) q(x_2 | x_1) q(x_3 | x_1, x_2)``, computed from the target model's logits
+  (:mod:`speculab.backends.exact_law`). Each is held to its samples by a G-test at level ``α / 2`` each, whose
+  power is stated against any law at a given TV from the target (:mod:`speculab.stats`): the table gives the
+  smallest ``δ`` refused with probability 0.99. A **biased control** — Decoding-UNO ([Yin] §4.2:
   ``b = min(1, (q + ε)/p)``, rejections drawn from ``q``), whose first-token law
   :math:`P_A = b\,p + q \sum_x (1 - b(x))\,p(x)` is known exactly — goes through the same test, which must refuse
   it; the table states the first-token test's power against it.
@@ -37,28 +34,15 @@ from typing import Any
 
 import numpy as np
 
+from speculab._lines import line_digest
 from speculab._validate import as_positive_int, check_text, spawn_seeds
+from speculab.stats import ALPHA, LAW_TOKENS, POWER, LawRow, law_row
 
-__all__ = [
-    "validate",
-    "Validation",
-    "LawRow",
-    "SpeedRow",
-    "verdict",
-    "g_test",
-    "g_test_power",
-    "detectable_tv",
-    "METHODS",
-    "CONTROL",
-]
+__all__ = ["validate", "Validation", "SpeedRow", "verdict", "METHODS", "CONTROL"]
 
-#: The level of the law test (split over its two G-tests).
-ALPHA = 1e-4
-#: The power at which the law tests' detectable TV is stated.
-POWER = 0.99
-#: Tokens whose joint law is tested, and the block length of the law tests' drafting methods: the first round
-#: drafts ``LAW_K`` tokens with a position after them, so its bonus token is among those tested.
-LAW_TOKENS, LAW_K = 3, 2
+#: The block length of the law tests' drafting methods: the first round drafts ``LAW_K`` tokens with a position
+#: after them, so its bonus token is among the :data:`~speculab.stats.LAW_TOKENS` tested.
+LAW_K = 2
 #: The biased control's over-acceptance ε (Decoding-UNO).
 CONTROL = 0.1
 #: Block length of the drafting methods in the compare rows and the timings (and of assisted generation).
@@ -66,27 +50,6 @@ K = 4
 #: The lossless methods whose law is tested (registry names); SpecDec++ runs with a constant head (its law does not
 #: depend on the head).
 METHODS = ("ar", "sd", "batch", "block", "specdecpp")
-
-
-@dataclass(frozen=True)
-class LawRow:
-    """One method's law test: ``(G, df, p)`` of the first token and of the first :data:`LAW_TOKENS`, whether the
-    test refused the method, whether it should have (``lossless``: it should not), the first-token test's power
-    against the biased control, and the smallest TV each test refuses with probability :data:`POWER`
-    (``detectable``: first token, first tokens)."""
-
-    method: str
-    runs: int
-    lossless: bool
-    first: tuple[float, int, float]
-    joint: tuple[float, int, float]
-    refused: bool
-    power: float
-    detectable: tuple[float, float]
-
-    @property
-    def ok(self) -> bool:
-        return self.refused != self.lossless
 
 
 @dataclass(frozen=True)
@@ -180,12 +143,10 @@ FILE_HEADER = {"format": "speculab-validation/1"}
 
 
 def file_digest(data: dict) -> str:
-    """SHA-256 of a ``validation.json``'s content but its own ``digest`` (:func:`speculab.sim.checkpoint.line_digest`
+    """SHA-256 of a ``validation.json``'s content but its own ``digest`` (:func:`speculab._lines.line_digest`
     under :data:`FILE_HEADER`): ``speculab report`` refuses a file edited since ``validate`` wrote it. The digest is
     unkeyed: it proves the content was signed by this function, not measured — a file edited and signed again with
     values a validation could give (another device name, other G statistics with their p-values) is shown as is."""
-    from speculab.sim.checkpoint import line_digest
-
     return line_digest(FILE_HEADER, data)
 
 
@@ -197,155 +158,10 @@ def verdict(oks: list[bool], compare: list[dict]) -> bool:
     return all(oks) and all(passes(r) for r in compare if r["gates"])
 
 
-# -- the test ---------------------------------------------------------------------------------------------------
-def _cells(law: np.ndarray, n: int) -> np.ndarray:
-    """Cell of each entry of ``law``: its own where ``n · law ≥ 5``, else one shared last cell."""
-    big = law * n >= 5
-    cell = np.full(law.size, int(big.sum()), dtype=np.int64)
-    cell[big] = np.arange(int(big.sum()))
-    return cell
-
-
-def g_test(observed: np.ndarray, law: np.ndarray) -> tuple[float, int, float]:
-    """G-test of counts ``observed`` against probabilities ``law`` (same shape, flattened): ``(G, df, p)``.
-
-    Cells whose expected count is below 5 are merged into one; ``G = 2 Σ o log(o / e)`` over the cells with
-    ``e > 0``, ``df`` = their number − 1. A count where ``law`` is 0 makes ``G`` infinite (``p = 0``): the target
-    cannot draw that token, so one such draw refutes it, merged cell or not.
-
-    The expected counts are ``law``'s cells scaled to sum to ``n`` exactly (``law``'s own round-off is no deviation),
-    and ``G`` is summed as ``2 Σ (o log(o / e) − o + e)``, whose every term is ≥ 0: one cell gives ``G = 0`` exactly,
-    not ``−2 n log Σ law ≈ −1e-15``. A sum of round-offs below 0 (counts within an ulp of their expectation) is 0.
-    """
-    from scipy.stats import chi2
-
-    observed, law = np.asarray(observed, float).ravel(), np.asarray(law, float).ravel()
-    n = int(observed.sum())
-    if np.any((law <= 0) & (observed > 0)):  # a draw the law cannot make: refused whatever the rest
-        return math.inf, max(int((law * n >= 5).sum()), 1), 0.0
-    cell = _cells(law, n)
-    o = np.bincount(cell, weights=observed, minlength=cell.max() + 1)
-    e = np.bincount(cell, weights=law, minlength=cell.max() + 1) * n
-    if np.any((e <= 0) & (o > 0)):
-        return math.inf, int((e > 0).sum()) - 1, 0.0
-    keep = e > 0
-    o, e = o[keep], e[keep] / e[keep].sum() * n
-    with np.errstate(divide="ignore", invalid="ignore"):
-        g = max(2.0 * float(np.sum(np.where(o > 0, o * np.log(o / e), 0.0) - o + e)), 0.0)
-    df = max(int(keep.sum()) - 1, 1)
-    return g, df, float(chi2.sf(g, df))
-
-
-def g_test_power(wrong: np.ndarray, law: np.ndarray, n: int, alpha: float) -> float:
-    """The chance that :func:`g_test` at level ``alpha`` refuses ``n`` samples drawn from ``wrong`` as samples of
-    ``law``: noncentral χ² on the same merged cells, noncentrality ``n Σ (w − q)² / q``, or the chance of a draw
-    where ``law`` is 0 (a certain refusal) if that is larger."""
-    from scipy.stats import chi2, ncx2
-
-    wrong, law = np.asarray(wrong, float).ravel(), np.asarray(law, float).ravel()
-    impossible = -math.expm1(n * math.log1p(-min(float(wrong[law <= 0].sum()), 1.0)))  # P(a draw where law = 0)
-    cell = _cells(law, n)
-    q = np.bincount(cell, weights=law, minlength=cell.max() + 1)
-    w = np.bincount(cell, weights=wrong, minlength=cell.max() + 1)
-    keep = q > 0
-    df = max(int(keep.sum()) - 1, 1)
-    lam = n * float(np.sum((w[keep] - q[keep]) ** 2 / q[keep]))
-    return max(float(ncx2.sf(chi2.isf(alpha, df), df, lam)), impossible)
-
-
-# -- exact laws from the models ----------------------------------------------------------------------------------
-def least_power(df: int, n: int, alpha: float, tv: float) -> float:
-    """The least chance that a G-test of ``n`` samples with ``df`` degrees of freedom at level ``alpha`` refuses a law
-    at total variation ``tv`` from the one tested: ``χ² ≥ 4 TV²`` bounds the noncentrality below by ``4 n tv²``, and
-    the noncentral χ² power grows with it (:func:`detectable_tv` is its inverse)."""
-    from scipy.stats import chi2, ncx2
-
-    return float(ncx2.sf(chi2.isf(alpha, df), df, 4 * n * tv * tv))
-
-
-def detectable_tv(df: int, n: int, alpha: float, power: float = POWER) -> float:
-    """The smallest TV ``δ`` (between laws on the test's cells) at which a G-test of ``n`` samples with ``df`` degrees
-    of freedom at level ``alpha`` refuses *any* law with probability at least ``power``: ``χ² ≥ 4 TV²`` bounds the
-    noncentrality below by ``4 n δ²``, and the noncentral χ² power grows with it."""
-    from scipy.optimize import brentq
-
-    at = lambda lam: math.sqrt(lam / (4 * n))  # noqa: E731  (the TV whose least noncentrality is lam)
-    return at(brentq(lambda lam: least_power(df, n, alpha, at(lam)) - power, 1e-9, 1e7))
-
-
-def target_cells(pair, ids: list[int], sampling, n: int, depth: int) -> dict[tuple, float]:
-    """The target's exact law of its first ``depth`` tokens after ``ids``, as the G-test's cells for ``n`` runs:
-    every outcome (``depth`` tokens, or fewer ending at EOS) whose every prefix and itself have expected counts of
-    at least 5, with its probability; the rest of the mass is one further cell (the caller's). Only the likely
-    prefixes are expanded (one forward pass of the target per prefix, batched), and of each law only its likely
-    children are kept (never a ``(prefixes, V)`` table on the host)."""
-    import torch
-
-    eos = pair.eos_token_id
-    cells, frontier = {}, [((), 1.0)]
-    for d in range(depth):
-        nxt = []
-        for start in range(0, len(frontier), 256):
-            chunk = frontier[start : start + 256]
-            with torch.inference_mode():
-                x = torch.tensor([ids + list(prefix) for prefix, _ in chunk], dtype=torch.long, device=pair.device)
-                logits = pair.target.model(input_ids=x).logits[:, -1, : pair.vocab_size].float()
-                law = sampling.probs(logits.double())  # (chunk, V)
-                mass = torch.tensor([m for _, m in chunk], dtype=law.dtype, device=law.device)[:, None] * law
-                rows, tokens = torch.nonzero(mass * n >= 5, as_tuple=True)  # the likely children
-                values = mass[rows, tokens]
-            for r, t, v in zip(rows.tolist(), tokens.tolist(), values.tolist()):
-                child = chunk[r][0] + (t,)
-                if d + 1 == depth or t == eos:
-                    cells[child] = v
-                else:
-                    nxt.append((child, v))
-        frontier = nxt
-    return cells
-
-
-def next_law(model, ids: list[int], sampling, device, vocab: int) -> np.ndarray:
-    """The warped next-token law after ``ids``, float64 ``(V,)`` on the host."""
-    import torch
-
-    with torch.inference_mode():
-        x = torch.tensor([ids], dtype=torch.long, device=device)
-        return sampling.probs(model(input_ids=x).logits[0, -1, :vocab].float().double()).cpu().numpy()
-
-
 def _uno_law(p: np.ndarray, q: np.ndarray, eps: float) -> np.ndarray:
     """Decoding-UNO's one-step output law ([Yin] §4.2): ``b p + q Σ (1 − b) p`` with ``b = min(1, (q + ε)/p)``."""
     b = np.where(p > q + eps, (q + eps) / np.where(p > 0, p, 1.0), 1.0)
     return b * p + q * float(np.sum((1.0 - b) * p))
-
-
-def law_row(
-    name: str, tokens: list[list[int]], q1: np.ndarray, cells: dict, eos, control: np.ndarray, lossless: bool
-) -> LawRow:
-    """The law test of runs ``tokens`` against the target's first-token law ``q1`` and its cells of the first
-    tokens (:func:`target_cells`)."""
-    n = len(tokens)
-    first = np.array([t[0] for t in tokens])
-    g1 = g_test(np.bincount(first, minlength=q1.size), q1)
-    index = {cell: i for i, cell in enumerate(cells)}
-    law = np.append(np.fromiter(cells.values(), float, len(cells)), 0.0)
-    law[-1] = max(1.0 - float(law[:-1].sum()), 0.0)  # every other outcome: one cell
-    observed = np.zeros(law.size)
-    for t in tokens:
-        run = tuple(t[: t.index(eos) + 1]) if eos is not None and eos in t else tuple(t)
-        observed[index.get(run, law.size - 1)] += 1
-    gj = g_test(observed, law)
-    refused = min(g1[2], gj[2]) < ALPHA / 2
-    return LawRow(
-        name,
-        n,
-        lossless,
-        g1,
-        gj,
-        refused,
-        g_test_power(control, q1, n, ALPHA / 2),
-        (detectable_tv(g1[1], n, ALPHA / 2), detectable_tv(gj[1], n, ALPHA / 2)),
-    )
 
 
 def _law_batch(pair, rows: int) -> int:
@@ -403,7 +219,7 @@ def validate(
     Args:
       pair: from :func:`speculab.backends.load_pair` (its device and dtype are what is validated).
       key: an int seed or a generator (required).
-      runs: runs of each law test (the first :data:`LAW_TOKENS` tokens of ``prompt``).
+      runs: runs of each law test (the first :data:`~speculab.stats.LAW_TOKENS` tokens of ``prompt``).
       methods: the lossless methods to test, registry names among :data:`METHODS` (the control always runs).
       prompt: the law tests' prompt (default: the tiny pair's first held-out prompt).
       sampling: :class:`~speculab.backends.Sampling` with temperature > 0 (default temperature 1).
@@ -415,6 +231,7 @@ def validate(
     import torch
 
     from speculab.backends import Sampling, decode
+    from speculab.backends.exact_law import next_law, target_cells
     from speculab.backends.pair import check_pair, default_prompts
     from speculab.methods import Biased
 

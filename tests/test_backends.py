@@ -35,6 +35,18 @@ def pair_nocache():
     return load_pair("tiny", device=model_device(), use_cache=False)
 
 
+def test_the_decoding_loop_reads_on_one_screen():
+    """``decode``'s body (its docstring aside) is the loop over blocks and what frames it, at most 60 lines: the checks,
+    the decoding of one block, the replay of a journaled one and the result are functions of their own."""
+    import ast
+    import importlib
+    import inspect
+
+    module = importlib.import_module("speculab.backends.decode")  # not the function
+    (node,) = [n for n in ast.parse(inspect.getsource(module)).body if getattr(n, "name", None) == "decode"]
+    assert ast.get_docstring(node) and node.end_lineno - node.body[1].lineno + 1 <= 60
+
+
 # -- greedy: exactly the target's argmax path ----------------------------------------------------------
 @pytest.mark.parametrize("K", [1, 3, 8])
 def test_greedy_sd_equals_target_greedy_and_hf_assisted(pair, K):

@@ -387,7 +387,7 @@ def test_the_stated_power_is_met_at_the_least_favourable_law():
     |z| < 5 on the rate's binomial standard error (the approximation's error would show as a biased rate)."""
     from scipy.stats import chi2, ncx2
 
-    from speculab.validate import g_test
+    from speculab.stats import g_test
 
     q, n, tv, alpha, reps = np.array([0.1, 0.2, 0.3, 0.4]), 100_000, 0.01, 1e-6, 2_000
     r = q * (1 + 2 * tv * np.array([1, -1, -1, 1]))  # the two halves of q's mass moved by TV each way

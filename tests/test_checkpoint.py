@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import method_id
+from speculab._lines import line_digest
 from speculab.methods import SD, BatchSD
 from speculab.sim import checkpoint, simulate
 from speculab.sim.sense import limits
@@ -31,7 +32,7 @@ def _edit(path, line: int, change, *, sign: bool):
     lines = [json.loads(text) for text in path.read_text().splitlines()]
     change(lines[line - 1])
     if sign:
-        lines[line - 1]["digest"] = checkpoint.line_digest(lines[0], lines[line - 1])
+        lines[line - 1]["digest"] = line_digest(lines[0], lines[line - 1])
     path.write_text("".join(json.dumps(entry) + "\n" for entry in lines))
 
 
@@ -202,7 +203,7 @@ def test_a_signed_chunk_past_the_last_is_refused(written):
     path, _ = written
     lines = [json.loads(text) for text in path.read_text().splitlines()]
     extra = {**lines[-1], "chunk": len(lines) - 1}
-    extra["digest"] = checkpoint.line_digest(lines[0], extra)
+    extra["digest"] = line_digest(lines[0], extra)
     path.write_text("".join(json.dumps(entry) + "\n" for entry in [*lines, extra]))
     with pytest.raises(ValueError, match=f"line {len(lines) + 1}: a chunk past the 3 chunks of {RUNS} runs"):
         _resume(path)
@@ -363,7 +364,7 @@ def test_a_recorded_call_signed_after_an_edit_is_refused(tmp_path, change, match
     path, compute = _recorded_once(tmp_path / "ckpt", calls)
     header, body = (json.loads(line) for line in path.read_text().splitlines())
     change(body["counts"])
-    body["digest"] = checkpoint.line_digest(header, body)
+    body["digest"] = line_digest(header, body)
     path.write_text(json.dumps(header) + "\n" + json.dumps(body) + "\n")
     with pytest.raises(ValueError, match=f"recorded call {path}: {match}"):
         with checkpoint.resumable(tmp_path / "ckpt", resume=True):
@@ -382,7 +383,7 @@ def test_a_jax_call_recorded_short_is_refused(tmp_path):
     (path,) = folder.glob("sim-*.jsonl")
     header, body = (json.loads(line) for line in path.read_text().splitlines())
     _cut_to_999_runs(body["counts"])
-    body["digest"] = checkpoint.line_digest(header, body)
+    body["digest"] = line_digest(header, body)
     path.write_text(json.dumps(header) + "\n" + json.dumps(body) + "\n")
     with pytest.raises(ValueError, match="it has 499 runs where the simulation has 500 there"):
         with checkpoint.resumable(folder, resume=True):

@@ -102,7 +102,8 @@ def _sim_checkpoint_named_by_the_user(tmp_path, victim):
 
 
 def _recorded_call(tmp_path, victim):
-    from speculab.sim.checkpoint import call_file, recorded, resumable
+    from speculab._lines import call_file
+    from speculab.sim.checkpoint import recorded, resumable
 
     folder = tmp_path / "ck"
     with resumable(folder):
@@ -114,7 +115,7 @@ def _recorded_call(tmp_path, victim):
 
 
 def _appended_line(tmp_path, victim):
-    from speculab.sim.checkpoint import append_line
+    from speculab._lines import append_line
 
     (tmp_path / "j.jsonl").symlink_to(victim)
     append_line(tmp_path / "j.jsonl", {"format": "speculab-sim-1"})
@@ -122,7 +123,7 @@ def _appended_line(tmp_path, victim):
 
 def _cut_line(tmp_path, victim):
     """:func:`read_lines` cuts a line an interruption left short: through a link it cut the file pointed to."""
-    from speculab.sim.checkpoint import read_lines
+    from speculab._lines import read_lines
 
     (tmp_path / "j.jsonl").symlink_to(victim)
     read_lines(tmp_path / "j.jsonl")

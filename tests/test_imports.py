@@ -5,15 +5,17 @@ that only dodges a cycle is still a cycle). ``from speculab.x import y`` depends
 is a module, else on ``speculab.x`` (for a package, its ``__init__``: importing a package's facade from below
 depends on everything the facade gathers). The layers, from the ground up:
 
-0. ``speculab``'s own helpers, the kernels, the counts and the rows that put theory beside measurement;
+0. ``speculab``'s own helpers (the signed JSON lines that checkpoints and journals are written in among them), the
+   kernels, the counts, the rows that put theory beside measurement, and the statistical tests (``stats``);
 1. ``speculab.theory``: the mathematics;
 2. ``speculab.methods``: each method's rule, law and expectations (on the theory);
 3. ``speculab.sim``: the simulators (of the methods);
-4. ``speculab.backends``: real models (the methods' laws on torch; journals through the simulators' checkpoints);
+4. ``speculab.backends``: real models (the methods' laws on torch);
 5. ``speculab.compare``: theory against real-model measurement;
 6. what the user drives: ``validate``, ``testing``, ``repro``, ``certify``, ``cli``.
 
-A module may import from its own layer or below, never above.
+A module may import from its own layer or below, never above; and a few edges between layers are forbidden outright
+(:data:`FORBIDDEN`): what two rooms share lives on a floor below both, not in either.
 """
 
 import ast
@@ -32,6 +34,8 @@ GROUND = {
     "speculab.kernels",
     "speculab.counts",
     "speculab.rows",
+    "speculab.stats",
+    "speculab._lines",
 }
 LAYERS = [
     ("speculab.theory", 1),
@@ -46,6 +50,13 @@ LAYERS = [
     ("speculab.engines", 6),
     ("speculab.planning", 6),
     ("speculab.cli", 6),
+]
+
+#: Edges the layers alone allow but the design does not, with the reason: an importer (a module or a package) may
+#: not import a module of the imported prefix.
+FORBIDDEN = [
+    ("speculab.certify", "speculab.validate", "the statistical tests certify shares with validate live in stats"),
+    ("speculab.backends", "speculab.sim", "the journals' line format is speculab._lines, not the checkpoints'"),
 ]
 
 
@@ -155,6 +166,36 @@ def test_nothing_imports_upward():
         if layer(b) > layer(a)
     )
     assert upward == [], "\n".join(upward)
+
+
+def _under(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def forbidden(graph: dict[str, set[str]]) -> list[str]:
+    """The edges of ``graph`` that :data:`FORBIDDEN` forbids, with the reason."""
+    return sorted(
+        f"{a} imports {b}: {why}"
+        for a, targets in graph.items()
+        for b in targets
+        for importer, imported, why in FORBIDDEN
+        if _under(a, importer) and _under(b, imported)
+    )
+
+
+def test_no_forbidden_edge():
+    found = forbidden(GRAPH)
+    assert found == [], "\n".join(found)
+
+
+def test_the_forbidden_edges_are_found():
+    """The check itself, on a graph with today's edges removed and the old ones put back."""
+    old = {"speculab.certify": {"speculab.validate"}, "speculab.backends.journal": {"speculab.sim.checkpoint"}}
+    assert [line.split(":")[0] for line in forbidden(old)] == [
+        "speculab.backends.journal imports speculab.sim.checkpoint",
+        "speculab.certify imports speculab.validate",
+    ]
+    assert forbidden({"speculab.validate": {"speculab.certify"}, "speculab.sim": {"speculab.backends"}}) == []
 
 
 @pytest.mark.parametrize(

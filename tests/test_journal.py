@@ -93,7 +93,7 @@ def test_what_is_not_journaled_runs_again(pair, tmp_path):
     method that cannot be pickled leave no journal; a journal of another call is refused by name."""
     from speculab.backends.journal import DecodeJournal
     from speculab import kernels
-    from speculab.sim.checkpoint import line_digest
+    from speculab._lines import line_digest
     from speculab.methods import RejectionDecoding
 
     class Holding(_Seen):
@@ -306,7 +306,7 @@ def test_journal_lines_are_checked_before_use(pair, tmp_path):
     file and the block or line. Each line carries a digest over its content and the call: an edited line is refused
     as such, and so is a line copied from another call's journal; the data checks are tried with the digest
     recomputed, as a forger would."""
-    from speculab.sim.checkpoint import line_digest
+    from speculab._lines import line_digest
 
     folder = tmp_path / "j"
     with resumable(folder):

@@ -22,7 +22,8 @@ from speculab.backends.journal_sense import run_limits, run_problem  # noqa: E40
 from speculab.backends.pair import default_prompts  # noqa: E402
 from speculab.methods import SD, BatchSD, Biased, get  # noqa: E402
 from speculab.methods.tree import Tree  # noqa: E402
-from speculab.sim.checkpoint import line_digest, resumable  # noqa: E402
+from speculab._lines import line_digest  # noqa: E402
+from speculab.sim.checkpoint import resumable  # noqa: E402
 
 PROMPTS = default_prompts()[:2]
 N = 6  # tokens a run

@@ -20,7 +20,8 @@ from speculab import repro
 from speculab.cli import main
 from speculab.repro import runner
 from speculab.repro.report import REPORT, build_report
-from speculab.validate import LawRow, SpeedRow, Validation, file_digest
+from speculab.stats import LawRow
+from speculab.validate import SpeedRow, Validation, file_digest
 
 FAST = ["yin-fig3", "sprinter-fig6"]
 HEADER = (0x1F, 0x3B, 0x73)  # th background in the report's CSS

@@ -120,7 +120,7 @@ def test_assisted_generation_samples_the_targets_law_and_the_control_is_refused(
     (w = 0.5), whose first-token law is known exactly, is refused, and the stated power against it is >= 0.99."""
     from speculab.backends import Sampling
     from speculab.backends.pair import default_prompts
-    from speculab.validate import next_law
+    from speculab.backends.exact_law import next_law
 
     prompt = default_prompts()[0]
     ids = pair.tokenizer.encode(prompt)

@@ -353,50 +353,7 @@ def decode(
       :class:`DecodeResult` with one ``Counts`` run, one :class:`RunRecord` and one
       :class:`RoundRecord` per prompt.
     """
-    check_pair(pair)
-    max_new_tokens = as_positive_int(max_new_tokens, "max_new_tokens")
-    if not isinstance(method, Method):
-        raise ValueError(f"method must be a speculab method (e.g. SD(K=4)); got {method!r}")
-    if not method.runs_on_real_models():
-        raise ValueError(
-            f"method {type(method).__name__} does not run on real models (it needs a trained "
-            f"component); methods that do: {', '.join(_real_model_names())}"
-        )
-    head = head_of(method)
-    if has(method, DraftHead):
-        if head is None:
-            given = getattr(method, method.head_param)
-            raise ValueError(
-                f"{type(method).__name__} on real models needs a head trained on the draft's hidden states "
-                f"(speculab.backends.heads.train_head, or load_head on a file a reproduction saved) as "
-                f"its {method.head_param} — e.g. Sprinter(verifier=head, threshold=0.5), "
-                f"SpecDecPP(h, head=head); on the command line --head FILE; got {given!r}"
-            )
-        if not isinstance(pair.draft, HFModel):
-            raise ValueError(
-                f"{type(method).__name__}'s head reads the draft's hidden states: the draft must be a "
-                f"Hugging Face model; got {type(pair.draft).__name__}"
-            )
-        width = hidden_size(pair.draft)
-        d_in = getattr(getattr(head, "config", None), "d_in", None)
-        if d_in is None:
-            raise ValueError(
-                f"{type(method).__name__}'s head must be a speculab.backends.heads.TrainedHead "
-                f"(train_head or load_head); got {head!r}"
-            )
-        if width is not None and d_in != width:
-            raise ValueError(f"the head reads {d_in} features but the draft's hidden states have {width}")
-    if not isinstance(sampling, Sampling):
-        raise ValueError(
-            f"sampling must be a speculab.backends.Sampling (e.g. Sampling(temperature=0.8)); got {sampling!r}"
-        )
-    if batch_size is not None:
-        batch_size = as_positive_int(batch_size, "batch_size")
-    if on_round is not None and (not callable(on_round) or isinstance(on_round, type)):
-        raise ValueError(
-            f"on_round must be a function of a RoundInfo or a RoundProbe instance (or None); got "
-            f"{on_round!r}" + (" (a class: give an instance, e.g. Probe())" if isinstance(on_round, type) else "")
-        )
+    max_new_tokens, batch_size, head = _checked(pair, method, max_new_tokens, sampling, batch_size, on_round)
     trees = reading(method) == "trees"
     if trees:
         check_tree_pair(method, pair)
@@ -405,25 +362,13 @@ def decode(
     # a head read before each slot is drafted (SPRINTER's verifier, which may skip the target): one prompt at a time
     # (a tree method always runs as batches of rows: batch_size=1 is a batch of one)
     batched = trees or (batch_size != 1 and (head is None or method.head_reads == "token") and batchable(method, pair))
+    call = _Call(
+        pair, method, encoded, seeds, sampling, max_new_tokens, track_draft, on_round, batch_size, trees, batched
+    )
     n = len(encoded)
     block = (batch_size or n) if batched else 1  # what one line of a journal holds: one batch, or one prompt
     probe = on_round if isinstance(on_round, RoundProbe) else None  # a callback whose observations are journaled
-    journal = (
-        None
-        if on_round is not None and probe is None
-        else open_journal(
-            pair,
-            encoded,
-            method,
-            sampling,
-            seeds,
-            max_new_tokens=max_new_tokens,
-            track_draft=track_draft,
-            block_size=block,
-            batched=batched,
-            probe=probe,
-        )
-    )
+    journal = None if on_round is not None and probe is None else call.journal(block, probe)
     limits = None if journal is None else run_limits(pair, method, max_new_tokens, probe is not None)
     if journal is None:
         block = n  # not journaled: one pass over every prompt, as the batched path splits them itself
@@ -436,65 +381,168 @@ def decode(
             for b, start in enumerate(range(0, n, block)):
                 index = range(start, min(start + block, n))
                 if journal is not None and b in journal.done:
-                    entries = journal.replay(b, len(index), limits)
-                    runs += [_replayed(entry) for entry in entries]
-                    advance(len(index) * max_new_tokens)
-                    if probe is not None:
-                        for i, entry in zip(index, entries):
-                            probe.restore(i, entry["probe"])
+                    runs += _replay(journal, b, index, limits, probe, max_new_tokens)
                     continue
                 t0 = time.perf_counter()
-                if batched:  # chains (decode_batched) or trees (decode_trees), batches of rows
-                    run_batch = decode_trees if trees else partial(decode_batched, track_draft=track_draft)
-                    done = run_batch(
-                        pair,
-                        [encoded[i] for i in index],
-                        method,
-                        max_new_tokens=max_new_tokens,
-                        sampling=sampling,
-                        seeds=[seeds[i] for i in index],
-                        on_round=on_round,
-                        batch_size=batch_size,
-                        first_index=start,
-                    )
-                else:
-                    records = Records(len(index))
-                    for slot, i in enumerate(index):
-                        run = _Run(
-                            i,
-                            pair,
-                            encoded[i],
-                            sampling,
-                            seeds[i],
-                            max_new_tokens,
-                            track_draft,
-                            on_round,
-                            records,
-                            slot,
-                        )
-                        left = max_new_tokens
-                        while not run.done:
-                            produced = len(run.ids)
-                            run.round(method)
-                            advance(len(run.ids) - produced)
-                            left -= len(run.ids) - produced
-                        advance(left)  # a run ended early (EOS): the rest of its budget
-                    done = records.collect()
+                done = call.runs(index)
                 each = (time.perf_counter() - t0) / len(index)
                 new = [(*run, each) for run in done]
                 if journal is not None:
-                    journal.append(
-                        b,
-                        [
-                            encode_run(*r) | ({"probe": probe.rounds(i)[before[i] :]} if probe is not None else {})
-                            for i, r in zip(index, new)
-                        ],
-                    )
+                    journal.append(b, [encode_run(*r) | _observed(probe, i, before) for i, r in zip(index, new)])
                 runs += new
     except BaseException:
         if probe is not None:  # back as it was before the call (a resumed call puts back what was journaled)
             probe.truncate(before)
         raise
+    return _result(pair, runs)
+
+
+def _checked(pair, method, max_new_tokens, sampling, batch_size, on_round) -> tuple[int, int | None, Any]:
+    """:func:`decode`'s arguments checked (a ``ValueError`` naming the first that is wrong): ``max_new_tokens`` and
+    ``batch_size`` as ints, and the method's head (``None`` if it has none)."""
+    check_pair(pair)
+    max_new_tokens = as_positive_int(max_new_tokens, "max_new_tokens")
+    head = _checked_method(pair, method)
+    if not isinstance(sampling, Sampling):
+        raise ValueError(
+            f"sampling must be a speculab.backends.Sampling (e.g. Sampling(temperature=0.8)); got {sampling!r}"
+        )
+    if batch_size is not None:
+        batch_size = as_positive_int(batch_size, "batch_size")
+    if on_round is not None and (not callable(on_round) or isinstance(on_round, type)):
+        raise ValueError(
+            f"on_round must be a function of a RoundInfo or a RoundProbe instance (or None); got "
+            f"{on_round!r}" + (" (a class: give an instance, e.g. Probe())" if isinstance(on_round, type) else "")
+        )
+    return max_new_tokens, batch_size, head
+
+
+def _checked_method(pair: ModelPair, method) -> Any:
+    """The method's head (``None`` if it has none), once the method is one that runs on ``pair`` with that head."""
+    if not isinstance(method, Method):
+        raise ValueError(f"method must be a speculab method (e.g. SD(K=4)); got {method!r}")
+    if not method.runs_on_real_models():
+        raise ValueError(
+            f"method {type(method).__name__} does not run on real models (it needs a trained "
+            f"component); methods that do: {', '.join(_real_model_names())}"
+        )
+    head = head_of(method)
+    if not has(method, DraftHead):
+        return head
+    if head is None:
+        given = getattr(method, method.head_param)
+        raise ValueError(
+            f"{type(method).__name__} on real models needs a head trained on the draft's hidden states "
+            f"(speculab.backends.heads.train_head, or load_head on a file a reproduction saved) as "
+            f"its {method.head_param} — e.g. Sprinter(verifier=head, threshold=0.5), "
+            f"SpecDecPP(h, head=head); on the command line --head FILE; got {given!r}"
+        )
+    if not isinstance(pair.draft, HFModel):
+        raise ValueError(
+            f"{type(method).__name__}'s head reads the draft's hidden states: the draft must be a "
+            f"Hugging Face model; got {type(pair.draft).__name__}"
+        )
+    width = hidden_size(pair.draft)
+    d_in = getattr(getattr(head, "config", None), "d_in", None)
+    if d_in is None:
+        raise ValueError(
+            f"{type(method).__name__}'s head must be a speculab.backends.heads.TrainedHead "
+            f"(train_head or load_head); got {head!r}"
+        )
+    if width is not None and d_in != width:
+        raise ValueError(f"the head reads {d_in} features but the draft's hidden states have {width}")
+    return head
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One :func:`decode` call, checked: what each block of its prompts is decoded with."""
+
+    pair: ModelPair
+    method: Method
+    encoded: list[list[int]]
+    seeds: list[int]
+    sampling: Sampling
+    max_new_tokens: int
+    track_draft: bool
+    on_round: Callable | None
+    batch_size: int | None
+    trees: bool
+    batched: bool
+
+    def journal(self, block: int, probe: RoundProbe | None):
+        """The call's journal (:func:`~speculab.backends.journal.open_journal`), lines of ``block`` prompts."""
+        return open_journal(
+            self.pair,
+            self.encoded,
+            self.method,
+            self.sampling,
+            self.seeds,
+            max_new_tokens=self.max_new_tokens,
+            track_draft=self.track_draft,
+            block_size=block,
+            batched=self.batched,
+            probe=probe,
+        )
+
+    def runs(self, index: range) -> list[tuple]:
+        """The prompts ``index`` decoded, each run as (tokens, RunRecord, RoundRecord, counts): as the rows of
+        batches (chains by :func:`decode_batched`, trees by :func:`decode_trees`), or one prompt at a time."""
+        if self.batched:
+            run_batch = decode_trees if self.trees else partial(decode_batched, track_draft=self.track_draft)
+            return run_batch(
+                self.pair,
+                [self.encoded[i] for i in index],
+                self.method,
+                max_new_tokens=self.max_new_tokens,
+                sampling=self.sampling,
+                seeds=[self.seeds[i] for i in index],
+                on_round=self.on_round,
+                batch_size=self.batch_size,
+                first_index=index.start,
+            )
+        records = Records(len(index))
+        for slot, i in enumerate(index):
+            run = _Run(
+                i,
+                self.pair,
+                self.encoded[i],
+                self.sampling,
+                self.seeds[i],
+                self.max_new_tokens,
+                self.track_draft,
+                self.on_round,
+                records,
+                slot,
+            )
+            left = self.max_new_tokens
+            while not run.done:
+                produced = len(run.ids)
+                run.round(self.method)
+                advance(len(run.ids) - produced)
+                left -= len(run.ids) - produced
+            advance(left)  # a run ended early (EOS): the rest of its budget
+        return records.collect()
+
+
+def _replay(journal, b: int, index: range, limits, probe: RoundProbe | None, max_new_tokens: int) -> list[tuple]:
+    """Finished block ``b`` (prompts ``index``) read back from the journal, its probe's observations put back."""
+    entries = journal.replay(b, len(index), limits)
+    runs = [_replayed(entry) for entry in entries]
+    advance(len(index) * max_new_tokens)
+    if probe is not None:
+        for i, entry in zip(index, entries):
+            probe.restore(i, entry["probe"])
+    return runs
+
+
+def _observed(probe: RoundProbe | None, i: int, before: dict) -> dict:
+    """What a journal line keeps of prompt ``i``'s probe: the rounds it observed in this call."""
+    return {} if probe is None else {"probe": probe.rounds(i)[before[i] :]}
+
+
+def _result(pair: ModelPair, runs: list[tuple]) -> DecodeResult:
+    """The call's result from its runs (tokens, RunRecord, RoundRecord, counts, seconds), in the prompts' order."""
     fields = {k: [] for k in Counts.FIELDS}
     for gen, _, _, c, _ in runs:
         for k in COUNTED:

@@ -15,12 +15,13 @@ decodes only the others. Each prompt has its own random stream and the blocks ar
 uninterrupted run's blocks, so the result equals an uninterrupted run's, run for run.
 
 A line is data, not trusted: each carries a SHA-256 digest over the call's header and its
-own content, and a finished block is replayed only when it holds the call's runs and each
-run is one this call can decode (:mod:`speculab.backends.journal_sense`: tokens up to the
+own content (the signed JSON lines of :mod:`speculab._lines`, as simulation checkpoints), and
+a finished block is replayed only when it holds the call's runs and each run is one this call
+can decode (:mod:`speculab.backends.journal_sense`: tokens up to the
 length asked, ended early only at EOS; probabilities in ``[0, 1]``, log-probabilities ``≤ 0``;
 counts that follow from the position and round records). The digest is unkeyed: it catches
 an edited or foreign line, not a forger who signs an edit with speculab's own
-:func:`~speculab.sim.checkpoint.line_digest`; the checks catch every value no decode writes,
+:func:`~speculab._lines.line_digest`; the checks catch every value no decode writes,
 but a run consistent in every respect (other tokens with records worked out to match, or a
 journal fabricated whole) cannot be told from a real one without a secret key.
 
@@ -47,7 +48,7 @@ import torch
 
 from speculab._files import refuse_link
 from speculab.backends.journal_sense import RunLimits, run_problem
-from speculab.sim.checkpoint import active_folder, append_line, call_file, line_digest, ours, read_lines
+from speculab._lines import active_folder, append_line, call_file, ours, read_lines, sign, signed_by
 
 __all__ = ["DecodeJournal", "open_journal", "unrecorded", "FORMAT"]
 
@@ -131,7 +132,7 @@ class DecodeJournal:
                     f"decode journal {self.path}, line {k}: not a finished block (a 'block' index, once, "
                     f"and its 'runs'); remove the file to decode again"
                 )
-            if entry.get("digest") != line_digest(self.header, entry):
+            if not signed_by(self.header, entry):
                 raise ValueError(
                     f"decode journal {self.path}, line {k}: its digest does not match its content and "
                     f"this call (edited, or copied from another run); remove the file to decode again"
@@ -155,7 +156,7 @@ class DecodeJournal:
     def append(self, block: int, runs: list[dict]) -> None:
         """Record a finished block's runs (``encode_run`` each)."""
         entry = json.loads(json.dumps({"block": int(block), "runs": runs}))  # as the file will hold it
-        append_line(self.path, {**entry, "digest": line_digest(self.header, entry)})
+        append_line(self.path, sign(self.header, entry))
         self.done[int(block)] = entry["runs"]
 
 

@@ -84,7 +84,7 @@ def cmd_engine_vllm(args) -> int:
     from speculab.backends import Sampling, load_pair
     from speculab.backends.pair import TINY_DIR, default_prompts
     from speculab.engines import vllm
-    from speculab.validate import POWER
+    from speculab.stats import POWER
 
     if (args.draft is None) != (args.target is None):
         raise ValueError("give both --draft and --target (local Hugging Face folders), or neither (then --pair)")
@@ -190,7 +190,7 @@ def _p(row) -> str:
 
 def _power(row, tv: float = 0.05) -> float:
     """The first-token G-test's least power against any law at TV ``tv`` from the target's."""
-    from speculab.validate import ALPHA, least_power
+    from speculab.stats import ALPHA, least_power
 
     return least_power(row.first[1], row.runs, ALPHA / 2, tv)
 
@@ -199,7 +199,7 @@ def table(report, *, logged: bool = False) -> str:
     """The report as text: one block per configuration, then the checks and the control. ``logged``: vLLM's own
     output was kept (``--log``), so an error pointing at its stack trace can be followed."""
     from speculab.engines.paired import Z_BOUND
-    from speculab.validate import ALPHA
+    from speculab.stats import ALPHA
 
     s = report.settings
     lines = [

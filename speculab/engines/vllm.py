@@ -21,7 +21,7 @@ per configuration. What vLLM's options do, read from its source (``vllm/config/s
   sampling``); where it runs it is the biased control.
 
 Each configuration gets (1) a law test: ``law_runs`` requests of one prompt, their first
-:data:`~speculab.validate.LAW_TOKENS` tokens G-tested against the target's exact law (the test of
+:data:`~speculab.stats.LAW_TOKENS` tokens G-tested against the target's exact law (the test of
 :func:`~speculab.certify.check_decoder`), at temperature 1 and with top-k and top-p; (2) per slot, the drafts vLLM
 kept against the exact prediction for the configuration's rule along vLLM's own sequences
 (:mod:`speculab.engines.paired`), from each request's rounds; (3) tokens per second and per target call; and the
@@ -132,7 +132,7 @@ def configurations(draft_folder: str, kinds=KINDS, ks=(4,), rates=(0.8, 0.6, 0.4
 @dataclass(frozen=True)
 class ConfigurationReport:
     """What one configuration measured (module docstring): whether vLLM ran it (else its error), the rule and
-    whether it is lossless, the law tests (one :class:`~speculab.validate.LawRow` per sampling), the per-slot
+    whether it is lossless, the law tests (one :class:`~speculab.stats.LawRow` per sampling), the per-slot
     rows, the counters and the throughput."""
 
     name: str
@@ -288,7 +288,9 @@ def control_power(pair, law_prompt: str, sampling, runs: int) -> float:
     """The chance that the law test of ``runs`` requests refuses the biased control (Decoding-UNO, ε =
     :data:`~speculab.validate.CONTROL`, on ``law_prompt`` at ``sampling``): the first-token G-test's power against
     the control's exact first-token law, at the test's level."""
-    from speculab.validate import ALPHA, CONTROL, _uno_law, g_test_power, next_law
+    from speculab.backends.exact_law import next_law
+    from speculab.stats import ALPHA, g_test_power
+    from speculab.validate import CONTROL, _uno_law
 
     ids = pair.tokenizer.encode(law_prompt)
     q1 = next_law(pair.target.model, ids, sampling, pair.device, pair.vocab_size)
@@ -298,8 +300,8 @@ def control_power(pair, law_prompt: str, sampling, runs: int) -> float:
 
 def least_law_runs(pair, law_prompt: str, sampling, power: float | None = None) -> int:
     """The fewest law-test requests (to 1 %) at which :func:`control_power` reaches ``power`` (default
-    :data:`~speculab.validate.POWER`): doubling, then bisection."""
-    from speculab.validate import POWER
+    :data:`~speculab.stats.POWER`): doubling, then bisection."""
+    from speculab.stats import POWER
 
     power = POWER if power is None else power
     at = lambda n: control_power(pair, law_prompt, sampling, n)  # noqa: E731
@@ -355,7 +357,9 @@ def measure(
     from speculab.backends import decode
     from speculab.certify import check_decoder
     from speculab.methods import Biased
-    from speculab.validate import CONTROL, LAW_K, LAW_TOKENS, _uno_law, law_row, next_law, target_cells
+    from speculab.backends.exact_law import next_law, target_cells
+    from speculab.stats import LAW_TOKENS, law_row
+    from speculab.validate import CONTROL, LAW_K, _uno_law
 
     law_ids = pair.tokenizer.encode(law_prompt)
     theory = [ids for ids in prompts for _ in range(runs_per_prompt)]

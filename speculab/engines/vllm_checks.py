@@ -70,11 +70,11 @@ def check_expand(python: Path, *, log: Path | None = None) -> list[ExpandCheck]:
 
 
 def worst_cells(pair, cells: dict, tokens: list, k: int = 5) -> list[dict]:
-    """The ``k`` outcomes of the first :data:`~speculab.validate.LAW_TOKENS` tokens whose observed frequency in
+    """The ``k`` outcomes of the first :data:`~speculab.stats.LAW_TOKENS` tokens whose observed frequency in
     ``tokens`` lies farthest, in standard errors (``z``), from the target's exact probability (``cells``: the target's
-    law of them, :func:`speculab.validate.target_cells` for ``len(tokens)`` runs): the two laws, side by side, where
-    they differ most (a refused law test's reproducer)."""
-    from speculab.validate import LAW_TOKENS
+    law of them, :func:`speculab.backends.exact_law.target_cells` for ``len(tokens)`` runs): the two laws, side by
+    side, where they differ most (a refused law test's reproducer)."""
+    from speculab.stats import LAW_TOKENS
 
     n, eos = len(tokens), pair.eos_token_id
     seen: dict = {}

@@ -246,7 +246,7 @@ def _is_count(x) -> bool:
 
 def _g_test_sense(name: str, statistic: float, df: int | float, p: float) -> str | None:
     """Whether ``(statistic, df, p)`` is a G-test's: ``G ≥ 0`` (∞ for a draw the law cannot make), a whole ``df ≥ 1``
-    and ``p`` the χ² tail of ``G`` on ``df`` (:func:`speculab.validate.g_test`)."""
+    and ``p`` the χ² tail of ``G`` on ``df`` (:func:`speculab.stats.g_test`)."""
     from scipy.stats import chi2
 
     if not (
