@@ -222,3 +222,28 @@ def test_the_cycle_finder_finds_cycles_and_only_them(monkeypatch):
     fake = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a", "e"}, "e": set(), "f": {"f2"}, "f2": {"f"}}
     monkeypatch.setitem(globals(), "GRAPH", fake)
     assert sorted(_cycles()) == [["a", "b", "c"], ["f", "f2"]]
+
+
+def _imported_names():
+    """Every ``from speculab.x import name`` in the package, at module level or inside a function: (file, line,
+    module, name)."""
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("speculab"):
+                for alias in node.names:
+                    if alias.name != "*":
+                        yield path.relative_to(PACKAGE.parent).as_posix(), node.lineno, node.module, alias.name
+
+
+def test_every_name_imported_from_the_package_exists():
+    """A function-local import runs only when its function does: a name moved to another module (the statistical
+    tests to ``stats``, the exact laws to ``backends.exact_law``) left one importing it from its old room, found only
+    by the slow tier. Each imported name must be an attribute or a submodule of its module."""
+    import importlib
+
+    missing = []
+    for where, line, module, name in _imported_names():
+        mod = importlib.import_module(module)
+        if not hasattr(mod, name) and importlib.util.find_spec(f"{module}.{name}") is None:
+            missing.append(f"{where}:{line}: from {module} import {name}")
+    assert missing == []

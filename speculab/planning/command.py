@@ -193,7 +193,7 @@ def plan_digest(data: dict) -> str:
     """SHA-256 of a ``plan.json``'s content but its own ``digest``: ``speculab report`` refuses a plan edited since
     ``plan`` wrote it. Unkeyed, as every digest here: it cannot tell a file edited and signed again with this
     function (whose values ``report`` still checks for sense)."""
-    from speculab.sim.checkpoint import line_digest
+    from speculab._lines import line_digest
 
     return line_digest(PLAN_HEADER, data)
 

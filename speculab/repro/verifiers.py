@@ -213,7 +213,7 @@ def _assisted(pair, key, runs: int, prompts: list[str]) -> dict:
     """Assisted generation on the pair: greedy against the target's greedy decoding, and the law tests."""
     from speculab.backends import Sampling, decode
     from speculab.backends.hf_reference import assisted_runs, ensemble_law
-    from speculab.validate import next_law
+    from speculab.backends.exact_law import next_law
 
     seeds = spawn_seeds(key, 6)
     tokens = 16
