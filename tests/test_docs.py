@@ -6,7 +6,7 @@ MathJax and that parses (matplotlib's mathtext, no browser); the site as built, 
 1,400 px wide with the network off, renders every formula with the MathJax it ships (no CDN) and leaves no TeX as
 text, on the mathematics page (where every table also fits the page), the API reference (where the docstrings'
 ``.. math::`` is displayed, each example is code with its ``>>>`` prompts, and no word of a table cell breaks in two)
-and every other page with formulas; every parameter a public docstring
+and every other page with formulas; the home page's table lists every page; every parameter a public docstring
 documents is in the signature (the check griffe's parser cannot make on "p, q: …" lines), and the command line page
 lists the JSON keys each command prints. Each browser check is also run on a page broken on purpose, and must fail
 there.
@@ -403,6 +403,19 @@ def test_chromium_renders_every_formula_of_the_other_pages_offline(site, tmp_pat
         probe = _probe(folder, tmp_path)
         assert probe["mathjax"] and probe["failure"] is None and probe["errors"] == [] and probe["raw"] == [], probe
         assert probe["rendered"] == probe["maths"] == _formulas((folder / "index.html").read_text()) > 0, folder
+
+
+@needs_mkdocs
+def test_the_home_page_table_lists_every_page_of_the_site(site):
+    import yaml  # mkdocs's
+
+    nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]
+    pages = [next(iter(entry.values())) for entry in nav]
+    home = (site / "index.html").read_text()
+    table = re.search(r'<h2 id="where-to-go">.*?<table>(.*?)</table>', home, flags=re.S)
+    assert table, "the home page's table of pages (## Where to go) is gone"
+    linked = re.findall(r'<td><a href="([^"#]+)/">', table.group(1))
+    assert linked == [page.removesuffix(".md") for page in pages if page != "index.md"]
 
 
 def _public(module):
