@@ -2,11 +2,14 @@
 
 The examples on its pages run as doctests (``pytest`` collects ``docs/*.md``, see pyproject.toml).
 Here: the mathematics page's functions import and its tests exist, its formulas are TeX that the build hands to
-MathJax and that parses (matplotlib's mathtext, no browser), and in a headless Chromium 1,400 px wide MathJax
-typesets every one without an error and every table fits the page; every parameter a public docstring documents is
-in the signature (the check griffe's parser cannot make on "p, q: …" lines), and the command line page lists the
-JSON keys each command prints. Each check of the mathematics page is also run on a page broken on purpose, and
-must fail there.
+MathJax and that parses (matplotlib's mathtext, no browser); the site as built, opened in a headless Chromium
+1,400 px wide with the network off, renders every formula with the MathJax it ships (no CDN) and leaves no TeX as
+text, on the mathematics page (where every table also fits the page), the API reference (where the docstrings'
+``.. math::`` is displayed, each example is code with its ``>>>`` prompts, and no word of a table cell breaks in two)
+and every other page with formulas; the home page's table lists every page; every parameter a public docstring
+documents is in the signature (the check griffe's parser cannot make on "p, q: …" lines), and the command line page
+lists the JSON keys each command prints. Each browser check is also run on a page broken on purpose, and must fail
+there.
 """
 
 import ast
@@ -29,8 +32,6 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 MKDOCS = shutil.which("mkdocs", path=str(Path(sys.executable).parent)) or shutil.which("mkdocs")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-#: Debian's libjs-mathjax (MathJax 2.7): the site loads MathJax 3 from a CDN, which the tests cannot reach.
-MATHJAX = Path("/usr/share/javascript/mathjax/MathJax.js")
 CI = os.environ.get("CI") == "true"
 needs_mkdocs = pytest.mark.skipif(MKDOCS is None and not CI, reason="needs mkdocs (pip install -e '.[docs]')")
 
@@ -63,6 +64,12 @@ def test_the_site_builds_with_warnings_as_errors(site):
     links = re.findall(r'<a href="index.html#([\w.]+)"><code>', api)
     assert len(links) > 100 and all(f'id="{a}"' in api for a in links)
     assert api.count('class="arithmatex"') > 30 and "\\(" in api
+    # the docstrings' .. math:: are display formulas and their examples code with the prompts (mkdocs_hooks.py);
+    # the site carries its MathJax (from the docs extra) and the pages load it from there, not from a CDN
+    assert ".. math::" not in api and api.count('<div class="arithmatex">') >= 40
+    assert '<details class="example"' not in api and api.count('<span class="gp">&gt;&gt;&gt; </span>') >= 40
+    assert (site / "js" / "mathjax" / "tex-chtml.js").is_file() and (site / "js" / "mathjax" / "LICENSE").is_file()
+    assert '<script src="../js/mathjax/tex-chtml.js"></script>' in api and "cdn.jsdelivr" not in api
 
 
 def _table_cells(page: str):
@@ -193,23 +200,52 @@ def test_every_formula_of_the_mathematics_page_parses_as_tex(site):
     assert len(_tex_problems(broken)) == 2
 
 
-#: MathJax 2's configuration that matches docs/js/mathjax.js (MathJax 3's): only arithmatex spans, \( \) and \[ \].
-#: Undefined commands are errors, not red text; a probe writes what MathJax and the layout did into the page.
-MATHJAX_PROBE = """<script type="text/x-mathjax-config">
-MathJax.Hub.Config({
-  tex2jax: {inlineMath: [["\\\\(", "\\\\)"]], displayMath: [["\\\\[", "\\\\]"]], processEscapes: true,
-            ignoreClass: ".*|", processClass: "arithmatex"},
-  TeX: {noErrors: {disabled: true}, noUndefined: {disabled: true}},
-  messageStyle: "none", showMathMenu: false
+#: What the probe reads in a page once its MathJax has typeset (or failed to load): the formulas and how many
+#: MathJax rendered, raw TeX left as text, MathJax's errors, the examples' prompts in <pre> and outside it, the words
+#: of a table cell laid out on two lines, and each table's fit. Chromium runs it at the end of a copy of the built
+#: page, written beside it: the page's own scripts, MathJax the site ships included, run as they are.
+PROBE = r"""<script>
+window.addEventListener("load", function () {
+  var mathjax = window.MathJax && window.MathJax.startup && window.MathJax.startup.promise;
+  (mathjax || Promise.resolve()).then(function () { report(null); }, function (e) { report(String(e)); });
 });
-var probeErrors = [];
-MathJax.Hub.Register.MessageHook("TeX Jax - parse error", function (m) { probeErrors.push(String(m[1])); });
-MathJax.Hub.Register.MessageHook("Math Processing Error", function (m) { probeErrors.push(String(m[2])); });
-MathJax.Hub.Register.StartupHook("End", function () { MathJax.Hub.Queue(function () {
+function textNodes(root, skip) {
+  var found = [], walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+  for (var n = walker.nextNode(); n; n = walker.nextNode()) if (!n.parentElement.closest(skip)) found.push(n);
+  return found;
+}
+function report(failure) {
   var main = document.querySelector("[role=main]"), page = document.documentElement;
-  var r = {window: window.innerWidth, page: [page.scrollWidth, page.clientWidth], errors: probeErrors,
-           typeset: MathJax.Hub.getAllJax(main).length, spans: main.querySelectorAll("span.arithmatex").length,
-           merror: main.querySelectorAll(".mjx-merror, .MathJax_Error, merror").length, tables: []};
+  var r = {window: window.innerWidth, page: [page.scrollWidth, page.clientWidth], failure: failure,
+           mathjax: window.MathJax && window.MathJax.version || null, maths: 0, rendered: 0, raw: [], errors: [],
+           prompts: 0, stray: [], blockquotes: main.querySelectorAll("blockquote").length, broken: [], tables: []};
+  main.querySelectorAll(".arithmatex").forEach(function (m) {
+    r.maths++;
+    if (m.querySelector("mjx-container")) r.rendered++; else r.raw.push(m.textContent.slice(0, 100));
+  });
+  main.querySelectorAll("mjx-merror").forEach(function (e) {
+    r.errors.push(e.getAttribute("data-mjx-error") || e.textContent);
+  });
+  textNodes(main, "mjx-container, code, pre, .arithmatex").forEach(function (n) {
+    if (/\\[()\[\]]|\$\$|\$[^\s$][^$]*\$|\.\. math::|:math:/.test(n.data)) r.raw.push(n.data.trim().slice(0, 100));
+    if (n.data.indexOf(">>>") >= 0) r.stray.push(n.data.trim().slice(0, 100));
+  });
+  main.querySelectorAll("pre").forEach(function (p) {
+    r.prompts += p.textContent.split("\n").filter(function (l) { return /^>>>( |$)/.test(l); }).length;
+  });
+  var word = /[\p{L}\p{N}]+/gu;
+  main.querySelectorAll("td, th").forEach(function (cell) {
+    textNodes(cell, "mjx-container").forEach(function (n) {
+      for (var m = word.exec(n.data); m; m = word.exec(n.data)) {
+        var range = document.createRange();
+        range.setStart(n, m.index);
+        range.setEnd(n, m.index + m[0].length);
+        var tops = new Set(Array.from(range.getClientRects(), function (b) { return Math.round(b.top); }));
+        if (tops.size > 1) r.broken.push(m[0] + " in: " + cell.textContent.trim().slice(0, 80));
+      }
+      word.lastIndex = 0;
+    });
+  });
   main.querySelectorAll("table").forEach(function (t) {
     var box = t.getBoundingClientRect(), parent = t.parentElement, style = getComputedStyle(parent);
     var cells = Array.prototype.map.call(t.querySelectorAll("th, td"),
@@ -219,23 +255,26 @@ MathJax.Hub.Register.StartupHook("End", function () { MathJax.Hub.Queue(function
   });
   var pre = document.createElement("pre"); pre.id = "probe"; pre.textContent = JSON.stringify(r);
   document.body.appendChild(pre);
-}); });
-</script>
-<script src="%s?config=TeX-AMS_CHTML"></script>"""
+}
+</script>"""
 
 
-def _offline(page: str, folder: Path) -> str:
-    """The built page for a browser without the network: MathJax 2 from Debian's libjs-mathjax (with the probe) for
-    MathJax 3 from the CDN, no other remote file, and the page's own files found in ``folder``."""
-    assert page.count('<script src="../js/mathjax.js"></script>') == 1 and "cdn.jsdelivr.net/npm/mathjax@3" in page
-    page = re.sub(r'<script src="https://[^"]*"></script>|<link [^>]*href="https://[^"]*"[^>]*>', "", page)
-    page = page.replace('<script src="../js/mathjax.js"></script>', MATHJAX_PROBE % MATHJAX.as_uri())
-    assert page.count("<head>") == 1
-    return page.replace("<head>", f'<head>\n<base href="{folder.as_uri()}/">')
+def _no_network() -> list[str]:
+    """The command prefix that runs a program with no network: a network namespace of its own (``unshare``, as root
+    in CI), else nothing (Chromium's flags then resolve no host name)."""
+    unshare = shutil.which("unshare")
+    if unshare and subprocess.run([unshare, "--net", "true"], capture_output=True).returncode == 0:
+        return [unshare, "--net"]
+    return []
 
 
-def _probe(page: Path, tmp_path: Path, width: int = 1400) -> dict:
-    """What the probe found in ``page`` opened in headless Chromium, ``width`` CSS pixels wide, after MathJax ran."""
+def _probe(folder: Path, tmp_path: Path, width: int = 1400, page: str | None = None) -> dict:
+    """What :data:`PROBE` found in the built page of ``folder`` (or in ``page``, a changed copy of it) opened in
+    headless Chromium with the network off, ``width`` CSS pixels wide, once MathJax has typeset."""
+    built = page if page is not None else (folder / "index.html").read_text()
+    assert built.count("</body>") == 1
+    copy = folder / "probe.html"
+    copy.write_text(built.replace("</body>", PROBE + "\n</body>"))
     flags = [
         "--headless",
         "--no-sandbox",
@@ -246,16 +285,22 @@ def _probe(page: Path, tmp_path: Path, width: int = 1400) -> dict:
         "--disable-component-update",
         "--disable-sync",
         "--hide-scrollbars",
+        "--host-resolver-rules=MAP * ~NOTFOUND",
         f"--user-data-dir={tmp_path / 'chromium-profile'}",
         "--force-device-scale-factor=1",
         f"--window-size={width},1000",
         "--allow-file-access-from-files",
-        "--virtual-time-budget=30000",
+        "--virtual-time-budget=60000",
         "--dump-dom",
     ]
-    done = subprocess.run([CHROMIUM, *flags, page.as_uri()], timeout=180, capture_output=True, text=True)
+    try:
+        done = subprocess.run(
+            [*_no_network(), CHROMIUM, *flags, copy.as_uri()], timeout=300, capture_output=True, text=True
+        )
+    finally:
+        copy.unlink()
     found = re.search(r'<pre id="probe">(.*?)</pre>', done.stdout, flags=re.S)
-    assert found, f"MathJax did not finish: {done.stderr[-2000:]}"
+    assert found, f"the page did not finish loading: {done.stderr[-2000:]}"
     return json.loads(html.unescape(found.group(1)))
 
 
@@ -264,32 +309,113 @@ def _overflows(probe: dict) -> list[dict]:
     return [t for t in probe["tables"] if t["right"] > t["room"] + 1 or t["scroll"] > t["client"] + 1 or t["cell"] > 1]
 
 
+def _formulas(page: str) -> int:
+    """The formulas of a built page that the build hands to MathJax: arithmatex's spans and blocks."""
+    return len(re.findall(r'<(?:span|div) class="arithmatex">', _main(page)))
+
+
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None and not CI, reason="needs Debian's chromium (apt-get install chromium; .ci/run installs it)"
+)
+
+
 @pytest.mark.slow
 @needs_mkdocs
-@pytest.mark.skipif(
-    (CHROMIUM is None or not MATHJAX.exists()) and not CI,
-    reason="needs Debian's chromium and libjs-mathjax (apt-get install chromium libjs-mathjax; .ci/run installs them)",
-)
-def test_chromium_typesets_the_mathematics_page_and_its_tables_fit_1400_px(site, tmp_path):
-    assert CHROMIUM is not None and MATHJAX.exists(), "CI must install chromium and libjs-mathjax (.ci/run)"
-    built = (site / "mathematics" / "index.html").read_text()
+@needs_chromium
+def test_chromium_typesets_the_mathematics_page_offline_and_its_tables_fit_1400_px(site, tmp_path):
+    assert CHROMIUM is not None, "CI must install chromium (.ci/run)"
+    folder = site / "mathematics"
+    built = (folder / "index.html").read_text()
+    assert "https://" not in "".join(re.findall(r'<script src="([^"]*mathjax[^"]*)"', built)), "MathJax from a CDN"
     spans = len(SPAN.findall(_main(built)))
     tables = len(re.findall(r"<table", _main(built)))
-    page = tmp_path / "mathematics.html"
-    page.write_text(_offline(built, site / "mathematics"))
-    probe = _probe(page, tmp_path)
+    probe = _probe(folder, tmp_path)
     written = len(re.findall(r"^\| result \| statement \|", (DOCS / "mathematics.md").read_text(), re.M))
     assert probe["window"] == 1400 and tables == written >= 9 and len(probe["tables"]) == tables, probe
-    assert probe["errors"] == [] and probe["merror"] == 0, probe["errors"]
-    assert probe["typeset"] == probe["spans"] == spans > 200, probe  # every formula, none twice
+    assert probe["mathjax"] and probe["mathjax"].startswith("3."), probe  # the site's own MathJax, offline
+    assert probe["failure"] is None and probe["errors"] == [] and probe["raw"] == [], probe
+    assert probe["rendered"] == probe["maths"] == _formulas(built) == spans > 200, probe  # every formula
     assert _overflows(probe) == [] and probe["page"][0] <= probe["page"][1], probe
+    assert probe["broken"] == [], probe["broken"]  # a name breaks at its dots, no word in two
 
     # Each check fails on a broken page: a TeX typo, and the tables without the site's CSS (extra.css).
     broken = built.replace("\\frac{1}{2}", "\\frac{1}{2}\\foo", 1).replace('<link href="../css/extra.css"', "<link ")
-    page.write_text(_offline(broken, site / "mathematics"))
-    probe = _probe(page, tmp_path)
-    assert len(probe["errors"]) == 1 and probe["merror"] >= 1, probe["errors"]
-    assert len(_overflows(probe)) == tables and probe["page"][0] > probe["page"][1], probe
+    probe = _probe(folder, tmp_path, page=broken)
+    assert len(probe["errors"]) == 1 and "foo" in probe["errors"][0], probe["errors"]
+    assert _overflows(probe), "without extra.css's column widths a table of formulas sticks out"
+
+
+def _docstring_prompts() -> int:
+    """The ``>>>`` lines of the docstrings the API reference renders (a name re-exported by a module that
+    docs/api.md also renders is rendered, and counted, once for each)."""
+    count = 0
+    for module_name in API:
+        module = importlib.import_module(module_name)
+        docs = [module.__doc__ or ""] + [inspect.getdoc(obj) or "" for _, obj in _public(module)]
+        count += sum(len(re.findall(r"^\s*>>>", doc, flags=re.M)) for doc in docs)
+    return count
+
+
+@pytest.mark.slow
+@needs_mkdocs
+@needs_chromium
+def test_chromium_shows_the_api_reference_offline_with_its_maths_and_examples(site, tmp_path):
+    """The API page at 1,400 px with the network off: every formula rendered (the docstrings' ``:math:`` and
+    ``.. math::``), none left as TeX; every example a block of code with its ``>>>`` prompts; no word of a table
+    cell split over two lines. Each check fails on a page that has the fault."""
+    assert CHROMIUM is not None, "CI must install chromium (.ci/run)"
+    folder = site / "api"
+    built = (folder / "index.html").read_text()
+    directives = built.count('<div class="arithmatex">')
+    probe = _probe(folder, tmp_path)
+    assert probe["mathjax"] and probe["mathjax"].startswith("3.") and probe["failure"] is None, probe
+    assert probe["errors"] == [] and probe["raw"] == [], probe
+    assert probe["rendered"] == probe["maths"] == _formulas(built) > 100 and directives >= 40, probe
+    assert probe["stray"] == [] and probe["blockquotes"] == 0, probe
+    assert probe["prompts"] >= _docstring_prompts() > 40, probe
+    assert probe["broken"] == [] and probe["page"][0] <= probe["page"][1], probe["broken"]
+
+    # The faults of a page built without mkdocs_hooks.py's work, put back: a directive as text, an example as
+    # nested quotes, a name that breaks anywhere.
+    first_block = re.search(r'<div class="arithmatex">\\\[(.*?)\\\]</div>', built, flags=re.S)
+    faulty = built.replace(first_block.group(0), f"<p>.. math:: {first_block.group(1)}</p>", 1)
+    example = re.search(r'<div class="highlight"><pre><span></span><code><span class="gp">.*?</pre></div>', built, re.S)
+    lines = re.sub(r"<[^>]+>|&gt;&gt;&gt; ", "", example.group(0))
+    quoted = f"<blockquote><blockquote><blockquote><p>{lines}</p></blockquote></blockquote></blockquote>"
+    faulty = faulty.replace(example.group(0), quoted, 1)
+    faulty = faulty.replace("</head>", "<style>td code { overflow-wrap: anywhere; }</style></head>", 1)
+    probe = _probe(folder, tmp_path, page=faulty)
+    assert len(probe["raw"]) == 1 and probe["rendered"] == probe["maths"] == _formulas(built) - 1, probe["raw"]
+    assert probe["blockquotes"] == 3 and probe["prompts"] < _docstring_prompts(), probe
+    assert probe["broken"], "a narrow column's code may break anywhere: the check must see it"
+
+
+@pytest.mark.slow
+@needs_mkdocs
+@needs_chromium
+def test_chromium_renders_every_formula_of_the_other_pages_offline(site, tmp_path):
+    """The pages with formulas besides the mathematics page and the API reference (tested above)."""
+    assert CHROMIUM is not None, "CI must install chromium (.ci/run)"
+    folders = [p.parent for p in sorted(site.rglob("index.html")) if _formulas(p.read_text())]
+    others = [f for f in folders if f.name not in ("mathematics", "api")]
+    assert {"mathematics", "api"} < {f.name for f in folders} and others
+    for folder in others:
+        probe = _probe(folder, tmp_path)
+        assert probe["mathjax"] and probe["failure"] is None and probe["errors"] == [] and probe["raw"] == [], probe
+        assert probe["rendered"] == probe["maths"] == _formulas((folder / "index.html").read_text()) > 0, folder
+
+
+@needs_mkdocs
+def test_the_home_page_table_lists_every_page_of_the_site(site):
+    import yaml  # mkdocs's
+
+    nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]
+    pages = [next(iter(entry.values())) for entry in nav]
+    home = (site / "index.html").read_text()
+    table = re.search(r'<h2 id="where-to-go">.*?<table>(.*?)</table>', home, flags=re.S)
+    assert table, "the home page's table of pages (## Where to go) is gone"
+    linked = re.findall(r'<td><a href="([^"#]+)/">', table.group(1))
+    assert linked == [page.removesuffix(".md") for page in pages if page != "index.md"]
 
 
 def _public(module):
@@ -410,6 +536,76 @@ def test_roles_become_code_links_and_tex():
         '<a href="index.html#speculab.sim.simulate"><code>simulate</code></a>, '
         '<a href="index.html#speculab.sim.simulate"><code>simulate</code></a>, <code>tv</code>, '
         '<code>Nowhere</code> and <span class="arithmatex">\\(a &lt; b\\)</span>'
+    )
+
+
+def _hooks():
+    sys.path.insert(0, str(ROOT))
+    try:
+        import mkdocs_hooks
+    finally:
+        sys.path.remove(str(ROOT))
+    return mkdocs_hooks
+
+
+def test_docstrings_math_directives_become_display_maths_and_examples_code():
+    """The griffe extension's reading of a docstring: a ``.. math::`` directive (TeX on its line, on more indented
+    lines after it, or after a blank line; in a list item too) becomes a ``$$`` block, ``Example:`` ``Examples:``."""
+    hooks = _hooks()
+    doc = "\n".join(
+        [
+            "Intro.",
+            "",
+            r".. math:: a \| b,",
+            r"          c_{d},",
+            "",
+            "* **item** text,",
+            "",
+            r"  .. math:: x \leftarrow y",
+            "",
+            "  after.",
+            "",
+            ".. math::",
+            "",
+            "    z = 1",
+            "",
+            "Example:",
+            "  >>> 1 + 1",
+            "  2",
+        ]
+    )
+    assert hooks.docstring_markdown(doc).splitlines() == [
+        "Intro.",
+        "",
+        "$$",
+        r"a \| b,",
+        r"c_{d},",
+        "$$",
+        "",
+        "* **item** text,",
+        "",
+        "    $$",
+        r"    x \leftarrow y",
+        "    $$",
+        "",
+        "  after.",
+        "",
+        "$$",
+        "z = 1",
+        "$$",
+        "",
+        "Examples:",
+        "  >>> 1 + 1",
+        "  2",
+    ]
+
+
+def test_code_names_in_table_cells_break_after_dots_only():
+    hooks = _hooks()
+    page = "<p><code>a.b</code></p><table><tr><td><code>speculab.sim.run_x</code> and <code>t.py::test_a</code></td>"
+    assert hooks.break_names(page) == (
+        "<p><code>a.b</code></p><table><tr><td><code>speculab.<wbr>sim.<wbr>run_<wbr>x</code> and "
+        "<code>t.<wbr>py::<wbr>test_<wbr>a</code></td>"
     )
 
 
