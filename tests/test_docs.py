@@ -346,12 +346,21 @@ def test_chromium_typesets_the_mathematics_page_offline_and_its_tables_fit_1400_
 
 
 def _docstring_prompts() -> int:
-    """The ``>>>`` lines of the docstrings the API reference renders (a name re-exported by a module that
-    docs/api.md also renders is rendered, and counted, once for each)."""
+    """The ``>>>`` lines of the docstrings the API reference renders — modules, their public names and the public
+    members of their classes (their own docstrings: ``Estimate.ratio``'s example counts) — a name re-exported by a
+    module that docs/api.md also renders counted once for each."""
     count = 0
     for module_name in API:
         module = importlib.import_module(module_name)
         docs = [module.__doc__ or ""] + [inspect.getdoc(obj) or "" for _, obj in _public(module)]
+        docs += [
+            getattr(member, "__doc__", None) or ""
+            for _, obj in _public(module)
+            if inspect.isclass(obj)
+            for name, member in vars(obj).items()
+            if not name.startswith("_")
+            and isinstance(member, (property, classmethod, staticmethod, type(len), type(_public)))
+        ]
         count += sum(len(re.findall(r"^\s*>>>", doc, flags=re.M)) for doc in docs)
     return count
 
