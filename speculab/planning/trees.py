@@ -92,13 +92,13 @@ def tree_yields(pair, methods: list, ctxs: list[list[int]], *, sampling, rng: to
     for i, m in enumerate(methods):
         groups.setdefault((m.tree, m.draws), []).append(i)
     out: list = [None] * len(methods)
-    order = sorted(groups, key=lambda g: -g[0].height)  # the taller first: a shorter cut of one reads its trees
+    order = sorted(groups, key=lambda shape: -shape[0].height)  # the taller first: a shorter cut reads its trees
     source = {}
     for i, (tree, draws) in enumerate(order):
         source[(tree, draws)] = next(
-            (g for g in order[:i] if g[1] == draws and source[g] is None and g[0].truncated(tree.height) == tree), None
+            (t for t in order[:i] if t[1] == draws and source[t] is None and t[0].truncated(tree.height) == tree), None
         )
-    readers = {g: sum(1 for s in source.values() if s == g) for g in order}
+    readers = {shape: sum(1 for read in source.values() if read == shape) for shape in order}
     drawn_for: dict = {}  # a shape's drafted trees, kept while a shorter cut of it is still to read them
     for tree, draws in order:
         members, taller = groups[(tree, draws)], source[(tree, draws)]
