@@ -79,12 +79,12 @@ def markdown(result: dict) -> str:
         if shapes:
             out += [
                 "",
-                "| nodes | Sequoia's tree | tokens / round | exact best | tokens / round |",
+                "| nodes | Sequoia's tree | tokens / round (fresh trees) | exact best | tokens / round (fresh trees) |",
                 "| --- | --- | --- | --- | --- |",
             ]
             out += [
-                f"| {r['nodes']} | `{r['sequoia']}` | {r['sequoia_tokens']:.3f} | `{r['exact']}` | "
-                f"{r['exact_tokens']:.3f} |"
+                f"| {r['nodes']} | `{r['sequoia']}` | {r['sequoia_tokens']:.3f} ± {r['sequoia_se']:.3f} | "
+                f"`{r['exact']}` | {r['exact_tokens']:.3f} ± {r['exact_se']:.3f} |"
                 for r in shapes
             ]
         out += ["", f"Verdict: {plan['verdict']}.", "", f"![plan, {s['pair']} pair](figures/plan_{s['pair']}.png)", ""]
