@@ -83,6 +83,17 @@ def test_biased_methods_are_found_biased(method):
     np.testing.assert_allclose(_tv(stream_law(method, cert.p, cert.q, cert.L, cert.n, cert.M), cert.q), cert.tv)
 
 
+def test_a_bias_of_one_in_ten_thousand_is_called_biased():
+    """Near the verdict's threshold: Decoding-OPT with ε = 2.5e-5 biases a stream of two tokens by at most
+    2 · Σ_x min((p − q)_+(x), ε) ≤ 4ε = 1e-4 ([Yin] Thm 4, two tokens over V = 3): certify finds a pair within a
+    factor two of that and calls it biased; a tolerance loosened to 1e-3 (what an error in the default would be)
+    would call it lossless, so the verdict is tested where it is decided."""
+    eps = 2.5e-5
+    cert = certify(Biased(eps, "opt", K=1), V=3, remaining=2)
+    assert not cert.lossless and 2 * eps < cert.tv <= 4 * eps, cert
+    assert certify(Biased(eps, "opt", K=1), V=3, remaining=2, tolerance=1e-3).lossless
+
+
 @pytest.mark.parametrize("eps", [0.05, 0.3])
 def test_opts_and_unos_first_token_bias_is_thm_4s(eps):
     """[Yin] Thm 4: with one draft the output token's TV to q is Σ (b p − q)_+ for OPT — Thm 5's Pareto loss
