@@ -41,6 +41,34 @@ def measure(budget: float, key: int) -> dict:
     return {"budget": budget, "key": key, "plans": plans}
 
 
+#: The issue's targets: each confirmed candidate's tokens/s within this share of the measured, the whole plan within
+#: this many seconds.
+WITHIN, PLAN_SECONDS = 0.10, 300
+
+
+def against_targets(plan: dict) -> str:
+    """One line holding a pair's plan to the targets, from its own numbers: which confirmed candidates' tokens per
+    second and speed-ups over autoregressive decoding were predicted within :data:`WITHIN` (those outside named with
+    their errors), the largest |z| of tokens per target call, and the plan's time against :data:`PLAN_SECONDS`."""
+    from speculab.planning.command import label
+
+    def held(key: str, rows: list) -> str:
+        out = [r for r in rows if abs(r[key]) > WITHIN]
+        return f"{len(rows) - len(out)} of {len(rows)}" + (
+            " (outside: " + ", ".join(f"{label(r['method'])} {r[key]:+.1%}" for r in out) + ")" if out else ""
+        )
+
+    rows = plan["confirmed"]
+    drafting = [r for r in rows if r["method"] != "Autoregressive()"]
+    zs = [abs(r["per_call_z"]) for r in rows if r["per_call_z"] is not None]
+    return (
+        f"Tokens/s predicted within {WITHIN:.0%} for {held('error', rows)}; speed-ups over autoregressive decoding "
+        f"within {WITHIN:.0%} for {held('speedup_error', drafting)}; tokens per target call within "
+        f"|z| ≤ {max(zs, default=0.0):.1f}; the plan took {plan['seconds']:.0f} s "
+        f"({'within' if plan['seconds'] <= PLAN_SECONDS else 'past'} {PLAN_SECONDS // 60} minutes)."
+    )
+
+
 def markdown(result: dict) -> str:
     from speculab.planning.command import label
 
@@ -87,7 +115,8 @@ def markdown(result: dict) -> str:
                 f"`{r['exact']}` | {r['exact_tokens']:.3f} ± {r['exact_se']:.3f} |"
                 for r in shapes
             ]
-        out += ["", f"Verdict: {plan['verdict']}.", "", f"![plan, {s['pair']} pair](figures/plan_{s['pair']}.png)", ""]
+        out += ["", f"Verdict: {plan['verdict']}. {against_targets(plan)}", ""]
+        out += [f"![plan, {s['pair']} pair](figures/plan_{s['pair']}.png)", ""]
     return "\n".join(out) + "\n"
 
 

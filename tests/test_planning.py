@@ -177,6 +177,8 @@ def test_candidates_are_lossless_unless_a_budget_lets_lossy_rules_in():
         (["--max-nodes", "33"], "--max-nodes 33: 0 (no trees) or 2..32"),
         (["--max-nodes", "1"], "--max-nodes 1: 0 (no trees) or 2..32 (a tree has 2 nodes or more)"),
         (["--max-new-tokens", "5000"], "argument --max-new-tokens: must be at most 236 for prompt 15 (20 tokens, the"),
+        (["--prompts", "2", "--max-new-tokens", "240"], "must be at most 237 for held-out prompt 7 (19 tokens"),
+        (["--engine", "vllm", "--k", "9,10"], "--engine vllm: vLLM runs K ≤ 8; --k 9,10 has none"),
         (["--engine", "vllm", "--draft", "/tmp"], "--engine vllm: give both --draft and --target"),
         (["--engine", "sglang"], "argument --engine: invalid choice: 'sglang'"),
         (["--engine", "vllm", "--pair", "tiny-ngram"], "--engine vllm: vLLM loads the draft from a folder"),
@@ -224,8 +226,10 @@ def test_plan_ranks_predicts_and_confirms_on_the_tiny_pair(tmp_path, capsys, mon
     assert "plan: the best configuration" in page and "data:image/png;base64," in page
     assert plan["engine"] == [] and "vLLM configuration" not in page
     row = {"configuration": "greedy K=2", "rule": "GreedyDraft(K=2)", "predicted_per_call": 1.2, "z": -3.7}
-    row |= {"measured_per_call": 1.04, "tokens_per_second": 738.0, "error": None}
+    row |= {"predicted_per_call_se": 0.02, "measured_per_call": 1.04, "measured_per_call_se": 0.01}
+    row |= {"tokens_per_second": 738.0, "error": None}
     failed = {"configuration": "synthetic K=2", "rule": "x", "predicted_per_call": 1.5, "error": "not on the CPU"}
+    failed |= {"predicted_per_call_se": 0.02, "z": None}
     (tmp_path / "new" / "plan.json").write_text(json.dumps(plan | {"engine": [row, failed]}))
     with pytest.raises(ValueError, match="plan.json: its digest does not match its content: edited since"):
         build_report(tmp_path / "new")  # an edit, unsigned
@@ -247,6 +251,13 @@ def test_plan_ranks_predicts_and_confirms_on_the_tiny_pair(tmp_path, capsys, mon
         ),
         ({"settings": {k: v for k, v in plan["settings"].items() if k != "pair"}}, "settings.pair is missing"),
         ({"verdict": None}, "no verdict"),
+        ({"confirmed": None}, "'confirmed' is not a list"),
+        (
+            {"engine": [{k: v for k, v in row.items() if k != "tokens_per_second"}]},
+            r"engine\[0\].measured_per_call_se or",
+        ),
+        ({"confirmed": [plan["confirmed"][0] | {"measured_se": -5.0}]}, r"confirmed\[0\].measured_se is missing"),
+        ({"ranked": [plan["ranked"][0] | {"tokens_per_second_se": "abc"}]}, r"ranked\[0\].tokens_per_second_se"),
     ):
         (tmp_path / "new" / "plan.json").write_text(_signed(plan | edit))
         with pytest.raises(ValueError, match=message):

@@ -62,9 +62,15 @@ def test_the_positional_acceptance_meets_the_stars_enumeration():
         assert np.all(np.abs(a - exact) < Z_BOUND * se), (draws, a, exact)
 
 
-def test_the_shape_search_finds_the_exact_best_and_evaluates_sequoias_pick():
+def test_the_shape_search_finds_the_exact_best_and_evaluates_sequoias_pick(monkeypatch):
     """Two nodes on an i.i.d. pair: the chain and the star of two, whose exact values differ by many standard
-    errors; the search keeps the better, and Sequoia's pick is evaluated beside it."""
+    errors; the search keeps the better, and Sequoia's pick is evaluated beside it — both values from trees drafted
+    after the search (the search's own maximum is biased up)."""
+    import speculab.planning.trees as trees
+
+    made = []
+    real = trees.tree_yield
+    monkeypatch.setattr(trees, "tree_yield", lambda *a, **k: made.append((a[1].tree, real(*a, **k))) or made[-1][1])
     p, q, pair = _iid_pair(1)
     exact = {t: exact_tree_tokens(RRS(t, draws="distinct"), p, q) for t in (Tree((0, 1)), Tree((0, 0)))}
     rng = torch.Generator().manual_seed(2)
@@ -79,6 +85,8 @@ def test_the_shape_search_finds_the_exact_best_and_evaluates_sequoias_pick():
     )
     best = max(exact, key=exact.get)
     assert rows[0]["exact"] == best and abs(exact[Tree((0, 1))] - exact[Tree((0, 0))]) > 0.1
+    searched, fresh = made[:2], {tree: y for tree, y in made[2:]}  # two shapes of two nodes, then the fresh draws
+    assert rows[0]["exact_tokens"] == fresh[best].tokens != dict(searched)[best].tokens
     # both re-estimated on fresh trees: the winner's value is not the search's maximum, and meets the enumeration
     assert abs(rows[0]["exact_tokens"] - exact[best]) < Z_BOUND * rows[0]["exact_se"]
     seq = rows[0]["sequoia"]

@@ -286,7 +286,9 @@ def _token_ids(p, i: int, vocab_size: int) -> list[int]:
     return [int(t) for t in ids]
 
 
-def _encode(pair: ModelPair, prompts, max_new_tokens: int) -> list[list[int]]:
+def _encode(pair: ModelPair, prompts, max_new_tokens: int, *, what: str = "prompt") -> list[list[int]]:
+    """The prompts' token ids, each checked and with room for ``max_new_tokens`` in the models' context (errors name
+    a prompt as ``what`` and its index: ``speculab plan`` says which of its held-out prompts)."""
     encoded = [
         pair.tokenizer.encode(check_text(p, f"prompt {i}")) if isinstance(p, str) else _token_ids(p, i, pair.vocab_size)
         for i, p in enumerate(prompt_list(prompts))
@@ -298,7 +300,7 @@ def _encode(pair: ModelPair, prompts, max_new_tokens: int) -> list[list[int]]:
     if i is not None and pair.max_length and len(encoded[i]) + max_new_tokens > pair.max_length:
         room = pair.max_length - len(encoded[i])
         raise ValueError(
-            f"max_new_tokens must be at most {room} for prompt {i} ({len(encoded[i])} tokens, the longest, in the "
+            f"max_new_tokens must be at most {room} for {what} {i} ({len(encoded[i])} tokens, the longest, in the "
             f"models' context of {pair.max_length})" + ("" if room > 0 else ": shorten it") + f"; got {max_new_tokens}"
         )
     return encoded

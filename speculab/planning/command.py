@@ -121,6 +121,10 @@ def _engine_of(args):
         raise ValueError("--vllm-python is read only with --engine vllm")
     if args.engine is None:
         return None
+    from speculab.engines.vllm import MAX_K
+
+    if min(args.k) > MAX_K:
+        raise ValueError(f"--engine vllm: vLLM runs K ≤ {MAX_K}; --k {','.join(map(str, args.k))} has none")
     if (args.draft is None) != (args.target is None):
         raise ValueError("--engine vllm: give both --draft and --target (local Hugging Face folders), or neither")
     from speculab.backends.pair import TINY_DIR
@@ -268,7 +272,7 @@ def table(result, top: int = 12) -> str:
     s = result.settings
     smp = s["sampling"]
     lines = [
-        f"plan for the {s['pair']} pair on {s['device']} ({s['dtype']}): T = {smp['temperature']:g}"
+        f"plan for the {s['pair']} pair on {s['device']} ({s['dtype']}): temperature {smp['temperature']:g}"
         + (f", top-k {smp['top_k']}" if smp["top_k"] else "")
         + (f", top-p {smp['top_p']:g}" if smp["top_p"] else "")
         + f", runs of {s['max_new_tokens']} tokens one at a time; rounds along {s['contexts']} contexts of "
@@ -287,7 +291,9 @@ def table(result, top: int = 12) -> str:
         f"({len(allowed)} candidates within the budget" + (f"; {over} over it" if over else "") + "; tokens/round: "
         "E[τ + 1] of a round of K drafts, exact given each drafted block, ± one standard error over the prompts; "
         f"tokens/call and tokens/s: of a run of {s['max_new_tokens']} tokens, its last rounds cut by the horizon, "
-        "times from the fitted latency)"
+        "times from the fitted latency, tokens/s ± over the prompts' round laws only, not the latency's fit; a "
+        "tree as its children per node at each depth, 2,1 a root with two children of one child each, or as "
+        "parents=… each node's parent, 0 the root)"
     )
     if s.get("no_trees"):
         lines.append(f"(no token trees ranked: {s['no_trees']})")

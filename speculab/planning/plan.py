@@ -210,7 +210,8 @@ def plan(
     from speculab.methods import SD, Autoregressive
 
     check_pair(pair)
-    _encode(pair, [*prompts, *held_out], max_new_tokens)  # every prompt fits the context, before anything is timed
+    for what, group in (("prompt", prompts), ("held-out prompt", held_out)):  # each fits, before anything is timed
+        _encode(pair, group, max_new_tokens, what=what)
     ks = list(ks)
     if not ks or any(isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 16 for k in ks):
         raise ValueError(f"ks must be integers in 1..16; got {ks!r}")

@@ -416,6 +416,15 @@ def _is_text(x) -> bool:
     return isinstance(x, str)
 
 
+def _se_or_none(x) -> bool:
+    """A standard error as plan.json holds it: a finite number ≥ 0, or ``null`` where there is none (one prompt)."""
+    return x is None or (_is_number(x) and math.isfinite(x) and x >= 0)
+
+
+def _number_or_none(x) -> bool:
+    return x is None or (_is_number(x) and math.isfinite(x))
+
+
 #: The fields of ``plan.json``'s settings and rows, and the checks each value must pass (what the command writes).
 _PLAN_SETTINGS = {
     "pair": _is_text,
@@ -431,6 +440,8 @@ _PLAN_ROWS = {
         "tokens_per_call": _at_least_one,
         "bias": lambda x: _is_number(x) and 0 <= x <= 1,
         "tokens_per_second": _positive,
+        "tokens_per_round_se": _se_or_none,
+        "tokens_per_second_se": _se_or_none,
         "allowed": lambda x: isinstance(x, bool),
     },
     "confirmed": {
@@ -442,11 +453,16 @@ _PLAN_ROWS = {
         "measured_speedup": _positive,
         "predicted_per_call": _at_least_one,
         "measured_per_call": _at_least_one,
+        "predicted_se": _se_or_none,
+        "measured_se": _se_or_none,
+        "per_call_z": _number_or_none,
     },
     "engine": {
         "configuration": _is_text,
         "rule": _is_text,
         "predicted_per_call": _at_least_one,
+        "predicted_per_call_se": _se_or_none,
+        "z": _number_or_none,
     },
 }
 
@@ -464,15 +480,21 @@ def plan_problem(data) -> str | None:
     if not isinstance(data.get("ranked"), list) or not data["ranked"]:
         return "no ranked candidates"
     for key, fields in _PLAN_ROWS.items():
-        problem = _rows_problem(key, data.get(key, []), fields, _engine_sense if key == "engine" else lambda row: None)
+        problem = _rows_problem(key, data.get(key), fields, _engine_sense if key == "engine" else lambda row: None)
         if problem:
             return problem
     return None
 
 
 def _engine_sense(row: dict) -> str | None:
-    if row.get("error") is None and not _at_least_one(row.get("measured_per_call")):
+    """An engine row that ran (no ``error``) has its measurements: tokens per call (at least one), its standard
+    error, and tokens per second."""
+    if row.get("error") is not None:
+        return None if _is_text(row["error"]) else "error is not a message"
+    if not _at_least_one(row.get("measured_per_call")):
         return "measured_per_call: fewer than one token per target call, which no run gives"
+    if not _se_or_none(row.get("measured_per_call_se")) or not _positive(row.get("tokens_per_second")):
+        return "measured_per_call_se or tokens_per_second is missing or not what a run gives"
     return None
 
 
@@ -527,15 +549,28 @@ def _plan_section(folder: Path, data: dict) -> str:
     if data["confirmed"]:
         parts.append(
             _table(
-                ["confirmed", "tokens / s predicted", "measured", "error", "speed-up predicted", "measured"],
+                [
+                    "confirmed",
+                    "tokens / s predicted",
+                    "measured (± s.e. over held-out prompts)",
+                    "error",
+                    "speed-up predicted",
+                    "measured",
+                    "tokens / call predicted",
+                    "measured",
+                    "z",
+                ],
                 [
                     [
                         r["method"],
                         f"{r['predicted']:.1f}",
-                        f"{r['measured']:.1f}",
+                        f"{r['measured']:.1f}" + ("" if r["measured_se"] is None else f" ± {r['measured_se']:.1f}"),
                         f"{r['error']:+.1%}",
                         f"{r['predicted_speedup']:.3f}",
                         f"{r['measured_speedup']:.3f}",
+                        f"{r['predicted_per_call']:.3f}",
+                        f"{r['measured_per_call']:.3f}",
+                        "—" if r["per_call_z"] is None else f"{r['per_call_z']:+.1f}",
                     ]
                     for r in data["confirmed"]
                 ],
