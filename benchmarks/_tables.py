@@ -7,10 +7,16 @@ libraries, the machine and its load average at the start and the end of the run 
 read with that load in mind. The Markdown is ``markdown(result)`` followed by one line saying the same;
 ``tests/test_bench_tables.py`` checks that each committed ``NAME.md`` is its ``NAME.json`` rendered by its
 benchmark's ``markdown``.
+
+A benchmark that times anything takes ``--threads N`` (:func:`add_threads`, then :func:`use_threads`): with other
+processes on the cores, threads that spin waiting for each other make a run many times slower (on two busy cores,
+torch's default two threads decoded about 27 times slower than on idle ones), so the count is chosen, and recorded
+beside the load average.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -25,6 +31,9 @@ from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARIES = ("numpy", "scipy", "torch", "transformers", "jax")
+#: The environment variables that size the thread pools of OpenMP, OpenBLAS and MKL in the processes a run starts
+#: (and in torch, read when it loads).
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def _git(*args: str) -> str | None:
@@ -72,7 +81,10 @@ def write(
     folder.mkdir(parents=True, exist_ok=True)
     data = dict(result)
     data["provenance"] = dict(
-        env, load_at_end=list(os.getloadavg()), command=shlex.join(["python", f"benchmarks/{name}.py", *argv])
+        env,
+        load_at_end=list(os.getloadavg()),
+        command=shlex.join(["python", f"benchmarks/{name}.py", *argv]),
+        threads=torch_threads(),
     )
     text = render(data, markdown)  # before writing anything: a table that cannot be rendered leaves no data behind
     path = folder / f"{name}.json"
@@ -88,6 +100,8 @@ def render(data: dict, markdown: Callable[[dict], str]) -> str:
     libs = ", ".join(f"{k} {v}" for k, v in p["libraries"].items())
     m = p["machine"]
     load = f"load average {p['load_at_start'][0]:.1f} at the start, {p['load_at_end'][0]:.1f} at the end"
+    if p.get("threads") is not None:  # (tables written before the thread count was recorded do not say it)
+        load = f"torch on {p['threads']} thread{'s' if p['threads'] != 1 else ''}, " + load
     return (
         markdown(data).rstrip("\n")
         + f"\n\nWritten by `{p['command']}` at commit {commit} on {p['date'][:10]}: Python {p['python']}, {libs}; "
@@ -105,6 +119,49 @@ def at_least_one(ap, args, *flags: str) -> None:
     for flag in flags:
         if getattr(args, flag.lstrip("-").replace("-", "_")) < 1:
             ap.error(f"argument {flag}: must be an integer >= 1")
+
+
+def _thread_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be an integer >= 1")
+    return value
+
+
+def add_threads(ap: argparse.ArgumentParser, default: int | None = None) -> None:
+    """Give ``ap`` the flag ``--threads N`` (default ``default``; ``None``: torch's own count), refused below 1 in
+    argparse's one line (``argument --threads: must be an integer >= 1``); :func:`use_threads` applies it."""
+    own = "torch's own" if default is None else str(default)
+    ap.add_argument(
+        "--threads",
+        type=_thread_count,
+        default=default,
+        help=f"threads of torch and of the processes the run starts (default {own}): on a shared machine, fewer "
+        "threads than idle cores",
+    )
+
+
+def use_threads(threads: int | None) -> int | None:
+    """Run on ``threads`` threads: torch's (``torch.set_num_threads``) and, through :data:`THREAD_VARIABLES`, the
+    thread pools of the processes the run starts; ``None`` changes nothing. Returns torch's thread count (what the
+    JSON records), ``None`` without torch."""
+    if threads is not None:
+        os.environ.update({name: str(threads) for name in THREAD_VARIABLES})
+        try:
+            import torch
+        except ImportError:
+            return None
+        torch.set_num_threads(threads)
+    return torch_threads()
+
+
+def torch_threads() -> int | None:
+    """torch's thread count when the run has loaded torch, else ``None``."""
+    torch = sys.modules.get("torch")
+    return None if torch is None else torch.get_num_threads()
 
 
 def sig(x: float) -> str:

@@ -141,15 +141,15 @@ def main(argv=None) -> None:
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=1)
+    _tables.add_threads(ap, default=1)
     ap.add_argument(
         "--out", help="write bench_backend.json and bench_backend.md into this folder, for the documentation"
     )
     args = ap.parse_args(argv)
-    _tables.at_least_one(ap, args, "--prompts", "--tokens", "--repeats", "--threads")
+    _tables.at_least_one(ap, args, "--prompts", "--tokens", "--repeats")
 
     env = _tables.environment()
-    torch.set_num_threads(args.threads)
+    _tables.use_threads(args.threads)
     pair = load_pair("tiny", device="cpu")
     lookup = load_pair(PromptLookupModel(pair.vocab_size, max_ngram=2), "tiny-target", device="cpu")
     prompts = default_prompts()[: args.prompts]

@@ -60,19 +60,17 @@ def main(argv=None):
     ap.add_argument("--one", type=int, default=32, help="prompts the one-prompt path decodes")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--one-repeats", type=int, default=1, help="repeats of the one-prompt path (median)")
-    ap.add_argument("--threads", type=int, default=2)
+    _tables.add_threads(ap, default=2)
     ap.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, …")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     ap.add_argument(
         "--out", help="write bench_batched.json and bench_batched.md into this folder, for the documentation"
     )
     args = ap.parse_args(argv)
-    if min(args.prompts, args.one) < 2 or min(args.tokens, args.repeats, args.one_repeats, args.threads) < 1:
-        ap.error(
-            "--prompts and --one need >= 2 (a standard error), --tokens, --repeats, --one-repeats and --threads >= 1"
-        )
+    if min(args.prompts, args.one) < 2 or min(args.tokens, args.repeats, args.one_repeats) < 1:
+        ap.error("--prompts and --one need >= 2 (a standard error), --tokens, --repeats and --one-repeats >= 1")
     env = _tables.environment()
-    torch.set_num_threads(args.threads)
+    _tables.use_threads(args.threads)
     pair = load_pair("tiny", device=args.device, dtype=getattr(torch, args.dtype))
     decode(pair, default_prompts()[:2], SD(K=4), max_new_tokens=4, key=0)  # warm-up: kernels, allocator
     base = default_prompts()

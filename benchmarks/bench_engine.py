@@ -7,7 +7,10 @@ speculab of ``DIR`` (e.g. a ``git worktree`` of the previous commit), the two al
 the ratio of the medians (this checkout / the other) is printed per method; timings on shared CPUs are noisy, the
 ratio measured in one run is what to read.
 
-    python benchmarks/bench_engine.py [--runs 20000] [--repeats 5] [--against DIR] [--out benchmarks/tables]
+    python benchmarks/bench_engine.py [--runs 20000] [--repeats 5] [--against DIR] [--threads N]
+                                      [--out benchmarks/tables]
+
+``--threads N`` runs the timed processes' thread pools (OpenMP, OpenBLAS) on ``N`` threads.
 
 With ``--out DIR`` it writes ``DIR/bench_engine.json`` (every timing) and ``DIR/bench_engine.md`` (the table the
 documentation includes: docs/measurements.md reads ``benchmarks/tables/bench_engine.md``).
@@ -22,6 +25,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _tables  # noqa: E402
 
 
 def cases():
@@ -73,7 +79,7 @@ def _timed_in_subprocess(root: str, runs: int) -> dict[str, float]:
     return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=20_000)
     ap.add_argument("--repeats", type=int, default=5)
@@ -81,8 +87,9 @@ def main() -> None:
     ap.add_argument("--out", help="write bench_engine.json and bench_engine.md into this folder")
     ap.add_argument("--label", default="this checkout", help="what this checkout is, for the table")
     ap.add_argument("--other-label", default="the other", help="what --against is, for the table")
+    _tables.add_threads(ap)
     ap.add_argument("--one", help=argparse.SUPPRESS)  # time the speculab of this root, once, in this process
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.one:
         _use_root(args.one)
         import speculab
@@ -91,6 +98,7 @@ def main() -> None:
             raise SystemExit(f"imported {speculab.__file__}, not the speculab of {args.one}")
         print(json.dumps(one_repeat(args.runs)))
         return
+    _tables.use_threads(args.threads)  # the timed processes inherit it
     here = str(Path(__file__).resolve().parents[1])
     times = {"this": [], "other": []}
     for _ in range(args.repeats):  # alternate, so drifts of the machine's speed hit both alike
@@ -98,7 +106,8 @@ def main() -> None:
         if args.against:
             times["other"].append(_timed_in_subprocess(args.against, args.runs))
     labels = list(times["this"][0])
-    result = {"runs": args.runs, "repeats": args.repeats, "against": args.against, "cases": {}}
+    result = {"runs": args.runs, "repeats": args.repeats, "against": args.against, "threads": args.threads}
+    result["cases"] = {}
     print(f"{'case':<58} {'this (s)':>9} {'other (s)':>9} {'ratio':>6}")
     for label in labels:
         mine = statistics.median(r[label] for r in times["this"])

@@ -30,8 +30,6 @@ import argparse
 import sys
 from pathlib import Path
 
-import torch
-
 from speculab.backends import PromptLookupModel, Sampling, load_pair
 from speculab.backends.latency import fit_latency, timed_decode
 from speculab.backends.pair import default_prompts, training_ngram_draft
@@ -49,17 +47,17 @@ TARGET_SIZES = (1, 2, 3, 5, 9)
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", type=int, default=32)
-    ap.add_argument("--threads", type=int, default=2)
+    _tables.add_threads(ap, default=2)
     ap.add_argument("--repeats", type=int, default=3, help="timed AR/SD pairs per K (the median ratio is reported)")
     ap.add_argument("--temperatures", type=float, nargs="+", default=[1.0, 0.0], help="0: greedy")
     ap.add_argument(
         "--out", help="write bench_latency.json and bench_latency.md into this folder, for the documentation"
     )
     args = ap.parse_args(argv)
-    _tables.at_least_one(ap, args, "--tokens", "--threads", "--repeats")
+    _tables.at_least_one(ap, args, "--tokens", "--repeats")
 
     env = _tables.environment()
-    torch.set_num_threads(args.threads)
+    _tables.use_threads(args.threads)
     tiny = load_pair("tiny")
     ngram = training_ngram_draft(tiny.tokenizer, 3)
     print(

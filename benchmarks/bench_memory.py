@@ -9,9 +9,10 @@ built for: the stationary T = V = 1000 and context-free V = 50,000 instances (th
 stacks would be 8 GB and 2·10¹³ bytes), batch SD at M = 10⁶, the enumerations at their caps,
 the simulator at V = 5000, the tiny model pair on a batch of prompts.
 
-    python benchmarks/bench_memory.py [--only NAME...] [--out benchmarks/tables]
+    python benchmarks/bench_memory.py [--only NAME...] [--threads N] [--out benchmarks/tables]
 
-Memory does not depend on the machine's load; the seconds do (one run, no repeats). With ``--out DIR`` it writes
+Memory does not depend on the machine's load; the seconds do (one run, no repeats), and on ``--threads``: each
+case's process runs its thread pools (OpenMP, OpenBLAS, torch) on that many threads. With ``--out DIR`` it writes
 ``DIR/bench_memory.json`` (every case's peaks and seconds, and where and how they were measured) and
 ``DIR/bench_memory.md`` (the table docs/measurements.md includes).
 """
@@ -132,12 +133,14 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="+", default=None, help="cases whose name contains one of these")
     ap.add_argument("--out", help="write bench_memory.json and bench_memory.md into this folder, for the documentation")
+    _tables.add_threads(ap)
     args = ap.parse_args(argv)
+    _tables.use_threads(args.threads)  # the cases' processes inherit it
     env = _tables.environment()
     chosen = [name for name in CASES if not args.only or any(o in name for o in args.only)]
     if not chosen:
         ap.error(f"--only {' '.join(args.only)}: no case's name contains these; the cases: {list(CASES)}")
-    result = {"only": args.only, "cases": {}}
+    result = {"only": args.only, "threads": args.threads, "cases": {}}
     print(f"{'case':64s} {'call MB':>9s} {'peak RSS MB':>12s} {'seconds':>8s}")
     for name in chosen:
         result["cases"][name] = r = measure(*CASES[name])

@@ -119,9 +119,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--K", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
+    _tables.add_threads(ap)
     ap.add_argument("--out", default=None, help="write NAME.json and NAME.md here")
     args = ap.parse_args(argv)
     _tables.at_least_one(ap, args, "--prompts", "--tokens", "--K")
+    _tables.use_threads(args.threads)
     env = _tables.environment()
     result = measure(args.prompts, args.tokens, args.K, args.seed)
     if args.out:

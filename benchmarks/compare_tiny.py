@@ -4,11 +4,11 @@ For each method of :func:`methods` (labelled by the ``speculab compare --method`
 picks some): :func:`speculab.compare.compare` on the tiny pair — the held-out prompts, ``--runs-per-prompt`` runs
 each, ``--tokens`` new tokens, temperature 1, key ``--seed`` — and the command's wall time. Every row it prints
 (theory or prediction, measured, z or the exact / one-sided verdict, power against a theory 10 % off) goes into the
-table. The runs are decoded as one batch with torch's default threads: another thread count, or another CPU's float32
-kernels, round the models' sums differently, so the runs (not their law) differ between machines.
+table. The runs are decoded as one batch on ``--threads`` threads (default: torch's own): another thread count, or
+another CPU's float32 kernels, round the models' sums differently, so the runs (not their law) differ between machines.
 
     python benchmarks/compare_tiny.py [--only sd batch …] [--runs-per-prompt 8] [--tokens 32] [--seed 0]
-                                      [--out benchmarks/tables]
+                                      [--threads N] [--out benchmarks/tables]
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ def main(argv=None) -> None:
     ap.add_argument("--runs-per-prompt", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--seed", type=int, default=0)
+    _tables.add_threads(ap)
     ap.add_argument("--out", help="write compare_tiny.json and compare_tiny.md into this folder, for the documentation")
     args = ap.parse_args(argv)
     available = methods()
@@ -53,8 +54,6 @@ def main(argv=None) -> None:
     if min(args.runs_per_prompt, args.tokens) < 1:
         ap.error("--runs-per-prompt and --tokens must be >= 1")
     env = _tables.environment()
-    import torch
-
     from speculab.backends import load_pair
     from speculab.compare import compare
 
@@ -63,7 +62,7 @@ def main(argv=None) -> None:
         "runs_per_prompt": args.runs_per_prompt,
         "tokens": args.tokens,
         "seed": args.seed,
-        "threads": torch.get_num_threads(),
+        "threads": _tables.use_threads(args.threads),
         "methods": [],
     }
     for label in chosen:

@@ -171,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--K", default="1,2,4,8", help="drafts per round, comma-separated (default 1,2,4,8)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--law-runs", type=int, default=4000)
+    _tables.add_threads(ap)
     ap.add_argument("--out", default=None, help="write NAME.json and NAME.md here")
     args = ap.parse_args(argv)
     _tables.at_least_one(ap, args, "--law-runs")
@@ -178,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         ks = [int(k) for k in args.K.split(",")]
     except ValueError:
         ap.error(f"argument --K: expected comma-separated integers; got {args.K!r}")
+    _tables.use_threads(args.threads)
     env = _tables.environment()
     result = measure(ks, args.seed, args.law_runs)
     if args.out:

@@ -124,14 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--budget", type=float, default=0.05, help="the plans' --bias-budget (default 0.05)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=None, help="torch's threads (default: torch's own)")
+    _tables.add_threads(ap)
     ap.add_argument("--out", default=None, help="write NAME.json and NAME.md here")
     args = ap.parse_args(argv)
-    if args.threads is not None:
-        _tables.at_least_one(ap, args, "--threads")
-        import torch
-
-        torch.set_num_threads(args.threads)  # fewer threads than cores: less spinning against other work
+    _tables.use_threads(args.threads)  # fewer threads than cores: less spinning against other work
     env = _tables.environment()
     result = measure(args.budget, args.seed)
     if args.out:

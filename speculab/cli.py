@@ -528,6 +528,13 @@ def _add_pair_args(p: argparse.ArgumentParser, *, folders_only: bool = False) ->
     )
     g.add_argument("--top-k", type=_count(1), default=None)
     g.add_argument("--top-p", type=float, default=None)
+    g.add_argument(
+        "--threads",
+        type=_count(1),
+        default=None,
+        help="torch's CPU threads (default: torch's own); on a shared machine, fewer than the idle cores: threads "
+        "spinning against other processes make decoding many times slower",
+    )
 
 
 def _add_journal_args(p: argparse.ArgumentParser) -> None:
@@ -565,6 +572,8 @@ def _pair(args):
         raise _flagged(err, ("device",)) from None
     import torch
 
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
     if args.draft is not None:
         return load_pair(args.draft, args.target, device=args.device, dtype=dtype)

@@ -201,16 +201,30 @@ def compare(
         )
     )
     if speed:
-        comp.rows.extend(_speed_rows(pair, prompts, method, max_new_tokens, sampling, ctx.seeds[7]))
+        comp.rows.extend(_speed_rows(pair, prompts, method, max_new_tokens, sampling, ctx.seeds[7], comp.settings))
     return comp
 
 
-def _speed_rows(pair, prompts, method, max_new_tokens, sampling, key) -> list[Row]:
-    """The latency model's predicted speed-up and times per token against the clock (no z: one timed run each)."""
+def _speed_rows(pair, prompts, method, max_new_tokens, sampling, key, settings: dict) -> list[Row]:
+    """The latency model's predicted speed-up and times per token against the clock (no z: one timed run each);
+    ``settings`` gains where they were timed: torch's threads, the CPUs and the one-minute load average at the
+    start and the end of the timings (a busy machine's clock measures the contention)."""
+    import os
+
+    import torch
+
     from speculab.backends.latency import speed_check
 
+    start = os.getloadavg()[0]
     check = speed_check(pair, prompts, method, max_new_tokens=max_new_tokens, key=key, sampling=sampling)
-    where = f"fit on {check.fit_prompts} prompts, measured on {check.test_prompts}, one prompt at a time"
+    settings.update(
+        threads=torch.get_num_threads(), cpus=os.cpu_count(), load_at_start=start, load_at_end=os.getloadavg()[0]
+    )
+    where = (
+        f"fit on {check.fit_prompts} prompts, measured on {check.test_prompts}, one prompt at a time; torch on "
+        f"{settings['threads']} thread{'s' if settings['threads'] != 1 else ''} of {settings['cpus']} CPUs, load "
+        f"average {start:.1f} → {settings['load_at_end']:.1f}"
+    )
     nan = float("nan")
     return [
         Row(

@@ -18,7 +18,9 @@ JSON, and a section of ``speculab report``):
 * **Speed** (wall clock, one run each; ratios are what to read): tokens per second of autoregressive decoding and
   of SD, batched (``batch_prompts`` prompts at once) and one prompt at a time, beside Hugging Face's assisted
   generation at the same ``K`` on the same device; and the latency model's predicted speed-up of SD over
-  autoregressive decoding against the clock (:func:`speculab.backends.latency.speed_check`).
+  autoregressive decoding against the clock (:func:`speculab.backends.latency.speed_check`). Beside them the
+  settings record torch's threads, the CPUs and the load average at the start and the end of the timings, and a
+  warning when that load makes them meaningless (:func:`load_warning`).
 
 It runs wherever the models run: ``speculab validate --device cuda`` on a GPU, and on the CPU with fewer runs
 (``tests/test_validate.py`` runs it in CI).
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -38,7 +41,7 @@ from speculab._lines import line_digest
 from speculab._validate import as_positive_int, check_text, spawn_seeds
 from speculab.stats import ALPHA, LAW_TOKENS, POWER, LawRow, law_row
 
-__all__ = ["validate", "Validation", "SpeedRow", "verdict", "METHODS", "CONTROL"]
+__all__ = ["validate", "Validation", "SpeedRow", "verdict", "load_warning", "METHODS", "CONTROL"]
 
 #: The block length of the law tests' drafting methods: the first round drafts ``LAW_K`` tokens with a position
 #: after them, so its bonus token is among the :data:`~speculab.stats.LAW_TOKENS` tested.
@@ -50,6 +53,9 @@ K = 4
 #: The lossless methods whose law is tested (registry names); SpecDec++ runs with a constant head (its law does not
 #: depend on the head).
 METHODS = ("ar", "sd", "batch", "block", "specdecpp")
+#: How far past the machine's CPUs the load average may go before the timings are called meaningless: about what
+#: the one-minute average moves by with nothing else changed.
+LOAD_SLACK = 0.5
 
 
 @dataclass(frozen=True)
@@ -123,7 +129,7 @@ class Validation:
                 check = f"z = {r['z']:+6.2f}" if math.isfinite(r["z"]) else ("holds" if r["holds"] else "FAILS")
                 lines.append(f"  {r['method']:<16}{r['quantity']:<58}{check:>12}{'' if r['gates'] else '  (model)'}")
         if self.speed:
-            lines += ["", "speed (wall clock, one run each):"]
+            lines += ["", f"speed (wall clock, one run each{timing_note(s)}):"]
             for r in self.speed:
                 lines.append(
                     f"  {r.what:<66}{r.tokens_per_second:>10,.0f} tokens/s  ({r.tokens:,} tokens in "
@@ -135,7 +141,49 @@ class Validation:
                 f"  latency model: SD speed-up over AR predicted {lat['predicted']:.3f}, measured "
                 f"{lat['measured']:.3f} (error {lat['error']:+.1%})"
             )
+        if s.get("load_warning"):
+            lines.append(s["load_warning"])
         return "\n".join(lines)
+
+
+def timing_note(settings: dict) -> str:
+    """``; torch on 2 threads, 2 CPUs, load average 0.4 → 1.9``: where the timings ran, from the settings (nothing in
+    a file written before they were recorded)."""
+    if settings.get("load_at_start") is None:
+        return ""
+    return (
+        f"; torch on {settings['threads']} thread{'s' if settings['threads'] != 1 else ''}, {settings['cpus']} CPUs, "
+        f"load average {settings['load_at_start']:.1f} → {settings['load_at_end']:.1f}"
+    )
+
+
+def load_warning(load: float, cpus: int | None, threads: int) -> str | None:
+    """The warning of timings taken at the one-minute load average ``load`` on ``cpus`` CPUs with torch on
+    ``threads`` threads, or ``None`` where they measure the decoding.
+
+    The load average counts the runnable threads, the timed ones among them (the minute before the timings is
+    spent decoding too): other work holds about ``load − threads`` CPUs, and the timed threads have cores to
+    themselves while it stays within the ``cpus − threads`` they leave. Past that by more than :data:`LOAD_SLACK`
+    (``load − threads > cpus − threads + 0.5``, that is ``load > cpus + 0.5``) the timed threads spin waiting
+    for each other against other processes and the speed rows measure that contention (on two busy cores, batched
+    decoding ran about 27 times slower). More threads than CPUs contend with themselves alike. Without a CPU
+    count (``os.cpu_count()`` gave ``None``) nothing can be said.
+    """
+    if cpus is None:
+        return None
+    if threads > cpus:
+        return (
+            f"warning: torch ran on {threads} threads on {cpus} CPUs: the threads contend for the cores, so the "
+            "speed rows measure that, not the decoding; rerun with --threads at most the CPUs"
+        )
+    if load > cpus + LOAD_SLACK:
+        return (
+            f"warning: the machine was busy during the timings (load average {load:.1f} on {cpus} CPUs, torch on "
+            f"{threads} thread{'s' if threads != 1 else ''}): other work held about {load - threads:.1f} CPUs where "
+            f"{cpus - threads} were free of the timed threads, so the speed rows measure the contention, not the "
+            "decoding; rerun on an idle machine or with fewer --threads"
+        )
+    return None
 
 
 #: What the digest of a ``validation.json`` is taken with, beside its content.
@@ -277,6 +325,11 @@ def validate(
             "top_p": sampling.top_p,
             "key": key if isinstance(key, int) else type(key).__name__,
             "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+            "threads": torch.get_num_threads(),
+            "cpus": os.cpu_count(),
+            "load_at_start": None,  # the one-minute load average at the start and the end of the timings
+            "load_at_end": None,
+            "load_warning": None,
         }
     )
     # the exact laws: q(x1), the draft's p(x1) (for the control), and the target's cells of the first tokens
@@ -347,6 +400,8 @@ def _speed(report: Validation, pair, sampling, key: int, batch_prompts: int, tok
     from speculab.backends.pair import default_prompts
     from speculab.methods import SD, Autoregressive
 
+    settings = report.settings
+    settings["load_at_start"] = os.getloadavg()[0]
     prompts = default_prompts()
     many = [prompts[i % len(prompts)] for i in range(batch_prompts)]
     few = [prompts[i % len(prompts)] for i in range(one_prompts)]
@@ -374,6 +429,9 @@ def _speed(report: Validation, pair, sampling, key: int, batch_prompts: int, tok
         "fit_prompts": check.fit_prompts,
         "test_prompts": check.test_prompts,
     }
+    settings["load_at_end"] = os.getloadavg()[0]
+    busiest = max(settings["load_at_start"], settings["load_at_end"])
+    settings["load_warning"] = load_warning(busiest, settings["cpus"], settings["threads"])
 
 
 def _assisted(pair, prompts: list[str], tokens: int, sampling, key: int) -> SpeedRow | None:

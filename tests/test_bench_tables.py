@@ -141,3 +141,79 @@ def test_gpu_check_logs_are_read_step_by_step():
     assert tables.pytest_summary(log) == ("1 failed, 259 passed in 79 s", ["tests/test_a.py::test_b"])
     with pytest.raises(ValueError, match="no pytest summary"):
         tables.pytest_summary("== validate: exit 0 after 80 s\n")
+
+
+#: The benchmarks that time something, the timing ones without ``--threads`` (and why) and those that time nothing.
+TIMED = (
+    "bench_backend",
+    "bench_batched",
+    "bench_engine",
+    "bench_latency",
+    "bench_memory",
+    "bench_vllm",
+    "compare_tiny",
+    "engine_vllm",
+    "plan",
+)
+UNTHREADED = {
+    "bench_sim": "numpy in the process itself: its BLAS threads are fixed when numpy loads (OPENBLAS_NUM_THREADS)",
+    "bench_jax": "numpy and JAX in the process itself: their threads are fixed when they load (recorded)",
+    "bench_theory_scale": "numpy in the process itself: its BLAS threads are fixed when numpy loads (recorded)",
+    "mutation": "times tests to set their time-outs, not a speed figure",
+    "power": "the statistical tests' power; its seconds are the run's length, not a speed figure",
+}
+UNTIMED = (
+    "_tables",
+    "bench_dispatch",
+    "gpu_tables",
+    "mutation_table",
+    "remap_equivalents",
+    "repro_table",
+    "sample_stacks",
+)
+
+
+def test_every_timing_benchmark_takes_threads_through_the_shared_helper():
+    """Each benchmark is classed (a new one too), and one that times takes ``--threads`` from
+    ``_tables.add_threads`` (no copies of the flag) and applies it with ``_tables.use_threads``."""
+    assert sorted(p.stem for p in BENCHMARKS.glob("*.py")) == sorted([*TIMED, *UNTHREADED, *UNTIMED])
+    for name in TIMED:
+        text = (BENCHMARKS / f"{name}.py").read_text()
+        assert "_tables.add_threads(ap" in text and "_tables.use_threads(args.threads)" in text, name
+        assert '"--threads"' not in text and "set_num_threads" not in text, name
+
+
+@pytest.mark.parametrize("name", TIMED)
+@pytest.mark.parametrize("value", ["0", "-2", "two"])
+def test_each_timing_benchmark_refuses_a_thread_count_below_one_in_one_line(name, value, capsys):
+    with pytest.raises(SystemExit) as stop:
+        _module(name).main(["--threads", value])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert stop.value.code == 2
+    assert err.endswith("argument --threads: must be an integer >= 1" if value != "two" else "invalid int value: 'two'")
+
+
+def test_use_threads_sets_torch_and_the_thread_variables_of_the_processes_a_run_starts(monkeypatch):
+    torch = pytest.importorskip("torch")
+    before = torch.get_num_threads()
+    for name in _tables.THREAD_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    try:
+        assert _tables.use_threads(1) == 1 == torch.get_num_threads()
+        assert [_tables.os.environ[name] for name in _tables.THREAD_VARIABLES] == ["1", "1", "1"]
+        assert _tables.use_threads(None) == 1  # None: as it was
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_a_written_table_records_torchs_threads_and_says_them(tmp_path, monkeypatch):
+    torch = pytest.importorskip("torch")
+    path = _tables.write(tmp_path, "b", {"x": 1}, lambda d: f"| {d['x']} |\n", _tables.environment(), [])
+    data = json.loads(path.read_text())
+    threads = torch.get_num_threads()
+    assert data["provenance"]["threads"] == threads
+    assert f"torch on {threads} thread{'s' if threads != 1 else ''}, load average" in (tmp_path / "b.md").read_text()
+    monkeypatch.delitem(sys.modules, "torch")  # a run that never loaded torch: no count
+    path = _tables.write(tmp_path, "c", {"x": 1}, lambda d: f"| {d['x']} |\n", _tables.environment(), [])
+    assert json.loads(path.read_text())["provenance"]["threads"] is None
+    assert "torch on" not in (tmp_path / "c.md").read_text()

@@ -1299,12 +1299,13 @@ LEAST = {
     "per_prompt": 1,
     "confirm": 0,
     "max_nodes": 0,
+    "threads": 1,
 }
 
 
 #: Every command's whole-number flags (a flag that stops checking its bounds, in any command, fails).
 INSTANCE = {"T", "V", "instance_seed", "seed"}
-DECODING = {"seed", "max_new_tokens", "top_k", "batch_size"}
+DECODING = {"seed", "max_new_tokens", "top_k", "batch_size", "threads"}
 FLAGS = {
     *(("theory " + q, d) for q in ("rejections", "batch") for d in INSTANCE),
     *(("sim", d) for d in INSTANCE | {"n_runs"}),
@@ -1364,6 +1365,23 @@ def test_a_flag_a_command_does_not_take_is_refused_by_the_parser(argv, message, 
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("command", ["run", "compare", "validate", "plan", "engine vllm"])
+def test_each_real_model_command_refuses_a_thread_count_below_one_in_one_line(command, capsys):
+    assert main([*command.split(), "--threads", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "argument --threads: must be an integer >= 1" in err and len(err.strip().splitlines()) == 1
+
+
+def test_threads_reach_torch_before_the_models_decode():
+    torch = pytest.importorskip("torch")
+    before = torch.get_num_threads()
+    try:
+        assert main(["run", "--threads", "1", "--max-new-tokens", "1", "--json"]) == 0
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_output_to_a_closed_pipe_ends_with_sigpipes_status_in_process(monkeypatch, capfd):

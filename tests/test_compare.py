@@ -239,6 +239,29 @@ def test_speed_rows_print_the_latency_models_numbers_in_milliseconds_from_their_
     assert seen == [spawn_seeds(4, 8)[7]]
 
 
+def test_speed_rows_say_where_they_were_timed(monkeypatch):
+    """``compare(speed=True)`` records torch's threads, the CPUs and the load average (faked: 0.5 at the start of
+    the timings, 3.0 at the end) in its settings and says them beside the speed-up."""
+    pytest.importorskip("torch")
+    import torch
+
+    import speculab.backends.latency as latency
+    from speculab.backends import load_pair
+    from speculab.compare import compare
+
+    monkeypatch.setattr(latency, "speed_check", _fake_speed_check([]))
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    loads = iter([0.5, 3.0])
+    monkeypatch.setattr("os.getloadavg", lambda: (next(loads), 1.0, 1.0))
+    prompts = ["Return the", "It was", "The value", "A list"][: latency.SPEED_PROMPTS]
+    comp = compare(load_pair("tiny"), SD(K=2), prompts, runs_per_prompt=1, max_new_tokens=3, key=4, speed=True)
+    threads = torch.get_num_threads()
+    settings = comp.to_dict()["settings"]
+    assert [settings[k] for k in ("threads", "cpus", "load_at_start", "load_at_end")] == [threads, 2, 0.5, 3.0]
+    note = {r.quantity: r for r in comp.rows}["speed-up over AR (latency model)"].note
+    assert note.endswith(f"torch on {threads} thread{'s' if threads != 1 else ''} of 2 CPUs, load average 0.5 → 3.0")
+
+
 def test_speed_refuses_too_few_prompts_and_trees_only_with_speed(monkeypatch):
     pytest.importorskip("torch")
     from speculab.backends import load_pair

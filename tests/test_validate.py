@@ -3,6 +3,7 @@ section of the report, and its refusals (its G-test and power: ``tests/test_stat
 
 import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ from speculab.backends.pair import default_prompts  # noqa: E402
 from speculab.cli import main  # noqa: E402
 from speculab.methods import Biased  # noqa: E402
 from speculab.stats import ALPHA  # noqa: E402
-from speculab.validate import CONTROL, _uno_law, validate, verdict  # noqa: E402
+from speculab.validate import CONTROL, _uno_law, load_warning, validate, verdict  # noqa: E402
 
 
 def test_the_verdict_gates_on_each_law_test_and_each_gating_row():
@@ -116,7 +117,9 @@ def test_a_wrong_bonus_law_fails_the_validation(pair, monkeypatch):
 
 @pytest.mark.slow
 def test_the_command_writes_json_and_the_report_shows_it(tmp_path, capsys):
+    """…with where its timings ran: ``--threads`` reaches torch, and the settings record it, the CPUs and the load."""
     out = tmp_path / "results"
+    threads = torch.get_num_threads()
     assert (
         main(
             [
@@ -136,15 +139,20 @@ def test_the_command_writes_json_and_the_report_shows_it(tmp_path, capsys):
                 "8",
                 "--speed-tokens",
                 "6",
+                "--threads",
+                "1",
                 "--out",
                 str(out),
             ]
         )
         == 0
     )
+    torch.set_num_threads(threads)
     text = capsys.readouterr().out
-    assert "PASSED" in text and "validation.json" in text
+    assert "PASSED" in text and "validation.json" in text and "torch on 1 thread, " in text
     data = json.loads((out / "validation.json").read_text())
+    s = data["settings"]
+    assert (s["threads"], s["cpus"]) == (1, os.cpu_count()) and s["load_at_start"] >= 0 and s["load_at_end"] >= 0
     assert data["passed"] and [r["method"] for r in data["laws"]][:2] == ["sd K=2", "block K=2"]
     assert main(["report", "--out", str(out)]) == 0
     page = (out / "report.html").read_text()
@@ -159,6 +167,9 @@ def test_the_command_writes_json_and_the_report_shows_it(tmp_path, capsys):
         "latency": dict(good, latency={"predicted": 1.0}),
         "settings": dict(good, settings=[]),
         "passed": dict(good, passed="yes"),
+        "threads": dict(good, settings=dict(good["settings"], threads=0)),
+        "load_at_end": dict(good, settings=dict(good["settings"], load_at_end="busy")),
+        "load_warning": dict(good, settings=dict(good["settings"], load_warning=3)),
     }
     for field, corrupt in bad.items():
         (out / "validation.json").write_text(json.dumps(corrupt))
@@ -176,6 +187,8 @@ def test_the_command_writes_json_and_the_report_shows_it(tmp_path, capsys):
         (["--device", "cuda:7"], "device"),
         (["--methods", "fuzzy"], "invalid choice"),
         (["--dtype", "float64"], "invalid choice"),
+        (["--threads", "0"], "argument --threads: must be an integer >= 1"),
+        (["--threads", "two"], "argument --threads: invalid int value: 'two'"),
     ],
 )
 def test_bad_arguments_are_refused_in_one_line(argv, message, capsys):
@@ -261,3 +274,48 @@ def test_the_printed_table_is_the_json_row_by_row(pair):
         line = next(line for line in text if row["quantity"] in line and line.strip().startswith(row["method"]))
         if math.isfinite(row["z"]):
             assert float(line.split("z =")[1].split()[0]) == pytest.approx(row["z"], abs=5e-3)
+
+
+@pytest.mark.parametrize(
+    "load, cpus, threads, warned",
+    [
+        (2.5, 2, 2, False),  # our two threads alone: the load is ours
+        (2.6, 2, 2, True),  # more than half a CPU of other work on a machine ours fill
+        (2.4, 2, 1, False),  # one other busy thread: each has its core
+        (3.1, 2, 1, True),  # two others for the one core left
+        (0.0, 2, 3, True),  # more threads than CPUs, however idle
+        (9.0, None, 2, False),  # no CPU count: nothing said
+        (16.4, 16, 4, False),
+        (16.6, 16, 4, True),
+    ],
+)
+def test_the_load_warning_comes_past_the_cpus_left_free_of_the_timed_threads(load, cpus, threads, warned):
+    """The rule: other work (``load − threads``) beyond the ``cpus − threads`` the timed threads leave, by 0.5."""
+    warning = load_warning(load, cpus, threads)
+    assert (warning is not None) == warned
+    if warned:
+        assert warning.startswith("warning: ") and "speed rows" in warning and "\n" not in warning
+
+
+def test_a_busy_machine_makes_validate_warn_that_its_speed_rows_mean_nothing(pair, monkeypatch):
+    """Under a faked load of 5 on 2 CPUs the timings' settings record it and the printed report warns; at a load
+    of 0.5 neither warns."""
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    small = dict(key=0, runs=200, methods=["sd"], compare_runs=0, batch_prompts=2, speed_tokens=2, speed_prompts=2)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # within the faked 2 CPUs whatever the machine's
+    try:
+        for load, warned in ((5.0, True), (0.5, False)):
+            monkeypatch.setattr("os.getloadavg", lambda load=load: (load, 1.0, 1.0))
+            report = validate(pair, **small)
+            s = report.settings
+            assert (s["cpus"], s["threads"], s["load_at_start"], s["load_at_end"]) == (2, 1, load, load)
+            assert (s["load_warning"] is not None) == warned
+            text = str(report)
+            assert f"torch on 1 thread, 2 CPUs, load average {load:.1f} → {load:.1f}" in text
+            assert ("warning: the machine was busy during the timings (load average 5.0 on 2 CPUs" in text) == warned
+            assert json.loads(report.to_json())["settings"]["load_warning"] == s["load_warning"]
+        no_speed = validate(pair, **dict(small, runs=100), speed=False).settings
+        assert (no_speed["load_at_start"], no_speed["load_at_end"], no_speed["load_warning"]) == (None, None, None)
+    finally:
+        torch.set_num_threads(threads)

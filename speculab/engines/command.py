@@ -109,6 +109,8 @@ def cmd_engine_vllm(args) -> int:
     out_file(args.log, "--log")  # vLLM's output: a file in a folder that exists
     python = vllm.find_python(args.vllm_python)  # before loading anything
     configs = vllm.configurations(str(folders[0]), args.kinds, args.k)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     try:
         pair = load_pair(str(folders[0]), str(folders[1]), device=args.device, dtype=getattr(torch, args.dtype))
     except ValueError as err:

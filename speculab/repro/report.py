@@ -22,7 +22,7 @@ from speculab import repro
 from speculab._files import atomic_path
 from speculab.repro._io import CLAIM_COLUMNS, check_claims
 from speculab.repro.runner import changed_files, read_provenance
-from speculab.validate import ALPHA, file_digest, verdict
+from speculab.validate import ALPHA, file_digest, timing_note, verdict
 
 __all__ = ["build_report", "figure_result", "REPORT"]
 
@@ -225,6 +225,9 @@ def _validation_problem(data) -> str | None:
         return "settings.runs is missing or not a whole number ≥ 1"
     if (settings["device_name"] == "cpu") == settings["device"].startswith("cuda"):
         return "settings.device_name is not the device's (a CUDA device's name, or cpu for any other device)"
+    for name, ok in _TIMING_SETTINGS.items():
+        if name in settings and not ok(settings[name]):
+            return f"settings.{name} is not what validate writes"
     for key, fields in _VALIDATION_ROWS.items():
         problem = _rows_problem(key, data.get(key), fields, lambda row, key=key: _ROW_SENSE[key](row, settings))
         if problem:
@@ -242,6 +245,22 @@ def _validation_problem(data) -> str | None:
 
 def _is_count(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and x >= 1
+
+
+def _is_load(x) -> bool:
+    """A load average (≥ 0), or ``None``: a validation without timings."""
+    return x is None or (_is_number(x) and 0 <= x < math.inf)
+
+
+#: Where the timings ran, and the warning when the load made them meaningless: checked where present (a file
+#: written before they were recorded has none of them).
+_TIMING_SETTINGS = {
+    "threads": _is_count,
+    "cpus": lambda x: x is None or _is_count(x),
+    "load_at_start": _is_load,
+    "load_at_end": _is_load,
+    "load_warning": lambda x: x is None or isinstance(x, str),
+}
 
 
 def _g_test_sense(name: str, statistic: float, df: int | float, p: float) -> str | None:
@@ -363,6 +382,11 @@ def _validation_section(data: dict) -> str:
                 ],
             )
         )
+        where = timing_note(s).removeprefix("; ")
+        if where:
+            parts.append(f'<p class="meta">timed with {_e(where)}</p>')
+        if s.get("load_warning"):
+            parts.append(f"<p><b>{_e(s['load_warning'])}</b></p>")
     lat = data.get("latency")
     if isinstance(lat, dict):
         parts.append(
