@@ -97,31 +97,38 @@ def test_the_shape_search_finds_the_exact_best_and_evaluates_sequoias_pick(monke
 def test_a_tree_rounds_draft_is_priced_level_by_level():
     """Widths (2, 1), every draft kept, 3 tokens: one round of two levels — a catch-up call, one call feeding the
     two nodes of depth 1 — and one target call of the four nodes and a token (the prefill, priced per run); per
-    round and per node the tree's own overhead."""
+    round, per node and per level the tree's own overhead."""
     m = _model(per_round=1e-4)
     tree = RRS((2, 1))
     outcome = np.zeros((3, 3))
     outcome[0, 0] = outcome[1, 1] = outcome[2, 2] = 1.0
     drafted = np.array([0.0, 2.0, 4.0])
-    extra = TreeOverhead(0.002, 0.0003)
+    extra = TreeOverhead(0.002, 0.0003, 0.0005)
     cost = run_cost(m, tree, outcome, drafted, 3, extra)
     draft = m.draft(1) + m.draft(2)
-    assert cost.calls == 1 and cost.seconds == pytest.approx(draft + 1e-4 + 0.002 + 4 * 0.0003, rel=1e-12)
+    assert cost.calls == 1
+    assert cost.seconds == pytest.approx(draft + 1e-4 + 0.002 + 4 * 0.0003 + 2 * 0.0005, rel=1e-12)
     chain = run_cost(m, SD(K=2), outcome, np.array([0.0, 1.0, 2.0]), 3, extra)  # no tree: no overhead
     assert chain.seconds == pytest.approx(2 * m.draft(1) + 1e-4, rel=1e-12)
 
 
 def test_the_tree_overhead_is_recovered_from_runs_it_was_put_into():
     """Runs timed by hand as the chain model prices them — RRS on a (2, 2) tree: a round of 6 nodes feeds the draft
-    the catch-up then the 2 nodes of level 1, one of 2 nodes the catch-up alone; a round that kept both levels and
-    is followed by another makes the next one's catch-up two tokens — plus 2 ms per round and 0.3 ms per node: the
-    fit gives both back (with the two-token catch-ups left in the overhead, it gave 2.08 ms per round)."""
+    the catch-up then the 2 nodes of level 1, one of 2 nodes the catch-up alone; a star of 3 the catch-up alone; a
+    round that kept every level and is followed by another makes the next one's catch-up two tokens — plus 2 ms per
+    round, 0.3 ms per node and 0.5 ms per level: the fit gives the three back (with the two-token catch-ups left in
+    the overhead, it did not; with the (2, 2) tree alone, rounds of two kinds cannot tell three costs apart)."""
     from types import SimpleNamespace
 
     m = _model(per_round=1e-4, per_token=2e-5, per_drafting_round=3e-4)
-    method = RRS((2, 2))
     timed = []
-    for made, kept in (([6, 6, 2], [2, 1, 1]), ([6, 2], [2, 0]), ([6, 6, 6, 6], [2, 2, 0, 2])):
+    runs = [
+        (RRS((2, 2)), [6, 6, 2], [2, 1, 1]),
+        (RRS((2, 2)), [6, 2], [2, 0]),
+        (RRS((2, 2)), [6, 6, 6, 6], [2, 2, 0, 2]),
+        (RRS((3,), draws="iid"), [3, 3, 3], [1, 0, 1]),
+    ]
+    for method, made, kept in runs:
         counts = SimpleNamespace(
             oracle_calls=np.array([len(made)]), draft_calls=np.array([sum(made)]), tokens=np.array([3 * len(made)])
         )
@@ -131,14 +138,15 @@ def test_the_tree_overhead_is_recovered_from_runs_it_was_put_into():
             clock += float(m.draft(1)) + (float(m.draft(2)) if levels == 2 else 0.0) + float(m.target(k + 1))
             if a == levels and i < len(made) - 1:
                 clock += float(m.draft(2)) - float(m.draft(1))
+            clock += 0.002 + k * 3e-4 + levels * 5e-4  # the overhead put in
         clock -= float(m.target(made[0] + 1))  # the prefill: a cost of the run
-        clock += len(made) * (1e-4 + 3e-4) + 3 * len(made) * 2e-5 + len(made) * 0.002 + sum(made) * 3e-4
+        clock += len(made) * (1e-4 + 3e-4) + 3 * len(made) * 2e-5
         result = SimpleNamespace(
             counts=counts, rounds=[SimpleNamespace(drafted=np.array(made), accepted=np.array(kept))]
         )
         timed.append((method, SimpleNamespace(result=result, seconds=np.array([clock]))))
     fit = fit_tree_overhead(m, timed)
-    assert fit.per_round == pytest.approx(0.002, rel=1e-9) and fit.per_node == pytest.approx(3e-4, rel=1e-9)
+    assert fit == pytest.approx((0.002, 3e-4, 5e-4), rel=1e-9), fit
 
 
 @pytest.mark.slow

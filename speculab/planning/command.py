@@ -220,6 +220,7 @@ def _content(result) -> dict:
             "per_drafting_round": lat.per_drafting_round,
             "tree_per_round": result.tree_overhead.per_round,
             "tree_per_node": result.tree_overhead.per_node,
+            "tree_per_level": result.tree_overhead.per_level,
         },
         "ranked": [
             {

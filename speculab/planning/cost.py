@@ -51,11 +51,13 @@ class RunCost(NamedTuple):
 
 
 class TreeOverhead(NamedTuple):
-    """What a tree round costs beyond the chain's fitted model (:func:`fit_tree_overhead`): seconds per tree round
-    and per drafted node — the tree's own bookkeeping, its attention mask, its round law over the nodes."""
+    """What a tree round costs beyond the chain's fitted model (:func:`fit_tree_overhead`): seconds per tree round,
+    per drafted node and per level drafted — the tree's own bookkeeping, its attention mask, its round law over the
+    nodes, its level-by-level drafting."""
 
     per_round: float = 0.0
     per_node: float = 0.0
+    per_level: float = 0.0
 
 
 def _round_forward_seconds(model, method, L: int, made: float, caught_up: float) -> float:
@@ -76,7 +78,8 @@ def fit_tree_overhead(model, timed: list) -> TreeOverhead:
     """The tree rounds' cost beyond ``model`` (a chain-fitted :class:`~speculab.backends.latency.LatencyModel`),
     fitted on timed runs of tree methods (pairs ``(method, TimedRuns)``): each run's clock less what ``model`` prices
     — its rounds' forward passes (the first target call, the prefill, in the run's cost) and the loop's terms — by
-    non-negative least squares on its rounds and drafted nodes."""
+    non-negative least squares on its rounds, drafted nodes and levels drafted (trees of several shapes: a star of
+    one level, trees of two and three)."""
     from scipy.optimize import nnls
 
     from speculab.backends.latency import LOOP_TERMS, _loop_features
@@ -93,11 +96,11 @@ def fit_tree_overhead(model, timed: list) -> TreeOverhead:
             forward = sum(_round_forward_seconds(model, method, L, m, f) for L, m, f in zip(levels, made, full))
             forward -= float(model.target(made[0] + 1))  # the first target call is the prefill, a cost of the run
             rest.append(float(runs.seconds[i]) - forward - float(_loop_features(counts)[i] @ loop))
-            X.append([len(made), sum(made)])
+            X.append([len(made), sum(made), sum(L for L, m in zip(levels, made) if m)])
     if not X:
         return TreeOverhead()
     coef, _ = nnls(np.asarray(X, dtype=float), np.asarray(rest))
-    return TreeOverhead(float(coef[0]), float(coef[1]))
+    return TreeOverhead(float(coef[0]), float(coef[1]), float(coef[2]))
 
 
 def _draft_seconds(model, method, L: int, made: float) -> float:
@@ -138,7 +141,7 @@ def run_cost(
         cost = _round_forward_seconds(model, method, L, made, pi[L] if follows else 0.0)
         cost += model.per_round + (model.per_drafting_round if drafts else 0.0) + made * model.per_draft
         cost += float(pi @ out) * model.per_token
-        cost += (extra.per_round + made * extra.per_node) if made else 0.0
+        cost += (extra.per_round + made * extra.per_node + L * extra.per_level) if made else 0.0
         T[n] = cost + float(pi @ T[n - out])
         C[n] = 1.0 + float(pi @ C[n - out])
     first = min(method.draft_length(N), K)

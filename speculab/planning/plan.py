@@ -18,7 +18,7 @@ Candidates: autoregressive decoding; SD, greedy drafts (the rule engines default
 ``K``; with a bias budget, Decoding-OPT (``Biased``, [Yin] §4.2: on the Pareto line of rejections against bias, Thm 5)
 at a grid of ``ε`` and typical acceptance at Medusa's defaults; token trees up to ``max_nodes`` nodes — RRS with and
 without replacement and traversal verification on the shapes of :func:`tree_candidates`, their rounds from
-:mod:`speculab.planning.trees`, a tree round's own cost fitted on two timed trees (:func:`calibration_trees`).
+:mod:`speculab.planning.trees`, a tree round's own cost fitted on three timed trees (:func:`calibration_trees`).
 Rounds of several draft rows (batch SD) are not priced by the latency model and are not candidates.
 """
 
@@ -348,11 +348,12 @@ def _no_trees(pair) -> str | None:
 
 def calibration_trees() -> tuple:
     """The trees timed beside the chains to fit a tree round's own cost (:func:`~speculab.planning.cost.
-    fit_tree_overhead`): RRS without replacement on 4 and 14 nodes, two sizes to tell its cost per round from its
-    cost per node."""
+    fit_tree_overhead`): RRS without replacement on 4 nodes in two levels and 14 in three, and with replacement on a
+    star of 3 (one level: batch SD's single drafts) — three shapes to tell its cost per round, per node and per
+    level apart."""
     from speculab.methods import RRS
 
-    return RRS((2, 1), draws="distinct"), RRS((2, 2, 2), draws="distinct")
+    return RRS((2, 1), draws="distinct"), RRS((2, 2, 2), draws="distinct"), RRS((3,), draws="iid")
 
 
 def batch_trees(ks, max_nodes: int) -> list:
