@@ -164,6 +164,16 @@ def torch_threads() -> int | None:
     return None if torch is None else torch.get_num_threads()
 
 
+def markdown_table(head: list[str], rows: list[list]) -> list[str]:
+    """A Markdown pipe table's lines; a ``|`` inside a cell is escaped (``E[τ | block]`` stays one cell)."""
+    cell = lambda c: str(c).replace("|", "\\|")  # noqa: E731
+    return [
+        "| " + " | ".join(map(cell, head)) + " |",
+        "| " + " | ".join("---" for _ in head) + " |",
+        *("| " + " | ".join(map(cell, row)) + " |" for row in rows),
+    ]
+
+
 def sig(x: float) -> str:
     """``x`` to 3 significant digits, without an exponent (whole numbers from 100 on)."""
     if not math.isfinite(x):

@@ -216,15 +216,6 @@ def _temperature(t: float) -> str:
     return "0 (greedy)" if t == 0 else f"{t:g}"
 
 
-def _table(head: list[str], rows: list[list[str]]) -> list[str]:
-    """A Markdown table's lines."""
-    return [
-        "| " + " | ".join(head) + " |",
-        "| " + " | ".join("---" for _ in head) + " |",
-        *("| " + " | ".join(row) + " |" for row in rows),
-    ]
-
-
 def markdown(result: dict) -> str:
     """The documentation's tables of a run: the summary, each temperature's speed-ups per draft and K, and each
     draft's fitted model — from ``result`` alone."""
@@ -234,7 +225,7 @@ def markdown(result: dict) -> str:
         f"over K = {s['Ks'][0]}..{s['Ks'][-1]}, and how much the AR runs' clock varied over their repeats:",
         "",
     ]
-    lines += _table(
+    lines += _tables.markdown_table(
         ["draft", "temperature", "best speed-up (K)", "worst absolute error", "AR clock spread"],
         [
             [
@@ -250,7 +241,7 @@ def markdown(result: dict) -> str:
     )
     for block in result["by_temperature"]:
         lines += ["", f"Temperature {_temperature(block['temperature'])}, per draft and K (times in ms per token):", ""]
-        lines += _table(
+        lines += _tables.markdown_table(
             ["draft", "K", "AR", "SD", "SD predicted", "speed-up", "predicted", "error", "accepted per round"],
             [
                 [
@@ -278,7 +269,7 @@ def markdown(result: dict) -> str:
         "drafting run:",
         "",
     ]
-    lines += _table(
+    lines += _tables.markdown_table(
         [
             "draft",
             "temperature",

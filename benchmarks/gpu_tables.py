@@ -71,9 +71,7 @@ def pytest_summary(log: str) -> tuple[str, list[str]]:
 
 
 def _table(header: list[str], rows: list[list]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
-    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
-    return "\n".join(lines)
+    return "\n".join(_tables.markdown_table(header, rows))
 
 
 def _laws(v: dict) -> str:

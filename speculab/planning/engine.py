@@ -131,17 +131,16 @@ def vllm_rows(
     }
     job = worker_job(folders[1], configs, [group], key=key, dtype=dtype)
     rows = []
-    predictors = [None, *best.values()]
-    for config, candidate, out in zip(configs, predictors, run_worker(python, job, log=log)):
+    predictors = [(None, None), *best.items()]
+    for config, (kind, candidate), out in zip(configs, predictors, run_worker(python, job, log=log)):
         note = ""
         if candidate is None:
             predicted, se, rule = 1.0, 0.0, "autoregressive"
         else:
             predicted, se = _engine_calls(result.latency, candidate, N, per_prompt)
             rule = repr(candidate.method)
-            over = beyond.get(next(k for k, c in best.items() if c is candidate))
-            if over is not None:
-                note = f"the plan's best of this rule, {over.method!r}, is past vLLM's K ≤ {MAX_K}"
+            if kind in beyond:
+                note = f"the plan's best of this rule, {beyond[kind].method!r}, is past vLLM's K ≤ {MAX_K}"
         error = out.get("error") if not out.get("ok") else out["groups"][0].get("error")
         if error:
             rows.append(EngineRow(config.name, rule, predicted, se, error=error, note=note))

@@ -17,9 +17,10 @@ Three steps, each from this module's inputs only:
 Candidates: autoregressive decoding; SD, greedy drafts (the rule engines default to) and block verification at each
 ``K``; with a bias budget, Decoding-OPT (``Biased``, [Yin] §4.2: on the Pareto line of rejections against bias, Thm 5)
 at a grid of ``ε`` and typical acceptance at Medusa's defaults; token trees up to ``max_nodes`` nodes — RRS with and
-without replacement and traversal verification on the shapes of :func:`tree_candidates`, their rounds from
-:mod:`speculab.planning.trees`, a tree round's own cost fitted on three timed trees (:func:`calibration_trees`).
-Rounds of several draft rows (batch SD) are not priced by the latency model and are not candidates.
+without replacement and traversal verification on the shapes of :func:`tree_candidates`, and batch SD's ``M``
+drafts as trees of ``M`` chains (:func:`batch_trees`), their rounds from :mod:`speculab.planning.trees`, a tree
+round's own cost fitted on three timed trees (:func:`calibration_trees`). Batch SD's ``M`` rows of a batch are a
+forward pass the latency model does not price: its drafts are priced and decoded as the tree they are.
 """
 
 from __future__ import annotations
@@ -300,14 +301,9 @@ def plan(
         runs = [ids for _ in range(confirm_runs) for ids in held_out]
         measured = _interleaved(pair, runs, [c.method for c in chosen], max_new_tokens, seeds[3])
         for c, runs in zip(chosen, measured):
-            tokens, seconds, calls = (
-                summed_by_prompt([float(f(r)) for r in runs], len(held_out))
-                for f in (
-                    lambda r: r.result.counts.tokens.sum(),
-                    lambda r: r.seconds.sum(),
-                    lambda r: r.result.counts.oracle_calls.sum(),
-                )
-            )
+            tokens = summed_by_prompt([r.result.counts.tokens.sum() for r in runs], len(held_out))
+            seconds = summed_by_prompt([r.seconds.sum() for r in runs], len(held_out))
+            calls = summed_by_prompt([r.result.counts.oracle_calls.sum() for r in runs], len(held_out))
             rate, per_call = Estimate.ratio(tokens, seconds), Estimate.ratio(tokens, calls)
             result.confirmed.append(
                 Confirmation(
