@@ -214,10 +214,10 @@ def test_plan_ranks_predicts_and_confirms_on_the_tiny_pair(tmp_path, capsys, mon
     confirmed = {r["method"]: r for r in plan["confirmed"]}
     assert {"Autoregressive()", "SD(K=4)", ranked[0]["method"]} == set(confirmed)
     for name, r in confirmed.items():
-        assert r["measured"] > 0 and math.isfinite(r["error"]) and r["runs"] == 16
+        assert r["measured"] > 0 and math.isfinite(r["error"]) and r["runs"] == 8 * 6  # held-out prompts × confirm_runs
         assert r["predicted_per_call"] == by[name]["tokens_per_call"]
         assert r["predicted"] == by[name]["tokens_per_second"]
-    assert "confirmed on 8 held-out prompts × 2 runs" in text and plan["verdict"] in text
+    assert "confirmed on 8 held-out prompts × 6 runs" in text and plan["verdict"] in text
     assert "note: the machine was busy (load average 3.0 on 2 CPUs" in text and plan["settings"]["load_at_end"] == 3
     # the report shows the plan, and refuses one edited into a rate no run gives
     from speculab.repro.report import build_report

@@ -97,17 +97,20 @@ def test_the_shape_search_finds_the_exact_best_and_evaluates_sequoias_pick(monke
 def test_a_tree_rounds_draft_is_priced_level_by_level():
     """Widths (2, 1), every draft kept, 3 tokens: one round of two levels — a catch-up call, one call feeding the
     two nodes of depth 1 — and one target call of the four nodes and a token (the prefill, priced per run); per
-    round, per node and per level the tree's own overhead."""
+    round, per node and per level the tree's own overhead, and per node drawn without replacement for distinct
+    siblings only."""
     m = _model(per_round=1e-4)
-    tree = RRS((2, 1))
     outcome = np.zeros((3, 3))
     outcome[0, 0] = outcome[1, 1] = outcome[2, 2] = 1.0
     drafted = np.array([0.0, 2.0, 4.0])
-    extra = TreeOverhead(0.002, 0.0003, 0.0005)
-    cost = run_cost(m, tree, outcome, drafted, 3, extra)
+    extra = TreeOverhead(0.002, 0.0003, 0.0005, 0.0007)
     draft = m.draft(1) + m.draft(2)
-    assert cost.calls == 1
-    assert cost.seconds == pytest.approx(draft + 1e-4 + 0.002 + 4 * 0.0003 + 2 * 0.0005, rel=1e-12)
+    iid = run_cost(m, RRS((2, 1), draws="iid"), outcome, drafted, 3, extra)
+    assert iid.calls == 1
+    assert iid.seconds == pytest.approx(draft + 1e-4 + 0.002 + 4 * 0.0003 + 2 * 0.0005, rel=1e-12)
+    for distinct in (RRS((2, 1), draws="distinct"), Traversal((2, 1), draws="distinct")):
+        cost = run_cost(m, distinct, outcome, drafted, 3, extra)
+        assert cost.seconds == pytest.approx(iid.seconds + 4 * 0.0007, rel=1e-12)
     chain = run_cost(m, SD(K=2), outcome, np.array([0.0, 1.0, 2.0]), 3, extra)  # no tree: no overhead
     assert chain.seconds == pytest.approx(2 * m.draft(1) + 1e-4, rel=1e-12)
 
@@ -116,16 +119,17 @@ def test_the_tree_overhead_is_recovered_from_runs_it_was_put_into():
     """Runs timed by hand as the chain model prices them — RRS on a (2, 2) tree: a round of 6 nodes feeds the draft
     the catch-up then the 2 nodes of level 1, one of 2 nodes the catch-up alone; a star of 3 the catch-up alone; a
     round that kept every level and is followed by another makes the next one's catch-up two tokens — plus 2 ms per
-    round, 0.3 ms per node and 0.5 ms per level: the fit gives the three back (with the two-token catch-ups left in
-    the overhead, it did not; with the (2, 2) tree alone, rounds of two kinds cannot tell three costs apart)."""
+    round, 0.3 ms per node, 0.5 ms per level and 0.2 ms per node drawn without replacement: the fit gives the four
+    back (with the two-token catch-ups left in the overhead, it did not; with the (2, 2) tree alone, rounds of two
+    kinds cannot tell the costs apart, nor trees drawn one way alone the cost of drawing distinct)."""
     from types import SimpleNamespace
 
     m = _model(per_round=1e-4, per_token=2e-5, per_drafting_round=3e-4)
     timed = []
     runs = [
-        (RRS((2, 2)), [6, 6, 2], [2, 1, 1]),
-        (RRS((2, 2)), [6, 2], [2, 0]),
-        (RRS((2, 2)), [6, 6, 6, 6], [2, 2, 0, 2]),
+        (RRS((2, 2), draws="distinct"), [6, 6, 2], [2, 1, 1]),
+        (RRS((2, 2), draws="distinct"), [6, 2], [2, 0]),
+        (RRS((2, 2), draws="iid"), [6, 6, 6, 6], [2, 2, 0, 2]),
         (RRS((3,), draws="iid"), [3, 3, 3], [1, 0, 1]),
     ]
     for method, made, kept in runs:
@@ -138,7 +142,7 @@ def test_the_tree_overhead_is_recovered_from_runs_it_was_put_into():
             clock += float(m.draft(1)) + (float(m.draft(2)) if levels == 2 else 0.0) + float(m.target(k + 1))
             if a == levels and i < len(made) - 1:
                 clock += float(m.draft(2)) - float(m.draft(1))
-            clock += 0.002 + k * 3e-4 + levels * 5e-4  # the overhead put in
+            clock += 0.002 + k * 3e-4 + levels * 5e-4 + k * 2e-4 * (method.draws == "distinct")  # the overhead put in
         clock -= float(m.target(made[0] + 1))  # the prefill: a cost of the run
         clock += len(made) * (1e-4 + 3e-4) + 3 * len(made) * 2e-5
         result = SimpleNamespace(
@@ -146,7 +150,7 @@ def test_the_tree_overhead_is_recovered_from_runs_it_was_put_into():
         )
         timed.append((method, SimpleNamespace(result=result, seconds=np.array([clock]))))
     fit = fit_tree_overhead(m, timed)
-    assert fit == pytest.approx((0.002, 3e-4, 5e-4), rel=1e-9), fit
+    assert fit == pytest.approx((0.002, 3e-4, 5e-4, 2e-4), rel=1e-9), fit
 
 
 @pytest.mark.slow
@@ -162,7 +166,8 @@ def test_plan_ranks_confirms_and_draws_token_trees(tmp_path, capsys):
     assert {r["method"].split("(")[0] for r in trees} >= {"RRS", "Traversal"}
     assert [s["nodes"] for s in plan["shapes"]] == [2, 3, 4] and all(s["exact"] for s in plan["shapes"])
     assert "tree shapes, RRS without replacement" in text and "Sequoia" in text
-    assert plan["latency"]["tree_per_round"] >= 0 and plan["settings"]["max_nodes"] == 4
+    assert all(plan["latency"][f"tree_per_{x}"] >= 0 for x in ("round", "node", "level", "distinct_node"))
+    assert plan["settings"]["max_nodes"] == 4
     assert trees[0]["method"] in {r["method"] for r in plan["confirmed"]}  # the best tree is always confirmed
     from speculab.repro.report import build_report
 

@@ -221,6 +221,7 @@ def _content(result) -> dict:
             "tree_per_round": result.tree_overhead.per_round,
             "tree_per_node": result.tree_overhead.per_node,
             "tree_per_level": result.tree_overhead.per_level,
+            "tree_per_distinct_node": result.tree_overhead.per_distinct_node,
         },
         "ranked": [
             {

@@ -21,8 +21,9 @@ laws'); fitted in its times (``t_p``, ``t_q`` and the ``c`` terms, measured on t
 taken the same at every position (their mean over the contexts). A tree round of ``L`` levels (the tree cut to them)
 feeds the draft level by level — a call that catches up, then one call of ``n_d`` tokens per level ``d < L`` — and the
 target its ``N_L`` nodes and one more token in one call (tree attention), priced by the same fitted ``t_p``, ``t_q``
-(which do not tell a tree's attention mask from a causal one: an assumption the confirmation checks); rounds of
-several draft rows are not priced.
+(which do not tell a tree's attention mask from a causal one: an assumption the confirmation checks), plus the
+tree's own cost per round, node, level and node drawn without replacement (:class:`TreeOverhead`); rounds of several
+draft rows are not priced.
 """
 
 from __future__ import annotations
@@ -53,11 +54,25 @@ class RunCost(NamedTuple):
 class TreeOverhead(NamedTuple):
     """What a tree round costs beyond the chain's fitted model (:func:`fit_tree_overhead`): seconds per tree round,
     per drafted node and per level drafted — the tree's own bookkeeping, its attention mask, its round law over the
-    nodes, its level-by-level drafting."""
+    nodes, its level-by-level drafting — and per node drafted without replacement (siblings drawn distinct: each
+    sibling's law is the residual of those drawn before it, which drafting i.i.d. siblings does not compute)."""
 
     per_round: float = 0.0
     per_node: float = 0.0
     per_level: float = 0.0
+    per_distinct_node: float = 0.0
+
+    def of_round(self, method, made: float, levels: int) -> float:
+        """The overhead of a round of ``method`` drafting ``made`` nodes in ``levels`` levels (0 without drafts)."""
+        if not made:
+            return 0.0
+        distinct = self.per_distinct_node if _distinct(method) else 0.0
+        return self.per_round + made * (self.per_node + distinct) + levels * self.per_level
+
+
+def _distinct(method) -> bool:
+    """Whether ``method`` draws a node's siblings without replacement."""
+    return getattr(method, "draws", None) == "distinct"
 
 
 def _round_forward_seconds(model, method, L: int, made: float, caught_up: float) -> float:
@@ -78,8 +93,8 @@ def fit_tree_overhead(model, timed: list) -> TreeOverhead:
     """The tree rounds' cost beyond ``model`` (a chain-fitted :class:`~speculab.backends.latency.LatencyModel`),
     fitted on timed runs of tree methods (pairs ``(method, TimedRuns)``): each run's clock less what ``model`` prices
     — its rounds' forward passes (the first target call, the prefill, in the run's cost) and the loop's terms — by
-    non-negative least squares on its rounds, drafted nodes and levels drafted (trees of several shapes: a star of
-    one level, trees of two and three)."""
+    non-negative least squares on its rounds, drafted nodes, levels drafted and nodes drafted without replacement
+    (trees of several shapes, drawn both ways: a star of one level, trees of two and three)."""
     from scipy.optimize import nnls
 
     from speculab.backends.latency import LOOP_TERMS, _loop_features
@@ -96,11 +111,11 @@ def fit_tree_overhead(model, timed: list) -> TreeOverhead:
             forward = sum(_round_forward_seconds(model, method, L, m, f) for L, m, f in zip(levels, made, full))
             forward -= float(model.target(made[0] + 1))  # the first target call is the prefill, a cost of the run
             rest.append(float(runs.seconds[i]) - forward - float(_loop_features(counts)[i] @ loop))
-            X.append([len(made), sum(made), sum(L for L, m in zip(levels, made) if m)])
+            X.append([len(made), sum(made), sum(L for L, m in zip(levels, made) if m), sum(made) * _distinct(method)])
     if not X:
         return TreeOverhead()
     coef, _ = nnls(np.asarray(X, dtype=float), np.asarray(rest))
-    return TreeOverhead(float(coef[0]), float(coef[1]), float(coef[2]))
+    return TreeOverhead(*(float(c) for c in coef))
 
 
 def _draft_seconds(model, method, L: int, made: float) -> float:
@@ -141,7 +156,7 @@ def run_cost(
         cost = _round_forward_seconds(model, method, L, made, pi[L] if follows else 0.0)
         cost += model.per_round + (model.per_drafting_round if drafts else 0.0) + made * model.per_draft
         cost += float(pi @ out) * model.per_token
-        cost += (extra.per_round + made * extra.per_node + L * extra.per_level) if made else 0.0
+        cost += extra.of_round(method, made, L)
         T[n] = cost + float(pi @ T[n - out])
         C[n] = 1.0 + float(pi @ C[n - out])
     first = min(method.draft_length(N), K)

@@ -3,8 +3,8 @@
 Three steps, each from this module's inputs only:
 
 1. **Measure the machine** — timed runs of autoregressive decoding and SD at a few ``K`` on the calibration prompts
-   fit the latency model (:func:`speculab.backends.latency.fit_latency`: each model's forward time per tokens fed,
-   the loop's costs).
+   (:data:`CALIBRATION_RUNS` runs each) fit the latency model (:func:`speculab.backends.latency.fit_latency`: each
+   model's forward time per tokens fed, the loop's costs).
 2. **Predict** — each candidate's round along the pair's own contexts (:mod:`speculab.planning.yields`: the exact
    round law averaged over drafted blocks, with its standard error), priced by the fitted model
    (:mod:`speculab.planning.cost`), ranked by predicted tokens per second. Lossy rules enter only within the bias
@@ -19,7 +19,7 @@ Candidates: autoregressive decoding; SD, greedy drafts (the rule engines default
 at a grid of ``ε`` and typical acceptance at Medusa's defaults; token trees up to ``max_nodes`` nodes — RRS with and
 without replacement and traversal verification on the shapes of :func:`tree_candidates`, and batch SD's ``M``
 drafts as trees of ``M`` chains (:func:`batch_trees`), their rounds from :mod:`speculab.planning.trees`, a tree
-round's own cost fitted on three timed trees (:func:`calibration_trees`). Batch SD's ``M`` rows of a batch are a
+round's own cost fitted on four timed trees (:func:`calibration_trees`). Batch SD's ``M`` rows of a batch are a
 forward pass the latency model does not price: its drafts are priced and decoded as the tree they are.
 """
 
@@ -44,6 +44,9 @@ __all__ = ["Candidate", "Confirmation", "Plan", "candidates", "plan", "EPSILONS"
 EPSILONS = (0.0003, 0.001, 0.003, 0.01)
 #: The lookaheads of SD timed to fit the latency model (with autoregressive decoding).
 CALIBRATION_K = (1, 2, 4, 8)
+#: Runs of each calibration prompt per timed method (each with its own seed): the fit's timing noise, a few per cent
+#: with one run of each of 16 prompts, is what the confirmation's 10 % reads against.
+CALIBRATION_RUNS = 2
 #: Node budgets at which token trees are shaped (Sequoia's program, and exact search where small), up to ``max_nodes``.
 NODE_BUDGETS = (2, 3, 4, 6, 8, 12, 16)
 #: The largest ``max_nodes``.
@@ -186,7 +189,7 @@ def plan(
     max_new_tokens: int = 32,
     per_prompt: int = 16,
     confirm: int = 3,
-    confirm_runs: int = 2,
+    confirm_runs: int = 6,
     max_nodes: int = 16,
 ) -> Plan:
     """Rank every candidate for ``pair`` on this machine and confirm the best ``confirm`` (module docstring).
@@ -230,7 +233,7 @@ def plan(
     chains = [Autoregressive(), *(SD(K=k) for k in CALIBRATION_K)]
     calibration = chains + (list(calibration_trees()) if max_nodes else [])
     timed_decode(pair, prompts[:1], SD(K=2), max_new_tokens=8, key=seeds[0])  # warm-up: first calls cost more
-    timed = _interleaved(pair, prompts, calibration, max_new_tokens, seeds[0])
+    timed = _interleaved(pair, prompts * CALIBRATION_RUNS, calibration, max_new_tokens, seeds[0])
     latency = fit_latency([run for runs in timed[: len(chains)] for run in runs])
     overhead = fit_tree_overhead(
         latency, [(m, r) for m, runs in zip(calibration[len(chains) :], timed[len(chains) :]) for r in runs]
@@ -345,11 +348,16 @@ def _no_trees(pair) -> str | None:
 def calibration_trees() -> tuple:
     """The trees timed beside the chains to fit a tree round's own cost (:func:`~speculab.planning.cost.
     fit_tree_overhead`): RRS without replacement on 4 nodes in two levels and 14 in three, and with replacement on a
-    star of 3 (one level: batch SD's single drafts) — three shapes to tell its cost per round, per node and per
-    level apart."""
+    star of 3 (one level: batch SD's single drafts) and on 4 nodes in two levels — four trees to tell its cost per
+    round, per node, per level and per node drawn without replacement apart."""
     from speculab.methods import RRS
 
-    return RRS((2, 1), draws="distinct"), RRS((2, 2, 2), draws="distinct"), RRS((3,), draws="iid")
+    return (
+        RRS((2, 1), draws="distinct"),
+        RRS((2, 2, 2), draws="distinct"),
+        RRS((3,), draws="iid"),
+        RRS((2, 1), draws="iid"),
+    )
 
 
 def batch_trees(ks, max_nodes: int) -> list:
