@@ -5,11 +5,13 @@ On a [Yin] App. F instance (T = 50, V = 7, uniform rows) for SD (K = ∞), batch
 per second of each engine (median of repeats, after one call that compiles — compile
 time reported apart), their ratio, and the random-number bound of the JAX engine
 (JAX's uniforms per second divided by the uniforms the method draws per position,
-:func:`~speculab.sim.jax_engine.uniforms_per_position`), measured in the same run. Then
+:func:`~speculab.sim.jax_engine.uniforms_per_position`), measured in the same run; and JAX's
+uniforms per second with the Threefry counters the engines use (sequential) and with JAX's
+default (partitionable), where most of the engines' time goes. Then
 sweeps in one compiled call (:func:`speculab.sim.jax_engine.simulate_sweep`) vs one numpy
 call per point: 100 values of the biased method's ε and 20 of SpecDec++'s h.
 
-    python benchmarks/bench_jax.py [--runs 1000000] [--repeats 3] [--sweep-runs 20000] [--out benchmarks/tables]
+    python benchmarks/bench_jax.py [--runs 200000] [--repeats 3] [--sweep-runs 20000] [--out benchmarks/tables]
 
 With ``--out DIR`` it writes ``DIR/bench_jax.json`` (every time and bound, the settings, and where and how they were
 measured) and ``DIR/bench_jax.md`` (the tables docs/measurements.md includes).
@@ -50,7 +52,7 @@ def _median_seconds(fn, repeats):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, default=1_000_000)
+    ap.add_argument("--runs", type=int, default=200_000)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--sweep-runs", type=int, default=20_000)
     ap.add_argument("--out", help="write bench_jax.json and bench_jax.md into this folder, for the documentation")
@@ -73,7 +75,17 @@ def main(argv=None):
         "threads": {k: os.environ.get(k) for k in THREAD_VARIABLES},
         "methods": [],
         "sweeps": [],
+        "uniforms_per_s": {  # JAX's uniforms per second with either Threefry counter layout (width 1: uniforms)
+            layout: positions_per_second_bound(1, partitionable=layout == "partitionable")
+            for layout in ("sequential", "partitionable")
+        },
     }
+    rates = result["uniforms_per_s"]
+    print(
+        f"JAX uniforms: {rates['sequential'] / 1e6:.0f} M/s with sequential Threefry counters (the engines'), "
+        f"{rates['partitionable'] / 1e6:.0f} M/s with partitionable ones (JAX's default)",
+        flush=True,
+    )
     for method in (SD(), BatchSD(M=8), Biased(0.1), SpecDecPP(0.8)):
         t0 = time.perf_counter()
         simulate(inst, method, args.runs, key=0, engine="jax")
@@ -159,6 +171,13 @@ def markdown(result: dict) -> str:
         f"{result['sweep_runs']:,} per sweep point, {timing} after a call that compiles (compile s: the first call's "
         f"time less the median); JAX on {device}; {threads}."
     )
+    rates = result.get("uniforms_per_s")
+    if rates:
+        note += (
+            f" JAX's uniforms per second: {sig(rates['sequential'] / 1e6)} M with the sequential Threefry counters the "
+            f"engines draw with, {sig(rates['partitionable'] / 1e6)} M with the partitionable ones, JAX's default "
+            f"({rates['sequential'] / rates['partitionable']:.1f}×)."
+        )
     return "\n".join(lines) + "\n\n" + "\n".join(sweeps) + "\n\n" + note + "\n"
 
 

@@ -261,6 +261,23 @@ def test_adaptive_drafting_the_engine_cannot_run_is_refused(inst):
     assert len(simulate_sweep(inst, [Drafting(0.5), Drafting(0.7, stops=stops_drafting)], 10, 0)) == 2
 
 
+@pytest.mark.parametrize("method", [SD(K=3), SpecDecPP(0.9, max_K=4)], ids=repr)
+def test_the_same_key_gives_the_same_counts_whatever_jaxs_threefry_setting(inst, method):
+    """The engines draw in one Threefry counter layout (jax_common.sequential_stream) whatever the caller's global
+    ``jax_threefry_partitionable``: a key splits and draws alike under both (before, it did not), and the adaptive
+    engine's pool still gives counts that do not depend on its size."""
+    before = jax.config.jax_threefry_partitionable
+    runs = {}
+    try:
+        for flag in (True, False):
+            jax.config.update("jax_threefry_partitionable", flag)
+            runs[flag] = simulate(inst, method, 700, key=5, engine="jax", return_sequences=True)
+    finally:
+        jax.config.update("jax_threefry_partitionable", before)
+    _same(runs[True], runs[False])
+    assert np.array_equal(runs[True].sequences, runs[False].sequences)
+
+
 @pytest.mark.slow
 def test_specdecpp_counts_do_not_depend_on_the_pool_size(inst, monkeypatch):
     """The chains drafting past rejections share a pool that grows when it overflows: a pool started with one slot

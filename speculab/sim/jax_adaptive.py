@@ -140,9 +140,10 @@ def _adaptive_chunk_fn(stops, T: int, S: int, n: int, C: int, keep: bool):
     of every run of every point, share one pool of ``C`` slots, so a sweep's pool is sized by
     the sum of its points' needs, not ``S`` times the largest. ``peak`` is the most chains the
     pool had to hold (more than ``C``: the chunk must be run again with a larger pool). A
-    slot's uniform is element ``i`` of one draw of ``C`` per position; JAX's partitionable
-    threefry (the default) makes that element independent of ``C``, and chains are packed in
-    the same order whatever ``C``, so every pool that does not overflow gives the same counts.
+    slot's uniform is element ``i`` of one draw of ``C`` per position, drawn with partitionable
+    Threefry (:func:`~speculab.sim.jax_common.size_free_uniforms`), which makes that element
+    independent of ``C``, and chains are packed in the same order whatever ``C``, so every
+    pool that does not overflow gives the same counts.
     """
     jax, jnp = _jax()
     N = S * n
@@ -175,7 +176,7 @@ def _adaptive_chunk_fn(stops, T: int, S: int, n: int, C: int, keep: bool):
             )
             if C:
                 pool, ghost = _advance_pool(
-                    stops, T, tables, points, t, pool, jax.random.uniform(k_pool, (C,), dtype=dtype)
+                    stops, T, tables, points, t, pool, common.size_free_uniforms(k_pool, C, dtype)
                 )
                 pool, live = _join_pool(pool, spawn)
                 d, peak = d + ghost, jnp.maximum(peak, live)
@@ -235,12 +236,10 @@ def _pooled(chunk, hint_key, n: int, G: int):
 
     A method that never drafts past a rejection (``G = 0``) needs no pool. Otherwise the pool
     starts where the last call of the same kind ended (``n`` at first) and is enlarged to the
-    peak it reports until it suffices (``n G`` always does). With JAX's partitionable threefry
-    the counts do not depend on the pool's size (:func:`_adaptive_chunk_fn`); without it the
-    start is fixed, so the same key still gives the same counts.
+    peak it reports until it suffices (``n G`` always does). The counts do not depend on the
+    pool's size (:func:`_adaptive_chunk_fn`).
     """
-    jax, _ = _jax()
-    C = 0 if G == 0 else min(_POOL_HINT.get(hint_key, n) if jax.config.jax_threefry_partitionable else n, n * G)
+    C = 0 if G == 0 else min(_POOL_HINT.get(hint_key, n), n * G)
     while True:
         counts, per_position, seq, peak = chunk(C)
         peak = int(peak)

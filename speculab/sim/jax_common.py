@@ -14,7 +14,7 @@ from speculab.methods.base import Method
 from speculab.methods.capabilities import RootTable, has, root_table
 from speculab.theory.instance import MarkovInstance, compact
 
-__all__ = ["CHUNK", "SCAN_BUDGET", "TABLE_BUDGET"]
+__all__ = ["CHUNK", "SCAN_BUDGET", "TABLE_BUDGET", "sequential_stream"]
 
 #: Runs per compiled call (fixed for an instance and method, so a key gives the same result however many runs are
 #: asked for in total); fewer when every run carries rows of the vocabulary inside the scan (:func:`_chunk_runs`).
@@ -25,6 +25,23 @@ SCAN_BUDGET = 1 << 24
 
 def _jax():
     return import_jax("engine='jax'")
+
+
+def sequential_stream():
+    """The context both engines draw their random numbers in: JAX's Threefry with its sequential counters
+    (``jax.threefry_partitionable(False)``), whatever the caller's global setting, so that the same key gives the
+    same counts under either. On a CPU the sequential layout draws uniforms several times faster than the
+    partitionable one, JAX's default (``benchmarks/bench_jax.py`` measures both); random numbers are most of the
+    engines' work. A draw whose elements must not depend on its size (the adaptive engine's pool) is made
+    partitionable inside it (:func:`size_free_uniforms`)."""
+    return _jax()[0].threefry_partitionable(False)
+
+
+def size_free_uniforms(key, size: int, dtype):
+    """``size`` uniforms whose element ``i`` is the same for every ``size > i`` (partitionable Threefry)."""
+    jax, _ = _jax()
+    with jax.threefry_partitionable(True):
+        return jax.random.uniform(key, (size,), dtype=dtype)
 
 
 class _Tables:

@@ -21,7 +21,8 @@ Each position draws a fixed number of uniforms for every run (``3`` for a slotwi
 method read from its tables — the root's too, with a :class:`~speculab.methods.capabilities.RootTable` —,
 ``M + 2`` when its law is evaluated in the scan, ``max(M L, 1) + 2`` round by round, ``L``
 the longest round, ``3`` for SPRINTER and for SpecDec++, plus one per pool slot) from a key folded from the chunk's key
-and the position, so keys are split and never reused; a chunk of
+and the position, so keys are split and never reused (Threefry with sequential counters,
+:func:`~speculab.sim.jax_common.sequential_stream`, whatever JAX's global setting); a chunk of
 :data:`~speculab.sim.jax_common.CHUNK` runs is one compiled call (``jax.jit`` of a ``lax.scan`` over
 positions of a ``jax.vmap`` over runs; fewer runs per call when each run evaluates rows of a
 large vocabulary inside the scan, :data:`~speculab.sim.jax_common.SCAN_BUDGET`). The same key gives the same
@@ -43,7 +44,7 @@ when it overflows (:mod:`speculab.sim.jax_adaptive`); the numpy engine draws the
 
 from __future__ import annotations
 
-from functools import lru_cache, partial
+from functools import lru_cache, partial, wraps
 
 import numpy as np
 
@@ -58,6 +59,18 @@ from speculab.sim.jax_common import _check_table_size, _counts, _jax, _slot_tabl
 from speculab.theory.instance import MarkovInstance, compact
 
 __all__ = ["simulate_jax", "simulate_sweep", "positions_per_second_bound", "uniforms_per_position"]
+
+
+def _in_sequential_stream(fn):
+    """``fn`` run in :func:`~speculab.sim.jax_common.sequential_stream`: its keys split and its uniforms drawn the
+    same way whatever the caller's global Threefry setting."""
+
+    @wraps(fn)
+    def run(*args, **kwargs):
+        with common.sequential_stream():
+            return fn(*args, **kwargs)
+
+    return run
 
 
 def _positionwise(method: Method) -> bool:
@@ -318,6 +331,7 @@ def _compiled(method: Method, T: int, n: int, keep: bool):
     return _chunk_fn(method, T, n, keep)
 
 
+@_in_sequential_stream
 def simulate_jax(inst: MarkovInstance, method: Method, n_runs: int, key, *, return_sequences: bool = False) -> Counts:
     """Simulate ``n_runs`` runs of ``method`` on ``inst`` with JAX (see the module docstring).
 
@@ -378,6 +392,7 @@ def _chunk_runs(method: Method, inst: MarkovInstance, slot_tables) -> int:
     return max(1, min(common.CHUNK, common.SCAN_BUDGET // per_run))
 
 
+@_in_sequential_stream
 def simulate_sweep(inst, methods, n_runs: int, key) -> list[Counts]:
     """Simulate a grid of one method's rule parameter and/or a stack of instances in one compiled call per chunk.
 
@@ -495,20 +510,23 @@ def uniforms_per_position(method: Method, inst: MarkovInstance) -> int:
     return max(method.rows * method.draft_length(inst.T), 1) + 2
 
 
-def positions_per_second_bound(width: int, n: int = 1 << 20, repeats: int = 3) -> float:
-    """The random-number bound: uniforms per second of JAX's default PRNG on this machine divided by ``width``.
+def positions_per_second_bound(width: int, n: int = 1 << 20, repeats: int = 3, *, partitionable: bool = False) -> float:
+    """The random-number bound: uniforms per second of JAX's Threefry on this machine divided by ``width``.
 
-    ``width`` is the uniforms a method draws per position and run (:func:`uniforms_per_position`).
+    ``width`` is the uniforms a method draws per position and run (:func:`uniforms_per_position`). The engines draw
+    with sequential counters (:func:`~speculab.sim.jax_common.sequential_stream`); ``partitionable=True`` measures
+    JAX's default layout instead, for comparison.
     """
     import time
 
     jax, jnp = _jax()
-    f = jax.jit(lambda k: jax.random.uniform(k, (n,)).sum())
-    key = jax.random.key(0)
-    f(key).block_until_ready()
-    best = float("inf")
-    for i in range(repeats):
-        t0 = time.perf_counter()
-        f(jax.random.fold_in(key, i)).block_until_ready()
-        best = min(best, time.perf_counter() - t0)
+    with jax.threefry_partitionable(bool(partitionable)):
+        f = jax.jit(lambda k: jax.random.uniform(k, (n,)).sum())
+        key = jax.random.key(0)
+        f(key).block_until_ready()
+        best = float("inf")
+        for i in range(repeats):
+            t0 = time.perf_counter()
+            f(jax.random.fold_in(key, i)).block_until_ready()
+            best = min(best, time.perf_counter() - t0)
     return n / best / width
