@@ -756,8 +756,8 @@ def test_a_size_past_its_budget_is_one_line_before_any_work(capsys, argv, match)
 
 def test_sim_budget_scales_the_exact_theorys_budget(capsys):
     """``sim --budget K`` multiplies the work budgets: ``--K 8`` on ``V = 4`` (4^10 = 1,048,576 prefixes, within
-    MAX_PATHS) has its theory at the default and none below 1,048,576 / 16,777,216 = 0.0625 of it; SpecDec++'s
-    draft tree likewise. A scale that is not a finite number > 0 is refused by the flag."""
+    MAX_PATHS) has its theory at the default and none below 1,048,576 / 16,777,216 = 0.0625 of it (SpecDec++'s
+    draft tree likewise: the next test). A scale that is not a finite number > 0 is refused by the flag."""
     base = ["sim", "--method", "block", "--K", "8", "--T", "10", "--V", "4", "--n-runs", "200"]
     assert _json(capsys, base)["theory_source"] == _json(capsys, base + ["--budget", "0.0625"])["theory_source"]
     out = _json(capsys, base + ["--budget", "0.06"])
@@ -767,12 +767,18 @@ def test_sim_budget_scales_the_exact_theorys_budget(capsys):
         "limit), or raise the budget: speculab.work_budget(k) in Python, --budget k on the command line (sim, "
         "certify))"
     )
-    tree = ["sim", "--method", "specdecpp", "--h", "0.5", "--max-K", "16", "--T", "60", "--V", "2", "--n-runs", "50"]
-    assert _json(capsys, tree)["theory"] == {}  # 2 × 2^16 leaves of 66 values: 8,650,752 values
-    assert _json(capsys, tree + ["--budget", "1.375"])["theory"]["rejections"] > 0
     for bad in ("0", "-1", "nan", "inf", "x"):
         assert main(base + ["--budget", bad]) == 2
         assert "argument --budget: " in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_sim_budget_scales_the_draft_trees_budget(capsys):
+    """SpecDec++'s draft tree (2 × 2^16 leaves of 66 values: 8,650,752 values) has no theory at the default budget
+    and its exact counts at 1.375 of it (seconds of exact computation: the full tier)."""
+    tree = ["sim", "--method", "specdecpp", "--h", "0.5", "--max-K", "16", "--T", "60", "--V", "2", "--n-runs", "50"]
+    assert _json(capsys, tree)["theory"] == {}
+    assert _json(capsys, tree + ["--budget", "1.375"])["theory"]["rejections"] > 0
 
 
 # -- each command's table and JSON against the Python API, row by row ----------------------------------------
@@ -1298,6 +1304,7 @@ LEAST = {
     "sampler_draws": 0,
     "per_prompt": 1,
     "confirm": 0,
+    "confirm_runs": 1,
     "max_nodes": 0,
     "threads": 1,
 }
@@ -1320,7 +1327,10 @@ FLAGS = {
         ("engine vllm", d)
         for d in DECODING - {"batch_size"} | {"prompts", "runs_per_prompt", "law_runs", "sampler_draws"}
     ),
-    *(("plan", d) for d in DECODING - {"batch_size"} | {"prompts", "per_prompt", "confirm", "max_nodes"}),
+    *(
+        ("plan", d)
+        for d in DECODING - {"batch_size"} | {"prompts", "per_prompt", "confirm", "confirm_runs", "max_nodes"}
+    ),
 }
 
 

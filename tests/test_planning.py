@@ -202,6 +202,7 @@ def test_plan_ranks_predicts_and_confirms_on_the_tiny_pair(tmp_path, capsys, mon
     monkeypatch.setattr("os.getloadavg", lambda: (3.0, 3.0, 3.0))
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     argv = ["plan", "--k", "1,2", "--prompts", "2", "--per-prompt", "2", "--confirm", "1", "--max-new-tokens", "8"]
+    argv += ["--confirm-runs", "2"]
     assert main([*argv, "--max-nodes", "0", "--out", str(tmp_path / "new")]) == 0
     text = capsys.readouterr().out
     plan = json.loads((tmp_path / "new" / "plan.json").read_text())
@@ -214,10 +215,10 @@ def test_plan_ranks_predicts_and_confirms_on_the_tiny_pair(tmp_path, capsys, mon
     confirmed = {r["method"]: r for r in plan["confirmed"]}
     assert {"Autoregressive()", "SD(K=4)", ranked[0]["method"]} == set(confirmed)
     for name, r in confirmed.items():
-        assert r["measured"] > 0 and math.isfinite(r["error"]) and r["runs"] == 8 * 6  # held-out prompts × confirm_runs
+        assert r["measured"] > 0 and math.isfinite(r["error"]) and r["runs"] == 8 * 2  # held-out × runs
         assert r["predicted_per_call"] == by[name]["tokens_per_call"]
         assert r["predicted"] == by[name]["tokens_per_second"]
-    assert "confirmed on 8 held-out prompts × 6 runs" in text and plan["verdict"] in text
+    assert "confirmed on 8 held-out prompts × 2 runs" in text and plan["verdict"] in text
     assert "note: the machine was busy (load average 3.0 on 2 CPUs" in text and plan["settings"]["load_at_end"] == 3
     # the report shows the plan, and refuses one edited into a rate no run gives
     from speculab.repro.report import build_report
@@ -277,6 +278,7 @@ def test_plan_runs_on_the_cheap_draft_pair(capsys):
     """The tiny target with a trigram draft (``--pair tiny-ngram``): a draft that is not a network, planned and
     confirmed like any other."""
     argv = ["plan", "--pair", "tiny-ngram", "--k", "1,2", "--prompts", "2", "--per-prompt", "2", "--confirm", "1"]
+    argv += ["--confirm-runs", "1"]
     assert main([*argv, "--max-new-tokens", "8", "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
     confirmed = {r["method"] for r in plan["confirmed"]}  # the best, and the yardsticks (the best may be one)

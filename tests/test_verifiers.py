@@ -45,6 +45,7 @@ def test_the_ensemble_options_law_is_a_mixture_whose_bias_is_a_fraction_of_tv():
     assert float(kernels.tv(v, q)) == pytest.approx(0.7 * float(kernels.tv(p, q)), abs=1e-15)
 
 
+@pytest.mark.slow  # 100,000 calls of transformers' step, one at a time (25 s): the full tier
 def test_transformers_acceptance_step_keeps_the_target_law_and_its_ensemble_option_does_not():
     """20,000 calls each (seconds): lossless at temperature 1 and under top-2 (least detectable TV at power 0.99
     about 0.03); with ``assistant_ensemble_weight = 0.5`` refused against the target (its bias, 0.5 TV(p, q) = 0.27

@@ -76,6 +76,12 @@ def add_parser(sub, common, add_pair_args, count, pair_of, sampling_of) -> None:
     p.add_argument("--per-prompt", type=count(1), default=16, help="contexts per prompt (default 16)")
     p.add_argument("--confirm", type=count(0), default=3, help="best candidates decoded for real (default 3; 0: none)")
     p.add_argument(
+        "--confirm-runs",
+        type=count(1),
+        default=6,
+        help="runs of each held-out prompt per confirmed candidate, each with its own seed (default 6)",
+    )
+    p.add_argument(
         "--max-nodes",
         type=count(0),
         default=16,
@@ -171,6 +177,7 @@ def plan_of(args):
         max_new_tokens=args.max_new_tokens,
         per_prompt=args.per_prompt,
         confirm=args.confirm,
+        confirm_runs=args.confirm_runs,
         max_nodes=args.max_nodes,
     )
     return result, held_out
