@@ -264,7 +264,7 @@ def test_adaptive_drafting_the_engine_cannot_run_is_refused(inst):
 @pytest.mark.parametrize("method", [SD(K=3), SpecDecPP(0.9, max_K=4)], ids=repr)
 def test_the_same_key_gives_the_same_counts_whatever_jaxs_threefry_setting(inst, method):
     """The engines draw in one Threefry counter layout (jax_common.sequential_stream) whatever the caller's global
-    ``jax_threefry_partitionable``: a key splits and draws alike under both (before, it did not), and the adaptive
+    ``jax_threefry_partitionable``: a key splits and draws alike under both, and the adaptive
     engine's pool still gives counts that do not depend on its size."""
     before = jax.config.jax_threefry_partitionable
     runs = {}

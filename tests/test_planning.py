@@ -480,3 +480,23 @@ def test_the_ratio_of_sums_standard_error_is_the_spread_of_the_ratio():
     num = 2 * den + rng.normal(0, 0.5, den.shape) * den
     est = [Estimate.ratio(n, d) for n, d in zip(num, den)]
     assert abs(np.mean([e.se for e in est]) / np.std([e.mean for e in est]) - 1) < 0.1
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (dict(confirm_runs=0), "confirm_runs must be an integer >= 1; got 0"),
+        (dict(confirm_runs=2.5), "confirm_runs must be an integer >= 1; got 2.5"),
+        (dict(max_nodes=1), "max_nodes must be 0 .no trees. or an integer in 2..32; got 1"),
+        (dict(ks=[0]), r"ks must be integers in 1..16; got \[0\]"),
+    ],
+)
+def test_plan_refuses_bad_arguments_before_timing_anything(bad, message, monkeypatch):
+    """Each argument is checked before the calibration runs (a timed decode here would be minutes on a real pair)."""
+    import speculab.backends.latency as latency
+    from speculab.planning import plan
+
+    monkeypatch.setattr(latency, "timed_decode", lambda *a, **k: pytest.fail("timed before the checks"))
+    _, _, pair = _iid_pair(0)
+    with pytest.raises(ValueError, match=message):
+        plan(pair, prompts=[[0]], held_out=[[0]], sampling=Sampling(1.0), key=0, max_new_tokens=2, **bad)

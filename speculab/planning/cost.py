@@ -64,15 +64,16 @@ class TreeOverhead(NamedTuple):
 
     def of_round(self, method, made: float, levels: int) -> float:
         """The overhead of a round of ``method`` drafting ``made`` nodes in ``levels`` levels (0 without drafts)."""
-        if not made:
-            return 0.0
-        distinct = self.per_distinct_node if _distinct(method) else 0.0
-        return self.per_round + made * (self.per_node + distinct) + levels * self.per_level
+        return float(np.dot(self, _overhead_features(method, made, levels)))
 
 
-def _distinct(method) -> bool:
-    """Whether ``method`` draws a node's siblings without replacement."""
-    return getattr(method, "draws", None) == "distinct"
+def _overhead_features(method, made: float, levels: int) -> list:
+    """What a round's tree overhead is linear in, in :class:`TreeOverhead`'s order — the round, its nodes, its
+    levels, its nodes drawn without replacement — all 0 for a round without drafts; :meth:`TreeOverhead.of_round`
+    prices them and :func:`fit_tree_overhead` fits on them."""
+    drafts = bool(made)
+    distinct = getattr(method, "draws", None) == "distinct"
+    return [float(drafts), float(made), levels * drafts, made * distinct]
 
 
 def _round_forward_seconds(model, method, L: int, made: float, caught_up: float) -> float:
@@ -111,7 +112,7 @@ def fit_tree_overhead(model, timed: list) -> TreeOverhead:
             forward = sum(_round_forward_seconds(model, method, L, m, f) for L, m, f in zip(levels, made, full))
             forward -= float(model.target(made[0] + 1))  # the first target call is the prefill, a cost of the run
             rest.append(float(runs.seconds[i]) - forward - float(_loop_features(counts)[i] @ loop))
-            X.append([len(made), sum(made), sum(L for L, m in zip(levels, made) if m), sum(made) * _distinct(method)])
+            X.append(np.sum([_overhead_features(method, m, L) for L, m in zip(levels, made)], axis=0))
     if not X:
         return TreeOverhead()
     coef, _ = nnls(np.asarray(X, dtype=float), np.asarray(rest))
