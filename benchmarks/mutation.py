@@ -529,13 +529,15 @@ def _test_path(ap: argparse.ArgumentParser, name: str) -> str:
         ap.error(f"--tests: {name!r} names no test file or folder")
     for base in (Path.cwd(), ROOT):
         found = (base / path).resolve()
-        if found.exists() and found.is_relative_to(ROOT):
-            found = found.relative_to(ROOT)
-            if any(fnmatch.fnmatch(part, pattern) for part in found.parts for pattern in LEFT_OUT):
-                ap.error(
-                    f"--tests: {path!r} is in a folder the mutants' copies of the repository leave out "
-                    f"({', '.join(LEFT_OUT)})"
-                )
+        if not found.is_relative_to(ROOT):
+            continue
+        found = found.relative_to(ROOT)  # refused there whether or not it exists here (a copy has no .git)
+        if any(fnmatch.fnmatch(part, pattern) for part in found.parts for pattern in LEFT_OUT):
+            ap.error(
+                f"--tests: {path!r} is in a folder the mutants' copies of the repository leave out "
+                f"({', '.join(LEFT_OUT)})"
+            )
+        if (ROOT / found).exists():
             return found.as_posix() + sep + node
     ap.error(f"--tests: no test file or folder {path!r} in the repository ({ROOT})")
 

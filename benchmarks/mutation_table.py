@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import ast
 import builtins
+import functools
 import json
 import subprocess
 import sys
@@ -81,6 +82,11 @@ def _tokens(tree: ast.AST):
         yield type(node).__name__, other, tokens
 
 
+@functools.lru_cache(maxsize=64)  # each version is compared with the one before it and the one after
+def _program(source: str) -> tuple:
+    return tuple(_tokens(ast.parse(source)))
+
+
 def same_program(before: str, after: str) -> bool:
     """Whether ``after`` is ``before`` renamed, reworded or laid out anew: the same syntax tree, docstrings aside, up
     to one renaming of identifiers and strings across the module that is one-to-one, renames only to names the
@@ -88,7 +94,9 @@ def same_program(before: str, after: str) -> bool:
     imported modules (``np.exp`` stays ``np.exp``). Then the two have the same mutants, the same changes in the same
     order. A swap (``p - q`` for ``q - p``), another keyword, another string used elsewhere, another function of an
     imported module, another constant or operator: not the same program."""
-    a, b = list(_tokens(ast.parse(before))), list(_tokens(ast.parse(after)))
+    if before == after:
+        return True
+    a, b = _program(before), _program(after)
     if len(a) != len(b):
         return False
     used_a = {t for _, _, tokens in a for t, _ in tokens}
@@ -184,7 +192,8 @@ def rows(repo: Path = ROOT, logs: list[Path] | None = None, listed: dict | None 
             at = k
             state.update(mine)
             used += [log.name] if log.name not in used else []
-        later = [j for j in range(at, len(versions) - 1) if not same_program(versions[j][1], versions[j + 1][1])]
+        changed = (j for j in range(at, len(versions) - 1) if not same_program(versions[j][1], versions[j + 1][1]))
+        later = [first] if (first := next(changed, None)) is not None else []
         source = versions[-1][1] if not later else versions[at][1]
         if not later:
             state = _carried(state, versions[at][1], source)

@@ -32,37 +32,16 @@ def method_id(method) -> str:
 Z_BOUND = 5.0
 
 
-#: Cases run in the full tier only, for the fast tier's time (its promise: minutes on 2 cores): each is the most
-#: expensive of its parametrization, whose cheaper cases still run in the fast tier — the same check on another
-#: seed, method size or planted bug.
-FULL_TIER_CASES = {
-    "tests/test_planning.py::test_the_estimator_along_contexts_meets_the_enumeration[3]",
-    "tests/test_jax_engine.py::test_specdecpp_drafting_past_rejections_is_all_counted[12-5-jax]",
-    "tests/test_certify.py::test_each_planted_tree_bug_is_found_with_its_counterexample[a leaf's bonus from its "
-    "parent's law]",
-    "tests/test_certify.py::test_each_planted_tree_bug_is_found_with_its_counterexample[traversal without the "
-    "parent's draft update]",
-    "tests/test_certify.py::test_each_planted_bug_is_found_with_its_counterexample[draft probability 1, SD's residual]",
-    "tests/test_certify.py::test_each_planted_bug_is_found_with_its_counterexample[argmax acceptance, SD's residual]",
-    "tests/test_methods.py::test_output_law_is_the_target_law_exactly_for_unbiased_methods[0-OptimalMultiDraft(M=2, "
-    "K=2)]",
-    "tests/test_methods.py::test_output_law_is_the_target_law_exactly_for_unbiased_methods[0-BatchSD(M=2, K=2)]",
-    "tests/test_methods.py::test_expected_counts_equal_the_enumeration[OptimalMultiDraft(M=3, K=1)]",
-    "tests/test_planning_trees.py::test_tree_yield_meets_the_enumeration_of_every_drafted_tree[method1]",
-    "tests/test_planning_trees.py::test_tree_yield_meets_the_enumeration_of_every_drafted_tree[method2]",
-    "tests/test_tree_models.py::test_first_tokens_follow_the_target_law[RRS(tree=Tree.from_widths((2, 2)), "
-    "draws='distinct')]",
-    "tests/test_jax_engine.py::test_specdecpp_drafting_past_rejections_is_all_counted[6-20-jax]",
-    "tests/test_jax_engine.py::test_specdecpp_pool_bound_is_the_most_chains_a_run_holds[6-20]",
-    "tests/test_jax_engine.py::test_the_same_key_gives_the_same_counts_whatever_jaxs_threefry_setting[SpecDecPP(h=0.9, "
-    "head=None, max_K=4)]",
-    "tests/test_backends.py::test_first_tokens_follow_the_target_law[t1.2-p0.9-sd]",
-    "tests/test_drafts.py::test_no_bonus_is_offered_after_a_drafted_eos[one-prompt]",
-    "tests/test_device.py::test_a_journaled_run_interrupted_and_resumed_on_the_meta_device[one-prompt]",
-    "tests/test_autodiff.py::test_jax_theory_is_the_numpy_theory[random]",
-    "tests/test_methods.py::test_output_law_is_the_target_law_exactly_for_unbiased_methods[0-OptimalMultiDraft(M=3, "
-    "K=1)]",
-}
+def full_tier_only(params, *ids):
+    """``params`` (``pytest.param``s with ids) with those whose id is in ``ids`` marked slow: run in the full tier
+    only, for the fast tier's time (its promise: under five minutes on 2 cores). Each is the most expensive case of
+    its parametrization, whose cheaper cases — the same check on another seed, method size or planted bug — still
+    run in the fast tier. An id that no case has is refused: a renamed case must not return to the fast tier."""
+    params = list(params)
+    unknown = sorted(set(ids) - {p.id for p in params})
+    if unknown:
+        raise ValueError(f"full_tier_only: no case has the id(s) {unknown}")
+    return [pytest.param(*p.values, id=p.id, marks=(*p.marks, pytest.mark.slow)) if p.id in ids else p for p in params]
 
 
 @pytest.hookimpl(tryfirst=True)  # before the repository's conftest.py skips what is marked slow
@@ -70,15 +49,6 @@ def pytest_collection_modifyitems(config, items):
     for item in items:  # a test that checks agreement through ``agrees`` is a power test too
         if "agrees" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.power)
-        if item.nodeid in FULL_TIER_CASES:
-            item.add_marker(pytest.mark.slow)
-    narrowed = any("::" in str(a) for a in config.args) or config.getoption("lf", False)  # --lf drops passed cases
-    if not narrowed:  # whole files collected: a renamed case would silently return
-        ids = {item.nodeid for item in items}
-        files = {i.split("::")[0] for i in ids}
-        gone = sorted(c for c in FULL_TIER_CASES if c.split("::")[0] in files and c not in ids)
-        if gone:
-            raise pytest.UsageError(f"tests/conftest.py's FULL_TIER_CASES names tests that do not exist: {gone}")
     # --runslow and the skipping of tests marked slow: the repository's conftest.py
 
 

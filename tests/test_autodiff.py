@@ -15,7 +15,7 @@ from speculab.theory import (  # noqa: E402
     sd_expected_rejections,
 )
 from speculab.theory import autodiff as ad  # noqa: E402
-from conftest import claims_of  # noqa: E402
+from conftest import claims_of, full_tier_only  # noqa: E402
 
 COUNTS = ("rejections", "oracle_calls", "draft_calls", "accepted", "bonus", "discarded")
 
@@ -37,7 +37,13 @@ def _instances():
     ]
 
 
-@pytest.mark.parametrize("inst", _instances(), ids=["random", "random T=2", "stationary", "context-free"])
+@pytest.mark.parametrize(
+    "inst",
+    full_tier_only(
+        (pytest.param(i, id=n) for i, n in zip(_instances(), ["random", "random T=2", "stationary", "context-free"])),
+        "random",
+    ),
+)
 def test_jax_theory_is_the_numpy_theory(inst):
     P, Q, rho, T = ad.arrays_of(inst)
     np.testing.assert_allclose(

@@ -14,7 +14,7 @@ pytest.importorskip("transformers")
 
 from scipy.stats import power_divergence  # noqa: E402
 
-from conftest import Z_BOUND, assert_frozen, assert_power, claims_of, model_device  # noqa: E402
+from conftest import Z_BOUND, assert_frozen, assert_power, claims_of, full_tier_only, model_device  # noqa: E402
 
 from speculab.backends import NGramModel, Sampling, decode, load_pair, ngram_draft  # noqa: E402
 from speculab.backends.pair import TINY_DIR, default_prompts  # noqa: E402
@@ -190,9 +190,16 @@ def _directed_z(samples: np.ndarray, q: np.ndarray, p: np.ndarray) -> float:
 
 
 @pytest.mark.parametrize(
-    "method", [pytest.param(SD(K=2), id="sd"), pytest.param(BatchSD(3, K=2), id="batch", marks=pytest.mark.slow)]
+    "method, sampling",
+    full_tier_only(
+        (
+            pytest.param(method, sampling, id=f"{sid}-{mid}", marks=pytest.mark.slow if mid == "batch" else ())
+            for method, mid in [(SD(K=2), "sd"), (BatchSD(3, K=2), "batch")]
+            for sampling, sid in zip(SAMPLINGS, SAMPLING_IDS)
+        ),
+        "t1.2-p0.9-sd",
+    ),
 )
-@pytest.mark.parametrize("sampling", SAMPLINGS, ids=SAMPLING_IDS)
 def test_first_tokens_follow_the_target_law(pair, method, sampling, agrees, record_property):
     bug, at = "batch" if isinstance(method, BatchSD) else "sd", SAMPLING_IDS[SAMPLINGS.index(sampling)]
     n = N_LAW[bug, at]

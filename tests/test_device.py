@@ -118,7 +118,9 @@ def test_a_history_draft_builds_its_tensors_on_the_models_device(pair, batch_siz
         _same(expected, decode(ngram, PROMPTS, SD(K=3), **kwargs))
 
 
-@pytest.mark.parametrize("batch_size", [2, 1], ids=["batched", "one-prompt"])
+@pytest.mark.parametrize(
+    "batch_size", [pytest.param(2, id="batched"), pytest.param(1, id="one-prompt", marks=pytest.mark.slow)]
+)
 def test_a_journaled_run_interrupted_and_resumed_on_the_meta_device(pair, tmp_path, monkeypatch, batch_size):
     """The journal and its replay: a call interrupted after its first block, then resumed, equals a whole run."""
     import importlib

@@ -231,7 +231,9 @@ def test_a_row_stops_asking_the_draft_at_its_own_block_length(pair):
     assert set(range(7)) <= set(blocks)  # every block length from 0 to K
 
 
-@pytest.mark.parametrize("batch_size", [1, None], ids=["one-prompt", "batched"])
+@pytest.mark.parametrize(
+    "batch_size", [pytest.param(1, id="one-prompt", marks=pytest.mark.slow), pytest.param(None, id="batched")]
+)
 def test_no_bonus_is_offered_after_a_drafted_eos(pair, batch_size):
     """A single row's block that ends with a drafted EOS ends the sequence if accepted, so its round law offers no
     bonus (its weights after the last draft are zero); other blocks short of the horizon offer one — one prompt at

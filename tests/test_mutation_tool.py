@@ -417,7 +417,10 @@ def test_the_table_says_when_a_module_changed_since_it_was_measured(tmp_path):
 def test_the_committed_mutation_table_is_the_logs_table():
     """benchmarks/tables/mutation.json (which the docs' table is written from) is what the tool computes now from the
     committed logs and sources: a change to a measured module, or a new log, shows here until the table is
-    written again."""
+    written again. Skipped in a copy without the git history (the mutants' copies leave ``.git`` out), where no
+    log's source can be looked up."""
+    if not (mutation.ROOT / ".git").exists():
+        pytest.skip("no git history here: the logs' sources cannot be looked up")
     tool = _table_tool()
     committed = json.loads((mutation.ROOT / "benchmarks" / "tables" / "mutation.json").read_text())
     assert committed["rows"] == tool.to_json(tool.rows())["rows"]

@@ -72,7 +72,7 @@ def test_exact_yield_gives_a_biased_rules_per_token_bias():
     assert bias2 == pytest.approx(one * (1 + alpha) / tokens2, rel=1e-9)
 
 
-@pytest.mark.parametrize("seed", [0, 3])
+@pytest.mark.parametrize("seed", [0, pytest.param(3, marks=pytest.mark.slow)])
 def test_the_estimator_along_contexts_meets_the_enumeration(seed):
     """The Rao–Blackwellised estimator on a pair whose models are i.i.d. laws (600 contexts, fixed seed): within 5
     standard errors of the exact ``E[τ + 1]`` for every rule and ``K`` sharing a block, exactly for greedy drafts

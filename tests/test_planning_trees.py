@@ -24,7 +24,14 @@ CONTEXTS = 800  # i.i.d. contexts: with E[τ + 1] near 1.5-2 and its sd under 0.
 
 @pytest.mark.parametrize(
     "method",
-    [RRS((2, 1)), RRS((2, 1), draws="distinct"), Traversal((2, 1), draws="distinct"), Traversal(Tree((0, 1, 1)))],
+    [
+        RRS((2, 1)),
+        *(
+            pytest.param(m, marks=pytest.mark.slow)
+            for m in [RRS((2, 1), draws="distinct"), Traversal((2, 1), draws="distinct")]
+        ),
+        Traversal(Tree((0, 1, 1))),
+    ],
 )
 def test_tree_yield_meets_the_enumeration_of_every_drafted_tree(method):
     """The Rao–Blackwellised tokens per round of a tree verifier along i.i.d. contexts against the exact

@@ -108,7 +108,9 @@ def test_on_round_gets_each_prompts_round_in_the_node_layout(pair):
 
 
 @pytest.mark.parametrize(
-    "method", [RRS((2, 2), draws="distinct"), pytest.param(Traversal((2, 1)), marks=pytest.mark.slow)], ids=repr
+    "method",
+    [pytest.param(m, marks=pytest.mark.slow) for m in [RRS((2, 2), draws="distinct"), Traversal((2, 1))]],
+    ids=repr,
 )
 def test_first_tokens_follow_the_target_law(pair, method, agrees, record_property):
     """The first token of many runs of one prompt against the target's exact law: the G-test, and the directed check
