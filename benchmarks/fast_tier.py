@@ -8,7 +8,7 @@ rest), standing for the other work on a shared machine; the table gives each run
 the machine's 1-minute load average during the run (its mean and maximum over samples every 5 s, our own workers
 included).
 
-    python benchmarks/fast_tier.py [--background 0.5] [--out benchmarks/tables]
+    python benchmarks/fast_tier.py [--background 0.5] [--threads 1] [--out benchmarks/tables]
 
 A run whose tests fail writes nothing: its time is not the tier's. With ``--out DIR`` it writes ``DIR/fast_tier.json``
 and ``DIR/fast_tier.md`` (the table docs/measurements.md includes).
@@ -99,11 +99,13 @@ def main(argv=None):
         help="share of a core a second process keeps busy during the runs, in [0, 1] (default 0.5)",
     )
     ap.add_argument("--out", help="write fast_tier.json and fast_tier.md into this folder, for the documentation")
+    _tables.add_threads(ap, default=1)  # each worker's, as ./dev test sets them
     args = ap.parse_args(argv)
+    _tables.use_threads(args.threads)  # ./dev test keeps the variables it is given
     if not 0 <= args.background <= 1:
         ap.error(f"argument --background: a share of one core in [0, 1], not {args.background}")
     env = _tables.environment()
-    result = {"background": args.background, "promise_seconds": PROMISE_SECONDS, "runs": []}
+    result = {"background": args.background, "threads": args.threads, "promise_seconds": PROMISE_SECONDS, "runs": []}
     with tempfile.TemporaryDirectory(prefix="speculab-jax-cache-") as cache:
         for state in ("cold", "warm"):
             r = dict(run(cache, args.background), cache=state)
@@ -133,7 +135,8 @@ def markdown(result: dict) -> str:
         f"under {_minutes(result['promise_seconds'])}",
     ]
     note = (
-        f"`./dev test` (the fast tier: one pytest-xdist worker per core), beside a process busy "
+        f"`./dev test` (the fast tier: one pytest-xdist worker per core, each on {result['threads']} thread"
+        f"{'s' if result['threads'] != 1 else ''}), beside a process busy "
         f"{result['background']:.0%} of each 0.1 s; the first run with JAX's compilation cache empty (a fresh "
         "clone's), the second with it filled by the first. The load average is the machine's 1-minute one, sampled "
         f"every {LOAD_EVERY:.0f} s during the run, the workers included."

@@ -42,6 +42,7 @@ def _instances():
     full_tier_only(
         (pytest.param(i, id=n) for i, n in zip(_instances(), ["random", "random T=2", "stationary", "context-free"])),
         "random",
+        "stationary",
     ),
 )
 def test_jax_theory_is_the_numpy_theory(inst):

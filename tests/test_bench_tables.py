@@ -153,6 +153,7 @@ TIMED = (
     "bench_vllm",
     "compare_tiny",
     "engine_vllm",
+    "fast_tier",
     "plan",
 )
 UNTHREADED = {
@@ -217,3 +218,21 @@ def test_a_written_table_records_torchs_threads_and_says_them(tmp_path, monkeypa
     path = _tables.write(tmp_path, "c", {"x": 1}, lambda d: f"| {d['x']} |\n", _tables.environment(), [])
     assert json.loads(path.read_text())["provenance"]["threads"] is None
     assert "torch on" not in (tmp_path / "c.md").read_text()
+
+
+@pytest.mark.parametrize("value", ["-0.1", "1.5", "nan"])
+def test_the_fast_tier_benchmark_refuses_a_background_outside_one_core(value, capsys):
+    with pytest.raises(SystemExit) as stop:
+        _module("fast_tier").main(["--background", value])
+    assert stop.value.code == 2 and "argument --background: a share of one core in [0, 1]" in capsys.readouterr().err
+
+
+def test_the_fast_tier_benchmark_reads_pytests_last_summary_line():
+    summary = _module("fast_tier").summary
+    out = "3 passed in 1.00s\n...\n== 1 failed, 3,352 passed, 311 skipped, 4 errors in 313.36s (0:05:13) ==\n"
+    assert summary(out) == {
+        "counts": {"failed": 1, "passed": 3352, "skipped": 311, "errors": 4},
+        "pytest_seconds": 313.36,
+    }
+    with pytest.raises(ValueError, match="no pytest summary line"):
+        summary("collected 0 items\n")
