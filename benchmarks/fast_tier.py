@@ -129,7 +129,7 @@ def markdown(result: dict) -> str:
         rows.append([f"JAX cache {r['cache']}", _minutes(r["seconds"]), counts, load, kept])
     head = [
         "run",
-        "seconds (wall)",
+        "time (wall)",
         "tests",
         "load average, mean / max",
         f"under {_minutes(result['promise_seconds'])}",
