@@ -120,20 +120,18 @@ def settings() -> dict:
 
 def run_info(wall_s: float) -> dict:
     """The run: the commit the tests ran at, the tracked files changed from it (``git status``), the date (UTC), the
-    machine's CPUs and the wall time of the tests, in seconds."""
-    git = lambda *args: (  # noqa: E731
-        subprocess.run(
-            ["git", *args],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,  # noqa: E731
-            check=True,
-        ).stdout
-    )
-    changed = [line[3:] for line in git("status", "--porcelain", "--untracked-files=no").splitlines()]
+    machine's CPUs and the wall time of the tests, in seconds. Outside a git checkout (an unpacked archive) the
+    commit is ``None`` and the changed files are not known (``None``)."""
+
+    def git(*args):
+        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+        return done.stdout if done.returncode == 0 else None
+
+    status = git("status", "--porcelain", "--untracked-files=no")
+    commit = git("rev-parse", "HEAD")
     return {
-        "commit": git("rev-parse", "HEAD").strip(),
-        "changed": changed,
+        "commit": commit.strip() if commit is not None else None,
+        "changed": [line[3:] for line in status.splitlines()] if status is not None else None,
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
         "cpus": os.cpu_count(),
         "wall_s": wall_s,
@@ -233,8 +231,9 @@ def markdown(data: dict) -> str:
         if changed
         else ""
     )
+    at = f"at commit `{run['commit'][:7]}`{where}" if run["commit"] else "outside a git checkout"
     words += (
-        f" Run at commit `{run['commit'][:7]}`{where} on {run['date']}, in {_minutes(run['wall_s'])} on "
+        f" Run {at} on {run['date']}, in {_minutes(run['wall_s'])} on "
         f"{run['cpus']} CPUs: `python benchmarks/power.py --out benchmarks/tables`."
     )
     lines = textwrap.wrap(words, WIDTH, break_long_words=False, break_on_hyphens=False) + [""]

@@ -227,7 +227,9 @@ def test_out_writes_both_files_and_keeps_the_table_on_stdout(tmp_path, monkeypat
     printed = capsys.readouterr().out
     assert printed.startswith("| power | check: wrong answer | test |\n") and "8 checks in 4 tests asserted" in printed
     data = json.loads((tmp_path / "new" / "tables" / "power.json").read_text())
-    assert re.fullmatch(r"[0-9a-f]{40}", data["run"]["commit"]) and data["run"]["wall_s"] >= 0
+    checkout = (power_tool.ROOT / ".git").exists()  # the mutation tool's copies of the repository leave it out
+    assert re.fullmatch(r"[0-9a-f]{40}", data["run"]["commit"]) if checkout else data["run"]["commit"] is None
+    assert data["run"]["wall_s"] >= 0
     assert data["summary"]["checks"] == 8 and len(data["rows"]) == len(rows)
     assert (tmp_path / "new" / "tables" / "power.md").read_text() == power_tool.markdown(data)
 
@@ -247,3 +249,11 @@ def test_a_bad_out_is_refused_in_one_line_naming_it_before_the_tests_run(tmp_pat
     assert stop.value.code == 2 and len(errors) == 1 and "Traceback" not in err
     assert errors[0].startswith("power.py: error: --out: ") or "error: --out: " in errors[0]
     assert repr(str(bad)) in errors[0] and not (tmp_path / "f").is_dir()
+
+
+def test_outside_a_git_checkout_the_run_has_no_commit_and_says_so(tmp_path, monkeypatch):
+    monkeypatch.setattr(power_tool, "ROOT", tmp_path)  # no .git here (an unpacked archive, the mutants' copies)
+    run = power_tool.run_info(1.0)
+    assert run["commit"] is None and run["changed"] is None
+    data = power_tool.result(synthetic_rows(), BOUNDS, run)
+    assert "Run outside a git checkout on " in power_tool.markdown(data).replace("\n", " ")
