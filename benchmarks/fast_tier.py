@@ -48,7 +48,7 @@ while True:
 
 def summary(output: str) -> dict:
     """The counts and seconds of pytest's last line, ``== 3,001 passed, 12 skipped in 290.1s (0:04:50) ==``."""
-    lines = [line for line in output.splitlines() if re.search(r"\b(passed|failed|error)\b.* in [\d.]+s", line)]
+    lines = [line for line in output.splitlines() if re.search(r"\b(passed|failed|errors?)\b.* in [\d.]+s", line)]
     if not lines:
         raise ValueError("no pytest summary line in the output")
     line = lines[-1]
@@ -101,9 +101,9 @@ def main(argv=None):
     ap.add_argument("--out", help="write fast_tier.json and fast_tier.md into this folder, for the documentation")
     _tables.add_threads(ap, default=1)  # each worker's, as ./dev test sets them
     args = ap.parse_args(argv)
-    _tables.use_threads(args.threads)  # ./dev test keeps the variables it is given
     if not 0 <= args.background <= 1:
         ap.error(f"argument --background: a share of one core in [0, 1], not {args.background}")
+    _tables.use_threads(args.threads)  # ./dev test keeps the variables it is given
     env = _tables.environment()
     result = {"background": args.background, "threads": args.threads, "promise_seconds": PROMISE_SECONDS, "runs": []}
     with tempfile.TemporaryDirectory(prefix="speculab-jax-cache-") as cache:

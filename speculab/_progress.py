@@ -1,6 +1,8 @@
 """Progress that deep loops report without being passed a display: the CLI opens one around a long call (real-model
 decoding), each decode announces its work with :func:`expect` (runs × tokens) and advances it with :func:`advance`.
-Outside such a block both do nothing.
+Outside such a block both do nothing. A command that decodes several times (``compare``: the method, then its
+references) learns each decode's size only when it starts, so each is a part of its own: the count, the total and
+the time left are the current part's, and the display says which part it is.
 
 On a terminal the display is a tqdm bar with its total and time left; elsewhere (output piped, a log file) it is a
 line on stderr when work is announced and then every few seconds, with the same numbers, so a long run is never
@@ -27,6 +29,14 @@ class Lines:
         self.desc, self.total, self.unit, self.stream, self.every, self.clock = desc, total, unit, stream, every, clock
         self.n, self.what = 0, ""
         self.start = self.last = clock()
+
+    def reset(self, total: int | None = None) -> None:
+        """Start a part: its count from 0 and its clock from now (what tqdm's ``reset`` does)."""
+        self.n, self.total = 0, total
+        self.start = self.last = self.clock()
+
+    def set_description(self, desc: str) -> None:
+        self.desc = desc
 
     def update(self, n: int) -> None:
         self.n += n
@@ -79,7 +89,8 @@ def progress(
     clock: Callable[[], float] = time.monotonic,
 ):
     """A progress display for the ``with`` block on ``stream`` (default stderr): a tqdm bar on a terminal, else
-    :class:`Lines` every ``every`` seconds; nothing when not ``enabled``. ``total`` grows with each :func:`expect`."""
+    :class:`Lines` every ``every`` seconds; nothing when not ``enabled``. ``total`` is the work known at the start;
+    each :func:`expect` starts a part of its own size."""
     if not enabled:
         yield None
         return
@@ -90,6 +101,7 @@ def progress(
         bar = tqdm(total=total, desc=desc, unit=unit, leave=False, file=stream)
     else:
         bar = Lines(desc, total, unit, stream, every, clock)
+    bar.speculab_desc, bar.speculab_parts = desc, 0
     token = _BAR.set(bar)
     try:
         yield bar
@@ -99,12 +111,15 @@ def progress(
 
 
 def expect(n: int, what: str = "") -> None:
-    """Add ``n`` to the open display's total and say what the work is (no display open: nothing)."""
+    """Start the next part of the open display's work: ``n`` units, said what they are; from the second part on the
+    display names its number (no display open: nothing)."""
     bar = _BAR.get()
     if bar is not None and n:
-        bar.total = (bar.total or 0) + n
-        if what:
-            bar.set_postfix_str(what)
+        bar.speculab_parts += 1
+        if bar.speculab_parts > 1:
+            bar.set_description(f"{bar.speculab_desc}, part {bar.speculab_parts}")
+        bar.reset(total=n)
+        bar.set_postfix_str(what)
         bar.refresh()
 
 

@@ -758,3 +758,63 @@ def test_every_function_of_an_instance_refuses_anything_else_by_name():
                 method.expected(bad)
     with pytest.raises(TypeError, match="missing 1 required positional argument: 'inst'"):
         theory.sd_expected_rejections()  # no instance at all: Python's own error, not a wrong type
+
+
+def _serve(handle):
+    """A local TCP listener that calls ``handle(connection)`` for each connection, on a thread; its port."""
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def loop():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                handle(conn)
+
+    threading.Thread(target=loop, daemon=True).start()
+    return server
+
+
+@pytest.mark.parametrize(
+    "answer, reachable",
+    [
+        (b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n", True),
+        (b"HTTP/1.0 404 Not Found\r\nContent-Length: 0\r\n\r\n", True),  # an answer: the hub is there
+        (None, False),  # accepted, then closed: what a broken TLS handshake looks like to the client
+    ],
+)
+def test_the_hub_is_reachable_only_when_it_answers_a_request(monkeypatch, answer, reachable):
+    """Found by review: a host that accepted the connection and then failed TLS was taken as reachable, and
+    transformers retried for a minute (22 lines). Now the check makes the request itself, within HUB_TIMEOUT."""
+    import socket
+    import time
+
+    from huggingface_hub import constants
+
+    from speculab.backends import pair as pair_module
+
+    def handle(conn):
+        conn.recv(4096)
+        if answer is not None:
+            conn.sendall(answer)
+
+    server = _serve(handle)
+    port = server.getsockname()[1]
+    try:
+        monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{port}")
+        start = time.monotonic()
+        assert pair_module._hub_reachable() is reachable
+        assert time.monotonic() - start < pair_module.HUB_TIMEOUT
+        monkeypatch.setattr(constants, "ENDPOINT", f"https://127.0.0.1:{port}")
+        assert pair_module._hub_reachable() is False  # plain HTTP, or nothing, where TLS is expected
+    finally:
+        server.close()
+    with socket.socket() as bound:  # bound, not listening: a connection to it is refused
+        bound.bind(("127.0.0.1", 0))
+        monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{bound.getsockname()[1]}")
+        assert pair_module._hub_reachable() is False

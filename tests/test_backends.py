@@ -418,13 +418,13 @@ def test_the_progress_display_reaches_each_decodes_total_exactly(pair, batch_siz
         res = decode(pair, default_prompts()[:3], SD(K=3), max_new_tokens=10, key=0, batch_size=batch_size)
         assert bar.total == 30 and bar.n == 30
         decode(pair, ["Return the"], SD(K=2), max_new_tokens=4, key=1, batch_size=batch_size)
-        assert bar.total == bar.n == 34
+        assert bar.total == bar.n == 4  # the second decode: a part of its own
     assert len(steps) > 3 and all(n > 0 for n in steps) and sum(steps) == 34
     assert sum(map(len, res.tokens)) < 30  # a run stopped early
     first, second, end = out.getvalue().splitlines()
     assert first.startswith("decoding: 0 of 30 tokens (0%), ") and first.endswith(" — SD(K=3): 3 runs of 10 tokens")
-    assert second.startswith("decoding: 30 of 34 tokens (88%), ") and "SD(K=2): 1 run of 4 tokens" in second
-    assert end.startswith("decoding: 34 of 34 tokens (100%), ") and ", about 0 s left" in end
+    assert second.startswith("decoding, part 2: 0 of 4 tokens (0%), ") and "SD(K=2): 1 run of 4 tokens" in second
+    assert end.startswith("decoding, part 2: 4 of 4 tokens (100%), ") and ", about 0 s left" in end
 
 
 def test_results_records_and_round_infos_are_read_only(pair):

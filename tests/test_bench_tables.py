@@ -234,5 +234,6 @@ def test_the_fast_tier_benchmark_reads_pytests_last_summary_line():
         "counts": {"failed": 1, "passed": 3352, "skipped": 311, "errors": 4},
         "pytest_seconds": 313.36,
     }
+    assert summary("== 4 errors in 3.00s ==")["counts"] == {"errors": 4}
     with pytest.raises(ValueError, match="no pytest summary line"):
         summary("collected 0 items\n")

@@ -1410,7 +1410,7 @@ def test_output_to_a_closed_pipe_ends_with_sigpipes_status_in_process(monkeypatc
 
 
 def test_run_and_compare_show_progress_in_text_mode_only(monkeypatch, capsys):
-    """``run`` and ``compare`` open a display whose total each decode grows (:func:`speculab._progress.expect`);
+    """``run`` and ``compare`` open a display in which each decode is a part (:func:`speculab._progress.expect`);
     neither shows with ``--json``."""
     import contextlib
     from types import SimpleNamespace

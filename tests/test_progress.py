@@ -1,5 +1,6 @@
 """speculab._progress off a terminal (output piped, a log): a line when work is announced, then one every few
-seconds, each with the total, the time so far and the time left; a fake clock makes the times exact."""
+seconds, each with the total, the time so far and the time left of the current part (each decode is one); a fake
+clock makes the times exact."""
 
 from __future__ import annotations
 
@@ -24,10 +25,10 @@ def test_piped_progress_prints_totals_and_time_left_every_few_seconds():
             clock.now += 2.0
             advance(20)
         clock.now += 1.0
-        expect(200, "Autoregressive(): 2 runs of 100 tokens")
+        expect(200, "Autoregressive(): 2 runs of 100 tokens")  # the next decode: a part of its own
         clock.now += 9.0
-        advance(200)
-        advance(200)
+        advance(100)
+        advance(100)
     lines = out.getvalue().splitlines()
     assert lines == [
         "decoding (all runs): 0 of 400 tokens (0%), 0 s so far, time left not known yet — SD(K=∞): 4 runs of "
@@ -35,12 +36,12 @@ def test_piped_progress_prints_totals_and_time_left_every_few_seconds():
         "decoding (all runs): 60 of 400 tokens (15%), 6 s so far, about 34 s left — SD(K=∞): 4 runs of 100 tokens",
         "decoding (all runs): 120 of 400 tokens (30%), 12 s so far, about 28 s left — SD(K=∞): 4 runs of 100 tokens",
         "decoding (all runs): 180 of 400 tokens (45%), 18 s so far, about 22 s left — SD(K=∞): 4 runs of 100 tokens",
-        "decoding (all runs): 200 of 600 tokens (33%), 21 s so far, about 42 s left — Autoregressive(): 2 runs of "
-        "100 tokens",
-        "decoding (all runs): 400 of 600 tokens (67%), 30 s so far, about 15 s left — Autoregressive(): 2 runs of "
-        "100 tokens",
-        "decoding (all runs): 600 of 600 tokens (100%), 30 s so far, about 0 s left — Autoregressive(): 2 runs of "
-        "100 tokens",
+        "decoding (all runs), part 2: 0 of 200 tokens (0%), 0 s so far, time left not known yet — Autoregressive(): "
+        "2 runs of 100 tokens",
+        "decoding (all runs), part 2: 100 of 200 tokens (50%), 9 s so far, about 9 s left — Autoregressive(): 2 runs "
+        "of 100 tokens",
+        "decoding (all runs), part 2: 200 of 200 tokens (100%), 9 s so far, about 0 s left — Autoregressive(): 2 "
+        "runs of 100 tokens",
     ]
 
 

@@ -128,21 +128,20 @@ HUB_TIMEOUT = 3.0
 
 
 def _hub_reachable() -> bool:
-    """Whether the Hugging Face hub's host accepts a connection within :data:`HUB_TIMEOUT` (behind a proxy: taken to,
-    and left to transformers)."""
-    import os
-    import socket
-    from urllib.parse import urlparse
+    """Whether the Hugging Face hub answers an HTTP(S) request within :data:`HUB_TIMEOUT` seconds — any answer, an
+    error status too — through the proxy the environment names, as transformers would reach it. A host that accepts
+    the connection and then fails it (a TLS handshake that a firewall or a captive portal breaks) is unreachable, as
+    is one that refuses it or stays silent."""
+    import urllib.error
+    import urllib.request
 
     from huggingface_hub import constants
 
-    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
-        return True
-    url = urlparse(constants.ENDPOINT)
-    port = url.port or (443 if url.scheme == "https" else 80)
     try:
-        socket.create_connection((url.hostname, port), HUB_TIMEOUT).close()
-    except OSError:
+        urllib.request.urlopen(urllib.request.Request(constants.ENDPOINT, method="HEAD"), timeout=HUB_TIMEOUT).close()
+    except urllib.error.HTTPError:
+        return True  # the hub answered, with an error status: it is there
+    except (OSError, ValueError):  # URLError, a TLS failure, a time-out; ValueError: an endpoint that is no URL
         return False
     return True
 
