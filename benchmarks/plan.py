@@ -1,6 +1,6 @@
 """``speculab plan`` on the tiny pair and on the cheap-draft pair, as the docs' worked example (docs/plan.md).
 
-    python benchmarks/plan.py --out benchmarks/tables      # about 2 minutes on 2 cores
+    python benchmarks/plan.py --threads 1 --out benchmarks/tables
 
 For each pair (``tiny``; ``tiny-ngram``: the tiny target with a trigram draft) the command's defaults with a bias
 budget (K = 1..8, 16 prompts × 16 contexts, 8 held-out prompts, runs of 32 tokens, the best 3 confirmed with
