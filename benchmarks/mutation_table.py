@@ -193,19 +193,19 @@ def rows(repo: Path = ROOT, logs: list[Path] | None = None, listed: dict | None 
             state.update(mine)
             used += [log.name] if log.name not in used else []
         changed = (j for j in range(at, len(versions) - 1) if not same_program(versions[j][1], versions[j + 1][1]))
-        later = [first] if (first := next(changed, None)) is not None else []
-        source = versions[-1][1] if not later else versions[at][1]
-        if not later:
+        later = next(changed, None)  # the version before the first change since the logs' source, if any
+        source = versions[-1][1] if later is None else versions[at][1]
+        if later is None:
             state = _carried(state, versions[at][1], source)
         names = mutant_names(source)
         row = Row(module, tier, len(names), logs=used, measured_on=versions[at][0])
-        if later:
-            row.equivalent, row.changed_by = None, versions[later[0] + 1][0]
+        if later is not None:
+            row.equivalent, row.changed_by = None, versions[later + 1][0]
         for key in names:
             outcome = state.get(key)
             if outcome in KILLED:
                 row.killed += 1
-            elif not later and (module, key[0], key[1]) in listed:
+            elif later is None and (module, key[0], key[1]) in listed:
                 row.equivalent += 1
             elif outcome is None:
                 row.unmeasured += 1

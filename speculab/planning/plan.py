@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from speculab._validate import as_positive_int
 from speculab.counts import Estimate
 from speculab.planning.cost import RunCost, TreeOverhead, fit_tree_overhead, run_cost
 from speculab.planning.trees import tree_yields
@@ -223,8 +224,7 @@ def plan(
         raise ValueError(f"bias_budget must be a TV in [0, 1]; got {bias_budget!r}")
     if isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or max_nodes not in (0, *range(2, MAX_NODES + 1)):
         raise ValueError(f"max_nodes must be 0 (no trees) or an integer in 2..{MAX_NODES}; got {max_nodes!r}")
-    if isinstance(confirm_runs, bool) or not isinstance(confirm_runs, int) or confirm_runs < 1:
-        raise ValueError(f"confirm_runs must be an integer >= 1; got {confirm_runs!r}")
+    as_positive_int(confirm_runs, "confirm_runs")
     import os
 
     load_at_start = os.getloadavg()[0]
