@@ -2,7 +2,9 @@
 decoding), each decode announces its work with :func:`expect` (runs × tokens) and advances it with :func:`advance`.
 Outside such a block both do nothing. A command that decodes several times (``compare``: the method, then its
 references) learns each decode's size only when it starts, so each is a part of its own: the count, the total and
-the time left are the current part's, and the display says which part it is.
+the time left are the current part's, and the display says which part it is (of how many, when the command knows).
+A command that counts its work in units of its own (``plan``: decodes, contexts, shapes) announces each stage
+itself and holds the decodes inside it (:func:`held`), so that they do not start parts of their own.
 
 On a terminal the display is a tqdm bar with its total and time left; elsewhere (output piped, a log file) it is a
 line on stderr when work is announced and then every few seconds, with the same numbers, so a long run is never
@@ -14,15 +16,28 @@ import sys
 import time
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Callable, TextIO
 
-_BAR: ContextVar = ContextVar("speculab_progress_bar", default=None)
+
+@dataclass
+class _Open:
+    """The open display: its bar, its description, the parts announced so far and how many there will be (``None``:
+    not known)."""
+
+    bar: object
+    desc: str
+    parts: int | None = None
+    started: int = 0
+
+
+_OPEN: ContextVar[_Open | None] = ContextVar("speculab_progress", default=None)
 
 
 class Lines:
     """Progress as lines on a stream that is not a terminal: one when work is announced (:meth:`set_postfix_str`),
-    then at most one every ``every`` seconds, and one at the end; each gives the count done of the total, the
-    time so far and the time left at the rate so far. The members tqdm's bar has that :func:`expect` and
+    then at most one every ``every`` seconds, and one at the end of each part; each gives the count done of the
+    total, the time so far and the time left at the rate so far. The members tqdm's bar has that :func:`expect` and
     :func:`advance` use."""
 
     def __init__(self, desc: str, total: int | None, unit: str, stream: TextIO, every: float, clock: Callable):
@@ -101,30 +116,50 @@ def progress(
         bar = tqdm(total=total, desc=desc, unit=unit, leave=False, file=stream)
     else:
         bar = Lines(desc, total, unit, stream, every, clock)
-    bar.speculab_desc, bar.speculab_parts = desc, 0
-    token = _BAR.set(bar)
+    token = _OPEN.set(_Open(bar, desc))
     try:
         yield bar
     finally:
-        _BAR.reset(token)
+        _OPEN.reset(token)
         bar.close()
 
 
-def expect(n: int, what: str = "") -> None:
-    """Start the next part of the open display's work: ``n`` units, said what they are; from the second part on the
-    display names its number (no display open: nothing)."""
-    bar = _BAR.get()
-    if bar is not None and n:
-        bar.speculab_parts += 1
-        if bar.speculab_parts > 1:
-            bar.set_description(f"{bar.speculab_desc}, part {bar.speculab_parts}")
-        bar.reset(total=n)
-        bar.set_postfix_str(what)
-        bar.refresh()
+@contextmanager
+def held():
+    """Inside the block :func:`expect` and :func:`advance` do nothing: its work is counted by the caller, in units of
+    its own (a plan's stage counts decodes; the decodes would otherwise each start a part of tokens)."""
+    token = _OPEN.set(None)
+    try:
+        yield
+    finally:
+        _OPEN.reset(token)
+
+
+def expect(n: int, what: str = "", unit: str | None = None, parts: int | None = None) -> None:
+    """Start the next part of the open display's work: ``n`` units (of ``unit``, if given; else the previous part's),
+    said what they are. The display names the part's number from the second part on, or from the first when the
+    caller says how many ``parts`` the work has (remembered for the parts after). No display open: nothing."""
+    shown = _OPEN.get()
+    if shown is None or not n:
+        return
+    if parts is not None:
+        shown.parts = parts
+    if shown.bar.n:
+        shown.bar.refresh()  # where the part before ended, and in how long
+    shown.started += 1
+    if shown.parts is not None and shown.started <= shown.parts:
+        shown.bar.set_description(f"{shown.desc}, part {shown.started} of {shown.parts}")
+    elif shown.started > 1:
+        shown.bar.set_description(f"{shown.desc}, part {shown.started}")
+    if unit is not None:
+        shown.bar.unit = unit  # a plain attribute that tqdm's line, as Lines', reads
+    shown.bar.reset(total=n)
+    shown.bar.set_postfix_str(what)
+    shown.bar.refresh()
 
 
 def advance(n: int) -> None:
     """Advance the open display by ``n`` (no display open: nothing)."""
-    bar = _BAR.get()
-    if bar is not None and n:
-        bar.update(n)
+    shown = _OPEN.get()
+    if shown is not None and n:
+        shown.bar.update(n)

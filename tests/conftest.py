@@ -202,3 +202,17 @@ def claims_of(module, result: dict) -> list[dict]:
     rows = check_claims(module.claims(result))
     assert module.claims(json.loads(json.dumps(jsonable(result)))) == rows
     return rows
+
+
+def progress_parts(err: str, desc: str) -> dict[int, tuple[int, int, int]]:
+    """The parts a piped progress display ``desc`` printed to ``err`` (:mod:`speculab._progress`): per part number,
+    (the last count shown, its total, the number of parts announced)."""
+    import re
+
+    out = {}
+    for line in err.splitlines():
+        m = re.match(rf"{re.escape(desc)}, part (\d+) of (\d+): ([\d,]+) of ([\d,]+) ", line)
+        if m:
+            k, parts, done, total = (int(g.replace(",", "")) for g in m.groups())
+            out[k] = (done, total, parts)
+    return out

@@ -421,8 +421,9 @@ def test_the_progress_display_reaches_each_decodes_total_exactly(pair, batch_siz
         assert bar.total == bar.n == 4  # the second decode: a part of its own
     assert len(steps) > 3 and all(n > 0 for n in steps) and sum(steps) == 34
     assert sum(map(len, res.tokens)) < 30  # a run stopped early
-    first, second, end = out.getvalue().splitlines()
+    first, ended, second, end = out.getvalue().splitlines()
     assert first.startswith("decoding: 0 of 30 tokens (0%), ") and first.endswith(" — SD(K=3): 3 runs of 10 tokens")
+    assert ended.startswith("decoding: 30 of 30 tokens (100%), ")  # where the first part ended
     assert second.startswith("decoding, part 2: 0 of 4 tokens (0%), ") and "SD(K=2): 1 run of 4 tokens" in second
     assert end.startswith("decoding, part 2: 4 of 4 tokens (100%), ") and ", about 0 s left" in end
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import Z_BOUND
+from conftest import Z_BOUND, progress_parts
 from speculab.backends import Sampling
 from speculab.backends.latency import ForwardFit, LatencyModel
 from speculab.backends.models import HistoryModel
@@ -198,13 +198,19 @@ def test_bad_input_gets_one_line_naming_it(argv, message, capsys):
 def test_plan_ranks_predicts_and_confirms_on_the_tiny_pair(tmp_path, capsys, monkeypatch):
     """The whole command, small: every candidate ranked by predicted speed; the confirmations decode the best and
     the references; predicted tokens per call of each confirmed rule is its round law's mean (not the clock's); a
-    busy machine (load average 3 on 2 CPUs, faked) is said to be."""
+    busy machine (load average 3 on 2 CPUs, faked) is said to be, at the start and in the table; the progress
+    display names each part of the work and counts it to its end."""
     monkeypatch.setattr("os.getloadavg", lambda: (3.0, 3.0, 3.0))
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     argv = ["plan", "--k", "1,2", "--prompts", "2", "--per-prompt", "2", "--confirm", "1", "--max-new-tokens", "8"]
     argv += ["--confirm-runs", "2"]
     assert main([*argv, "--max-nodes", "0", "--out", str(tmp_path / "new")]) == 0
-    text = capsys.readouterr().out
+    text, err = capsys.readouterr()
+    assert err.startswith("note: the machine is busy (load average 3.0 on 2 CPUs, torch on ")  # said at the start
+    # its parts said as they run, each reaching its total: the timings (a warm-up, then 5 chain methods × 2 prompts
+    # × 2 runs), the chain rounds (2 draft rows, SD's and the greedy draft's, × 4 contexts), the confirmations
+    confirmations = len(json.loads((tmp_path / "new" / "plan.json").read_text())["confirmed"]) * 8 * 2
+    assert progress_parts(err, "planning") == {1: (21, 21, 3), 2: (8, 8, 3), 3: (confirmations,) * 2 + (3,)}, err
     plan = json.loads((tmp_path / "new" / "plan.json").read_text())
     assert (tmp_path / "new" / "plan.png").stat().st_size > 10_000 and (tmp_path / "new" / "plan.pdf").exists()
     ranked = plan["ranked"]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import Z_BOUND
+from conftest import Z_BOUND, progress_parts
 from speculab.backends import Sampling
 from speculab.cli import main
 from speculab.methods import RRS, SD, Traversal
@@ -163,10 +163,13 @@ def test_the_tree_overhead_is_recovered_from_runs_it_was_put_into():
 @pytest.mark.slow
 def test_plan_ranks_confirms_and_draws_token_trees(tmp_path, capsys):
     """The command with trees, small: tree candidates ranked with their nodes, the shape comparison in the JSON and
-    the table, the figure's tree panel, the report's page."""
+    the table, the figure's tree panel, the report's page; the progress display's two tree parts."""
     argv = ["plan", "--k", "1", "--prompts", "2", "--per-prompt", "4", "--confirm", "1", "--max-new-tokens", "8"]
     assert main([*argv, "--max-nodes", "4", "--out", str(tmp_path)]) == 0
-    text = capsys.readouterr().out
+    text, err = capsys.readouterr()
+    parts = progress_parts(err, "planning")  # two parts more: the shape search and the trees' rounds
+    assert sorted(parts) == [1, 2, 3, 4, 5] and all(p[0] == p[1] and p[2] == 5 for p in parts.values()), err
+    assert parts[3][1] == 2 + (2 + 1) + (5 + 1) + (14 + 1), err  # 2 acceptances; Catalan(n) shapes and a fresh look
     plan = json.loads((tmp_path / "plan.json").read_text())
     trees = [r for r in plan["ranked"] if r["tree"]]
     assert trees and all(1 < r["nodes"] <= 4 and r["K"] == 0 for r in trees)

@@ -10,6 +10,7 @@ import dataclasses
 import json
 import math
 import re
+import sys
 from pathlib import Path
 from speculab._files import json_finite, write_text
 
@@ -104,7 +105,10 @@ def add_parser(sub, common, add_pair_args, count, pair_of, sampling_of) -> None:
 def cmd_plan(args) -> int:
     out = out_folder(args.out)
     engine = _engine_of(args)  # before the plan: a missing engine is told at once
-    result, held_out = plan_of(args)
+    from speculab._progress import progress
+
+    with progress("planning", unit="decode", enabled=not args.json):  # the plan announces its parts
+        result, held_out = plan_of(args)
     if engine is not None:
         from speculab.planning.engine import vllm_rows
 
@@ -179,6 +183,7 @@ def plan_of(args):
         confirm=args.confirm,
         confirm_runs=args.confirm_runs,
         max_nodes=args.max_nodes,
+        say=lambda line: print(line, file=sys.stderr),
     )
     return result, held_out
 
@@ -371,10 +376,12 @@ def table(result, top: int = 12) -> str:
                 )
             if r.note:
                 lines.append(f"    ({r.note})")
-    busy = max(s["load_at_start"], s.get("load_at_end", 0.0))
-    if busy > s["cpus"] / 2:
+    from speculab.planning.plan import busy
+
+    load = max(s["load_at_start"], s.get("load_at_end", 0.0))
+    if busy(load, s["cpus"]):
         lines.append(
-            f"note: the machine was busy (load average {busy:.1f} on {s['cpus']} CPUs, torch on {s['threads']} "
+            f"note: the machine was busy (load average {load:.1f} on {s['cpus']} CPUs, torch on {s['threads']} "
             "threads): the times are noisy; the speed-ups over autoregressive decoding, timed alongside, less so"
         )
     return "\n".join(lines)

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from speculab._progress import advance, expect, held
 from speculab._validate import as_positive_int
 from speculab.counts import Estimate
 from speculab.planning.cost import RunCost, TreeOverhead, fit_tree_overhead, run_cost
@@ -178,6 +179,12 @@ class Plan:
         )
 
 
+def busy(load: float, cpus: int) -> bool:
+    """Whether a 1-minute load average ``load`` on ``cpus`` CPUs makes the timings noisy: above half the CPUs (a
+    plan's own decoding, on one thread or two, loads about one)."""
+    return load > cpus / 2
+
+
 def plan(
     pair,
     *,
@@ -192,6 +199,7 @@ def plan(
     confirm: int = 3,
     confirm_runs: int = 6,
     max_nodes: int = 16,
+    say=None,
 ) -> Plan:
     """Rank every candidate for ``pair`` on this machine and confirm the best ``confirm`` (module docstring).
 
@@ -207,6 +215,8 @@ def plan(
       confirm: how many of the best candidates to decode for real (0: none).
       confirm_runs: runs of each held-out prompt per confirmed candidate (each with its own seed).
       max_nodes: the largest token tree ranked (0: no trees; :func:`tree_candidates`).
+      say: called with a line for the user before anything is timed, when the machine is :func:`busy` (``None``:
+        not said; the plan's settings record the load either way).
     """
     from speculab._validate import spawn_seeds
     from speculab.backends.decode import _encode
@@ -228,19 +238,32 @@ def plan(
     import os
 
     load_at_start = os.getloadavg()[0]
+    if say is not None and busy(load_at_start, os.cpu_count()):
+        say(
+            f"note: the machine is busy (load average {load_at_start:.1f} on {os.cpu_count()} CPUs, torch on "
+            f"{torch.get_num_threads()} threads): the times will be noisy and the predictions with them; on a "
+            "shared machine give --threads fewer than the idle cores"
+        )
     no_trees = _no_trees(pair) if max_nodes else None  # asked for, but the pair cannot decode them: why
     if no_trees:
         max_nodes = 0
     seeds = spawn_seeds(key, 5)
     chains = [Autoregressive(), *(SD(K=k) for k in CALIBRATION_K)]
     calibration = chains + (list(calibration_trees()) if max_nodes else [])
-    timed_decode(pair, prompts[:1], SD(K=2), max_new_tokens=8, key=seeds[0])  # warm-up: first calls cost more
+    parts = 2 + 2 * bool(max_nodes) + bool(confirm)  # timings, chain rounds, tree shapes and rounds, confirmations
+    runs = len(prompts) * CALIBRATION_RUNS
+    what = f"timing the models: {len(calibration)} methods on {len(prompts)} prompts × {CALIBRATION_RUNS} runs"
+    expect(1 + runs * len(calibration), what, unit="decode", parts=parts)
+    with held():
+        timed_decode(pair, prompts[:1], SD(K=2), max_new_tokens=8, key=seeds[0])  # warm-up: first calls cost more
+    advance(1)
     timed = _interleaved(pair, prompts * CALIBRATION_RUNS, calibration, max_new_tokens, seeds[0])
     latency = fit_latency([run for runs in timed[: len(chains)] for run in runs])
     overhead = fit_tree_overhead(
         latency, [(m, r) for m, runs in zip(calibration[len(chains) :], timed[len(chains) :]) for r in runs]
     )
-    ctxs = contexts(pair, prompts, sampling=sampling, length=max_new_tokens, per_prompt=per_prompt, key=seeds[1])
+    with held():  # a decode of the prompts: part of the chain rounds' work, counted there
+        ctxs = contexts(pair, prompts, sampling=sampling, length=max_new_tokens, per_prompt=per_prompt, key=seeds[1])
     methods = candidates(ks, bias_budget)
     references = (Autoregressive(), SD(K=4))
     methods += [r for r in references if r not in methods]  # ranked whatever ks is: the confirmations' yardsticks
@@ -304,6 +327,8 @@ def plan(
         if tree is not None and tree not in chosen:  # the best tree too: the tree cost model is checked every run
             chosen.append(tree)
         runs = [ids for _ in range(confirm_runs) for ids in held_out]
+        what = f"confirming {len(chosen)} candidates on {len(held_out)} held-out prompts × {confirm_runs} runs"
+        expect(len(runs) * len(chosen), what, unit="decode")
         measured = _interleaved(pair, runs, [c.method for c in chosen], max_new_tokens, seeds[3])
         for c, runs in zip(chosen, measured):
             tokens = summed_by_prompt([r.result.counts.tokens.sum() for r in runs], len(held_out))
@@ -386,15 +411,20 @@ def tree_candidates(pair, ctxs, max_nodes: int, *, sampling, key, ks=()) -> tupl
     of ``ks`` (:func:`batch_trees`). Chains are left out (SD and block verification are ranked at every ``K``)."""
     from speculab._validate import spawn_seeds
     from speculab.methods import RRS, Traversal
-    from speculab.methods.tree_shapes import sequoia_tree
-    from speculab.planning.trees import best_shapes, rank_acceptance_along
+    from speculab.methods.tree_shapes import ordered_trees, sequoia_tree
+    from speculab.planning.trees import EXACT_NODES, best_shapes, rank_acceptance_along
 
     rng = torch.Generator().manual_seed(int(spawn_seeds(key, 2)[0]))
     budgets = [n for n in NODE_BUDGETS if n <= max_nodes]
+    searched = [n for n in budgets if n <= EXACT_NODES]
+    trees = 2 + sum(len(ordered_trees(n)) + 1 for n in searched)  # the two acceptances, then best_shapes' trees
+    every = ", ".join(map(str, searched))
+    expect(trees, f"the best tree shapes: every shape of {every} nodes, Sequoia's to {budgets[-1]}", unit="tree")
     few = ctxs
     out, shapes = [], []
     for draws in ("distinct", "iid"):
         acceptance = rank_acceptance_along(pair, few, STAR, sampling=sampling, draws=draws, rng=rng)
+        advance(1)
         for n in budgets:
             tree = sequoia_tree(acceptance, n).tree
             out.append(RRS(tree, draws=draws))
@@ -423,14 +453,17 @@ def _text(tree) -> str | None:
 def _interleaved(pair, prompts, methods, N: int, key) -> list[list]:
     """Each method timed on each prompt (:func:`~speculab.backends.latency.timed_decode`), the methods taking
     turns prompt by prompt, so that a machine whose speed drifts (other work, clocks) slows them alike: per method,
-    one :class:`~speculab.backends.latency.TimedRuns` per prompt. A prompt's runs share its seed."""
+    one :class:`~speculab.backends.latency.TimedRuns` per prompt. A prompt's runs share its seed. Each decode
+    advances the open progress display by one (:mod:`speculab._progress`)."""
     from speculab._validate import spawn_seeds
     from speculab.backends.latency import timed_decode
 
     out: list[list] = [[] for _ in methods]
     for prompt, seed in zip(prompts, spawn_seeds(key, len(prompts))):
         for runs, m in zip(out, methods):
-            runs.append(timed_decode(pair, [prompt], m, max_new_tokens=N, key=seed))
+            with held():
+                runs.append(timed_decode(pair, [prompt], m, max_new_tokens=N, key=seed))
+            advance(1)
     return out
 
 

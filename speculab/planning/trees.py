@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from speculab._progress import advance, expect, held
 from speculab.methods.tree import Tree, draft_children
 from speculab.planning.yields import Yield
 
@@ -79,8 +80,10 @@ def tree_laws(pair, ctx: list[int], tree: Tree, sampling, draws: str, rng: torch
 
 def tree_yield(pair, method, ctxs: list[list[int]], *, sampling, rng: torch.Generator) -> Yield:
     """``method``'s :class:`~speculab.planning.yields.Yield` along ``ctxs`` (module docstring): per context and per
-    cut ``L = 0..H``, the law of the end node's depth ``P(τ = t)``, and the nodes a round drafts."""
-    return tree_yields(pair, [method], ctxs, sampling=sampling, rng=rng)[0]
+    cut ``L = 0..H``, the law of the end node's depth ``P(τ = t)``, and the nodes a round drafts. Not a part of
+    the progress display: its caller counts it (:func:`best_shapes`, one tree each)."""
+    with held():
+        return tree_yields(pair, [method], ctxs, sampling=sampling, rng=rng)[0]
 
 
 def tree_yields(pair, methods: list, ctxs: list[list[int]], *, sampling, rng: torch.Generator) -> list[Yield]:
@@ -99,6 +102,7 @@ def tree_yields(pair, methods: list, ctxs: list[list[int]], *, sampling, rng: to
             (t for t in order[:i] if t[1] == draws and source[t] is None and t[0].truncated(tree.height) == tree), None
         )
     readers = {shape: sum(1 for read in source.values() if read == shape) for shape in order}
+    expect(len(order), f"exact rounds of {len(methods)} tree verifiers along {len(ctxs)} contexts", unit="tree")
     drawn_for: dict = {}  # a shape's drafted trees, kept while a shorter cut of it is still to read them
     for tree, draws in order:
         members, taller = groups[(tree, draws)], source[(tree, draws)]
@@ -128,6 +132,7 @@ def tree_yields(pair, methods: list, ctxs: list[list[int]], *, sampling, rng: to
                 outcome[k, :, L, : L + 1] = law.numpy()
         for k, member in enumerate(members):
             out[member] = Yield(outcome[k], drafted.copy(), np.zeros(n))
+        advance(1)
     return out
 
 
@@ -157,7 +162,8 @@ def best_shapes(pair, rule, ctxs, budgets, acceptance, *, sampling, rng) -> list
     :data:`EXACT_NODES`, the best of every ordered tree of ``n`` nodes by tokens per round along ``ctxs`` (each
     shape's own drafted trees; ``rule(tree)`` builds the verifier), with both trees' tokens per round there — both
     evaluated again on freshly drafted trees (with their standard errors over the contexts): the largest of many
-    noisy estimates is biased up (the winner's curse), a fresh estimate of the winner is not."""
+    noisy estimates is biased up (the winner's curse), a fresh estimate of the winner is not. Advances the open
+    progress display by one per shape searched and one for the fresh estimates (:mod:`speculab._progress`)."""
     from speculab.methods.tree_shapes import ordered_trees, sequoia_tree
 
     out = []
@@ -165,9 +171,13 @@ def best_shapes(pair, rule, ctxs, budgets, acceptance, *, sampling, rng) -> list
         sequoia = sequoia_tree(acceptance, n).tree
         row = {"nodes": n, "sequoia": sequoia, "exact": None, "sequoia_tokens": None, "exact_tokens": None}
         if n <= EXACT_NODES:
-            values = {t: tree_yield(pair, rule(t), ctxs, sampling=sampling, rng=rng).tokens for t in ordered_trees(n)}
+            values = {}
+            for t in ordered_trees(n):
+                values[t] = tree_yield(pair, rule(t), ctxs, sampling=sampling, rng=rng).tokens
+                advance(1)
             best = max(values, key=values.get)
             fresh = {t: tree_yield(pair, rule(t), ctxs, sampling=sampling, rng=rng) for t in {best, sequoia}}
+            advance(1)
             row.update(
                 exact=best,
                 exact_tokens=fresh[best].tokens,
