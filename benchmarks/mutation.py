@@ -11,8 +11,10 @@ crashing on a signal), *survives* when all pass, is *unexecuted* (a survivor) wh
 statement, *times out* past ``--slowdown`` times its tests' baseline seconds (counted as killed: the tests
 noticed something; ``--rerun`` runs them again, as a loaded machine can make a survivor time out), and is
 an *error* when pytest itself could not run the selected tests (exit 3–5: an internal or usage error, e.g. a
-selected test id that a mutated parametrization no longer produces, or no tests collected): it says nothing
-about the mutant, so it counts as not killed and is listed with the survivors, to be checked by hand. The
+selected test id that a mutated parametrization no longer produces, or no tests collected). Such a mutant runs
+again against the whole files of its selected tests (a renamed test id is then collected under its new name);
+only if that fails the same way is it an error: it says nothing about the mutant, so it counts as not killed
+and is listed with the survivors, to be checked by hand. The
 score is killed / all. Docstrings are not mutated. A run stopped with Ctrl-C or SIGTERM stops its tests and
 removes its copies.
 
@@ -405,13 +407,20 @@ def _kill(pid: int) -> None:
         pass
 
 
+def test_files(tests: list[str]) -> list[str]:
+    """The files of the test node ids ``tests``, in their first order: what a mutant runs when pytest cannot run
+    the ids themselves (a mutated parametrization renamed one)."""
+    return list(dict.fromkeys(t.split("::")[0] for t in tests))
+
+
 def _run(tasks, copies: list[Path], originals: dict[str, str]):
-    """Run ``(module, mutated source, tests, timeout)`` tasks on ``len(copies)`` copies at once.
+    """Run ``(module, mutated source, tests, timeout, fallback)`` tasks on ``len(copies)`` copies at once; a task
+    whose tests end in an ``error`` runs its ``fallback`` (``(tests, timeout)``, or ``None``) on the same mutant.
 
     Yields ``(index, outcome, seconds)`` as they finish; each copy gets its module's ``originals`` text back. Closed
     early (the run stopped), it stops the tests still running.
     """
-    running = {}  # pid -> (index, copy, module, start, timeout)
+    running = {}  # pid -> (index, copy, module, start, timeout, fallback)
     try:
         free = list(range(len(copies)))
         pending = iter(enumerate(tasks))
@@ -422,26 +431,31 @@ def _run(tasks, copies: list[Path], originals: dict[str, str]):
                 if nxt is None:
                     exhausted = True
                     break
-                idx, (module, mutated, tests, timeout) = nxt
+                idx, (module, mutated, tests, timeout, fallback) = nxt
                 if not tests:
                     yield idx, "unexecuted", 0.0  # no test runs this statement: it survives without a run
                     continue
                 c = free.pop()
                 (copies[c] / module).write_text(mutated)
                 pid = _fork(copies[c], lambda t=tests: _pytest(t))
-                running[pid] = (idx, c, module, time.monotonic(), timeout)
+                running[pid] = (idx, c, module, time.monotonic(), timeout, fallback)
             if not running:
                 continue
             pid, status = os.waitpid(-1, os.WNOHANG)
             outcome = _outcome(status) if pid else None
             if not pid:
-                late = [q for q, (*_, start, timeout) in running.items() if time.monotonic() > start + timeout]
+                late = [q for q, (*_, start, timeout, _) in running.items() if time.monotonic() > start + timeout]
                 if not late:
                     time.sleep(0.02)
                     continue
                 pid, outcome = late[0], "timeout"
                 _kill(pid)
-            idx, c, module, start, _ = running.pop(pid)
+            idx, c, module, start, _, fallback = running.pop(pid)
+            if outcome == "error" and fallback is not None:  # the same mutant, against the tests' whole files
+                tests, timeout = fallback
+                again = _fork(copies[c], lambda t=tests: _pytest(t))
+                running[again] = (idx, c, module, time.monotonic(), timeout, None)
+                continue
             (copies[c] / module).write_text(originals[module])  # the copy is clean again
             free.append(c)
             yield idx, outcome, time.monotonic() - start
@@ -666,7 +680,22 @@ def main(argv=None):
             f"{sum(budget.values()) / max(args.jobs, 1) / 60:.0f} min if every mutant survived",
             flush=True,
         )
-        tasks = [(found[k][0], found[k][3], found[k][4], args.slowdown * budget[k] + 10) for k in todo]
+        in_file: dict = {}  # a test file's baseline seconds
+        for t, took in seconds.items():
+            in_file[t.split("::")[0]] = in_file.get(t.split("::")[0], 0.0) + took
+        tasks = [
+            (
+                found[k][0],
+                found[k][3],
+                found[k][4],
+                args.slowdown * budget[k] + 10,
+                (
+                    test_files(found[k][4]),
+                    args.slowdown * sum(in_file.get(f, 0.0) for f in test_files(found[k][4])) + 10,
+                ),
+            )
+            for k in todo
+        ]
         for j, outcome, took in _run(tasks, copies, originals):
             k = todo[j]
             outcomes[k] = outcome

@@ -446,3 +446,25 @@ def test_the_same_program_is_a_rename_or_a_new_layout_not_another_call():
     assert not same("x = r(q, p)\ny = q\n", "x = r(p, q)\ny = q\n")
     # a docstring is text, not program: reworded into a string the code uses, it is still the same program
     assert same("def f():\n    'x'\n    return 'y'\n", "def f():\n    'y'\n    return 'y'\n")
+
+
+@pytest.mark.parametrize(
+    "mutated, fallback, outcome",
+    [
+        ("X = 2\n", True, "killed"),  # the renamed test, run from its file, fails on the mutant
+        ("X = 1\n", True, "survived"),  # ... or passes: the mutant survives, measured
+        ("X = 2\n", False, "error"),  # no fallback: pytest cannot find the id, which says nothing
+    ],
+)
+def test_a_mutant_whose_selected_test_ids_vanished_runs_their_files(tmp_path, monkeypatch, mutated, fallback, outcome):
+    """A selected test id that pytest cannot find (a mutated parametrization renamed it: exit 4) is no outcome; the
+    mutant runs again against the files of its tests, and that run's outcome is the mutant's."""
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "m.py").write_text("X = 1\n")
+    (tmp_path / "tests" / "test_m.py").write_text("def test_x():\n    import m\n\n    assert m.X == 1\n")
+    monkeypatch.setattr(mutation, "PYTEST_ARGS", ["-x", "-q", "-p", "no:cacheprovider"])  # no --runslow there
+    gone = ["tests/test_m.py::test_x[renamed]"]
+    assert mutation.test_files([*gone, "tests/test_m.py::test_y", "tests/b.py::t"]) == ["tests/test_m.py", "tests/b.py"]
+    task = ("m.py", mutated, gone, 60.0, (mutation.test_files(gone), 60.0) if fallback else None)
+    [(index, got, _)] = list(mutation._run([task], [tmp_path], {"m.py": "X = 1\n"}))
+    assert (index, got) == (0, outcome) and (tmp_path / "m.py").read_text() == "X = 1\n"
