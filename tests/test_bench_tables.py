@@ -154,6 +154,7 @@ TIMED = (
     "compare_tiny",
     "engine_vllm",
     "fast_tier",
+    "machine_speed",
     "plan",
 )
 UNTHREADED = {
@@ -237,3 +238,39 @@ def test_the_fast_tier_benchmark_reads_pytests_last_summary_line():
     assert summary("== 4 errors in 3.00s ==")["counts"] == {"errors": 4}
     with pytest.raises(ValueError, match="no pytest summary line"):
         summary("collected 0 items\n")
+
+
+def test_the_machine_speed_benchmark_times_each_repetition_and_takes_medians_per_window():
+    """A fake clock: each call of the work takes one more second than the last, so the rates and the windows'
+    medians are known exactly; the spread is the fastest window's median over the slowest's."""
+    speed = _module("machine_speed")
+    now, took = [0.0], [0.0]
+
+    def clock():
+        return now[0]
+
+    def work():
+        took[0] += 1.0
+        now[0] += took[0]
+        return 12
+
+    runs = speed.repeat(work, 10.0, clock)  # calls of 1, 2, 3, 4 s start at 0, 1, 3, 6; the 5th starts at 10: none
+    assert runs == [(0.0, 12.0), (1.0, 6.0), (3.0, 4.0), (6.0, 3.0)]
+    assert speed.windows(runs, 2.0) == [9.0, 4.0, 3.0]  # windows 0–2 s (two runs), 2–4 s, 6–8 s
+    row = speed.summary("w", "unit", runs, 2.0)
+    assert row["spread"] == 3.0 and (row["min"], row["median"], row["max"]) == (3.0, 5.0, 12.0)
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (["--window", "0"], "--window: must be above 0 and at most --seconds (90)"),
+        (["--window", "100"], "--window: must be above 0 and at most --seconds (90)"),
+        (["--seconds", "inf"], "--seconds: must be above 0 and finite; got inf"),
+        (["--seconds", "-1"], "--seconds: must be above 0 and finite; got -1"),
+    ],
+)
+def test_the_machine_speed_benchmark_refuses_times_it_cannot_fill(bad, message, capsys):
+    with pytest.raises(SystemExit) as stop:
+        _module("machine_speed").main(bad)
+    assert stop.value.code == 2 and f"argument {message}" in capsys.readouterr().err
