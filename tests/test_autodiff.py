@@ -69,6 +69,23 @@ def test_jax_theory_is_the_numpy_theory(inst):
     np.testing.assert_allclose(kl, np.einsum("na,na->n", mu, kernels.kl(inst.Q, inst.P)), rtol=1e-12)
 
 
+def test_a_row_function_gives_one_number_per_context_of_the_kernels_it_is_given():
+    """Context-free kernels (one row each, ``(1, 1, V)``): ``f`` must give one number, shape ``(1,)``; one per token,
+    ``(V,)``, is refused (it was averaged over the target's law into a number that means nothing). Kernels with a
+    row per context take ``(V,)`` or ``(1,)``. The message gives the rows' shapes."""
+    p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.2, 0.6])
+    P, Q, rho = p[None, None], q[None, None], np.full(3, 1 / 3)
+    tv = ad.along_target(kernels.tv, P, Q, rho, 4)
+    np.testing.assert_allclose(tv, np.full(4, 0.4), rtol=0, atol=1e-15)  # |0.5-0.2| + |0.3-0.2| = 0.4
+    with pytest.raises(ValueError, match=r"shape \(1,\), on rows of shapes \(1, 3\) and \(1, 3\); got shape \(3,\)"):
+        ad.along_target(lambda p, q: p[0] * q[0], P, Q, rho, 4)
+    _, Qm, rho_m, T = ad.arrays_of(MarkovInstance.random(4, 3, 0))
+    with pytest.raises(ValueError, match=r"shape \(3,\) or \(1,\), on rows of shapes \(1, 3\) and \(3, 3\); got"):
+        ad.along_target(lambda p, q: p @ q.T, P, Qm, rho_m, T)
+    per_context = ad.along_target(lambda p, q: (p * q).sum(-1), P, Qm, rho_m, T)  # (1, 3) against (3, 3): (3,)
+    assert per_context.shape == (4,)
+
+
 @pytest.mark.parametrize("objective", ["T1", "T3", "oracle_calls", "latency"])
 def test_gradients_match_finite_differences(objective):
     inst = MarkovInstance.random(6, 4, 3)

@@ -128,7 +128,10 @@ def along_target(f, P, Q, rho, T: int | None = None):
     loss KL(q‖p) along the target's own text. Shape ``(T,)``.
 
     ``f`` is called on one position's rows, ``(A', V)`` each (array API, as :mod:`speculab.kernels`), and must
-    return one real number per context: shape ``(A,)``, ``A = 1`` or ``V`` (checked on the shapes, before the scan).
+    return one real number per context: shape ``(A,)``, ``A`` the contexts of ``P`` and ``Q`` together (1 when both
+    are context-free, else ``V``), or ``(1,)``, one number for every context (checked on the shapes, before the
+    scan). Where ``A = 1`` an ``f`` of shape ``(V,)`` gives a number per token, not per context: refused, not
+    averaged into a number that means nothing.
     """
     P, Q, rho, T = _inputs(P, Q, rho, T)
     _check_row_function(f, P, Q)
@@ -141,7 +144,7 @@ def _check_row_function(f, P, Q) -> None:
     jax, jnp = _jax()
     if not callable(f):
         raise ValueError(f"f must be a function f(p, q) of a position's rows; got {f!r}")
-    V = P.shape[-1]
+    A = max(P.shape[1], Q.shape[1])  # the contexts: 1 or V
     try:
         out = jax.eval_shape(f, *(jax.ShapeDtypeStruct(A.shape[1:], A.dtype) for A in (P, Q)))
     except TypeError:  # a string returned, say: not a JAX type
@@ -149,10 +152,11 @@ def _check_row_function(f, P, Q) -> None:
     real = isinstance(out, jax.ShapeDtypeStruct) and (
         jnp.issubdtype(out.dtype, jnp.floating) or jnp.issubdtype(out.dtype, jnp.integer)
     )
-    if not (real and out.shape in ((1,), (V,))):
+    if not (real and out.shape in ((1,), (A,))):
         got = f"shape {out.shape}, {out.dtype}" if isinstance(out, jax.ShapeDtypeStruct) else out
+        wanted = "(1,)" if A == 1 else f"({A},) or (1,)"
         raise ValueError(
-            f"f(p, q) must return one real number per context, shape (1,) or (V,) = ({V},), on rows of shapes "
+            f"f(p, q) must return one real number per context, shape {wanted}, on rows of shapes "
             f"{P.shape[1:]} and {Q.shape[1:]}; got {got}"
         )
 
