@@ -7,14 +7,16 @@ time), and the tiny pair's autoregressive decoding of 16 prompts × 32 tokens, o
 (:func:`~speculab.backends.latency.timed_decode`, the same seed each time: the same tokens, the same calls). For
 each: the rate of every repetition, the median per window of ``--window`` seconds, and the spread — the fastest
 window's median over the slowest's. Nothing in the work changes from one repetition to the next; what changes is the
-machine. ``speculab plan`` fits its times in one stretch and confirms them in another minutes later, so its absolute
-tokens per second move with the machine between the two; its speed-ups over autoregressive decoding, timed
-alongside, do not (docs/plan.md).
+machine (the 1-minute load average per window, the run's own work included, says whether other work came and went).
+``speculab plan`` fits its times in one stretch and confirms them in another minutes later, so its absolute tokens per
+second move with the machine between the two; its speed-ups over autoregressive decoding, timed alongside, move much
+less (docs/plan.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -26,36 +28,38 @@ import _tables  # noqa: E402
 NAME = "machine_speed"
 
 
-def repeat(work, seconds: float, clock=time.perf_counter) -> list[tuple[float, float]]:
-    """``(start, rate)`` of each call of ``work()`` (which returns the units it did) for ``seconds``, the start from
-    the first call's."""
+def repeat(work, seconds: float, clock=time.perf_counter, load=lambda: os.getloadavg()[0]) -> list[tuple]:
+    """``(start, rate, load)`` of each call of ``work()`` (which returns the units it did) for ``seconds``: the start
+    from the first call's, the 1-minute load average as it started."""
     out, t0 = [], clock()
     while clock() - t0 < seconds:
-        start = clock()
+        start, before = clock(), load()
         units = work()
-        out.append((start - t0, units / (clock() - start)))
+        out.append((start - t0, units / (clock() - start), before))
     return out
 
 
-def windows(runs: list[tuple[float, float]], width: float) -> list[float]:
-    """The median rate of the repetitions that started in each window of ``width`` seconds (empty windows left
-    out)."""
+def windows(runs: list[tuple], width: float, column: int = 1) -> list[float]:
+    """The median of ``column`` (1: the rate, 2: the load) over the repetitions that started in each window of
+    ``width`` seconds (empty windows left out)."""
     by: dict[int, list[float]] = {}
-    for start, rate in runs:
-        by.setdefault(int(start // width), []).append(rate)
-    return [statistics.median(rates) for _, rates in sorted(by.items())]
+    for run in runs:
+        by.setdefault(int(run[0] // width), []).append(run[column])
+    return [statistics.median(values) for _, values in sorted(by.items())]
 
 
-def summary(name: str, unit: str, runs: list[tuple[float, float]], width: float) -> dict:
-    rates = [r for _, r in runs]
+def summary(name: str, unit: str, runs: list[tuple], width: float) -> dict:
+    rates = [r for _, r, _ in runs]
     medians = windows(runs, width)
     return {
         "work": name,
         "unit": unit,
         "repetitions": len(runs),
         "rates": rates,
-        "starts": [s for s, _ in runs],
+        "starts": [s for s, _, _ in runs],
+        "loads": [load for *_, load in runs],
         "window_medians": medians,
+        "window_loads": windows(runs, width, column=2),
         "spread": max(medians) / min(medians),
         "min": min(rates),
         "median": statistics.median(rates),
@@ -97,13 +101,21 @@ def measure(seconds: float, width: float) -> dict:
 
 def markdown(result: dict) -> str:
     lines = _tables.markdown_table(
-        ["work", "repetitions", "rate: min / median / max", f"median per {result['window']:g} s window", "spread"],
+        [
+            "work",
+            "repetitions",
+            "rate: min / median / max",
+            f"median per {result['window']:g} s window",
+            "load average per window",
+            "spread",
+        ],
         [
             [
                 w["work"],
                 w["repetitions"],
                 f"{w['min']:,.0f} / {w['median']:,.0f} / {w['max']:,.0f} {w['unit']}s/s",
                 ", ".join(f"{m:,.0f}" for m in w["window_medians"]),
+                ", ".join(f"{load:.1f}" for load in w["window_loads"]),
                 f"{w['spread']:.2f}×",
             ]
             for w in result["works"]

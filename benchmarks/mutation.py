@@ -454,7 +454,7 @@ def _run(tasks, copies: list[Path], originals: dict[str, str]):
             if outcome == "error" and fallback is not None:  # the same mutant, against the tests' whole files
                 tests, timeout = fallback
                 again = _fork(copies[c], lambda t=tests: _pytest(t))
-                running[again] = (idx, c, module, time.monotonic(), timeout, None)
+                running[again] = (idx, c, module, start, time.monotonic() - start + timeout, None)  # time: both runs
                 continue
             (copies[c] / module).write_text(originals[module])  # the copy is clean again
             free.append(c)

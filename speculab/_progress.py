@@ -3,7 +3,7 @@ decoding), each decode announces its work with :func:`expect` (runs × tokens) a
 Outside such a block both do nothing. A command that decodes several times (``compare``: the method, then its
 references) learns each decode's size only when it starts, so each is a part of its own: the count, the total and
 the time left are the current part's, and the display says which part it is (of how many, when the command knows).
-A command that counts its work in units of its own (``plan``: decodes, contexts, shapes) announces each stage
+A command that counts its work in units of its own (``plan``: decodes, drafted blocks, trees) announces each part
 itself and holds the decodes inside it (:func:`held`), so that they do not start parts of their own.
 
 On a terminal the display is a tqdm bar with its total and time left; elsewhere (output piped, a log file) it is a
@@ -17,7 +17,7 @@ import time
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Callable, TextIO
+from typing import Any, Callable, TextIO
 
 
 @dataclass
@@ -25,7 +25,7 @@ class _Open:
     """The open display: its bar, its description, the parts announced so far and how many there will be (``None``:
     not known)."""
 
-    bar: object
+    bar: Any  # a tqdm bar or :class:`Lines`: the members expect and advance use
     desc: str
     parts: int | None = None
     started: int = 0
@@ -44,6 +44,7 @@ class Lines:
         self.desc, self.total, self.unit, self.stream, self.every, self.clock = desc, total, unit, stream, every, clock
         self.n, self.what = 0, ""
         self.start = self.last = clock()
+        self.printed = None  # the last line's (description, count, total): the same line is not printed twice
 
     def reset(self, total: int | None = None) -> None:
         """Start a part: its count from 0 and its clock from now (what tqdm's ``reset`` does)."""
@@ -63,7 +64,10 @@ class Lines:
 
     def refresh(self) -> None:
         self.last = self.clock()
-        print(self.line(), file=self.stream, flush=True)
+        shown = (self.desc, self.n, self.total)
+        if shown != self.printed:
+            self.printed = shown
+            print(self.line(), file=self.stream, flush=True)
 
     def line(self) -> str:
         """``DESC: N of TOTAL UNITs (P%), T so far, about T left — WHAT``."""

@@ -532,7 +532,7 @@ def _add_pair_args(p: argparse.ArgumentParser, *, folders_only: bool = False) ->
         "--threads",
         type=_count(1),
         default=None,
-        help="torch's CPU threads (default: torch's own); on a shared machine, fewer than the idle cores: threads "
+        help="torch's CPU threads (default: torch's own); on a shared machine, at most the idle cores: threads "
         "spinning against other processes make decoding many times slower",
     )
 

@@ -254,11 +254,13 @@ def test_the_machine_speed_benchmark_times_each_repetition_and_takes_medians_per
         now[0] += took[0]
         return 12
 
-    runs = speed.repeat(work, 10.0, clock)  # calls of 1, 2, 3, 4 s start at 0, 1, 3, 6; the 5th starts at 10: none
-    assert runs == [(0.0, 12.0), (1.0, 6.0), (3.0, 4.0), (6.0, 3.0)]
+    runs = speed.repeat(work, 10.0, clock, load=lambda: now[0] / 10)  # the load: a tenth of the time, as it starts
+    # calls of 1, 2, 3, 4 s start at 0, 1, 3, 6; the 5th would start at 10: none
+    assert runs == [(0.0, 12.0, 0.0), (1.0, 6.0, 0.1), (3.0, 4.0, 0.3), (6.0, 3.0, 0.6)]
     assert speed.windows(runs, 2.0) == [9.0, 4.0, 3.0]  # windows 0–2 s (two runs), 2–4 s, 6–8 s
     row = speed.summary("w", "unit", runs, 2.0)
     assert row["spread"] == 3.0 and (row["min"], row["median"], row["max"]) == (3.0, 5.0, 12.0)
+    assert row["window_loads"] == [0.05, 0.3, 0.6]
 
 
 @pytest.mark.parametrize(

@@ -448,23 +448,45 @@ def test_the_same_program_is_a_rename_or_a_new_layout_not_another_call():
     assert same("def f():\n    'x'\n    return 'y'\n", "def f():\n    'y'\n    return 'y'\n")
 
 
-@pytest.mark.parametrize(
-    "mutated, fallback, outcome",
-    [
-        ("X = 2\n", True, "killed"),  # the renamed test, run from its file, fails on the mutant
-        ("X = 1\n", True, "survived"),  # ... or passes: the mutant survives, measured
-        ("X = 2\n", False, "error"),  # no fallback: pytest cannot find the id, which says nothing
-    ],
-)
-def test_a_mutant_whose_selected_test_ids_vanished_runs_their_files(tmp_path, monkeypatch, mutated, fallback, outcome):
+#: Runs the three cases of the test below in a process of its own: ``_run`` forks, and a fork of a test worker
+#: whose JAX threads are running can deadlock.
+VANISHED = """
+import json, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+import mutation
+root = Path(sys.argv[2])
+mutation.PYTEST_ARGS = ["-x", "-q", "-p", "no:cacheprovider"]  # no --runslow in the small repository
+gone = ["tests/test_m.py::test_x[renamed]"]
+out = []
+for mutated, fallback in (("X = 2\\n", True), ("X = 1\\n", True), ("X = 2\\n", False)):
+    task = ("m.py", mutated, gone, 60.0, (mutation.test_files(gone), 60.0) if fallback else None)
+    [(index, outcome, _)] = list(mutation._run([task], [root], {"m.py": "X = 1\\n"}))
+    out.append([index, outcome, (root / "m.py").read_text()])
+print(json.dumps(out))
+"""
+
+
+def test_a_mutant_whose_selected_test_ids_vanished_runs_their_files(tmp_path):
     """A selected test id that pytest cannot find (a mutated parametrization renamed it: exit 4) is no outcome; the
-    mutant runs again against the files of its tests, and that run's outcome is the mutant's."""
+    mutant runs again against the files of its tests, and that run's outcome is the mutant's: killed when the
+    renamed test fails on it, survived when it passes; without that fallback, an error. Each time the module is
+    restored."""
     (tmp_path / "tests").mkdir()
     (tmp_path / "m.py").write_text("X = 1\n")
     (tmp_path / "tests" / "test_m.py").write_text("def test_x():\n    import m\n\n    assert m.X == 1\n")
-    monkeypatch.setattr(mutation, "PYTEST_ARGS", ["-x", "-q", "-p", "no:cacheprovider"])  # no --runslow there
     gone = ["tests/test_m.py::test_x[renamed]"]
     assert mutation.test_files([*gone, "tests/test_m.py::test_y", "tests/b.py::t"]) == ["tests/test_m.py", "tests/b.py"]
-    task = ("m.py", mutated, gone, 60.0, (mutation.test_files(gone), 60.0) if fallback else None)
-    [(index, got, _)] = list(mutation._run([task], [tmp_path], {"m.py": "X = 1\n"}))
-    assert (index, got) == (0, outcome) and (tmp_path / "m.py").read_text() == "X = 1\n"
+    run = subprocess.run(
+        [sys.executable, "-c", VANISHED, str(mutation.ROOT / "benchmarks"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    restored = "X = 1\n"
+    assert json.loads(run.stdout.splitlines()[-1]) == [
+        [0, "killed", restored],
+        [0, "survived", restored],
+        [0, "error", restored],
+    ]

@@ -3,6 +3,7 @@ of every drafted tree), the positional acceptance, the shape search, and a tree 
 
 from __future__ import annotations
 
+import io
 import json
 
 import numpy as np
@@ -214,3 +215,20 @@ def test_batch_sd_is_ranked_as_chains_from_the_root_within_the_node_budget():
     assert {(M,) for M in range(2, MAX_DRAFTS + 1)} <= widths and (8, 1) in widths and (9,) not in widths
     assert label(repr(RRS((3, 1), draws="iid"))) == "RRS(3,1; iid) = BatchSD(M=3, K=2)"
     assert label(repr(RRS((3, 1), draws="distinct"))) == "RRS(3,1; distinct)"  # distinct drafts: not batch SD
+
+
+@pytest.mark.slow
+def test_a_plan_whose_trees_are_all_chains_runs_one_part_fewer_and_says_so(tmp_path, capsys):
+    """Greedy decoding at K = 2 with trees of 2 nodes: every shape searched is the chain of two (a second-ranked
+    token is never the target's), so no tree is ranked and there is no part of tree rounds; the confirmations, the
+    last part, are numbered of the parts that ran."""
+    from speculab._progress import progress
+
+    argv = ["plan", "--k", "2", "--prompts", "2", "--per-prompt", "2", "--confirm", "1", "--confirm-runs", "1"]
+    err = io.StringIO()
+    with progress("planning", stream=err, every=float("inf")):  # --json shows none: this one, around it, is shown
+        assert main([*argv, "--max-new-tokens", "8", "--temperature", "0", "--max-nodes", "2", "--json"]) == 0
+    assert not [r for r in json.loads(capsys.readouterr().out)["ranked"] if r["tree"]]
+    parts = progress_parts(err.getvalue(), "planning")
+    assert sorted(parts) == [1, 2, 3, 4] and all(p[0] == p[1] for p in parts.values()), err.getvalue()
+    assert [parts[k][2] for k in (1, 2, 3, 4)] == [5, 5, 5, 4], err.getvalue()  # told, once known, at the last

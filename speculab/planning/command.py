@@ -382,6 +382,7 @@ def table(result, top: int = 12) -> str:
     if busy(load, s["cpus"]):
         lines.append(
             f"note: the machine was busy (load average {load:.1f} on {s['cpus']} CPUs, torch on {s['threads']} "
-            "threads): the times are noisy; the speed-ups over autoregressive decoding, timed alongside, less so"
+            f"thread{'s' if s['threads'] != 1 else ''}): the times are noisy; the speed-ups over autoregressive "
+            "decoding, timed alongside, less so"
         )
     return "\n".join(lines)

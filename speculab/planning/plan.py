@@ -238,11 +238,12 @@ def plan(
     import os
 
     load_at_start = os.getloadavg()[0]
-    if say is not None and busy(load_at_start, os.cpu_count()):
+    cpus, threads = os.cpu_count() or 1, torch.get_num_threads()
+    if say is not None and busy(load_at_start, cpus):
+        advice = "; give --threads at most the idle cores" if threads > 1 else ""
         say(
-            f"note: the machine is busy (load average {load_at_start:.1f} on {os.cpu_count()} CPUs, torch on "
-            f"{torch.get_num_threads()} threads): the times will be noisy and the predictions with them; on a "
-            "shared machine give --threads fewer than the idle cores"
+            f"note: the machine is busy (load average {load_at_start:.1f} on {cpus} CPUs, torch on "
+            f"{_plural(threads, 'thread')}): the times will be noisy and the predictions with them{advice}"
         )
     no_trees = _no_trees(pair) if max_nodes else None  # asked for, but the pair cannot decode them: why
     if no_trees:
@@ -262,7 +263,7 @@ def plan(
     overhead = fit_tree_overhead(
         latency, [(m, r) for m, runs in zip(calibration[len(chains) :], timed[len(chains) :]) for r in runs]
     )
-    with held():  # a decode of the prompts: part of the chain rounds' work, counted there
+    with held():  # a decode of the prompts, short beside the parts around it: not counted
         ctxs = contexts(pair, prompts, sampling=sampling, length=max_new_tokens, per_prompt=per_prompt, key=seeds[1])
     methods = candidates(ks, bias_budget)
     references = (Autoregressive(), SD(K=4))
@@ -273,7 +274,10 @@ def plan(
         few = [c for i, c in enumerate(ctxs) if i % per_prompt < TREE_CONTEXTS]  # each prompt's first contexts
         trees, shapes = tree_candidates(pair, few, max_nodes, sampling=sampling, key=seeds[4], ks=ks)
         rng = torch.Generator().manual_seed(int(spawn_seeds(seeds[4], 2)[1]))
-        yields += tree_yields(pair, trees, few, sampling=sampling, rng=rng)
+        if trees:  # (every tree left was a chain: no part of tree rounds, and one part fewer)
+            yields += tree_yields(pair, trees, few, sampling=sampling, rng=rng)
+        else:
+            parts -= 1
         methods += trees
     ranked = []
     for m, y in zip(methods, yields):
@@ -327,8 +331,9 @@ def plan(
         if tree is not None and tree not in chosen:  # the best tree too: the tree cost model is checked every run
             chosen.append(tree)
         runs = [ids for _ in range(confirm_runs) for ids in held_out]
-        what = f"confirming {len(chosen)} candidates on {len(held_out)} held-out prompts × {confirm_runs} runs"
-        expect(len(runs) * len(chosen), what, unit="decode")
+        what = f"confirming {len(chosen)} candidates on {len(held_out)} held-out prompts"
+        what += f", {_plural(confirm_runs, 'run')} each"
+        expect(len(runs) * len(chosen), what, unit="decode", parts=parts)
         measured = _interleaved(pair, runs, [c.method for c in chosen], max_new_tokens, seeds[3])
         for c, runs in zip(chosen, measured):
             tokens = summed_by_prompt([r.result.counts.tokens.sum() for r in runs], len(held_out))
@@ -358,6 +363,10 @@ def plan(
             for r in result.confirmed
         ]
     return result
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def _no_trees(pair) -> str | None:
@@ -411,15 +420,15 @@ def tree_candidates(pair, ctxs, max_nodes: int, *, sampling, key, ks=()) -> tupl
     of ``ks`` (:func:`batch_trees`). Chains are left out (SD and block verification are ranked at every ``K``)."""
     from speculab._validate import spawn_seeds
     from speculab.methods import RRS, Traversal
-    from speculab.methods.tree_shapes import ordered_trees, sequoia_tree
-    from speculab.planning.trees import EXACT_NODES, best_shapes, rank_acceptance_along
+    from speculab.methods.tree_shapes import sequoia_tree
+    from speculab.planning.trees import EXACT_NODES, best_shapes, rank_acceptance_along, search_size
 
     rng = torch.Generator().manual_seed(int(spawn_seeds(key, 2)[0]))
     budgets = [n for n in NODE_BUDGETS if n <= max_nodes]
     searched = [n for n in budgets if n <= EXACT_NODES]
-    trees = 2 + sum(len(ordered_trees(n)) + 1 for n in searched)  # the two acceptances, then best_shapes' trees
     every = ", ".join(map(str, searched))
-    expect(trees, f"the best tree shapes: every shape of {every} nodes, Sequoia's to {budgets[-1]}", unit="tree")
+    what = f"the best tree shapes: every shape of {every} nodes, Sequoia's to {budgets[-1]}"
+    expect(2 + search_size(budgets), what, unit="tree")  # the two acceptances, then the search
     few = ctxs
     out, shapes = [], []
     for draws in ("distinct", "iid"):

@@ -157,13 +157,21 @@ def rank_acceptance_along(pair, ctxs: list[list[int]], k: int, *, sampling, draw
     return star.round_law(P, Q, x, bonus=True).end[:, 1:].mean(0).numpy()  # (k,): over the contexts
 
 
+def search_size(budgets) -> int:
+    """The trees :func:`best_shapes` evaluates at ``budgets``: at each budget of at most :data:`EXACT_NODES`
+    nodes every ordered shape (Catalan(n)), then the fresh estimates (counted as one)."""
+    from speculab.methods.tree_shapes import ordered_trees
+
+    return sum(len(ordered_trees(n)) + 1 for n in budgets if n <= EXACT_NODES)
+
+
 def best_shapes(pair, rule, ctxs, budgets, acceptance, *, sampling, rng) -> list[dict]:
     """For each node budget ``n`` of ``budgets``: Sequoia's tree under ``acceptance`` and, where ``n ≤``
     :data:`EXACT_NODES`, the best of every ordered tree of ``n`` nodes by tokens per round along ``ctxs`` (each
     shape's own drafted trees; ``rule(tree)`` builds the verifier), with both trees' tokens per round there — both
     evaluated again on freshly drafted trees (with their standard errors over the contexts): the largest of many
     noisy estimates is biased up (the winner's curse), a fresh estimate of the winner is not. Advances the open
-    progress display by one per shape searched and one for the fresh estimates (:mod:`speculab._progress`)."""
+    progress display by :func:`search_size` (:mod:`speculab._progress`)."""
     from speculab.methods.tree_shapes import ordered_trees, sequoia_tree
 
     out = []

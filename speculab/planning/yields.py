@@ -161,15 +161,14 @@ def round_yields(pair, methods: list, ctxs: list[list[int]], *, sampling, key) -
         outcome = np.zeros((n, K + 1, K + 1))
         outcome[:, 0, 0] = 1.0
         out[i] = (outcome, np.zeros((n, K + 1)), np.zeros(n))
-    drafting = sum(1 for members in groups.values() if max(_lookahead(methods[i]) for i in members))
-    expect(drafting * n, f"exact rounds of {len(methods)} chain rules along {n} contexts", unit="drafted block")
-    for seed, members in zip(spawn_seeds(key, len(groups)), groups.values()):
+    longest = [max(_lookahead(methods[i]) for i in members) for members in groups.values()]  # L = 0: no drafts
+    what = f"exact rounds of {len(methods)} chain rules along {n} contexts"
+    expect(n * sum(L > 0 for L in longest), what, unit="drafted block")
+    for seed, members, L in zip(spawn_seeds(key, len(groups)), groups.values(), longest):
         rng = torch.Generator().manual_seed(int(seed))
-        L = max(_lookahead(methods[i]) for i in members)
         if L == 0:
             continue
         for j, ctx in enumerate(ctxs):
-            advance(1)
             P, Q, x = _block(pair, ctx, L, sampling, methods[members[0]], rng)
             memo: dict = {}  # a round of `made` drafts is the same for every K of one rule: computed once
             for i in members:
@@ -185,6 +184,7 @@ def round_yields(pair, methods: list, ctxs: list[list[int]], *, sampling, key) -
                     drafted[j, ell] = made
                     if ell == K:
                         biased[j] = bias
+            advance(1)
     return [Yield(*o) for o in out]
 
 
