@@ -330,13 +330,28 @@ def test_exact_counts_refuse_past_their_budget():
         assert Traversal((3, 3)).expected(small).oracle_calls > 0
 
 
-def test_the_engine_refuses_a_tree_law_that_is_not_a_law():
+@pytest.mark.parametrize(
+    "broken, message",
+    [
+        (lambda law: law._replace(end=law.end * 0.5), "gave end probabilities that are not a law"),
+        (lambda law: law._replace(end=law.end[..., :-1]), "gave ends of shape"),  # the corrections' shape is right
+        (lambda law: law._replace(correction=law.correction[..., :-1]), "gave ends of shape"),  # the ends' is right
+        (  # a negative weight, the sum finite
+            lambda law: law._replace(correction=law.correction - 2 * (np.arange(law.correction.shape[-1]) == 0)),
+            "gave correction weights that are negative, infinite or NaN",
+        ),
+        (lambda law: law._replace(correction=law.correction + np.inf), "gave correction weights that are negative"),
+    ],
+)
+def test_the_engine_refuses_a_tree_law_that_is_not_a_law(broken, message):
+    """Each check of a tree method's round law on its own: the ends' shape or the corrections' (either one wrong),
+    the ends a law, the corrections non-negative (a negative weight with a finite sum) and finite."""
+
     class Broken(RRS):
         def round_law(self, p, q, x, *, bonus):
-            law = super().round_law(p, q, x, bonus=bonus)
-            return law._replace(end=law.end * 0.5)
+            return broken(super().round_law(p, q, x, bonus=bonus))
 
-    with pytest.raises(ValueError, match="Broken.round_law gave end probabilities that are not a law"):
+    with pytest.raises(ValueError, match=f"Broken.round_law {message}"):
         simulate(MarkovInstance.random(4, 3, 0), Broken((2,)), 100, key=0)
 
 
