@@ -467,6 +467,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow  # pytest run three times in a process of its own, as the file's other runs of pytest are
 def test_a_mutant_whose_selected_test_ids_vanished_runs_their_files(tmp_path):
     """A selected test id that pytest cannot find (a mutated parametrization renamed it: exit 4) is no outcome; the
     mutant runs again against the files of its tests, and that run's outcome is the mutant's: killed when the
