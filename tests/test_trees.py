@@ -334,6 +334,10 @@ def test_exact_counts_refuse_past_their_budget():
     "broken, message",
     [
         (lambda law: law._replace(end=law.end * 0.5), "gave end probabilities that are not a law"),
+        (  # one round's ends off, the others a law
+            lambda law: law._replace(end=law.end * (1 + (np.arange(len(law.end)) == 0))[:, None]),
+            "gave end probabilities that are not a law",
+        ),
         (lambda law: law._replace(end=law.end[..., :-1]), "gave ends of shape"),  # the corrections' shape is right
         (lambda law: law._replace(correction=law.correction[..., :-1]), "gave ends of shape"),  # the ends' is right
         (  # a negative weight, the sum finite
@@ -345,7 +349,8 @@ def test_exact_counts_refuse_past_their_budget():
 )
 def test_the_engine_refuses_a_tree_law_that_is_not_a_law(broken, message):
     """Each check of a tree method's round law on its own: the ends' shape or the corrections' (either one wrong),
-    the ends a law, the corrections non-negative (a negative weight with a finite sum) and finite."""
+    the ends a law (in every round of the batch), the corrections non-negative (one negative weight, the sum finite)
+    and finite."""
 
     class Broken(RRS):
         def round_law(self, p, q, x, *, bonus):
