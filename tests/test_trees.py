@@ -316,6 +316,33 @@ def test_numpy_and_torch_give_the_same_tree_law():
             np.testing.assert_allclose(b.correction.numpy(), a.correction, rtol=1e-12, atol=1e-15)
 
 
+def test_rrs_counts_run_at_their_budget_exactly_and_refuse_one_past():
+    """RRS's recursion on the tree 2 at V = 2 costs 2^3·3 at the root and 2^1·1 at each leaf: 28. A budget of 28
+    runs it; of 27, refused."""
+    inst = MarkovInstance.random(4, 2, 0)
+    with work_budget(28 / MAX_TREES):
+        assert RRS((2,)).expected(inst).oracle_calls > 0
+    with work_budget(27 / MAX_TREES), pytest.raises(TooLarge, match="MAX_TREES"):
+        RRS((2,)).expected(inst)
+
+
+@pytest.mark.parametrize("draws", ["iid", "distinct"])
+def test_a_round_law_of_batches_of_batches_is_each_batchs(draws):
+    """The round law takes any leading axes: rounds of shape ``(2, 3)`` at once are the two batches of 3 each."""
+    from speculab.methods.rrs import rrs_round_law
+
+    rng = np.random.default_rng(0)
+    tree = Tree.from_widths((2, 1))
+    p, q = (rng.dirichlet(np.ones(4), size=(2, 3, tree.size + 1)) for _ in range(2))
+    x = rng.integers(0, 4, size=(2, 3, tree.size + 1))
+    x[..., 0] = -1
+    both = rrs_round_law(tree, p, q, x, bonus=True, draws=draws)
+    for i in range(2):
+        one = rrs_round_law(tree, p[i], q[i], x[i], bonus=True, draws=draws)
+        np.testing.assert_array_equal(both.end[i], one.end)
+        np.testing.assert_array_equal(both.correction[i], one.correction)
+
+
 def test_exact_counts_refuse_past_their_budget():
     """Enumerating whole trees (traversal verification) costs V^(N+1) (N+1); RRS's recursion V^(1+k) (1+k) per node
     of k children: each refuses past MAX_TREES, and runs under a larger work budget."""
