@@ -361,6 +361,10 @@ def test_exact_counts_refuse_past_their_budget():
     "broken, message",
     [
         (lambda law: law._replace(end=law.end * 0.5), "gave end probabilities that are not a law"),
+        (  # a negative end, the rows still summing to 1
+            lambda law: law._replace(end=law.end + 2 * np.eye(law.end.shape[-1])[1] - 2 * np.eye(law.end.shape[-1])[0]),
+            "gave end probabilities that are not a law",
+        ),
         (  # one round's ends off, the others a law
             lambda law: law._replace(end=law.end * (1 + (np.arange(len(law.end)) == 0))[:, None]),
             "gave end probabilities that are not a law",
