@@ -83,7 +83,8 @@ def test_a_row_function_gives_one_number_per_context_of_the_kernels_it_is_given(
     with pytest.raises(ValueError, match=r"shape \(3,\) or \(1,\), on rows of shapes \(1, 3\) and \(3, 3\); got"):
         ad.along_target(lambda p, q: p @ q.T, P, Qm, rho_m, T)
     per_context = ad.along_target(lambda p, q: (p * q).sum(-1), P, Qm, rho_m, T)  # (1, 3) against (3, 3): (3,)
-    assert per_context.shape == (4,)
+    one = ad.along_target(lambda p, q: (p * q).sum(keepdims=True)[0], P, Qm, rho_m, T)  # one number for all: (1,)
+    assert per_context.shape == one.shape == (4,)
 
 
 @pytest.mark.parametrize("objective", ["T1", "T3", "oracle_calls", "latency"])
