@@ -376,13 +376,13 @@ def table(result, top: int = 12) -> str:
                 )
             if r.note:
                 lines.append(f"    ({r.note})")
-    from speculab.planning.plan import busy
+    from speculab.planning.plan import _plural, busy
 
     load = max(s["load_at_start"], s.get("load_at_end", 0.0))
     if busy(load, s["cpus"]):
         lines.append(
-            f"note: the machine was busy (load average {load:.1f} on {s['cpus']} CPUs, torch on {s['threads']} "
-            f"thread{'s' if s['threads'] != 1 else ''}): the times are noisy; the speed-ups over autoregressive "
+            f"note: the machine was busy (load average {load:.1f} on {s['cpus']} CPUs, torch on "
+            f"{_plural(s['threads'], 'thread')}): the times are noisy; the speed-ups over autoregressive "
             "decoding, timed alongside, less so"
         )
     return "\n".join(lines)
