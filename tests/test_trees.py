@@ -18,7 +18,15 @@ from speculab import work_budget
 from speculab._validate import TooLarge
 from speculab.methods import RRS, SD, BatchSD, Traversal, Tree
 from speculab.methods.block import block_round_law
-from speculab.methods.tree import MAX_TREES, as_tree, draft_children, sample_tree_round
+from speculab.methods.tree import (
+    MAX_LAYOUT,
+    MAX_TREES,
+    as_tree,
+    check_enumeration,
+    check_nodes,
+    draft_children,
+    sample_tree_round,
+)
 from speculab.sim import simulate
 from speculab.theory import MarkovInstance
 
@@ -322,8 +330,93 @@ def test_rrs_counts_run_at_their_budget_exactly_and_refuse_one_past():
     inst = MarkovInstance.random(4, 2, 0)
     with work_budget(28 / MAX_TREES):
         assert RRS((2,)).expected(inst).oracle_calls > 0
-    with work_budget(27 / MAX_TREES), pytest.raises(TooLarge, match="MAX_TREES"):
+    with work_budget(27 / MAX_TREES), pytest.raises(TooLarge, match=r"per node, 3 nodes\).*MAX_TREES"):
         RRS((2,)).expected(inst)
+
+
+def test_the_tree_budgets_hold_at_their_limit_exactly():
+    """Each of the trees' budgets admits work equal to it and refuses one unit more: the nodes of a tree, the entries
+    of its attention mask ((N + 1)² = 16 for a star of 3) and the nodes of every drafted tree (2^(N+1) (N+1) = 8 for
+    one node over two tokens)."""
+    with work_budget(1 / 64):  # 2^20 / 64 = 16,384 nodes
+        check_nodes(16_384, "at the budget")
+        with pytest.raises(TooLarge, match="16,385 nodes"):
+            check_nodes(16_385, "one past")
+    star, other = Tree.from_widths((3,)), Tree.from_widths((3,))
+    with work_budget(16 / MAX_LAYOUT):
+        assert star.above.shape == (4, 4)
+    with work_budget(15 / MAX_LAYOUT), pytest.raises(TooLarge, match="attention mask of 4 nodes"):
+        other.above
+    one = Tree.chain(1)
+    with work_budget(8 / MAX_TREES):
+        check_enumeration(one, 2, "at the budget")
+    with work_budget(7 / MAX_TREES), pytest.raises(TooLarge, match=r"2\^2 drafted trees of 2 nodes"):
+        check_enumeration(one, 2, "one past")
+
+
+@pytest.mark.parametrize("shape", [(2, 2, 1), "parents=0,0,1,1,3", (1, 1, 1), (4,)])
+def test_the_attention_mask_is_the_ancestor_relation(shape):
+    """``above[a, j]``: ``a`` is ``j`` or on its path to the root, walked here through the parents one by one."""
+    tree = as_tree(shape)
+    want = np.eye(tree.size + 1, dtype=bool)
+    for j in range(1, tree.size + 1):
+        v = j
+        while v:
+            v = tree.parents[v - 1]
+            want[v, j] = True
+    np.testing.assert_array_equal(tree.above, want)
+
+
+def test_a_tree_is_given_by_its_parents_or_its_widths_not_by_one_number():
+    """One width is a tree of one level; one parent is no sequence of parents, and a string of digits is refused by
+    name rather than read character by character."""
+    assert Tree.from_widths(3) == Tree.from_widths((3,)) == Tree((0, 0, 0))
+    for bad in (3, "001", b"001"):
+        with pytest.raises(ValueError, match="a tree's parents must be a sequence of node numbers"):
+            Tree(bad)
+
+
+@pytest.mark.parametrize("draws", ["iid", "distinct"])
+def test_a_stars_acceptance_with_one_child_is_one_minus_tv_and_over_one_token_is_certain(draws):
+    """``star_acceptance``: one child is accepted with Σ min(p, q) from every context; over a vocabulary of one token
+    the first child is accepted and the others never are (absent, or the same token after it)."""
+    from speculab.methods.rrs import star_acceptance
+
+    inst = MarkovInstance.random(1, 4, 3, concentration=0.5)
+    np.testing.assert_allclose(
+        star_acceptance(inst.P[0], inst.Q[0], 1, draws)[:, 0], np.minimum(inst.P[0], inst.Q[0]).sum(-1), atol=1e-15
+    )
+    np.testing.assert_array_equal(star_acceptance(np.ones((1, 1)), np.ones((1, 1)), 3, draws), [[1.0, 0.0, 0.0]])
+
+
+@pytest.mark.parametrize("method", [Traversal((2,)), Traversal((2, 1), draws="distinct"), RRS((2,))], ids=repr)
+def test_a_draft_equal_to_the_target_has_its_first_path_accepted(method):
+    """p = q: the first child's path is accepted with certainty, so every node after it has nothing left to refuse
+    (traversal's parent rate S / (S + 1 − rate) is 0 / 0 there): the ends are exactly that path's, with no NaN."""
+    tree = method.tree
+    p = np.array([0.5, 0.3, 0.2])
+    x = np.array([[-1] + [j % 3 for j in range(tree.size)]])
+    rows = np.broadcast_to(p, (1, tree.size + 1, 3))
+    law = method.round_law(rows, rows, x, bonus=True)
+    want = np.zeros(tree.size + 1)
+    want[tree.leaves[0] if isinstance(method, Traversal) else 1] = 1.0
+    np.testing.assert_array_equal(law.end[0], want)
+    assert np.isfinite(law.correction).all()
+
+
+@pytest.mark.parametrize(
+    "method", [RRS("parents=0,0,2", draws="distinct"), Traversal("parents=0,0,2", draws="distinct")]
+)
+def test_below_an_absent_node_nothing_is_drafted(method):
+    """Point-mass drafts with distinct children: the root's second child finds no token left and is absent, and so is
+    its child — each round drafts one token (one draft call), so every run's drafted tokens equal its rounds."""
+    rng = np.random.default_rng(0)
+    T, V = 4, 3
+    P = np.eye(V)[rng.integers(V, size=(T, V))]
+    inst = MarkovInstance(P, rng.dirichlet(np.ones(V), size=(T, V)), np.full(V, 1.0 / V))
+    c = simulate(inst, method, 200, key=0)
+    np.testing.assert_array_equal(c.accepted + c.discarded, c.oracle_calls)
+    np.testing.assert_array_equal(c.draft_calls, c.oracle_calls)
 
 
 @pytest.mark.parametrize("draws", ["iid", "distinct"])
@@ -429,3 +522,24 @@ def test_a_tree_past_its_budget_is_refused_before_it_is_built(build, match):
         assert Tree.from_widths((2,) * 13).size == 2**14 - 2
         with pytest.raises(TooLarge, match="32,766 nodes, over the budget of 16,384 nodes"):
             Tree.from_widths((2,) * 14)
+
+
+def test_the_gain_row_of_compare_is_tokens_per_target_call_minus_a_chains():
+    """:meth:`TreeMethod.compare_rows` on a context with hand-made counts: tokens per target call pooled over the
+    runs, this tree's (16 / 5) minus SD's with as many drafts (5 / 4), measured only; SD decoded with a seed of its
+    own."""
+    from types import SimpleNamespace
+
+    run = lambda calls, tokens: SimpleNamespace(  # noqa: E731
+        counts=SimpleNamespace(oracle_calls=np.array(calls), tokens=np.array(tokens))
+    )
+    asked = []
+
+    def decode(method, slot):
+        asked.append((method, slot))
+        return run([3, 1], [4, 1])
+
+    (row,) = RRS((2, 1)).compare_rows(SimpleNamespace(result=run([2, 3], [4, 12]), decode=decode))
+    assert asked == [(SD(K=4), 3)]
+    assert "SD(K=4)" in row.quantity and np.isnan(row.predicted)
+    assert row.measured == pytest.approx(16 / 5 - 5 / 4, abs=1e-15)
