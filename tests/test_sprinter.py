@@ -509,3 +509,17 @@ def test_a_trained_verifiers_default_threshold_is_the_papers_one_half():
     for u in (0.0, 0.99):
         assert m.read_head(0.5, u) == 1.0 and m.read_head(0.75, u) == 1.0
         assert m.read_head(np.nextafter(0.5, 0.0), u) == 0.0
+
+
+def test_the_command_line_asks_for_both_rates_and_offers_no_verifier_function():
+    """On the command line SPRINTER is its two rates, both required (a Python default of None stands for a verifier
+    given instead); the verifier function and its threshold are Python-only (a trained head replaces them)."""
+    from speculab.methods.base import build, cli_params
+
+    assert set(cli_params(Sprinter)) == {"eta_tp", "eta_fp"}
+    with pytest.raises(ValueError, match=r"needs --eta-tp \(η_TP.*\), --eta-fp \(η_FP"):
+        build("sprinter", {})
+    with pytest.raises(ValueError, match=r"needs --eta-fp \(η_FP"):
+        build("sprinter", {"eta_tp": 0.5})
+    built = build("sprinter", {"eta_tp": 0.5, "eta_fp": 0.25})
+    assert (built.eta_tp, built.eta_fp, built.verifier) == (0.5, 0.25, None)
