@@ -161,7 +161,8 @@ class Row:
 def rows(repo: Path = ROOT, logs: list[Path] | None = None, listed: dict | None = None) -> list[Row]:
     """One row per (module, tier) some log measured: the counts on the current source when the newest measured
     source is the current program (renamed, reworded or laid out anew at most), else on that source, with the commit
-    that changed the program since."""
+    that changed the program since — unless the module's current source is measured in the other tier: a row of an
+    older program then says nothing the current one does not, and is left out."""
     logs = sorted(logs if logs is not None else LOGS.glob("*.log"), key=lambda p: log_order(p, repo))
     listed = equivalents(EQUIVALENT) if listed is None else listed
     measured: dict[tuple[str, str], list[tuple[Path, str, dict]]] = {}  # (module, tier) -> [(log, digest, outcomes)]
@@ -212,7 +213,8 @@ def rows(repo: Path = ROOT, logs: list[Path] | None = None, listed: dict | None 
             else:
                 row.survived += 1
         out.append(row)
-    return out
+    current = {r.module for r in out if r.changed_by is None}
+    return [r for r in out if r.changed_by is None or r.module not in current]
 
 
 def _carried(state: dict, before: str, after: str) -> dict:

@@ -414,6 +414,23 @@ def test_the_table_says_when_a_module_changed_since_it_was_measured(tmp_path):
     assert "Measured on the current source" not in md
 
 
+def test_a_row_of_an_older_program_gives_way_to_the_current_one_in_the_other_tier(tmp_path):
+    """A module measured in the full tier, changed, then measured in the fast tier on its current source: one row,
+    the fast tier's; without the fast log the full tier's older row stays (it is all there is)."""
+    tool = _table_tool()
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    v1 = "def f(x):\n    return x + 1\n"
+    _commit(tmp_path, v1, "v1")
+    full = _log(tmp_path / "a.log", "full", v1, {n: "killed" for n in mutation.mutant_names(v1)})
+    v2 = "def f(x):\n    return x - 1 if x else 2\n"
+    _commit(tmp_path, v2, "v2")
+    fast = _log(tmp_path / "b.log", "fast", v2, {mutation.mutant_names(v2)[0]: "survived"})
+    (row,) = tool.rows(tmp_path, [full, fast], {})
+    assert (row.tier, row.changed_by, row.survived) == ("fast", None, 1)
+    (row,) = tool.rows(tmp_path, [full], {})
+    assert row.tier == "full" and row.changed_by is not None
+
+
 def test_the_committed_mutation_table_is_the_logs_table():
     """benchmarks/tables/mutation.json (which the docs' table is written from) is what the tool computes now from the
     committed logs and sources: a change to a measured module, or a new log, shows here until the table is
