@@ -336,8 +336,8 @@ def test_rrs_counts_run_at_their_budget_exactly_and_refuse_one_past():
 
 def test_the_tree_budgets_hold_at_their_limit_exactly():
     """Each of the trees' budgets admits work equal to it and refuses one unit more: the nodes of a tree, the entries
-    of its attention mask ((N + 1)² = 16 for a star of 3) and the nodes of every drafted tree (2^(N+1) (N+1) = 8 for
-    one node over two tokens)."""
+    of its attention mask ((N + 1)² = 16 for a star of 3) and of its ancestors by depth (5 nodes × 2 levels), and
+    the nodes of every drafted tree (2^(N+1) (N+1) = 8 for one node over two tokens)."""
     with work_budget(1 / 64):  # 2^20 / 64 = 16,384 nodes
         check_nodes(16_384, "at the budget")
         with pytest.raises(TooLarge, match="16,385 nodes"):
@@ -347,6 +347,11 @@ def test_the_tree_budgets_hold_at_their_limit_exactly():
         assert star.above.shape == (4, 4)
     with work_budget(15 / MAX_LAYOUT), pytest.raises(TooLarge, match="attention mask of 4 nodes"):
         other.above
+    deep, other = Tree.from_widths((2, 1)), Tree.from_widths((2, 1))  # 5 nodes by 2 levels
+    with work_budget(10 / MAX_LAYOUT):
+        assert deep.ancestors.shape == (5, 2)
+    with work_budget(9 / MAX_LAYOUT), pytest.raises(TooLarge, match="ancestors of 5 nodes"):
+        other.ancestors
     one = Tree.chain(1)
     with work_budget(8 / MAX_TREES):
         check_enumeration(one, 2, "at the budget")
@@ -355,16 +360,20 @@ def test_the_tree_budgets_hold_at_their_limit_exactly():
 
 
 @pytest.mark.parametrize("shape", [(2, 2, 1), "parents=0,0,1,1,3", (1, 1, 1), (4,)])
-def test_the_attention_mask_is_the_ancestor_relation(shape):
-    """``above[a, j]``: ``a`` is ``j`` or on its path to the root, walked here through the parents one by one."""
+def test_the_attention_mask_and_the_ancestors_are_the_paths_to_the_root(shape):
+    """``above[a, j]``: ``a`` is ``j`` or on its path to the root; ``ancestors[j, d − 1]``: the node of depth ``d`` on
+    that path (``j`` itself at its depth, 0 below it), one column per level — both walked here through the parents."""
     tree = as_tree(shape)
     want = np.eye(tree.size + 1, dtype=bool)
+    by_depth = np.zeros((tree.size + 1, tree.height), dtype=np.int64)
     for j in range(1, tree.size + 1):
         v = j
         while v:
+            by_depth[j, tree.depth[v] - 1] = v
             v = tree.parents[v - 1]
             want[v, j] = True
     np.testing.assert_array_equal(tree.above, want)
+    np.testing.assert_array_equal(tree.ancestors, by_depth)
 
 
 def test_a_tree_is_given_by_its_parents_or_its_widths_not_by_one_number():
