@@ -74,6 +74,7 @@ def test_tree_shapes():
     assert t.children[0] == (1, 2) and t.children[1] == (3, 4) and len(t.leaves) == 4
     assert t.truncated(2) == Tree.from_widths((2, 2)) and t.truncated(5) is t
     assert Tree.chain(3) == Tree((0, 1, 2)) == Tree.from_widths((1, 1, 1))
+    assert Tree.chain(2).widths == (1, 1) and Tree.from_widths((1, 2)).widths == (1, 2)
     odd = Tree((0, 0, 1))
     assert odd.widths is None and str(odd) == "parents=0,0,1" and odd.depth == (0, 1, 1, 2)
     assert odd.truncated(1) == Tree((0, 0))
@@ -88,7 +89,8 @@ def test_tree_shapes():
         ((0, 2), r"parents=|node 2's parent"),
         ("2,0", "widths"),
         ("2,x", "'2,x'"),
-        ("parents=0,3", "node 2's parent"),
+        ("parents=0,3", r"node 2's parent must be an integer in \[0, 1\]; got 3"),
+        ("parents=0,2", r"node 2's parent must be an integer in \[0, 1\]; got 2"),
         ((), "widths"),
         (2.5, "2.5"),
     ],
@@ -149,6 +151,14 @@ def test_drafted_children_follow_their_law(draws, agrees):
 def test_distinct_children_past_the_support_are_absent():
     x = draft_children(np.array([[0.0, 1.0, 0.0]]), np.array([[0.3, 0.9, 0.5]]), "distinct")
     np.testing.assert_array_equal(x, [[1, -1, -1]])
+
+
+def test_iid_children_are_drafted_one_per_uniform_and_absent_only_without_mass():
+    """I.i.d. children: child ``i`` is the inverse CDF at uniform ``i``, whatever ``k``; a law on its last token alone
+    still drafts that token, and a law without mass (an absent parent) drafts none."""
+    p = np.array([[0.2, 0.3, 0.5], [0.0, 0.0, 1.0], [0.0, 0.0, 0.0]])
+    x = draft_children(p, np.tile([0.1, 0.3, 0.9], (3, 1)), "iid")
+    np.testing.assert_array_equal(x, [[0, 1, 2], [2, 2, 2], [-1, -1, -1]])
 
 
 # -- losslessness and the counts, exactly ----------------------------------------------------------------------
@@ -336,7 +346,7 @@ def test_rrs_counts_run_at_their_budget_exactly_and_refuse_one_past():
 
 def test_the_tree_budgets_hold_at_their_limit_exactly():
     """Each of the trees' budgets admits work equal to it and refuses one unit more: the nodes of a tree, the entries
-    of its attention mask ((N + 1)² = 16 for a star of 3) and of its ancestors by depth (5 nodes × 2 levels), and
+    of its attention mask ((N + 1)² = 16 for a star of 3) and of its ancestors by depth (4 nodes × 1 level, 5 × 2), and
     the nodes of every drafted tree (2^(N+1) (N+1) = 8 for one node over two tokens)."""
     with work_budget(1 / 64):  # 2^20 / 64 = 16,384 nodes
         check_nodes(16_384, "at the budget")
@@ -347,11 +357,12 @@ def test_the_tree_budgets_hold_at_their_limit_exactly():
         assert star.above.shape == (4, 4)
     with work_budget(15 / MAX_LAYOUT), pytest.raises(TooLarge, match="attention mask of 4 nodes"):
         other.above
-    deep, other = Tree.from_widths((2, 1)), Tree.from_widths((2, 1))  # 5 nodes by 2 levels
-    with work_budget(10 / MAX_LAYOUT):
-        assert deep.ancestors.shape == (5, 2)
-    with work_budget(9 / MAX_LAYOUT), pytest.raises(TooLarge, match="ancestors of 5 nodes"):
-        other.ancestors
+    for widths, entries in (((3,), 4), ((2, 1), 10)):  # 4 nodes by 1 level, 5 by 2
+        tree, other = Tree.from_widths(widths), Tree.from_widths(widths)
+        with work_budget(entries / MAX_LAYOUT):
+            assert tree.ancestors.size == entries
+        with work_budget((entries - 1) / MAX_LAYOUT), pytest.raises(TooLarge, match=f"of {tree.size + 1} nodes by"):
+            other.ancestors
     one = Tree.chain(1)
     with work_budget(8 / MAX_TREES):
         check_enumeration(one, 2, "at the budget")
@@ -552,3 +563,46 @@ def test_the_gain_row_of_compare_is_tokens_per_target_call_minus_a_chains():
     assert asked == [(SD(K=4), 3)]
     assert "SD(K=4)" in row.quantity and np.isnan(row.predicted)
     assert row.measured == pytest.approx(16 / 5 - 5 / 4, abs=1e-15)
+
+
+def test_a_refused_tree_names_its_first_eight_widths():
+    """The refusal of a tree too large to build names its widths, the first eight of them and "…" past eight."""
+    with work_budget(100 / 2**20):  # 100 nodes
+        with pytest.raises(TooLarge, match=r"\(widths 2,2,2,2,2,2,2,2\)"):
+            Tree.from_widths((2,) * 8)
+        with pytest.raises(TooLarge, match=r"\(widths 2,2,2,2,2,2,2,2,…\)"):
+            Tree.from_widths((2,) * 9)
+
+
+def test_a_round_law_given_a_layout_of_no_round_names_the_sizes_it_takes():
+    """A tree method's round law takes the layouts of its tree cut to each depth; any other width is refused with
+    the sizes it takes."""
+    method = Traversal((2, 1))
+    p = np.full((1, 4, 3), 1 / 3)
+    with pytest.raises(ValueError, match=r"Traversal: a round of tree 2,1 has \[3, 5\] nodes; got x with 4"):
+        method.round_law(p, p, np.zeros((1, 4), dtype=np.int64), bonus=True)
+
+
+class _Reweighted(Traversal):
+    """Traversal whose correction weights are scaled by ``scale``, or zeroed where the round cannot end (``0``): the
+    same law (weights, not probabilities)."""
+
+    def __init__(self, tree, scale):
+        super().__init__(tree)
+        object.__setattr__(self, "scale", scale)
+
+    def round_law(self, p, q, x, *, bonus):
+        law = super().round_law(p, q, x, bonus=bonus)
+        weight = (law.end > 0)[..., None] if self.scale == 0 else self.scale
+        return law._replace(correction=law.correction * weight)
+
+
+@pytest.mark.parametrize("scale", [3.0, 0.5, 0])
+def test_exact_counts_read_correction_weights_not_probabilities(scale):
+    """The enumeration's kernel normalises each node's correction weights: scaled, or zero where the round never ends
+    (no law to normalise there), they give the same counts."""
+    inst = MarkovInstance.random(4, 3, 2, concentration=0.6)
+    want, got = Traversal((2, 1)).expected(inst), _Reweighted((2, 1), scale).expected(inst)
+    for name in ("rejections", "oracle_calls", "accepted", "bonus"):
+        assert getattr(got, name) == pytest.approx(getattr(want, name), abs=1e-12), name
+    np.testing.assert_allclose(got.rejections_per_position, want.rejections_per_position, atol=1e-12)
