@@ -584,6 +584,54 @@ def test_a_warp_on_one_side_only_is_found_with_its_exact_bias():
     assert not certify(warped_sd(warp, draft=False), warp=warp, search=False).lossless
 
 
+def test_the_engine_rules_round_laws_by_hand():
+    """The rules' round laws on one block each, written out: exact match and argmax comparison refuse before the
+    draft with ``1 − Σ p·q`` and ``1 − p(argmax q)``, over a vocabulary wider than the block (V = 4, two slots)."""
+    p = np.array([[0.1, 0.2, 0.3, 0.4], [0.4, 0.3, 0.2, 0.1]])
+    q = np.array([[0.5, 0.2, 0.2, 0.1], [0.1, 0.6, 0.2, 0.1], [0.25, 0.25, 0.4, 0.1]])
+    x = np.array([0, 2])
+    law = exact_match(p, q, x, bonus=True)
+    np.testing.assert_allclose(law.reject_prob, [1 - p[0] @ q[0], 1 - p[1] @ q[1], 0.0], atol=1e-15)
+    np.testing.assert_allclose(law.accept_prob, [0.5, 0.2], atol=1e-15)
+    law = greedy_match(p, q, x, bonus=True)
+    np.testing.assert_array_equal(law.reject_prob, [1 - 0.1, 1 - 0.3, 0.0])
+    np.testing.assert_array_equal(law.accept_prob, [1.0, 0.0])  # 0 is q_1's argmax, 2 is not q_2's
+    np.testing.assert_array_equal(law.correction, np.eye(4)[[0, 1, 2]])  # each slot's argmax; the bonus q_3's
+
+
+def test_eagles_rule_at_a_node_by_hand():
+    """EAGLE #183's rule on the tree (2, 1) over V = 3 from one context: child 1 (token 0) accepted with r(0) = q(0);
+    refused, 0 is dropped from r and child 2 (token 1) accepted with r'(1); both refused, the root outputs from r''.
+    Each child has one leaf below: its bonus is its own q, or nothing at the horizon."""
+    from speculab.methods.engine_rules import eagle_round_law
+    from speculab.methods.tree import Tree
+
+    tree = Tree.from_widths((2, 1))
+    q = np.array([[0.5, 0.3, 0.2], [0.2, 0.2, 0.6], [0.1, 0.1, 0.8], [0.3, 0.3, 0.4], [0.6, 0.2, 0.2]])[None]
+    p = np.full((1, 5, 3), 1 / 3)
+    x = np.array([[-1, 0, 1, 2, 2]])
+    for bonus in (True, False):
+        law = eagle_round_law(tree, p, q, x, bonus=bonus)
+        r1 = np.array([0.0, 0.3, 0.2]) / 0.5  # 0 dropped
+        a1, a2 = 0.5, r1[1]
+        a3, a4 = q[0, 1, 2], q[0, 2, 2]  # the leaves' tokens, each from its parent's q
+        want = [(1 - a1) * (1 - a2), a1 * (1 - a3), (1 - a1) * a2 * (1 - a4), a1 * a3, (1 - a1) * a2 * a4]
+        np.testing.assert_allclose(law.end[0], want, atol=1e-15)
+        np.testing.assert_allclose(law.correction[0, 0], [0.0, 0.0, 1.0], atol=1e-15)  # 0 and 1 dropped
+        np.testing.assert_allclose(law.correction[0, 1], [0.2, 0.2, 0.0] / np.float64(0.4), atol=1e-15)
+        np.testing.assert_allclose(law.correction[0, 3:], q[0, 3:] if bonus else 0.0, atol=0)
+
+
+def test_top_k_keeps_the_k_likeliest_and_ties_at_the_boundary():
+    """top-1 is the argmax; top-2 of (0.5, 0.3, 0.2) renormalises the first two; a tie at the k-th largest keeps
+    both tokens; k at least V leaves the law as it is."""
+    law = np.array([0.5, 0.3, 0.2])
+    np.testing.assert_array_equal(top_k_warp(1)(law), [1.0, 0.0, 0.0])
+    np.testing.assert_allclose(top_k_warp(2)(law), [0.625, 0.375, 0.0], atol=1e-15)
+    np.testing.assert_allclose(top_k_warp(2)(np.array([0.4, 0.3, 0.3])), [0.4, 0.3, 0.3], atol=1e-15)
+    np.testing.assert_array_equal(top_k_warp(3)(law), law)
+
+
 @pytest.mark.parametrize(
     "call, match",
     [

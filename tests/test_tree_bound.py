@@ -78,3 +78,32 @@ def test_refused_past_its_budget():
         accepted_bound(inst, (2, 2, 1))
     with work_budget(1_300_000 / MAX_COUPLING):
         assert accepted_bound(MarkovInstance.random(4, 2, 0), (2, 2, 1)).shape == (2,)
+
+
+def test_the_programs_budget_holds_at_its_coefficients_exactly():
+    """The refusal counts the linear program's coefficients; a budget of that many solves it, one fewer refuses."""
+    import re
+
+    inst = MarkovInstance.random(3, 2, 0)
+    with work_budget(2 / MAX_COUPLING), pytest.raises(TooLarge, match="MAX_COUPLING") as refused:  # 32 tree nodes
+        accepted_bound(inst, (2,))
+    n = int(re.search(r"variables, (\d+) coefficients", str(refused.value))[1])
+    with work_budget(n / MAX_COUPLING):
+        assert accepted_bound(inst, (2,)).shape == (2,)
+    with work_budget((n - 1) / MAX_COUPLING), pytest.raises(TooLarge, match=f"{n:,} coefficients"):
+        accepted_bound(inst, (2,))
+
+
+def test_a_solvers_answer_is_believed_only_when_its_constraints_hold(monkeypatch):
+    """Every solver claiming success with a point that breaks the constraints (or failing) is not believed: the
+    bound is refused rather than reported."""
+    from types import SimpleNamespace
+
+    import speculab.methods.tree_bound as tb
+
+    def lying(c, A_eq, b_eq, **kwargs):
+        return SimpleNamespace(status=0, x=np.zeros(A_eq.shape[1]), fun=-5.0, message="claimed optimal")
+
+    monkeypatch.setattr(tb, "linprog", lying)
+    with pytest.raises(RuntimeError, match=r"linear program failed \(claimed optimal\)"):
+        accepted_bound(MarkovInstance.random(3, 2, 0), (2,))

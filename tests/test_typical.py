@@ -108,6 +108,16 @@ def test_ties_at_the_argmax_take_the_first_token():
     assert R.tolist() == [1.0, 0.0, 0.0]
 
 
+def test_a_token_at_the_threshold_is_refused_as_a_draft_and_kept_in_the_typical_set():
+    """τ = ε = 0.2 exactly (δ e^(−H) is far above it): the draft test is strict, ``q(x) > τ``, while the typical
+    correction samples from ``{y: q(y) ≥ τ}`` (module docstring), so the token of probability 0.2 is refused as a
+    draft and kept in the correction's support."""
+    p, q = np.array([0.1, 0.2, 0.7]), np.array([0.5, 0.3, 0.2])
+    assert float(typical_threshold(q, 0.2, 50.0)) == 0.2
+    b, R = typical_rule(p, q, 0.2, 50.0, "typical")
+    assert b.tolist() == [1.0, 1.0, 0.0] and R.tolist() == q.tolist()
+
+
 @pytest.mark.parametrize(
     "kwargs, match",
     [
