@@ -10,6 +10,7 @@ from speculab import work_budget
 from speculab._validate import TooLarge
 from speculab.methods import RRS, SD, Traversal, Tree
 from speculab.methods.tree_shapes import (
+    MAX_SHAPES,
     Cost,
     best_tree,
     ordered_trees,
@@ -48,6 +49,27 @@ def test_listing_every_shape_is_refused_past_its_budget():
         ordered_trees(12)  # Catalan(12) = 208,012
     with work_budget(3):
         assert len(ordered_trees(10)) == 16_796
+    with work_budget(14 / MAX_SHAPES):  # Catalan(4) = 14 shapes, exactly the budget
+        assert len(ordered_trees(4)) == 14
+    with work_budget(13 / MAX_SHAPES), pytest.raises(TooLarge, match="14 shapes"):
+        ordered_trees(4)
+
+
+def test_sequoias_edge_acceptances():
+    """Acceptances of 0 and of 1 are probabilities: a certain first child makes the chain of n the best tree
+    (n accepted), and nothing ever accepted leaves a tree of one node worth 0."""
+    certain = sequoia_tree([1.0], 3)
+    assert certain.tree == Tree.chain(3) and certain.value == 3.0
+    never = sequoia_tree([0.0, 0.0], 3)
+    assert never.tree == Tree((0,)) and never.value == 0.0
+    assert sequoia_tree([0.0, 0.5], 2).value == pytest.approx(0.5, abs=1e-15)  # only the second rank accepts
+
+
+def test_a_first_rounds_accepted_drafts_with_one_node_are_one_minus_tv():
+    """One drafted node is SD's first slot: the first round accepts Σ_a ρ(a) Σ_x min(p, q) at position 0."""
+    inst = MarkovInstance.random(4, 3, 5, concentration=0.5)
+    want = inst.rho @ np.minimum(inst.P[0], inst.Q[0]).sum(-1)
+    assert round_accepted(inst, RRS((1,))) == pytest.approx(float(want), abs=1e-14)
 
 
 @pytest.mark.parametrize("n", range(1, 8))
@@ -123,6 +145,8 @@ def test_a_cost_on_drafted_tokens_prefers_smaller_trees():
         (lambda: best_tree(MarkovInstance.random(3, 2, 0), 2, objective="cost"), "cost is given with"),
         (lambda: best_tree(MarkovInstance.random(3, 2, 0), 2, objective="cost", cost=Cost(0.0, 1.0)), "cost must"),
         (lambda: best_tree(MarkovInstance.random(3, 2, 0), 2, objective="cost", cost=(1, 0)), "cost must be a Cost"),
+        (lambda: best_tree(MarkovInstance.random(3, 2, 0), 2, objective="cost", cost=Cost(1.0, -0.5)), "cost must"),
+        (lambda: sequoia_tree([0.5, 0.5 + 2e-9], 3), "summing to at most 1"),
         (lambda: rank_acceptance(MarkovInstance.random(3, 2, 0), 2, "sometimes"), "draws must be one of"),
     ],
 )
