@@ -721,3 +721,31 @@ def test_function_heads_and_verifiers_over_the_table_budget_are_refused(monkeypa
         simulate(inst, Sprinter(verifier=lambda t, prev, x: np.ones(x.shape)), 10, key=0, engine="jax")
     monkeypatch.setattr(jax_common, "TABLE_BUDGET", 3 * 320)  # SPRINTER's three (T, V, V) tables: exactly the budget
     assert simulate(inst, Sprinter(verifier=lambda t, prev, x: np.ones(x.shape)), 10, key=0, engine="jax").n_runs == 10
+
+
+def test_the_engines_streams_are_sequential_and_the_pools_size_free():
+    """``sequential_stream`` draws in JAX's sequential Threefry layout whatever the global setting (the layouts
+    differ on this draw, so the test can tell them apart); ``size_free_uniforms`` draws element ``i`` the same for
+    every size past ``i``, which the sequential layout does not (also checked here)."""
+    key = jax.random.PRNGKey(7)
+    with jax.threefry_partitionable(True), jax_common.sequential_stream():
+        inside = np.asarray(jax.random.uniform(key, (5,)))
+    with jax.threefry_partitionable(False):
+        sequential = np.asarray(jax.random.uniform(key, (5,)))
+        sequential_9 = np.asarray(jax.random.uniform(key, (9,)))
+    with jax.threefry_partitionable(True):
+        partitionable = np.asarray(jax.random.uniform(key, (5,)))
+    np.testing.assert_array_equal(inside, sequential)
+    assert not np.array_equal(sequential, partitionable) and not np.array_equal(sequential, sequential_9[:5])
+    with jax_common.sequential_stream():
+        five, nine = (np.asarray(jax_common.size_free_uniforms(key, n, np.float32)) for n in (5, 9))
+    np.testing.assert_array_equal(five, nine[:5])
+
+
+def test_the_root_table_is_built_for_more_than_one_draft_row():
+    """By default the slot tables carry the root's one-uniform table for a method with several draft rows that has
+    one (BatchSD), and none for one row (SD)."""
+    P, Q = np.full((3, 3), 1 / 3), np.array([[0.5, 0.3, 0.2]] * 3)
+    with jax_common.sequential_stream():
+        assert "root_cJ" in jax_common._slot_tables(BatchSD(2, K=2), P, Q)
+        assert "root_cJ" not in jax_common._slot_tables(SD(K=2), P, Q)

@@ -563,3 +563,35 @@ def test_resumable_refuses_what_is_not_a_folder_or_a_flag(tmp_path):
         pass
     with pytest.raises(ValueError, match="stale must be"), resumable(tmp_path, stale="keep"):
         pass
+
+
+def test_a_models_identity_reads_its_first_and_last_weights():
+    """A Hugging Face model is known by its name, size and the sums of its first and last parameter tensors: a
+    change to either is another model; a plain value (no model, a number) is itself."""
+    from types import SimpleNamespace
+
+    from speculab.backends.journal import model_identity
+
+    net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+    wrapped = SimpleNamespace(model=net)
+    before = model_identity(wrapped)
+    assert before == model_identity(SimpleNamespace(model=net)) and before[2] == sum(
+        p.numel() for p in net.parameters()
+    )
+    params = list(net.parameters())
+    for i in (0, -1):
+        with torch.no_grad():
+            params[i] += 1.0
+        assert model_identity(wrapped) != before, i
+        with torch.no_grad():
+            params[i] -= 1.0
+    assert model_identity(None) == [None] and model_identity(3) == [3] and model_identity("tiny") == ["tiny"]
+
+
+def test_a_journals_header_names_the_calls_probe(pair, tmp_path):
+    """The header of a decode's journal says which probe the call ran with (its type), or none."""
+    with resumable(tmp_path / "j") as folder:  # removed when the block ends well: read inside it
+        decode(pair, PROMPTS[:1], SD(K=2), max_new_tokens=4, key=0)
+        decode(pair, PROMPTS[:1], SD(K=2), max_new_tokens=4, key=0, on_round=_Seen())
+        headers = [json.loads(path.read_text().splitlines()[0]) for path in folder.glob("decode-*.jsonl")]
+    assert sorted(str(h["probe"]) for h in headers) == ["None", "_Seen"]
