@@ -105,6 +105,9 @@ def test_the_table_explains_each_kind_of_cell_it_prints_below_itself():
     only_measured = Comparison("t", [Row("measured", float("nan"), 0.25)])
     assert _legend(only_measured) == ["  —: no prediction (measured only)"]
     assert [line.strip()[:15] for line in _legend(Comparison("t", [rows[3]]))] == ["= (no noise): e"]  # no z, power
+    bound_only, identity_only = _legend(Comparison("t", [rows[2]])), _legend(Comparison("t", [rows[1]]))
+    assert any("≤ ✓ / ✗" in line for line in bound_only) and not any("exact ✓" in line for line in bound_only)
+    assert any("exact ✓ / ✗" in line for line in identity_only) and not any("≤ ✓" in line for line in identity_only)
 
 
 def test_a_row_without_noise_prints_as_an_exact_equality_or_inequality_not_a_z():

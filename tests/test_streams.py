@@ -81,6 +81,14 @@ def test_uniforms_are_the_two_words_53_bits():
     assert not torch.equal(uniforms(keys, 8, lanes), u)  # another round, other numbers
 
 
+def test_uniforms_off_the_cpu_are_computed_on_the_keys_device():
+    """Keys on another device (``meta`` here, standing for a GPU: it has shapes, no values) take the torch path and
+    stay there, for one prompt or several: the numpy shortcuts are for keys on the CPU only."""
+    for seeds, lanes in (([3], torch.tensor([0, 1, 2], device="meta")), ([3, 4], [0, 1])):
+        u = uniforms(key_words(seeds, "cpu").to("meta"), 7, lanes)
+        assert u.device.type == "meta" and u.shape == (len(seeds), len(lanes)) and u.dtype == torch.float64
+
+
 def test_lanes_do_not_collide():
     """Every lane a round uses is distinct: the outcome, the token, each draft row's slots, the head's slots."""
     M, L = 4, 30
