@@ -264,14 +264,30 @@ def select_tests(
     return [t for t in every if t in ran]
 
 
+def fresh_traces() -> None:
+    """Forget what JAX compiled and what the package memoised (its ``functools`` caches), so that the next test runs
+    — and coverage records it running — every line it reaches. A function that an earlier test traced and a cache
+    now serves runs no line of its Python body: its lines were given to that earlier test alone, and a mutant there
+    was run against too few tests (the JAX engines' survivors that their own tests kill)."""
+    for name, module in list(sys.modules.items()):
+        if name == "speculab" or name.startswith("speculab."):
+            for value in list(vars(module).values()):
+                if callable(getattr(value, "cache_clear", None)):
+                    value.cache_clear()
+    if "jax" in sys.modules:
+        sys.modules["jax"].clear_caches()
+
+
 class _Recorder:
-    """pytest plugin: a coverage context and a wall time per test (node id)."""
+    """pytest plugin: a coverage context and a wall time per test (node id), each test starting without the
+    compiled or memoised code of the ones before it (:func:`fresh_traces`)."""
 
     def __init__(self, cov):
         self.cov, self.seconds = cov, {}
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item, nextitem):
+        fresh_traces()
         self.cov.switch_context(item.nodeid)
         t0 = time.perf_counter()
         yield
@@ -322,9 +338,10 @@ def _pytest(tests: list[str], *extra: str, plugins=()) -> int:
 
 
 def _fingerprint(modules: list[str], tests: list[str]) -> str:
-    """A digest of the package, the tests (with their data and the root ``conftest.py``, which holds ``--runslow``)
-    and the command: a saved baseline is reused only while it is equal."""
+    """A digest of the package, the tests (with their data and the root ``conftest.py``, which holds ``--runslow``),
+    this tool and the command: a saved baseline is reused only while it is equal."""
     h = hashlib.sha256(json.dumps([modules, tests, PYTEST_ARGS]).encode())
+    h.update(Path(__file__).read_bytes())  # how the baseline is recorded
     tested = [p for p in ROOT.glob("tests/**/*") if p.is_file() and "__pycache__" not in p.parts]
     for path in sorted([*ROOT.glob("speculab/**/*.py"), *tested, ROOT / "pyproject.toml", ROOT / "conftest.py"]):
         h.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())

@@ -508,3 +508,27 @@ def test_a_mutant_whose_selected_test_ids_vanished_runs_their_files(tmp_path):
         [0, "survived", restored],
         [0, "error", restored],
     ]
+
+
+def test_each_baseline_test_starts_without_the_packages_memos_or_jaxs_compiled_code(monkeypatch):
+    """The baseline forgets the package's ``functools`` caches (and JAX's compiled code, when JAX is loaded) before
+    each test: a body served from a cache runs no line, and its mutants would be given too few tests. Caches of
+    modules outside the package are left alone."""
+    import functools
+    import types
+
+    calls = []
+    inside, outside = types.ModuleType("speculab._cached_for_test"), types.ModuleType("elsewhere_cached_for_test")
+    for module in (inside, outside):
+        module.twice = functools.lru_cache(maxsize=None)(lambda x: calls.append(x) or 2 * x)
+        monkeypatch.setitem(sys.modules, module.__name__, module)
+    cleared = []
+    monkeypatch.setitem(sys.modules, "jax", types.SimpleNamespace(clear_caches=lambda: cleared.append(1)))
+    for module in (inside, outside):
+        module.twice(3)
+        module.twice(3)
+    assert calls == [3, 3]
+    mutation.fresh_traces()
+    assert inside.twice.cache_info().currsize == 0 and outside.twice.cache_info().currsize == 1 and cleared == [1]
+    inside.twice(3)
+    assert calls == [3, 3, 3]
