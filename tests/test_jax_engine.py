@@ -749,3 +749,36 @@ def test_the_root_table_is_built_for_more_than_one_draft_row():
     with jax_common.sequential_stream():
         assert "root_cJ" in jax_common._slot_tables(BatchSD(2, K=2), P, Q)
         assert "root_cJ" not in jax_common._slot_tables(SD(K=2), P, Q)
+
+
+def test_specdecpps_tokens_follow_the_target_in_the_jax_engine(agrees):
+    """SpecDec++ is lossless: every output token follows q. The engine draws a position's draft, its verdict and
+    its correction from three uniforms of their own; with the verdict's uniform reused for the correction, a refusal
+    (u ≥ q(x)/p(x)) draws only from the top of the residual's CDF — here token 1 three times as often as token 0,
+    where the residual (0.75, 0.25, 0, 0) has it a third as often (found by mutation testing: the counts'
+    agreement tests could not see it)."""
+    p, q = np.array([0.1, 0.2, 0.3, 0.4]), np.array([0.4, 0.3, 0.2, 0.1])
+    free = MarkovInstance.context_free(p, q, T=2)
+    c = simulate(free, SpecDecPP(0.7, max_K=2), 16_000, key=3, engine="jax", return_sequences=True)
+    for t in (1, 2):
+        _token_law_agrees(agrees, c, t, q)
+
+
+def test_adaptive_runs_come_in_chunks_and_a_pool_too_small_is_an_error(monkeypatch):
+    """Chunks of 64 runs: 100 runs are 64 and then 36, every one counted; points of a sweep with different caps
+    share a pool sized for the largest cap (max_K = 1 drafts nothing past a rejection, 4 drafts 3 chains at once),
+    where every draft is rejected and each run's drafts are Σ_t min(max_K, T − t); a bound too small for the chains
+    (one per run) is an error, not a silent loss of drafts."""
+    from speculab.sim import jax_adaptive
+
+    monkeypatch.setattr(jax_common, "CHUNK", 64)
+    monkeypatch.setattr(jax_adaptive, "_POOL_HINT", {})
+    T = 6
+    disjoint = MarkovInstance.context_free([0.5, 0.5, 0, 0], [0, 0, 0.5, 0.5], T)
+    points = simulate_sweep(disjoint, [SpecDecPP(1.0, max_K=1), SpecDecPP(1.0, max_K=4)], 100, key=0)
+    for max_K, c in zip((1, 4), points):
+        assert c.n_runs == 100
+        np.testing.assert_array_equal(c.draft_calls, sum(min(max_K, T - t) for t in range(T)))
+    monkeypatch.setattr(jax_adaptive, "_ghost_slots", lambda max_K, T: 1)
+    with pytest.raises(RuntimeError, match="overflowed"):
+        simulate(disjoint, SpecDecPP(1.0, max_K=4), 100, key=1, engine="jax")

@@ -79,6 +79,11 @@ def test_uniforms_are_the_two_words_53_bits():
         assert torch.equal(uniforms(keys[b : b + 1], 7, lanes), u[b : b + 1])
     assert torch.equal(torch_uniforms(keys, torch.tensor([7, 7, 7, 7]), lanes.tolist()), u)
     assert not torch.equal(uniforms(keys, 8, lanes), u)  # another round, other numbers
+    rounds = torch.tensor([7, 8, 9, 10])  # a round index per row, each its own: each row's own numbers
+    mixed = uniforms(keys, rounds, lanes)
+    for b in range(4):
+        assert torch.equal(mixed[b : b + 1], uniforms(keys[b : b + 1], int(rounds[b]), lanes))
+    assert torch.equal(torch_uniforms(keys, rounds, lanes), mixed)
 
 
 def test_uniforms_off_the_cpu_are_computed_on_the_keys_device():
