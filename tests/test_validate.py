@@ -47,6 +47,48 @@ def test_the_controls_law_is_decoding_unos_first_slot(pair):
     np.testing.assert_allclose(_uno_law(p.numpy(), q.numpy(), CONTROL), law.law[0, 0, 0].numpy(), atol=1e-15)
 
 
+def test_the_controls_law_is_decoding_unos_where_it_biases():
+    """The same identity where the draft exceeds the target by more than ε (the tiny pair's first prompt has no
+    such token, so its test above sees only b = 1): pairs with disjoint, nested and close supports and a random one,
+    each with some token over q + ε."""
+    from speculab.certify import nasty_pairs
+
+    rng = np.random.default_rng(3)
+    pairs = [(p, q) for _, p, q in nasty_pairs(4)] + [(rng.dirichlet(np.ones(5) * 0.3), rng.dirichlet(np.ones(5)))]
+    biased = 0
+    for p, q in pairs:
+        biased += bool(np.any(p > q + CONTROL))
+        V = p.size
+        law = Biased(CONTROL, "uno", K=1).round_law(
+            np.broadcast_to(p, (1, 1, 1, V)), np.broadcast_to(q, (1, 1, 2, V)), np.zeros((1, 1, 1), int), bonus=True
+        )
+        np.testing.assert_allclose(_uno_law(p, q, CONTROL), law.law[0, 0, 0], atol=1e-15)
+    assert biased >= 3
+
+
+@pytest.mark.parametrize(
+    "V, rows, prompts",
+    [
+        (2048, 1, 2730),  # 2^30 // (1 · (LAW_K + 1 = 3) · 2048 · 64 bytes) = 2,730
+        (2048, 3, 910),  # three draft rows: a third as many
+        (8, 1, 4096),  # 699,050, capped at 4,096
+        (10**6, 1, 16),  # 5, raised to 16
+    ],
+)
+def test_a_law_tests_batch_keeps_its_float64_laws_within_a_gibibyte(V, rows, prompts):
+    from types import SimpleNamespace
+
+    from speculab.validate import LAW_K, _law_batch
+
+    assert LAW_K == 2 and _law_batch(SimpleNamespace(vocab_size=V), rows) == prompts
+
+
+def test_a_speed_row_of_no_time_has_no_rate():
+    from speculab.validate import SpeedRow
+
+    assert SpeedRow("x", 10, 2.0).tokens_per_second == 5.0 and math.isnan(SpeedRow("x", 10, 0.0).tokens_per_second)
+
+
 @pytest.mark.slow
 def test_validate_passes_on_the_cpu_and_refuses_the_control(pair):
     """What CI runs: every lossless method's first tokens have the target's law, the control is refused with a
