@@ -26,17 +26,18 @@ def _sparse(seed: int = 4) -> MarkovInstance:
 
 INSTANCES = [MarkovInstance.random(4, 3, seed, concentration=c) for seed, c in ((0, 0.6), (1, 0.6), (3, 1.0))]
 INSTANCES.append(_sparse())
+IDS = ["a", "b", "c", "sparse"]
 
 
 @pytest.mark.parametrize("k", [1, 2, 3, 4])
-@pytest.mark.parametrize("inst", INSTANCES, ids=["a", "b", "c", "sparse"])
+@pytest.mark.parametrize("inst", INSTANCES, ids=IDS)
 def test_at_one_node_the_bound_is_alpha_star(k, inst):
     """k i.i.d. children of the root: SPEC O's α*(p, q, k), from each context (α* at the first position's laws)."""
     np.testing.assert_allclose(accepted_bound(inst, (k,)), optimal_acceptance(inst.P[0], inst.Q[0], k), atol=1e-9)
 
 
 @pytest.mark.parametrize("L", [1, 2, 3])
-@pytest.mark.parametrize("inst", INSTANCES, ids=["a", "b", "c", "sparse"])
+@pytest.mark.parametrize("inst", INSTANCES, ids=IDS)
 def test_on_a_chain_the_bound_is_block_verification(L, inst):
     """Sun et al. (2025): block verification is optimal among valid chain verifiers — the LP's optimum equals its
     expected accepted drafts, from every context."""
@@ -46,7 +47,7 @@ def test_on_a_chain_the_bound_is_block_verification(L, inst):
 
 @pytest.mark.parametrize("draws", ["iid", "distinct"])
 @pytest.mark.parametrize("shape", [(2, 1), (2, 2), (3, 1), "parents=0,0,1"])
-@pytest.mark.parametrize("inst", INSTANCES, ids=["a", "b", "c", "sparse"])
+@pytest.mark.parametrize("inst", INSTANCES, ids=IDS)
 def test_rrs_and_traversal_stay_below_the_bound(shape, draws, inst):
     bound = accepted_bound(inst, shape, draws)
     rrs = RRS(shape, draws=draws).round_kernel(inst, 0).accepted()
@@ -119,16 +120,17 @@ def test_a_solvers_answer_is_believed_only_when_its_constraints_hold(lie, monkey
 
     import speculab.methods.tree_bound as tb
 
+    real = tb.linprog
+
     def lying(c, A_eq, b_eq, **kwargs):
         if lie == "breaks the equalities":
             return SimpleNamespace(status=0, x=np.zeros(A_eq.shape[1]), fun=-5.0, message=lie)
-        res = linprog(c, A_eq=A_eq, b_eq=b_eq, **kwargs)
+        res = real(c, A_eq=A_eq, b_eq=b_eq, **kwargs)
         d = null_space(A_eq.toarray())[:, 0]
         x = res.x - d / d.max()  # an entry at x_i − 1 < 0 (x_i ≤ 1: masses of a law)
         assert np.abs(A_eq @ x - b_eq).max() < 1e-9 and x.min() < -1e-6
         return SimpleNamespace(status=0, x=x, fun=res.fun, message=lie)
 
-    linprog = tb.linprog
     monkeypatch.setattr(tb, "linprog", lying)
     with pytest.raises(RuntimeError, match=rf"linear program failed \({lie}\)"):
         accepted_bound(MarkovInstance.random(3, 2, 0), (2,))

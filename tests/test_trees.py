@@ -20,6 +20,7 @@ from speculab.methods import RRS, SD, BatchSD, Traversal, Tree
 from speculab.methods.block import block_round_law
 from speculab.methods.tree import (
     MAX_LAYOUT,
+    MAX_TREE_NODES,
     MAX_TREES,
     as_tree,
     check_enumeration,
@@ -567,7 +568,7 @@ def test_the_gain_row_of_compare_is_tokens_per_target_call_minus_a_chains():
 
 def test_a_refused_tree_names_its_first_eight_widths():
     """The refusal of a tree too large to build names its widths, the first eight of them and "…" past eight."""
-    with work_budget(100 / 2**20):  # 100 nodes
+    with work_budget(100 / MAX_TREE_NODES):  # 100 nodes
         with pytest.raises(TooLarge, match=r"\(widths 2,2,2,2,2,2,2,2\)"):
             Tree.from_widths((2,) * 8)
         with pytest.raises(TooLarge, match=r"\(widths 2,2,2,2,2,2,2,2,…\)"):
