@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 from conftest import method_id  # noqa: E402
 from speculab import kernels  # noqa: E402
 from speculab.backends.rounds import Records, cut_law, pad_law, round_output  # noqa: E402
-from speculab.counts import BONUS, CORRECTION, DRAFT  # noqa: E402
+from speculab.counts import BONUS, CORRECTION, DRAFT, TARGET  # noqa: E402
 from speculab.methods import SD, BatchSD, Biased, Fuzzy, RejectionDecoding, sample_round  # noqa: E402
 from speculab.methods.capabilities import Slotwise, has  # noqa: E402
 
@@ -47,7 +47,9 @@ def _block(rng, B: int, M: int, L: int, V: int):
         return torch.from_numpy(w / w.sum(-1, keepdims=True))
 
     p, q = laws((B, M, L)), laws((B, M, L + 1))
-    p[:, :, 0], q[:, :, 0] = p[:, :1, 0], q[:, :1, 0]
+    if L:
+        p[:, :, 0] = p[:, :1, 0]
+    q[:, :, 0] = q[:, :1, 0]
     x = kernels.sample_index(p, torch.from_numpy(rng.random((B, M, L))))
     return p, q, x
 
@@ -120,3 +122,81 @@ def test_a_rounds_output_is_the_records_written_out_by_hand():
     assert counts0 == {"rejections": 0, "oracle_calls": 1, "draft_calls": 3, "accepted": 3, "bonus": 1}
     assert counts1 == {"rejections": 1, "oracle_calls": 2, "draft_calls": 5, "accepted": 3, "bonus": 0}
     assert rounds1.accepted.tolist() == [1, 2] and rec1.kind.tolist() == [DRAFT, CORRECTION, DRAFT, DRAFT]
+
+
+@pytest.mark.parametrize(("rows", "width"), [(3, 3), (1, 5), (3, 5)], ids=["rows", "slots", "both"])
+def test_a_widened_law_keeps_each_field_in_its_corner(rows, width):
+    """Every field of a law widened in rows, slots or both: the law where it was, no mass (no acceptance) outside."""
+    rng = np.random.default_rng(3)
+    p, q, x = _block(rng, 2, 1, 2, 4)
+    law = Biased(0.2, "uno", K=2).round_law(p, q, x, bonus=True)
+    assert law.law is not None
+    wide = pad_law(law, rows, width)
+    for name, fill in [("outcome", 0), ("correction", 0), ("reject_prob", 0), ("accept_prob", math.nan), ("law", 0)]:
+        old, new = getattr(law, name), getattr(wide, name)
+        slots = 2 if name in ("accept_prob", "law") else 3  # a value per draft; per outcome, one slot more
+        end = slots + width - 3
+        assert new.shape[:3] == (2, rows, end) and new.shape[3:] == old.shape[3:], name
+        assert torch.equal(new[:, :1, :slots], old), name
+        rest = torch.cat([new[:, 1:].flatten(), new[:, :1, slots:].flatten()])
+        assert (rest.isnan() if math.isnan(fill) else rest == fill).all(), name
+
+
+def _followed(L: int, lengths, decision, *, rows: int = 1, tracked=None, eos=None):
+    """SD's (or batch SD's) round over ``len(lengths)`` prompts: the law cut to each row's length (as the batched
+    decoder does), and :func:`round_output` of the decision given."""
+    rng = np.random.default_rng(4)
+    B = len(lengths)
+    p, q, x = _block(rng, B, rows, L, 6)
+    length, bonus = torch.tensor(lengths), torch.ones(B, dtype=torch.bool)
+    method = SD(K=max(L, 1)) if rows == 1 else BatchSD(rows, K=max(L, 1))
+    law = method.round_law(p, q, x, bonus=True)
+    if L:
+        law = cut_law(law, q, length.clamp(min=1), bonus)
+    out = round_output(
+        law, p, q, x, [torch.tensor(v) for v in decision], length, rows=rows, eos=eos, tracked_tv=tracked
+    )
+    return p, q, x, out
+
+
+def test_a_mixed_round_gives_each_row_its_own_kind_of_step():
+    """Prompts with nothing to draft beside prompts with blocks of 1 and 3: the target step is a rejection for sure
+    and carries the tracked TV; a bonus after an accepted block is no rejection; the next draft is the block's last."""
+    tracked = torch.tensor([0.25, 0.5, 0.75], dtype=torch.float64)
+    p, q, x, out = _followed(3, [0, 1, 3], ([0, 0, 0], [0, 1, 3], [2, 3, 1]), tracked=tracked)
+    c = out.chunk
+    for name in ("tokens", "kind", "tv", "reject_prob", "accept_prob", "loss_tv", "loss_kl", "target_logprob", "valid"):
+        assert getattr(c, name).shape == (3, 4), name
+    assert out.eos.shape == (3,) and not out.eos.any()  # no EOS given: none output
+    assert c.kind[0, 0] == TARGET and c.kind[1, :2].tolist() == [DRAFT, BONUS] and c.kind[2].tolist() == [0, 0, 0, 2]
+    assert c.tv[0, 0] == 0.25 and c.reject_prob[0, 0] == 1.0
+    tv = kernels.tv(p[:, 0], q[:, 0, :3])
+    assert c.tv[1, 0] == tv[1, 0] and c.tv[2].tolist()[:3] == tv[2].tolist()
+    assert c.reject_prob[1, 1] == 0.0 and c.reject_prob[2, 3] == 0.0  # bonuses: nothing was checked
+    assert out.last_draft.tolist() == x[:, 0, 2].tolist() and out.all_accepted.tolist() == [False, False, True]
+    assert c.tokens[0, 0] == 2 and c.tokens[1, :2].tolist() == [int(x[1, 0, 0]), 3]
+    assert c.draft_calls.tolist() == [0, 1, 3] and c.oracle_calls.tolist() == [1, 1, 1]
+
+
+@pytest.mark.parametrize("L", [1, 3])
+def test_a_round_follows_the_row_it_decided_on(L):
+    """Batch SD with two rows: the tokens, TVs and next draft are the followed row's, whichever it is."""
+    p, q, x, out = _followed(L, [L, L], ([1, 0], [L, L], [0, 0]), rows=2)
+    for b, row in enumerate([1, 0]):
+        assert out.chunk.tokens[b, :L].tolist() == x[b, row].tolist()
+        assert out.last_draft[b] == x[b, row, L - 1]
+        torch.testing.assert_close(out.chunk.tv[b, :L], kernels.tv(p[b, row], q[b, row, :L]))
+    assert x[0, 0].tolist() != x[0, 1].tolist() and out.chunk.draft_calls.tolist() == [2 * L, 2 * L]
+
+
+@pytest.mark.parametrize("tracked", [None, torch.tensor([0.125, 0.375, 0.5, 0.625, 0.875], dtype=torch.float64)])
+def test_a_round_of_target_steps_is_one_rejection_a_row(tracked):
+    """No row drafted: each outputs one target token, a rejection for sure, as one slot of every position field."""
+    p, q, x, out = _followed(0, [0] * 5, ([0] * 5, [0] * 5, [4, 0, 1, 2, 3]), tracked=tracked, eos=2)
+    c = out.chunk
+    for name in ("tokens", "kind", "tv", "reject_prob", "accept_prob", "loss_tv", "loss_kl", "target_logprob", "valid"):
+        assert getattr(c, name).shape == (5, 1), name
+    assert c.tokens[:, 0].tolist() == [4, 0, 1, 2, 3] and (c.kind == TARGET).all() and (c.reject_prob == 1).all()
+    assert out.eos.tolist() == [False, False, False, True, False] and out.produced.tolist() == [1] * 5
+    assert c.tv[:, 0].isnan().all() if tracked is None else c.tv[:, 0].tolist() == tracked.tolist()
+    torch.testing.assert_close(c.target_logprob[:, 0], torch.log(q[torch.arange(5), 0, 0, c.tokens[:, 0]]))

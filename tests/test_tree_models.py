@@ -12,6 +12,7 @@ import test_backends as tb  # noqa: E402
 from conftest import Z_BOUND  # noqa: E402
 from speculab.backends import Sampling, decode, load_pair, ngram_draft  # noqa: E402
 from speculab.backends.pair import default_prompts  # noqa: E402
+from speculab.counts import DRAFT  # noqa: E402
 from speculab.methods import RRS, SD, BlockVerification, Traversal, Tree  # noqa: E402
 
 PROMPTS = default_prompts()[:4]
@@ -107,6 +108,97 @@ def test_on_round_gets_each_prompts_round_in_the_node_layout(pair):
         np.testing.assert_array_equal(depth, res.rounds[run].accepted)
 
 
+def _round_starts(rec, rounds) -> list[int]:
+    """Where each round's output starts in a run: its accepted drafts, then the token after them if one was output
+    (the last round may end with none: all accepted at the horizon, or cut at an EOS)."""
+    starts, at = [], 0
+    for accepted in rounds.accepted.tolist():
+        starts.append(at)
+        at += accepted
+        if at < len(rec.kind) and rec.kind[at] != DRAFT:
+            at += 1
+    return starts
+
+
+def _next_laws(model, pair, ids: list[list[int]], sampling) -> torch.Tensor:
+    """Each sequence's next-token law ``(n, V)`` float64 by plain forward passes (no cache, no tree mask)."""
+    out = []
+    with torch.no_grad():
+        for seq in ids:
+            logits = model(torch.tensor([seq], device=pair.device)).logits[0, -1, : pair.vocab_size].float()
+            out.append(sampling.probs(logits).double().cpu())
+    return torch.stack(out)
+
+
+def test_every_node_of_every_round_has_its_plain_laws_and_its_records_the_rounds_law(pair):
+    """on_round over two batches (runs 0–3): each drafted node's draft and target laws equal plain forward passes over
+    the prompt, the output before the round and the node's path (the draft's where it drafted children); the records
+    along the accepted path give the refusal probability ``P(end = v | reached v)`` of the round's law at each node
+    checked, and the round's drafted nodes, mean and variance of the accepted depth are that law's."""
+    method = RRS("parents=0,0,1,1,3,3", draws="distinct")  # height 3: the last rounds are cut trees
+    sampling = Sampling(1.0)
+    seen = []
+    res = decode(pair, PROMPTS, method, max_new_tokens=20, sampling=sampling, key=7, on_round=seen.append, batch_size=3)
+    assert {info.run for info in seen} == {0, 1, 2, 3}
+    checked = 0
+    for run, prompt in enumerate(PROMPTS):
+        infos = [info for info in seen if info.run == run]
+        rec, rounds, out = res.records[run], res.rounds[run], res.tokens[run]
+        assert len(infos) == len(rounds.accepted)
+        context = pair.tokenizer.encode(prompt)
+        for k, (info, start) in enumerate(zip(infos, _round_starts(rec, rounds))):
+            drafts = info.drafts.tolist()
+            tree = method.layout_tree(np.asarray(drafts))
+            present = [j for j in range(tree.size + 1) if all(drafts[a] >= 0 for a in tree.ancestors[j] if a)]
+            paths = [context + out[:start] + [drafts[a] for a in tree.ancestors[j] if a] for j in present]
+            q = _next_laws(pair.target.model, pair, paths, sampling)
+            assert (info.q[present].cpu() - q).abs().max() < 2e-4
+            inner = [i for i, j in enumerate(present) if tree.depth[j] < tree.height]
+            p = _next_laws(pair.draft.model, pair, [paths[i] for i in inner], sampling)
+            assert (info.p[[present[i] for i in inner]].cpu() - p).abs().max() < 2e-4
+            end = info.law.end[0].cpu()
+            depth = torch.tensor(tree.depth, dtype=end.dtype)
+            mean = float(end @ depth)
+            assert rounds.expected_accepted[k] == pytest.approx(mean, abs=1e-12)
+            assert rounds.var_accepted[k] == pytest.approx(float(end @ depth**2) - mean**2, abs=1e-12)
+            assert rounds.drafted[k] == sum(x >= 0 for x in drafts[1:])
+            reach = end @ torch.from_numpy(tree.above).T.to(end.dtype)  # P(the path reaches v)
+            path = [0] + [a for a in tree.ancestors[info.row] if a]
+            for s, v in enumerate(path[: len(rec.kind) - start]):
+                if rec.kind[start + s] == DRAFT or tree.children[v]:  # checked: a draft, or a correction at v
+                    assert rec.reject_prob[start + s] == pytest.approx(float(end[v] / reach[v]), abs=1e-12)
+                    checked += 1
+    assert checked > 40
+
+
+def test_without_an_eos_token_every_token_is_drafted_on_and_fed(pair, monkeypatch):
+    """A pair without an end-of-sequence token: tokens 0 and 1 are tokens like any other. Every node of every round
+    is drafted — a node whose token is 0 or 1 gets its children — and a round ending in token 0 feeds it to both
+    models (the next rounds' laws are the plain passes'). Prompts chosen so the tiny pair drafts and outputs them."""
+    monkeypatch.setattr(type(pair), "eos_token_id", property(lambda self: None))
+    sampling, seen = Sampling(1.0), []
+    wide = RRS((8, 1), draws="distinct")
+    # the draft proposes "!" (id 1) after the first prompt, the EOS token's id 0 after the second
+    prompts = ["!!!!!!!!"] * 8 + ["The end."] * 8
+    res = decode(pair, prompts, wide, max_new_tokens=6, sampling=sampling, key=7, on_round=seen.append)
+    inner = []
+    for info in seen:
+        drafts = info.drafts.tolist()
+        tree = wide.layout_tree(np.asarray(drafts))
+        assert min(drafts[1:]) >= 0  # no node left out
+        inner += [drafts[j] for j in range(1, tree.size + 1) if tree.children[j]]
+    assert inner.count(0) > 0 and inner.count(1) > 0
+    chain = decode(pair, ["The end."] * 16, RRS((2, 1)), max_new_tokens=6, sampling=sampling, key=7)
+    after = 0
+    for res_, prompts_ in ((res, prompts), (chain, ["The end."] * 16)):
+        for prompt, out, rec in zip(prompts_, res_.tokens, res_.records):
+            ids = pair.tokenizer.encode(prompt)
+            logq = _plain_logprobs(pair.target.model, pair, ids, out, sampling)
+            np.testing.assert_allclose(rec.target_logprob, logq, atol=2e-4)
+            after += sum(a == 0 and k != DRAFT for a, k in zip(out[:-1], rec.kind[:-1]))
+    assert after > 0  # a round's correction or bonus was token 0, and a round followed it
+
+
 @pytest.mark.parametrize(
     "method",
     [pytest.param(m, marks=pytest.mark.slow) for m in [RRS((2, 2), draws="distinct"), Traversal((2, 1))]],
@@ -157,8 +249,8 @@ def test_a_pair_without_tree_attention_is_refused(pair):
 
 
 def test_a_model_that_flattens_the_tree_mask_is_refused(pair, monkeypatch):
-    """Older transformers flatten a 4-D attention mask: a probe of two tokens that may not see each other tells, and
-    the pair is refused naming transformers rather than decoded with the wrong attention."""
+    """Older transformers flatten a 4-D attention mask, or raise on one: a probe of two tokens that may not see each
+    other tells, and the pair is refused naming transformers rather than decoded with the wrong attention."""
     from types import SimpleNamespace
 
     import speculab.backends.tree_decode as td
@@ -175,8 +267,16 @@ def test_a_model_that_flattens_the_tree_mask_is_refused(pair, monkeypatch):
         def forward(self, input_ids, attention_mask=None, position_ids=None, **kwargs):
             return self.inner(input_ids=input_ids, position_ids=position_ids)  # the tree mask dropped: causal
 
+    class Refusing(Flattening):
+        def forward(self, input_ids, attention_mask=None, position_ids=None, **kwargs):
+            if attention_mask is not None and attention_mask.dim() == 4:
+                raise TypeError("a 2-D attention mask was expected")  # as some models' mask preparation does
+            return super().forward(input_ids, attention_mask, position_ids)
+
     wrapped = SimpleNamespace(model=Flattening(pair.target.model), device=pair.device)
+    refusing = SimpleNamespace(model=Refusing(pair.target.model), device=pair.device)
     assert td._takes_tree_masks(pair.target) and not td._takes_tree_masks(wrapped)
+    assert not td._takes_tree_masks(refusing)  # a model that raises on the probe's mask takes none
     monkeypatch.setattr(td, "_takes_tree_masks", lambda adapter: False)
     with pytest.raises(ValueError, match="needs a model that reads a 4-D attention mask.*upgrade transformers"):
         decode(pair, PROMPTS, RRS((2,)), max_new_tokens=4, key=0)

@@ -15,8 +15,8 @@ from speculab.backends import Sampling, load_pair  # noqa: E402
 from speculab.backends.pair import default_prompts  # noqa: E402
 from speculab.cli import main  # noqa: E402
 from speculab.methods import Biased  # noqa: E402
-from speculab.stats import ALPHA  # noqa: E402
-from speculab.validate import CONTROL, _uno_law, load_warning, validate, verdict  # noqa: E402
+from speculab.stats import ALPHA, LawRow  # noqa: E402
+from speculab.validate import CONTROL, Validation, _uno_law, load_warning, validate, verdict  # noqa: E402
 
 
 def test_the_verdict_gates_on_each_law_test_and_each_gating_row():
@@ -316,6 +316,40 @@ def test_the_printed_table_is_the_json_row_by_row(pair):
         line = next(line for line in text if row["quantity"] in line and line.strip().startswith(row["method"]))
         if math.isfinite(row["z"]):
             assert float(line.split("z =")[1].split()[0]) == pytest.approx(row["z"], abs=5e-3)
+
+
+def _row_numbers(text: str, method: str) -> list[str]:
+    """The numbers printed after a law row's method: G₁, df, p₁, G₁₂₃, df, p₁₂₃, refused, power, TV₁, TV₁₂₃, ok."""
+    line = next(line for line in text.splitlines() if line.strip().startswith(method))
+    return line[line.index(method) + len(method) :].replace("(", " ").replace(")", " ").split()
+
+
+def test_a_reports_table_prints_each_law_rows_own_numbers_in_their_columns():
+    """A report built by hand, every number distinct: each column of the printed table is its own field (the slow
+    test holds validate's report to its JSON), and the JSON file is indented by two spaces."""
+    settings = {"pair": "tiny", "device": "cpu", "dtype": "float32", "torch": "x", "law_tokens": 3, "runs": 10}
+    settings |= {"law_K": 2}
+    rows = [
+        LawRow("sd", 10, True, (12.5, 7, 0.25), (40.5, 30, 0.75), False, 0.875, (0.125, 0.0625)),
+        LawRow("control", 10, False, (99.5, 6, 0.001), (150.5, 29, 0.002), True, 0.5, (0.25, 0.375)),
+    ]
+    report = Validation(settings, rows)
+    text = str(report)
+    assert _row_numbers(text, "sd") == ["12.5", "7", "0.25", "40.5", "30", "0.75", "no", "0.875", "0.125", "0.062", "✓"]
+    control = ["99.5", "6", "0.001", "150.5", "29", "0.002", "yes", "0.500", "0.250", "0.375", "✓"]
+    assert _row_numbers(text, "control") == control and report.passed
+    assert report.to_json().splitlines()[1].startswith('  "settings": {')
+
+
+def test_the_load_warning_says_how_many_cpus_other_work_held():
+    """The warning's numbers: other work held ``load − threads`` CPUs where ``cpus − threads`` were free; one thread
+    is one thread."""
+    assert load_warning(3.1, 2, 1) == (
+        "warning: the machine was busy during the timings (load average 3.1 on 2 CPUs, torch on 1 thread): other "
+        "work held about 2.1 CPUs where 1 were free of the timed threads, so the speed rows measure the contention, "
+        "not the decoding; rerun on an idle machine or with fewer --threads"
+    )
+    assert "torch on 2 threads): other work held about 3.0 CPUs where 2 were free" in load_warning(5.0, 4, 2)
 
 
 @pytest.mark.parametrize(
