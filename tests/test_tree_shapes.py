@@ -116,6 +116,18 @@ def test_the_exact_search_is_the_best_of_every_shape():
     assert tokens_per_call(inst, Traversal(best.tree)) == best.value
 
 
+@pytest.mark.parametrize(("objective", "value"), [("horizon", 1.0), ("round", 0.0)])
+def test_a_tie_goes_to_the_first_shape_searched(objective, value):
+    """A draft that never proposes what the target would say (it always says token 0, the target token 1): no shape
+    accepts anything, every shape ties, and the first of :func:`ordered_trees` is the one kept."""
+    T, V = 3, 2
+    P, Q = np.zeros((T, V, V)), np.zeros((T, V, V))
+    P[..., 0], Q[..., 1] = 1.0, 1.0
+    inst = MarkovInstance(P, Q, np.full(V, 1.0 / V))
+    best = best_tree(inst, 3, objective=objective)
+    assert best.tree == ordered_trees(3)[0] and best.value == value
+
+
 def test_a_cost_on_drafted_tokens_prefers_smaller_trees():
     """Under a cost model charging each drafted token, the best shape's value is its tokens per unit cost, and no
     shape does better; with drafts free it is the tokens-per-call optimum."""

@@ -191,7 +191,8 @@ def best_tree(
     """The exact best tree of ``n`` nodes for ``verifier`` on ``inst``: every ordered shape searched, by
     ``objective`` — ``"horizon"``: tokens per target call over the horizon (:func:`tokens_per_call`), ``"round"``:
     expected accepted drafts of a round from ``ρ`` (:func:`round_accepted`), ``"cost"``: tokens per unit of
-    ``cost`` (:func:`tokens_per_cost`)."""
+    ``cost`` (:func:`tokens_per_cost`). Of shapes whose values lie within 1e-12 of each other the first in
+    :func:`ordered_trees`' order is kept."""
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {list(OBJECTIVES)}; got {objective!r}")
     if not (isinstance(verifier, type) and issubclass(verifier, TreeMethod)):
