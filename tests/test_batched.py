@@ -187,6 +187,20 @@ def test_a_prompt_at_the_context_limit_beside_short_ones(pair, method):
 def test_prompts_longer_than_the_context_are_refused(pair):
     with pytest.raises(ValueError, match="context"):
         decode(pair, ["ok", "def f(" * 200], SD(K=2), max_new_tokens=4, key=0)
+    long = [7] * (pair.max_length - 2)  # room for two tokens exactly: the prompt and its output fill the context
+    for batch_size in (None, 1):
+        assert len(decode(pair, [long, "ok"], SD(K=2), max_new_tokens=2, key=0, batch_size=batch_size).tokens[0]) == 2
+    with pytest.raises(ValueError, match=r"max_new_tokens must be at most 2 for prompt 0 \(254 tokens, the longest"):
+        decode(pair, [long, "ok"], SD(K=2), max_new_tokens=3, key=0)
+
+
+@pytest.mark.parametrize("batch_size", [None, 1], ids=["batched", "one-prompt"])
+def test_texts_leave_the_end_of_sequence_token_out(pair, batch_size):
+    """After "The end." the tiny target says EOS a fifth of the time: runs that output it have texts without it."""
+    res = decode(pair, ["The end."] * 16, SD(K=2), max_new_tokens=2, key=3, batch_size=batch_size)
+    ended = [i for i, tokens in enumerate(res.tokens) if pair.eos_token_id in tokens]
+    assert ended and all("<|endoftext|>" not in text for text in res.texts)
+    assert res.texts == [pair.tokenizer.decode(t, skip_special_tokens=True) for t in res.tokens]
 
 
 def test_on_round_sees_each_rows_own_block(pair):

@@ -249,6 +249,16 @@ def test_no_bonus_is_offered_after_a_drafted_eos(pair, batch_size):
     assert any(weight > 0 for ends_eos, weight in bonus if not ends_eos)
 
 
+def test_a_bonus_is_possible_short_of_the_horizon_unless_one_rows_block_ends_in_eos():
+    """``bonus_possible(L, remaining, rows, last, eos)``, the rule the test above watches, case by case."""
+    from speculab.backends.decode import bonus_possible
+
+    assert bonus_possible(3, 5, 1, 7, 0) and not bonus_possible(3, 3, 1, 7, 0)  # short of the horizon, at it
+    assert not bonus_possible(3, 5, 1, 0, 0)  # one row's block ending in the EOS
+    assert bonus_possible(3, 5, 2, 0, 0)  # batch SD: the followed row need not be the one ending in it
+    assert bonus_possible(0, 5, 1, None, 0) and bonus_possible(3, 5, 1, 0, None)  # no block; no EOS token
+
+
 def test_an_autoregressive_step_builds_no_round_law_unless_one_is_watched(pair, monkeypatch):
     """The one-prompt loop's shortcut: a round without drafts draws its token from ``q_1`` directly; only with
     ``on_round``, which is given the law, is one built (a round per token)."""

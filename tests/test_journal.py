@@ -2,6 +2,7 @@
 the uninterrupted run's tokens, counts and records, decoding only the prompts it had not finished."""
 
 import importlib
+import io
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from conftest import model_device  # noqa: E402
+from speculab._progress import progress  # noqa: E402
 
 pytest.importorskip("transformers")
 
@@ -75,8 +77,9 @@ def test_an_interrupted_decode_resumes_to_the_uninterrupted_result(pair, tmp_pat
     assert len(list(folder.glob("decode-*.jsonl"))) == 1
     interrupt, started[:] = False, []
     again = _Seen()
-    with resumable(folder, resume=True):
+    with resumable(folder, resume=True), progress("decoding", stream=io.StringIO(), every=float("inf")) as bar:
         resumed = decode(pair, PROMPTS, method, max_new_tokens=10, key=4, batch_size=batch_size, on_round=again)
+        assert bar.n == bar.total == 10 * len(PROMPTS)  # the blocks read back count their runs' budgets too
     blocks = -(-len(PROMPTS) // batch_size)
     assert len(started) == blocks - 2  # only the unfinished blocks ran
     _same(resumed, whole)
