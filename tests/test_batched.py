@@ -192,6 +192,10 @@ def test_prompts_longer_than_the_context_are_refused(pair):
         assert len(decode(pair, [long, "ok"], SD(K=2), max_new_tokens=2, key=0, batch_size=batch_size).tokens[0]) == 2
     with pytest.raises(ValueError, match=r"max_new_tokens must be at most 2 for prompt 0 \(254 tokens, the longest"):
         decode(pair, [long, "ok"], SD(K=2), max_new_tokens=3, key=0)
+    with pytest.raises(ValueError, match=r"at most 1 for prompt 1 .* context of 256\); got 2$"):  # room: no advice
+        decode(pair, ["ok", [7] * (pair.max_length - 1)], SD(K=2), max_new_tokens=2, key=0)
+    with pytest.raises(ValueError, match=r"at most 0 for prompt 0 .*: shorten it; got 1$"):  # no room: shorten it
+        decode(pair, [[7] * pair.max_length], SD(K=2), max_new_tokens=1, key=0)
 
 
 @pytest.mark.parametrize("batch_size", [None, 1], ids=["batched", "one-prompt"])
