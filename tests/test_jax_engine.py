@@ -782,3 +782,98 @@ def test_adaptive_runs_come_in_chunks_and_a_pool_too_small_is_an_error(monkeypat
     monkeypatch.setattr(jax_adaptive, "_ghost_slots", lambda max_K, T: 1)
     with pytest.raises(RuntimeError, match="overflowed"):
         simulate(disjoint, SpecDecPP(1.0, max_K=4), 100, key=1, engine="jax")
+
+
+def _inverse_cdf(w: np.ndarray, u: float) -> tuple[int, float]:
+    """The smallest ``i`` with ``cumsum(w)[i] > u · sum(w)``, and how far ``u`` lies from the nearest boundary (a
+    uniform within float32's reach of one may fall either way in JAX's float)."""
+    cum = np.cumsum(w) / w.sum()
+    return int(np.argmax(cum > u)), float(np.min(np.abs(cum - u)))
+
+
+def _slot_reference(method, p, q, slot, k, u, tabulated):
+    """One slotwise position written out from the module docstring in numpy: ``(token, kind, near)``, ``near`` how
+    close a uniform fell to a boundary. At a later slot, one row: the draft ``x₀`` from ``p`` at ``u₀``; from the
+    tables it is accepted iff ``u₋₂ < a(x₀)``, while the evaluated one-slot round law refuses iff ``u₋₂ < 1 − a(x₀)``
+    (sample_round's outcome order); the correction from the law's weights at ``u₋₁``. At the root of ``M > 1`` rows:
+    from the root table, its outcome at ``u₋₂`` (``j < V``: ``j`` accepted, else ``j − V`` output); evaluated, the
+    rows' drafts at ``u₀ … u_{M−1}`` and the one-slot round law of all of them drawn at ``u₋₂``, ``u₋₁``. After
+    ``k`` accepted drafts, the bonus from ``q`` at ``u₀``."""
+    from speculab.counts import BONUS, CORRECTION, DRAFT
+    from speculab.methods.capabilities import root_table
+
+    V, rows = p.size, method.rows
+    if slot == k:
+        token, near = _inverse_cdf(q, u[0])
+        return token, BONUS, near
+    if slot == 0 and rows > 1 and tabulated:
+        j, near = _inverse_cdf(root_table(method, p[None], q[None])[0], u[-2])
+        return (j, DRAFT, near) if j < V else (j - V, CORRECTION, near)
+    m = rows if slot == 0 else 1
+    drafts, near = zip(*(_inverse_cdf(p, u[i]) for i in range(m)))
+    law = method.round_law(np.stack([p] * m)[:, None], np.stack([[q, q]] * m), np.array(drafts)[:, None], bonus=False)
+    near = min(near)
+    if m == 1 and tabulated:
+        a = float(law.outcome[0, 1])
+        near = min(near, abs(u[-2] - a))
+        if u[-2] < a:
+            return drafts[0], DRAFT, near
+        token, near_c = _inverse_cdf(law.correction[0, 0], u[-1])
+        return token, CORRECTION, min(near, near_c)
+    row_tau, near_o = _inverse_cdf(law.outcome.reshape(-1), u[-2])  # sample_round: (row, τ) flattened, then token
+    row, tau = divmod(row_tau, 2)
+    if tau == 1:
+        return drafts[row], DRAFT, min(near, near_o)
+    token, near_c = _inverse_cdf(law.correction[row, 0], u[-1])
+    return token, CORRECTION, min(near, near_o, near_c)
+
+
+@pytest.mark.parametrize("tabulated", [True, False], ids=["tables", "evaluated"])
+@pytest.mark.parametrize("method", [SD(K=2), Biased(0.2, "uno", K=2), BatchSD(2, K=2)], ids=repr)
+def test_a_slotwise_position_is_its_documented_rule_on_its_uniforms(method, tabulated):
+    """One position of a slotwise method at every position, context and slot, on random uniforms, against the rule
+    written out in numpy (:func:`_slot_reference`): the token, its kind, the next slot, whether a round starts and
+    its drafts ``M min(k, T − t)`` — which uniform each decision reads, not only the law it follows."""
+    from speculab.counts import BONUS, DRAFT
+
+    inst, k = MarkovInstance.random(4, 3, 5), 2
+    _, jnp = jax_common._jax()
+    P, Q, _ = jax_common._Tables(inst, jnp).arrays
+    tables = jax_common._slot_tables(method, P, Q) if tabulated else None
+    width = jax_engine._slot_width(method.rows, tables)
+    cases = [(t, prev, slot) for t in range(inst.T) for prev in range(inst.V) for slot in range(k + 1)] * 6
+    t, prev, slot = (np.array(c, dtype=np.int32) for c in zip(*cases))
+    us = np.random.default_rng(6).random((len(cases), width))
+
+    def one(t, prev, slot, u):
+        return jax_engine._slot_position(
+            method, k, method.rows, method.rows, True, inst.T, P, Q, tables, t, (prev, slot), u
+        )
+
+    (x, after), (x_out, kind_out, new_round, drafts) = jax.jit(jax.vmap(one))(t, prev, slot, jnp.asarray(us, P.dtype))
+    checked = 0
+    for i, u in enumerate(us):
+        token, kind, near = _slot_reference(
+            method, inst.P[t[i], prev[i]], inst.Q[t[i], prev[i]], slot[i], k, u, tabulated
+        )
+        if near < 1e-5:
+            continue
+        assert (int(x[i]), int(x_out[i]), int(kind_out[i])) == (token, token, kind), (cases[i], u)
+        assert int(after[i]) == (slot[i] + 1 if kind == DRAFT else 0)
+        assert bool(new_round[i]) == (slot[i] == 0) and not (kind == BONUS and slot[i] != k)
+        assert int(drafts[i]) == (method.rows * min(k, inst.T - t[i]) if slot[i] == 0 else 0)
+        checked += 1
+    assert checked > 150
+
+
+def test_a_slotwise_position_draws_three_uniforms_from_tables_else_one_per_row_and_two():
+    """_slot_width: 3 from tables (with more than one row, only when the root is a table too), ``M + 2`` else (it
+    reads which tables there are: stand-ins for a one-row method's and a root table's)."""
+    one, two = {"cP": None, "accept": None, "cC": None}, {"cP": None, "accept": None, "cC": None, "root_cJ": None}
+    assert [jax_engine._slot_width(1, one), jax_engine._slot_width(1, None)] == [3, 3]
+    assert [jax_engine._slot_width(2, two), jax_engine._slot_width(2, one), jax_engine._slot_width(2, None)] == [
+        3,
+        4,
+        4,
+    ]
+    assert [jax_engine._slot_width(3, one), jax_engine._slot_width(3, None)] == [5, 5]
