@@ -14,9 +14,18 @@ from conftest import model_device  # noqa: E402
 from speculab.backends import Sampling, load_pair  # noqa: E402
 from speculab.backends.pair import default_prompts  # noqa: E402
 from speculab.cli import main  # noqa: E402
-from speculab.methods import Biased  # noqa: E402
+from speculab.methods import SD, Autoregressive, BatchSD, Biased, BlockVerification  # noqa: E402
 from speculab.stats import ALPHA, LawRow  # noqa: E402
-from speculab.validate import CONTROL, Validation, _uno_law, load_warning, validate, verdict  # noqa: E402
+from speculab.validate import (  # noqa: E402
+    CONTROL,
+    METHODS,
+    Validation,
+    _lossless_methods,
+    _uno_law,
+    load_warning,
+    validate,
+    verdict,
+)
 
 
 def test_the_verdict_gates_on_each_law_test_and_each_gating_row():
@@ -81,6 +90,27 @@ def test_a_law_tests_batch_keeps_its_float64_laws_within_a_gibibyte(V, rows, pro
     from speculab.validate import LAW_K, _law_batch
 
     assert LAW_K == 2 and _law_batch(SimpleNamespace(vocab_size=V), rows) == prompts
+
+
+def test_the_law_tests_methods_are_the_ones_their_labels_name(pair):
+    """Each lossless method a law test runs, by label; SpecDec++ with its constant head (threshold 0.5, the head's
+    score 0.8 on the draft's hidden states), which needs a Hugging Face draft and is left out of an n-gram pair's."""
+    from speculab.backends import ngram_draft
+
+    methods = _lossless_methods(pair, METHODS, 2)
+    specdecpp = methods.pop("specdecpp h=0.5 max_K=2 (head ≡ 0.8)")
+    expected = {
+        "ar": Autoregressive(),
+        "sd K=2": SD(K=2),
+        "batch M=4 K=2": BatchSD(4, K=2),
+        "block K=2": BlockVerification(2),
+    }
+    assert methods == expected
+    width = pair.draft.model.config.hidden_size
+    assert (specdecpp.h, specdecpp.max_K) == (0.5, 2)
+    assert float(specdecpp.head(torch.zeros(width))) == pytest.approx(0.8, abs=1e-6)
+    ngram = load_pair(ngram_draft(pair.tokenizer, default_prompts(), n=2), "tiny-target", device=model_device())
+    assert list(_lossless_methods(ngram, METHODS, 3)) == ["ar", "sd K=3", "batch M=4 K=3", "block K=3"]
 
 
 def test_a_speed_row_of_no_time_has_no_rate():
