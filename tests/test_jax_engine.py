@@ -877,3 +877,90 @@ def test_a_slotwise_position_draws_three_uniforms_from_tables_else_one_per_row_a
         4,
     ]
     assert [jax_engine._slot_width(3, one), jax_engine._slot_width(3, None)] == [5, 5]
+
+
+def _round_reference(method, inst, t, prev, L, bonus, u):
+    """A round of a round-by-round method started at position ``t`` after token ``prev``, written out in numpy from
+    the docstring: draft row ``m``'s ``i``-th token from ``p`` at ``u[i M + m]``, the method's round law of the block
+    (the target's law after it at ``min(t + L, T − 1)``), its decision drawn at ``u[M L]`` and ``u[M L + 1]``
+    (sample_round); the tokens it outputs, their kinds, and how near a uniform fell to a boundary."""
+    from speculab.counts import BONUS, CORRECTION, DRAFT, TARGET
+
+    M, near = method.rows, 1.0
+    a, ps, qs, xs = np.full(M, prev), [], [], []
+    for i in range(L):
+        p = inst.P[t + i, a]
+        ps.append(p)
+        qs.append(inst.Q[t + i, a])
+        drawn = [_inverse_cdf(p[m], u[i * M + m]) for m in range(M)]
+        a = np.array([d[0] for d in drawn])
+        near = min([near] + [d[1] for d in drawn])
+        xs.append(a)
+    qs.append(inst.Q[min(t + L, inst.T - 1), a])
+    V = inst.V
+    x = np.stack(xs, -1) if L else np.zeros((M, 0), dtype=np.int64)
+    p_blk = np.stack(ps, -2) if L else np.zeros((M, 0, V))
+    law = method.round_law(p_blk, np.stack(qs, -2), x, bonus=bonus)
+    flat, near_o = _inverse_cdf(law.outcome.reshape(-1), u[M * L])
+    row, tau = divmod(flat, L + 1)
+    w = law.correction[row, tau]
+    out, kinds = list(x[row, :tau]), [DRAFT] * tau
+    if w.sum() > 0:
+        token, near_c = _inverse_cdf(w, u[M * L + 1])
+        out.append(token)
+        kinds.append(TARGET if L == 0 else CORRECTION if tau < L else BONUS)
+        near = min(near, near_c)
+    return out, kinds, min(near, near_o)
+
+
+@pytest.mark.parametrize("method", [BlockVerification(2), Autoregressive()], ids=repr)
+def test_a_round_by_round_position_is_its_documented_rule_on_its_uniforms(method):
+    """Rounds of a method run round by round, started at every position and context on random uniforms, against
+    :func:`_round_reference`: the round's first position draws it (M L drafts), the next ones emit its tokens and
+    kinds from the buffers and draw nothing, and the position after its last starts the next round."""
+    rng = np.random.default_rng(7)  # laws that change with the position (T = 5: no index t − L wraps onto t + L)
+    inst = MarkovInstance(rng.dirichlet(np.ones(3), (5, 3)), rng.dirichlet(np.ones(3), (5, 3)), np.full(3, 1 / 3))
+    _, jnp = jax_common._jax()
+    P, Q, _ = jax_common._Tables(inst, jnp).arrays
+    M, L_max = method.rows, method.draft_length(inst.T)
+    width = max(M * L_max, 1) + 2
+    checked = 0
+    for start, stop, L, bonus in jax_engine._segments(method, inst.T):
+
+        def step(t, state, u, L=L, bonus=bonus):
+            return jax_engine._round_position(method, M, L, bonus, inst.T, L_max, P, Q, t, state, u)
+
+        cases = [(t, prev) for t in range(start, stop) for prev in range(inst.V)] * 8
+        t, prev = (np.array(c, dtype=np.int32) for c in zip(*cases))
+        us = np.random.default_rng(start).random((len(cases), width))
+        n = len(cases)
+        state = (jnp.asarray(prev), jnp.zeros((n, L_max + 1), jnp.int32), jnp.zeros((n, L_max + 1), jnp.int8))
+        state = (*state, jnp.zeros(n, jnp.int32), jnp.zeros(n, jnp.int32))
+        run = jax.jit(jax.vmap(step))
+        steps = []
+        for _ in range(L_max + 2):  # a round's positions, then the next round's first
+            state, emitted = run(jnp.asarray(t), state, jnp.asarray(us, P.dtype))
+            steps.append([np.asarray(e) for e in emitted])
+            assert state[1].shape == state[2].shape == (n, L_max + 1)  # the scan's carry keeps its shape
+        for i in range(n):
+            out, kinds, near = _round_reference(method, inst, t[i], prev[i], L, bonus, us[i])
+            if near < 1e-5:
+                continue
+            k = len(out)
+            assert [int(s[0][i]) for s in steps[:k]] == out and [int(s[1][i]) for s in steps[:k]] == kinds, cases[i]
+            assert [bool(s[2][i]) for s in steps[: k + 1]] == [True] + [False] * (k - 1) + [True]
+            assert [int(s[3][i]) for s in steps[:k]] == [M * L] + [0] * (k - 1)
+            checked += 1
+    assert checked > 60
+
+
+def test_positions_are_grouped_by_the_shape_of_a_round_started_there():
+    """_segments: ``(start, stop, L, bonus)`` with ``L = draft_length(T − t)`` and a bonus iff ``t + L < T``."""
+    assert jax_engine._segments(BlockVerification(2), 4) == [(0, 2, 2, True), (2, 3, 2, False), (3, 4, 1, False)]
+    assert jax_engine._segments(BlockVerification(3), 6) == [
+        (0, 3, 3, True),
+        (3, 4, 3, False),
+        (4, 5, 2, False),
+        (5, 6, 1, False),
+    ]
+    assert jax_engine._segments(Autoregressive(), 3) == [(0, 3, 0, True)]
