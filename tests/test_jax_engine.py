@@ -640,19 +640,22 @@ def test_every_run_asked_for_is_simulated_once(inst, method, monkeypatch):
             assert [p.n_runs for p in simulate_sweep(inst, [method, method], n, key=0)] == [n, n]
 
 
-@pytest.mark.slow
+def _slow(*values):
+    return pytest.param(*values, marks=pytest.mark.slow)
+
+
 @pytest.mark.parametrize(
     "method, width, budget",
     [
-        (SD(K=3), 3, None),
-        (BatchSD(2), 3, None),
-        (BatchSD(2), 4, 0),
-        (_BatchWithoutRootTable(2), 4, None),
-        (BlockVerification(2), 4, None),
-        (BatchSD(3, K=1), 3, None),
-        (Autoregressive(), 3, None),
-        (Sprinter(0.8, 0.2), 3, None),
-        (SpecDecPP(0.6), 3, None),
+        _slow(SD(K=3), 3, None),
+        _slow(BatchSD(2), 3, None),
+        _slow(BatchSD(2), 4, 0),
+        _slow(_BatchWithoutRootTable(2), 4, None),
+        (BlockVerification(2), 4, None),  # the fast tier's run of the round-by-round path end to end
+        _slow(BatchSD(3, K=1), 3, None),
+        _slow(Autoregressive(), 3, None),
+        _slow(Sprinter(0.8, 0.2), 3, None),
+        _slow(SpecDecPP(0.6), 3, None),
     ],
     ids=lambda v: repr(v) if isinstance(v, Method) else str(v),
 )
@@ -964,3 +967,60 @@ def test_positions_are_grouped_by_the_shape_of_a_round_started_there():
         (5, 6, 1, False),
     ]
     assert jax_engine._segments(Autoregressive(), 3) == [(0, 3, 0, True)]
+
+
+@pytest.mark.parametrize(
+    "method, width, budget",
+    [
+        (SD(K=3), 3, None),
+        (BatchSD(2), 3, None),
+        (BatchSD(2), 4, 0),
+        (_BatchWithoutRootTable(2), 4, None),
+        (BlockVerification(2), 4, None),
+        (BlockVerification(3), 5, None),
+        (BatchSD(3, K=1), 3, None),
+        (Autoregressive(), 3, None),
+        (Sprinter(0.8, 0.2), 3, None),
+        (SpecDecPP(0.6), 3, None),
+    ],
+    ids=lambda v: repr(v) if isinstance(v, Method) else str(v),
+)
+def test_uniforms_per_position_follow_the_docstrings_count(inst, method, width, budget, monkeypatch):
+    """``uniforms_per_position`` without running anything (the slow test above also counts the draws): 3 from
+    tables, M + 2 evaluated, max(M L, 1) + 2 round by round, 3 for SPRINTER and SpecDec++."""
+    if budget is not None:
+        monkeypatch.setattr(jax_common, "TABLE_BUDGET", budget)
+    assert jax_engine.uniforms_per_position(method, inst) == width
+
+
+def test_a_chunk_holds_as_many_runs_as_the_scans_budget_allows(inst, monkeypatch):
+    """_chunk_runs: CHUNK runs from tables; else SCAN_BUDGET over the rows of V a run evaluates in the scan — a
+    slotwise method's M, a tree's 2 (width − 1), a round's M (L + 1) — and at least one run."""
+    from speculab.methods import RRS
+
+    monkeypatch.setattr(jax_common, "CHUNK", 1000)
+    monkeypatch.setattr(jax_common, "SCAN_BUDGET", 240)
+    V, T = inst.V, inst.T
+    assert jax_engine._chunk_runs(SD(K=2), inst, {"cP": None}) == 1000
+    assert jax_engine._chunk_runs(BatchSD(3, K=2), inst, None) == 240 // (3 * V)
+    tree = RRS((2, 1))
+    assert jax_engine._chunk_runs(tree, inst, None) == 240 // (2 * (jax_engine.tree_width(tree, T) - 1) * V)
+    assert jax_engine._chunk_runs(BlockVerification(2), inst, None) == 240 // (3 * V)
+    monkeypatch.setattr(jax_common, "SCAN_BUDGET", 1)
+    assert jax_engine._chunk_runs(BlockVerification(2), inst, None) == 1
+    monkeypatch.setattr(jax_common, "SCAN_BUDGET", 10**9)
+    assert jax_engine._chunk_runs(BlockVerification(2), inst, None) == 1000
+
+
+def test_runs_past_a_chunk_are_each_simulated_once_alone_and_in_sweeps(monkeypatch):
+    """CHUNK = 4: two chunks, and two and a half, hold exactly the runs asked for, each run its own (no chunk
+    repeated), alone and in sweeps over the lookahead and over the draft rows (the slow test above: more methods)."""
+    monkeypatch.setattr(jax_common, "CHUNK", 4)
+    small = MarkovInstance.random(3, 3, 2)
+    for n in (8, 10):
+        c = simulate(small, SD(K=2), n, key=0, engine="jax", return_sequences=True)
+        assert c.n_runs == n and c.sequences.shape == (n, small.T + 1) and c.rejections.shape == (n,)
+        assert not np.array_equal(c.sequences[:4], c.sequences[4:8])
+    for methods in ([SD(K=1), SD(K=2)], [BatchSD(2, K=2), BatchSD(3, K=2)]):
+        assert [p.n_runs for p in simulate_sweep(small, methods, 10, key=0)] == [10, 10]
+        assert [p.n_runs for p in simulate_sweep([small, small], methods[0], 8, key=0)] == [8, 8]
