@@ -654,7 +654,7 @@ def _slow(*values):
         (BlockVerification(2), 4, None),  # the fast tier's run of the round-by-round path end to end
         _slow(BatchSD(3, K=1), 3, None),
         _slow(Autoregressive(), 3, None),
-        _slow(Sprinter(0.8, 0.2), 3, None),
+        (Sprinter(0.8, 0.2), 3, None),  # and of a method decided position by position
         _slow(SpecDecPP(0.6), 3, None),
     ],
     ids=lambda v: repr(v) if isinstance(v, Method) else str(v),
@@ -1024,3 +1024,40 @@ def test_runs_past_a_chunk_are_each_simulated_once_alone_and_in_sweeps(monkeypat
     for methods in ([SD(K=1), SD(K=2)], [BatchSD(2, K=2), BatchSD(3, K=2)]):
         assert [p.n_runs for p in simulate_sweep(small, methods, 10, key=0)] == [10, 10]
         assert [p.n_runs for p in simulate_sweep([small, small], methods[0], 8, key=0)] == [8, 8]
+
+
+def test_a_sprinter_position_is_its_documented_rule_on_its_uniforms():
+    """One SPRINTER position at every position and context on random uniforms, against its position law written
+    out in numpy: the draft from ``p`` at ``u₀``; kept without a call iff ``u₁ < free(x)``, kept after a call iff
+    ``free(x) ≤ u₁ < free(x) + called(x)``, else corrected from the correction law at ``u₂``."""
+    from speculab.counts import CORRECTION, DRAFT
+
+    rng = np.random.default_rng(8)
+    inst = MarkovInstance(rng.dirichlet(np.ones(3), (3, 3)), rng.dirichlet(np.ones(3), (3, 3)), np.full(3, 1 / 3))
+    method = Sprinter(0.8, 0.3)
+    free, called, correction, _ = method.position_law(inst)
+    _, jnp = jax_common._jax()
+    P, Q, _ = jax_common._Tables(inst, jnp).arrays
+    tables, _ = jax_engine._position_tables(method, inst)
+    cases = [(t, prev) for t in range(inst.T) for prev in range(inst.V)] * 12
+    t, prev = (np.array(c, dtype=np.int32) for c in zip(*cases))
+    us = rng.random((len(cases), 3))
+
+    def one(t, prev, u):
+        return jax_engine._decided_position(P, Q, tables, t, prev, u)
+
+    x, (x_out, kind, call, drafted) = jax.jit(jax.vmap(one))(t, prev, jnp.asarray(us, P.dtype))
+    checked = 0
+    for i, u in enumerate(us):
+        f = lambda a: np.asarray(a)[min(t[i], np.shape(a)[0] - 1), min(prev[i], np.shape(a)[1] - 1)]  # noqa: E731
+        draft, near = _inverse_cdf(inst.P[t[i], prev[i]], u[0])
+        kept, after_call = f(free)[draft], f(called)[draft]
+        near = min(near, abs(u[1] - kept), abs(u[1] - kept - after_call))
+        token, near_c = _inverse_cdf(f(correction), u[2]) if u[1] >= kept + after_call else (draft, 1.0)
+        if min(near, near_c) < 1e-5:
+            continue
+        assert (int(x[i]), int(x_out[i])) == (token, token), (cases[i], u)
+        assert int(kind[i]) == (CORRECTION if u[1] >= kept + after_call else DRAFT)
+        assert bool(call[i]) == (u[1] >= kept) and int(drafted[i]) == 1
+        checked += 1
+    assert checked > 60
