@@ -333,9 +333,7 @@ def test_the_printed_table_is_the_json_row_by_row(pair):
     data = json.loads(report.to_json())
     text = str(report).splitlines()
     for row in data["laws"]:
-        line = next(line for line in text if line.strip().startswith(row["method"]))
-        numbers = line[len(row["method"]) + 2 :].replace("(", " ").replace(")", " ").split()
-        g1, df1, p1, gj, dfj, pj, refused, power, tv1, tvj, ok = numbers
+        g1, df1, p1, gj, dfj, pj, refused, power, tv1, tvj, ok = _row_numbers(str(report), row["method"])
         assert (float(g1), int(df1), float(p1)) == pytest.approx(tuple(row["first"]), rel=5e-2, abs=0.05)
         assert (float(gj), int(dfj), float(pj)) == pytest.approx(tuple(row["joint"]), rel=5e-2, abs=0.05)
         assert (refused == "yes") == row["refused"] and (ok == "✓") == row["ok"]
