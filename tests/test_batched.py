@@ -184,6 +184,25 @@ def test_a_prompt_at_the_context_limit_beside_short_ones(pair, method):
     _same(one, decode(pair, prompts, method, max_new_tokens=16, key=5))
 
 
+def test_padding_drafts_past_the_context_are_kept_within_it(pair):
+    """The fast half of the regression above: rows behind the long one make it draft past its own block, at
+    positions past the context that must be clamped into it (GPT-2's position embedding has no row there)."""
+    clamped = []  # target calls in which a row is fed twice at the context's last position: clamped drafts
+
+    def hook(module, args, kwargs):
+        top = (kwargs["position_ids"] == pair.max_length - 1).sum(-1)
+        clamped.append(bool((top > 1).any()))
+
+    prompts = [[7] * (pair.max_length - 8)] + default_prompts()[:3]
+    handle = pair.target.model.register_forward_pre_hook(hook, with_kwargs=True)  # the block in one call
+    try:
+        res = decode(pair, prompts, SD(K=4), max_new_tokens=8, key=1)
+    finally:
+        handle.remove()
+    assert any(clamped)
+    assert len(res.tokens[0]) == 8 and res.counts.tokens.sum() == sum(map(len, res.tokens))
+
+
 def test_prompts_longer_than_the_context_are_refused(pair):
     with pytest.raises(ValueError, match="context"):
         decode(pair, ["ok", "def f(" * 200], SD(K=2), max_new_tokens=4, key=0)
@@ -229,13 +248,33 @@ def test_on_round_hears_what_the_one_prompt_path_says(pair, method):
     _same_rounds(pair, default_prompts()[:3], method, max_new_tokens=8)
 
 
-def test_on_round_hears_what_the_one_prompt_path_says_of_empty_blocks(pair):
+@pytest.mark.parametrize("method", [SD(K=5), BatchSD(2, K=3)], ids=repr)
+def test_on_round_hears_what_the_one_prompt_path_says_of_empty_blocks(pair, method):
     """Prompt lookup without a fallback drafts nothing where no n-gram matches: rounds in which some prompts draft
     and others do not, batched, give each prompt the ``RoundInfo`` of its one-prompt round — an empty block's laws
-    ``(1, 0, V)`` included."""
+    ``(1, 0, V)`` included. Batch SD drafts whole blocks from the lookup's law wherever it matches nothing (its
+    rows are not cut where the draft proposes nothing, on either path)."""
     lookup = load_pair(PromptLookupModel(pair.vocab_size), "tiny-target", device=model_device())
-    heard = _same_rounds(lookup, default_prompts()[:4] + ["def f(x): return f(x) + f(x"], SD(K=3), 12)
-    assert {info.p.shape[1] for info in heard} >= {0, 3}  # empty blocks and full ones
+    heard = _same_rounds(lookup, default_prompts()[:4] + ["def f(x): return f(x) + f(x"], method, 12)
+    assert {info.p.shape[1] for info in heard} >= ({0, method.K} if method.rows == 1 else {method.K})
+
+
+class _LookupCutEveryFifth(PromptLookupModel):
+    """Prompt lookup (with a fallback: it always has a law) that proposes nothing after every fifth history length
+    (a stopping rule on the tokens alone, as :meth:`~speculab.backends.models.HistoryModel.proposes` allows):
+    blocks cut at every slot."""
+
+    def proposes(self, history: tuple) -> bool:
+        return super().proposes(history) and len(history) % 5 != 2
+
+
+def test_blocks_cut_where_a_history_draft_proposes_nothing_are_the_one_prompt_paths(pair):
+    """A history draft that stops proposing inside a block, at its last slot included: each prompt's rounds
+    batched are its one-prompt rounds (the host's check of ``proposes`` slot by slot, row by row)."""
+    draft = _LookupCutEveryFifth(pair.vocab_size, fallback=ngram_draft(pair.tokenizer, default_prompts(), n=2))
+    lookup = load_pair(draft, "tiny-target", device=model_device())
+    heard = _same_rounds(lookup, default_prompts()[:4] + ["def f(x): return f(x) + f(x"], SD(K=4), 16)
+    assert {info.p.shape[1] for info in heard} == {0, 1, 2, 3, 4}
 
 
 def _same_rounds(pair, prompts, method, max_new_tokens):
@@ -249,6 +288,9 @@ def _same_rounds(pair, prompts, method, max_new_tokens):
     for one, many in zip(heard[1], batched):
         assert (one.run, one.row, one.accepted) == (many.run, many.row, many.accepted)
         assert torch.equal(one.drafts, many.drafts)
+        assert (one.predictions is None) == (many.predictions is None)
+        if one.predictions is not None:  # a head's values at the slots it was read
+            assert one.predictions == pytest.approx(many.predictions, abs=1e-5)
         # the laws to 1e-5; the round law to 1e-3: batch SD's acceptance probabilities past the root divide by
         # residual masses, which magnify the laws' round-off (1.8e-5 from laws within 8e-7 on an AMD EPYC, where
         # 1e-5 failed; the CI machine before passed) — a wrong row or slot still differs by far more
@@ -512,6 +554,71 @@ def test_a_rounds_operations_do_not_grow_with_the_rows(pair, method, monkeypatch
     early = 3 if method.drafting else 9
     assert counts[16][:early] == counts[1024][:early], counts
     assert min(counts[16][:early]) > 100  # the count is of real operations (each forward pass alone is dozens)
+
+
+def test_a_drafting_head_batched_hears_and_decides_as_one_prompt_at_a_time(pair, monkeypatch):
+    """The fast half of the test below: SpecDec++'s head read batched — stored values, cut blocks, drafted EOS
+    tokens (a frequent token made the EOS) — gives each prompt its one-prompt rounds and their predictions; the
+    round laws are asked with the stored values shaped like the drafts (NaN where the head was not read), the
+    rows drafting nothing included."""
+    from collections import Counter
+
+    from _heads import random_head
+    from speculab.backends.pair import ModelPair
+    from speculab.methods import SpecDecPP
+
+    method = SpecDecPP(0.35, head=random_head(pair, 3), max_K=4)
+    first = decode(pair, default_prompts()[:3], method, max_new_tokens=8, key=4)
+    eos = Counter(t for tokens in first.tokens for t in tokens).most_common(1)[0][0]
+    monkeypatch.setattr(ModelPair, "eos_token_id", property(lambda self: eos))
+    asked, round_law = [], SpecDecPP.round_law
+
+    def recording(self, p, q, x, *, bonus, predictions=None):
+        asked.append((tuple(x.shape), predictions))
+        return round_law(self, p, q, x, bonus=bonus, predictions=predictions)
+
+    monkeypatch.setattr(SpecDecPP, "round_law", recording)
+    heard = _same_rounds(pair, default_prompts()[:5], method, 8)
+    assert {info.drafts.shape[1] for info in heard} >= {1, 2, 3}  # the head stopped at several slots
+    assert any(len(info.predictions) < info.drafts.shape[1] for info in heard)  # no read at a block's last slot
+    assert any(info.drafts[0, -1] == eos and info.drafts.shape[1] < 4 for info in heard)  # a block ended at EOS
+    stored = [values for _, values in asked if isinstance(values, torch.Tensor)]  # the batched calls
+    assert stored and all(values is not None for _, values in asked)
+    for shape, values in asked:
+        if isinstance(values, torch.Tensor):
+            assert tuple(values.shape) == shape
+            read = ~torch.isnan(values)  # the values read form a prefix of each row's slots
+            assert torch.equal(read, read.cummin(-1).values)
+
+
+def test_a_head_read_at_random_gets_its_slots_own_uniform_batched(pair, monkeypatch):
+    """A head's stored value may depend on the slot's own uniform (``head_lane(i)``: a head read at random):
+    batched, each prompt's stored values are its one-prompt values (SpecDec++ made to read its uniform)."""
+    from _heads import random_head
+    from speculab.methods import SpecDecPP
+
+    monkeypatch.setattr(SpecDecPP, "read_head", lambda self, score, uniform: float(score) * uniform)
+    heard = _same_rounds(pair, default_prompts()[:4], SpecDecPP(0.35, head=random_head(pair, 3), max_K=4), 8)
+    assert sum(len(info.predictions) for info in heard) > 4
+
+
+def test_without_an_eos_token_a_zero_token_is_fed_on(pair, monkeypatch):
+    """With no EOS token, token 0 is a token like any other: a row that outputs it decodes on after it, fed it,
+    as the one-prompt path does (after "The end." the tiny target says token 0 a fifth of the time)."""
+    from speculab.backends.pair import ModelPair
+
+    monkeypatch.setattr(ModelPair, "eos_token_id", property(lambda self: None))
+    prompts, heard = ["The end."] * 8, []
+    one = decode(pair, prompts, SD(K=1), max_new_tokens=3, key=0, batch_size=1)
+    many = decode(pair, prompts, SD(K=1), max_new_tokens=3, key=0, on_round=heard.append)
+    _same(one, many)
+    fed, at = [], collections.Counter()  # the target's own tokens: a correction or bonus ends a round with room
+    for info in heard:
+        start, n = at[info.run], min(info.accepted + 1, 3 - at[info.run])
+        if n == info.accepted + 1:
+            fed.append((many.tokens[info.run][start + info.accepted], start + n < 3))
+        at[info.run] += n
+    assert (0, True) in fed  # a token 0 of the target's, decoded on after
 
 
 @pytest.mark.slow

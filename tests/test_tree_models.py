@@ -1,6 +1,7 @@
 """Token trees on real models (speculab.backends.tree_decode): tree attention against plain forward passes, chains
 against SD and block verification token by token, the law of the first tokens, compare, bad pairs."""
 
+import collections
 import math
 
 import numpy as np
@@ -76,6 +77,35 @@ def test_a_chain_tree_is_sd_and_block_verification_token_by_token(pair, L):
             np.testing.assert_allclose(ra.target_logprob, rb.target_logprob, atol=1e-4)
         for ra, rb in zip(a.rounds, b.rounds):
             np.testing.assert_allclose(ra.expected_accepted, rb.expected_accepted, atol=1e-6)
+
+
+def test_nodes_past_the_context_are_kept_within_it(pair, monkeypatch):
+    """A row near the context's end beside rows with more to go: the round's largest tree reaches past the
+    context for it (its own tree is smaller), and those nodes' positions must be clamped into the context
+    (GPT-2's position embedding has no row there; spied below)."""
+    from speculab.backends import batched
+
+    asked, original = [], batched.HFRows.feed_masked
+
+    def spy(self, ids, pos, allow, valid, keep):
+        asked.append(int(pos.max()))
+        return original(self, ids, pos, allow, valid, keep)
+
+    monkeypatch.setattr(batched.HFRows, "feed_masked", spy)
+    prompts = [[7] * (pair.max_length - 10)] + PROMPTS[:2]
+    res = decode(pair, prompts, Traversal((1,) * 6), max_new_tokens=10, key=0)
+    assert max(asked) >= pair.max_length and [len(t) for t in res.tokens] == [10, 10, 10]
+
+
+def test_a_tree_round_is_one_target_call_and_a_draft_call_a_level(pair):
+    """``forward_calls`` counts calls: a round is one target call (the prompt's and every node's tokens at
+    once) and, for the draft, its root's and one call per level it feeds (the leaves' laws are never asked)."""
+    for shape in ((2, 2), (1, 1, 1)):
+        heard, before = [], (pair.draft.forward_calls, pair.target.forward_calls)
+        decode(pair, PROMPTS[:2], Traversal(shape), max_new_tokens=12, key=3, on_round=heard.append)
+        rounds = max(collections.Counter(info.run for info in heard).values())  # the batch's rounds
+        calls = (pair.draft.forward_calls - before[0], pair.target.forward_calls - before[1])
+        assert calls[1] == rounds and rounds < calls[0] <= rounds * len(shape), (calls, rounds)
 
 
 def test_one_prompt_at_a_time_gives_the_same_runs(pair):
