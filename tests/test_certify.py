@@ -16,7 +16,18 @@ from conftest import full_tier_only, method_id
 
 from speculab import kernels
 from speculab._validate import TooLarge
-from speculab.certify import Certificate, certify, nasty_pairs, stream_law
+from speculab import work_budget
+from speculab._budget import limit
+from speculab.certify import (
+    MAX_VALUES,
+    Certificate,
+    _check_search,
+    _check_stream,
+    certify,
+    nasty_pairs,
+    round_outputs,
+    stream_law,
+)
 from speculab.methods import (
     SD,
     Autoregressive,
@@ -282,6 +293,7 @@ def test_the_stream_law_matches_the_numpy_engines_runs():
         (lambda: certify(SD(), V=1), "V must be an integer >= 2"),
         (lambda: certify(SD(), remaining=0), "remaining must be an integer >= 1"),
         (lambda: certify(SD(), tolerance=2.0), r"tolerance must be a number in \[0, 1\)"),
+        (lambda: certify(SD(), tolerance=1.0), r"tolerance must be a number in \[0, 1\)"),
         (lambda: certify(42), "verifier must be a method or a function"),
         (lambda: certify(Sprinter(verifier=_HeadLike())), "runs on real models only"),
         (lambda: certify(Sprinter(verifier=lambda t, prev, x: 2.0 + 0 * x)), "verifier output"),
@@ -343,14 +355,19 @@ def test_a_position_law_is_certified_as_the_chain_of_its_one_step_law():
         for _, p, q in nasty_pairs(3) + [("random", rng.dirichlet(np.ones(3)), rng.dirichlet(np.ones(3)))]:
             one = (1 - eta_fp) * q + eta_fp * p
             np.testing.assert_allclose(stream_law(method, p, q, 1, 1), one, rtol=0, atol=1e-15)
+            np.testing.assert_allclose(round_outputs(method, p, q, 1)[0], one[None], atol=1e-15)  # R_1: one start
             np.testing.assert_allclose(
                 stream_law(method, p, q, 1, 3), np.einsum("a,b,c->abc", one, one, one), atol=1e-15
             )
         P, Q = rng.dirichlet(np.ones(3), size=3), rng.dirichlet(np.ones(3), size=3)
         one = (1 - eta_fp) * Q + eta_fp * P
         np.testing.assert_allclose(stream_law(method, P, Q, 1, 2), np.einsum("ab,bc->abc", one, one), atol=1e-15)
+        np.testing.assert_allclose(round_outputs(method, P, Q, 1)[0], one, atol=1e-15)  # R_1 after each start
         cert = certify(method, search=False)
         assert cert.lossless == (eta_fp == 0), cert
+        assert (cert.L, cert.M, cert.n) == (1, 1, 2)  # one draft a position; the stream of two tokens by default
+    with pytest.raises(ValueError, match="a method with a position law is certified on the raw laws only"):
+        round_outputs(method, p, q, 1, warp=top_k_warp(2))
     cert = certify(Sprinter(0.9, 0.25))
     assert cert.first_token_tv == pytest.approx(0.25, abs=1e-9)  # η_FP · TV(p, q), at most η_FP: disjoint supports
 
@@ -363,7 +380,8 @@ def test_a_verifier_function_reading_the_context_is_certified_on_transition_matr
     law = stream_law(method, P, Q, 1, 1)
     np.testing.assert_allclose(law[0], P[0], atol=1e-15)  # every draft passed: the draft's law
     np.testing.assert_allclose(law[1:], Q[1:], atol=1e-15)
-    assert not certify(method, search=False).lossless
+    cert = certify(method, search=False)
+    assert not cert.lossless and cert.kl > 0.1  # the worst start's KL (after token 0), not the best's (0)
 
 
 def test_autoregressive_decoding_is_certified_lossless():
@@ -428,6 +446,9 @@ def test_the_stated_power_is_met_at_the_least_favourable_law():
     [
         (dict(n=0), "n must be an integer >= 1"),
         (dict(alpha=0.0), r"alpha must be a float in \(0, 1\)"),
+        (dict(alpha=1.0), r"alpha must be a float in \(0, 1\)"),
+        (dict(tv=1.5), r"tv must be a number in \(0, 1\]"),
+        (dict(law=[0.6, 0.6]), "law must be a law: non-negative, summing to 1"),
         (dict(tv=0), r"tv must be a number in \(0, 1\]"),
     ],
 )
@@ -438,12 +459,16 @@ def test_check_sampler_refuses_bad_input_naming_it(kwargs, match):
         check_sampler(_sd_sampler, [0.5, 0.5], [0.5, 0.5], **kwargs)
     with pytest.raises(ValueError, match="must return 10 integer tokens"):
         check_sampler(lambda *a: np.zeros(3, dtype=int), [0.5, 0.5], [0.5, 0.5], n=10)
-    with pytest.raises(ValueError, match="outside 0..1"):
-        check_sampler(lambda d, t, n, rng: np.full(n, 2), [0.5, 0.5], [0.5, 0.5], n=10)
+    for tokens in (np.full(10, 2), np.r_[np.zeros(9, int), 2], np.r_[-1, np.zeros(9, int)]):
+        with pytest.raises(ValueError, match="outside 0..1"):  # every token outside, or one beside valid ones
+            check_sampler(lambda d, t, n, rng, tokens=tokens: tokens, [0.5, 0.5], [0.5, 0.5], n=10)
+    with_zero = check_sampler(_sd_sampler, [0.5, 0.5], [0.5, 0.5], n=10, law=[1.0, 0.0])  # a law may have zeros
+    assert with_zero.refused  # SD's draws follow q, not the law [1, 0]
     with pytest.raises(ValueError, match="sampler must be a function"):
         check_sampler(None, [0.5, 0.5], [0.5, 0.5], n=10)
     with pytest.raises(ValueError, match=r"single laws of shape \(V,\)"):
         check_sampler(_sd_sampler, [[0.5, 0.5]], [[0.5, 0.5]], n=10)
+    assert check_sampler(_sd_sampler, [0.5, 0.5], [0.5, 0.5], n=10, tv=1).tv == 1.0  # TV 1 is a TV
     few = check_sampler(_sd_sampler, [0.5, 0.5], [0.5, 0.5], n=10)
     assert few.detectable_tv > 1 and "no TV reaches power 0.99 with 10 draws" in str(few)
 
@@ -460,6 +485,33 @@ def test_the_divergences_are_tv_and_kl_in_the_streams_direction():
     tv, kl = _divergences(law, q)
     assert abs(forward - reverse) > 1e-3 and kl == pytest.approx(forward, rel=1e-12)
     assert tv == pytest.approx(_tv(law, q), rel=1e-12)
+
+
+def test_the_divergences_of_a_chains_streams_are_the_worst_starts():
+    """On transition matrices TV and KL are each the worst start token's: a verifier biased after token 0 only
+    (every draft passed there: the first token's law is P[0]) has the divergences of P[0] from Q[0]."""
+    from speculab.certify import _divergences
+
+    method = Sprinter(verifier=lambda t, prev, x: (prev == 0).astype(float))
+    P, Q = np.array([[0.7, 0.2, 0.1]] * 3), np.array([[0.1, 0.2, 0.7]] * 3)
+    tv, kl = _divergences(stream_law(method, P, Q, 1, 1), Q)
+    assert tv == pytest.approx(0.6, rel=1e-12) and kl == pytest.approx(np.sum(P[0] * np.log(P[0] / Q[0])), rel=1e-12)
+
+
+def test_a_position_laws_correction_weights_need_not_sum_to_one():
+    """A position law's correction is weights, normalised where they are read: scaled row by row — to 0 after
+    token 0, where the verifier passes every draft and nothing is corrected — the stream is the same."""
+
+    class Weighted(Sprinter):
+        def position_law(self, inst):
+            v, called, R, extra = super().position_law(inst)
+            return v, called, R * np.arange(inst.V)[None, :, None], extra
+
+    verifier = lambda t, prev, x: (prev == 0).astype(float)  # noqa: E731
+    rng = np.random.default_rng(3)
+    P, Q = rng.dirichlet(np.ones(3), size=3), rng.dirichlet(np.ones(3), size=3)
+    want = stream_law(Sprinter(verifier=verifier), P, Q, 1, 2)
+    np.testing.assert_allclose(stream_law(Weighted(verifier=verifier), P, Q, 1, 2), want, rtol=0, atol=1e-15)
 
 
 # -- token trees: exact certificates of tree verifiers, and the bugs tree code ships -------------------------------
@@ -709,3 +761,222 @@ def test_the_battery_of_pairs_holds_vectors_only():
     assert len(pairs) == 11 and all(p.shape == q.shape == (10**5,) for _, p, q in pairs)
     points = {case: (p.argmax(), q.argmax()) for case, p, q in pairs if case.startswith("point")}
     assert points == {"point masses, the same token": (0, 0), "point masses, other tokens": (0, 1)}
+
+
+def _sd_law(p, q, x, *, bonus):
+    return SD().round_law(p, q, x, bonus=bonus)
+
+
+@pytest.mark.parametrize(
+    "verifier",
+    [
+        lambda p, q, x, *, bonus: (
+            _sd_law(p, q, x, bonus=bonus).outcome,
+            _sd_law(p, q, x, bonus=bonus).correction[..., :-1],
+        ),
+        lambda p, q, x, *, bonus: (
+            _sd_law(p, q, x, bonus=bonus).outcome[..., :-1],
+            _sd_law(p, q, x, bonus=bonus).correction,
+        ),
+    ],
+    ids=["corrections", "outcome"],
+)
+def test_a_verifier_with_one_shape_wrong_is_refused(verifier):
+    """The outcome's shape right and the corrections' wrong, or the other way round: each alone is refused."""
+    p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    with pytest.raises(ValueError, match="gave an outcome of shape"):
+        round_outputs(verifier, p, q, 2)
+
+
+@pytest.mark.parametrize("shape", [(2, 3), (2, 2, 2)])
+def test_laws_that_are_neither_vectors_nor_square_matrices_are_refused(shape):
+    p = np.full(shape, 1 / shape[-1])
+    with pytest.raises(ValueError, match=r"single laws of shape \(V,\) or transition matrices \(V, V\)"):
+        round_outputs(SD(), p, p, 1)
+
+
+@pytest.mark.parametrize(
+    "size, call",
+    [
+        (5**6 * 6, lambda: round_outputs(SD(), np.full(5, 0.2), np.full(5, 0.2), 5)),  # 5^5 blocks × 6 outcomes × 5
+        (5**6 * 6, lambda: round_outputs(BatchSD(2), np.full((5, 5), 0.2), np.full((5, 5), 0.2), 2, 2)),  # 5 starts
+        (5**6, lambda: _check_stream(5, 6, 1)),  # 5^6 streams from one start
+        (5**6, lambda: stream_law(SD(), np.full(5, 0.2), np.full(5, 0.2), 1, 6)),  # a single law: one start
+        (5**6, lambda: stream_law(SD(), np.full((5, 5), 0.2), np.full((5, 5), 0.2), 1, 5)),  # 5 starts × 5^5
+        (5**6, lambda: certify(SD(), V=5, n=6, random_pairs=0, markov_pairs=0, search=False)),  # single laws only
+        (15_624 * 15_625, lambda: _check_search(15_624)),  # a simplex of 15,625 points over 15,624 logits
+    ],
+    ids=["round outputs", "batch rounds", "stream", "stream law", "stream laws", "certify", "search"],
+)
+def test_each_budget_admits_exactly_its_size_and_refuses_past_it(size, call):
+    """Sizes are compared with the budget exactly: a budget of the size itself runs (scales chosen so that the
+    scaled budget is that integer exactly), one a hair smaller refuses."""
+    with work_budget(size / 15_625 / 256):
+        assert limit(MAX_VALUES) == size
+        call()
+    with work_budget(size / 15_625 / 256 * (1 - 1e-9)), pytest.raises(TooLarge, match="MAX_VALUES"):
+        call()
+
+
+def test_certify_refuses_a_search_past_its_budget_before_scoring_a_pair():
+    """The search's simplex over the logits of a pair of laws (2 V of them for single laws, 2 V² for matrices)."""
+    for markov_pairs, dim in ((0, 6), (1, 18)):
+        message = f"the search for a worse pair \\(a simplex of {dim + 1} points over {dim} logits\\)"
+        with work_budget((dim + 1) * dim / MAX_VALUES * (1 - 1e-9)), pytest.raises(TooLarge, match=message):
+            certify(Autoregressive(), V=3, random_pairs=0, markov_pairs=markov_pairs)
+
+
+def test_a_block_the_draft_never_drafts_is_not_asked_about():
+    """A block of probability 0 under the draft is left out before the verifier is asked (it may not be defined
+    there: a verifier dividing by the draft's probability would see 0)."""
+    asked = []
+
+    def verifier(p, q, x, *, bonus):
+        asked.append(np.asarray(x).copy())
+        return _sd_law(p, q, x, bonus=bonus)
+
+    round_outputs(verifier, np.array([0.5, 0.5, 0.0]), np.array([0.2, 0.3, 0.5]), 2)
+    assert asked and asked[0].size and not any((x == 2).any() for x in asked)
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        lambda law: law._replace(correction=law.correction * 0),  # ends with nothing to output
+        lambda law: law._replace(correction=law.correction - 2 * (np.arange(law.correction.shape[-1]) == 0)),
+    ],
+    ids=["no token", "a negative weight"],
+)
+def test_a_tree_law_without_a_token_to_output_or_with_a_negative_weight_is_refused(broken):
+    """Each of the two checks of a tree round's corrections on its own (the ends a law either way)."""
+
+    class Broken(RRS):
+        def round_law(self, p, q, x, *, bonus):
+            return broken(super().round_law(p, q, x, bonus=bonus))
+
+    p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    with pytest.raises(ValueError, match="Broken.round_law gave an end without a token to output, or weights"):
+        round_outputs(Broken((2,)), p, q, 1)
+
+
+def test_an_object_with_a_round_law_but_no_draft_length_is_certified_as_a_function():
+    """Anything with a ``round_law`` is a verifier (its round law is asked); only a method — ``round_law`` and
+    ``draft_length`` — says how many drafts a round has: without one the block is ``remaining`` drafts long."""
+
+    class OnlyARoundLaw:
+        round_law = staticmethod(_sd_law)
+
+    cert = certify(OnlyARoundLaw(), remaining=2, random_pairs=2, markov_pairs=0, search=False)
+    assert cert.lossless and cert.tv <= 1e-14 and "1 × 2 drafts a round" in str(cert)
+
+
+def test_a_sampler_checks_observed_tv_is_that_of_its_frequencies():
+    """The observed TV reported is half the L1 distance of the sampler's token frequencies to the law tested."""
+    from speculab._validate import as_generator
+    from speculab.certify import check_sampler
+
+    p, q = np.array([0.5, 0.3, 0.15, 0.05]), np.array([0.1, 0.2, 0.3, 0.4])
+    check = check_sampler(_sd_from_q, p, q, n=20_000, key=5)
+    freq = np.bincount(_sd_from_q(np.log(p), np.log(q), 20_000, as_generator(5)), minlength=4) / 20_000
+    assert check.tv_observed == pytest.approx(0.5 * np.abs(freq - q).sum(), rel=1e-12) and check.tv_observed > 0.05
+
+
+def test_the_tolerance_is_the_largest_worst_tv_still_called_lossless():
+    """At a tolerance of exactly the worst TV found the verifier is lossless; a float below it, biased."""
+    tv = certify(SD(K=2), random_pairs=2, markov_pairs=1, search=False).tv
+    assert 0 < tv < 1e-14
+    assert certify(SD(K=2), random_pairs=2, markov_pairs=1, search=False, tolerance=tv).lossless
+    assert not certify(SD(K=2), random_pairs=2, markov_pairs=1, search=False, tolerance=np.nextafter(tv, 0)).lossless
+    assert certify(Autoregressive(), random_pairs=0, markov_pairs=0, search=False, tolerance=0.0).tolerance == 0.0
+
+
+def test_the_stream_tested_is_one_round_and_a_token_long_by_default():
+    cert = certify(SD(K=2), remaining=3, random_pairs=1, markov_pairs=0, search=False)
+    assert (cert.L, cert.M, cert.n) == (2, 1, 3)
+    assert stream_law(SD(), np.full(3, 1 / 3), np.full(3, 1 / 3), 2).shape == (3, 3, 3)  # n = L + 1 tokens
+
+
+def test_the_battery_splits_the_vocabulary_in_halves():
+    """Disjoint supports: the draft on the first half of the tokens, the target on the rest (V = 7: 3 and 4)."""
+    pairs = {case: (p, q) for case, p, q in nasty_pairs(7)}
+    p, q = pairs["disjoint supports"]
+    np.testing.assert_array_equal(p, np.r_[np.full(3, 1 / 3), np.zeros(4)])
+    np.testing.assert_array_equal(q, np.r_[np.zeros(3), np.full(4, 1 / 4)])
+    p, q = pairs["reversed ramps"]
+    np.testing.assert_array_equal(q, p[::-1])
+    assert p[0] < p[-1]
+
+
+def _a_negative_outcome(p, q, x, *, bonus):  # the first outcome −0.1, the next +0.1: sums still 1
+    law = _sd_law(p, q, x, bonus=bonus)
+    return law.outcome + 0.1 * (np.arange(law.outcome.shape[-1]) == 1) - 0.1 * (
+        np.arange(law.outcome.shape[-1]) == 0
+    ), law.correction
+
+
+def _one_block_off(p, q, x, *, bonus):  # the first block's outcomes sum to 2, the others to 1
+    law = _sd_law(p, q, x, bonus=bonus)
+    return law.outcome * (1 + (np.arange(len(law.outcome)) == 0))[:, None, None], law.correction
+
+
+def _no_bonus_law(p, q, x, *, bonus):  # a whole block accepted, and nothing to output after it
+    law = _sd_law(p, q, x, bonus=bonus)
+    return law.outcome, law.correction * (np.arange(law.correction.shape[-2]) < x.shape[-1])[:, None]
+
+
+@pytest.mark.parametrize(
+    "verifier, match",
+    [
+        (_a_negative_outcome, "^_a_negative_outcome gave negative, infinite or NaN probabilities"),
+        (_one_block_off, "^_one_block_off gave outcome probabilities that do not sum to 1"),
+        (_no_bonus_law, "^_no_bonus_law gave an outcome without a token to output"),
+    ],
+    ids=["negative", "one block", "no bonus"],
+)
+def test_each_check_of_a_verifiers_law_on_its_own_naming_the_function(verifier, match):
+    p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    with pytest.raises(ValueError, match=match):
+        round_outputs(verifier, p, q, 2)
+
+
+@pytest.mark.parametrize(
+    "scale", [lambda end: 0.5, lambda end: (1 + (np.arange(len(end)) == 0))[:, None]], ids=["all", "one tree"]
+)
+def test_a_tree_round_with_ends_that_are_not_a_law_is_refused(scale):
+    """Every drafted tree's ends off, or only the first tree's."""
+
+    class Broken(RRS):
+        def round_law(self, p, q, x, *, bonus):
+            law = super().round_law(p, q, x, bonus=bonus)
+            return law._replace(end=law.end * scale(law.end))
+
+    with pytest.raises(ValueError, match="Broken.round_law gave end probabilities that are not a law"):
+        round_outputs(Broken((2,)), np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5]), 1)
+
+
+def test_a_tree_drafts_from_the_law_it_is_given():
+    """A tree of one child is SD's block of one: drafted from p by default (``tree_round_outputs`` called alone),
+    from a warped draft when certified with a warp, as the chain's outputs are."""
+    from speculab.certify import tree_round_outputs
+
+    p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    for tree_outputs, chain_outputs in (
+        (tree_round_outputs(RRS((1,)), p, q, 1), round_outputs(SD(), p, q, 1)),
+        (round_outputs(RRS((1,)), p, q, 1, warp=top_k_warp(2)), round_outputs(SD(), p, q, 1, warp=top_k_warp(2))),
+    ):
+        for a, b in zip(tree_outputs, chain_outputs, strict=True):
+            np.testing.assert_allclose(a, b, atol=1e-15)
+    assert not np.allclose(round_outputs(SD(), p, q, 1, warp=top_k_warp(2))[0], round_outputs(SD(), p, q, 1)[0])
+
+
+def test_the_search_reads_logits_as_laws_along_the_last_axis():
+    """A point of the search is two laws' logits: softmax along the last axis, row by row for matrices (the
+    maximum subtracted for stability is each row's own)."""
+    from speculab.certify import _laws
+
+    theta = np.random.default_rng(0).normal(scale=5.0, size=2 * 3 * 3)
+    p, q = _laws(theta, (3, 3))
+    z = theta.reshape(2, 3, 3)
+    want = np.exp(z) / np.exp(z).sum(axis=-1, keepdims=True)
+    np.testing.assert_allclose(p, want[0], rtol=1e-12)
+    np.testing.assert_allclose(q, want[1], rtol=1e-12)

@@ -139,6 +139,21 @@ def test_assisted_generation_samples_the_targets_law_and_the_control_is_refused(
     assert biased.refused, biased
 
 
+def test_check_decoder_states_its_power_only_against_a_control(pair):
+    """A decoder is tested as a lossless one; the power is stated against the control's first-token law when one
+    is given, and is NaN (nothing to state it against) when not."""
+    from speculab.backends import Sampling
+    from speculab.backends.exact_law import next_law
+
+    run = lambda ids, n, key: [[1, 2, 3]] * n  # noqa: E731
+    ids = pair.tokenizer.encode("Return the")
+    q1 = next_law(pair.target.model, ids, Sampling(), pair.device, pair.vocab_size)
+    alone = check_decoder(run, pair, "Return the", runs=5, key=0)
+    against = check_decoder(run, pair, "Return the", runs=5, key=0, control=np.roll(q1, 1))
+    assert alone.lossless and against.lossless
+    assert np.isnan(alone.power) and 0 < against.power <= 1
+
+
 def test_check_decoder_refuses_bad_input_naming_it(pair):
     from speculab.backends import Sampling
 
