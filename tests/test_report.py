@@ -582,6 +582,23 @@ _VALID_VARIANTS = {
         (("laws", 0, "ok"), False),
     ),
     "no tokens": (("speed", 1), {"what": "x", "tokens": 0, "seconds": 1.5, "tokens_per_second": 0.0, "note": ""}),
+    # where the timings ran, as validate writes it (a file from before they were recorded has none of it)
+    "timings on an idle machine": (
+        ("settings", "threads"),
+        2,
+        (("settings", "cpus"), 16),
+        (("settings", "load_at_start"), 0.0),
+        (("settings", "load_at_end"), 0.25),
+        (("settings", "load_warning"), None),
+    ),
+    "timings without a load": (
+        ("settings", "threads"),
+        1,
+        (("settings", "cpus"), None),
+        (("settings", "load_at_start"), None),
+        (("settings", "load_at_end"), None),
+        (("settings", "load_warning"), "the machine was busy"),
+    ),
 }
 _INVALID = [
     ((), [], "no settings or verdict"),
@@ -641,6 +658,19 @@ _INVALID = [
         for name, value in [("pair", ...), ("device", 0), ("device_name", None), ("dtype", ...), ("torch", 2.1)]
     ),
     *((("settings", "runs"), value, "settings.runs is missing or not a whole number ≥ 1") for value in [0, 1.5, ...]),
+    *(
+        (("settings", name), value, f"settings.{name} is not what validate writes")
+        for name, value in [
+            ("threads", 0),
+            ("threads", None),
+            ("cpus", 0),
+            ("load_at_start", -0.5),
+            ("load_at_start", float("inf")),
+            ("load_at_end", "1"),
+            ("load_at_end", True),
+            ("load_warning", 3),
+        ]
+    ),
     # the values no validation writes, once their types are right
     (("laws", 0, "runs"), 0, "laws[0].runs is not settings.runs"),
     (("laws", 2, "runs"), 999, "laws[2].runs is not settings.runs"),
@@ -876,3 +906,34 @@ def test_every_png_a_figure_wrote_is_embedded(results, tmp_path):
     _write_provenance(folder, data)
     section = build_report(folder).read_text().split('<section id="yin-fig3">')[1].split("</section>")[0]
     assert re.findall(r'<img alt="([^"]+)"', section) == ["yin_fig3.png", "yin_fig3_panel.png"]
+
+
+def _plan_data():
+    """A plan.json's content as ``speculab plan`` writes it (one candidate, one confirmation, no engine rows)."""
+    ranked = {"method": "SD(K=2)", "K": 2, "tokens_per_round": 1.8, "tokens_per_call": 1.8, "bias": 0.0}
+    ranked |= {"tokens_per_second": 900.0, "tokens_per_round_se": 0.05, "tokens_per_second_se": None, "allowed": True}
+    confirmed = {"method": "SD(K=2)", "predicted": 900.0, "measured": 850.0, "error": -0.06}
+    confirmed |= {"predicted_speedup": 1.4, "measured_speedup": 1.3, "predicted_per_call": 1.8}
+    confirmed |= {"measured_per_call": 1.7, "predicted_se": None, "measured_se": 0.1, "per_call_z": -1.0}
+    settings = {"pair": "tiny", "max_new_tokens": 8, "contexts": 4, "bias_budget": 0.0}
+    return {"settings": settings, "verdict": "SD(K=2)", "ranked": [ranked], "confirmed": [confirmed], "engine": []}
+
+
+def test_plan_json_is_checked_field_by_field():
+    """What ``plan_problem`` refuses, one field at a time, beside what it takes (the bounds of what a plan writes)."""
+    from speculab.repro.report import plan_problem
+
+    data = _plan_data()
+    assert plan_problem(data) is None
+    assert plan_problem(data | {"confirmed": [data["confirmed"][0] | {"per_call_z": None}]}) is None
+    assert plan_problem(data | {"ranked": [data["ranked"][0] | {"tokens_per_second": 1e-9}]}) is None
+    for bad, problem in [
+        ([], "no settings"),
+        ({"settings": 1}, "no settings"),
+        (data | {"ranked": []}, "no ranked candidates"),
+        (data | {"ranked": "SD"}, "no ranked candidates"),
+        (data | {"ranked": [data["ranked"][0] | {"tokens_per_second": 0.0}]}, "ranked[0].tokens_per_second"),
+        (data | {"confirmed": [data["confirmed"][0] | {"per_call_z": float("inf")}]}, "confirmed[0].per_call_z"),
+        (data | {"confirmed": [data["confirmed"][0] | {"per_call_z": "1"}]}, "confirmed[0].per_call_z"),
+    ]:
+        assert plan_problem(bad).startswith(problem), (bad, problem)

@@ -152,6 +152,8 @@ def test_check_decoder_states_its_power_only_against_a_control(pair):
     against = check_decoder(run, pair, "Return the", runs=5, key=0, control=np.roll(q1, 1))
     assert alone.lossless and against.lossless
     assert np.isnan(alone.power) and 0 < against.power <= 1
+    short = check_decoder(lambda ids, n, key: [[1, pair.eos_token_id]] * n, pair, "Return the", runs=5, key=0)
+    assert short.runs == 5  # runs shorter than the law's tokens are taken when they end at EOS
 
 
 def test_check_decoder_refuses_bad_input_naming_it(pair):
