@@ -937,3 +937,20 @@ def test_plan_json_is_checked_field_by_field():
         (data | {"confirmed": [data["confirmed"][0] | {"per_call_z": "1"}]}, "confirmed[0].per_call_z"),
     ]:
         assert plan_problem(bad).startswith(problem), (bad, problem)
+
+
+def test_the_plan_section_ranks_the_ten_best_allowed_and_gives_each_confirmation_its_error(tmp_path):
+    """Ranks from 1, the ten best allowed candidates only (one not allowed is left out); a confirmation's measured
+    rate with its standard error where it has one."""
+    from speculab.repro.report import _plan_section
+
+    data = _plan_data()
+    row = data["ranked"][0]
+    data["ranked"] = [row | {"method": f"SD(K={k})", "K": k} for k in range(1, 13)]
+    data["ranked"][0]["allowed"] = False
+    data["confirmed"].append(data["confirmed"][0] | {"method": "SD(K=3)", "measured_se": None})
+    page = _plan_section(tmp_path, data)
+    ranks = re.findall(r"<tr><td>(\d+)</td><td>(SD\(K=\d+\))</td>", page)
+    assert ranks == [(str(i), f"SD(K={i + 1})") for i in range(1, 11)]
+    assert "<td>SD(K=2)</td><td>900.0</td><td>850.0 ± 0.1</td>" in page
+    assert "<td>SD(K=3)</td><td>900.0</td><td>850.0</td>" in page
