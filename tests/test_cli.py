@@ -1085,6 +1085,26 @@ def test_the_jax_engines_compile_note_is_printed_for_the_jax_engine_only(capsys)
     """The note on stderr belongs to ``--engine jax`` without ``--json``: the numpy engine prints none."""
     assert main(["sim", "--T", "4", "--V", "3", "--n-runs", "50"]) == 0
     assert "compiles" not in capsys.readouterr().err
+    assert main(["sim", "--T", "4", "--V", "3", "--n-runs", "50", "--engine", "jax", "--json"]) == 0
+    assert "compiles" not in capsys.readouterr().err  # --json: the output is the JSON alone
+
+
+@pytest.mark.parametrize("checkpoint", [False, True], ids=["alone", "with a checkpoint"])
+def test_an_interrupted_simulation_says_where_its_chunks_are_only_when_they_are_kept(checkpoint, tmp_path, capsys):
+    """Ctrl-C during ``sim``: exit 130 and one line, which names the checkpoint (and ``--resume``) only when one
+    is written."""
+    import speculab.sim
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    path = tmp_path / "sim.jsonl"
+    argv = ["sim", "--T", "4", "--V", "3", "--n-runs", "50"] + (["--checkpoint", str(path)] if checkpoint else [])
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(speculab.sim, "simulate", interrupted)
+        assert main(argv) == 130
+    kept = f" (its finished chunks are kept in {path}: add --resume to continue)" if checkpoint else ""
+    assert capsys.readouterr().err == f"speculab: interrupted{kept}\n"
 
 
 def test_the_batch_sizes_bounds_are_inclusive():
@@ -1444,3 +1464,44 @@ def test_run_and_compare_show_progress_in_text_mode_only(monkeypatch, capsys):
         ("decoding", None, False),
         ("decoding (all runs)", None, False),
     ]
+
+
+def test_a_head_is_checked_against_the_drafts_width():
+    """``--head FILE`` must read as many features as the draft's hidden states have: one that does is taken, one
+    trained on another width is refused naming the flag and file."""
+    from types import SimpleNamespace
+
+    from speculab import cli
+    from speculab.backends import load_pair
+    from speculab.backends.heads import constant_head
+    from speculab.methods import SpecDecPP
+
+    pair = load_pair("tiny")
+    width = pair.draft.model.config.hidden_size
+    args = SimpleNamespace(head="head.safetensors")
+    cli._check_head_fits(args, SpecDecPP(0.5, head=constant_head(width, 0.9)), pair)
+    with pytest.raises(ValueError, match=rf"--head head.safetensors: the head reads {width + 1} features but"):
+        cli._check_head_fits(args, SpecDecPP(0.5, head=constant_head(width + 1, 0.9)), pair)
+
+
+@pytest.mark.parametrize("passed", [True, False], ids=["passed", "failed"])
+def test_validates_exit_status_and_file_are_its_reports(passed, tmp_path, capsys, monkeypatch):
+    """``speculab validate --out DIR``: exit 0 when the validation passed and 1 when it failed, the report's JSON in
+    ``DIR/validation.json`` and named on the last line (the validation itself stubbed: its tests are its own)."""
+    import speculab.validate
+
+    class Report:
+        def to_dict(self):
+            return {"passed": passed}
+
+        def to_json(self):
+            return json.dumps({"passed": passed})
+
+        def __str__(self):
+            return "passed" if passed else "FAILED"
+
+    Report.passed = passed
+    monkeypatch.setattr(speculab.validate, "validate", lambda *args, **kwargs: Report())
+    assert main(["validate", "--pair", "tiny", "--runs", "10", "--out", str(tmp_path)]) == (0 if passed else 1)
+    assert json.loads((tmp_path / "validation.json").read_text()) == {"passed": passed}
+    assert capsys.readouterr().out.rstrip().endswith(f"wrote {tmp_path / 'validation.json'}")
