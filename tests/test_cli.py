@@ -1505,3 +1505,39 @@ def test_validates_exit_status_and_file_are_its_reports(passed, tmp_path, capsys
     assert main(["validate", "--pair", "tiny", "--runs", "10", "--out", str(tmp_path)]) == (0 if passed else 1)
     assert json.loads((tmp_path / "validation.json").read_text()) == {"passed": passed}
     assert capsys.readouterr().out.rstrip().endswith(f"wrote {tmp_path / 'validation.json'}")
+
+
+@pytest.mark.parametrize(
+    "exc, code, told",
+    [
+        (ValueError("max_new_tokens must be at most 3"), 2, "argument --max-new-tokens: must be at most 3"),
+        (RuntimeError("max_new_tokens must be at most 3"), 1, "unexpected RuntimeError: max_new_tokens must be"),
+    ],
+    ids=["a refusal", "a failure"],
+)
+def test_a_decodes_refusal_is_told_by_its_flag_and_a_failure_is_not(exc, code, told, capsys, monkeypatch):
+    """A command with ``--max-new-tokens``: the library's refusal of ``max_new_tokens`` is bad input, told by the
+    flag (exit 2); another error naming it is a failed run, told as it is (exit 1)."""
+    import speculab.cli as cli
+
+    def fails(args):
+        raise exc
+
+    monkeypatch.setattr(cli, "cmd_run", fails)
+    assert main(["run", "--pair", "tiny"]) == code
+    assert told in capsys.readouterr().err
+
+
+def test_the_engine_commands_models_are_folders_on_disk(capsys):
+    """``speculab engine vllm`` loads no model itself: its --draft and --target are local folders (an engine loads
+    them), and it samples (--temperature > 0), as its help says."""
+    assert main(["engine", "vllm", "--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "draft model: a local Hugging Face model folder" in out and "--temperature TEMPERATURE > 0" in out
+
+
+def test_a_prompt_that_is_not_utf8_is_refused_quoting_it_as_given(capsys):
+    """The refusal names the flag and quotes the prompt untouched, even where it holds the check's own words."""
+    assert main(["run", "--prompt", "the text must be \udcff"]) == 2
+    err = capsys.readouterr().err
+    assert "argument --prompt: must be UTF-8 text; got 'the text must be \\udcff' (character 17 is not)" in err
