@@ -980,3 +980,12 @@ def test_the_search_reads_logits_as_laws_along_the_last_axis():
     want = np.exp(z) / np.exp(z).sum(axis=-1, keepdims=True)
     np.testing.assert_allclose(p, want[0], rtol=1e-12)
     np.testing.assert_allclose(q, want[1], rtol=1e-12)
+
+
+def test_a_certificate_prints_its_pair_to_four_decimals():
+    """The worst pair in the certificate's text: each probability to four decimals, on one line."""
+    import re
+
+    text = str(certify(Biased(0.2, "uno", K=1), random_pairs=1, markov_pairs=0, search=False))
+    decimals = {len(d) for d in re.findall(r"\d\.(\d+)(?:e-?\d+)?", text.split("p = ", 1)[1].split("q = ", 1)[0])}
+    assert decimals and max(decimals) == 4, text

@@ -152,8 +152,9 @@ def test_check_decoder_states_its_power_only_against_a_control(pair):
     against = check_decoder(run, pair, "Return the", runs=5, key=0, control=np.roll(q1, 1))
     assert alone.lossless and against.lossless
     assert np.isnan(alone.power) and 0 < against.power <= 1
-    short = check_decoder(lambda ids, n, key: [[1, pair.eos_token_id]] * n, pair, "Return the", runs=5, key=0)
-    assert short.runs == 5  # runs shorter than the law's tokens are taken when they end at EOS
+    eos = pair.eos_token_id
+    short = check_decoder(lambda ids, n, key: [[eos], [1, eos]] * (n // 2), pair, "Return the", runs=6, key=0)
+    assert short.runs == 6  # runs shorter than the law's tokens are taken when they end at EOS
 
 
 def test_check_decoder_refuses_bad_input_naming_it(pair):
@@ -168,7 +169,7 @@ def test_check_decoder_refuses_bad_input_naming_it(pair):
         check_decoder(lambda ids, n, key: [[1, 2, 3]], pair, "Return the", runs=5, key=0)
     with pytest.raises(ValueError, match="at least 3 tokens, or ending at EOS"):
         check_decoder(lambda ids, n, key: [[1, 2]] * n, pair, "Return the", runs=5, key=0)
-    with pytest.raises(ValueError, match="a token outside 0"):
+    with pytest.raises(ValueError, match=rf"a token outside 0\.\.{pair.vocab_size - 1}: \[1, 2, {pair.vocab_size}\]"):
         check_decoder(lambda ids, n, key: [[1, 2, pair.vocab_size]] * n, pair, "Return the", runs=5, key=0)
     with pytest.raises(ValueError, match="a token outside 0"):
         check_decoder(lambda ids, n, key: [[-1, 2, 3]] * n, pair, "Return the", runs=5, key=0)
