@@ -153,8 +153,8 @@ def test_specdecpp_that_never_stops_early_is_sd_with_lookahead_cap(agrees):
 
 @pytest.mark.parametrize(
     "T, max_K, engine",
-    [  # JAX's compiled pools: the full tier's
-        pytest.param(T, max_K, engine, marks=pytest.mark.slow if engine == "jax" else ())
+    [  # JAX's compiled pools: the full tier's, but for the horizon's (T < max_K: drafting cut by it), 9 s here
+        pytest.param(T, max_K, engine, marks=pytest.mark.slow if engine == "jax" and T >= max_K else ())
         for T, max_K in [(10, 10), (24, 20), (12, 5), (6, 20)]
         for engine in ["numpy", "jax"]
     ],
