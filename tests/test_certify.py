@@ -843,7 +843,11 @@ def test_a_block_the_draft_never_drafts_is_not_asked_about():
     "broken",
     [
         lambda law: law._replace(correction=law.correction * 0),  # ends with nothing to output
-        lambda law: law._replace(correction=law.correction - 2 * (np.arange(law.correction.shape[-1]) == 0)),
+        lambda law: law._replace(  # one weight negative, every end's mass still positive
+            correction=law.correction
+            + (np.arange(law.correction.shape[-1]) == 1)
+            - 0.5 * (np.arange(law.correction.shape[-1]) == 0)
+        ),
     ],
     ids=["no token", "a negative weight"],
 )
@@ -989,3 +993,50 @@ def test_a_certificate_prints_its_pair_to_four_decimals():
     text = str(certify(Biased(0.2, "uno", K=1), random_pairs=1, markov_pairs=0, search=False))
     decimals = {len(d) for d in re.findall(r"\d\.(\d+)(?:e-?\d+)?", text.split("p = ", 1)[1].split("q = ", 1)[0])}
     assert decimals and max(decimals) == 4, text
+
+
+def test_a_method_of_ones_own_without_rows_drafts_one_row():
+    """A verifier with ``round_law`` and ``draft_length`` but no ``rows`` (not a registered method) is certified
+    with one draft row."""
+
+    class MyVerifier:
+        round_law = staticmethod(_sd_law)
+
+        def draft_length(self, remaining):
+            return remaining
+
+    cert = certify(MyVerifier(), remaining=2, random_pairs=1, markov_pairs=0, search=False)
+    assert cert.lossless and (cert.L, cert.M) == (2, 1)
+
+
+def test_sums_off_by_more_than_the_slack_are_refused():
+    """The slack of each law's sum is 1e-9: off by 1.5e-9 is refused (an outcome, a tree's ends, a sampler's law)."""
+    from speculab.certify import check_sampler
+
+    def off(p, q, x, *, bonus):
+        law = _sd_law(p, q, x, bonus=bonus)
+        return law.outcome * (1 + 1.5e-9), law.correction
+
+    class Off(RRS):
+        def round_law(self, p, q, x, *, bonus):
+            law = super().round_law(p, q, x, bonus=bonus)
+            return law._replace(end=law.end * (1 + 1.5e-9))
+
+    p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    with pytest.raises(ValueError, match="do not sum to 1"):
+        round_outputs(off, p, q, 2)
+    with pytest.raises(ValueError, match="gave end probabilities that are not a law"):
+        round_outputs(Off((2,)), p, q, 1)
+    with pytest.raises(ValueError, match="law must be a law"):
+        check_sampler(_sd_sampler, [0.5, 0.5], [0.5, 0.5], n=10, law=[0.5 + 1.5e-9, 0.5])
+
+
+def test_a_sampler_is_refused_when_its_p_value_is_below_alpha_only():
+    """Refused means p < α: at α equal to the p-value itself, not refused."""
+    from speculab.certify import check_sampler
+
+    p, q = np.array([0.5, 0.3, 0.15, 0.05]), np.array([0.1, 0.2, 0.3, 0.4])
+    first = check_sampler(_sd_from_q, p, q, n=2_000, key=1)
+    assert 0 < first.p_value < 1
+    again = check_sampler(_sd_from_q, p, q, n=2_000, key=1, alpha=first.p_value)
+    assert not again.refused
