@@ -566,8 +566,7 @@ def test_a_rounds_operations_do_not_grow_with_the_rows(pair, method, monkeypatch
 def test_a_drafting_head_batched_hears_and_decides_as_one_prompt_at_a_time(pair, monkeypatch):
     """The fast half of the test below: SpecDec++'s head read batched — stored values, cut blocks, drafted EOS
     tokens (a frequent token made the EOS) — gives each prompt its one-prompt rounds and their predictions; the
-    round laws are asked with the stored values shaped like the drafts (NaN where the head was not read), the
-    rows drafting nothing included."""
+    round laws are asked with the stored values shaped like the drafts (NaN where the head was not read)."""
     from collections import Counter
 
     from _heads import random_head

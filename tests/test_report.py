@@ -909,7 +909,8 @@ def test_every_png_a_figure_wrote_is_embedded(results, tmp_path):
 
 
 def _plan_data():
-    """A plan.json's content as ``speculab plan`` writes it (one candidate, one confirmation, no engine rows)."""
+    """A plan.json's content shaped as ``speculab plan`` writes it, every field of the type it writes (one
+    candidate, one confirmation, no engine rows; the values made up: only their types and bounds are checked)."""
     ranked = {"method": "SD(K=2)", "K": 2, "tokens_per_round": 1.8, "tokens_per_call": 1.8, "bias": 0.0}
     ranked |= {"tokens_per_second": 900.0, "tokens_per_round_se": 0.05, "tokens_per_second_se": None, "allowed": True}
     confirmed = {"method": "SD(K=2)", "predicted": 900.0, "measured": 850.0, "error": -0.06}
