@@ -763,29 +763,29 @@ def test_the_battery_of_pairs_holds_vectors_only():
     assert points == {"point masses, the same token": (0, 0), "point masses, other tokens": (0, 1)}
 
 
+#: A full-support pair on three tokens whose laws differ (SD refuses some drafts and accepts others).
+P3, Q3 = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+
+
 def _sd_law(p, q, x, *, bonus):
     return SD().round_law(p, q, x, bonus=bonus)
 
 
-@pytest.mark.parametrize(
-    "verifier",
-    [
-        lambda p, q, x, *, bonus: (
-            _sd_law(p, q, x, bonus=bonus).outcome,
-            _sd_law(p, q, x, bonus=bonus).correction[..., :-1],
-        ),
-        lambda p, q, x, *, bonus: (
-            _sd_law(p, q, x, bonus=bonus).outcome[..., :-1],
-            _sd_law(p, q, x, bonus=bonus).correction,
-        ),
-    ],
-    ids=["corrections", "outcome"],
-)
+def _corrections_short(p, q, x, *, bonus):
+    law = _sd_law(p, q, x, bonus=bonus)
+    return law.outcome, law.correction[..., :-1]
+
+
+def _outcome_short(p, q, x, *, bonus):
+    law = _sd_law(p, q, x, bonus=bonus)
+    return law.outcome[..., :-1], law.correction
+
+
+@pytest.mark.parametrize("verifier", [_corrections_short, _outcome_short], ids=["corrections", "outcome"])
 def test_a_verifier_with_one_shape_wrong_is_refused(verifier):
     """The outcome's shape right and the corrections' wrong, or the other way round: each alone is refused."""
-    p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
     with pytest.raises(ValueError, match="gave an outcome of shape"):
-        round_outputs(verifier, p, q, 2)
+        round_outputs(verifier, P3, Q3, 2)
 
 
 @pytest.mark.parametrize("shape", [(2, 3), (2, 2, 2)])
@@ -859,7 +859,7 @@ def test_a_tree_law_without_a_token_to_output_or_with_a_negative_weight_is_refus
         def round_law(self, p, q, x, *, bonus):
             return broken(super().round_law(p, q, x, bonus=bonus))
 
-    p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    p, q = P3, Q3
     with pytest.raises(ValueError, match="Broken.round_law gave an end without a token to output, or weights"):
         round_outputs(Broken((2,)), p, q, 1)
 
@@ -941,7 +941,7 @@ def _no_bonus_law(p, q, x, *, bonus):  # a whole block accepted, and nothing to 
     ids=["negative", "one block", "no bonus"],
 )
 def test_each_check_of_a_verifiers_law_on_its_own_naming_the_function(verifier, match):
-    p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    p, q = P3, Q3
     with pytest.raises(ValueError, match=match):
         round_outputs(verifier, p, q, 2)
 
@@ -958,7 +958,7 @@ def test_a_tree_round_with_ends_that_are_not_a_law_is_refused(scale):
             return law._replace(end=law.end * scale(law.end))
 
     with pytest.raises(ValueError, match="Broken.round_law gave end probabilities that are not a law"):
-        round_outputs(Broken((2,)), np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5]), 1)
+        round_outputs(Broken((2,)), P3, Q3, 1)
 
 
 def test_a_tree_drafts_from_the_law_it_is_given():
@@ -966,7 +966,7 @@ def test_a_tree_drafts_from_the_law_it_is_given():
     from a warped draft when certified with a warp, as the chain's outputs are."""
     from speculab.certify import tree_round_outputs
 
-    p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    p, q = P3, Q3
     for tree_outputs, chain_outputs in (
         (tree_round_outputs(RRS((1,)), p, q, 1), round_outputs(SD(), p, q, 1)),
         (round_outputs(RRS((1,)), p, q, 1, warp=top_k_warp(2)), round_outputs(SD(), p, q, 1, warp=top_k_warp(2))),
@@ -1025,7 +1025,7 @@ def test_sums_off_by_more_than_the_slack_are_refused():
             law = super().round_law(p, q, x, bonus=bonus)
             return law._replace(end=law.end * (1 + 1.5e-9))
 
-    p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    p, q = P3, Q3
     with pytest.raises(ValueError, match="do not sum to 1"):
         round_outputs(off, p, q, 2)
     with pytest.raises(ValueError, match="gave end probabilities that are not a law"):
