@@ -103,19 +103,21 @@ def refuse(what: str, work: float, base: float, unit: str, name: str, advice: st
     """The refusal of ``work`` units past the budget ``base`` (scaled; the constant ``name``), naming both and how
     to get below it."""
     scale = _SCALE.get()
-    budget = f"{base * scale:,.0f} {unit} ({name}" + (")" if scale == 1 else f", times {scale:g})")
+    budget = f"{_amount(base * scale)} {unit} ({name}" + (")" if scale == 1 else f", times {scale:g})")
     return TooLarge(f"{what} would take {_amount(work)} {unit}, over the budget of {budget}: {advice}, {RAISE}")
 
 
 def _amount(work) -> str:
-    """``work`` with thousands separators; as a power of ten when it is an integer past float's range (read off its
-    logarithm: Python refuses to print an integer of more than 4,300 digits); past :func:`power`'s range, a bound."""
+    """``work`` with thousands separators, every digit shown exact: an integer's up to 30 digits, a float's below
+    2⁵³ (past it a float's last digits are noise: 1e24 prints as 999,999,999,999,999,983,222,784); larger, as a power
+    of ten read off its logarithm (Python prints no integer of more than 4,300 digits); past :func:`power`'s range,
+    a bound."""
     if work == math.inf:
         return f"more than 1e{math.floor(EXACT_BITS * math.log10(2))}"
-    try:
-        return f"{work:,.0f}"
-    except OverflowError:
-        return f"about 1e{math.floor(math.log10(int(work)))}"
+    integer = isinstance(work, numbers.Integral)
+    if work >= (10**30 if integer else 2.0**53):
+        return f"about 1e{math.floor(math.log10(work))}"
+    return f"{int(work):,}" if integer else f"{work:,.0f}"
 
 
 def budgeted(

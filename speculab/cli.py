@@ -123,6 +123,17 @@ def _flagged(err: ValueError, names) -> ValueError:
     return err
 
 
+def _prompt_flagged(err: ValueError, prompts: list[str] | None) -> ValueError:
+    """A decode's refusal of "prompt i …" told by the ``--prompt`` that gave it: "argument --prompt: is empty …", or
+    "argument --prompt (#2 of 3): …" when several were given. Other errors, and the default prompts', as they are."""
+    head, _, rest = str(err).partition(" ")
+    index, _, rest = rest.partition(" ")
+    if head != "prompt" or not index.isdigit() or not prompts or int(index) >= len(prompts):
+        return err
+    which = "" if len(prompts) == 1 else f" (#{int(index) + 1} of {len(prompts)})"
+    return ValueError(f"argument --prompt{which}: {rest}")
+
+
 def _describe(args, inst) -> dict:
     if args.instance:
         return {"file": args.instance, "T": inst.T, "V": inst.V}
@@ -1039,7 +1050,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             raise
         if isinstance(exc, ValueError) and hasattr(args, "max_new_tokens"):  # a decode's refusal, told by its flag
-            exc = _flagged(exc, ("max_new_tokens",))
+            exc = _prompt_flagged(_flagged(exc, ("max_new_tokens",)), getattr(args, "prompt", None))
         print(f"speculab: error: {_one_line(exc)}", file=sys.stderr)
         return 2 if isinstance(exc, (ValueError, FileNotFoundError)) else 1
     finally:

@@ -216,3 +216,15 @@ def progress_parts(err: str, desc: str) -> dict[int, tuple[int, int, int]]:
             k, parts, done, total = (int(g.replace(",", "")) for g in m.groups())
             out[k] = (done, total, parts)
     return out
+
+
+def frequent_token_as_eos(result, monkeypatch) -> int:
+    """Make the token that ``result`` (a decode's) outputs most often every pair's EOS for the test, so that decoding
+    again ends runs at varied rounds; the token."""
+    from collections import Counter
+
+    from speculab.backends.pair import ModelPair
+
+    eos = Counter(t for tokens in result.tokens for t in tokens).most_common(1)[0][0]
+    monkeypatch.setattr(ModelPair, "eos_token_id", property(lambda self: eos))
+    return eos

@@ -14,11 +14,19 @@ pytest.importorskip("transformers")
 
 from scipy.stats import power_divergence  # noqa: E402
 
-from conftest import Z_BOUND, assert_frozen, assert_power, claims_of, full_tier_only, model_device  # noqa: E402
+from conftest import (  # noqa: E402
+    Z_BOUND,
+    assert_frozen,
+    assert_power,
+    claims_of,
+    frequent_token_as_eos,
+    full_tier_only,
+    model_device,
+)
 
 from speculab.backends import NGramModel, Sampling, decode, load_pair, ngram_draft  # noqa: E402
 from speculab.backends.pair import TINY_DIR, default_prompts  # noqa: E402
-from speculab.methods import SD, Autoregressive, BatchSD, Biased, BlockVerification, Fuzzy  # noqa: E402
+from speculab.methods import RRS, SD, Autoregressive, BatchSD, Biased, BlockVerification, Fuzzy  # noqa: E402
 
 PROMPT = "Return the"
 GREEDY = Sampling(temperature=0)
@@ -403,14 +411,10 @@ def test_the_progress_display_reaches_each_decodes_total_exactly(pair, batch_siz
     it stops early (EOS; here a frequent token made the EOS): every step is positive and the display ends at its
     total, decode after decode."""
     import io
-    from collections import Counter
 
     from speculab._progress import progress
-    from speculab.backends.pair import ModelPair
 
-    first = decode(pair, default_prompts()[:3], SD(K=3), max_new_tokens=10, key=0)
-    eos = Counter(t for tokens in first.tokens for t in tokens).most_common(1)[0][0]
-    monkeypatch.setattr(ModelPair, "eos_token_id", property(lambda self: eos))
+    frequent_token_as_eos(decode(pair, default_prompts()[:3], SD(K=3), max_new_tokens=10, key=0), monkeypatch)
     steps, out = [], io.StringIO()
     with progress("decoding", stream=out, every=float("inf")) as bar:
         real = bar.update
@@ -715,20 +719,27 @@ def test_padding_rows_are_cropped(tmp_path, pair):
 def test_nan_logits_are_refused(sampling, batch_size, broken_model, method, track_draft):
     """On both paths and greedy too (an argmax over NaN logits would otherwise be a silent one-hot), and a draft
     run beside autoregressive decoding only to record ``TV(p_n, q_n)`` (the batched path recorded NaN)."""
+    _decode_with_nan_logits(broken_model, method, sampling=sampling, batch_size=batch_size, track_draft=track_draft)
+
+
+def _decode_with_nan_logits(role: str, method, **kwargs) -> None:
+    """Decode two prompts on the tiny pair whose ``role`` model gives NaN logits: refused, naming NaN."""
     broken = load_pair("tiny", device=model_device())
     with torch.no_grad():
-        getattr(broken, broken_model).model.lm_head.weight.fill_(float("nan"))
+        getattr(broken, role).model.lm_head.weight.fill_(float("nan"))
     with pytest.raises(ValueError, match="NaN"):
-        decode(
-            broken,
-            [PROMPT, PROMPT + " again"],
-            method,
-            max_new_tokens=4,
-            sampling=sampling,
-            key=0,
-            batch_size=batch_size,
-            track_draft=track_draft,
-        )
+        decode(broken, [PROMPT, PROMPT + " again"], method, max_new_tokens=4, key=0, **kwargs)
+
+
+@pytest.mark.parametrize("batch_size", [None, 1], ids=["batched", "one-prompt"])
+@pytest.mark.parametrize("method", [SD(K=2), RRS((2, 1))], ids=repr)
+def test_a_round_with_nan_laws_is_refused_before_on_round_is_told(batch_size, method):
+    """Found by review: the batched paths (chains and trees) told ``on_round`` a round whose laws held NaN and
+    raised after; the one-prompt path raises first. Now no path tells it. And the tree attention's probe no longer
+    calls a model with NaN logits one that cannot read a 4-D mask ("upgrade transformers")."""
+    told = []
+    _decode_with_nan_logits("target", method, batch_size=batch_size, on_round=told.append)
+    assert told == []
 
 
 @pytest.mark.parametrize(

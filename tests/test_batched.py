@@ -16,7 +16,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from conftest import binomial_se, model_device  # noqa: E402
+from conftest import binomial_se, frequent_token_as_eos, model_device  # noqa: E402
 from speculab.backends import PromptLookupModel, Sampling, decode, load_pair, ngram_draft  # noqa: E402
 from speculab.backends.pair import default_prompts  # noqa: E402
 from speculab.methods import SD, Autoregressive, BatchSD, Biased, BlockVerification, Fuzzy, RoundLaw  # noqa: E402
@@ -220,8 +220,9 @@ def test_prompts_longer_than_the_context_are_refused(pair):
         decode(pair, [long, "ok"], SD(K=2), max_new_tokens=3, key=0)
     with pytest.raises(ValueError, match=r"at most 1 for prompt 1 .* context of 256\); got 2$"):  # room: no advice
         decode(pair, ["ok", [7] * (pair.max_length - 1)], SD(K=2), max_new_tokens=2, key=0)
-    with pytest.raises(ValueError, match=r"at most 0 for prompt 0 .*: shorten it; got 1$"):  # no room: shorten it
-        decode(pair, [[7] * pair.max_length], SD(K=2), max_new_tokens=1, key=0)
+    for n in (pair.max_length, pair.max_length + 40):  # no room: the prompt is named, not max_new_tokens
+        with pytest.raises(ValueError, match=rf"^prompt 0 is {n} tokens, which leaves no room .* of 256: shorten it$"):
+            decode(pair, [[7] * n], SD(K=2), max_new_tokens=1, key=0)
 
 
 @pytest.mark.parametrize("batch_size", [None, 1], ids=["batched", "one-prompt"])
@@ -567,16 +568,11 @@ def test_a_drafting_head_batched_hears_and_decides_as_one_prompt_at_a_time(pair,
     """The fast half of the test below: SpecDec++'s head read batched — stored values, cut blocks, drafted EOS
     tokens (a frequent token made the EOS) — gives each prompt its one-prompt rounds and their predictions; the
     round laws are asked with the stored values shaped like the drafts (NaN where the head was not read)."""
-    from collections import Counter
-
     from _heads import random_head
-    from speculab.backends.pair import ModelPair
     from speculab.methods import SpecDecPP
 
     method = SpecDecPP(0.35, head=random_head(pair, 3), max_K=4)
-    first = decode(pair, default_prompts()[:3], method, max_new_tokens=8, key=4)
-    eos = Counter(t for tokens in first.tokens for t in tokens).most_common(1)[0][0]
-    monkeypatch.setattr(ModelPair, "eos_token_id", property(lambda self: eos))
+    eos = frequent_token_as_eos(decode(pair, default_prompts()[:3], method, max_new_tokens=8, key=4), monkeypatch)
     asked, round_law = [], SpecDecPP.round_law
 
     def recording(self, p, q, x, *, bonus, predictions=None):

@@ -51,3 +51,9 @@ def test_a_size_past_every_budget_is_compared_and_told_without_building_it():
     assert "would take about 1e400 values" in str(refuse("the toy", 3 * 10**400, **kw))
     assert "would take more than 1e3010 values" in str(refuse("the toy", power(3, 10**6), **kw))
     assert "would take 12,345 values" in str(refuse("the toy", 12_345, **kw))
+    # every digit shown is exact: 10**24 was printed through a float as 999,999,999,999,999,983,222,784 (review)
+    told = {10**24: f"{10**24:,}", 10**30 - 1: f"{10**30 - 1:,}", 10**30: "about 1e30", 1e24: "about 1e24"}
+    told |= {2.0**53 - 1: "9,007,199,254,740,991", 2.0**53: "about 1e15"}
+    for big, amount in told.items():
+        assert f"would take {amount} values" in str(refuse("the toy", big, **kw))
+    assert "over the budget of about 1e20 values" in str(refuse("the toy", 10**30, **{**kw, "base": 1e20}))

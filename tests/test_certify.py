@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from conftest import full_tier_only, method_id
 
+import speculab.certify as certify_module
 from speculab import kernels
 from speculab._validate import TooLarge
 from speculab import work_budget
@@ -682,6 +683,28 @@ def test_top_k_keeps_the_k_likeliest_and_ties_at_the_boundary():
     np.testing.assert_allclose(top_k_warp(2)(law), [0.625, 0.375, 0.0], atol=1e-15)
     np.testing.assert_allclose(top_k_warp(2)(np.array([0.4, 0.3, 0.3])), [0.4, 0.3, 0.3], atol=1e-15)
     np.testing.assert_array_equal(top_k_warp(3)(law), law)
+
+
+def test_a_stream_law_off_1_is_refused_showing_the_sum_farthest_from_1(monkeypatch):
+    """A warp within ``warp``'s own check (sums within 1e-5 of 1) that scales one Markov row up by 5e-6 and another
+    down by 1e-6: the stream laws sum off 1 by more than the 1e-9 allowed, and the refusal shows the sum farthest
+    from 1 (found by review: it showed the smallest, "sums to 1, not 1" when one row was over)."""
+
+    def off_by_rows(law):
+        out = np.array(law, dtype=float)
+        if out.ndim == 2:
+            out[0] *= 1 + 5e-6
+            out[1] *= 1 - 1e-6
+        return out
+
+    laws, stream = [], certify_module.stream_law
+    monkeypatch.setattr(certify_module, "stream_law", lambda *a, **k: laws.append(stream(*a, **k)) or laws[-1])
+    with pytest.raises(ValueError, match="^SD.* under off_by_rows's stream law sums to ") as refused:
+        certify(SD(), random_pairs=0, markov_pairs=1, search=False, warp=off_by_rows)
+    sums = laws[-1].reshape(3, -1).sum(-1)
+    assert np.abs(sums - 1).min() > 1e-9 and np.ptp(np.abs(sums - 1)) > 1e-6  # every start off, unequally
+    shown = float(str(refused.value).split("sums to ")[1].split(",")[0])
+    assert shown == float(f"{sums[np.abs(sums - 1).argmax()]:.12g}")
 
 
 @pytest.mark.parametrize(

@@ -415,6 +415,18 @@ def test_a_reader_that_leaves_early_ends_the_command_quietly():
     assert (proc.returncode, proc.stderr) == (141, "")
 
 
+def test_python_dash_m_speculab_is_the_command():
+    """``python -m speculab`` runs the ``speculab`` command, its exit status and its one-line errors included
+    (found by review: the package had no ``__main__``)."""
+    import subprocess
+    import sys
+
+    ok = subprocess.run([sys.executable, "-m", "speculab", "repro", "--list", "--json"], capture_output=True, text=True)
+    assert ok.returncode == 0 and json.loads(ok.stdout) and ok.stderr == ""
+    bad = subprocess.run([sys.executable, "-m", "speculab", "sim", "--T", "0"], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--T" in bad.stderr
+
+
 def test_files_are_replaced_whole_or_not_at_all(tmp_path):
     """An interruption while a result is written leaves the previous file as it was and no temporary file beside
     it; a value JSON refuses writes nothing."""
@@ -1526,6 +1538,24 @@ def test_a_decodes_refusal_is_told_by_its_flag_and_a_failure_is_not(exc, code, t
     monkeypatch.setattr(cli, "cmd_run", fails)
     assert main(["run", "--pair", "tiny"]) == code
     assert told in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "prompts, told",
+    [
+        ([""], "argument --prompt: is empty; give at least one token"),
+        (["ok", ""], "argument --prompt (#2 of 2): is empty; give at least one token"),
+        (["ok", "word " * 300], "argument --prompt (#2 of 2): is 600 tokens, which leaves no room for a new one in"),
+    ],
+    ids=["empty", "the second empty", "the second past the context"],
+)
+def test_a_decodes_refusal_of_a_prompt_is_told_by_the_prompt_flag(prompts, told, capsys):
+    """Found by review: a prompt longer than the context was told as "argument --max-new-tokens: must be at most
+    -144 … shorten it", and an empty one as "prompt 0": each is now told by the ``--prompt`` that gave it."""
+    argv = ["run", "--pair", "tiny", *(a for p in prompts for a in ("--prompt", p))]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"speculab: error: {told}") and err.count("\n") == 1
 
 
 def test_the_engine_commands_models_are_folders_on_disk(capsys):

@@ -50,6 +50,7 @@ LAYERS = [
     ("speculab.engines", 6),
     ("speculab.planning", 6),
     ("speculab.cli", 6),
+    ("speculab.__main__", 6),
 ]
 
 #: Edges the layers alone allow but the design does not, with the reason: an importer (a module or a package) may

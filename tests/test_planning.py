@@ -247,23 +247,31 @@ def test_plan_ranks_predicts_and_confirms_on_the_tiny_pair(tmp_path, capsys, mon
     # edits signed again are still checked for sense, each naming its field
     for edit, message in (
         ({"engine": [row | {"measured_per_call": 0.5}]}, r"engine\[0\].measured_per_call: fewer than one token"),
-        ({"ranked": [plan["ranked"][0] | {"tokens_per_second": -1.0}]}, r"ranked\[0\].tokens_per_second is missing"),
+        (
+            {"ranked": [plan["ranked"][0] | {"tokens_per_second": -1.0}]},
+            r"ranked\[0\].tokens_per_second is -1.0, a value no run writes",
+        ),
         (
             {"ranked": [plan["ranked"][0] | {"bias": "0"}]},
-            r"ranked\[0\].bias is missing or of the wrong type \('0'\)",
+            r"ranked\[0\].bias is '0', a value no run writes",
         ),
         (
             {"confirmed": [{k: v for k, v in plan["confirmed"][0].items() if k != "measured"}]},
-            r"confirmed\[0\].measured",
+            r"confirmed\[0\].measured is missing",
         ),
         ({"settings": {k: v for k, v in plan["settings"].items() if k != "pair"}}, "settings.pair is missing"),
         ({"verdict": None}, "no verdict"),
+        ({"verdict": "the predicted best, SD(K=1), was the measured best"}, r"verdict .* is not its confirmations'"),
+        ({"confirmed": [plan["confirmed"][0] | {"error": 0.5}]}, r"confirmed\[0\].error is 0.5, not predicted / "),
         ({"confirmed": None}, "'confirmed' is not a list"),
         (
             {"engine": [{k: v for k, v in row.items() if k != "tokens_per_second"}]},
             r"engine\[0\].measured_per_call_se or",
         ),
-        ({"confirmed": [plan["confirmed"][0] | {"measured_se": -5.0}]}, r"confirmed\[0\].measured_se is missing"),
+        (
+            {"confirmed": [plan["confirmed"][0] | {"measured_se": -5.0}]},
+            r"confirmed\[0\].measured_se is -5.0, a value no run writes",
+        ),
         ({"ranked": [plan["ranked"][0] | {"tokens_per_second_se": "abc"}]}, r"ranked\[0\].tokens_per_second_se"),
     ):
         (tmp_path / "new" / "plan.json").write_text(_signed(plan | edit))

@@ -600,6 +600,13 @@ _VALID_VARIANTS = {
         (("settings", "load_warning"), "the machine was busy"),
     ),
 }
+
+
+def _told(value) -> str:
+    """How a refusal tells a field's value: ``...`` (the field removed) is missing, another as the file holds it."""
+    return "missing" if value is ... else f"{json.loads(json.dumps(value))!r}, a value no run writes"
+
+
 _INVALID = [
     ((), [], "no settings or verdict"),
     (("settings",), [], "no settings or verdict"),
@@ -608,7 +615,7 @@ _INVALID = [
     (("speed",), ..., "'speed' is not a list"),
     (("compare", 1), [], "compare[1] is not an object"),
     *(
-        (("laws", 1, field), value, f"laws[1].{field} is missing")
+        (("laws", 1, field), value, f"laws[1].{field} is {_told(value)}")
         for field, value in [
             ("method", 3),
             ("runs", True),
@@ -629,7 +636,7 @@ _INVALID = [
         ]
     ),
     *(
-        (("compare", 1, field), value, f"compare[1].{field} is missing")
+        (("compare", 1, field), value, f"compare[1].{field} is {_told(value)}")
         for field, value in [
             ("method", None),
             ("quantity", 1),
@@ -643,7 +650,7 @@ _INVALID = [
         ]
     ),
     *(
-        (("speed", 1, field), value, f"speed[1].{field} is missing")
+        (("speed", 1, field), value, f"speed[1].{field} is {_told(value)}")
         for field, value in [
             ("what", 1),
             ("tokens", 1.5),
@@ -909,15 +916,24 @@ def test_every_png_a_figure_wrote_is_embedded(results, tmp_path):
 
 
 def _plan_data():
-    """A plan.json's content shaped as ``speculab plan`` writes it, every field of the type it writes (one
-    candidate, one confirmation, no engine rows; the values made up: only their types and bounds are checked)."""
+    """A plan.json's content shaped as ``speculab plan`` writes it, every field of the type it writes (two
+    candidates, one confirmation, no engine rows; the values made up, but making sense together: the error is
+    predicted / measured − 1, and one confirmation has nothing to compare)."""
     ranked = {"method": "SD(K=2)", "K": 2, "tokens_per_round": 1.8, "tokens_per_call": 1.8, "bias": 0.0}
     ranked |= {"tokens_per_second": 900.0, "tokens_per_round_se": 0.05, "tokens_per_second_se": None, "allowed": True}
-    confirmed = {"method": "SD(K=2)", "predicted": 900.0, "measured": 850.0, "error": -0.06}
+    slower = ranked | {"method": "SD(K=1)", "K": 1, "tokens_per_second": 700.0}
+    confirmed = {"method": "SD(K=2)", "predicted": 900.0, "measured": 800.0, "error": 0.125}
     confirmed |= {"predicted_speedup": 1.4, "measured_speedup": 1.3, "predicted_per_call": 1.8}
     confirmed |= {"measured_per_call": 1.7, "predicted_se": None, "measured_se": 0.1, "per_call_z": -1.0}
     settings = {"pair": "tiny", "max_new_tokens": 8, "contexts": 4, "bias_budget": 0.0}
-    return {"settings": settings, "verdict": "SD(K=2)", "ranked": [ranked], "confirmed": [confirmed], "engine": []}
+    verdict = "nothing to compare"
+    return {
+        "settings": settings,
+        "verdict": verdict,
+        "ranked": [ranked, slower],
+        "confirmed": [confirmed],
+        "engine": [],
+    }
 
 
 def test_plan_json_is_checked_field_by_field():
@@ -928,8 +944,26 @@ def test_plan_json_is_checked_field_by_field():
     assert plan_problem(data) is None
     assert plan_problem(data | {"confirmed": [data["confirmed"][0] | {"per_call_z": None}]}) is None
     assert plan_problem(data | {"ranked": [data["ranked"][0] | {"tokens_per_second": 1e-9}]}) is None
+    two = [data["confirmed"][0], data["confirmed"][0] | {"method": "SD(K=1)", "predicted": 700.0, "error": -0.125}]
+    compared = data | {"confirmed": two, "verdict": "the predicted best, SD(K=2), was the measured best"}
+    assert plan_problem(compared) is None
+    lossy = data["ranked"][1] | {"bias": 0.01, "allowed": False}
+    assert plan_problem(data | {"ranked": [data["ranked"][0], lossy]}) is None
     for bad, problem in [
         ([], "no settings"),
+        (data | {"ranked": data["ranked"][::-1]}, "ranked[1] is faster than ranked[0]: candidates are ranked fastest"),
+        (data | {"ranked": [data["ranked"][0], lossy | {"allowed": True}]}, "ranked[1].allowed is True for a bias"),
+        (data | {"ranked": [data["ranked"][0] | {"allowed": False}]}, "ranked[0].allowed is False for a bias of 0"),
+        (data | {"confirmed": [data["confirmed"][0] | {"method": "SD(K=9)"}]}, "confirmed[0].method 'SD(K=9)' is not"),
+        (
+            data | {"confirmed": [data["confirmed"][0] | {"error": -0.111}]},
+            "confirmed[0].error is -0.111, not predicted",
+        ),
+        (data | {"verdict": "SD(K=2)"}, "verdict 'SD(K=2)' is not its confirmations' ('nothing to compare')"),
+        (compared | {"verdict": "nothing to compare"}, "verdict 'nothing to compare' is not its confirmations'"),
+        (compared | {"confirmed": two[::-1]}, "verdict 'the predicted best, SD(K=2), was the measured best' is not"),
+        (data | {"ranked": [data["ranked"][0] | {"bias": 1.5}]}, "ranked[0].bias is 1.5, a value no run writes"),
+        (data | {"ranked": [{k: v for k, v in data["ranked"][0].items() if k != "K"}]}, "ranked[0].K is missing"),
         ({"settings": 1}, "no settings"),
         (data | {"ranked": []}, "no ranked candidates"),
         (data | {"ranked": "SD"}, "no ranked candidates"),
@@ -953,5 +987,5 @@ def test_the_plan_section_ranks_the_ten_best_allowed_and_gives_each_confirmation
     page = _plan_section(tmp_path, data)
     ranks = re.findall(r"<tr><td>(\d+)</td><td>(SD\(K=\d+\))</td>", page)
     assert ranks == [(str(i), f"SD(K={i + 1})") for i in range(1, 11)]
-    assert "<td>SD(K=2)</td><td>900.0</td><td>850.0 ± 0.1</td>" in page
-    assert "<td>SD(K=3)</td><td>900.0</td><td>850.0</td>" in page
+    assert "<td>SD(K=2)</td><td>900.0</td><td>800.0 ± 0.1</td>" in page
+    assert "<td>SD(K=3)</td><td>900.0</td><td>800.0</td>" in page

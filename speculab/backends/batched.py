@@ -331,12 +331,18 @@ class RoundLoop:
     every row finished, and each round's end — its one reading of the device (each row's tokens to go, whether it
     finished, whether any law held NaN, the caches' longest rows), the progress bar, the caches' compaction and the
     finished rows' retirement. A subclass sets ``records``, ``run_ids``, ``remaining`` (host), ``round_index``,
-    ``target``, ``draft`` (or ``None``), ``dev`` and gives ``round`` and ``_retire``."""
+    ``target``, ``draft`` (or ``None``), ``dev``, ``on_round`` and gives ``round`` and ``_retire``."""
 
     def run(self) -> list:
         while self.run_ids.numel():
             self.round()
         return self.records.collect()
+
+    def refuse_nan_before_telling(self, nan: torch.Tensor) -> None:
+        """With an ``on_round`` (which reads the host anyway) a round whose laws hold NaN is refused before it is
+        told, as the one-prompt path does; without one, at the round's one reading (:meth:`finish_round`)."""
+        if self.on_round is not None and bool(nan):
+            raise ValueError(NAN_LOGITS)
 
     def finish_round(self, remaining_dev: torch.Tensor, finished: torch.Tensor, nan: torch.Tensor) -> None:
         """End a round: ``remaining_dev`` ``(B,)`` tokens to go, ``finished`` ``(B,)`` rows done, ``nan`` 0-d flag."""
@@ -427,6 +433,7 @@ class _Batch(RoundLoop):
         )
         self.records.add(self.run_ids, out.chunk)
         if self.on_round is not None:
+            self.refuse_nan_before_telling(nan)
             self._tell(P4, Q4, X3, length, bonus, decision, predictions)
         row, tau, token = decision
         self._roll_back(out, row, tau, token, L, M)

@@ -295,13 +295,18 @@ def _encode(pair: ModelPair, prompts, max_new_tokens: int, *, what: str = "promp
     ]
     for i, ids in enumerate(encoded):
         if not ids:
-            raise ValueError(f"prompt {i} is empty; give at least one token")
+            raise ValueError(f"{what} {i} is empty; give at least one token")
     i = max(range(len(encoded)), key=lambda j: len(encoded[j]), default=None)  # the longest: the tightest room
     if i is not None and pair.max_length and len(encoded[i]) + max_new_tokens > pair.max_length:
-        room = pair.max_length - len(encoded[i])
+        room, n = pair.max_length - len(encoded[i]), len(encoded[i])
+        if room <= 0:  # no max_new_tokens would do: the prompt is what must change
+            raise ValueError(
+                f"{what} {i} is {n} tokens, which leaves no room for a new one in the models' context of "
+                f"{pair.max_length}: shorten it"
+            )
         raise ValueError(
-            f"max_new_tokens must be at most {room} for {what} {i} ({len(encoded[i])} tokens, the longest, in the "
-            f"models' context of {pair.max_length})" + ("" if room > 0 else ": shorten it") + f"; got {max_new_tokens}"
+            f"max_new_tokens must be at most {room} for {what} {i} ({n} tokens, the longest, in the models' context "
+            f"of {pair.max_length}); got {max_new_tokens}"
         )
     return encoded
 

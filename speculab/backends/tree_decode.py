@@ -31,6 +31,7 @@ position ids (``sdpa`` or ``eager`` attention, no sliding window).
 from __future__ import annotations
 
 import math
+import weakref
 
 import numpy as np
 import torch
@@ -74,13 +75,14 @@ def check_tree_pair(method, pair) -> None:
             )
 
 
-_PROBED: dict[int, bool] = {}
+_PROBED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # by the model itself: an id is reused once freed
 
 
 def _takes_tree_masks(adapter) -> bool:
     """Whether the model reads a 4-D additive mask as given (older transformers flatten it): two tokens at position
-    0 that may not see each other must each get the logits of a lone token (checked once per model)."""
-    key = id(adapter.model)
+    0 that may not see each other must each get the logits of a lone token (checked once per model). NaN logits
+    count as equal here: a broken model is refused by the round's NaN check, not called an old transformers."""
+    key = adapter.model
     if key not in _PROBED:
         model, dev = adapter.model, adapter.device
         ids = torch.tensor([[1, 2]], device=dev)
@@ -91,7 +93,7 @@ def _takes_tree_masks(adapter) -> bool:
             with torch.inference_mode():
                 both = model(input_ids=ids, attention_mask=mask, position_ids=torch.zeros_like(ids)).logits[0, 1]
                 alone = model(input_ids=ids[:, 1:], position_ids=torch.zeros_like(ids[:, 1:])).logits[0, 0]
-            _PROBED[key] = bool(torch.allclose(both.float(), alone.float(), atol=1e-3, rtol=1e-3))
+            _PROBED[key] = bool(torch.allclose(both.float(), alone.float(), atol=1e-3, rtol=1e-3, equal_nan=True))
         except (RuntimeError, ValueError, TypeError):
             _PROBED[key] = False
     return _PROBED[key]
@@ -166,6 +168,7 @@ class _TreeBatch(RoundLoop):
         x, P = self._draft(big, U)
         Q = self._verify(big, x)
         nan = nan_flag(P, Q)
+        self.refuse_nan_before_telling(nan)
         end, token, mean, var, drafted, ends = self._decide(big, P, Q, x, U)
         chunk, produced, eos_hit, path_region = self._output(big, P, Q, x, end, token, mean, var, drafted, ends)
         self.records.add(self.run_ids, chunk)

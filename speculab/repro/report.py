@@ -402,8 +402,8 @@ PLAN = "plan.json"
 
 def _plan(folder: Path) -> dict | None:
     """``plan.json`` of the folder (``speculab plan --out``), checked field by field to be what the command writes
-    (:func:`plan_problem`) and signed by it (its digest): a value of another type, or one no run gives, is refused
-    naming the field."""
+    (:func:`plan_problem`) and signed by it (its digest): a value of another type, one no run gives, or values that
+    make no sense together (a digest recomputed after an edit is no proof of sense) are refused naming the field."""
     path = folder / PLAN
     if not path.exists():
         return None
@@ -493,7 +493,8 @@ _PLAN_ROWS = {
 
 def plan_problem(data) -> str | None:
     """What makes ``data`` other than what ``speculab plan`` writes (a field missing or of another type, a rate no
-    run gives, fewer than one token per call, a bias that is not a TV), naming the field; or ``None``."""
+    run gives, fewer than one token per call, a bias that is not a TV, fields that disagree: :func:`_plan_sense`),
+    naming the field; or ``None``."""
     if not isinstance(data, dict) or not isinstance(data.get("settings"), dict):
         return "no settings"
     for name, ok in _PLAN_SETTINGS.items():
@@ -507,6 +508,38 @@ def plan_problem(data) -> str | None:
         problem = _rows_problem(key, data.get(key), fields, _engine_sense if key == "engine" else lambda row: None)
         if problem:
             return problem
+    return _plan_sense(data)
+
+
+def _plan_sense(data: dict) -> str | None:
+    """What in a plan whose fields each pass their checks no plan writes together (a digest recomputed after an
+    edit proves nothing about sense): candidates out of order or allowed against the bias budget, a confirmation
+    of a candidate not ranked or whose error is not ``predicted / measured − 1``, a verdict other than the one its
+    confirmations give."""
+    from types import SimpleNamespace
+
+    from speculab.planning.plan import Plan
+
+    ranked, budget = data["ranked"], data["settings"]["bias_budget"]
+    for i in range(1, len(ranked)):
+        if ranked[i]["tokens_per_second"] > ranked[i - 1]["tokens_per_second"]:
+            return f"ranked[{i}] is faster than ranked[{i - 1}]: candidates are ranked fastest first"
+    for i, row in enumerate(ranked):
+        if row["allowed"] != (row["bias"] <= budget):
+            return f"ranked[{i}].allowed is {row['allowed']} for a bias of {row['bias']:g} and a budget of {budget:g}"
+    names = {row["method"] for row in ranked}
+    for i, row in enumerate(data["confirmed"]):
+        if row["method"] not in names:
+            return f"confirmed[{i}].method {row['method']!r} is not a ranked candidate"
+        if not math.isclose(row["error"], row["predicted"] / row["measured"] - 1, rel_tol=1e-9, abs_tol=1e-12):
+            return f"confirmed[{i}].error is {row['error']!r}, not predicted / measured - 1"
+    rows = [
+        SimpleNamespace(**{**r, "measured_se": math.nan if r["measured_se"] is None else r["measured_se"]})
+        for r in data["confirmed"]
+    ]
+    told = Plan(data["settings"], None, confirmed=rows).verdict()
+    if data["verdict"] != told:
+        return f"verdict {data['verdict']!r} is not its confirmations' ({told!r})"
     return None
 
 
@@ -524,7 +557,8 @@ def _engine_sense(row: dict) -> str | None:
 
 def _rows_problem(key: str, rows, fields: dict, sense) -> str | None:
     """What is wrong with the first of ``rows`` (a file's ``key`` list) that has a field of ``fields`` missing or
-    failing its check, or fails ``sense(row)`` (a value no run gives), naming the row and the field; or ``None``."""
+    failing its check (its type or its bounds), or fails ``sense(row)`` (a value no run gives), naming the row and
+    the field; or ``None``."""
     if not isinstance(rows, list):
         return f"{key!r} is not a list"
     for i, row in enumerate(rows):
@@ -532,8 +566,8 @@ def _rows_problem(key: str, rows, fields: dict, sense) -> str | None:
             return f"{key}[{i}] is not an object"
         for name, ok in fields.items():
             if name not in row or not ok(row[name]):
-                return f"{key}[{i}].{name} is missing or of the wrong type" + (
-                    f" ({row[name]!r})" if name in row else ""
+                return f"{key}[{i}].{name} " + (
+                    f"is {row[name]!r}, a value no run writes" if name in row else "is missing"
                 )
         problem = sense(row)
         if problem:
