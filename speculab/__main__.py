@@ -5,4 +5,5 @@ import sys
 
 from speculab.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # run as ``python -m speculab``, not imported
+    sys.exit(main())

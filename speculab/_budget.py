@@ -108,16 +108,21 @@ def refuse(what: str, work: float, base: float, unit: str, name: str, advice: st
 
 
 def _amount(work) -> str:
-    """``work`` with thousands separators, every digit shown exact: an integer's up to 30 digits, a float's below
-    2⁵³ (past it a float's last digits are noise: 1e24 prints as 999,999,999,999,999,983,222,784); larger, as a power
-    of ten read off its logarithm (Python prints no integer of more than 4,300 digits); past :func:`power`'s range,
-    a bound."""
+    """``work`` as a refusal tells it: below 2⁵³ to the unit with thousands separators (digits a float holds
+    exactly), below 1 to three significant digits; larger, to three significant digits times a power of ten read
+    off its logarithm (Python prints no integer of more than 4,300 digits, nor makes a float of one past 1e308);
+    past :func:`power`'s range, a bound."""
     if work == math.inf:
         return f"more than 1e{math.floor(EXACT_BITS * math.log10(2))}"
-    integer = isinstance(work, numbers.Integral)
-    if work >= (10**30 if integer else 2.0**53):
-        return f"about 1e{math.floor(math.log10(work))}"
-    return f"{int(work):,}" if integer else f"{work:,.0f}"
+    if 0 < work < 1:
+        return f"{work:.3g}"
+    if work < 2**53:
+        return f"{work:,.0f}"
+    exponent = math.floor(math.log10(work))
+    mantissa = round(work / 10**exponent, 2)  # in [1, 10]: 9.996… rounds up to 10
+    if mantissa >= 10:
+        mantissa, exponent = mantissa / 10, exponent + 1
+    return f"about {mantissa:g}e{exponent}"
 
 
 def budgeted(

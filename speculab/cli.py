@@ -124,14 +124,17 @@ def _flagged(err: ValueError, names) -> ValueError:
 
 
 def _prompt_flagged(err: ValueError, prompts: list[str] | None) -> ValueError:
-    """A decode's refusal of "prompt i …" told by the ``--prompt`` that gave it: "argument --prompt: is empty …", or
-    "argument --prompt (#2 of 3): …" when several were given. Other errors, and the default prompts', as they are."""
-    head, _, rest = str(err).partition(" ")
-    index, _, rest = rest.partition(" ")
-    if head != "prompt" or not index.isdigit() or not prompts or int(index) >= len(prompts):
+    """A decode's refusal of one prompt (:class:`~speculab.backends.decode.PromptRefused`) told by the ``--prompt``
+    that gave it: "argument --prompt: is empty …", "argument --prompt (#2 of 3): …", "… for --prompt #2 of 3 (…)".
+    Other errors, and refusals of the default prompts (no ``--prompt``), as they are."""
+    from speculab.backends.decode import PromptRefused
+
+    if not isinstance(err, PromptRefused) or not prompts:
         return err
-    which = "" if len(prompts) == 1 else f" (#{int(index) + 1} of {len(prompts)})"
-    return ValueError(f"argument --prompt{which}: {rest}")
+    which = [] if len(prompts) == 1 else [f"#{err.index + 1} of {len(prompts)}"]
+    if err.text.startswith("{prompt} "):
+        return ValueError(f"argument --prompt{''.join(f' ({w})' for w in which)}: {err.text[len('{prompt} ') :]}")
+    return ValueError(err.naming(" ".join(["--prompt", *which])))
 
 
 def _describe(args, inst) -> dict:
@@ -1050,7 +1053,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             raise
         if isinstance(exc, ValueError) and hasattr(args, "max_new_tokens"):  # a decode's refusal, told by its flag
-            exc = _prompt_flagged(_flagged(exc, ("max_new_tokens",)), getattr(args, "prompt", None))
+            exc = _flagged(_prompt_flagged(exc, getattr(args, "prompt", None)), ("max_new_tokens",))
         print(f"speculab: error: {_one_line(exc)}", file=sys.stderr)
         return 2 if isinstance(exc, (ValueError, FileNotFoundError)) else 1
     finally:

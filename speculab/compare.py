@@ -142,7 +142,7 @@ def compare(
         runs whatever the batch size (up to draws within round-off of a boundary, as ``decode`` says).
     """
     from speculab.backends import Sampling
-    from speculab.backends.decode import prompt_list
+    from speculab.backends.decode import encode_prompts, prompt_list
     from speculab.backends.pair import check_pair, default_prompts
 
     if not isinstance(method, Method) or not method.runs_on_real_models() or not method.drafting:
@@ -170,6 +170,8 @@ def compare(
                 f"speed=True needs at least {SPEED_PROMPTS} prompts (half to fit the latency model, half "
                 f"to measure); got {len(prompts)}"
             )
+    # each prompt checked before it is repeated: a refusal names the prompt, not one of its runs
+    encode_prompts(pair, prompts, as_positive_int(max_new_tokens, "max_new_tokens"))
     runs = [p for p in prompts for _ in range(runs_per_prompt)]
     if batch_size is not None:
         batch_size = as_positive_int(batch_size, "batch_size")

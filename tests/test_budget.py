@@ -48,12 +48,13 @@ def test_a_size_past_every_budget_is_compared_and_told_without_building_it():
     assert power(3, 10**12) == float("inf")  # at once: never built
     kw = dict(base=10, unit="values", name="TOY", advice="smaller")
     assert "would take about 1e4999 values" in str(refuse("the toy", 10**4999 + 1, **kw))
-    assert "would take about 1e400 values" in str(refuse("the toy", 3 * 10**400, **kw))
+    assert "would take about 3e400 values" in str(refuse("the toy", 3 * 10**400, **kw))
     assert "would take more than 1e3010 values" in str(refuse("the toy", power(3, 10**6), **kw))
     assert "would take 12,345 values" in str(refuse("the toy", 12_345, **kw))
-    # every digit shown is exact: 10**24 was printed through a float as 999,999,999,999,999,983,222,784 (review)
-    told = {10**24: f"{10**24:,}", 10**30 - 1: f"{10**30 - 1:,}", 10**30: "about 1e30", 1e24: "about 1e24"}
-    told |= {2.0**53 - 1: "9,007,199,254,740,991", 2.0**53: "about 1e15"}
+    # no digit a float does not hold (10**24 was printed through a float as 999,999,999,999,999,983,222,784), no
+    # amount cut to its power of ten (9.9e15 was "about 1e15"), no budget below 1 told as 0 (found by reviews)
+    told = {2**53 - 1: "9,007,199,254,740,991", 2**53: "about 9.01e15", 10**24: "about 1e24", 9.99e40: "about 9.99e40"}
+    told |= {9.996e20: "about 1e21", 10**30 - 1: "about 1e30", 4e-5: "4e-05", 9 * 10**15 + 10**14: "about 9.1e15"}
     for big, amount in told.items():
-        assert f"would take {amount} values" in str(refuse("the toy", big, **kw))
-    assert "over the budget of about 1e20 values" in str(refuse("the toy", 10**30, **{**kw, "base": 1e20}))
+        assert f"would take {amount} values" in str(refuse("the toy", big, **kw)), big
+    assert "over the budget of about 4e20 values" in str(refuse("the toy", 10**30, **{**kw, "base": 4e20}))

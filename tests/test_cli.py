@@ -420,10 +420,18 @@ def test_python_dash_m_speculab_is_the_command():
     (found by review: the package had no ``__main__``)."""
     import subprocess
     import sys
+    from pathlib import Path
 
-    ok = subprocess.run([sys.executable, "-m", "speculab", "repro", "--list", "--json"], capture_output=True, text=True)
+    import speculab
+
+    home, python = Path(speculab.__file__).parents[1], [sys.executable]
+    where = [*python, "-c", "import importlib.util; print(importlib.util.find_spec('speculab.__main__').origin)"]
+    found = subprocess.run(where, capture_output=True, text=True, cwd=home).stdout.strip()
+    assert Path(found) == home / "speculab" / "__main__.py"  # this checkout's (an editable install may map another's)
+    run = lambda *argv: subprocess.run([*python, "-m", "speculab", *argv], capture_output=True, text=True, cwd=home)  # noqa: E731
+    ok = run("repro", "--list", "--json")
     assert ok.returncode == 0 and json.loads(ok.stdout) and ok.stderr == ""
-    bad = subprocess.run([sys.executable, "-m", "speculab", "sim", "--T", "0"], capture_output=True, text=True)
+    bad = run("sim", "--T", "0")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--T" in bad.stderr
 
 
@@ -1541,21 +1549,64 @@ def test_a_decodes_refusal_is_told_by_its_flag_and_a_failure_is_not(exc, code, t
 
 
 @pytest.mark.parametrize(
-    "prompts, told",
+    "command, prompts, told",
     [
-        ([""], "argument --prompt: is empty; give at least one token"),
-        (["ok", ""], "argument --prompt (#2 of 2): is empty; give at least one token"),
-        (["ok", "word " * 300], "argument --prompt (#2 of 2): is 600 tokens, which leaves no room for a new one in"),
+        (["run"], [""], "argument --prompt: is empty; give at least one token"),
+        (["run"], ["ok", ""], "argument --prompt (#2 of 2): is empty; give at least one token"),
+        (["run"], ["ok", "word " * 300], "argument --prompt (#2 of 2): is 600 tokens, which leaves no room for a new"),
+        (
+            ["run", "--max-new-tokens", "10"],
+            ["word " * 125],
+            "argument --max-new-tokens: must be at most 6 for --prompt (",
+        ),
+        (
+            ["run", "--max-new-tokens", "10"],
+            ["ok", "word " * 125, "z"],
+            "argument --max-new-tokens: must be at most 6 for --prompt #2 of 3 (250 tokens, the longest",
+        ),
+        # compare decodes each prompt --runs-per-prompt times: the refusal names the prompt, not a run
+        (["compare", "--runs-per-prompt", "2"], ["ok", "", "z"], "argument --prompt (#2 of 3): is empty; give"),
+        (["compare"], ["ok", ""], "argument --prompt (#2 of 2): is empty; give at least one token"),
+        (
+            ["compare", "--max-new-tokens", "10", "--runs-per-prompt", "3"],
+            ["ok", "word " * 125],
+            "argument --max-new-tokens: must be at most 6 for --prompt #2 of 2 (",
+        ),
     ],
-    ids=["empty", "the second empty", "the second past the context"],
+    ids=[
+        "empty",
+        "the second empty",
+        "the second past the context",
+        "one prompt, too many tokens",
+        "the second of three, too many tokens",
+        "compare: the second of three empty",
+        "compare: the second empty",
+        "compare: too many tokens",
+    ],
 )
-def test_a_decodes_refusal_of_a_prompt_is_told_by_the_prompt_flag(prompts, told, capsys):
+def test_a_decodes_refusal_of_a_prompt_is_told_by_the_prompt_flag(command, prompts, told, capsys):
     """Found by review: a prompt longer than the context was told as "argument --max-new-tokens: must be at most
-    -144 … shorten it", and an empty one as "prompt 0": each is now told by the ``--prompt`` that gave it."""
-    argv = ["run", "--pair", "tiny", *(a for p in prompts for a in ("--prompt", p))]
+    -144 … shorten it", an empty one as "prompt 0", and compare named a run ("prompt 8") or the wrong --prompt:
+    each is now told by the ``--prompt`` that gave it, counted from 1 as given."""
+    argv = [command[0], "--pair", "tiny", *command[1:], *(a for p in prompts for a in ("--prompt", p))]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"speculab: error: {told}") and err.count("\n") == 1
+    assert err.startswith(f"speculab: error: {told}") and err.count("\n") == 1, err
+
+
+def test_a_refusal_of_a_prompt_says_which_and_where_from_the_api_too():
+    """The library's refusal names the prompt by its index among those given (``decode``'s ``prompt i``; the plan's
+    ``held-out prompt i``) and carries the index for a caller that names prompts otherwise."""
+    from speculab.backends import load_pair
+    from speculab.backends.decode import PromptRefused, encode_prompts
+
+    pair = load_pair("tiny")
+    with pytest.raises(PromptRefused, match=r"^held-out prompt 1 is empty; give at least one token$") as refused:
+        encode_prompts(pair, ["ok", ""], 4, what="held-out prompt")
+    assert (
+        refused.value.index == 1
+        and refused.value.naming("--prompt #2") == "--prompt #2 is empty; give at least one token"
+    )
 
 
 def test_the_engine_commands_models_are_folders_on_disk(capsys):

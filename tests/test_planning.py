@@ -253,7 +253,7 @@ def test_plan_ranks_predicts_and_confirms_on_the_tiny_pair(tmp_path, capsys, mon
         ),
         (
             {"ranked": [plan["ranked"][0] | {"bias": "0"}]},
-            r"ranked\[0\].bias is '0', a value no run writes",
+            r'ranked\[0\].bias is "0", a value no run writes',
         ),
         (
             {"confirmed": [{k: v for k, v in plan["confirmed"][0].items() if k != "measured"}]},

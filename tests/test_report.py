@@ -604,7 +604,7 @@ _VALID_VARIANTS = {
 
 def _told(value) -> str:
     """How a refusal tells a field's value: ``...`` (the field removed) is missing, another as the file holds it."""
-    return "missing" if value is ... else f"{json.loads(json.dumps(value))!r}, a value no run writes"
+    return "missing" if value is ... else f"{json.dumps(value)}, a value no run writes"
 
 
 _INVALID = [
@@ -916,62 +916,88 @@ def test_every_png_a_figure_wrote_is_embedded(results, tmp_path):
 
 
 def _plan_data():
-    """A plan.json's content shaped as ``speculab plan`` writes it, every field of the type it writes (two
-    candidates, one confirmation, no engine rows; the values made up, but making sense together: the error is
-    predicted / measured − 1, and one confirmation has nothing to compare)."""
-    ranked = {"method": "SD(K=2)", "K": 2, "tokens_per_round": 1.8, "tokens_per_call": 1.8, "bias": 0.0}
-    ranked |= {"tokens_per_second": 900.0, "tokens_per_round_se": 0.05, "tokens_per_second_se": None, "allowed": True}
-    slower = ranked | {"method": "SD(K=1)", "K": 1, "tokens_per_second": 700.0}
-    confirmed = {"method": "SD(K=2)", "predicted": 900.0, "measured": 800.0, "error": 0.125}
-    confirmed |= {"predicted_speedup": 1.4, "measured_speedup": 1.3, "predicted_per_call": 1.8}
-    confirmed |= {"measured_per_call": 1.7, "predicted_se": None, "measured_se": 0.1, "per_call_z": -1.0}
+    """A plan.json's content shaped as ``speculab plan`` writes it, every field of the type it writes (three
+    candidates, two confirmations, no engine rows; the values made up, but making sense together: ranked fastest
+    first, autoregressive decoding one token a round and a call, each confirmation predicting its ranked row, its
+    error predicted / measured − 1 and its speed-ups over autoregressive decoding's rates, the verdict theirs)."""
+    sd = {"method": "SD(K=2)", "K": 2, "tokens_per_round": 1.8, "tokens_per_call": 1.8, "bias": 0.0}
+    sd |= {"tokens_per_second": 900.0, "tokens_per_round_se": 0.05, "tokens_per_second_se": None, "allowed": True}
+    ar = sd | {"method": "Autoregressive()", "K": 0, "tokens_per_round": 1.0, "tokens_per_call": 1.0}
+    ar |= {"tokens_per_second": 500.0, "tokens_per_round_se": 0.0}
+    slower = sd | {"method": "SD(K=1)", "K": 1, "tokens_per_second": 450.0}
+    sd_run = {"method": "SD(K=2)", "predicted": 900.0, "measured": 800.0, "error": 0.125}
+    sd_run |= {"predicted_speedup": 1.8, "measured_speedup": 2.0, "predicted_per_call": 1.8}
+    sd_run |= {"measured_per_call": 1.7, "predicted_se": None, "measured_se": 0.1, "per_call_z": -1.0}
+    ar_run = sd_run | {"method": "Autoregressive()", "predicted": 500.0, "measured": 400.0, "error": 0.25}
+    ar_run |= {"predicted_speedup": 1.0, "measured_speedup": 1.0, "predicted_per_call": 1.0}
+    ar_run |= {"measured_per_call": 1.0, "per_call_z": None}
     settings = {"pair": "tiny", "max_new_tokens": 8, "contexts": 4, "bias_budget": 0.0}
-    verdict = "nothing to compare"
+    verdict = "the predicted best, SD(K=2), was the measured best"
     return {
         "settings": settings,
         "verdict": verdict,
-        "ranked": [ranked, slower],
-        "confirmed": [confirmed],
+        "ranked": [sd, ar, slower],
+        "confirmed": [sd_run, ar_run],
         "engine": [],
     }
 
 
+def _edited(data: dict, key: str, i: int, **fields) -> dict:
+    """``data`` with row ``i`` of its ``key`` list given ``fields`` (a copy)."""
+    rows = [dict(row) for row in data[key]]
+    rows[i] |= fields
+    return data | {key: rows}
+
+
 def test_plan_json_is_checked_field_by_field():
-    """What ``plan_problem`` refuses, one field at a time, beside what it takes (the bounds of what a plan writes)."""
+    """What ``plan_problem`` refuses, one field at a time and fields against each other, beside what it takes (the
+    bounds of what a plan writes, and what its values make together: found by reviews, each edit here was shown as
+    measured once signed again)."""
     from speculab.repro.report import plan_problem
 
     data = _plan_data()
+    sd, ar, slower = data["ranked"]
     assert plan_problem(data) is None
-    assert plan_problem(data | {"confirmed": [data["confirmed"][0] | {"per_call_z": None}]}) is None
-    assert plan_problem(data | {"ranked": [data["ranked"][0] | {"tokens_per_second": 1e-9}]}) is None
-    two = [data["confirmed"][0], data["confirmed"][0] | {"method": "SD(K=1)", "predicted": 700.0, "error": -0.125}]
-    compared = data | {"confirmed": two, "verdict": "the predicted best, SD(K=2), was the measured best"}
-    assert plan_problem(compared) is None
-    lossy = data["ranked"][1] | {"bias": 0.01, "allowed": False}
-    assert plan_problem(data | {"ranked": [data["ranked"][0], lossy]}) is None
+    assert plan_problem(_edited(data, "confirmed", 0, per_call_z=None)) is None
+    assert plan_problem(_edited(data, "ranked", 2, tokens_per_second=1e-9)) is None
+    lossy = _edited(data, "ranked", 2, bias=0.01, allowed=False)
+    assert plan_problem(lossy) is None
+    alone = _edited(data, "confirmed", 0, measured=350.0, error=900 / 350 - 1, measured_speedup=350 / 400)
+    below = "the predicted best, SD(K=2), measured 12.5% below the measured best, Autoregressive() (beyond two "
+    assert plan_problem(alone | {"verdict": below + "standard errors of the timing noise)"}) is None
     for bad, problem in [
         ([], "no settings"),
-        (data | {"ranked": data["ranked"][::-1]}, "ranked[1] is faster than ranked[0]: candidates are ranked fastest"),
-        (data | {"ranked": [data["ranked"][0], lossy | {"allowed": True}]}, "ranked[1].allowed is True for a bias"),
-        (data | {"ranked": [data["ranked"][0] | {"allowed": False}]}, "ranked[0].allowed is False for a bias of 0"),
-        (data | {"confirmed": [data["confirmed"][0] | {"method": "SD(K=9)"}]}, "confirmed[0].method 'SD(K=9)' is not"),
-        (
-            data | {"confirmed": [data["confirmed"][0] | {"error": -0.111}]},
-            "confirmed[0].error is -0.111, not predicted",
-        ),
-        (data | {"verdict": "SD(K=2)"}, "verdict 'SD(K=2)' is not its confirmations' ('nothing to compare')"),
-        (compared | {"verdict": "nothing to compare"}, "verdict 'nothing to compare' is not its confirmations'"),
-        (compared | {"confirmed": two[::-1]}, "verdict 'the predicted best, SD(K=2), was the measured best' is not"),
-        (data | {"ranked": [data["ranked"][0] | {"bias": 1.5}]}, "ranked[0].bias is 1.5, a value no run writes"),
-        (data | {"ranked": [{k: v for k, v in data["ranked"][0].items() if k != "K"}]}, "ranked[0].K is missing"),
         ({"settings": 1}, "no settings"),
         (data | {"ranked": []}, "no ranked candidates"),
         (data | {"ranked": "SD"}, "no ranked candidates"),
-        (data | {"ranked": [data["ranked"][0] | {"tokens_per_second": 0.0}]}, "ranked[0].tokens_per_second"),
-        (data | {"confirmed": [data["confirmed"][0] | {"per_call_z": float("inf")}]}, "confirmed[0].per_call_z"),
-        (data | {"confirmed": [data["confirmed"][0] | {"per_call_z": "1"}]}, "confirmed[0].per_call_z"),
+        (_edited(data, "ranked", 0, tokens_per_second=0.0), "ranked[0].tokens_per_second is 0.0, a value no run"),
+        (_edited(data, "ranked", 0, bias=1.5), "ranked[0].bias is 1.5, a value no run writes"),
+        (data | {"ranked": [{k: v for k, v in sd.items() if k != "K"}, ar, slower]}, "ranked[0].K is missing"),
+        (_edited(data, "confirmed", 0, per_call_z=float("inf")), "confirmed[0].per_call_z is Infinity, a value no"),
+        (_edited(data, "confirmed", 0, per_call_z="1"), 'confirmed[0].per_call_z is "1", a value no run writes'),
+        # fields against each other
+        (data | {"ranked": [ar, sd, slower]}, "ranked[1] is faster than ranked[0]: candidates are ranked fastest"),
+        (data | {"ranked": [sd, ar, slower, slower]}, 'ranked[3].method "SD(K=1)" is listed twice'),
+        (data | {"confirmed": data["confirmed"] * 2}, 'confirmed[2].method "SD(K=2)" is listed twice'),
+        (_edited(lossy, "ranked", 2, allowed=True), "ranked[2].allowed is true for a bias of 0.01 and a budget of 0"),
+        (_edited(data, "ranked", 0, allowed=False), "ranked[0].allowed is false for a bias of 0 and a budget of 0"),
+        (_edited(data, "ranked", 1, tokens_per_call=3.0), "ranked[1]: autoregressive decoding makes one token a"),
+        (data | {"confirmed": data["confirmed"][:1]}, "confirmed: no autoregressive decoding, the speed-ups' ref"),
+        (_edited(data, "confirmed", 0, method="SD(K=9)"), 'confirmed[0].method "SD(K=9)" is not a ranked candidate'),
+        (_edited(data, "confirmed", 0, predicted=50.0, error=50 / 800 - 1), "confirmed[0]'s predictions are not its"),
+        (_edited(data, "confirmed", 0, predicted_per_call=2.0), "confirmed[0]'s predictions are not its ranked row's"),
+        (_edited(data, "confirmed", 0, error=-0.111), "confirmed[0].error is -0.111, not predicted / measured - 1"),
+        (_edited(data, "confirmed", 0, predicted_speedup=3.0), "confirmed[0].predicted_speedup is 3.0, not predicted"),
+        (
+            _edited(data, "confirmed", 0, measured=700.0, error=900 / 700 - 1),
+            "confirmed[0].measured_speedup is 2.0, not measured over autoregressive decoding's (1.75)",
+        ),
+        (_edited(data, "confirmed", 0, per_call_z=4.0), "confirmed[0].per_call_z is 4.0 where measured - predicted"),
+        (_edited(data, "confirmed", 1, per_call_z=7.5), "confirmed[1].per_call_z is 7.5 where measured - predicted"),
+        (data | {"verdict": "nothing to compare"}, 'verdict "nothing to compare" is not its confirmations\' ("the'),
+        (alone, 'verdict "the predicted best, SD(K=2), was the measured best" is not its confirmations\''),
     ]:
-        assert plan_problem(bad).startswith(problem), (bad, problem)
+        assert plan_problem(bad).startswith(problem), (plan_problem(bad), problem)
 
 
 def test_the_plan_section_ranks_the_ten_best_allowed_and_gives_each_confirmation_its_error(tmp_path):

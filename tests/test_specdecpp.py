@@ -251,7 +251,7 @@ def test_specdecpp_needs_a_trained_head_on_real_models_and_has_exact_counts_only
     with pytest.raises(
         TooLarge,
         match=r"draft tree \(8 × 8\^20 leaves per round start\) would take "
-        r"332,041,393,326,771,929,088 values, over the budget of 6,291,456 values \(NODE_BUDGET "
+        r"about 3.32e20 values, over the budget of 6,291,456 values \(NODE_BUDGET "
         r"leaves of 6 values\): use a smaller vocabulary, max_K or horizon, or raise the budget: "
         r"speculab.work_budget\(k\) in Python, --budget k on the command line \(sim, certify\)",
     ):

@@ -280,7 +280,9 @@ def test_a_pair_without_tree_attention_is_refused(pair):
 
 def test_a_model_that_flattens_the_tree_mask_is_refused(pair, monkeypatch):
     """Older transformers flatten a 4-D attention mask, or raise on one: a probe of two tokens that may not see each
-    other tells, and the pair is refused naming transformers rather than decoded with the wrong attention."""
+    other tells, and the pair is refused naming transformers rather than decoded with the wrong attention. The probe
+    is remembered per model, for as long as the model lives (found by review: it was kept by ``id``)."""
+    import gc
     from types import SimpleNamespace
 
     import speculab.backends.tree_decode as td
@@ -307,6 +309,10 @@ def test_a_model_that_flattens_the_tree_mask_is_refused(pair, monkeypatch):
     refusing = SimpleNamespace(model=Refusing(pair.target.model), device=pair.device)
     assert td._takes_tree_masks(pair.target) and not td._takes_tree_masks(wrapped)
     assert not td._takes_tree_masks(refusing)  # a model that raises on the probe's mask takes none
+    held = len(td._PROBED)
+    del wrapped, refusing
+    gc.collect()
+    assert len(td._PROBED) == held - 2  # a verdict lives as long as its model (an id is reused once it is freed)
     monkeypatch.setattr(td, "_takes_tree_masks", lambda adapter: False)
     with pytest.raises(ValueError, match="needs a model that reads a 4-D attention mask.*upgrade transformers"):
         decode(pair, PROMPTS, RRS((2,)), max_new_tokens=4, key=0)

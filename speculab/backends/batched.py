@@ -432,8 +432,8 @@ class _Batch(RoundLoop):
             law, P4, Q4, X3, decision, length, rows=M, eos=self.eos, tracked_tv=tracked, oracle_calls=called
         )
         self.records.add(self.run_ids, out.chunk)
+        self.refuse_nan_before_telling(nan)
         if self.on_round is not None:
-            self.refuse_nan_before_telling(nan)
             self._tell(P4, Q4, X3, length, bonus, decision, predictions)
         row, tau, token = decision
         self._roll_back(out, row, tau, token, L, M)

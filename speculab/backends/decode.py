@@ -44,7 +44,17 @@ from speculab.methods import SD, Method, sample_round
 from speculab.methods.capabilities import DraftHead, drafting_law, has, head_of, reading
 from speculab.methods.probe import RoundProbe
 
-__all__ = ["decode", "DecodeResult", "RunRecord", "RoundRecord", "RoundInfo", "KIND_NAMES", "COUNTED"]
+__all__ = [
+    "decode",
+    "encode_prompts",
+    "PromptRefused",
+    "DecodeResult",
+    "RunRecord",
+    "RoundRecord",
+    "RoundInfo",
+    "KIND_NAMES",
+    "COUNTED",
+]
 
 
 @dataclass(frozen=True)
@@ -286,27 +296,42 @@ def _token_ids(p, i: int, vocab_size: int) -> list[int]:
     return [int(t) for t in ids]
 
 
-def _encode(pair: ModelPair, prompts, max_new_tokens: int, *, what: str = "prompt") -> list[list[int]]:
-    """The prompts' token ids, each checked and with room for ``max_new_tokens`` in the models' context (errors name
-    a prompt as ``what`` and its index: ``speculab plan`` says which of its held-out prompts)."""
+class PromptRefused(ValueError):
+    """A refusal of one prompt, by its ``index`` among the prompts given: the message is ``text`` with ``{prompt}``
+    where the prompt is named (``what`` and its index, "prompt 3"), so that a caller that took the prompts under
+    another name — the command line's ``--prompt`` — can name it so (:meth:`naming`)."""
+
+    def __init__(self, text: str, index: int, what: str = "prompt"):
+        self.text, self.index = text, index
+        super().__init__(text.format(prompt=f"{what} {index}"))
+
+    def naming(self, name: str) -> str:
+        """The message with the prompt named ``name``."""
+        return self.text.format(prompt=name)
+
+
+def encode_prompts(pair: ModelPair, prompts, max_new_tokens: int, *, what: str = "prompt") -> list[list[int]]:
+    """The prompts' token ids, each checked and with room for ``max_new_tokens`` (an int ``>= 1``) in the models'
+    context: a refusal of one prompt is a :class:`PromptRefused` naming it as ``what`` and its index (``speculab
+    plan`` says which of its held-out prompts)."""
     encoded = [
         pair.tokenizer.encode(check_text(p, f"prompt {i}")) if isinstance(p, str) else _token_ids(p, i, pair.vocab_size)
         for i, p in enumerate(prompt_list(prompts))
     ]
     for i, ids in enumerate(encoded):
         if not ids:
-            raise ValueError(f"{what} {i} is empty; give at least one token")
+            raise PromptRefused("{prompt} is empty; give at least one token", i, what)
     i = max(range(len(encoded)), key=lambda j: len(encoded[j]), default=None)  # the longest: the tightest room
     if i is not None and pair.max_length and len(encoded[i]) + max_new_tokens > pair.max_length:
         room, n = pair.max_length - len(encoded[i]), len(encoded[i])
         if room <= 0:  # no max_new_tokens would do: the prompt is what must change
-            raise ValueError(
-                f"{what} {i} is {n} tokens, which leaves no room for a new one in the models' context of "
-                f"{pair.max_length}: shorten it"
-            )
-        raise ValueError(
-            f"max_new_tokens must be at most {room} for {what} {i} ({n} tokens, the longest, in the models' context "
-            f"of {pair.max_length}); got {max_new_tokens}"
+            text = f"{{prompt}} is {n} tokens, which leaves no room for a new one in the models' context of "
+            raise PromptRefused(text + f"{pair.max_length}: shorten it", i, what)
+        raise PromptRefused(
+            f"max_new_tokens must be at most {room} for {{prompt}} ({n} tokens, the longest, in the models' context "
+            f"of {pair.max_length}); got {max_new_tokens}",
+            i,
+            what,
         )
     return encoded
 
@@ -364,7 +389,7 @@ def decode(
     trees = reading(method) == "trees"
     if trees:
         check_tree_pair(method, pair)
-    encoded = _encode(pair, prompts, max_new_tokens)
+    encoded = encode_prompts(pair, prompts, max_new_tokens)
     seeds = spawn_seeds(key, len(encoded))  # each prompt's stream (speculab.backends.streams)
     # a head read before each slot is drafted (SPRINTER's verifier, which may skip the target): one prompt at a time
     # (a tree method always runs as batches of rows: batch_size=1 is a batch of one)

@@ -219,14 +219,14 @@ def plan(
         not said; the plan's settings record the load either way).
     """
     from speculab._validate import spawn_seeds
-    from speculab.backends.decode import _encode
+    from speculab.backends.decode import encode_prompts
     from speculab.backends.latency import fit_latency, timed_decode
     from speculab.backends.pair import check_pair
     from speculab.methods import SD, Autoregressive
 
     check_pair(pair)
     for what, group in (("prompt", prompts), ("held-out prompt", held_out)):  # each fits, before anything is timed
-        _encode(pair, group, max_new_tokens, what=what)
+        encode_prompts(pair, group, max_new_tokens, what=what)
     ks = list(ks)
     if not ks or any(isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 16 for k in ks):
         raise ValueError(f"ks must be integers in 1..16; got {ks!r}")

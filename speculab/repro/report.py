@@ -513,34 +513,61 @@ def plan_problem(data) -> str | None:
 
 def _plan_sense(data: dict) -> str | None:
     """What in a plan whose fields each pass their checks no plan writes together (a digest recomputed after an
-    edit proves nothing about sense): candidates out of order or allowed against the bias budget, a confirmation
-    of a candidate not ranked or whose error is not ``predicted / measured − 1``, a verdict other than the one its
-    confirmations give."""
+    edit proves nothing about sense), among the values the page shows: candidates out of order, twice, or allowed
+    against the bias budget; autoregressive decoding other than one token a round and a call; a confirmation of a
+    candidate not ranked, predicting other than its ranked row, whose error is not ``predicted / measured − 1``,
+    whose speed-ups are not its rates over autoregressive decoding's, or whose z has the sign of neither side; a
+    verdict other than the one its confirmations give."""
     from types import SimpleNamespace
 
     from speculab.planning.plan import Plan
 
-    ranked, budget = data["ranked"], data["settings"]["bias_budget"]
+    ranked, confirmed, budget = data["ranked"], data["confirmed"], data["settings"]["bias_budget"]
+    for key, rows in (("ranked", ranked), ("confirmed", confirmed)):
+        names = [row["method"] for row in rows]
+        twice = next((i for i, name in enumerate(names) if name in names[:i]), None)
+        if twice is not None:
+            return f"{key}[{twice}].method {json.dumps(names[twice])} is listed twice"
     for i in range(1, len(ranked)):
         if ranked[i]["tokens_per_second"] > ranked[i - 1]["tokens_per_second"]:
             return f"ranked[{i}] is faster than ranked[{i - 1}]: candidates are ranked fastest first"
+    by_name = {row["method"]: row for row in ranked}
     for i, row in enumerate(ranked):
         if row["allowed"] != (row["bias"] <= budget):
-            return f"ranked[{i}].allowed is {row['allowed']} for a bias of {row['bias']:g} and a budget of {budget:g}"
-    names = {row["method"] for row in ranked}
-    for i, row in enumerate(data["confirmed"]):
-        if row["method"] not in names:
-            return f"confirmed[{i}].method {row['method']!r} is not a ranked candidate"
-        if not math.isclose(row["error"], row["predicted"] / row["measured"] - 1, rel_tol=1e-9, abs_tol=1e-12):
-            return f"confirmed[{i}].error is {row['error']!r}, not predicted / measured - 1"
+            allowed = json.dumps(row["allowed"])
+            return f"ranked[{i}].allowed is {allowed} for a bias of {row['bias']:g} and a budget of {budget:g}"
+        if row["method"] == _AR and (row["tokens_per_round"], row["tokens_per_call"]) != (1, 1):
+            return f"ranked[{i}]: autoregressive decoding makes one token a round and a target call"
+    ar = next((row for row in confirmed if row["method"] == _AR), None)
+    if confirmed and ar is None:
+        return "confirmed: no autoregressive decoding, the speed-ups' reference"
+    for i, row in enumerate(confirmed):
+        if row["method"] not in by_name:
+            return f"confirmed[{i}].method {json.dumps(row['method'])} is not a ranked candidate"
+        own = by_name[row["method"]]
+        if (row["predicted"], row["predicted_per_call"]) != (own["tokens_per_second"], own["tokens_per_call"]):
+            return f"confirmed[{i}]'s predictions are not its ranked row's tokens per second and per call"
+        for name, value, formula in (
+            ("error", row["predicted"] / row["measured"] - 1, "predicted / measured - 1"),
+            ("predicted_speedup", row["predicted"] / ar["predicted"], "predicted over autoregressive decoding's"),
+            ("measured_speedup", row["measured"] / ar["measured"], "measured over autoregressive decoding's"),
+        ):
+            if not math.isclose(row[name], value, rel_tol=1e-9, abs_tol=1e-12):
+                return f"confirmed[{i}].{name} is {row[name]!r}, not {formula} ({value!r})"
+        z, gap = row["per_call_z"], row["measured_per_call"] - row["predicted_per_call"]
+        if z is not None and (z > 0) - (z < 0) != (gap > 0) - (gap < 0):
+            return f"confirmed[{i}].per_call_z is {z!r} where measured - predicted per call is {gap!r}"
     rows = [
         SimpleNamespace(**{**r, "measured_se": math.nan if r["measured_se"] is None else r["measured_se"]})
-        for r in data["confirmed"]
+        for r in confirmed
     ]
     told = Plan(data["settings"], None, confirmed=rows).verdict()
     if data["verdict"] != told:
-        return f"verdict {data['verdict']!r} is not its confirmations' ({told!r})"
+        return f"verdict {json.dumps(data['verdict'])} is not its confirmations' ({json.dumps(told)})"
     return None
+
+
+_AR = "Autoregressive()"
 
 
 def _engine_sense(row: dict) -> str | None:
@@ -567,7 +594,7 @@ def _rows_problem(key: str, rows, fields: dict, sense) -> str | None:
         for name, ok in fields.items():
             if name not in row or not ok(row[name]):
                 return f"{key}[{i}].{name} " + (
-                    f"is {row[name]!r}, a value no run writes" if name in row else "is missing"
+                    f"is {json.dumps(row[name])}, a value no run writes" if name in row else "is missing"
                 )
         problem = sense(row)
         if problem:
