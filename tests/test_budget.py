@@ -53,8 +53,14 @@ def test_a_size_past_every_budget_is_compared_and_told_without_building_it():
     assert "would take 12,345 values" in str(refuse("the toy", 12_345, **kw))
     # no digit a float does not hold (10**24 was printed through a float as 999,999,999,999,999,983,222,784), no
     # amount cut to its power of ten (9.9e15 was "about 1e15"), no budget below 1 told as 0 (found by reviews)
-    told = {2**53 - 1: "9,007,199,254,740,991", 2**53: "about 9.01e15", 10**24: "about 1e24", 9.99e40: "about 9.99e40"}
-    told |= {9.996e20: "about 1e21", 10**30 - 1: "about 1e30", 4e-5: "4e-05", 9 * 10**15 + 10**14: "about 9.1e15"}
-    for big, amount in told.items():
+    told = [(2**53 - 1, "9,007,199,254,740,991"), (2.0**53 - 1, "9,007,199,254,740,991"), (2**53, "about 9.01e15")]
+    told += [(10**24, "about 1e24"), (9.99e40, "about 9.99e40"), (9.996e20, "about 1e21"), (10**30 - 1, "about 1e30")]
+    told += [(4e-5, "4e-05"), (9 * 10**15 + 10**14, "about 9.1e15"), (0, "0"), (0.5, "0.5"), (1, "1"), (1.0, "1")]
+    told += [(1.5, "1.5"), (999.5, "999.5"), (624.6, "624.6"), (1234.0, "1,234"), (1 / 3, "0.333333")]
+    for big, amount in told:
         assert f"would take {amount} values" in str(refuse("the toy", big, **kw)), big
     assert "over the budget of about 4e20 values" in str(refuse("the toy", 10**30, **{**kw, "base": 4e20}))
+    # a scaled budget just under the work is told apart from it (review: "625 values, over the budget of 625")
+    assert "would take 625 values, over the budget of 624.6 values" in str(
+        refuse("the toy", 625, **{**kw, "base": 624.6})
+    )

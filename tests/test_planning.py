@@ -233,16 +233,16 @@ def test_plan_ranks_predicts_and_confirms_on_the_tiny_pair(tmp_path, capsys, mon
     assert "plan: the best configuration" in page and "data:image/png;base64," in page
     assert plan["engine"] == [] and "vLLM configuration" not in page
     row = {"configuration": "greedy K=2", "rule": "GreedyDraft(K=2)", "predicted_per_call": 1.2, "z": -3.7}
-    row |= {"predicted_per_call_se": 0.02, "measured_per_call": 1.04, "measured_per_call_se": 0.01}
-    row |= {"tokens_per_second": 738.0, "error": None}
+    row |= {"predicted_per_call_se": 0.03, "measured_per_call": 1.015, "measured_per_call_se": 0.04}
+    row |= {"tokens_per_second": 738.0, "error": None, "verdict": "agrees"}  # z = -0.185 / 0.05
     failed = {"configuration": "synthetic K=2", "rule": "x", "predicted_per_call": 1.5, "error": "not on the CPU"}
-    failed |= {"predicted_per_call_se": 0.02, "z": None}
+    failed |= {"predicted_per_call_se": 0.02, "z": None, "verdict": "vLLM failed"}
     (tmp_path / "new" / "plan.json").write_text(json.dumps(plan | {"engine": [row, failed]}))
     with pytest.raises(ValueError, match="plan.json: its digest does not match its content: edited since"):
         build_report(tmp_path / "new")  # an edit, unsigned
     (tmp_path / "new" / "plan.json").write_text(_signed(plan | {"engine": [row, failed]}))  # signed again
     page = build_report(tmp_path / "new").read_text()
-    assert "<td>greedy K=2</td><td>GreedyDraft(K=2)</td><td>1.200</td><td>1.040</td><td>-3.7</td>" in page, page
+    assert "<td>greedy K=2</td><td>GreedyDraft(K=2)</td><td>1.200</td><td>1.015</td><td>-3.7</td>" in page, page
     assert "vLLM failed: not on the CPU" in page
     # edits signed again are still checked for sense, each naming its field
     for edit, message in (
@@ -261,8 +261,21 @@ def test_plan_ranks_predicts_and_confirms_on_the_tiny_pair(tmp_path, capsys, mon
         ),
         ({"settings": {k: v for k, v in plan["settings"].items() if k != "pair"}}, "settings.pair is missing"),
         ({"verdict": None}, "no verdict"),
-        ({"verdict": "the predicted best, SD(K=1), was the measured best"}, r"verdict .* is not its confirmations'"),
-        ({"confirmed": [plan["confirmed"][0] | {"error": 0.5}]}, r"confirmed\[0\].error is 0.5, not predicted / "),
+        ({"verdict": "the predicted best, NoSuchMethod(), was the measured best"}, r"verdict .* is not its confirm"),
+        (
+            {"confirmed": [plan["confirmed"][0] | {"error": 0.5}, *plan["confirmed"][1:]]},
+            r"confirmed\[0\].error is 0.5, not predicted / ",
+        ),
+        (
+            {"confirmed": [r for r in plan["confirmed"] if r["method"] != "Autoregressive()"]},
+            "confirmed: no autoregressive decoding",
+        ),
+        ({"engine": [row | {"z": 3.7}]}, r"engine\[0\].z is 3.7, not \(measured - predicted\) / its standard"),
+        (
+            {"engine": [row | {"verdict": "refused"}]},
+            r'engine\[0\].verdict is "refused", not its numbers\' \("agrees"\)',
+        ),
+        ({"engine": [failed | {"error": ""}]}, r"engine\[0\].error is not a message"),
         ({"confirmed": None}, "'confirmed' is not a list"),
         (
             {"engine": [{k: v for k, v in row.items() if k != "tokens_per_second"}]},

@@ -920,11 +920,11 @@ def _plan_data():
     candidates, two confirmations, no engine rows; the values made up, but making sense together: ranked fastest
     first, autoregressive decoding one token a round and a call, each confirmation predicting its ranked row, its
     error predicted / measured − 1 and its speed-ups over autoregressive decoding's rates, the verdict theirs)."""
-    sd = {"method": "SD(K=2)", "K": 2, "tokens_per_round": 1.8, "tokens_per_call": 1.8, "bias": 0.0}
+    sd = {"method": "SD(K=2)", "K": 2, "nodes": 2, "tokens_per_round": 1.8, "tokens_per_call": 1.8, "bias": 0.0}
     sd |= {"tokens_per_second": 900.0, "tokens_per_round_se": 0.05, "tokens_per_second_se": None, "allowed": True}
-    ar = sd | {"method": "Autoregressive()", "K": 0, "tokens_per_round": 1.0, "tokens_per_call": 1.0}
+    ar = sd | {"method": "Autoregressive()", "K": 0, "nodes": 0, "tokens_per_round": 1.0, "tokens_per_call": 1.0}
     ar |= {"tokens_per_second": 500.0, "tokens_per_round_se": 0.0}
-    slower = sd | {"method": "SD(K=1)", "K": 1, "tokens_per_second": 450.0}
+    slower = sd | {"method": "SD(K=1)", "K": 1, "nodes": 1, "tokens_per_second": 450.0}
     sd_run = {"method": "SD(K=2)", "predicted": 900.0, "measured": 800.0, "error": 0.125}
     sd_run |= {"predicted_speedup": 1.8, "measured_speedup": 2.0, "predicted_per_call": 1.8}
     sd_run |= {"measured_per_call": 1.7, "predicted_se": None, "measured_se": 0.1, "per_call_z": -1.0}
@@ -981,7 +981,12 @@ def test_plan_json_is_checked_field_by_field():
         (data | {"confirmed": data["confirmed"] * 2}, 'confirmed[2].method "SD(K=2)" is listed twice'),
         (_edited(lossy, "ranked", 2, allowed=True), "ranked[2].allowed is true for a bias of 0.01 and a budget of 0"),
         (_edited(data, "ranked", 0, allowed=False), "ranked[0].allowed is false for a bias of 0 and a budget of 0"),
-        (_edited(data, "ranked", 1, tokens_per_call=3.0), "ranked[1]: autoregressive decoding makes one token a"),
+        (_edited(data, "ranked", 1, tokens_per_call=3.0), "ranked[1].tokens_per_call is 3.0, more than a round of 0"),
+        (_edited(data, "ranked", 0, tokens_per_round=3.5), "ranked[0].tokens_per_round is 3.5, more than a round of 2"),
+        (_edited(data, "ranked", 2, nodes=-1), "ranked[2].nodes is -1, a value no run writes"),
+        (data | {"settings": data["settings"] | {"max_new_tokens": 1}}, "ranked[0].tokens_per_round is 1.8, more"),
+        (_edited(data, "confirmed", 0, measured_per_call=3.5), "confirmed[0].measured_per_call is 3.5, more than 2"),
+        (_edited(data, "confirmed", 1, measured_per_call=1.5), "confirmed[1].measured_per_call is 1.5, more than 0"),
         (data | {"confirmed": data["confirmed"][:1]}, "confirmed: no autoregressive decoding, the speed-ups' ref"),
         (_edited(data, "confirmed", 0, method="SD(K=9)"), 'confirmed[0].method "SD(K=9)" is not a ranked candidate'),
         (_edited(data, "confirmed", 0, predicted=50.0, error=50 / 800 - 1), "confirmed[0]'s predictions are not its"),

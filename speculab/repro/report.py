@@ -11,6 +11,7 @@ external resources: it can be mailed, archived or opened offline.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import html
 import json
 import math
@@ -19,6 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from speculab import repro
+from speculab.methods import Autoregressive
 from speculab._files import atomic_path
 from speculab.repro._io import CLAIM_COLUMNS, check_claims
 from speculab.repro.runner import changed_files, read_provenance
@@ -460,6 +462,7 @@ _PLAN_ROWS = {
     "ranked": {
         "method": _is_text,
         "K": lambda x: isinstance(x, int) and not isinstance(x, bool) and x >= 0,
+        "nodes": lambda x: isinstance(x, int) and not isinstance(x, bool) and x >= 0,
         "tokens_per_round": _at_least_one,
         "tokens_per_call": _at_least_one,
         "bias": lambda x: _is_number(x) and 0 <= x <= 1,
@@ -532,12 +535,14 @@ def _plan_sense(data: dict) -> str | None:
         if ranked[i]["tokens_per_second"] > ranked[i - 1]["tokens_per_second"]:
             return f"ranked[{i}] is faster than ranked[{i - 1}]: candidates are ranked fastest first"
     by_name = {row["method"]: row for row in ranked}
+    most = lambda row: min(row["nodes"] + 1, data["settings"]["max_new_tokens"])  # noqa: E731
     for i, row in enumerate(ranked):
         if row["allowed"] != (row["bias"] <= budget):
             allowed = json.dumps(row["allowed"])
             return f"ranked[{i}].allowed is {allowed} for a bias of {row['bias']:g} and a budget of {budget:g}"
-        if row["method"] == _AR and (row["tokens_per_round"], row["tokens_per_call"]) != (1, 1):
-            return f"ranked[{i}]: autoregressive decoding makes one token a round and a target call"
+        for name in ("tokens_per_round", "tokens_per_call"):
+            if row[name] > most(row):  # a round outputs its accepted drafts and one token more, within the run
+                return f"ranked[{i}].{name} is {row[name]!r}, more than a round of {row['nodes']} drafts makes"
     ar = next((row for row in confirmed if row["method"] == _AR), None)
     if confirmed and ar is None:
         return "confirmed: no autoregressive decoding, the speed-ups' reference"
@@ -547,6 +552,9 @@ def _plan_sense(data: dict) -> str | None:
         own = by_name[row["method"]]
         if (row["predicted"], row["predicted_per_call"]) != (own["tokens_per_second"], own["tokens_per_call"]):
             return f"confirmed[{i}]'s predictions are not its ranked row's tokens per second and per call"
+        if row["measured_per_call"] > most(own):
+            drafts = own["nodes"]
+            return f"confirmed[{i}].measured_per_call is {row['measured_per_call']!r}, more than {drafts} drafts make"
         for name, value, formula in (
             ("error", row["predicted"] / row["measured"] - 1, "predicted / measured - 1"),
             ("predicted_speedup", row["predicted"] / ar["predicted"], "predicted over autoregressive decoding's"),
@@ -567,18 +575,30 @@ def _plan_sense(data: dict) -> str | None:
     return None
 
 
-_AR = "Autoregressive()"
+_AR = repr(Autoregressive())
 
 
 def _engine_sense(row: dict) -> str | None:
     """An engine row that ran (no ``error``) has its measurements: tokens per call (at least one), its standard
-    error, and tokens per second."""
+    error, and tokens per second; every row's ``z`` and ``verdict`` are the ones its numbers give
+    (:class:`~speculab.planning.engine.EngineRow`)."""
+    from speculab.planning.engine import EngineRow
+
     if row.get("error") is not None:
-        return None if _is_text(row["error"]) else "error is not a message"
-    if not _at_least_one(row.get("measured_per_call")):
+        if not (_is_text(row["error"]) and row["error"]):
+            return "error is not a message"
+    elif not _at_least_one(row.get("measured_per_call")):
         return "measured_per_call: fewer than one token per target call, which no run gives"
-    if not _se_or_none(row.get("measured_per_call_se")) or not _positive(row.get("tokens_per_second")):
+    elif not _se_or_none(row.get("measured_per_call_se")) or not _positive(row.get("tokens_per_second")):
         return "measured_per_call_se or tokens_per_second is missing or not what a run gives"
+    numbers = ("measured_per_call", "measured_per_call_se", "tokens_per_second", "predicted_per_call_se")
+    given = {f.name: row[f.name] for f in dataclasses.fields(EngineRow) if f.name in row}
+    engine = EngineRow(**given | {k: math.nan if row.get(k) is None else row[k] for k in numbers})
+    z = engine.z if math.isfinite(engine.z) else None
+    if (row.get("z") is None) != (z is None) or (z is not None and not math.isclose(row["z"], z, rel_tol=1e-9)):
+        return f"z is {json.dumps(row.get('z'))}, not (measured - predicted) / its standard error ({json.dumps(z)})"
+    if row.get("verdict") != engine.verdict:
+        return f"verdict is {json.dumps(row.get('verdict'))}, not its numbers' ({json.dumps(engine.verdict)})"
     return None
 
 
