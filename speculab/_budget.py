@@ -108,14 +108,15 @@ def refuse(what: str, work: float, base: float, unit: str, name: str, advice: st
 
 
 def _amount(work) -> str:
-    """``work`` as a refusal tells it: below 2⁵³ a whole number exactly, with thousands separators (digits a float
-    holds exactly), another to six significant digits (a scaled budget: 624.6 is not told as 625, the work it
-    refuses); larger, to three significant digits times a power of ten read off its logarithm (Python prints no
-    integer of more than 4,300 digits, nor makes a float of one past 1e308); past :func:`power`'s range, a bound."""
+    """``work`` as a refusal tells it: below 2⁵³ (digits a float holds exactly) a whole number exactly, with
+    thousands separators, another to a tenth (a scaled budget: 624,999.6 is not told as 625,000, the work it
+    refuses) or, below 1, to three significant digits; larger, to three significant digits times a power of ten
+    read off its logarithm (Python prints no integer of more than 4,300 digits, nor makes a float of one past
+    1e308); past :func:`power`'s range, a bound."""
     if work == math.inf:
         return f"more than 1e{math.floor(EXACT_BITS * math.log10(2))}"
     if work < 2**53:
-        return f"{work:,.0f}" if work == int(work) else f"{work:,.6g}"
+        return f"{work:,.0f}" if work == int(work) else f"{work:,.1f}" if work >= 1 else f"{work:.3g}"
     exponent = math.floor(math.log10(work))
     mantissa = round(work / 10**exponent, 2)  # in [1, 10]: 9.996… rounds up to 10
     if mantissa >= 10:

@@ -56,11 +56,23 @@ def test_a_size_past_every_budget_is_compared_and_told_without_building_it():
     told = [(2**53 - 1, "9,007,199,254,740,991"), (2.0**53 - 1, "9,007,199,254,740,991"), (2**53, "about 9.01e15")]
     told += [(10**24, "about 1e24"), (9.99e40, "about 9.99e40"), (9.996e20, "about 1e21"), (10**30 - 1, "about 1e30")]
     told += [(4e-5, "4e-05"), (9 * 10**15 + 10**14, "about 9.1e15"), (0, "0"), (0.5, "0.5"), (1, "1"), (1.0, "1")]
-    told += [(1.5, "1.5"), (999.5, "999.5"), (624.6, "624.6"), (1234.0, "1,234"), (1 / 3, "0.333333")]
+    told += [
+        (1.5, "1.5"),
+        (999.5, "999.5"),
+        (624.6, "624.6"),
+        (1234.0, "1,234"),
+        (1 / 3, "0.333"),
+        (1e15, "1" + ",000" * 5),
+    ]
+    told += [
+        ((1 << 20) * 0.1, "104,857.6"),
+        ((1 << 26) * 0.2, "13,421,772.8"),
+        (2**51 + 0.5, "2,251,799,813,685,248.5"),
+    ]
     for big, amount in told:
         assert f"would take {amount} values" in str(refuse("the toy", big, **kw)), big
     assert "over the budget of about 4e20 values" in str(refuse("the toy", 10**30, **{**kw, "base": 4e20}))
     # a scaled budget just under the work is told apart from it (review: "625 values, over the budget of 625")
-    assert "would take 625 values, over the budget of 624.6 values" in str(
-        refuse("the toy", 625, **{**kw, "base": 624.6})
-    )
+    for work, budget in ((625, 624.6), (625_000, 624_999.6)):
+        message = f"would take {work:,} values, over the budget of {budget:,.1f} values"
+        assert message in str(refuse("the toy", work, **{**kw, "base": budget}))

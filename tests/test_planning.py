@@ -276,6 +276,7 @@ def test_plan_ranks_predicts_and_confirms_on_the_tiny_pair(tmp_path, capsys, mon
             r'engine\[0\].verdict is "refused", not its numbers\' \("agrees"\)',
         ),
         ({"engine": [failed | {"error": ""}]}, r"engine\[0\].error is not a message"),
+        ({"engine": [failed | {"measured_per_call_se": "x"}]}, r'engine\[0\].measured_per_call_se is "x", a value no'),
         ({"confirmed": None}, "'confirmed' is not a list"),
         (
             {"engine": [{k: v for k, v in row.items() if k != "tokens_per_second"}]},

@@ -960,6 +960,10 @@ def test_plan_json_is_checked_field_by_field():
     assert plan_problem(data) is None
     assert plan_problem(_edited(data, "confirmed", 0, per_call_z=None)) is None
     assert plan_problem(_edited(data, "ranked", 2, tokens_per_second=1e-9)) is None
+    # a full round's tokens are not bounded by the run (a plan of 2-token runs ranks SD(K=4) at 3.5 a round), nor
+    # are the sums' round-off past a bound (review: a genuine plan of short runs was refused)
+    short = data | {"settings": data["settings"] | {"max_new_tokens": 2}}
+    assert plan_problem(_edited(short, "ranked", 0, tokens_per_round=3.0 * (1 + 1e-13))) is None
     lossy = _edited(data, "ranked", 2, bias=0.01, allowed=False)
     assert plan_problem(lossy) is None
     alone = _edited(data, "confirmed", 0, measured=350.0, error=900 / 350 - 1, measured_speedup=350 / 400)
@@ -981,12 +985,24 @@ def test_plan_json_is_checked_field_by_field():
         (data | {"confirmed": data["confirmed"] * 2}, 'confirmed[2].method "SD(K=2)" is listed twice'),
         (_edited(lossy, "ranked", 2, allowed=True), "ranked[2].allowed is true for a bias of 0.01 and a budget of 0"),
         (_edited(data, "ranked", 0, allowed=False), "ranked[0].allowed is false for a bias of 0 and a budget of 0"),
-        (_edited(data, "ranked", 1, tokens_per_call=3.0), "ranked[1].tokens_per_call is 3.0, more than a round of 0"),
-        (_edited(data, "ranked", 0, tokens_per_round=3.5), "ranked[0].tokens_per_round is 3.5, more than a round of 2"),
+        (_edited(data, "ranked", 1, tokens_per_call=3.0), "ranked[1].tokens_per_call is 3.0, more than nodes + 1 = 1"),
+        (
+            _edited(data, "ranked", 0, tokens_per_round=3.5),
+            "ranked[0].tokens_per_round is 3.5, more than nodes + 1 = 3",
+        ),
         (_edited(data, "ranked", 2, nodes=-1), "ranked[2].nodes is -1, a value no run writes"),
-        (data | {"settings": data["settings"] | {"max_new_tokens": 1}}, "ranked[0].tokens_per_round is 1.8, more"),
-        (_edited(data, "confirmed", 0, measured_per_call=3.5), "confirmed[0].measured_per_call is 3.5, more than 2"),
-        (_edited(data, "confirmed", 1, measured_per_call=1.5), "confirmed[1].measured_per_call is 1.5, more than 0"),
+        (
+            data | {"settings": data["settings"] | {"max_new_tokens": 1}},
+            "ranked[0].tokens_per_call is 1.8, more than max_",
+        ),
+        (
+            _edited(data, "confirmed", 0, measured_per_call=3.5),
+            "confirmed[0].measured_per_call is 3.5, more than nodes + 1 = 3 (its ranked row's)",
+        ),
+        (
+            _edited(data, "confirmed", 1, measured_per_call=1.5),
+            "confirmed[1].measured_per_call is 1.5, more than nodes + 1 = 1",
+        ),
         (data | {"confirmed": data["confirmed"][:1]}, "confirmed: no autoregressive decoding, the speed-ups' ref"),
         (_edited(data, "confirmed", 0, method="SD(K=9)"), 'confirmed[0].method "SD(K=9)" is not a ranked candidate'),
         (_edited(data, "confirmed", 0, predicted=50.0, error=50 / 800 - 1), "confirmed[0]'s predictions are not its"),

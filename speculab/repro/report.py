@@ -517,10 +517,11 @@ def plan_problem(data) -> str | None:
 def _plan_sense(data: dict) -> str | None:
     """What in a plan whose fields each pass their checks no plan writes together (a digest recomputed after an
     edit proves nothing about sense), among the values the page shows: candidates out of order, twice, or allowed
-    against the bias budget; autoregressive decoding other than one token a round and a call; a confirmation of a
-    candidate not ranked, predicting other than its ranked row, whose error is not ``predicted / measured − 1``,
-    whose speed-ups are not its rates over autoregressive decoding's, or whose z has the sign of neither side; a
-    verdict other than the one its confirmations give."""
+    against the bias budget, more tokens a round than the drafted ``nodes`` + 1 (a full round, away from the
+    horizon), or a call than that and ``max_new_tokens``; a confirmation of a candidate not ranked, predicting other
+    than its ranked row, measuring more tokens a call than that bound, whose error is not ``predicted / measured −
+    1``, whose speed-ups are not its rates over autoregressive decoding's, or whose z has the sign of neither side;
+    a verdict other than the one its confirmations give."""
     from types import SimpleNamespace
 
     from speculab.planning.plan import Plan
@@ -535,14 +536,23 @@ def _plan_sense(data: dict) -> str | None:
         if ranked[i]["tokens_per_second"] > ranked[i - 1]["tokens_per_second"]:
             return f"ranked[{i}] is faster than ranked[{i - 1}]: candidates are ranked fastest first"
     by_name = {row["method"]: row for row in ranked}
-    most = lambda row: min(row["nodes"] + 1, data["settings"]["max_new_tokens"])  # noqa: E731
+    run = data["settings"]["max_new_tokens"]
+
+    def beyond(value: float, row: dict, per_call: bool) -> str | None:
+        """Why ``value`` tokens a round (or a call: within the run too) are more than ``row``'s drafts make."""
+        bound, what = row["nodes"] + 1, f"nodes + 1 = {row['nodes'] + 1}"
+        if per_call and run < bound:
+            bound, what = run, f"max_new_tokens = {run}"
+        return f"{value!r}, more than {what}" if value > bound * (1 + 1e-12) else None  # float sums' round-off
+
     for i, row in enumerate(ranked):
         if row["allowed"] != (row["bias"] <= budget):
             allowed = json.dumps(row["allowed"])
             return f"ranked[{i}].allowed is {allowed} for a bias of {row['bias']:g} and a budget of {budget:g}"
         for name in ("tokens_per_round", "tokens_per_call"):
-            if row[name] > most(row):  # a round outputs its accepted drafts and one token more, within the run
-                return f"ranked[{i}].{name} is {row[name]!r}, more than a round of {row['nodes']} drafts makes"
+            problem = beyond(row[name], row, per_call=name == "tokens_per_call")
+            if problem:
+                return f"ranked[{i}].{name} is {problem}"
     ar = next((row for row in confirmed if row["method"] == _AR), None)
     if confirmed and ar is None:
         return "confirmed: no autoregressive decoding, the speed-ups' reference"
@@ -552,9 +562,9 @@ def _plan_sense(data: dict) -> str | None:
         own = by_name[row["method"]]
         if (row["predicted"], row["predicted_per_call"]) != (own["tokens_per_second"], own["tokens_per_call"]):
             return f"confirmed[{i}]'s predictions are not its ranked row's tokens per second and per call"
-        if row["measured_per_call"] > most(own):
-            drafts = own["nodes"]
-            return f"confirmed[{i}].measured_per_call is {row['measured_per_call']!r}, more than {drafts} drafts make"
+        problem = beyond(row["measured_per_call"], own, per_call=True)
+        if problem:
+            return f"confirmed[{i}].measured_per_call is {problem} (its ranked row's)"
         for name, value, formula in (
             ("error", row["predicted"] / row["measured"] - 1, "predicted / measured - 1"),
             ("predicted_speedup", row["predicted"] / ar["predicted"], "predicted over autoregressive decoding's"),
@@ -584,14 +594,17 @@ def _engine_sense(row: dict) -> str | None:
     (:class:`~speculab.planning.engine.EngineRow`)."""
     from speculab.planning.engine import EngineRow
 
+    numbers = ("measured_per_call", "measured_per_call_se", "tokens_per_second", "predicted_per_call_se")
     if row.get("error") is not None:
         if not (_is_text(row["error"]) and row["error"]):
             return "error is not a message"
+        wrong = next((k for k in numbers if not _se_or_none(row.get(k))), None)  # a failed row's: null (NaN) or not
+        if wrong:
+            return f"{wrong} is {json.dumps(row.get(wrong))}, a value no run writes"
     elif not _at_least_one(row.get("measured_per_call")):
         return "measured_per_call: fewer than one token per target call, which no run gives"
     elif not _se_or_none(row.get("measured_per_call_se")) or not _positive(row.get("tokens_per_second")):
         return "measured_per_call_se or tokens_per_second is missing or not what a run gives"
-    numbers = ("measured_per_call", "measured_per_call_se", "tokens_per_second", "predicted_per_call_se")
     given = {f.name: row[f.name] for f in dataclasses.fields(EngineRow) if f.name in row}
     engine = EngineRow(**given | {k: math.nan if row.get(k) is None else row[k] for k in numbers})
     z = engine.z if math.isfinite(engine.z) else None
