@@ -166,6 +166,15 @@ def test_batch_sd_batched_equals_one_prompt_with_the_same_key(pair, method):
             np.testing.assert_allclose(ra.reject_prob, rb.reject_prob, atol=1e-5)
 
 
+@pytest.mark.parametrize("max_new_tokens", [1, 2])
+def test_batch_sd_rounds_that_draft_nothing_stand_for_every_row_of_every_prompt(pair, max_new_tokens):
+    """A round with one token to go drafts nothing: batch SD's rows of every prompt in the batch stand as views of
+    its one row (the fast tier had no such round with several prompts)."""
+    prompts = default_prompts()[:3]
+    one = decode(pair, prompts, BatchSD(2, K=2), max_new_tokens=max_new_tokens, key=3, batch_size=1)
+    _same(one, decode(pair, prompts, BatchSD(2, K=2), max_new_tokens=max_new_tokens, key=3))
+
+
 def test_bad_batch_sizes(pair):
     """Bad sizes are refused by name."""
     prompts = default_prompts()[:2]
