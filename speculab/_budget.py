@@ -101,9 +101,13 @@ def power(base: int, exponent: int) -> int | float:
 
 def refuse(what: str, work: float, base: float, unit: str, name: str, advice: str) -> TooLarge:
     """The refusal of ``work`` units past the budget ``base`` (scaled; the constant ``name``), naming both and how
-    to get below it."""
+    to get below it. A scaled budget is told in the whole units it allows (``work`` is a count: 1,006,632.96
+    allows 1,006,632, and rounding it up told a work of 1,006,633 as over a budget of 1,006,633)."""
     scale = _SCALE.get()
-    budget = f"{_amount(base * scale)} {unit} ({name}" + (")" if scale == 1 else f", times {scale:g})")
+    allowed = base * scale
+    budget = f"{_amount(math.floor(allowed) if allowed < 2**53 else allowed)} {unit} ({name}" + (
+        ")" if scale == 1 else f", times {scale:g})"
+    )
     return TooLarge(f"{what} would take {_amount(work)} {unit}, over the budget of {budget}: {advice}, {RAISE}")
 
 

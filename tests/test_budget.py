@@ -72,7 +72,7 @@ def test_a_size_past_every_budget_is_compared_and_told_without_building_it():
     for big, amount in told:
         assert f"would take {amount} values" in str(refuse("the toy", big, **kw)), big
     assert "over the budget of about 4e20 values" in str(refuse("the toy", 10**30, **{**kw, "base": 4e20}))
-    # a scaled budget just under the work is told apart from it (review: "625 values, over the budget of 625")
-    for work, budget in ((625, 624.6), (625_000, 624_999.6)):
-        message = f"would take {work:,} values, over the budget of {budget:,.1f} values"
+    # a scaled budget just under the work is told apart from it (reviews: "625 values, over the budget of 625")
+    for work, budget, told in ((625, 624.6, "624"), (625_000, 624_999.6, "624,999"), (1, 0.5, "0"), (3, 2.0, "2")):
+        message = f"would take {work:,} values, over the budget of {told} values"  # the whole units it allows
         assert message in str(refuse("the toy", work, **{**kw, "base": budget}))

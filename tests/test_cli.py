@@ -783,7 +783,7 @@ def test_sim_budget_scales_the_exact_theorys_budget(capsys):
     out = _json(capsys, base + ["--budget", "0.06"])
     assert out["theory"] == {} and out["theory_source"] == (
         "none (exact block counts (V^(K+2) = 4^10 block prefixes) would take 1,048,576 prefixes, over the budget of "
-        "1,006,633 prefixes (MAX_PATHS, times 0.06): use a smaller block size or vocabulary (the simulator has no such "
+        "1,006,632 prefixes (MAX_PATHS, times 0.06): use a smaller block size or vocabulary (the simulator has no such "
         "limit), or raise the budget: speculab.work_budget(k) in Python, --budget k on the command line (sim, "
         "certify))"
     )

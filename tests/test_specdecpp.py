@@ -341,7 +341,7 @@ def test_boundaries_of_the_inputs():
         work_budget(1.37),
         pytest.raises(
             TooLarge,
-            match=r"budget of 8,619,295 values \(NODE_BUDGET leaves of 6 "
+            match=r"budget of 8,619,294 values \(NODE_BUDGET leaves of 6 "
             r"values, times 1.37\)",
         ),
     ):
