@@ -354,15 +354,21 @@ def plan(
                     measured_per_call_se=per_call.se,
                 )
             )
-        ar = next(r for r in result.confirmed if r.method == repr(Autoregressive()))
         result.settings["load_at_end"] = os.getloadavg()[0]
-        result.confirmed = [
-            dataclasses.replace(
-                r, predicted_speedup=r.predicted / ar.predicted, measured_speedup=r.measured / ar.measured
-            )
-            for r in result.confirmed
-        ]
+        result.confirmed = with_speedups(result.confirmed)
     return result
+
+
+def with_speedups(rows: list[Confirmation]) -> list[Confirmation]:
+    """``rows`` with their speed-ups: each one's predicted and measured rates over those of the row of
+    autoregressive decoding (which ``rows`` must hold; ``speculab report`` checks a plan's by this too)."""
+    from speculab.methods import Autoregressive
+
+    ar = next(r for r in rows if r.method == repr(Autoregressive()))
+    return [
+        dataclasses.replace(r, predicted_speedup=r.predicted / ar.predicted, measured_speedup=r.measured / ar.measured)
+        for r in rows
+    ]
 
 
 def _plural(n: int, noun: str) -> str:

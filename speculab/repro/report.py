@@ -522,9 +522,7 @@ def _plan_sense(data: dict) -> str | None:
     than its ranked row, measuring more tokens a call than that bound, whose error is not ``predicted / measured −
     1``, whose speed-ups are not its rates over autoregressive decoding's, or whose z has the sign of neither side;
     a verdict other than the one its confirmations give."""
-    from types import SimpleNamespace
-
-    from speculab.planning.plan import Plan
+    from speculab.planning.plan import Confirmation, Plan, with_speedups
 
     ranked, confirmed, budget = data["ranked"], data["confirmed"], data["settings"]["bias_budget"]
     for key, rows in (("ranked", ranked), ("confirmed", confirmed)):
@@ -553,9 +551,24 @@ def _plan_sense(data: dict) -> str | None:
             problem = beyond(row[name], row, per_call=name == "tokens_per_call")
             if problem:
                 return f"ranked[{i}].{name} is {problem}"
-    ar = next((row for row in confirmed if row["method"] == _AR), None)
-    if confirmed and ar is None:
+    if confirmed and all(row["method"] != _AR for row in confirmed):
         return "confirmed: no autoregressive decoding, the speed-ups' reference"
+    nan = lambda se: math.nan if se is None else se  # noqa: E731  (JSON's null: an se no run had)
+    told = confirmed and with_speedups(
+        [
+            Confirmation(
+                row["method"],
+                row["predicted"],
+                nan(row["predicted_se"]),
+                row["measured"],
+                nan(row["measured_se"]),
+                row["predicted_per_call"],
+                row["measured_per_call"],
+                row.get("runs", 0),
+            )
+            for row in confirmed
+        ]
+    )
     for i, row in enumerate(confirmed):
         if row["method"] not in by_name:
             return f"confirmed[{i}].method {json.dumps(row['method'])} is not a ranked candidate"
@@ -565,23 +578,20 @@ def _plan_sense(data: dict) -> str | None:
         problem = beyond(row["measured_per_call"], own, per_call=True)
         if problem:
             return f"confirmed[{i}].measured_per_call is {problem} (its ranked row's)"
-        for name, value, formula in (
-            ("error", row["predicted"] / row["measured"] - 1, "predicted / measured - 1"),
-            ("predicted_speedup", row["predicted"] / ar["predicted"], "predicted over autoregressive decoding's"),
-            ("measured_speedup", row["measured"] / ar["measured"], "measured over autoregressive decoding's"),
+        for name, formula in (
+            ("error", "predicted / measured - 1"),
+            ("predicted_speedup", "predicted over autoregressive decoding's"),
+            ("measured_speedup", "measured over autoregressive decoding's"),
         ):
+            value = getattr(told[i], name)
             if not math.isclose(row[name], value, rel_tol=1e-9, abs_tol=1e-12):
                 return f"confirmed[{i}].{name} is {row[name]!r}, not {formula} ({value!r})"
         z, gap = row["per_call_z"], row["measured_per_call"] - row["predicted_per_call"]
         if z is not None and (z > 0) - (z < 0) != (gap > 0) - (gap < 0):
             return f"confirmed[{i}].per_call_z is {z!r} where measured - predicted per call is {gap!r}"
-    rows = [
-        SimpleNamespace(**{**r, "measured_se": math.nan if r["measured_se"] is None else r["measured_se"]})
-        for r in confirmed
-    ]
-    told = Plan(data["settings"], None, confirmed=rows).verdict()
-    if data["verdict"] != told:
-        return f"verdict {json.dumps(data['verdict'])} is not its confirmations' ({json.dumps(told)})"
+    verdict = Plan(data["settings"], None, confirmed=told).verdict()
+    if data["verdict"] != verdict:
+        return f"verdict {json.dumps(data['verdict'])} is not its confirmations' ({json.dumps(verdict)})"
     return None
 
 
