@@ -579,7 +579,6 @@ def test_sweeps_over_instances_that_do_not_stack_are_refused(inst):
         simulate_sweep([inst, inst], [SD(), SD(K=2), SD(K=3)], 10, key=0)
 
 
-@pytest.mark.slow
 def test_sweep_is_sharded_over_several_devices():
     """With two (virtual CPU) devices the sweep axis is split over them and gives the same counts; a sweep of three
     points, which does not divide, runs on the default device."""
@@ -780,7 +779,7 @@ def test_adaptive_runs_come_in_chunks_and_a_pool_too_small_is_an_error(monkeypat
     disjoint = MarkovInstance.context_free([0.5, 0.5, 0, 0], [0, 0, 0.5, 0.5], T)
     points = simulate_sweep(disjoint, [SpecDecPP(1.0, max_K=1), SpecDecPP(1.0, max_K=4)], 100, key=0)
     for max_K, c in zip((1, 4), points):
-        assert c.n_runs == 100
+        assert c.n_runs == 100 and c.sequences is None  # a sweep keeps no tokens
         np.testing.assert_array_equal(c.draft_calls, sum(min(max_K, T - t) for t in range(T)))
     monkeypatch.setattr(jax_adaptive, "_ghost_slots", lambda max_K, T: 1)
     with pytest.raises(RuntimeError, match="overflowed"):
@@ -1061,3 +1060,29 @@ def test_a_sprinter_position_is_its_documented_rule_on_its_uniforms():
         assert bool(call[i]) == (u[1] >= kept) and int(drafted[i]) == 1
         checked += 1
     assert checked > 60
+
+
+def test_a_sweep_over_draft_rows_gives_each_point_its_own_rows(inst, agrees):
+    """One row and four in one compiled call: the root's tables are padded to the most rows, and the point of four
+    rows rejects as batch SD with four drafts does, not as SD (the fast tier's twin of the sweeps over ``K`` and
+    ``M``)."""
+    methods = [BatchSD(1, K=2), BatchSD(4, K=2)]
+    for m, c in zip(methods, simulate_sweep(inst, methods, 16_384, key=7)):
+        e = m.expected(inst)
+        for name in ("rejections", "oracle_calls"):
+            agrees(c.estimate(name), e.get(name), f"{name}, {m}")
+
+
+def test_several_draft_rows_without_tables_draw_their_own_uniforms(inst, monkeypatch, agrees):
+    """Where the tables exceed their budget the root's one-slot round over the rows is evaluated in the scan, from
+    ``rows + 2`` uniforms a position: the rows' drafts, then the outcome's and the token's, each its own (one shared
+    between them, or with a draft, would correlate the round's outcome with its token or its drafts)."""
+    monkeypatch.setattr(jax_common, "TABLE_BUDGET", 0)
+    m, n = BatchSD(3, K=1), 16_384
+    c = simulate(inst, m, n, key=8, engine="jax", return_sequences=True)
+    e = m.expected(inst)
+    for name in ("rejections", "oracle_calls", "accepted"):
+        agrees(c.estimate(name), e.get(name), f"{name}, {m} without tables")
+    mu = inst.marginals()
+    for t in (1, 2, 5):  # each token a round of the three rows
+        _token_law_agrees(agrees, c, t, mu[t])

@@ -423,3 +423,91 @@ def test_a_busy_machine_makes_validate_warn_that_its_speed_rows_mean_nothing(pai
         assert (no_speed["load_at_start"], no_speed["load_at_end"], no_speed["load_warning"]) == (None, None, None)
     finally:
         torch.set_num_threads(threads)
+
+
+def test_each_lossless_method_is_tested_and_compared_but_the_reference_and_heads(pair):
+    """Three lossless methods and the control: four law tests, each with its own key; ``compare`` runs for the
+    methods it can compare (autoregressive decoding is its reference; a head's stopping has no theory there), and
+    keeps the rows with a z or a verdict; only the model check (Leviathan's i.i.d. acceptance) does not gate."""
+    from speculab.compare import compare
+
+    report = validate(pair, key=0, runs=100, methods=["ar", "sd", "specdecpp"], compare_runs=1, max_new_tokens=4)
+    assert [r.method for r in report.laws] == [
+        "ar",
+        "sd K=2",
+        "specdecpp h=0.5 max_K=2 (head ≡ 0.8)",
+        "control: biased uno ε=0.1 K=2",
+    ]
+    rows = compare(pair, SD(K=4), runs_per_prompt=1, max_new_tokens=4, key=0).rows
+    name = lambda quantity: quantity.split(" (")[0]  # noqa: E731  (without the α estimated from the runs)
+    kept = [name(r.quantity) for r in rows if math.isfinite(r.z) or r.holds is not None]
+    assert 0 < len(kept) < len(rows)  # the filter has something to drop and something to keep
+    assert {r["method"] for r in report.compare} == {"sd K=4"}
+    assert [name(r["quantity"]) for r in report.compare] == kept
+    assert [r["gates"] for r in report.compare] == [not q.startswith("target calls per run") for q in kept]
+    assert not all(r["gates"] for r in report.compare)
+
+
+@pytest.mark.parametrize("batch_size", [None, 7])
+def test_the_law_tests_decode_in_the_batches_asked_for(pair, monkeypatch, batch_size):
+    """A given ``batch_size`` is each law test's; without one, the batch that keeps a round's laws within 1 GiB."""
+    import speculab.backends
+    from speculab.validate import _law_batch
+
+    seen, real = [], speculab.backends.decode
+    monkeypatch.setattr(
+        "speculab.backends.decode", lambda *a, **kw: seen.append((a[2], kw["batch_size"])) or real(*a, **kw)
+    )
+    validate(pair, key=0, runs=50, methods=["sd", "batch"], compare_runs=0, speed=False, batch_size=batch_size)
+    assert len(seen) == 3
+    assert [size for _, size in seen] == [batch_size or _law_batch(pair, method.rows) for method, _ in seen]
+    assert batch_size or len({size for _, size in seen}) > 1  # batch SD's four rows a prompt make its batch smaller
+
+
+def test_the_speed_rows_time_the_runs_they_name(pair, monkeypatch):
+    """The batched rows decode ``batch_prompts`` prompts cycling through the defaults, the one-at-a-time rows
+    ``speed_prompts`` of them in batches of one; each row's seconds are the time it took (within the whole call's),
+    assisted generation's row is there, and the latency model is fitted and tested on ``max(speed_prompts, 8)``
+    prompts. The load warning comes from the busier end of the timings."""
+    import time
+
+    import speculab.backends
+    from speculab.validate import _speed
+
+    prompts = default_prompts()
+    calls, real = [], speculab.backends.decode
+    monkeypatch.setattr(
+        "speculab.backends.decode", lambda *a, **kw: calls.append((a[1], kw.get("batch_size"))) or real(*a, **kw)
+    )
+    loads = iter([5.0])  # busy at the start, calm at the end
+    monkeypatch.setattr("os.getloadavg", lambda: (next(loads, 0.5), 1.0, 1.0))
+    report = Validation({"cpus": 2, "threads": 1})
+    t0 = time.perf_counter()
+    _speed(report, pair, Sampling(), 0, 5, 3, 3)
+    wall = time.perf_counter() - t0
+    assert len(prompts) >= 5
+    timed = calls[1:]  # after the warm-up
+    assert timed == [(prompts[:5], None)] * 2 + [(prompts[:3], 1)] * 2
+    assert len(report.speed) == 5 and report.speed[-1].what.startswith("Hugging Face assisted generation")
+    assert all(0 < row.seconds <= wall for row in report.speed)
+    assert report.latency["fit_prompts"] + report.latency["test_prompts"] == 8
+    s = report.settings
+    assert (s["load_at_start"], s["load_at_end"]) == (5.0, 0.5) and s["load_warning"] is not None
+
+
+def test_assisted_generation_counts_its_tokens_and_the_targets_calls(pair):
+    """Its row's tokens are the new ones (at most ``tokens`` a prompt) and its target calls those the target's
+    forward hook sees; a pair without a Hugging Face draft or target has no such row."""
+    from types import SimpleNamespace
+
+    from speculab.validate import _assisted
+
+    seen = []
+    hook = pair.target.model.register_forward_pre_hook(lambda module, args: seen.append(1))
+    try:
+        row = _assisted(pair, default_prompts()[:3], 3, Sampling(), 0)
+    finally:
+        hook.remove()
+    assert 3 <= row.tokens <= 9 and row.target_calls == len(seen) >= 3 and row.seconds > 0
+    assert _assisted(SimpleNamespace(draft=object(), target=pair.target), ["a"], 3, Sampling(), 0) is None
+    assert _assisted(SimpleNamespace(draft=pair.draft, target=object()), ["a"], 3, Sampling(), 0) is None
