@@ -528,3 +528,17 @@ def test_plan_refuses_bad_arguments_before_timing_anything(bad, message, monkeyp
     _, _, pair = _iid_pair(0)
     with pytest.raises(ValueError, match=message):
         plan(pair, prompts=[[0]], held_out=[[0]], sampling=Sampling(1.0), key=0, max_new_tokens=2, **bad)
+
+
+def test_speedups_are_over_autoregressive_decodings_row_which_must_be_there():
+    """Each row's predicted and measured rates over autoregressive decoding's; rows without it are refused."""
+    from speculab.planning.plan import Confirmation, with_speedups
+
+    ar = Confirmation(repr(Autoregressive()), 10.0, 0.1, 8.0, 0.1, 1.0, 1.0, 2)
+    sd = Confirmation(repr(SD(K=2)), 25.0, 0.1, 12.0, 0.1, 2.5, 2.4, 2)
+    out = with_speedups([sd, ar])
+    assert [(r.predicted_speedup, r.measured_speedup) for r in out] == [(2.5, 1.5), (1.0, 1.0)]
+    with pytest.raises(ValueError, match="rows: no row of autoregressive decoding"):
+        with_speedups([sd])
+    with pytest.raises(ValueError, match="rows: no row of autoregressive decoding"):
+        with_speedups([])

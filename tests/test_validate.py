@@ -425,12 +425,36 @@ def test_a_busy_machine_makes_validate_warn_that_its_speed_rows_mean_nothing(pai
         torch.set_num_threads(threads)
 
 
-def test_each_lossless_method_is_tested_and_compared_but_the_reference_and_heads(pair):
-    """Three lossless methods and the control: four law tests, each with its own key; ``compare`` runs for the
-    methods it can compare (autoregressive decoding is its reference; a head's stopping has no theory there), and
-    keeps the rows with a z or a verdict; only the model check (Leviathan's i.i.d. acceptance) does not gate."""
-    from speculab.compare import compare
+def test_each_lossless_method_is_tested_and_compared_but_the_reference_and_heads(pair, monkeypatch):
+    """Three lossless methods and the control: four law tests; ``compare`` runs for the methods it can compare
+    (autoregressive decoding is its reference; a head's stopping has no theory there), and keeps the rows with a z or
+    a verdict; only the model check (Leviathan's i.i.d. acceptance) does not gate. Each law test, the compare runs
+    and the timings draw from a key of their own."""
+    import speculab.backends
+    import speculab.compare
+    import speculab.validate
 
+    keys, real_decode, real_compare = [], speculab.backends.decode, speculab.compare.compare
+    comparing = []
+
+    def law_decode(*args, **kwargs):
+        if not comparing:  # compare's own runs spawn their keys from its key
+            keys.append(("law", kwargs["key"]))
+        return real_decode(*args, **kwargs)
+
+    def compare(*args, **kwargs):
+        keys.append(("compare", kwargs["key"]))
+        comparing.append(1)
+        try:
+            return real_compare(*args, **kwargs)
+        finally:
+            comparing.pop()
+
+    monkeypatch.setattr("speculab.backends.decode", law_decode)
+    monkeypatch.setattr("speculab.compare.compare", compare)
+    monkeypatch.setattr(
+        speculab.validate, "_speed", lambda report, pair, sampling, key, *a: keys.append(("speed", key))
+    )
     report = validate(pair, key=0, runs=100, methods=["ar", "sd", "specdecpp"], compare_runs=1, max_new_tokens=4)
     assert [r.method for r in report.laws] == [
         "ar",
@@ -438,7 +462,9 @@ def test_each_lossless_method_is_tested_and_compared_but_the_reference_and_heads
         "specdecpp h=0.5 max_K=2 (head ≡ 0.8)",
         "control: biased uno ε=0.1 K=2",
     ]
-    rows = compare(pair, SD(K=4), runs_per_prompt=1, max_new_tokens=4, key=0).rows
+    assert [what for what, _ in keys] == ["law"] * 4 + ["compare", "speed"]
+    assert len({key for _, key in keys}) == len(keys)
+    rows = real_compare(pair, SD(K=4), runs_per_prompt=1, max_new_tokens=4, key=0).rows
     name = lambda quantity: quantity.split(" (")[0]  # noqa: E731  (without the α estimated from the runs)
     kept = [name(r.quantity) for r in rows if math.isfinite(r.z) or r.holds is not None]
     assert 0 < len(kept) < len(rows)  # the filter has something to drop and something to keep
@@ -458,7 +484,7 @@ def test_the_law_tests_decode_in_the_batches_asked_for(pair, monkeypatch, batch_
     monkeypatch.setattr(
         "speculab.backends.decode", lambda *a, **kw: seen.append((a[2], kw["batch_size"])) or real(*a, **kw)
     )
-    validate(pair, key=0, runs=50, methods=["sd", "batch"], compare_runs=0, speed=False, batch_size=batch_size)
+    validate(pair, key=0, runs=14, methods=["sd", "batch"], compare_runs=0, speed=False, batch_size=batch_size)
     assert len(seen) == 3
     assert [size for _, size in seen] == [batch_size or _law_batch(pair, method.rows) for method, _ in seen]
     assert batch_size or len({size for _, size in seen}) > 1  # batch SD's four rows a prompt make its batch smaller
@@ -482,12 +508,12 @@ def test_the_speed_rows_time_the_runs_they_name(pair, monkeypatch):
     loads = iter([5.0])  # busy at the start, calm at the end
     monkeypatch.setattr("os.getloadavg", lambda: (next(loads, 0.5), 1.0, 1.0))
     report = Validation({"cpus": 2, "threads": 1})
+    many = len(prompts) + 2  # the batched rows go round the defaults and on
     t0 = time.perf_counter()
-    _speed(report, pair, Sampling(), 0, 5, 3, 3)
+    _speed(report, pair, Sampling(), 0, many, 3, 3)
     wall = time.perf_counter() - t0
-    assert len(prompts) >= 5
     timed = calls[1:]  # after the warm-up
-    assert timed == [(prompts[:5], None)] * 2 + [(prompts[:3], 1)] * 2
+    assert timed == [(prompts + prompts[:2], None)] * 2 + [(prompts[:3], 1)] * 2
     assert len(report.speed) == 5 and report.speed[-1].what.startswith("Hugging Face assisted generation")
     assert all(0 < row.seconds <= wall for row in report.speed)
     assert report.latency["fit_prompts"] + report.latency["test_prompts"] == 8
@@ -502,12 +528,38 @@ def test_assisted_generation_counts_its_tokens_and_the_targets_calls(pair):
 
     from speculab.validate import _assisted
 
-    seen = []
+    seen, new, generate = [], [], pair.target.model.generate
+
+    def generated(ids, **kwargs):
+        out = generate(ids, **kwargs)
+        new.append(out.shape[1] - ids.shape[1])
+        return out
+
     hook = pair.target.model.register_forward_pre_hook(lambda module, args: seen.append(1))
+    pair.target.model.generate = generated
     try:
         row = _assisted(pair, default_prompts()[:3], 3, Sampling(), 0)
     finally:
         hook.remove()
-    assert 3 <= row.tokens <= 9 and row.target_calls == len(seen) >= 3 and row.seconds > 0
+        del pair.target.model.generate
+    assert len(new) == 3 and row.tokens == sum(new) and all(1 <= n <= 3 for n in new)
+    assert row.target_calls == len(seen) >= 3 and row.seconds > 0
     assert _assisted(SimpleNamespace(draft=object(), target=pair.target), ["a"], 3, Sampling(), 0) is None
     assert _assisted(SimpleNamespace(draft=pair.draft, target=object()), ["a"], 3, Sampling(), 0) is None
+
+
+def test_an_ngram_drafts_control_law_is_formed_from_its_own_next_token_law(pair, monkeypatch):
+    """A history draft has no Hugging Face model: the control's law is formed from the draft's next-token law after
+    the prompt (its logits are log p), and the pair's law tests run."""
+    import speculab.validate
+    from speculab.backends import ngram_draft
+
+    ngram = load_pair(ngram_draft(pair.tokenizer, default_prompts(), n=2), "tiny-target", device=model_device())
+    seen, real = [], speculab.validate._uno_law
+    monkeypatch.setattr(speculab.validate, "_uno_law", lambda p, q, eps: seen.append(p) or real(p, q, eps))
+    report = validate(ngram, key=0, runs=50, methods=["sd"], compare_runs=0, speed=False)
+    ids = tuple(ngram.tokenizer.encode(default_prompts()[0]))
+    law = torch.softmax(ngram.draft.logits(ids).double(), -1).numpy()
+    assert len(seen) == 1 and seen[0].shape == (ngram.vocab_size,)
+    np.testing.assert_allclose(seen[0], law, rtol=1e-12, atol=1e-15)
+    assert [r.method for r in report.laws] == ["sd K=2", "control: biased uno ε=0.1 K=2"]

@@ -364,7 +364,9 @@ def with_speedups(rows: list[Confirmation]) -> list[Confirmation]:
     autoregressive decoding (which ``rows`` must hold; ``speculab report`` checks a plan's by this too)."""
     from speculab.methods import Autoregressive
 
-    ar = next(r for r in rows if r.method == repr(Autoregressive()))
+    ar = next((r for r in rows if r.method == repr(Autoregressive())), None)
+    if ar is None:
+        raise ValueError("rows: no row of autoregressive decoding, the speed-ups' reference")
     return [
         dataclasses.replace(r, predicted_speedup=r.predicted / ar.predicted, measured_speedup=r.measured / ar.measured)
         for r in rows
