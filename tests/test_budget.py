@@ -58,6 +58,7 @@ def test_a_size_past_every_budget_is_compared_and_told_without_building_it():
     told += [(4e-5, "4e-05"), (9 * 10**15 + 10**14, "about 9.1e15"), (0, "0"), (0.5, "0.5"), (1, "1"), (1.0, "1")]
     told += [
         (1.5, "1.5"),
+        (1.234, "1.2"),  # at least 1: to a tenth, as 999.5 is
         (999.5, "999.5"),
         (624.6, "624.6"),
         (1234.0, "1,234"),
