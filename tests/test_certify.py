@@ -685,16 +685,18 @@ def test_top_k_keeps_the_k_likeliest_and_ties_at_the_boundary():
     np.testing.assert_array_equal(top_k_warp(3)(law), law)
 
 
-def test_a_stream_law_off_1_is_refused_showing_the_sum_farthest_from_1(monkeypatch):
-    """A warp within ``warp``'s own check (sums within 1e-5 of 1) that scales one Markov row up by 5e-6 and another
-    down by 1e-6: the stream laws sum off 1 by more than the 1e-9 allowed, and the refusal shows the sum farthest
-    from 1 (found by review: it showed the smallest, "sums to 1, not 1" when one row was over)."""
+@pytest.mark.parametrize("up, down", [(5e-6, 1e-6), (1e-6, 5e-6)])
+def test_a_stream_law_off_1_is_refused_showing_the_sum_farthest_from_1(monkeypatch, up, down):
+    """A warp within ``warp``'s own check (sums within 1e-5 of 1) that scales one Markov row up and another down
+    (the farther one over, then under): the stream laws sum off 1 by more than the 1e-9 allowed, and the refusal
+    shows the sum farthest from 1 (found by review: it showed the smallest, "sums to 1, not 1" when one row was
+    over), not the largest."""
 
     def off_by_rows(law):
         out = np.array(law, dtype=float)
         if out.ndim == 2:
-            out[0] *= 1 + 5e-6
-            out[1] *= 1 - 1e-6
+            out[0] *= 1 + up
+            out[1] *= 1 - down
         return out
 
     laws, stream = [], certify_module.stream_law
@@ -1066,3 +1068,54 @@ def test_a_sampler_is_refused_when_its_p_value_is_below_alpha_only():
     assert 0 < first.p_value < 1
     again = check_sampler(_sd_from_q, p, q, n=2_000, key=1, alpha=first.p_value)
     assert not again.refused
+
+
+def test_the_battery_draws_its_random_pairs_flat_then_peaked_in_turn():
+    """The context-free random pairs alternate Dirichlet concentrations 1 and 0.3 (flat, then peaked), two laws a
+    pair; the Markov pairs' ``(V, V)`` rows likewise; all from the key given (a generator is used as it is)."""
+    drawn = []
+
+    class Recording(np.random.Generator):
+        def dirichlet(self, alpha, size=None):
+            drawn.append((float(alpha[0]), size))
+            return super().dirichlet(alpha, size)
+
+    cert = certify(
+        SD(), V=3, remaining=2, random_pairs=3, markov_pairs=3, search=False, key=Recording(np.random.PCG64(0))
+    )
+    flat, peaked = [(1.0, None)] * 2, [(0.3, None)] * 2
+    assert drawn == flat + peaked + flat + [(1.0, 3)] * 2 + [(0.3, 3)] * 2 + [(1.0, 3)] * 2
+    assert cert.lossless and cert.pairs == len(nasty_pairs(3)) + 6
+
+
+def test_the_search_starts_from_the_three_pairs_of_the_battery_farthest_in_tv(monkeypatch):
+    """Nelder–Mead starts from the battery's three pairs of largest TV (by TV, not KL), from the logits of their
+    laws."""
+    pairs, scores, starts = [], [], []
+    stream, divergences, minimize = certify_module.stream_law, certify_module._divergences, certify_module.minimize
+
+    def recorded_stream(verifier, p, q, *args):
+        if not starts:  # the battery's
+            pairs.append((p, q))
+        return stream(verifier, p, q, *args)
+
+    def recorded_divergences(law, q):
+        out = divergences(law, q)
+        if not starts:
+            scores.append(out)
+        return out
+
+    def first_steps(fun, theta, **kwargs):
+        starts.append(theta)
+        return minimize(fun, theta, **kwargs | {"options": kwargs["options"] | {"maxfev": 4}})
+
+    monkeypatch.setattr(certify_module, "stream_law", recorded_stream)
+    monkeypatch.setattr(certify_module, "_divergences", recorded_divergences)
+    monkeypatch.setattr(certify_module, "minimize", first_steps)
+    certify(BUGS["draft probability 1, SD's residual"], V=3, remaining=1)
+    tv, kl = (np.array([s[k] for s in scores]) for k in (0, 1))
+    worst = sorted(range(len(pairs)), key=lambda i: -tv[i])[:3]
+    assert len(pairs) == len(scores) > 3 and list(np.argsort(-kl, kind="stable")[:3]) != worst  # TV and KL differ
+    assert len(starts) == 3
+    for i, theta in zip(worst, starts):
+        np.testing.assert_array_equal(theta, np.log(np.clip(np.concatenate(pairs[i]), 1e-12, None)).ravel())

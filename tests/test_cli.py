@@ -1622,3 +1622,27 @@ def test_a_prompt_that_is_not_utf8_is_refused_quoting_it_as_given(capsys):
     assert main(["run", "--prompt", "the text must be \udcff"]) == 2
     err = capsys.readouterr().err
     assert "argument --prompt: must be UTF-8 text; got 'the text must be \\udcff' (character 17 is not)" in err
+
+
+def test_the_tiny_ngram_pair_is_the_tiny_target_with_an_ngram_draft_of_its_tokenizer(monkeypatch):
+    """``--pair tiny-ngram``: the tiny target beside an n-gram draft counted with the tiny target's tokenizer (its
+    counting on the training text is stood in for by a count on the default prompts), named as the flag names it."""
+    from types import SimpleNamespace
+
+    import speculab.backends.pair
+    from speculab.backends import ngram_draft
+    from speculab.backends.models import NGramModel
+    from speculab.backends.pair import TINY_DIR, default_prompts
+    from speculab.cli import _pair
+
+    tokenizers = []
+
+    def counted(tokenizer):
+        tokenizers.append(tokenizer)
+        return ngram_draft(tokenizer, default_prompts(), n=3)
+
+    monkeypatch.setattr(speculab.backends.pair, "training_ngram_draft", counted)
+    args = SimpleNamespace(pair="tiny-ngram", draft=None, target=None, device="cpu", threads=None, dtype="float32")
+    pair = _pair(args)
+    assert pair.name == "tiny-ngram" and isinstance(pair.draft, NGramModel) and hasattr(pair.target, "model")
+    assert len(tokenizers) == 1 and tokenizers[0].name_or_path == str(TINY_DIR / "target")

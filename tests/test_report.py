@@ -961,6 +961,7 @@ def test_plan_json_is_checked_field_by_field():
     assert plan_problem(_edited(data, "confirmed", 0, per_call_z=None)) is None
     exact = data["confirmed"][0]["predicted_per_call"]  # measured as predicted: a z of 0 has the sign of a gap of 0
     assert plan_problem(_edited(data, "confirmed", 0, measured_per_call=exact, per_call_z=0.0)) is None
+    assert plan_problem(_edited(data, "confirmed", 0, measured_per_call=exact + 0.1, per_call_z=0.5)) is None
     assert plan_problem(_edited(data, "ranked", 2, tokens_per_second=1e-9)) is None
     # a full round's tokens are not bounded by the run (a plan of 2-token runs ranks SD(K=4) at 3.5 a round), nor
     # are the sums' round-off past a bound (review: a genuine plan of short runs was refused)
