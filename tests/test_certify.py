@@ -689,8 +689,8 @@ def test_top_k_keeps_the_k_likeliest_and_ties_at_the_boundary():
 def test_a_stream_law_off_1_is_refused_showing_the_sum_farthest_from_1(monkeypatch, up, down):
     """A warp within ``warp``'s own check (sums within 1e-5 of 1) that scales one Markov row up and another down
     (the farther one over, then under): the stream laws sum off 1 by more than the 1e-9 allowed, and the refusal
-    shows the sum farthest from 1 (found by review: it showed the smallest, "sums to 1, not 1" when one row was
-    over), not the largest."""
+    shows the sum farthest from 1, whether over or under (found by review: it showed the smallest, "sums to 1, not
+    1" when one row was over)."""
 
     def off_by_rows(law):
         out = np.array(law, dtype=float)
@@ -937,6 +937,21 @@ def test_the_battery_splits_the_vocabulary_in_halves():
     p, q = pairs["reversed ramps"]
     np.testing.assert_array_equal(q, p[::-1])
     assert p[0] < p[-1]
+    p, q = pairs["a draft mass of 1e-300"]  # the masses their names give: the KL shown grows as log(1 / mass)
+    assert p[0] == 1e-300 and q[0] > 0
+    p, q = pairs["a target mass of 1e-300"]
+    assert q[0] == 1e-300 and p[0] > 0
+
+
+@pytest.mark.parametrize(
+    "verifier", [SD(K=2), Sprinter(0.9, 0.2), RRS((3,), draws="distinct"), RRS((2, 1), draws="iid")], ids=repr
+)
+def test_one_token_is_a_stream_of_one_law(verifier):
+    """With a vocabulary of one token every stream is that token: its law is 1, whatever the verifier (round,
+    position or tree law; found by review: a second start row, or token 1 standing in for an absent node, broke
+    at V = 1)."""
+    law = stream_law(verifier, np.ones(1), np.ones(1), 2, n=3)
+    assert law.shape == (1, 1, 1) and law.item() == pytest.approx(1.0, abs=1e-12)
 
 
 def _a_negative_outcome(p, q, x, *, bonus):  # the first outcome −0.1, the next +0.1: sums still 1
@@ -1117,5 +1132,7 @@ def test_the_search_starts_from_the_three_pairs_of_the_battery_farthest_in_tv(mo
     worst = sorted(range(len(pairs)), key=lambda i: -tv[i])[:3]
     assert len(pairs) == len(scores) > 3 and list(np.argsort(-kl, kind="stable")[:3]) != worst  # TV and KL differ
     assert len(starts) == 3
-    for i, theta in zip(worst, starts):
-        np.testing.assert_array_equal(theta, np.log(np.clip(np.concatenate(pairs[i]), 1e-12, None)).ravel())
+    for i, theta in zip(worst, starts):  # the logits of the pair's laws: read back, they are its laws
+        p, q = pairs[i]
+        back = certify_module._laws(theta, p.shape)
+        np.testing.assert_allclose(np.concatenate(back), np.concatenate([p, q]), atol=1e-11)

@@ -1646,3 +1646,4 @@ def test_the_tiny_ngram_pair_is_the_tiny_target_with_an_ngram_draft_of_its_token
     pair = _pair(args)
     assert pair.name == "tiny-ngram" and isinstance(pair.draft, NGramModel) and hasattr(pair.target, "model")
     assert len(tokenizers) == 1 and tokenizers[0].name_or_path == str(TINY_DIR / "target")
+    assert pair.target.model.name_or_path == str(TINY_DIR / "target")

@@ -961,7 +961,9 @@ def test_plan_json_is_checked_field_by_field():
     assert plan_problem(_edited(data, "confirmed", 0, per_call_z=None)) is None
     exact = data["confirmed"][0]["predicted_per_call"]  # measured as predicted: a z of 0 has the sign of a gap of 0
     assert plan_problem(_edited(data, "confirmed", 0, measured_per_call=exact, per_call_z=0.0)) is None
-    assert plan_problem(_edited(data, "confirmed", 0, measured_per_call=exact + 0.1, per_call_z=0.5)) is None
+    assert (
+        plan_problem(_edited(data, "confirmed", 0, measured_per_call=exact + 0.1, per_call_z=0.5)) is None
+    )  # a z below 1
     assert plan_problem(_edited(data, "ranked", 2, tokens_per_second=1e-9)) is None
     # a full round's tokens are not bounded by the run (a plan of 2-token runs ranks SD(K=4) at 3.5 a round), nor
     # are the sums' round-off past a bound (review: a genuine plan of short runs was refused)
@@ -1007,10 +1009,14 @@ def test_plan_json_is_checked_field_by_field():
             "confirmed[1].measured_per_call is 1.5, more than nodes + 1 = 1",
         ),
         (  # a call makes no more tokens than the run asks for, whatever a full round makes
-            _edited(
-                data | {"settings": data["settings"] | {"max_new_tokens": 2}}, "confirmed", 0, measured_per_call=2.5
-            ),
+            _edited(short, "confirmed", 0, measured_per_call=2.5),
             "confirmed[0].measured_per_call is 2.5, more than max_new_tokens = 2 (its ranked row's)",
+        ),
+        (  # where the two bounds are equal, the round's is named
+            _edited(
+                data | {"settings": data["settings"] | {"max_new_tokens": 3}}, "confirmed", 0, measured_per_call=3.5
+            ),
+            "confirmed[0].measured_per_call is 3.5, more than nodes + 1 = 3 (its ranked row's)",
         ),
         (data | {"confirmed": data["confirmed"][:1]}, "confirmed: no autoregressive decoding, the speed-ups' ref"),
         (_edited(data, "confirmed", 0, method="SD(K=9)"), 'confirmed[0].method "SD(K=9)" is not a ranked candidate'),
